@@ -1,0 +1,13 @@
+//! The SRAP agent: loads SRAP's eBPF object and drives its programs.
+//!
+//! For now this is the receive verifier ([`verifier`]); the sender-side binder
+//! and the receiver's RSS service come next.
+
+pub mod verifier;
+
+/// The eBPF object (`srap-ebpf`'s `srap` binary) built by this crate's build
+/// script, embedded so the agent is one self-contained binary.
+pub fn ebpf_object() -> &'static [u8] {
+    static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/srap"));
+    OBJECT
+}

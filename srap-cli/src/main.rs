@@ -1,0 +1,50 @@
+//! `srap`: SRAP's command-line tool.
+//!
+//! Each subcommand lives in a module of its own; this file only parses the
+//! command line and reports errors.
+
+mod hash;
+mod odds;
+mod predict;
+mod receiver;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "srap",
+    version,
+    about = "Sender-side Receiver-Aware Port selection"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Toeplitz RSS hash of one 4-tuple, as the receiver's NIC computes it.
+    Hash(hash::Args),
+    /// Source ports that put N flows on distinct receiver CPUs.
+    Predict(predict::Args),
+    /// How often random source ports collide on the receiver's CPUs.
+    Odds(odds::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Hash(args) => hash::run(&args),
+        Command::Predict(args) => predict::run(&args),
+        Command::Odds(args) => odds::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("srap: error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! Where the receiver's RSS description comes from: a file, or the embedded
+//! 32-queue default.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use srap_common::rss::{RssModel, embedded_default};
+
+/// Loads `--rss FILE`, or the embedded default (saying so on stderr).
+pub fn load(path: Option<&Path>) -> anyhow::Result<RssModel> {
+    match path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the RSS description {}", path.display()))?;
+            RssModel::from_json(&text).with_context(|| format!("{}", path.display()))
+        }
+        None => {
+            eprintln!(
+                "srap: no --rss FILE given: using the embedded 32-queue receiver \
+                 (`srap rss show --iface DEV --json` on the receiver writes a real one)"
+            );
+            Ok(RssModel::from_description(&embedded_default())?)
+        }
+    }
+}
+
+/// One line that says which receiver a result is for.
+pub fn summary(model: &RssModel) -> String {
+    let key = model.key().to_string();
+    format!(
+        "receiver: {} CPUs reachable over {} queues, {}-entry table, key {}…, xfrm {}",
+        model.reachable_cpus().len(),
+        model.queue_cpu().len(),
+        model.indir().len(),
+        &key[..key.len().min(23)],
+        model.xfrm(),
+    )
+}

@@ -1,0 +1,189 @@
+//! `#[repr(C)]` keys and values of the BPF maps, shared with `srap-ebpf`.
+//!
+//! Both sides compile these exact definitions, so the eBPF programs and user
+//! space agree on layout without a second description. Every struct is padded
+//! explicitly: BPF hash maps compare keys byte for byte, so implicit padding
+//! (which the eBPF side may leave uninitialised) would make equal flows differ.
+
+/// Name of the receive verifier's per-flow map in the eBPF object.
+pub const FLOWS_MAP: &str = "SRAP_FLOWS";
+/// Capacity of [`FLOWS_MAP`]; an LRU map, so old flows are evicted, never refused.
+pub const FLOWS_MAX_ENTRIES: u32 = 65_536;
+
+/// Name of the XDP variant of the receive verifier.
+pub const VERIFY_XDP_PROGRAM: &str = "srap_verify";
+/// Name of the tc (ingress classifier) variant of the receive verifier.
+pub const VERIFY_TC_PROGRAM: &str = "srap_verify_tc";
+
+/// [`FlowKey::family`] of an IPv4 flow (`AF_INET`).
+pub const FAMILY_IPV4: u8 = 2;
+/// [`FlowKey::family`] of an IPv6 flow (`AF_INET6`).
+pub const FAMILY_IPV6: u8 = 10;
+
+/// [`FlowStats::rx_queue`] when the hook could not tell the receive queue
+/// (tc ingress on a device that does not record it in the skb).
+pub const RX_QUEUE_UNKNOWN: u32 = u32::MAX;
+
+/// One TCP flow as the receiver sees it arrive: `src` is the sender.
+///
+/// Addresses are in network byte order. An IPv4 address occupies the first 4
+/// bytes of its 16-byte field and the remaining 12 bytes are zero (it is *not*
+/// v4-mapped); [`FlowKey::family`] says which form is in use. Ports are in host
+/// byte order, so user space can compare them with `SocketAddr::port()`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    /// [`FAMILY_IPV4`] or [`FAMILY_IPV6`].
+    pub family: u8,
+    /// Always zero; makes the padding explicit.
+    pub pad: [u8; 3],
+    /// Source (sender) TCP port, host byte order.
+    pub src_port: u16,
+    /// Destination (receiver) TCP port, host byte order.
+    pub dst_port: u16,
+    /// Source address, network byte order.
+    pub src_addr: [u8; 16],
+    /// Destination address, network byte order.
+    pub dst_addr: [u8; 16],
+}
+
+/// What the verifier saw of one flow, updated on every packet.
+///
+/// `rx_queue` and `cpu` are those of the *last* packet: a flow that keeps
+/// moving shows it in `moves`, which counts packets whose (queue, CPU) differs
+/// from the previous packet's.
+///
+/// Updates are plain read-modify-writes, not atomics (the BPF target has no
+/// atomic read-modify-write in stable Rust). That is exact as long as one
+/// flow's packets are processed on one CPU at a time, which is what RSS (and
+/// RPS) arrange; two CPUs racing on one flow can lose a count.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowStats {
+    /// Receive queue of the last packet, or [`RX_QUEUE_UNKNOWN`].
+    pub rx_queue: u32,
+    /// CPU that ran the hook for the last packet.
+    pub cpu: u32,
+    /// Packets seen (with tc, skbs: GRO may have merged several packets).
+    pub packets: u64,
+    /// Bytes seen, from the Ethernet header on.
+    pub bytes: u64,
+    /// `bpf_ktime_get_ns()` of the first packet.
+    pub first_seen_ns: u64,
+    /// `bpf_ktime_get_ns()` of the last packet.
+    pub last_seen_ns: u64,
+    /// Packets that arrived on another (queue, CPU) than the packet before.
+    pub moves: u32,
+    /// Always zero; makes the padding explicit.
+    pub pad: u32,
+}
+
+#[cfg(feature = "user")]
+mod user {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+    use super::{FAMILY_IPV4, FAMILY_IPV6, FlowKey, FlowStats, RX_QUEUE_UNKNOWN};
+
+    // SAFETY: both are `#[repr(C)]`, `Copy`, made only of integers and byte
+    // arrays, with all padding explicit, so every bit pattern is valid.
+    unsafe impl aya::Pod for FlowKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for FlowStats {}
+
+    fn family_and_bytes(ip: IpAddr) -> (u8, [u8; 16]) {
+        let mut bytes = [0u8; 16];
+        match ip {
+            IpAddr::V4(v4) => {
+                bytes[..4].copy_from_slice(&v4.octets());
+                (FAMILY_IPV4, bytes)
+            }
+            IpAddr::V6(v6) => (FAMILY_IPV6, v6.octets()),
+        }
+    }
+
+    impl FlowKey {
+        /// The key the verifier records for packets from `src` to `dst`;
+        /// `None` when the two addresses are of different families.
+        pub fn from_addrs(src: SocketAddr, dst: SocketAddr) -> Option<Self> {
+            let (family, src_addr) = family_and_bytes(src.ip());
+            let (dst_family, dst_addr) = family_and_bytes(dst.ip());
+            (family == dst_family).then_some(Self {
+                family,
+                pad: [0; 3],
+                src_port: src.port(),
+                dst_port: dst.port(),
+                src_addr,
+                dst_addr,
+            })
+        }
+
+        fn ip(&self, bytes: [u8; 16]) -> Option<IpAddr> {
+            match self.family {
+                FAMILY_IPV4 => Some(IpAddr::V4(Ipv4Addr::new(
+                    bytes[0], bytes[1], bytes[2], bytes[3],
+                ))),
+                FAMILY_IPV6 => Some(IpAddr::V6(Ipv6Addr::from(bytes))),
+                _ => None,
+            }
+        }
+
+        /// The sender's address and port; `None` for an unknown family.
+        pub fn src(&self) -> Option<SocketAddr> {
+            self.ip(self.src_addr)
+                .map(|ip| SocketAddr::new(ip, self.src_port))
+        }
+
+        /// The receiver's address and port; `None` for an unknown family.
+        pub fn dst(&self) -> Option<SocketAddr> {
+            self.ip(self.dst_addr)
+                .map(|ip| SocketAddr::new(ip, self.dst_port))
+        }
+    }
+
+    impl FlowStats {
+        /// The receive queue, or `None` when the hook could not tell it.
+        pub fn rx_queue(&self) -> Option<u32> {
+            (self.rx_queue != RX_QUEUE_UNKNOWN).then_some(self.rx_queue)
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn ipv4_key_round_trips_and_keeps_the_tail_zero() {
+            let src: SocketAddr = "10.199.1.1:40000".parse().expect("addr");
+            let dst: SocketAddr = "10.199.1.2:5201".parse().expect("addr");
+            let key = FlowKey::from_addrs(src, dst).expect("same family");
+            assert_eq!(key.family, FAMILY_IPV4);
+            assert_eq!(key.src_addr[..4], [10, 199, 1, 1]);
+            assert!(key.src_addr[4..].iter().all(|b| *b == 0));
+            assert_eq!(key.src(), Some(src));
+            assert_eq!(key.dst(), Some(dst));
+        }
+
+        #[test]
+        fn ipv6_key_round_trips() {
+            let src: SocketAddr = "[fd00:5a::1]:40000".parse().expect("addr");
+            let dst: SocketAddr = "[fd00:5a::2]:5201".parse().expect("addr");
+            let key = FlowKey::from_addrs(src, dst).expect("same family");
+            assert_eq!(key.family, FAMILY_IPV6);
+            assert_eq!(key.src(), Some(src));
+            assert_eq!(key.dst(), Some(dst));
+        }
+
+        #[test]
+        fn mixed_families_have_no_key() {
+            let src: SocketAddr = "10.199.1.1:1".parse().expect("addr");
+            let dst: SocketAddr = "[fd00:5a::2]:2".parse().expect("addr");
+            assert_eq!(FlowKey::from_addrs(src, dst), None);
+        }
+
+        #[test]
+        fn layout_matches_what_the_ebpf_side_writes() {
+            assert_eq!(std::mem::size_of::<FlowKey>(), 40);
+            assert_eq!(std::mem::size_of::<FlowStats>(), 48);
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! Errors of the RSS model. Each names the field or value at fault and, where
+//! there is one, what the user can do about it.
+
+use thiserror::Error;
+
+/// A Toeplitz key that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum KeyError {
+    #[error("byte {index} of the key is `{text}`, not two hex digits")]
+    BadHex { index: usize, text: String },
+    #[error(
+        "the key has {len} bytes; at least {min} are needed to hash an IPv6 4-tuple \
+         (ethtool -x DEV shows the whole key)"
+    )]
+    TooShort { len: usize, min: usize },
+}
+
+/// A 4-tuple that cannot be hashed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum TupleError {
+    #[error("source {src} and destination {dst} are of different address families")]
+    MixedFamily { src: String, dst: String },
+}
+
+/// An RSS description (the JSON file, or one built by discovery) that does not
+/// describe a NIC SRAP can model.
+#[derive(Debug, Error)]
+pub enum DescriptionError {
+    #[error("not a valid RSS description: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("RSS description field `{field}`: {problem}")]
+    Field {
+        field: &'static str,
+        problem: String,
+    },
+}
+
+impl DescriptionError {
+    pub(crate) fn field(field: &'static str, problem: impl Into<String>) -> Self {
+        Self::Field {
+            field,
+            problem: problem.into(),
+        }
+    }
+}

@@ -1,0 +1,312 @@
+//! What the NIC feeds to the hash: which fields of the packet (ethtool's
+//! `rx-flow-hash` letters) and the input transform applied to them.
+
+use std::{
+    fmt,
+    net::{IpAddr, SocketAddr},
+    str::FromStr,
+};
+
+use serde::{Deserialize, Serialize};
+
+use super::TupleError;
+
+/// The longest hash input: an IPv6 4-tuple, 16 + 16 + 2 + 2 bytes.
+pub const MAX_INPUT_LEN: usize = 36;
+
+/// The packet fields a NIC hashes for one flow type, as `ethtool -n DEV
+/// rx-flow-hash tcp4` reports them: `s` IP source, `d` IP destination, `f` L4
+/// bytes 0–1 (source port), `n` L4 bytes 2–3 (destination port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HashFields {
+    pub src_ip: bool,
+    pub dst_ip: bool,
+    pub src_port: bool,
+    pub dst_port: bool,
+}
+
+impl HashFields {
+    /// The full 4-tuple, every NIC's default for TCP.
+    pub const ALL: Self = Self {
+        src_ip: true,
+        dst_ip: true,
+        src_port: true,
+        dst_port: true,
+    };
+}
+
+impl Default for HashFields {
+    fn default() -> Self {
+        Self::ALL
+    }
+}
+
+impl FromStr for HashFields {
+    type Err = String;
+
+    /// Parses ethtool letters. Letters for fields that never vary within a TCP
+    /// flow of one host pair (L2 address, VLAN, L3 protocol) would change the
+    /// hash by a constant SRAP cannot know, so they are refused, not ignored.
+    fn from_str(letters: &str) -> Result<Self, Self::Err> {
+        let mut fields = Self {
+            src_ip: false,
+            dst_ip: false,
+            src_port: false,
+            dst_port: false,
+        };
+        for letter in letters.chars() {
+            let slot = match letter {
+                's' => &mut fields.src_ip,
+                'd' => &mut fields.dst_ip,
+                'f' => &mut fields.src_port,
+                'n' => &mut fields.dst_port,
+                'm' | 'v' | 't' => {
+                    return Err(format!(
+                        "`{letter}` (L2 address, VLAN or L3 protocol) is hashed by the NIC but \
+                         not modelled by SRAP; set the fields to sdfn with \
+                         `ethtool -N DEV rx-flow-hash tcp4 sdfn`"
+                    ));
+                }
+                other => {
+                    return Err(format!(
+                        "`{other}` is not an ethtool rx-flow-hash letter (use s, d, f, n)"
+                    ));
+                }
+            };
+            if *slot {
+                return Err(format!("`{letter}` is given twice"));
+            }
+            *slot = true;
+        }
+        Ok(fields)
+    }
+}
+
+impl fmt::Display for HashFields {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (on, letter) in [
+            (self.src_ip, "s"),
+            (self.dst_ip, "d"),
+            (self.src_port, "f"),
+            (self.dst_port, "n"),
+        ] {
+            if on {
+                f.write_str(letter)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The input transform (`ETHTOOL_A_RSS_INPUT_XFRM`) applied before hashing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InputXfrm {
+    /// Fields are hashed as they are.
+    #[default]
+    None,
+    /// Both copies of each src/dst pair are replaced by `src ^ dst` (ice, iavf).
+    SymXor,
+    /// The first copy becomes `src | dst`, the second `src ^ dst` (mlx5, always).
+    SymOrXor,
+}
+
+impl InputXfrm {
+    pub const NAMES: [&'static str; 3] = ["none", "sym-xor", "sym-or-xor"];
+
+    fn combine(self, src: u8, dst: u8) -> (u8, u8) {
+        match self {
+            Self::None => (src, dst),
+            Self::SymXor => (src ^ dst, src ^ dst),
+            Self::SymOrXor => (src | dst, src ^ dst),
+        }
+    }
+}
+
+impl FromStr for InputXfrm {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        match name {
+            "none" => Ok(Self::None),
+            "sym-xor" => Ok(Self::SymXor),
+            "sym-or-xor" => Ok(Self::SymOrXor),
+            other => Err(format!(
+                "`{other}` is not an input transform (use one of {})",
+                Self::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+impl fmt::Display for InputXfrm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::None => "none",
+            Self::SymXor => "sym-xor",
+            Self::SymOrXor => "sym-or-xor",
+        })
+    }
+}
+
+/// A TCP 4-tuple as the receiver's NIC sees it: `src` is the sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FlowTuple {
+    src: IpAddr,
+    dst: IpAddr,
+    pub sport: u16,
+    pub dport: u16,
+}
+
+impl FlowTuple {
+    pub fn new(src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> Result<Self, TupleError> {
+        if src.is_ipv4() != dst.is_ipv4() {
+            return Err(TupleError::MixedFamily {
+                src: src.to_string(),
+                dst: dst.to_string(),
+            });
+        }
+        Ok(Self {
+            src,
+            dst,
+            sport,
+            dport,
+        })
+    }
+
+    pub fn from_sockets(src: SocketAddr, dst: SocketAddr) -> Result<Self, TupleError> {
+        Self::new(src.ip(), src.port(), dst.ip(), dst.port())
+    }
+
+    pub fn src(&self) -> IpAddr {
+        self.src
+    }
+
+    pub fn dst(&self) -> IpAddr {
+        self.dst
+    }
+
+    pub fn is_ipv4(&self) -> bool {
+        self.src.is_ipv4()
+    }
+
+    /// The same flow from another source port.
+    pub fn with_sport(self, sport: u16) -> Self {
+        Self { sport, ..self }
+    }
+}
+
+/// The bytes fed to the Toeplitz hash for one tuple.
+#[derive(Clone, Copy)]
+pub struct HashInput {
+    bytes: [u8; MAX_INPUT_LEN],
+    len: usize,
+}
+
+impl HashInput {
+    /// Lays out `src_ip | dst_ip | src_port | dst_port` (network byte order),
+    /// each only if hashed, after the input transform.
+    pub fn new(tuple: &FlowTuple, fields: HashFields, xfrm: InputXfrm) -> Self {
+        let mut input = Self {
+            bytes: [0; MAX_INPUT_LEN],
+            len: 0,
+        };
+        let (src, dst) = match (tuple.src, tuple.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                (s.to_ipv6_mapped().octets(), d.to_ipv6_mapped().octets())
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => (s.octets(), d.octets()),
+            // FlowTuple::new refuses mixed families.
+            _ => unreachable!("FlowTuple holds one address family"),
+        };
+        let ip_bytes = if tuple.is_ipv4() { 12..16 } else { 0..16 };
+        input.push_pair(
+            &src[ip_bytes.clone()],
+            &dst[ip_bytes],
+            fields.src_ip,
+            fields.dst_ip,
+            xfrm,
+        );
+        input.push_pair(
+            &tuple.sport.to_be_bytes(),
+            &tuple.dport.to_be_bytes(),
+            fields.src_port,
+            fields.dst_port,
+            xfrm,
+        );
+        input
+    }
+
+    fn push_pair(
+        &mut self,
+        src: &[u8],
+        dst: &[u8],
+        with_src: bool,
+        with_dst: bool,
+        xfrm: InputXfrm,
+    ) {
+        let (mut first, mut second) = ([0u8; 16], [0u8; 16]);
+        for (i, (s, d)) in src.iter().zip(dst).enumerate() {
+            (first[i], second[i]) = xfrm.combine(*s, *d);
+        }
+        if with_src {
+            self.push(&first[..src.len()]);
+        }
+        if with_dst {
+            self.push(&second[..dst.len()]);
+        }
+    }
+
+    fn push(&mut self, part: &[u8]) {
+        self.bytes[self.len..self.len + part.len()].copy_from_slice(part);
+        self.len += part.len();
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_round_trip_through_ethtool_letters() {
+        for letters in ["sdfn", "sd", "fn", "", "s"] {
+            assert_eq!(letters.parse::<HashFields>().unwrap().to_string(), letters);
+        }
+        assert!("sdfnx".parse::<HashFields>().unwrap_err().contains("`x`"));
+        assert!(
+            "sdfnt"
+                .parse::<HashFields>()
+                .unwrap_err()
+                .contains("rx-flow-hash")
+        );
+        assert!("ss".parse::<HashFields>().unwrap_err().contains("twice"));
+    }
+
+    #[test]
+    fn input_is_laid_out_in_network_order() {
+        let tuple = FlowTuple::new(
+            "1.2.3.4".parse().unwrap(),
+            0x0102,
+            "5.6.7.8".parse().unwrap(),
+            0x0304,
+        )
+        .unwrap();
+        let input = HashInput::new(&tuple, HashFields::ALL, InputXfrm::None);
+        assert_eq!(input.as_bytes(), [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4]);
+        let xor = HashInput::new(&tuple, HashFields::ALL, InputXfrm::SymXor);
+        assert_eq!(xor.as_bytes(), [4, 4, 4, 12, 4, 4, 4, 12, 2, 6, 2, 6]);
+        let or_xor = HashInput::new(&tuple, HashFields::ALL, InputXfrm::SymOrXor);
+        assert_eq!(or_xor.as_bytes(), [5, 6, 7, 12, 4, 4, 4, 12, 3, 6, 2, 6]);
+    }
+
+    #[test]
+    fn mixed_families_are_refused() {
+        let err =
+            FlowTuple::new("1.2.3.4".parse().unwrap(), 1, "::1".parse().unwrap(), 2).unwrap_err();
+        assert!(err.to_string().contains("different address families"));
+    }
+}

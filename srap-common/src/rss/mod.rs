@@ -1,0 +1,16 @@
+//! The model of a receiver NIC's RSS: what it hashes, how, and where a hash lands.
+//!
+//! A flow lands on `queue_cpu[indir[toeplitz(key, input(tuple)) % indir.len()]]`.
+//! Each step has its own module; [`RssModel`] strings them together.
+
+mod description;
+mod error;
+mod input;
+mod model;
+mod toeplitz;
+
+pub use description::{FieldsDescription, RssDescription, embedded_default};
+pub use error::{DescriptionError, KeyError, TupleError};
+pub use input::{FlowTuple, HashFields, HashInput, InputXfrm, MAX_INPUT_LEN};
+pub use model::{Landing, RssModel};
+pub use toeplitz::{MIN_KEY_LEN, ToeplitzKey, ToeplitzTable, hash_naive};

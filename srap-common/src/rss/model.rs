@@ -1,0 +1,213 @@
+//! [`RssModel`]: a validated RSS description, ready to say where a flow lands.
+
+use std::collections::BTreeSet;
+
+use super::{
+    DescriptionError, FieldsDescription, FlowTuple, HashFields, HashInput, InputXfrm,
+    RssDescription, ToeplitzKey, ToeplitzTable,
+};
+
+/// Indirection tables are at most this long (the u16 index space of ethtool).
+const MAX_INDIR_LEN: usize = 1 << 16;
+/// No NIC has a longer key; a longer one is a mistake in the file.
+const MAX_KEY_LEN: usize = 256;
+
+/// Where one hash lands on the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Landing {
+    pub hash: u32,
+    /// Indirection table entry, `hash % indir.len()`.
+    pub index: u32,
+    pub queue: u32,
+    pub cpu: u32,
+}
+
+/// A receiver NIC's RSS, validated: Toeplitz key (as lookup tables), hashed
+/// fields, input transform, indirection table and queue → CPU map.
+#[derive(Debug, Clone)]
+pub struct RssModel {
+    hasher: ToeplitzTable,
+    tcp4: HashFields,
+    tcp6: HashFields,
+    xfrm: InputXfrm,
+    indir: Vec<u32>,
+    queue_cpu: Vec<u32>,
+}
+
+impl RssModel {
+    pub fn from_json(text: &str) -> Result<Self, DescriptionError> {
+        Self::from_description(&RssDescription::from_json(text)?)
+    }
+
+    pub fn from_description(desc: &RssDescription) -> Result<Self, DescriptionError> {
+        if desc.hfunc != "toeplitz" {
+            return Err(DescriptionError::field(
+                "hfunc",
+                format!(
+                    "hash function `{}` is not modelled: SRAP predicts Toeplitz only \
+                     (`ethtool -X DEV hfunc toeplitz` selects it)",
+                    desc.hfunc
+                ),
+            ));
+        }
+        let key = ToeplitzKey::parse_hex(&desc.key)
+            .map_err(|e| DescriptionError::field("key", e.to_string()))?;
+        if key.as_bytes().len() > MAX_KEY_LEN {
+            return Err(DescriptionError::field(
+                "key",
+                format!(
+                    "{} bytes is longer than any NIC's key ({MAX_KEY_LEN} at most)",
+                    key.as_bytes().len()
+                ),
+            ));
+        }
+        let xfrm = desc
+            .input_xfrm
+            .parse::<InputXfrm>()
+            .map_err(|e| DescriptionError::field("input_xfrm", e))?;
+        let tcp4 = desc
+            .fields
+            .tcp4
+            .parse::<HashFields>()
+            .map_err(|e| DescriptionError::field("fields.tcp4", e))?;
+        let tcp6 = desc
+            .fields
+            .tcp6
+            .parse::<HashFields>()
+            .map_err(|e| DescriptionError::field("fields.tcp6", e))?;
+        if desc.indir.is_empty() {
+            return Err(DescriptionError::field(
+                "indir",
+                "the indirection table is empty: the NIC has no RSS (`ethtool -x DEV`)",
+            ));
+        }
+        if desc.indir.len() > MAX_INDIR_LEN {
+            return Err(DescriptionError::field(
+                "indir",
+                format!(
+                    "{} entries; indirection tables have at most {MAX_INDIR_LEN}",
+                    desc.indir.len()
+                ),
+            ));
+        }
+        let queue_cpu = match &desc.queue_cpu {
+            Some(map) => {
+                if map.is_empty() {
+                    return Err(DescriptionError::field(
+                        "queue_cpu",
+                        "empty: list the CPU of every queue, or leave the field out",
+                    ));
+                }
+                map.clone()
+            }
+            None => {
+                let queues = desc.indir.iter().max().map_or(0, |max| max + 1);
+                (0..queues).collect()
+            }
+        };
+        if let Some((entry, queue)) = desc
+            .indir
+            .iter()
+            .enumerate()
+            .find(|(_, queue)| **queue as usize >= queue_cpu.len())
+        {
+            return Err(DescriptionError::field(
+                "indir",
+                format!(
+                    "entry {entry} names queue {queue}, but queue_cpu lists {} queues (0-{})",
+                    queue_cpu.len(),
+                    queue_cpu.len() - 1
+                ),
+            ));
+        }
+        Ok(Self {
+            hasher: ToeplitzTable::new(key),
+            tcp4,
+            tcp6,
+            xfrm,
+            indir: desc.indir.clone(),
+            queue_cpu,
+        })
+    }
+
+    pub fn to_description(&self) -> RssDescription {
+        RssDescription {
+            hfunc: "toeplitz".into(),
+            key: self.hasher.key().to_string(),
+            indir: self.indir.clone(),
+            input_xfrm: self.xfrm.to_string(),
+            fields: FieldsDescription {
+                tcp4: self.tcp4.to_string(),
+                tcp6: self.tcp6.to_string(),
+            },
+            queue_cpu: Some(self.queue_cpu.clone()),
+        }
+    }
+
+    pub fn key(&self) -> &ToeplitzKey {
+        self.hasher.key()
+    }
+
+    pub fn xfrm(&self) -> InputXfrm {
+        self.xfrm
+    }
+
+    /// Hashed fields for the tuple's family.
+    pub fn fields_for(&self, tuple: &FlowTuple) -> HashFields {
+        if tuple.is_ipv4() {
+            self.tcp4
+        } else {
+            self.tcp6
+        }
+    }
+
+    pub fn indir(&self) -> &[u32] {
+        &self.indir
+    }
+
+    pub fn queue_cpu(&self) -> &[u32] {
+        &self.queue_cpu
+    }
+
+    /// log2 of the table size when it is a power of two: the index is then the
+    /// hash's low bits, which keeps port selection linear.
+    pub fn index_bits(&self) -> Option<u32> {
+        self.indir
+            .len()
+            .is_power_of_two()
+            .then(|| self.indir.len().trailing_zeros())
+    }
+
+    /// CPUs some indirection entry reaches; queues on one CPU count once.
+    pub fn reachable_cpus(&self) -> BTreeSet<u32> {
+        self.indir
+            .iter()
+            .map(|queue| self.queue_cpu[*queue as usize])
+            .collect()
+    }
+
+    pub fn input(&self, tuple: &FlowTuple) -> HashInput {
+        HashInput::new(tuple, self.fields_for(tuple), self.xfrm)
+    }
+
+    #[inline]
+    pub fn hash(&self, tuple: &FlowTuple) -> u32 {
+        self.hasher.hash(self.input(tuple).as_bytes())
+    }
+
+    #[inline]
+    pub fn landing_of_hash(&self, hash: u32) -> Landing {
+        let index = hash % self.indir.len() as u32;
+        let queue = self.indir[index as usize];
+        Landing {
+            hash,
+            index,
+            queue,
+            cpu: self.queue_cpu[queue as usize],
+        }
+    }
+
+    pub fn landing(&self, tuple: &FlowTuple) -> Landing {
+        self.landing_of_hash(self.hash(tuple))
+    }
+}

@@ -1,0 +1,367 @@
+//! Which source ports land on which receiver CPU, for one (source address,
+//! destination address, destination port).
+//!
+//! With everything but the source port fixed, every input transform SRAP
+//! models is affine in the port over GF(2) (an OR with a fixed bit either
+//! forces it or passes the port bit through), and so is Toeplitz. So
+//! `hash(port) = base ⊕ M·port`, held here as two 256-entry tables. When the
+//! indirection table has 2^k entries the index is the low k bits of the hash:
+//! the ports of one entry are then a coset of the kernel of a k×16 binary map,
+//! enumerated directly. Other table sizes take a table-driven scan.
+
+use std::{collections::BTreeMap, fmt, str::FromStr};
+
+use crate::rss::{FlowTuple, Landing, RssModel};
+
+/// An inclusive range of source ports SRAP may choose from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PortRange {
+    start: u16,
+    end: u16,
+}
+
+impl PortRange {
+    /// Ports below 1024 need privileges and belong to services.
+    pub const DEFAULT: Self = Self {
+        start: 1024,
+        end: 65535,
+    };
+
+    pub fn new(start: u16, end: u16) -> Result<Self, String> {
+        if start == 0 {
+            return Err(
+                "port 0 means `any port` to the kernel; start the range at 1 or above".into(),
+            );
+        }
+        if start > end {
+            return Err(format!(
+                "the range {start}-{end} is empty (start above end)"
+            ));
+        }
+        Ok(Self { start, end })
+    }
+
+    pub fn start(&self) -> u16 {
+        self.start
+    }
+
+    pub fn end(&self) -> u16 {
+        self.end
+    }
+
+    pub fn contains(&self, port: u16) -> bool {
+        (self.start..=self.end).contains(&port)
+    }
+
+    pub fn len(&self) -> usize {
+        usize::from(self.end - self.start) + 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl Default for PortRange {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+impl FromStr for PortRange {
+    type Err = String;
+
+    /// `START-END`, as in `ip_local_port_range` (which separates with a tab).
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let (start, end) = text
+            .split_once(['-', '\t', ' '])
+            .ok_or_else(|| format!("`{text}` is not a port range like 1024-65535"))?;
+        let port = |s: &str| {
+            s.trim()
+                .parse::<u16>()
+                .map_err(|_| format!("`{}` in `{text}` is not a port (0-65535)", s.trim()))
+        };
+        Self::new(port(start)?, port(end)?)
+    }
+}
+
+impl fmt::Display for PortRange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.start, self.end)
+    }
+}
+
+/// The hash of one flow as an affine function of its source port.
+#[derive(Clone)]
+pub struct PortHash {
+    base: u32,
+    low: [u32; 256],
+    high: [u32; 256],
+}
+
+impl PortHash {
+    pub fn new(model: &RssModel, flow: &FlowTuple) -> Self {
+        let base = model.hash(&flow.with_sport(0));
+        let column = |port: u16| model.hash(&flow.with_sport(port)) ^ base;
+        let bits: [u32; 16] = std::array::from_fn(|bit| column(1 << bit));
+        let byte_table = |shift: usize| -> [u32; 256] {
+            std::array::from_fn(|value| {
+                (0..8)
+                    .filter(|bit| value & (1 << bit) != 0)
+                    .fold(0, |acc, bit| acc ^ bits[bit + shift])
+            })
+        };
+        Self {
+            base,
+            low: byte_table(0),
+            high: byte_table(8),
+        }
+    }
+
+    /// The hash with port 0: what every port's hash is XORed onto.
+    pub fn base(&self) -> u32 {
+        self.base
+    }
+
+    /// The hash contribution of port bit `bit` (0 = least significant).
+    pub fn column(&self, bit: u32) -> u32 {
+        if bit < 8 {
+            self.low[1 << bit]
+        } else {
+            self.high[1 << (bit - 8)]
+        }
+    }
+
+    #[inline]
+    pub fn hash(&self, port: u16) -> u32 {
+        self.base ^ self.low[usize::from(port & 0xff)] ^ self.high[usize::from(port >> 8)]
+    }
+}
+
+/// Source ports → receiver CPUs for one flow template (its source port unused).
+pub struct PortSolver<'m> {
+    model: &'m RssModel,
+    port_hash: PortHash,
+}
+
+impl<'m> PortSolver<'m> {
+    pub fn new(model: &'m RssModel, flow: &FlowTuple) -> Self {
+        Self {
+            model,
+            port_hash: PortHash::new(model, flow),
+        }
+    }
+
+    pub fn port_hash(&self) -> &PortHash {
+        &self.port_hash
+    }
+
+    pub fn landing(&self, port: u16) -> Landing {
+        self.model.landing_of_hash(self.port_hash.hash(port))
+    }
+
+    /// The receiver CPU of every one of the 65 536 source ports.
+    pub fn cpu_table(&self) -> Vec<u32> {
+        let entry_cpu: Vec<u32> = self
+            .model
+            .indir()
+            .iter()
+            .map(|queue| self.model.queue_cpu()[*queue as usize])
+            .collect();
+        let len = entry_cpu.len() as u32;
+        let mut table = vec![0u32; 1 << 16];
+        let mask = self.model.index_bits().map(|_| len - 1);
+        for (high, row) in table.chunks_exact_mut(256).enumerate() {
+            let partial = self.port_hash.base ^ self.port_hash.high[high];
+            match mask {
+                Some(mask) => {
+                    for (slot, low) in row.iter_mut().zip(self.port_hash.low.iter()) {
+                        *slot = entry_cpu[((partial ^ low) & mask) as usize];
+                    }
+                }
+                None => {
+                    for (slot, low) in row.iter_mut().zip(self.port_hash.low.iter()) {
+                        *slot = entry_cpu[((partial ^ low) % len) as usize];
+                    }
+                }
+            }
+        }
+        table
+    }
+
+    /// For each indirection entry, every source port (0–65535) that selects it,
+    /// ascending.
+    pub fn ports_by_index(&self) -> Vec<Vec<u16>> {
+        let mut by_index = vec![Vec::new(); self.model.indir().len()];
+        match self.linear_map() {
+            Some(map) => {
+                for (index, ports) in by_index.iter_mut().enumerate() {
+                    *ports = map.ports_for(index as u32);
+                    ports.sort_unstable();
+                }
+            }
+            None => {
+                let len = by_index.len() as u32;
+                for port in 0..=u16::MAX {
+                    by_index[(self.port_hash.hash(port) % len) as usize].push(port);
+                }
+            }
+        }
+        by_index
+    }
+
+    /// The source ports of `range` that land on each reachable CPU, ascending.
+    pub fn ports_by_cpu(&self, range: PortRange) -> BTreeMap<u32, Vec<u16>> {
+        let mut by_cpu: BTreeMap<u32, Vec<u16>> = BTreeMap::new();
+        for (index, ports) in self.ports_by_index().into_iter().enumerate() {
+            let queue = self.model.indir()[index];
+            let cpu = self.model.queue_cpu()[queue as usize];
+            by_cpu
+                .entry(cpu)
+                .or_default()
+                .extend(ports.into_iter().filter(|port| range.contains(*port)));
+        }
+        by_cpu.retain(|_, ports| !ports.is_empty());
+        for ports in by_cpu.values_mut() {
+            ports.sort_unstable();
+        }
+        by_cpu
+    }
+
+    /// The port → index map as a GF(2) linear map, when the table size allows.
+    pub fn linear_map(&self) -> Option<IndexMap> {
+        let bits = self.model.index_bits()?;
+        Some(IndexMap::new(&self.port_hash, bits))
+    }
+}
+
+/// `index(port) = low_k(base) ⊕ L·port` for a table of 2^k entries, kept in
+/// row-echelon form so any index can be solved for and its ports enumerated.
+#[derive(Debug, Clone)]
+pub struct IndexMap {
+    mask: u32,
+    base: u32,
+    /// Echelon basis of L's image: (value, the ports' XOR that produces it),
+    /// indexed by the value's leading bit.
+    pivots: [Option<(u32, u16)>; 32],
+    /// Basis of L's kernel: ports that do not move the index.
+    kernel: Vec<u16>,
+}
+
+impl IndexMap {
+    fn new(port_hash: &PortHash, bits: u32) -> Self {
+        let mask = if bits >= 32 {
+            u32::MAX
+        } else {
+            (1u32 << bits) - 1
+        };
+        let mut map = Self {
+            mask,
+            base: port_hash.base() & mask,
+            pivots: [None; 32],
+            kernel: Vec::new(),
+        };
+        for bit in 0..16 {
+            let (mut value, mut ports) = (port_hash.column(bit) & mask, 1u16 << bit);
+            map.reduce(&mut value, &mut ports);
+            if value == 0 {
+                map.kernel.push(ports);
+            } else {
+                map.pivots[value.ilog2() as usize] = Some((value, ports));
+            }
+        }
+        map
+    }
+
+    /// Clears the leading bits of `value` that have a pivot, tracking the ports.
+    fn reduce(&self, value: &mut u32, ports: &mut u16) {
+        for lead in (0..32).rev() {
+            if *value & (1 << lead) != 0
+                && let Some((pivot, pivot_ports)) = self.pivots[lead]
+            {
+                *value ^= pivot;
+                *ports ^= pivot_ports;
+            }
+        }
+    }
+
+    /// Number of entries each reachable index is selected by (2^(16 − rank)).
+    pub fn ports_per_index(&self) -> usize {
+        1 << self.kernel.len()
+    }
+
+    /// One port that selects `index`, if any does.
+    pub fn solve(&self, index: u32) -> Option<u16> {
+        let (mut value, mut ports) = ((index ^ self.base) & self.mask, 0u16);
+        if index & !self.mask != 0 {
+            return None;
+        }
+        self.reduce(&mut value, &mut ports);
+        (value == 0).then_some(ports)
+    }
+
+    /// Every port that selects `index`: one solution plus the kernel's span,
+    /// walked in Gray-code order (one XOR per port).
+    pub fn ports_for(&self, index: u32) -> Vec<u16> {
+        let Some(mut port) = self.solve(index) else {
+            return Vec::new();
+        };
+        let count = self.ports_per_index();
+        let mut ports = Vec::with_capacity(count);
+        ports.push(port);
+        for step in 1..count {
+            port ^= self.kernel[step.trailing_zeros() as usize];
+            ports.push(port);
+        }
+        ports
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rss::embedded_default;
+
+    #[test]
+    fn port_ranges_parse_like_sysctl() {
+        assert_eq!(
+            "1024-65535".parse::<PortRange>().unwrap(),
+            PortRange::DEFAULT
+        );
+        assert_eq!("32768\t60999".parse::<PortRange>().unwrap().len(), 28232);
+        assert!("9-3".parse::<PortRange>().unwrap_err().contains("empty"));
+        assert!("0-3".parse::<PortRange>().unwrap_err().contains("port 0"));
+        assert!(
+            "1-70000"
+                .parse::<PortRange>()
+                .unwrap_err()
+                .contains("70000")
+        );
+        assert!(
+            "1024"
+                .parse::<PortRange>()
+                .unwrap_err()
+                .contains("port range")
+        );
+    }
+
+    #[test]
+    fn every_port_of_the_default_receiver_is_placed_once() {
+        let model = RssModel::from_description(&embedded_default()).unwrap();
+        let flow = FlowTuple::new(
+            "10.0.0.1".parse().unwrap(),
+            0,
+            "10.0.0.2".parse().unwrap(),
+            5201,
+        )
+        .unwrap();
+        let solver = PortSolver::new(&model, &flow);
+        let by_index = solver.ports_by_index();
+        assert_eq!(by_index.iter().map(Vec::len).sum::<usize>(), 1 << 16);
+        for (index, ports) in by_index.iter().enumerate() {
+            for port in ports {
+                assert_eq!(model.landing(&flow.with_sport(*port)).index as usize, index);
+            }
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! SRAP's eBPF programs, built into one object (`srap`) that `srap-agent`
+//! embeds and loads.
+//!
+//! * [`verifier`]: the receive verifier, XDP (`srap_verify`) and tc ingress
+//!   (`srap_verify_tc`) variants of the same per-flow accounting.
+#![no_std]
+#![no_main]
+
+mod packet;
+mod verifier;
+
+/// eBPF programs cannot unwind; the verifier rejects any path that would reach
+/// this, so it is never executed.
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
+    loop {}
+}
+
+/// GPL-compatible, so the kernel lets the programs use GPL-only helpers.
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

@@ -1,0 +1,101 @@
+//! The receive verifier: per TCP flow, where (receive queue, CPU) its packets
+//! actually land. This is the proof that a predicted RSS placement happened.
+//!
+//! The XDP variant is preferred (it sees every frame, with the driver's queue);
+//! the tc ingress variant is the fallback for devices where XDP cannot attach.
+//! Both always let the packet through: the verifier only observes.
+
+use aya_ebpf::{
+    bindings::{BPF_NOEXIST, TC_ACT_OK, xdp_action},
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    macros::{classifier, map, xdp},
+    maps::LruHashMap,
+    programs::{TcContext, XdpContext},
+};
+use srap_common::maps::{FLOWS_MAX_ENTRIES, FlowKey, FlowStats, RX_QUEUE_UNKNOWN};
+
+use crate::packet::{MAX_HEADER_LEN, parse_tcp_flow};
+
+/// Per-flow landing records, read by user space (`srap_agent::verifier`).
+#[map]
+static SRAP_FLOWS: LruHashMap<FlowKey, FlowStats> =
+    LruHashMap::with_max_entries(FLOWS_MAX_ENTRIES, 0);
+
+/// XDP receive verifier: records the frame, then `XDP_PASS`.
+#[xdp]
+pub fn srap_verify(ctx: XdpContext) -> u32 {
+    let (data, data_end) = (ctx.data(), ctx.data_end());
+    if let Some(key) = parse_tcp_flow(data, data_end) {
+        record(&key, ctx.rx_queue_index(), (data_end - data) as u64);
+    }
+    xdp_action::XDP_PASS
+}
+
+/// tc ingress receive verifier: records the skb, then `TC_ACT_OK`.
+#[classifier]
+pub fn srap_verify_tc(ctx: TcContext) -> i32 {
+    // Headers may sit partly outside the linear area; pulling is best effort
+    // (it fails only for packets shorter than asked, which then fail to parse).
+    let want = MAX_HEADER_LEN.min(ctx.len() as usize);
+    if ctx.data_end() - ctx.data() < want {
+        let _ = ctx.pull_data(want as u32);
+    }
+    if let Some(key) = parse_tcp_flow(ctx.data(), ctx.data_end()) {
+        // SAFETY: `ctx.skb.skb` is the kernel-provided context pointer.
+        let queue_mapping = unsafe { (*ctx.skb.skb).queue_mapping };
+        // On receive the kernel stores queue + 1; 0 means "not recorded".
+        let rx_queue = queue_mapping.checked_sub(1).unwrap_or(RX_QUEUE_UNKNOWN);
+        record(&key, rx_queue, u64::from(ctx.len()));
+    }
+    TC_ACT_OK
+}
+
+/// Adds one packet of `bytes` to `key`'s record, creating it if needed.
+///
+/// Plain read-modify-write, not atomics: see [`FlowStats`] for why that is
+/// exact when one flow is handled by one CPU at a time, as RSS arranges.
+#[inline(always)]
+fn record(key: &FlowKey, rx_queue: u32, bytes: u64) {
+    // SAFETY: helpers without preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    // SAFETY: as above.
+    let now = unsafe { bpf_ktime_get_ns() };
+    if let Some(stats) = SRAP_FLOWS.get_ptr_mut(key) {
+        update(stats, rx_queue, cpu, bytes, now);
+        return;
+    }
+    let fresh = FlowStats {
+        rx_queue,
+        cpu,
+        packets: 1,
+        bytes,
+        first_seen_ns: now,
+        last_seen_ns: now,
+        moves: 0,
+        pad: 0,
+    };
+    if SRAP_FLOWS
+        .insert(key, fresh, u64::from(BPF_NOEXIST))
+        .is_err()
+    {
+        // Another CPU created it first: account on top of theirs.
+        if let Some(stats) = SRAP_FLOWS.get_ptr_mut(key) {
+            update(stats, rx_queue, cpu, bytes, now);
+        }
+    }
+}
+
+#[inline(always)]
+fn update(stats: *mut FlowStats, rx_queue: u32, cpu: u32, bytes: u64, now: u64) {
+    // SAFETY: `stats` points at a live map value (from a successful lookup)
+    // that stays valid for the rest of this program run.
+    let stats = unsafe { &mut *stats };
+    stats.packets = stats.packets.wrapping_add(1);
+    stats.bytes = stats.bytes.wrapping_add(bytes);
+    if stats.rx_queue != rx_queue || stats.cpu != cpu {
+        stats.moves = stats.moves.wrapping_add(1);
+        stats.rx_queue = rx_queue;
+        stats.cpu = cpu;
+    }
+    stats.last_seen_ns = now;
+}

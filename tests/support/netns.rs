@@ -1,0 +1,144 @@
+//! Network namespaces made with `ip netns`, removed on drop.
+
+use std::{
+    ffi::OsStr,
+    fs::File,
+    marker::PhantomData,
+    os::fd::AsRawFd,
+    process::{Command, Output},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::unique_name;
+
+/// A named network namespace (`/run/netns/<name>`), deleted on drop.
+///
+/// Deleting the namespace also destroys every interface inside it, so a
+/// veth end moved here needs no cleanup of its own.
+#[derive(Debug)]
+pub struct NetNs {
+    name: String,
+}
+
+impl NetNs {
+    /// Creates a fresh namespace with a unique name and `lo` up.
+    pub fn new() -> anyhow::Result<Self> {
+        let name = unique_name("n");
+        run(Command::new("ip").args(["netns", "add", &name]))?;
+        // From here on the guard owns it: an error below still deletes it.
+        let ns = Self { name };
+        ns.ip(["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// The namespace's name, as `ip netns` knows it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs `ip -n <ns> ARGS`, failing with its stderr if it fails.
+    pub fn ip<I, S>(&self, args: I) -> anyhow::Result<Output>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        run(Command::new("ip").args(["-n", &self.name]).args(args))
+    }
+
+    /// Runs `PROGRAM ARGS` inside the namespace (`ip netns exec`), failing
+    /// with its stderr if it exits non-zero.
+    pub fn exec<I, S>(&self, program: &str, args: I) -> anyhow::Result<Output>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        run(Command::new("ip")
+            .args(["netns", "exec", &self.name, program])
+            .args(args))
+    }
+
+    /// Moves the *calling thread* into the namespace until the guard drops.
+    ///
+    /// Sockets created meanwhile belong to the namespace for their whole life,
+    /// and so do interface lookups and netlink requests (e.g. BPF attaches).
+    pub fn enter(&self) -> anyhow::Result<NsGuard> {
+        let original = File::open("/proc/thread-self/ns/net")
+            .context("opening this thread's network namespace")?;
+        let target = File::open(format!("/run/netns/{}", self.name))
+            .with_context(|| format!("opening namespace {}", self.name))?;
+        setns(&target).with_context(|| format!("entering namespace {}", self.name))?;
+        Ok(NsGuard {
+            original,
+            _not_send: PhantomData,
+        })
+    }
+
+    /// Runs `f` on a new thread inside the namespace and returns its result.
+    ///
+    /// A panic in `f` is resumed on the caller, so test assertions work.
+    pub fn run<T, F>(&self, f: F) -> anyhow::Result<T>
+    where
+        T: Send,
+        F: FnOnce() -> T + Send,
+    {
+        std::thread::scope(|scope| {
+            let handle = scope.spawn(|| -> anyhow::Result<T> {
+                let _inside = self.enter()?;
+                Ok(f())
+            });
+            handle
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        if let Err(err) = run(Command::new("ip").args(["netns", "del", &self.name])) {
+            eprintln!("cleanup: deleting namespace {}: {err:#}", self.name);
+        }
+    }
+}
+
+/// Puts the calling thread back into its original namespace on drop.
+///
+/// Not `Send`: namespace membership belongs to the thread that entered.
+#[derive(Debug)]
+pub struct NsGuard {
+    original: File,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for NsGuard {
+    fn drop(&mut self) {
+        if let Err(err) = setns(&self.original) {
+            // Carrying on in the wrong namespace would break every later test
+            // on this thread in confusing ways: stop here.
+            panic!("returning to the original network namespace: {err:#}");
+        }
+    }
+}
+
+fn setns(ns: &File) -> anyhow::Result<()> {
+    // SAFETY: plain syscall on a valid, open namespace fd.
+    let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context("setns(CLONE_NEWNET)");
+    }
+    Ok(())
+}
+
+/// Runs `cmd`, returning its output, or an error with its stderr.
+pub fn run(cmd: &mut Command) -> anyhow::Result<Output> {
+    let output = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !output.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(output)
+}

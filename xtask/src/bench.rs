@@ -1,0 +1,200 @@
+//! `cargo xtask bench`: run criterion, then summarise this run's results and
+//! check them against the goals in [`GOALS`].
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    path::{Path, PathBuf},
+    process::Command,
+    time::SystemTime,
+};
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
+
+use crate::exec::{Step, cargo, run_step, stdout_of, workspace_root};
+
+/// What a summary row checks.
+enum Goal {
+    /// `slower / faster` must be at least this.
+    RatioAtLeast(f64),
+    /// Only print `slower / faster`.
+    Ratio,
+    /// The benchmark's mean must be below this many nanoseconds.
+    MeanBelowNs(f64),
+}
+
+/// (label, benchmark id, second id — the faster one for ratios, goal).
+const GOALS: &[(&str, &str, &str, Goal)] = &[
+    (
+        "toeplitz ipv4: naive / table",
+        "toeplitz/ipv4/naive",
+        "toeplitz/ipv4/table",
+        Goal::RatioAtLeast(20.0),
+    ),
+    (
+        "toeplitz ipv6: naive / table",
+        "toeplitz/ipv6/naive",
+        "toeplitz/ipv6/table",
+        Goal::RatioAtLeast(20.0),
+    ),
+    (
+        "port table, 65536 ports, linear",
+        "port_table/65536/linear",
+        "",
+        Goal::MeanBelowNs(200_000.0),
+    ),
+    (
+        "port table, 65536 ports: scan / linear",
+        "port_table/65536/scan",
+        "port_table/65536/linear",
+        Goal::Ratio,
+    ),
+];
+
+pub fn run(args: &[String]) -> Result<()> {
+    let started = SystemTime::now();
+    let mut command_args = vec!["bench", "-p", "srap-suite", "--benches", "--"];
+    command_args.extend(args.iter().map(String::as_str));
+    run_step(Step::new("cargo bench", cargo(&command_args)))?;
+
+    let criterion_dir = target_dir().join("criterion");
+    let means = collect_means(&criterion_dir, started)
+        .with_context(|| format!("reading {}", criterion_dir.display()))?;
+    if means.is_empty() {
+        bail!(
+            "no criterion results from this run under {}",
+            criterion_dir.display()
+        );
+    }
+    println!("\n{:<44} {:>14}", "benchmark", "mean");
+    for (id, mean) in &means {
+        println!("{id:<44} {:>14}", format_ns(*mean));
+    }
+    let missed = print_goals(&means);
+    if missed > 0 {
+        bail!("{missed} benchmark goal(s) missed");
+    }
+    Ok(())
+}
+
+/// Prints one row per goal; returns how many were missed. Rows whose
+/// benchmarks did not run (filtered out) say so and count as neither.
+fn print_goals(means: &BTreeMap<String, f64>) -> usize {
+    println!("\n{:<44} {:>14} {:>12}  result", "goal", "value", "target");
+    let mut missed = 0;
+    for (label, first, second, goal) in GOALS {
+        let Some(&a) = means.get(*first) else {
+            println!("{label:<44} {:>14} {:>12}  not run", "-", "-");
+            continue;
+        };
+        let (value, target, met) = match goal {
+            Goal::MeanBelowNs(limit) => (
+                format_ns(a),
+                format!("< {}", format_ns(*limit)),
+                Some(a < *limit),
+            ),
+            Goal::RatioAtLeast(_) | Goal::Ratio => {
+                let Some(&b) = means.get(*second) else {
+                    println!("{label:<44} {:>14} {:>12}  not run", "-", "-");
+                    continue;
+                };
+                let ratio = a / b;
+                match goal {
+                    Goal::RatioAtLeast(min) => (
+                        format!("{ratio:.1}x"),
+                        format!(">= {min:.0}x"),
+                        Some(ratio >= *min),
+                    ),
+                    _ => (format!("{ratio:.1}x"), "-".to_owned(), None),
+                }
+            }
+        };
+        let result = match met {
+            Some(true) => "met",
+            Some(false) => {
+                missed += 1;
+                "MISSED"
+            }
+            None => "",
+        };
+        println!("{label:<44} {value:>14} {target:>12}  {result}");
+    }
+    missed
+}
+
+/// Mean (ns) per benchmark id, from every `new/estimates.json` written since
+/// `since` (older files are results of earlier runs).
+fn collect_means(dir: &Path, since: SystemTime) -> Result<BTreeMap<String, f64>> {
+    let mut means = BTreeMap::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let in_new = path.parent().and_then(Path::file_name) == Some("new".as_ref());
+            if !in_new || path.file_name() != Some("estimates.json".as_ref()) {
+                continue;
+            }
+            let fresh = fs::metadata(&path)
+                .and_then(|meta| meta.modified())
+                .is_ok_and(|modified| modified >= since);
+            if !fresh {
+                continue;
+            }
+            let (id, mean) = read_result(&path)?;
+            means.insert(id, mean);
+        }
+    }
+    Ok(means)
+}
+
+/// (`full_id` from the `benchmark.json` beside it, `mean.point_estimate`).
+fn read_result(estimates: &Path) -> Result<(String, f64)> {
+    let read = |path: &Path| -> Result<Value> {
+        let text =
+            fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+    };
+    let benchmark = estimates.with_file_name("benchmark.json");
+    let id = read(&benchmark)?
+        .get("full_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .with_context(|| format!("{} has no full_id", benchmark.display()))?;
+    let mean = read(estimates)?
+        .pointer("/mean/point_estimate")
+        .and_then(Value::as_f64)
+        .with_context(|| format!("{} has no mean.point_estimate", estimates.display()))?;
+    Ok((id, mean))
+}
+
+/// Cargo's target directory (honours `CARGO_TARGET_DIR` and config).
+fn target_dir() -> PathBuf {
+    let mut command = Command::new("cargo");
+    command
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(workspace_root());
+    stdout_of(&mut command)
+        .and_then(|json| serde_json::from_str::<Value>(&json).ok())
+        .and_then(|meta| meta.get("target_directory")?.as_str().map(PathBuf::from))
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+fn format_ns(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.3} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.3} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.3} µs", ns / 1e3)
+    } else {
+        format!("{ns:.1} ns")
+    }
+}

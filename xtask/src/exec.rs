@@ -1,0 +1,82 @@
+//! Running commands as named steps, from the workspace root.
+
+use std::{path::PathBuf, process::Command, time::Instant};
+
+use anyhow::{Context as _, Result, bail};
+
+/// A named command; its name is what a failure reports.
+pub struct Step {
+    name: String,
+    command: Command,
+}
+
+impl Step {
+    pub fn new(name: &str, command: Command) -> Self {
+        Self {
+            name: name.to_owned(),
+            command,
+        }
+    }
+}
+
+/// The workspace root (xtask lives one level below it).
+pub fn workspace_root() -> PathBuf {
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map_or_else(|| manifest_dir.clone(), PathBuf::from)
+}
+
+/// `cargo ARGS` (the rustup proxy on PATH, so `+nightly` works) in the
+/// workspace root.
+pub fn cargo(args: &[&str]) -> Command {
+    let mut command = Command::new("cargo");
+    command.args(args).current_dir(workspace_root());
+    // `cargo run` exports the toolchain it runs under; let `+nightly` and
+    // rust-toolchain files decide instead.
+    command.env_remove("RUSTUP_TOOLCHAIN");
+    command
+}
+
+/// Prints a header, runs the step with inherited stdio, and fails naming the
+/// step if it fails.
+pub fn run_step(step: Step) -> Result<()> {
+    let Step { name, mut command } = step;
+    println!("\n==> {name}: {}", describe(&command));
+    let started = Instant::now();
+    let status = command
+        .status()
+        .with_context(|| format!("step '{name}': could not start {}", describe(&command)))?;
+    if !status.success() {
+        bail!("step '{name}' failed ({status})");
+    }
+    println!("<== {name}: ok in {:.1}s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Runs `command` quietly; true when it ran and exited 0.
+pub fn succeeds(command: &mut Command) -> bool {
+    command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// Runs `command` and returns its stdout, or None if it could not run or failed.
+pub fn stdout_of(command: &mut Command) -> Option<String> {
+    let output = command.stderr(std::process::Stdio::null()).output().ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// `program args` as one line for headers and errors.
+pub fn describe(command: &Command) -> String {
+    std::iter::once(command.get_program())
+        .chain(command.get_args())
+        .map(|part| part.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -1,0 +1,110 @@
+//! `cargo xtask`: SRAP's developer tasks.
+//!
+//! Depends on nothing that needs bpf-linker or nightly, so it builds on a fresh
+//! machine and can install what the rest of the workspace needs.
+
+mod bench;
+mod exec;
+mod setup;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+use crate::exec::{Step, cargo, run_step};
+
+#[derive(Parser, Debug)]
+#[command(name = "cargo xtask", about = "SRAP developer tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Subcommand, Debug)]
+enum Task {
+    /// Install what is missing: nightly + rust-src, clippy/rustfmt, apt
+    /// packages, bpf-linker. Idempotent.
+    Setup,
+    /// Build the host binaries in release mode (the eBPF object comes along).
+    Build,
+    /// fmt check, clippy (host and eBPF), then the whole test suite.
+    Test,
+    /// Run the criterion benchmarks and summarise them against their goals.
+    Bench {
+        /// Passed to the benchmark binaries (criterion filters, --quick, …).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run the `srap` CLI on the embedded default receiver.
+    Lab,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Task::Setup => setup::run(),
+        Task::Build => build(),
+        Task::Test => test(),
+        Task::Bench { args } => bench::run(&args),
+        Task::Lab => lab(),
+    }
+}
+
+fn build() -> Result<()> {
+    setup::ensure()?;
+    run_step(Step::new("build (release)", cargo(&["build", "--release"])))
+}
+
+/// Stops at the first failing step; the error names it.
+fn test() -> Result<()> {
+    setup::ensure()?;
+    let steps = [
+        Step::new("fmt", cargo(&["fmt", "--all", "--", "--check"])),
+        Step::new(
+            "clippy (host)",
+            cargo(&["clippy", "--all-targets", "--", "-D", "warnings"]),
+        ),
+        Step::new(
+            "clippy (eBPF)",
+            cargo(&[
+                "+nightly",
+                "clippy",
+                "-p",
+                "srap-ebpf",
+                "--target",
+                "bpfel-unknown-none",
+                "-Z",
+                "build-std=core",
+                "--",
+                "-D",
+                "warnings",
+            ]),
+        ),
+        Step::new("test", cargo(&["test"])),
+    ];
+    let count = steps.len();
+    for step in steps {
+        run_step(step)?;
+    }
+    println!("\nxtask test: all {count} steps passed");
+    Ok(())
+}
+
+fn lab() -> Result<()> {
+    let srap = ["run", "--release", "-p", "srap-cli", "--bin", "srap", "--"];
+    let predict = [
+        "predict",
+        "--src",
+        "10.0.0.1",
+        "--dst",
+        "10.0.0.2:5201",
+        "--flows",
+        "16",
+    ];
+    let odds = ["odds", "--flows", "16", "--cpus", "32", "--trials", "2000"];
+    for (name, args) in [("srap predict", &predict[..]), ("srap odds", &odds[..])] {
+        let mut all = srap.to_vec();
+        all.extend_from_slice(args);
+        run_step(Step::new(name, cargo(&all)))?;
+    }
+    Ok(())
+}

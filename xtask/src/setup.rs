@@ -1,0 +1,184 @@
+//! `cargo xtask setup`: check each prerequisite, install only what is missing,
+//! and say what is being installed.
+//!
+//! The eBPF side needs nightly + rust-src (`-Z build-std=core`), nightly clippy,
+//! and bpf-linker built against the LLVM that nightly uses (22). bpf-linker's
+//! build finds LLVM through `llvm-config` on PATH, which on Debian may be an
+//! older LLVM (or absent), so it is pointed at LLVM 22 with `LLVM_PREFIX`.
+
+use std::process::Command;
+
+use anyhow::{Context as _, Result, bail};
+
+use crate::exec::{Step, run_step, stdout_of, succeeds};
+
+/// Debian packages the build and the tests use.
+const APT_PACKAGES: &[&str] = &[
+    // bpf-linker links libLLVM 22 (nightly's LLVM).
+    "llvm-22-dev",
+    // Linkers/C runtime for host crates and bpf-linker.
+    "gcc",
+    "libc6-dev",
+    // `ip netns`, veth, `tc`: the integration tests.
+    "iproute2",
+    "ethtool",
+    "iperf3",
+    "bpftool",
+    // `mount -t bpf` when bpffs is not mounted.
+    "mount",
+];
+const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+/// One missing prerequisite and how to install it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Missing {
+    NightlyToolchain,
+    Component {
+        toolchain: &'static str,
+        name: &'static str,
+    },
+    AptPackages(Vec<&'static str>),
+    BpfLinker,
+}
+
+fn missing() -> Vec<Missing> {
+    let mut missing = Vec::new();
+    let toolchains =
+        stdout_of(Command::new("rustup").args(["toolchain", "list"])).unwrap_or_default();
+    if !toolchains.lines().any(|line| line.starts_with("nightly")) {
+        missing.push(Missing::NightlyToolchain);
+    }
+    for (toolchain, components) in [
+        ("nightly", &["rust-src", "clippy"][..]),
+        ("stable", &["clippy", "rustfmt"][..]),
+    ] {
+        let installed = stdout_of(Command::new("rustup").args([
+            "component",
+            "list",
+            "--installed",
+            "--toolchain",
+            toolchain,
+        ]))
+        .unwrap_or_default();
+        for name in components {
+            if !installed.lines().any(|line| line.starts_with(name)) {
+                missing.push(Missing::Component { toolchain, name });
+            }
+        }
+    }
+    let packages: Vec<_> = APT_PACKAGES
+        .iter()
+        .copied()
+        .filter(|package| !apt_installed(package))
+        .collect();
+    if !packages.is_empty() {
+        missing.push(Missing::AptPackages(packages));
+    }
+    if !succeeds(Command::new("bpf-linker").arg("--version")) {
+        missing.push(Missing::BpfLinker);
+    }
+    missing
+}
+
+fn apt_installed(package: &str) -> bool {
+    stdout_of(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))
+        .is_some_and(|status| status.trim() == "install ok installed")
+}
+
+/// Runs `setup` if anything is missing (for `build` and `test`).
+pub fn ensure() -> Result<()> {
+    if missing().is_empty() { Ok(()) } else { run() }
+}
+
+pub fn run() -> Result<()> {
+    let mut missing = missing();
+    if missing.is_empty() {
+        println!("setup: everything is installed");
+        return Ok(());
+    }
+    // Order matters: the toolchain before its components, LLVM before
+    // bpf-linker.
+    missing.sort_by_key(|item| match item {
+        Missing::NightlyToolchain => 0,
+        Missing::Component { .. } => 1,
+        Missing::AptPackages(_) => 2,
+        Missing::BpfLinker => 3,
+    });
+    for item in missing {
+        install(&item)?;
+    }
+    let left = self::missing();
+    if !left.is_empty() {
+        bail!("setup: still missing after installing: {left:?}");
+    }
+    println!("setup: done");
+    Ok(())
+}
+
+fn install(item: &Missing) -> Result<()> {
+    match item {
+        Missing::NightlyToolchain => {
+            println!("setup: installing the nightly toolchain (with rust-src and clippy)");
+            let mut command = Command::new("rustup");
+            command.args([
+                "toolchain",
+                "install",
+                "nightly",
+                "--profile",
+                "minimal",
+                "--component",
+                "rust-src,clippy",
+            ]);
+            run_step(Step::new("rustup: nightly", command))
+        }
+        Missing::Component { toolchain, name } => {
+            println!("setup: installing rustup component {name} for {toolchain}");
+            let mut command = Command::new("rustup");
+            command.args(["component", "add", name, "--toolchain", toolchain]);
+            run_step(Step::new(&format!("rustup: {name} ({toolchain})"), command))
+        }
+        Missing::AptPackages(packages) => {
+            println!("setup: installing apt packages: {}", packages.join(" "));
+            run_step(Step::new(
+                "apt-get update",
+                privileged(&["apt-get", "update"]),
+            ))?;
+            let mut args = vec!["apt-get", "install", "-y", "--no-install-recommends"];
+            args.extend(packages.iter().copied());
+            run_step(Step::new("apt-get install", privileged(&args)))
+        }
+        Missing::BpfLinker => {
+            println!(
+                "setup: installing bpf-linker {BPF_LINKER_VERSION} against LLVM 22 ({LLVM_PREFIX})"
+            );
+            let mut command = Command::new("cargo");
+            command
+                .args([
+                    "install",
+                    "bpf-linker",
+                    "--version",
+                    BPF_LINKER_VERSION,
+                    "--no-default-features",
+                    "--features",
+                    "llvm-22",
+                ])
+                .env("LLVM_PREFIX", LLVM_PREFIX)
+                .env_remove("RUSTUP_TOOLCHAIN");
+            run_step(Step::new("cargo install bpf-linker", command))
+                .context("bpf-linker needs llvm-22-dev; see the apt step above")
+        }
+    }
+}
+
+/// `args` as root: directly when we are root, else through sudo.
+fn privileged(args: &[&str]) -> Command {
+    let is_root = stdout_of(Command::new("id").arg("-u")).is_some_and(|uid| uid.trim() == "0");
+    let (program, rest) = match args.split_first() {
+        Some((first, rest)) if is_root => (*first, rest),
+        _ => ("sudo", args),
+    };
+    let mut command = Command::new(program);
+    command.args(rest).env("DEBIAN_FRONTEND", "noninteractive");
+    command
+}
