@@ -7,6 +7,7 @@
 //! types in [`maps`] exactly as user space sees them.
 #![cfg_attr(not(feature = "user"), no_std)]
 
+pub mod binder;
 pub mod maps;
 
 #[cfg(feature = "user")]
@@ -17,3 +18,5 @@ pub mod planner;
 pub mod rss;
 #[cfg(feature = "user")]
 pub mod solver;
+#[cfg(feature = "user")]
+pub mod steering;

@@ -100,10 +100,16 @@ pub struct PortHash {
 }
 
 impl PortHash {
+    /// The hash of `flow` as a function of its source port.
     pub fn new(model: &RssModel, flow: &FlowTuple) -> Self {
-        let base = model.hash(&flow.with_sport(0));
-        let column = |port: u16| model.hash(&flow.with_sport(port)) ^ base;
-        let bits: [u32; 16] = std::array::from_fn(|bit| column(1 << bit));
+        Self::from_fn(|port| model.hash(&flow.with_sport(port)))
+    }
+
+    /// Tabulates an affine function of a port from its value at 0 and at
+    /// each single-bit port.
+    pub fn from_fn(hash: impl Fn(u16) -> u32) -> Self {
+        let base = hash(0);
+        let bits: [u32; 16] = std::array::from_fn(|bit| hash(1 << bit) ^ base);
         let byte_table = |shift: usize| -> [u32; 256] {
             std::array::from_fn(|value| {
                 (0..8)
@@ -116,6 +122,11 @@ impl PortHash {
             low: byte_table(0),
             high: byte_table(8),
         }
+    }
+
+    /// The linear part's byte tables: `low[port & 0xff] ^ high[port >> 8]`.
+    pub fn byte_tables(&self) -> (&[u32; 256], &[u32; 256]) {
+        (&self.low, &self.high)
     }
 
     /// The hash with port 0: what every port's hash is XORed onto.
@@ -249,7 +260,7 @@ pub struct IndexMap {
 }
 
 impl IndexMap {
-    fn new(port_hash: &PortHash, bits: u32) -> Self {
+    pub fn new(port_hash: &PortHash, bits: u32) -> Self {
         let mask = if bits >= 32 {
             u32::MAX
         } else {

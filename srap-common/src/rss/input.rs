@@ -194,6 +194,11 @@ impl FlowTuple {
     pub fn with_sport(self, sport: u16) -> Self {
         Self { sport, ..self }
     }
+
+    /// The same flow to another destination port.
+    pub fn with_dport(self, dport: u16) -> Self {
+        Self { dport, ..self }
+    }
 }
 
 /// The bytes fed to the Toeplitz hash for one tuple.
