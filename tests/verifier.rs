@@ -4,7 +4,7 @@
 
 use std::{
     io::{Read as _, Write as _},
-    net::{SocketAddr, TcpListener, TcpStream},
+    net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
     thread,
     time::{Duration, Instant},
 };
@@ -32,7 +32,8 @@ struct Exchange {
 /// and returns the flows recorded. Everything is torn down on return.
 fn exchange(choice: HookChoice, v6: bool, subnet: u8) -> Exchange {
     let hosts = TwoHosts::new(VethConfig {
-        queues: QUEUES,
+        tx_queues: QUEUES,
+        rx_queues: QUEUES,
         subnet,
     })
     .expect("two namespaces joined by a veth");
@@ -42,6 +43,12 @@ fn exchange(choice: HookChoice, v6: bool, subnet: u8) -> Exchange {
     let inside = hosts.receiver.enter().expect("enter receiver namespace");
     let verifier = Verifier::attach(&hosts.receiver_end.ifname, choice).expect("attach verifier");
     let listener = TcpListener::bind(server_addr).expect("listen in receiver namespace");
+
+    // Not TCP: must not show up in the flow map.
+    hosts
+        .sender
+        .run(|| send_udp(server_addr))
+        .expect("enter sender namespace");
 
     let (client, received) = thread::scope(|scope| {
         let client = scope.spawn(|| {
@@ -69,6 +76,21 @@ fn exchange(choice: HookChoice, v6: bool, subnet: u8) -> Exchange {
         flows,
         hook,
     }
+}
+
+/// One UDP datagram to the server's address (nothing listens; the point is
+/// that the verifier ignores it).
+fn send_udp(server: SocketAddr) {
+    let bind = SocketAddr::new(
+        if server.is_ipv6() {
+            Ipv6Addr::UNSPECIFIED.into()
+        } else {
+            Ipv4Addr::UNSPECIFIED.into()
+        },
+        0,
+    );
+    let socket = UdpSocket::bind(bind).expect("udp socket");
+    socket.send_to(b"not tcp", server).expect("send udp");
 }
 
 /// Client: connect, send the payload, half-close, wait for the server's close.

@@ -161,7 +161,7 @@ impl Verifier {
                 }
                 Err(AttachFailure::Fatal(err)) => return Err(err),
                 Err(AttachFailure::Refused(err)) => {
-                    debug!(iface, %hook, %err, "hook refused, trying the next one");
+                    info!(iface, %hook, %err, "hook refused, trying the next one");
                     attempts.push(format!("{hook}: {err}"));
                 }
             }

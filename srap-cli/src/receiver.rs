@@ -17,7 +17,7 @@ pub fn load(path: Option<&Path>) -> anyhow::Result<RssModel> {
         None => {
             eprintln!(
                 "srap: no --rss FILE given: using the embedded 32-queue receiver \
-                 (`srap rss show --iface DEV --json` on the receiver writes a real one)"
+                 (describe a real NIC in a file: see README, \"RSS description file\")"
             );
             Ok(RssModel::from_description(&embedded_default())?)
         }

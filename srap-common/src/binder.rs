@@ -24,18 +24,32 @@ pub const ENTRIES_PER_SLOT: usize = 16;
 pub const MAX_VALUES: u32 = 2048;
 /// Source ports kept per value: the first choice and its fallbacks.
 pub const PORTS_PER_VALUE: usize = 8;
-/// Steering tables (destinations) the binder holds.
+/// Steering tables the binder holds.
 pub const MAX_TABLES: u32 = 64;
+/// Receivers whose CPU occupancy the binder tracks.
+pub const MAX_RECEIVERS: u32 = 64;
+/// Steered destinations (receiver address and port, or any port).
+pub const MAX_DESTS: u32 = 1024;
 /// `bpf_bind()` attempts per connect before the kernel is left to choose.
 pub const MAX_BIND_ATTEMPTS: u32 = 12;
 
+/// Hash: [`DestKey`] → [`DestValue`].
 pub const DESTS_MAP: &str = "SRAP_DESTS";
+/// Array of [`SteerTable`], index = table.
 pub const TABLES_MAP: &str = "SRAP_TABLES";
+/// Array of [`SlotEntries`], index `table * MAX_SLOTS + slot`.
 pub const SLOTS_MAP: &str = "SRAP_SLOTS";
+/// Array of [`ValuePorts`], index `table * MAX_VALUES + value`.
 pub const VALUES_MAP: &str = "SRAP_VALUES";
+/// `u64` flows per (receiver, slot), index `receiver * MAX_SLOTS + slot`.
 pub const OCCUPANCY_MAP: &str = "SRAP_OCCUPANCY";
+/// `u64` per receiver: rotates ties between slots and the entries and ports tried.
+pub const CURSORS_MAP: &str = "SRAP_CURSORS";
+/// LRU hash: socket cookie → [`SocketSlot`].
 pub const SOCKETS_MAP: &str = "SRAP_SOCKETS";
+/// Per-CPU array of `u64`, index = [`outcome`].
 pub const STATS_MAP: &str = "SRAP_STATS";
+/// Array of one [`BinderConfig`].
 pub const CONFIG_MAP: &str = "SRAP_CONFIG";
 
 pub const CONNECT4_PROGRAM: &str = "srap_connect4";

@@ -1,11 +1,17 @@
 //! SRAP's eBPF programs, built into one object (`srap`) that `srap-agent`
 //! embeds and loads.
 //!
+//! * [`binder`]: the port binder, `cgroup/connect4` and `connect6`
+//!   (`srap_connect4`, `srap_connect6`) and `cgroup/sock_release`.
 //! * [`verifier`]: the receive verifier, XDP (`srap_verify`) and tc ingress
 //!   (`srap_verify_tc`) variants of the same per-flow accounting.
 #![no_std]
 #![no_main]
+// Atomic adds on map memory: core's atomics have no RMW on the BPF target.
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 
+mod binder;
 mod packet;
 mod verifier;
 

@@ -10,9 +10,11 @@ use crate::{NetNs, unique_name};
 /// Shape of the pair.
 #[derive(Clone, Copy, Debug)]
 pub struct VethConfig {
-    /// `numtxqueues` and `numrxqueues` of both ends. Keep them equal: native
-    /// XDP on a veth wants at least as many rx queues as the peer has tx.
-    pub queues: u32,
+    /// `numtxqueues` of both ends.
+    pub tx_queues: u32,
+    /// `numrxqueues` of both ends. Native XDP on a veth wants at least as
+    /// many rx queues as its peer has tx queues.
+    pub rx_queues: u32,
     /// Third octet of `10.199.<subnet>.0/24` and last group of
     /// `fd00:5a:0:<subnet>::/64`.
     pub subnet: u8,
@@ -21,7 +23,8 @@ pub struct VethConfig {
 impl Default for VethConfig {
     fn default() -> Self {
         Self {
-            queues: 1,
+            tx_queues: 1,
+            rx_queues: 1,
             subnet: 1,
         }
     }
@@ -75,16 +78,16 @@ impl TwoHosts {
         let receiver = NetNs::new()?;
         let sender_end = end(&unique_name("t"), config.subnet, 1);
         let receiver_end = end(&unique_name("r"), config.subnet, 2);
-        let queues = config.queues.to_string();
+        let (tx, rx) = (config.tx_queues.to_string(), config.rx_queues.to_string());
         sender
             .ip([
                 "link",
                 "add",
                 &sender_end.ifname,
                 "numtxqueues",
-                &queues,
+                &tx,
                 "numrxqueues",
-                &queues,
+                &rx,
                 "type",
                 "veth",
                 "peer",
@@ -93,9 +96,9 @@ impl TwoHosts {
                 "netns",
                 receiver.name(),
                 "numtxqueues",
-                &queues,
+                &tx,
                 "numrxqueues",
-                &queues,
+                &rx,
             ])
             .context("creating the veth pair")?;
         for (ns, end) in [(&sender, &sender_end), (&receiver, &receiver_end)] {

@@ -7,6 +7,8 @@ mod bench;
 mod exec;
 mod setup;
 
+use std::process::ExitCode;
+
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
@@ -38,14 +40,23 @@ enum Task {
     Lab,
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         Task::Setup => setup::run(),
         Task::Build => build(),
         Task::Test => test(),
         Task::Bench { args } => bench::run(&args),
         Task::Lab => lab(),
+    };
+    // Printed here rather than returned from main: a failed step is a plain
+    // message, not a backtrace (RUST_BACKTRACE is often set in CI).
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("\nxtask: error: {err:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 
