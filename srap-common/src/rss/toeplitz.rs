@@ -194,54 +194,55 @@ mod clmul {
 
     #[inline]
     pub fn hash(reversed_key: &[u64; MAX_INPUT_LEN / 4], input: &[u8]) -> u32 {
-        let mut padded = [0u8; MAX_INPUT_LEN];
-        let len = input.len().min(MAX_INPUT_LEN);
-        padded[..len].copy_from_slice(&input[..len]);
-        let product = multiply_words(reversed_key, &padded, len.div_ceil(4));
+        let product = multiply_words(reversed_key, &input[..input.len().min(MAX_INPUT_LEN)]);
         ((product >> 31) as u32).reverse_bits()
     }
 
-    /// XOR over the first `words` input words of the low 64 bits of
-    /// `clmul(reversed_key[i], word i)`.
+    /// Input word `i` (big-endian; a short last word is zero-padded).
+    #[inline(always)]
+    fn word(input: &[u8], i: usize) -> u32 {
+        match input.get(4 * i..4 * i + 4) {
+            Some(&[a, b, c, d]) => u32::from_be_bytes([a, b, c, d]),
+            _ => {
+                let mut four = [0u8; 4];
+                for (slot, byte) in four.iter_mut().zip(input.iter().skip(4 * i)) {
+                    *slot = *byte;
+                }
+                u32::from_be_bytes(four)
+            }
+        }
+    }
+
+    /// XOR over input words of the low 64 bits of `clmul(reversed_key[i], word i)`.
     #[cfg(target_arch = "x86_64")]
     #[inline]
-    fn multiply_words(
-        reversed_key: &[u64; MAX_INPUT_LEN / 4],
-        padded: &[u8; MAX_INPUT_LEN],
-        words: usize,
-    ) -> u64 {
+    fn multiply_words(reversed_key: &[u64; MAX_INPUT_LEN / 4], input: &[u8]) -> u64 {
         // SAFETY: only reached when `available()` saw pclmulqdq (the table
         // keeps no clmul key otherwise); sse2 is baseline on x86_64.
-        unsafe { multiply_words_pclmul(reversed_key, padded, words) }
+        unsafe { multiply_words_pclmul(reversed_key, input) }
     }
 
     #[cfg(not(target_arch = "x86_64"))]
-    fn multiply_words(_: &[u64; MAX_INPUT_LEN / 4], _: &[u8; MAX_INPUT_LEN], _: usize) -> u64 {
+    fn multiply_words(_: &[u64; MAX_INPUT_LEN / 4], _: &[u8]) -> u64 {
         unreachable!("available() is false off x86_64")
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "pclmulqdq")]
-    fn multiply_words_pclmul(
-        reversed_key: &[u64; MAX_INPUT_LEN / 4],
-        padded: &[u8; MAX_INPUT_LEN],
-        words: usize,
-    ) -> u64 {
+    fn multiply_words_pclmul(reversed_key: &[u64; MAX_INPUT_LEN / 4], input: &[u8]) -> u64 {
         use std::arch::x86_64::{
             _mm_clmulepi64_si128, _mm_cvtsi64_si128, _mm_cvtsi128_si64, _mm_setzero_si128,
             _mm_xor_si128,
         };
         let mut acc = _mm_setzero_si128();
-        for (i, key) in reversed_key.iter().enumerate().take(words) {
-            let word = u32::from_be_bytes([
-                padded[4 * i],
-                padded[4 * i + 1],
-                padded[4 * i + 2],
-                padded[4 * i + 3],
-            ]);
+        for (i, key) in reversed_key
+            .iter()
+            .enumerate()
+            .take(input.len().div_ceil(4))
+        {
             let product = _mm_clmulepi64_si128::<0x00>(
                 _mm_cvtsi64_si128(*key as i64),
-                _mm_cvtsi64_si128(i64::from(word)),
+                _mm_cvtsi64_si128(i64::from(word(input, i))),
             );
             acc = _mm_xor_si128(acc, product);
         }
