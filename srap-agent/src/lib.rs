@@ -1,8 +1,11 @@
 //! The SRAP agent: loads SRAP's eBPF object and drives its programs.
 //!
-//! For now this is the receive verifier ([`verifier`]); the sender-side binder
-//! and the receiver's RSS service come next.
+//! The receive verifier ([`verifier`]) and the sender-side port binder
+//! ([`sender`]); the receiver's RSS service comes next.
 
+pub mod discovery;
+pub mod emulator;
+pub mod sender;
 pub mod verifier;
 
 /// The eBPF object (`srap-ebpf`'s `srap` binary) built by this crate's build

@@ -1,9 +1,17 @@
-//! `srap-agent`: the SRAP daemon. For now it runs the receive verifier.
-use std::time::Duration;
+//! `srap-agent`: the SRAP daemon: the receive verifier and the sender-side
+//! port binder.
+use std::{io::IsTerminal as _, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use srap_agent::verifier::{FlowRecord, HookChoice, Verifier};
+use srap_agent::{
+    sender::{
+        self, Attachment, SenderOptions, Steering,
+        args::{DetachArgs, SenderArgs},
+    },
+    verifier::{FlowRecord, HookChoice, Verifier},
+};
+use srap_common::rss::RssModel;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser, Debug)]
@@ -28,6 +36,13 @@ enum Command {
         #[arg(long)]
         duration: Option<u64>,
     },
+    /// Steer the connections of workloads in a cgroup (`srap exec`) so each
+    /// lands on its own receiver CPU: fills the binder's maps, reserves its
+    /// ports, attaches and pins it, then reports its counters until stopped
+    /// (steering goes on after the agent exits).
+    Sender(SenderArgs),
+    /// Remove everything `srap-agent sender` attached, pinned or reserved.
+    Detach(DetachArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -56,6 +71,7 @@ fn main() -> anyhow::Result<()> {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -72,7 +88,120 @@ fn main() -> anyhow::Result<()> {
             hook.into(),
             duration.map(Duration::from_secs),
         )),
+        Command::Sender(args) => run_sender(&args, &runtime),
+        Command::Detach(args) => run_detach(&args),
     }
+}
+
+/// Sets up (or adopts) the binder, prints what it steers, then reports its
+/// counters until Ctrl-C, SIGTERM or `srap-agent detach`.
+fn run_sender(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(&args.rss)
+        .with_context(|| format!("reading the RSS description {}", args.rss.display()))?;
+    let model = RssModel::from_json(&text)
+        .with_context(|| format!("RSS description {}", args.rss.display()))?;
+    let options = SenderOptions {
+        model,
+        receivers: args.receivers.clone(),
+        ports: args.ports.clone(),
+        cgroup: args.cgroup.clone(),
+        pin_dir: args.pin_dir.clone(),
+        pacing_rate: args.pacing_rate,
+        port_range: args.port_range,
+    };
+    let steering =
+        sender::start(&options, srap_agent::ebpf_object()).context("setting up the port binder")?;
+    print_steering(&steering);
+    if args.once {
+        return Ok(());
+    }
+    runtime.block_on(report_until_stopped(
+        &steering,
+        Duration::from_secs(args.interval.max(1)),
+    ))
+}
+
+fn print_steering(steering: &Steering) {
+    for receiver in &steering.plan.receivers {
+        for &t in &receiver.tables {
+            let table = &steering.plan.tables[t];
+            let scope = match table.scope {
+                srap_common::steering::Scope::AnyPort => "any port".to_owned(),
+                srap_common::steering::Scope::Port(p) => format!("port {p}"),
+            };
+            println!(
+                "receiver {} from {}: {scope}, {} CPU slots, {} source ports",
+                receiver.receiver,
+                receiver.source,
+                table.slots.len(),
+                table.ports().len()
+            );
+        }
+    }
+    println!(
+        "reserved {} source ports from {} in ip_local_reserved_ports",
+        steering.ports.len(),
+        steering.port_range
+    );
+    let how = match steering.attachment {
+        Attachment::Attached => "attached",
+        Attachment::Adopted => "adopted",
+    };
+    println!(
+        "steering active ({how}): cgroup {}, pins {}",
+        steering.cgroup.display(),
+        steering.layout.dir().display()
+    );
+}
+
+async fn report_until_stopped(steering: &Steering, interval: Duration) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut tick = tokio::time::interval(interval);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = tick.tick() => {
+                if !steering.layout.links_pinned() {
+                    tracing::info!("the binder's links were unpinned (srap-agent detach): exiting");
+                    return Ok(());
+                }
+                match sender::read_stats(&steering.layout) {
+                    Ok(stats) => tracing::info!("binder: {stats}"),
+                    Err(err) => tracing::warn!("reading the binder's counters: {err}"),
+                }
+            }
+        }
+    }
+    tracing::info!(
+        "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",
+        steering.layout.dir().display()
+    );
+    Ok(())
+}
+
+fn run_detach(args: &DetachArgs) -> anyhow::Result<()> {
+    let report = sender::detach(&args.pin_dir).with_context(|| {
+        format!(
+            "detaching the binder pinned under {}",
+            args.pin_dir.display()
+        )
+    })?;
+    println!(
+        "removed {} pins under {}; unreserved {} ports",
+        report.pins_removed,
+        args.pin_dir.display(),
+        report.ports_unreserved
+    );
+    if let Some(cgroup) = &report.cgroup_removed {
+        println!("removed cgroup {}", cgroup.display());
+    }
+    for note in &report.notes {
+        println!("note: {note}");
+    }
+    Ok(())
 }
 
 /// Prints the flow table every second until Ctrl-C or `duration`; detaching

@@ -3,10 +3,12 @@
 //! Each subcommand lives in a module of its own; this file only parses the
 //! command line and reports errors.
 
+mod exec;
 mod hash;
 mod odds;
 mod predict;
 mod receiver;
+mod rss;
 
 use std::process::ExitCode;
 
@@ -31,6 +33,10 @@ enum Command {
     Predict(predict::Args),
     /// How often random source ports collide on the receiver's CPUs.
     Odds(odds::Args),
+    /// Run a command in the steered cgroup: its connections get SRAP's ports.
+    Exec(exec::Args),
+    /// The RSS of a local NIC, discovered from the kernel.
+    Rss(rss::Args),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +45,8 @@ fn main() -> ExitCode {
         Command::Hash(args) => hash::run(&args),
         Command::Predict(args) => predict::run(&args),
         Command::Odds(args) => odds::run(&args),
+        Command::Exec(args) => exec::run(&args),
+        Command::Rss(args) => rss::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

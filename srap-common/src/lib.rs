@@ -8,6 +8,7 @@
 #![cfg_attr(not(feature = "user"), no_std)]
 
 pub mod binder;
+pub mod emulator;
 pub mod maps;
 
 #[cfg(feature = "user")]

@@ -3,6 +3,7 @@
 //!
 //! * [`binder`]: the port binder, `cgroup/connect4` and `connect6`
 //!   (`srap_connect4`, `srap_connect6`) and `cgroup/sock_release`.
+//! * [`emulator`]: the lab's RSS-NIC emulator, tc egress (`srap_rss_nic`).
 //! * [`verifier`]: the receive verifier, XDP (`srap_verify`) and tc ingress
 //!   (`srap_verify_tc`) variants of the same per-flow accounting.
 #![no_std]
@@ -12,6 +13,7 @@
 #![allow(internal_features)]
 
 mod binder;
+mod emulator;
 mod packet;
 mod verifier;
 

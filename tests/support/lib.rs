@@ -7,6 +7,7 @@
 //! namespaces the test made: addresses are `10.199.<subnet>.0/24` and
 //! `fd00:5a:0:<subnet>::/64`, configured only on the test's own veth ends.
 
+pub mod cgroup;
 pub mod netns;
 pub mod privilege;
 pub mod veth;

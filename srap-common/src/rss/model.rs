@@ -154,11 +154,12 @@ impl RssModel {
 
     /// Hashed fields for the tuple's family.
     pub fn fields_for(&self, tuple: &FlowTuple) -> HashFields {
-        if tuple.is_ipv4() {
-            self.tcp4
-        } else {
-            self.tcp6
-        }
+        self.fields(tuple.is_ipv4())
+    }
+
+    /// Hashed fields of TCP over IPv4 (`true`) or IPv6.
+    pub fn fields(&self, ipv4: bool) -> HashFields {
+        if ipv4 { self.tcp4 } else { self.tcp6 }
     }
 
     pub fn indir(&self) -> &[u32] {

@@ -151,6 +151,12 @@ impl ToeplitzTable {
         &self.key
     }
 
+    /// The lookup tables: row `p`, entry `b` is the hash of byte `b` at
+    /// position `p` (what the lab's NIC emulator hashes with).
+    pub fn rows(&self) -> &[[u32; 256]; MAX_INPUT_LEN] {
+        &self.table
+    }
+
     /// Hashes up to [`MAX_INPUT_LEN`] bytes; the caller's input never exceeds it.
     /// Uses carry-less multiplication where the CPU has it, else the tables.
     #[inline]

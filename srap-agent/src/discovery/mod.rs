@@ -1,0 +1,686 @@
+//! RSS discovery: reads a receiver NIC's RSS configuration from the kernel
+//! and turns it into an [`RssDescription`], the same data a user would
+//! write into an `--rss FILE`.
+//!
+//! Sources, in order: ethtool netlink `RSS_GET` ([`netlink`]), the
+//! `ETHTOOL_GRSSH` ioctl when netlink cannot answer ([`ioctl`]); hashed
+//! fields from the netlink reply (Linux ≥ 6.17) or `ETHTOOL_GRXFH`; queue →
+//! CPU from IRQ names and affinities ([`irq`]) or RPS masks ([`rps`]).
+//! Parsers are pure; this module does the reading and the deciding.
+
+pub mod hashing;
+pub mod ioctl;
+pub mod irq;
+pub mod netlink;
+pub mod placement;
+pub mod rps;
+
+use std::{collections::BTreeSet, ffi::CString, fs, path::Path};
+
+use srap_common::rss::{DescriptionError, FieldsDescription, RssDescription, RssModel};
+use thiserror::Error;
+use tracing::debug;
+
+use self::{
+    ioctl::{DrvInfo, EthtoolSocket, IoctlError, TCP_V4_FLOW, TCP_V6_FLOW},
+    irq::IrqNaming,
+    netlink::{NetlinkError, RssReply},
+    placement::{QueueFacts, QueuePlacement},
+};
+
+/// Linux's "operation not supported" for ethtool ops a driver lacks
+/// (`EOPNOTSUPP`, or the kernel-internal `ENOTSUPP` that sometimes leaks).
+const NOT_SUPPORTED: [i32; 2] = [libc::EOPNOTSUPP, 524];
+
+/// Why a device could not be described.
+#[derive(Debug, Error)]
+pub enum DiscoveryError {
+    #[error("no interface `{iface}` in this network namespace (`ip link` lists them)")]
+    NoSuchInterface { iface: String },
+    #[error(
+        "{iface} has no RSS that SRAP can use: {reason}. Describe the receiver in a \
+         file and pass it with --rss FILE (see README, \"RSS description file\")"
+    )]
+    NoRss { iface: String, reason: String },
+    #[error("cannot read the RSS of {iface}: netlink said: {netlink}; the ioctl said: {ioctl}")]
+    Query {
+        iface: String,
+        netlink: NetlinkError,
+        ioctl: IoctlError,
+    },
+    #[error("{iface}: {problem}")]
+    Unsupported { iface: String, problem: String },
+    #[error("{iface}: the discovered RSS cannot be modelled: {source}")]
+    Unmodelled {
+        iface: String,
+        #[source]
+        source: DescriptionError,
+    },
+}
+
+/// Where the key and table came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RssSource {
+    Netlink,
+    Ioctl,
+}
+
+/// A device's RSS as discovered, with what else was learnt on the way.
+#[derive(Debug, Clone)]
+pub struct Discovery {
+    pub iface: String,
+    pub driver: Option<String>,
+    pub source: RssSource,
+    /// What `srap rss show --json` prints and a receiver serves.
+    pub description: RssDescription,
+    /// Every receive queue and the CPU it is counted on.
+    pub queues: Vec<QueuePlacement>,
+    /// Things that make the description less certain; shown to the user.
+    pub warnings: Vec<String>,
+}
+
+/// The key and table, whichever way they were read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRss {
+    /// `ETH_RSS_HASH_*` bit; 0 when the driver did not say.
+    pub hfunc: u32,
+    /// `RXH_XFRM_*` bits.
+    pub xfrm_bits: u32,
+    pub indir: Vec<u32>,
+    pub key: Vec<u8>,
+    /// `RXH_*` bits for tcp4 and tcp6, when the RSS reply carried them.
+    pub flow_hash: (Option<u64>, Option<u64>),
+    pub source: RssSource,
+}
+
+impl From<RssReply> for RawRss {
+    fn from(reply: RssReply) -> Self {
+        Self {
+            hfunc: reply.hfunc.unwrap_or(0),
+            xfrm_bits: reply.input_xfrm.unwrap_or(0),
+            indir: reply.indir,
+            key: reply.key,
+            flow_hash: (reply.flow_hash_tcp4, reply.flow_hash_tcp6),
+            source: RssSource::Netlink,
+        }
+    }
+}
+
+/// Everything discovery read from the system, as plain data; [`assemble`]
+/// makes the decisions, so they are testable without a NIC.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub iface: String,
+    pub driver: Option<String>,
+    /// `major.minor` of the running kernel.
+    pub kernel: Option<(u32, u32)>,
+    pub rss: RawRss,
+    /// `RXH_*` bits of tcp4 and tcp6 (from the RSS reply or `ETHTOOL_GRXFH`),
+    /// or why they are unknown.
+    pub flow_hash: [Result<u64, String>; 2],
+    /// Receive queues the device has (`/sys/class/net/DEV/queues/rx-*`).
+    pub rx_queues: u32,
+    /// Facts about queues `0..queue_count(rss, rx_queues)`.
+    pub facts: Vec<QueueFacts>,
+    /// Host-wide warnings (irqbalance, RFS).
+    pub system_warnings: Vec<String>,
+}
+
+/// How many queues to place: all the device has, and at least every queue
+/// the indirection table names.
+pub fn queue_count(rss: &RawRss, rx_queues: u32) -> u32 {
+    rx_queues.max(rss.indir.iter().max().map_or(0, |m| m.saturating_add(1)))
+}
+
+/// Discovers the RSS of `iface` in the caller's network namespace.
+pub fn discover(iface: &str) -> Result<Discovery, DiscoveryError> {
+    let no_iface = || DiscoveryError::NoSuchInterface {
+        iface: iface.to_owned(),
+    };
+    let name = CString::new(iface).map_err(|_| no_iface())?;
+    // SAFETY: valid NUL-terminated string.
+    if unsafe { libc::if_nametoindex(name.as_ptr()) } == 0 {
+        return Err(no_iface());
+    }
+    let socket = EthtoolSocket::open(iface).map_err(|e| DiscoveryError::Unsupported {
+        iface: iface.to_owned(),
+        problem: e.to_string(),
+    })?;
+    let drvinfo = socket
+        .drvinfo()
+        .inspect_err(|e| debug!(iface, error = %e, "no driver info"))
+        .ok();
+    let rss = read_rss(iface, &socket)?;
+    let flow_hash = [
+        (TCP_V4_FLOW, rss.flow_hash.0),
+        (TCP_V6_FLOW, rss.flow_hash.1),
+    ]
+    .map(|(flow_type, reported)| match reported {
+        Some(bits) => Ok(bits),
+        None => socket.flow_hash(flow_type).map_err(|e| e.to_string()),
+    });
+    let rx_queues = count_rx_queues(iface);
+    let mut warnings = Vec::new();
+    let facts = queue_facts(
+        iface,
+        drvinfo.as_ref(),
+        queue_count(&rss, rx_queues),
+        &mut warnings,
+    );
+    warnings.extend(system_warnings());
+    assemble(Observed {
+        iface: iface.to_owned(),
+        driver: drvinfo.map(|d| d.driver),
+        kernel: fs::read_to_string("/proc/sys/kernel/osrelease")
+            .ok()
+            .and_then(|r| hashing::kernel_version(r.trim())),
+        rss,
+        flow_hash,
+        rx_queues,
+        facts,
+        system_warnings: warnings,
+    })
+}
+
+/// Decides the description from what was observed, and validates it.
+pub fn assemble(observed: Observed) -> Result<Discovery, DiscoveryError> {
+    let Observed {
+        iface,
+        driver,
+        kernel,
+        rss,
+        flow_hash,
+        rx_queues,
+        mut facts,
+        system_warnings,
+    } = observed;
+    if rss.indir.is_empty() {
+        let reason = if rx_queues <= 1 {
+            "it has a single receive queue and reports no indirection table"
+        } else {
+            "the driver reports no indirection table"
+        };
+        return Err(DiscoveryError::NoRss {
+            iface,
+            reason: reason.into(),
+        });
+    }
+    if rss.key.is_empty() {
+        return Err(DiscoveryError::NoRss {
+            iface,
+            reason: "the driver reports no hash key".into(),
+        });
+    }
+    let reached: Vec<u32> = rss
+        .indir
+        .iter()
+        .copied()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if reached.len() == 1 && rx_queues <= 1 {
+        return Err(DiscoveryError::NoRss {
+            iface,
+            reason: "it has a single receive queue".into(),
+        });
+    }
+    let unsupported = |problem: String| DiscoveryError::Unsupported {
+        iface: iface.clone(),
+        problem,
+    };
+
+    let mut warnings = Vec::new();
+    let hfunc = hashing::hfunc_name(rss.hfunc).unwrap_or_else(|| {
+        warnings.push("the driver does not name its hash function: assuming toeplitz".into());
+        "toeplitz".into()
+    });
+    let reported = hashing::xfrm_name(rss.xfrm_bits).map_err(unsupported)?;
+    let (input_xfrm, note) = hashing::effective_xfrm(reported, driver.as_deref(), kernel);
+    warnings.extend(note);
+    let mut fields = FieldsDescription::default();
+    for ((name, bits), slot) in ["tcp4", "tcp6"]
+        .into_iter()
+        .zip(flow_hash)
+        .zip([&mut fields.tcp4, &mut fields.tcp6])
+    {
+        match bits {
+            Ok(bits) => {
+                *slot = hashing::rxh_letters(bits)
+                    .map_err(|e| unsupported(format!("rx-flow-hash {name}: {e}")))?;
+                if !slot.contains('f') {
+                    warnings.push(format!(
+                        "rx-flow-hash {name} is `{slot}`: the source port is not hashed, so \
+                         SRAP cannot steer {name} flows (`ethtool -N {iface} rx-flow-hash \
+                         {name} sdfn`)"
+                    ));
+                }
+            }
+            Err(err) => warnings.push(format!(
+                "rx-flow-hash {name} unknown ({err}): assuming {slot} \
+                 (`ethtool -n {iface} rx-flow-hash {name}` shows it)"
+            )),
+        }
+    }
+
+    facts.resize(queue_count(&rss, rx_queues) as usize, QueueFacts::default());
+    let (queues, placement_warnings) = placement::place(&facts, &reached);
+    warnings.extend(placement_warnings);
+    warnings.extend(system_warnings);
+
+    let description = RssDescription {
+        hfunc,
+        key: hex_key(&rss.key),
+        indir: rss.indir,
+        input_xfrm: input_xfrm.to_owned(),
+        fields,
+        queue_cpu: Some(queues.iter().map(|q| q.cpu).collect()),
+    };
+    if let Err(source) = RssModel::from_description(&description) {
+        return Err(DiscoveryError::Unmodelled { iface, source });
+    }
+    Ok(Discovery {
+        iface,
+        driver,
+        source: rss.source,
+        description,
+        queues,
+        warnings,
+    })
+}
+
+/// Key and table: netlink first, then the ioctl.
+fn read_rss(iface: &str, socket: &EthtoolSocket) -> Result<RawRss, DiscoveryError> {
+    let netlink = match netlink::rss_get(iface) {
+        Ok(reply) => return Ok(reply.into()),
+        Err(err) => err,
+    };
+    debug!(iface, error = %netlink, "netlink RSS_GET failed; trying ETHTOOL_GRSSH");
+    match socket.rxfh() {
+        Ok(rxfh) => Ok(RawRss {
+            hfunc: u32::from(rxfh.hfunc),
+            xfrm_bits: u32::from(rxfh.input_xfrm),
+            indir: rxfh.indir,
+            key: rxfh.key,
+            flow_hash: (None, None),
+            source: RssSource::Ioctl,
+        }),
+        Err(ioctl) => {
+            let unsupported =
+                |errno: Option<i32>| errno.is_some_and(|e| NOT_SUPPORTED.contains(&e));
+            if unsupported(ioctl.errno())
+                && (unsupported(netlink.errno()) || netlink.errno().is_none())
+            {
+                Err(DiscoveryError::NoRss {
+                    iface: iface.to_owned(),
+                    reason: "its driver does not report an RSS key or indirection table \
+                             (as for veth, lo and single-queue virtio)"
+                        .into(),
+                })
+            } else if ioctl.errno() == Some(libc::ENODEV) {
+                Err(DiscoveryError::NoSuchInterface {
+                    iface: iface.to_owned(),
+                })
+            } else {
+                Err(DiscoveryError::Query {
+                    iface: iface.to_owned(),
+                    netlink,
+                    ioctl,
+                })
+            }
+        }
+    }
+}
+
+/// `6d:5a:56:…`, as ethtool prints keys.
+fn hex_key(key: &[u8]) -> String {
+    key.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+fn count_rx_queues(iface: &str) -> u32 {
+    fs::read_dir(format!("/sys/class/net/{iface}/queues"))
+        .map(|dir| {
+            dir.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+                .count() as u32
+        })
+        .unwrap_or(0)
+}
+
+/// `K` when the interface sits on `virtioK` (virtio_net).
+fn virtio_index(iface: &str) -> Option<u32> {
+    let device = fs::read_link(format!("/sys/class/net/{iface}/device")).ok()?;
+    device
+        .file_name()?
+        .to_str()?
+        .strip_prefix("virtio")?
+        .parse()
+        .ok()
+}
+
+fn read_trimmed(path: &Path) -> Option<String> {
+    fs::read_to_string(path).ok().map(|t| t.trim().to_owned())
+}
+
+/// IRQ, affinity and RPS mask of every queue. Missing files are not errors:
+/// the placement then falls back, and says so.
+fn queue_facts(
+    iface: &str,
+    drvinfo: Option<&DrvInfo>,
+    queues: u32,
+    warnings: &mut Vec<String>,
+) -> Vec<QueueFacts> {
+    let naming = IrqNaming {
+        ifname: iface.to_owned(),
+        driver: drvinfo.map(|d| d.driver.clone()),
+        bus_info: drvinfo
+            .map(|d| d.bus_info.clone())
+            .filter(|b| !b.is_empty()),
+        virtio_index: virtio_index(iface),
+    };
+    let interrupts = fs::read_to_string("/proc/interrupts").unwrap_or_default();
+    let irqs = naming.queue_irqs(&irq::parse_interrupts(&interrupts));
+    let cpus = |path: String| -> Vec<u32> {
+        let path = Path::new(&path);
+        read_trimmed(path)
+            .map(|text| irq::parse_cpu_list(&text))
+            .transpose()
+            .unwrap_or_else(|e| {
+                debug!(path = %path.display(), error = %e, "unreadable CPU list");
+                None
+            })
+            .unwrap_or_default()
+    };
+    (0..queues)
+        .map(|queue| {
+            let irq = irqs.get(&queue).copied();
+            let rps_path = format!("/sys/class/net/{iface}/queues/rx-{queue}/rps_cpus");
+            let rps = match read_trimmed(Path::new(&rps_path)).map(|t| rps::parse_cpu_mask(&t)) {
+                Some(Ok(cpus)) => cpus,
+                Some(Err(e)) => {
+                    warnings.push(format!("{rps_path}: {e}"));
+                    Vec::new()
+                }
+                None => Vec::new(),
+            };
+            QueueFacts {
+                irq,
+                affinity: irq.map_or_else(Vec::new, |n| {
+                    cpus(format!("/proc/irq/{n}/smp_affinity_list"))
+                }),
+                effective: irq.map_or_else(Vec::new, |n| {
+                    cpus(format!("/proc/irq/{n}/effective_affinity_list"))
+                }),
+                rps,
+            }
+        })
+        .collect()
+}
+
+/// Host-wide things that move flows between CPUs behind SRAP's back.
+fn system_warnings() -> Vec<String> {
+    let mut warnings = Vec::new();
+    if irqbalance_running() {
+        warnings.push(
+            "irqbalance is running: it may move queue IRQs to other CPUs at any time \
+             (stop it, or ban these IRQs, and pin them)"
+                .into(),
+        );
+    }
+    let rfs = read_trimmed(Path::new("/proc/sys/net/core/rps_sock_flow_entries"))
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(0);
+    if rfs > 0 {
+        warnings.push(
+            "RFS is on (net.core.rps_sock_flow_entries > 0): flows follow their \
+             application's CPU, not the RSS queue's"
+                .into(),
+        );
+    }
+    warnings
+}
+
+fn irqbalance_running() -> bool {
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return false;
+    };
+    procs.filter_map(Result::ok).any(|entry| {
+        let name = entry.file_name();
+        name.to_string_lossy().bytes().all(|b| b.is_ascii_digit())
+            && read_trimmed(&entry.path().join("comm")).is_some_and(|comm| comm == "irqbalance")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{
+        irq::{IrqNaming, parse_interrupts},
+        netlink::tests::{key, parse, round_robin, rss_reply},
+        *,
+    };
+
+    /// What discovery would observe on a host whose /proc/interrupts is
+    /// `interrupts`, with each IRQ pinned to the CPU that counted it.
+    fn observed(
+        reply: &[u8],
+        driver: &str,
+        kernel: (u32, u32),
+        rx_queues: u32,
+        naming: &IrqNaming,
+        interrupts: &str,
+        pinning: &[(u32, Vec<u32>)],
+    ) -> Observed {
+        let rss: RawRss = parse(reply).expect("fixture parses").into();
+        let irqs = naming.queue_irqs(&parse_interrupts(interrupts));
+        let facts = (0..queue_count(&rss, rx_queues))
+            .map(|q| {
+                let irq = irqs.get(&q).copied();
+                let affinity = irq
+                    .and_then(|n| pinning.iter().find(|(i, _)| *i == n))
+                    .map(|(_, cpus)| cpus.clone())
+                    .unwrap_or_default();
+                QueueFacts {
+                    irq,
+                    affinity,
+                    effective: Vec::new(),
+                    rps: Vec::new(),
+                }
+            })
+            .collect();
+        Observed {
+            iface: naming.ifname.clone(),
+            driver: Some(driver.into()),
+            kernel: Some(kernel),
+            flow_hash: [rss.flow_hash.0, rss.flow_hash.1].map(|b| Ok(b.unwrap_or(0xf0))),
+            rss,
+            rx_queues,
+            facts,
+            system_warnings: Vec::new(),
+        }
+    }
+
+    fn naming(ifname: &str, driver: &str, bus: Option<&str>, virtio: Option<u32>) -> IrqNaming {
+        IrqNaming {
+            ifname: ifname.into(),
+            driver: Some(driver.into()),
+            bus_info: bus.map(Into::into),
+            virtio_index: virtio,
+        }
+    }
+
+    #[test]
+    fn mlx5_fixture_on_an_old_kernel() {
+        let reply = rss_reply("enp8s0f0np0", &round_robin(256, 4), &key(40), None, None);
+        let discovery = assemble(observed(
+            &reply,
+            "mlx5_core",
+            (6, 1),
+            4,
+            &naming("enp8s0f0np0", "mlx5_core", Some("0000:08:00.0"), None),
+            irq::tests::MLX5,
+            &[(98, vec![0]), (99, vec![1]), (100, vec![2]), (101, vec![3])],
+        ))
+        .unwrap();
+        let desc = &discovery.description;
+        assert_eq!(desc.hfunc, "toeplitz");
+        assert_eq!(desc.indir.len(), 256);
+        assert_eq!(desc.key.len(), 40 * 3 - 1);
+        assert_eq!(desc.input_xfrm, "sym-or-xor");
+        assert_eq!(desc.fields.tcp4, "sdfn");
+        assert_eq!(desc.queue_cpu.as_deref(), Some(&[0, 1, 2, 3][..]));
+        assert_eq!(discovery.warnings.len(), 1, "{:?}", discovery.warnings);
+        assert!(discovery.warnings[0].contains("assumed sym-or-xor"));
+        // The JSON is the description format, and reads back the same.
+        let json = desc.to_json_pretty();
+        println!("{json}");
+        assert_eq!(&RssDescription::from_json(&json).unwrap(), desc);
+    }
+
+    #[test]
+    fn ice_fixture_with_sym_xor_and_a_shared_cpu() {
+        let reply = rss_reply(
+            "ens1f0",
+            &round_robin(512, 2),
+            &key(52),
+            Some(1),
+            Some((0xf0, 0x30)),
+        );
+        let discovery = assemble(observed(
+            &reply,
+            "ice",
+            (6, 18),
+            2,
+            &naming("ens1f0", "ice", Some("0000:3b:00.0"), None),
+            irq::tests::ICE,
+            &[(141, vec![1]), (142, vec![1])],
+        ))
+        .unwrap();
+        let desc = &discovery.description;
+        assert_eq!(desc.input_xfrm, "sym-xor");
+        assert_eq!(
+            (desc.fields.tcp4.as_str(), desc.fields.tcp6.as_str()),
+            ("sdfn", "sd")
+        );
+        assert_eq!(desc.queue_cpu.as_deref(), Some(&[1, 1][..]));
+        assert_eq!(discovery.warnings.len(), 2, "{:?}", discovery.warnings);
+        assert!(discovery.warnings[0].starts_with("rx-flow-hash tcp6 is `sd`"));
+        assert_eq!(
+            discovery.warnings[1],
+            "queues 0,1 are all served by CPU 1: flows on them share one core"
+        );
+    }
+
+    #[test]
+    fn virtio_fixture_with_a_spread_irq_and_a_missing_queue() {
+        let reply = rss_reply("eth0", &round_robin(128, 3), &key(40), None, None);
+        let discovery = assemble(observed(
+            &reply,
+            "virtio_net",
+            (6, 18),
+            3,
+            &naming("eth0", "virtio_net", None, Some(0)),
+            irq::tests::VIRTIO,
+            &[(25, vec![0]), (27, vec![0, 1])],
+        ))
+        .unwrap();
+        assert_eq!(
+            discovery.description.queue_cpu.as_deref(),
+            Some(&[0, 0, 2][..])
+        );
+        let warnings = discovery.warnings.join("\n");
+        assert!(
+            warnings.contains("IRQ 27 may run on CPUs 0,1"),
+            "{warnings}"
+        );
+        assert!(warnings.contains("queue(s) 2"), "{warnings}");
+        assert!(
+            warnings.contains("queues 0,1 are all served by CPU 0"),
+            "{warnings}"
+        );
+    }
+
+    #[test]
+    fn one_queue_or_no_table_is_no_rss() {
+        let reply = rss_reply("eth0", &[0; 128], &key(40), None, None);
+        let err = assemble(observed(
+            &reply,
+            "virtio_net",
+            (6, 18),
+            1,
+            &naming("eth0", "virtio_net", None, Some(0)),
+            "",
+            &[],
+        ))
+        .unwrap_err();
+        assert!(matches!(err, DiscoveryError::NoRss { .. }), "{err}");
+        let reply = rss_reply("eth0", &[], &key(40), None, None);
+        let err = assemble(observed(
+            &reply,
+            "x",
+            (6, 18),
+            4,
+            &naming("eth0", "x", None, None),
+            "",
+            &[],
+        ))
+        .unwrap_err();
+        assert!(err.to_string().contains("--rss FILE"), "{err}");
+    }
+
+    #[test]
+    fn unmodelled_hash_functions_and_fields_are_refused() {
+        let reply = rss_reply("eth0", &round_robin(128, 4), &key(40), Some(3), None);
+        let err = assemble(observed(
+            &reply,
+            "x",
+            (6, 18),
+            4,
+            &naming("eth0", "x", None, None),
+            "",
+            &[],
+        ))
+        .unwrap_err();
+        assert!(matches!(err, DiscoveryError::Unsupported { .. }), "{err}");
+        let mut obs = observed(
+            &rss_reply("eth0", &round_robin(128, 4), &key(40), None, None),
+            "x",
+            (6, 18),
+            4,
+            &naming("eth0", "x", None, None),
+            "",
+            &[],
+        );
+        obs.rss.hfunc = 2; // xor
+        let err = assemble(obs).unwrap_err();
+        assert!(matches!(err, DiscoveryError::Unmodelled { .. }), "{err}");
+    }
+
+    #[test]
+    fn keys_print_as_ethtool_does() {
+        assert_eq!(hex_key(&[0x6d, 0x5a, 0x05]), "6d:5a:05");
+        assert_eq!(hex_key(&[]), "");
+    }
+
+    #[test]
+    fn a_missing_interface_is_named() {
+        let err = discover("srap-no-such0").unwrap_err();
+        assert!(
+            matches!(err, DiscoveryError::NoSuchInterface { .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("srap-no-such0"));
+    }
+
+    #[test]
+    fn the_no_rss_message_points_at_rss_file() {
+        let err = DiscoveryError::NoRss {
+            iface: "veth0".into(),
+            reason: "its driver does not report an RSS key or indirection table".into(),
+        };
+        let text = err.to_string();
+        assert!(text.contains("veth0 has no RSS"));
+        assert!(text.contains("--rss FILE"));
+    }
+}

@@ -1,0 +1,191 @@
+//! Which CPU processes each receive queue, and the warnings that say when
+//! that answer is shaky: two queues on one CPU (distinct queues are then not
+//! distinct cores), an IRQ allowed on several CPUs, RPS spreading a queue.
+
+use std::{collections::BTreeMap, fmt};
+
+use serde::Serialize;
+
+/// What the system says about one receive queue.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QueueFacts {
+    /// The queue's interrupt, when its vector was found by name.
+    pub irq: Option<u32>,
+    /// `/proc/irq/N/smp_affinity_list`: where the IRQ may run.
+    pub affinity: Vec<u32>,
+    /// `/proc/irq/N/effective_affinity_list`: where it runs now (x86).
+    pub effective: Vec<u32>,
+    /// `rps_cpus` of the queue; empty when RPS is off.
+    pub rps: Vec<u32>,
+}
+
+/// Where the CPU of a queue comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CpuSource {
+    /// The queue's RPS mask.
+    Rps,
+    /// The affinity of the queue's IRQ.
+    Irq,
+    /// Nothing found: queue N is taken to run on CPU N.
+    Assumed,
+}
+
+impl fmt::Display for CpuSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Rps => "rps",
+            Self::Irq => "irq",
+            Self::Assumed => "assumed",
+        })
+    }
+}
+
+/// One receive queue and the CPU SRAP counts it on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueuePlacement {
+    pub queue: u32,
+    pub irq: Option<u32>,
+    pub cpu: u32,
+    pub source: CpuSource,
+}
+
+fn list(cpus: &[u32]) -> String {
+    cpus.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Decides the CPU of every queue (`facts[q]` is queue q) and collects
+/// warnings. `reached` are the queues the indirection table names: only
+/// their sharing of a CPU matters.
+pub fn place(facts: &[QueueFacts], reached: &[u32]) -> (Vec<QueuePlacement>, Vec<String>) {
+    let mut warnings = Vec::new();
+    let mut assumed = Vec::new();
+    let mut placements = Vec::with_capacity(facts.len());
+    for (queue, fact) in (0u32..).zip(facts) {
+        let (cpu, source) = if let Some(&first) = fact.rps.first() {
+            if fact.rps.len() > 1 {
+                warnings.push(format!(
+                    "queue {queue}: RPS spreads its packets over CPUs {} by hash; SRAP counts \
+                     it on CPU {first} (give each queue one CPU in \
+                     /sys/class/net/DEV/queues/rx-{queue}/rps_cpus)",
+                    list(&fact.rps)
+                ));
+            }
+            (first, CpuSource::Rps)
+        } else if let (Some(irq), Some(&first)) = (fact.irq, fact.affinity.first()) {
+            let cpu = match fact.effective.as_slice() {
+                [only] => *only,
+                _ => first,
+            };
+            if fact.affinity.len() > 1 {
+                warnings.push(format!(
+                    "queue {queue}: IRQ {irq} may run on CPUs {} (now on {cpu}); pin it with \
+                     `echo {cpu} > /proc/irq/{irq}/smp_affinity_list`",
+                    list(&fact.affinity)
+                ));
+            }
+            (cpu, CpuSource::Irq)
+        } else {
+            assumed.push(queue);
+            (queue, CpuSource::Assumed)
+        };
+        placements.push(QueuePlacement {
+            queue,
+            irq: fact.irq,
+            cpu,
+            source,
+        });
+    }
+    if !assumed.is_empty() {
+        warnings.push(format!(
+            "no IRQ or RPS mask found for queue(s) {}: assuming queue N runs on CPU N \
+             (write the real map into an --rss FILE if that is wrong)",
+            list(&assumed)
+        ));
+    }
+    let mut by_cpu: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for placement in &placements {
+        if reached.contains(&placement.queue) {
+            by_cpu
+                .entry(placement.cpu)
+                .or_default()
+                .push(placement.queue);
+        }
+    }
+    for (cpu, queues) in by_cpu.into_iter().filter(|(_, q)| q.len() > 1) {
+        warnings.push(format!(
+            "queues {} are all served by CPU {cpu}: flows on them share one core",
+            list(&queues)
+        ));
+    }
+    (placements, warnings)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn irq(irq: u32, affinity: &[u32], effective: &[u32]) -> QueueFacts {
+        QueueFacts {
+            irq: Some(irq),
+            affinity: affinity.to_vec(),
+            effective: effective.to_vec(),
+            rps: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn one_pinned_irq_per_queue_is_clean() {
+        let facts = [irq(98, &[0], &[0]), irq(99, &[1], &[1])];
+        let (placed, warnings) = place(&facts, &[0, 1]);
+        assert_eq!(placed.iter().map(|p| p.cpu).collect::<Vec<_>>(), [0, 1]);
+        assert!(placed.iter().all(|p| p.source == CpuSource::Irq));
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
+
+    #[test]
+    fn spread_irq_uses_effective_cpu_and_warns() {
+        let facts = [irq(98, &[0, 1, 2, 3], &[2])];
+        let (placed, warnings) = place(&facts, &[0]);
+        assert_eq!(placed[0].cpu, 2);
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("IRQ 98 may run on CPUs 0,1,2,3"));
+    }
+
+    #[test]
+    fn shared_cpu_warns_only_for_reached_queues() {
+        let facts = [irq(1, &[0], &[]), irq(2, &[0], &[]), irq(3, &[1], &[])];
+        let (_, warnings) = place(&facts, &[0, 1, 2]);
+        assert_eq!(
+            warnings,
+            ["queues 0,1 are all served by CPU 0: flows on them share one core"]
+        );
+        let (_, warnings) = place(&facts, &[0, 2]);
+        assert!(warnings.is_empty());
+    }
+
+    #[test]
+    fn rps_overrides_irq_and_missing_irqs_are_assumed() {
+        let mut with_rps = irq(5, &[0], &[0]);
+        with_rps.rps = vec![3];
+        let spread_rps = QueueFacts {
+            rps: vec![4, 5],
+            ..QueueFacts::default()
+        };
+        let facts = [with_rps, spread_rps, QueueFacts::default()];
+        let (placed, warnings) = place(&facts, &[0, 1, 2]);
+        assert_eq!(
+            placed.iter().map(|p| (p.cpu, p.source)).collect::<Vec<_>>(),
+            [
+                (3, CpuSource::Rps),
+                (4, CpuSource::Rps),
+                (2, CpuSource::Assumed)
+            ]
+        );
+        assert!(warnings.iter().any(|w| w.contains("RPS spreads")));
+        assert!(warnings.iter().any(|w| w.contains("queue(s) 2")));
+    }
+}

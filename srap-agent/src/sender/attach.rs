@@ -1,0 +1,245 @@
+//! Loading the binder with its maps pinned, attaching its programs to the
+//! cgroup through pinned links, and taking all of it down again.
+//!
+//! Loading always goes through the pins: a map already pinned is reused (its
+//! occupancy and socket records carry over to a restarted agent), a missing
+//! one is created and pinned. A link already pinned is left attached: the
+//! restarted agent adopts it, and steering never stops.
+
+use std::{fs, io, os::fd::AsFd, path::Path};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::MapInfo,
+    programs::{
+        CgroupAttachMode, CgroupSock, CgroupSockAddr,
+        links::{FdLink, PinnedLink},
+    },
+};
+use srap_common::binder::{
+    BinderConfig, CONFIG_MAP, DESTS_MAP, DestKey, DestValue, RELEASE_PROGRAM, SLOTS_MAP, STATS_MAP,
+    SlotEntries, SteerTable, TABLES_MAP, VALUES_MAP, ValuePorts,
+};
+use tracing::{debug, info, warn};
+
+use super::{
+    SenderError,
+    layout::{MAPS, PROGRAMS, PinLayout},
+};
+
+/// `statfs` magic of bpffs.
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Fails unless `dir` (or its nearest existing ancestor) is on bpffs.
+pub fn check_bpffs(dir: &Path) -> Result<(), SenderError> {
+    let existing = dir.ancestors().find(|p| p.exists()).unwrap_or(dir);
+    let path = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes())
+        .map_err(|_| SenderError::Input(format!("{} contains a NUL byte", dir.display())))?;
+    // SAFETY: statfs writes into the zeroed struct we own; the path is a
+    // valid NUL-terminated string.
+    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statfs(path.as_ptr(), &mut stat) };
+    if rc != 0 {
+        return Err(SenderError::Io {
+            what: format!("statfs {}", existing.display()),
+            source: io::Error::last_os_error(),
+        });
+    }
+    #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
+    if stat.f_type as i64 != BPF_FS_MAGIC {
+        return Err(SenderError::NotBpffs {
+            dir: dir.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// Key and value sizes of each pinned map, as this agent's types have them.
+fn expected_sizes(name: &str) -> Option<(usize, usize)> {
+    use std::mem::size_of;
+    Some(match name {
+        DESTS_MAP => (size_of::<DestKey>(), size_of::<DestValue>()),
+        TABLES_MAP => (4, size_of::<SteerTable>()),
+        SLOTS_MAP => (4, size_of::<SlotEntries>()),
+        VALUES_MAP => (4, size_of::<ValuePorts>()),
+        CONFIG_MAP => (4, size_of::<BinderConfig>()),
+        STATS_MAP => (4, 8),
+        _ => return None,
+    })
+}
+
+/// Refuses pinned maps whose layout differs from this agent's (left by
+/// another SRAP version): reusing them would misread every entry.
+fn check_pinned_maps(layout: &PinLayout) -> Result<(), SenderError> {
+    for name in MAPS {
+        let path = layout.map(name);
+        if !path.exists() {
+            continue;
+        }
+        let info =
+            MapInfo::from_pin(&path).map_err(|source| SenderError::Map { map: name, source })?;
+        if let Some((key, value)) = expected_sizes(name) {
+            let found = (info.key_size() as usize, info.value_size() as usize);
+            if found != (key, value) {
+                return Err(SenderError::StalePins {
+                    dir: layout.dir().to_path_buf(),
+                    detail: format!(
+                        "{name} has key/value sizes {found:?}, this agent uses {:?}",
+                        (key, value)
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Loads the object with every binder map opened from, or created at, its pin.
+pub fn load(layout: &PinLayout, object: &[u8]) -> Result<Ebpf, SenderError> {
+    check_bpffs(layout.dir())?;
+    fs::create_dir_all(layout.dir()).map_err(|source| SenderError::Io {
+        what: format!("creating pin directory {}", layout.dir().display()),
+        source,
+    })?;
+    check_pinned_maps(layout)?;
+    let mut loader = EbpfLoader::new();
+    for name in MAPS {
+        loader.map_pin_path(name, layout.map(name));
+    }
+    loader.load(object).map_err(SenderError::Load)
+}
+
+/// How the binder came to be attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attachment {
+    /// This agent attached and pinned the links.
+    Attached,
+    /// The links were pinned already (a previous agent): kept as they are.
+    Adopted,
+}
+
+/// Attaches every program to `cgroup` unless its link is pinned already.
+///
+/// Link file descriptors are closed on return: the pins alone keep the
+/// programs attached, so `srap-agent detach` really detaches even while an
+/// agent runs.
+pub fn ensure_attached(
+    ebpf: &mut Ebpf,
+    layout: &PinLayout,
+    cgroup: &Path,
+) -> Result<Attachment, SenderError> {
+    let mut adopted = 0;
+    for name in PROGRAMS {
+        let link_pin = layout.link(name);
+        if link_pin.exists() {
+            // Opening it proves it is a live link, not a stray file.
+            PinnedLink::from_pin(&link_pin).map_err(|err| SenderError::StalePins {
+                dir: layout.dir().to_path_buf(),
+                detail: format!("{} is not a usable link: {err}", link_pin.display()),
+            })?;
+            debug!(link = %link_pin.display(), "adopting pinned link");
+            adopted += 1;
+            continue;
+        }
+        attach_one(ebpf, layout, name, cgroup)?;
+    }
+    match adopted {
+        0 => Ok(Attachment::Attached),
+        n if n == PROGRAMS.len() => Ok(Attachment::Adopted),
+        n => {
+            warn!(
+                "{n} of {} links were pinned already; attached the rest",
+                PROGRAMS.len()
+            );
+            Ok(Attachment::Adopted)
+        }
+    }
+}
+
+fn attach_one(
+    ebpf: &mut Ebpf,
+    layout: &PinLayout,
+    name: &'static str,
+    cgroup: &Path,
+) -> Result<(), SenderError> {
+    let program_error = |source| SenderError::Program {
+        program: name,
+        source,
+    };
+    let cgroup_fd = fs::File::open(cgroup).map_err(|source| SenderError::Io {
+        what: format!("opening cgroup {}", cgroup.display()),
+        source,
+    })?;
+    let program = ebpf.program_mut(name).ok_or(SenderError::Missing(name))?;
+    let link: FdLink = if name == RELEASE_PROGRAM {
+        let program: &mut CgroupSock = program.try_into().map_err(program_error)?;
+        program.load().map_err(program_error)?;
+        let id = program
+            .attach(cgroup_fd.as_fd(), CgroupAttachMode::Single)
+            .map_err(program_error)?;
+        let link = program.take_link(id).map_err(program_error)?;
+        link.try_into().map_err(|err| SenderError::Link {
+            program: name,
+            source: err,
+        })?
+    } else {
+        let program: &mut CgroupSockAddr = program.try_into().map_err(program_error)?;
+        program.load().map_err(program_error)?;
+        let id = program
+            .attach(cgroup_fd.as_fd(), CgroupAttachMode::Single)
+            .map_err(program_error)?;
+        let link = program.take_link(id).map_err(program_error)?;
+        link.try_into().map_err(|err| SenderError::Link {
+            program: name,
+            source: err,
+        })?
+    };
+    let pin_error = |source| SenderError::Pin {
+        path: layout.link(name),
+        source,
+    };
+    // Pin the link first: from here on it outlives this process.
+    drop(link.pin(layout.link(name)).map_err(pin_error)?);
+    let program_pin = layout.program(name);
+    remove_if_present(&program_pin)?;
+    let program = ebpf.program_mut(name).ok_or(SenderError::Missing(name))?;
+    program
+        .pin(&program_pin)
+        .map_err(|source| SenderError::Pin {
+            path: program_pin.clone(),
+            source,
+        })?;
+    info!(program = name, cgroup = %cgroup.display(), "attached and pinned");
+    Ok(())
+}
+
+/// Removes every pin the binder made (links first: that detaches), then the
+/// pin directory if nothing else is in it. Returns the pins removed.
+pub fn remove_pins(layout: &PinLayout) -> Result<usize, SenderError> {
+    let mut removed = 0;
+    for pin in layout.all_pins() {
+        if remove_if_present(&pin)? {
+            removed += 1;
+        }
+    }
+    match fs::remove_dir(layout.dir()) {
+        Ok(()) => {}
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(err) => warn!(
+            "left {} in place: {err} (it holds pins SRAP did not make)",
+            layout.dir().display()
+        ),
+    }
+    Ok(removed)
+}
+
+fn remove_if_present(path: &Path) -> Result<bool, SenderError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(SenderError::Io {
+            what: format!("removing {}", path.display()),
+            source,
+        }),
+    }
+}

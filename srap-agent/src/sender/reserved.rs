@@ -1,0 +1,124 @@
+//! `net.ipv4.ip_local_reserved_ports` (which also covers IPv6): SRAP binds
+//! explicit ports, and reserving them keeps the kernel's automatic port
+//! choice from handing them to other sockets. The sysctl is per network
+//! namespace: it is read and written in the agent's.
+
+use std::{collections::BTreeSet, fs, path::Path};
+
+use srap_common::solver::PortRange;
+
+use super::SenderError;
+
+pub const RESERVED_PORTS: &str = "/proc/sys/net/ipv4/ip_local_reserved_ports";
+pub const LOCAL_PORT_RANGE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
+
+/// Parses the sysctl's `1,2,10-20` form (empty: none).
+pub fn parse(text: &str) -> Result<BTreeSet<u16>, String> {
+    let mut ports = BTreeSet::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let port = |s: &str| {
+            s.trim()
+                .parse::<u16>()
+                .map_err(|_| format!("`{s}` in `{item}` is not a port"))
+        };
+        match item.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (port(a)?, port(b)?);
+                if a > b {
+                    return Err(format!("`{item}` is an empty range"));
+                }
+                ports.extend(a..=b);
+            }
+            None => {
+                ports.insert(port(item)?);
+            }
+        }
+    }
+    Ok(ports)
+}
+
+/// The sysctl's form, with runs collapsed into ranges.
+pub fn format(ports: &BTreeSet<u16>) -> String {
+    let mut items: Vec<String> = Vec::new();
+    let mut iter = ports.iter().copied().peekable();
+    while let Some(start) = iter.next() {
+        let mut end = start;
+        while iter.peek() == end.checked_add(1).as_ref() {
+            end = iter.next().unwrap_or(end);
+        }
+        items.push(if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+    }
+    items.join(",")
+}
+
+/// The ports currently reserved in this network namespace.
+pub fn read() -> Result<BTreeSet<u16>, SenderError> {
+    let text = read_sysctl(Path::new(RESERVED_PORTS))?;
+    parse(&text).map_err(|problem| SenderError::Sysctl {
+        path: RESERVED_PORTS.into(),
+        problem,
+    })
+}
+
+/// Replaces the reserved set (one write: the kernel replaces, not appends).
+pub fn write(ports: &BTreeSet<u16>) -> Result<(), SenderError> {
+    let mut text = format(ports);
+    if text.is_empty() {
+        // An empty write is rejected; a newline clears the set.
+        text.push('\n');
+    }
+    fs::write(RESERVED_PORTS, text).map_err(|source| SenderError::Io {
+        what: format!("writing {RESERVED_PORTS}"),
+        source,
+    })?;
+    let now = read()?;
+    if now != *ports {
+        return Err(SenderError::Sysctl {
+            path: RESERVED_PORTS.into(),
+            problem: format!(
+                "wrote {} ports but read back {}: the kernel did not take the whole list",
+                ports.len(),
+                now.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The kernel's ephemeral range: SRAP's default port range, so it never
+/// takes a port a local service might want to listen on.
+pub fn local_port_range() -> Result<PortRange, SenderError> {
+    let text = read_sysctl(Path::new(LOCAL_PORT_RANGE))?;
+    text.trim().parse().map_err(|problem| SenderError::Sysctl {
+        path: LOCAL_PORT_RANGE.into(),
+        problem,
+    })
+}
+
+fn read_sysctl(path: &Path) -> Result<String, SenderError> {
+    fs::read_to_string(path).map_err(|source| SenderError::Io {
+        what: format!("reading {}", path.display()),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_ranges() {
+        let ports = parse("5,1-3, 9-9,10").unwrap();
+        assert_eq!(ports, BTreeSet::from([1, 2, 3, 5, 9, 10]));
+        assert_eq!(format(&ports), "1-3,5,9-10");
+        assert_eq!(format(&BTreeSet::new()), "");
+        assert_eq!(format(&BTreeSet::from([65534, 65535])), "65534-65535");
+        assert!(parse("\n").unwrap().is_empty());
+        assert!(parse("3-1").is_err());
+        assert!(parse("x").is_err());
+    }
+}

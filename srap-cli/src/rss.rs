@@ -1,0 +1,183 @@
+//! `srap rss show --iface DEV`: the RSS of a local NIC as SRAP sees it, for a
+//! person (text) or for an `--rss FILE` (`--json`).
+
+use std::fmt::Write as _;
+
+use srap_agent::discovery::{self, Discovery, RssSource};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    command: RssCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum RssCommand {
+    /// Discover and print the RSS configuration of a local interface.
+    Show(ShowArgs),
+}
+
+#[derive(clap::Args)]
+struct ShowArgs {
+    /// The receiving interface (in this network namespace).
+    #[arg(long)]
+    iface: String,
+    /// Print the RSS description file format (what --rss FILE reads).
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    match &args.command {
+        RssCommand::Show(show) => {
+            // Discovery errors name the interface and what to do already.
+            let found = discovery::discover(&show.iface)?;
+            if show.json {
+                println!("{}", found.description.to_json_pretty());
+                for warning in &found.warnings {
+                    eprintln!("srap: warning: {warning}");
+                }
+            } else {
+                print!("{}", render(&found));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The human-readable report.
+fn render(found: &Discovery) -> String {
+    let desc = &found.description;
+    let mut out = String::new();
+    let source = match found.source {
+        RssSource::Netlink => "ethtool netlink",
+        RssSource::Ioctl => "ethtool ioctl",
+    };
+    let _ = writeln!(
+        out,
+        "{}: driver {}, read over {source}",
+        found.iface,
+        found.driver.as_deref().unwrap_or("unknown")
+    );
+    let key_len = desc.key.split(':').count();
+    let _ = writeln!(
+        out,
+        "  hash       {}, input transform {}",
+        desc.hfunc, desc.input_xfrm
+    );
+    let _ = writeln!(out, "  key        {key_len} bytes {}", desc.key);
+    let _ = writeln!(
+        out,
+        "  table      {} entries, {}",
+        desc.indir.len(),
+        summarize_table(&desc.indir)
+    );
+    let _ = writeln!(
+        out,
+        "  fields     tcp4 {}, tcp6 {}",
+        desc.fields.tcp4, desc.fields.tcp6
+    );
+    let _ = writeln!(out, "  queues     {}", found.queues.len());
+    for queue in &found.queues {
+        let irq = queue
+            .irq
+            .map_or_else(|| "no irq".to_owned(), |irq| format!("irq {irq}"));
+        let _ = writeln!(
+            out,
+            "    rx-{:<4} → cpu {:<4} ({irq}, from {})",
+            queue.queue, queue.cpu, queue.source
+        );
+    }
+    if found.warnings.is_empty() {
+        let _ = writeln!(out, "  no warnings");
+    } else {
+        let _ = writeln!(out, "  warnings");
+        for warning in &found.warnings {
+            let _ = writeln!(out, "    ! {warning}");
+        }
+    }
+    out
+}
+
+/// One line for a table of hundreds of entries: its repeating pattern when it
+/// has one (`ethtool -X DEV equal N` makes one), else entries per queue.
+fn summarize_table(indir: &[u32]) -> String {
+    let period = (1..=indir.len())
+        .find(|&p| {
+            indir.len().is_multiple_of(p)
+                && indir.iter().enumerate().all(|(i, q)| *q == indir[i % p])
+        })
+        .unwrap_or(indir.len());
+    if period < indir.len() {
+        let pattern: Vec<String> = indir[..period.min(16)].iter().map(u32::to_string).collect();
+        let ellipsis = if period > 16 { " …" } else { "" };
+        return format!(
+            "pattern [{}{ellipsis}] × {}",
+            pattern.join(" "),
+            indir.len() / period
+        );
+    }
+    let mut counts = std::collections::BTreeMap::<u32, usize>::new();
+    for queue in indir {
+        *counts.entry(*queue).or_default() += 1;
+    }
+    let per_queue: Vec<String> = counts.iter().map(|(q, n)| format!("q{q}×{n}")).collect();
+    format!("entries per queue: {}", per_queue.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use srap_agent::discovery::placement::{CpuSource, QueuePlacement};
+    use srap_common::rss::{FieldsDescription, RssDescription};
+
+    use super::*;
+
+    #[test]
+    fn table_summaries() {
+        let rr: Vec<u32> = (0..256).map(|i| i % 4).collect();
+        assert_eq!(summarize_table(&rr), "pattern [0 1 2 3] × 64");
+        assert_eq!(summarize_table(&[0, 0, 1]), "entries per queue: q0×2 q1×1");
+        assert_eq!(summarize_table(&[]), "entries per queue: ");
+    }
+
+    #[test]
+    fn text_report_of_a_fixture() {
+        let found = Discovery {
+            iface: "enp8s0f0np0".into(),
+            driver: Some("mlx5_core".into()),
+            source: RssSource::Netlink,
+            description: RssDescription {
+                hfunc: "toeplitz".into(),
+                key: "6d:5a:56:da".into(),
+                indir: (0..256).map(|i| i % 2).collect(),
+                input_xfrm: "sym-or-xor".into(),
+                fields: FieldsDescription::default(),
+                queue_cpu: Some(vec![0, 0]),
+            },
+            queues: vec![
+                QueuePlacement {
+                    queue: 0,
+                    irq: Some(98),
+                    cpu: 0,
+                    source: CpuSource::Irq,
+                },
+                QueuePlacement {
+                    queue: 1,
+                    irq: Some(99),
+                    cpu: 0,
+                    source: CpuSource::Irq,
+                },
+            ],
+            warnings: vec![
+                "queues 0,1 are all served by CPU 0: flows on them share one core".into(),
+            ],
+        };
+        let text = render(&found);
+        println!("{text}");
+        assert!(text.starts_with("enp8s0f0np0: driver mlx5_core, read over ethtool netlink\n"));
+        assert!(text.contains("key        4 bytes 6d:5a:56:da"));
+        assert!(text.contains("256 entries, pattern [0 1] × 128"));
+        assert!(text.contains("rx-1    → cpu 0    (irq 99, from irq)"));
+        assert!(text.contains("! queues 0,1 are all served by CPU 0"));
+    }
+}

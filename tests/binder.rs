@@ -1,0 +1,849 @@
+//! The transparent port binder on a real kernel: `srap-agent sender` attaches
+//! the real eBPF programs to a real cgroup, a workload started with
+//! `srap exec` connects over a veth from the sender's network namespace to
+//! the receiver's, and where each flow lands is judged from the source ports
+//! the receiver actually accepted, hashed with srap-common's RSS model.
+//!
+//! The binaries come from the target directory (`cargo test` at the
+//! workspace root builds them; `cargo build --bins` otherwise), or from
+//! `SRAP_BIN_DIR`. The workload is this test binary itself, re-run with
+//! `SRAP_BINDER_WORKLOAD` set (see [`workload_process`]).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::{BufRead as _, BufReader, Read as _, Write as _},
+    net::{IpAddr, SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{ChildStdin, Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use srap_agent::sender::{BinderStats, PinLayout, read_stats};
+use srap_common::{
+    binder::outcome,
+    rss::{FlowTuple, RssModel, embedded_default},
+    solver::PortRange,
+    steering::SteeringTable,
+};
+use srap_suite::{
+    TwoHosts, VethConfig,
+    cgroup::{CgroupDir, ChildGuard, command_in},
+    require_privileged, unique_name,
+};
+
+/// Upper bound on every wait here.
+const TIMEOUT: Duration = Duration::from_secs(20);
+/// The receiver's service port.
+const DPORT: u16 = 5201;
+/// Given to the agent explicitly so the test can rebuild its tables.
+const PORT_RANGE: &str = "32768-60999";
+/// Prefix of the workload's protocol lines (the test harness also prints).
+const WL: &str = "SRAPWL ";
+
+// ---------------------------------------------------------------------------
+// The workload: this binary, re-run under `srap exec`.
+
+/// Not a test on its own: with `SRAP_BINDER_WORKLOAD=ip:port` set it is the
+/// workload process. It reads commands on stdin — `open N`, `close N` (the
+/// oldest N), `bind PORT` (connect from a port it binds itself) — and
+/// answers each with one `SRAPWL ports P,P,…` line; EOF ends it.
+#[test]
+fn workload_process() {
+    let Ok(dst) = std::env::var("SRAP_BINDER_WORKLOAD") else {
+        return;
+    };
+    let dst: SocketAddr = dst.parse().expect("SRAP_BINDER_WORKLOAD is ip:port");
+    let mut open: Vec<TcpStream> = Vec::new();
+    for line in std::io::stdin().lines() {
+        let line = line.expect("stdin");
+        let (cmd, arg) = line.split_once(' ').unwrap_or((&line, "0"));
+        let n: u16 = arg.trim().parse().expect("numeric argument");
+        let ports: Vec<u16> = match cmd {
+            "open" => (0..n)
+                .map(|_| {
+                    let s = TcpStream::connect_timeout(&dst, TIMEOUT).expect("connect");
+                    let port = s.local_addr().expect("local addr").port();
+                    open.push(s);
+                    port
+                })
+                .collect(),
+            "close" => open
+                .drain(..usize::from(n).min(open.len()))
+                .map(|s| s.local_addr().expect("local addr").port())
+                .collect(),
+            "bind" => {
+                let s = connect_from_port(dst, n);
+                let port = s.local_addr().expect("local addr").port();
+                open.push(s);
+                vec![port]
+            }
+            other => panic!("unknown workload command {other}"),
+        };
+        let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+        println!("{WL}ports {}", list.join(","));
+        std::io::stdout().flush().expect("stdout");
+    }
+}
+
+/// An application that binds its own source port before connecting.
+fn connect_from_port(dst: SocketAddr, port: u16) -> TcpStream {
+    let family = if dst.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    // SAFETY: plain socket calls on a descriptor we own; the sockaddr
+    // buffers are valid for the lengths given.
+    unsafe {
+        let fd = libc::socket(family, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let (mut storage, len) = sockaddr(SocketAddr::new(unspecified(dst.ip()), port));
+        let rc = libc::bind(fd, (&raw mut storage).cast(), len);
+        assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+        let (mut storage, len) = sockaddr(dst);
+        let rc = libc::connect(fd, (&raw mut storage).cast(), len);
+        assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
+        std::os::fd::FromRawFd::from_raw_fd(fd)
+    }
+}
+
+fn unspecified(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+    }
+}
+
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_in fits in sockaddr_storage.
+            unsafe { std::ptr::write((&raw mut storage).cast(), sin) };
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: 0,
+            };
+            // SAFETY: sockaddr_in6 fits in sockaddr_storage.
+            unsafe { std::ptr::write((&raw mut storage).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
+
+/// A running workload process and its command channel.
+struct Workload {
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    child: ChildGuard,
+}
+
+impl Workload {
+    /// Sends one command and returns the ports of its answer.
+    fn ask(&mut self, command: &str) -> Vec<u16> {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{command}").expect("write to workload");
+        stdin.flush().expect("flush to workload");
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no answer from the workload to `{command}`"));
+            // The harness may have printed `test workload_process ... ` first.
+            let answer = line.find(WL).map(|at| &line[at + WL.len()..]);
+            if let Some(list) = answer.and_then(|l| l.strip_prefix("ports ")) {
+                return list
+                    .split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.parse().expect("port"))
+                    .collect();
+            }
+        }
+    }
+
+    fn open(&mut self, n: usize) -> Vec<u16> {
+        self.ask(&format!("open {n}"))
+    }
+
+    fn close(&mut self, n: usize) -> Vec<u16> {
+        self.ask(&format!("close {n}"))
+    }
+
+    /// Closes stdin and waits for a clean exit.
+    fn finish(mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait_timeout(TIMEOUT).expect("workload exits");
+        assert!(status.success(), "workload failed: {status}");
+    }
+}
+
+/// Reads a child's stdout lines into a channel (so reads can time out).
+fn line_channel(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+// ---------------------------------------------------------------------------
+// The lab: two namespaces, the agent, the receiver's listener.
+
+fn bin(name: &str) -> PathBuf {
+    let dir = std::env::var_os("SRAP_BIN_DIR").map_or_else(
+        || {
+            let exe = std::env::current_exe().expect("current exe");
+            // target/<profile>/deps/binder-… → target/<profile>
+            exe.parent()
+                .and_then(Path::parent)
+                .expect("test binary in target/<profile>/deps")
+                .to_path_buf()
+        },
+        PathBuf::from,
+    );
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} not found: build it first (`cargo build --bins`; `cargo test` at the \
+         workspace root does), or point SRAP_BIN_DIR at it",
+        path.display()
+    );
+    path
+}
+
+struct Lab {
+    agent: Option<ChildGuard>,
+    agent_lines: Option<mpsc::Receiver<String>>,
+    pin_dir: PathBuf,
+    rss_path: PathBuf,
+    model: RssModel,
+    v6: bool,
+    cgroup: CgroupDir,
+    hosts: TwoHosts,
+}
+
+impl Lab {
+    fn new(v6: bool, subnet: u8) -> Self {
+        let hosts = TwoHosts::new(VethConfig {
+            subnet,
+            ..VethConfig::default()
+        })
+        .expect("two namespaces joined by a veth");
+        let name = unique_name("b");
+        let rss_path = std::env::temp_dir().join(format!("srap-test-{name}.json"));
+        let description = embedded_default();
+        std::fs::write(&rss_path, description.to_json_pretty()).expect("write rss file");
+        Self {
+            agent: None,
+            agent_lines: None,
+            pin_dir: PathBuf::from(format!("/sys/fs/bpf/srap-test-{name}")),
+            rss_path,
+            model: RssModel::from_description(&description).expect("model"),
+            v6,
+            cgroup: CgroupDir::unique().expect("cgroup2 mount"),
+            hosts,
+        }
+    }
+
+    fn sender_ip(&self) -> IpAddr {
+        self.hosts.sender_end.ip(self.v6)
+    }
+
+    fn receiver_ip(&self) -> IpAddr {
+        self.hosts.receiver_end.ip(self.v6)
+    }
+
+    fn server_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.receiver_ip(), DPORT)
+    }
+
+    fn agent_command(&self, args: &[&str]) -> Command {
+        let mut cmd = command_in(&self.hosts.sender, bin("srap-agent")).expect("sender netns");
+        cmd.args(["sender", "--rss"])
+            .arg(&self.rss_path)
+            .args(["--receiver", &self.receiver_ip().to_string()])
+            .arg("--cgroup")
+            .arg(self.cgroup.path())
+            .arg("--pin-dir")
+            .arg(&self.pin_dir)
+            .args(["--port-range", PORT_RANGE])
+            .args(args);
+        cmd
+    }
+
+    /// `srap-agent sender --once`: sets up and exits; returns its stdout.
+    fn attach_once(&self) -> String {
+        let out = self
+            .agent_command(&["--once"])
+            .output()
+            .expect("run srap-agent");
+        assert!(
+            out.status.success(),
+            "srap-agent sender failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Starts the agent as a daemon and waits for its `steering active` line.
+    fn start_agent(&mut self) -> String {
+        let mut child = self
+            .agent_command(&["--interval", "1"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn srap-agent");
+        let lines = line_channel(child.stdout.take().expect("stdout"));
+        self.agent = Some(ChildGuard::new(child));
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = lines.recv_timeout(left).expect("agent reports steering");
+            if line.starts_with("steering active") {
+                self.agent_lines = Some(lines);
+                return line;
+            }
+        }
+    }
+
+    /// SIGKILL: no chance to clean anything up.
+    fn kill_agent(&mut self) {
+        if let Some(mut agent) = self.agent.take() {
+            agent.kill();
+        }
+    }
+
+    fn detach(&self) -> std::process::Output {
+        command_in(&self.hosts.sender, bin("srap-agent"))
+            .expect("sender netns")
+            .args(["detach", "--pin-dir"])
+            .arg(&self.pin_dir)
+            .output()
+            .expect("run srap-agent detach")
+    }
+
+    /// Listens on the receiver's address.
+    fn listen(&self) -> Server {
+        let addr = self.server_addr();
+        let listener = self
+            .hosts
+            .receiver
+            .run(|| TcpListener::bind(addr))
+            .expect("receiver netns")
+            .expect("listen");
+        listener.set_nonblocking(true).expect("nonblocking");
+        Server {
+            listener,
+            accepted: Vec::new(),
+        }
+    }
+
+    /// The workload under `srap exec` (or, `steered` false, outside the cgroup).
+    fn workload(&self, steered: bool) -> Workload {
+        let exe = std::env::current_exe().expect("current exe");
+        let mut cmd = if steered {
+            let mut cmd = command_in(&self.hosts.sender, bin("srap")).expect("sender netns");
+            cmd.arg("exec")
+                .arg("--cgroup")
+                .arg(self.cgroup.path())
+                .arg("--")
+                .arg(exe);
+            cmd
+        } else {
+            command_in(&self.hosts.sender, exe).expect("sender netns")
+        };
+        let mut child = cmd
+            .args([
+                "workload_process",
+                "--exact",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env("SRAP_BINDER_WORKLOAD", self.server_addr().to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn workload");
+        let stdin = child.stdin.take();
+        let lines = line_channel(child.stdout.take().expect("stdout"));
+        Workload {
+            stdin,
+            lines,
+            child: ChildGuard::new(child),
+        }
+    }
+
+    /// The receiver CPU a flow from `sport` lands on, by the RSS model.
+    fn cpu_of(&self, sport: u16) -> u32 {
+        let tuple = FlowTuple::new(self.sender_ip(), sport, self.receiver_ip(), DPORT)
+            .expect("same-family tuple");
+        self.model.landing(&tuple).cpu
+    }
+
+    /// The agent's table for this pair, rebuilt the same way (for tests that
+    /// need to know SRAP's ports).
+    fn table(&self) -> SteeringTable {
+        let range: PortRange = PORT_RANGE.parse().expect("range");
+        SteeringTable::build(
+            &self.model,
+            self.sender_ip(),
+            self.receiver_ip(),
+            None,
+            range,
+        )
+        .expect("steering table")
+    }
+
+    fn stats(&self) -> BinderStats {
+        read_stats(&PinLayout::new(&self.pin_dir)).expect("read the binder's stats")
+    }
+
+    fn reserved_ports(&self) -> String {
+        let out = self
+            .hosts
+            .sender
+            .exec("cat", ["/proc/sys/net/ipv4/ip_local_reserved_ports"])
+            .expect("read sysctl");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.kill_agent();
+        if self.pin_dir.exists() {
+            let out = self.detach();
+            if !out.status.success() {
+                eprintln!(
+                    "cleanup: srap-agent detach: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        // Whatever detach could not remove (it failed, or the test broke
+        // the state): the pins go, so no link stays attached.
+        if let Ok(entries) = std::fs::read_dir(&self.pin_dir) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+            let _ = std::fs::remove_dir(&self.pin_dir);
+        }
+        let state = srap_agent::sender::state::path_for(&self.pin_dir);
+        let _ = std::fs::remove_file(state);
+        let _ = std::fs::remove_file(&self.rss_path);
+    }
+}
+
+/// The receiver's listener and the connections it accepted.
+struct Server {
+    listener: TcpListener,
+    accepted: Vec<TcpStream>,
+}
+
+impl Server {
+    /// Accepts `n` more connections; returns their source ports.
+    fn accept(&mut self, n: usize) -> Vec<u16> {
+        let deadline = Instant::now() + TIMEOUT;
+        let mut ports = Vec::new();
+        while ports.len() < n {
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    ports.push(peer.port());
+                    self.accepted.push(stream);
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "accepted {} of {n} connections",
+                        ports.len()
+                    );
+                    thread::sleep(Duration::from_millis(5));
+                }
+                Err(err) => panic!("accept: {err}"),
+            }
+        }
+        ports
+    }
+
+    /// Waits until the peer of every accepted connection from `ports` has
+    /// closed (EOF), so the test knows the close reached the receiver.
+    fn await_closed(&mut self, ports: &[u16]) {
+        let deadline = Instant::now() + TIMEOUT;
+        for stream in &mut self.accepted {
+            let port = stream.peer_addr().map(|a| a.port()).unwrap_or(0);
+            if !ports.contains(&port) {
+                continue;
+            }
+            stream
+                .set_read_timeout(Some(deadline.saturating_duration_since(Instant::now())))
+                .expect("timeout");
+            let mut buf = [0u8; 16];
+            let n = stream.read(&mut buf).expect("read until EOF");
+            assert_eq!(n, 0, "port {port}: expected EOF");
+        }
+    }
+}
+
+fn privileged(what: &str) -> bool {
+    require_privileged(what)
+}
+
+/// Flows per receiver CPU (every reachable CPU, zeros included).
+fn spread(lab: &Lab, ports: &[u16]) -> BTreeMap<u32, usize> {
+    let mut per_cpu: BTreeMap<u32, usize> = lab
+        .model
+        .reachable_cpus()
+        .into_iter()
+        .map(|c| (c, 0))
+        .collect();
+    for port in ports {
+        *per_cpu.entry(lab.cpu_of(*port)).or_default() += 1;
+    }
+    per_cpu
+}
+
+#[track_caller]
+fn assert_distinct_cpus(lab: &Lab, ports: &[u16]) {
+    let cpus: Vec<u32> = ports.iter().map(|p| lab.cpu_of(*p)).collect();
+    let distinct: BTreeSet<u32> = cpus.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        ports.len(),
+        "flows share receiver CPUs: ports {ports:?} land on {cpus:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The tests.
+
+fn sixteen_distinct(v6: bool, subnet: u8) {
+    let lab = Lab::new(v6, subnet);
+    let out = lab.attach_once();
+    assert!(out.contains("steering active (attached)"), "{out}");
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    let opened = workload.open(16);
+    let accepted = server.accept(16);
+    assert_eq!(
+        accepted.iter().collect::<BTreeSet<_>>(),
+        opened.iter().collect::<BTreeSet<_>>(),
+        "the receiver accepted the workload's connections"
+    );
+    assert_distinct_cpus(&lab, &accepted);
+    let stats = lab.stats();
+    assert_eq!(
+        stats.get(outcome::STEERED) + stats.get(outcome::RETRIED),
+        16,
+        "{stats}"
+    );
+    workload.finish();
+}
+
+#[test]
+fn sixteen_flows_land_on_sixteen_cpus() {
+    if !privileged("binder: 16 flows on 16 CPUs") {
+        return;
+    }
+    sixteen_distinct(false, 31);
+}
+
+#[test]
+fn ipv6_sixteen_flows_land_on_sixteen_cpus() {
+    if !privileged("binder: IPv6, 16 flows on 16 CPUs") {
+        return;
+    }
+    sixteen_distinct(true, 32);
+}
+
+#[test]
+fn forty_flows_spread_within_one() {
+    if !privileged("binder: 40 flows spread evenly") {
+        return;
+    }
+    let lab = Lab::new(false, 33);
+    lab.attach_once();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    workload.open(40);
+    let accepted = server.accept(40);
+    let per_cpu = spread(&lab, &accepted);
+    let (min, max) = (per_cpu.values().min(), per_cpu.values().max());
+    let (Some(min), Some(max)) = (min, max) else {
+        panic!("no CPUs")
+    };
+    assert!(max - min <= 1, "uneven spread: {per_cpu:?}");
+    workload.finish();
+}
+
+#[test]
+fn closed_flows_free_their_cpus() {
+    if !privileged("binder: close 8, open 8") {
+        return;
+    }
+    let lab = Lab::new(false, 34);
+    lab.attach_once();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    workload.open(16);
+    let first = server.accept(16);
+    assert_distinct_cpus(&lab, &first);
+    let closed = workload.close(8);
+    server.await_closed(&closed);
+    workload.open(8);
+    let second = server.accept(8);
+    let open: Vec<u16> = first
+        .iter()
+        .filter(|p| !closed.contains(p))
+        .chain(&second)
+        .copied()
+        .collect();
+    assert_eq!(open.len(), 16);
+    assert_distinct_cpus(&lab, &open);
+    assert_eq!(lab.stats().get(outcome::RELEASED), 8, "{}", lab.stats());
+    workload.finish();
+}
+
+#[test]
+fn port_in_use_is_skipped() {
+    if !privileged("binder: a port held by another socket") {
+        return;
+    }
+    let lab = Lab::new(false, 35);
+    lab.attach_once();
+    // The hook's first choice on a fresh binder: slot 0, entry 0, port 0.
+    let table = lab.table();
+    let first = table.port_for(0, 0, 0, DPORT).expect("slot 0 has a port");
+    let src = SocketAddr::new(lab.sender_ip(), first);
+    let _blocker = lab
+        .hosts
+        .sender
+        .run(|| TcpListener::bind(src))
+        .expect("sender netns")
+        .expect("hold the binder's first port");
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    workload.open(1);
+    let accepted = server.accept(1);
+    assert_ne!(accepted[0], first, "the held port was not skipped");
+    assert!(table.ports().contains(&accepted[0]), "still a steered port");
+    let stats = lab.stats();
+    assert_eq!(stats.get(outcome::RETRIED), 1, "{stats}");
+    workload.finish();
+}
+
+#[test]
+fn app_bound_socket_keeps_its_port() {
+    if !privileged("binder: an application-bound socket") {
+        return;
+    }
+    let lab = Lab::new(false, 36);
+    lab.attach_once();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    // Below the ephemeral range: not one of SRAP's.
+    let own = 23_456;
+    assert_eq!(workload.ask(&format!("bind {own}")), vec![own]);
+    assert_eq!(server.accept(1), vec![own]);
+    let stats = lab.stats();
+    assert_eq!(stats.get(outcome::APP_BOUND), 1, "{stats}");
+    assert_eq!(stats.get(outcome::ERROR), 0, "{stats}");
+    workload.finish();
+}
+
+#[test]
+fn killed_agent_keeps_steering_and_is_adopted() {
+    if !privileged("binder: kill -9 of the agent") {
+        return;
+    }
+    let mut lab = Lab::new(false, 37);
+    let line = lab.start_agent();
+    assert!(line.contains("(attached)"), "{line}");
+    lab.kill_agent();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    workload.open(16);
+    let first = server.accept(16);
+    assert_distinct_cpus(&lab, &first);
+    // A new agent adopts the pins, and the occupancy of the 16 open flows.
+    let line = lab.start_agent();
+    assert!(line.contains("(adopted)"), "{line}");
+    workload.open(8);
+    let all: Vec<u16> = first.into_iter().chain(server.accept(8)).collect();
+    assert_distinct_cpus(&lab, &all);
+    workload.finish();
+}
+
+#[test]
+fn detach_leaves_nothing_behind() {
+    if !privileged("binder: detach") {
+        return;
+    }
+    let lab = Lab::new(false, 38);
+    let before = lab.reserved_ports();
+    lab.attach_once();
+    assert_ne!(lab.reserved_ports(), before, "SRAP reserved its ports");
+    assert!(lab.cgroup.path().exists(), "the agent made the cgroup");
+    let out = lab.detach();
+    assert!(
+        out.status.success(),
+        "detach: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !lab.pin_dir.exists(),
+        "pins left in {}",
+        lab.pin_dir.display()
+    );
+    assert_eq!(lab.reserved_ports(), before, "reserved ports restored");
+    // The agent created the cgroup; detach removed it, and with it any link.
+    assert!(!lab.cgroup.path().exists(), "cgroup removed");
+    let state = srap_agent::sender::state::path_for(&lab.pin_dir);
+    assert!(!state.exists(), "state file {} left", state.display());
+    // No SRAP program left attached anywhere: no link names our programs.
+    let links = Command::new("bpftool")
+        .args(["cgroup", "tree"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    assert!(
+        !links.contains(&lab.cgroup.path().display().to_string()),
+        "{links}"
+    );
+}
+
+#[test]
+fn process_outside_the_cgroup_is_untouched() {
+    if !privileged("binder: a process outside the cgroup") {
+        return;
+    }
+    let lab = Lab::new(false, 39);
+    lab.attach_once();
+    let srap_ports = lab.table().ports();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(false);
+    workload.open(16);
+    let accepted = server.accept(16);
+    let stats = lab.stats();
+    assert_eq!(stats, BinderStats::default(), "the binder ran: {stats}");
+    assert!(
+        accepted.iter().all(|p| !srap_ports.contains(p)),
+        "the kernel handed out a reserved SRAP port: {accepted:?}"
+    );
+    workload.finish();
+}
+
+#[test]
+fn iperf3_parallel_streams_land_on_distinct_cpus() {
+    if !privileged("binder: iperf3 -P 8") {
+        return;
+    }
+    if Command::new("iperf3").arg("--version").output().is_err() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true and iperf3 is not installed (apt-get install iperf3)"
+        );
+        eprintln!("\n*** SKIP binder iperf3 test: iperf3 is not installed ***\n");
+        return;
+    }
+    let lab = Lab::new(false, 40);
+    lab.attach_once();
+    let port = DPORT.to_string();
+    let mut server = ChildGuard::new(
+        command_in(&lab.hosts.receiver, "iperf3")
+            .expect("receiver netns")
+            .args(["-s", "-1", "-J", "-p", &port])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("iperf3 server"),
+    );
+    wait_listening(&lab, DPORT);
+    let client = command_in(&lab.hosts.sender, bin("srap"))
+        .expect("sender netns")
+        .arg("exec")
+        .arg("--cgroup")
+        .arg(lab.cgroup.path())
+        .args(["--", "iperf3", "-c", &lab.receiver_ip().to_string()])
+        .args(["-p", &port, "-P", "8", "-t", "1"])
+        .output()
+        .expect("iperf3 client");
+    assert!(
+        client.status.success(),
+        "iperf3 -c: {}",
+        String::from_utf8_lossy(&client.stderr)
+    );
+    let status = server.wait_timeout(TIMEOUT).expect("iperf3 server exits");
+    assert!(status.success(), "iperf3 -s: {status}");
+    let mut json = String::new();
+    server
+        .child_mut()
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut json)
+        .expect("server output");
+    let report: serde_json::Value = serde_json::from_str(&json).expect("iperf3 -J output");
+    let ports: Vec<u16> = report["start"]["connected"]
+        .as_array()
+        .expect("connected streams")
+        .iter()
+        .filter_map(|c| c["remote_port"].as_u64())
+        .map(|p| p as u16)
+        .collect();
+    assert_eq!(ports.len(), 8, "{json}");
+    assert_distinct_cpus(&lab, &ports);
+}
+
+/// Waits until something listens on `port` in the receiver's namespace.
+fn wait_listening(lab: &Lab, port: u16) {
+    let needle = format!(":{port:04X} ");
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let listening = lab
+            .hosts
+            .receiver
+            .run(|| {
+                ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
+                    .iter()
+                    .filter_map(|p| std::fs::read_to_string(p).ok())
+                    .any(|t| {
+                        t.lines().any(|l| {
+                            let f: Vec<&str> = l.split_whitespace().collect();
+                            f.len() > 3 && f[1].ends_with(needle.trim_end()) && f[3] == "0A"
+                        })
+                    })
+            })
+            .expect("receiver netns");
+        if listening {
+            return;
+        }
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
