@@ -5,6 +5,7 @@
 
 pub mod discovery;
 pub mod emulator;
+pub mod lab;
 pub mod sender;
 pub mod verifier;
 

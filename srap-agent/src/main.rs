@@ -43,6 +43,9 @@ enum Command {
     Sender(SenderArgs),
     /// Remove everything `srap-agent sender` attached, pinned or reserved.
     Detach(DetachArgs),
+    /// SRAP on one machine: two namespaces joined by a veth that emulates a
+    /// 32-queue RSS NIC, a workload with kernel ports and with SRAP's.
+    Lab(srap_agent::lab::LabArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -90,6 +93,7 @@ fn main() -> anyhow::Result<()> {
         )),
         Command::Sender(args) => run_sender(&args, &runtime),
         Command::Detach(args) => run_detach(&args),
+        Command::Lab(args) => srap_agent::lab::run(&args),
     }
 }
 

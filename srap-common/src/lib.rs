@@ -21,3 +21,5 @@ pub mod rss;
 pub mod solver;
 #[cfg(feature = "user")]
 pub mod steering;
+#[cfg(feature = "user")]
+pub mod wire;

@@ -36,8 +36,13 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Run the `srap` CLI on the embedded default receiver.
-    Lab,
+    /// SRAP's main job on one machine (`srap-agent lab`): two namespaces, an
+    /// emulated 32-queue RSS NIC, a workload with kernel and SRAP ports.
+    /// Arguments go to `srap-agent lab` (e.g. `-- --experiment --trials 20`).
+    Lab {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -47,7 +52,7 @@ fn main() -> ExitCode {
         Task::Build => build(),
         Task::Test => test(),
         Task::Bench { args } => bench::run(&args),
-        Task::Lab => lab(),
+        Task::Lab { args } => lab(&args),
     };
     // Printed here rather than returned from main: a failed step is a plain
     // message, not a backtrace (RUST_BACKTRACE is often set in CI).
@@ -100,22 +105,23 @@ fn test() -> Result<()> {
     Ok(())
 }
 
-fn lab() -> Result<()> {
-    let srap = ["run", "--release", "-p", "srap-cli", "--bin", "srap", "--"];
-    let predict = [
-        "predict",
-        "--src",
-        "10.0.0.1",
-        "--dst",
-        "10.0.0.2:5201",
-        "--flows",
-        "16",
-    ];
-    let odds = ["odds", "--flows", "16", "--cpus", "32", "--trials", "2000"];
-    for (name, args) in [("srap predict", &predict[..]), ("srap odds", &odds[..])] {
-        let mut all = srap.to_vec();
-        all.extend_from_slice(args);
-        run_step(Step::new(name, cargo(&all)))?;
-    }
-    Ok(())
+fn lab(args: &[String]) -> Result<()> {
+    setup::ensure()?;
+    run_step(Step::new(
+        "build (release)",
+        cargo(&["build", "--release", "-p", "srap-agent", "-p", "srap-cli"]),
+    ))?;
+    let agent = exec::workspace_root().join("target/release/srap-agent");
+    // The lab makes namespaces and loads eBPF: root, through sudo if need be.
+    let is_root = exec::stdout_of(std::process::Command::new("id").arg("-u"))
+        .is_some_and(|uid| uid.trim() == "0");
+    let mut command = if is_root {
+        std::process::Command::new(&agent)
+    } else {
+        let mut sudo = std::process::Command::new("sudo");
+        sudo.arg(&agent);
+        sudo
+    };
+    command.arg("lab").args(args);
+    run_step(Step::new("srap-agent lab", command))
 }

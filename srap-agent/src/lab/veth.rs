@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use anyhow::Context as _;
 
-use crate::{NetNs, unique_name};
+use super::{NetNs, unique_name};
 
 /// Shape of the pair.
 #[derive(Clone, Copy, Debug)]

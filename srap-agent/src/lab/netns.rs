@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::unique_name;
+use super::unique_name;
 
 /// A named network namespace (`/run/netns/<name>`), deleted on drop.
 ///

@@ -1,0 +1,152 @@
+//! The paper's experiment: many trials of N concurrent flows, with SRAP and
+//! with kernel-chosen ports, judged only by the receive queues the verifier
+//! observed.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use serde::Serialize;
+
+use super::{LabNet, interrupted, report::RunReport, steering::InCgroup};
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Outcome of many trials of one kind.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Tally {
+    pub trials: usize,
+    pub collision_free_rate: f64,
+    pub mean_busiest: f64,
+    /// Flows that landed on the queue the model predicted, of all flows.
+    pub prediction_accuracy: f64,
+    #[serde(skip)]
+    collision_free: usize,
+    #[serde(skip)]
+    busiest_total: usize,
+    #[serde(skip)]
+    flows: usize,
+    #[serde(skip)]
+    predicted_right: usize,
+}
+
+impl Tally {
+    fn add(&mut self, run: &RunReport) {
+        self.trials += 1;
+        self.collision_free += usize::from(run.collision_free);
+        self.busiest_total += run.busiest;
+        self.flows += run.flows.len();
+        self.predicted_right += run.predicted_right;
+        self.collision_free_rate = self.collision_free as f64 / self.trials as f64;
+        self.mean_busiest = self.busiest_total as f64 / self.trials as f64;
+        self.prediction_accuracy = self.predicted_right as f64 / self.flows.max(1) as f64;
+    }
+}
+
+/// One trial: `flows` connections to a fresh port, opened from the steered
+/// cgroup when `cgroup` is given, judged by the verifier.
+pub fn trial(
+    net: &LabNet,
+    port: u16,
+    flows: usize,
+    cgroup: Option<&std::path::Path>,
+) -> anyhow::Result<RunReport> {
+    let server = SocketAddr::new(net.receiver_ip(), port);
+    let listener = net
+        .hosts
+        .receiver
+        .run(|| TcpListener::bind(server))?
+        .with_context(|| format!("listening on {server}"))?;
+    let clients = {
+        // Sockets join the cgroup their creator is in at creation time.
+        let _steered = cgroup.map(InCgroup::enter).transpose()?;
+        net.hosts.sender.run(|| connect_all(server, flows))??
+    };
+    accept_all(&listener, flows)?;
+    drop(clients);
+    let records = net.flows_to(port)?;
+    if records.len() != flows {
+        bail!(
+            "the verifier saw {} flows to port {port}, expected {flows}",
+            records.len()
+        );
+    }
+    Ok(RunReport::judge(&net.model, &records, 0))
+}
+
+fn connect_all(server: SocketAddr, flows: usize) -> anyhow::Result<Vec<TcpStream>> {
+    (0..flows)
+        .map(|_| {
+            let mut stream = TcpStream::connect_timeout(&server, TIMEOUT)
+                .with_context(|| format!("connecting to {server}"))?;
+            stream.write_all(b"srap lab trial")?;
+            Ok(stream)
+        })
+        .collect()
+}
+
+/// Accepts `flows` connections, reads what each sent, and closes it first
+/// (the TIME_WAIT lands here, not on the sender's steered ports).
+fn accept_all(listener: &TcpListener, flows: usize) -> anyhow::Result<()> {
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + TIMEOUT;
+    let mut accepted = 0;
+    while accepted < flows {
+        match listener.accept() {
+            Ok((mut stream, _)) => {
+                stream.set_nonblocking(false)?;
+                stream.set_read_timeout(Some(TIMEOUT))?;
+                let mut buf = [0u8; 64];
+                let _ = stream.read(&mut buf)?;
+                accepted += 1;
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                if interrupted() {
+                    bail!("interrupted");
+                }
+                if Instant::now() > deadline {
+                    bail!("only {accepted} of {flows} connections arrived within {TIMEOUT:?}");
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(err) => return Err(err).context("accepting"),
+        }
+    }
+    Ok(())
+}
+
+/// The experiment's result, as `--json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExperimentReport {
+    pub flows: usize,
+    pub queues: u32,
+    pub srap: Tally,
+    pub kernel: Tally,
+    pub analytic_collision_free: f64,
+}
+
+pub fn run(
+    net: &LabNet,
+    cgroup: &std::path::Path,
+    flows: usize,
+    trials: usize,
+    queues: u32,
+) -> anyhow::Result<ExperimentReport> {
+    let (mut srap, mut kernel) = (Tally::default(), Tally::default());
+    for t in 0..trials {
+        let port = 20_000 + 2 * t as u16;
+        srap.add(&trial(net, port, flows, Some(cgroup))?);
+        kernel.add(&trial(net, port + 1, flows, None)?);
+        tracing::debug!(trial = t, "done");
+    }
+    Ok(ExperimentReport {
+        flows,
+        queues,
+        srap,
+        kernel,
+        analytic_collision_free: srap_common::odds::collision_free(flows as u32, queues)?,
+    })
+}

@@ -1,0 +1,206 @@
+//! `srap-agent lab`: SRAP's main job on one machine. Two hosts made of
+//! network namespaces, a multi-queue veth whose sender side emulates a
+//! receiver NIC's RSS, the binder on the sender, the verifier on the
+//! receiver, and a workload run twice — with kernel-chosen ports and with
+//! SRAP's — or the paper's experiment (`--experiment`). The namespace and
+//! veth helpers here are also what the integration tests build on.
+//!
+//! Every object gets a name unique to this process (pid + counter) and is
+//! removed on drop, so a failing run (a panic unwinds through the guards)
+//! leaves nothing behind. Traffic stays inside namespaces made here:
+//! addresses are `10.199.<subnet>.0/24` and `fd00:5a:0:<subnet>::/64`,
+//! configured only on these veth ends.
+
+pub mod experiment;
+pub mod netns;
+pub mod report;
+pub mod steering;
+pub mod topology;
+pub mod veth;
+pub mod workload;
+
+use std::{
+    process::Stdio,
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+
+use self::{
+    report::RunReport,
+    steering::LabSteering,
+    topology::LabNet,
+    workload::{ChildGuard, client, iperf3_server},
+};
+
+pub use netns::{NetNs, NsGuard};
+pub use veth::{TwoHosts, VethConfig, VethEnd};
+
+/// A name no other live object of this process has: `s<pid>x<n><suffix>`.
+///
+/// Short enough for an interface name (15 bytes) for any pid and up to a few
+/// thousand objects per process with a one-letter suffix.
+pub fn unique_name(suffix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("s{}x{n}{suffix}", std::process::id())
+}
+
+/// Flows that carried less than this are left out of a workload's verdict
+/// (iperf3's control connection, say).
+const MIN_DATA_BYTES: u64 = 1 << 20;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct LabArgs {
+    /// Receive queues of the emulated NIC (each counts as one CPU).
+    #[arg(long, default_value_t = 32)]
+    pub queues: u32,
+    /// Parallel flows.
+    #[arg(long, default_value_t = 16)]
+    pub flows: usize,
+    /// Seconds the default workload runs.
+    #[arg(long, default_value_t = 5)]
+    pub duration: u64,
+    /// The client command, run in the sender namespace; `{server}`,
+    /// `{port}`, `{flows}` and `{duration}` are filled in. Its server must be
+    /// iperf3-compatible (`iperf3 -s` runs on the receiver).
+    #[arg(
+        long,
+        default_value = "iperf3 -c {server} -p {port} -P {flows} -t {duration}"
+    )]
+    pub workload: String,
+    /// Run the experiment instead: --trials trials with SRAP and as many with
+    /// kernel-chosen ports, short connections judged by the verifier.
+    #[arg(long)]
+    pub experiment: bool,
+    /// Trials per kind in --experiment.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub trials: u64,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// True once Ctrl-C (or SIGTERM) arrived: every wait in the lab checks it,
+/// so the drop guards tear everything down.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+pub fn run(args: &LabArgs) -> anyhow::Result<()> {
+    // SAFETY: the handler only stores to an atomic, which is signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the lab creates namespaces and loads eBPF: run it as root (`cargo xtask lab` does)");
+    }
+    if args.flows == 0 || args.flows > 256 {
+        bail!("--flows must be 1 to 256");
+    }
+    let net = LabNet::new(args.queues)?;
+    let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
+    if args.experiment {
+        let report = experiment::run(
+            &net,
+            steering.cgroup(),
+            args.flows,
+            args.trials as usize,
+            args.queues,
+        )?;
+        if args.json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            print_experiment(&report);
+        }
+        return Ok(());
+    }
+    let mut reports = Vec::new();
+    for (title, port, cgroup) in [
+        ("kernel-chosen source ports", 5201, None),
+        ("SRAP-chosen source ports", 5202, Some(steering.cgroup())),
+    ] {
+        let report = run_workload(&net, args, port, cgroup)
+            .with_context(|| format!("workload with {title}"))?;
+        if !args.json {
+            println!("{}", report.render(title, args.duration as f64));
+        }
+        reports.push(report);
+    }
+    let stats = crate::sender::read_stats(&crate::sender::PinLayout::new(steering.pin_dir()))?;
+    if args.json {
+        let json = serde_json::json!({"kernel": reports[0], "srap": reports[1], "binder": stats.to_string()});
+        println!("{json}");
+    } else {
+        println!("binder counters: {stats}");
+    }
+    Ok(())
+}
+
+fn run_workload(
+    net: &LabNet,
+    args: &LabArgs,
+    port: u16,
+    cgroup: Option<&std::path::Path>,
+) -> anyhow::Result<RunReport> {
+    let words: Vec<String> = args
+        .workload
+        .split_whitespace()
+        .map(|w| {
+            w.replace("{flows}", &args.flows.to_string())
+                .replace("{duration}", &args.duration.to_string())
+        })
+        .collect();
+    let _server = iperf3_server(&net.hosts.receiver, port)?;
+    let mut command = client(
+        &net.hosts.sender,
+        &words,
+        &net.receiver_ip().to_string(),
+        port,
+        cgroup,
+    )?;
+    let mut workload = ChildGuard::spawn(command.stdout(Stdio::null()))?;
+    let status = workload.wait(Duration::from_secs(args.duration + 30))?;
+    if !status.success() {
+        bail!("the workload exited with {status}");
+    }
+    Ok(RunReport::judge(
+        &net.model,
+        &net.flows_to(port)?,
+        MIN_DATA_BYTES,
+    ))
+}
+
+fn print_experiment(r: &experiment::ExperimentReport) {
+    println!(
+        "{} flows on {} queues, {} trials each, judged by the receive verifier",
+        r.flows, r.queues, r.srap.trials
+    );
+    println!(
+        "  {:<24} {:>15} {:>13} {:>11}",
+        "", "collision-free", "busiest queue", "predicted"
+    );
+    for (name, t) in [("SRAP ports", &r.srap), ("kernel ports", &r.kernel)] {
+        println!(
+            "  {:<24} {:>14.1}% {:>13.2} {:>10.1}%",
+            name,
+            t.collision_free_rate * 100.0,
+            t.mean_busiest,
+            t.prediction_accuracy * 100.0
+        );
+    }
+    println!(
+        "  {:<24} {:>14.2}%",
+        "random ports, formula",
+        r.analytic_collision_free * 100.0
+    );
+}

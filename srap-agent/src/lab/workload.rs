@@ -1,0 +1,133 @@
+//! Running the workload (default: iperf3) between the lab's hosts: the
+//! server in the receiver namespace, the client in the sender namespace,
+//! inside the steered cgroup through `srap exec` or outside it.
+
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use super::{NetNs, interrupted};
+
+/// A child process, killed (by its PID) and reaped on drop.
+pub struct ChildGuard(Child);
+
+impl ChildGuard {
+    pub fn spawn(command: &mut Command) -> anyhow::Result<Self> {
+        Ok(Self(
+            command
+                .spawn()
+                .with_context(|| format!("starting {command:?}"))?,
+        ))
+    }
+
+    /// Waits up to `timeout` (or until Ctrl-C) for the child to exit.
+    pub fn wait(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.0.try_wait()? {
+                return Ok(status);
+            }
+            if interrupted() {
+                bail!("interrupted");
+            }
+            if Instant::now() > deadline {
+                bail!("still running after {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// `PROGRAM ARGS` in `ns`'s network namespace only (nsenter keeps /sys, so
+/// the cgroup2 mount stays visible to `srap exec`).
+pub fn in_netns(ns: &NetNs, program: impl Into<OsString>) -> Command {
+    let mut command = Command::new("nsenter");
+    command
+        .arg(format!("--net=/run/netns/{}", ns.name()))
+        .arg("--")
+        .arg(program.into());
+    command
+}
+
+/// The `srap` binary beside this one (cargo builds both into one directory).
+pub fn srap_binary() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating this executable")?;
+    let srap = exe.with_file_name("srap");
+    if !srap.exists() {
+        bail!(
+            "{} not found: build it (`cargo xtask build`)",
+            srap.display()
+        );
+    }
+    Ok(srap)
+}
+
+/// Starts `iperf3 -s -1` on `port` in `ns` and waits until it listens.
+pub fn iperf3_server(ns: &NetNs, port: u16) -> anyhow::Result<ChildGuard> {
+    let mut server = ChildGuard::spawn(
+        in_netns(ns, "iperf3")
+            .args(["-s", "-1", "-p", &port.to_string()])
+            .stdout(Stdio::null()),
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let needle = format!(":{port} ");
+    loop {
+        let listening = ns.exec("ss", ["-Hltn"])?;
+        if String::from_utf8_lossy(&listening.stdout).contains(&needle) {
+            return Ok(server);
+        }
+        if server.0.try_wait()?.is_some() || Instant::now() > deadline {
+            bail!("iperf3 -s did not start listening on port {port}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The client command: `workload` with `{server}` and `{port}` filled in,
+/// run in `ns`, through `srap exec --cgroup` when `steered_cgroup` is given.
+pub fn client(
+    ns: &NetNs,
+    workload: &[String],
+    server: &str,
+    port: u16,
+    steered_cgroup: Option<&Path>,
+) -> anyhow::Result<Command> {
+    let args: Vec<String> = workload
+        .iter()
+        .map(|a| {
+            a.replace("{server}", server)
+                .replace("{port}", &port.to_string())
+        })
+        .collect();
+    let Some((program, rest)) = args.split_first() else {
+        bail!("--workload is empty");
+    };
+    let mut command = match steered_cgroup {
+        Some(cgroup) => {
+            let mut c = in_netns(ns, srap_binary()?);
+            c.arg("exec")
+                .arg("--cgroup")
+                .arg(cgroup)
+                .arg("--")
+                .arg(program);
+            c
+        }
+        None => in_netns(ns, program),
+    };
+    command.args(rest);
+    Ok(command)
+}

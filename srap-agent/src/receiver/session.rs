@@ -1,0 +1,258 @@
+//! One sender's connection: handshake (PSK challenge when configured), then
+//! the current description, every new version, and the sender's plan
+//! reports, until either side goes away or breaks the protocol.
+
+use std::net::SocketAddr;
+
+use srap_common::wire::{
+    Challenge, ErrorReport, Hello, MAX_FRAME, MAX_HANDSHAKE_FRAME, Message, Nonce, RssUpdate,
+};
+use thiserror::Error;
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::{
+        TcpStream,
+        tcp::{OwnedReadHalf, OwnedWriteHalf},
+    },
+    sync::watch,
+    time::{Instant, timeout},
+};
+use tracing::{debug, info, warn};
+
+use super::{Shared, source::Published};
+use crate::framed::{self, FrameError, ReadLimits};
+
+/// Why a session ended early.
+#[derive(Debug, Error)]
+pub(super) enum SessionError {
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    #[error("expected {expected}, got {got}")]
+    Unexpected {
+        expected: &'static str,
+        got: &'static str,
+    },
+    #[error("authentication failed: wrong pre-shared key")]
+    WrongKey,
+    #[error("the peer reported an error: {0}")]
+    PeerError(String),
+    #[error("cannot make a challenge: {0}")]
+    Random(getrandom::Error),
+    #[error("the receiver is shutting down")]
+    Shutdown,
+}
+
+impl SessionError {
+    /// What to tell the peer before closing, if it can still be told.
+    fn report(&self) -> Option<String> {
+        match self {
+            Self::Frame(err) if err.worth_reporting() => Some(err.to_string()),
+            Self::Frame(_) | Self::PeerError(_) => None,
+            Self::Random(_) => Some("internal error".into()),
+            other => Some(other.to_string()),
+        }
+    }
+}
+
+/// A message's kind, for errors.
+pub(super) fn kind(message: &Message) -> &'static str {
+    match message {
+        Message::Hello(_) => "Hello",
+        Message::Challenge(_) => "Challenge",
+        Message::Response(_) => "Response",
+        Message::RssUpdate(_) => "RssUpdate",
+        Message::PlanReport(_) => "PlanReport",
+        Message::Keepalive => "Keepalive",
+        Message::Error(_) => "Error",
+    }
+}
+
+/// Runs a session to its end and closes the connection.
+pub(super) async fn run(stream: TcpStream, peer: SocketAddr, shared: &Shared) {
+    let (mut rd, mut wr) = stream.into_split();
+    let outcome = converse(&mut rd, &mut wr, peer, shared).await;
+    shared.plans.remove(&peer);
+    match &outcome {
+        Ok(()) | Err(SessionError::Frame(FrameError::Closed)) => info!("{peer}: disconnected"),
+        Err(err) => warn!("{peer}: {err}"),
+    }
+    let report = outcome.err().and_then(|err| err.report());
+    close(rd, wr, report, shared).await;
+}
+
+async fn converse(
+    rd: &mut OwnedReadHalf,
+    wr: &mut OwnedWriteHalf,
+    peer: SocketAddr,
+    shared: &Shared,
+) -> Result<(), SessionError> {
+    let t = &shared.config.timeouts;
+    let handshake = ReadLimits {
+        max: MAX_HANDSHAKE_FRAME,
+        idle: t.handshake,
+        frame: t.handshake,
+    };
+    let hello = match framed::read(rd, handshake).await? {
+        Message::Hello(hello) => hello,
+        other => return Err(unexpected("Hello", &other)),
+    };
+    authenticate(rd, wr, &hello, handshake, shared).await?;
+    info!(
+        "{peer}: {} connected{}",
+        printable(&hello.agent),
+        if shared.config.psk.is_some() {
+            " (authenticated)"
+        } else {
+            ""
+        }
+    );
+
+    let mut updates = shared.updates.clone();
+    let current = updates.borrow_and_update().clone();
+    send_update(wr, &current, shared).await?;
+
+    let limits = ReadLimits {
+        max: MAX_FRAME,
+        idle: t.idle,
+        frame: t.frame,
+    };
+    // Reads live in one future for the whole session, so a frame is never
+    // cut in half by a write taking its turn.
+    let reads = async {
+        loop {
+            match framed::read(rd, limits).await? {
+                Message::Keepalive => {}
+                Message::PlanReport(report) => {
+                    let ports: usize = report
+                        .tables
+                        .iter()
+                        .flat_map(|t| &t.cpus)
+                        .map(|c| c.ports.len())
+                        .sum();
+                    info!(
+                        "{peer}: plan for version {}: {} table(s), {ports} source ports",
+                        report.version,
+                        report.tables.len()
+                    );
+                    shared.plans.insert(peer, report);
+                }
+                Message::Error(report) => {
+                    return Err(SessionError::PeerError(printable(&report.reason)));
+                }
+                other => return Err(unexpected("PlanReport or Keepalive", &other)),
+            }
+        }
+    };
+    tokio::pin!(reads);
+    let mut keepalive = tokio::time::interval_at(Instant::now() + t.keepalive, t.keepalive);
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        tokio::select! {
+            outcome = &mut reads => return outcome,
+            changed = updates.changed() => {
+                if changed.is_err() {
+                    return Err(SessionError::Shutdown);
+                }
+                let current = updates.borrow_and_update().clone();
+                send_update(wr, &current, shared).await?;
+                debug!("{peer}: sent version {}", current.version);
+            }
+            _ = keepalive.tick() => {
+                framed::write(wr, &Message::Keepalive, t.write).await?;
+            }
+            _ = shutdown.changed() => return Err(SessionError::Shutdown),
+        }
+    }
+}
+
+async fn authenticate(
+    rd: &mut OwnedReadHalf,
+    wr: &mut OwnedWriteHalf,
+    hello: &Hello,
+    limits: ReadLimits,
+    shared: &Shared,
+) -> Result<(), SessionError> {
+    let Some(psk) = &shared.config.psk else {
+        return Ok(());
+    };
+    let nonce = Nonce::random().map_err(SessionError::Random)?;
+    let challenge = Challenge {
+        nonce,
+        proof: psk.receiver_proof(&hello.nonce, &nonce),
+    };
+    framed::write(wr, &Message::Challenge(challenge), shared.config.timeouts.write).await?;
+    let response = match framed::read(rd, limits).await? {
+        Message::Response(response) => response,
+        other => return Err(unexpected("Response", &other)),
+    };
+    if psk.verify_sender(&hello.nonce, &nonce, &response.proof) {
+        Ok(())
+    } else {
+        Err(SessionError::WrongKey)
+    }
+}
+
+async fn send_update(
+    wr: &mut OwnedWriteHalf,
+    current: &Published,
+    shared: &Shared,
+) -> Result<(), SessionError> {
+    let update = Message::RssUpdate(RssUpdate {
+        version: current.version,
+        description: (&current.description).into(),
+    });
+    framed::write(wr, &update, shared.config.timeouts.write).await?;
+    Ok(())
+}
+
+fn unexpected(expected: &'static str, got: &Message) -> SessionError {
+    SessionError::Unexpected {
+        expected,
+        got: kind(got),
+    }
+}
+
+/// A peer-supplied string made safe for one log line.
+pub(super) fn printable(text: &str) -> String {
+    text.chars()
+        .take(80)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// Sends `report` (if any), then closes: FIN first, then whatever the peer
+/// still sends is read and dropped for a moment, so the kernel does not
+/// answer it with a reset that could destroy the report before the peer
+/// reads it.
+pub(super) async fn close(
+    mut rd: OwnedReadHalf,
+    mut wr: OwnedWriteHalf,
+    report: Option<String>,
+    shared: &Shared,
+) {
+    let linger = shared.config.timeouts.linger;
+    if let Some(reason) = report {
+        let message = Message::Error(ErrorReport::new(reason));
+        let _ = framed::write(&mut wr, &message, linger).await;
+    }
+    let _ = timeout(linger, wr.shutdown()).await;
+    drain(&mut rd, linger).await;
+}
+
+/// Reads and drops up to 64 KiB for at most `linger`.
+pub(super) async fn drain<R: tokio::io::AsyncRead + Unpin>(rd: &mut R, linger: std::time::Duration) {
+    let mut sink = [0u8; 4096];
+    let mut left = 64 * 1024usize;
+    let _ = timeout(linger, async {
+        while left > 0 {
+            match rd.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+}
+
+/// The receiver's watch channel type, named for [`super`].
+pub(super) type Updates = watch::Receiver<Published>;

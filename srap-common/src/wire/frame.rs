@@ -1,0 +1,111 @@
+//! Framing: a big-endian `u32` length, then the payload: magic, protocol
+//! version, bincode body. The length is checked before the caller allocates.
+
+use super::{DecodeError, EncodeError, Message, PROTOCOL_VERSION};
+
+/// First bytes of every payload: tells an SRAP peer from anything else that
+/// happens to connect (an HTTP probe, a port scanner).
+pub const MAGIC: [u8; 4] = *b"SRAP";
+/// Bytes of the length prefix.
+pub const PREFIX_LEN: usize = 4;
+/// Magic + version: the part of the payload before the body.
+pub const HEADER_LEN: usize = MAGIC.len() + 2;
+/// Largest payload either side accepts: a description of a 64 k-entry
+/// indirection table, or a plan naming every source port, fits with room.
+pub const MAX_FRAME: usize = 1 << 20;
+/// Largest payload accepted before the peer has authenticated (Hello,
+/// Response): unauthenticated peers cost at most this much memory each.
+pub const MAX_HANDSHAKE_FRAME: usize = 4 << 10;
+
+fn config() -> impl bincode::config::Config {
+    bincode::config::standard().with_limit::<MAX_FRAME>()
+}
+
+/// The whole frame for `message`, length prefix included.
+pub fn encode(message: &Message) -> Result<Vec<u8>, EncodeError> {
+    let mut frame = vec![0; PREFIX_LEN];
+    frame.extend_from_slice(&MAGIC);
+    frame.extend_from_slice(&PROTOCOL_VERSION.to_be_bytes());
+    bincode::encode_into_std_write(message, &mut frame, config())?;
+    let len = frame.len() - PREFIX_LEN;
+    if len > MAX_FRAME {
+        return Err(EncodeError::TooLarge {
+            len,
+            max: MAX_FRAME,
+        });
+    }
+    // `len` ≤ MAX_FRAME < u32::MAX.
+    frame[..PREFIX_LEN].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(frame)
+}
+
+/// The payload length a prefix announces, if it is acceptable: at most `max`
+/// (which callers cap at [`MAX_FRAME`]) and at least a header. Call this
+/// before allocating the payload buffer.
+pub fn payload_len(prefix: [u8; PREFIX_LEN], max: usize) -> Result<usize, DecodeError> {
+    let len = u32::from_be_bytes(prefix) as usize;
+    let max = max.min(MAX_FRAME);
+    if len > max {
+        return Err(DecodeError::TooLarge { len, max });
+    }
+    if len < HEADER_LEN {
+        return Err(DecodeError::TooShort {
+            len,
+            min: HEADER_LEN,
+        });
+    }
+    Ok(len)
+}
+
+/// Decodes one payload (everything after the length prefix).
+pub fn decode_payload(payload: &[u8]) -> Result<Message, DecodeError> {
+    if payload.len() > MAX_FRAME {
+        return Err(DecodeError::TooLarge {
+            len: payload.len(),
+            max: MAX_FRAME,
+        });
+    }
+    let Some((header, body)) = payload.split_first_chunk::<HEADER_LEN>() else {
+        return Err(DecodeError::TooShort {
+            len: payload.len(),
+            min: HEADER_LEN,
+        });
+    };
+    let (magic, version) = header.split_at(MAGIC.len());
+    if magic != MAGIC {
+        let mut found = [0; 4];
+        found.copy_from_slice(magic);
+        return Err(DecodeError::NotSrap { found });
+    }
+    let version = u16::from_be_bytes([version[0], version[1]]);
+    if version != PROTOCOL_VERSION {
+        return Err(DecodeError::WrongVersion {
+            got: version,
+            supported: PROTOCOL_VERSION,
+        });
+    }
+    let (message, used) = bincode::decode_from_slice::<Message, _>(body, config())?;
+    if used != body.len() {
+        return Err(DecodeError::TrailingBytes {
+            extra: body.len() - used,
+        });
+    }
+    Ok(message)
+}
+
+/// Decodes the first frame in `bytes` (prefix included), accepting payloads
+/// up to `max`; returns the message and the bytes it took.
+pub fn decode_frame(bytes: &[u8], max: usize) -> Result<(Message, usize), DecodeError> {
+    let Some((prefix, rest)) = bytes.split_first_chunk::<PREFIX_LEN>() else {
+        return Err(DecodeError::Truncated {
+            expected: PREFIX_LEN,
+            got: bytes.len(),
+        });
+    };
+    let len = payload_len(*prefix, max)?;
+    let payload = rest.get(..len).ok_or(DecodeError::Truncated {
+        expected: PREFIX_LEN + len,
+        got: bytes.len(),
+    })?;
+    Ok((decode_payload(payload)?, PREFIX_LEN + len))
+}

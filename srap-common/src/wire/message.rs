@@ -1,0 +1,155 @@
+//! The messages. Plain data with bincode's derive; the RSS description
+//! travels as [`WireDescription`], a field-for-field mirror of
+//! [`RssDescription`] (whose serde attributes suit JSON, not bincode).
+
+use std::net::IpAddr;
+
+use bincode::{Decode, Encode};
+
+use super::{Mac, Nonce};
+use crate::rss::{FieldsDescription, RssDescription};
+
+/// Longest [`ErrorReport::reason`] sent; longer ones are cut.
+pub const MAX_REASON_LEN: usize = 512;
+
+/// Everything either side can send.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum Message {
+    Hello(Hello),
+    Challenge(Challenge),
+    Response(Response),
+    RssUpdate(RssUpdate),
+    PlanReport(PlanReport),
+    /// Sent while idle so each side can tell a quiet peer from a dead one.
+    Keepalive,
+    Error(ErrorReport),
+}
+
+/// The sender's first message.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct Hello {
+    /// [`super::PROTOCOL_VERSION`] of the sender (the frame header carries it
+    /// too; this one is for logs and for a later version to negotiate).
+    pub version: u16,
+    /// The sender's software, e.g. `srap-agent 0.1.0`, for the receiver's logs.
+    pub agent: String,
+    /// The sender's half of the challenge: the receiver's proof covers it.
+    pub nonce: Nonce,
+}
+
+/// The receiver's answer to [`Hello`] when it has a PSK.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct Challenge {
+    /// The receiver's half: the sender's proof covers it.
+    pub nonce: Nonce,
+    /// [`super::auth::receiver_proof`]: shows the receiver knows the PSK.
+    pub proof: Mac,
+}
+
+/// The sender's proof of the PSK, [`super::auth::sender_proof`].
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct Response {
+    pub proof: Mac,
+}
+
+/// A receiver's RSS description, version `version`. Versions only grow
+/// during one run of a receiver agent; a restarted receiver starts again at
+/// 1, so senders compare descriptions, not just versions.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct RssUpdate {
+    pub version: u64,
+    pub description: WireDescription,
+}
+
+/// [`RssDescription`] as it travels.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct WireDescription {
+    pub hfunc: String,
+    pub key: String,
+    pub indir: Vec<u32>,
+    pub input_xfrm: String,
+    pub fields_tcp4: String,
+    pub fields_tcp6: String,
+    pub queue_cpu: Option<Vec<u32>>,
+}
+
+impl From<&RssDescription> for WireDescription {
+    fn from(d: &RssDescription) -> Self {
+        Self {
+            hfunc: d.hfunc.clone(),
+            key: d.key.clone(),
+            indir: d.indir.clone(),
+            input_xfrm: d.input_xfrm.clone(),
+            fields_tcp4: d.fields.tcp4.clone(),
+            fields_tcp6: d.fields.tcp6.clone(),
+            queue_cpu: d.queue_cpu.clone(),
+        }
+    }
+}
+
+impl From<WireDescription> for RssDescription {
+    fn from(w: WireDescription) -> Self {
+        Self {
+            hfunc: w.hfunc,
+            key: w.key,
+            indir: w.indir,
+            input_xfrm: w.input_xfrm,
+            fields: FieldsDescription {
+                tcp4: w.fields_tcp4,
+                tcp6: w.fields_tcp6,
+            },
+            queue_cpu: w.queue_cpu,
+        }
+    }
+}
+
+/// What a sender planned against description `version`: for each receiver
+/// address (and destination port, or all ports), the source ports it will
+/// bind for each receiver CPU. The receiver's verifier can then tell a
+/// misprediction (flow on another CPU than planned) from a collision.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Encode, Decode)]
+pub struct PlanReport {
+    pub version: u64,
+    pub tables: Vec<PlannedTable>,
+}
+
+/// One steering table of the sender's plan.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct PlannedTable {
+    /// The receiver address flows go to.
+    pub receiver: IpAddr,
+    /// The sender address they come from.
+    pub source: IpAddr,
+    /// The destination port this table serves; `None` for every port.
+    pub dst_port: Option<u16>,
+    pub cpus: Vec<CpuPorts>,
+}
+
+/// Source ports planned to land on one receiver CPU.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct CpuPorts {
+    pub cpu: u32,
+    pub ports: Vec<u16>,
+}
+
+/// Why the sending side is about to close the connection.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct ErrorReport {
+    pub reason: String,
+}
+
+impl ErrorReport {
+    /// A report of `reason`, cut to [`MAX_REASON_LEN`] bytes on a character
+    /// boundary.
+    pub fn new(reason: impl Into<String>) -> Self {
+        let mut reason = reason.into();
+        if reason.len() > MAX_REASON_LEN {
+            let mut end = MAX_REASON_LEN;
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            reason.truncate(end);
+        }
+        Self { reason }
+    }
+}

@@ -1,0 +1,69 @@
+//! The receiver ↔ sender protocol: what a receiver agent serves (its RSS
+//! description, versioned) and what a sender agent tells it back (the ports it
+//! planned for each receiver CPU).
+//!
+//! Pure and synchronous so it can be fuzzed and tested without sockets; the
+//! agent does the I/O. Every frame is
+//!
+//! ```text
+//! u32 length (big endian) | "SRAP" | u16 protocol version (big endian) | bincode 2 body
+//! ```
+//!
+//! The length is checked against a hard maximum before anything is allocated
+//! ([`payload_len`]), the magic and version before the body is decoded, and
+//! the body is decoded with a bincode limit equal to the frame maximum, so a
+//! hostile length field inside the body (a `Vec` claiming 2³² elements)
+//! cannot allocate more than one frame's worth either.
+//!
+//! # Conversation
+//!
+//! ```text
+//! sender                                  receiver
+//!   ── Hello{version, agent, nonce_s} ──►
+//!                                            (PSK set)  ◄── Challenge{nonce_r, proof_r}
+//!   ── Response{proof_s} ──►
+//!                                            ◄── RssUpdate{version, description}  (now and on every change)
+//!   ── PlanReport{…} ──►  (whenever the sender replans)
+//!   ◄─ Keepalive ─►       (both ways, while idle)
+//!   ◄─ Error{reason} ─    (then the connection is closed)
+//! ```
+//!
+//! # Security model (pre-shared key, [`auth`])
+//!
+//! With a PSK both sides prove knowledge of it: HMAC-SHA256 over a label, the
+//! protocol version and a fresh 32-byte random nonce from *each* side. This
+//! keeps out peers without the key (they get no description and cannot report
+//! plans) and senders refuse a receiver that cannot prove the key, so a rogue
+//! receiver cannot steer their flows. A recorded handshake cannot be replayed
+//! (the other side's nonce is new each time) nor reflected (the two proofs
+//! carry different labels). It does **not** encrypt: the description,
+//! including the RSS key, travels in clear, and messages after the handshake
+//! carry no MAC, so an on-path attacker who can rewrite TCP can alter them.
+//! Use a tunnel (WireGuard, IPsec, ssh) across untrusted networks. The PSK's
+//! confidentiality is the operator's job (a file readable by root only); a
+//! leaked PSK lets its holder act as either side. Without a PSK, the
+//! allow-list (`--allow CIDR`) is the only gate.
+
+pub mod auth;
+mod error;
+mod frame;
+mod message;
+
+pub use auth::{MAC_LEN, MAX_PSK_LEN, MIN_PSK_LEN, Mac, NONCE_LEN, Nonce, Psk, PskError};
+pub use error::{DecodeError, EncodeError};
+pub use frame::{
+    HEADER_LEN, MAGIC, MAX_FRAME, MAX_HANDSHAKE_FRAME, PREFIX_LEN, decode_frame, decode_payload,
+    encode, payload_len,
+};
+pub use message::{
+    Challenge, CpuPorts, ErrorReport, Hello, MAX_REASON_LEN, Message, PlanReport, PlannedTable,
+    Response, RssUpdate, WireDescription,
+};
+
+/// The protocol version this build speaks. Bump it on any change to the
+/// message layout: a peer with another version gets
+/// [`DecodeError::WrongVersion`] before any of its body is read.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,287 @@
+use std::net::{IpAddr, Ipv4Addr};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::rss::{RssDescription, embedded_default};
+
+fn nonce(byte: u8) -> Nonce {
+    Nonce([byte; NONCE_LEN])
+}
+
+fn every_message() -> Vec<Message> {
+    vec![
+        Message::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            agent: "srap-agent 0.1.0".into(),
+            nonce: nonce(1),
+        }),
+        Message::Challenge(Challenge {
+            nonce: nonce(2),
+            proof: Mac([3; MAC_LEN]),
+        }),
+        Message::Response(Response {
+            proof: Mac([4; MAC_LEN]),
+        }),
+        Message::RssUpdate(RssUpdate {
+            version: 7,
+            description: (&embedded_default()).into(),
+        }),
+        Message::PlanReport(PlanReport {
+            version: 7,
+            tables: vec![PlannedTable {
+                receiver: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+                source: "fd00::1".parse().expect("address"),
+                dst_port: Some(5201),
+                cpus: vec![CpuPorts {
+                    cpu: 3,
+                    ports: vec![40000, 40017],
+                }],
+            }],
+        }),
+        Message::Keepalive,
+        Message::Error(ErrorReport::new("authentication failed")),
+    ]
+}
+
+/// A payload with a valid header and `body`.
+fn payload(body: &[u8]) -> Vec<u8> {
+    let mut p = MAGIC.to_vec();
+    p.extend_from_slice(&PROTOCOL_VERSION.to_be_bytes());
+    p.extend_from_slice(body);
+    p
+}
+
+#[test]
+fn every_message_round_trips() {
+    for message in every_message() {
+        let frame = encode(&message).expect("encodes");
+        let (decoded, used) = decode_frame(&frame, MAX_FRAME).expect("decodes");
+        assert_eq!(decoded, message);
+        assert_eq!(used, frame.len());
+    }
+}
+
+#[test]
+fn description_survives_the_wire() {
+    let mut description = embedded_default();
+    description.queue_cpu = None;
+    for d in [embedded_default(), description] {
+        let back: RssDescription = WireDescription::from(&d).into();
+        assert_eq!(back, d);
+    }
+}
+
+#[test]
+fn decode_frame_reads_only_the_first_frame() {
+    let mut bytes = encode(&Message::Keepalive).expect("encodes");
+    let first = bytes.len();
+    bytes.extend(encode(&Message::Error(ErrorReport::new("x"))).expect("encodes"));
+    let (message, used) = decode_frame(&bytes, MAX_FRAME).expect("decodes");
+    assert_eq!((message, used), (Message::Keepalive, first));
+}
+
+#[test]
+fn oversized_length_is_refused_before_allocating() {
+    let err = payload_len(u32::MAX.to_be_bytes(), MAX_FRAME).unwrap_err();
+    assert_eq!(
+        err,
+        DecodeError::TooLarge {
+            len: u32::MAX as usize,
+            max: MAX_FRAME
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "message of 4294967295 bytes exceeds the 1048576-byte limit"
+    );
+    // The handshake limit is smaller, and no caller can raise the maximum.
+    assert!(payload_len(5000u32.to_be_bytes(), MAX_HANDSHAKE_FRAME).is_err());
+    assert!(payload_len(((MAX_FRAME + 1) as u32).to_be_bytes(), usize::MAX).is_err());
+    assert_eq!(payload_len(100u32.to_be_bytes(), MAX_FRAME), Ok(100));
+}
+
+#[test]
+fn undersized_length_is_refused() {
+    assert_eq!(
+        payload_len(2u32.to_be_bytes(), MAX_FRAME),
+        Err(DecodeError::TooShort {
+            len: 2,
+            min: HEADER_LEN
+        })
+    );
+    assert!(matches!(
+        decode_payload(b"SR"),
+        Err(DecodeError::TooShort { len: 2, .. })
+    ));
+}
+
+#[test]
+fn truncated_frames_are_named() {
+    let frame = encode(&every_message()[3]).expect("encodes");
+    assert_eq!(
+        decode_frame(&frame[..2], MAX_FRAME),
+        Err(DecodeError::Truncated {
+            expected: PREFIX_LEN,
+            got: 2
+        })
+    );
+    let cut = frame.len() - 10;
+    assert_eq!(
+        decode_frame(&frame[..cut], MAX_FRAME),
+        Err(DecodeError::Truncated {
+            expected: frame.len(),
+            got: cut
+        })
+    );
+    // A payload cut short inside the body (with a matching prefix).
+    let body_cut = &frame[PREFIX_LEN..cut];
+    assert!(matches!(
+        decode_payload(body_cut),
+        Err(DecodeError::Malformed { .. })
+    ));
+}
+
+#[test]
+fn garbage_is_not_srap() {
+    let err = decode_payload(b"GET / HTTP/1.1\r\n").unwrap_err();
+    assert_eq!(err, DecodeError::NotSrap { found: *b"GET " });
+    assert!(err.to_string().starts_with("not an SRAP peer"), "{err}");
+}
+
+#[test]
+fn wrong_version_is_refused_before_the_body() {
+    let mut p = MAGIC.to_vec();
+    p.extend_from_slice(&99u16.to_be_bytes());
+    p.extend_from_slice(&[0xff; 40]);
+    let err = decode_payload(&p).unwrap_err();
+    assert_eq!(
+        err,
+        DecodeError::WrongVersion {
+            got: 99,
+            supported: PROTOCOL_VERSION
+        }
+    );
+    assert!(err.to_string().contains("version 99 is not supported"));
+}
+
+#[test]
+fn unknown_message_kind_is_malformed() {
+    let err = decode_payload(&payload(&[200])).unwrap_err();
+    assert!(matches!(err, DecodeError::Malformed { .. }), "{err}");
+    assert!(err.to_string().starts_with("malformed message: "));
+}
+
+#[test]
+fn trailing_bytes_are_refused() {
+    let frame = encode(&Message::Keepalive).expect("encodes");
+    let mut p = frame[PREFIX_LEN..].to_vec();
+    p.extend_from_slice(&[0, 0, 0]);
+    assert_eq!(
+        decode_payload(&p),
+        Err(DecodeError::TrailingBytes { extra: 3 })
+    );
+}
+
+#[test]
+fn a_huge_collection_claim_hits_the_limit_not_the_allocator() {
+    // RssUpdate { version: 1, description: { hfunc: "", key: "", indir: <2^32-1 u32s> … } }
+    let mut body = vec![3, 1, 0, 0];
+    body.push(252); // bincode varint: u32 follows
+    body.extend_from_slice(&u32::MAX.to_le_bytes());
+    let err = decode_payload(&payload(&body)).unwrap_err();
+    assert!(matches!(err, DecodeError::Malformed { .. }), "{err}");
+}
+
+#[test]
+fn oversized_messages_are_not_encoded() {
+    let message = Message::PlanReport(PlanReport {
+        version: 1,
+        tables: vec![PlannedTable {
+            receiver: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            source: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            dst_port: None,
+            cpus: vec![CpuPorts {
+                cpu: 0,
+                ports: vec![u16::MAX; MAX_FRAME / 2],
+            }],
+        }],
+    });
+    assert!(matches!(
+        encode(&message),
+        Err(EncodeError::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn error_reasons_are_cut_on_a_character_boundary() {
+    let report = ErrorReport::new("é".repeat(MAX_REASON_LEN));
+    assert!(report.reason.len() <= MAX_REASON_LEN);
+    assert!(report.reason.chars().all(|c| c == 'é'));
+}
+
+#[test]
+fn both_proofs_verify_with_the_same_key() {
+    let psk = Psk::new(b"0123456789abcdef").expect("psk");
+    let (s, r) = (nonce(1), nonce(2));
+    assert!(psk.verify_receiver(&s, &r, &psk.receiver_proof(&s, &r)));
+    assert!(psk.verify_sender(&s, &r, &psk.sender_proof(&s, &r)));
+}
+
+#[test]
+fn a_wrong_key_fails() {
+    let psk = Psk::new(b"0123456789abcdef").expect("psk");
+    let other = Psk::new(b"0123456789abcdeF").expect("psk");
+    let (s, r) = (nonce(1), nonce(2));
+    assert!(!psk.verify_sender(&s, &r, &other.sender_proof(&s, &r)));
+    assert!(!psk.verify_receiver(&s, &r, &other.receiver_proof(&s, &r)));
+}
+
+#[test]
+fn proofs_neither_replay_nor_reflect() {
+    let psk = Psk::new(b"0123456789abcdef").expect("psk");
+    let (s, r) = (nonce(1), nonce(2));
+    let recorded = psk.sender_proof(&s, &r);
+    // Replayed against a fresh receiver nonce.
+    assert!(!psk.verify_sender(&s, &nonce(3), &recorded));
+    // The receiver's own proof reflected back as the sender's.
+    assert!(!psk.verify_sender(&s, &r, &psk.receiver_proof(&s, &r)));
+}
+
+#[test]
+fn psk_files_are_trimmed_and_checked() {
+    assert!(Psk::from_file_contents(b"  0123456789abcdef\n").is_ok());
+    assert_eq!(
+        Psk::from_file_contents(b"short\n").unwrap_err(),
+        PskError::TooShort { len: 5 }
+    );
+    assert!(matches!(
+        Psk::new(&[b'a'; 5000]),
+        Err(PskError::TooLong { len: 5000 })
+    ));
+    let psk = Psk::new(b"secret-secret-secret").expect("psk");
+    assert!(!format!("{psk:?}").contains("secret"));
+}
+
+#[test]
+fn nonces_are_random() {
+    let a = Nonce::random().expect("OS randomness");
+    let b = Nonce::random().expect("OS randomness");
+    assert_ne!(a, b);
+}
+
+proptest! {
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let _ = decode_frame(&bytes, MAX_FRAME);
+        let _ = decode_payload(&payload(&bytes));
+    }
+
+    #[test]
+    fn flipping_a_byte_never_panics(index in 0usize..4096, value in any::<u8>()) {
+        let mut frame = encode(&every_message()[3]).expect("encodes");
+        let i = index % frame.len();
+        frame[i] = value;
+        let _ = decode_frame(&frame, MAX_FRAME);
+    }
+}
