@@ -99,6 +99,15 @@ async fn fill<R: AsyncRead + Unpin>(
     Ok(())
 }
 
+/// A peer-supplied string made safe for one log line: control characters
+/// replaced, at most 200 characters.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .take(200)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
 /// Writes one frame within `limit`.
 pub async fn write<W: AsyncWrite + Unpin>(
     writer: &mut W,
@@ -128,18 +137,22 @@ mod tests {
         let (mut a, mut b) = tokio::io::duplex(64);
         let message = Message::Error(ErrorReport::new("bye"));
         let sent = message.clone();
-        let writer = tokio::spawn(async move {
-            write(&mut a, &sent, Duration::from_secs(1)).await
-        });
+        let writer =
+            tokio::spawn(async move { write(&mut a, &sent, Duration::from_secs(1)).await });
         assert_eq!(read(&mut b, LIMITS).await.expect("a frame"), message);
         writer.await.expect("join").expect("written");
-        assert!(matches!(read(&mut b, LIMITS).await, Err(FrameError::Closed)));
+        assert!(matches!(
+            read(&mut b, LIMITS).await,
+            Err(FrameError::Closed)
+        ));
     }
 
     #[tokio::test]
     async fn truncated_frames_name_what_was_missing() {
         let (mut a, mut b) = tokio::io::duplex(64);
-        a.write_all(&[0, 0, 0, 20, b'S', b'R']).await.expect("write");
+        a.write_all(&[0, 0, 0, 20, b'S', b'R'])
+            .await
+            .expect("write");
         drop(a);
         let err = read(&mut b, LIMITS).await.unwrap_err();
         assert!(
@@ -157,7 +170,10 @@ mod tests {
     #[tokio::test]
     async fn silence_and_trickles_time_out() {
         let (mut a, mut b) = tokio::io::duplex(64);
-        assert!(matches!(read(&mut b, LIMITS).await, Err(FrameError::Idle(_))));
+        assert!(matches!(
+            read(&mut b, LIMITS).await,
+            Err(FrameError::Idle(_))
+        ));
         a.write_all(&[0, 0]).await.expect("write");
         assert!(matches!(
             read(&mut b, LIMITS).await,

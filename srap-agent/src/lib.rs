@@ -1,11 +1,16 @@
 //! The SRAP agent: loads SRAP's eBPF object and drives its programs.
 //!
 //! The receive verifier ([`verifier`]) and the sender-side port binder
-//! ([`sender`]); the receiver's RSS service comes next.
+//! ([`sender`]); the receiver's RSS service ([`receiver`]) and its client
+//! ([`peer`]), speaking [`srap_common::wire`] through [`framed`].
 
 pub mod discovery;
 pub mod emulator;
+pub mod framed;
 pub mod lab;
+pub mod peer;
+pub mod psk;
+pub mod receiver;
 pub mod sender;
 pub mod verifier;
 

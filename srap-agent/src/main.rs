@@ -46,6 +46,9 @@ enum Command {
     /// SRAP on one machine: two namespaces joined by a veth that emulates a
     /// 32-queue RSS NIC, a workload with kernel ports and with SRAP's.
     Lab(srap_agent::lab::LabArgs),
+    /// Serve this host's RSS description to sender agents (`sender --peer`)
+    /// and push every change to them.
+    Receiver(srap_agent::receiver::args::ReceiverArgs),
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -94,6 +97,7 @@ fn main() -> anyhow::Result<()> {
         Command::Sender(args) => run_sender(&args, &runtime),
         Command::Detach(args) => run_detach(&args),
         Command::Lab(args) => srap_agent::lab::run(&args),
+        Command::Receiver(args) => runtime.block_on(srap_agent::receiver::command::run(&args)),
     }
 }
 

@@ -38,5 +38,6 @@ pub fn read_psk_file(path: &Path) -> Result<Psk, PskFileError> {
         });
     }
     let contents = std::fs::read(path).map_err(read_err)?;
-    Psk::from_file_contents(&contents).map_err(|source| PskFileError::Invalid { path: name, source })
+    Psk::from_file_contents(&contents)
+        .map_err(|source| PskFileError::Invalid { path: name, source })
 }

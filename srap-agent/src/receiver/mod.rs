@@ -12,6 +12,7 @@
 
 pub mod allow;
 pub mod args;
+pub mod command;
 mod session;
 pub mod source;
 
@@ -253,9 +254,11 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     }
     info!("receiver stopping: closing {} session(s)", sessions.len());
     let limit = shared.config.timeouts.linger * 2;
-    if timeout(limit, async { while sessions.join_next().await.is_some() {} })
-        .await
-        .is_err()
+    if timeout(limit, async {
+        while sessions.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
     {
         sessions.abort_all();
     }

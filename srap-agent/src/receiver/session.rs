@@ -20,7 +20,7 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use super::{Shared, source::Published};
-use crate::framed::{self, FrameError, ReadLimits};
+use crate::framed::{self, FrameError, ReadLimits, printable};
 
 /// Why a session ended early.
 #[derive(Debug, Error)]
@@ -51,19 +51,6 @@ impl SessionError {
             Self::Random(_) => Some("internal error".into()),
             other => Some(other.to_string()),
         }
-    }
-}
-
-/// A message's kind, for errors.
-pub(super) fn kind(message: &Message) -> &'static str {
-    match message {
-        Message::Hello(_) => "Hello",
-        Message::Challenge(_) => "Challenge",
-        Message::Response(_) => "Response",
-        Message::RssUpdate(_) => "RssUpdate",
-        Message::PlanReport(_) => "PlanReport",
-        Message::Keepalive => "Keepalive",
-        Message::Error(_) => "Error",
     }
 }
 
@@ -180,7 +167,12 @@ async fn authenticate(
         nonce,
         proof: psk.receiver_proof(&hello.nonce, &nonce),
     };
-    framed::write(wr, &Message::Challenge(challenge), shared.config.timeouts.write).await?;
+    framed::write(
+        wr,
+        &Message::Challenge(challenge),
+        shared.config.timeouts.write,
+    )
+    .await?;
     let response = match framed::read(rd, limits).await? {
         Message::Response(response) => response,
         other => return Err(unexpected("Response", &other)),
@@ -208,16 +200,8 @@ async fn send_update(
 fn unexpected(expected: &'static str, got: &Message) -> SessionError {
     SessionError::Unexpected {
         expected,
-        got: kind(got),
+        got: got.kind(),
     }
-}
-
-/// A peer-supplied string made safe for one log line.
-pub(super) fn printable(text: &str) -> String {
-    text.chars()
-        .take(80)
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
 }
 
 /// Sends `report` (if any), then closes: FIN first, then whatever the peer
@@ -240,7 +224,10 @@ pub(super) async fn close(
 }
 
 /// Reads and drops up to 64 KiB for at most `linger`.
-pub(super) async fn drain<R: tokio::io::AsyncRead + Unpin>(rd: &mut R, linger: std::time::Duration) {
+pub(super) async fn drain<R: tokio::io::AsyncRead + Unpin>(
+    rd: &mut R,
+    linger: std::time::Duration,
+) {
     let mut sink = [0u8; 4096];
     let mut left = 64 * 1024usize;
     let _ = timeout(linger, async {

@@ -128,10 +128,7 @@ pub fn watch(
                 Err(err) => {
                     let text = err.to_string();
                     if failing.as_deref() != Some(text.as_str()) {
-                        warn!(
-                            "{text}; still serving version {}",
-                            tx.borrow().version
-                        );
+                        warn!("{text}; still serving version {}", tx.borrow().version);
                         failing = Some(text);
                     }
                 }

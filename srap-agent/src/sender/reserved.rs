@@ -43,8 +43,12 @@ pub fn format(ports: &BTreeSet<u16>) -> String {
     let mut iter = ports.iter().copied().peekable();
     while let Some(start) = iter.next() {
         let mut end = start;
-        while iter.peek() == end.checked_add(1).as_ref() {
-            end = iter.next().unwrap_or(end);
+        while let (Some(next), Some(after)) = (iter.peek().copied(), end.checked_add(1)) {
+            if next != after {
+                break;
+            }
+            end = next;
+            iter.next();
         }
         items.push(if start == end {
             start.to_string()

@@ -13,7 +13,7 @@ pub enum DecodeError {
     TooShort { len: usize, min: usize },
     #[error("truncated message: expected {expected} bytes, got {got}")]
     Truncated { expected: usize, got: usize },
-    #[error("not an SRAP peer: the message starts with {found:02x?}, not \"SRAP\"")]
+    #[error("not an SRAP peer: it sent \"{}\" where \"SRAP\" belongs", .found.escape_ascii())]
     NotSrap { found: [u8; 4] },
     #[error(
         "protocol version {got} is not supported (this agent speaks version {supported}); \
@@ -28,10 +28,27 @@ pub enum DecodeError {
 
 impl From<bincode::error::DecodeError> for DecodeError {
     fn from(err: bincode::error::DecodeError) -> Self {
-        Self::Malformed {
-            reason: err.to_string(),
-        }
+        use bincode::error::DecodeError as E;
+        let reason = match err {
+            E::UnexpectedEnd { additional } => {
+                format!("it ends early ({additional} more bytes needed)")
+            }
+            E::LimitExceeded => "a field claims more than the message size limit".into(),
+            E::UnexpectedVariant {
+                found, type_name, ..
+            } => {
+                format!("unknown {} kind {found}", short_type(type_name))
+            }
+            E::Utf8 { .. } => "a text field is not UTF-8".into(),
+            other => other.to_string(),
+        };
+        Self::Malformed { reason }
     }
+}
+
+/// `srap_common::wire::message::Message` → `Message`.
+fn short_type(name: &str) -> &str {
+    name.rsplit("::").next().unwrap_or(name)
 }
 
 /// A message that cannot be sent.

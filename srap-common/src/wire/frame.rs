@@ -40,11 +40,16 @@ pub fn encode(message: &Message) -> Result<Vec<u8>, EncodeError> {
 }
 
 /// The payload length a prefix announces, if it is acceptable: at most `max`
-/// (which callers cap at [`MAX_FRAME`]) and at least a header. Call this
-/// before allocating the payload buffer.
+/// (capped at [`MAX_FRAME`]) and at least a header. Call this before
+/// allocating the payload buffer. An oversized prefix of printable ASCII is
+/// reported as [`DecodeError::NotSrap`]: someone is talking text to us.
 pub fn payload_len(prefix: [u8; PREFIX_LEN], max: usize) -> Result<usize, DecodeError> {
     let len = u32::from_be_bytes(prefix) as usize;
     let max = max.min(MAX_FRAME);
+    if len > max && prefix.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+        // Text (an HTTP request, a banner): no SRAP frame is ever this large.
+        return Err(DecodeError::NotSrap { found: prefix });
+    }
     if len > max {
         return Err(DecodeError::TooLarge { len, max });
     }

@@ -25,6 +25,21 @@ pub enum Message {
     Error(ErrorReport),
 }
 
+impl Message {
+    /// The message's kind, for errors and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Hello(_) => "Hello",
+            Self::Challenge(_) => "Challenge",
+            Self::Response(_) => "Response",
+            Self::RssUpdate(_) => "RssUpdate",
+            Self::PlanReport(_) => "PlanReport",
+            Self::Keepalive => "Keepalive",
+            Self::Error(_) => "Error",
+        }
+    }
+}
+
 /// The sender's first message.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct Hello {
@@ -120,8 +135,9 @@ pub struct PlannedTable {
     pub receiver: IpAddr,
     /// The sender address they come from.
     pub source: IpAddr,
-    /// The destination port this table serves; `None` for every port.
-    pub dst_port: Option<u16>,
+    /// The destination port the ports were planned for (with an any-port
+    /// table the CPU of a source port depends on it).
+    pub dst_port: u16,
     pub cpus: Vec<CpuPorts>,
 }
 

@@ -1,0 +1,18 @@
+//! The wire decoder on arbitrary bytes: it must return an error, never
+//! panic, hang or allocate beyond the frame limit; and whatever it accepts
+//! must survive an encode/decode round trip (bincode accepts some
+//! non-minimal integer encodings, so the bytes themselves may differ).
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use srap_common::wire::{self, MAX_FRAME, MAX_HANDSHAKE_FRAME};
+
+fuzz_target!(|data: &[u8]| {
+    let _ = wire::decode_frame(data, MAX_HANDSHAKE_FRAME);
+    if let Ok((message, _)) = wire::decode_frame(data, MAX_FRAME) {
+        let frame = wire::encode(&message).expect("a decoded message encodes");
+        let (again, used) = wire::decode_frame(&frame, MAX_FRAME).expect("decodes");
+        assert_eq!((again, used), (message, frame.len()));
+    }
+    let _ = wire::decode_payload(data);
+});

@@ -1,0 +1,111 @@
+//! Turns the sender's plan into the [`PlanReport`] the receiver is told:
+//! for each receiver and destination port, the source ports the binder may
+//! bind for each receiver CPU — the hook's own choices, enumerated.
+
+use std::collections::BTreeSet;
+
+use srap_common::{
+    steering::{Scope, SteeringTable},
+    wire::{CpuPorts, PlanReport, PlannedTable},
+};
+
+use crate::sender::plan::Plan;
+
+/// The report of `plan`, made against description `version`. Port-scoped
+/// tables are reported for their port; any-port tables (where a source
+/// port's CPU depends on the destination port) for each of `any_port_dports`
+/// — the ports the workload uses, when known — and not at all without them.
+pub fn plan_report(version: u64, plan: &Plan, any_port_dports: &[u16]) -> PlanReport {
+    let mut tables = Vec::new();
+    for receiver in &plan.receivers {
+        for table in receiver.tables.iter().filter_map(|&t| plan.tables.get(t)) {
+            let dports: Vec<u16> = match table.scope {
+                Scope::Port(port) => vec![port],
+                Scope::AnyPort => any_port_dports.to_vec(),
+            };
+            for dport in dports {
+                tables.push(PlannedTable {
+                    receiver: receiver.receiver,
+                    source: receiver.source,
+                    dst_port: dport,
+                    cpus: cpu_ports(table, dport),
+                });
+            }
+        }
+    }
+    PlanReport { version, tables }
+}
+
+/// Every port each slot's CPU may get toward `dport`.
+fn cpu_ports(table: &SteeringTable, dport: u16) -> Vec<CpuPorts> {
+    use srap_common::binder::{ENTRIES_PER_SLOT, PORTS_PER_VALUE};
+    table
+        .slots
+        .iter()
+        .enumerate()
+        .map(|(slot, entries)| {
+            let ports: BTreeSet<u16> = (0..ENTRIES_PER_SLOT.min(entries.count as usize))
+                .flat_map(|entry| {
+                    (0..PORTS_PER_VALUE)
+                        .filter_map(move |choice| table.port_for(slot, entry, choice, dport))
+                })
+                .collect();
+            CpuPorts {
+                cpu: entries.cpu,
+                ports: ports.into_iter().collect(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use srap_common::{
+        rss::{FlowTuple, RssModel, embedded_default},
+        solver::PortRange,
+    };
+
+    use super::*;
+
+    #[test]
+    fn every_reported_port_lands_on_its_cpu() {
+        let model = RssModel::from_description(&embedded_default()).expect("valid");
+        let receiver: IpAddr = "10.0.0.2".parse().expect("ip");
+        let source: IpAddr = "10.0.0.1".parse().expect("ip");
+        let range = PortRange::new(32768, 60999).expect("range");
+        for ports in [vec![5201u16], vec![]] {
+            let plan = Plan::build(&model, &[(receiver, source)], &ports, range).expect("plan");
+            let report = plan_report(3, &plan, &[5201]);
+            assert_eq!(report.version, 3);
+            assert_eq!(report.tables.len(), 1);
+            let table = &report.tables[0];
+            assert_eq!(
+                (table.receiver, table.source, table.dst_port),
+                (receiver, source, 5201)
+            );
+            assert_eq!(table.cpus.len(), 32, "one entry per receiver CPU");
+            for cpu in &table.cpus {
+                assert!(!cpu.ports.is_empty(), "cpu {} has ports", cpu.cpu);
+                for &sport in &cpu.ports {
+                    let flow = FlowTuple::new(source, sport, receiver, 5201).expect("tuple");
+                    assert_eq!(model.landing(&flow).cpu, cpu.cpu, "port {sport}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn any_port_tables_need_a_destination_port() {
+        let model = RssModel::from_description(&embedded_default()).expect("valid");
+        let ends = (
+            "10.0.0.2".parse().expect("ip"),
+            "10.0.0.1".parse().expect("ip"),
+        );
+        let range = PortRange::new(32768, 60999).expect("range");
+        let plan = Plan::build(&model, &[ends], &[], range).expect("plan");
+        assert!(plan_report(1, &plan, &[]).tables.is_empty());
+        assert_eq!(plan_report(1, &plan, &[80, 443]).tables.len(), 2);
+    }
+}

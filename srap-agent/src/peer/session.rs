@@ -1,0 +1,255 @@
+//! One connection to the receiver: connect, authenticate, then receive
+//! descriptions and send plans and keepalives until it ends.
+
+use srap_common::{
+    rss::{RssDescription, RssModel},
+    wire::{ErrorReport, Hello, MAX_FRAME, Message, Nonce, PROTOCOL_VERSION, PlanReport, Response},
+};
+use thiserror::Error;
+use tokio::{
+    net::{TcpStream, lookup_host},
+    sync::watch,
+    time::{Instant, timeout},
+};
+use tracing::{info, warn};
+
+use super::{PeerConfig, Update, backoff::Delays};
+use crate::framed::{self, FrameError, ReadLimits, printable};
+
+/// Why a connection to the receiver failed or ended.
+#[derive(Debug, Error)]
+pub enum PeerError {
+    #[error("cannot resolve {addr}: {reason}")]
+    Resolve { addr: String, reason: String },
+    #[error("cannot connect to {addr}: {reason}")]
+    Connect { addr: String, reason: String },
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    #[error("the receiver refused: {0}")]
+    Refused(String),
+    #[error("the receiver requires a pre-shared key (--psk-file)")]
+    NeedPsk,
+    #[error(
+        "the receiver did not authenticate itself (does it have --psk-file?); \
+         not trusting its description"
+    )]
+    Unauthenticated,
+    #[error("the receiver could not prove the pre-shared key: wrong key, or not our receiver")]
+    WrongKey,
+    #[error("the receiver sent {got} where {expected} was expected")]
+    Unexpected {
+        expected: &'static str,
+        got: &'static str,
+    },
+    #[error("cannot make a challenge: {0}")]
+    Random(getrandom::Error),
+}
+
+/// An authenticated connection that has not yet received a description.
+pub struct Session {
+    stream: TcpStream,
+    config: PeerConfig,
+    first: Update,
+}
+
+impl Session {
+    /// Connects to `config.addr` and completes the handshake, up to the
+    /// first description (which must be valid).
+    pub async fn connect(config: &PeerConfig) -> Result<Self, PeerError> {
+        let t = config.timeouts;
+        let mut stream = connect_any(&config.addr, t.connect).await?;
+        let nonce = Nonce::random().map_err(PeerError::Random)?;
+        let hello = Message::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            agent: concat!("srap-agent ", env!("CARGO_PKG_VERSION")).into(),
+            nonce,
+        });
+        framed::write(&mut stream, &hello, t.write).await?;
+        let limits = ReadLimits {
+            max: MAX_FRAME,
+            idle: t.frame,
+            frame: t.frame,
+        };
+        let mut reply = framed::read(&mut stream, limits).await?;
+        match (&reply, &config.psk) {
+            (Message::Challenge(challenge), Some(psk)) => {
+                if !psk.verify_receiver(&nonce, &challenge.nonce, &challenge.proof) {
+                    let _ = refuse(&mut stream, "authentication failed", config).await;
+                    return Err(PeerError::WrongKey);
+                }
+                let response = Message::Response(Response {
+                    proof: psk.sender_proof(&nonce, &challenge.nonce),
+                });
+                framed::write(&mut stream, &response, t.write).await?;
+                reply = framed::read(&mut stream, limits).await?;
+            }
+            (Message::Challenge(_), None) => return Err(PeerError::NeedPsk),
+            (Message::RssUpdate(_), Some(_)) => {
+                let _ = refuse(&mut stream, "this sender requires a pre-shared key", config).await;
+                return Err(PeerError::Unauthenticated);
+            }
+            _ => {}
+        }
+        let first = match reply {
+            Message::RssUpdate(update) => validate(update.version, update.description.into())
+                .map_err(|reason| {
+                    PeerError::Refused(format!("invalid first description: {reason}"))
+                })?,
+            Message::Error(report) => return Err(PeerError::Refused(printable(&report.reason))),
+            other => {
+                return Err(PeerError::Unexpected {
+                    expected: "RssUpdate",
+                    got: other.kind(),
+                });
+            }
+        };
+        Ok(Self {
+            stream,
+            config: config.clone(),
+            first,
+        })
+    }
+
+    /// The description the receiver sent on connecting.
+    pub fn first(&self) -> &Update {
+        &self.first
+    }
+
+    /// Publishes descriptions on `updates` and sends the plan on `plan`
+    /// until the connection ends. Resets `delays` once the session has
+    /// proved itself (first description in).
+    pub async fn run(
+        self,
+        updates: &watch::Sender<Option<Update>>,
+        mut plan: watch::Receiver<Option<PlanReport>>,
+        delays: &mut Delays,
+    ) -> Result<(), PeerError> {
+        let Self {
+            mut stream,
+            config,
+            first,
+        } = self;
+        let t = config.timeouts;
+        delays.reset();
+        publish(updates, first);
+        let (mut rd, mut wr) = stream.split();
+        // The current plan (if any) goes out first: the receiver lost it
+        // with the last connection.
+        plan.mark_changed();
+        let limits = ReadLimits {
+            max: MAX_FRAME,
+            idle: t.idle,
+            frame: t.frame,
+        };
+        let reads = async {
+            loop {
+                match framed::read(&mut rd, limits).await? {
+                    Message::Keepalive => {}
+                    Message::RssUpdate(update) => {
+                        match validate(update.version, update.description.into()) {
+                            Ok(update) => publish(updates, update),
+                            Err(reason) => warn!(
+                                "receiver {}: ignoring version {}: {reason}; keeping the last good description",
+                                config.addr, update.version
+                            ),
+                        }
+                    }
+                    Message::Error(report) => {
+                        return Err(PeerError::Refused(printable(&report.reason)));
+                    }
+                    other => {
+                        return Err(PeerError::Unexpected {
+                            expected: "RssUpdate or Keepalive",
+                            got: other.kind(),
+                        });
+                    }
+                }
+            }
+        };
+        tokio::pin!(reads);
+        let mut keepalive = tokio::time::interval_at(Instant::now() + t.keepalive, t.keepalive);
+        let mut plans_open = true;
+        loop {
+            tokio::select! {
+                outcome = &mut reads => return outcome,
+                changed = plan.changed(), if plans_open => {
+                    if changed.is_err() {
+                        plans_open = false;
+                        continue;
+                    }
+                    let report = plan.borrow_and_update().clone();
+                    if let Some(report) = report {
+                        framed::write(&mut wr, &Message::PlanReport(report), t.write).await?;
+                    }
+                }
+                _ = keepalive.tick() => {
+                    framed::write(&mut wr, &Message::Keepalive, t.write).await?;
+                }
+            }
+        }
+    }
+}
+
+/// Connects to the first address of `addr` that answers, within `limit`.
+async fn connect_any(addr: &str, limit: std::time::Duration) -> Result<TcpStream, PeerError> {
+    let attempt = async {
+        let addrs: Vec<_> = lookup_host(addr)
+            .await
+            .map_err(|err| PeerError::Resolve {
+                addr: addr.to_owned(),
+                reason: err.to_string(),
+            })?
+            .collect();
+        let mut last = String::from("no addresses");
+        for candidate in addrs {
+            match TcpStream::connect(candidate).await {
+                Ok(stream) => {
+                    let _ = stream.set_nodelay(true);
+                    return Ok(stream);
+                }
+                Err(err) => last = format!("{candidate}: {err}"),
+            }
+        }
+        Err(PeerError::Connect {
+            addr: addr.to_owned(),
+            reason: last,
+        })
+    };
+    timeout(limit, attempt)
+        .await
+        .map_err(|_| PeerError::Connect {
+            addr: addr.to_owned(),
+            reason: format!("no answer within {limit:?}"),
+        })?
+}
+
+/// Tells the receiver why we leave (best effort, bounded).
+async fn refuse(
+    stream: &mut TcpStream,
+    reason: &str,
+    config: &PeerConfig,
+) -> Result<(), FrameError> {
+    let message = Message::Error(ErrorReport::new(reason));
+    framed::write(stream, &message, config.timeouts.write).await
+}
+
+/// A description from the receiver, if SRAP can model it.
+fn validate(version: u64, description: RssDescription) -> Result<Update, String> {
+    RssModel::from_description(&description).map_err(|err| err.to_string())?;
+    Ok(Update {
+        version,
+        description,
+    })
+}
+
+/// Puts `update` on the channel if it differs from what is there.
+fn publish(updates: &watch::Sender<Option<Update>>, update: Update) {
+    updates.send_if_modified(|current| {
+        if current.as_ref() == Some(&update) {
+            return false;
+        }
+        info!("receiver description version {}", update.version);
+        *current = Some(update);
+        true
+    });
+}
