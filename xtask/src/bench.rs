@@ -18,6 +18,8 @@ use crate::exec::{Step, cargo, run_step, stdout_of, workspace_root};
 enum Goal {
     /// `slower / faster` must be at least this.
     RatioAtLeast(f64),
+    /// `first / second` must be at most this (an overhead budget).
+    RatioAtMost(f64),
     /// Only print `slower / faster`.
     Ratio,
     /// The benchmark's mean must be below this many nanoseconds.
@@ -49,6 +51,12 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
         "port_table/65536/scan",
         "port_table/65536/linear",
         Goal::Ratio,
+    ),
+    (
+        "connect+accept: binder / baseline",
+        "connect_accept/binder",
+        "connect_accept/baseline",
+        Goal::RatioAtMost(1.10),
     ),
 ];
 
@@ -96,7 +104,7 @@ fn print_goals(means: &BTreeMap<String, f64>) -> usize {
                 format!("< {}", format_ns(*limit)),
                 Some(a < *limit),
             ),
-            Goal::RatioAtLeast(_) | Goal::Ratio => {
+            Goal::RatioAtLeast(_) | Goal::RatioAtMost(_) | Goal::Ratio => {
                 let Some(&b) = means.get(*second) else {
                     println!("{label:<44} {:>14} {:>12}  not run", "-", "-");
                     continue;
@@ -107,6 +115,11 @@ fn print_goals(means: &BTreeMap<String, f64>) -> usize {
                         format!("{ratio:.1}x"),
                         format!(">= {min:.0}x"),
                         Some(ratio >= *min),
+                    ),
+                    Goal::RatioAtMost(max) => (
+                        format!("{ratio:.2}x"),
+                        format!("<= {max:.2}x"),
+                        Some(ratio <= *max),
                     ),
                     _ => (format!("{ratio:.1}x"), "-".to_owned(), None),
                 }
