@@ -13,7 +13,7 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     io::{BufRead as _, BufReader, Read as _, Write as _},
     net::{IpAddr, SocketAddr, TcpListener, TcpStream},
-    path::{Path, PathBuf},
+    path::PathBuf,
     process::{ChildStdin, Command, Stdio},
     sync::mpsc,
     thread,
@@ -28,7 +28,7 @@ use srap_common::{
     steering::SteeringTable,
 };
 use srap_suite::{
-    TwoHosts, VethConfig,
+    TwoHosts, VethConfig, built_binary,
     cgroup::{CgroupDir, ChildGuard, command_in},
     require_privileged, unique_name,
 };
@@ -216,28 +216,6 @@ fn line_channel(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<Stri
 // ---------------------------------------------------------------------------
 // The lab: two namespaces, the agent, the receiver's listener.
 
-fn bin(name: &str) -> PathBuf {
-    let dir = std::env::var_os("SRAP_BIN_DIR").map_or_else(
-        || {
-            let exe = std::env::current_exe().expect("current exe");
-            // target/<profile>/deps/binder-… → target/<profile>
-            exe.parent()
-                .and_then(Path::parent)
-                .expect("test binary in target/<profile>/deps")
-                .to_path_buf()
-        },
-        PathBuf::from,
-    );
-    let path = dir.join(name);
-    assert!(
-        path.exists(),
-        "{} not found: build it first (`cargo build --bins`; `cargo test` at the \
-         workspace root does), or point SRAP_BIN_DIR at it",
-        path.display()
-    );
-    path
-}
-
 struct Lab {
     agent: Option<ChildGuard>,
     agent_lines: Option<mpsc::Receiver<String>>,
@@ -285,7 +263,8 @@ impl Lab {
     }
 
     fn agent_command(&self, args: &[&str]) -> Command {
-        let mut cmd = command_in(&self.hosts.sender, bin("srap-agent")).expect("sender netns");
+        let mut cmd =
+            command_in(&self.hosts.sender, built_binary("srap-agent")).expect("sender netns");
         cmd.args(["sender", "--rss"])
             .arg(&self.rss_path)
             .args(["--receiver", &self.receiver_ip().to_string()])
@@ -340,7 +319,7 @@ impl Lab {
     }
 
     fn detach(&self) -> std::process::Output {
-        command_in(&self.hosts.sender, bin("srap-agent"))
+        command_in(&self.hosts.sender, built_binary("srap-agent"))
             .expect("sender netns")
             .args(["detach", "--pin-dir"])
             .arg(&self.pin_dir)
@@ -368,7 +347,8 @@ impl Lab {
     fn workload(&self, steered: bool) -> Workload {
         let exe = std::env::current_exe().expect("current exe");
         let mut cmd = if steered {
-            let mut cmd = command_in(&self.hosts.sender, bin("srap")).expect("sender netns");
+            let mut cmd =
+                command_in(&self.hosts.sender, built_binary("srap")).expect("sender netns");
             cmd.arg("exec")
                 .arg("--cgroup")
                 .arg(self.cgroup.path())
@@ -784,7 +764,7 @@ fn iperf3_parallel_streams_land_on_distinct_cpus() {
             .expect("iperf3 server"),
     );
     wait_listening(&lab, DPORT);
-    let client = command_in(&lab.hosts.sender, bin("srap"))
+    let client = command_in(&lab.hosts.sender, built_binary("srap"))
         .expect("sender netns")
         .arg("exec")
         .arg("--cgroup")

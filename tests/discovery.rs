@@ -2,41 +2,15 @@
 //! multi-queue one, and `lo`) must get the clear message that points at
 //! `--rss FILE`, not a raw errno. Run inside a namespace the test made.
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Output},
-};
+use std::process::{Command, Output};
 
-use srap_suite::{TwoHosts, VethConfig, require_privileged};
-
-/// The `srap` binary next to this test's directory (`cargo test` at the
-/// workspace root builds it), or in `SRAP_BIN_DIR`.
-fn srap_bin() -> PathBuf {
-    let dir = std::env::var_os("SRAP_BIN_DIR").map_or_else(
-        || {
-            let exe = std::env::current_exe().expect("current exe");
-            // target/<profile>/deps/discovery-… → target/<profile>
-            exe.parent()
-                .and_then(Path::parent)
-                .expect("test binary in target/<profile>/deps")
-                .to_path_buf()
-        },
-        PathBuf::from,
-    );
-    let path = dir.join("srap");
-    assert!(
-        path.exists(),
-        "{} not found: build it first (`cargo build -p srap-cli`), or point SRAP_BIN_DIR at it",
-        path.display()
-    );
-    path
-}
+use srap_suite::{TwoHosts, VethConfig, built_binary, require_privileged};
 
 /// Runs `srap ARGS` inside namespace `ns`, whatever its exit status.
 fn srap_in(ns: &str, args: &[&str]) -> Output {
     Command::new("ip")
         .args(["netns", "exec", ns])
-        .arg(srap_bin())
+        .arg(built_binary("srap"))
         .args(args)
         .output()
         .expect("running srap through ip netns exec")

@@ -8,9 +8,11 @@
 //! namespaces the test made: addresses are `10.199.<subnet>.0/24` and
 //! `fd00:5a:0:<subnet>::/64`, configured only on the test's own veth ends.
 
+pub mod binaries;
 pub mod cgroup;
 pub mod privilege;
 
+pub use binaries::built_binary;
 pub use privilege::require_privileged;
 pub use srap_agent::lab::{
     NetNs, NsGuard, TwoHosts, VethConfig, VethEnd, netns, unique_name, veth,

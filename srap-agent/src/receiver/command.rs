@@ -33,7 +33,7 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
         }
         None => (Source::Iface(args.iface.clone()), IFACE_POLL),
     };
-    let (updates, watcher) = source::watch(source, poll).context("nothing to serve")?;
+    let (updates, watcher) = source::watch(source, poll).context("no RSS description to serve")?;
     let config = ServerConfig {
         allow: AllowList::new(args.allow.clone()),
         psk,

@@ -1,0 +1,27 @@
+//! Where the workspace's binaries are for tests that run them as processes.
+
+use std::path::{Path, PathBuf};
+
+/// `srap` or `srap-agent` as cargo built it beside the test binary
+/// (`target/<profile>/deps/<test>` → `target/<profile>/<name>`), or in
+/// `SRAP_BIN_DIR`. `cargo test` at the workspace root builds them.
+pub fn built_binary(name: &str) -> PathBuf {
+    let dir = std::env::var_os("SRAP_BIN_DIR").map_or_else(
+        || {
+            let exe = std::env::current_exe().expect("current exe");
+            exe.parent()
+                .and_then(Path::parent)
+                .expect("test binary in target/<profile>/deps")
+                .to_path_buf()
+        },
+        PathBuf::from,
+    );
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} not found: build it first (`cargo build --bins`; `cargo test` at the \
+         workspace root does), or point SRAP_BIN_DIR at it",
+        path.display()
+    );
+    path
+}
