@@ -54,6 +54,18 @@ pub fn run_step(step: Step) -> Result<()> {
     Ok(())
 }
 
+/// `program` run as root: directly when we are root, else through sudo.
+pub fn as_root(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let is_root = stdout_of(Command::new("id").arg("-u")).is_some_and(|uid| uid.trim() == "0");
+    if is_root {
+        Command::new(program)
+    } else {
+        let mut sudo = Command::new("sudo");
+        sudo.arg(program);
+        sudo
+    }
+}
+
 /// Runs `command` quietly; true when it ran and exited 0.
 pub fn succeeds(command: &mut Command) -> bool {
     command

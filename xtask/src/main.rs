@@ -43,6 +43,12 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Build and run the agent on this host, as root: `cargo xtask run --
+    /// receiver ARGS…` or `cargo xtask run -- sender ARGS…`.
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+        args: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -53,6 +59,7 @@ fn main() -> ExitCode {
         Task::Test => test(),
         Task::Bench { args } => bench::run(&args),
         Task::Lab { args } => lab(&args),
+        Task::Run { args } => agent(&[], &args),
     };
     // Printed here rather than returned from main: a failed step is a plain
     // message, not a backtrace (RUST_BACKTRACE is often set in CI).
@@ -96,6 +103,20 @@ fn test() -> Result<()> {
             ]),
         ),
         Step::new("test", cargo(&["test"])),
+        // The wire decoder faces untrusted peers: a short libFuzzer run on
+        // every change (the corpus is not kept, so each run starts fresh).
+        Step::new(
+            "fuzz (wire decoder, 20 s)",
+            cargo(&[
+                "+nightly",
+                "fuzz",
+                "run",
+                "wire_decode",
+                "--",
+                "-max_total_time=20",
+                "-rss_limit_mb=1024",
+            ]),
+        ),
     ];
     let count = steps.len();
     for step in steps {
@@ -106,22 +127,19 @@ fn test() -> Result<()> {
 }
 
 fn lab(args: &[String]) -> Result<()> {
+    agent(&["lab"], args)
+}
+
+/// Builds the release binaries, then runs `srap-agent FIRST… ARGS…` as root
+/// (the agent loads eBPF, makes namespaces, writes sysctls).
+fn agent(first: &[&str], args: &[String]) -> Result<()> {
     setup::ensure()?;
     run_step(Step::new(
         "build (release)",
         cargo(&["build", "--release", "-p", "srap-agent", "-p", "srap-cli"]),
     ))?;
-    let agent = exec::workspace_root().join("target/release/srap-agent");
-    // The lab makes namespaces and loads eBPF: root, through sudo if need be.
-    let is_root = exec::stdout_of(std::process::Command::new("id").arg("-u"))
-        .is_some_and(|uid| uid.trim() == "0");
-    let mut command = if is_root {
-        std::process::Command::new(&agent)
-    } else {
-        let mut sudo = std::process::Command::new("sudo");
-        sudo.arg(&agent);
-        sudo
-    };
-    command.arg("lab").args(args);
-    run_step(Step::new("srap-agent lab", command))
+    let mut command = exec::as_root(exec::workspace_root().join("target/release/srap-agent"));
+    command.args(first).args(args);
+    let name = [&["srap-agent"][..], first].concat().join(" ");
+    run_step(Step::new(&name, command))
 }
