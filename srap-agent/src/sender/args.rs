@@ -7,13 +7,41 @@ use srap_common::solver::PortRange;
 
 use super::{DEFAULT_PIN_DIR, PacingRate};
 
+/// Where the receiver's RSS description comes from: exactly one of
+/// `--rss` and `--peer` (clap's group says so when both or neither are given).
+#[derive(clap::Args, Debug, Clone)]
+#[group(id = "description", required = true, multiple = false)]
+pub struct DescriptionSource {
+    /// The receiver's RSS description (JSON, as `srap rss show --json`
+    /// prints): offline mode, planned once.
+    #[arg(long, value_name = "FILE")]
+    pub rss: Option<PathBuf>,
+    /// The receiver agent (`srap-agent receiver --listen`) to fetch the
+    /// description from: the agent follows every change of it, keeps the
+    /// last plan while the receiver is away, and reports its plan back.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub peer: Option<String>,
+}
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct SenderArgs {
-    /// The receiver's RSS description (JSON, as `srap rss show --json` prints).
-    #[arg(long, value_name = "FILE")]
-    pub rss: PathBuf,
-    /// A receiver address to steer toward (repeat for more receivers).
-    #[arg(long = "receiver", value_name = "IP", required = true)]
+    #[command(flatten)]
+    pub source: DescriptionSource,
+    /// Pre-shared key the receiver agent must prove (and we prove to it).
+    #[arg(long, value_name = "FILE", requires = "peer")]
+    pub psk_file: Option<PathBuf>,
+    /// With --peer: seconds to wait for the first description before
+    /// giving up (nothing is set up until one arrives).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, requires = "peer")]
+    pub peer_wait: u64,
+    /// With --peer, when every destination port is steered: report the plan
+    /// for these destination ports (repeat; a source port's CPU depends on
+    /// the destination port). With --port, those ports are reported.
+    #[arg(long = "report-port", value_name = "P", requires = "peer")]
+    pub report_ports: Vec<u16>,
+    /// A receiver address to steer toward (repeat for more receivers;
+    /// with --peer, default: the peer's address).
+    #[arg(long = "receiver", value_name = "IP", required_unless_present = "peer")]
     pub receivers: Vec<IpAddr>,
     /// Steer only this destination port (repeat for more; default: every port).
     #[arg(long = "port", value_name = "P")]
@@ -31,7 +59,9 @@ pub struct SenderArgs {
     /// Source ports SRAP may bind (default: the kernel's ip_local_port_range).
     #[arg(long, value_name = "START-END")]
     pub port_range: Option<PortRange>,
-    /// Set up (or adopt) and exit; the pins keep steering running.
+    /// Set up (or adopt) and exit; the pins keep steering running. With
+    /// --peer: fetch the description once, set up, report the plan, exit
+    /// (later changes on the receiver are not followed).
     #[arg(long)]
     pub once: bool,
     /// Seconds between counter reports while running.
