@@ -2,7 +2,8 @@
 //!
 //! The receive verifier ([`verifier`]) and the sender-side port binder
 //! ([`sender`]); the receiver's RSS service ([`receiver`]) and its client
-//! ([`peer`]), speaking [`srap_common::wire`] through [`framed`].
+//! ([`peer`]), speaking [`srap_common::wire`] through [`framed`]; what the
+//! receiver reports of where flows land ([`status`]).
 
 pub mod discovery;
 pub mod emulator;
@@ -12,6 +13,7 @@ pub mod peer;
 pub mod psk;
 pub mod receiver;
 pub mod sender;
+pub mod status;
 pub mod verifier;
 
 /// The eBPF object (`srap-ebpf`'s `srap` binary) built by this crate's build

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use srap_agent::{
     sender::{
-        self, Attachment, SenderOptions, Steering,
+        self, Steering,
         args::{DetachArgs, SenderArgs},
     },
     verifier::{FlowRecord, HookChoice, Verifier},
@@ -102,24 +102,30 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// Sets up (or adopts) the binder, prints what it steers, then reports its
-/// counters until Ctrl-C, SIGTERM or `srap-agent detach`.
+/// counters until Ctrl-C, SIGTERM or `srap-agent detach`. With `--peer` the
+/// description comes from the receiver agent and is followed
+/// ([`sender::follow`]).
 fn run_sender(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.rss)
-        .with_context(|| format!("reading the RSS description {}", args.rss.display()))?;
-    let model = RssModel::from_json(&text)
-        .with_context(|| format!("RSS description {}", args.rss.display()))?;
-    let options = SenderOptions {
-        model,
-        receivers: args.receivers.clone(),
-        ports: args.ports.clone(),
-        cgroup: args.cgroup.clone(),
-        pin_dir: args.pin_dir.clone(),
-        pacing_rate: args.pacing_rate,
-        port_range: args.port_range,
+    let (rss, peer) = (&args.source.rss, &args.source.peer);
+    let rss = match (rss, peer) {
+        (None, Some(peer)) => {
+            return runtime.block_on(sender::follow::run(args, peer, srap_agent::ebpf_object()));
+        }
+        (Some(_), None) if args.psk_file.is_some() || !args.report_ports.is_empty() => {
+            anyhow::bail!("--psk-file and --report-port go with --peer, not --rss")
+        }
+        (Some(rss), None) => rss,
+        // clap's group makes these unreachable; say so plainly anyway.
+        _ => anyhow::bail!("give exactly one of --rss FILE and --peer HOST:PORT"),
     };
+    let text = std::fs::read_to_string(rss)
+        .with_context(|| format!("reading the RSS description {}", rss.display()))?;
+    let model =
+        RssModel::from_json(&text).with_context(|| format!("RSS description {}", rss.display()))?;
+    let options = sender::follow::options(args, model, args.receivers.clone());
     let steering =
         sender::start(&options, srap_agent::ebpf_object()).context("setting up the port binder")?;
-    print_steering(&steering);
+    println!("{}", sender::summary::describe(&steering));
     if args.once {
         return Ok(());
     }
@@ -127,39 +133,6 @@ fn run_sender(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::R
         &steering,
         Duration::from_secs(args.interval.max(1)),
     ))
-}
-
-fn print_steering(steering: &Steering) {
-    for receiver in &steering.plan.receivers {
-        for &t in &receiver.tables {
-            let table = &steering.plan.tables[t];
-            let scope = match table.scope {
-                srap_common::steering::Scope::AnyPort => "any port".to_owned(),
-                srap_common::steering::Scope::Port(p) => format!("port {p}"),
-            };
-            println!(
-                "receiver {} from {}: {scope}, {} CPU slots, {} source ports",
-                receiver.receiver,
-                receiver.source,
-                table.slots.len(),
-                table.ports().len()
-            );
-        }
-    }
-    println!(
-        "reserved {} source ports from {} in ip_local_reserved_ports",
-        steering.ports.len(),
-        steering.port_range
-    );
-    let how = match steering.attachment {
-        Attachment::Attached => "attached",
-        Attachment::Adopted => "adopted",
-    };
-    println!(
-        "steering active ({how}): cgroup {}, pins {}",
-        steering.cgroup.display(),
-        steering.layout.dir().display()
-    );
 }
 
 async fn report_until_stopped(steering: &Steering, interval: Duration) -> anyhow::Result<()> {
@@ -172,13 +145,8 @@ async fn report_until_stopped(steering: &Steering, interval: Duration) -> anyhow
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
             _ = tick.tick() => {
-                if !steering.layout.links_pinned() {
-                    tracing::info!("the binder's links were unpinned (srap-agent detach): exiting");
+                if !sender::summary::log_counters(&steering.layout) {
                     return Ok(());
-                }
-                match sender::read_stats(&steering.layout) {
-                    Ok(stats) => tracing::info!("binder: {stats}"),
-                    Err(err) => tracing::warn!("reading the binder's counters: {err}"),
                 }
             }
         }

@@ -9,6 +9,7 @@ mod odds;
 mod predict;
 mod receiver;
 mod rss;
+mod status;
 
 use std::process::ExitCode;
 
@@ -37,6 +38,9 @@ enum Command {
     Exec(exec::Args),
     /// The RSS of a local NIC, discovered from the kernel.
     Rss(rss::Args),
+    /// Where flows land on this receiver: a dashboard of queues, CPUs,
+    /// collisions and prediction accuracy, from `srap-agent receiver`.
+    Status(status::Args),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +51,7 @@ fn main() -> ExitCode {
         Command::Odds(args) => odds::run(&args),
         Command::Exec(args) => exec::run(&args),
         Command::Rss(args) => rss::run(&args),
+        Command::Status(args) => status::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -112,6 +112,7 @@ pub struct PeerHandle {
     updates: watch::Receiver<Option<Update>>,
     plan: watch::Sender<Option<PlanReport>>,
     status: watch::Receiver<PeerStatus>,
+    reported: watch::Receiver<Option<u64>>,
     task: JoinHandle<()>,
 }
 
@@ -130,6 +131,13 @@ impl PeerHandle {
     pub fn status(&self) -> watch::Receiver<PeerStatus> {
         self.status.clone()
     }
+
+    /// The version of the last plan handed to the receiver's connection
+    /// (written, not acknowledged: the protocol has no acks), so a
+    /// short-lived sender (`--once`) knows when it may leave.
+    pub fn reported(&self) -> watch::Receiver<Option<u64>> {
+        self.reported.clone()
+    }
 }
 
 impl Drop for PeerHandle {
@@ -143,11 +151,13 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
     let (updates_tx, updates) = watch::channel(None);
     let (plan, plan_rx) = watch::channel(None);
     let (status_tx, status) = watch::channel(PeerStatus::Connecting);
-    let task = tokio::spawn(run(config, updates_tx, plan_rx, status_tx));
+    let (reported_tx, reported) = watch::channel(None);
+    let task = tokio::spawn(run(config, updates_tx, plan_rx, status_tx, reported_tx));
     PeerHandle {
         updates,
         plan,
         status,
+        reported,
         task,
     }
 }
@@ -157,6 +167,7 @@ async fn run(
     updates: watch::Sender<Option<Update>>,
     plan: watch::Receiver<Option<PlanReport>>,
     status: watch::Sender<PeerStatus>,
+    reported: watch::Sender<Option<u64>>,
 ) {
     let mut delays = backoff::Delays::new(config.backoff);
     let mut last_error: Option<String> = None;
@@ -167,7 +178,9 @@ async fn run(
                 info!("connected to receiver {}", config.addr);
                 last_error = None;
                 status.send_replace(PeerStatus::Connected);
-                session.run(&updates, plan.clone(), &mut delays).await
+                session
+                    .run(&updates, plan.clone(), &reported, &mut delays)
+                    .await
             }
             Err(err) => Err(err),
         };

@@ -116,12 +116,14 @@ impl Session {
     }
 
     /// Publishes descriptions on `updates` and sends the plan on `plan`
-    /// until the connection ends. Resets `delays` once the session has
-    /// proved itself (first description in).
+    /// until the connection ends, putting the version of each plan sent on
+    /// `reported`. Resets `delays` once the session has proved itself
+    /// (first description in).
     pub async fn run(
         self,
         updates: &watch::Sender<Option<Update>>,
         mut plan: watch::Receiver<Option<PlanReport>>,
+        reported: &watch::Sender<Option<u64>>,
         delays: &mut Delays,
     ) -> Result<(), PeerError> {
         let Self {
@@ -179,7 +181,9 @@ impl Session {
                     }
                     let report = plan.borrow_and_update().clone();
                     if let Some(report) = report {
+                        let version = report.version;
                         framed::write(&mut wr, &Message::PlanReport(report), t.write).await?;
+                        reported.send_replace(Some(version));
                     }
                 }
                 _ = keepalive.tick() => {

@@ -27,4 +27,16 @@ pub struct ReceiverArgs {
     /// Senders served at once; more are refused until one leaves.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PEERS)]
     pub max_peers: usize,
+    /// Do not attach the receive verifier to DEV (then `srap status` shows
+    /// peers and versions but no flows).
+    #[arg(long)]
+    pub no_verify: bool,
+    /// Unix socket `srap status` reads the status from (mode 0600; default
+    /// /run/srap/receiver.sock). A socket that cannot be made is fatal when
+    /// given here, and only an error message with the default.
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Serve Prometheus metrics on http://ADDR/metrics, e.g. `127.0.0.1:9447`.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
 }

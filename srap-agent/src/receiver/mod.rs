@@ -13,6 +13,8 @@
 pub mod allow;
 pub mod args;
 pub mod command;
+pub mod monitor;
+pub mod peers;
 mod session;
 pub mod source;
 
@@ -35,6 +37,7 @@ use tracing::{info, warn};
 
 pub use self::{
     allow::AllowList,
+    peers::Peers,
     source::{Published, Source, SourceError},
 };
 
@@ -125,6 +128,7 @@ struct Shared {
     config: ServerConfig,
     updates: session::Updates,
     plans: Plans,
+    peers: Peers,
     sessions: Arc<Semaphore>,
     rejecting: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
@@ -166,6 +170,7 @@ impl Server {
             config,
             updates,
             plans: Plans::default(),
+            peers: Peers::default(),
             shutdown,
         });
         info!(
@@ -198,6 +203,11 @@ impl Server {
     /// The plans connected senders reported.
     pub fn plans(&self) -> Vec<(SocketAddr, PlanReport)> {
         self.shared.plans.snapshot()
+    }
+
+    /// The senders connected now (after their handshake).
+    pub fn peers(&self) -> Vec<crate::status::PeerRow> {
+        self.shared.peers.snapshot()
     }
 
     /// Stops accepting, tells every peer, and waits (bounded) for them.

@@ -59,6 +59,7 @@ pub(super) async fn run(stream: TcpStream, peer: SocketAddr, shared: &Shared) {
     let (mut rd, mut wr) = stream.into_split();
     let outcome = converse(&mut rd, &mut wr, peer, shared).await;
     shared.plans.remove(&peer);
+    shared.peers.remove(&peer);
     match &outcome {
         Ok(()) | Err(SessionError::Frame(FrameError::Closed)) => info!("{peer}: disconnected"),
         Err(err) => warn!("{peer}: {err}"),
@@ -84,6 +85,7 @@ async fn converse(
         other => return Err(unexpected("Hello", &other)),
     };
     authenticate(rd, wr, &hello, handshake, shared).await?;
+    shared.peers.connected(peer, &printable(&hello.agent));
     info!(
         "{peer}: {} connected{}",
         printable(&hello.agent),
@@ -121,6 +123,7 @@ async fn converse(
                         report.version,
                         report.tables.len()
                     );
+                    shared.peers.reported(peer, report.version);
                     shared.plans.insert(peer, report);
                 }
                 Message::Error(report) => {

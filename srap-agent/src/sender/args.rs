@@ -28,16 +28,16 @@ pub struct SenderArgs {
     #[command(flatten)]
     pub source: DescriptionSource,
     /// Pre-shared key the receiver agent must prove (and we prove to it).
-    #[arg(long, value_name = "FILE", requires = "peer")]
+    #[arg(long, value_name = "FILE")]
     pub psk_file: Option<PathBuf>,
     /// With --peer: seconds to wait for the first description before
     /// giving up (nothing is set up until one arrives).
-    #[arg(long, value_name = "SECONDS", default_value_t = 60, requires = "peer")]
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     pub peer_wait: u64,
     /// With --peer, when every destination port is steered: report the plan
     /// for these destination ports (repeat; a source port's CPU depends on
     /// the destination port). With --port, those ports are reported.
-    #[arg(long = "report-port", value_name = "P", requires = "peer")]
+    #[arg(long = "report-port", value_name = "P")]
     pub report_ports: Vec<u16>,
     /// A receiver address to steer toward (repeat for more receivers;
     /// with --peer, default: the peer's address).

@@ -4,18 +4,23 @@
 //! writes them into the binder's maps, reserves the ports it may bind, and
 //! attaches the `connect()` hooks to a cgroup through pinned links; the
 //! pins keep steering running whether or not the agent does. [`detach`]
-//! undoes all of it. Workloads join the cgroup with `srap exec`.
+//! undoes all of it. Workloads join the cgroup with `srap exec`. With
+//! `--peer`, [`follow`] fetches the description from the receiver agent and
+//! [`replan`] refills the maps whenever it changes.
 
 pub mod args;
 mod attach;
 pub mod cgroup;
+pub mod follow;
 pub mod layout;
 mod maps;
 pub mod plan;
 pub mod rate;
+mod replan;
 pub mod reserved;
 pub mod route;
 pub mod state;
+pub mod summary;
 
 use std::{
     collections::BTreeSet,
@@ -33,6 +38,7 @@ pub use layout::{DEFAULT_PIN_DIR, PinLayout};
 pub use maps::{BinderStats, read_occupancy, read_stats};
 pub use plan::Plan;
 pub use rate::PacingRate;
+pub use replan::{Replanned, replan};
 pub use state::SenderState;
 
 /// Why the binder could not be set up or taken down.

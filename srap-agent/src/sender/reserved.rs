@@ -103,10 +103,34 @@ pub fn local_port_range() -> Result<PortRange, SenderError> {
     })
 }
 
+/// Longest sysctl text read: every other port listed, `1,3,5,…`, is
+/// ~200 KB.
+const MAX_SYSCTL_TEXT: usize = 512 << 10;
+
+/// Reads a sysctl in one `read()`: procfs renders `ip_local_reserved_ports`
+/// afresh on each read and a read at a non-zero offset returns nothing, so
+/// `read_to_string` (whose first read is a small probe) got only the first
+/// 32 bytes of a long list.
 fn read_sysctl(path: &Path) -> Result<String, SenderError> {
-    fs::read_to_string(path).map_err(|source| SenderError::Io {
+    use std::io::Read as _;
+    let io = |source| SenderError::Io {
         what: format!("reading {}", path.display()),
         source,
+    };
+    let mut buf = vec![0u8; MAX_SYSCTL_TEXT];
+    let n = fs::File::open(path)
+        .and_then(|mut f| f.read(&mut buf))
+        .map_err(io)?;
+    if n == buf.len() {
+        return Err(SenderError::Sysctl {
+            path: path.display().to_string(),
+            problem: format!("longer than {MAX_SYSCTL_TEXT} bytes"),
+        });
+    }
+    buf.truncate(n);
+    String::from_utf8(buf).map_err(|_| SenderError::Sysctl {
+        path: path.display().to_string(),
+        problem: "not UTF-8".into(),
     })
 }
 

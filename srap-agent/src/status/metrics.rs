@@ -1,0 +1,344 @@
+//! `--metrics ADDR`: the status as Prometheus text exposition (format
+//! 0.0.4) on `GET /metrics`, over a deliberately tiny HTTP/1.x server: one
+//! request per connection, a head of at most [`MAX_HEAD`] bytes, a deadline
+//! per connection, a bounded number of connections at once. Anything else
+//! gets a short error status. No web framework: a scrape endpoint needs none.
+//!
+//! Metrics (every one documented in [`METRICS`] and the README):
+//! `srap_verifier_up`, `srap_active_flows`, `srap_flows{queue}`,
+//! `srap_cpu_flows{cpu,by}`, `srap_queue_bytes_total{queue}`,
+//! `srap_queue_packets_total{queue}`, `srap_collisions{kind}`,
+//! `srap_prediction_accuracy{kind}`, `srap_rss_version`, `srap_peers`.
+
+use std::{fmt::Write as _, io, sync::Arc, time::Duration};
+
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::{TcpListener, TcpStream},
+    sync::{Semaphore, watch},
+    time::timeout,
+};
+use tracing::{debug, warn};
+
+use super::Status;
+
+/// Longest request head read.
+const MAX_HEAD: usize = 8192;
+/// Connections served at once.
+const MAX_CONNECTIONS: usize = 16;
+/// For a scraper to send its request and take the reply.
+const DEADLINE: Duration = Duration::from_secs(5);
+
+/// (name, type, help) of every metric, in exposition order.
+pub const METRICS: &[(&str, &str, &str)] = &[
+    (
+        "srap_verifier_up",
+        "gauge",
+        "1 while the receive verifier is attached",
+    ),
+    (
+        "srap_active_flows",
+        "gauge",
+        "TCP flows with a packet in the last idle_after_ms",
+    ),
+    (
+        "srap_flows",
+        "gauge",
+        "Active flows whose last packet arrived on this receive queue",
+    ),
+    (
+        "srap_cpu_flows",
+        "gauge",
+        "Active flows per CPU, by the CPU the verifier ran on (by=verifier) or the queue's CPU in the RSS description (by=queue_cpu)",
+    ),
+    (
+        "srap_queue_bytes_total",
+        "counter",
+        "Bytes received on this queue since the agent started (Ethernet header on)",
+    ),
+    (
+        "srap_queue_packets_total",
+        "counter",
+        "Packets received on this queue since the agent started",
+    ),
+    (
+        "srap_collisions",
+        "gauge",
+        "Queues (kind=queue) or CPUs (kind=cpu: the verifier's; kind=rss_cpu: queue_cpu's) with more than one active flow",
+    ),
+    (
+        "srap_prediction_accuracy",
+        "gauge",
+        "Share of active flows on the RSS model's queue (kind=queue) or on the sender's planned CPU (kind=plan); absent when there is nothing to judge",
+    ),
+    (
+        "srap_rss_version",
+        "gauge",
+        "Version of the RSS description served to senders",
+    ),
+    ("srap_peers", "gauge", "Sender agents connected"),
+];
+
+/// The exposition text of `status`.
+pub fn render(status: &Status) -> String {
+    let mut out = String::new();
+    for &(name, kind, help) in METRICS {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        let mut sample = |labels: &str, value: f64| {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        };
+        match name {
+            "srap_verifier_up" => sample("", f64::from(u8::from(status.verifier.hook.is_some()))),
+            "srap_active_flows" => sample("", status.active_flows as f64),
+            "srap_flows" => {
+                for q in &status.queues {
+                    sample(&format!("{{queue=\"{}\"}}", q.queue), q.flows as f64);
+                }
+            }
+            "srap_cpu_flows" => {
+                for (by, rows) in [("verifier", &status.cpus), ("queue_cpu", &status.rss_cpus)] {
+                    for c in rows {
+                        sample(
+                            &format!("{{cpu=\"{}\",by=\"{by}\"}}", c.cpu),
+                            c.flows as f64,
+                        );
+                    }
+                }
+            }
+            "srap_queue_bytes_total" => {
+                for q in &status.queues {
+                    sample(&format!("{{queue=\"{}\"}}", q.queue), q.bytes as f64);
+                }
+            }
+            "srap_queue_packets_total" => {
+                for q in &status.queues {
+                    sample(&format!("{{queue=\"{}\"}}", q.queue), q.packets as f64);
+                }
+            }
+            "srap_collisions" => {
+                let c = status.collisions;
+                for (kind, n) in [
+                    ("queue", c.queues),
+                    ("cpu", c.cpus),
+                    ("rss_cpu", c.rss_cpus),
+                ] {
+                    sample(&format!("{{kind=\"{kind}\"}}"), n as f64);
+                }
+            }
+            "srap_prediction_accuracy" => {
+                let a = status.accuracy;
+                for (kind, ratio) in [("queue", a.queue), ("plan", a.plan)] {
+                    if let Some(value) = ratio.value() {
+                        sample(&format!("{{kind=\"{kind}\"}}"), value);
+                    }
+                }
+            }
+            "srap_rss_version" => sample("", status.rss_version as f64),
+            "srap_peers" => sample("", status.peers.len() as f64),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Serves scrapes on `listener` until the task is dropped or aborted.
+pub async fn serve(listener: TcpListener, status: watch::Receiver<Arc<Status>>) {
+    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(err) => {
+                warn!("metrics: accepting: {err}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = Arc::clone(&connections).acquire_owned().await else {
+            return;
+        };
+        let status = status.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            match timeout(DEADLINE, exchange(stream, &status)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => debug!("metrics: {peer}: {err}"),
+                Err(_) => debug!("metrics: {peer}: too slow, dropped"),
+            }
+        });
+    }
+}
+
+async fn exchange(mut stream: TcpStream, status: &watch::Receiver<Arc<Status>>) -> io::Result<()> {
+    let reply = match read_head(&mut stream).await? {
+        Some(head) => respond(&head, status),
+        None => response(
+            "431 Request Header Fields Too Large",
+            "request head too large\n",
+        ),
+    };
+    stream.write_all(reply.as_bytes()).await?;
+    stream.shutdown().await?;
+    // Read what the client still sends (bounded) before closing: closing on
+    // unread data sends a reset, which can destroy the reply in flight.
+    let mut sink = [0u8; 4096];
+    let mut left = 64 * 1024usize;
+    let _ = timeout(Duration::from_secs(1), async {
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    })
+    .await;
+    Ok(())
+}
+
+/// The request head (up to the blank line), or None when it is too long.
+async fn read_head(stream: &mut TcpStream) -> io::Result<Option<String>> {
+    let mut head = Vec::with_capacity(512);
+    let mut chunk = [0u8; 1024];
+    loop {
+        if let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") {
+            head.truncate(end);
+            return Ok(Some(String::from_utf8_lossy(&head).into_owned()));
+        }
+        if head.len() > MAX_HEAD {
+            return Ok(None);
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "closed before the end of the request head",
+            ));
+        }
+        head.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn respond(head: &str, status: &watch::Receiver<Arc<Status>>) -> String {
+    let mut parts = head.lines().next().unwrap_or("").split_whitespace();
+    let (method, target, version) = (parts.next(), parts.next(), parts.next());
+    if !version.is_some_and(|v| v.starts_with("HTTP/1.")) {
+        return response("400 Bad Request", "not an HTTP/1.x request\n");
+    }
+    let path = target.unwrap_or("").split('?').next().unwrap_or("");
+    match (method, path) {
+        (Some("GET"), "/metrics") => {
+            let body = render(&status.borrow());
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+        }
+        (Some("GET"), _) => response("404 Not Found", "only /metrics is served\n"),
+        _ => response("405 Method Not Allowed", "only GET /metrics is served\n"),
+    }
+}
+
+fn response(status: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::{Collisions, QueueRow, Ratio, VerifierState};
+
+    fn status() -> Status {
+        let mut status = Status {
+            rss_version: 3,
+            verifier: VerifierState {
+                hook: Some("xdp (driver)".into()),
+                error: None,
+            },
+            queues: vec![
+                QueueRow {
+                    queue: 0,
+                    flows: 2,
+                    bytes: 3000,
+                    packets: 3,
+                    collision: true,
+                    ..QueueRow::default()
+                },
+                QueueRow {
+                    queue: 1,
+                    ..QueueRow::default()
+                },
+            ],
+            collisions: Collisions {
+                queues: 1,
+                cpus: 0,
+                rss_cpus: 1,
+            },
+            ..Status::default()
+        };
+        status.accuracy.queue = Ratio {
+            matched: 1,
+            total: 2,
+        };
+        status
+    }
+
+    #[test]
+    fn every_metric_has_help_type_and_samples() {
+        let text = render(&status());
+        for &(name, kind, _) in METRICS {
+            assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name}");
+        }
+        for line in [
+            "srap_verifier_up 1",
+            "srap_flows{queue=\"0\"} 2",
+            "srap_flows{queue=\"1\"} 0",
+            "srap_queue_bytes_total{queue=\"0\"} 3000",
+            "srap_queue_packets_total{queue=\"0\"} 3",
+            "srap_collisions{kind=\"queue\"} 1",
+            "srap_collisions{kind=\"rss_cpu\"} 1",
+            "srap_prediction_accuracy{kind=\"queue\"} 0.5",
+            "srap_rss_version 3",
+            "srap_peers 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert!(
+            !text.contains("kind=\"plan\""),
+            "nothing to judge: no sample"
+        );
+    }
+
+    #[tokio::test]
+    async fn serves_get_metrics_and_refuses_the_rest() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (_tx, rx) = watch::channel(Arc::new(status()));
+        let server = tokio::spawn(serve(listener, rx));
+        let ask = |request: Vec<u8>| async move {
+            let mut stream = TcpStream::connect(addr).await.expect("connect");
+            stream.write_all(&request).await.expect("send");
+            let mut reply = String::new();
+            stream.read_to_string(&mut reply).await.expect("reply");
+            reply
+        };
+        let ok = ask(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()).await;
+        assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
+        assert!(ok.contains("\r\n\r\n# HELP srap_verifier_up"));
+        assert!(ok.contains("srap_rss_version 3\n"));
+        let missing = ask(b"GET / HTTP/1.1\r\n\r\n".to_vec()).await;
+        assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+        let post = ask(b"POST /metrics HTTP/1.1\r\n\r\n".to_vec()).await;
+        assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+        let junk = ask(b"hello\r\n\r\n".to_vec()).await;
+        assert!(junk.starts_with("HTTP/1.1 400"), "{junk}");
+        let mut huge = b"GET /metrics HTTP/1.1\r\n".to_vec();
+        huge.extend(std::iter::repeat_n(b'a', 3 * MAX_HEAD));
+        let huge = ask(huge).await;
+        assert!(huge.starts_with("HTTP/1.1 431"), "{huge}");
+        server.abort();
+    }
+}

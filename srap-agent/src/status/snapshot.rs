@@ -1,0 +1,158 @@
+//! [`Status`]: what the receiver agent knows of where flows land, as served
+//! on the control socket (`{"get":"status"}`) and read by `srap status`.
+//!
+//! Plain data with serde on both sides, so the agent and the CLI cannot
+//! disagree on the format. Rates are computed over the last sample interval;
+//! `packets` and `bytes` of queues and CPUs are counters since the agent
+//! started (they never go down, which is what Prometheus wants).
+
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+/// One snapshot of the receiver.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Status {
+    /// The receiving interface (`--iface`).
+    pub iface: String,
+    /// Whether and how the receive verifier runs.
+    pub verifier: VerifierState,
+    /// Version of the RSS description served to senders.
+    pub rss_version: u64,
+    /// Wall-clock time of the sample, milliseconds since the Unix epoch.
+    pub unix_ms: u64,
+    /// How often the agent samples the verifier.
+    pub interval_ms: u64,
+    /// A flow with no packet for this long is no longer active.
+    pub idle_after_ms: u64,
+    /// Active flows, all queues together.
+    pub active_flows: usize,
+    /// Receive rate of the active flows, all together.
+    pub gbps: f64,
+    /// One row per receive queue (every queue of the description, and any
+    /// other the verifier saw).
+    pub queues: Vec<QueueRow>,
+    /// One row per CPU that ran the verifier for some flow.
+    pub cpus: Vec<CpuRow>,
+    /// One row per CPU that the description's `queue_cpu` gives the flows'
+    /// observed queues (the CPU a real NIC's IRQ or RPS sends them to).
+    pub rss_cpus: Vec<CpuRow>,
+    /// Active flows, by observed queue then source.
+    pub flows: Vec<FlowRow>,
+    pub collisions: Collisions,
+    pub accuracy: Accuracy,
+    /// Sender agents connected now.
+    pub peers: Vec<PeerRow>,
+}
+
+/// The verifier's state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifierState {
+    /// The hook it runs on (`xdp (driver)`, `tc ingress (tcx)`, …), when it runs.
+    pub hook: Option<String>,
+    /// Why it does not run (`--no-verify`, or the attach error).
+    pub error: Option<String>,
+}
+
+/// Load of one receive queue.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueRow {
+    pub queue: u32,
+    /// The CPU the description's `queue_cpu` gives this queue.
+    pub cpu: Option<u32>,
+    /// Active flows whose last packet arrived here.
+    pub flows: usize,
+    pub gbps: f64,
+    /// Counted since the agent started.
+    pub packets: u64,
+    /// Counted since the agent started.
+    pub bytes: u64,
+    /// More than one active flow.
+    pub collision: bool,
+}
+
+/// Load of one CPU.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CpuRow {
+    pub cpu: u32,
+    pub flows: usize,
+    pub gbps: f64,
+    pub packets: u64,
+    pub bytes: u64,
+    pub collision: bool,
+}
+
+/// One active flow (src is the sender).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlowRow {
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    /// Receive queue of the last packet (None: the hook cannot tell).
+    pub queue: Option<u32>,
+    /// CPU that ran the verifier for the last packet.
+    pub cpu: u32,
+    /// `queue_cpu` of the observed queue.
+    pub rss_cpu: Option<u32>,
+    /// Queue and CPU the RSS model computes for the 4-tuple.
+    pub predicted_queue: Option<u32>,
+    pub predicted_cpu: Option<u32>,
+    /// The receiver CPU a sender's plan report gave this source port.
+    pub planned_cpu: Option<u32>,
+    /// Rate over the last interval (0 on the first sample of a flow).
+    pub gbps: f64,
+    /// Coefficient of variation (σ/μ) of the recent rates; None until two
+    /// rates are known or while the mean is zero.
+    pub rate_cov: Option<f64>,
+    pub packets: u64,
+    pub bytes: u64,
+    /// Packets that arrived on another (queue, CPU) than the packet before.
+    pub moves: u32,
+}
+
+/// CPUs and queues with more than one active flow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Collisions {
+    pub queues: usize,
+    /// By the CPU the verifier ran on.
+    pub cpus: usize,
+    /// By `queue_cpu` of the observed queue.
+    pub rss_cpus: usize,
+}
+
+/// How often flows land where they were expected to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Accuracy {
+    /// Observed queue == the model's queue, over flows with a known queue.
+    pub queue: Ratio,
+    /// `queue_cpu` of the observed queue == the sender's planned CPU, over
+    /// flows a sender reported a plan for.
+    pub plan: Ratio,
+}
+
+/// `matched` of `total`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ratio {
+    pub matched: usize,
+    pub total: usize,
+}
+
+impl Ratio {
+    /// matched / total, None when there is nothing to judge.
+    pub fn value(&self) -> Option<f64> {
+        (self.total > 0).then(|| self.matched as f64 / self.total as f64)
+    }
+}
+
+/// A connected sender agent.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerRow {
+    pub addr: String,
+    /// What it said it runs, e.g. `srap-agent 0.1.0`.
+    pub agent: String,
+    /// When it connected, ms since the Unix epoch.
+    pub connected_unix_ms: u64,
+    /// When its last plan report arrived, ms since the Unix epoch.
+    pub last_plan_unix_ms: Option<u64>,
+    /// The description version its last plan was made against.
+    pub plan_version: Option<u64>,
+}

@@ -1,0 +1,56 @@
+//! Small formatting helpers shared by the text table and the dashboard.
+
+use srap_agent::status::{Ratio, Status};
+
+pub fn opt<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+pub fn gbps(value: f64) -> String {
+    format!("{value:.2}")
+}
+
+pub fn cov(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.2}"))
+}
+
+/// `4/4 (100%)`, or `-` with nothing to judge.
+pub fn ratio(ratio: Ratio) -> String {
+    ratio.value().map_or_else(
+        || "-".to_owned(),
+        |v| format!("{}/{} ({:.0}%)", ratio.matched, ratio.total, v * 100.0),
+    )
+}
+
+/// How the verifier runs, in a few words.
+pub fn verifier(status: &Status) -> String {
+    match (&status.verifier.hook, &status.verifier.error) {
+        (Some(hook), None) => hook.clone(),
+        (Some(hook), Some(error)) => format!("{hook}, failing: {error}"),
+        (None, Some(error)) => format!("off: {error}"),
+        (None, None) => "off".to_owned(),
+    }
+}
+
+/// `3 s ago` relative to the snapshot's own clock.
+pub fn ago(now_ms: u64, then_ms: Option<u64>) -> String {
+    then_ms.map_or_else(
+        || "never".to_owned(),
+        |then| format!("{} s ago", now_ms.saturating_sub(then) / 1000),
+    )
+}
+
+/// The one-line summary both views start with.
+pub fn summary(status: &Status) -> String {
+    format!(
+        "{} active flows, {} Gbit/s; collisions: {} queues, {} CPUs (queue_cpu), {} CPUs (verifier); \
+         prediction: queue {}, plan {}",
+        status.active_flows,
+        gbps(status.gbps),
+        status.collisions.queues,
+        status.collisions.rss_cpus,
+        status.collisions.cpus,
+        ratio(status.accuracy.queue),
+        ratio(status.accuracy.plan),
+    )
+}

@@ -1,0 +1,112 @@
+//! `srap status --once`: one snapshot as plain text.
+
+use std::fmt::Write as _;
+
+use srap_agent::status::{CpuRow, Status};
+
+use super::format::{ago, cov, gbps, opt, summary, verifier};
+
+const MARK: &str = "  << collision";
+
+pub fn render(status: &Status) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "receiver {}: verifier {}; RSS version {}; {} peer(s)",
+        status.iface,
+        verifier(status),
+        status.rss_version,
+        status.peers.len()
+    );
+    let _ = writeln!(out, "{}\n", summary(status));
+
+    let _ = writeln!(
+        out,
+        "{:>5} {:>4} {:>5} {:>8} {:>12}",
+        "queue", "cpu", "flows", "Gbit/s", "packets"
+    );
+    for q in &status.queues {
+        let _ = writeln!(
+            out,
+            "{:>5} {:>4} {:>5} {:>8} {:>12}{}",
+            q.queue,
+            opt(q.cpu),
+            q.flows,
+            gbps(q.gbps),
+            q.packets,
+            if q.collision { MARK } else { "" }
+        );
+    }
+    cpu_table(&mut out, "cpu (queue_cpu)", &status.rss_cpus);
+    cpu_table(&mut out, "cpu (verifier)", &status.cpus);
+
+    let _ = writeln!(
+        out,
+        "\n{:<46} {:<46} {:>5} {:>4} {:>6} {:>8} {:>7} {:>8} {:>5} {:>5}",
+        "source",
+        "destination",
+        "queue",
+        "cpu",
+        "pred.q",
+        "pred.cpu",
+        "planned",
+        "Gbit/s",
+        "CoV",
+        "moves"
+    );
+    for f in &status.flows {
+        let _ = writeln!(
+            out,
+            "{:<46} {:<46} {:>5} {:>4} {:>6} {:>8} {:>7} {:>8} {:>5} {:>5}",
+            f.src.to_string(),
+            f.dst.to_string(),
+            opt(f.queue),
+            f.cpu,
+            opt(f.predicted_queue),
+            opt(f.predicted_cpu),
+            opt(f.planned_cpu),
+            gbps(f.gbps),
+            cov(f.rate_cov),
+            f.moves
+        );
+    }
+    if status.flows.is_empty() {
+        let _ = writeln!(out, "(no active flows)");
+    }
+
+    let _ = writeln!(out, "\npeers");
+    for p in &status.peers {
+        let _ = writeln!(
+            out,
+            "  {:<46} {:<24} connected {}, last plan {} (version {})",
+            p.addr,
+            p.agent,
+            ago(status.unix_ms, Some(p.connected_unix_ms)),
+            ago(status.unix_ms, p.last_plan_unix_ms),
+            opt(p.plan_version)
+        );
+    }
+    if status.peers.is_empty() {
+        let _ = writeln!(out, "  (none connected)");
+    }
+    out
+}
+
+fn cpu_table(out: &mut String, title: &str, rows: &[CpuRow]) {
+    let _ = writeln!(
+        out,
+        "\n{title:>15} {:>5} {:>8} {:>12}",
+        "flows", "Gbit/s", "packets"
+    );
+    for c in rows {
+        let _ = writeln!(
+            out,
+            "{:>15} {:>5} {:>8} {:>12}{}",
+            c.cpu,
+            c.flows,
+            gbps(c.gbps),
+            c.packets,
+            if c.collision { MARK } else { "" }
+        );
+    }
+}
