@@ -8,13 +8,18 @@ use std::path::Path;
 use srap_agent::lab::{experiment, steering::LabSteering, topology::LabNet};
 use srap_suite::require_privileged;
 
+/// The lab tests move this process between cgroups (sockets join their
+/// creator's cgroup): one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn experiment_is_collision_free_with_srap_and_leaves_nothing_behind() {
     if !require_privileged("experiment_is_collision_free_with_srap_and_leaves_nothing_behind") {
         return;
     }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let (pin_dir, cgroup) = {
-        let net = LabNet::new(32).expect("lab network");
+        let net = LabNet::new(32, srap_agent::lab::topology::Watch::Here).expect("lab network");
         let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())
             .expect("binder in the sender namespace");
         let report = experiment::run(&net, steering.cgroup(), 16, 5, 32).expect("experiment");
@@ -39,4 +44,104 @@ fn experiment_is_collision_free_with_srap_and_leaves_nothing_behind() {
         !own.contains("srap-lab"),
         "the test process stayed in the lab cgroup: {own}"
     );
+}
+
+/// Both agents as a user runs them (receiver with the lab NIC's description,
+/// sender with `--peer`): steered flows show up in `srap status --once
+/// --json` on the queue the model predicts and on the CPU the sender planned.
+#[test]
+fn status_shows_steered_flows_on_their_planned_cpus() {
+    use std::{
+        io::{Read as _, Write as _},
+        net::{SocketAddr, TcpListener, TcpStream},
+        time::{Duration, Instant},
+    };
+
+    use srap_agent::{
+        lab::{agents::LabAgents, steering::InCgroup, topology::Watch},
+        status::Status,
+    };
+
+    if !require_privileged("status_shows_steered_flows_on_their_planned_cpus") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    const PORT: u16 = 5311;
+    const FLOWS: usize = 8;
+    let net = LabNet::new(16, Watch::Agent).expect("lab network");
+    let agents =
+        LabAgents::start(&net, &srap_suite::built_binary("srap-agent"), PORT).expect("both agents");
+    let server = SocketAddr::new(net.receiver_ip(), PORT);
+    let listener = net
+        .hosts
+        .receiver
+        .run(|| TcpListener::bind(server))
+        .expect("receiver ns")
+        .expect("listen");
+    let mut clients = {
+        let _steered = InCgroup::enter(agents.cgroup()).expect("join the steered cgroup");
+        net.hosts
+            .sender
+            .run(|| {
+                (0..FLOWS)
+                    .map(|_| {
+                        TcpStream::connect_timeout(&server, Duration::from_secs(5))
+                            .expect("connect")
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .expect("sender ns")
+    };
+    let mut accepted: Vec<TcpStream> = (0..FLOWS)
+        .map(|_| listener.accept().expect("accept").0)
+        .collect();
+    // Keep every flow active across a few of the agent's 1 s samples.
+    let until = Instant::now() + Duration::from_millis(2500);
+    let chunk = [0x5au8; 16 * 1024];
+    let mut sink = [0u8; 64 * 1024];
+    for stream in &accepted {
+        stream.set_nonblocking(true).expect("nonblocking");
+    }
+    while Instant::now() < until {
+        for client in &mut clients {
+            client.write_all(&chunk).expect("send");
+        }
+        for stream in &mut accepted {
+            while stream.read(&mut sink).is_ok_and(|n| n > 0) {}
+        }
+    }
+    let out = std::process::Command::new(srap_suite::built_binary("srap"))
+        .args(["status", "--once", "--json", "--control"])
+        .arg(agents.control())
+        .output()
+        .expect("run srap status");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: Status = serde_json::from_slice(&out.stdout).expect("status JSON");
+    let flows: Vec<_> = status
+        .flows
+        .iter()
+        .filter(|f| f.dst.port() == PORT)
+        .collect();
+    assert_eq!(flows.len(), FLOWS, "{status:#?}");
+    let mut queues = std::collections::BTreeSet::new();
+    for flow in &flows {
+        assert!(flow.queue.is_some(), "{flow:?}");
+        assert_eq!(flow.queue, flow.predicted_queue, "{flow:?}");
+        assert!(
+            flow.planned_cpu.is_some(),
+            "the sender reported no plan for {flow:?}"
+        );
+        assert_eq!(flow.planned_cpu, flow.rss_cpu, "{flow:?}");
+        queues.insert(flow.queue);
+    }
+    assert_eq!(
+        queues.len(),
+        FLOWS,
+        "steered flows share queues: {flows:#?}"
+    );
+    drop((clients, accepted, listener));
 }

@@ -11,6 +11,7 @@
 //! addresses are `10.199.<subnet>.0/24` and `fd00:5a:0:<subnet>::/64`,
 //! configured only on these veth ends.
 
+pub mod agents;
 pub mod experiment;
 pub mod netns;
 pub mod report;
@@ -28,9 +29,10 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use self::{
+    agents::LabAgents,
     report::RunReport,
     steering::LabSteering,
-    topology::LabNet,
+    topology::{LabNet, Watch},
     workload::{ChildGuard, client, iperf3_server},
 };
 
@@ -80,6 +82,10 @@ pub struct LabArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// After the workload, keep the lab up (agents and all) until Ctrl-C,
+    /// for `srap status --control PATH` in another terminal.
+    #[arg(long)]
+    pub hold: bool,
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -107,9 +113,9 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     if args.flows == 0 || args.flows > 256 {
         bail!("--flows must be 1 to 256");
     }
-    let net = LabNet::new(args.queues)?;
-    let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
     if args.experiment {
+        let net = LabNet::new(args.queues, Watch::Here)?;
+        let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
         let report = experiment::run(
             &net,
             steering.cgroup(),
@@ -124,30 +130,57 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    let net = LabNet::new(args.queues, Watch::Agent)?;
+    // The lab runs the agents it is part of.
+    let exe = std::env::current_exe().context("locating srap-agent")?;
+    let agents = LabAgents::start(&net, &exe, SRAP_PORT)?;
+    if !args.json {
+        println!(
+            "lab up: {} queues; receiver agent on {}:7447, sender agent following it\n\
+             watch it live: srap status --control {}\n",
+            args.queues,
+            net.receiver_ip(),
+            agents.control().display()
+        );
+    }
     let mut reports = Vec::new();
     for (title, port, cgroup) in [
-        ("kernel-chosen source ports", 5201, None),
-        ("SRAP-chosen source ports", 5202, Some(steering.cgroup())),
+        ("kernel-chosen source ports", KERNEL_PORT, None),
+        ("SRAP-chosen source ports", SRAP_PORT, Some(agents.cgroup())),
     ] {
-        let report = run_workload(&net, args, port, cgroup)
+        let report = run_workload(&net, &agents, args, port, cgroup)
             .with_context(|| format!("workload with {title}"))?;
         if !args.json {
             println!("{}", report.render(title, args.duration as f64));
         }
         reports.push(report);
     }
-    let stats = crate::sender::read_stats(&crate::sender::PinLayout::new(steering.pin_dir()))?;
+    let stats = crate::sender::read_stats(&crate::sender::PinLayout::new(agents.pin_dir()))?;
     if args.json {
         let json = serde_json::json!({"kernel": reports[0], "srap": reports[1], "binder": stats.to_string()});
         println!("{json}");
     } else {
         println!("binder counters: {stats}");
     }
+    if args.hold {
+        println!(
+            "\nholding the lab: `srap status --control {}`; Ctrl-C ends it",
+            agents.control().display()
+        );
+        while !interrupted() {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
     Ok(())
 }
 
+/// The receiver's ports for the two workload runs.
+const KERNEL_PORT: u16 = 5201;
+const SRAP_PORT: u16 = 5202;
+
 fn run_workload(
     net: &LabNet,
+    agents: &LabAgents<'_>,
     args: &LabArgs,
     port: u16,
     cgroup: Option<&std::path::Path>,
@@ -173,11 +206,9 @@ fn run_workload(
     if !status.success() {
         bail!("the workload exited with {status}");
     }
-    Ok(RunReport::judge(
-        &net.model,
-        &net.flows_to(port)?,
-        MIN_DATA_BYTES,
-    ))
+    // What the receiver agent's verifier saw, sampled after the run ended.
+    let seen = agents.status_after(std::time::SystemTime::now())?;
+    Ok(RunReport::from_status(&seen, port, MIN_DATA_BYTES))
 }
 
 fn print_experiment(r: &experiment::ExperimentReport) {

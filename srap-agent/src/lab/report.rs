@@ -51,6 +51,28 @@ impl RunReport {
                 bytes: r.stats.bytes,
             })
             .collect();
+        Self::from_flows(flows)
+    }
+
+    /// Judges the flows toward `port` in the receiver agent's status.
+    pub fn from_status(status: &crate::status::Status, port: u16, min_bytes: u64) -> Self {
+        let flows = status
+            .flows
+            .iter()
+            .filter(|f| f.dst.port() == port && f.bytes >= min_bytes)
+            .map(|f| ObservedFlow {
+                src: f.src,
+                dst: f.dst,
+                queue: f.queue,
+                predicted_queue: f.predicted_queue.unwrap_or(u32::MAX),
+                packets: f.packets,
+                bytes: f.bytes,
+            })
+            .collect();
+        Self::from_flows(flows)
+    }
+
+    fn from_flows(flows: Vec<ObservedFlow>) -> Self {
         let mut per_queue = BTreeMap::new();
         for flow in &flows {
             if let Some(queue) = flow.queue {

@@ -37,16 +37,25 @@ pub fn lab_nic(queues: u32) -> anyhow::Result<RssModel> {
     Ok(RssModel::from_description(&desc)?)
 }
 
+/// Who watches where flows land.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Watch {
+    /// This process attaches the verifier (the experiment).
+    Here,
+    /// The receiver agent does (it holds the interface's XDP hook).
+    Agent,
+}
+
 /// Field order is drop order: the programs come off before the namespaces go.
 pub struct LabNet {
-    verifier: Verifier,
+    verifier: Option<Verifier>,
     _emulator: Emulator,
     pub model: RssModel,
     pub hosts: TwoHosts,
 }
 
 impl LabNet {
-    pub fn new(queues: u32) -> anyhow::Result<Self> {
+    pub fn new(queues: u32, watch: Watch) -> anyhow::Result<Self> {
         let model = lab_nic(queues)?;
         let hosts = TwoHosts::new(VethConfig {
             tx_queues: queues,
@@ -59,11 +68,16 @@ impl LabNet {
             .run(|| Emulator::attach(&hosts.sender_end.ifname, &model, queues))?
             .context("attaching the RSS-NIC emulator")?;
         set_rps(&hosts, queues)?;
-        let verifier = hosts
-            .receiver
-            .run(|| Verifier::attach(&hosts.receiver_end.ifname, HookChoice::Auto))?
-            .context("attaching the receive verifier")?;
-        tracing::info!(queues, hook = %verifier.hook(), "lab network up");
+        let verifier = match watch {
+            Watch::Here => Some(
+                hosts
+                    .receiver
+                    .run(|| Verifier::attach(&hosts.receiver_end.ifname, HookChoice::Auto))?
+                    .context("attaching the receive verifier")?,
+            ),
+            Watch::Agent => None,
+        };
+        tracing::info!(queues, "lab network up");
         Ok(Self {
             verifier,
             _emulator: emulator,
@@ -76,9 +90,13 @@ impl LabNet {
         self.hosts.receiver_end.ip(false)
     }
 
-    /// Flows the verifier saw toward `port` on the receiver.
+    /// Flows this process's verifier saw toward `port` on the receiver.
     pub fn flows_to(&self, port: u16) -> anyhow::Result<Vec<FlowRecord>> {
-        let flows = self.verifier.flows()?;
+        let verifier = self
+            .verifier
+            .as_ref()
+            .context("the receiver agent holds the verifier: ask it (srap status)")?;
+        let flows = verifier.flows()?;
         Ok(flows.into_iter().filter(|f| f.dst.port() == port).collect())
     }
 }

@@ -1,0 +1,189 @@
+//! Both agents in the lab, as a user runs them on two real hosts: the
+//! receiver agent in the receiver namespace (serving the lab NIC's
+//! description from a file, with its verifier and control socket) and the
+//! sender agent in the sender namespace, following it with `--peer`.
+//! Killed by PID and detached when the guard drops.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use super::{
+    interrupted,
+    topology::LabNet,
+    unique_name,
+    workload::{ChildGuard, in_netns},
+};
+use crate::{sender::cgroup, status::Status};
+
+/// The receiver agent's port, on the receiver's lab address only.
+const PEER_PORT: u16 = 7447;
+/// Source ports the lab's sender may use (below the namespace's ephemeral
+/// range, so kernel-chosen ports never collide with them).
+const PORT_RANGE: &str = "10000-32767";
+
+pub struct LabAgents<'a> {
+    net: &'a LabNet,
+    /// The `srap-agent` binary.
+    exe: PathBuf,
+    dir: PathBuf,
+    pin_dir: PathBuf,
+    cgroup: PathBuf,
+    receiver: Option<ChildGuard>,
+    sender: Option<ChildGuard>,
+}
+
+impl<'a> LabAgents<'a> {
+    /// Starts both agents (`exe` is the `srap-agent` binary); the sender
+    /// reports its plan for `report_port`.
+    pub fn start(net: &'a LabNet, exe: &Path, report_port: u16) -> anyhow::Result<Self> {
+        let name = format!("srap-lab-{}", unique_name(""));
+        let dir = std::env::temp_dir().join(&name);
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let exe = exe.to_path_buf();
+        let mut agents = Self {
+            net,
+            exe: exe.clone(),
+            pin_dir: Path::new("/sys/fs/bpf").join(&name),
+            cgroup: cgroup::cgroup2_mount()?.join(&name),
+            dir,
+            receiver: None,
+            sender: None,
+        };
+        let rss = agents.dir.join("rss.json");
+        fs::write(&rss, net.model.to_description().to_json_pretty())
+            .with_context(|| format!("writing {}", rss.display()))?;
+        let listen = format!("{}:{PEER_PORT}", net.receiver_ip());
+
+        let mut receiver = in_netns(&net.hosts.receiver, exe.clone());
+        receiver
+            .args([
+                "receiver",
+                "--iface",
+                &net.hosts.receiver_end.ifname,
+                "--listen",
+                &listen,
+            ])
+            .arg("--rss")
+            .arg(&rss)
+            .arg("--control")
+            .arg(agents.control());
+        agents.receiver = Some(spawn_logged(
+            &mut receiver,
+            &agents.dir.join("receiver.log"),
+        )?);
+        agents.wait_for("the receiver agent's control socket", |a| {
+            a.control().exists()
+        })?;
+
+        let mut sender = in_netns(&net.hosts.sender, exe);
+        sender
+            .args([
+                "sender",
+                "--peer",
+                &listen,
+                "--port-range",
+                PORT_RANGE,
+                "--interval",
+                "1",
+            ])
+            .args(["--report-port", &report_port.to_string()])
+            .arg("--cgroup")
+            .arg(&agents.cgroup)
+            .arg("--pin-dir")
+            .arg(&agents.pin_dir);
+        agents.sender = Some(spawn_logged(&mut sender, &agents.dir.join("sender.log"))?);
+        agents.wait_for("the sender agent's binder", |a| {
+            a.pin_dir.join("srap_connect4_link").exists() && a.cgroup.exists()
+        })?;
+        Ok(agents)
+    }
+
+    /// The steered cgroup: `srap exec --cgroup` this.
+    pub fn cgroup(&self) -> &Path {
+        &self.cgroup
+    }
+
+    pub fn pin_dir(&self) -> &Path {
+        &self.pin_dir
+    }
+
+    /// The receiver agent's control socket (`srap status --control`).
+    pub fn control(&self) -> PathBuf {
+        self.dir.join("receiver.sock")
+    }
+
+    /// The receiver agent's current status, once it has sampled at least
+    /// once after `since` (it samples every second).
+    pub fn status_after(&self, since: std::time::SystemTime) -> anyhow::Result<Status> {
+        let since_ms = since
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let (status, _) = crate::status::control::request_status(&self.control())?;
+            if status.unix_ms > since_ms {
+                return Ok(status);
+            }
+            if Instant::now() > deadline || interrupted() {
+                bail!("the receiver agent published no status after the workload");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_for(&self, what: &str, ready: impl Fn(&Self) -> bool) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !ready(self) {
+            if interrupted() {
+                bail!("interrupted");
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{what} did not come up within 20 s; logs: {}",
+                    self.dir.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LabAgents<'_> {
+    fn drop(&mut self) {
+        // The sender first, then what it pinned; then the receiver.
+        drop(self.sender.take());
+        if self.pin_dir.exists() {
+            let out = in_netns(&self.net.hosts.sender, self.exe.clone())
+                .arg("detach")
+                .arg("--pin-dir")
+                .arg(&self.pin_dir)
+                .output();
+            match out {
+                Ok(out) if out.status.success() => {}
+                Ok(out) => eprintln!(
+                    "lab cleanup: detach: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                ),
+                Err(err) => eprintln!("lab cleanup: detach: {err}"),
+            }
+        }
+        drop(self.receiver.take());
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn spawn_logged(command: &mut std::process::Command, log: &Path) -> anyhow::Result<ChildGuard> {
+    let file = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    command
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file);
+    ChildGuard::spawn(command)
+}
