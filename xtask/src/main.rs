@@ -102,6 +102,9 @@ fn test() -> Result<()> {
                 "warnings",
             ]),
         ),
+        // The kernel tests run `srap` and `srap-agent` as processes; `cargo
+        // test` builds a binary only for its own package's tests.
+        Step::new("build (binaries)", cargo(&["build", "--bins"])),
         Step::new("test", cargo(&["test"])),
         // The wire decoder faces untrusted peers: a short libFuzzer run on
         // every change (the corpus is not kept, so each run starts fresh).
