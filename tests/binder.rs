@@ -11,7 +11,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::{BufRead as _, BufReader, Read as _, Write as _},
+    io::{Read as _, Write as _},
     net::{IpAddr, SocketAddr, TcpListener, TcpStream},
     path::PathBuf,
     process::{ChildStdin, Command, Stdio},
@@ -30,6 +30,7 @@ use srap_common::{
 use srap_suite::{
     TwoHosts, VethConfig, built_binary,
     cgroup::{CgroupDir, ChildGuard, command_in},
+    flows::{Server, line_channel},
     require_privileged, unique_name,
 };
 
@@ -199,20 +200,6 @@ impl Workload {
     }
 }
 
-/// Reads a child's stdout lines into a channel (so reads can time out).
-fn line_channel(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
 // ---------------------------------------------------------------------------
 // The lab: two namespaces, the agent, the receiver's listener.
 
@@ -336,11 +323,7 @@ impl Lab {
             .run(|| TcpListener::bind(addr))
             .expect("receiver netns")
             .expect("listen");
-        listener.set_nonblocking(true).expect("nonblocking");
-        Server {
-            listener,
-            accepted: Vec::new(),
-        }
+        Server::new(listener, TIMEOUT)
     }
 
     /// The workload under `srap exec` (or, `steered` false, outside the cgroup).
@@ -438,56 +421,6 @@ impl Drop for Lab {
         let state = srap_agent::sender::state::path_for(&self.pin_dir);
         let _ = std::fs::remove_file(state);
         let _ = std::fs::remove_file(&self.rss_path);
-    }
-}
-
-/// The receiver's listener and the connections it accepted.
-struct Server {
-    listener: TcpListener,
-    accepted: Vec<TcpStream>,
-}
-
-impl Server {
-    /// Accepts `n` more connections; returns their source ports.
-    fn accept(&mut self, n: usize) -> Vec<u16> {
-        let deadline = Instant::now() + TIMEOUT;
-        let mut ports = Vec::new();
-        while ports.len() < n {
-            match self.listener.accept() {
-                Ok((stream, peer)) => {
-                    ports.push(peer.port());
-                    self.accepted.push(stream);
-                }
-                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                    assert!(
-                        Instant::now() < deadline,
-                        "accepted {} of {n} connections",
-                        ports.len()
-                    );
-                    thread::sleep(Duration::from_millis(5));
-                }
-                Err(err) => panic!("accept: {err}"),
-            }
-        }
-        ports
-    }
-
-    /// Waits until the peer of every accepted connection from `ports` has
-    /// closed (EOF), so the test knows the close reached the receiver.
-    fn await_closed(&mut self, ports: &[u16]) {
-        let deadline = Instant::now() + TIMEOUT;
-        for stream in &mut self.accepted {
-            let port = stream.peer_addr().map(|a| a.port()).unwrap_or(0);
-            if !ports.contains(&port) {
-                continue;
-            }
-            stream
-                .set_read_timeout(Some(deadline.saturating_duration_since(Instant::now())))
-                .expect("timeout");
-            let mut buf = [0u8; 16];
-            let n = stream.read(&mut buf).expect("read until EOF");
-            assert_eq!(n, 0, "port {port}: expected EOF");
-        }
     }
 }
 

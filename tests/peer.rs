@@ -12,7 +12,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::{BufRead as _, BufReader, Write as _},
+    io::Write as _,
     net::{IpAddr, SocketAddr, TcpListener, TcpStream},
     path::{Path, PathBuf},
     process::{ChildStdin, Command, Stdio},
@@ -35,6 +35,7 @@ use srap_common::{
 use srap_suite::{
     TwoHosts, VethConfig, built_binary,
     cgroup::{CgroupDir, ChildGuard, command_in},
+    flows::{Server, line_channel},
     require_privileged, unique_name,
 };
 
@@ -111,20 +112,6 @@ impl Workload {
             .map(|p| p.parse().expect("port"))
             .collect()
     }
-}
-
-/// Lines of a child's stdout or stderr on a channel, so waits are bounded.
-fn line_channel(out: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
 }
 
 /// The first line matching `pred` within [`TIMEOUT`].
@@ -346,11 +333,7 @@ impl Peer {
             .run(|| TcpListener::bind(addr))
             .expect("receiver netns")
             .expect("listen");
-        listener.set_nonblocking(true).expect("nonblocking");
-        Server {
-            listener,
-            accepted: Vec::new(),
-        }
+        Server::new(listener, TIMEOUT)
     }
 
     fn workload(&self) -> Workload {
@@ -541,38 +524,6 @@ fn write_private(path: &Path, text: &str) {
         .open(path)
         .expect("create key file");
     file.write_all(text.as_bytes()).expect("write key file");
-}
-
-/// The receiver's listener and what it accepted (kept open).
-struct Server {
-    listener: TcpListener,
-    accepted: Vec<TcpStream>,
-}
-
-impl Server {
-    /// Accepts `n` more connections; returns their source ports.
-    fn accept(&mut self, n: usize) -> Vec<u16> {
-        let deadline = Instant::now() + TIMEOUT;
-        let mut ports = Vec::new();
-        while ports.len() < n {
-            match self.listener.accept() {
-                Ok((stream, peer)) => {
-                    ports.push(peer.port());
-                    self.accepted.push(stream);
-                }
-                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                    assert!(
-                        Instant::now() < deadline,
-                        "accepted {} of {n} connections",
-                        ports.len()
-                    );
-                    thread::sleep(Duration::from_millis(5));
-                }
-                Err(err) => panic!("accept: {err}"),
-            }
-        }
-        ports
-    }
 }
 
 /// Opens `n` flows and returns the source ports the receiver accepted,

@@ -10,6 +10,7 @@
 
 pub mod binaries;
 pub mod cgroup;
+pub mod flows;
 pub mod privilege;
 
 pub use binaries::built_binary;
