@@ -66,6 +66,46 @@ pub fn as_root(program: impl AsRef<std::ffi::OsStr>) -> Command {
     }
 }
 
+/// Like [`run_step`] for `cargo test`: passes its output through and adds up
+/// the `test result:` lines, returning (passed, failed).
+pub fn run_test_step(step: Step) -> Result<(u64, u64)> {
+    use std::io::{BufRead as _, BufReader};
+
+    let Step { name, mut command } = step;
+    println!("\n==> {name}: {}", describe(&command));
+    let started = Instant::now();
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("step '{name}': could not start {}", describe(&command)))?;
+    let (mut passed, mut failed) = (0, 0);
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines() {
+            let line = line.context("reading the test output")?;
+            println!("{line}");
+            if let Some(counts) = line.trim().strip_prefix("test result: ") {
+                passed += count_of(counts, " passed");
+                failed += count_of(counts, " failed");
+            }
+        }
+    }
+    let status = child.wait().context("waiting for the tests")?;
+    if !status.success() {
+        bail!("step '{name}' failed ({status}): {passed} passed, {failed} failed");
+    }
+    println!("<== {name}: ok in {:.1}s", started.elapsed().as_secs_f64());
+    Ok((passed, failed))
+}
+
+/// The number before `label` in a libtest summary (`ok. 12 passed; 0 failed; …`).
+fn count_of(summary: &str, label: &str) -> u64 {
+    summary
+        .split([';', '.'])
+        .find_map(|part| part.trim().strip_suffix(label.trim_start()))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
 /// Runs `command` quietly; true when it ran and exited 0.
 pub fn succeeds(command: &mut Command) -> bool {
     command
@@ -91,4 +131,19 @@ pub fn describe(command: &Command) -> String {
         .map(|part| part.to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_of;
+
+    #[test]
+    fn libtest_summaries_are_counted() {
+        let summary =
+            "ok. 12 passed; 3 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.41s";
+        assert_eq!(count_of(summary, " passed"), 12);
+        assert_eq!(count_of(summary, " failed"), 3);
+        assert_eq!(count_of("FAILED. 0 passed; 1 failed;", " failed"), 1);
+        assert_eq!(count_of("garbage", " passed"), 0);
+    }
 }

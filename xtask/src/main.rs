@@ -105,7 +105,6 @@ fn test() -> Result<()> {
         // The kernel tests run `srap` and `srap-agent` as processes; `cargo
         // test` builds a binary only for its own package's tests.
         Step::new("build (binaries)", cargo(&["build", "--bins"])),
-        Step::new("test", cargo(&["test"])),
         // The wire decoder faces untrusted peers: a short libFuzzer run on
         // every change (the corpus is not kept, so each run starts fresh).
         Step::new(
@@ -121,11 +120,16 @@ fn test() -> Result<()> {
             ]),
         ),
     ];
-    let count = steps.len();
-    for step in steps {
+    let count = steps.len() + 1;
+    let [fmt, clippy, clippy_ebpf, build, fuzz] = steps;
+    for step in [fmt, clippy, clippy_ebpf, build] {
         run_step(step)?;
     }
+    let (passed, failed) = exec::run_test_step(Step::new("test", cargo(&["test"])))?;
+    run_step(fuzz)?;
     println!("\nxtask test: all {count} steps passed");
+    // One plain closing line for whoever reads the log last.
+    println!("tests: {passed} passed, {failed} failed");
     Ok(())
 }
 
