@@ -117,9 +117,6 @@ pub fn hash_naive(key: &ToeplitzKey, input: &[u8]) -> u32 {
 pub struct ToeplitzTable {
     key: ToeplitzKey,
     table: Box<[[u32; 256]; MAX_INPUT_LEN]>,
-    /// Per 32-bit input word, the key bits it meets, reversed, for the
-    /// carry-less-multiply path; `None` where the CPU lacks it.
-    clmul: Option<[u64; MAX_INPUT_LEN / 4]>,
 }
 
 impl ToeplitzTable {
@@ -135,16 +132,7 @@ impl ToeplitzTable {
                     .fold(0, |acc, (_, window)| acc ^ window);
             }
         }
-        let clmul = clmul::available().then(|| {
-            std::array::from_fn(|word| {
-                let mut eight = [0u8; 8];
-                for (slot, value) in eight.iter_mut().zip(key.0.iter().skip(word * 4)) {
-                    *slot = *value;
-                }
-                u64::from_be_bytes(eight).reverse_bits()
-            })
-        });
-        Self { key, table, clmul }
+        Self { key, table }
     }
 
     pub fn key(&self) -> &ToeplitzKey {
@@ -158,18 +146,8 @@ impl ToeplitzTable {
     }
 
     /// Hashes up to [`MAX_INPUT_LEN`] bytes; the caller's input never exceeds it.
-    /// Uses carry-less multiplication where the CPU has it, else the tables.
     #[inline]
     pub fn hash(&self, input: &[u8]) -> u32 {
-        match &self.clmul {
-            Some(reversed_key) => clmul::hash(reversed_key, input),
-            None => self.hash_by_lookup(input),
-        }
-    }
-
-    /// The portable path: one table lookup per input byte.
-    #[inline]
-    pub fn hash_by_lookup(&self, input: &[u8]) -> u32 {
         input
             .iter()
             .zip(self.table.iter())
@@ -177,90 +155,10 @@ impl ToeplitzTable {
     }
 }
 
-/// Toeplitz as carry-less multiplication, one 64×32-bit product per input word.
-///
-/// For input word `w` (bits 32p… of the input) and `K`, the 64 key bits from
-/// bit 32p on, the word's share of the hash is bits 32–63 of
-/// `clmul(K, reverse32(w))`. Reversing whole polynomials turns that into bits
-/// 31–62 of `clmul(reverse64(K), w)`, reversed: the key side is reversed once
-/// per key, and the result once per hash, after all words are XORed.
-mod clmul {
-    use super::MAX_INPUT_LEN;
-
-    pub fn available() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("pclmulqdq")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    }
-
-    #[inline]
-    pub fn hash(reversed_key: &[u64; MAX_INPUT_LEN / 4], input: &[u8]) -> u32 {
-        let product = multiply_words(reversed_key, &input[..input.len().min(MAX_INPUT_LEN)]);
-        ((product >> 31) as u32).reverse_bits()
-    }
-
-    /// Input word `i` (big-endian; a short last word is zero-padded).
-    #[inline(always)]
-    fn word(input: &[u8], i: usize) -> u32 {
-        match input.get(4 * i..4 * i + 4) {
-            Some(&[a, b, c, d]) => u32::from_be_bytes([a, b, c, d]),
-            _ => {
-                let mut four = [0u8; 4];
-                for (slot, byte) in four.iter_mut().zip(input.iter().skip(4 * i)) {
-                    *slot = *byte;
-                }
-                u32::from_be_bytes(four)
-            }
-        }
-    }
-
-    /// XOR over input words of the low 64 bits of `clmul(reversed_key[i], word i)`.
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    fn multiply_words(reversed_key: &[u64; MAX_INPUT_LEN / 4], input: &[u8]) -> u64 {
-        // SAFETY: only reached when `available()` saw pclmulqdq (the table
-        // keeps no clmul key otherwise); sse2 is baseline on x86_64.
-        unsafe { multiply_words_pclmul(reversed_key, input) }
-    }
-
-    #[cfg(not(target_arch = "x86_64"))]
-    fn multiply_words(_: &[u64; MAX_INPUT_LEN / 4], _: &[u8]) -> u64 {
-        unreachable!("available() is false off x86_64")
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "pclmulqdq")]
-    fn multiply_words_pclmul(reversed_key: &[u64; MAX_INPUT_LEN / 4], input: &[u8]) -> u64 {
-        use std::arch::x86_64::{
-            _mm_clmulepi64_si128, _mm_cvtsi64_si128, _mm_cvtsi128_si64, _mm_setzero_si128,
-            _mm_xor_si128,
-        };
-        let mut acc = _mm_setzero_si128();
-        for (i, key) in reversed_key
-            .iter()
-            .enumerate()
-            .take(input.len().div_ceil(4))
-        {
-            let product = _mm_clmulepi64_si128::<0x00>(
-                _mm_cvtsi64_si128(*key as i64),
-                _mm_cvtsi64_si128(i64::from(word(input, i))),
-            );
-            acc = _mm_xor_si128(acc, product);
-        }
-        _mm_cvtsi128_si64(acc) as u64
-    }
-}
-
 impl fmt::Debug for ToeplitzTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToeplitzTable")
             .field("key", &self.key)
-            .field("clmul", &self.clmul.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -325,10 +223,6 @@ mod tests {
             .collect();
         for len in 0..=MAX_INPUT_LEN {
             assert_eq!(table.hash(&input[..len]), hash_naive(&key, &input[..len]));
-            assert_eq!(
-                table.hash_by_lookup(&input[..len]),
-                hash_naive(&key, &input[..len])
-            );
         }
     }
 }
