@@ -11,10 +11,10 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    io::{Read as _, Write as _},
-    net::{IpAddr, SocketAddr, TcpListener, TcpStream},
+    io::Read as _,
+    net::{IpAddr, SocketAddr, TcpListener},
     path::PathBuf,
-    process::{ChildStdin, Command, Stdio},
+    process::{Command, Stdio},
     sync::mpsc,
     thread,
     time::{Duration, Instant},
@@ -32,6 +32,7 @@ use srap_suite::{
     cgroup::{CgroupDir, ChildGuard, command_in},
     flows::{Server, line_channel},
     require_privileged, unique_name,
+    workload::Workload,
 };
 
 /// Upper bound on every wait here.
@@ -40,164 +41,15 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 const DPORT: u16 = 5201;
 /// Given to the agent explicitly so the test can rebuild its tables.
 const PORT_RANGE: &str = "32768-60999";
-/// Prefix of the workload's protocol lines (the test harness also prints).
-const WL: &str = "SRAPWL ";
 
 // ---------------------------------------------------------------------------
-// The workload: this binary, re-run under `srap exec`.
+// The workload: this binary, re-run under `srap exec` (tests/support/workload.rs).
 
-/// Not a test on its own: with `SRAP_BINDER_WORKLOAD=ip:port` set it is the
-/// workload process. It reads commands on stdin — `open N`, `close N` (the
-/// oldest N), `bind PORT` (connect from a port it binds itself) — and
-/// answers each with one `SRAPWL ports P,P,…` line; EOF ends it.
+/// Not a test on its own: the workload process when a test re-runs this
+/// binary (`Workload::spawn`).
 #[test]
 fn workload_process() {
-    let Ok(dst) = std::env::var("SRAP_BINDER_WORKLOAD") else {
-        return;
-    };
-    let dst: SocketAddr = dst.parse().expect("SRAP_BINDER_WORKLOAD is ip:port");
-    let mut open: Vec<TcpStream> = Vec::new();
-    for line in std::io::stdin().lines() {
-        let line = line.expect("stdin");
-        let (cmd, arg) = line.split_once(' ').unwrap_or((&line, "0"));
-        let n: u16 = arg.trim().parse().expect("numeric argument");
-        let ports: Vec<u16> = match cmd {
-            "open" => (0..n)
-                .map(|_| {
-                    let s = TcpStream::connect_timeout(&dst, TIMEOUT).expect("connect");
-                    let port = s.local_addr().expect("local addr").port();
-                    open.push(s);
-                    port
-                })
-                .collect(),
-            "close" => open
-                .drain(..usize::from(n).min(open.len()))
-                .map(|s| s.local_addr().expect("local addr").port())
-                .collect(),
-            "bind" => {
-                let s = connect_from_port(dst, n);
-                let port = s.local_addr().expect("local addr").port();
-                open.push(s);
-                vec![port]
-            }
-            other => panic!("unknown workload command {other}"),
-        };
-        let list: Vec<String> = ports.iter().map(u16::to_string).collect();
-        println!("{WL}ports {}", list.join(","));
-        std::io::stdout().flush().expect("stdout");
-    }
-}
-
-/// An application that binds its own source port before connecting.
-fn connect_from_port(dst: SocketAddr, port: u16) -> TcpStream {
-    let family = if dst.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
-    // SAFETY: plain socket calls on a descriptor we own; the sockaddr
-    // buffers are valid for the lengths given.
-    unsafe {
-        let fd = libc::socket(family, libc::SOCK_STREAM, 0);
-        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-        let (mut storage, len) = sockaddr(SocketAddr::new(unspecified(dst.ip()), port));
-        let rc = libc::bind(fd, (&raw mut storage).cast(), len);
-        assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
-        let (mut storage, len) = sockaddr(dst);
-        let rc = libc::connect(fd, (&raw mut storage).cast(), len);
-        assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
-        std::os::fd::FromRawFd::from_raw_fd(fd)
-    }
-}
-
-fn unspecified(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-        IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-    }
-}
-
-fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_in fits in sockaddr_storage.
-            unsafe { std::ptr::write((&raw mut storage).cast(), sin) };
-            size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: 0,
-            };
-            // SAFETY: sockaddr_in6 fits in sockaddr_storage.
-            unsafe { std::ptr::write((&raw mut storage).cast(), sin6) };
-            size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (storage, len as libc::socklen_t)
-}
-
-/// A running workload process and its command channel.
-struct Workload {
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-    child: ChildGuard,
-}
-
-impl Workload {
-    /// Sends one command and returns the ports of its answer.
-    fn ask(&mut self, command: &str) -> Vec<u16> {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "{command}").expect("write to workload");
-        stdin.flush().expect("flush to workload");
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no answer from the workload to `{command}`"));
-            // The harness may have printed `test workload_process ... ` first.
-            let answer = line.find(WL).map(|at| &line[at + WL.len()..]);
-            if let Some(list) = answer.and_then(|l| l.strip_prefix("ports ")) {
-                return list
-                    .split(',')
-                    .filter(|p| !p.is_empty())
-                    .map(|p| p.parse().expect("port"))
-                    .collect();
-            }
-        }
-    }
-
-    fn open(&mut self, n: usize) -> Vec<u16> {
-        self.ask(&format!("open {n}"))
-    }
-
-    fn close(&mut self, n: usize) -> Vec<u16> {
-        self.ask(&format!("close {n}"))
-    }
-
-    /// Closes stdin and waits for a clean exit.
-    fn finish(mut self) {
-        drop(self.stdin.take());
-        let status = self.child.wait_timeout(TIMEOUT).expect("workload exits");
-        assert!(status.success(), "workload failed: {status}");
-    }
+    srap_suite::workload::serve_if_asked();
 }
 
 // ---------------------------------------------------------------------------
@@ -328,39 +180,8 @@ impl Lab {
 
     /// The workload under `srap exec` (or, `steered` false, outside the cgroup).
     fn workload(&self, steered: bool) -> Workload {
-        let exe = std::env::current_exe().expect("current exe");
-        let mut cmd = if steered {
-            let mut cmd =
-                command_in(&self.hosts.sender, built_binary("srap")).expect("sender netns");
-            cmd.arg("exec")
-                .arg("--cgroup")
-                .arg(self.cgroup.path())
-                .arg("--")
-                .arg(exe);
-            cmd
-        } else {
-            command_in(&self.hosts.sender, exe).expect("sender netns")
-        };
-        let mut child = cmd
-            .args([
-                "workload_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env("SRAP_BINDER_WORKLOAD", self.server_addr().to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn workload");
-        let stdin = child.stdin.take();
-        let lines = line_channel(child.stdout.take().expect("stdout"));
-        Workload {
-            stdin,
-            lines,
-            child: ChildGuard::new(child),
-        }
+        let cgroup = steered.then(|| self.cgroup.path());
+        Workload::spawn(&self.hosts.sender, cgroup, self.server_addr())
     }
 
     /// The receiver CPU a flow from `sport` lands on, by the RSS model.

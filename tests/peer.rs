@@ -13,9 +13,9 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     io::Write as _,
-    net::{IpAddr, SocketAddr, TcpListener, TcpStream},
+    net::{IpAddr, SocketAddr, TcpListener},
     path::{Path, PathBuf},
-    process::{ChildStdin, Command, Stdio},
+    process::{Command, Stdio},
     sync::mpsc,
     thread,
     time::{Duration, Instant},
@@ -37,6 +37,7 @@ use srap_suite::{
     cgroup::{CgroupDir, ChildGuard, command_in},
     flows::{Server, line_channel},
     require_privileged, unique_name,
+    workload::Workload,
 };
 
 /// Upper bound on every wait here.
@@ -50,68 +51,19 @@ const DPORT: u16 = 5201;
 /// The receiver agent's port.
 const PEER_PORT: u16 = 7447;
 const PORT_RANGE: &str = "32768-60999";
-/// Prefix of the workload's answers (the test harness prints too).
-const WL: &str = "SRAPPEER ";
 /// Ports reserved in the sender's namespace before the agent starts: they
 /// are not SRAP's, so they must survive every re-plan and the detach (and
 /// they make the sysctl longer than one small read).
 const FOREIGN_RESERVED: &str = "1000,1002,1004,1006,1008,1010,1012,1014,1016,1018,1020";
 
 // ---------------------------------------------------------------------------
-// The workload: this binary, re-run under `srap exec`.
+// The workload: this binary, re-run under `srap exec` (tests/support/workload.rs).
 
-/// Not a test on its own: with `SRAP_PEER_WORKLOAD=ip:port` set it is the
-/// workload. Each `open N` line on stdin opens N connections (each sends a
-/// few bytes, so the receiver sees data packets too) and is answered with
-/// one `SRAPPEER ports P,P,…` line; EOF closes everything and exits.
+/// Not a test on its own: the workload process when a test re-runs this
+/// binary (`Workload::spawn`).
 #[test]
 fn workload_process() {
-    let Ok(dst) = std::env::var("SRAP_PEER_WORKLOAD") else {
-        return;
-    };
-    let dst: SocketAddr = dst.parse().expect("SRAP_PEER_WORKLOAD is ip:port");
-    let mut open = Vec::new();
-    for line in std::io::stdin().lines() {
-        let line = line.expect("stdin");
-        let n: usize = line
-            .strip_prefix("open ")
-            .and_then(|n| n.trim().parse().ok())
-            .expect("`open N`");
-        let ports: Vec<String> = (0..n)
-            .map(|_| {
-                let mut s = TcpStream::connect_timeout(&dst, TIMEOUT).expect("connect");
-                s.write_all(b"srap peer test").expect("send");
-                let port = s.local_addr().expect("local addr").port();
-                open.push(s);
-                port.to_string()
-            })
-            .collect();
-        println!("{WL}ports {}", ports.join(","));
-        std::io::stdout().flush().expect("stdout");
-    }
-}
-
-struct Workload {
-    stdin: Option<ChildStdin>,
-    lines: mpsc::Receiver<String>,
-    _child: ChildGuard,
-}
-
-impl Workload {
-    fn open(&mut self, n: usize) -> Vec<u16> {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        writeln!(stdin, "open {n}").expect("write to workload");
-        stdin.flush().expect("flush to workload");
-        let line = wait_line(&self.lines, "the workload's answer", |l| l.contains(WL));
-        let list = line
-            .split_once(WL)
-            .and_then(|(_, rest)| rest.strip_prefix("ports "))
-            .expect("a ports line");
-        list.split(',')
-            .filter(|p| !p.is_empty())
-            .map(|p| p.parse().expect("port"))
-            .collect()
-    }
+    srap_suite::workload::serve_if_asked();
 }
 
 /// The first line matching `pred` within [`TIMEOUT`].
@@ -337,31 +289,11 @@ impl Peer {
     }
 
     fn workload(&self) -> Workload {
-        let exe = std::env::current_exe().expect("current exe");
-        let mut child = command_in(&self.hosts.sender, built_binary("srap"))
-            .expect("sender netns")
-            .arg("exec")
-            .arg("--cgroup")
-            .arg(self.cgroup.path())
-            .arg("--")
-            .arg(exe)
-            .args([
-                "workload_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env("SRAP_PEER_WORKLOAD", self.server_addr().to_string())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn workload");
-        Workload {
-            stdin: child.stdin.take(),
-            lines: line_channel(child.stdout.take().expect("stdout")),
-            _child: ChildGuard::new(child),
-        }
+        Workload::spawn(
+            &self.hosts.sender,
+            Some(self.cgroup.path()),
+            self.server_addr(),
+        )
     }
 
     /// Source port → receiver CPU, as the sender agent plans (and reports)

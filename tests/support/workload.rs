@@ -1,0 +1,216 @@
+//! The test workload: the test binary itself, re-run (under `srap exec` or
+//! not) inside the sender's namespace, that opens and closes connections on
+//! command so a test sees exactly the source ports a real application got.
+//!
+//! Each test crate that uses it has a `#[test] fn workload_process()` that
+//! calls [`serve_if_asked`]: a no-op in a normal run, the workload when
+//! [`Workload::spawn`] re-runs the binary with [`WORKLOAD_ENV`] set.
+
+use std::{
+    io::Write as _,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream},
+    path::Path,
+    process::{ChildStdin, Stdio},
+    sync::mpsc,
+    time::{Duration, Instant},
+};
+
+use crate::{
+    NetNs, built_binary,
+    cgroup::{ChildGuard, command_in},
+    flows::line_channel,
+};
+
+/// `ip:port` of the receiver: set for the workload process only.
+pub const WORKLOAD_ENV: &str = "SRAP_TEST_WORKLOAD";
+/// Prefix of the workload's answers (the test harness prints too).
+const ANSWER: &str = "SRAPWL ports ";
+/// Upper bound on every connect and every wait for an answer.
+const TIMEOUT: Duration = Duration::from_secs(20);
+/// Sent on every new connection, so the receiver sees data packets too.
+const GREETING: &[u8] = b"srap test workload";
+
+/// The workload's side. Commands on stdin: `open N`, `close N` (the oldest
+/// N), `bind PORT` (connect from a port it binds itself, as an application
+/// may); each is answered with one `SRAPWL ports P,P,…` line; EOF ends it.
+pub fn serve_if_asked() {
+    let Ok(dst) = std::env::var(WORKLOAD_ENV) else {
+        return;
+    };
+    let dst: SocketAddr = dst.parse().expect("the workload's receiver is ip:port");
+    let mut open: Vec<TcpStream> = Vec::new();
+    for line in std::io::stdin().lines() {
+        let line = line.expect("stdin");
+        let (cmd, arg) = line.split_once(' ').unwrap_or((&line, "0"));
+        let n: u16 = arg.trim().parse().expect("numeric argument");
+        let ports: Vec<u16> = match cmd {
+            "open" => (0..n)
+                .map(|_| {
+                    let stream = TcpStream::connect_timeout(&dst, TIMEOUT).expect("connect");
+                    greet(stream, &mut open)
+                })
+                .collect(),
+            "close" => open
+                .drain(..usize::from(n).min(open.len()))
+                .map(|s| s.local_addr().expect("local addr").port())
+                .collect(),
+            "bind" => vec![greet(connect_from_port(dst, n), &mut open)],
+            other => panic!("unknown workload command {other}"),
+        };
+        let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+        println!("{ANSWER}{}", list.join(","));
+        std::io::stdout().flush().expect("stdout");
+    }
+}
+
+fn greet(mut stream: TcpStream, open: &mut Vec<TcpStream>) -> u16 {
+    stream.write_all(GREETING).expect("send");
+    let port = stream.local_addr().expect("local addr").port();
+    open.push(stream);
+    port
+}
+
+/// The test's side: a running workload process and its command channel.
+pub struct Workload {
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    child: ChildGuard,
+}
+
+impl Workload {
+    /// Re-runs this test binary's `workload_process` in `ns`, toward `dst`;
+    /// under `srap exec --cgroup` when `cgroup` is given.
+    pub fn spawn(ns: &NetNs, cgroup: Option<&Path>, dst: SocketAddr) -> Self {
+        let exe = std::env::current_exe().expect("current exe");
+        let mut cmd = match cgroup {
+            Some(cgroup) => {
+                let mut cmd = command_in(ns, built_binary("srap")).expect("sender netns");
+                cmd.arg("exec")
+                    .arg("--cgroup")
+                    .arg(cgroup)
+                    .arg("--")
+                    .arg(exe);
+                cmd
+            }
+            None => command_in(ns, exe).expect("sender netns"),
+        };
+        let mut child = cmd
+            .args([
+                "workload_process",
+                "--exact",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
+            .env(WORKLOAD_ENV, dst.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn workload");
+        Self {
+            stdin: child.stdin.take(),
+            lines: line_channel(child.stdout.take().expect("stdout")),
+            child: ChildGuard::new(child),
+        }
+    }
+
+    /// Sends one command and returns the ports of its answer.
+    pub fn ask(&mut self, command: &str) -> Vec<u16> {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        writeln!(stdin, "{command}").expect("write to workload");
+        stdin.flush().expect("flush to workload");
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no answer from the workload to `{command}`"));
+            // The harness may have printed `test workload_process ... ` first.
+            if let Some((_, list)) = line.split_once(ANSWER) {
+                return list
+                    .split(',')
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.parse().expect("port"))
+                    .collect();
+            }
+        }
+    }
+
+    pub fn open(&mut self, n: usize) -> Vec<u16> {
+        self.ask(&format!("open {n}"))
+    }
+
+    pub fn close(&mut self, n: usize) -> Vec<u16> {
+        self.ask(&format!("close {n}"))
+    }
+
+    /// Closes stdin and waits for a clean exit.
+    pub fn finish(mut self) {
+        drop(self.stdin.take());
+        let status = self.child.wait_timeout(TIMEOUT).expect("workload exits");
+        assert!(status.success(), "workload failed: {status}");
+    }
+}
+
+/// An application that binds its own source port before connecting.
+fn connect_from_port(dst: SocketAddr, port: u16) -> TcpStream {
+    let family = if dst.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let any: IpAddr = if dst.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        Ipv6Addr::UNSPECIFIED.into()
+    };
+    // SAFETY: plain socket calls on a descriptor we own; the sockaddr
+    // buffers are valid for the lengths given.
+    unsafe {
+        let fd = libc::socket(family, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        let (mut storage, len) = sockaddr(SocketAddr::new(any, port));
+        let rc = libc::bind(fd, (&raw mut storage).cast(), len);
+        assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
+        let (mut storage, len) = sockaddr(dst);
+        let rc = libc::connect(fd, (&raw mut storage).cast(), len);
+        assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
+        std::os::fd::FromRawFd::from_raw_fd(fd)
+    }
+}
+
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_in fits in sockaddr_storage.
+            unsafe { std::ptr::write((&raw mut storage).cast(), sin) };
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: 0,
+            };
+            // SAFETY: sockaddr_in6 fits in sockaddr_storage.
+            unsafe { std::ptr::write((&raw mut storage).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
+}
