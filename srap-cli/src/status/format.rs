@@ -2,6 +2,20 @@
 
 use srap_agent::status::{Ratio, Status};
 
+/// Column titles of the per-flow table, shared by the dashboard and `--once`.
+pub const FLOW_COLUMNS: [&str; 10] = [
+    "source",
+    "destination",
+    "queue",
+    "cpu",
+    "pred.q",
+    "pred.cpu",
+    "planned",
+    "Gbit/s",
+    "CoV",
+    "moves",
+];
+
 pub fn opt<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use srap_agent::status::{CpuRow, Status};
 
-use super::format::{ago, cov, gbps, opt, summary, verifier};
+use super::format::{FLOW_COLUMNS, ago, cov, gbps, opt, summary, verifier};
 
 const MARK: &str = "  << collision";
 
@@ -40,19 +40,11 @@ pub fn render(status: &Status) -> String {
     cpu_table(&mut out, "cpu (queue_cpu)", &status.rss_cpus);
     cpu_table(&mut out, "cpu (verifier)", &status.cpus);
 
+    let c = FLOW_COLUMNS;
     let _ = writeln!(
         out,
         "\n{:<46} {:<46} {:>5} {:>4} {:>6} {:>8} {:>7} {:>8} {:>5} {:>5}",
-        "source",
-        "destination",
-        "queue",
-        "cpu",
-        "pred.q",
-        "pred.cpu",
-        "planned",
-        "Gbit/s",
-        "CoV",
-        "moves"
+        c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
     );
     for f in &status.flows {
         let _ = writeln!(

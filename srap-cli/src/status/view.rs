@@ -12,7 +12,7 @@ use ratatui::{
 };
 use srap_agent::status::{CpuRow, QueueRow, Status};
 
-use super::format::{ago, cov, gbps, opt, ratio, verifier};
+use super::format::{FLOW_COLUMNS, ago, cov, gbps, opt, ratio, verifier};
 
 /// What the dashboard shows.
 #[derive(Debug, Clone)]
@@ -253,22 +253,7 @@ fn draw_flows(frame: &mut Frame<'_>, area: Rect, status: &Status) {
             Constraint::Min(12),
         ],
     )
-    .header(
-        Row::new([
-            "source",
-            "destination",
-            "queue",
-            "cpu",
-            "pred.q",
-            "pred.cpu",
-            "planned",
-            "Gbit/s",
-            "CoV",
-            "moves",
-            "",
-        ])
-        .style(bold()),
-    )
+    .header(Row::new(FLOW_COLUMNS.into_iter().chain([""])).style(bold()))
     .block(Block::bordered().title(format!(" flows ({}) ", status.flows.len())));
     frame.render_widget(table, area);
 }
