@@ -15,7 +15,12 @@ pub mod netlink;
 pub mod placement;
 pub mod rps;
 
-use std::{collections::BTreeSet, ffi::CString, fs, path::Path};
+use std::{
+    collections::BTreeSet,
+    ffi::CString,
+    fs,
+    path::{Path, PathBuf},
+};
 
 use srap_common::rss::{DescriptionError, FieldsDescription, RssDescription, RssModel};
 use thiserror::Error;
@@ -161,9 +166,18 @@ pub fn discover(iface: &str) -> Result<Discovery, DiscoveryError> {
     });
     let rx_queues = count_rx_queues(iface);
     let mut warnings = Vec::new();
+    let naming = IrqNaming {
+        ifname: iface.to_owned(),
+        driver: drvinfo.as_ref().map(|d| d.driver.clone()),
+        bus_info: drvinfo
+            .as_ref()
+            .map(|d| d.bus_info.clone())
+            .filter(|b| !b.is_empty()),
+        virtio_index: virtio_index(iface),
+    };
     let facts = queue_facts(
-        iface,
-        drvinfo.as_ref(),
+        Path::new("/"),
+        &naming,
         queue_count(&rss, rx_queues),
         &mut warnings,
     );
@@ -364,27 +378,20 @@ fn read_trimmed(path: &Path) -> Option<String> {
     fs::read_to_string(path).ok().map(|t| t.trim().to_owned())
 }
 
-/// IRQ, affinity and RPS mask of every queue. Missing files are not errors:
-/// the placement then falls back, and says so.
+/// IRQ, affinity and RPS mask of every queue, read from `/proc` and `/sys`
+/// under `root` (`/` on a live host; a directory laid out the same way in
+/// tests). Missing files are not errors: the placement then falls back, and
+/// says so.
 fn queue_facts(
-    iface: &str,
-    drvinfo: Option<&DrvInfo>,
+    root: &Path,
+    naming: &IrqNaming,
     queues: u32,
     warnings: &mut Vec<String>,
 ) -> Vec<QueueFacts> {
-    let naming = IrqNaming {
-        ifname: iface.to_owned(),
-        driver: drvinfo.map(|d| d.driver.clone()),
-        bus_info: drvinfo
-            .map(|d| d.bus_info.clone())
-            .filter(|b| !b.is_empty()),
-        virtio_index: virtio_index(iface),
-    };
-    let interrupts = fs::read_to_string("/proc/interrupts").unwrap_or_default();
+    let interrupts = fs::read_to_string(root.join("proc/interrupts")).unwrap_or_default();
     let irqs = naming.queue_irqs(&irq::parse_interrupts(&interrupts));
-    let cpus = |path: String| -> Vec<u32> {
-        let path = Path::new(&path);
-        read_trimmed(path)
+    let cpus = |path: PathBuf| -> Vec<u32> {
+        read_trimmed(&path)
             .map(|text| irq::parse_cpu_list(&text))
             .transpose()
             .unwrap_or_else(|e| {
@@ -393,26 +400,28 @@ fn queue_facts(
             })
             .unwrap_or_default()
     };
+    let iface = &naming.ifname;
     (0..queues)
         .map(|queue| {
             let irq = irqs.get(&queue).copied();
-            let rps_path = format!("/sys/class/net/{iface}/queues/rx-{queue}/rps_cpus");
-            let rps = match read_trimmed(Path::new(&rps_path)).map(|t| rps::parse_cpu_mask(&t)) {
+            let rps_path = root.join(format!("sys/class/net/{iface}/queues/rx-{queue}/rps_cpus"));
+            let rps = match read_trimmed(&rps_path).map(|t| rps::parse_cpu_mask(&t)) {
                 Some(Ok(cpus)) => cpus,
                 Some(Err(e)) => {
-                    warnings.push(format!("{rps_path}: {e}"));
+                    warnings.push(format!("{}: {e}", rps_path.display()));
                     Vec::new()
                 }
                 None => Vec::new(),
             };
+            let irq_list = |file: &str| {
+                irq.map_or_else(Vec::new, |n| {
+                    cpus(root.join(format!("proc/irq/{n}/{file}")))
+                })
+            };
             QueueFacts {
                 irq,
-                affinity: irq.map_or_else(Vec::new, |n| {
-                    cpus(format!("/proc/irq/{n}/smp_affinity_list"))
-                }),
-                effective: irq.map_or_else(Vec::new, |n| {
-                    cpus(format!("/proc/irq/{n}/effective_affinity_list"))
-                }),
+                affinity: irq_list("smp_affinity_list"),
+                effective: irq_list("effective_affinity_list"),
                 rps,
             }
         })
@@ -682,5 +691,58 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("veth0 has no RSS"));
         assert!(text.contains("--rss FILE"));
+    }
+
+    /// `/proc` as a 4-vCPU, 4-queue virtio_net guest shows it, with each
+    /// queue's IRQ pinned to its own CPU and `effective` as last routed.
+    fn guest_proc(effective: [u32; 4]) -> PathBuf {
+        let root = std::env::temp_dir().join(format!(
+            "srap-discovery-{}-{}",
+            std::process::id(),
+            effective.map(|c| c.to_string()).concat()
+        ));
+        let mut interrupts = String::from("  CPU0 CPU1 CPU2 CPU3\n");
+        for queue in 0..4u32 {
+            let irq = 25 + 2 * queue;
+            interrupts += &format!(
+                " {irq}: 0 0 0 0 PCI-MSIX-0000:00:03.0 {}-edge virtio0-input.{queue}\n",
+                1 + 2 * queue
+            );
+            let dir = root.join(format!("proc/irq/{irq}"));
+            fs::create_dir_all(&dir).expect("fixture dir");
+            fs::write(dir.join("smp_affinity_list"), format!("{queue}\n")).expect("fixture");
+            let now = effective[queue as usize];
+            fs::write(dir.join("effective_affinity_list"), format!("{now}\n")).expect("fixture");
+        }
+        fs::write(root.join("proc/interrupts"), interrupts).expect("fixture");
+        root
+    }
+
+    fn guest_cpus(effective: [u32; 4]) -> (Vec<u32>, Vec<String>) {
+        let root = guest_proc(effective);
+        let naming = IrqNaming {
+            ifname: "eth0".into(),
+            driver: Some("virtio_net".into()),
+            bus_info: None,
+            virtio_index: Some(0),
+        };
+        let mut warnings = Vec::new();
+        let facts = queue_facts(&root, &naming, 4, &mut warnings);
+        let _ = fs::remove_dir_all(&root);
+        let (placed, place_warnings) = placement::place(&facts, &[0, 1, 2, 3]);
+        warnings.extend(place_warnings);
+        (placed.iter().map(|p| p.cpu).collect(), warnings)
+    }
+
+    #[test]
+    fn queue_cpu_is_true_before_the_first_interrupt() {
+        // Before any queue's first interrupt the guest shows the boot CPUs.
+        let (before, warnings) = guest_cpus([3, 1, 3, 1]);
+        assert_eq!(before, [0, 1, 2, 3]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        // After traffic reached every queue: the same description.
+        let (after, warnings) = guest_cpus([0, 1, 2, 3]);
+        assert_eq!(after, before);
+        assert!(warnings.is_empty(), "{warnings:?}");
     }
 }

@@ -57,6 +57,21 @@ fn list(cpus: &[u32]) -> String {
         .join(",")
 }
 
+/// The CPU an IRQ is serviced on. The affinity mask is what the system was
+/// told; the effective affinity is where the interrupt was last routed, and
+/// before a queue's first interrupt it still names the boot-time CPU (a
+/// 4-queue virtio guest shows `3,1,3,1` while the masks say `0,1,2,3`). So
+/// a mask of one CPU is the answer, an effective CPU is believed only inside
+/// the mask, and a stale one falls back to the mask's first CPU: the
+/// description then does not change by itself as traffic reaches each queue.
+fn irq_cpu(affinity: &[u32], effective: &[u32], first: u32) -> u32 {
+    match (affinity, effective) {
+        ([only], _) => *only,
+        (_, [now]) if affinity.contains(now) => *now,
+        _ => first,
+    }
+}
+
 /// Decides the CPU of every queue (`facts[q]` is queue q) and collects
 /// warnings. `reached` are the queues the indirection table names: only
 /// their sharing of a CPU matters.
@@ -76,10 +91,7 @@ pub fn place(facts: &[QueueFacts], reached: &[u32]) -> (Vec<QueuePlacement>, Vec
             }
             (first, CpuSource::Rps)
         } else if let (Some(irq), Some(&first)) = (fact.irq, fact.affinity.first()) {
-            let cpu = match fact.effective.as_slice() {
-                [only] => *only,
-                _ => first,
-            };
+            let cpu = irq_cpu(&fact.affinity, &fact.effective, first);
             if fact.affinity.len() > 1 {
                 warnings.push(format!(
                     "queue {queue}: IRQ {irq} may run on CPUs {} (now on {cpu}); pin it with \
@@ -153,6 +165,19 @@ mod tests {
         assert_eq!(placed[0].cpu, 2);
         assert_eq!(warnings.len(), 1);
         assert!(warnings[0].contains("IRQ 98 may run on CPUs 0,1,2,3"));
+    }
+
+    #[test]
+    fn stale_effective_cpu_outside_the_mask_is_ignored() {
+        // A one-CPU mask wins over a stale effective CPU.
+        let facts = [irq(25, &[0], &[3]), irq(27, &[1], &[1])];
+        let (placed, warnings) = place(&facts, &[0, 1]);
+        assert_eq!(placed.iter().map(|p| p.cpu).collect::<Vec<_>>(), [0, 1]);
+        assert!(warnings.is_empty(), "{warnings:?}");
+        // An effective CPU outside a wider mask is stale too.
+        let facts = [irq(25, &[0, 1], &[3])];
+        let (placed, _) = place(&facts, &[0]);
+        assert_eq!(placed[0].cpu, 0);
     }
 
     #[test]
