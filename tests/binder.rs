@@ -472,6 +472,53 @@ fn detach_leaves_nothing_behind() {
     );
 }
 
+/// A fresh machine may have no bpffs at `/sys/fs/bpf`: the agent mounts one
+/// itself and says so, instead of failing on its first pin. Run in a private
+/// mount namespace whose bpffs is unmounted, so the host's stays as it is.
+#[test]
+fn agent_mounts_bpffs_when_none_is_mounted() {
+    if !privileged("binder: bpffs mount") {
+        return;
+    }
+    let lab = Lab::new(false, 41);
+    let before = lab.reserved_ports();
+    let sender = lab.agent_command(&["--once"]);
+    let script = r#"
+        while umount /sys/fs/bpf 2>/dev/null; do :; done
+        [ "$(stat -f -c %T /sys/fs/bpf)" = bpf_fs ] && { echo "bpffs still mounted" >&2; exit 90; }
+        pin=$1; shift
+        "$@" || exit $?
+        [ "$(stat -f -c %T /sys/fs/bpf)" = bpf_fs ] || { echo "no bpffs after the agent" >&2; exit 91; }
+        [ -d "$pin" ] || { echo "no pins in $pin" >&2; exit 92; }
+        "$1" detach --pin-dir "$pin"
+    "#;
+    let out = command_in(&lab.hosts.sender, "unshare")
+        .expect("sender netns")
+        .args([
+            "-m",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(&lab.pin_dir)
+        .arg(sender.get_program())
+        .args(sender.get_args())
+        .output()
+        .expect("run unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no bpf file system was mounted at /sys/fs/bpf"),
+        "the agent says it mounted bpffs: {stderr}"
+    );
+    assert_eq!(lab.reserved_ports(), before, "reserved ports restored");
+    assert!(!lab.cgroup.path().exists(), "cgroup removed");
+}
+
 #[test]
 fn process_outside_the_cgroup_is_untouched() {
     if !privileged("binder: a process outside the cgroup") {

@@ -5,6 +5,7 @@
 //! ([`peer`]), speaking [`srap_common::wire`] through [`framed`]; what the
 //! receiver reports of where flows land ([`status`]).
 
+pub mod bpffs;
 pub mod discovery;
 pub mod emulator;
 pub mod framed;

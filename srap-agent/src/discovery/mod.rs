@@ -27,7 +27,7 @@ use thiserror::Error;
 use tracing::debug;
 
 use self::{
-    ioctl::{DrvInfo, EthtoolSocket, IoctlError, TCP_V4_FLOW, TCP_V6_FLOW},
+    ioctl::{EthtoolSocket, IoctlError, TCP_V4_FLOW, TCP_V6_FLOW},
     irq::IrqNaming,
     netlink::{NetlinkError, RssReply},
     placement::{QueueFacts, QueuePlacement},

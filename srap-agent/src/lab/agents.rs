@@ -5,6 +5,7 @@
 //! Killed by PID and detached when the guard drops.
 
 use std::{
+    cell::Cell,
     fs,
     path::{Path, PathBuf},
     process::Stdio,
@@ -36,6 +37,8 @@ pub struct LabAgents<'a> {
     cgroup: PathBuf,
     receiver: Option<ChildGuard>,
     sender: Option<ChildGuard>,
+    /// Set when an error named `dir`: the logs it points at must outlive us.
+    keep_dir: Cell<bool>,
 }
 
 impl<'a> LabAgents<'a> {
@@ -54,6 +57,7 @@ impl<'a> LabAgents<'a> {
             dir,
             receiver: None,
             sender: None,
+            keep_dir: Cell::new(false),
         };
         let rss = agents.dir.join("rss.json");
         fs::write(&rss, net.model.to_description().to_json_pretty())
@@ -144,14 +148,33 @@ impl<'a> LabAgents<'a> {
                 bail!("interrupted");
             }
             if Instant::now() > deadline {
+                // The error names the log directory: keep it for the reader.
+                self.keep_dir.set(true);
                 bail!(
-                    "{what} did not come up within 20 s; logs: {}",
-                    self.dir.display()
+                    "{what} did not come up within 20 s; logs (kept): {}{}",
+                    self.dir.display(),
+                    self.log_tails()
                 );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         Ok(())
+    }
+
+    /// The last lines of each agent's log, to show with an error.
+    fn log_tails(&self) -> String {
+        let mut text = String::new();
+        for name in ["receiver.log", "sender.log"] {
+            let Ok(log) = fs::read_to_string(self.dir.join(name)) else {
+                continue;
+            };
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(5)..];
+            if !tail.is_empty() {
+                text += &format!("\n  {name}:\n    {}", tail.join("\n    "));
+            }
+        }
+        text
     }
 }
 
@@ -175,7 +198,9 @@ impl Drop for LabAgents<'_> {
             }
         }
         drop(self.receiver.take());
-        let _ = fs::remove_dir_all(&self.dir);
+        if !self.keep_dir.get() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
     }
 }
 

@@ -27,26 +27,19 @@ use super::{
     layout::{MAPS, PROGRAMS, PinLayout},
 };
 
-/// `statfs` magic of bpffs.
-const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
-
-/// Fails unless `dir` (or its nearest existing ancestor) is on bpffs.
+/// Fails unless `dir` (or its nearest existing ancestor) is on bpffs, after
+/// mounting bpffs at `/sys/fs/bpf` if `dir` is under it and none is there.
 pub fn check_bpffs(dir: &Path) -> Result<(), SenderError> {
+    crate::bpffs::mount_if_missing(dir).map_err(|source| SenderError::Io {
+        what: format!("mounting bpffs at {}", crate::bpffs::BPFFS_ROOT),
+        source,
+    })?;
     let existing = dir.ancestors().find(|p| p.exists()).unwrap_or(dir);
-    let path = std::ffi::CString::new(existing.as_os_str().as_encoded_bytes())
-        .map_err(|_| SenderError::Input(format!("{} contains a NUL byte", dir.display())))?;
-    // SAFETY: statfs writes into the zeroed struct we own; the path is a
-    // valid NUL-terminated string.
-    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::statfs(path.as_ptr(), &mut stat) };
-    if rc != 0 {
-        return Err(SenderError::Io {
-            what: format!("statfs {}", existing.display()),
-            source: io::Error::last_os_error(),
-        });
-    }
-    #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
-    if stat.f_type as i64 != BPF_FS_MAGIC {
+    let on_bpffs = crate::bpffs::is_bpffs(existing).map_err(|source| SenderError::Io {
+        what: format!("statfs {}", existing.display()),
+        source,
+    })?;
+    if !on_bpffs {
         return Err(SenderError::NotBpffs {
             dir: dir.to_path_buf(),
         });
