@@ -71,7 +71,7 @@ fn accept_all(listener: &TcpListener) {
     }
 }
 
-fn flows_land_where_the_model_says(v6: bool, subnet: u8) {
+fn flows_land_where_the_model_says(hook: HookChoice, v6: bool, subnet: u8) {
     let model = eight_queue_nic();
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: QUEUES,
@@ -87,7 +87,7 @@ fn flows_land_where_the_model_says(v6: bool, subnet: u8) {
         .expect("enter sender namespace")
         .expect("attach the emulator");
     let inside = hosts.receiver.enter().expect("enter receiver namespace");
-    let verifier = Verifier::attach(&hosts.receiver_end.ifname, HookChoice::Xdp).expect("verifier");
+    let verifier = Verifier::attach(&hosts.receiver_end.ifname, hook).expect("verifier");
     let listener = TcpListener::bind(server).expect("listen");
 
     let clients = thread::scope(|scope| {
@@ -130,7 +130,7 @@ fn ipv4_flows_arrive_on_the_predicted_queue() {
     if !require_privileged("ipv4_flows_arrive_on_the_predicted_queue") {
         return;
     }
-    flows_land_where_the_model_says(false, 31);
+    flows_land_where_the_model_says(HookChoice::Xdp, false, 31);
 }
 
 #[test]
@@ -138,7 +138,17 @@ fn ipv6_flows_arrive_on_the_predicted_queue() {
     if !require_privileged("ipv6_flows_arrive_on_the_predicted_queue") {
         return;
     }
-    flows_land_where_the_model_says(true, 32);
+    flows_land_where_the_model_says(HookChoice::Xdp, true, 32);
+}
+
+/// The default hook (tc ingress) reads veth's queue from the skb, where it
+/// differs from a real driver's (no `+ 1`): still the predicted queue.
+#[test]
+fn tc_verifier_sees_the_predicted_queue_on_veth() {
+    if !require_privileged("tc_verifier_sees_the_predicted_queue_on_veth") {
+        return;
+    }
+    flows_land_where_the_model_says(HookChoice::Auto, false, 30);
 }
 
 #[test]

@@ -167,7 +167,7 @@ fn assert_single_flow(exchange: &Exchange) -> FlowRecord {
 }
 
 fn assert_xdp_flow(v6: bool, subnet: u8) {
-    let exchange = exchange(HookChoice::Auto, v6, subnet);
+    let exchange = exchange(HookChoice::Xdp, v6, subnet);
     assert_eq!(exchange.hook, Hook::XdpDriver, "veth takes native XDP");
     let flow = assert_single_flow(&exchange);
     let queue = flow.stats.rx_queue().expect("XDP knows the rx queue");
@@ -191,11 +191,12 @@ fn xdp_verifier_records_the_ipv6_flow() {
 }
 
 #[test]
-fn tcx_fallback_records_the_flow() {
-    if !require_privileged("tcx_fallback_records_the_flow") {
+fn tcx_by_default_records_the_flow() {
+    if !require_privileged("tcx_by_default_records_the_flow") {
         return;
     }
-    let exchange = exchange(HookChoice::Tc, false, 13);
+    // The default never reconfigures the device: no XDP unless asked.
+    let exchange = exchange(HookChoice::Auto, false, 13);
     // tcx needs Linux 6.6; older kernels fall through to clsact, also fine.
     assert!(
         matches!(exchange.hook, Hook::TcxIngress | Hook::ClsactIngress),

@@ -3,8 +3,9 @@
 use std::{io::IsTerminal as _, time::Duration};
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use srap_agent::{
+    receiver::args::HookArg,
     sender::{
         self, Steering,
         args::{DetachArgs, SenderArgs},
@@ -49,26 +50,6 @@ enum Command {
     /// Serve this host's RSS description to sender agents (`sender --peer`)
     /// and push every change to them.
     Receiver(srap_agent::receiver::args::ReceiverArgs),
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum HookArg {
-    /// Native XDP, then tc ingress, then generic XDP.
-    Auto,
-    /// XDP only (driver, then generic).
-    Xdp,
-    /// tc ingress only.
-    Tc,
-}
-
-impl From<HookArg> for HookChoice {
-    fn from(arg: HookArg) -> Self {
-        match arg {
-            HookArg::Auto => Self::Auto,
-            HookArg::Xdp => Self::Xdp,
-            HookArg::Tc => Self::Tc,
-        }
-    }
 }
 
 fn main() -> anyhow::Result<()> {

@@ -18,7 +18,9 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapError},
     programs::{LinkOrder, ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode, tc},
 };
-use srap_common::maps::{FLOWS_MAP, FlowKey, FlowStats, VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM};
+use srap_common::maps::{
+    FLOWS_MAP, FlowKey, FlowStats, RX_QUEUE_UNKNOWN, VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
+};
 use tracing::{debug, info};
 
 /// Where the verifier runs.
@@ -45,13 +47,12 @@ impl fmt::Display for Hook {
     }
 }
 
-/// Hooks tried by [`HookChoice::Auto`], best first.
-pub const AUTO_ORDER: [Hook; 4] = [
-    Hook::XdpDriver,
-    Hook::TcxIngress,
-    Hook::ClsactIngress,
-    Hook::XdpGeneric,
-];
+/// Hooks tried by [`HookChoice::Auto`], best first: only hooks whose
+/// attaching changes nothing on the device. XDP is never chosen for the
+/// user: on virtio_net (6.1) attaching it re-sends the queue-pair count and
+/// QEMU turns RSS off; mlx5 refuses it while HW-GRO/LRO is on and rebuilds
+/// its receive rings; a non-frags program cannot attach at 9000-byte MTU.
+pub const AUTO_ORDER: [Hook; 2] = [Hook::TcxIngress, Hook::ClsactIngress];
 
 /// Which hooks to try.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,7 +60,7 @@ pub enum HookChoice {
     /// [`AUTO_ORDER`]: the first that attaches.
     #[default]
     Auto,
-    /// XDP only: driver mode, then generic.
+    /// XDP only, as an explicit choice: driver mode, then generic.
     Xdp,
     /// tc ingress only: tcx, then a `clsact` filter.
     Tc,
@@ -121,11 +122,44 @@ pub struct FlowRecord {
     pub stats: FlowStats,
 }
 
+/// What the receive queue a hook records means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueueReading {
+    /// XDP's `rx_queue_index`: the queue itself.
+    Exact,
+    /// tc on a real driver: `skb_record_rx_queue` stored queue + 1, and 0
+    /// means the driver recorded nothing.
+    RecordedPlusOne,
+    /// tc on a veth: the skb still carries the tx queue the peer sent it on,
+    /// which veth delivers on the receive queue of the same number.
+    PeerTxQueue,
+}
+
+impl QueueReading {
+    /// How `hook` on a device driven by `driver` records the queue.
+    pub fn of(hook: Hook, driver: Option<&str>) -> Self {
+        match (hook, driver) {
+            (Hook::XdpDriver | Hook::XdpGeneric, _) => Self::Exact,
+            (_, Some("veth")) => Self::PeerTxQueue,
+            _ => Self::RecordedPlusOne,
+        }
+    }
+
+    /// The receive queue a recorded value stands for.
+    pub fn queue(self, recorded: u32) -> u32 {
+        match self {
+            Self::Exact | Self::PeerTxQueue => recorded,
+            Self::RecordedPlusOne => recorded.checked_sub(1).unwrap_or(RX_QUEUE_UNKNOWN),
+        }
+    }
+}
+
 /// A loaded and attached receive verifier; dropping it detaches.
 pub struct Verifier {
     ebpf: Ebpf,
     hook: Hook,
     iface: String,
+    queues: QueueReading,
 }
 
 impl fmt::Debug for Verifier {
@@ -157,6 +191,7 @@ impl Verifier {
                         ebpf,
                         hook,
                         iface: iface.to_owned(),
+                        queues: QueueReading::of(hook, driver(iface).as_deref()),
                     });
                 }
                 Err(AttachFailure::Fatal(err)) => return Err(err),
@@ -198,7 +233,10 @@ impl Verifier {
         }
         let mut records: Vec<_> = flows
             .into_iter()
-            .filter_map(|(key, stats)| {
+            .filter_map(|(key, mut stats)| {
+                if stats.rx_queue != RX_QUEUE_UNKNOWN {
+                    stats.rx_queue = self.queues.queue(stats.rx_queue);
+                }
                 Some(FlowRecord {
                     src: key.src()?,
                     dst: key.dst()?,
@@ -210,6 +248,12 @@ impl Verifier {
         records.sort_by_key(|record| (record.src, record.dst));
         Ok(records)
     }
+}
+
+/// The driver of `iface` (`ETHTOOL_GDRVINFO`), if it says.
+fn driver(iface: &str) -> Option<String> {
+    let socket = crate::discovery::ioctl::EthtoolSocket::open(iface).ok()?;
+    socket.drvinfo().ok().map(|info| info.driver)
 }
 
 /// An attempt that failed: either this hook is unavailable (try the next) or
@@ -303,4 +347,31 @@ fn error_chain(err: &dyn std::error::Error) -> String {
         source = inner.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_readings_per_hook_and_driver() {
+        let xdp = QueueReading::of(Hook::XdpDriver, Some("virtio_net"));
+        assert_eq!(xdp.queue(3), 3);
+        let tc_real = QueueReading::of(Hook::TcxIngress, Some("virtio_net"));
+        assert_eq!(tc_real.queue(4), 3, "real drivers record queue + 1");
+        assert_eq!(tc_real.queue(0), RX_QUEUE_UNKNOWN, "0: nothing recorded");
+        let tc_veth = QueueReading::of(Hook::ClsactIngress, Some("veth"));
+        assert_eq!(tc_veth.queue(0), 0, "veth carries the peer's tx queue");
+        assert_eq!(tc_veth.queue(7), 7);
+    }
+
+    #[test]
+    fn auto_never_picks_xdp() {
+        assert!(
+            HookChoice::Auto
+                .order()
+                .iter()
+                .all(|hook| matches!(hook, Hook::TcxIngress | Hook::ClsactIngress))
+        );
+    }
 }

@@ -60,7 +60,9 @@ pub struct FlowKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlowStats {
-    /// Receive queue of the last packet, or [`RX_QUEUE_UNKNOWN`].
+    /// Receive queue of the last packet, or [`RX_QUEUE_UNKNOWN`]. The tc
+    /// program stores the skb's raw `queue_mapping` here, whose meaning
+    /// depends on the driver; the agent translates it when it reads the map.
     pub rx_queue: u32,
     /// CPU that ran the hook for the last packet.
     pub cpu: u32,

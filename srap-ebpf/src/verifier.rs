@@ -1,9 +1,12 @@
 //! The receive verifier: per TCP flow, where (receive queue, CPU) its packets
 //! actually land. This is the proof that a predicted RSS placement happened.
 //!
-//! The XDP variant is preferred (it sees every frame, with the driver's queue);
-//! the tc ingress variant is the fallback for devices where XDP cannot attach.
-//! Both always let the packet through: the verifier only observes.
+//! The tc ingress variant is the default: attaching it reconfigures no NIC
+//! (XDP makes virtio_net re-send its queue count, which turns QEMU's RSS
+//! off, and makes mlx5 rebuild its rings), it runs after GRO and RPS (one
+//! event per aggregate, on the CPU that processes the flow) and at any MTU.
+//! The XDP variant is an explicit choice. Both always let the packet
+//! through: the verifier only observes.
 
 use aya_ebpf::{
     bindings::{BPF_NOEXIST, TC_ACT_OK, xdp_action},
@@ -12,7 +15,7 @@ use aya_ebpf::{
     maps::LruHashMap,
     programs::{TcContext, XdpContext},
 };
-use srap_common::maps::{FLOWS_MAX_ENTRIES, FlowKey, FlowStats, RX_QUEUE_UNKNOWN};
+use srap_common::maps::{FLOWS_MAX_ENTRIES, FlowKey, FlowStats};
 
 use crate::packet::{MAX_HEADER_LEN, parse_tcp_flow};
 
@@ -43,8 +46,10 @@ pub fn srap_verify_tc(ctx: TcContext) -> i32 {
     if let Some(key) = parse_tcp_flow(ctx.data(), ctx.data_end()) {
         // SAFETY: `ctx.skb.skb` is the kernel-provided context pointer.
         let queue_mapping = unsafe { (*ctx.skb.skb).queue_mapping };
-        // On receive the kernel stores queue + 1; 0 means "not recorded".
-        let rx_queue = queue_mapping.checked_sub(1).unwrap_or(RX_QUEUE_UNKNOWN);
+        // Recorded raw: what it means depends on the driver (real drivers
+        // store queue + 1, veth the sending side's tx queue), which user
+        // space knows and this program does not.
+        let rx_queue = queue_mapping;
         record(&key, rx_queue, u64::from(ctx.len()));
     }
     TC_ACT_OK

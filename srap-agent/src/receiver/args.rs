@@ -5,6 +5,7 @@ use std::{net::SocketAddr, path::PathBuf};
 use ipnet::IpNet;
 
 use super::DEFAULT_MAX_PEERS;
+use crate::verifier::HookChoice;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReceiverArgs {
@@ -31,6 +32,9 @@ pub struct ReceiverArgs {
     /// peers and versions but no flows).
     #[arg(long)]
     pub no_verify: bool,
+    /// Where the receive verifier runs.
+    #[arg(long, value_enum, default_value_t = HookArg::Auto)]
+    pub hook: HookArg,
     /// Unix socket `srap status` reads the status from (mode 0600; default
     /// /run/srap/receiver.sock). A socket that cannot be made is fatal when
     /// given here, and only an error message with the default.
@@ -39,4 +43,28 @@ pub struct ReceiverArgs {
     /// Serve Prometheus metrics on http://ADDR/metrics, e.g. `127.0.0.1:9447`.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
+}
+
+/// `--hook`: where the receive verifier runs.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum HookArg {
+    /// tc ingress (tcx, then a clsact filter): attaching it changes nothing
+    /// on the device, and it sees each flow on the CPU that processes it.
+    Auto,
+    /// XDP (driver, then generic), only when asked: attaching XDP
+    /// reconfigures some NICs (virtio_net drops QEMU's RSS, mlx5 rebuilds
+    /// its rings and refuses it with HW-GRO/LRO on).
+    Xdp,
+    /// tc ingress only (the same as auto today).
+    Tc,
+}
+
+impl From<HookArg> for HookChoice {
+    fn from(arg: HookArg) -> Self {
+        match arg {
+            HookArg::Auto => Self::Auto,
+            HookArg::Xdp => Self::Xdp,
+            HookArg::Tc => Self::Tc,
+        }
+    }
 }

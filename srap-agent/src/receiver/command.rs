@@ -49,7 +49,11 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
     let server = Server::bind(args.listen, config, updates)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
-    let (mut monitor, status) = Monitor::start(&args.iface, !args.no_verify, SAMPLE_INTERVAL);
+    let (mut monitor, status) = Monitor::start(
+        &args.iface,
+        (!args.no_verify).then_some(args.hook.into()),
+        SAMPLE_INTERVAL,
+    );
     let control_path = args
         .control
         .clone()

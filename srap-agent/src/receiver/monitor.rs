@@ -35,15 +35,15 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    /// Attaches the verifier to `iface` (unless `verify` is false) and
-    /// returns the monitor and the channel its statuses go to.
+    /// Attaches the verifier to `iface` on a hook of `verify` (`None`: no
+    /// verifier) and returns the monitor and the channel its statuses go to.
     pub fn start(
         iface: &str,
-        verify: bool,
+        verify: Option<HookChoice>,
         interval: Duration,
     ) -> (Self, watch::Receiver<Arc<Status>>) {
-        let (verifier, state) = if verify {
-            match Verifier::attach(iface, HookChoice::Auto) {
+        let (verifier, state) = if let Some(hook) = verify {
+            match Verifier::attach(iface, hook) {
                 Ok(verifier) => {
                     let hook = verifier.hook().to_string();
                     info!(iface, %hook, "verifying where flows land");
