@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use srap_common::{
     rss::RssDescription,
-    wire::{PlanReport, Psk},
+    wire::{LandingReport, PlanReport, Psk},
 };
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{debug, info, warn};
@@ -110,6 +110,7 @@ pub enum PeerStatus {
 /// A running client. Dropping it disconnects.
 pub struct PeerHandle {
     updates: watch::Receiver<Option<Update>>,
+    landings: watch::Receiver<Option<LandingReport>>,
     plan: watch::Sender<Option<PlanReport>>,
     status: watch::Receiver<PeerStatus>,
     reported: watch::Receiver<Option<u64>>,
@@ -121,6 +122,12 @@ impl PeerHandle {
     /// back to `None`).
     pub fn updates(&self) -> watch::Receiver<Option<Update>> {
         self.updates.clone()
+    }
+
+    /// The receiver's latest verdict on where flows land (`None` until the
+    /// receiver has made one).
+    pub fn landings(&self) -> watch::Receiver<Option<LandingReport>> {
+        self.landings.clone()
     }
 
     /// Sends `report` now if connected, and again after every reconnection.
@@ -149,12 +156,21 @@ impl Drop for PeerHandle {
 /// Starts the client on the current tokio runtime.
 pub fn watch(config: PeerConfig) -> PeerHandle {
     let (updates_tx, updates) = watch::channel(None);
+    let (landings_tx, landings) = watch::channel(None);
     let (plan, plan_rx) = watch::channel(None);
     let (status_tx, status) = watch::channel(PeerStatus::Connecting);
     let (reported_tx, reported) = watch::channel(None);
-    let task = tokio::spawn(run(config, updates_tx, plan_rx, status_tx, reported_tx));
+    let channels = Channels {
+        updates: updates_tx,
+        landings: landings_tx,
+        plan: plan_rx,
+        status: status_tx,
+        reported: reported_tx,
+    };
+    let task = tokio::spawn(run(config, channels));
     PeerHandle {
         updates,
+        landings,
         plan,
         status,
         reported,
@@ -162,13 +178,23 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
     }
 }
 
-async fn run(
-    config: PeerConfig,
+/// The client task's ends of the handle's channels.
+struct Channels {
     updates: watch::Sender<Option<Update>>,
+    landings: watch::Sender<Option<LandingReport>>,
     plan: watch::Receiver<Option<PlanReport>>,
     status: watch::Sender<PeerStatus>,
     reported: watch::Sender<Option<u64>>,
-) {
+}
+
+async fn run(config: PeerConfig, channels: Channels) {
+    let Channels {
+        updates,
+        landings,
+        plan,
+        status,
+        reported,
+    } = channels;
     let mut delays = backoff::Delays::new(config.backoff);
     let mut last_error: Option<String> = None;
     loop {
@@ -179,7 +205,7 @@ async fn run(
                 last_error = None;
                 status.send_replace(PeerStatus::Connected);
                 session
-                    .run(&updates, plan.clone(), &reported, &mut delays)
+                    .run(&updates, &landings, plan.clone(), &reported, &mut delays)
                     .await
             }
             Err(err) => Err(err),

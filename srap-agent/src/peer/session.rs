@@ -3,7 +3,10 @@
 
 use srap_common::{
     rss::{RssDescription, RssModel},
-    wire::{ErrorReport, Hello, MAX_FRAME, Message, Nonce, PROTOCOL_VERSION, PlanReport, Response},
+    wire::{
+        ErrorReport, Hello, LandingReport, MAX_FRAME, Message, Nonce, PROTOCOL_VERSION, PlanReport,
+        Response,
+    },
 };
 use thiserror::Error;
 use tokio::{
@@ -122,6 +125,7 @@ impl Session {
     pub async fn run(
         self,
         updates: &watch::Sender<Option<Update>>,
+        landings: &watch::Sender<Option<LandingReport>>,
         mut plan: watch::Receiver<Option<PlanReport>>,
         reported: &watch::Sender<Option<u64>>,
         delays: &mut Delays,
@@ -156,12 +160,15 @@ impl Session {
                             ),
                         }
                     }
+                    Message::Landings(report) => {
+                        landings.send_replace(Some(report));
+                    }
                     Message::Error(report) => {
                         return Err(PeerError::Refused(printable(&report.reason)));
                     }
                     other => {
                         return Err(PeerError::Unexpected {
-                            expected: "RssUpdate or Keepalive",
+                            expected: "RssUpdate, Landings or Keepalive",
                             got: other.kind(),
                         });
                     }

@@ -26,7 +26,7 @@ use std::{
     time::Duration,
 };
 
-use srap_common::wire::{PlanReport, Psk};
+use srap_common::wire::{LandingReport, PlanReport, Psk};
 use tokio::{
     net::{TcpListener, TcpStream},
     sync::{Semaphore, watch},
@@ -127,6 +127,8 @@ impl Plans {
 struct Shared {
     config: ServerConfig,
     updates: session::Updates,
+    /// The closed loop's latest verdict, sent to every sender.
+    landings: watch::Sender<LandingReport>,
     plans: Plans,
     peers: Peers,
     sessions: Arc<Semaphore>,
@@ -169,6 +171,7 @@ impl Server {
             rejecting: Arc::new(Semaphore::new(MAX_REJECTING)),
             config,
             updates,
+            landings: watch::channel(LandingReport::default()).0,
             plans: Plans::default(),
             peers: Peers::default(),
             shutdown,
@@ -193,6 +196,18 @@ impl Server {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// Tells every sender (now and on connecting) the closed loop's verdict
+    /// on the served description, when its version or verdict changed.
+    pub fn publish_landings(&self, report: LandingReport) {
+        self.shared.landings.send_if_modified(|last| {
+            let changed = (last.version, last.verdict) != (report.version, report.verdict);
+            if changed {
+                *last = report;
+            }
+            changed
+        });
     }
 
     /// Sessions running now.

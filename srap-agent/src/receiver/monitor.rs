@@ -3,6 +3,10 @@
 //! what the server knows (peers, their plans, the version served), and
 //! published on a watch channel for the control socket and `/metrics`.
 //!
+//! Every sample also closes the loop ([`agreement`]): do flows land where
+//! the served description says? The verdict is logged when it changes, put
+//! in the status and sent to the senders.
+//!
 //! The verifier is optional: `--no-verify` leaves it off, and a failed
 //! attach is a warning (the status says why) — serving descriptions to
 //! senders matters more than verifying them.
@@ -15,7 +19,10 @@ use tracing::{info, warn};
 
 use super::{Published, Server, peers::unix_ms};
 use crate::{
-    status::{Observation, PlanIndex, Status, Tracker, TrackerConfig, VerifierState},
+    status::{
+        FlowRow, Landings, Observation, PlanIndex, Status, Tracker, TrackerConfig, VerifierState,
+        agreement::{self, AgreementJudge, Change, LandingVerdict},
+    },
     verifier::{HookChoice, Verifier},
 };
 
@@ -31,6 +38,7 @@ pub struct Monitor {
     tracker: Tracker,
     /// The model of the version last seen, rebuilt when the version changes.
     model: Option<(u64, Option<RssModel>)>,
+    judge: AgreementJudge,
     board: watch::Sender<Arc<Status>>,
 }
 
@@ -96,6 +104,7 @@ impl Monitor {
                 read_error: None,
                 tracker: Tracker::new(TrackerConfig::default()),
                 model: None,
+                judge: AgreementJudge::default(),
                 board,
             },
             rx,
@@ -159,7 +168,38 @@ impl Monitor {
         status.unix_ms = unix_ms(std::time::SystemTime::now());
         status.interval_ms = millis(self.interval);
         status.peers = server.peers();
+        status.landings = self.judge_landings(published.version, &status.flows);
+        server.publish_landings(self.judge.report());
         self.board.send_replace(Arc::new(status));
+    }
+}
+
+impl Monitor {
+    /// The closed loop: judges the sample's flows against the served
+    /// description and says so when the verdict changes.
+    fn judge_landings(&mut self, version: u64, flows: &[FlowRow]) -> Landings {
+        let change = self.judge.observe(version, flows);
+        let report = self.judge.report();
+        let counts = format!(
+            "{} of the last {} flows on the queue it computes",
+            report.matched, report.judged
+        );
+        match change {
+            Change::To(LandingVerdict::Contradicted) => warn!(
+                "where flows land contradicts RSS description version {version} ({counts}); \
+                 telling senders to stop steering; {}",
+                agreement::likely_causes(&self.iface)
+            ),
+            Change::To(LandingVerdict::Agreed) => {
+                info!("flows land where RSS description version {version} says ({counts})");
+            }
+            Change::To(LandingVerdict::Unknown) | Change::None => {}
+        }
+        Landings {
+            verdict: report.verdict,
+            matched: report.matched,
+            judged: report.judged,
+        }
     }
 }
 

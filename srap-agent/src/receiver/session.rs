@@ -5,7 +5,8 @@
 use std::net::SocketAddr;
 
 use srap_common::wire::{
-    Challenge, ErrorReport, Hello, MAX_FRAME, MAX_HANDSHAKE_FRAME, Message, Nonce, RssUpdate,
+    Challenge, ErrorReport, Hello, LandingVerdict, MAX_FRAME, MAX_HANDSHAKE_FRAME, Message, Nonce,
+    RssUpdate,
 };
 use thiserror::Error;
 use tokio::{
@@ -99,6 +100,13 @@ async fn converse(
     let mut updates = shared.updates.clone();
     let current = updates.borrow_and_update().clone();
     send_update(wr, &current, shared).await?;
+    let mut landings = shared.landings.subscribe();
+    // A verdict already made goes out at once; Unknown is the default.
+    if landings.borrow_and_update().verdict == LandingVerdict::Unknown {
+        landings.mark_unchanged();
+    } else {
+        landings.mark_changed();
+    }
 
     let limits = ReadLimits {
         max: MAX_FRAME,
@@ -146,6 +154,14 @@ async fn converse(
                 let current = updates.borrow_and_update().clone();
                 send_update(wr, &current, shared).await?;
                 debug!("{peer}: sent version {}", current.version);
+            }
+            changed = landings.changed() => {
+                if changed.is_err() {
+                    return Err(SessionError::Shutdown);
+                }
+                let report = *landings.borrow_and_update();
+                framed::write(wr, &Message::Landings(report), t.write).await?;
+                debug!("{peer}: sent landings {:?} for version {}", report.verdict, report.version);
             }
             _ = keepalive.tick() => {
                 framed::write(wr, &Message::Keepalive, t.write).await?;

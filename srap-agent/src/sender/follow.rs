@@ -10,7 +10,10 @@
 use std::{net::IpAddr, time::Duration};
 
 use anyhow::{Context as _, bail};
-use srap_common::{rss::RssModel, wire::PlanReport};
+use srap_common::{
+    rss::RssModel,
+    wire::{LandingReport, LandingVerdict, PlanReport},
+};
 use tokio::{
     signal::unix::{Signal, SignalKind, signal},
     sync::watch,
@@ -18,7 +21,7 @@ use tokio::{
 };
 use tracing::{info, warn};
 
-use super::{SenderOptions, Steering, args::SenderArgs, replan, summary};
+use super::{SenderOptions, Steering, args::SenderArgs, maps, replan, summary};
 use crate::{
     peer::{self, PeerConfig, PeerHandle, PeerStatus, Update},
     psk::read_psk_file,
@@ -42,6 +45,7 @@ pub async fn run(args: &SenderArgs, peer_addr: &str, object: &[u8]) -> anyhow::R
     let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
     let handle = peer::watch(PeerConfig::new(peer_addr, psk));
     let mut updates = handle.updates();
+    let mut landings = handle.landings();
     let mut status = handle.status();
     let limit = Duration::from_secs(args.peer_wait);
     let Some(first) = wait_first(&mut updates, &mut status, peer_addr, limit, &mut term).await?
@@ -68,6 +72,7 @@ pub async fn run(args: &SenderArgs, peer_addr: &str, object: &[u8]) -> anyhow::R
     let mut tick = tokio::time::interval(Duration::from_secs(args.interval.max(1)));
     tick.tick().await;
     let mut away = false;
+    let mut paused = false;
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
@@ -82,11 +87,21 @@ pub async fn run(args: &SenderArgs, peer_addr: &str, object: &[u8]) -> anyhow::R
                 let Some(update) = updates.borrow_and_update().clone() else { continue };
                 if update.description != current.description {
                     follow(&mut steering, &options, &update);
+                    // The refilled maps steer again: the new description
+                    // gets its own verdict.
+                    paused = false;
                 } else {
                     info!("receiver version {}: same description, plan unchanged", update.version);
                 }
                 current = update;
                 report(&handle, current.version, &steering, &dports);
+            }
+            changed = landings.changed() => {
+                changed.context("the receiver client stopped")?;
+                let Some(report) = *landings.borrow_and_update() else { continue };
+                if report.version == current.version {
+                    paused = obey_landings(&mut steering, &options, report, paused, peer_addr);
+                }
             }
             changed = status.changed() => {
                 if changed.is_err() {
@@ -116,6 +131,59 @@ pub async fn run(args: &SenderArgs, peer_addr: &str, object: &[u8]) -> anyhow::R
         steering.layout.dir().display()
     );
     Ok(())
+}
+
+/// The closed loop, sender side: stops steering toward a receiver whose
+/// landings contradict the description it planned with (new connections get
+/// kernel ports), and steers again when the receiver reports agreement.
+/// Returns whether steering is paused now.
+fn obey_landings(
+    steering: &mut Steering,
+    options: &SenderOptions,
+    report: LandingReport,
+    paused: bool,
+    peer_addr: &str,
+) -> bool {
+    let counts = format!(
+        "{} of its last {} flows on the predicted queue",
+        report.matched, report.judged
+    );
+    match report.verdict {
+        LandingVerdict::Contradicted if !paused => match maps::clear_dests(&mut steering.ebpf) {
+            Ok(_) => {
+                warn!(
+                    "receiver {peer_addr}: its landings contradict description version {} \
+                     ({counts}): steering paused, new connections get kernel ports",
+                    report.version
+                );
+                println!("steering paused: the receiver's landings contradict its description");
+                true
+            }
+            Err(err) => {
+                warn!("receiver {peer_addr}: cannot pause steering: {err}");
+                false
+            }
+        },
+        LandingVerdict::Agreed if paused => {
+            let pacing = options.pacing_rate.map_or(0, |r| r.0);
+            match maps::fill(&mut steering.ebpf, &steering.plan, pacing) {
+                Ok(()) => {
+                    info!(
+                        "receiver {peer_addr}: flows land as description version {} says \
+                         again ({counts}): steering resumed",
+                        report.version
+                    );
+                    println!("steering resumed: the receiver reports agreement");
+                    false
+                }
+                Err(err) => {
+                    warn!("receiver {peer_addr}: cannot resume steering: {err}");
+                    true
+                }
+            }
+        }
+        _ => paused,
+    }
 }
 
 /// Re-plans for `update`; on failure the old plan keeps steering.

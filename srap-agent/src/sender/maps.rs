@@ -78,6 +78,19 @@ pub fn fill(ebpf: &mut Ebpf, plan: &Plan, pacing_rate: u64) -> Result<(), Sender
     Ok(())
 }
 
+/// Takes every destination out of the binder's map, so connects miss and
+/// keep the kernel's port (the binder fails open); [`fill`] puts them back.
+/// Returns how many were removed.
+pub fn clear_dests(ebpf: &mut Ebpf) -> Result<usize, SenderError> {
+    let mut dests: HashMap<_, DestKey, DestValue> =
+        HashMap::try_from(map_mut(ebpf, DESTS_MAP)?).map_err(map_error(DESTS_MAP))?;
+    let keys: Vec<DestKey> = dests.keys().filter_map(Result::ok).collect();
+    for key in &keys {
+        dests.remove(key).map_err(map_error(DESTS_MAP))?;
+    }
+    Ok(keys.len())
+}
+
 /// A sortable form of a key (DestKey has no Ord).
 fn key_bytes(key: &DestKey) -> (u32, u32, [u32; 4]) {
     (key.family, key.port, key.addr)

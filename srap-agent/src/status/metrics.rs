@@ -8,7 +8,8 @@
 //! `srap_verifier_up`, `srap_active_flows`, `srap_flows{queue}`,
 //! `srap_cpu_flows{cpu,by}`, `srap_queue_bytes_total{queue}`,
 //! `srap_queue_packets_total{queue}`, `srap_collisions{kind}`,
-//! `srap_prediction_accuracy{kind}`, `srap_rss_version`, `srap_peers`.
+//! `srap_prediction_accuracy{kind}`, `srap_description_contradicted`,
+//! `srap_rss_version`, `srap_peers`.
 
 use std::{fmt::Write as _, io, sync::Arc, time::Duration};
 
@@ -19,6 +20,8 @@ use tokio::{
     time::timeout,
 };
 use tracing::{debug, warn};
+
+use srap_common::wire::LandingVerdict;
 
 use super::Status;
 
@@ -70,6 +73,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "srap_prediction_accuracy",
         "gauge",
         "Share of active flows on the RSS model's queue (kind=queue) or on the sender's planned CPU (kind=plan); absent when there is nothing to judge",
+    ),
+    (
+        "srap_description_contradicted",
+        "gauge",
+        "1 when recent flows do not land where the served RSS description says (the senders then stop steering), 0 when they do; absent until enough flows were judged",
     ),
     (
         "srap_rss_version",
@@ -133,6 +141,11 @@ pub fn render(status: &Status) -> String {
                     }
                 }
             }
+            "srap_description_contradicted" => match status.landings.verdict {
+                LandingVerdict::Contradicted => sample("", 1.0),
+                LandingVerdict::Agreed => sample("", 0.0),
+                LandingVerdict::Unknown => {}
+            },
             "srap_rss_version" => sample("", status.rss_version as f64),
             "srap_peers" => sample("", status.peers.len() as f64),
             _ => {}

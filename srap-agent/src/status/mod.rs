@@ -4,6 +4,7 @@
 //! [`PlanIndex`]), served on the control socket (`control`, read by
 //! `srap status`) and as Prometheus text (`metrics`).
 
+pub mod agreement;
 pub mod control;
 pub mod metrics;
 pub mod plan_index;
@@ -13,6 +14,7 @@ pub mod tracker;
 pub use control::{ControlError, ControlSocket, DEFAULT_CONTROL_PATH, request_status};
 pub use plan_index::PlanIndex;
 pub use snapshot::{
-    Accuracy, Collisions, CpuRow, FlowRow, PeerRow, QueueRow, Ratio, Status, VerifierState,
+    Accuracy, Collisions, CpuRow, FlowRow, Landings, PeerRow, QueueRow, Ratio, Status,
+    VerifierState,
 };
 pub use tracker::{Observation, Tracker, TrackerConfig};

@@ -41,6 +41,10 @@ pub struct Status {
     pub flows: Vec<FlowRow>,
     pub collisions: Collisions,
     pub accuracy: Accuracy,
+    /// Whether recent flows land where the served description says (the
+    /// closed loop's verdict, also sent to every sender).
+    #[serde(default)]
+    pub landings: Landings,
     /// Sender agents connected now.
     pub peers: Vec<PeerRow>,
 }
@@ -117,6 +121,16 @@ pub struct Collisions {
     pub cpus: usize,
     /// By `queue_cpu` of the observed queue.
     pub rss_cpus: usize,
+}
+
+/// The closed loop's verdict on the served description.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Landings {
+    pub verdict: srap_common::wire::LandingVerdict,
+    /// Of the `judged` most recent flows, `matched` landed on the queue the
+    /// description computes.
+    pub matched: u32,
+    pub judged: u32,
 }
 
 /// How often flows land where they were expected to.

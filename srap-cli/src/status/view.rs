@@ -11,6 +11,7 @@ use ratatui::{
     widgets::{Block, Paragraph, Row, Table},
 };
 use srap_agent::status::{CpuRow, QueueRow, Status};
+use srap_common::wire::LandingVerdict;
 
 use super::format::{FLOW_COLUMNS, ago, cov, gbps, opt, ratio, verifier};
 
@@ -81,14 +82,17 @@ fn draw_header(frame: &mut Frame<'_>, area: Rect, status: &Status) {
     let collisions = status.collisions;
     let colliding = collisions.queues + collisions.rss_cpus > 0;
     let lines = vec![
-        Line::from(format!(
-            "verifier {} · RSS version {} · {} peer(s) · {} active flows · {} Gbit/s",
-            verifier(status),
-            status.rss_version,
-            status.peers.len(),
-            status.active_flows,
-            gbps(status.gbps)
-        )),
+        Line::from(vec![
+            Span::raw(format!(
+                "verifier {} · RSS version {} · {} peer(s) · {} active flows · {} Gbit/s · ",
+                verifier(status),
+                status.rss_version,
+                status.peers.len(),
+                status.active_flows,
+                gbps(status.gbps)
+            )),
+            landings(status),
+        ]),
         Line::from(vec![
             Span::styled(
                 format!(
@@ -113,6 +117,23 @@ fn draw_header(frame: &mut Frame<'_>, area: Rect, status: &Status) {
         bold(),
     ));
     frame.render_widget(Paragraph::new(lines).block(block), area);
+}
+
+/// The closed loop's verdict on the served description.
+fn landings(status: &Status) -> Span<'static> {
+    let l = status.landings;
+    let counts = format!("{}/{}", l.matched, l.judged);
+    match l.verdict {
+        LandingVerdict::Agreed => Span::styled(
+            format!("landings agree {counts}"),
+            Style::new().fg(Color::Green),
+        ),
+        LandingVerdict::Contradicted => Span::styled(
+            format!("landings CONTRADICT the description {counts}"),
+            collision_style(),
+        ),
+        LandingVerdict::Unknown => Span::raw("landings not judged yet"),
+    }
 }
 
 /// The rows that fit in `room`: all of them, or the busy ones first.
@@ -354,6 +375,11 @@ mod tests {
                 },
                 plan: Ratio::default(),
             },
+            landings: srap_agent::status::Landings {
+                verdict: LandingVerdict::Contradicted,
+                matched: 1,
+                judged: 6,
+            },
             peers: vec![PeerRow {
                 addr: "10.199.9.1:40000".into(),
                 agent: "srap-agent 0.1.0".into(),
@@ -393,6 +419,7 @@ mod tests {
             "verifier xdp (driver) · RSS version 2 · 1 peer(s) · 3 active flows · 4.50 Gbit/s",
             "collisions: 1 queues, 1 CPUs (queue_cpu), 1 CPUs (verifier)",
             "prediction accuracy: queue 2/3 (67%), plan -",
+            "landings CONTRADICT the description 1/6",
             "receive queues",
             "COLLISION",
             "flows (3)",

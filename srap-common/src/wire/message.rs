@@ -23,6 +23,8 @@ pub enum Message {
     /// Sent while idle so each side can tell a quiet peer from a dead one.
     Keepalive,
     Error(ErrorReport),
+    /// The receiver's verdict on its own description, from where flows land.
+    Landings(LandingReport),
 }
 
 impl Message {
@@ -36,8 +38,37 @@ impl Message {
             Self::PlanReport(_) => "PlanReport",
             Self::Keepalive => "Keepalive",
             Self::Error(_) => "Error",
+            Self::Landings(_) => "Landings",
         }
     }
+}
+
+/// Whether the flows the receiver sees land where its description says.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Encode, Decode, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum LandingVerdict {
+    /// Too few flows judged since the description last changed.
+    #[default]
+    Unknown,
+    /// Recent flows land on the queue the description computes.
+    Agreed,
+    /// Recent flows do not: RSS is off, the device uses another key or
+    /// table than it reports, or the tuple is rewritten on the way.
+    Contradicted,
+}
+
+/// [`Message::Landings`]: the receiver's verdict on description `version`,
+/// over its `judged` most recent flows, `matched` of them on the queue the
+/// description computes. A sender stops steering toward a receiver that says
+/// [`LandingVerdict::Contradicted`] and resumes on [`LandingVerdict::Agreed`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Encode, Decode)]
+pub struct LandingReport {
+    pub version: u64,
+    pub verdict: LandingVerdict,
+    pub matched: u32,
+    pub judged: u32,
 }
 
 /// The sender's first message.

@@ -56,14 +56,14 @@ pub use frame::{
     encode, payload_len,
 };
 pub use message::{
-    Challenge, CpuPorts, ErrorReport, Hello, MAX_REASON_LEN, Message, PlanReport, PlannedTable,
-    Response, RssUpdate, WireDescription,
+    Challenge, CpuPorts, ErrorReport, Hello, LandingReport, LandingVerdict, MAX_REASON_LEN,
+    Message, PlanReport, PlannedTable, Response, RssUpdate, WireDescription,
 };
 
 /// The protocol version this build speaks. Bump it on any change to the
 /// message layout: a peer with another version gets
 /// [`DecodeError::WrongVersion`] before any of its body is read.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 #[cfg(test)]
 mod tests;
