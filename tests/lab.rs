@@ -145,3 +145,145 @@ fn status_shows_steered_flows_on_their_planned_cpus() {
     );
     drop((clients, accepted, listener));
 }
+
+/// The closed loop on the lab: the receiver agent serves a description whose
+/// key the (emulated) device does not use. Judged by where flows land, the
+/// receiver marks it contradicted and tells the sender, which stops steering
+/// (new connections get kernel ports); with the true description back, the
+/// receiver agrees again and the sender steers again.
+#[test]
+fn closed_loop_catches_a_lying_description_and_recovers() {
+    use std::time::{Duration, Instant};
+
+    use srap_agent::{
+        lab::{agents::LabAgents, topology::Watch},
+        status::Status,
+    };
+    use srap_common::wire::LandingVerdict;
+
+    if !require_privileged("closed_loop_catches_a_lying_description_and_recovers") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    const PORT: u16 = 5312;
+    let net = LabNet::new(16, Watch::Agent).expect("lab network");
+    let agents =
+        LabAgents::start(&net, &srap_suite::built_binary("srap-agent"), PORT).expect("both agents");
+    let truth = net.model.to_description();
+    let verdict_after = |burst_ports: &mut Vec<u16>, want: LandingVerdict| -> Status {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            burst_ports.extend(burst(&net, &agents, PORT, 6));
+            let (status, _) =
+                srap_agent::status::request_status(&agents.control()).expect("status");
+            if status.landings.verdict == want {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {want:?} verdict: {:?}; sender log:\n{}",
+                status.landings,
+                agents.sender_log()
+            );
+        }
+    };
+    let mut ports = Vec::new();
+    verdict_after(&mut ports, LandingVerdict::Agreed);
+    assert!(ports.iter().all(|p| *p < 32768), "steered ports: {ports:?}");
+
+    // The description now claims a key the device does not use.
+    let mut lie = truth.clone();
+    lie.key = truth.key.split(':').rev().collect::<Vec<_>>().join(":");
+    assert_ne!(lie.key, truth.key);
+    std::fs::write(agents.rss_file(), lie.to_json_pretty()).expect("write the lie");
+    let status = verdict_after(&mut Vec::new(), LandingVerdict::Contradicted);
+    assert!(status.rss_version >= 2, "{status:?}");
+    wait_for_log(&agents, "steering paused");
+    // Paused: new connections keep the kernel's ephemeral ports.
+    let kernel = burst(&net, &agents, PORT, 4);
+    assert!(
+        kernel.iter().all(|p| *p >= 32768),
+        "kernel ports: {kernel:?}"
+    );
+
+    // The truth again: agreement, and steering again.
+    std::fs::write(agents.rss_file(), truth.to_json_pretty()).expect("write the truth");
+    let mut ports = Vec::new();
+    verdict_after(&mut ports, LandingVerdict::Agreed);
+    let steered = burst(&net, &agents, PORT, 4);
+    assert!(
+        steered.iter().all(|p| *p < 32768),
+        "steered again: {steered:?}"
+    );
+}
+
+/// Waits (bounded) until the sender agent's output contains `text`.
+fn wait_for_log(agents: &srap_agent::lab::agents::LabAgents<'_>, text: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !agents.sender_log().contains(text) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sender never said `{text}`:\n{}",
+            agents.sender_log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// `flows` connections from the steered cgroup to `port` on the receiver,
+/// each carrying data for a little over one of the agent's 1 s samples;
+/// returns the source ports the receiver accepted.
+fn burst(
+    net: &LabNet,
+    agents: &srap_agent::lab::agents::LabAgents<'_>,
+    port: u16,
+    flows: usize,
+) -> Vec<u16> {
+    use std::{
+        io::{Read as _, Write as _},
+        net::{SocketAddr, TcpListener, TcpStream},
+        time::{Duration, Instant},
+    };
+
+    use srap_agent::lab::steering::InCgroup;
+
+    let server = SocketAddr::new(net.receiver_ip(), port);
+    let listener = net
+        .hosts
+        .receiver
+        .run(|| TcpListener::bind(server))
+        .expect("receiver ns")
+        .expect("listen");
+    let mut clients = {
+        let _steered = InCgroup::enter(agents.cgroup()).expect("join the steered cgroup");
+        net.hosts
+            .sender
+            .run(|| {
+                (0..flows)
+                    .map(|_| {
+                        TcpStream::connect_timeout(&server, Duration::from_secs(5))
+                            .expect("connect")
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .expect("sender ns")
+    };
+    let mut accepted: Vec<(TcpStream, SocketAddr)> = (0..flows)
+        .map(|_| listener.accept().expect("accept"))
+        .collect();
+    for (stream, _) in &accepted {
+        stream.set_nonblocking(true).expect("nonblocking");
+    }
+    let until = Instant::now() + Duration::from_millis(1500);
+    let chunk = [0x5au8; 16 * 1024];
+    let mut sink = [0u8; 64 * 1024];
+    while Instant::now() < until {
+        for client in &mut clients {
+            client.write_all(&chunk).expect("send");
+        }
+        for (stream, _) in &mut accepted {
+            while stream.read(&mut sink).is_ok_and(|n| n > 0) {}
+        }
+    }
+    accepted.iter().map(|(_, peer)| peer.port()).collect()
+}

@@ -270,6 +270,8 @@ fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
         format!("srap_flows{{queue=\"{}\"}} {}", busiest.0, busiest.1),
         format!("srap_collisions{{kind=\"queue\"}} {expected_collisions}"),
         "srap_prediction_accuracy{kind=\"queue\"} 1".to_owned(),
+        // The closed loop: every flow where the description says.
+        "srap_description_contradicted 0".to_owned(),
         "srap_rss_version 1".to_owned(),
         "srap_peers 0".to_owned(),
     ] {

@@ -59,7 +59,7 @@ impl<'a> LabAgents<'a> {
             sender: None,
             keep_dir: Cell::new(false),
         };
-        let rss = agents.dir.join("rss.json");
+        let rss = agents.rss_file();
         fs::write(&rss, net.model.to_description().to_json_pretty())
             .with_context(|| format!("writing {}", rss.display()))?;
         let listen = format!("{}:{PEER_PORT}", net.receiver_ip());
@@ -115,6 +115,17 @@ impl<'a> LabAgents<'a> {
 
     pub fn pin_dir(&self) -> &Path {
         &self.pin_dir
+    }
+
+    /// The description file the receiver agent serves (and watches: writing
+    /// another description here makes it a new version).
+    pub fn rss_file(&self) -> PathBuf {
+        self.dir.join("rss.json")
+    }
+
+    /// The sender agent's output so far.
+    pub fn sender_log(&self) -> String {
+        fs::read_to_string(self.dir.join("sender.log")).unwrap_or_default()
     }
 
     /// The receiver agent's control socket (`srap status --control`).

@@ -1,6 +1,7 @@
 //! Small formatting helpers shared by the text table and the dashboard.
 
 use srap_agent::status::{Ratio, Status};
+use srap_common::wire::LandingVerdict;
 
 /// Column titles of the per-flow table, shared by the dashboard and `--once`.
 pub const FLOW_COLUMNS: [&str; 10] = [
@@ -52,6 +53,17 @@ pub fn ago(now_ms: u64, then_ms: Option<u64>) -> String {
         || "never".to_owned(),
         |then| format!("{} s ago", now_ms.saturating_sub(then) / 1000),
     )
+}
+
+/// The closed loop's verdict on the served description, as both views say it.
+pub fn landings(status: &Status) -> String {
+    let l = status.landings;
+    let counts = format!("{}/{}", l.matched, l.judged);
+    match l.verdict {
+        LandingVerdict::Agreed => format!("landings agree {counts}"),
+        LandingVerdict::Contradicted => format!("landings CONTRADICT the description {counts}"),
+        LandingVerdict::Unknown => "landings not judged yet".to_owned(),
+    }
 }
 
 /// The one-line summary both views start with.

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use srap_agent::status::{CpuRow, Status};
 
-use super::format::{FLOW_COLUMNS, ago, cov, gbps, opt, summary, verifier};
+use super::format::{FLOW_COLUMNS, ago, cov, gbps, landings, opt, summary, verifier};
 
 const MARK: &str = "  << collision";
 
@@ -12,11 +12,12 @@ pub fn render(status: &Status) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "receiver {}: verifier {}; RSS version {}; {} peer(s)",
+        "receiver {}: verifier {}; RSS version {}; {} peer(s); {}",
         status.iface,
         verifier(status),
         status.rss_version,
-        status.peers.len()
+        status.peers.len(),
+        landings(status)
     );
     let _ = writeln!(out, "{}\n", summary(status));
 

@@ -13,7 +13,7 @@ use ratatui::{
 use srap_agent::status::{CpuRow, QueueRow, Status};
 use srap_common::wire::LandingVerdict;
 
-use super::format::{FLOW_COLUMNS, ago, cov, gbps, opt, ratio, verifier};
+use super::format::{FLOW_COLUMNS, ago, cov, gbps, landings, opt, ratio, verifier};
 
 /// What the dashboard shows.
 #[derive(Debug, Clone)]
@@ -91,7 +91,7 @@ fn draw_header(frame: &mut Frame<'_>, area: Rect, status: &Status) {
                 status.active_flows,
                 gbps(status.gbps)
             )),
-            landings(status),
+            landings_span(status),
         ]),
         Line::from(vec![
             Span::styled(
@@ -119,21 +119,14 @@ fn draw_header(frame: &mut Frame<'_>, area: Rect, status: &Status) {
     frame.render_widget(Paragraph::new(lines).block(block), area);
 }
 
-/// The closed loop's verdict on the served description.
-fn landings(status: &Status) -> Span<'static> {
-    let l = status.landings;
-    let counts = format!("{}/{}", l.matched, l.judged);
-    match l.verdict {
-        LandingVerdict::Agreed => Span::styled(
-            format!("landings agree {counts}"),
-            Style::new().fg(Color::Green),
-        ),
-        LandingVerdict::Contradicted => Span::styled(
-            format!("landings CONTRADICT the description {counts}"),
-            collision_style(),
-        ),
-        LandingVerdict::Unknown => Span::raw("landings not judged yet"),
-    }
+/// The closed loop's verdict, coloured by what it says.
+fn landings_span(status: &Status) -> Span<'static> {
+    let style = match status.landings.verdict {
+        LandingVerdict::Agreed => Style::new().fg(Color::Green),
+        LandingVerdict::Contradicted => collision_style(),
+        LandingVerdict::Unknown => Style::new(),
+    };
+    Span::styled(landings(status), style)
 }
 
 /// The rows that fit in `room`: all of them, or the busy ones first.
