@@ -61,10 +61,10 @@ impl AgreementJudge {
                 continue;
             }
             self.recent.push_back((key, seen == predicted));
-            if self.recent.len() > WINDOW {
-                if let Some((old, _)) = self.recent.pop_front() {
-                    self.judged.remove(&old);
-                }
+            if self.recent.len() > WINDOW
+                && let Some((old, _)) = self.recent.pop_front()
+            {
+                self.judged.remove(&old);
             }
         }
         let next = self.next_verdict();
