@@ -250,11 +250,12 @@ async fn oversized_length_prefix_is_refused_before_reading_on() {
 async fn wrong_protocol_version_is_refused() {
     let fx = Fixture::open().await;
     let mut bytes = frame(&hello());
-    bytes[4 + MAGIC.len()..4 + MAGIC.len() + 2].copy_from_slice(&2u16.to_be_bytes());
+    // Version 1: a sender of the release before `Landings`.
+    bytes[4 + MAGIC.len()..4 + MAGIC.len() + 2].copy_from_slice(&1u16.to_be_bytes());
     let reason = hostile(&fx.addr(), &bytes, false).await;
     assert_eq!(
         reason,
-        "protocol version 2 is not supported (this agent speaks version 1); \
+        "protocol version 1 is not supported (this agent speaks version 2); \
          run the same SRAP release on both hosts"
     );
     // A well-formed message of the wrong kind for the moment.
