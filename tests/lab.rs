@@ -53,12 +53,12 @@ fn experiment_is_collision_free_with_srap_and_leaves_nothing_behind() {
 fn status_shows_steered_flows_on_their_planned_cpus() {
     use std::{
         io::{Read as _, Write as _},
-        net::{SocketAddr, TcpListener, TcpStream},
+        net::{SocketAddr, TcpStream},
         time::{Duration, Instant},
     };
 
     use srap_agent::{
-        lab::{agents::LabAgents, steering::InCgroup, topology::Watch},
+        lab::{agents::LabAgents, topology::Watch},
         status::Status,
     };
 
@@ -72,29 +72,8 @@ fn status_shows_steered_flows_on_their_planned_cpus() {
     let agents =
         LabAgents::start(&net, &srap_suite::built_binary("srap-agent"), PORT).expect("both agents");
     let server = SocketAddr::new(net.receiver_ip(), PORT);
-    let listener = net
-        .hosts
-        .receiver
-        .run(|| TcpListener::bind(server))
-        .expect("receiver ns")
-        .expect("listen");
-    let mut clients = {
-        let _steered = InCgroup::enter(agents.cgroup()).expect("join the steered cgroup");
-        net.hosts
-            .sender
-            .run(|| {
-                (0..FLOWS)
-                    .map(|_| {
-                        TcpStream::connect_timeout(&server, Duration::from_secs(5))
-                            .expect("connect")
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .expect("sender ns")
-    };
-    let mut accepted: Vec<TcpStream> = (0..FLOWS)
-        .map(|_| listener.accept().expect("accept").0)
-        .collect();
+    let (mut clients, accepted) = open_steered(&net, &agents, server, FLOWS);
+    let mut accepted: Vec<TcpStream> = accepted.into_iter().map(|(stream, _)| stream).collect();
     // Keep every flow active across a few of the agent's 1 s samples.
     let until = Instant::now() + Duration::from_millis(2500);
     let chunk = [0x5au8; 16 * 1024];
@@ -143,7 +122,7 @@ fn status_shows_steered_flows_on_their_planned_cpus() {
         FLOWS,
         "steered flows share queues: {flows:#?}"
     );
-    drop((clients, accepted, listener));
+    drop((clients, accepted));
 }
 
 /// The closed loop on the lab: the receiver agent serves a description whose
@@ -241,36 +220,12 @@ fn burst(
 ) -> Vec<u16> {
     use std::{
         io::{Read as _, Write as _},
-        net::{SocketAddr, TcpListener, TcpStream},
+        net::SocketAddr,
         time::{Duration, Instant},
     };
 
-    use srap_agent::lab::steering::InCgroup;
-
     let server = SocketAddr::new(net.receiver_ip(), port);
-    let listener = net
-        .hosts
-        .receiver
-        .run(|| TcpListener::bind(server))
-        .expect("receiver ns")
-        .expect("listen");
-    let mut clients = {
-        let _steered = InCgroup::enter(agents.cgroup()).expect("join the steered cgroup");
-        net.hosts
-            .sender
-            .run(|| {
-                (0..flows)
-                    .map(|_| {
-                        TcpStream::connect_timeout(&server, Duration::from_secs(5))
-                            .expect("connect")
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .expect("sender ns")
-    };
-    let mut accepted: Vec<(TcpStream, SocketAddr)> = (0..flows)
-        .map(|_| listener.accept().expect("accept"))
-        .collect();
+    let (mut clients, mut accepted) = open_steered(net, agents, server, flows);
     for (stream, _) in &accepted {
         stream.set_nonblocking(true).expect("nonblocking");
     }
@@ -286,4 +241,48 @@ fn burst(
         }
     }
     accepted.iter().map(|(_, peer)| peer.port()).collect()
+}
+
+/// `flows` connections from the steered cgroup to `server` in the receiver
+/// namespace: the clients, and the accepted streams with their peers.
+fn open_steered(
+    net: &LabNet,
+    agents: &srap_agent::lab::agents::LabAgents<'_>,
+    server: std::net::SocketAddr,
+    flows: usize,
+) -> (
+    Vec<std::net::TcpStream>,
+    Vec<(std::net::TcpStream, std::net::SocketAddr)>,
+) {
+    use std::{
+        net::{TcpListener, TcpStream},
+        time::Duration,
+    };
+
+    use srap_agent::lab::steering::InCgroup;
+
+    let listener = net
+        .hosts
+        .receiver
+        .run(|| TcpListener::bind(server))
+        .expect("receiver ns")
+        .expect("listen");
+    let clients = {
+        let _steered = InCgroup::enter(agents.cgroup()).expect("join the steered cgroup");
+        net.hosts
+            .sender
+            .run(|| {
+                (0..flows)
+                    .map(|_| {
+                        TcpStream::connect_timeout(&server, Duration::from_secs(5))
+                            .expect("connect")
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .expect("sender ns")
+    };
+    let accepted = (0..flows)
+        .map(|_| listener.accept().expect("accept"))
+        .collect();
+    (clients, accepted)
 }
