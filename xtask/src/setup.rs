@@ -26,6 +26,12 @@ const APT_PACKAGES: &[&str] = &[
     "bpftool",
     // `mount -t bpf` when bpffs is not mounted.
     "mount",
+    // `lab --nic virtio` and its tests: the QEMU guest, its busybox
+    // initramfs (cpio), objcopy to strip the binaries copied into it.
+    "qemu-system-x86",
+    "busybox-static",
+    "cpio",
+    "binutils",
 ];
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -15,7 +15,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use super::{
-    interrupted,
+    NetNs, interrupted,
     topology::LabNet,
     unique_name,
     workload::{ChildGuard, in_netns},
@@ -29,14 +29,11 @@ const PEER_PORT: u16 = 7447;
 const PORT_RANGE: &str = "10000-32767";
 
 pub struct LabAgents<'a> {
-    net: &'a LabNet,
     /// The `srap-agent` binary.
     exe: PathBuf,
     dir: PathBuf,
-    pin_dir: PathBuf,
-    cgroup: PathBuf,
     receiver: Option<ChildGuard>,
-    sender: Option<ChildGuard>,
+    sender: Option<SenderAgent<'a>>,
     /// Set when an error named `dir`: the logs it points at must outlive us.
     keep_dir: Cell<bool>,
 }
@@ -50,10 +47,7 @@ impl<'a> LabAgents<'a> {
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let exe = exe.to_path_buf();
         let mut agents = Self {
-            net,
             exe: exe.clone(),
-            pin_dir: Path::new("/sys/fs/bpf").join(&name),
-            cgroup: cgroup::cgroup2_mount()?.join(&name),
             dir,
             receiver: None,
             sender: None,
@@ -85,36 +79,41 @@ impl<'a> LabAgents<'a> {
             a.control().exists()
         })?;
 
-        let mut sender = in_netns(&net.hosts.sender, exe);
-        sender
-            .args([
-                "sender",
-                "--peer",
-                &listen,
-                "--port-range",
-                PORT_RANGE,
-                "--interval",
-                "1",
-            ])
-            .args(["--report-port", &report_port.to_string()])
-            .arg("--cgroup")
-            .arg(&agents.cgroup)
-            .arg("--pin-dir")
-            .arg(&agents.pin_dir);
-        agents.sender = Some(spawn_logged(&mut sender, &agents.dir.join("sender.log"))?);
-        agents.wait_for("the sender agent's binder", |a| {
-            a.pin_dir.join("srap_connect4_link").exists() && a.cgroup.exists()
-        })?;
+        let sender = SenderAgent::start(
+            &net.hosts.sender,
+            &agents.exe,
+            &listen,
+            report_port,
+            &name,
+            &agents.dir.join("sender.log"),
+        );
+        agents.sender = Some(sender.map_err(|err| agents.keep_logs(err))?);
         Ok(agents)
     }
 
     /// The steered cgroup: `srap exec --cgroup` this.
     pub fn cgroup(&self) -> &Path {
-        &self.cgroup
+        self.sender().cgroup()
     }
 
     pub fn pin_dir(&self) -> &Path {
-        &self.pin_dir
+        self.sender().pin_dir()
+    }
+
+    fn sender(&self) -> &SenderAgent<'a> {
+        self.sender
+            .as_ref()
+            .expect("LabAgents::start returns only with the sender running")
+    }
+
+    /// `err`, with the logs named and kept for the reader.
+    fn keep_logs(&self, err: anyhow::Error) -> anyhow::Error {
+        self.keep_dir.set(true);
+        anyhow::anyhow!(
+            "{err:#}; logs (kept): {}{}",
+            self.dir.display(),
+            self.log_tails()
+        )
     }
 
     /// The description file the receiver agent serves (and watches: writing
@@ -191,23 +190,8 @@ impl<'a> LabAgents<'a> {
 
 impl Drop for LabAgents<'_> {
     fn drop(&mut self) {
-        // The sender first, then what it pinned; then the receiver.
+        // The sender (and what it pinned) first, then the receiver.
         drop(self.sender.take());
-        if self.pin_dir.exists() {
-            let out = in_netns(&self.net.hosts.sender, self.exe.clone())
-                .arg("detach")
-                .arg("--pin-dir")
-                .arg(&self.pin_dir)
-                .output();
-            match out {
-                Ok(out) if out.status.success() => {}
-                Ok(out) => eprintln!(
-                    "lab cleanup: detach: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                ),
-                Err(err) => eprintln!("lab cleanup: detach: {err}"),
-            }
-        }
         drop(self.receiver.take());
         if !self.keep_dir.get() {
             let _ = fs::remove_dir_all(&self.dir);
@@ -215,7 +199,92 @@ impl Drop for LabAgents<'_> {
     }
 }
 
-fn spawn_logged(command: &mut std::process::Command, log: &Path) -> anyhow::Result<ChildGuard> {
+/// The sender agent in a namespace, following a receiver agent with
+/// `--peer`; killed by PID and detached on drop.
+pub struct SenderAgent<'a> {
+    ns: &'a NetNs,
+    exe: PathBuf,
+    pin_dir: PathBuf,
+    cgroup: PathBuf,
+    child: Option<ChildGuard>,
+}
+
+impl<'a> SenderAgent<'a> {
+    /// Starts `exe sender --peer PEER` in `ns`, logging to `log`, and waits
+    /// until its binder is attached. `name` names its cgroup and pin
+    /// directory.
+    pub fn start(
+        ns: &'a NetNs,
+        exe: &Path,
+        peer: &str,
+        report_port: u16,
+        name: &str,
+        log: &Path,
+    ) -> anyhow::Result<Self> {
+        let mut agent = Self {
+            ns,
+            exe: exe.to_path_buf(),
+            pin_dir: Path::new(crate::bpffs::BPFFS_ROOT).join(name),
+            cgroup: cgroup::cgroup2_mount()?.join(name),
+            child: None,
+        };
+        let mut command = in_netns(ns, exe);
+        command
+            .args(["sender", "--peer", peer, "--port-range", PORT_RANGE])
+            .args(["--interval", "1"])
+            .args(["--report-port", &report_port.to_string()])
+            .arg("--cgroup")
+            .arg(&agent.cgroup)
+            .arg("--pin-dir")
+            .arg(&agent.pin_dir);
+        agent.child = Some(spawn_logged(&mut command, log)?);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !(agent.pin_dir.join("srap_connect4_link").exists() && agent.cgroup.exists()) {
+            if interrupted() {
+                bail!("interrupted");
+            }
+            if Instant::now() > deadline {
+                bail!("the sender agent's binder did not come up within 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(agent)
+    }
+
+    /// The steered cgroup: `srap exec --cgroup` this.
+    pub fn cgroup(&self) -> &Path {
+        &self.cgroup
+    }
+
+    pub fn pin_dir(&self) -> &Path {
+        &self.pin_dir
+    }
+}
+
+impl Drop for SenderAgent<'_> {
+    fn drop(&mut self) {
+        drop(self.child.take());
+        if !self.pin_dir.exists() {
+            return;
+        }
+        let out = in_netns(self.ns, self.exe.clone())
+            .arg("detach")
+            .arg("--pin-dir")
+            .arg(&self.pin_dir)
+            .output();
+        match out {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => eprintln!(
+                "lab cleanup: detach: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+            Err(err) => eprintln!("lab cleanup: detach: {err}"),
+        }
+    }
+}
+
+/// Starts `command` with stdout and stderr into `log`.
+pub fn spawn_logged(command: &mut std::process::Command, log: &Path) -> anyhow::Result<ChildGuard> {
     let file = fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     command
         .stdin(Stdio::null())

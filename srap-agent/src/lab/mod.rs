@@ -13,11 +13,13 @@
 
 pub mod agents;
 pub mod experiment;
+pub mod guest;
 pub mod netns;
 pub mod report;
 pub mod steering;
 pub mod topology;
 pub mod veth;
+pub mod virtio;
 pub mod workload;
 
 use std::{
@@ -55,9 +57,23 @@ const MIN_DATA_BYTES: u64 = 1 << 20;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct LabArgs {
-    /// Receive queues of the emulated NIC (each counts as one CPU).
-    #[arg(long, default_value_t = 32)]
-    pub queues: u32,
+    /// The receiver's NIC: `veth` (SRAP's RSS emulator on a veth, in a
+    /// namespace) or `virtio` (a QEMU guest whose virtio-net RSS QEMU
+    /// computes, with the receiver agent inside).
+    #[arg(long, value_enum, default_value_t = Nic::Veth)]
+    pub nic: Nic,
+    /// Receive queues (default: 32 for veth, 4 for virtio). Each counts as
+    /// one CPU.
+    #[arg(long)]
+    pub queues: Option<u32>,
+    /// The guest's vCPUs with --nic virtio (default: one per queue).
+    #[arg(long)]
+    pub smp: Option<u32>,
+    /// Where the guest's kernel and initramfs are cached (default:
+    /// `srap-guest` beside the binary under `target/`, else
+    /// /var/cache/srap/guest).
+    #[arg(long)]
+    pub guest_cache: Option<std::path::PathBuf>,
     /// Parallel flows.
     #[arg(long, default_value_t = 16)]
     pub flows: usize,
@@ -88,6 +104,24 @@ pub struct LabArgs {
     pub hold: bool,
 }
 
+/// The receiver NIC the lab runs against.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nic {
+    Veth,
+    Virtio,
+}
+
+/// `--workload` split into words with `{flows}` and `{duration}` filled in.
+pub fn workload_words(args: &LabArgs) -> Vec<String> {
+    args.workload
+        .split_whitespace()
+        .map(|w| {
+            w.replace("{flows}", &args.flows.to_string())
+                .replace("{duration}", &args.duration.to_string())
+        })
+        .collect()
+}
+
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -113,15 +147,22 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     if args.flows == 0 || args.flows > 256 {
         bail!("--flows must be 1 to 256");
     }
+    if args.nic == Nic::Virtio {
+        if args.experiment || args.hold {
+            bail!("--experiment and --hold run with --nic veth only");
+        }
+        return virtio::run(args, args.queues.unwrap_or(4));
+    }
+    let queues = args.queues.unwrap_or(32);
     if args.experiment {
-        let net = LabNet::new(args.queues, Watch::Here)?;
+        let net = LabNet::new(queues, Watch::Here)?;
         let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
         let report = experiment::run(
             &net,
             steering.cgroup(),
             args.flows,
             args.trials as usize,
-            args.queues,
+            queues,
         )?;
         if args.json {
             println!("{}", serde_json::to_string(&report)?);
@@ -130,7 +171,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    let net = LabNet::new(args.queues, Watch::Agent)?;
+    let net = LabNet::new(queues, Watch::Agent)?;
     // The lab runs the agents it is part of.
     let exe = std::env::current_exe().context("locating srap-agent")?;
     let agents = LabAgents::start(&net, &exe, SRAP_PORT)?;
@@ -138,7 +179,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         println!(
             "lab up: {} queues; receiver agent on {}:7447, sender agent following it\n\
              watch it live: srap status --control {}\n",
-            args.queues,
+            queues,
             net.receiver_ip(),
             agents.control().display()
         );
@@ -185,14 +226,7 @@ fn run_workload(
     port: u16,
     cgroup: Option<&std::path::Path>,
 ) -> anyhow::Result<RunReport> {
-    let words: Vec<String> = args
-        .workload
-        .split_whitespace()
-        .map(|w| {
-            w.replace("{flows}", &args.flows.to_string())
-                .replace("{duration}", &args.duration.to_string())
-        })
-        .collect();
+    let words = workload_words(args);
     let _server = iperf3_server(&net.hosts.receiver, port)?;
     let mut command = client(
         &net.hosts.sender,

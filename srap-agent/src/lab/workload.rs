@@ -25,6 +25,11 @@ impl ChildGuard {
         ))
     }
 
+    /// True once the child has exited.
+    pub fn exited(&mut self) -> bool {
+        !matches!(self.0.try_wait(), Ok(None))
+    }
+
     /// Waits up to `timeout` (or until Ctrl-C) for the child to exit.
     pub fn wait(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;

@@ -1,0 +1,264 @@
+//! A receiver with a real RSS device: a QEMU guest whose multi-queue
+//! virtio-net NIC hashes with Toeplitz and an indirection table computed by
+//! QEMU, seen through Linux's own `virtio_net` driver. It is the one NIC in
+//! the lab whose RSS SRAP did not write, so what it shows — its `ethtool -S`
+//! per-queue counters, the ports its server accepted — is ground truth.
+//!
+//! The guest's tap lives in a namespace made here; QEMU runs in it and is
+//! killed by PID on drop, before the namespace (and the tap) go.
+
+pub mod image;
+pub mod shell;
+pub mod truth;
+
+use std::{
+    fs,
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+pub use image::GuestImage;
+pub use shell::GuestShell;
+
+use super::{NetNs, interrupted, unique_name, workload::ChildGuard, workload::in_netns};
+
+/// The guest's NIC, inside the guest.
+pub const GUEST_IFACE: &str = "eth0";
+/// How long a boot may take: about 5 s for 4 vCPUs here, 10 s for 8 under
+/// software emulation, more on a loaded CI machine.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+/// A guest command that is not a workload answers within this.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What to boot.
+#[derive(Debug, Clone, Copy)]
+pub struct GuestShape {
+    /// virtio-net queue pairs (the RSS queues).
+    pub queues: u32,
+    /// vCPUs; at least `queues`, or QEMU folds queue numbers onto fewer.
+    pub cpus: u32,
+}
+
+impl GuestShape {
+    pub fn new(queues: u32, cpus: Option<u32>) -> anyhow::Result<Self> {
+        let cpus = cpus.unwrap_or(queues);
+        if !(2..=16).contains(&queues) {
+            bail!("--queues {queues}: the virtio guest takes 2 to 16 queues");
+        }
+        if cpus < queues || cpus > 32 {
+            bail!("--smp {cpus}: give at least one vCPU per queue ({queues}) and at most 32");
+        }
+        Ok(Self { queues, cpus })
+    }
+}
+
+/// A namespace holding a multi-queue tap: the host side of the guest's NIC.
+pub struct GuestNet {
+    pub ns: NetNs,
+    pub tap: String,
+    pub host_ip: Ipv4Addr,
+    pub guest_ip: Ipv4Addr,
+}
+
+impl GuestNet {
+    /// The namespace and tap, with `10.199.SUBNET.1/24` on the tap; the
+    /// guest takes `.2`.
+    pub fn new(subnet: u8) -> anyhow::Result<Self> {
+        let ns = NetNs::new()?;
+        let tap = unique_name("t");
+        ns.ip(["tuntap", "add", "dev", &tap, "mode", "tap", "multi_queue"])?;
+        let host_ip = Ipv4Addr::new(10, 199, subnet, 1);
+        ns.ip(["addr", "add", &format!("{host_ip}/24"), "dev", &tap])?;
+        ns.ip(["link", "set", &tap, "up"])?;
+        Ok(Self {
+            ns,
+            tap,
+            host_ip,
+            guest_ip: Ipv4Addr::new(10, 199, subnet, 2),
+        })
+    }
+}
+
+/// A running guest. QEMU is killed by PID when this drops; its directory
+/// (console log, serial socket) is removed unless [`Guest::keep_dir`] said
+/// otherwise.
+pub struct Guest {
+    qemu: Option<ChildGuard>,
+    shell: GuestShell,
+    dir: PathBuf,
+    keep_dir: bool,
+    pub shape: GuestShape,
+}
+
+impl Guest {
+    /// Boots `image` on `net`'s tap and waits until its `/init` is ready.
+    pub fn boot(net: &GuestNet, image: &GuestImage, shape: GuestShape) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("srap-guest-{}", unique_name("")));
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let log = fs::File::create(dir.join("qemu.log"))?;
+        let mut command = in_netns(&net.ns, "qemu-system-x86_64");
+        command
+            .args(qemu_args(net, image, shape, &dir))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let qemu = ChildGuard::spawn(&mut command)
+            .context("starting QEMU (`cargo xtask setup` installs qemu-system-x86)")?;
+        let console = dir.join("console.log");
+        let mut pending = Pending {
+            qemu: Some(qemu),
+            dir: dir.clone(),
+        };
+        wait_for_ready(&console, &dir, &mut pending)?;
+        let shell = GuestShell::connect(&dir.join("serial.sock"))?;
+        Ok(Self {
+            qemu: pending.qemu.take(),
+            shell,
+            dir,
+            keep_dir: false,
+            shape,
+        })
+    }
+
+    pub fn shell(&mut self) -> &mut GuestShell {
+        &mut self.shell
+    }
+
+    /// Runs `line` in the guest (see [`GuestShell::run`]).
+    pub fn run(&mut self, line: &str) -> anyhow::Result<String> {
+        self.shell.run(line, COMMAND_TIMEOUT)
+    }
+
+    /// The guest's console (kernel messages and `/init`'s output).
+    pub fn console(&self) -> String {
+        fs::read_to_string(self.dir.join("console.log")).unwrap_or_default()
+    }
+
+    /// Keeps the console log and QEMU's output after the guest is gone.
+    pub fn keep_dir(&mut self) -> &Path {
+        self.keep_dir = true;
+        &self.dir
+    }
+
+    /// Sends the guest's RSS configuration to the device: QEMU computes no
+    /// RSS until the driver has configured it once.
+    pub fn enable_rss(&mut self) -> anyhow::Result<()> {
+        let queues = self.shape.queues;
+        self.run(&format!("ethtool -X {GUEST_IFACE} equal {queues}"))?;
+        Ok(())
+    }
+}
+
+impl Drop for Guest {
+    fn drop(&mut self) {
+        // QEMU first (by the PID we started), then its files.
+        drop(self.qemu.take());
+        if !self.keep_dir {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// QEMU and its directory until the guest is up: a failed boot kills QEMU
+/// and keeps the logs, which the error names.
+struct Pending {
+    qemu: Option<ChildGuard>,
+    dir: PathBuf,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.qemu.take().is_some() {
+            eprintln!("guest boot failed; logs kept in {}", self.dir.display());
+        }
+    }
+}
+
+fn qemu_args(net: &GuestNet, image: &GuestImage, shape: GuestShape, dir: &Path) -> Vec<String> {
+    let GuestShape { queues, cpus } = shape;
+    let memory_mib = 768 + 64 * cpus;
+    [
+        "-nographic",
+        "-no-reboot",
+        "-display",
+        "none",
+        "-monitor",
+        "none",
+        // /dev/kvm on these machines cannot boot a stock kernel; and
+        // multi-threaded TCG stalls virtio-net receive for seconds at a
+        // time (seen here), single-threaded TCG does not.
+        "-accel",
+        "tcg,thread=single",
+    ]
+    .into_iter()
+    .map(str::to_owned)
+    .chain([
+        "-m".into(),
+        memory_mib.to_string(),
+        "-smp".into(),
+        cpus.to_string(),
+        "-kernel".into(),
+        image.kernel.display().to_string(),
+        "-initrd".into(),
+        image.initramfs.display().to_string(),
+        "-append".into(),
+        format!("console=ttyS0 panic=-1 quiet srap.ip={}/24", net.guest_ip),
+        "-netdev".into(),
+        format!(
+            "tap,id=n0,ifname={},script=no,downscript=no,queues={queues},vhost=off",
+            net.tap
+        ),
+        // rss=on: QEMU computes Toeplitz and the indirection itself. With
+        // the default 256-entry rx rings, receive stalled for seconds once
+        // several flows were in flight (seen here); 1024 does not.
+        "-device".into(),
+        format!(
+            "virtio-net-pci,netdev=n0,mq=on,vectors={},rss=on,hash=on,rx_queue_size=1024,romfile=",
+            2 * queues + 2
+        ),
+        "-serial".into(),
+        format!("file:{}", dir.join("console.log").display()),
+        "-chardev".into(),
+        format!(
+            "socket,id=ctl,path={},server=on,wait=off",
+            dir.join("serial.sock").display()
+        ),
+        "-serial".into(),
+        "chardev:ctl".into(),
+    ])
+    .collect()
+}
+
+fn wait_for_ready(console: &Path, dir: &Path, pending: &mut Pending) -> anyhow::Result<()> {
+    let deadline = Instant::now() + BOOT_TIMEOUT;
+    loop {
+        let text = fs::read_to_string(console).unwrap_or_default();
+        if let Some(line) = text.lines().find(|l| l.contains("SRAP-GUEST-ERROR")) {
+            bail!(
+                "the guest could not start: {line}; logs in {}",
+                dir.display()
+            );
+        }
+        if text.contains("SRAP-GUEST-READY") {
+            return Ok(());
+        }
+        if interrupted() {
+            bail!("interrupted");
+        }
+        let exited = pending.qemu.as_mut().is_none_or(ChildGuard::exited);
+        if exited || Instant::now() > deadline {
+            let qemu = fs::read_to_string(dir.join("qemu.log")).unwrap_or_default();
+            let what = if exited {
+                "QEMU exited"
+            } else {
+                "the guest did not boot in time"
+            };
+            bail!("{what}; logs in {}\n{}", dir.display(), qemu.trim());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

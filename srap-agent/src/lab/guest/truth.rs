@@ -1,0 +1,158 @@
+//! What the guest says of itself, read with its own tools and not with
+//! SRAP's: per-queue receive counters (`ethtool -S`), the RSS configuration
+//! as `ethtool -x` prints it, and the source ports its server accepted.
+//! The lab's verdict and the tests judge SRAP by these.
+
+use std::collections::BTreeSet;
+
+use anyhow::{Context as _, bail};
+use srap_common::rss::{FieldsDescription, RssDescription, RssModel};
+
+use super::{GUEST_IFACE, Guest};
+
+/// `rx_queue_N_packets` for N = 0.., from `ethtool -S`.
+pub fn rx_queue_packets(guest: &mut Guest) -> anyhow::Result<Vec<u64>> {
+    parse_rx_queue_packets(&guest.run(&format!("ethtool -S {GUEST_IFACE}"))?)
+}
+
+pub fn parse_rx_queue_packets(stats: &str) -> anyhow::Result<Vec<u64>> {
+    let mut packets = Vec::new();
+    for line in stats.lines() {
+        let Some((name, value)) = line.trim().split_once(':') else {
+            continue;
+        };
+        let Some(queue) = name
+            .strip_prefix("rx_queue_")
+            .and_then(|rest| rest.strip_suffix("_packets"))
+            .and_then(|n| n.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let value = value
+            .trim()
+            .parse()
+            .with_context(|| format!("ethtool -S: {line}"))?;
+        if queue >= packets.len() {
+            packets.resize(queue + 1, 0);
+        }
+        packets[queue] = value;
+    }
+    if packets.is_empty() {
+        bail!("ethtool -S shows no rx_queue_N_packets counters");
+    }
+    Ok(packets)
+}
+
+/// Per-queue packets between two readings.
+pub fn delta(before: &[u64], after: &[u64]) -> Vec<u64> {
+    after
+        .iter()
+        .enumerate()
+        .map(|(q, a)| a.saturating_sub(before.get(q).copied().unwrap_or(0)))
+        .collect()
+}
+
+/// Queues that received at least a quarter of a fair share of `flows`
+/// flows' packets: with one flow per queue every such queue is one flow's.
+pub fn busy_queues(delta: &[u64], flows: usize) -> BTreeSet<u32> {
+    let total: u64 = delta.iter().sum();
+    let share = total / (4 * flows.max(1) as u64);
+    (0u32..)
+        .zip(delta)
+        .filter(|&(_, &packets)| packets > share.max(100))
+        .map(|(q, _)| q)
+        .collect()
+}
+
+/// The RSS configuration as `ethtool -x` prints it (the guest driver's
+/// key and table; Toeplitz over addresses and ports).
+pub fn ethtool_rss(guest: &mut Guest) -> anyhow::Result<RssDescription> {
+    parse_ethtool_x(&guest.run(&format!("ethtool -x {GUEST_IFACE}"))?)
+}
+
+pub fn parse_ethtool_x(text: &str) -> anyhow::Result<RssDescription> {
+    let mut indir = Vec::new();
+    let mut lines = text.lines();
+    let mut key = None;
+    while let Some(line) = lines.next() {
+        let line = line.trim();
+        if line.starts_with("RSS hash key:") {
+            key = lines.next().map(|k| k.trim().to_owned());
+        } else if let Some((_, entries)) = line.split_once(':')
+            && line
+                .split(':')
+                .next()
+                .is_some_and(|n| n.trim().parse::<u32>().is_ok())
+        {
+            for entry in entries.split_whitespace() {
+                indir.push(
+                    entry
+                        .parse()
+                        .with_context(|| format!("ethtool -x: {line}"))?,
+                );
+            }
+        }
+    }
+    let key = key.context("ethtool -x shows no hash key")?;
+    if indir.is_empty() {
+        bail!("ethtool -x shows no indirection table");
+    }
+    Ok(RssDescription {
+        hfunc: "toeplitz".into(),
+        key,
+        indir,
+        input_xfrm: "none".into(),
+        fields: FieldsDescription {
+            tcp4: "sdfn".into(),
+            tcp6: "sdfn".into(),
+        },
+        queue_cpu: None,
+    })
+}
+
+/// The model of what `ethtool -x` claims.
+pub fn ethtool_model(guest: &mut Guest) -> anyhow::Result<RssModel> {
+    let description = ethtool_rss(guest)?;
+    RssModel::from_description(&description).context("the guest's ethtool -x")
+}
+
+/// Remote ports of the data streams an `iperf3 -s -J` run accepted.
+pub fn iperf3_accepted_ports(json: &str) -> anyhow::Result<Vec<u16>> {
+    let value: serde_json::Value =
+        serde_json::from_str(json).context("the guest's iperf3 -J output")?;
+    let connected = value["start"]["connected"]
+        .as_array()
+        .context("iperf3 -J output without start.connected")?;
+    connected
+        .iter()
+        .map(|stream| {
+            stream["remote_port"]
+                .as_u64()
+                .and_then(|p| u16::try_from(p).ok())
+                .context("iperf3 -J stream without remote_port")
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_ethtool_s_and_x_as_the_guest_prints_them() {
+        let stats = "NIC statistics:\n     rx_queue_0_packets: 5446\n     rx_queue_0_xdp_packets: 0\n     rx_queue_1_packets: 5572\n";
+        assert_eq!(parse_rx_queue_packets(stats).unwrap(), vec![5446, 5572]);
+        let x = "RX flow hash indirection table for eth0 with 2 RX ring(s):\n    0:      0     1     0     1\n    4:      1     0     1     0\nRSS hash key:\naf:eb:5c\nRSS hash function:\n    toeplitz: on\n";
+        let rss = parse_ethtool_x(x).unwrap();
+        assert_eq!(rss.indir, vec![0, 1, 0, 1, 1, 0, 1, 0]);
+        assert_eq!(rss.key, "af:eb:5c");
+    }
+
+    #[test]
+    fn busy_queues_ignore_stray_packets() {
+        assert_eq!(
+            busy_queues(&[5000, 3, 4900, 120], 2),
+            BTreeSet::from([0, 2])
+        );
+    }
+}
