@@ -7,7 +7,13 @@
 //! `ethtool -S` counters and the ports its server accepted, hashed with the
 //! key and table `ethtool -x` shows.
 
-use std::{collections::BTreeSet, fmt::Write as _, path::Path, process::Stdio, time::Duration};
+use std::{
+    collections::BTreeSet,
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
 
 use anyhow::{Context as _, bail};
 use serde::Serialize;
@@ -20,7 +26,7 @@ use super::{
     interrupted,
     report::RunReport,
     unique_name,
-    workload::{ChildGuard, client, srap_binary},
+    workload::{ChildGuard, client_via, srap_binary},
 };
 use crate::status::Status;
 
@@ -81,6 +87,8 @@ pub struct VirtioLab<'n> {
     // Field order is drop order: the sender (detached) first, then the
     // guest (QEMU killed); the caller drops `net` (namespace, tap) last.
     sender: SenderAgent<'n>,
+    /// The `srap` binary beside `srap-agent`, for `srap exec`.
+    srap: PathBuf,
     pub guest: Guest,
     pub net: &'n GuestNet,
     logs: LogDir,
@@ -114,6 +122,7 @@ impl<'n> VirtioLab<'n> {
             })?;
         Ok(Self {
             sender,
+            srap: exe.with_file_name("srap"),
             guest,
             net,
             logs,
@@ -164,7 +173,14 @@ impl<'n> VirtioLab<'n> {
         let before = truth::rx_queue_packets(&mut self.guest)?;
         let cgroup = steered.then(|| self.sender.cgroup().to_path_buf());
         let server = self.net.guest_ip.to_string();
-        let mut command = client(&self.net.ns, workload, &server, port, cgroup.as_deref())?;
+        let mut command = client_via(
+            &self.srap,
+            &self.net.ns,
+            workload,
+            &server,
+            port,
+            cgroup.as_deref(),
+        )?;
         let mut child = ChildGuard::spawn(command.stdout(Stdio::null()))?;
         let status = child.wait(Duration::from_secs(duration + 60))?;
         if !status.success() {

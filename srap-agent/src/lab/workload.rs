@@ -111,6 +111,18 @@ pub fn client(
     port: u16,
     steered_cgroup: Option<&Path>,
 ) -> anyhow::Result<Command> {
+    client_via(&srap_binary()?, ns, workload, server, port, steered_cgroup)
+}
+
+/// [`client`] with the `srap` binary given.
+pub fn client_via(
+    srap: &Path,
+    ns: &NetNs,
+    workload: &[String],
+    server: &str,
+    port: u16,
+    steered_cgroup: Option<&Path>,
+) -> anyhow::Result<Command> {
     let args: Vec<String> = workload
         .iter()
         .map(|a| {
@@ -123,7 +135,7 @@ pub fn client(
     };
     let mut command = match steered_cgroup {
         Some(cgroup) => {
-            let mut c = in_netns(ns, srap_binary()?);
+            let mut c = in_netns(ns, srap);
             c.arg("exec")
                 .arg("--cgroup")
                 .arg(cgroup)
