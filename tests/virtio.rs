@@ -159,3 +159,67 @@ fn wait_for(lab: &VirtioLab<'_>, text: &str) {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// The device lies: attaching and detaching XDP on 6.1's virtio_net re-sends
+/// the queue-pair count, and QEMU turns its RSS off while `ethtool -x` still
+/// shows the table. The receiver agent sees flows leave the queues its
+/// description computes, says the description is contradicted, and the
+/// sender stops steering (kernel ports). Re-sending the table (`ethtool -X`)
+/// turns RSS back on; the landings agree again and steering resumes.
+#[test]
+fn a_lying_device_is_caught_and_steering_resumes_when_it_is_fixed() {
+    use srap_common::wire::LandingVerdict;
+
+    if !require_privileged("a_lying_device_is_caught_and_steering_resumes_when_it_is_fixed") {
+        return;
+    }
+    let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    let net = GuestNet::new(85).expect("namespace with a tap");
+    let shape = GuestShape::new(4, None).expect("shape");
+    let mut lab = VirtioLab::start_with(&net, &image(), shape, &built_binary("srap-agent"))
+        .expect("guest and agents");
+    lab.guest
+        .run("srap-agent verify --iface eth0 --hook xdp --duration 1")
+        .expect("XDP attached and detached in the guest");
+    let table = truth::ethtool_rss(&mut lab.guest).expect("ethtool -x");
+    assert_eq!(
+        table.indir[..4],
+        [0, 1, 2, 3],
+        "ethtool -x still claims the table"
+    );
+
+    let verdict = drive_flows_until(&mut lab, LandingVerdict::Contradicted);
+    assert_eq!(
+        verdict,
+        LandingVerdict::Contradicted,
+        "{}",
+        lab.receiver_log()
+    );
+    wait_for(&lab, "steering paused");
+
+    lab.guest.enable_rss().expect("ethtool -X equal 4 again");
+    let verdict = drive_flows_until(&mut lab, LandingVerdict::Agreed);
+    assert_eq!(verdict, LandingVerdict::Agreed, "{}", lab.receiver_log());
+    wait_for(&lab, "steering resumed");
+}
+
+/// Runs rounds of 8 small flows (at most 8 rounds) until the receiver
+/// agent's verdict is `want`; the last verdict seen.
+fn drive_flows_until(
+    lab: &mut VirtioLab<'_>,
+    want: srap_common::wire::LandingVerdict,
+) -> srap_common::wire::LandingVerdict {
+    let mut verdict = srap_common::wire::LandingVerdict::Unknown;
+    let small: Vec<String> = "iperf3 -c {server} -p {port} -P 8 -n 256K"
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    for _ in 0..8 {
+        lab.run_workload(&small, true, 2).expect("a round of flows");
+        verdict = lab.status().expect("receiver status").landings.verdict;
+        if verdict == want {
+            break;
+        }
+    }
+    verdict
+}

@@ -74,9 +74,10 @@ pub struct LabArgs {
     /// /var/cache/srap/guest).
     #[arg(long)]
     pub guest_cache: Option<std::path::PathBuf>,
-    /// Parallel flows.
-    #[arg(long, default_value_t = 16)]
-    pub flows: usize,
+    /// Parallel flows (default: 16 for veth; one per queue for virtio, as
+    /// QEMU's software RSS stalls with more flows than queues).
+    #[arg(long)]
+    pub flows: Option<usize>,
     /// Seconds the default workload runs.
     #[arg(long, default_value_t = 5)]
     pub duration: u64,
@@ -112,11 +113,11 @@ pub enum Nic {
 }
 
 /// `--workload` split into words with `{flows}` and `{duration}` filled in.
-pub fn workload_words(args: &LabArgs) -> Vec<String> {
+pub fn workload_words(args: &LabArgs, flows: usize) -> Vec<String> {
     args.workload
         .split_whitespace()
         .map(|w| {
-            w.replace("{flows}", &args.flows.to_string())
+            w.replace("{flows}", &flows.to_string())
                 .replace("{duration}", &args.duration.to_string())
         })
         .collect()
@@ -144,26 +145,20 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("the lab creates namespaces and loads eBPF: run it as root (`cargo xtask lab` does)");
     }
-    if args.flows == 0 || args.flows > 256 {
-        bail!("--flows must be 1 to 256");
-    }
     if args.nic == Nic::Virtio {
         if args.experiment || args.hold {
             bail!("--experiment and --hold run with --nic veth only");
         }
-        return virtio::run(args, args.queues.unwrap_or(4));
+        let queues = args.queues.unwrap_or(4);
+        let flows = checked_flows(args.flows.unwrap_or(queues as usize))?;
+        return virtio::run(args, queues, flows);
     }
     let queues = args.queues.unwrap_or(32);
+    let flows = checked_flows(args.flows.unwrap_or(16))?;
     if args.experiment {
         let net = LabNet::new(queues, Watch::Here)?;
         let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
-        let report = experiment::run(
-            &net,
-            steering.cgroup(),
-            args.flows,
-            args.trials as usize,
-            queues,
-        )?;
+        let report = experiment::run(&net, steering.cgroup(), flows, args.trials as usize, queues)?;
         if args.json {
             println!("{}", serde_json::to_string(&report)?);
         } else {
@@ -189,7 +184,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         ("kernel-chosen source ports", KERNEL_PORT, None),
         ("SRAP-chosen source ports", SRAP_PORT, Some(agents.cgroup())),
     ] {
-        let report = run_workload(&net, &agents, args, port, cgroup)
+        let report = run_workload(&net, &agents, args, flows, port, cgroup)
             .with_context(|| format!("workload with {title}"))?;
         if !args.json {
             println!("{}", report.render(title, args.duration as f64));
@@ -215,6 +210,13 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn checked_flows(flows: usize) -> anyhow::Result<usize> {
+    if flows == 0 || flows > 256 {
+        bail!("--flows must be 1 to 256");
+    }
+    Ok(flows)
+}
+
 /// The receiver's ports for the two workload runs.
 const KERNEL_PORT: u16 = 5201;
 const SRAP_PORT: u16 = 5202;
@@ -223,10 +225,11 @@ fn run_workload(
     net: &LabNet,
     agents: &LabAgents<'_>,
     args: &LabArgs,
+    flows: usize,
     port: u16,
     cgroup: Option<&std::path::Path>,
 ) -> anyhow::Result<RunReport> {
-    let words = workload_words(args);
+    let words = workload_words(args, flows);
     let _server = iperf3_server(&net.hosts.receiver, port)?;
     let mut command = client(
         &net.hosts.sender,

@@ -307,7 +307,7 @@ impl Drop for LogDir {
 }
 
 /// `srap-agent lab --nic virtio`.
-pub fn run(args: &LabArgs, queues: u32) -> anyhow::Result<()> {
+pub fn run(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
     let shape = GuestShape::new(queues, args.smp)?;
     let exe = std::env::current_exe().context("locating srap-agent")?;
     let cache = match &args.guest_cache {
@@ -324,7 +324,7 @@ pub fn run(args: &LabArgs, queues: u32) -> anyhow::Result<()> {
             shape.cpus, net.guest_ip
         );
     }
-    let words = super::workload_words(args);
+    let words = super::workload_words(args, flows);
     let mut runs = Vec::new();
     for (title, steered) in [
         ("kernel-chosen source ports", false),
