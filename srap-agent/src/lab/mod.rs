@@ -74,8 +74,7 @@ pub struct LabArgs {
     /// /var/cache/srap/guest).
     #[arg(long)]
     pub guest_cache: Option<std::path::PathBuf>,
-    /// Parallel flows (default: 16 for veth; one per queue for virtio, as
-    /// QEMU's software RSS stalls with more flows than queues).
+    /// Parallel flows (default: 16 for veth, one per queue for virtio).
     #[arg(long)]
     pub flows: Option<usize>,
     /// Seconds the default workload runs.
