@@ -36,7 +36,7 @@ const MODULES: &[&str] = &[
 ];
 
 /// Host programs copied into the guest, with their libraries.
-const HOST_PROGRAMS: &[&str] = &["ethtool", "iperf3"];
+const HOST_PROGRAMS: &[&str] = &["busybox", "ethtool", "iperf3"];
 
 /// The guest's `/init`: mounts, modules, address, then the command loop.
 const INIT: &str = include_str!("init.sh");
@@ -90,8 +90,21 @@ fn fetch_kernel(cache: &Path) -> anyhow::Result<PathBuf> {
     Ok(root)
 }
 
-/// The versioned package `linux-image-cloud-amd64` depends on.
+/// The versioned package `linux-image-cloud-amd64` depends on; apt's lists
+/// are refreshed once when they do not name it (a fresh machine may have
+/// none).
 fn kernel_package() -> anyhow::Result<String> {
+    match named_kernel_package() {
+        Ok(package) => Ok(package),
+        Err(err) => {
+            tracing::info!("apt does not know the guest kernel ({err:#}): running apt-get update");
+            run(Command::new("apt-get").args(["update", "-q"]))?;
+            named_kernel_package()
+        }
+    }
+}
+
+fn named_kernel_package() -> anyhow::Result<String> {
     let out = run(Command::new("apt-cache").args(["depends", KERNEL_META]))
         .with_context(|| format!("asking apt which kernel {KERNEL_META} names"))?;
     String::from_utf8_lossy(&out.stdout)
@@ -146,7 +159,6 @@ fn build_initramfs(
     for dir in ["bin", "dev", "proc", "sys", "tmp", "run", "lib/modules"] {
         fs::create_dir_all(tree.join(dir))?;
     }
-    copy_file(&which("busybox")?, &tree.join("bin/busybox"))?;
     for program in HOST_PROGRAMS {
         install_program(&tree, &which(program)?, program)?;
     }
@@ -167,7 +179,14 @@ fn build_initramfs(
 /// Copies `binary` to `bin/NAME` with every library `ldd` lists.
 fn install_program(tree: &Path, binary: &Path, name: &str) -> anyhow::Result<()> {
     copy_file(binary, &tree.join("bin").join(name))?;
-    let out = run(Command::new("ldd").arg(binary))?;
+    let out = Command::new("ldd")
+        .arg(binary)
+        .output()
+        .context("running ldd (libc-bin)")?;
+    // A static binary (busybox-static) makes ldd fail: it needs nothing.
+    if !out.status.success() {
+        return Ok(());
+    }
     for lib in String::from_utf8_lossy(&out.stdout)
         .split_whitespace()
         .filter(|word| word.starts_with('/'))
