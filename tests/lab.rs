@@ -196,6 +196,55 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
     );
 }
 
+/// A NAT between sender and receiver (SNAT to a second sender address in
+/// the sender namespace) leaves the receiver's view consistent — the NIC
+/// hashes the rewritten tuple — but every port the sender planned lands by a
+/// tuple it never computed. The receiver sees the agent's connection arrive
+/// from another address than its plan's source, tells the sender its plan
+/// is contradicted (its tuples are rewritten), and the sender stops
+/// steering: new connections get kernel ports.
+#[test]
+fn a_nat_rewriting_the_tuple_stops_steering() {
+    use srap_agent::lab::{agents::LabAgents, topology::Watch};
+
+    if !require_privileged("a_nat_rewriting_the_tuple_stops_steering") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    const PORT: u16 = 5313;
+    let net = LabNet::new(16, Watch::Agent).expect("lab network");
+    let sender = &net.hosts.sender;
+    let nat_ip = "10.199.250.3";
+    sender
+        .ip([
+            "addr",
+            "add",
+            &format!("{nat_ip}/24"),
+            "dev",
+            &net.hosts.sender_end.ifname,
+        ])
+        .expect("a second sender address");
+    let receiver = net.receiver_ip().to_string();
+    for rule in [
+        "add table ip srap_lab_nat".to_owned(),
+        "add chain ip srap_lab_nat post { type nat hook postrouting priority 100 ; }".to_owned(),
+        format!("add rule ip srap_lab_nat post ip daddr {receiver} snat to {nat_ip}"),
+    ] {
+        sender
+            .exec("nft", rule.split_whitespace())
+            .expect("nft (`cargo xtask setup` installs nftables)");
+    }
+    let agents =
+        LabAgents::start(&net, &srap_suite::built_binary("srap-agent"), PORT).expect("both agents");
+    wait_for_log(&agents, "steering paused: a NAT or proxy rewrites");
+    let server = std::net::SocketAddr::new(net.receiver_ip(), PORT);
+    let (_clients, accepted) = open_steered(&net, &agents, server, 4);
+    for (_, peer) in &accepted {
+        assert_eq!(peer.ip().to_string(), nat_ip, "the NAT rewrote the source");
+        assert!(peer.port() >= 32768, "a kernel port while paused: {peer}");
+    }
+}
+
 /// Waits (bounded) until the sender agent's output contains `text`.
 fn wait_for_log(agents: &srap_agent::lab::agents::LabAgents<'_>, text: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);

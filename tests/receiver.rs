@@ -255,7 +255,7 @@ async fn wrong_protocol_version_is_refused() {
     let reason = hostile(&fx.addr(), &bytes, false).await;
     assert_eq!(
         reason,
-        "protocol version 1 is not supported (this agent speaks version 2); \
+        "protocol version 1 is not supported (this agent speaks version 3); \
          run the same SRAP release on both hosts"
     );
     // A well-formed message of the wrong kind for the moment.

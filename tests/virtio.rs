@@ -32,6 +32,12 @@ fn image() -> GuestImage {
     GuestImage::prepare(&cache, &agent, &built_binary("srap")).expect("the guest image")
 }
 
+/// A guest with `queues` queues on `net`, RSS on, both agents running.
+fn lab_on<'n>(net: &'n GuestNet, image: &GuestImage, queues: u32) -> VirtioLab<'n> {
+    let shape = GuestShape::new(queues, None).expect("shape");
+    VirtioLab::start_with(net, image, shape, &built_binary("srap-agent")).expect("guest and agents")
+}
+
 fn iperf3(flows: usize) -> Vec<String> {
     format!("iperf3 -c {{server}} -p {{port}} -P {flows} -t 2")
         .split_whitespace()
@@ -102,10 +108,8 @@ fn steered_flows_land_on_distinct_guest_queues() {
     let image = image();
     for (queues, subnet) in [(4u32, 82u8), (8, 83)] {
         let net = GuestNet::new(subnet).expect("namespace with a tap");
-        let shape = GuestShape::new(queues, None).expect("shape");
         let (pin_dir, cgroup) = {
-            let mut lab = VirtioLab::start_with(&net, &image, shape, &built_binary("srap-agent"))
-                .expect("guest and agents");
+            let mut lab = lab_on(&net, &image, queues);
             let run = lab
                 .run_workload(&iperf3(queues as usize), true, 2)
                 .expect("steered workload");
@@ -131,9 +135,7 @@ fn a_changed_table_in_the_guest_is_followed() {
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let net = GuestNet::new(84).expect("namespace with a tap");
-    let shape = GuestShape::new(4, None).expect("shape");
-    let mut lab = VirtioLab::start_with(&net, &image(), shape, &built_binary("srap-agent"))
-        .expect("guest and agents");
+    let mut lab = lab_on(&net, &image(), 4);
     lab.guest
         .run("ethtool -X eth0 weight 1 1 0 0")
         .expect("ethtool -X weight");
@@ -175,9 +177,7 @@ fn a_lying_device_is_caught_and_steering_resumes_when_it_is_fixed() {
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let net = GuestNet::new(85).expect("namespace with a tap");
-    let shape = GuestShape::new(4, None).expect("shape");
-    let mut lab = VirtioLab::start_with(&net, &image(), shape, &built_binary("srap-agent"))
-        .expect("guest and agents");
+    let mut lab = lab_on(&net, &image(), 4);
     lab.guest
         .run("srap-agent verify --iface eth0 --hook xdp --duration 1")
         .expect("XDP attached and detached in the guest");

@@ -32,6 +32,8 @@ const APT_PACKAGES: &[&str] = &[
     "busybox-static",
     "cpio",
     "binutils",
+    // `nft`: the lab test with a NAT between sender and receiver.
+    "nftables",
 ];
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 const BPF_LINKER_VERSION: &str = "0.13.0";

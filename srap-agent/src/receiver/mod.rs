@@ -15,6 +15,7 @@ pub mod args;
 pub mod command;
 pub mod monitor;
 pub mod peers;
+mod rewrite;
 mod session;
 pub mod source;
 

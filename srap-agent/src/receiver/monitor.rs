@@ -193,7 +193,9 @@ impl Monitor {
             Change::To(LandingVerdict::Agreed) => {
                 info!("flows land where RSS description version {version} says ({counts})");
             }
-            Change::To(LandingVerdict::Unknown) | Change::None => {}
+            // The judge never says TupleRewritten: sessions do, per peer.
+            Change::To(LandingVerdict::Unknown | LandingVerdict::TupleRewritten) | Change::None => {
+            }
         }
         Landings {
             verdict: report.verdict,

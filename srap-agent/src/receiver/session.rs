@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 
 use srap_common::wire::{
-    Challenge, ErrorReport, Hello, LandingVerdict, MAX_FRAME, MAX_HANDSHAKE_FRAME, Message, Nonce,
-    RssUpdate,
+    Challenge, ErrorReport, Hello, LandingReport, LandingVerdict, MAX_FRAME, MAX_HANDSHAKE_FRAME,
+    Message, Nonce, RssUpdate,
 };
 use thiserror::Error;
 use tokio::{
@@ -20,7 +20,7 @@ use tokio::{
 };
 use tracing::{debug, info, warn};
 
-use super::{Shared, source::Published};
+use super::{Shared, rewrite, source::Published};
 use crate::framed::{self, FrameError, ReadLimits, printable};
 
 /// Why a session ended early.
@@ -57,8 +57,9 @@ impl SessionError {
 
 /// Runs a session to its end and closes the connection.
 pub(super) async fn run(stream: TcpStream, peer: SocketAddr, shared: &Shared) {
+    let local = stream.local_addr().map(|a| a.ip()).ok();
     let (mut rd, mut wr) = stream.into_split();
-    let outcome = converse(&mut rd, &mut wr, peer, shared).await;
+    let outcome = converse(&mut rd, &mut wr, peer, local, shared).await;
     shared.plans.remove(&peer);
     shared.peers.remove(&peer);
     match &outcome {
@@ -73,6 +74,7 @@ async fn converse(
     rd: &mut OwnedReadHalf,
     wr: &mut OwnedWriteHalf,
     peer: SocketAddr,
+    local: Option<std::net::IpAddr>,
     shared: &Shared,
 ) -> Result<(), SessionError> {
     let t = &shared.config.timeouts;
@@ -108,6 +110,9 @@ async fn converse(
         landings.mark_changed();
     }
 
+    // Set by a plan report whose source address is not where this peer's
+    // connection comes from: its tuples are rewritten on the way.
+    let (rewritten_tx, mut rewritten) = watch::channel(None::<RewrittenPlan>);
     let limits = ReadLimits {
         max: MAX_FRAME,
         idle: t.idle,
@@ -132,6 +137,15 @@ async fn converse(
                         report.tables.len()
                     );
                     shared.peers.reported(peer, report.version);
+                    let planned_from = local
+                        .and_then(|local| rewrite::rewritten_source(peer.ip(), local, &report));
+                    rewritten_tx.send_if_modified(|now| {
+                        let next = planned_from.map(|source| RewrittenPlan {
+                            source,
+                            version: report.version,
+                        });
+                        std::mem::replace(now, next) != next
+                    });
                     shared.plans.insert(peer, report);
                 }
                 Message::Error(report) => {
@@ -160,14 +174,57 @@ async fn converse(
                     return Err(SessionError::Shutdown);
                 }
                 let report = *landings.borrow_and_update();
+                let report = overridden(report, *rewritten.borrow());
                 framed::write(wr, &Message::Landings(report), t.write).await?;
                 debug!("{peer}: sent landings {:?} for version {}", report.verdict, report.version);
+            }
+            changed = rewritten.changed() => {
+                if changed.is_err() {
+                    return Err(SessionError::Shutdown);
+                }
+                let now = *rewritten.borrow_and_update();
+                let report = overridden(*landings.borrow(), now);
+                if let Some(plan) = now {
+                    warn!(
+                        "{peer}: plans its flows from {} but its connection arrives from {}: \
+                         a NAT or proxy rewrites the tuple on the way, so its flows cannot land \
+                         where it plans; telling it to stop steering",
+                        plan.source,
+                        peer.ip()
+                    );
+                } else {
+                    info!("{peer}: its connection now comes from the address it plans from");
+                }
+                framed::write(wr, &Message::Landings(report), t.write).await?;
             }
             _ = keepalive.tick() => {
                 framed::write(wr, &Message::Keepalive, t.write).await?;
             }
             _ = shutdown.changed() => return Err(SessionError::Shutdown),
         }
+    }
+}
+
+/// A plan made from another source address than the one the peer's
+/// connection arrives from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RewrittenPlan {
+    source: std::net::IpAddr,
+    version: u64,
+}
+
+/// The landings to tell a peer: the receiver's verdict, unless the peer's
+/// tuples are rewritten on the way, which contradicts its plan whatever the
+/// landings say.
+fn overridden(report: LandingReport, rewritten: Option<RewrittenPlan>) -> LandingReport {
+    match rewritten {
+        Some(plan) => LandingReport {
+            version: plan.version,
+            verdict: LandingVerdict::TupleRewritten,
+            matched: 0,
+            judged: 0,
+        },
+        None => report,
     }
 }
 

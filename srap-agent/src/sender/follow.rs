@@ -164,6 +164,23 @@ fn obey_landings(
                 false
             }
         },
+        LandingVerdict::TupleRewritten if !paused => match maps::clear_dests(&mut steering.ebpf) {
+            Ok(_) => {
+                warn!(
+                    "receiver {peer_addr}: this sender's connection reaches it from another \
+                     address than the source of the plan for version {}: a NAT or proxy \
+                     rewrites the tuple on the way, so no planned port lands where computed; \
+                     steering paused, new connections get kernel ports",
+                    report.version
+                );
+                println!("steering paused: a NAT or proxy rewrites this sender's tuples");
+                true
+            }
+            Err(err) => {
+                warn!("receiver {peer_addr}: cannot pause steering: {err}");
+                false
+            }
+        },
         LandingVerdict::Agreed if paused => {
             let pacing = options.pacing_rate.map_or(0, |r| r.0);
             match maps::fill(&mut steering.ebpf, &steering.plan, pacing) {

@@ -142,7 +142,7 @@ pub fn render(status: &Status) -> String {
                 }
             }
             "srap_description_contradicted" => match status.landings.verdict {
-                LandingVerdict::Contradicted => sample("", 1.0),
+                LandingVerdict::Contradicted | LandingVerdict::TupleRewritten => sample("", 1.0),
                 LandingVerdict::Agreed => sample("", 0.0),
                 LandingVerdict::Unknown => {}
             },

@@ -62,6 +62,7 @@ pub fn landings(status: &Status) -> String {
     match l.verdict {
         LandingVerdict::Agreed => format!("landings agree {counts}"),
         LandingVerdict::Contradicted => format!("landings CONTRADICT the description {counts}"),
+        LandingVerdict::TupleRewritten => "a sender's tuples are REWRITTEN on the way".to_owned(),
         LandingVerdict::Unknown => "landings not judged yet".to_owned(),
     }
 }

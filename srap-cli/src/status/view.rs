@@ -123,7 +123,7 @@ fn draw_header(frame: &mut Frame<'_>, area: Rect, status: &Status) {
 fn landings_span(status: &Status) -> Span<'static> {
     let style = match status.landings.verdict {
         LandingVerdict::Agreed => Style::new().fg(Color::Green),
-        LandingVerdict::Contradicted => collision_style(),
+        LandingVerdict::Contradicted | LandingVerdict::TupleRewritten => collision_style(),
         LandingVerdict::Unknown => Style::new(),
     };
     Span::styled(landings(status), style)

@@ -57,12 +57,17 @@ pub enum LandingVerdict {
     /// Recent flows do not: RSS is off, the device uses another key or
     /// table than it reports, or the tuple is rewritten on the way.
     Contradicted,
+    /// Said to one sender only: its connection arrives from another address
+    /// than the source its plan names, so a NAT or proxy rewrites its tuples
+    /// and no port it plans lands where it computed (protocol 3).
+    TupleRewritten,
 }
 
 /// [`Message::Landings`]: the receiver's verdict on description `version`,
 /// over its `judged` most recent flows, `matched` of them on the queue the
 /// description computes. A sender stops steering toward a receiver that says
-/// [`LandingVerdict::Contradicted`] and resumes on [`LandingVerdict::Agreed`].
+/// [`LandingVerdict::Contradicted`] or [`LandingVerdict::TupleRewritten`]
+/// and resumes on [`LandingVerdict::Agreed`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Encode, Decode)]
 pub struct LandingReport {
     pub version: u64,

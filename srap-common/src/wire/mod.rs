@@ -63,7 +63,7 @@ pub use message::{
 /// The protocol version this build speaks. Bump it on any change to the
 /// message layout: a peer with another version gets
 /// [`DecodeError::WrongVersion`] before any of its body is read.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
 #[cfg(test)]
 mod tests;
