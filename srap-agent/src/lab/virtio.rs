@@ -332,7 +332,13 @@ pub fn run(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
     ] {
         let run = lab
             .run_workload(&words, steered, args.duration)
-            .with_context(|| format!("workload with {title}"))?;
+            .map_err(|err| {
+                // The error names the guest's logs: they must outlive it.
+                let kept = lab.guest.keep_dir().display().to_string();
+                err.context(format!(
+                    "workload with {title} (the guest's console and QEMU's log are kept in {kept})"
+                ))
+            })?;
         if !args.json {
             println!("{}", run.render(title, args.duration as f64));
         }

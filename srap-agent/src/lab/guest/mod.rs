@@ -151,11 +151,6 @@ impl Guest {
         self.shell.run(line, COMMAND_TIMEOUT)
     }
 
-    /// The guest's console (kernel messages and `/init`'s output).
-    pub fn console(&self) -> String {
-        fs::read_to_string(self.dir.join("console.log")).unwrap_or_default()
-    }
-
     /// Keeps the console log and QEMU's output after the guest is gone.
     pub fn keep_dir(&mut self) -> &Path {
         self.keep_dir = true;
