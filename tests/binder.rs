@@ -316,6 +316,42 @@ fn ipv6_sixteen_flows_land_on_sixteen_cpus() {
     sixteen_distinct(true, 32);
 }
 
+/// A dual-stack `AF_INET6` socket connecting to an IPv4 receiver as
+/// `::ffff:a.b.c.d` (what the JDK does by default) goes through `connect6`;
+/// it is steered with the receiver's IPv4 plan: 16 flows on 16 CPUs, judged
+/// by the ports the IPv4 receiver accepted.
+#[test]
+fn dual_stack_sockets_to_an_ipv4_receiver_are_steered() {
+    if !privileged("binder: dual-stack sockets to an IPv4 receiver") {
+        return;
+    }
+    let lab = Lab::new(false, 46);
+    let out = lab.attach_once();
+    assert!(out.contains("steering active (attached)"), "{out}");
+    let mut server = lab.listen();
+    let IpAddr::V4(receiver) = lab.receiver_ip() else {
+        panic!("an IPv4 lab");
+    };
+    let mapped = SocketAddr::new(IpAddr::V6(receiver.to_ipv6_mapped()), DPORT);
+    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.cgroup.path()), mapped);
+    let opened = workload.open(16);
+    let accepted = server.accept(16);
+    assert_eq!(
+        accepted.iter().collect::<BTreeSet<_>>(),
+        opened.iter().collect::<BTreeSet<_>>(),
+        "the receiver accepted the dual-stack connections"
+    );
+    assert_distinct_cpus(&lab, &accepted);
+    let stats = lab.stats();
+    assert_eq!(
+        stats.get(outcome::STEERED) + stats.get(outcome::RETRIED),
+        16,
+        "{stats}"
+    );
+    assert_eq!(stats.get(outcome::MISS), 0, "{stats}");
+    workload.finish();
+}
+
 #[test]
 fn forty_flows_spread_within_one() {
     if !privileged("binder: 40 flows spread evenly") {

@@ -119,6 +119,12 @@ pub struct DestValue {
 pub struct SteerTable {
     /// Source address to bind, in the same form as [`DestKey::addr`].
     pub src_addr: [u32; 4],
+    /// The same address as an `AF_INET6` socket binds it: the IPv6 address,
+    /// or `::ffff:a.b.c.d` for an IPv4 table (a dual-stack socket connecting
+    /// to an IPv4 receiver). One field for both cases keeps `connect6`'s
+    /// paths identical after the destination lookup, which the kernel's
+    /// verifier needs to stay within its instruction budget.
+    pub src_addr6: [u32; 4],
     /// Low k bits of the index with both ports zero.
     pub base: u32,
     /// Slots in use (distinct receiver CPUs), at most [`MAX_SLOTS`].
@@ -132,6 +138,7 @@ impl Default for SteerTable {
     fn default() -> Self {
         Self {
             src_addr: [0; 4],
+            src_addr6: [0; 4],
             base: 0,
             slots: 0,
             dport_low: [0; 256],

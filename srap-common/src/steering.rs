@@ -96,6 +96,11 @@ impl SteeringTable {
             (Some(reason), None) => return Err(SteeringError::NeedsPort { reason }),
         };
         built.table.src_addr = addr_words(src).1;
+        built.table.src_addr6 = addr_words(match src {
+            IpAddr::V4(v4) => IpAddr::V6(v4.to_ipv6_mapped()),
+            v6 @ IpAddr::V6(_) => v6,
+        })
+        .1;
         Ok(built)
     }
 

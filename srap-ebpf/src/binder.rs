@@ -52,6 +52,9 @@ const EADDRINUSE: i64 = 98;
 const EINVAL: i64 = 22;
 /// Ports tried on one slot before moving to the next.
 const ATTEMPTS_PER_SLOT: u32 = 4;
+/// Word 2 of an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`), as the kernel's
+/// `user_ip6` holds it (network byte order).
+const V4_MAPPED_WORD: u32 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
 
 #[repr(C)]
 struct SockaddrIn {
@@ -154,10 +157,22 @@ fn steer(ctx: &SockAddrContext, family: u32) -> u32 {
             ]
         }
     };
-    let mut key = DestKey {
-        family,
-        port: u32::from(dport),
-        addr,
+    // A dual-stack AF_INET6 socket connecting to an IPv4 receiver (the JDK's
+    // default): steer it with the receiver's IPv4 plan, bind `::ffff:src`.
+    let mapped =
+        family == FAMILY_INET6 && addr[0] == 0 && addr[1] == 0 && addr[2] == V4_MAPPED_WORD;
+    let mut key = if mapped {
+        DestKey {
+            family: FAMILY_INET,
+            port: u32::from(dport),
+            addr: [addr[3], 0, 0, 0],
+        }
+    } else {
+        DestKey {
+            family,
+            port: u32::from(dport),
+            addr,
+        }
     };
     // SAFETY: values are copied out at once.
     let dest = match unsafe { SRAP_DESTS.get(key) } {
@@ -215,7 +230,7 @@ fn steer(ctx: &SockAddrContext, family: u32) -> u32 {
                 family: AF_INET6,
                 port_be: port.to_be(),
                 flowinfo: 0,
-                addr: table.src_addr,
+                addr: table.src_addr6,
                 scope_id: 0,
             };
             // SAFETY: a valid sockaddr_in6 of the size given.
