@@ -23,7 +23,7 @@ use std::{
 use srap_agent::sender::{BinderStats, PinLayout, read_stats};
 use srap_common::{
     binder::outcome,
-    rss::{FlowTuple, RssModel, embedded_default},
+    rss::{FlowTuple, RssDescription, RssModel, embedded_default},
     solver::PortRange,
     steering::SteeringTable,
 };
@@ -68,6 +68,10 @@ struct Lab {
 
 impl Lab {
     fn new(v6: bool, subnet: u8) -> Self {
+        Self::with_description(v6, subnet, embedded_default())
+    }
+
+    fn with_description(v6: bool, subnet: u8, description: RssDescription) -> Self {
         let hosts = TwoHosts::new(VethConfig {
             subnet,
             ..VethConfig::default()
@@ -75,7 +79,6 @@ impl Lab {
         .expect("two namespaces joined by a veth");
         let name = unique_name("b");
         let rss_path = std::env::temp_dir().join(format!("srap-test-{name}.json"));
-        let description = embedded_default();
         std::fs::write(&rss_path, description.to_json_pretty()).expect("write rss file");
         Self {
             agent: None,
@@ -349,6 +352,38 @@ fn dual_stack_sockets_to_an_ipv4_receiver_are_steered() {
         "{stats}"
     );
     assert_eq!(stats.get(outcome::MISS), 0, "{stats}");
+    workload.finish();
+}
+
+/// 64 threads connect at the same moment toward a 64-CPU receiver, five
+/// rounds: every round's flows land on 64 distinct CPUs (judged by the ports
+/// the receiver accepted), so no two connects took the same slot.
+#[test]
+fn sixty_four_concurrent_connects_take_distinct_cpus() {
+    if !privileged("binder: 64 concurrent connects") {
+        return;
+    }
+    let mut description = embedded_default();
+    description.indir = (0..128).map(|i| i % 64).collect();
+    description.queue_cpu = Some((0..64).collect());
+    let lab = Lab::with_description(false, 47, description);
+    lab.attach_once();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    for round in 0..5 {
+        let opened = workload.ask("burst 64");
+        let accepted = server.accept(64);
+        assert_eq!(opened.len(), 64, "round {round}");
+        assert_distinct_cpus(&lab, &accepted);
+        let closed = workload.close(64);
+        server.await_closed(&closed);
+    }
+    let stats = lab.stats();
+    assert_eq!(
+        stats.get(outcome::STEERED) + stats.get(outcome::RETRIED),
+        320,
+        "{stats}"
+    );
     workload.finish();
 }
 

@@ -38,6 +38,10 @@ static SRAP_CURSORS: Array<u64> = Array::with_max_entries(MAX_RECEIVERS, 0);
 #[map]
 static SRAP_SOCKETS: LruHashMap<u64, SocketSlot> =
     LruHashMap::with_max_entries(SOCKETS_MAX_ENTRIES, 0);
+/// Slots being claimed right now (`receiver * MAX_SLOTS + slot`): a lock
+/// held for a few instructions by one connect at a time.
+#[map]
+static SRAP_CLAIMS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_RECEIVERS * MAX_SLOTS, 0);
 #[map]
 static SRAP_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(outcome::COUNT, 0);
 #[map]
@@ -50,8 +54,13 @@ const SOL_SOCKET: i32 = 1;
 const SO_MAX_PACING_RATE: i32 = 47;
 const EADDRINUSE: i64 = 98;
 const EINVAL: i64 = 22;
+/// `bpf_map_update_elem` flag: only if the key is absent.
+const BPF_NOEXIST: u64 = 1;
 /// Ports tried on one slot before moving to the next.
 const ATTEMPTS_PER_SLOT: u32 = 4;
+/// Times a connect looks for a free slot when others keep taking the one it
+/// found.
+const CLAIM_ATTEMPTS: u32 = 3;
 /// Word 2 of an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`), as the kernel's
 /// `user_ip6` holds it (network byte order).
 const V4_MAPPED_WORD: u32 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
@@ -202,7 +211,7 @@ fn steer(ctx: &SockAddrContext, family: u32) -> u32 {
         *cursor = turn.wrapping_add(1);
         turn
     } as u32;
-    let first = least_occupied(dest.receiver, slots, turn % slots);
+    let first = claim_slot(dest.receiver, slots, turn % slots);
 
     for attempt in 0..MAX_BIND_ATTEMPTS {
         let slot = (first + attempt / ATTEMPTS_PER_SLOT) % slots;
@@ -244,7 +253,7 @@ fn steer(ctx: &SockAddrContext, family: u32) -> u32 {
         };
         match bound {
             0 => {
-                hold(ctx, dest.receiver, slot);
+                hold(ctx, dest.receiver, first, slot);
                 pace(ctx);
                 return if attempt == 0 {
                     outcome::STEERED
@@ -254,15 +263,66 @@ fn steer(ctx: &SockAddrContext, family: u32) -> u32 {
             }
             e if e == -EADDRINUSE => continue,
             // The socket is bound already: the application chose its port.
-            e if e == -EINVAL => return outcome::APP_BOUND,
-            _ => return outcome::ERROR,
+            e if e == -EINVAL => {
+                add_flows(dest.receiver, first, u64::MAX);
+                return outcome::APP_BOUND;
+            }
+            _ => {
+                add_flows(dest.receiver, first, u64::MAX);
+                return outcome::ERROR;
+            }
         }
     }
+    add_flows(dest.receiver, first, u64::MAX);
     outcome::PORT_IN_USE
 }
 
-/// The slot with the fewest flows, searching from `start` so ties rotate.
-fn least_occupied(receiver: u32, slots: u32, start: u32) -> u32 {
+/// Claims the least-occupied slot for one new flow. The slot is locked for
+/// the moment between re-reading its count and adding the flow (an entry
+/// inserted with `BPF_NOEXIST`: one connect at a time gets it); a connect
+/// that finds it locked, or finds the count risen since it chose, looks
+/// again, a bounded number of times. So two connects at the same moment
+/// never share a slot while a free one exists. (BPF v1 cannot read the
+/// result of an atomic add, hence the lock.)
+fn claim_slot(receiver: u32, slots: u32, start: u32) -> u32 {
+    let mut slot = start;
+    for _ in 0..CLAIM_ATTEMPTS {
+        let (best, seen) = least_occupied(receiver, slots, start);
+        slot = best;
+        let Some(flows) = occupancy(receiver, best) else {
+            return best;
+        };
+        let lock = receiver * MAX_SLOTS + best;
+        if SRAP_CLAIMS.insert(lock, 1, BPF_NOEXIST).is_err() {
+            continue;
+        }
+        // SAFETY: valid map memory, read under the slot's lock.
+        let now = unsafe { core::ptr::read_volatile(flows) };
+        let free = now <= seen;
+        if free {
+            add_flows(receiver, best, 1);
+        }
+        let _ = SRAP_CLAIMS.remove(lock);
+        if free {
+            return best;
+        }
+    }
+    // Still contended: take the last choice anyway (counted, so freed later).
+    add_flows(receiver, slot, 1);
+    slot
+}
+
+/// Adds `delta` (`u64::MAX`: minus one) to a slot's flow count.
+fn add_flows(receiver: u32, slot: u32, delta: u64) {
+    if let Some(flows) = occupancy(receiver, slot) {
+        // SAFETY: valid, aligned map memory.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(flows, delta) };
+    }
+}
+
+/// The slot with the fewest flows and that count, searching from `start` so
+/// ties rotate.
+fn least_occupied(receiver: u32, slots: u32, start: u32) -> (u32, u64) {
     let (mut best, mut best_flows) = (start, u64::MAX);
     for i in 0..MAX_SLOTS {
         if i >= slots {
@@ -276,7 +336,7 @@ fn least_occupied(receiver: u32, slots: u32, start: u32) -> u32 {
             best_flows = flows;
         }
     }
-    best
+    (best, best_flows)
 }
 
 /// A port of `slot` for destination port `dport`; `turn` picks which.
@@ -297,11 +357,12 @@ fn port_for(table_index: u32, table: &SteerTable, slot: u32, turn: u32, dport: u
         .copied()
 }
 
-/// Counts the socket on its slot and remembers it so closing frees the slot.
-fn hold(ctx: &SockAddrContext, receiver: u32, slot: u32) {
-    if let Some(flows) = occupancy(receiver, slot) {
-        // SAFETY: valid, aligned map memory.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(flows, 1) };
+/// Remembers the socket's slot so closing frees it; moves the count from the
+/// `claimed` slot when the port came from the next one.
+fn hold(ctx: &SockAddrContext, receiver: u32, claimed: u32, slot: u32) {
+    if slot != claimed {
+        add_flows(receiver, claimed, u64::MAX);
+        add_flows(receiver, slot, 1);
     }
     // SAFETY: the context pointer is the kernel's.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.sock_addr.cast()) };

@@ -30,8 +30,8 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 /// Sent on every new connection, so the receiver sees data packets too.
 const GREETING: &[u8] = b"srap test workload";
 
-/// The workload's side. Commands on stdin: `open N`, `close N` (the oldest
-/// N), `bind PORT` (connect from a port it binds itself, as an application
+/// The workload's side. Commands on stdin: `open N`, `burst N` (N threads
+/// connecting at once), `close N` (the oldest N), `bind PORT` (connect from a port it binds itself, as an application
 /// may); each is answered with one `SRAPWL ports P,P,…` line; EOF ends it.
 pub fn serve_if_asked() {
     let Ok(dst) = std::env::var(WORKLOAD_ENV) else {
@@ -55,12 +55,34 @@ pub fn serve_if_asked() {
                 .map(|s| s.local_addr().expect("local addr").port())
                 .collect(),
             "bind" => vec![greet(connect_from_port(dst, n), &mut open)],
+            "burst" => burst(dst, usize::from(n))
+                .into_iter()
+                .map(|stream| greet(stream, &mut open))
+                .collect(),
             other => panic!("unknown workload command {other}"),
         };
         let list: Vec<String> = ports.iter().map(u16::to_string).collect();
         println!("{ANSWER}{}", list.join(","));
         std::io::stdout().flush().expect("stdout");
     }
+}
+
+/// `n` threads that each connect at the same moment (after a barrier).
+fn burst(dst: SocketAddr, n: usize) -> Vec<TcpStream> {
+    let start = std::sync::Arc::new(std::sync::Barrier::new(n));
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let start = std::sync::Arc::clone(&start);
+            std::thread::spawn(move || {
+                start.wait();
+                TcpStream::connect_timeout(&dst, TIMEOUT).expect("connect")
+            })
+        })
+        .collect();
+    threads
+        .into_iter()
+        .map(|t| t.join().expect("connecting thread"))
+        .collect()
 }
 
 fn greet(mut stream: TcpStream, open: &mut Vec<TcpStream>) -> u16 {
