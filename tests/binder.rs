@@ -282,10 +282,17 @@ fn assert_distinct_cpus(lab: &Lab, ports: &[u16]) {
 
 fn sixteen_distinct(v6: bool, subnet: u8) {
     let lab = Lab::new(v6, subnet);
+    sixteen_distinct_toward(&lab, lab.server_addr());
+}
+
+/// 16 connections from the steered cgroup toward `dst` (the receiver's
+/// listener, in whichever form the client addresses it) land on 16 CPUs,
+/// all steered, none missed.
+fn sixteen_distinct_toward(lab: &Lab, dst: SocketAddr) {
     let out = lab.attach_once();
     assert!(out.contains("steering active (attached)"), "{out}");
     let mut server = lab.listen();
-    let mut workload = lab.workload(true);
+    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.cgroup.path()), dst);
     let opened = workload.open(16);
     let accepted = server.accept(16);
     assert_eq!(
@@ -293,13 +300,14 @@ fn sixteen_distinct(v6: bool, subnet: u8) {
         opened.iter().collect::<BTreeSet<_>>(),
         "the receiver accepted the workload's connections"
     );
-    assert_distinct_cpus(&lab, &accepted);
+    assert_distinct_cpus(lab, &accepted);
     let stats = lab.stats();
     assert_eq!(
         stats.get(outcome::STEERED) + stats.get(outcome::RETRIED),
         16,
         "{stats}"
     );
+    assert_eq!(stats.get(outcome::MISS), 0, "{stats}");
     workload.finish();
 }
 
@@ -329,30 +337,11 @@ fn dual_stack_sockets_to_an_ipv4_receiver_are_steered() {
         return;
     }
     let lab = Lab::new(false, 46);
-    let out = lab.attach_once();
-    assert!(out.contains("steering active (attached)"), "{out}");
-    let mut server = lab.listen();
     let IpAddr::V4(receiver) = lab.receiver_ip() else {
         panic!("an IPv4 lab");
     };
     let mapped = SocketAddr::new(IpAddr::V6(receiver.to_ipv6_mapped()), DPORT);
-    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.cgroup.path()), mapped);
-    let opened = workload.open(16);
-    let accepted = server.accept(16);
-    assert_eq!(
-        accepted.iter().collect::<BTreeSet<_>>(),
-        opened.iter().collect::<BTreeSet<_>>(),
-        "the receiver accepted the dual-stack connections"
-    );
-    assert_distinct_cpus(&lab, &accepted);
-    let stats = lab.stats();
-    assert_eq!(
-        stats.get(outcome::STEERED) + stats.get(outcome::RETRIED),
-        16,
-        "{stats}"
-    );
-    assert_eq!(stats.get(outcome::MISS), 0, "{stats}");
-    workload.finish();
+    sixteen_distinct_toward(&lab, mapped);
 }
 
 /// 64 threads connect at the same moment toward a 64-CPU receiver, five
