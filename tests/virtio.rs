@@ -10,7 +10,6 @@
 
 use std::{
     collections::BTreeSet,
-    path::PathBuf,
     time::{Duration, Instant},
 };
 
@@ -26,9 +25,7 @@ static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn image() -> GuestImage {
     let agent = built_binary("srap-agent");
-    let cache = agent
-        .parent()
-        .map_or_else(|| PathBuf::from("srap-guest"), |dir| dir.join("srap-guest"));
+    let cache = GuestImage::default_cache(&agent);
     GuestImage::prepare(&cache, &agent, &built_binary("srap")).expect("the guest image")
 }
 

@@ -312,7 +312,7 @@ pub fn run(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating srap-agent")?;
     let cache = match &args.guest_cache {
         Some(dir) => dir.clone(),
-        None => default_cache(&exe),
+        None => GuestImage::default_cache(&exe),
     };
     let image = GuestImage::prepare(&cache, &exe, &srap_binary()?)?;
     let net = GuestNet::new(SUBNET)?;
@@ -351,13 +351,4 @@ pub fn run(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// The guest image cache: `srap-guest` beside a cargo-built binary (so under
-/// `target/`), else the system cache directory.
-fn default_cache(exe: &Path) -> std::path::PathBuf {
-    match exe.parent() {
-        Some(dir) if dir.ancestors().any(|a| a.ends_with("target")) => dir.join("srap-guest"),
-        _ => std::path::PathBuf::from("/var/cache/srap/guest"),
-    }
 }

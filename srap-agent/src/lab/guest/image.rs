@@ -49,6 +49,15 @@ pub struct GuestImage {
 }
 
 impl GuestImage {
+    /// Where the image of `srap_agent` is cached: `srap-guest` beside a
+    /// cargo-built binary (so under `target/`), else the system cache.
+    pub fn default_cache(srap_agent: &Path) -> PathBuf {
+        match srap_agent.parent() {
+            Some(dir) if dir.ancestors().any(|a| a.ends_with("target")) => dir.join("srap-guest"),
+            _ => PathBuf::from("/var/cache/srap/guest"),
+        }
+    }
+
     /// The image in `cache`, fetching the kernel and (re)building the
     /// initramfs when missing or older than `srap_agent` or `srap`.
     pub fn prepare(cache: &Path, srap_agent: &Path, srap: &Path) -> anyhow::Result<Self> {
