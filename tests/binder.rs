@@ -376,6 +376,41 @@ fn sixty_four_concurrent_connects_take_distinct_cpus() {
     workload.finish();
 }
 
+/// A 512-CPU receiver (an EPYC-class host): 512 flows opened one after
+/// another take all 512 CPUs, and the next 64 at once take 64 more distinct
+/// ones (the slot choice reads one bitmap word per 64 slots, never every
+/// slot).
+#[test]
+fn a_512_cpu_receiver_gets_a_flow_on_every_cpu() {
+    if !privileged("binder: 512-CPU receiver") {
+        return;
+    }
+    let mut description = embedded_default();
+    description.indir = (0..1024).map(|i| i % 512).collect();
+    description.queue_cpu = Some((0..512).collect());
+    let lab = Lab::with_description(false, 59, description);
+    lab.attach_once();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    // In batches the listener's backlog holds.
+    let mut accepted = Vec::new();
+    for _ in 0..4 {
+        assert_eq!(workload.open(128).len(), 128);
+        accepted.extend(server.accept(128));
+    }
+    assert_distinct_cpus(&lab, &accepted);
+    workload.ask("burst 64");
+    let second = server.accept(64);
+    assert_distinct_cpus(&lab, &second);
+    let stats = lab.stats();
+    assert_eq!(
+        stats.get(outcome::STEERED) + stats.get(outcome::RETRIED),
+        576,
+        "{stats}"
+    );
+    workload.finish();
+}
+
 #[test]
 fn forty_flows_spread_within_one() {
     if !privileged("binder: 40 flows spread evenly") {
@@ -602,19 +637,51 @@ fn process_outside_the_cgroup_is_untouched() {
 
 #[test]
 fn iperf3_parallel_streams_land_on_distinct_cpus() {
-    if !privileged("binder: iperf3 -P 8") {
-        return;
-    }
-    if Command::new("iperf3").arg("--version").output().is_err() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true and iperf3 is not installed (apt-get install iperf3)"
-        );
-        eprintln!("\n*** SKIP binder iperf3 test: iperf3 is not installed ***\n");
+    if !privileged("binder: iperf3 -P 16") || !iperf3_installed() {
         return;
     }
     let lab = Lab::new(false, 40);
     lab.attach_once();
+    let ports = iperf3_stream_ports(&lab, &["-P", "16"]);
+    assert_eq!(ports.len(), 16);
+    assert_distinct_cpus(&lab, &ports);
+}
+
+/// `iperf3 -B` binds its address with port 0 before connecting: the kernel
+/// picks the port at bind time, so these flows are not steered, and the
+/// binder says why (its own outcome, not `app_bound`).
+#[test]
+fn iperf3_bind_address_is_counted_as_port_at_bind() {
+    if !privileged("binder: iperf3 -B") || !iperf3_installed() {
+        return;
+    }
+    let lab = Lab::new(false, 58);
+    lab.attach_once();
+    let sender = lab.sender_ip().to_string();
+    let ports = iperf3_stream_ports(&lab, &["-B", &sender, "-P", "4"]);
+    assert_eq!(ports.len(), 4);
+    let stats = lab.stats();
+    // Four streams and the control connection.
+    assert_eq!(stats.get(outcome::PORT_AT_BIND), 5, "{stats}");
+    assert_eq!(stats.get(outcome::APP_BOUND), 0, "{stats}");
+    assert_eq!(stats.get(outcome::STEERED), 0, "{stats}");
+}
+
+fn iperf3_installed() -> bool {
+    if Command::new("iperf3").arg("--version").output().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true and iperf3 is not installed (apt-get install iperf3)"
+    );
+    eprintln!("\n*** SKIP binder iperf3 test: iperf3 is not installed ***\n");
+    false
+}
+
+/// Runs a one-second `iperf3 -c` with `extra` under `srap exec` against a
+/// one-off server; returns the stream ports the server accepted.
+fn iperf3_stream_ports(lab: &Lab, extra: &[&str]) -> Vec<u16> {
     let port = DPORT.to_string();
     let mut server = ChildGuard::new(
         command_in(&lab.hosts.receiver, "iperf3")
@@ -624,14 +691,15 @@ fn iperf3_parallel_streams_land_on_distinct_cpus() {
             .spawn()
             .expect("iperf3 server"),
     );
-    wait_listening(&lab, DPORT);
+    wait_listening(lab, DPORT);
     let client = command_in(&lab.hosts.sender, built_binary("srap"))
         .expect("sender netns")
         .arg("exec")
         .arg("--cgroup")
         .arg(lab.cgroup.path())
         .args(["--", "iperf3", "-c", &lab.receiver_ip().to_string()])
-        .args(["-p", &port, "-P", "8", "-t", "1"])
+        .args(["-p", &port, "-t", "1"])
+        .args(extra)
         .output()
         .expect("iperf3 client");
     assert!(
@@ -650,15 +718,13 @@ fn iperf3_parallel_streams_land_on_distinct_cpus() {
         .read_to_string(&mut json)
         .expect("server output");
     let report: serde_json::Value = serde_json::from_str(&json).expect("iperf3 -J output");
-    let ports: Vec<u16> = report["start"]["connected"]
+    report["start"]["connected"]
         .as_array()
         .expect("connected streams")
         .iter()
         .filter_map(|c| c["remote_port"].as_u64())
         .map(|p| p as u16)
-        .collect();
-    assert_eq!(ports.len(), 8, "{json}");
-    assert_distinct_cpus(&lab, &ports);
+        .collect()
 }
 
 /// Waits until something listens on `port` in the receiver's namespace.
@@ -688,3 +754,6 @@ fn wait_listening(lab: &Lab, port: u16) {
         thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[path = "binder/clients.rs"]
+mod clients;

@@ -24,7 +24,7 @@ use std::{
 use srap_agent::{
     emulator::Emulator,
     peer::plan_report,
-    sender::{PinLayout, Plan, read_stats},
+    sender::{PinLayout, Plan, plan::ReceiverSources, read_stats},
     verifier::{HookChoice, Verifier},
 };
 use srap_common::{
@@ -302,7 +302,10 @@ impl Peer {
         let range: PortRange = PORT_RANGE.parse().expect("range");
         let plan = Plan::build(
             &self.model,
-            &[(self.receiver_ip(), self.sender_ip())],
+            &[ReceiverSources::routed(
+                self.receiver_ip(),
+                self.sender_ip(),
+            )],
             &[],
             range,
         )

@@ -1,50 +1,79 @@
-//! The port binder's maps, and the one piece of arithmetic the `connect()`
-//! hook and user space must agree on.
+//! The port binder's maps, and the arithmetic the `connect()` hook and user
+//! space must agree on.
 //!
-//! A *steering table* describes one (sender source address, receiver
-//! address[, destination port]) pair. Toeplitz is linear, so the receiver's
-//! indirection index of a flow is
-//! `index = base ⊕ S(source port) ⊕ D(destination port)` (low k bits), and
-//! the table holds `base`, `D` as two byte tables, for every CPU slot a few
-//! indirection entries that land on that CPU, and for every value `v` of
-//! `S(port)` a few source ports with that value. The hook picks entry `t` of
-//! the least-occupied slot and binds a port of value `t ⊕ base ⊕ D(dport)`:
-//! any destination port, no per-port state, no scan.
+//! Toeplitz is linear, so the receiver's indirection index of a flow is
+//! `index = base ⊕ S(source port) ⊕ D(destination port)` (low k bits), where
+//! only `base` depends on the addresses. The binder's data is split along
+//! that line:
+//!
+//! * a *layout* ([`SteerLayout`], one per receiver RSS configuration and
+//!   address family) holds what depends on the receiver's key and table
+//!   only: `D` as two byte tables, for every CPU slot a few indirection
+//!   entries that land on that CPU ([`SlotEntries`]), and for every value `v`
+//!   of `S(port)` a few source ports with that value ([`ValuePorts`]);
+//! * a *table* ([`SteerTable`], one per (source address, receiver address))
+//!   holds `base`, the source address to bind and its layout.
+//!
+//! The hook picks entry `t` of the least-occupied slot and binds a port of
+//! value `t ⊕ base ⊕ D(dport)`: any destination port, no per-port state, no
+//! scan. Layouts' slots and values live in two shared pools, so a sender
+//! holds thousands of small receivers or a few hundred 512-CPU ones.
 //!
 //! Where the index is not linear in both ports (`sym-or-xor`, a table size
-//! that is not a power of two), a table is built for one destination port:
-//! `base` and `D` are zero, slot `s` has the single entry `s`, and value `s`
-//! lists ports that land on slot `s`'s CPU. The hook runs the same code.
+//! that is not a power of two), a layout is built for one (source,
+//! destination, destination port): `base` and `D` are zero, slot `s` has the
+//! single entry `s`, and value `s` lists ports that land on slot `s`'s CPU.
+//! The hook runs the same code.
+//!
+//! Which slot a new flow takes is chosen in constant time: a receiver's
+//! [`ReceiverSlots`] keeps, besides each slot's flow count, one bitmap of
+//! slots per occupancy level (0, 1, 2, 3 or more flows); the hook takes the
+//! first slot set in the lowest non-empty level, from a rotating start.
 
-/// CPU slots (distinct receiver CPUs) one steering table can hold.
-pub const MAX_SLOTS: u32 = 128;
+/// CPU slots (distinct receiver CPUs) one receiver can have.
+pub const MAX_SLOTS: u32 = 512;
+/// `u64` words of one slot bitmap.
+pub const SLOT_WORDS: usize = (MAX_SLOTS / 64) as usize;
+/// Occupancy levels with their own bitmap; the last holds every slot with
+/// `LEVELS - 1` flows or more.
+pub const LEVELS: usize = 4;
 /// Indirection entries kept per slot (any entry of the slot's CPU will do).
 pub const ENTRIES_PER_SLOT: usize = 16;
-/// Values of `S(port)` per table: 2^k for tables of up to 2048 entries.
+/// Values of `S(port)` per layout: 2^k for tables of up to 2048 entries.
 pub const MAX_VALUES: u32 = 2048;
 /// Source ports kept per value: the first choice and its fallbacks.
 pub const PORTS_PER_VALUE: usize = 8;
-/// Steering tables the binder holds.
-pub const MAX_TABLES: u32 = 64;
+/// Layouts the binder holds.
+pub const MAX_LAYOUTS: u32 = 4096;
+/// Rows of the shared slot pool (slots of every layout).
+pub const SLOT_ROWS: u32 = 1 << 17;
+/// Rows of the shared value pool (values of every layout).
+pub const VALUE_ROWS: u32 = 1 << 18;
+/// Steering tables the binder holds (receivers × local source addresses).
+pub const MAX_TABLES: u32 = 1 << 16;
 /// Receivers whose CPU occupancy the binder tracks.
-pub const MAX_RECEIVERS: u32 = 64;
-/// Steered destinations (receiver address and port, or any port).
-pub const MAX_DESTS: u32 = 1024;
+pub const MAX_RECEIVERS: u32 = 4096;
+/// Steered destinations (receiver address, port or any, source or any).
+pub const MAX_DESTS: u32 = 1 << 16;
 /// `bpf_bind()` attempts per connect before the kernel is left to choose.
 pub const MAX_BIND_ATTEMPTS: u32 = 12;
+/// Slot claims in flight at once (each a lock held for a few instructions).
+pub const CLAIMS_MAX_ENTRIES: u32 = 4096;
+/// `BPF_F_NO_PREALLOC`: hash entries are allocated as they are inserted.
+pub const NO_PREALLOC: u32 = 1;
 
 /// Hash: [`DestKey`] → [`DestValue`].
 pub const DESTS_MAP: &str = "SRAP_DESTS";
 /// Array of [`SteerTable`], index = table.
 pub const TABLES_MAP: &str = "SRAP_TABLES";
-/// Array of [`SlotEntries`], index `table * MAX_SLOTS + slot`.
+/// Array of [`SteerLayout`], index = layout.
+pub const LAYOUTS_MAP: &str = "SRAP_LAYOUTS";
+/// Array of [`SlotEntries`], index `layout.slot_base + slot`.
 pub const SLOTS_MAP: &str = "SRAP_SLOTS";
-/// Array of [`ValuePorts`], index `table * MAX_VALUES + value`.
+/// Array of [`ValuePorts`], index `layout.value_base + value`.
 pub const VALUES_MAP: &str = "SRAP_VALUES";
-/// `u64` flows per (receiver, slot), index `receiver * MAX_SLOTS + slot`.
-pub const OCCUPANCY_MAP: &str = "SRAP_OCCUPANCY";
-/// `u64` per receiver: rotates ties between slots and the entries and ports tried.
-pub const CURSORS_MAP: &str = "SRAP_CURSORS";
+/// Array of [`ReceiverSlots`], index = receiver.
+pub const RECEIVERS_MAP: &str = "SRAP_RECEIVERS";
 /// LRU hash: socket cookie → [`SocketSlot`].
 pub const SOCKETS_MAP: &str = "SRAP_SOCKETS";
 /// Per-CPU array of `u64`, index = [`outcome`].
@@ -54,12 +83,14 @@ pub const CONFIG_MAP: &str = "SRAP_CONFIG";
 
 pub const CONNECT4_PROGRAM: &str = "srap_connect4";
 pub const CONNECT6_PROGRAM: &str = "srap_connect6";
+pub const BIND4_PROGRAM: &str = "srap_bind4";
+pub const BIND6_PROGRAM: &str = "srap_bind6";
 pub const RELEASE_PROGRAM: &str = "srap_sock_release";
 
 /// Capacity of the socket → slot map that lets a closing socket free its slot.
 pub const SOCKETS_MAX_ENTRIES: u32 = 65_536;
 
-/// Outcomes of the `connect()` hook, as indexes into [`STATS_MAP`].
+/// Outcomes of the binder's hooks, as indexes into [`STATS_MAP`].
 pub mod outcome {
     /// Bound on the first attempt.
     pub const STEERED: u32 = 0;
@@ -67,7 +98,7 @@ pub mod outcome {
     pub const RETRIED: u32 = 1;
     /// Every attempt found its port in use: the kernel chose.
     pub const PORT_IN_USE: u32 = 2;
-    /// The application had bound the socket itself: left alone.
+    /// The application bound an explicit source port: left alone.
     pub const APP_BOUND: u32 = 3;
     /// The destination is not steered.
     pub const MISS: u32 = 4;
@@ -75,7 +106,17 @@ pub mod outcome {
     pub const ERROR: u32 = 5;
     /// A steered socket closed and freed its slot.
     pub const RELEASED: u32 = 6;
-    pub const COUNT: u32 = 7;
+    /// The application called `bind(addr, 0)` before `connect()`: the kernel
+    /// chose the port at bind time, before the destination was known, and a
+    /// bind hook cannot defer it (the kernel's `bpf_setsockopt` does not
+    /// offer `IP_BIND_ADDRESS_NO_PORT`). Left alone.
+    pub const PORT_AT_BIND: u32 = 7;
+    /// The application bound a source address SRAP has no table for (an
+    /// address added after the plan, or of no interface): left alone.
+    pub const SOURCE_UNPLANNED: u32 = 8;
+    /// A steered connect kept the source address the application had bound.
+    pub const SOURCE_KEPT: u32 = 9;
+    pub const COUNT: u32 = 10;
     pub const NAMES: [&str; COUNT as usize] = [
         "steered",
         "retried",
@@ -84,6 +125,9 @@ pub mod outcome {
         "miss",
         "error",
         "released",
+        "port_at_bind",
+        "source_unplanned",
+        "source_kept",
     ];
 }
 
@@ -91,16 +135,19 @@ pub mod outcome {
 pub const FAMILY_INET: u32 = 2;
 pub const FAMILY_INET6: u32 = 10;
 
-/// A steered destination: receiver address and port (0: every port).
-/// Addresses are the kernel's `user_ip4`/`user_ip6` words, network byte order;
-/// an IPv4 address is word 0 and the rest are zero.
+/// A steered destination: receiver address and port (0: every port), and
+/// the source address the socket was bound to (zero: none; the table of
+/// the route's source address). Addresses are the kernel's
+/// `user_ip4`/`user_ip6` words, network byte order; an IPv4 address is word
+/// 0 and the rest are zero.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DestKey {
     pub family: u32,
     /// Destination port, host byte order; 0 matches any port.
     pub port: u32,
     pub addr: [u32; 4],
+    pub src: [u32; 4],
 }
 
 /// Where a destination's steering data lives.
@@ -113,9 +160,9 @@ pub struct DestValue {
     pub receiver: u32,
 }
 
-/// The per-destination part of the linear decomposition.
+/// The per-(source, receiver) part of the linear decomposition.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SteerTable {
     /// Source address to bind, in the same form as [`DestKey::addr`].
     pub src_addr: [u32; 4],
@@ -127,34 +174,50 @@ pub struct SteerTable {
     pub src_addr6: [u32; 4],
     /// Low k bits of the index with both ports zero.
     pub base: u32,
-    /// Slots in use (distinct receiver CPUs), at most [`MAX_SLOTS`].
-    pub slots: u32,
-    /// `D(dport)` = `dport_low[dport & 0xff] ^ dport_high[dport >> 8]`.
-    pub dport_low: [u32; 256],
-    pub dport_high: [u32; 256],
+    /// Index of the [`SteerLayout`].
+    pub layout: u32,
 }
 
-impl Default for SteerTable {
+/// The per-RSS-configuration part: what depends on the receiver's key and
+/// indirection table only, shared by every table toward such a receiver.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SteerLayout {
+    /// Slots in use (distinct receiver CPUs), at most [`MAX_SLOTS`].
+    pub slots: u32,
+    /// First row of this layout's slots in [`SLOTS_MAP`].
+    pub slot_base: u32,
+    /// First row of this layout's values in [`VALUES_MAP`].
+    pub value_base: u32,
+    /// Values in use (2^k, or the slot count for one-port layouts).
+    pub values: u32,
+    /// `D(dport)` = `dport_low[dport & 0xff] ^ dport_high[dport >> 8]`.
+    pub dport_low: [u16; 256],
+    pub dport_high: [u16; 256],
+}
+
+impl Default for SteerLayout {
     fn default() -> Self {
         Self {
-            src_addr: [0; 4],
-            src_addr6: [0; 4],
-            base: 0,
             slots: 0,
+            slot_base: 0,
+            value_base: 0,
+            values: 0,
             dport_low: [0; 256],
             dport_high: [0; 256],
         }
     }
 }
 
-impl SteerTable {
-    /// The value of `S(port)` that, with destination port `dport`, selects
-    /// indirection entry `entry`. Shared by the hook and the tests.
+impl SteerLayout {
+    /// The value of `S(port)` that, with destination port `dport` and the
+    /// table's `base`, selects indirection entry `entry`. Shared by the hook
+    /// and the tests.
     #[inline(always)]
-    pub fn value_for(&self, entry: u32, dport: u16) -> u32 {
+    pub fn value_for(&self, base: u32, entry: u32, dport: u16) -> u32 {
         let d =
             self.dport_low[usize::from(dport & 0xff)] ^ self.dport_high[usize::from(dport >> 8)];
-        (entry ^ self.base ^ d) & (MAX_VALUES - 1)
+        (entry ^ base ^ u32::from(d)) & (MAX_VALUES - 1)
     }
 }
 
@@ -165,7 +228,7 @@ pub struct SlotEntries {
     /// The receiver CPU this slot stands for (for reports).
     pub cpu: u32,
     pub count: u32,
-    pub entries: [u32; ENTRIES_PER_SLOT],
+    pub entries: [u16; ENTRIES_PER_SLOT],
 }
 
 /// Source ports whose `S(port)` is one value.
@@ -174,6 +237,103 @@ pub struct SlotEntries {
 pub struct ValuePorts {
     pub count: u32,
     pub ports: [u16; PORTS_PER_VALUE],
+}
+
+/// One receiver's CPU slots as the hook sees them: flows per slot, and the
+/// slots of each occupancy level as bitmaps, so the least-occupied slot is
+/// found without looking at every slot. A slot's count and bits change only
+/// under that slot's claim lock; the bitmaps are a hint the hook checks
+/// against the count, and repairs, before it trusts them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiverSlots {
+    /// Rotates where the search starts, so ties spread over slots.
+    pub cursor: u64,
+    /// Slots in use: bits at or past it are never set.
+    pub slots: u32,
+    pub _pad: u32,
+    /// `levels[k]` bit `s`: slot `s` has `k` flows (the last: `k` or more).
+    pub levels: [[u64; SLOT_WORDS]; LEVELS],
+    /// Open flows per slot.
+    pub flows: [u32; MAX_SLOTS as usize],
+}
+
+impl Default for ReceiverSlots {
+    fn default() -> Self {
+        Self {
+            cursor: 0,
+            slots: 0,
+            _pad: 0,
+            levels: [[0; SLOT_WORDS]; LEVELS],
+            flows: [0; MAX_SLOTS as usize],
+        }
+    }
+}
+
+impl ReceiverSlots {
+    /// The state for `slots` slots holding `flows` (slots past `slots`
+    /// keep their counts, so flows still open there free them on close).
+    pub fn rebuilt(slots: u32, flows: &[u32; MAX_SLOTS as usize], cursor: u64) -> Self {
+        let slots = slots.min(MAX_SLOTS);
+        let mut out = Self {
+            cursor,
+            slots,
+            flows: *flows,
+            ..Self::default()
+        };
+        for s in 0..slots {
+            let level = level_of(flows[s as usize]);
+            out.levels[level][(s / 64) as usize] |= 1 << (s % 64);
+        }
+        out
+    }
+}
+
+/// The occupancy level of a slot with `flows` flows.
+#[inline(always)]
+pub fn level_of(flows: u32) -> usize {
+    if flows as usize >= LEVELS - 1 {
+        LEVELS - 1
+    } else {
+        flows as usize
+    }
+}
+
+/// Index of the lowest set bit of a non-zero word (64 for 0): the bits
+/// below it, counted without branches (BPF has no count-trailing-zeros
+/// instruction, and branches multiply the paths the kernel's verifier walks).
+#[inline(always)]
+pub fn lowest_bit(word: u64) -> u32 {
+    let below = (word & word.wrapping_neg()).wrapping_sub(1);
+    let mut v = below - ((below >> 1) & 0x5555_5555_5555_5555);
+    v = (v & 0x3333_3333_3333_3333) + ((v >> 2) & 0x3333_3333_3333_3333);
+    v = (v + (v >> 4)) & 0x0f0f_0f0f_0f0f_0f0f;
+    (v.wrapping_mul(0x0101_0101_0101_0101) >> 56) as u32
+}
+
+/// The first slot set in `words` at or after `start`, wrapping around;
+/// always reads every word once, so the cost does not depend on the slot
+/// count.
+#[inline(always)]
+pub fn first_set_from(words: &[u64; SLOT_WORDS], start: u32) -> Option<u32> {
+    let start = start % MAX_SLOTS;
+    let (first, shift) = (start / 64, start % 64);
+    let mut i = 0;
+    while i <= SLOT_WORDS as u32 {
+        let w = (first + i) % SLOT_WORDS as u32;
+        let mut word = words[w as usize];
+        if i == 0 {
+            word &= u64::MAX << shift;
+        } else if i == SLOT_WORDS as u32 {
+            // Back at the first word: the bits before `start`.
+            word &= !(u64::MAX << shift);
+        }
+        if word != 0 {
+            return Some(w * 64 + lowest_bit(word));
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Which slot a steered socket holds, so closing it frees the slot.
@@ -203,6 +363,10 @@ mod pod {
     unsafe impl aya::Pod for DestValue {}
     // SAFETY: as above.
     unsafe impl aya::Pod for SteerTable {}
+    // SAFETY: as above (4 × 4 + 2 × 256 × 2 bytes, no padding).
+    unsafe impl aya::Pod for SteerLayout {}
+    // SAFETY: as above (8 + 4 + 4 + 4 × 8 × 8 + 512 × 4 bytes, no padding).
+    unsafe impl aya::Pod for ReceiverSlots {}
     // SAFETY: as above.
     unsafe impl aya::Pod for SlotEntries {}
     // SAFETY: as above (4 + 8 × 2 = 20 bytes, no padding).
@@ -211,4 +375,65 @@ mod pod {
     unsafe impl aya::Pod for SocketSlot {}
     // SAFETY: as above.
     unsafe impl aya::Pod for BinderConfig {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lowest_bit_is_trailing_zeros() {
+        for word in [
+            1u64,
+            2,
+            3,
+            0x80,
+            0x100,
+            1 << 63,
+            0xf0f0_0000_0000_0000,
+            u64::MAX,
+        ] {
+            assert_eq!(lowest_bit(word), word.trailing_zeros(), "{word:#x}");
+        }
+        assert_eq!(lowest_bit(0), 64);
+    }
+
+    #[test]
+    fn first_set_from_wraps_and_starts_where_told() {
+        let mut words = [0u64; SLOT_WORDS];
+        assert_eq!(first_set_from(&words, 7), None);
+        words[0] = 1 << 3;
+        words[5] = 1 << 9;
+        assert_eq!(first_set_from(&words, 0), Some(3));
+        assert_eq!(first_set_from(&words, 3), Some(3));
+        assert_eq!(first_set_from(&words, 4), Some(5 * 64 + 9));
+        assert_eq!(first_set_from(&words, 5 * 64 + 10), Some(3), "wraps");
+        words[0] = 1 << 40;
+        assert_eq!(first_set_from(&words, 5 * 64 + 10), Some(40));
+        // Bits before the start in its own word are found last.
+        words = [0; SLOT_WORDS];
+        words[2] = 1 << 1;
+        assert_eq!(first_set_from(&words, 2 * 64 + 5), Some(2 * 64 + 1));
+    }
+
+    #[test]
+    fn rebuilt_state_puts_each_slot_in_its_level() {
+        let mut flows = [0u32; MAX_SLOTS as usize];
+        flows[1] = 1;
+        flows[2] = 7;
+        flows[600 % MAX_SLOTS as usize] = 0;
+        let state = ReceiverSlots::rebuilt(70, &flows, 9);
+        assert_eq!(state.slots, 70);
+        assert_eq!(state.cursor, 9);
+        assert_eq!(first_set_from(&state.levels[1], 0), Some(1));
+        assert_eq!(first_set_from(&state.levels[LEVELS - 1], 0), Some(2));
+        assert_eq!(first_set_from(&state.levels[0], 69), Some(69));
+        assert_eq!(
+            first_set_from(&state.levels[0], 70),
+            Some(0),
+            "none past the slots"
+        );
+        let set: u32 = state.levels.iter().flatten().map(|w| w.count_ones()).sum();
+        assert_eq!(set, 70, "each slot in exactly one level");
+    }
 }

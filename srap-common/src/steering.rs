@@ -1,14 +1,18 @@
 //! Builds the binder's steering tables (see [`crate::binder`]) from the RSS
 //! model: what the sender agent writes into the maps.
 
-use std::{collections::BTreeSet, net::IpAddr};
+use std::{
+    collections::BTreeSet,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    sync::Arc,
+};
 
 use thiserror::Error;
 
 use crate::{
     binder::{
         ENTRIES_PER_SLOT, FAMILY_INET, FAMILY_INET6, MAX_SLOTS, MAX_VALUES, PORTS_PER_VALUE,
-        SlotEntries, SteerTable, ValuePorts,
+        SlotEntries, SteerLayout, SteerTable, ValuePorts,
     },
     rss::{FlowTuple, InputXfrm, RssModel, TupleError},
     solver::{IndexMap, PortHash, PortRange, PortSolver},
@@ -36,17 +40,33 @@ pub enum Scope {
     Port(u16),
 }
 
-/// One steering table with its slots and value lists, ready for the maps.
+/// What a receiver's RSS configuration alone decides (see
+/// [`crate::binder`]): built once per configuration and address family
+/// and shared by every table toward such a receiver, or, where the RSS is
+/// not linear, once per (source, destination, port).
 #[derive(Debug, Clone)]
-pub struct SteeringTable {
+pub struct SteeringLayout {
     pub scope: Scope,
-    pub table: SteerTable,
+    /// The map row, without its pool offsets (the plan assigns those).
+    pub layout: SteerLayout,
     /// One per slot; `slots[s].cpu` is the receiver CPU of slot `s`.
     pub slots: Vec<SlotEntries>,
     /// Indexed by value; values past the end have no ports.
     pub values: Vec<ValuePorts>,
     /// Receiver CPUs beyond [`MAX_SLOTS`] that were left out.
     pub cpus_left_out: usize,
+}
+
+/// One steering table: a source address toward a receiver address, with
+/// its layout.
+#[derive(Debug, Clone)]
+pub struct SteeringTable {
+    pub scope: Scope,
+    /// The source address the table binds.
+    pub source: IpAddr,
+    /// The map row; its `layout` index is assigned by the plan.
+    pub table: SteerTable,
+    pub layout: Arc<SteeringLayout>,
 }
 
 /// The kernel's `user_ip4`/`user_ip6` words for an address.
@@ -79,70 +99,64 @@ fn nonlinear_reason(model: &RssModel) -> Option<String> {
     }
 }
 
-impl SteeringTable {
-    /// Builds the table for flows from `src` to `dst` (to `dport`, or to any
-    /// port when `dport` is `None` and the model allows it).
-    pub fn build(
-        model: &RssModel,
-        src: IpAddr,
-        dst: IpAddr,
-        dport: Option<u16>,
-        range: PortRange,
-    ) -> Result<Self, SteeringError> {
-        let template = FlowTuple::new(src, 0, dst, dport.unwrap_or(0))?;
-        let mut built = match (nonlinear_reason(model), dport) {
-            (None, _) => Self::any_port(model, &template, range)?,
-            (Some(_), Some(port)) => Self::one_port(model, &template, port, range)?,
-            (Some(reason), None) => return Err(SteeringError::NeedsPort { reason }),
-        };
-        built.table.src_addr = addr_words(src).1;
-        built.table.src_addr6 = addr_words(match src {
-            IpAddr::V4(v4) => IpAddr::V6(v4.to_ipv6_mapped()),
-            v6 @ IpAddr::V6(_) => v6,
-        })
-        .1;
-        Ok(built)
+/// The unspecified address of `ip`'s family: a template whose hash is the
+/// ports' part alone.
+fn unspecified_like(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+        IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
     }
+}
 
-    fn any_port(
+impl SteeringLayout {
+    /// The layout every table toward a receiver with `model` shares, for
+    /// addresses of `family_of`'s family, or `None` when the model is not
+    /// linear in the ports (then tables are built per port, see
+    /// [`SteeringTable::build`]).
+    pub fn any_port(
         model: &RssModel,
-        template: &FlowTuple,
+        family_of: IpAddr,
         range: PortRange,
-    ) -> Result<Self, SteeringError> {
+    ) -> Result<Option<Self>, SteeringError> {
+        if nonlinear_reason(model).is_some() {
+            return Ok(None);
+        }
+        let any = unspecified_like(family_of);
+        let template = FlowTuple::new(any, 0, any, 0)?;
         let bits = model.index_bits().unwrap_or(0);
         let mask = (1u32 << bits) - 1;
-        let sport = PortHash::new(model, &template.with_dport(0));
-        let dport = PortHash::from_fn(|port| model.hash(&template.with_sport(0).with_dport(port)));
+        let sport = PortHash::new(model, &template);
+        let dport = PortHash::from_fn(|port| model.hash(&template.with_dport(port)));
         let index_map = IndexMap::new(&sport, bits);
-        let base = sport.base() & mask;
         let values = (0..=mask)
             .map(|value| {
-                let mut ports = index_map.ports_for(value ^ base);
+                let mut ports = index_map.ports_for(value ^ (sport.base() & mask));
                 ports.retain(|port| range.contains(*port));
                 ports.sort_unstable();
                 value_ports(&ports)
             })
-            .collect();
+            .collect::<Vec<_>>();
         let (low, high) = dport.byte_tables();
-        let mut table = SteerTable {
-            base,
-            dport_low: low.map(|v| v & mask),
-            dport_high: high.map(|v| v & mask),
-            ..SteerTable::default()
-        };
         let (slots, cpus_left_out) = slots_by_cpu(model, |cpu| {
             (0..model.indir().len() as u32)
                 .filter(|entry| model.queue_cpu()[model.indir()[*entry as usize] as usize] == cpu)
                 .collect()
         });
-        table.slots = slots.len() as u32;
-        Ok(Self {
+        let layout = SteerLayout {
+            slots: slots.len() as u32,
+            values: values.len() as u32,
+            // Masked to k ≤ 11 bits: fits a u16.
+            dport_low: low.map(|v| (v & mask) as u16),
+            dport_high: high.map(|v| (v & mask) as u16),
+            ..SteerLayout::default()
+        };
+        Ok(Some(Self {
             scope: Scope::AnyPort,
-            table,
+            layout,
             slots,
             values,
             cpus_left_out,
-        })
+        }))
     }
 
     fn one_port(
@@ -159,29 +173,103 @@ impl SteeringTable {
         let mut next_slot = 0u32..;
         let (slots, cpus_left_out) =
             slots_by_cpu(model, |_| next_slot.next().into_iter().collect());
-        let values = slots
+        let values: Vec<_> = slots
             .iter()
             .map(|slot| value_ports(by_cpu.get(&slot.cpu).map_or(&[][..], Vec::as_slice)))
             .collect();
-        let table = SteerTable {
+        let layout = SteerLayout {
             slots: slots.len() as u32,
-            ..SteerTable::default()
+            values: values.len() as u32,
+            ..SteerLayout::default()
         };
         Ok(Self {
             scope: Scope::Port(dport),
-            table,
+            layout,
             slots,
             values,
             cpus_left_out,
         })
     }
 
-    /// Every source port the table may bind: what to reserve from the kernel.
+    /// Every source port the layout may bind: what to reserve.
     pub fn ports(&self) -> BTreeSet<u16> {
         self.values
             .iter()
             .flat_map(|v| v.ports[..v.count as usize].iter().copied())
             .collect()
+    }
+}
+
+impl SteeringTable {
+    /// Builds the table for flows from `src` to `dst` (to `dport`, or to any
+    /// port when `dport` is `None` and the model allows it), with a layout
+    /// of its own. A linear model with a `dport` still gets an any-port
+    /// table (one table serves every port).
+    pub fn build(
+        model: &RssModel,
+        src: IpAddr,
+        dst: IpAddr,
+        dport: Option<u16>,
+        range: PortRange,
+    ) -> Result<Self, SteeringError> {
+        match SteeringLayout::any_port(model, dst, range)? {
+            Some(layout) => Self::with_layout(model, Arc::new(layout), src, dst),
+            None => Self::one_port(model, src, dst, dport, range),
+        }
+    }
+
+    /// The table from `src` to `dst` on a shared any-port `layout`.
+    pub fn with_layout(
+        model: &RssModel,
+        layout: Arc<SteeringLayout>,
+        src: IpAddr,
+        dst: IpAddr,
+    ) -> Result<Self, SteeringError> {
+        let template = FlowTuple::new(src, 0, dst, 0)?;
+        let mask = layout.values.len().saturating_sub(1) as u32;
+        let table = SteerTable {
+            base: model.hash(&template) & mask,
+            ..source_words(src)
+        };
+        Ok(Self {
+            scope: layout.scope,
+            source: src,
+            table,
+            layout,
+        })
+    }
+
+    /// A table (with a layout of its own) for one destination port of a
+    /// receiver whose RSS is not linear in the ports.
+    pub fn one_port(
+        model: &RssModel,
+        src: IpAddr,
+        dst: IpAddr,
+        dport: Option<u16>,
+        range: PortRange,
+    ) -> Result<Self, SteeringError> {
+        let Some(dport) = dport else {
+            let reason = nonlinear_reason(model).unwrap_or_default();
+            return Err(SteeringError::NeedsPort { reason });
+        };
+        let template = FlowTuple::new(src, 0, dst, dport)?;
+        let layout = SteeringLayout::one_port(model, &template, dport, range)?;
+        Ok(Self {
+            scope: layout.scope,
+            source: src,
+            table: source_words(src),
+            layout: Arc::new(layout),
+        })
+    }
+
+    /// The slots of the table's layout.
+    pub fn slots(&self) -> &[SlotEntries] {
+        &self.layout.slots
+    }
+
+    /// Every source port the table may bind.
+    pub fn ports(&self) -> BTreeSet<u16> {
+        self.layout.ports()
     }
 
     /// The port the hook binds for slot `slot`, its entry choice and port
@@ -193,15 +281,30 @@ impl SteeringTable {
         port_choice: usize,
         dport: u16,
     ) -> Option<u16> {
-        let entries = self.slots.get(slot)?;
+        let entries = self.layout.slots.get(slot)?;
         if entries.count == 0 {
             return None;
         }
         let entry = entries.entries[entry_choice % entries.count as usize];
         let value = self
-            .values
-            .get(self.table.value_for(entry, dport) as usize)?;
+            .layout
+            .layout
+            .value_for(self.table.base, u32::from(entry), dport);
+        let value = self.layout.values.get(value as usize)?;
         (value.count > 0).then(|| value.ports[port_choice % value.count as usize])
+    }
+}
+
+/// A table row with `src`'s address words (both forms) and nothing else.
+fn source_words(src: IpAddr) -> SteerTable {
+    let src6 = match src {
+        IpAddr::V4(v4) => IpAddr::V6(v4.to_ipv6_mapped()),
+        v6 @ IpAddr::V6(_) => v6,
+    };
+    SteerTable {
+        src_addr: addr_words(src).1,
+        src_addr6: addr_words(src6).1,
+        ..SteerTable::default()
     }
 }
 
@@ -233,7 +336,8 @@ fn slots_by_cpu(
                 ..SlotEntries::default()
             };
             for (dst, entry) in slot.entries.iter_mut().zip(entries) {
-                *dst = entry;
+                // Indirection tables have at most 65 536 entries.
+                *dst = entry as u16;
             }
             slot
         })

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use proptest::prelude::*;
 use srap_common::{
-    binder::{ENTRIES_PER_SLOT, PORTS_PER_VALUE},
+    binder::{ENTRIES_PER_SLOT, MAX_SLOTS, PORTS_PER_VALUE},
     rss::{FieldsDescription, FlowTuple, RssDescription, RssModel, embedded_default},
     solver::PortRange,
     steering::{Scope, SteeringError, SteeringTable},
@@ -55,7 +55,7 @@ fn check_table(
     dport: u16,
 ) -> Result<usize, TestCaseError> {
     let mut checked = 0;
-    for (slot, entries) in table.slots.iter().enumerate() {
+    for (slot, entries) in table.slots().iter().enumerate() {
         for entry_choice in 0..ENTRIES_PER_SLOT {
             for port_choice in 0..PORTS_PER_VALUE {
                 if let Some(port) = table.port_for(slot, entry_choice, port_choice, dport) {
@@ -88,7 +88,7 @@ proptest! {
         match SteeringTable::build(&model, src, dst, None, PortRange::DEFAULT) {
             Ok(table) => {
                 prop_assert_eq!(table.scope, Scope::AnyPort);
-                prop_assert_eq!(table.slots.len(), model.reachable_cpus().len().min(128));
+                prop_assert_eq!(table.slots().len(), model.reachable_cpus().len().min(MAX_SLOTS as usize));
                 let mut checked = 0;
                 for dport in dports {
                     checked += check_table(&model, &table, src, dst, dport)?;
@@ -125,14 +125,15 @@ fn the_default_receiver_gets_one_any_port_table_with_a_slot_per_cpu() {
     let (src, dst) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
     let table = SteeringTable::build(&model, src, dst, None, PortRange::DEFAULT).unwrap();
     assert_eq!(table.scope, Scope::AnyPort);
-    assert_eq!(table.slots.len(), 32);
+    assert_eq!(table.slots().len(), 32);
     assert!(
-        table.slots.iter().all(|s| s.count == 4),
+        table.slots().iter().all(|s| s.count == 4),
         "128 entries over 32 CPUs"
     );
-    assert_eq!(table.values.len(), 128);
+    assert_eq!(table.layout.values.len(), 128);
     assert!(
         table
+            .layout
             .values
             .iter()
             .all(|v| v.count as usize == PORTS_PER_VALUE)

@@ -9,39 +9,46 @@
 use core::{
     ffi::c_void,
     intrinsics::{AtomicOrdering, atomic_xadd},
+    ptr::{addr_of_mut, read_volatile},
 };
 
 use aya_ebpf::{
+    bindings::bpf_sock,
     helpers::{bpf_bind, bpf_get_socket_cookie, bpf_setsockopt},
     macros::{cgroup_sock, cgroup_sock_addr, map},
     maps::{Array, HashMap, LruHashMap, PerCpuArray},
     programs::{SockAddrContext, SockContext},
 };
 use srap_common::binder::{
-    BinderConfig, DestKey, DestValue, FAMILY_INET, FAMILY_INET6, MAX_BIND_ATTEMPTS, MAX_DESTS,
-    MAX_RECEIVERS, MAX_SLOTS, MAX_TABLES, MAX_VALUES, SOCKETS_MAX_ENTRIES, SlotEntries, SocketSlot,
-    SteerTable, ValuePorts, outcome,
+    BinderConfig, CLAIMS_MAX_ENTRIES, DestKey, DestValue, FAMILY_INET, FAMILY_INET6, LEVELS,
+    MAX_BIND_ATTEMPTS, MAX_DESTS, MAX_LAYOUTS, MAX_RECEIVERS, MAX_SLOTS, MAX_TABLES, MAX_VALUES,
+    NO_PREALLOC, ReceiverSlots, SLOT_ROWS, SLOT_WORDS, SOCKETS_MAX_ENTRIES, SlotEntries,
+    SocketSlot, SteerLayout, SteerTable, VALUE_ROWS, ValuePorts, first_set_from, level_of, outcome,
 };
 
 #[map]
-static SRAP_DESTS: HashMap<DestKey, DestValue> = HashMap::with_max_entries(MAX_DESTS, 0);
+static SRAP_DESTS: HashMap<DestKey, DestValue> = HashMap::with_max_entries(MAX_DESTS, NO_PREALLOC);
 #[map]
 static SRAP_TABLES: Array<SteerTable> = Array::with_max_entries(MAX_TABLES, 0);
 #[map]
-static SRAP_SLOTS: Array<SlotEntries> = Array::with_max_entries(MAX_TABLES * MAX_SLOTS, 0);
+static SRAP_LAYOUTS: Array<SteerLayout> = Array::with_max_entries(MAX_LAYOUTS, 0);
 #[map]
-static SRAP_VALUES: Array<ValuePorts> = Array::with_max_entries(MAX_TABLES * MAX_VALUES, 0);
+static SRAP_SLOTS: Array<SlotEntries> = Array::with_max_entries(SLOT_ROWS, 0);
 #[map]
-static SRAP_OCCUPANCY: Array<u64> = Array::with_max_entries(MAX_RECEIVERS * MAX_SLOTS, 0);
+static SRAP_VALUES: Array<ValuePorts> = Array::with_max_entries(VALUE_ROWS, 0);
 #[map]
-static SRAP_CURSORS: Array<u64> = Array::with_max_entries(MAX_RECEIVERS, 0);
+static SRAP_RECEIVERS: Array<ReceiverSlots> = Array::with_max_entries(MAX_RECEIVERS, 0);
 #[map]
 static SRAP_SOCKETS: LruHashMap<u64, SocketSlot> =
     LruHashMap::with_max_entries(SOCKETS_MAX_ENTRIES, 0);
-/// Slots being claimed right now (`receiver * MAX_SLOTS + slot`): a lock
-/// held for a few instructions by one connect at a time.
+/// Slots being claimed or freed right now (`receiver * MAX_SLOTS + slot`):
+/// a lock held for a few instructions by one hook at a time.
 #[map]
-static SRAP_CLAIMS: HashMap<u32, u32> = HashMap::with_max_entries(MAX_RECEIVERS * MAX_SLOTS, 0);
+static SRAP_CLAIMS: HashMap<u32, u32> = HashMap::with_max_entries(CLAIMS_MAX_ENTRIES, 0);
+/// TCP sockets of the cgroup bound with port 0 (`bind(addr, 0)`): the
+/// kernel picked their port at bind time.
+#[map]
+static SRAP_BOUND: LruHashMap<u64, u32> = LruHashMap::with_max_entries(SOCKETS_MAX_ENTRIES, 0);
 #[map]
 static SRAP_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(outcome::COUNT, 0);
 #[map]
@@ -53,14 +60,14 @@ const AF_INET6: u16 = 10;
 const SOL_SOCKET: i32 = 1;
 const SO_MAX_PACING_RATE: i32 = 47;
 const EADDRINUSE: i64 = 98;
-const EINVAL: i64 = 22;
 /// `bpf_map_update_elem` flag: only if the key is absent.
 const BPF_NOEXIST: u64 = 1;
-/// Ports tried on one slot before moving to the next.
-const ATTEMPTS_PER_SLOT: u32 = 4;
 /// Times a connect looks for a free slot when others keep taking the one it
 /// found.
 const CLAIM_ATTEMPTS: u32 = 3;
+/// Times a closing socket tries its slot's lock before freeing the flow
+/// without updating the level bitmaps (the next claim repairs them).
+const RELEASE_ATTEMPTS: u32 = 4;
 /// Word 2 of an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`), as the kernel's
 /// `user_ip6` holds it (network byte order).
 const V4_MAPPED_WORD: u32 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
@@ -94,23 +101,28 @@ pub fn srap_connect6(ctx: SockAddrContext) -> i32 {
     1
 }
 
+#[cgroup_sock_addr(bind4)]
+pub fn srap_bind4(ctx: SockAddrContext) -> i32 {
+    note_port_zero_bind(&ctx);
+    1
+}
+
+#[cgroup_sock_addr(bind6)]
+pub fn srap_bind6(ctx: SockAddrContext) -> i32 {
+    note_port_zero_bind(&ctx);
+    1
+}
+
 /// Frees the slot of a steered socket when it is closed.
 #[cgroup_sock(sock_release)]
 pub fn srap_sock_release(ctx: SockContext) -> i32 {
     // SAFETY: the context pointer is the kernel's socket.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.sock as *mut c_void) };
+    let _ = SRAP_BOUND.remove(cookie);
     // SAFETY: the value is copied out before the entry is removed.
     if let Some(held) = unsafe { SRAP_SOCKETS.get(cookie) }.copied() {
         let _ = SRAP_SOCKETS.remove(cookie);
-        if let Some(flows) = occupancy(held.receiver, held.slot) {
-            // SAFETY: valid, aligned map memory. Adding u64::MAX subtracts
-            // one; the check keeps a lost race from wrapping below zero.
-            unsafe {
-                if *flows > 0 {
-                    atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(flows, u64::MAX);
-                }
-            }
-        }
+        release_slot(held.receiver, held.slot);
         count(outcome::RELEASED);
     }
     1
@@ -123,12 +135,76 @@ fn count(what: u32) {
     }
 }
 
-/// The flow count of one receiver CPU slot (shared by all CPUs: update atomically).
-fn occupancy(receiver: u32, slot: u32) -> Option<*mut u64> {
-    if receiver >= MAX_RECEIVERS || slot >= MAX_SLOTS {
-        return None;
+/// Reads one context field (volatile keeps the compiler from deriving one
+/// field's address from another's, which the kernel's verifier refuses for
+/// context pointers).
+#[inline(always)]
+fn field(ptr: *const u32) -> u32 {
+    // SAFETY: callers pass addresses of fields of a kernel context.
+    unsafe { read_volatile(ptr) }
+}
+
+/// Records a TCP socket the application binds with port 0: the kernel
+/// chooses its port now, before any destination is known, so its connect
+/// is counted as [`outcome::PORT_AT_BIND`], not as an application's port.
+#[inline(always)]
+fn note_port_zero_bind(ctx: &SockAddrContext) {
+    let sa = ctx.sock_addr;
+    // SAFETY: field addresses within the context.
+    let (sock_type, user_port) = unsafe {
+        (
+            field(&raw const (*sa).type_),
+            field(&raw const (*sa).user_port),
+        )
+    };
+    if sock_type != SOCK_STREAM || user_port != 0 {
+        return;
     }
-    SRAP_OCCUPANCY.get_ptr_mut(receiver * MAX_SLOTS + slot)
+    // SAFETY: the context pointer is the kernel's.
+    let cookie = unsafe { bpf_get_socket_cookie(sa.cast()) };
+    let _ = SRAP_BOUND.insert(cookie, 1, 0);
+}
+
+/// The socket's bound source address (zero: none) and port, in the key's
+/// form: a v4-mapped source of a dual-stack socket toward an IPv4 receiver
+/// becomes its IPv4 address.
+#[inline(always)]
+fn bound_source(ctx: &SockAddrContext, family: u32, mapped: bool) -> ([u32; 4], u32) {
+    // SAFETY: `sk` of a sock_addr context is the kernel's socket, never null.
+    let sk: *mut bpf_sock =
+        unsafe { read_volatile(&raw const (*ctx.sock_addr).__bindgen_anon_1.sk) };
+    // SAFETY: field addresses within the kernel's bpf_sock.
+    unsafe {
+        let port = field(&raw const (*sk).src_port);
+        if family == FAMILY_INET {
+            return ([field(&raw const (*sk).src_ip4), 0, 0, 0], port);
+        }
+        let words = [
+            field(&raw const (*sk).src_ip6[0]),
+            field(&raw const (*sk).src_ip6[1]),
+            field(&raw const (*sk).src_ip6[2]),
+            field(&raw const (*sk).src_ip6[3]),
+        ];
+        if mapped {
+            // `::ffff:a.b.c.d` or `::` (unbound): its IPv4 word, or zero.
+            ([words[3], 0, 0, 0], port)
+        } else {
+            (words, port)
+        }
+    }
+}
+
+/// The destination's steering entry: for its port, else for any port.
+#[inline(always)]
+fn dest_of(mut key: DestKey) -> Option<DestValue> {
+    // SAFETY: values are copied out at once.
+    unsafe {
+        if let Some(dest) = SRAP_DESTS.get(key) {
+            return Some(*dest);
+        }
+        key.port = 0;
+        SRAP_DESTS.get(key).copied()
+    }
 }
 
 /// Binds a steered port if the destination is steered; returns the outcome.
@@ -136,12 +212,7 @@ fn occupancy(receiver: u32, slot: u32) -> Option<*mut u64> {
 #[inline(always)]
 fn steer(ctx: &SockAddrContext, family: u32) -> u32 {
     let sa = ctx.sock_addr;
-    // Context fields are read one by one at fixed offsets (volatile keeps the
-    // compiler from deriving one field's address from another's, which the
-    // kernel's verifier refuses for context pointers).
     // SAFETY: the kernel passes a valid bpf_sock_addr.
-    let field = |ptr: *const u32| unsafe { core::ptr::read_volatile(ptr) };
-    // SAFETY: field addresses within the context, not dereferenced here.
     let (sock_type, user_port) = unsafe {
         (
             field(&raw const (*sa).type_),
@@ -170,90 +241,81 @@ fn steer(ctx: &SockAddrContext, family: u32) -> u32 {
     // default): steer it with the receiver's IPv4 plan, bind `::ffff:src`.
     let mapped =
         family == FAMILY_INET6 && addr[0] == 0 && addr[1] == 0 && addr[2] == V4_MAPPED_WORD;
-    let mut key = if mapped {
+    let (src, sport) = bound_source(ctx, family, mapped);
+    let key = if mapped {
         DestKey {
             family: FAMILY_INET,
             port: u32::from(dport),
             addr: [addr[3], 0, 0, 0],
+            src,
         }
     } else {
         DestKey {
             family,
             port: u32::from(dport),
             addr,
+            src,
         }
     };
-    // SAFETY: values are copied out at once.
-    let dest = match unsafe { SRAP_DESTS.get(key) } {
-        Some(dest) => *dest,
-        None => {
-            key.port = 0;
-            match unsafe { SRAP_DESTS.get(key) } {
-                Some(dest) => *dest,
-                None => return outcome::MISS,
-            }
+    let bound_addr = src != [0; 4];
+    let Some(dest) = dest_of(key) else {
+        if bound_addr && dest_of(DestKey { src: [0; 4], ..key }).is_some() {
+            return outcome::SOURCE_UNPLANNED;
         }
+        return outcome::MISS;
     };
+    if sport != 0 {
+        return bound_port_outcome(ctx);
+    }
+    let result = bind_steered(ctx, family, &dest, dport);
+    if bound_addr && (result == outcome::STEERED || result == outcome::RETRIED) {
+        count(outcome::SOURCE_KEPT);
+    }
+    result
+}
+
+/// Why a socket already has a port: `bind(addr, 0)`, or the application's
+/// own choice.
+fn bound_port_outcome(ctx: &SockAddrContext) -> u32 {
+    // SAFETY: the context pointer is the kernel's.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.sock_addr.cast()) };
+    // SAFETY: only the presence is read.
+    if unsafe { SRAP_BOUND.get(cookie) }.is_some() {
+        outcome::PORT_AT_BIND
+    } else {
+        outcome::APP_BOUND
+    }
+}
+
+/// Claims a slot of the destination's receiver and binds one of its ports.
+#[inline(always)]
+fn bind_steered(ctx: &SockAddrContext, family: u32, dest: &DestValue, dport: u16) -> u32 {
     let Some(table) = SRAP_TABLES.get(dest.table) else {
         return outcome::ERROR;
     };
-    let slots = table.slots;
-    if slots == 0 || slots > MAX_SLOTS || dest.receiver >= MAX_RECEIVERS || dest.table >= MAX_TABLES
-    {
-        return outcome::ERROR;
-    }
-    let Some(cursor) = SRAP_CURSORS.get_ptr_mut(dest.receiver) else {
+    let Some(layout) = SRAP_LAYOUTS.get(table.layout) else {
         return outcome::ERROR;
     };
-    // SAFETY: valid map memory; a lost update only changes the rotation.
-    let turn = unsafe {
-        let turn = *cursor;
-        *cursor = turn.wrapping_add(1);
-        turn
-    } as u32;
-    let first = claim_slot(dest.receiver, slots, turn % slots);
-
+    let Some(state) = SRAP_RECEIVERS.get_ptr_mut(dest.receiver) else {
+        return outcome::ERROR;
+    };
+    let slots = layout.slots;
+    if slots == 0 || slots > MAX_SLOTS {
+        return outcome::ERROR;
+    }
+    let Some((slot, turn)) = claim_slot(state, dest.receiver) else {
+        return outcome::ERROR;
+    };
+    // Past this layout's slots only while a re-plan shrinks the receiver.
+    let slot = slot % slots;
     for attempt in 0..MAX_BIND_ATTEMPTS {
-        let slot = (first + attempt / ATTEMPTS_PER_SLOT) % slots;
-        let Some(port) = port_for(dest.table, table, slot, turn.wrapping_add(attempt), dport)
+        let Some(port) = port_for(layout, table.base, slot, turn.wrapping_add(attempt), dport)
         else {
             continue;
         };
-        let bound = if family == FAMILY_INET {
-            let mut addr = SockaddrIn {
-                family: AF_INET,
-                port_be: port.to_be(),
-                addr: table.src_addr[0],
-                zero: [0; 8],
-            };
-            // SAFETY: a valid sockaddr_in of the size given.
-            unsafe {
-                bpf_bind(
-                    ctx.sock_addr.cast(),
-                    (&mut addr as *mut SockaddrIn).cast(),
-                    size_of::<SockaddrIn>() as i32,
-                )
-            }
-        } else {
-            let mut addr = SockaddrIn6 {
-                family: AF_INET6,
-                port_be: port.to_be(),
-                flowinfo: 0,
-                addr: table.src_addr6,
-                scope_id: 0,
-            };
-            // SAFETY: a valid sockaddr_in6 of the size given.
-            unsafe {
-                bpf_bind(
-                    ctx.sock_addr.cast(),
-                    (&mut addr as *mut SockaddrIn6).cast(),
-                    size_of::<SockaddrIn6>() as i32,
-                )
-            }
-        };
-        match bound {
+        match bind_port(ctx, family, table, port) {
             0 => {
-                hold(ctx, dest.receiver, first, slot);
+                hold(ctx, dest.receiver, slot);
                 pace(ctx);
                 return if attempt == 0 {
                     outcome::STEERED
@@ -262,92 +324,229 @@ fn steer(ctx: &SockAddrContext, family: u32) -> u32 {
                 };
             }
             e if e == -EADDRINUSE => continue,
-            // The socket is bound already: the application chose its port.
-            e if e == -EINVAL => {
-                add_flows(dest.receiver, first, u64::MAX);
-                return outcome::APP_BOUND;
-            }
             _ => {
-                add_flows(dest.receiver, first, u64::MAX);
+                release_slot(dest.receiver, slot);
                 return outcome::ERROR;
             }
         }
     }
-    add_flows(dest.receiver, first, u64::MAX);
+    release_slot(dest.receiver, slot);
     outcome::PORT_IN_USE
 }
 
-/// Claims the least-occupied slot for one new flow. The slot is locked for
-/// the moment between re-reading its count and adding the flow (an entry
-/// inserted with `BPF_NOEXIST`: one connect at a time gets it); a connect
-/// that finds it locked, or finds the count risen since it chose, looks
-/// again, a bounded number of times. So two connects at the same moment
-/// never share a slot while a free one exists. (BPF v1 cannot read the
-/// result of an atomic add, hence the lock.)
-fn claim_slot(receiver: u32, slots: u32, start: u32) -> u32 {
-    let mut slot = start;
-    for _ in 0..CLAIM_ATTEMPTS {
-        let (best, seen) = least_occupied(receiver, slots, start);
-        slot = best;
-        let Some(flows) = occupancy(receiver, best) else {
-            return best;
+/// `bpf_bind()` to the table's source address (the route's, or the one the
+/// application bound) and `port`.
+#[inline(always)]
+fn bind_port(ctx: &SockAddrContext, family: u32, table: &SteerTable, port: u16) -> i64 {
+    if family == FAMILY_INET {
+        let mut addr = SockaddrIn {
+            family: AF_INET,
+            port_be: port.to_be(),
+            addr: table.src_addr[0],
+            zero: [0; 8],
         };
-        let lock = receiver * MAX_SLOTS + best;
+        // SAFETY: a valid sockaddr_in of the size given.
+        unsafe {
+            bpf_bind(
+                ctx.sock_addr.cast(),
+                (&mut addr as *mut SockaddrIn).cast(),
+                size_of::<SockaddrIn>() as i32,
+            )
+        }
+    } else {
+        let mut addr = SockaddrIn6 {
+            family: AF_INET6,
+            port_be: port.to_be(),
+            flowinfo: 0,
+            addr: table.src_addr6,
+            scope_id: 0,
+        };
+        // SAFETY: a valid sockaddr_in6 of the size given.
+        unsafe {
+            bpf_bind(
+                ctx.sock_addr.cast(),
+                (&mut addr as *mut SockaddrIn6).cast(),
+                size_of::<SockaddrIn6>() as i32,
+            )
+        }
+    }
+}
+
+/// Claims the least-occupied slot of a receiver for one new flow; returns
+/// it and the rotation turn. The slot is found in the lowest non-empty
+/// level bitmap, from a rotating start, then locked (an entry inserted with
+/// `BPF_NOEXIST`: one hook at a time gets it); under the lock its count is
+/// checked against what the bitmap said and the flow added. A claim that
+/// finds the lock taken or the count changed looks again, a bounded number
+/// of times, so two connects at the same moment never share a slot while a
+/// free one exists. (BPF v1 cannot read the result of an atomic add, hence
+/// the lock.)
+fn claim_slot(state: *mut ReceiverSlots, receiver: u32) -> Option<(u32, u32)> {
+    // SAFETY: valid map memory; a lost cursor update only changes the rotation.
+    let (slots, turn) = unsafe {
+        let slots = read_volatile(&raw const (*state).slots);
+        let turn = read_volatile(&raw const (*state).cursor);
+        (*state).cursor = turn.wrapping_add(1);
+        (slots, turn as u32)
+    };
+    if slots == 0 || slots > MAX_SLOTS {
+        return None;
+    }
+    for attempt in 0..CLAIM_ATTEMPTS {
+        let start = turn.wrapping_add(attempt) % slots;
+        if let Some(slot) = try_claim(state, receiver, slots, start) {
+            return Some((slot, turn));
+        }
+    }
+    // Still contended: take the rotation's slot (its bits are repaired by
+    // the next claim that finds them wrong).
+    let start = turn % slots;
+    add_flows(state, start, 1);
+    Some((start, turn))
+}
+
+/// One claim attempt from `start`; `None` when the slot found was taken or
+/// changed meanwhile.
+#[inline(always)]
+fn try_claim(state: *mut ReceiverSlots, receiver: u32, slots: u32, start: u32) -> Option<u32> {
+    let (found, level) = lowest_level_slot(state, start);
+    // Bits past the slots are stale (a shrunk receiver): use the start.
+    let slot = if found < slots { found } else { start };
+    let seen = flows_of(state, slot)?;
+    let level = if found < slots { level } else { level_of(seen) };
+    let lock = receiver * MAX_SLOTS + slot;
+    SRAP_CLAIMS.insert(lock, 1, BPF_NOEXIST).ok()?;
+    let now = flows_of(state, slot).unwrap_or(seen);
+    let claimed = now == seen && level_of(now) == level;
+    if claimed {
+        add_flows(state, slot, 1);
+        move_bit(state, slot, level, level_of(now + 1));
+    } else {
+        move_bit(state, slot, level, level_of(now));
+    }
+    let _ = SRAP_CLAIMS.remove(lock);
+    claimed.then_some(slot)
+}
+
+/// The first slot, from `start`, of the lowest non-empty level; `MAX_SLOTS`
+/// when every level is empty.
+#[inline(always)]
+fn lowest_level_slot(state: *mut ReceiverSlots, start: u32) -> (u32, usize) {
+    for level in 0..LEVELS {
+        // SAFETY: valid map memory; a word changing meanwhile only skews
+        // this choice, which the lock then checks.
+        let words = unsafe { &(*state).levels[level] };
+        if let Some(slot) = first_set_from(words, masked(start, MAX_SLOTS) as u32) {
+            return (slot, level);
+        }
+    }
+    (MAX_SLOTS, 0)
+}
+
+/// `i` masked below `n`, a power of two, on the very value used:
+/// `black_box` keeps the compiler from dropping the mask as proven by a
+/// check elsewhere (made on a register the kernel's verifier does not
+/// connect to this one). Callers check `i < n` for meaning first.
+#[inline(always)]
+fn masked(i: u32, n: u32) -> usize {
+    (core::hint::black_box(i) & (n - 1)) as usize
+}
+
+/// The open flows of `slot`.
+#[inline(always)]
+fn flows_of(state: *mut ReceiverSlots, slot: u32) -> Option<u32> {
+    if slot >= MAX_SLOTS {
+        return None;
+    }
+    // SAFETY: in bounds of valid map memory.
+    Some(unsafe { read_volatile(&raw const (*state).flows[masked(slot, MAX_SLOTS)]) })
+}
+
+/// Adds `delta` (`u32::MAX`: minus one) to a slot's flow count.
+#[inline(always)]
+fn add_flows(state: *mut ReceiverSlots, slot: u32, delta: u32) {
+    if slot >= MAX_SLOTS {
+        return;
+    }
+    // SAFETY: in bounds of valid, aligned map memory.
+    unsafe {
+        let flows = addr_of_mut!((*state).flows[masked(slot, MAX_SLOTS)]);
+        atomic_xadd::<u32, u32, { AtomicOrdering::Relaxed }>(flows, delta);
+    }
+}
+
+/// The bitmap word of `slot` in `level`.
+#[inline(always)]
+fn level_word(state: *mut ReceiverSlots, level: usize, slot: u32) -> *mut u64 {
+    const WORDS: u32 = (LEVELS * SLOT_WORDS) as u32;
+    let index = masked(level as u32 * SLOT_WORDS as u32 + slot / 64, WORDS);
+    // SAFETY: `levels` is WORDS contiguous u64s and `index` is below WORDS.
+    unsafe { addr_of_mut!((*state).levels).cast::<u64>().add(index) }
+}
+
+/// Moves `slot`'s bit from level `from` to level `to`. Only the holder of
+/// the slot's lock changes its bits, so reading a bit then adding to its
+/// word is safe; the adds never carry into other slots' bits.
+#[inline(always)]
+fn move_bit(state: *mut ReceiverSlots, slot: u32, from: usize, to: usize) {
+    if from == to || from >= LEVELS || to >= LEVELS || slot >= MAX_SLOTS {
+        return;
+    }
+    let bit = 1u64 << (slot % 64);
+    // SAFETY: valid, aligned map memory.
+    unsafe {
+        let from_word = level_word(state, from, slot);
+        if read_volatile(from_word) & bit != 0 {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(from_word, bit.wrapping_neg());
+        }
+        let to_word = level_word(state, to, slot);
+        if read_volatile(to_word) & bit == 0 {
+            atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(to_word, bit);
+        }
+    }
+}
+
+/// Frees one flow of a slot: under the slot's lock when it can be had, so
+/// the level bitmaps follow; else the count alone (the next claim that
+/// finds the slot's bit wrong repairs it).
+fn release_slot(receiver: u32, slot: u32) {
+    let Some(state) = SRAP_RECEIVERS.get_ptr_mut(receiver) else {
+        return;
+    };
+    let lock = receiver.wrapping_mul(MAX_SLOTS).wrapping_add(slot);
+    for _ in 0..RELEASE_ATTEMPTS {
         if SRAP_CLAIMS.insert(lock, 1, BPF_NOEXIST).is_err() {
             continue;
         }
-        // SAFETY: valid map memory, read under the slot's lock.
-        let now = unsafe { core::ptr::read_volatile(flows) };
-        let free = now <= seen;
-        if free {
-            add_flows(receiver, best, 1);
+        if let Some(flows) = flows_of(state, slot).filter(|f| *f > 0) {
+            add_flows(state, slot, u32::MAX);
+            // SAFETY: valid map memory.
+            let slots = unsafe { read_volatile(&raw const (*state).slots) };
+            if slot < slots {
+                move_bit(state, slot, level_of(flows), level_of(flows - 1));
+            }
         }
         let _ = SRAP_CLAIMS.remove(lock);
-        if free {
-            return best;
-        }
+        return;
     }
-    // Still contended: take the last choice anyway (counted, so freed later).
-    add_flows(receiver, slot, 1);
-    slot
-}
-
-/// Adds `delta` (`u64::MAX`: minus one) to a slot's flow count.
-fn add_flows(receiver: u32, slot: u32, delta: u64) {
-    if let Some(flows) = occupancy(receiver, slot) {
-        // SAFETY: valid, aligned map memory.
-        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(flows, delta) };
+    if flows_of(state, slot).is_some_and(|f| f > 0) {
+        add_flows(state, slot, u32::MAX);
     }
-}
-
-/// The slot with the fewest flows and that count, searching from `start` so
-/// ties rotate.
-fn least_occupied(receiver: u32, slots: u32, start: u32) -> (u32, u64) {
-    let (mut best, mut best_flows) = (start, u64::MAX);
-    for i in 0..MAX_SLOTS {
-        if i >= slots {
-            break;
-        }
-        let slot = (start + i) % slots;
-        // SAFETY: valid map memory; a stale read only skews one choice.
-        let flows = occupancy(receiver, slot).map_or(u64::MAX, |o| unsafe { *o });
-        if flows < best_flows {
-            best = slot;
-            best_flows = flows;
-        }
-    }
-    (best, best_flows)
 }
 
 /// A port of `slot` for destination port `dport`; `turn` picks which.
-fn port_for(table_index: u32, table: &SteerTable, slot: u32, turn: u32, dport: u16) -> Option<u16> {
-    let entries = SRAP_SLOTS.get(table_index * MAX_SLOTS + slot)?;
+#[inline(always)]
+fn port_for(layout: &SteerLayout, base: u32, slot: u32, turn: u32, dport: u16) -> Option<u16> {
+    let entries = SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot))?;
     if entries.count == 0 {
         return None;
     }
     let entry = *entries.entries.get((turn % entries.count) as usize)?;
-    let value = table.value_for(entry, dport);
-    let ports = SRAP_VALUES.get(table_index * MAX_VALUES + value)?;
+    let value = layout.value_for(base, u32::from(entry), dport);
+    if value >= layout.values || value >= MAX_VALUES {
+        return None;
+    }
+    let ports = SRAP_VALUES.get(layout.value_base.wrapping_add(value))?;
     if ports.count == 0 {
         return None;
     }
@@ -357,13 +556,8 @@ fn port_for(table_index: u32, table: &SteerTable, slot: u32, turn: u32, dport: u
         .copied()
 }
 
-/// Remembers the socket's slot so closing frees it; moves the count from the
-/// `claimed` slot when the port came from the next one.
-fn hold(ctx: &SockAddrContext, receiver: u32, claimed: u32, slot: u32) {
-    if slot != claimed {
-        add_flows(receiver, claimed, u64::MAX);
-        add_flows(receiver, slot, 1);
-    }
+/// Remembers the socket's slot so closing frees it.
+fn hold(ctx: &SockAddrContext, receiver: u32, slot: u32) {
     // SAFETY: the context pointer is the kernel's.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.sock_addr.cast()) };
     let _ = SRAP_SOCKETS.insert(cookie, SocketSlot { receiver, slot }, 0);

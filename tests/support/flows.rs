@@ -3,7 +3,7 @@
 
 use std::{
     io::{BufRead as _, BufReader, Read as _},
-    net::{TcpListener, TcpStream},
+    net::{SocketAddr, TcpListener, TcpStream},
     sync::mpsc,
     thread,
     time::{Duration, Instant},
@@ -32,12 +32,17 @@ impl Server {
 
     /// Accepts `n` more connections; returns their source ports.
     pub fn accept(&mut self, n: usize) -> Vec<u16> {
+        self.accept_peers(n).iter().map(SocketAddr::port).collect()
+    }
+
+    /// Accepts `n` more connections; returns their source addresses and ports.
+    pub fn accept_peers(&mut self, n: usize) -> Vec<SocketAddr> {
         let deadline = Instant::now() + self.timeout;
         let mut ports = Vec::new();
         while ports.len() < n {
             match self.listener.accept() {
                 Ok((stream, peer)) => {
-                    ports.push(peer.port());
+                    ports.push(peer);
                     self.accepted.push(stream);
                 }
                 Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {

@@ -26,7 +26,7 @@ pub fn plan_report(version: u64, plan: &Plan, any_port_dports: &[u16]) -> PlanRe
             for dport in dports {
                 tables.push(PlannedTable {
                     receiver: receiver.receiver,
-                    source: receiver.source,
+                    source: table.source,
                     dst_port: dport,
                     cpus: cpu_ports(table, dport),
                 });
@@ -40,7 +40,7 @@ pub fn plan_report(version: u64, plan: &Plan, any_port_dports: &[u16]) -> PlanRe
 fn cpu_ports(table: &SteeringTable, dport: u16) -> Vec<CpuPorts> {
     use srap_common::binder::{ENTRIES_PER_SLOT, PORTS_PER_VALUE};
     table
-        .slots
+        .slots()
         .iter()
         .enumerate()
         .map(|(slot, entries)| {
@@ -68,6 +68,7 @@ mod tests {
     };
 
     use super::*;
+    use crate::sender::plan::ReceiverSources;
 
     #[test]
     fn every_reported_port_lands_on_its_cpu() {
@@ -76,7 +77,13 @@ mod tests {
         let source: IpAddr = "10.0.0.1".parse().expect("ip");
         let range = PortRange::new(32768, 60999).expect("range");
         for ports in [vec![5201u16], vec![]] {
-            let plan = Plan::build(&model, &[(receiver, source)], &ports, range).expect("plan");
+            let plan = Plan::build(
+                &model,
+                &[ReceiverSources::routed(receiver, source)],
+                &ports,
+                range,
+            )
+            .expect("plan");
             let report = plan_report(3, &plan, &[5201]);
             assert_eq!(report.version, 3);
             assert_eq!(report.tables.len(), 1);
@@ -104,7 +111,13 @@ mod tests {
             "10.0.0.1".parse().expect("ip"),
         );
         let range = PortRange::new(32768, 60999).expect("range");
-        let plan = Plan::build(&model, &[ends], &[], range).expect("plan");
+        let plan = Plan::build(
+            &model,
+            &[ReceiverSources::routed(ends.0, ends.1)],
+            &[],
+            range,
+        )
+        .expect("plan");
         assert!(plan_report(1, &plan, &[]).tables.is_empty());
         assert_eq!(plan_report(1, &plan, &[80, 443]).tables.len(), 2);
     }

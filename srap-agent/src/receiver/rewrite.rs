@@ -10,17 +10,20 @@ use std::net::IpAddr;
 
 use srap_common::wire::PlanReport;
 
-/// The source address `report` plans toward `local` (the address the peer
-/// connected to) when it is not `peer`, the address the connection came
-/// from.
+/// The source address `report` plans unbound sockets toward `local` (the
+/// address the peer connected to) from, when it is not `peer`, the address
+/// the agent's connection — an unbound socket itself — came from. Tables
+/// from the sender's other local addresses do not count: a NAT may rewrite
+/// to an address the sender also has.
 pub fn rewritten_source(peer: IpAddr, local: IpAddr, report: &PlanReport) -> Option<IpAddr> {
     let (peer, local) = (peer.to_canonical(), local.to_canonical());
-    report
+    let route = report
         .tables
         .iter()
-        .filter(|t| t.receiver.to_canonical() == local)
-        .map(|t| t.source.to_canonical())
-        .find(|source| *source != peer)
+        .find(|t| t.receiver.to_canonical() == local)?
+        .source
+        .to_canonical();
+    (route != peer).then_some(route)
 }
 
 #[cfg(test)]
@@ -65,5 +68,14 @@ mod tests {
             rewritten_source(ip("10.0.0.9"), here, &report("10.0.0.1", "10.0.0.2")),
             Some(ip("10.0.0.1"))
         );
+        // Routed from .1 and planned also for a second local address .9:
+        // arriving from .9 is still rewritten (the agent's socket is unbound).
+        let mut both = report("10.0.0.1", "10.0.0.2");
+        both.tables.extend(report("10.0.0.9", "10.0.0.2").tables);
+        assert_eq!(
+            rewritten_source(ip("10.0.0.9"), here, &both),
+            Some(ip("10.0.0.1"))
+        );
+        assert_eq!(rewritten_source(ip("10.0.0.1"), here, &both), None);
     }
 }

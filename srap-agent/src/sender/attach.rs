@@ -17,8 +17,9 @@ use aya::{
     },
 };
 use srap_common::binder::{
-    BinderConfig, CONFIG_MAP, DESTS_MAP, DestKey, DestValue, RELEASE_PROGRAM, SLOTS_MAP, STATS_MAP,
-    SlotEntries, SteerTable, TABLES_MAP, VALUES_MAP, ValuePorts,
+    BinderConfig, CONFIG_MAP, DESTS_MAP, DestKey, DestValue, LAYOUTS_MAP, RECEIVERS_MAP,
+    RELEASE_PROGRAM, ReceiverSlots, SLOTS_MAP, STATS_MAP, SlotEntries, SteerLayout, SteerTable,
+    TABLES_MAP, VALUES_MAP, ValuePorts,
 };
 use tracing::{debug, info, warn};
 
@@ -53,6 +54,8 @@ fn expected_sizes(name: &str) -> Option<(usize, usize)> {
     Some(match name {
         DESTS_MAP => (size_of::<DestKey>(), size_of::<DestValue>()),
         TABLES_MAP => (4, size_of::<SteerTable>()),
+        LAYOUTS_MAP => (4, size_of::<SteerLayout>()),
+        RECEIVERS_MAP => (4, size_of::<ReceiverSlots>()),
         SLOTS_MAP => (4, size_of::<SlotEntries>()),
         VALUES_MAP => (4, size_of::<ValuePorts>()),
         CONFIG_MAP => (4, size_of::<BinderConfig>()),

@@ -7,8 +7,9 @@
 use std::path::{Path, PathBuf};
 
 use srap_common::binder::{
-    CONFIG_MAP, CONNECT4_PROGRAM, CONNECT6_PROGRAM, CURSORS_MAP, DESTS_MAP, OCCUPANCY_MAP,
-    RELEASE_PROGRAM, SLOTS_MAP, SOCKETS_MAP, STATS_MAP, TABLES_MAP, VALUES_MAP,
+    BIND4_PROGRAM, BIND6_PROGRAM, CONFIG_MAP, CONNECT4_PROGRAM, CONNECT6_PROGRAM, DESTS_MAP,
+    LAYOUTS_MAP, RECEIVERS_MAP, RELEASE_PROGRAM, SLOTS_MAP, SOCKETS_MAP, STATS_MAP, TABLES_MAP,
+    VALUES_MAP,
 };
 
 /// The default pin directory.
@@ -18,18 +19,26 @@ pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/srap";
 pub const MAPS: [&str; 9] = [
     DESTS_MAP,
     TABLES_MAP,
+    LAYOUTS_MAP,
     SLOTS_MAP,
     VALUES_MAP,
-    OCCUPANCY_MAP,
-    CURSORS_MAP,
+    RECEIVERS_MAP,
     SOCKETS_MAP,
     STATS_MAP,
     CONFIG_MAP,
 ];
 
 /// The binder's programs, in attach order: the release hook first, so every
-/// socket that the connect hooks steer also frees its slot when it closes.
-pub const PROGRAMS: [&str; 3] = [RELEASE_PROGRAM, CONNECT4_PROGRAM, CONNECT6_PROGRAM];
+/// socket that the connect hooks steer also frees its slot when it closes,
+/// and the bind hooks before the connect hooks, so a socket bound while
+/// they attach is never judged by a connect hook without its bind record.
+pub const PROGRAMS: [&str; 5] = [
+    RELEASE_PROGRAM,
+    BIND4_PROGRAM,
+    BIND6_PROGRAM,
+    CONNECT4_PROGRAM,
+    CONNECT6_PROGRAM,
+];
 
 /// Paths under one pin directory.
 #[derive(Debug, Clone, PartialEq, Eq)]

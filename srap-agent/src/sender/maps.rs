@@ -7,8 +7,8 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, PerCpuArray},
 };
 use srap_common::binder::{
-    BinderConfig, CONFIG_MAP, DESTS_MAP, DestKey, DestValue, MAX_SLOTS, MAX_VALUES, OCCUPANCY_MAP,
-    SLOTS_MAP, STATS_MAP, SlotEntries, SteerTable, TABLES_MAP, VALUES_MAP, ValuePorts, outcome,
+    BinderConfig, CONFIG_MAP, DESTS_MAP, DestKey, DestValue, LAYOUTS_MAP, MAX_SLOTS, RECEIVERS_MAP,
+    ReceiverSlots, SLOTS_MAP, STATS_MAP, TABLES_MAP, VALUES_MAP, outcome,
 };
 
 use super::{SenderError, layout::PinLayout, plan::Plan};
@@ -21,53 +21,101 @@ fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Map, Se
     ebpf.map_mut(name).ok_or(SenderError::Missing(name))
 }
 
-/// Writes tables, slots and values first and the destinations last, so a
-/// connect() racing with an update never finds a destination whose table is
-/// not there yet; destinations no longer in the plan are removed.
+/// Writes layouts, pools, tables and receivers first and the destinations
+/// last, so a connect() racing with an update never finds a destination
+/// whose table is not there yet; destinations no longer in the plan are
+/// removed.
 pub fn fill(ebpf: &mut Ebpf, plan: &Plan, pacing_rate: u64) -> Result<(), SenderError> {
-    {
-        let mut tables: Array<_, SteerTable> =
-            Array::try_from(map_mut(ebpf, TABLES_MAP)?).map_err(map_error(TABLES_MAP))?;
-        for (t, table) in plan.tables.iter().enumerate() {
-            tables
-                .set(t as u32, table.table, 0)
-                .map_err(map_error(TABLES_MAP))?;
+    fill_layouts(ebpf, plan)?;
+    write_rows(
+        ebpf,
+        TABLES_MAP,
+        plan.tables
+            .iter()
+            .enumerate()
+            .map(|(t, table)| (t as u32, table.table)),
+    )?;
+    fill_receivers(ebpf, plan)?;
+    write_rows(ebpf, CONFIG_MAP, [(0, BinderConfig { pacing_rate })])?;
+    fill_dests(ebpf, plan)
+}
+
+/// Sets `rows` of the array map `name`.
+fn write_rows<V: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    rows: impl IntoIterator<Item = (u32, V)>,
+) -> Result<(), SenderError> {
+    let mut array: Array<_, V> = Array::try_from(map_mut(ebpf, name)?).map_err(map_error(name))?;
+    for (index, value) in rows {
+        array.set(index, value, 0).map_err(map_error(name))?;
+    }
+    Ok(())
+}
+
+/// Each layout's row and its rows in the slot and value pools.
+fn fill_layouts(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
+    let layouts = || plan.layouts.iter();
+    write_rows(
+        ebpf,
+        LAYOUTS_MAP,
+        layouts()
+            .enumerate()
+            .map(|(l, layout)| (l as u32, layout.layout)),
+    )?;
+    write_rows(
+        ebpf,
+        SLOTS_MAP,
+        layouts().flat_map(|l| {
+            let base = l.layout.slot_base;
+            l.slots
+                .iter()
+                .enumerate()
+                .map(move |(s, slot)| (base + s as u32, *slot))
+        }),
+    )?;
+    write_rows(
+        ebpf,
+        VALUES_MAP,
+        layouts().flat_map(|l| {
+            let base = l.layout.value_base;
+            l.values
+                .iter()
+                .enumerate()
+                .map(move |(v, ports)| (base + v as u32, *ports))
+        }),
+    )
+}
+
+/// Sets each receiver's slot count. The hook's live state (flow counts,
+/// level bitmaps, cursor) is rebuilt only when the count changed, keeping
+/// the counts of flows still open; otherwise it is left to the hook.
+fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
+    let mut array: Array<_, ReceiverSlots> =
+        Array::try_from(map_mut(ebpf, RECEIVERS_MAP)?).map_err(map_error(RECEIVERS_MAP))?;
+    for receiver in &plan.receivers {
+        let now = array
+            .get(&receiver.index, 0)
+            .map_err(map_error(RECEIVERS_MAP))?;
+        if now.slots == receiver.slots {
+            continue;
         }
+        let rebuilt = ReceiverSlots::rebuilt(receiver.slots, &now.flows, now.cursor);
+        array
+            .set(receiver.index, rebuilt, 0)
+            .map_err(map_error(RECEIVERS_MAP))?;
     }
-    {
-        let mut slots: Array<_, SlotEntries> =
-            Array::try_from(map_mut(ebpf, SLOTS_MAP)?).map_err(map_error(SLOTS_MAP))?;
-        for (t, table) in plan.tables.iter().enumerate() {
-            for (s, slot) in table.slots.iter().enumerate() {
-                let index = t as u32 * MAX_SLOTS + s as u32;
-                slots.set(index, slot, 0).map_err(map_error(SLOTS_MAP))?;
-            }
-        }
-    }
-    {
-        let mut values: Array<_, ValuePorts> =
-            Array::try_from(map_mut(ebpf, VALUES_MAP)?).map_err(map_error(VALUES_MAP))?;
-        for (t, table) in plan.tables.iter().enumerate() {
-            for (v, ports) in table.values.iter().enumerate().take(MAX_VALUES as usize) {
-                let index = t as u32 * MAX_VALUES + v as u32;
-                values.set(index, ports, 0).map_err(map_error(VALUES_MAP))?;
-            }
-        }
-    }
-    {
-        let mut config: Array<_, BinderConfig> =
-            Array::try_from(map_mut(ebpf, CONFIG_MAP)?).map_err(map_error(CONFIG_MAP))?;
-        config
-            .set(0, BinderConfig { pacing_rate }, 0)
-            .map_err(map_error(CONFIG_MAP))?;
-    }
+    Ok(())
+}
+
+fn fill_dests(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
     let mut dests: HashMap<_, DestKey, DestValue> =
         HashMap::try_from(map_mut(ebpf, DESTS_MAP)?).map_err(map_error(DESTS_MAP))?;
-    let wanted: BTreeSet<_> = plan.dests.iter().map(|(k, _)| key_bytes(k)).collect();
+    let wanted: BTreeSet<DestKey> = plan.dests.iter().map(|(k, _)| *k).collect();
     let stale: Vec<DestKey> = dests
         .keys()
         .filter_map(Result::ok)
-        .filter(|k| !wanted.contains(&key_bytes(k)))
+        .filter(|k| !wanted.contains(k))
         .collect();
     for (key, value) in &plan.dests {
         dests.insert(key, value, 0).map_err(map_error(DESTS_MAP))?;
@@ -89,11 +137,6 @@ pub fn clear_dests(ebpf: &mut Ebpf) -> Result<usize, SenderError> {
         dests.remove(key).map_err(map_error(DESTS_MAP))?;
     }
     Ok(keys.len())
-}
-
-/// A sortable form of a key (DestKey has no Ord).
-fn key_bytes(key: &DestKey) -> (u32, u32, [u32; 4]) {
-    (key.family, key.port, key.addr)
 }
 
 /// The binder's outcome counters, summed over CPUs, by [`outcome`] index.
@@ -135,19 +178,13 @@ pub fn read_stats(layout: &PinLayout) -> Result<BinderStats, SenderError> {
     Ok(out)
 }
 
-/// Open flows per slot of receiver `receiver` (first `slots` slots).
-pub fn read_occupancy(
-    layout: &PinLayout,
-    receiver: u32,
-    slots: u32,
-) -> Result<Vec<u64>, SenderError> {
-    let map = open_pinned(layout, OCCUPANCY_MAP)?;
-    let occupancy: Array<_, u64> = Array::try_from(map).map_err(map_error(OCCUPANCY_MAP))?;
-    (0..slots.min(MAX_SLOTS))
-        .map(|s| {
-            occupancy
-                .get(&(receiver * MAX_SLOTS + s), 0)
-                .map_err(map_error(OCCUPANCY_MAP))
-        })
-        .collect()
+/// Open flows per slot of receiver `receiver` (its slots in use).
+pub fn read_occupancy(layout: &PinLayout, receiver: u32) -> Result<Vec<u32>, SenderError> {
+    let map = open_pinned(layout, RECEIVERS_MAP)?;
+    let receivers: Array<_, ReceiverSlots> =
+        Array::try_from(map).map_err(map_error(RECEIVERS_MAP))?;
+    let row = receivers
+        .get(&receiver, 0)
+        .map_err(map_error(RECEIVERS_MAP))?;
+    Ok(row.flows[..row.slots.min(MAX_SLOTS) as usize].to_vec())
 }

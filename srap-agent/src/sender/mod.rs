@@ -13,6 +13,7 @@ mod attach;
 pub mod cgroup;
 pub mod follow;
 pub mod layout;
+pub mod local;
 mod maps;
 pub mod plan;
 pub mod rate;
@@ -146,6 +147,21 @@ pub struct Steering {
     pub port_range: PortRange,
 }
 
+/// Each receiver with the route's source address toward it and the other
+/// local addresses an application may bind.
+pub fn receiver_sources(receivers: &[IpAddr]) -> Result<Vec<plan::ReceiverSources>, SenderError> {
+    receivers
+        .iter()
+        .map(|r| {
+            Ok(plan::ReceiverSources {
+                receiver: *r,
+                route: route::source_toward(*r)?,
+                others: local::addresses_toward(*r)?,
+            })
+        })
+        .collect()
+}
+
 /// Computes, fills, reserves, attaches and pins (or adopts what a previous
 /// agent pinned under the same directory).
 pub fn start(options: &SenderOptions, object: &[u8]) -> Result<Steering, SenderError> {
@@ -167,16 +183,16 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<Steering, SenderE
         Some(range) => range,
         None => reserved::local_port_range()?,
     };
-    let receivers = options
-        .receivers
-        .iter()
-        .map(|r| Ok((*r, route::source_toward(*r)?)))
-        .collect::<Result<Vec<_>, SenderError>>()?;
-    let plan = Plan::build(&options.model, &receivers, &options.ports, port_range)?;
-    for table in plan.tables.iter().filter(|t| t.cpus_left_out > 0) {
+    let plan = Plan::build(
+        &options.model,
+        &receiver_sources(&options.receivers)?,
+        &options.ports,
+        port_range,
+    )?;
+    for layout in plan.layouts.iter().filter(|l| l.cpus_left_out > 0) {
         warn!(
             "{} receiver CPUs are beyond the binder's slots and get no flows",
-            table.cpus_left_out
+            layout.cpus_left_out
         );
     }
 

@@ -1,16 +1,20 @@
-//! What goes into the binder's maps: one steering table per receiver address
-//! (or per receiver address and port, when the receiver's RSS is not linear
-//! in the destination port), and the destinations that point at them.
+//! What goes into the binder's maps: for each receiver address, one
+//! steering table per local source address (the route's, and every other
+//! address of the family an application may bind), their shared layouts,
+//! and the destinations that point at them.
 //!
 //! Pure computation on the RSS model; [`super::maps`] writes the result.
 
-use std::{collections::BTreeSet, net::IpAddr};
+use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
 use srap_common::{
-    binder::{DestKey, DestValue, MAX_DESTS, MAX_RECEIVERS, MAX_TABLES},
+    binder::{
+        DestKey, DestValue, MAX_DESTS, MAX_LAYOUTS, MAX_RECEIVERS, MAX_TABLES, SLOT_ROWS,
+        VALUE_ROWS,
+    },
     rss::RssModel,
     solver::PortRange,
-    steering::{Scope, SteeringTable, addr_words},
+    steering::{SteeringError, SteeringLayout, SteeringTable, addr_words},
 };
 
 use super::SenderError;
@@ -21,49 +25,66 @@ pub struct ReceiverPlan {
     /// Receiver index: its CPU occupancy row in the binder.
     pub index: u32,
     pub receiver: IpAddr,
-    /// The address flows to it leave from (bound with the port).
+    /// The address flows to it leave from when the application binds none.
     pub source: IpAddr,
-    /// Indexes into [`Plan::tables`].
+    /// Indexes into [`Plan::tables`], the route source's first.
     pub tables: Vec<usize>,
+    /// CPU slots of the receiver (its layouts all have as many).
+    pub slots: u32,
 }
 
 /// Everything the maps will hold.
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub receivers: Vec<ReceiverPlan>,
-    /// Table `t` of the binder is `tables[t]`.
+    /// Layout `l` of the binder, with its pool rows assigned.
+    pub layouts: Vec<Arc<SteeringLayout>>,
+    /// Table `t` of the binder is `tables[t]` (its layout index assigned).
     pub tables: Vec<SteeringTable>,
     pub dests: Vec<(DestKey, DestValue)>,
 }
 
+/// One receiver and where flows to it may come from.
+#[derive(Debug, Clone)]
+pub struct ReceiverSources {
+    pub receiver: IpAddr,
+    /// The route's source address toward it.
+    pub route: IpAddr,
+    /// Other local addresses an application may bind (other families are
+    /// ignored).
+    pub others: Vec<IpAddr>,
+}
+
+impl ReceiverSources {
+    /// A receiver reached from its route's source address only.
+    pub fn routed(receiver: IpAddr, route: IpAddr) -> Self {
+        Self {
+            receiver,
+            route,
+            others: Vec::new(),
+        }
+    }
+
+    /// Route source first, then the other addresses of its family, once each.
+    fn sources(&self) -> Vec<IpAddr> {
+        let mut seen = BTreeSet::new();
+        std::iter::once(self.route)
+            .chain(self.others.iter().copied())
+            .filter(|ip| ip.is_ipv4() == self.receiver.is_ipv4() && seen.insert(*ip))
+            .collect()
+    }
+}
+
 impl Plan {
-    /// Builds the plan for `receivers` (each with its source address), for
-    /// every destination port (`ports` empty) or only `ports`.
+    /// Builds the plan for `receivers`, for every destination port (`ports`
+    /// empty) or only `ports`.
     pub fn build(
         model: &RssModel,
-        receivers: &[(IpAddr, IpAddr)],
+        receivers: &[ReceiverSources],
         ports: &[u16],
         range: PortRange,
     ) -> Result<Self, SenderError> {
-        if receivers.is_empty() {
-            return Err(SenderError::Input(
-                "no receiver: give --receiver IP (once per receiver address)".into(),
-            ));
-        }
-        if receivers.len() > MAX_RECEIVERS as usize {
-            return Err(SenderError::Input(format!(
-                "{} receivers given; the binder tracks at most {MAX_RECEIVERS}",
-                receivers.len()
-            )));
-        }
-        let mut seen = BTreeSet::new();
-        for (receiver, _) in receivers {
-            if !seen.insert(receiver) {
-                return Err(SenderError::Input(format!(
-                    "receiver {receiver} is given twice"
-                )));
-            }
-        }
+        check_receivers(receivers)?;
         let ports: Vec<u16> = ports
             .iter()
             .copied()
@@ -77,106 +98,225 @@ impl Plan {
         }
         let mut plan = Self {
             receivers: Vec::new(),
+            layouts: Vec::new(),
             tables: Vec::new(),
             dests: Vec::new(),
         };
-        for (index, (receiver, source)) in receivers.iter().enumerate() {
-            plan.add_receiver(model, index as u32, *receiver, *source, &ports, range)?;
+        let mut shared = SharedLayouts::default();
+        for (index, sources) in receivers.iter().enumerate() {
+            plan.add_receiver(model, &mut shared, index as u32, sources, &ports, range)?;
         }
-        if plan.tables.len() > MAX_TABLES as usize {
-            return Err(SenderError::Input(format!(
-                "these receivers and ports need {} steering tables; the binder holds \
-                 {MAX_TABLES}: steer fewer ports or receivers",
-                plan.tables.len()
-            )));
-        }
-        if plan.dests.len() > MAX_DESTS as usize {
-            return Err(SenderError::Input(format!(
-                "{} destinations; the binder holds {MAX_DESTS}",
-                plan.dests.len()
-            )));
-        }
+        plan.place_layouts()?;
+        plan.check_capacity()?;
         Ok(plan)
     }
 
     fn add_receiver(
         &mut self,
         model: &RssModel,
+        shared: &mut SharedLayouts,
         index: u32,
-        receiver: IpAddr,
-        source: IpAddr,
+        sources: &ReceiverSources,
         ports: &[u16],
         range: PortRange,
     ) -> Result<(), SenderError> {
-        let build = |dport| {
-            SteeringTable::build(model, source, receiver, dport, range).map_err(|source| {
-                SenderError::Steering {
-                    receiver,
-                    dport,
-                    source,
+        let receiver = sources.receiver;
+        let steering_error = |dport| {
+            move |source| SenderError::Steering {
+                receiver,
+                dport,
+                source,
+            }
+        };
+        let layout = shared
+            .get(model, receiver, range)
+            .map_err(steering_error(None))?;
+        let mut plan = ReceiverPlan {
+            index,
+            receiver,
+            source: sources.route,
+            tables: Vec::new(),
+            slots: 0,
+        };
+        for (n, src) in sources.sources().into_iter().enumerate() {
+            let route = n == 0;
+            match &layout {
+                Some(layout) => {
+                    let table = SteeringTable::with_layout(model, layout.clone(), src, receiver)
+                        .map_err(steering_error(None))?;
+                    let keys: Vec<u16> = if ports.is_empty() {
+                        vec![0]
+                    } else {
+                        ports.to_vec()
+                    };
+                    self.add_table(&mut plan, table, &keys, route);
                 }
-            })
-        };
-        let (family, addr) = addr_words(receiver);
-        let entry = |plan: &mut Self, port: u16, table: SteeringTable| {
-            let t = plan.tables.len();
-            plan.tables.push(table);
-            plan.dests.push((
-                DestKey {
-                    family,
-                    port: u32::from(port),
-                    addr,
-                },
-                DestValue {
-                    table: t as u32,
-                    receiver: index,
-                },
-            ));
-            t
-        };
-        let mut tables = Vec::new();
-        match ports.split_first() {
-            None => tables.push(entry(self, 0, build(None)?)),
-            Some((first, rest)) => {
-                let table = build(Some(*first))?;
-                if table.scope == Scope::AnyPort {
-                    // One table serves every port: point each port at it.
-                    let t = entry(self, *first, table);
-                    tables.push(t);
-                    for port in rest {
-                        self.dests.push((
-                            DestKey {
-                                family,
-                                port: u32::from(*port),
-                                addr,
-                            },
-                            DestValue {
-                                table: t as u32,
-                                receiver: index,
-                            },
-                        ));
-                    }
-                } else {
-                    tables.push(entry(self, *first, table));
-                    for port in rest {
-                        tables.push(entry(self, *port, build(Some(*port))?));
+                None if ports.is_empty() => {
+                    // Names the flag to use.
+                    return Err(steering_error(None)(
+                        SteeringTable::one_port(model, src, receiver, None, range)
+                            .err()
+                            .unwrap_or(SteeringError::NoPorts { range }),
+                    ));
+                }
+                None => {
+                    for port in ports {
+                        let table =
+                            SteeringTable::one_port(model, src, receiver, Some(*port), range)
+                                .map_err(steering_error(Some(*port)))?;
+                        self.add_table(&mut plan, table, &[*port], route);
                     }
                 }
             }
         }
-        self.receivers.push(ReceiverPlan {
-            index,
-            receiver,
-            source,
-            tables,
-        });
+        self.receivers.push(plan);
         Ok(())
+    }
+
+    /// Adds `table` and its destinations: keyed by its own source address,
+    /// and, for the route's source, by no source too (an unbound socket).
+    fn add_table(
+        &mut self,
+        receiver: &mut ReceiverPlan,
+        table: SteeringTable,
+        ports: &[u16],
+        route: bool,
+    ) {
+        let (family, addr) = addr_words(receiver.receiver);
+        let src = addr_words(table.source).1;
+        let t = self.tables.len();
+        receiver.slots = table.layout.slots.len() as u32;
+        receiver.tables.push(t);
+        self.tables.push(table);
+        let value = DestValue {
+            table: t as u32,
+            receiver: receiver.index,
+        };
+        for port in ports {
+            let key = |src| DestKey {
+                family,
+                port: u32::from(*port),
+                addr,
+                src,
+            };
+            self.dests.push((key(src), value));
+            if route {
+                self.dests.push((key([0; 4]), value));
+            }
+        }
+    }
+
+    /// Gives each distinct layout its index and pool rows, and each table
+    /// its layout's index.
+    fn place_layouts(&mut self) -> Result<(), SenderError> {
+        let (mut slot_rows, mut value_rows) = (0u64, 0u64);
+        // The tables' own Arcs, by layout index.
+        let mut placed: Vec<Arc<SteeringLayout>> = Vec::new();
+        for table in &mut self.tables {
+            let known = placed.iter().position(|l| Arc::ptr_eq(l, &table.layout));
+            let index = match known {
+                Some(i) => i,
+                None => {
+                    let mut layout = (*table.layout).clone();
+                    layout.layout.slot_base = slot_rows as u32;
+                    layout.layout.value_base = value_rows as u32;
+                    slot_rows += layout.slots.len() as u64;
+                    value_rows += layout.values.len() as u64;
+                    placed.push(table.layout.clone());
+                    self.layouts.push(Arc::new(layout));
+                    self.layouts.len() - 1
+                }
+            };
+            table.table.layout = index as u32;
+        }
+        if slot_rows > u64::from(SLOT_ROWS) || value_rows > u64::from(VALUE_ROWS) {
+            return Err(SenderError::Input(format!(
+                "these receivers need {slot_rows} CPU slots and {value_rows} port values over \
+                 their distinct RSS configurations; the binder holds {SLOT_ROWS} and \
+                 {VALUE_ROWS}: steer fewer receivers or name --port on fewer ports"
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_capacity(&self) -> Result<(), SenderError> {
+        let over = |what: &str, n: usize, max: u32| {
+            (n > max as usize).then(|| {
+                SenderError::Input(format!(
+                    "these receivers, ports and local addresses need {n} {what}; the binder \
+                     holds {max}: steer fewer ports or receivers"
+                ))
+            })
+        };
+        let problem = over("layouts", self.layouts.len(), MAX_LAYOUTS)
+            .or_else(|| over("steering tables", self.tables.len(), MAX_TABLES))
+            .or_else(|| over("destinations", self.dests.len(), MAX_DESTS));
+        problem.map_or(Ok(()), Err)
     }
 
     /// Every source port the binder may bind: what to reserve.
     pub fn ports(&self) -> BTreeSet<u16> {
-        self.tables.iter().flat_map(SteeringTable::ports).collect()
+        self.layouts.iter().flat_map(|l| l.ports()).collect()
     }
+}
+
+/// The any-port layout of each address family, built once per plan (the
+/// model is the same for every receiver of one description).
+#[derive(Default)]
+struct SharedLayouts {
+    v4: Option<Option<Arc<SteeringLayout>>>,
+    v6: Option<Option<Arc<SteeringLayout>>>,
+}
+
+impl SharedLayouts {
+    fn get(
+        &mut self,
+        model: &RssModel,
+        receiver: IpAddr,
+        range: PortRange,
+    ) -> Result<Option<Arc<SteeringLayout>>, SteeringError> {
+        let slot = if receiver.is_ipv4() {
+            &mut self.v4
+        } else {
+            &mut self.v6
+        };
+        if let Some(layout) = slot {
+            return Ok(layout.clone());
+        }
+        let layout = SteeringLayout::any_port(model, receiver, range)?.map(Arc::new);
+        *slot = Some(layout.clone());
+        Ok(layout)
+    }
+}
+
+fn check_receivers(receivers: &[ReceiverSources]) -> Result<(), SenderError> {
+    if receivers.is_empty() {
+        return Err(SenderError::Input(
+            "no receiver: give --receiver IP (once per receiver address)".into(),
+        ));
+    }
+    if receivers.len() > MAX_RECEIVERS as usize {
+        return Err(SenderError::Input(format!(
+            "{} receivers given; the binder tracks at most {MAX_RECEIVERS}",
+            receivers.len()
+        )));
+    }
+    let mut seen = BTreeSet::new();
+    for sources in receivers {
+        if !seen.insert(sources.receiver) {
+            return Err(SenderError::Input(format!(
+                "receiver {} is given twice",
+                sources.receiver
+            )));
+        }
+        if sources.route.is_ipv4() != sources.receiver.is_ipv4() {
+            return Err(SenderError::Input(format!(
+                "receiver {} is routed from {}, an address of the other family",
+                sources.receiver, sources.route
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -191,46 +331,100 @@ mod tests {
         RssModel::from_description(&embedded_default()).unwrap()
     }
 
-    const V4: (IpAddr, IpAddr) = (
-        IpAddr::V4(Ipv4Addr::new(10, 199, 9, 2)),
-        IpAddr::V4(Ipv4Addr::new(10, 199, 9, 1)),
-    );
+    fn v4() -> ReceiverSources {
+        ReceiverSources {
+            receiver: IpAddr::V4(Ipv4Addr::new(10, 199, 9, 2)),
+            route: IpAddr::V4(Ipv4Addr::new(10, 199, 9, 1)),
+            others: vec![],
+        }
+    }
 
     #[test]
-    fn any_port_receiver_has_one_wildcard_dest() {
-        let plan = Plan::build(&model(), &[V4], &[], PortRange::DEFAULT).unwrap();
+    fn any_port_receiver_has_one_wildcard_dest_per_key() {
+        let plan = Plan::build(&model(), &[v4()], &[], PortRange::DEFAULT).unwrap();
         assert_eq!(plan.tables.len(), 1);
-        assert_eq!(plan.dests.len(), 1);
-        assert_eq!(plan.dests[0].0.port, 0);
-        assert_eq!(plan.tables[0].slots.len(), 32);
+        assert_eq!(plan.layouts.len(), 1);
+        // Bound to the route's source, or unbound.
+        assert_eq!(plan.dests.len(), 2);
+        assert!(plan.dests.iter().all(|(k, _)| k.port == 0));
+        assert_eq!(plan.dests[1].0.src, [0; 4]);
+        assert_eq!(plan.tables[0].slots().len(), 32);
+        assert_eq!(plan.receivers[0].slots, 32);
         assert!(!plan.ports().is_empty());
     }
 
     #[test]
+    fn every_local_address_of_the_family_gets_a_table_on_one_layout() {
+        let mut r = v4();
+        let second = IpAddr::V4(Ipv4Addr::new(10, 199, 9, 11));
+        r.others = vec![second, r.route, IpAddr::V6(Ipv6Addr::LOCALHOST)];
+        let plan = Plan::build(&model(), &[r], &[], PortRange::DEFAULT).unwrap();
+        assert_eq!(plan.tables.len(), 2, "route source and the second address");
+        assert_eq!(plan.tables[1].source, second);
+        assert_eq!(plan.layouts.len(), 1);
+        assert!(plan.tables.iter().all(|t| t.table.layout == 0));
+        assert_ne!(plan.tables[0].table.base, plan.tables[1].table.base);
+        let keyed: Vec<_> = plan.dests.iter().map(|(k, v)| (k.src, v.table)).collect();
+        assert!(keyed.contains(&(addr_words(second).1, 1)));
+        assert!(keyed.contains(&([0; 4], 0)));
+    }
+
+    #[test]
     fn linear_receiver_with_ports_shares_its_table() {
-        let v6 = (
-            IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 2)),
-            IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 1)),
-        );
-        let plan = Plan::build(&model(), &[V4, v6], &[5201, 80, 5201], PortRange::DEFAULT).unwrap();
+        let v6 = ReceiverSources {
+            receiver: IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 2)),
+            route: IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 1)),
+            others: vec![],
+        };
+        let plan =
+            Plan::build(&model(), &[v4(), v6], &[5201, 80, 5201], PortRange::DEFAULT).unwrap();
         assert_eq!(plan.tables.len(), 2);
-        assert_eq!(plan.dests.len(), 4);
+        assert_eq!(plan.layouts.len(), 2, "one per family");
+        assert_eq!(plan.layouts[1].layout.slot_base, 32);
+        assert_eq!(plan.dests.len(), 8);
         assert!(plan.dests.iter().all(|(k, _)| k.port != 0));
         assert_eq!(plan.receivers[1].index, 1);
         assert!(
-            plan.dests[2..]
+            plan.dests[4..]
                 .iter()
                 .all(|(_, v)| v.receiver == 1 && v.table == 1)
         );
     }
 
     #[test]
+    fn four_thousand_receivers_share_one_layout() {
+        let receivers: Vec<ReceiverSources> = (0..MAX_RECEIVERS)
+            .map(|i| {
+                let [_, _, a, b] = i.to_be_bytes();
+                ReceiverSources::routed(
+                    IpAddr::V4(Ipv4Addr::new(10, 200, a, b)),
+                    IpAddr::V4(Ipv4Addr::new(10, 199, 9, 1)),
+                )
+            })
+            .collect();
+        let plan = Plan::build(&model(), &receivers, &[], PortRange::DEFAULT).unwrap();
+        assert_eq!(plan.receivers.len(), 4096);
+        assert_eq!(plan.tables.len(), 4096);
+        assert_eq!(plan.layouts.len(), 1);
+        let mut more = receivers;
+        more.push(ReceiverSources::routed(
+            IpAddr::V4(Ipv4Addr::new(10, 201, 0, 1)),
+            IpAddr::V4(Ipv4Addr::new(10, 199, 9, 1)),
+        ));
+        let err = Plan::build(&model(), &more, &[], PortRange::DEFAULT).unwrap_err();
+        assert!(err.to_string().contains("at most 4096"), "{err}");
+    }
+
+    #[test]
     fn bad_input_is_an_error() {
         let m = model();
         assert!(Plan::build(&m, &[], &[], PortRange::DEFAULT).is_err());
-        assert!(Plan::build(&m, &[V4, V4], &[], PortRange::DEFAULT).is_err());
-        assert!(Plan::build(&m, &[V4], &[0], PortRange::DEFAULT).is_err());
-        let mixed = (V4.0, IpAddr::V6(Ipv6Addr::LOCALHOST));
+        assert!(Plan::build(&m, &[v4(), v4()], &[], PortRange::DEFAULT).is_err());
+        assert!(Plan::build(&m, &[v4()], &[0], PortRange::DEFAULT).is_err());
+        let mixed = ReceiverSources {
+            route: IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ..v4()
+        };
         assert!(Plan::build(&m, &[mixed], &[], PortRange::DEFAULT).is_err());
     }
 }

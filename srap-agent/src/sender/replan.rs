@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 
 use srap_common::rss::RssModel;
 
-use super::{SenderError, SenderOptions, Steering, maps, plan::Plan, reserved, route, state};
+use super::{SenderError, SenderOptions, Steering, maps, plan::Plan, reserved, state};
 
 /// What a re-plan changed in `ip_local_reserved_ports`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -33,11 +33,7 @@ pub fn replan(
     options: &SenderOptions,
     model: &RssModel,
 ) -> Result<Replanned, SenderError> {
-    let receivers = options
-        .receivers
-        .iter()
-        .map(|r| Ok((*r, route::source_toward(*r)?)))
-        .collect::<Result<Vec<_>, SenderError>>()?;
+    let receivers = super::receiver_sources(&options.receivers)?;
     let plan = Plan::build(model, &receivers, &options.ports, steering.port_range)?;
     let new_ports = plan.ports();
 

@@ -24,8 +24,8 @@ pub fn describe(steering: &Steering) -> String {
                 out,
                 "receiver {} from {}: {scope}, {} CPU slots, {} source ports",
                 receiver.receiver,
-                receiver.source,
-                table.slots.len(),
+                table.source,
+                table.slots().len(),
                 table.ports().len()
             );
         }

@@ -161,6 +161,10 @@ impl From<WireDescription> for RssDescription {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Encode, Decode)]
 pub struct PlanReport {
     pub version: u64,
+    /// Toward each receiver address, the tables from the sender's route
+    /// source (what an unbound socket, the agent's own connection among
+    /// them, leaves from) come first, then those of the other local
+    /// addresses an application may bind.
     pub tables: Vec<PlannedTable>,
 }
 
