@@ -1,6 +1,9 @@
 //! What the binder costs a connection: one TCP connect() + accept() + close
 //! over a veth between two namespaces, without the binder and then with it
-//! attached (same run, same sockets, same veth). Goal: binder ≤ 1.10× baseline.
+//! attached toward a 4-CPU and a 512-CPU receiver (same run, same sockets,
+//! same veth). Goals: under 1 µs added per connect, ≤ 1.10× baseline, and
+//! no growth with the slot count (the slot choice reads one bitmap word per
+//! 64 slots, never every slot).
 //!
 //! Needs root (namespaces, cgroups, bpffs): elsewhere it prints SKIP and
 //! measures nothing. The bench process itself joins a fresh cgroup for the
@@ -13,9 +16,14 @@ use std::{
     time::Duration,
 };
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{
+    BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
+};
 use srap_agent::sender::{self, SenderOptions};
-use srap_common::rss::{RssModel, embedded_default};
+use srap_common::{
+    binder::{CONNECT4_PROGRAM, RELEASE_PROGRAM},
+    rss::{RssDescription, RssModel, embedded_default},
+};
 use srap_suite::{TwoHosts, VethConfig, cgroup::CgroupDir, require_privileged, unique_name};
 
 /// Closes with RST (SO_LINGER 0): no TIME_WAIT, so steered ports are free
@@ -60,7 +68,7 @@ fn connect_accept(c: &mut Criterion) {
         return;
     }
     let hosts = TwoHosts::new(VethConfig {
-        subnet: 60,
+        subnet: 50,
         ..VethConfig::default()
     })
     .expect("two namespaces joined by a veth");
@@ -78,7 +86,6 @@ fn connect_accept(c: &mut Criterion) {
     cgroup
         .add(std::process::id())
         .expect("join the bench cgroup");
-    let pin_dir = PathBuf::from(format!("/sys/fs/bpf/srap-bench-{}", unique_name("p")));
 
     // The client side runs on this thread, in the sender's namespace.
     let inside = hosts.sender.enter().expect("enter sender netns");
@@ -86,8 +93,52 @@ fn connect_accept(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(5));
     group.bench_function("baseline", |b| b.iter(|| round_trip(&listener, server)));
 
+    for cpus in [4u32, 512] {
+        bench_binder(&mut group, &cgroup, cpus, &listener, server);
+    }
+    group.finish();
+    drop(inside);
+    if let Err(err) = std::fs::write(home.join("cgroup.procs"), std::process::id().to_string()) {
+        eprintln!("cleanup: back to cgroup {}: {err}", home.display());
+    }
+    drop(cgroup);
+}
+
+/// Mean run time per call of the connect and release hooks, from the
+/// kernel's `BPF_STATS_RUN_TIME` accounting.
+fn print_hook_times(layout: &sender::PinLayout, cpus: u32) {
+    for name in [CONNECT4_PROGRAM, RELEASE_PROGRAM] {
+        match aya::programs::ProgramInfo::from_pin(layout.program(name)) {
+            Ok(info) if info.run_count() > 0 => eprintln!(
+                "hook time ({cpus} slots): {name} {:.0} ns per call over {} calls",
+                info.run_time().as_nanos() as f64 / info.run_count() as f64,
+                info.run_count()
+            ),
+            Ok(_) => eprintln!("hook time ({cpus} slots): {name} never ran"),
+            Err(err) => eprintln!("hook time ({cpus} slots): {name}: {err}"),
+        }
+    }
+}
+
+/// A receiver description with `cpus` CPUs (one queue each).
+fn receiver_with(cpus: u32) -> RssDescription {
+    let mut description = embedded_default();
+    description.indir = (0..1024).map(|i| i % cpus).collect();
+    description.queue_cpu = Some((0..cpus).collect());
+    description
+}
+
+/// Attaches the binder for a `cpus`-CPU receiver, measures, detaches.
+fn bench_binder(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    cgroup: &CgroupDir,
+    cpus: u32,
+    listener: &TcpListener,
+    server: SocketAddr,
+) {
+    let pin_dir = PathBuf::from(format!("/sys/fs/bpf/srap-bench-{}", unique_name("p")));
     let options = SenderOptions {
-        model: RssModel::from_description(&embedded_default()).expect("model"),
+        model: RssModel::from_description(&receiver_with(cpus)).expect("model"),
         receivers: vec![server.ip()],
         ports: Vec::new(),
         cgroup: Some(cgroup.path().to_path_buf()),
@@ -95,26 +146,28 @@ fn connect_accept(c: &mut Criterion) {
         pacing_rate: None,
         port_range: None,
     };
+    // The kernel's own accounting of each program's run time, on while the
+    // binder runs: the hooks' cost alone, apart from the noisy wall clock.
+    let stats_on = aya::sys::enable_stats(aya::sys::Stats::RunTime);
     match sender::start(&options, srap_agent::ebpf_object()) {
         Ok(steering) => {
-            group.bench_function("binder", |b| b.iter(|| round_trip(&listener, server)));
+            group.bench_function(format!("binder_{cpus}_slots"), |b| {
+                b.iter(|| round_trip(listener, server))
+            });
+            if stats_on.is_ok() {
+                print_hook_times(&steering.layout, cpus);
+            }
             let stats = sender::read_stats(&steering.layout);
             eprintln!(
-                "binder counters: {}",
+                "binder counters ({cpus} slots): {}",
                 stats.map_or_else(|e| e.to_string(), |s| s.to_string())
             );
         }
         Err(err) => eprintln!("attaching the binder failed: {err}"),
     }
-    group.finish();
     if let Err(err) = sender::detach(&pin_dir) {
         eprintln!("cleanup: detach {}: {err}", pin_dir.display());
     }
-    drop(inside);
-    if let Err(err) = std::fs::write(home.join("cgroup.procs"), std::process::id().to_string()) {
-        eprintln!("cleanup: back to cgroup {}: {err}", home.display());
-    }
-    drop(cgroup);
 }
 
 criterion_group!(benches, connect_accept);

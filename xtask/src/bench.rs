@@ -24,6 +24,8 @@ enum Goal {
     Ratio,
     /// The benchmark's mean must be below this many nanoseconds.
     MeanBelowNs(f64),
+    /// `first − second` must be below this many nanoseconds (an added cost).
+    AddedBelowNs(f64),
 }
 
 /// (label, benchmark id, second id — the faster one for ratios, goal).
@@ -53,10 +55,34 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
         Goal::Ratio,
     ),
     (
-        "connect+accept: binder / baseline",
-        "connect_accept/binder",
+        "connect+accept: binder (4 slots) / baseline",
+        "connect_accept/binder_4_slots",
         "connect_accept/baseline",
         Goal::RatioAtMost(1.10),
+    ),
+    (
+        "connect+accept: binder (512 slots) / baseline",
+        "connect_accept/binder_512_slots",
+        "connect_accept/baseline",
+        Goal::RatioAtMost(1.10),
+    ),
+    (
+        "binder's added cost per connect, 4 slots",
+        "connect_accept/binder_4_slots",
+        "connect_accept/baseline",
+        Goal::AddedBelowNs(1_000.0),
+    ),
+    (
+        "binder's added cost per connect, 512 slots",
+        "connect_accept/binder_512_slots",
+        "connect_accept/baseline",
+        Goal::AddedBelowNs(1_000.0),
+    ),
+    (
+        "connect+accept: 512 slots / 4 slots",
+        "connect_accept/binder_512_slots",
+        "connect_accept/binder_4_slots",
+        Goal::Ratio,
     ),
 ];
 
@@ -104,6 +130,23 @@ fn print_goals(means: &BTreeMap<String, f64>) -> usize {
                 format!("< {}", format_ns(*limit)),
                 Some(a < *limit),
             ),
+            Goal::AddedBelowNs(limit) => {
+                let Some(&b) = means.get(*second) else {
+                    println!("{label:<44} {:>14} {:>12}  not run", "-", "-");
+                    continue;
+                };
+                let added = a - b;
+                let shown = if added < 0.0 {
+                    format!("-{}", format_ns(-added))
+                } else {
+                    format_ns(added)
+                };
+                (
+                    shown,
+                    format!("< {}", format_ns(*limit)),
+                    Some(added < *limit),
+                )
+            }
             Goal::RatioAtLeast(_) | Goal::RatioAtMost(_) | Goal::Ratio => {
                 let Some(&b) = means.get(*second) else {
                     println!("{label:<44} {:>14} {:>12}  not run", "-", "-");
