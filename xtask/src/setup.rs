@@ -35,6 +35,15 @@ const APT_PACKAGES: &[&str] = &[
     // `nft`: the lab test with a NAT between sender and receiver.
     "nftables",
 ];
+/// The binder's client matrix (`tests/binder/clients.rs`) runs these real
+/// clients: (command, Debian package installed only when the command is
+/// missing — the machines may have their own Python, JDK and Go).
+const CLIENT_TOOLS: &[(&str, &str)] = &[
+    ("python3", "python3"),
+    ("java", "default-jdk-headless"),
+    ("go", "golang-go"),
+    ("curl", "curl"),
+];
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
@@ -76,10 +85,15 @@ fn missing() -> Vec<Missing> {
             }
         }
     }
+    let client_packages = CLIENT_TOOLS
+        .iter()
+        .filter(|(command, _)| !on_path(command))
+        .map(|(_, package)| *package);
     let packages: Vec<_> = APT_PACKAGES
         .iter()
         .copied()
         .filter(|package| !apt_installed(package))
+        .chain(client_packages)
         .collect();
     if !packages.is_empty() {
         missing.push(Missing::AptPackages(packages));
@@ -91,6 +105,14 @@ fn missing() -> Vec<Missing> {
         missing.push(Missing::CargoFuzz);
     }
     missing
+}
+
+/// True if `command` is on PATH (or, for Go, in its default install directory).
+fn on_path(command: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([std::path::PathBuf::from("/usr/local/go/bin")])
+        .any(|dir| dir.join(command).is_file())
 }
 
 fn apt_installed(package: &str) -> bool {
