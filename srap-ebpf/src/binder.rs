@@ -46,7 +46,9 @@ static SRAP_SOCKETS: LruHashMap<u64, SocketSlot> =
 #[map]
 static SRAP_CLAIMS: HashMap<u32, u32> = HashMap::with_max_entries(CLAIMS_MAX_ENTRIES, 0);
 /// TCP sockets of the cgroup bound with port 0 (`bind(addr, 0)`): the
-/// kernel picked their port at bind time.
+/// kernel picked their port at bind time. Not removed on close (cookies are
+/// never reused; the LRU ages entries out), which keeps the release hook of
+/// every other socket one lookup shorter.
 #[map]
 static SRAP_BOUND: LruHashMap<u64, u32> = LruHashMap::with_max_entries(SOCKETS_MAX_ENTRIES, 0);
 #[map]
@@ -118,7 +120,6 @@ pub fn srap_bind6(ctx: SockAddrContext) -> i32 {
 pub fn srap_sock_release(ctx: SockContext) -> i32 {
     // SAFETY: the context pointer is the kernel's socket.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.sock as *mut c_void) };
-    let _ = SRAP_BOUND.remove(cookie);
     // SAFETY: the value is copied out before the entry is removed.
     if let Some(held) = unsafe { SRAP_SOCKETS.get(cookie) }.copied() {
         let _ = SRAP_SOCKETS.remove(cookie);
