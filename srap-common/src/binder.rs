@@ -81,6 +81,41 @@ pub const STATS_MAP: &str = "SRAP_STATS";
 /// Array of one [`BinderConfig`].
 pub const CONFIG_MAP: &str = "SRAP_CONFIG";
 
+/// One pinned binder map as both sides must agree on it: the one place its
+/// name, key and value sizes and capacity are written down. The eBPF side
+/// declares each map with these constants; the agent pins, checks and
+/// fills them from this table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MapSpec {
+    pub name: &'static str,
+    pub key_size: usize,
+    pub value_size: usize,
+    pub max_entries: u32,
+}
+
+const fn spec<K, V>(name: &'static str, max_entries: u32) -> MapSpec {
+    MapSpec {
+        name,
+        key_size: size_of::<K>(),
+        value_size: size_of::<V>(),
+        max_entries,
+    }
+}
+
+/// Every map the binder pins (the claim locks and bind records live only
+/// as long as the programs that use them).
+pub const PINNED_MAPS: [MapSpec; 9] = [
+    spec::<DestKey, DestValue>(DESTS_MAP, MAX_DESTS),
+    spec::<u32, SteerTable>(TABLES_MAP, MAX_TABLES),
+    spec::<u32, SteerLayout>(LAYOUTS_MAP, MAX_LAYOUTS),
+    spec::<u32, SlotEntries>(SLOTS_MAP, SLOT_ROWS),
+    spec::<u32, ValuePorts>(VALUES_MAP, VALUE_ROWS),
+    spec::<u32, ReceiverSlots>(RECEIVERS_MAP, MAX_RECEIVERS),
+    spec::<u64, SocketSlot>(SOCKETS_MAP, SOCKETS_MAX_ENTRIES),
+    spec::<u32, u64>(STATS_MAP, outcome::COUNT),
+    spec::<u32, BinderConfig>(CONFIG_MAP, 1),
+];
+
 pub const CONNECT4_PROGRAM: &str = "srap_connect4";
 pub const CONNECT6_PROGRAM: &str = "srap_connect6";
 pub const BIND4_PROGRAM: &str = "srap_bind4";

@@ -16,11 +16,7 @@ use aya::{
         links::{FdLink, PinnedLink},
     },
 };
-use srap_common::binder::{
-    BinderConfig, CONFIG_MAP, DESTS_MAP, DestKey, DestValue, LAYOUTS_MAP, RECEIVERS_MAP,
-    RELEASE_PROGRAM, ReceiverSlots, SLOTS_MAP, STATS_MAP, SlotEntries, SteerLayout, SteerTable,
-    TABLES_MAP, VALUES_MAP, ValuePorts,
-};
+use srap_common::binder::{PINNED_MAPS, RELEASE_PROGRAM};
 use tracing::{debug, info, warn};
 
 use super::{
@@ -48,43 +44,31 @@ pub fn check_bpffs(dir: &Path) -> Result<(), SenderError> {
     Ok(())
 }
 
-/// Key and value sizes of each pinned map, as this agent's types have them.
-fn expected_sizes(name: &str) -> Option<(usize, usize)> {
-    use std::mem::size_of;
-    Some(match name {
-        DESTS_MAP => (size_of::<DestKey>(), size_of::<DestValue>()),
-        TABLES_MAP => (4, size_of::<SteerTable>()),
-        LAYOUTS_MAP => (4, size_of::<SteerLayout>()),
-        RECEIVERS_MAP => (4, size_of::<ReceiverSlots>()),
-        SLOTS_MAP => (4, size_of::<SlotEntries>()),
-        VALUES_MAP => (4, size_of::<ValuePorts>()),
-        CONFIG_MAP => (4, size_of::<BinderConfig>()),
-        STATS_MAP => (4, 8),
-        _ => return None,
-    })
-}
-
 /// Refuses pinned maps whose layout differs from this agent's (left by
 /// another SRAP version): reusing them would misread every entry.
 fn check_pinned_maps(layout: &PinLayout) -> Result<(), SenderError> {
-    for name in MAPS {
-        let path = layout.map(name);
+    for spec in PINNED_MAPS {
+        let path = layout.map(spec.name);
         if !path.exists() {
             continue;
         }
-        let info =
-            MapInfo::from_pin(&path).map_err(|source| SenderError::Map { map: name, source })?;
-        if let Some((key, value)) = expected_sizes(name) {
-            let found = (info.key_size() as usize, info.value_size() as usize);
-            if found != (key, value) {
-                return Err(SenderError::StalePins {
-                    dir: layout.dir().to_path_buf(),
-                    detail: format!(
-                        "{name} has key/value sizes {found:?}, this agent uses {:?}",
-                        (key, value)
-                    ),
-                });
-            }
+        let info = MapInfo::from_pin(&path).map_err(|source| SenderError::Map {
+            map: spec.name,
+            source,
+        })?;
+        let found = (info.key_size() as usize, info.value_size() as usize);
+        let wanted = (spec.key_size, spec.value_size);
+        if found != wanted || info.max_entries() != spec.max_entries {
+            return Err(SenderError::StalePins {
+                dir: layout.dir().to_path_buf(),
+                detail: format!(
+                    "{} has key/value sizes {found:?} and {} entries, this agent uses \
+                     {wanted:?} and {}",
+                    spec.name,
+                    info.max_entries(),
+                    spec.max_entries
+                ),
+            });
         }
     }
     Ok(())

@@ -7,26 +7,22 @@
 use std::path::{Path, PathBuf};
 
 use srap_common::binder::{
-    BIND4_PROGRAM, BIND6_PROGRAM, CONFIG_MAP, CONNECT4_PROGRAM, CONNECT6_PROGRAM, DESTS_MAP,
-    LAYOUTS_MAP, RECEIVERS_MAP, RELEASE_PROGRAM, SLOTS_MAP, SOCKETS_MAP, STATS_MAP, TABLES_MAP,
-    VALUES_MAP,
+    BIND4_PROGRAM, BIND6_PROGRAM, CONNECT4_PROGRAM, CONNECT6_PROGRAM, PINNED_MAPS, RELEASE_PROGRAM,
 };
 
 /// The default pin directory.
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/srap";
 
-/// Every map the binder uses, all pinned.
-pub const MAPS: [&str; 9] = [
-    DESTS_MAP,
-    TABLES_MAP,
-    LAYOUTS_MAP,
-    SLOTS_MAP,
-    VALUES_MAP,
-    RECEIVERS_MAP,
-    SOCKETS_MAP,
-    STATS_MAP,
-    CONFIG_MAP,
-];
+/// Every map the binder pins, by name (sizes in [`PINNED_MAPS`]).
+pub const MAPS: [&str; PINNED_MAPS.len()] = {
+    let mut names = [""; PINNED_MAPS.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = PINNED_MAPS[i].name;
+        i += 1;
+    }
+    names
+};
 
 /// The binder's programs, in attach order: the release hook first, so every
 /// socket that the connect hooks steer also frees its slot when it closes,
@@ -82,5 +78,36 @@ impl PinLayout {
     /// True if every link is pinned: the binder is attached.
     pub fn links_pinned(&self) -> bool {
         PROGRAMS.iter().all(|p| self.link(p).exists())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table the agent pins, checks and fills by is the eBPF object's
+    /// own: every pinned map is declared there with these sizes.
+    #[test]
+    fn pinned_maps_match_the_ebpf_object() {
+        let object = aya_obj::Object::parse(crate::ebpf_object()).expect("parse the eBPF object");
+        for spec in PINNED_MAPS {
+            let map = object
+                .maps
+                .get(spec.name)
+                .unwrap_or_else(|| panic!("{} is not in the eBPF object", spec.name));
+            assert_eq!(
+                (
+                    map.key_size() as usize,
+                    map.value_size() as usize,
+                    map.max_entries()
+                ),
+                (spec.key_size, spec.value_size, spec.max_entries),
+                "{}",
+                spec.name
+            );
+        }
+        for program in PROGRAMS {
+            assert!(object.programs.contains_key(program), "{program}");
+        }
     }
 }
