@@ -34,6 +34,8 @@ const APT_PACKAGES: &[&str] = &[
     "binutils",
     // `nft`: the lab test with a NAT between sender and receiver.
     "nftables",
+    // The TTF the throughput experiment's plots (`--plot`) draw text with.
+    "fonts-dejavu-core",
 ];
 /// The binder's client matrix (`tests/binder/clients.rs`) runs these real
 /// clients: (command, Debian package installed only when the command is

@@ -2,8 +2,10 @@
 //! network namespaces, a multi-queue veth whose sender side emulates a
 //! receiver NIC's RSS, the binder on the sender, the verifier on the
 //! receiver, and a workload run twice — with kernel-chosen ports and with
-//! SRAP's — or the paper's experiment (`--experiment`). The namespace and
-//! veth helpers here are also what the integration tests build on.
+//! SRAP's — or one of the paper's experiments (`--experiment` for placement,
+//! `--experiment throughput` with `--queue-rate` capacity per receive
+//! queue). The namespace and veth helpers here are also what the integration
+//! tests build on.
 //!
 //! Every object gets a name unique to this process (pid + counter) and is
 //! removed on drop, so a failing run (a panic unwinds through the guards)
@@ -12,11 +14,14 @@
 //! configured only on these veth ends.
 
 pub mod agents;
+pub mod capacity;
 pub mod experiment;
 pub mod guest;
 pub mod netns;
+pub mod plot;
 pub mod report;
 pub mod steering;
+pub mod throughput;
 pub mod topology;
 pub mod veth;
 pub mod virtio;
@@ -32,10 +37,12 @@ use anyhow::{Context as _, bail};
 
 use self::{
     agents::LabAgents,
+    capacity::Rate,
     report::RunReport,
     steering::LabSteering,
-    topology::{LabNet, Watch},
-    workload::{ChildGuard, client, iperf3_server},
+    throughput::ThroughputPlan,
+    topology::{LabNet, LabNetConfig, Watch},
+    workload::{ChildGuard, client, iperf3_server, srap_binary},
 };
 
 pub use netns::{NetNs, NsGuard};
@@ -77,7 +84,7 @@ pub struct LabArgs {
     /// Parallel flows (default: 16 for veth, one per queue for virtio).
     #[arg(long)]
     pub flows: Option<usize>,
-    /// Seconds the default workload runs.
+    /// Seconds the default workload (or each throughput trial) runs.
     #[arg(long, default_value_t = 5)]
     pub duration: u64,
     /// The client command, run in the sender namespace; `{server}`,
@@ -88,13 +95,28 @@ pub struct LabArgs {
         default_value = "iperf3 -c {server} -p {port} -P {flows} -t {duration}"
     )]
     pub workload: String,
-    /// Run the experiment instead: --trials trials with SRAP and as many with
-    /// kernel-chosen ports, short connections judged by the verifier.
+    /// Run an experiment instead: --trials trials with SRAP and as many with
+    /// kernel-chosen ports. `--experiment` alone (or `placement`): short
+    /// connections judged by the verifier. `--experiment throughput`: long
+    /// iperf3 flows on receive queues of --queue-rate each, measured at the
+    /// receiver.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "placement")]
+    pub experiment: Option<Experiment>,
+    /// Trials per kind in --experiment (default: 20 for placement, 10 for
+    /// throughput).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub trials: Option<u64>,
+    /// Give each receive queue of the veth lab's NIC this capacity (e.g.
+    /// 200mbit, of TCP payload), shared by the flows that land on it as
+    /// flows on one core share that core: an `mq` root with one `tbf` per
+    /// queue on the sender's veth. Default: none, or 100mbit with
+    /// --experiment throughput.
     #[arg(long)]
-    pub experiment: bool,
-    /// Trials per kind in --experiment.
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=1000))]
-    pub trials: u64,
+    pub queue_rate: Option<Rate>,
+    /// With --experiment throughput: write PNG and SVG plots into this
+    /// directory (per-flow rates over time, aggregate per trial).
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -103,6 +125,21 @@ pub struct LabArgs {
     #[arg(long)]
     pub hold: bool,
 }
+
+/// Which of the paper's experiments `--experiment` runs.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Experiment {
+    /// Short connections, judged by where the verifier saw them land.
+    Placement,
+    /// Long flows on rate-limited receive queues, judged by throughput.
+    Throughput,
+}
+
+/// `--queue-rate` for `--experiment throughput` when none is given: the
+/// lab's 16 default flows then need 1.6 Gbit/s, about two thirds of a
+/// 2-core VM's CPU with the emulator, tbfs and verifier on every packet
+/// (200mbit takes ~90 %), so the queues, not the CPU, are the bottleneck.
+const THROUGHPUT_QUEUE_RATE: Rate = Rate::from_mbit(100);
 
 /// The receiver NIC the lab runs against.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,9 +181,12 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("the lab creates namespaces and loads eBPF: run it as root (`cargo xtask lab` does)");
     }
+    if args.plot.is_some() && args.experiment != Some(Experiment::Throughput) {
+        bail!("--plot goes with --experiment throughput");
+    }
     if args.nic == Nic::Virtio {
-        if args.experiment || args.hold {
-            bail!("--experiment and --hold run with --nic veth only");
+        if args.experiment.is_some() || args.hold || args.queue_rate.is_some() {
+            bail!("--experiment, --queue-rate and --hold run with --nic veth only");
         }
         let queues = args.queues.unwrap_or(4);
         let flows = checked_flows(args.flows.unwrap_or(queues as usize))?;
@@ -154,18 +194,15 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     }
     let queues = args.queues.unwrap_or(32);
     let flows = checked_flows(args.flows.unwrap_or(16))?;
-    if args.experiment {
-        let net = LabNet::new(queues, Watch::Here)?;
-        let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
-        let report = experiment::run(&net, steering.cgroup(), flows, args.trials as usize, queues)?;
-        if args.json {
-            println!("{}", serde_json::to_string(&report)?);
-        } else {
-            print_experiment(&report);
-        }
-        return Ok(());
+    match args.experiment {
+        Some(Experiment::Placement) => return run_placement(args, queues, flows),
+        Some(Experiment::Throughput) => return run_throughput(args, queues, flows),
+        None => {}
     }
-    let net = LabNet::new(queues, Watch::Agent)?;
+    let net = LabNet::with_config(LabNetConfig {
+        queue_rate: args.queue_rate,
+        ..LabNetConfig::new(queues, Watch::Agent)
+    })?;
     // The lab runs the agents it is part of.
     let exe = std::env::current_exe().context("locating srap-agent")?;
     let agents = LabAgents::start(&net, &exe, SRAP_PORT)?;
@@ -204,6 +241,78 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         );
         while !interrupted() {
             std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    Ok(())
+}
+
+/// `--experiment` (placement): short connections judged by the verifier.
+fn run_placement(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
+    let net = LabNet::with_config(LabNetConfig {
+        queue_rate: args.queue_rate,
+        ..LabNetConfig::new(queues, Watch::Here)
+    })?;
+    let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
+    let trials = args.trials.unwrap_or(20) as usize;
+    let report = experiment::run(&net, steering.cgroup(), flows, trials, queues)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_experiment(&report);
+    }
+    Ok(())
+}
+
+/// `--experiment throughput`: long flows on rate-limited queues, measured
+/// at the receiver, with the plots when asked.
+fn run_throughput(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
+    let plan = ThroughputPlan {
+        flows,
+        queues,
+        trials: args.trials.unwrap_or(10) as usize,
+        duration: args.duration,
+        queue_rate: args.queue_rate.unwrap_or(THROUGHPUT_QUEUE_RATE),
+        srap: srap_binary()?,
+    };
+    let net = LabNet::with_config(LabNetConfig {
+        queue_rate: Some(plan.queue_rate),
+        ..LabNetConfig::new(queues, Watch::Here)
+    })?;
+    let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
+    if !args.json {
+        eprintln!(
+            "{} trials per mode, {} s each: about {} s",
+            plan.trials,
+            plan.duration,
+            plan.trials as u64 * 2 * (plan.duration + 1)
+        );
+    }
+    let report = throughput::run(&net, steering.cgroup(), &plan, &mut |t, srap, kernel| {
+        tracing::info!(
+            trial = t + 1,
+            srap_gbps = format!("{:.3}", srap.aggregate_gbps),
+            srap_queues = srap.queues_used,
+            kernel_gbps = format!("{:.3}", kernel.aggregate_gbps),
+            kernel_queues = kernel.queues_used,
+            "trial done"
+        );
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.render());
+    }
+    if let Some(dir) = &args.plot {
+        let files = plot::write_all(&report, dir)?;
+        if !args.json {
+            println!(
+                "plots: {}",
+                files
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
         }
     }
     Ok(())
@@ -270,4 +379,49 @@ fn print_experiment(r: &experiment::ExperimentReport) {
         "random ports, formula",
         r.analytic_collision_free * 100.0
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lab: LabArgs,
+    }
+
+    fn parse(args: &[&str]) -> LabArgs {
+        let argv = std::iter::once("lab").chain(args.iter().copied());
+        match Cli::try_parse_from(argv) {
+            Ok(cli) => cli.lab,
+            Err(err) => panic!("{args:?}: {err}"),
+        }
+    }
+
+    #[test]
+    fn experiment_alone_is_placement_and_takes_a_name() {
+        assert_eq!(parse(&[]).experiment, None);
+        assert_eq!(
+            parse(&["--experiment"]).experiment,
+            Some(Experiment::Placement)
+        );
+        let placement = parse(&["--experiment", "--trials", "10"]);
+        assert_eq!(placement.experiment, Some(Experiment::Placement));
+        assert_eq!(placement.trials, Some(10));
+        let throughput = parse(&[
+            "--experiment",
+            "throughput",
+            "--queue-rate",
+            "200mbit",
+            "--plot",
+            "out",
+        ]);
+        assert_eq!(throughput.experiment, Some(Experiment::Throughput));
+        assert_eq!(throughput.queue_rate, "200mbit".parse().ok());
+        assert!(Cli::try_parse_from(["lab", "--experiment", "bogus"]).is_err());
+        assert!(Cli::try_parse_from(["lab", "--queue-rate", "fast"]).is_err());
+    }
 }

@@ -8,7 +8,10 @@ use std::net::IpAddr;
 use anyhow::Context as _;
 use srap_common::rss::{RssDescription, RssModel, embedded_default};
 
-use super::{TwoHosts, VethConfig};
+use super::{
+    TwoHosts, VethConfig,
+    capacity::{QueueCapacity, Rate},
+};
 use crate::{
     emulator::Emulator,
     verifier::{FlowRecord, HookChoice, Verifier},
@@ -46,27 +49,70 @@ pub enum Watch {
     Agent,
 }
 
-/// Field order is drop order: the programs come off before the namespaces go.
+/// How to build a [`LabNet`] beyond its queue count and watcher.
+#[derive(Clone, Copy, Debug)]
+pub struct LabNetConfig {
+    pub queues: u32,
+    pub watch: Watch,
+    /// Third octet of the lab's `10.199.<subnet>.0/24` (tests running beside
+    /// a lab pick their own).
+    pub subnet: u8,
+    /// Each receive queue's capacity (`--queue-rate`), or none.
+    pub queue_rate: Option<Rate>,
+}
+
+impl LabNetConfig {
+    /// The lab's own subnet, no capacity.
+    pub fn new(queues: u32, watch: Watch) -> Self {
+        Self {
+            queues,
+            watch,
+            subnet: LAB_SUBNET,
+            queue_rate: None,
+        }
+    }
+}
+
+/// Field order is drop order: the programs and qdiscs come off before the
+/// namespaces go.
 pub struct LabNet {
     verifier: Option<Verifier>,
+    _capacity: Option<QueueCapacity>,
     _emulator: Emulator,
     pub model: RssModel,
     pub hosts: TwoHosts,
 }
 
 impl LabNet {
+    /// The lab's network on its own subnet, without queue capacity.
     pub fn new(queues: u32, watch: Watch) -> anyhow::Result<Self> {
+        Self::with_config(LabNetConfig::new(queues, watch))
+    }
+
+    pub fn with_config(config: LabNetConfig) -> anyhow::Result<Self> {
+        let LabNetConfig {
+            queues,
+            watch,
+            subnet,
+            queue_rate,
+        } = config;
         let model = lab_nic(queues)?;
         let hosts = TwoHosts::new(VethConfig {
             tx_queues: queues,
             rx_queues: queues,
-            subnet: LAB_SUBNET,
+            subnet,
         })
         .context("creating the lab's namespaces and veth")?;
         let emulator = hosts
             .sender
             .run(|| Emulator::attach(&hosts.sender_end.ifname, &model, queues))?
             .context("attaching the RSS-NIC emulator")?;
+        let capacity = queue_rate
+            .map(|rate| {
+                QueueCapacity::install(hosts.sender.name(), &hosts.sender_end.ifname, queues, rate)
+            })
+            .transpose()
+            .context("giving each receive queue its capacity")?;
         set_rps(&hosts, queues)?;
         let verifier = match watch {
             Watch::Here => Some(
@@ -80,6 +126,7 @@ impl LabNet {
         tracing::info!(queues, "lab network up");
         Ok(Self {
             verifier,
+            _capacity: capacity,
             _emulator: emulator,
             model,
             hosts,

@@ -83,10 +83,22 @@ pub fn srap_binary() -> anyhow::Result<PathBuf> {
 
 /// Starts `iperf3 -s -1` on `port` in `ns` and waits until it listens.
 pub fn iperf3_server(ns: &NetNs, port: u16) -> anyhow::Result<ChildGuard> {
+    iperf3_server_with(ns, port, &[], Stdio::null())
+}
+
+/// [`iperf3_server`] with more arguments (`-J`, say) and its output to
+/// `stdout`.
+pub fn iperf3_server_with(
+    ns: &NetNs,
+    port: u16,
+    extra: &[&str],
+    stdout: Stdio,
+) -> anyhow::Result<ChildGuard> {
     let mut server = ChildGuard::spawn(
         in_netns(ns, "iperf3")
             .args(["-s", "-1", "-p", &port.to_string()])
-            .stdout(Stdio::null()),
+            .args(extra)
+            .stdout(stdout),
     )?;
     let deadline = Instant::now() + Duration::from_secs(5);
     let needle = format!(":{port} ");

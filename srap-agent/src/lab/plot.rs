@@ -1,0 +1,331 @@
+//! Plots of `--experiment throughput` (`--plot DIR`), as PNG and SVG: each
+//! flow's rate over time in one kernel-port trial and one SRAP trial (the
+//! paper's Figures 1 and 3), and every trial's aggregate for both modes.
+//!
+//! Text is drawn with `ab_glyph` from a TTF read at run time (DejaVu Sans,
+//! Debian's `fonts-dejavu-core`), so nothing needs fontconfig or freetype.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::OnceLock,
+};
+
+use plotters::{
+    coord::Shift,
+    prelude::*,
+    style::{FontStyle, register_font},
+};
+
+use super::throughput::{ModeReport, ThroughputReport, TrialResult};
+
+/// Why a plot was not written.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    #[error(
+        "no TTF font for the plots (looked for {0}): install Debian's fonts-dejavu-core \
+         (`cargo xtask setup` does) or set SRAP_PLOT_FONT to a .ttf file"
+    )]
+    NoFont(String),
+    #[error("{0} is not a usable TrueType font")]
+    BadFont(String),
+    #[error("creating {0}: {1}")]
+    Dir(PathBuf, std::io::Error),
+    #[error("drawing {0}: {1}")]
+    Draw(PathBuf, String),
+}
+
+/// Where the font is looked for, after `$SRAP_PLOT_FONT`.
+const FONTS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+];
+const FAMILY: &str = "sans-serif";
+const SIZE: (u32, u32) = (1000, 560);
+const ALONE: RGBColor = RGBColor(31, 119, 180);
+const SHARED: RGBColor = RGBColor(214, 39, 40);
+const MUTED: RGBColor = RGBColor(110, 110, 110);
+const LIGHT: RGBColor = RGBColor(238, 238, 238);
+
+/// Writes `flows-srap`, `flows-kernel` and `aggregate`, each `.png` and
+/// `.svg`, into `dir` (made if missing); returns the files written.
+pub fn write_all(report: &ThroughputReport, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    load_font()?;
+    std::fs::create_dir_all(dir).map_err(|e| PlotError::Dir(dir.to_path_buf(), e))?;
+    let mut written = Vec::new();
+    for (name, mode, label) in [
+        ("flows-kernel", &report.kernel, "Kernel-chosen ports"),
+        ("flows-srap", &report.srap, "SRAP ports"),
+    ] {
+        let Some((index, trial)) = mode.median_trial() else {
+            continue;
+        };
+        let title = format!(
+            "{label}, trial {} of {} (median): {} flows on {} queues, {:.2} Gbit/s",
+            index + 1,
+            mode.trials,
+            trial.flows.len(),
+            trial.queues_used,
+            trial.aggregate_gbps
+        );
+        let draw = |root: &Canvas<'_>| flows_chart(root, trial, report.queue_rate_gbps, &title);
+        written.extend(both_formats(dir, name, draw)?);
+    }
+    let draw = |root: &Canvas<'_>| aggregate_chart(root, report);
+    written.extend(both_formats(dir, "aggregate", draw)?);
+    Ok(written)
+}
+
+/// Either backend's drawing area.
+enum Canvas<'a> {
+    Png(DrawingArea<BitMapBackend<'a>, Shift>),
+    Svg(DrawingArea<SVGBackend<'a>, Shift>),
+}
+
+/// Runs `draw` on a PNG and on an SVG canvas of `dir/name`.
+fn both_formats(
+    dir: &Path,
+    name: &str,
+    draw: impl Fn(&Canvas<'_>) -> Result<(), String>,
+) -> Result<Vec<PathBuf>, PlotError> {
+    let png = dir.join(format!("{name}.png"));
+    let svg = dir.join(format!("{name}.svg"));
+    let fail = |path: &Path| {
+        let path = path.to_path_buf();
+        move |e: String| PlotError::Draw(path, e)
+    };
+    {
+        let canvas = Canvas::Png(BitMapBackend::new(&png, SIZE).into_drawing_area());
+        draw(&canvas).map_err(fail(&png))?;
+        canvas.present().map_err(fail(&png))?;
+    }
+    {
+        let canvas = Canvas::Svg(SVGBackend::new(&svg, SIZE).into_drawing_area());
+        draw(&canvas).map_err(fail(&svg))?;
+        canvas.present().map_err(fail(&svg))?;
+    }
+    Ok(vec![png, svg])
+}
+
+impl Canvas<'_> {
+    /// Writes the file (a bitmap is only encoded here).
+    fn present(&self) -> Result<(), String> {
+        match self {
+            Canvas::Png(area) => area.present().map_err(|e| e.to_string()),
+            Canvas::Svg(area) => area.present().map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Loads the TTF once: plotters keeps a `'static` reference to it.
+fn load_font() -> Result<(), PlotError> {
+    static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
+    let outcome = LOADED.get_or_init(|| {
+        let mut candidates: Vec<PathBuf> = std::env::var_os("SRAP_PLOT_FONT")
+            .map(PathBuf::from)
+            .into_iter()
+            .collect();
+        candidates.extend(FONTS.iter().map(PathBuf::from));
+        let Some((path, bytes)) = candidates
+            .iter()
+            .find_map(|p| std::fs::read(p).ok().map(|b| (p, b)))
+        else {
+            return Err(String::new());
+        };
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        register_font(FAMILY, FontStyle::Normal, bytes).map_err(|_| path.display().to_string())
+    });
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(path) if path.is_empty() => Err(PlotError::NoFont(FONTS.join(", "))),
+        Err(path) => Err(PlotError::BadFont(path.clone())),
+    }
+}
+
+fn flows_chart(
+    canvas: &Canvas<'_>,
+    trial: &TrialResult,
+    queue_rate_gbps: f64,
+    title: &str,
+) -> Result<(), String> {
+    match canvas {
+        Canvas::Png(root) => draw_flows(root, trial, queue_rate_gbps, title),
+        Canvas::Svg(root) => draw_flows(root, trial, queue_rate_gbps, title),
+    }
+}
+
+fn aggregate_chart(canvas: &Canvas<'_>, report: &ThroughputReport) -> Result<(), String> {
+    match canvas {
+        Canvas::Png(root) => draw_aggregate(root, report),
+        Canvas::Svg(root) => draw_aggregate(root, report),
+    }
+}
+
+/// Each flow's Mbit/s per second of the trial: flows alone on their queue
+/// in blue, flows sharing one in red, the queue rate dashed.
+fn draw_flows<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    trial: &TrialResult,
+    queue_rate_gbps: f64,
+    title: &str,
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let rate = queue_rate_gbps * 1e3;
+    let points = trial.flows.iter().flat_map(|f| &f.series);
+    let x_max = points.clone().map(|p| p.1).fold(1.0, f64::max);
+    let y_max = points.map(|p| p.2 * 1e3).fold(rate, f64::max) * 1.12;
+    root.fill(&WHITE).map_err(err)?;
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FAMILY, 20))
+        .margin(14)
+        .x_label_area_size(42)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0f64..x_max, 0f64..y_max)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc("Mbit/s at the receiver")
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .light_line_style(LIGHT)
+        .label_style((FAMILY, 14))
+        .draw()
+        .map_err(err)?;
+    let sharing = |queue: Option<u32>| {
+        queue.is_some_and(|q| trial.flows.iter().filter(|f| f.queue == Some(q)).count() > 1)
+    };
+    let mut labelled = [false; 2];
+    for flow in &trial.flows {
+        let shared = sharing(flow.queue);
+        let color = if shared { SHARED } else { ALONE };
+        // Steps: each interval's rate over the interval it covers.
+        let line = flow
+            .series
+            .iter()
+            .flat_map(|&(start, end, g)| [(start, g * 1e3), (end, g * 1e3)]);
+        let series = chart
+            .draw_series(LineSeries::new(line, color.mix(0.85).stroke_width(2)))
+            .map_err(err)?;
+        if !std::mem::replace(&mut labelled[usize::from(shared)], true) {
+            let count = trial
+                .flows
+                .iter()
+                .filter(|f| sharing(f.queue) == shared)
+                .count();
+            let what = if shared {
+                "sharing a queue"
+            } else {
+                "alone on their queue"
+            };
+            series
+                .label(format!("{count} flows {what}"))
+                .legend(move |(x, y)| {
+                    PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+        }
+    }
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(0.0, rate), (x_max, rate)],
+            8,
+            6,
+            MUTED.stroke_width(1),
+        ))
+        .map_err(err)?
+        .label(format!("queue rate, {rate:.0} Mbit/s"))
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], MUTED.stroke_width(1)));
+    legend(&mut chart).map_err(err)
+}
+
+/// Every trial's aggregate Gbit/s, SRAP and kernel ports, with the ideal.
+fn draw_aggregate<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    report: &ThroughputReport,
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let trials = report.srap.trials.max(report.kernel.trials) as f64;
+    let top = [report.ideal_gbps, report.srap.max, report.kernel.max]
+        .into_iter()
+        .fold(0.0, f64::max)
+        * 1.15;
+    root.fill(&WHITE).map_err(err)?;
+    let title = format!(
+        "Aggregate per trial: {} flows, {} queues of {:.0} Mbit/s",
+        report.flows,
+        report.queues,
+        report.queue_rate_gbps * 1e3
+    );
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FAMILY, 20))
+        .margin(14)
+        .x_label_area_size(42)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.5f64..trials + 0.5, 0f64..top)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("trial")
+        .y_desc("Gbit/s at the receiver")
+        .x_labels(report.srap.trials.clamp(2, 20))
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .light_line_style(LIGHT)
+        .label_style((FAMILY, 14))
+        .draw()
+        .map_err(err)?;
+    for (ideal, name) in [(1.0, "ideal"), (0.95, "95 % of ideal")] {
+        let y = report.ideal_gbps * ideal;
+        let (dash, gap) = if ideal == 1.0 { (8, 6) } else { (3, 5) };
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(0.5, y), (trials + 0.5, y)],
+                dash,
+                gap,
+                MUTED.stroke_width(1),
+            ))
+            .map_err(err)?
+            .label(format!("{name}, {y:.2} Gbit/s"))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], MUTED.stroke_width(1)));
+    }
+    mode_points(&mut chart, &report.srap, "SRAP ports", ALONE, -0.08).map_err(err)?;
+    mode_points(&mut chart, &report.kernel, "kernel ports", SHARED, 0.08).map_err(err)?;
+    legend(&mut chart).map_err(err)
+}
+
+type Chart<'a, DB> = ChartContext<
+    'a,
+    DB,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// One mode's aggregates as markers, nudged sideways by `shift` so the two
+/// modes do not hide each other.
+fn mode_points<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Chart<'a, DB>,
+    mode: &ModeReport,
+    name: &str,
+    color: RGBColor,
+    shift: f64,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let points = mode
+        .aggregate_gbps
+        .iter()
+        .enumerate()
+        .map(move |(i, &g)| Circle::new((i as f64 + 1.0 + shift, g), 5, color.filled()));
+    chart
+        .draw_series(points)?
+        .label(format!("{name} (median {:.2})", mode.median))
+        .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
+    Ok(())
+}
+
+fn legend<'a, DB: DrawingBackend + 'a>(
+    chart: &mut Chart<'a, DB>,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .label_font((FAMILY, 14))
+        .background_style(WHITE.mix(0.85))
+        .border_style(MUTED)
+        .draw()
+}

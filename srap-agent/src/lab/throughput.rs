@@ -1,0 +1,548 @@
+//! The paper's throughput result in the lab (`--experiment throughput`):
+//! trials of N long iperf3 flows with kernel-chosen source ports and with
+//! SRAP's, on a lab NIC whose receive queues each carry `--queue-rate` (see
+//! [`super::capacity`]). Flows that share a queue share its rate, so a
+//! trial's aggregate is what its placement allows; each trial is measured
+//! at the receiver (`iperf3 -s -J`: bytes each stream received per second),
+//! never from the client's claim.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail, ensure};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    LabNet, MIN_DATA_BYTES,
+    capacity::Rate,
+    interrupted,
+    report::RunReport,
+    unique_name,
+    workload::{ChildGuard, client_via, iperf3_server_with},
+};
+
+/// The first second of a trial (slow start, the congestion control's first
+/// probes) is left out of its rates.
+pub const WARMUP_S: f64 = 1.0;
+/// A trial is "at the ideal" when its aggregate is at least this share of it.
+pub const AT_IDEAL: f64 = 0.95;
+/// The receiver's iperf3 reports every half second (`-i`).
+const INTERVAL_S: &str = "0.5";
+/// Shorter intervals (the tail after the last full one) are left out of the
+/// series: a few milliseconds make a rate of noise.
+pub const MIN_INTERVAL_S: f64 = 0.2;
+/// Trial t's receiver ports: `FIRST_PORT + 2t` (SRAP) and the next (kernel).
+const FIRST_PORT: u16 = 21_000;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct ThroughputPlan {
+    pub flows: usize,
+    pub queues: u32,
+    pub trials: usize,
+    /// Seconds each trial's flows run (at least 2: the first is warm-up).
+    pub duration: u64,
+    /// Each receive queue's capacity (the lab must have been built with it).
+    pub queue_rate: Rate,
+    /// The `srap` binary: `srap exec` runs the steered client.
+    pub srap: PathBuf,
+}
+
+impl ThroughputPlan {
+    /// What the receiver can take when no two flows share a queue: one
+    /// queue's rate per flow, while there are queues for every flow.
+    pub fn ideal_gbps(&self) -> f64 {
+        self.flows.min(self.queues as usize) as f64 * self.queue_rate.gbps()
+    }
+}
+
+/// One flow of one trial, as the receiver saw it.
+#[derive(Debug, Clone)]
+pub struct FlowThroughput {
+    pub src_port: u16,
+    /// The receive queue the verifier saw it on.
+    pub queue: Option<u32>,
+    /// Mean rate after the warm-up, Gbit/s.
+    pub gbps: f64,
+    /// Per iperf3 interval of at least [`MIN_INTERVAL_S`]: (start, end,
+    /// seconds from the start; Gbit/s).
+    pub series: Vec<(f64, f64, f64)>,
+}
+
+/// One trial: N flows run together.
+#[derive(Debug, Clone)]
+pub struct TrialResult {
+    pub aggregate_gbps: f64,
+    pub flows: Vec<FlowThroughput>,
+    /// Distinct receive queues the flows landed on.
+    pub queues_used: usize,
+}
+
+/// Min, median and max of a set of numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    /// None for no values (or a NaN among them: nothing to order).
+    pub fn of(values: &[f64]) -> Option<Self> {
+        if values.is_empty() || values.iter().any(|v| v.is_nan()) {
+            return None;
+        }
+        let mut sorted = values.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let mid = sorted.len() / 2;
+        let median = if sorted.len() % 2 == 1 {
+            sorted[mid]
+        } else {
+            (sorted[mid - 1] + sorted[mid]) / 2.0
+        };
+        Some(Self {
+            min: sorted[0],
+            median,
+            max: sorted[sorted.len() - 1],
+        })
+    }
+}
+
+/// Every trial of one kind of port choice.
+#[derive(Debug, Clone, Serialize)]
+pub struct ModeReport {
+    pub trials: usize,
+    pub aggregate_gbps: Vec<f64>,
+    pub min: f64,
+    pub median: f64,
+    pub max: f64,
+    /// Share of trials whose aggregate is within 5 % of the ideal.
+    pub within_5pct_of_ideal: f64,
+    /// Per trial, each flow's rate (Gbit/s).
+    pub per_flow_gbps: Vec<Vec<f64>>,
+    /// Per trial, the distinct receive queues its flows landed on.
+    pub queues_used: Vec<usize>,
+    /// The trials themselves (time series for the plots).
+    #[serde(skip)]
+    pub runs: Vec<TrialResult>,
+}
+
+impl ModeReport {
+    fn new(runs: Vec<TrialResult>, ideal_gbps: f64) -> anyhow::Result<Self> {
+        let aggregate_gbps: Vec<f64> = runs.iter().map(|r| round(r.aggregate_gbps)).collect();
+        let spread = Spread::of(&aggregate_gbps).context("no trials")?;
+        let within_5pct_of_ideal = aggregate_gbps
+            .iter()
+            .filter(|&&g| g >= AT_IDEAL * ideal_gbps)
+            .count() as f64
+            / runs.len() as f64;
+        Ok(Self {
+            trials: runs.len(),
+            per_flow_gbps: runs
+                .iter()
+                .map(|r| r.flows.iter().map(|f| round(f.gbps)).collect())
+                .collect(),
+            queues_used: runs.iter().map(|r| r.queues_used).collect(),
+            aggregate_gbps,
+            min: spread.min,
+            median: spread.median,
+            max: spread.max,
+            within_5pct_of_ideal,
+            runs,
+        })
+    }
+
+    /// The trial whose aggregate is the median one (the lower of the two
+    /// middle ones for an even count): the one a plot shows as typical.
+    pub fn median_trial(&self) -> Option<(usize, &TrialResult)> {
+        let mut order: Vec<usize> = (0..self.runs.len()).collect();
+        order.sort_by(|&a, &b| self.aggregate_gbps[a].total_cmp(&self.aggregate_gbps[b]));
+        let index = *order.get(order.len().saturating_sub(1) / 2)?;
+        Some((index, &self.runs[index]))
+    }
+}
+
+/// `gbps` to 0.1 Mbit/s: finer is noise, and keeps the JSON readable.
+fn round(gbps: f64) -> f64 {
+    (gbps * 1e4).round() / 1e4
+}
+
+/// The experiment's result, as `--json` prints it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ThroughputReport {
+    pub flows: usize,
+    pub queues: u32,
+    pub queue_rate_gbps: f64,
+    pub ideal_gbps: f64,
+    pub duration_s: u64,
+    pub srap: ModeReport,
+    pub kernel: ModeReport,
+}
+
+impl ThroughputReport {
+    /// The table `--experiment throughput` prints.
+    pub fn render(&self) -> String {
+        let mut text = format!(
+            "{} flows on {} queues of {:.0} Mbit/s each, {} trials of {} s per mode, \
+             measured by the receiver's iperf3\n",
+            self.flows,
+            self.queues,
+            self.queue_rate_gbps * 1e3,
+            self.srap.trials,
+            self.duration_s,
+        );
+        text += &format!(
+            "  {:<16} {:>9} {:>9} {:>9} {:>20}\n",
+            "Gbit/s", "min", "median", "max", "within 5% of ideal"
+        );
+        for (name, mode) in [("SRAP ports", &self.srap), ("kernel ports", &self.kernel)] {
+            text += &format!(
+                "  {:<16} {:>9.3} {:>9.3} {:>9.3} {:>19.1}%\n",
+                name,
+                mode.min,
+                mode.median,
+                mode.max,
+                mode.within_5pct_of_ideal * 100.0
+            );
+        }
+        text += &format!(
+            "  {:<16} {:>9.3}   ({} flows x {:.0} Mbit/s)",
+            "ideal",
+            self.ideal_gbps,
+            self.flows.min(self.queues as usize),
+            self.queue_rate_gbps * 1e3
+        );
+        text
+    }
+}
+
+/// Runs `plan.trials` trials with SRAP (the client in `cgroup`, steered by
+/// the binder already attached there) and as many with kernel ports,
+/// alternating so that any drift of the machine hits both alike.
+/// `progress` hears of each pair of trials as it ends.
+pub fn run(
+    net: &LabNet,
+    cgroup: &Path,
+    plan: &ThroughputPlan,
+    progress: &mut dyn FnMut(usize, &TrialResult, &TrialResult),
+) -> anyhow::Result<ThroughputReport> {
+    ensure!(
+        plan.duration >= 2,
+        "throughput trials need --duration 2 or more"
+    );
+    ensure!(
+        plan.trials <= 1000,
+        "at most 1000 trials (two receiver ports each)"
+    );
+    let (mut srap, mut kernel) = (Vec::new(), Vec::new());
+    for t in 0..plan.trials {
+        let port = FIRST_PORT + 2 * t as u16;
+        let steered = trial(net, plan, port, Some(cgroup))
+            .with_context(|| format!("SRAP trial {}", t + 1))?;
+        let plain =
+            trial(net, plan, port + 1, None).with_context(|| format!("kernel trial {}", t + 1))?;
+        progress(t, &steered, &plain);
+        srap.push(steered);
+        kernel.push(plain);
+    }
+    let ideal_gbps = plan.ideal_gbps();
+    Ok(ThroughputReport {
+        flows: plan.flows,
+        queues: plan.queues,
+        queue_rate_gbps: plan.queue_rate.gbps(),
+        ideal_gbps,
+        duration_s: plan.duration,
+        srap: ModeReport::new(srap, ideal_gbps)?,
+        kernel: ModeReport::new(kernel, ideal_gbps)?,
+    })
+}
+
+/// One trial: `iperf3 -s -J` on `port`, `iperf3 -c -P N` from the sender
+/// (through `srap exec` into `cgroup` when given); rates from the server's
+/// report, queues from the verifier.
+fn trial(
+    net: &LabNet,
+    plan: &ThroughputPlan,
+    port: u16,
+    cgroup: Option<&Path>,
+) -> anyhow::Result<TrialResult> {
+    let report = TempFile::new("iperf3-server.json")?;
+    let client_log = TempFile::new("iperf3-client.log")?;
+    let mut server = iperf3_server_with(
+        &net.hosts.receiver,
+        port,
+        &["-J", "-i", INTERVAL_S],
+        Stdio::from(report.create()?),
+    )?;
+    let words: Vec<String> = [
+        "iperf3",
+        "-c",
+        "{server}",
+        "-p",
+        "{port}",
+        "-P",
+        &plan.flows.to_string(),
+        "-t",
+        &plan.duration.to_string(),
+    ]
+    .map(str::to_owned)
+    .into();
+    let server_ip = net.receiver_ip().to_string();
+    let mut command = client_via(
+        &plan.srap,
+        &net.hosts.sender,
+        &words,
+        &server_ip,
+        port,
+        cgroup,
+    )?;
+    command
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(client_log.create()?));
+    let status = ChildGuard::spawn(&mut command)?.wait(Duration::from_secs(plan.duration + 30))?;
+    if !status.success() {
+        bail!(
+            "iperf3 -c exited with {status}: {}",
+            client_log.read().unwrap_or_default().trim()
+        );
+    }
+    server
+        .wait(Duration::from_secs(10))
+        .context("waiting for iperf3 -s to write its report")?;
+    let rates = flow_rates(&report.read()?, WARMUP_S)?;
+    ensure!(
+        rates.len() == plan.flows,
+        "the receiver's iperf3 saw {} streams, expected {}",
+        rates.len(),
+        plan.flows
+    );
+    if interrupted() {
+        bail!("interrupted");
+    }
+    let observed = RunReport::judge(&net.model, &net.flows_to(port)?, MIN_DATA_BYTES);
+    Ok(with_queues(rates, &observed))
+}
+
+/// `rates` with each flow's queue from the verifier, summed up.
+fn with_queues(rates: Vec<FlowThroughput>, observed: &RunReport) -> TrialResult {
+    let queue_of: BTreeMap<u16, Option<u32>> = observed
+        .flows
+        .iter()
+        .map(|f| (f.src.port(), f.queue))
+        .collect();
+    let flows: Vec<FlowThroughput> = rates
+        .into_iter()
+        .map(|f| FlowThroughput {
+            queue: queue_of.get(&f.src_port).copied().flatten(),
+            ..f
+        })
+        .collect();
+    let queues_used = flows
+        .iter()
+        .filter_map(|f| f.queue)
+        .collect::<BTreeSet<_>>()
+        .len();
+    TrialResult {
+        aggregate_gbps: flows.iter().map(|f| f.gbps).sum(),
+        flows,
+        queues_used,
+    }
+}
+
+/// The parts of `iperf3 -s -J`'s report used here.
+#[derive(Debug, Deserialize)]
+struct ServerReport {
+    start: ServerStart,
+    #[serde(default)]
+    intervals: Vec<Interval>,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ServerStart {
+    #[serde(default)]
+    connected: Vec<Connected>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Connected {
+    socket: i64,
+    remote_port: u16,
+}
+
+#[derive(Debug, Deserialize)]
+struct Interval {
+    streams: Vec<IntervalStream>,
+}
+
+#[derive(Debug, Deserialize)]
+struct IntervalStream {
+    socket: i64,
+    start: f64,
+    end: f64,
+    seconds: f64,
+    bytes: u64,
+}
+
+/// Each stream's rate (bytes received after `warmup` seconds over the time
+/// they took) and per-interval series, from `iperf3 -s -J`'s report.
+pub fn flow_rates(json: &str, warmup: f64) -> anyhow::Result<Vec<FlowThroughput>> {
+    let report: ServerReport =
+        serde_json::from_str(json).context("parsing iperf3 -s -J's report")?;
+    if let Some(error) = report.error {
+        bail!("iperf3 -s: {error}");
+    }
+    report
+        .start
+        .connected
+        .iter()
+        .map(|conn| {
+            let samples: Vec<&IntervalStream> = report
+                .intervals
+                .iter()
+                .flat_map(|i| &i.streams)
+                .filter(|s| s.socket == conn.socket)
+                .collect();
+            let (bytes, seconds) = samples
+                .iter()
+                .filter(|s| s.start >= warmup - 1e-3)
+                .fold((0u64, 0f64), |(b, t), s| (b + s.bytes, t + s.seconds));
+            ensure!(
+                seconds > 0.0,
+                "no interval after the {warmup} s warm-up for source port {}",
+                conn.remote_port
+            );
+            Ok(FlowThroughput {
+                src_port: conn.remote_port,
+                queue: None,
+                gbps: bytes as f64 * 8.0 / seconds / 1e9,
+                series: samples
+                    .iter()
+                    .filter(|s| s.seconds >= MIN_INTERVAL_S)
+                    .map(|s| (s.start, s.end, s.bytes as f64 * 8.0 / s.seconds / 1e9))
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// A file under the temp directory with a name of this process's own,
+/// removed on drop.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(what: &str) -> anyhow::Result<Self> {
+        Ok(Self(
+            std::env::temp_dir().join(format!("srap-{}-{what}", unique_name(""))),
+        ))
+    }
+
+    fn create(&self) -> anyhow::Result<fs::File> {
+        fs::File::create(&self.0).with_context(|| format!("creating {}", self.0.display()))
+    }
+
+    fn read(&self) -> anyhow::Result<String> {
+        fs::read_to_string(&self.0).with_context(|| format!("reading {}", self.0.display()))
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_takes_the_middle_of_an_odd_or_even_count() {
+        let odd = Spread::of(&[3.0, 1.0, 2.0]).expect("spread");
+        assert_eq!((odd.min, odd.median, odd.max), (1.0, 2.0, 3.0));
+        let even = Spread::of(&[4.0, 1.0, 3.0, 2.0]).expect("spread");
+        assert_eq!((even.min, even.median, even.max), (1.0, 2.5, 4.0));
+        let one = Spread::of(&[7.5]).expect("spread");
+        assert_eq!((one.min, one.median, one.max), (7.5, 7.5, 7.5));
+        assert_eq!(Spread::of(&[]), None);
+        assert_eq!(Spread::of(&[1.0, f64::NAN]), None);
+    }
+
+    fn run_of(aggregate_gbps: f64) -> TrialResult {
+        TrialResult {
+            aggregate_gbps,
+            flows: Vec::new(),
+            queues_used: 0,
+        }
+    }
+
+    #[test]
+    fn a_mode_counts_trials_within_five_percent_of_the_ideal() {
+        let mode = ModeReport::new([3.2, 3.05, 3.03, 2.4].map(run_of).into(), 3.2).expect("report");
+        // 0.95 × 3.2 = 3.04: 3.2 and 3.05 are in, 3.03 and 2.4 are not.
+        assert_eq!(mode.within_5pct_of_ideal, 0.5);
+        assert_eq!((mode.min, mode.max), (2.4, 3.2));
+        assert!((mode.median - 3.04).abs() < 1e-9);
+        // The lower middle trial stands for the median: 3.03, the third.
+        assert_eq!(mode.median_trial().map(|(i, _)| i), Some(2));
+        assert!(ModeReport::new(Vec::new(), 3.2).is_err());
+    }
+
+    #[test]
+    fn the_ideal_is_one_queue_per_flow_while_queues_last() {
+        let plan = |flows, queues| ThroughputPlan {
+            flows,
+            queues,
+            trials: 1,
+            duration: 2,
+            queue_rate: "200mbit".parse().expect("rate"),
+            srap: PathBuf::new(),
+        };
+        assert!((plan(16, 32).ideal_gbps() - 3.2).abs() < 1e-9);
+        assert!((plan(8, 4).ideal_gbps() - 0.8).abs() < 1e-9);
+    }
+
+    /// Two streams, three 1 s intervals and a short tail, as iperf3 3.12's
+    /// server writes them (trimmed).
+    const SERVER_JSON: &str = r#"{
+      "start": {"connected": [
+        {"socket": 5, "local_host": "10.199.60.2", "local_port": 5300, "remote_host": "10.199.60.1", "remote_port": 54528},
+        {"socket": 8, "local_host": "10.199.60.2", "local_port": 5300, "remote_host": "10.199.60.1", "remote_port": 54538}]},
+      "intervals": [
+        {"streams": [{"socket": 5, "start": 0, "end": 1.0, "seconds": 1.0, "bytes": 1000000},
+                     {"socket": 8, "start": 0, "end": 1.0, "seconds": 1.0, "bytes": 2000000}]},
+        {"streams": [{"socket": 5, "start": 1.0, "end": 2.0, "seconds": 1.0, "bytes": 12500000},
+                     {"socket": 8, "start": 1.0, "end": 2.0, "seconds": 1.0, "bytes": 25000000}]},
+        {"streams": [{"socket": 5, "start": 2.0, "end": 3.0, "seconds": 1.0, "bytes": 12500000},
+                     {"socket": 8, "start": 2.0, "end": 3.0, "seconds": 1.0, "bytes": 25000000}]},
+        {"streams": [{"socket": 5, "start": 3.0, "end": 3.01, "seconds": 0.01, "bytes": 125000},
+                     {"socket": 8, "start": 3.0, "end": 3.01, "seconds": 0.01, "bytes": 250000}]}],
+      "end": {}
+    }"#;
+
+    #[test]
+    fn flow_rates_leave_out_the_warm_up_and_weigh_intervals_by_length() {
+        let flows = flow_rates(SERVER_JSON, WARMUP_S).expect("rates");
+        assert_eq!(flows.len(), 2);
+        assert_eq!(flows[0].src_port, 54528);
+        assert!((flows[0].gbps - 0.1).abs() < 1e-9, "{flows:?}");
+        assert!((flows[1].gbps - 0.2).abs() < 1e-9, "{flows:?}");
+        // The 10 ms tail is in the rate, not in the series.
+        assert_eq!(flows[0].series.len(), 3);
+        assert_eq!(flows[0].series[0], (0.0, 1.0, 0.008));
+    }
+
+    #[test]
+    fn an_iperf3_error_or_garbage_is_an_error() {
+        let failed = r#"{"start": {"connected": []}, "intervals": [], "end": {}, "error": "unable to receive"}"#;
+        let err = flow_rates(failed, WARMUP_S).expect_err("an error");
+        assert!(err.to_string().contains("unable to receive"), "{err}");
+        assert!(flow_rates("{", WARMUP_S).is_err());
+    }
+}
