@@ -153,6 +153,21 @@ impl Lab {
         }
     }
 
+    /// Waits for an agent output line that starts with `prefix`.
+    fn await_agent_line(&self, prefix: &str) -> String {
+        let lines = self.agent_lines.as_ref().expect("the agent runs");
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("the agent never said `{prefix}…`"));
+            if line.starts_with(prefix) {
+                return line;
+            }
+        }
+    }
+
     /// SIGKILL: no chance to clean anything up.
     fn kill_agent(&mut self) {
         if let Some(mut agent) = self.agent.take() {

@@ -104,19 +104,26 @@ fn run_sender(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::R
     let model =
         RssModel::from_json(&text).with_context(|| format!("RSS description {}", rss.display()))?;
     let options = sender::follow::options(args, model, args.receivers.clone());
-    let steering =
+    let mut steering =
         sender::start(&options, srap_agent::ebpf_object()).context("setting up the port binder")?;
     println!("{}", sender::summary::describe(&steering));
     if args.once {
         return Ok(());
     }
     runtime.block_on(report_until_stopped(
-        &steering,
+        &mut steering,
+        &options,
         Duration::from_secs(args.interval.max(1)),
     ))
 }
 
-async fn report_until_stopped(steering: &Steering, interval: Duration) -> anyhow::Result<()> {
+/// Logs the binder's counters every `interval` and follows the host's
+/// addresses, until a signal or `srap-agent detach`.
+async fn report_until_stopped(
+    steering: &mut Steering,
+    options: &sender::SenderOptions,
+    interval: Duration,
+) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
     let mut tick = tokio::time::interval(interval);
@@ -129,6 +136,7 @@ async fn report_until_stopped(steering: &Steering, interval: Duration) -> anyhow
                 if !sender::summary::log_counters(&steering.layout) {
                     return Ok(());
                 }
+                sender::replan_if_sources_changed(steering, options, &options.model);
             }
         }
     }

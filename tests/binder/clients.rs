@@ -262,3 +262,49 @@ fn a_bound_second_address_is_kept_and_steered() {
     assert_eq!(steered(&lab), 16, "{stats}");
     assert_eq!(stats.get(outcome::SOURCE_KEPT), 16, "{stats}");
 }
+
+/// An address added while the agent runs (a VIP moved to this host, say)
+/// is planned at the agent's next tick; a client bound to it keeps it.
+#[test]
+fn an_address_added_while_running_is_planned() {
+    if !privileged("clients: address added at run time") {
+        return;
+    }
+    let Some(python) = tool("python3") else {
+        return;
+    };
+    let mut lab = Lab::new(false, 48);
+    lab.start_agent();
+    let added = lab
+        .hosts
+        .sender
+        .exec(
+            "ip",
+            [
+                "addr",
+                "add",
+                "10.199.48.12/24",
+                "dev",
+                &lab.hosts.sender_end.ifname,
+            ],
+        )
+        .expect("ip addr add");
+    assert!(added.status.success(), "{added:?}");
+    lab.await_agent_line("local addresses or routes changed: replanned");
+    let mut server = lab.listen();
+    let args = [
+        client_source("connect.py").display().to_string(),
+        "inet".into(),
+        lab.receiver_ip().to_string(),
+        DPORT.to_string(),
+        "4".into(),
+        "10.199.48.12".into(),
+    ];
+    let _client = spawn_client(&lab, &python, &args);
+    let peers = accepts_on_distinct_cpus(&lab, &mut server, 4);
+    assert!(
+        peers.iter().all(|p| p.ip().to_string() == "10.199.48.12"),
+        "{peers:?}"
+    );
+    assert_eq!(lab.stats().get(outcome::SOURCE_KEPT), 4, "{}", lab.stats());
+}

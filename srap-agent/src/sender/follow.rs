@@ -81,6 +81,11 @@ pub async fn run(args: &SenderArgs, peer_addr: &str, object: &[u8]) -> anyhow::R
                 if !summary::log_counters(&steering.layout) {
                     return Ok(());
                 }
+                if let Ok(model) = RssModel::from_description(&current.description)
+                    && super::replan_if_sources_changed(&mut steering, &options, &model)
+                {
+                    report(&handle, current.version, &steering, &dports);
+                }
             }
             changed = updates.changed() => {
                 changed.context("the receiver client stopped")?;

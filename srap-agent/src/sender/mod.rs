@@ -39,7 +39,7 @@ pub use layout::{DEFAULT_PIN_DIR, PinLayout};
 pub use maps::{BinderStats, read_occupancy, read_stats};
 pub use plan::Plan;
 pub use rate::PacingRate;
-pub use replan::{Replanned, replan};
+pub use replan::{Replanned, replan, replan_if_sources_changed};
 pub use state::SenderState;
 
 /// Why the binder could not be set up or taken down.
@@ -160,6 +160,27 @@ pub fn receiver_sources(receivers: &[IpAddr]) -> Result<Vec<plan::ReceiverSource
             })
         })
         .collect()
+}
+
+/// True when a receiver's route source or the host's addresses toward it
+/// are no longer what `steering` planned for (an address added or removed,
+/// a route changed): then [`replan`] plans for the new ones.
+pub fn sources_changed(steering: &Steering, receivers: &[IpAddr]) -> Result<bool, SenderError> {
+    let now = receiver_sources(receivers)?;
+    let plan = &steering.plan;
+    if now.len() != plan.receivers.len() {
+        return Ok(true);
+    }
+    Ok(now.iter().zip(&plan.receivers).any(|(wanted, planned)| {
+        let had: BTreeSet<IpAddr> = planned
+            .tables
+            .iter()
+            .filter_map(|&t| plan.tables.get(t))
+            .map(|t| t.source)
+            .collect();
+        let want: BTreeSet<IpAddr> = wanted.sources().into_iter().collect();
+        wanted.route != planned.source || had != want
+    }))
 }
 
 /// Computes, fills, reserves, attaches and pins (or adopts what a previous

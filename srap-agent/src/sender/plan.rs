@@ -66,7 +66,7 @@ impl ReceiverSources {
     }
 
     /// Route source first, then the other addresses of its family, once each.
-    fn sources(&self) -> Vec<IpAddr> {
+    pub fn sources(&self) -> Vec<IpAddr> {
         let mut seen = BTreeSet::new();
         std::iter::once(self.route)
             .chain(self.others.iter().copied())

@@ -93,3 +93,35 @@ pub fn replan(
     steering.ports = new_ports;
     Ok(outcome)
 }
+
+/// Re-plans with `model` when the host's addresses or routes toward the
+/// receivers changed since the plan (an address added for an application
+/// to bind, say); returns true if it did. Failures are logged and the old
+/// plan keeps steering.
+pub fn replan_if_sources_changed(
+    steering: &mut Steering,
+    options: &SenderOptions,
+    model: &RssModel,
+) -> bool {
+    match super::sources_changed(steering, &options.receivers) {
+        Ok(false) => false,
+        Ok(true) => match replan(steering, options, model) {
+            Ok(moved) => {
+                println!(
+                    "local addresses or routes changed: replanned (+{} -{} reserved ports)",
+                    moved.reserved, moved.released
+                );
+                println!("{}", super::summary::describe(steering));
+                true
+            }
+            Err(err) => {
+                tracing::warn!("local addresses changed; cannot re-plan ({err}): keeping the plan");
+                false
+            }
+        },
+        Err(err) => {
+            tracing::warn!("checking local addresses: {err}");
+            false
+        }
+    }
+}
