@@ -77,6 +77,31 @@ fn accepts_on_distinct_cpus(lab: &Lab, server: &mut super::Server, n: usize) -> 
     peers
 }
 
+/// The matrix's common case: a fresh lab on `subnet` with the binder
+/// attached, the client (`args` made for that lab) run under `srap exec`,
+/// and its `n` connections on `n` distinct CPUs, all steered.
+fn client_steers(subnet: u8, program: &Path, args: impl FnOnce(&Lab) -> Vec<String>, n: usize) {
+    let lab = Lab::new(false, subnet);
+    lab.attach_once();
+    let mut server = lab.listen();
+    let _client = spawn_client(&lab, program, &args(&lab));
+    accepts_on_distinct_cpus(&lab, &mut server, n);
+    assert_eq!(steered(&lab), n as u64, "{}", lab.stats());
+}
+
+/// Adds `cidr` to the sender's veth end.
+fn add_sender_address(lab: &Lab, cidr: &str) {
+    let added = lab
+        .hosts
+        .sender
+        .exec(
+            "ip",
+            ["addr", "add", cidr, "dev", &lab.hosts.sender_end.ifname],
+        )
+        .expect("ip addr add");
+    assert!(added.status.success(), "{added:?}");
+}
+
 fn steered(lab: &Lab) -> u64 {
     let stats = lab.stats();
     stats.get(outcome::STEERED) + stats.get(outcome::RETRIED)
@@ -86,19 +111,16 @@ fn python_clients(family: &str, subnet: u8) {
     let Some(python) = tool("python3") else {
         return;
     };
-    let lab = Lab::new(false, subnet);
-    lab.attach_once();
-    let mut server = lab.listen();
-    let args = [
-        client_source("connect.py").display().to_string(),
-        family.into(),
-        lab.receiver_ip().to_string(),
-        DPORT.to_string(),
-        "16".into(),
-    ];
-    let _client = spawn_client(&lab, &python, &args);
-    accepts_on_distinct_cpus(&lab, &mut server, 16);
-    assert_eq!(steered(&lab), 16, "{}", lab.stats());
+    let args = |lab: &Lab| {
+        vec![
+            client_source("connect.py").display().to_string(),
+            family.into(),
+            lab.receiver_ip().to_string(),
+            DPORT.to_string(),
+            "16".into(),
+        ]
+    };
+    client_steers(subnet, &python, args, 16);
 }
 
 #[test]
@@ -124,18 +146,15 @@ fn jdk_clients_are_steered() {
     let Some(java) = tool("java") else {
         return;
     };
-    let lab = Lab::new(false, 54);
-    lab.attach_once();
-    let mut server = lab.listen();
-    let args = [
-        client_source("Connect.java").display().to_string(),
-        lab.receiver_ip().to_string(),
-        DPORT.to_string(),
-        "16".into(),
-    ];
-    let _client = spawn_client(&lab, &java, &args);
-    accepts_on_distinct_cpus(&lab, &mut server, 16);
-    assert_eq!(steered(&lab), 16, "{}", lab.stats());
+    let args = |lab: &Lab| {
+        vec![
+            client_source("Connect.java").display().to_string(),
+            lab.receiver_ip().to_string(),
+            DPORT.to_string(),
+            "16".into(),
+        ]
+    };
+    client_steers(54, &java, args, 16);
 }
 
 /// Builds the Go client once into the test target directory.
@@ -171,13 +190,8 @@ fn go_thirty_two_goroutines_take_thirty_two_cpus() {
         return;
     };
     let exe = go_client(&go);
-    let lab = Lab::new(false, 55);
-    lab.attach_once();
-    let mut server = lab.listen();
-    let args = [lab.server_addr().to_string(), "32".into()];
-    let _client = spawn_client(&lab, &exe, &args);
-    accepts_on_distinct_cpus(&lab, &mut server, 32);
-    assert_eq!(steered(&lab), 32, "{}", lab.stats());
+    let args = |lab: &Lab| vec![lab.server_addr().to_string(), "32".into()];
+    client_steers(55, &exe, args, 32);
 }
 
 /// curl with 16 parallel transfers (URL globbing); the receiver never
@@ -190,27 +204,24 @@ fn curl_parallel_transfers_are_steered() {
     let Some(curl) = tool("curl") else {
         return;
     };
-    let lab = Lab::new(false, 56);
-    lab.attach_once();
-    let mut server = lab.listen();
-    let url = format!("http://{}/[1-16]", lab.server_addr());
-    let args: Vec<String> = [
-        "-s",
-        "--no-progress-meter",
-        "-o",
-        "/dev/null",
-        "--parallel",
-        "--parallel-immediate",
-        "--parallel-max",
-        "16",
-    ]
-    .into_iter()
-    .map(String::from)
-    .chain(["--max-time".into(), TIMEOUT.as_secs().to_string(), url])
-    .collect();
-    let _client = spawn_client(&lab, &curl, &args);
-    accepts_on_distinct_cpus(&lab, &mut server, 16);
-    assert_eq!(steered(&lab), 16, "{}", lab.stats());
+    let args = |lab: &Lab| {
+        let url = format!("http://{}/[1-16]", lab.server_addr());
+        [
+            "-s",
+            "--no-progress-meter",
+            "-o",
+            "/dev/null",
+            "--parallel",
+            "--parallel-immediate",
+            "--parallel-max",
+            "16",
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain(["--max-time".into(), TIMEOUT.as_secs().to_string(), url])
+        .collect()
+    };
+    client_steers(56, &curl, args, 16);
 }
 
 /// A socket bound to a second local address with IP_BIND_ADDRESS_NO_PORT
@@ -226,21 +237,7 @@ fn a_bound_second_address_is_kept_and_steered() {
     };
     let lab = Lab::new(false, 57);
     let second = IpAddr::V4(Ipv4Addr::new(10, 199, 57, 11));
-    let added = lab
-        .hosts
-        .sender
-        .exec(
-            "ip",
-            [
-                "addr",
-                "add",
-                "10.199.57.11/24",
-                "dev",
-                &lab.hosts.sender_end.ifname,
-            ],
-        )
-        .expect("ip addr add");
-    assert!(added.status.success(), "{added:?}");
+    add_sender_address(&lab, "10.199.57.11/24");
     // Planned after the address exists.
     lab.attach_once();
     let mut server = lab.listen();
@@ -275,21 +272,7 @@ fn an_address_added_while_running_is_planned() {
     };
     let mut lab = Lab::new(false, 48);
     lab.start_agent();
-    let added = lab
-        .hosts
-        .sender
-        .exec(
-            "ip",
-            [
-                "addr",
-                "add",
-                "10.199.48.12/24",
-                "dev",
-                &lab.hosts.sender_end.ifname,
-            ],
-        )
-        .expect("ip addr add");
-    assert!(added.status.success(), "{added:?}");
+    add_sender_address(&lab, "10.199.48.12/24");
     lab.await_agent_line("local addresses or routes changed: replanned");
     let mut server = lab.listen();
     let args = [
