@@ -136,7 +136,7 @@ async fn report_until_stopped(
                 if !sender::summary::log_counters(&steering.layout) {
                     return Ok(());
                 }
-                sender::replan_if_sources_changed(steering, options, &options.model);
+                sender::replan_if_sources_changed(steering, options);
             }
         }
     }

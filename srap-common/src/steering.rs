@@ -61,7 +61,6 @@ pub struct SteeringLayout {
 /// its layout.
 #[derive(Debug, Clone)]
 pub struct SteeringTable {
-    pub scope: Scope,
     /// The source address the table binds.
     pub source: IpAddr,
     /// The map row; its `layout` index is assigned by the plan.
@@ -212,9 +211,12 @@ impl SteeringTable {
         dport: Option<u16>,
         range: PortRange,
     ) -> Result<Self, SteeringError> {
-        match SteeringLayout::any_port(model, dst, range)? {
-            Some(layout) => Self::with_layout(model, Arc::new(layout), src, dst),
-            None => Self::one_port(model, src, dst, dport, range),
+        match (SteeringLayout::any_port(model, dst, range)?, dport) {
+            (Some(layout), _) => Self::with_layout(model, Arc::new(layout), src, dst),
+            (None, Some(dport)) => Self::one_port(model, src, dst, dport, range),
+            (None, None) => Err(SteeringError::NeedsPort {
+                reason: nonlinear_reason(model).unwrap_or_default(),
+            }),
         }
     }
 
@@ -232,7 +234,6 @@ impl SteeringTable {
             ..source_words(src)
         };
         Ok(Self {
-            scope: layout.scope,
             source: src,
             table,
             layout,
@@ -245,21 +246,21 @@ impl SteeringTable {
         model: &RssModel,
         src: IpAddr,
         dst: IpAddr,
-        dport: Option<u16>,
+        dport: u16,
         range: PortRange,
     ) -> Result<Self, SteeringError> {
-        let Some(dport) = dport else {
-            let reason = nonlinear_reason(model).unwrap_or_default();
-            return Err(SteeringError::NeedsPort { reason });
-        };
         let template = FlowTuple::new(src, 0, dst, dport)?;
         let layout = SteeringLayout::one_port(model, &template, dport, range)?;
         Ok(Self {
-            scope: layout.scope,
             source: src,
             table: source_words(src),
             layout: Arc::new(layout),
         })
+    }
+
+    /// Which destination ports the table serves (its layout's).
+    pub fn scope(&self) -> Scope {
+        self.layout.scope
     }
 
     /// The slots of the table's layout.

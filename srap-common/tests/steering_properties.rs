@@ -87,7 +87,7 @@ proptest! {
     ) {
         match SteeringTable::build(&model, src, dst, None, PortRange::DEFAULT) {
             Ok(table) => {
-                prop_assert_eq!(table.scope, Scope::AnyPort);
+                prop_assert_eq!(table.scope(), Scope::AnyPort);
                 prop_assert_eq!(table.slots().len(), model.reachable_cpus().len().min(MAX_SLOTS as usize));
                 let mut checked = 0;
                 for dport in dports {
@@ -124,7 +124,7 @@ fn the_default_receiver_gets_one_any_port_table_with_a_slot_per_cpu() {
     let model = RssModel::from_description(&embedded_default()).unwrap();
     let (src, dst) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
     let table = SteeringTable::build(&model, src, dst, None, PortRange::DEFAULT).unwrap();
-    assert_eq!(table.scope, Scope::AnyPort);
+    assert_eq!(table.scope(), Scope::AnyPort);
     assert_eq!(table.slots().len(), 32);
     assert!(
         table.slots().iter().all(|s| s.count == 4),
@@ -152,5 +152,5 @@ fn sym_or_xor_receivers_need_named_ports() {
     let err = SteeringTable::build(&model, src, dst, None, PortRange::DEFAULT).unwrap_err();
     assert!(err.to_string().contains("--port"), "{err}");
     let table = SteeringTable::build(&model, src, dst, Some(5201), PortRange::DEFAULT).unwrap();
-    assert_eq!(table.scope, Scope::Port(5201));
+    assert_eq!(table.scope(), Scope::Port(5201));
 }

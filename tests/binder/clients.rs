@@ -224,6 +224,30 @@ fn curl_parallel_transfers_are_steered() {
     client_steers(56, &curl, args, 16);
 }
 
+/// `n` Python connections bound to `addr` with IP_BIND_ADDRESS_NO_PORT:
+/// each keeps that address, lands on its own CPU, and is counted as
+/// steered with its source kept.
+fn bound_clients_keep(lab: &Lab, python: &Path, addr: IpAddr, n: usize) {
+    let mut server = lab.listen();
+    let args = [
+        client_source("connect.py").display().to_string(),
+        "inet".into(),
+        lab.receiver_ip().to_string(),
+        DPORT.to_string(),
+        n.to_string(),
+        addr.to_string(),
+    ];
+    let _client = spawn_client(lab, python, &args);
+    let peers = accepts_on_distinct_cpus(lab, &mut server, n);
+    assert!(
+        peers.iter().all(|p| p.ip() == addr),
+        "the application's address was not kept: {peers:?}"
+    );
+    let stats = lab.stats();
+    assert_eq!(steered(lab), n as u64, "{stats}");
+    assert_eq!(stats.get(outcome::SOURCE_KEPT), n as u64, "{stats}");
+}
+
 /// A socket bound to a second local address with IP_BIND_ADDRESS_NO_PORT
 /// (as HAProxy, nginx `proxy_bind` and Envoy do) keeps that address and
 /// gets a port planned for it.
@@ -236,28 +260,10 @@ fn a_bound_second_address_is_kept_and_steered() {
         return;
     };
     let lab = Lab::new(false, 57);
-    let second = IpAddr::V4(Ipv4Addr::new(10, 199, 57, 11));
     add_sender_address(&lab, "10.199.57.11/24");
     // Planned after the address exists.
     lab.attach_once();
-    let mut server = lab.listen();
-    let args = [
-        client_source("connect.py").display().to_string(),
-        "inet".into(),
-        lab.receiver_ip().to_string(),
-        DPORT.to_string(),
-        "16".into(),
-        second.to_string(),
-    ];
-    let _client = spawn_client(&lab, &python, &args);
-    let peers = accepts_on_distinct_cpus(&lab, &mut server, 16);
-    assert!(
-        peers.iter().all(|p| p.ip() == second),
-        "the application's address was not kept: {peers:?}"
-    );
-    let stats = lab.stats();
-    assert_eq!(steered(&lab), 16, "{stats}");
-    assert_eq!(stats.get(outcome::SOURCE_KEPT), 16, "{stats}");
+    bound_clients_keep(&lab, &python, Ipv4Addr::new(10, 199, 57, 11).into(), 16);
 }
 
 /// An address added while the agent runs (a VIP moved to this host, say)
@@ -274,20 +280,5 @@ fn an_address_added_while_running_is_planned() {
     lab.start_agent();
     add_sender_address(&lab, "10.199.48.12/24");
     lab.await_agent_line("local addresses or routes changed: replanned");
-    let mut server = lab.listen();
-    let args = [
-        client_source("connect.py").display().to_string(),
-        "inet".into(),
-        lab.receiver_ip().to_string(),
-        DPORT.to_string(),
-        "4".into(),
-        "10.199.48.12".into(),
-    ];
-    let _client = spawn_client(&lab, &python, &args);
-    let peers = accepts_on_distinct_cpus(&lab, &mut server, 4);
-    assert!(
-        peers.iter().all(|p| p.ip().to_string() == "10.199.48.12"),
-        "{peers:?}"
-    );
-    assert_eq!(lab.stats().get(outcome::SOURCE_KEPT), 4, "{}", lab.stats());
+    bound_clients_keep(&lab, &python, Ipv4Addr::new(10, 199, 48, 12).into(), 4);
 }

@@ -19,7 +19,7 @@ pub fn plan_report(version: u64, plan: &Plan, any_port_dports: &[u16]) -> PlanRe
     let mut tables = Vec::new();
     for receiver in &plan.receivers {
         for table in receiver.tables.iter().filter_map(|&t| plan.tables.get(t)) {
-            let dports: Vec<u16> = match table.scope {
+            let dports: Vec<u16> = match table.scope() {
                 Scope::Port(port) => vec![port],
                 Scope::AnyPort => any_port_dports.to_vec(),
             };

@@ -81,9 +81,7 @@ pub async fn run(args: &SenderArgs, peer_addr: &str, object: &[u8]) -> anyhow::R
                 if !summary::log_counters(&steering.layout) {
                     return Ok(());
                 }
-                if let Ok(model) = RssModel::from_description(&current.description)
-                    && super::replan_if_sources_changed(&mut steering, &options, &model)
-                {
+                if super::replan_if_sources_changed(&mut steering, &options) {
                     report(&handle, current.version, &steering, &dports);
                 }
             }

@@ -141,6 +141,8 @@ pub struct Steering {
     pub layout: PinLayout,
     pub cgroup: PathBuf,
     pub plan: Plan,
+    /// The RSS model the plan was made for.
+    pub model: RssModel,
     pub attachment: Attachment,
     /// Source ports the binder may bind (all reserved).
     pub ports: BTreeSet<u16>,
@@ -272,6 +274,7 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<Steering, SenderE
         layout,
         cgroup,
         plan,
+        model: options.model.clone(),
         attachment,
         ports,
         port_range,

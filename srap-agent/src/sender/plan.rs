@@ -152,18 +152,15 @@ impl Plan {
                     self.add_table(&mut plan, table, &keys, route);
                 }
                 None if ports.is_empty() => {
-                    // Names the flag to use.
-                    return Err(steering_error(None)(
-                        SteeringTable::one_port(model, src, receiver, None, range)
-                            .err()
-                            .unwrap_or(SteeringError::NoPorts { range }),
-                    ));
+                    // Fails, naming the flag to use.
+                    let table = SteeringTable::build(model, src, receiver, None, range)
+                        .map_err(steering_error(None))?;
+                    self.add_table(&mut plan, table, &[0], route);
                 }
                 None => {
                     for port in ports {
-                        let table =
-                            SteeringTable::one_port(model, src, receiver, Some(*port), range)
-                                .map_err(steering_error(Some(*port)))?;
+                        let table = SteeringTable::one_port(model, src, receiver, *port, range)
+                            .map_err(steering_error(Some(*port)))?;
                         self.add_table(&mut plan, table, &[*port], route);
                     }
                 }

@@ -90,22 +90,19 @@ pub fn replan(
         released: added_before.difference(&added_now).count(),
     };
     steering.plan = plan;
+    steering.model = model.clone();
     steering.ports = new_ports;
     Ok(outcome)
 }
 
-/// Re-plans with `model` when the host's addresses or routes toward the
-/// receivers changed since the plan (an address added for an application
-/// to bind, say); returns true if it did. Failures are logged and the old
-/// plan keeps steering.
-pub fn replan_if_sources_changed(
-    steering: &mut Steering,
-    options: &SenderOptions,
-    model: &RssModel,
-) -> bool {
+/// Re-plans (for the same RSS model) when the host's addresses or routes
+/// toward the receivers changed since the plan (an address added for an
+/// application to bind, say); returns true if it did. Failures are logged
+/// and the old plan keeps steering.
+pub fn replan_if_sources_changed(steering: &mut Steering, options: &SenderOptions) -> bool {
     match super::sources_changed(steering, &options.receivers) {
         Ok(false) => false,
-        Ok(true) => match replan(steering, options, model) {
+        Ok(true) => match replan(steering, options, &steering.model.clone()) {
             Ok(moved) => {
                 println!(
                     "local addresses or routes changed: replanned (+{} -{} reserved ports)",

@@ -16,7 +16,7 @@ pub fn describe(steering: &Steering) -> String {
             .iter()
             .filter_map(|&t| steering.plan.tables.get(t))
         {
-            let scope = match table.scope {
+            let scope = match table.scope() {
                 Scope::AnyPort => "any port".to_owned(),
                 Scope::Port(p) => format!("port {p}"),
             };
