@@ -4,7 +4,8 @@ use std::{io::IsTerminal as _, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
-use srap_agent::{
+use srap_common::rss::RssModel;
+use srap_daemon::{
     receiver::args::HookArg,
     sender::{
         self, Steering,
@@ -12,7 +13,6 @@ use srap_agent::{
     },
     verifier::{FlowRecord, HookChoice, Verifier},
 };
-use srap_common::rss::RssModel;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser, Debug)]
@@ -46,10 +46,10 @@ enum Command {
     Detach(DetachArgs),
     /// SRAP on one machine: two namespaces joined by a veth that emulates a
     /// 32-queue RSS NIC, a workload with kernel ports and with SRAP's.
-    Lab(srap_agent::lab::LabArgs),
+    Lab(srap_lab::LabArgs),
     /// Serve this host's RSS description to sender agents (`sender --peer`)
     /// and push every change to them.
-    Receiver(srap_agent::receiver::args::ReceiverArgs),
+    Receiver(srap_daemon::receiver::args::ReceiverArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -77,8 +77,8 @@ fn main() -> anyhow::Result<()> {
         )),
         Command::Sender(args) => run_sender(&args, &runtime),
         Command::Detach(args) => run_detach(&args),
-        Command::Lab(args) => srap_agent::lab::run(&args),
-        Command::Receiver(args) => runtime.block_on(srap_agent::receiver::command::run(&args)),
+        Command::Lab(args) => srap_lab::run(&args),
+        Command::Receiver(args) => runtime.block_on(srap_daemon::receiver::command::run(&args)),
     }
 }
 
@@ -90,7 +90,7 @@ fn run_sender(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::R
     let (rss, peer) = (&args.source.rss, &args.source.peer);
     let rss = match (rss, peer) {
         (None, Some(peer)) => {
-            return runtime.block_on(sender::follow::run(args, peer, srap_agent::ebpf_object()));
+            return runtime.block_on(sender::follow::run(args, peer, srap_daemon::ebpf_object()));
         }
         (Some(_), None) if args.psk_file.is_some() || !args.report_ports.is_empty() => {
             anyhow::bail!("--psk-file and --report-port go with --peer, not --rss")
@@ -104,8 +104,8 @@ fn run_sender(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::R
     let model =
         RssModel::from_json(&text).with_context(|| format!("RSS description {}", rss.display()))?;
     let options = sender::follow::options(args, model, args.receivers.clone());
-    let mut steering =
-        sender::start(&options, srap_agent::ebpf_object()).context("setting up the port binder")?;
+    let mut steering = sender::start(&options, srap_daemon::ebpf_object())
+        .context("setting up the port binder")?;
     println!("{}", sender::summary::describe(&steering));
     if args.once {
         return Ok(());

@@ -8,7 +8,7 @@
 use std::{ffi::OsString, fs, os::unix::process::CommandExt as _, path::PathBuf, process::Command};
 
 use anyhow::{Context as _, bail};
-use srap_agent::sender::cgroup;
+use srap_host::cgroup;
 
 #[derive(clap::Args)]
 pub struct Args {

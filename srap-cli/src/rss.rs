@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use srap_agent::discovery::{self, Discovery, RssSource};
+use srap_host::discovery::{self, Discovery, RssSource};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -127,8 +127,8 @@ fn summarize_table(indir: &[u32]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use srap_agent::discovery::placement::{CpuSource, QueuePlacement};
     use srap_common::rss::{FieldsDescription, RssDescription};
+    use srap_host::discovery::placement::{CpuSource, QueuePlacement};
 
     use super::*;
 

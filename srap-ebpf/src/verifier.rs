@@ -19,7 +19,7 @@ use srap_common::maps::{FLOWS_MAX_ENTRIES, FlowKey, FlowStats};
 
 use crate::packet::{MAX_HEADER_LEN, parse_tcp_flow};
 
-/// Per-flow landing records, read by user space (`srap_agent::verifier`).
+/// Per-flow landing records, read by user space (`srap_daemon::verifier`).
 #[map]
 static SRAP_FLOWS: LruHashMap<FlowKey, FlowStats> =
     LruHashMap::with_max_entries(FLOWS_MAX_ENTRIES, 0);

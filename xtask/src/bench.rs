@@ -90,7 +90,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let started = SystemTime::now();
     // `--bench *`: only the [[bench]] targets (criterion); the lib's libtest
     // harness would reject criterion's options.
-    let mut command_args = vec!["bench", "-p", "srap-suite", "--bench", "*", "--"];
+    let mut command_args = vec!["bench", "-p", "srap-tests", "--bench", "*", "--"];
     command_args.extend(args.iter().map(String::as_str));
     run_step(Step::new("cargo bench", cargo(&command_args)))?;
 

@@ -5,6 +5,7 @@
 
 mod bench;
 mod exec;
+mod layering;
 mod setup;
 
 use std::process::ExitCode;
@@ -120,11 +121,12 @@ fn test() -> Result<()> {
             ]),
         ),
     ];
-    let count = steps.len() + 1;
+    let count = steps.len() + 2;
     let [fmt, clippy, clippy_ebpf, build, fuzz] = steps;
     for step in [fmt, clippy, clippy_ebpf, build] {
         run_step(step)?;
     }
+    layering::check()?;
     let (passed, failed) = exec::run_test_step(Step::new("test", cargo(&["test"])))?;
     run_step(fuzz)?;
     println!("\nxtask test: all {count} steps passed");

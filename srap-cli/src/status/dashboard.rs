@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::Context as _;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
-use srap_agent::status::{Status, request_status};
+use srap_host::status::{Status, request_status};
 
 use super::view::{Screen, draw};
 

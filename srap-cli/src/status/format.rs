@@ -1,7 +1,7 @@
 //! Small formatting helpers shared by the text table and the dashboard.
 
-use srap_agent::status::{Ratio, Status};
 use srap_common::wire::LandingVerdict;
+use srap_host::status::{Ratio, Status};
 
 /// Column titles of the per-flow table, shared by the dashboard and `--once`.
 pub const FLOW_COLUMNS: [&str; 10] = [

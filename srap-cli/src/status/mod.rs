@@ -10,7 +10,7 @@ mod view;
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
-use srap_agent::status::{DEFAULT_CONTROL_PATH, request_status};
+use srap_host::status::{DEFAULT_CONTROL_PATH, request_status};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use srap_agent::status::{CpuRow, Status};
+use srap_host::status::{CpuRow, Status};
 
 use super::format::{FLOW_COLUMNS, ago, cov, gbps, landings, opt, summary, verifier};
 

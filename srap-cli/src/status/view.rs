@@ -10,8 +10,8 @@ use ratatui::{
     text::{Line, Span},
     widgets::{Block, Paragraph, Row, Table},
 };
-use srap_agent::status::{CpuRow, QueueRow, Status};
 use srap_common::wire::LandingVerdict;
+use srap_host::status::{CpuRow, QueueRow, Status};
 
 use super::format::{FLOW_COLUMNS, ago, cov, gbps, landings, opt, ratio, verifier};
 
@@ -304,7 +304,7 @@ fn draw_peers(frame: &mut Frame<'_>, area: Rect, status: &Status) {
 #[cfg(test)]
 mod tests {
     use ratatui::{Terminal, backend::TestBackend};
-    use srap_agent::status::{Collisions, FlowRow, PeerRow, Ratio, VerifierState};
+    use srap_host::status::{Collisions, FlowRow, PeerRow, Ratio, VerifierState};
 
     use super::*;
 
@@ -361,14 +361,14 @@ mod tests {
                 cpus: 1,
                 rss_cpus: 1,
             },
-            accuracy: srap_agent::status::Accuracy {
+            accuracy: srap_host::status::Accuracy {
                 queue: Ratio {
                     matched: 2,
                     total: 3,
                 },
                 plan: Ratio::default(),
             },
-            landings: srap_agent::status::Landings {
+            landings: srap_host::status::Landings {
                 verdict: LandingVerdict::Contradicted,
                 matched: 1,
                 judged: 6,

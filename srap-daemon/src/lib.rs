@@ -1,0 +1,23 @@
+//! The SRAP daemon (`srap-agent`'s library): loads SRAP's eBPF object and
+//! drives its programs.
+//!
+//! The receive verifier ([`verifier`]) and the sender-side port binder
+//! ([`sender`]); the receiver's RSS service ([`receiver`]) and the sender's
+//! client of it ([`peer`]), speaking [`srap_common::wire`] through
+//! [`framed`]; the receiver's account of where flows land ([`tracker`],
+//! reported as [`srap_host::status::Status`]).
+
+pub mod framed;
+pub mod peer;
+pub mod psk;
+pub mod receiver;
+pub mod sender;
+pub mod tracker;
+pub mod verifier;
+
+/// The eBPF object (`srap-ebpf`'s `srap` binary) built by this crate's build
+/// script, embedded so the agent is one self-contained binary.
+pub fn ebpf_object() -> &'static [u8] {
+    static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/srap"));
+    OBJECT
+}

@@ -1,0 +1,235 @@
+//! The sender's side of the protocol ([`srap_common::wire`]): keeps a
+//! connection to one receiver agent, authenticates, and makes each new RSS
+//! description available on a watch channel; reports the sender's plan back.
+//!
+//! While the receiver is away the last good description stays on the
+//! channel (the sender keeps steering with it) and reconnection goes on with
+//! bounded, jittered backoff ([`backoff`]).
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use srap_daemon::peer::{self, PeerConfig};
+//! let handle = peer::watch(PeerConfig::new("receiver:7447", None));
+//! let mut updates = handle.updates();
+//! while updates.changed().await.is_ok() {
+//!     if let Some(update) = updates.borrow_and_update().clone() {
+//!         // replan with update.description, then:
+//!         handle.report_plan(srap_common::wire::PlanReport {
+//!             version: update.version,
+//!             tables: vec![],
+//!         });
+//!     }
+//! }
+//! # }
+//! ```
+
+pub mod backoff;
+pub mod report;
+mod session;
+
+use std::time::Duration;
+
+use srap_common::{
+    rss::RssDescription,
+    wire::{LandingReport, PlanReport, Psk},
+};
+use tokio::{sync::watch, task::JoinHandle};
+use tracing::{debug, info, warn};
+
+pub use self::{
+    backoff::Backoff,
+    report::plan_report,
+    session::{PeerError, Session},
+};
+
+/// A validated description from the receiver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Update {
+    /// The receiver's version number (restarts at 1 with the receiver).
+    pub version: u64,
+    pub description: RssDescription,
+}
+
+/// Deadlines of the client.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerTimeouts {
+    /// For name resolution plus the TCP connect.
+    pub connect: Duration,
+    /// For each handshake message, and a frame's arrival once begun.
+    pub frame: Duration,
+    /// Longest silence from the receiver (it sends keepalives).
+    pub idle: Duration,
+    /// For the receiver to take one of our frames.
+    pub write: Duration,
+    /// Between our keepalives.
+    pub keepalive: Duration,
+}
+
+impl Default for PeerTimeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(5),
+            frame: Duration::from_secs(10),
+            idle: Duration::from_secs(45),
+            write: Duration::from_secs(10),
+            keepalive: Duration::from_secs(15),
+        }
+    }
+}
+
+/// Where the receiver is and how to talk to it.
+#[derive(Debug, Clone)]
+pub struct PeerConfig {
+    /// `HOST:PORT`.
+    pub addr: String,
+    pub psk: Option<Psk>,
+    pub backoff: Backoff,
+    pub timeouts: PeerTimeouts,
+}
+
+impl PeerConfig {
+    pub fn new(addr: impl Into<String>, psk: Option<Psk>) -> Self {
+        Self {
+            addr: addr.into(),
+            psk,
+            backoff: Backoff::default(),
+            timeouts: PeerTimeouts::default(),
+        }
+    }
+}
+
+/// The link's state, for status displays and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerStatus {
+    Connecting,
+    Connected,
+    /// Not connected; why the last attempt or session ended.
+    Away(String),
+}
+
+/// A running client. Dropping it disconnects.
+pub struct PeerHandle {
+    updates: watch::Receiver<Option<Update>>,
+    landings: watch::Receiver<Option<LandingReport>>,
+    plan: watch::Sender<Option<PlanReport>>,
+    status: watch::Receiver<PeerStatus>,
+    reported: watch::Receiver<Option<u64>>,
+    task: JoinHandle<()>,
+}
+
+impl PeerHandle {
+    /// The latest description (`None` until the first arrives; never goes
+    /// back to `None`).
+    pub fn updates(&self) -> watch::Receiver<Option<Update>> {
+        self.updates.clone()
+    }
+
+    /// The receiver's latest verdict on where flows land (`None` until the
+    /// receiver has made one).
+    pub fn landings(&self) -> watch::Receiver<Option<LandingReport>> {
+        self.landings.clone()
+    }
+
+    /// Sends `report` now if connected, and again after every reconnection.
+    pub fn report_plan(&self, report: PlanReport) {
+        self.plan.send_replace(Some(report));
+    }
+
+    pub fn status(&self) -> watch::Receiver<PeerStatus> {
+        self.status.clone()
+    }
+
+    /// The version of the last plan handed to the receiver's connection
+    /// (written, not acknowledged: the protocol has no acks), so a
+    /// short-lived sender (`--once`) knows when it may leave.
+    pub fn reported(&self) -> watch::Receiver<Option<u64>> {
+        self.reported.clone()
+    }
+}
+
+impl Drop for PeerHandle {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts the client on the current tokio runtime.
+pub fn watch(config: PeerConfig) -> PeerHandle {
+    let (updates_tx, updates) = watch::channel(None);
+    let (landings_tx, landings) = watch::channel(None);
+    let (plan, plan_rx) = watch::channel(None);
+    let (status_tx, status) = watch::channel(PeerStatus::Connecting);
+    let (reported_tx, reported) = watch::channel(None);
+    let channels = Channels {
+        updates: updates_tx,
+        landings: landings_tx,
+        plan: plan_rx,
+        status: status_tx,
+        reported: reported_tx,
+    };
+    let task = tokio::spawn(run(config, channels));
+    PeerHandle {
+        updates,
+        landings,
+        plan,
+        status,
+        reported,
+        task,
+    }
+}
+
+/// The client task's ends of the handle's channels.
+struct Channels {
+    updates: watch::Sender<Option<Update>>,
+    landings: watch::Sender<Option<LandingReport>>,
+    plan: watch::Receiver<Option<PlanReport>>,
+    status: watch::Sender<PeerStatus>,
+    reported: watch::Sender<Option<u64>>,
+}
+
+async fn run(config: PeerConfig, channels: Channels) {
+    let Channels {
+        updates,
+        landings,
+        plan,
+        status,
+        reported,
+    } = channels;
+    let mut delays = backoff::Delays::new(config.backoff);
+    let mut last_error: Option<String> = None;
+    loop {
+        status.send_replace(PeerStatus::Connecting);
+        let outcome = match Session::connect(&config).await {
+            Ok(session) => {
+                info!("connected to receiver {}", config.addr);
+                last_error = None;
+                status.send_replace(PeerStatus::Connected);
+                session
+                    .run(&updates, &landings, plan.clone(), &reported, &mut delays)
+                    .await
+            }
+            Err(err) => Err(err),
+        };
+        let text = match outcome {
+            Ok(()) => "the receiver closed the connection".to_owned(),
+            Err(err) => err.to_string(),
+        };
+        let delay = delays.next_delay();
+        if last_error.as_deref() == Some(text.as_str()) {
+            debug!("receiver {}: {text}; retrying in {delay:.1?}", config.addr);
+        } else {
+            warn!(
+                "receiver {}: {text}; retrying in {delay:.1?}{}",
+                config.addr,
+                if updates.borrow().is_some() {
+                    " (steering with the last description meanwhile)"
+                } else {
+                    ""
+                }
+            );
+            last_error = Some(text.clone());
+        }
+        status.send_replace(PeerStatus::Away(text));
+        tokio::time::sleep(delay).await;
+    }
+}

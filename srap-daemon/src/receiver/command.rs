@@ -1,0 +1,117 @@
+//! `srap-agent receiver` end to end: read the PSK, start the description
+//! watcher and the server, the verifier's status loop, the control socket
+//! and `/metrics`; run until Ctrl-C or SIGTERM.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{error, info, warn};
+
+use super::{
+    AllowList, Server, ServerConfig, Source, Timeouts, args::ReceiverArgs, monitor::Monitor, source,
+};
+use srap_host::status::{ControlSocket, DEFAULT_CONTROL_PATH, control, metrics};
+
+use crate::psk::read_psk_file;
+
+/// How often the description is re-read: a file is cheap to re-read; a
+/// discovery is a few netlink and /proc reads. Both within the 1 s promise.
+const FILE_POLL: Duration = Duration::from_millis(500);
+const IFACE_POLL: Duration = Duration::from_secs(1);
+/// How often the verifier's flows are sampled into the status.
+const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
+pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
+    let psk = args.psk_file.as_deref().map(read_psk_file).transpose()?;
+    let (source, poll) = match &args.rss {
+        Some(path) => {
+            if !iface_exists(&args.iface) {
+                warn!(
+                    "no interface {} here; serving {} anyway",
+                    args.iface,
+                    path.display()
+                );
+            }
+            (Source::File(path.clone()), FILE_POLL)
+        }
+        None => (Source::Iface(args.iface.clone()), IFACE_POLL),
+    };
+    let (updates, watcher) = source::watch(source, poll).context("no RSS description to serve")?;
+    let config = ServerConfig {
+        allow: AllowList::new(args.allow.clone()),
+        psk,
+        max_peers: args.max_peers.max(1),
+        timeouts: Timeouts::default(),
+    };
+    let published = updates.clone();
+    let server = Server::bind(args.listen, config, updates)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let (mut monitor, status) = Monitor::start(
+        &args.iface,
+        (!args.no_verify).then_some(args.hook.into()),
+        SAMPLE_INTERVAL,
+    );
+    let control_path = args
+        .control
+        .clone()
+        .unwrap_or_else(|| DEFAULT_CONTROL_PATH.into());
+    let (control_socket, control_task) = match ControlSocket::bind(&control_path) {
+        Ok((socket, listener)) => {
+            info!("status on {}", socket.path().display());
+            let task = tokio::spawn(control::serve(listener, status.clone()));
+            (Some(socket), Some(task))
+        }
+        Err(err) if args.control.is_some() => {
+            return Err(err).context("making the control socket (--control)");
+        }
+        // The default socket is a convenience: serving senders matters more.
+        Err(err) => {
+            error!(
+                "{err}; serving senders without a status socket (`--control PATH` picks another)"
+            );
+            (None, None)
+        }
+    };
+    let metrics_task = match args.metrics {
+        Some(addr) => {
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("serving metrics on {addr} (--metrics)"))?;
+            info!("metrics on http://{addr}/metrics");
+            Some(tokio::spawn(metrics::serve(listener, status.clone())))
+        }
+        None => None,
+    };
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut tick = tokio::time::interval(monitor.interval());
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = tick.tick() => {
+                let current = published.borrow().clone();
+                monitor.sample(&server, &current);
+            }
+        }
+    }
+    info!("stopping");
+    for task in [control_task, metrics_task].into_iter().flatten() {
+        task.abort();
+    }
+    drop(control_socket);
+    server.shutdown().await;
+    watcher.abort();
+    drop(monitor);
+    Ok(())
+}
+
+/// Whether this network namespace has `iface` (asked of the kernel: `/sys`
+/// shows another namespace's devices when entered with setns/nsenter).
+fn iface_exists(iface: &str) -> bool {
+    std::ffi::CString::new(iface)
+        // SAFETY: a valid NUL-terminated string; if_nametoindex only reads it.
+        .is_ok_and(|name| unsafe { libc::if_nametoindex(name.as_ptr()) } != 0)
+}

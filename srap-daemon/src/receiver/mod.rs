@@ -1,0 +1,304 @@
+//! `srap-agent receiver`: serves this host's RSS description to sender
+//! agents over TCP (protocol: [`srap_common::wire`]) and pushes every new
+//! version to them.
+//!
+//! Hostile peers cost bounded time and memory: the allow-list is checked on
+//! accept before anything is read; at most [`ServerConfig::max_peers`]
+//! sessions run at once (others get an error and are closed); every read and
+//! write has a deadline ([`Timeouts`]); an unauthenticated peer's frames are
+//! limited to [`MAX_HANDSHAKE_FRAME`](srap_common::wire::MAX_HANDSHAKE_FRAME)
+//! bytes. A peer that breaks the protocol is told why and disconnected; the
+//! server goes on.
+
+pub mod allow;
+pub mod args;
+pub mod command;
+pub mod monitor;
+pub mod peers;
+mod rewrite;
+mod session;
+pub mod source;
+
+use std::{
+    collections::HashMap,
+    io,
+    net::SocketAddr,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use srap_common::wire::{LandingReport, PlanReport, Psk};
+use tokio::{
+    net::{TcpListener, TcpStream},
+    sync::{Semaphore, watch},
+    task::{JoinHandle, JoinSet},
+    time::timeout,
+};
+use tracing::{info, warn};
+
+pub use self::{
+    allow::AllowList,
+    peers::Peers,
+    source::{Published, Source, SourceError},
+};
+
+/// Deadlines of a session.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// For each handshake message (Hello, Response).
+    pub handshake: Duration,
+    /// Longest silence after the handshake (peers send keepalives).
+    pub idle: Duration,
+    /// From a frame's first byte to its last.
+    pub frame: Duration,
+    /// For the peer to take one of our frames.
+    pub write: Duration,
+    /// Between our keepalives.
+    pub keepalive: Duration,
+    /// For the last error report and the closing handshake.
+    pub linger: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            handshake: Duration::from_secs(5),
+            idle: Duration::from_secs(45),
+            frame: Duration::from_secs(10),
+            write: Duration::from_secs(10),
+            keepalive: Duration::from_secs(15),
+            linger: Duration::from_secs(1),
+        }
+    }
+}
+
+/// How the server treats peers.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub allow: AllowList,
+    pub psk: Option<Psk>,
+    /// Sessions at once; a peer beyond this is told so and closed.
+    pub max_peers: usize,
+    pub timeouts: Timeouts,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            allow: AllowList::default(),
+            psk: None,
+            max_peers: DEFAULT_MAX_PEERS,
+            timeouts: Timeouts::default(),
+        }
+    }
+}
+
+pub const DEFAULT_MAX_PEERS: usize = 64;
+/// Rejections (allow-list, too many peers) being told and closed at once;
+/// beyond this a rejected connection is closed without a word.
+const MAX_REJECTING: usize = 64;
+
+/// The latest plan report of each connected sender.
+#[derive(Debug, Default)]
+pub struct Plans(Mutex<HashMap<SocketAddr, PlanReport>>);
+
+impl Plans {
+    fn insert(&self, peer: SocketAddr, report: PlanReport) {
+        self.lock().insert(peer, report);
+    }
+
+    fn remove(&self, peer: &SocketAddr) {
+        self.lock().remove(peer);
+    }
+
+    /// Every connected sender's latest plan.
+    pub fn snapshot(&self) -> Vec<(SocketAddr, PlanReport)> {
+        let mut plans: Vec<_> = self.lock().iter().map(|(a, p)| (*a, p.clone())).collect();
+        plans.sort_by_key(|(addr, _)| *addr);
+        plans
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<SocketAddr, PlanReport>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What the accept loop and every session share.
+#[derive(Debug)]
+struct Shared {
+    config: ServerConfig,
+    updates: session::Updates,
+    /// The closed loop's latest verdict, sent to every sender.
+    landings: watch::Sender<LandingReport>,
+    plans: Plans,
+    peers: Peers,
+    sessions: Arc<Semaphore>,
+    rejecting: Arc<Semaphore>,
+    shutdown: watch::Receiver<bool>,
+}
+
+/// A running server. Dropping it stops it at once; [`Server::shutdown`]
+/// tells the peers first.
+pub struct Server {
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    /// Binds `listen` and serves what `updates` holds.
+    pub async fn bind(
+        listen: SocketAddr,
+        config: ServerConfig,
+        updates: watch::Receiver<Published>,
+    ) -> io::Result<Self> {
+        let listener = TcpListener::bind(listen).await?;
+        Ok(Self::serve(listener, config, updates))
+    }
+
+    /// Serves on an already bound listener.
+    pub fn serve(
+        listener: TcpListener,
+        config: ServerConfig,
+        updates: watch::Receiver<Published>,
+    ) -> Self {
+        let local_addr = listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let (stop, shutdown) = watch::channel(false);
+        let shared = Arc::new(Shared {
+            sessions: Arc::new(Semaphore::new(config.max_peers)),
+            rejecting: Arc::new(Semaphore::new(MAX_REJECTING)),
+            config,
+            updates,
+            landings: watch::channel(LandingReport::default()).0,
+            plans: Plans::default(),
+            peers: Peers::default(),
+            shutdown,
+        });
+        info!(
+            "receiver listening on {local_addr} (peers from {}; {})",
+            shared.config.allow,
+            if shared.config.psk.is_some() {
+                "pre-shared key required"
+            } else {
+                "no pre-shared key"
+            }
+        );
+        let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
+        Self {
+            shared,
+            local_addr,
+            stop,
+            task: Some(task),
+        }
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Tells every sender (now and on connecting) the closed loop's verdict
+    /// on the served description, when its version or verdict changed.
+    pub fn publish_landings(&self, report: LandingReport) {
+        self.shared.landings.send_if_modified(|last| {
+            let changed = (last.version, last.verdict) != (report.version, report.verdict);
+            if changed {
+                *last = report;
+            }
+            changed
+        });
+    }
+
+    /// Sessions running now.
+    pub fn active_peers(&self) -> usize {
+        self.shared.config.max_peers - self.shared.sessions.available_permits()
+    }
+
+    /// The plans connected senders reported.
+    pub fn plans(&self) -> Vec<(SocketAddr, PlanReport)> {
+        self.shared.plans.snapshot()
+    }
+
+    /// The senders connected now (after their handshake).
+    pub fn peers(&self) -> Vec<srap_host::status::PeerRow> {
+        self.shared.peers.snapshot()
+    }
+
+    /// Stops accepting, tells every peer, and waits (bounded) for them.
+    pub async fn shutdown(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut sessions = JoinSet::new();
+    let mut shutdown = shared.shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            Some(_) = sessions.join_next(), if !sessions.is_empty() => {}
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        // Out of descriptors or similar: let sessions finish.
+                        warn!("accepting a connection: {err}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                if !shared.config.allow.permits(peer.ip()) {
+                    warn!("{peer}: refused: not in the allow-list");
+                    reject(stream, format!("peer {} is not allowed (--allow)", peer.ip().to_canonical()), &shared);
+                    continue;
+                }
+                let Ok(permit) = Arc::clone(&shared.sessions).try_acquire_owned() else {
+                    warn!("{peer}: refused: {} peers already connected", shared.config.max_peers);
+                    reject(stream, format!("too many peers (at most {}); try again later", shared.config.max_peers), &shared);
+                    continue;
+                };
+                let shared = Arc::clone(&shared);
+                sessions.spawn(async move {
+                    let _permit = permit;
+                    session::run(stream, peer, &shared).await;
+                });
+            }
+        }
+    }
+    info!("receiver stopping: closing {} session(s)", sessions.len());
+    let limit = shared.config.timeouts.linger * 2;
+    if timeout(limit, async {
+        while sessions.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        sessions.abort_all();
+    }
+}
+
+/// Tells a refused peer why and closes, in the background (bounded).
+fn reject(stream: TcpStream, reason: String, shared: &Arc<Shared>) {
+    let Ok(permit) = Arc::clone(&shared.rejecting).try_acquire_owned() else {
+        return;
+    };
+    let shared = Arc::clone(shared);
+    tokio::spawn(async move {
+        let _permit = permit;
+        let (rd, wr) = stream.into_split();
+        session::close(rd, wr, Some(reason), &shared).await;
+    });
+}

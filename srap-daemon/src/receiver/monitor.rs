@@ -1,0 +1,224 @@
+//! The receiver's status loop: the receive verifier on `--iface`, sampled
+//! every interval into a [`Status`] (by the pure [`Tracker`]) together with
+//! what the server knows (peers, their plans, the version served), and
+//! published on a watch channel for the control socket and `/metrics`.
+//!
+//! Every sample also closes the loop ([`agreement`]): do flows land where
+//! the served description says? The verdict is logged when it changes, put
+//! in the status and sent to the senders.
+//!
+//! The verifier is optional: `--no-verify` leaves it off, and a failed
+//! attach is a warning (the status says why) — serving descriptions to
+//! senders matters more than verifying them.
+
+use std::{sync::Arc, time::Duration};
+
+use srap_common::rss::RssModel;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::{Published, Server, peers::unix_ms};
+use srap_host::status::{FlowRow, Landings, Status, VerifierState};
+
+use crate::{
+    tracker::{
+        Observation, PlanIndex, Tracker, TrackerConfig,
+        agreement::{self, AgreementJudge, Change, LandingVerdict},
+    },
+    verifier::{HookChoice, Verifier},
+};
+
+/// Samples the verifier and publishes the status.
+#[derive(Debug)]
+pub struct Monitor {
+    iface: String,
+    interval: Duration,
+    verifier: Option<Verifier>,
+    state: VerifierState,
+    /// The last map-read error, logged once until it changes.
+    read_error: Option<String>,
+    tracker: Tracker,
+    /// The model of the version last seen, rebuilt when the version changes.
+    model: Option<(u64, Option<RssModel>)>,
+    judge: AgreementJudge,
+    board: watch::Sender<Arc<Status>>,
+}
+
+impl Monitor {
+    /// Attaches the verifier to `iface` on a hook of `verify` (`None`: no
+    /// verifier) and returns the monitor and the channel its statuses go to.
+    pub fn start(
+        iface: &str,
+        verify: Option<HookChoice>,
+        interval: Duration,
+    ) -> (Self, watch::Receiver<Arc<Status>>) {
+        let (verifier, state) = if let Some(hook) = verify {
+            match Verifier::attach(iface, hook) {
+                Ok(verifier) => {
+                    let hook = verifier.hook().to_string();
+                    info!(iface, %hook, "verifying where flows land");
+                    (
+                        Some(verifier),
+                        VerifierState {
+                            hook: Some(hook),
+                            error: None,
+                        },
+                    )
+                }
+                Err(err) => {
+                    warn!(
+                        "the receive verifier is off: {err}; serving senders anyway \
+                         (`srap status` will show no flows)"
+                    );
+                    (
+                        None,
+                        VerifierState {
+                            hook: None,
+                            error: Some(err.to_string()),
+                        },
+                    )
+                }
+            }
+        } else {
+            info!("--no-verify: the receive verifier is off");
+            (
+                None,
+                VerifierState {
+                    hook: None,
+                    error: Some("off (--no-verify)".into()),
+                },
+            )
+        };
+        let initial = Status {
+            iface: iface.to_owned(),
+            verifier: state.clone(),
+            interval_ms: millis(interval),
+            unix_ms: unix_ms(std::time::SystemTime::now()),
+            ..Status::default()
+        };
+        let (board, rx) = watch::channel(Arc::new(initial));
+        (
+            Self {
+                iface: iface.to_owned(),
+                interval,
+                verifier,
+                state,
+                read_error: None,
+                tracker: Tracker::new(TrackerConfig::default()),
+                model: None,
+                judge: AgreementJudge::default(),
+                board,
+            },
+            rx,
+        )
+    }
+
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Takes one sample and publishes it.
+    pub fn sample(&mut self, server: &Server, published: &Published) {
+        let records = match &self.verifier {
+            Some(verifier) => match tokio::task::block_in_place(|| verifier.flows()) {
+                Ok(records) => {
+                    if self.read_error.take().is_some() {
+                        info!("reading the verifier's flows works again");
+                    }
+                    records
+                }
+                Err(err) => {
+                    let text = err.to_string();
+                    if self.read_error.as_deref() != Some(&text) {
+                        warn!("{text}");
+                        self.read_error = Some(text);
+                    }
+                    Vec::new()
+                }
+            },
+            None => Vec::new(),
+        };
+        if self
+            .model
+            .as_ref()
+            .is_none_or(|(v, _)| *v != published.version)
+        {
+            let model = match RssModel::from_description(&published.description) {
+                Ok(model) => Some(model),
+                Err(err) => {
+                    warn!("description version {}: {err}", published.version);
+                    None
+                }
+            };
+            self.model = Some((published.version, model));
+        }
+        let model = self.model.as_ref().and_then(|(_, m)| m.as_ref());
+        let plans = server.plans();
+        let plans = PlanIndex::new(plans.iter().map(|(_, report)| report));
+        let mut status = self.tracker.sample(&Observation {
+            now_ns: monotonic_ns(),
+            records: &records,
+            model,
+            plans: &plans,
+        });
+        status.iface.clone_from(&self.iface);
+        status.verifier = VerifierState {
+            hook: self.state.hook.clone(),
+            error: self.read_error.clone().or_else(|| self.state.error.clone()),
+        };
+        status.rss_version = published.version;
+        status.unix_ms = unix_ms(std::time::SystemTime::now());
+        status.interval_ms = millis(self.interval);
+        status.peers = server.peers();
+        status.landings = self.judge_landings(published.version, &status.flows);
+        server.publish_landings(self.judge.report());
+        self.board.send_replace(Arc::new(status));
+    }
+}
+
+impl Monitor {
+    /// The closed loop: judges the sample's flows against the served
+    /// description and says so when the verdict changes.
+    fn judge_landings(&mut self, version: u64, flows: &[FlowRow]) -> Landings {
+        let change = self.judge.observe(version, flows);
+        let report = self.judge.report();
+        let counts = format!(
+            "{} of the last {} flows on the queue it computes",
+            report.matched, report.judged
+        );
+        match change {
+            Change::To(LandingVerdict::Contradicted) => warn!(
+                "where flows land contradicts RSS description version {version} ({counts}); \
+                 telling senders to stop steering; {}",
+                agreement::likely_causes(&self.iface)
+            ),
+            Change::To(LandingVerdict::Agreed) => {
+                info!("flows land where RSS description version {version} says ({counts})");
+            }
+            // The judge never says TupleRewritten: sessions do, per peer.
+            Change::To(LandingVerdict::Unknown | LandingVerdict::TupleRewritten) | Change::None => {
+            }
+        }
+        Landings {
+            verdict: report.verdict,
+            matched: report.matched,
+            judged: report.judged,
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of the verifier's `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own; CLOCK_MONOTONIC
+    // always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}

@@ -1,0 +1,225 @@
+//! Loading the binder with its maps pinned, attaching its programs to the
+//! cgroup through pinned links, and taking all of it down again.
+//!
+//! Loading always goes through the pins: a map already pinned is reused (its
+//! occupancy and socket records carry over to a restarted agent), a missing
+//! one is created and pinned. A link already pinned is left attached: the
+//! restarted agent adopts it, and steering never stops.
+
+use std::{fs, io, os::fd::AsFd, path::Path};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::MapInfo,
+    programs::{
+        CgroupAttachMode, CgroupSock, CgroupSockAddr,
+        links::{FdLink, PinnedLink},
+    },
+};
+use srap_common::binder::{PINNED_MAPS, RELEASE_PROGRAM};
+use tracing::{debug, info, warn};
+
+use super::{
+    SenderError,
+    layout::{MAPS, PROGRAMS, PinLayout},
+};
+
+/// Fails unless `dir` (or its nearest existing ancestor) is on bpffs, after
+/// mounting bpffs at `/sys/fs/bpf` if `dir` is under it and none is there.
+pub fn check_bpffs(dir: &Path) -> Result<(), SenderError> {
+    srap_host::bpffs::mount_if_missing(dir).map_err(|source| SenderError::Io {
+        what: format!("mounting bpffs at {}", srap_host::bpffs::BPFFS_ROOT),
+        source,
+    })?;
+    let existing = dir.ancestors().find(|p| p.exists()).unwrap_or(dir);
+    let on_bpffs = srap_host::bpffs::is_bpffs(existing).map_err(|source| SenderError::Io {
+        what: format!("statfs {}", existing.display()),
+        source,
+    })?;
+    if !on_bpffs {
+        return Err(SenderError::NotBpffs {
+            dir: dir.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses pinned maps whose layout differs from this agent's (left by
+/// another SRAP version): reusing them would misread every entry.
+fn check_pinned_maps(layout: &PinLayout) -> Result<(), SenderError> {
+    for spec in PINNED_MAPS {
+        let path = layout.map(spec.name);
+        if !path.exists() {
+            continue;
+        }
+        let info = MapInfo::from_pin(&path).map_err(|source| SenderError::Map {
+            map: spec.name,
+            source,
+        })?;
+        let found = (info.key_size() as usize, info.value_size() as usize);
+        let wanted = (spec.key_size, spec.value_size);
+        if found != wanted || info.max_entries() != spec.max_entries {
+            return Err(SenderError::StalePins {
+                dir: layout.dir().to_path_buf(),
+                detail: format!(
+                    "{} has key/value sizes {found:?} and {} entries, this agent uses \
+                     {wanted:?} and {}",
+                    spec.name,
+                    info.max_entries(),
+                    spec.max_entries
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Loads the object with every binder map opened from, or created at, its pin.
+pub fn load(layout: &PinLayout, object: &[u8]) -> Result<Ebpf, SenderError> {
+    check_bpffs(layout.dir())?;
+    fs::create_dir_all(layout.dir()).map_err(|source| SenderError::Io {
+        what: format!("creating pin directory {}", layout.dir().display()),
+        source,
+    })?;
+    check_pinned_maps(layout)?;
+    let mut loader = EbpfLoader::new();
+    for name in MAPS {
+        loader.map_pin_path(name, layout.map(name));
+    }
+    loader.load(object).map_err(SenderError::Load)
+}
+
+/// How the binder came to be attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attachment {
+    /// This agent attached and pinned the links.
+    Attached,
+    /// The links were pinned already (a previous agent): kept as they are.
+    Adopted,
+}
+
+/// Attaches every program to `cgroup` unless its link is pinned already.
+///
+/// Link file descriptors are closed on return: the pins alone keep the
+/// programs attached, so `srap-agent detach` really detaches even while an
+/// agent runs.
+pub fn ensure_attached(
+    ebpf: &mut Ebpf,
+    layout: &PinLayout,
+    cgroup: &Path,
+) -> Result<Attachment, SenderError> {
+    let mut adopted = 0;
+    for name in PROGRAMS {
+        let link_pin = layout.link(name);
+        if link_pin.exists() {
+            // Opening it proves it is a live link, not a stray file.
+            PinnedLink::from_pin(&link_pin).map_err(|err| SenderError::StalePins {
+                dir: layout.dir().to_path_buf(),
+                detail: format!("{} is not a usable link: {err}", link_pin.display()),
+            })?;
+            debug!(link = %link_pin.display(), "adopting pinned link");
+            adopted += 1;
+            continue;
+        }
+        attach_one(ebpf, layout, name, cgroup)?;
+    }
+    match adopted {
+        0 => Ok(Attachment::Attached),
+        n if n == PROGRAMS.len() => Ok(Attachment::Adopted),
+        n => {
+            warn!(
+                "{n} of {} links were pinned already; attached the rest",
+                PROGRAMS.len()
+            );
+            Ok(Attachment::Adopted)
+        }
+    }
+}
+
+fn attach_one(
+    ebpf: &mut Ebpf,
+    layout: &PinLayout,
+    name: &'static str,
+    cgroup: &Path,
+) -> Result<(), SenderError> {
+    let program_error = |source| SenderError::Program {
+        program: name,
+        source,
+    };
+    let cgroup_fd = fs::File::open(cgroup).map_err(|source| SenderError::Io {
+        what: format!("opening cgroup {}", cgroup.display()),
+        source,
+    })?;
+    let program = ebpf.program_mut(name).ok_or(SenderError::Missing(name))?;
+    let link: FdLink = if name == RELEASE_PROGRAM {
+        let program: &mut CgroupSock = program.try_into().map_err(program_error)?;
+        program.load().map_err(program_error)?;
+        let id = program
+            .attach(cgroup_fd.as_fd(), CgroupAttachMode::Single)
+            .map_err(program_error)?;
+        let link = program.take_link(id).map_err(program_error)?;
+        link.try_into().map_err(|err| SenderError::Link {
+            program: name,
+            source: err,
+        })?
+    } else {
+        let program: &mut CgroupSockAddr = program.try_into().map_err(program_error)?;
+        program.load().map_err(program_error)?;
+        let id = program
+            .attach(cgroup_fd.as_fd(), CgroupAttachMode::Single)
+            .map_err(program_error)?;
+        let link = program.take_link(id).map_err(program_error)?;
+        link.try_into().map_err(|err| SenderError::Link {
+            program: name,
+            source: err,
+        })?
+    };
+    let pin_error = |source| SenderError::Pin {
+        path: layout.link(name),
+        source,
+    };
+    // Pin the link first: from here on it outlives this process.
+    drop(link.pin(layout.link(name)).map_err(pin_error)?);
+    let program_pin = layout.program(name);
+    remove_if_present(&program_pin)?;
+    let program = ebpf.program_mut(name).ok_or(SenderError::Missing(name))?;
+    program
+        .pin(&program_pin)
+        .map_err(|source| SenderError::Pin {
+            path: program_pin.clone(),
+            source,
+        })?;
+    info!(program = name, cgroup = %cgroup.display(), "attached and pinned");
+    Ok(())
+}
+
+/// Removes every pin the binder made (links first: that detaches), then the
+/// pin directory if nothing else is in it. Returns the pins removed.
+pub fn remove_pins(layout: &PinLayout) -> Result<usize, SenderError> {
+    let mut removed = 0;
+    for pin in layout.all_pins() {
+        if remove_if_present(&pin)? {
+            removed += 1;
+        }
+    }
+    match fs::remove_dir(layout.dir()) {
+        Ok(()) => {}
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+        Err(err) => warn!(
+            "left {} in place: {err} (it holds pins SRAP did not make)",
+            layout.dir().display()
+        ),
+    }
+    Ok(removed)
+}
+
+fn remove_if_present(path: &Path) -> Result<bool, SenderError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(SenderError::Io {
+            what: format!("removing {}", path.display()),
+            source,
+        }),
+    }
+}

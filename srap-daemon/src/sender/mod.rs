@@ -1,0 +1,331 @@
+//! The sender side of SRAP: the transparent port binder.
+//!
+//! [`start`] computes steering tables for each receiver from its RSS model,
+//! writes them into the binder's maps, reserves the ports it may bind, and
+//! attaches the `connect()` hooks to a cgroup through pinned links; the
+//! pins keep steering running whether or not the agent does. [`detach`]
+//! undoes all of it. Workloads join the cgroup with `srap exec`. With
+//! `--peer`, [`follow`] fetches the description from the receiver agent and
+//! [`replan`] refills the maps whenever it changes.
+
+pub mod args;
+mod attach;
+pub mod follow;
+pub mod layout;
+mod maps;
+pub mod plan;
+pub mod rate;
+mod replan;
+pub mod state;
+pub mod summary;
+
+use std::{
+    collections::BTreeSet,
+    io,
+    net::IpAddr,
+    path::{Path, PathBuf},
+};
+
+use aya::Ebpf;
+use srap_common::{rss::RssModel, solver::PortRange, steering::SteeringError};
+use srap_host::{cgroup, local, reserved, route};
+use tracing::{info, warn};
+
+pub use attach::{Attachment, check_bpffs};
+pub use layout::{DEFAULT_PIN_DIR, PinLayout};
+pub use maps::{BinderStats, read_occupancy, read_stats};
+pub use plan::Plan;
+pub use rate::PacingRate;
+pub use replan::{Replanned, replan, replan_if_sources_changed};
+pub use state::SenderState;
+
+/// Why the binder could not be set up or taken down.
+#[derive(Debug, thiserror::Error)]
+pub enum SenderError {
+    #[error("{0}")]
+    Input(String),
+    #[error("{what}: {source}")]
+    Io { what: String, source: io::Error },
+    #[error(transparent)]
+    Host(#[from] srap_host::HostError),
+    #[error("steering toward {receiver}{}: {source}", dport.map(|p| format!(" port {p}")).unwrap_or_default())]
+    Steering {
+        receiver: IpAddr,
+        dport: Option<u16>,
+        source: SteeringError,
+    },
+    #[error("state file {path} is unreadable ({problem}): remove it, then run `srap-agent detach`")]
+    State { path: PathBuf, problem: String },
+    #[error(
+        "{dir} is not on a bpf file system: mount one (`mount -t bpf bpf /sys/fs/bpf`) or pick --pin-dir under it"
+    )]
+    NotBpffs { dir: PathBuf },
+    #[error("pins under {dir} do not match this agent ({detail}): run `srap-agent detach --pin-dir {}` first", dir.display())]
+    StalePins { dir: PathBuf, detail: String },
+    #[error(
+        "the binder pinned under {pin_dir} is attached to {attached}, not {requested}: \
+         run `srap-agent detach --pin-dir {}` first, or use another --pin-dir",
+        pin_dir.display()
+    )]
+    AttachedElsewhere {
+        pin_dir: PathBuf,
+        attached: PathBuf,
+        requested: PathBuf,
+    },
+    #[error(
+        "the agent reserved ports in another network namespace (inode {theirs}, this is {ours}): \
+         run detach where the agent ran (e.g. `ip netns exec NS srap-agent detach`)"
+    )]
+    OtherNetns { theirs: u64, ours: u64 },
+    #[error("loading the SRAP eBPF object: {0}")]
+    Load(#[source] aya::EbpfError),
+    #[error("the SRAP eBPF object has no {0} (agent and eBPF build out of step?)")]
+    Missing(&'static str),
+    #[error("program {program}: {source}")]
+    Program {
+        program: &'static str,
+        source: aya::programs::ProgramError,
+    },
+    #[error("link of {program}: {source}")]
+    Link {
+        program: &'static str,
+        source: aya::programs::links::LinkError,
+    },
+    #[error("pinning {path}: {source}")]
+    Pin {
+        path: PathBuf,
+        source: aya::pin::PinError,
+    },
+    #[error("map {map}: {source}")]
+    Map {
+        map: &'static str,
+        source: aya::maps::MapError,
+    },
+}
+
+/// What `srap-agent sender` steers, and where.
+#[derive(Debug, Clone)]
+pub struct SenderOptions {
+    pub model: RssModel,
+    pub receivers: Vec<IpAddr>,
+    /// Destination ports to steer; empty: every port.
+    pub ports: Vec<u16>,
+    /// The cgroup (default `<cgroup2>/srap`); relative paths are below the mount.
+    pub cgroup: Option<PathBuf>,
+    pub pin_dir: PathBuf,
+    pub pacing_rate: Option<PacingRate>,
+    /// Source ports to use (default: the kernel's `ip_local_port_range`).
+    pub port_range: Option<PortRange>,
+}
+
+/// A running binder, as set up by [`start`].
+pub struct Steering {
+    /// The loaded object; its programs are attached through the pins, so
+    /// dropping it does not stop steering.
+    pub ebpf: Ebpf,
+    pub layout: PinLayout,
+    pub cgroup: PathBuf,
+    pub plan: Plan,
+    /// The RSS model the plan was made for.
+    pub model: RssModel,
+    pub attachment: Attachment,
+    /// Source ports the binder may bind (all reserved).
+    pub ports: BTreeSet<u16>,
+    pub port_range: PortRange,
+}
+
+/// Each receiver with the route's source address toward it and the other
+/// local addresses an application may bind.
+pub fn receiver_sources(receivers: &[IpAddr]) -> Result<Vec<plan::ReceiverSources>, SenderError> {
+    receivers
+        .iter()
+        .map(|r| {
+            Ok(plan::ReceiverSources {
+                receiver: *r,
+                route: route::source_toward(*r)?,
+                others: local::addresses_toward(*r)?,
+            })
+        })
+        .collect()
+}
+
+/// True when a receiver's route source or the host's addresses toward it
+/// are no longer what `steering` planned for (an address added or removed,
+/// a route changed): then [`replan`] plans for the new ones.
+pub fn sources_changed(steering: &Steering, receivers: &[IpAddr]) -> Result<bool, SenderError> {
+    let now = receiver_sources(receivers)?;
+    let plan = &steering.plan;
+    if now.len() != plan.receivers.len() {
+        return Ok(true);
+    }
+    Ok(now.iter().zip(&plan.receivers).any(|(wanted, planned)| {
+        let had: BTreeSet<IpAddr> = planned
+            .tables
+            .iter()
+            .filter_map(|&t| plan.tables.get(t))
+            .map(|t| t.source)
+            .collect();
+        let want: BTreeSet<IpAddr> = wanted.sources().into_iter().collect();
+        wanted.route != planned.source || had != want
+    }))
+}
+
+/// Computes, fills, reserves, attaches and pins (or adopts what a previous
+/// agent pinned under the same directory).
+pub fn start(options: &SenderOptions, object: &[u8]) -> Result<Steering, SenderError> {
+    let layout = PinLayout::new(&options.pin_dir);
+    let state_path = state::path_for(layout.dir());
+    let previous = state::load(&state_path)?;
+    let mount = cgroup::cgroup2_mount()?;
+    let cgroup = cgroup::resolve(&mount, options.cgroup.as_deref())?;
+    if layout.links_pinned()
+        && let Some(prev) = previous.as_ref().filter(|p| p.cgroup != cgroup)
+    {
+        return Err(SenderError::AttachedElsewhere {
+            pin_dir: layout.dir().to_path_buf(),
+            attached: prev.cgroup.clone(),
+            requested: cgroup,
+        });
+    }
+    let port_range = match options.port_range {
+        Some(range) => range,
+        None => reserved::local_port_range()?,
+    };
+    let plan = Plan::build(
+        &options.model,
+        &receiver_sources(&options.receivers)?,
+        &options.ports,
+        port_range,
+    )?;
+    for layout in plan.layouts.iter().filter(|l| l.cpus_left_out > 0) {
+        warn!(
+            "{} receiver CPUs are beyond the binder's slots and get no flows",
+            layout.cpus_left_out
+        );
+    }
+
+    let mut ebpf = attach::load(&layout, object)?;
+    let pacing = options.pacing_rate.map_or(0, |r| r.0);
+    maps::fill(&mut ebpf, &plan, pacing)?;
+
+    let ports = plan.ports();
+    let netns = state::current_netns();
+    let previously_added = match &previous {
+        Some(prev) if prev.netns == netns => {
+            reserved::parse(&prev.reserved_added).map_err(|problem| SenderError::State {
+                path: state_path.clone(),
+                problem,
+            })?
+        }
+        _ => BTreeSet::new(),
+    };
+    let current = reserved::read()?;
+    let original: BTreeSet<u16> = current.difference(&previously_added).copied().collect();
+    let added: BTreeSet<u16> = ports.difference(&original).copied().collect();
+    let wanted: BTreeSet<u16> = original.union(&ports).copied().collect();
+    // Record first: a crash between the two steps leaves a state that
+    // still undoes everything.
+    let created = cgroup::ensure(&cgroup)?;
+    let state = SenderState {
+        cgroup: cgroup.clone(),
+        cgroup_created: created
+            || previous
+                .as_ref()
+                .is_some_and(|p| p.cgroup == cgroup && p.cgroup_created),
+        reserved_added: reserved::format(&added.union(&previously_added).copied().collect()),
+        netns,
+    };
+    state::save(&state_path, &state)?;
+    if wanted != current {
+        reserved::write(&wanted)?;
+    }
+    state::save(
+        &state_path,
+        &SenderState {
+            reserved_added: reserved::format(&added),
+            ..state
+        },
+    )?;
+
+    let attachment = attach::ensure_attached(&mut ebpf, &layout, &cgroup)?;
+    info!(
+        cgroup = %cgroup.display(),
+        pins = %layout.dir().display(),
+        ?attachment,
+        "binder steering"
+    );
+    Ok(Steering {
+        ebpf,
+        layout,
+        cgroup,
+        plan,
+        model: options.model.clone(),
+        attachment,
+        ports,
+        port_range,
+    })
+}
+
+/// What [`detach`] removed.
+#[derive(Debug, Clone, Default)]
+pub struct DetachReport {
+    pub pins_removed: usize,
+    pub ports_unreserved: usize,
+    pub cgroup_removed: Option<PathBuf>,
+    /// Things left in place, and why.
+    pub notes: Vec<String>,
+}
+
+/// Removes the links (detaching the programs), the program and map pins, the
+/// reserved ports the agent added and the cgroup it created (when empty).
+pub fn detach(pin_dir: &Path) -> Result<DetachReport, SenderError> {
+    let layout = PinLayout::new(pin_dir);
+    let state_path = state::path_for(layout.dir());
+    let state = state::load(&state_path)?;
+    let netns = state::current_netns();
+    if let Some(state) = &state
+        && state.netns != netns
+        && !state.reserved_added.is_empty()
+    {
+        return Err(SenderError::OtherNetns {
+            theirs: state.netns,
+            ours: netns,
+        });
+    }
+    let mut report = DetachReport {
+        pins_removed: attach::remove_pins(&layout)?,
+        ..DetachReport::default()
+    };
+    let Some(state) = state else {
+        report.notes.push(format!(
+            "no state file {}: only pins removed",
+            state_path.display()
+        ));
+        return Ok(report);
+    };
+    let added = reserved::parse(&state.reserved_added).map_err(|problem| SenderError::State {
+        path: state_path.clone(),
+        problem,
+    })?;
+    if !added.is_empty() {
+        let current = reserved::read()?;
+        let kept: BTreeSet<u16> = current.difference(&added).copied().collect();
+        report.ports_unreserved = current.len() - kept.len();
+        reserved::write(&kept)?;
+    }
+    if state.cgroup_created {
+        match std::fs::remove_dir(&state.cgroup) {
+            Ok(()) => report.cgroup_removed = Some(state.cgroup.clone()),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(err) => report.notes.push(format!(
+                "cgroup {} left in place: {err} (processes still in it?)",
+                state.cgroup.display()
+            )),
+        }
+    }
+    std::fs::remove_file(&state_path).map_err(|source| SenderError::Io {
+        what: format!("removing {}", state_path.display()),
+        source,
+    })?;
+    Ok(report)
+}

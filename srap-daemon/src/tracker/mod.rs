@@ -1,0 +1,638 @@
+//! The pure part of the receiver's status: verifier records, sampled once
+//! per interval, plus what the previous samples left ([`Tracker`]) → a
+//! [`Status`]. No I/O and no clock of its own (the caller passes the time),
+//! so every rule here is unit-tested.
+//!
+//! Rules:
+//! * a flow is *active* while its last packet is at most `idle_after` old
+//!   (the verifier stamps packets with `bpf_ktime_get_ns`, CLOCK_MONOTONIC);
+//!   idle flows stay in the verifier's LRU map but leave every view;
+//! * a flow's rate is its byte delta over the sample interval; its rate CoV
+//!   is σ/μ of its last `history` rates;
+//! * queue and CPU counters add each flow's deltas to where its last packet
+//!   landed, so they only grow; a flow first met active counts whole, one
+//!   first met idle is history from before the agent and counts nothing;
+//! * a collision is a queue or CPU with more than one active flow.
+
+pub mod agreement;
+pub mod plan_index;
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
+    net::SocketAddr,
+    time::Duration,
+};
+
+use srap_common::rss::{FlowTuple, RssModel};
+
+use srap_host::status::{Accuracy, Collisions, CpuRow, FlowRow, QueueRow, Status};
+
+pub use self::plan_index::PlanIndex;
+use crate::verifier::FlowRecord;
+
+/// How the tracker judges flows.
+#[derive(Debug, Clone, Copy)]
+pub struct TrackerConfig {
+    /// No packet for longer than this: the flow is no longer active.
+    pub idle_after: Duration,
+    /// Rates kept per flow for its CoV.
+    pub history: usize,
+}
+
+impl Default for TrackerConfig {
+    fn default() -> Self {
+        Self {
+            idle_after: Duration::from_secs(5),
+            history: 10,
+        }
+    }
+}
+
+/// What one sample sees.
+#[derive(Debug, Clone, Copy)]
+pub struct Observation<'a> {
+    /// CLOCK_MONOTONIC now, in ns (the verifier's clock).
+    pub now_ns: u64,
+    pub records: &'a [FlowRecord],
+    /// The served description, to predict and to map queues to CPUs.
+    pub model: Option<&'a RssModel>,
+    pub plans: &'a PlanIndex,
+}
+
+/// State carried from one sample to the next.
+#[derive(Debug, Default)]
+pub struct Tracker {
+    config: TrackerConfig,
+    last_ns: Option<u64>,
+    flows: HashMap<(SocketAddr, SocketAddr), FlowTrack>,
+    queues: BTreeMap<u32, Counter>,
+    cpus: BTreeMap<u32, Counter>,
+    rss_cpus: BTreeMap<u32, Counter>,
+}
+
+#[derive(Debug, Default)]
+struct FlowTrack {
+    packets: u64,
+    bytes: u64,
+    rates: VecDeque<f64>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Counter {
+    packets: u64,
+    bytes: u64,
+}
+
+impl Counter {
+    fn add(&mut self, packets: u64, bytes: u64) {
+        self.packets = self.packets.saturating_add(packets);
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+}
+
+/// Active flows and rate on one queue or CPU in this sample.
+#[derive(Debug, Default, Clone, Copy)]
+struct Load {
+    flows: usize,
+    gbps: f64,
+}
+
+impl Tracker {
+    pub fn new(config: TrackerConfig) -> Self {
+        Self {
+            config: TrackerConfig {
+                history: config.history.max(2),
+                ..config
+            },
+            ..Self::default()
+        }
+    }
+
+    /// Takes one sample. Fills the flow, queue, CPU, collision and accuracy
+    /// parts of the status; the caller adds the rest (iface, peers, …).
+    pub fn sample(&mut self, obs: &Observation<'_>) -> Status {
+        let interval_ns = self
+            .last_ns
+            .map(|last| obs.now_ns.saturating_sub(last))
+            .filter(|&dt| dt > 0);
+        self.last_ns = Some(obs.now_ns);
+        let idle_ns = u64::try_from(self.config.idle_after.as_nanos()).unwrap_or(u64::MAX);
+
+        let mut flows = Vec::new();
+        let mut queue_load: BTreeMap<u32, Load> = BTreeMap::new();
+        let mut cpu_load: BTreeMap<u32, Load> = BTreeMap::new();
+        let mut rss_cpu_load: BTreeMap<u32, Load> = BTreeMap::new();
+        let mut seen = BTreeSet::new();
+        for record in obs.records {
+            let key = (record.src, record.dst);
+            seen.insert(key);
+            let stats = &record.stats;
+            let active = obs.now_ns.saturating_sub(stats.last_seen_ns) <= idle_ns;
+            let queue = stats.rx_queue();
+            let rss_cpu = queue.and_then(|q| queue_cpu(obs.model, q));
+
+            let track = self.flows.entry(key);
+            let first = matches!(track, std::collections::hash_map::Entry::Vacant(_));
+            let track = track.or_default();
+            let (packets, bytes) = if first {
+                if active {
+                    (stats.packets, stats.bytes)
+                } else {
+                    (0, 0)
+                }
+            } else if stats.bytes < track.bytes || stats.packets < track.packets {
+                // The LRU map dropped and re-created the entry: all of it is new.
+                (stats.packets, stats.bytes)
+            } else {
+                (stats.packets - track.packets, stats.bytes - track.bytes)
+            };
+            track.packets = stats.packets;
+            track.bytes = stats.bytes;
+            if let Some(q) = queue {
+                self.queues.entry(q).or_default().add(packets, bytes);
+            }
+            self.cpus.entry(stats.cpu).or_default().add(packets, bytes);
+            if let Some(c) = rss_cpu {
+                self.rss_cpus.entry(c).or_default().add(packets, bytes);
+            }
+
+            if !active {
+                track.rates.clear();
+                continue;
+            }
+            let gbps = match interval_ns {
+                // bits per ns is Gbit/s.
+                Some(dt) if !first => {
+                    let rate = bytes as f64 * 8.0 / dt as f64;
+                    if track.rates.len() == self.config.history {
+                        track.rates.pop_front();
+                    }
+                    track.rates.push_back(rate);
+                    rate
+                }
+                _ => 0.0,
+            };
+            let predicted = obs.model.and_then(|model| {
+                FlowTuple::from_sockets(record.src, record.dst)
+                    .ok()
+                    .map(|tuple| model.landing(&tuple))
+            });
+            for (loads, at) in [
+                (&mut queue_load, queue),
+                (&mut cpu_load, Some(stats.cpu)),
+                (&mut rss_cpu_load, rss_cpu),
+            ] {
+                if let Some(at) = at {
+                    let load = loads.entry(at).or_default();
+                    load.flows += 1;
+                    load.gbps += gbps;
+                }
+            }
+            flows.push(FlowRow {
+                src: record.src,
+                dst: record.dst,
+                queue,
+                cpu: stats.cpu,
+                rss_cpu,
+                predicted_queue: predicted.map(|p| p.queue),
+                predicted_cpu: predicted.map(|p| p.cpu),
+                planned_cpu: obs.plans.planned_cpu(record.src, record.dst),
+                gbps,
+                rate_cov: coefficient_of_variation(&track.rates),
+                packets: stats.packets,
+                bytes: stats.bytes,
+                moves: stats.moves,
+            });
+        }
+        self.flows.retain(|key, _| seen.contains(key));
+        flows.sort_by_key(|f| (f.queue, f.src, f.dst));
+
+        let queues = self.queue_rows(obs.model, &queue_load);
+        let cpus = cpu_rows(&self.cpus, &cpu_load, None);
+        let rss_cpus = cpu_rows(
+            &self.rss_cpus,
+            &rss_cpu_load,
+            obs.model.map(RssModel::reachable_cpus),
+        );
+        let collisions = Collisions {
+            queues: queues.iter().filter(|r| r.collision).count(),
+            cpus: cpus.iter().filter(|r| r.collision).count(),
+            rss_cpus: rss_cpus.iter().filter(|r| r.collision).count(),
+        };
+        Status {
+            idle_after_ms: u64::try_from(self.config.idle_after.as_millis()).unwrap_or(u64::MAX),
+            active_flows: flows.len(),
+            gbps: flows.iter().map(|f| f.gbps).sum(),
+            accuracy: accuracy(&flows),
+            queues,
+            cpus,
+            rss_cpus,
+            flows,
+            collisions,
+            ..Status::default()
+        }
+    }
+
+    /// Every queue of the description, and any other that carried traffic.
+    fn queue_rows(&self, model: Option<&RssModel>, load: &BTreeMap<u32, Load>) -> Vec<QueueRow> {
+        let described = model.map_or(0, |m| m.queue_cpu().len() as u32);
+        let queues: BTreeSet<u32> = (0..described)
+            .chain(self.queues.keys().copied())
+            .chain(load.keys().copied())
+            .collect();
+        queues
+            .into_iter()
+            .map(|queue| {
+                let counter = self.queues.get(&queue).copied().unwrap_or_default();
+                let load = load.get(&queue).copied().unwrap_or_default();
+                QueueRow {
+                    queue,
+                    cpu: queue_cpu(model, queue),
+                    flows: load.flows,
+                    gbps: load.gbps,
+                    packets: counter.packets,
+                    bytes: counter.bytes,
+                    collision: load.flows > 1,
+                }
+            })
+            .collect()
+    }
+}
+
+fn cpu_rows(
+    counters: &BTreeMap<u32, Counter>,
+    load: &BTreeMap<u32, Load>,
+    also: Option<BTreeSet<u32>>,
+) -> Vec<CpuRow> {
+    let cpus: BTreeSet<u32> = also
+        .unwrap_or_default()
+        .into_iter()
+        .chain(counters.keys().copied())
+        .chain(load.keys().copied())
+        .collect();
+    cpus.into_iter()
+        .map(|cpu| {
+            let counter = counters.get(&cpu).copied().unwrap_or_default();
+            let load = load.get(&cpu).copied().unwrap_or_default();
+            CpuRow {
+                cpu,
+                flows: load.flows,
+                gbps: load.gbps,
+                packets: counter.packets,
+                bytes: counter.bytes,
+                collision: load.flows > 1,
+            }
+        })
+        .collect()
+}
+
+fn queue_cpu(model: Option<&RssModel>, queue: u32) -> Option<u32> {
+    model?.queue_cpu().get(queue as usize).copied()
+}
+
+fn accuracy(flows: &[FlowRow]) -> Accuracy {
+    let mut accuracy = Accuracy::default();
+    for flow in flows {
+        if let (Some(seen), Some(predicted)) = (flow.queue, flow.predicted_queue) {
+            accuracy.queue.total += 1;
+            accuracy.queue.matched += usize::from(seen == predicted);
+        }
+        if let Some(planned) = flow.planned_cpu {
+            accuracy.plan.total += 1;
+            accuracy.plan.matched += usize::from(flow.rss_cpu == Some(planned));
+        }
+    }
+    accuracy
+}
+
+/// σ/μ (population σ) of `rates`; None with fewer than two or a zero mean.
+pub fn coefficient_of_variation(rates: &VecDeque<f64>) -> Option<f64> {
+    if rates.len() < 2 {
+        return None;
+    }
+    let n = rates.len() as f64;
+    let mean = rates.iter().sum::<f64>() / n;
+    if mean <= 0.0 {
+        return None;
+    }
+    let variance = rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / n;
+    Some(variance.sqrt() / mean)
+}
+
+/// Helpers to build this module's inputs; shared with the receiver's tests.
+#[cfg(test)]
+pub(crate) mod fixtures {
+    use srap_common::maps::{FlowKey, FlowStats};
+
+    use super::*;
+
+    pub const SEC: u64 = 1_000_000_000;
+
+    pub fn record(
+        src: &str,
+        dst: &str,
+        queue: u32,
+        cpu: u32,
+        bytes: u64,
+        last_seen_ns: u64,
+    ) -> FlowRecord {
+        let (src, dst): (SocketAddr, SocketAddr) =
+            (src.parse().expect("src"), dst.parse().expect("dst"));
+        FlowRecord {
+            src,
+            dst,
+            key: FlowKey::from_addrs(src, dst).expect("same family"),
+            stats: FlowStats {
+                rx_queue: queue,
+                cpu,
+                packets: bytes / 1000,
+                bytes,
+                first_seen_ns: 1,
+                last_seen_ns,
+                moves: 0,
+                pad: 0,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use srap_common::{
+        rss::{RssDescription, embedded_default},
+        wire::{CpuPorts, PlanReport, PlannedTable},
+    };
+
+    use super::{fixtures::*, *};
+    use srap_host::status::Ratio;
+
+    /// 4 queues; queues 2 and 3 share CPU 2.
+    fn model() -> RssModel {
+        RssModel::from_description(&RssDescription {
+            indir: vec![0, 1, 2, 3],
+            queue_cpu: Some(vec![0, 1, 2, 2]),
+            ..embedded_default()
+        })
+        .expect("valid")
+    }
+
+    fn observe<'a>(
+        now_ns: u64,
+        records: &'a [FlowRecord],
+        model: &'a RssModel,
+        plans: &'a PlanIndex,
+    ) -> Observation<'a> {
+        Observation {
+            now_ns,
+            records,
+            model: Some(model),
+            plans,
+        }
+    }
+
+    const DST: &str = "10.0.0.2:5201";
+
+    /// A source port of 10.0.0.1 that the model sends to `queue`.
+    fn port_on(model: &RssModel, queue: u32, skip: usize) -> String {
+        let dst: SocketAddr = DST.parse().expect("dst");
+        (1024u16..)
+            .map(|p| SocketAddr::new("10.0.0.1".parse().expect("ip"), p))
+            .filter(|src| {
+                model
+                    .landing(&FlowTuple::from_sockets(*src, dst).expect("tuple"))
+                    .queue
+                    == queue
+            })
+            .nth(skip)
+            .expect("a port")
+            .to_string()
+    }
+
+    #[test]
+    fn collisions_count_queues_and_cpus_with_more_than_one_flow() {
+        let model = model();
+        let plans = PlanIndex::default();
+        let (a, b, c, d) = (
+            port_on(&model, 0, 0),
+            port_on(&model, 0, 1),
+            port_on(&model, 2, 0),
+            port_on(&model, 3, 0),
+        );
+        let records = [
+            record(&a, DST, 0, 0, 1000, 10 * SEC),
+            record(&b, DST, 0, 1, 1000, 10 * SEC),
+            record(&c, DST, 2, 1, 1000, 10 * SEC),
+            record(&d, DST, 3, 1, 1000, 10 * SEC),
+        ];
+        let status = Tracker::default().sample(&observe(10 * SEC, &records, &model, &plans));
+        assert_eq!(status.active_flows, 4);
+        // Queue 0 has two flows; queues 2 and 3 one each but share CPU 2;
+        // the verifier ran three flows on CPU 1.
+        assert_eq!(
+            status.collisions,
+            Collisions {
+                queues: 1,
+                cpus: 1,
+                rss_cpus: 2
+            }
+        );
+        let flows_on = |q: u32| status.queues[q as usize].flows;
+        assert_eq!(
+            (flows_on(0), flows_on(1), flows_on(2), flows_on(3)),
+            (2, 0, 1, 1)
+        );
+        assert!(status.queues[0].collision && !status.queues[2].collision);
+        assert_eq!(status.queues.len(), 4, "every described queue has a row");
+        assert_eq!(
+            status.rss_cpus.iter().map(|r| r.cpu).collect::<Vec<_>>(),
+            [0, 1, 2]
+        );
+        assert_eq!(
+            status.cpus.iter().map(|r| r.flows).collect::<Vec<_>>(),
+            [1, 3]
+        );
+        assert_eq!(
+            status.accuracy.queue,
+            Ratio {
+                matched: 4,
+                total: 4
+            }
+        );
+    }
+
+    #[test]
+    fn accuracy_compares_with_the_model_and_with_the_plan() {
+        let model = model();
+        let good = port_on(&model, 1, 0);
+        let moved = port_on(&model, 2, 0);
+        let unplanned = port_on(&model, 3, 0);
+        let sport = |s: &str| s.parse::<SocketAddr>().expect("addr").port();
+        let plans = PlanIndex::new([&PlanReport {
+            version: 1,
+            tables: vec![PlannedTable {
+                receiver: "10.0.0.2".parse().expect("ip"),
+                source: "10.0.0.1".parse().expect("ip"),
+                dst_port: 5201,
+                cpus: vec![
+                    CpuPorts {
+                        cpu: 1,
+                        ports: vec![sport(&good)],
+                    },
+                    CpuPorts {
+                        cpu: 2,
+                        ports: vec![sport(&moved)],
+                    },
+                ],
+            }],
+        }]);
+        // `moved` was predicted and planned for queue 2 / CPU 2 but arrived
+        // on queue 0 (CPU 0).
+        let records = [
+            record(&good, DST, 1, 0, 1000, SEC),
+            record(&moved, DST, 0, 0, 1000, SEC),
+            record(&unplanned, DST, 3, 0, 1000, SEC),
+        ];
+        let status = Tracker::default().sample(&observe(SEC, &records, &model, &plans));
+        assert_eq!(
+            status.accuracy.queue,
+            Ratio {
+                matched: 2,
+                total: 3
+            }
+        );
+        assert_eq!(
+            status.accuracy.plan,
+            Ratio {
+                matched: 1,
+                total: 2
+            }
+        );
+        let row = |s: &str| {
+            status
+                .flows
+                .iter()
+                .find(|f| f.src.to_string() == s)
+                .expect("row")
+        };
+        assert_eq!(row(&good).planned_cpu, Some(1));
+        assert_eq!(row(&moved).predicted_queue, Some(2));
+        assert_eq!(row(&moved).rss_cpu, Some(0));
+        assert_eq!(row(&unplanned).planned_cpu, None);
+        assert_eq!(
+            row(&unplanned).predicted_cpu,
+            Some(2),
+            "queue 3 is on CPU 2"
+        );
+        assert!((status.accuracy.queue.value().expect("some") - 2.0 / 3.0).abs() < 1e-9);
+        assert_eq!(Ratio::default().value(), None);
+    }
+
+    #[test]
+    fn rates_come_from_byte_deltas_and_cov_from_their_history() {
+        let model = model();
+        let plans = PlanIndex::default();
+        let mut tracker = Tracker::new(TrackerConfig {
+            idle_after: Duration::from_secs(5),
+            history: 3,
+        });
+        let src = port_on(&model, 1, 0);
+        // 125 MB per second is 1 Gbit/s; then 2, then 1, then 1, then 1.
+        let mut bytes = 0;
+        let mut covs = Vec::new();
+        let mut rates = Vec::new();
+        for (second, mb) in [
+            (1u64, 0u64),
+            (2, 125),
+            (3, 250),
+            (4, 125),
+            (5, 125),
+            (6, 125),
+        ] {
+            bytes += mb * 1_000_000;
+            let records = [record(&src, DST, 1, 1, bytes, second * SEC)];
+            let status = tracker.sample(&observe(second * SEC, &records, &model, &plans));
+            rates.push(status.flows[0].gbps);
+            covs.push(status.flows[0].rate_cov);
+        }
+        let expected = [0.0, 1.0, 2.0, 1.0, 1.0, 1.0];
+        for (got, want) in rates.iter().zip(expected) {
+            assert!((got - want).abs() < 1e-9, "{rates:?}");
+        }
+        assert_eq!(covs[0], None, "no rate yet");
+        assert_eq!(covs[1], None, "one rate");
+        // Rates [1, 2]: mean 1.5, σ 0.5.
+        assert!((covs[2].expect("cov") - 1.0 / 3.0).abs() < 1e-9);
+        // Rates [2, 1, 1]: mean 4/3, σ √2/3.
+        let cov = 2f64.sqrt() / 3.0 / (4.0 / 3.0);
+        assert!((covs[3].expect("cov") - cov).abs() < 1e-9);
+        // Only the last three count: [1, 1, 1].
+        assert!(covs[5].expect("cov").abs() < 1e-9);
+        // The queue's counter holds every byte (the first sample counted whole).
+        let records = [record(&src, DST, 1, 1, bytes, 6 * SEC)];
+        let status = tracker.sample(&observe(7 * SEC, &records, &model, &plans));
+        assert_eq!(status.queues[1].bytes, bytes);
+        assert_eq!(status.queues[1].packets, bytes / 1000);
+    }
+
+    #[test]
+    fn idle_flows_age_out_and_counters_do_not_go_down() {
+        let model = model();
+        let plans = PlanIndex::default();
+        let mut tracker = Tracker::default();
+        let (a, b) = (port_on(&model, 0, 0), port_on(&model, 0, 1));
+        // `old` was idle before the agent started: never counted.
+        let old = record(&port_on(&model, 2, 0), DST, 2, 0, 9_000_000, SEC);
+        let records = [
+            record(&a, DST, 0, 0, 1000, 20 * SEC),
+            record(&b, DST, 0, 0, 2000, 20 * SEC),
+            old,
+        ];
+        let status = tracker.sample(&observe(20 * SEC, &records, &model, &plans));
+        assert_eq!(status.active_flows, 2);
+        assert_eq!(status.collisions.queues, 1);
+        assert_eq!(status.queues[0].bytes, 3000);
+        assert_eq!(status.queues[2].bytes, 0, "idle before we started");
+
+        // `b` stops; 5 s later it is still active, after that it is not.
+        let records = [
+            record(&a, DST, 0, 0, 5000, 25 * SEC),
+            record(&b, DST, 0, 0, 2000, 20 * SEC),
+            old,
+        ];
+        let status = tracker.sample(&observe(25 * SEC, &records, &model, &plans));
+        assert_eq!(status.active_flows, 2, "idle for exactly idle_after");
+        let records = [
+            record(&a, DST, 0, 0, 6000, 26 * SEC),
+            record(&b, DST, 0, 0, 2000, 20 * SEC),
+            old,
+        ];
+        let status = tracker.sample(&observe(26 * SEC, &records, &model, &plans));
+        assert_eq!(status.active_flows, 1);
+        assert_eq!(status.collisions, Collisions::default());
+        assert_eq!(status.queues[0].flows, 1);
+        assert_eq!(status.queues[0].bytes, 8000, "counters keep aged-out flows");
+
+        // The verifier's map forgets `a` (LRU) and re-creates it: new bytes count.
+        let records = [record(&a, DST, 0, 0, 500, 27 * SEC)];
+        let status = tracker.sample(&observe(27 * SEC, &records, &model, &plans));
+        assert_eq!(status.queues[0].bytes, 8500);
+        assert_eq!(tracker.flows.len(), 1, "forgotten flows are dropped");
+    }
+
+    #[test]
+    fn without_a_model_nothing_is_predicted() {
+        let plans = PlanIndex::default();
+        let records = [record("10.0.0.1:40000", DST, 5, 1, 100, SEC)];
+        let status = Tracker::default().sample(&Observation {
+            now_ns: SEC,
+            records: &records,
+            model: None,
+            plans: &plans,
+        });
+        assert_eq!(status.flows[0].predicted_queue, None);
+        assert_eq!(status.flows[0].rss_cpu, None);
+        assert_eq!(status.queues.len(), 1);
+        assert!(status.rss_cpus.is_empty());
+        assert_eq!(status.accuracy.queue.total, 0);
+    }
+}

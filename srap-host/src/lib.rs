@@ -1,0 +1,24 @@
+//! SRAP's host-side library: what both `srap` and the daemon need of the
+//! local host, without the eBPF build (so `srap` builds on stable alone).
+//!
+//! * [`discovery`]: this host's RSS configuration (ethtool ioctls, netlink,
+//!   IRQ affinity, RPS) as an [`srap_common::rss::RssDescription`];
+//! * [`cgroup`]: the cgroup2 mount and the steered cgroup `srap exec` joins;
+//! * [`reserved`]: the ports the binder hands out, kept from the kernel's
+//!   ephemeral range;
+//! * [`route`] and [`local`]: the source address toward a receiver and the
+//!   host's own addresses;
+//! * [`bpffs`]: the BPF filesystem the daemon pins to;
+//! * [`status`]: the receiver's status snapshot, its control socket and
+//!   client, and its Prometheus text.
+
+pub mod bpffs;
+pub mod cgroup;
+pub mod discovery;
+mod error;
+pub mod local;
+pub mod reserved;
+pub mod route;
+pub mod status;
+
+pub use error::HostError;

@@ -1,0 +1,116 @@
+//! The host's own addresses: an application may bind any of them before it
+//! connects (`IP_BIND_ADDRESS_NO_PORT`, as HAProxy, nginx `proxy_bind` and
+//! Envoy do), and SRAP keeps the address it chose, so each gets a table.
+
+use std::{
+    collections::BTreeSet,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+};
+
+use crate::HostError;
+
+/// Every address configured on an interface of this network namespace that
+/// an application could bind toward `receiver`: same family, not
+/// link-local, and loopback only toward a loopback receiver.
+pub fn addresses_toward(receiver: IpAddr) -> Result<Vec<IpAddr>, HostError> {
+    Ok(interface_addresses()?
+        .into_iter()
+        .filter(|ip| usable_toward(*ip, receiver))
+        .collect())
+}
+
+fn usable_toward(ip: IpAddr, receiver: IpAddr) -> bool {
+    if ip.is_ipv4() != receiver.is_ipv4() || ip.is_unspecified() || ip.is_multicast() {
+        return false;
+    }
+    if ip.is_loopback() != receiver.is_loopback() {
+        return false;
+    }
+    match ip {
+        IpAddr::V4(v4) => !v4.is_link_local(),
+        IpAddr::V6(v6) => !v6.is_unicast_link_local(),
+    }
+}
+
+/// Addresses from `getifaddrs(3)`, sorted, once each.
+fn interface_addresses() -> Result<BTreeSet<IpAddr>, HostError> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs writes a list head we free below.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return Err(HostError::Io {
+            what: "listing the host's addresses (getifaddrs)".into(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    let mut out = BTreeSet::new();
+    let mut next = list;
+    while !next.is_null() {
+        // SAFETY: a node of the list getifaddrs returned, not yet freed.
+        let entry = unsafe { &*next };
+        // SAFETY: ifa_addr is null or points to a sockaddr of its family.
+        if let Some(ip) = unsafe { sockaddr_ip(entry.ifa_addr) } {
+            out.insert(ip);
+        }
+        next = entry.ifa_next;
+    }
+    // SAFETY: the list from getifaddrs, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    Ok(out)
+}
+
+/// The IP address of an `AF_INET`/`AF_INET6` sockaddr.
+///
+/// # Safety
+/// `addr` is null or points to a valid sockaddr of the family it names.
+unsafe fn sockaddr_ip(addr: *const libc::sockaddr) -> Option<IpAddr> {
+    if addr.is_null() {
+        return None;
+    }
+    // SAFETY: per the function's contract.
+    match i32::from(unsafe { (*addr).sa_family }) {
+        libc::AF_INET => {
+            // SAFETY: an AF_INET sockaddr is a sockaddr_in.
+            let v4 = unsafe { &*addr.cast::<libc::sockaddr_in>() };
+            Some(Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)).into())
+        }
+        libc::AF_INET6 => {
+            // SAFETY: an AF_INET6 sockaddr is a sockaddr_in6.
+            let v6 = unsafe { &*addr.cast::<libc::sockaddr_in6>() };
+            Some(Ipv6Addr::from(v6.sin6_addr.s6_addr).into())
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_receivers_get_loopback_addresses_only() {
+        let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let found = addresses_toward(lo).expect("getifaddrs");
+        assert!(found.contains(&lo), "{found:?}");
+        assert!(found.iter().all(|ip| ip.is_loopback()));
+    }
+
+    #[test]
+    fn link_local_and_other_families_are_left_out() {
+        let receiver: IpAddr = "10.0.0.2".parse().expect("ip");
+        for (ip, usable) in [
+            ("10.0.0.1", true),
+            ("169.254.1.1", false),
+            ("127.0.0.1", false),
+            ("fd00::1", false),
+        ] {
+            assert_eq!(
+                usable_toward(ip.parse().expect("ip"), receiver),
+                usable,
+                "{ip}"
+            );
+        }
+        let v6: IpAddr = "fd00::2".parse().expect("ip");
+        assert!(!usable_toward("fe80::1".parse().expect("ip"), v6));
+        assert!(usable_toward("fd00::1".parse().expect("ip"), v6));
+    }
+}

@@ -1,0 +1,95 @@
+//! Loads the lab's RSS-NIC emulator (`srap_rss_nic`, tc egress) onto the
+//! sender side of a multi-queue veth, so the peer receives every TCP packet
+//! on the queue the given RSS model names — a NIC's RSS, on any Linux box.
+//!
+//! Dropping the [`Emulator`] detaches it (in the caller's network namespace).
+
+use aya::{
+    Ebpf,
+    maps::{Array, MapError},
+    programs::{LinkOrder, ProgramError, SchedClassifier, TcAttachType, tc},
+};
+use srap_common::{
+    emulator::{CONFIG_MAP, EmulatorError, EmulatorTables, INDIR_MAP, PROGRAM, TOEPLITZ_MAP},
+    rss::RssModel,
+};
+use tracing::info;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EmulatorLoadError {
+    #[error("loading the SRAP eBPF object: {0}")]
+    Load(#[from] aya::EbpfError),
+    #[error("the SRAP eBPF object has no {0}")]
+    Missing(&'static str),
+    #[error("the RSS description cannot be emulated: {0}")]
+    Model(#[from] EmulatorError),
+    #[error("filling the emulator's maps: {0}")]
+    Map(#[from] MapError),
+    #[error("loading or attaching {PROGRAM} to {iface} (tc egress): {source}")]
+    Program { iface: String, source: ProgramError },
+}
+
+/// The emulator, attached; dropping it detaches.
+pub struct Emulator {
+    _ebpf: Ebpf,
+}
+
+impl Emulator {
+    /// Emulates `model` on `iface`, a veth with `queues` TX queues (its peer's
+    /// RX queues), in the calling thread's network namespace.
+    pub fn attach(iface: &str, model: &RssModel, queues: u32) -> Result<Self, EmulatorLoadError> {
+        let tables = EmulatorTables::new(model, queues)?;
+        let mut ebpf = Ebpf::load(srap_daemon::ebpf_object())?;
+        fill(&mut ebpf, &tables)?;
+        let program_error = |source| EmulatorLoadError::Program {
+            iface: iface.to_owned(),
+            source,
+        };
+        let program: &mut SchedClassifier = ebpf
+            .program_mut(PROGRAM)
+            .ok_or(EmulatorLoadError::Missing(PROGRAM))?
+            .try_into()
+            .map_err(program_error)?;
+        program.load().map_err(program_error)?;
+        // tcx (Linux ≥ 6.6) needs no qdisc; older kernels take a clsact filter.
+        let tcx = tc::TcAttachOptions::TcxOrder(LinkOrder::default());
+        if let Err(tcx_error) = program.attach_with_options(iface, TcAttachType::Egress, tcx) {
+            info!(iface, %tcx_error, "tcx egress refused; using a clsact qdisc");
+            let _ = tc::qdisc_add_clsact(iface);
+            program
+                .attach(iface, TcAttachType::Egress)
+                .map_err(program_error)?;
+        }
+        info!(
+            iface,
+            queues,
+            entries = tables.indir.len(),
+            "RSS-NIC emulator attached"
+        );
+        Ok(Self { _ebpf: ebpf })
+    }
+}
+
+fn fill(ebpf: &mut Ebpf, tables: &EmulatorTables) -> Result<(), EmulatorLoadError> {
+    let mut toeplitz: Array<_, u32> = ebpf
+        .map_mut(TOEPLITZ_MAP)
+        .ok_or(EmulatorLoadError::Missing(TOEPLITZ_MAP))?
+        .try_into()?;
+    for (index, share) in tables.toeplitz.iter().enumerate() {
+        toeplitz.set(index as u32, share, 0)?;
+    }
+    let mut indir: Array<_, u32> = ebpf
+        .map_mut(INDIR_MAP)
+        .ok_or(EmulatorLoadError::Missing(INDIR_MAP))?
+        .try_into()?;
+    for (index, queue) in tables.indir.iter().enumerate() {
+        indir.set(index as u32, queue, 0)?;
+    }
+    let mut config: Array<_, srap_common::emulator::EmulatorConfig> = ebpf
+        .map_mut(CONFIG_MAP)
+        .ok_or(EmulatorLoadError::Missing(CONFIG_MAP))?
+        .try_into()?;
+    // Last: the program steers nothing until the tables are complete.
+    config.set(0, tables.config, 0)?;
+    Ok(())
+}

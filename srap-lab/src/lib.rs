@@ -1,0 +1,429 @@
+//! `srap-agent lab`: SRAP's main job on one machine. Two hosts made of
+//! network namespaces, a multi-queue veth whose sender side emulates a
+//! receiver NIC's RSS, the binder on the sender, the verifier on the
+//! receiver, and a workload run twice — with kernel-chosen ports and with
+//! SRAP's — or one of the paper's experiments (`--experiment` for placement,
+//! `--experiment throughput` with `--queue-rate` capacity per receive
+//! queue). The namespace and veth helpers here are also what the integration
+//! tests build on.
+//!
+//! Every object gets a name unique to this process (pid + counter) and is
+//! removed on drop, so a failing run (a panic unwinds through the guards)
+//! leaves nothing behind. Traffic stays inside namespaces made here:
+//! addresses are `10.199.<subnet>.0/24` and `fd00:5a:0:<subnet>::/64`,
+//! configured only on these veth ends.
+
+pub mod agents;
+pub mod capacity;
+pub mod emulator;
+pub mod experiment;
+pub mod guest;
+pub mod netns;
+pub mod plot;
+pub mod report;
+pub mod steering;
+pub mod throughput;
+pub mod topology;
+pub mod veth;
+pub mod virtio;
+pub mod workload;
+
+use std::{
+    process::Stdio,
+    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+
+use self::{
+    agents::LabAgents,
+    capacity::Rate,
+    report::RunReport,
+    steering::LabSteering,
+    throughput::ThroughputPlan,
+    topology::{LabNet, LabNetConfig, Watch},
+    workload::{ChildGuard, client, iperf3_server, srap_binary},
+};
+
+pub use netns::{NetNs, NsGuard};
+pub use veth::{TwoHosts, VethConfig, VethEnd};
+
+/// A name no other live object of this process has: `s<pid>x<n><suffix>`.
+///
+/// Short enough for an interface name (15 bytes) for any pid and up to a few
+/// thousand objects per process with a one-letter suffix.
+pub fn unique_name(suffix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("s{}x{n}{suffix}", std::process::id())
+}
+
+/// Flows that carried less than this are left out of a workload's verdict
+/// (iperf3's control connection, say).
+const MIN_DATA_BYTES: u64 = 1 << 20;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct LabArgs {
+    /// The receiver's NIC: `veth` (SRAP's RSS emulator on a veth, in a
+    /// namespace) or `virtio` (a QEMU guest whose virtio-net RSS QEMU
+    /// computes, with the receiver agent inside).
+    #[arg(long, value_enum, default_value_t = Nic::Veth)]
+    pub nic: Nic,
+    /// Receive queues (default: 32 for veth, 4 for virtio). Each counts as
+    /// one CPU.
+    #[arg(long)]
+    pub queues: Option<u32>,
+    /// The guest's vCPUs with --nic virtio (default: one per queue).
+    #[arg(long)]
+    pub smp: Option<u32>,
+    /// Where the guest's kernel and initramfs are cached (default:
+    /// `srap-guest` beside the binary under `target/`, else
+    /// /var/cache/srap/guest).
+    #[arg(long)]
+    pub guest_cache: Option<std::path::PathBuf>,
+    /// Parallel flows (default: 16 for veth, one per queue for virtio).
+    #[arg(long)]
+    pub flows: Option<usize>,
+    /// Seconds the default workload (or each throughput trial) runs.
+    #[arg(long, default_value_t = 5)]
+    pub duration: u64,
+    /// The client command, run in the sender namespace; `{server}`,
+    /// `{port}`, `{flows}` and `{duration}` are filled in. Its server must be
+    /// iperf3-compatible (`iperf3 -s` runs on the receiver).
+    #[arg(
+        long,
+        default_value = "iperf3 -c {server} -p {port} -P {flows} -t {duration}"
+    )]
+    pub workload: String,
+    /// Run an experiment instead: --trials trials with SRAP and as many with
+    /// kernel-chosen ports. `--experiment` alone (or `placement`): short
+    /// connections judged by the verifier. `--experiment throughput`: long
+    /// iperf3 flows on receive queues of --queue-rate each, measured at the
+    /// receiver.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "placement")]
+    pub experiment: Option<Experiment>,
+    /// Trials per kind in --experiment (default: 20 for placement, 10 for
+    /// throughput).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub trials: Option<u64>,
+    /// Give each receive queue of the veth lab's NIC this capacity (e.g.
+    /// 200mbit, of TCP payload), shared by the flows that land on it as
+    /// flows on one core share that core: an `mq` root with one `tbf` per
+    /// queue on the sender's veth. Default: none, or 100mbit with
+    /// --experiment throughput.
+    #[arg(long)]
+    pub queue_rate: Option<Rate>,
+    /// With --experiment throughput: write PNG and SVG plots into this
+    /// directory (per-flow rates over time, aggregate per trial).
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+    /// After the workload, keep the lab up (agents and all) until Ctrl-C,
+    /// for `srap status --control PATH` in another terminal.
+    #[arg(long)]
+    pub hold: bool,
+}
+
+/// Which of the paper's experiments `--experiment` runs.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Experiment {
+    /// Short connections, judged by where the verifier saw them land.
+    Placement,
+    /// Long flows on rate-limited receive queues, judged by throughput.
+    Throughput,
+}
+
+/// `--queue-rate` for `--experiment throughput` when none is given: the
+/// lab's 16 default flows then need 1.6 Gbit/s, about two thirds of a
+/// 2-core VM's CPU with the emulator, tbfs and verifier on every packet
+/// (200mbit takes ~90 %), so the queues, not the CPU, are the bottleneck.
+const THROUGHPUT_QUEUE_RATE: Rate = Rate::from_mbit(100);
+
+/// The receiver NIC the lab runs against.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nic {
+    Veth,
+    Virtio,
+}
+
+/// `--workload` split into words with `{flows}` and `{duration}` filled in.
+pub fn workload_words(args: &LabArgs, flows: usize) -> Vec<String> {
+    args.workload
+        .split_whitespace()
+        .map(|w| {
+            w.replace("{flows}", &flows.to_string())
+                .replace("{duration}", &args.duration.to_string())
+        })
+        .collect()
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+/// True once Ctrl-C (or SIGTERM) arrived: every wait in the lab checks it,
+/// so the drop guards tear everything down.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+pub fn run(args: &LabArgs) -> anyhow::Result<()> {
+    // SAFETY: the handler only stores to an atomic, which is signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+    // SAFETY: no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the lab creates namespaces and loads eBPF: run it as root (`cargo xtask lab` does)");
+    }
+    if args.plot.is_some() && args.experiment != Some(Experiment::Throughput) {
+        bail!("--plot goes with --experiment throughput");
+    }
+    if args.nic == Nic::Virtio {
+        if args.experiment.is_some() || args.hold || args.queue_rate.is_some() {
+            bail!("--experiment, --queue-rate and --hold run with --nic veth only");
+        }
+        let queues = args.queues.unwrap_or(4);
+        let flows = checked_flows(args.flows.unwrap_or(queues as usize))?;
+        return virtio::run(args, queues, flows);
+    }
+    let queues = args.queues.unwrap_or(32);
+    let flows = checked_flows(args.flows.unwrap_or(16))?;
+    match args.experiment {
+        Some(Experiment::Placement) => return run_placement(args, queues, flows),
+        Some(Experiment::Throughput) => return run_throughput(args, queues, flows),
+        None => {}
+    }
+    let net = LabNet::with_config(LabNetConfig {
+        queue_rate: args.queue_rate,
+        ..LabNetConfig::new(queues, Watch::Agent)
+    })?;
+    // The lab runs the agents it is part of.
+    let exe = std::env::current_exe().context("locating srap-agent")?;
+    let agents = LabAgents::start(&net, &exe, SRAP_PORT)?;
+    if !args.json {
+        println!(
+            "lab up: {} queues; receiver agent on {}:7447, sender agent following it\n\
+             watch it live: srap status --control {}\n",
+            queues,
+            net.receiver_ip(),
+            agents.control().display()
+        );
+    }
+    let mut reports = Vec::new();
+    for (title, port, cgroup) in [
+        ("kernel-chosen source ports", KERNEL_PORT, None),
+        ("SRAP-chosen source ports", SRAP_PORT, Some(agents.cgroup())),
+    ] {
+        let report = run_workload(&net, &agents, args, flows, port, cgroup)
+            .with_context(|| format!("workload with {title}"))?;
+        if !args.json {
+            println!("{}", report.render(title, args.duration as f64));
+        }
+        reports.push(report);
+    }
+    let stats =
+        srap_daemon::sender::read_stats(&srap_daemon::sender::PinLayout::new(agents.pin_dir()))?;
+    if args.json {
+        let json = serde_json::json!({"kernel": reports[0], "srap": reports[1], "binder": stats.to_string()});
+        println!("{json}");
+    } else {
+        println!("binder counters: {stats}");
+    }
+    if args.hold {
+        println!(
+            "\nholding the lab: `srap status --control {}`; Ctrl-C ends it",
+            agents.control().display()
+        );
+        while !interrupted() {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    Ok(())
+}
+
+/// `--experiment` (placement): short connections judged by the verifier.
+fn run_placement(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
+    let net = LabNet::with_config(LabNetConfig {
+        queue_rate: args.queue_rate,
+        ..LabNetConfig::new(queues, Watch::Here)
+    })?;
+    let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
+    let trials = args.trials.unwrap_or(20) as usize;
+    let report = experiment::run(&net, steering.cgroup(), flows, trials, queues)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_experiment(&report);
+    }
+    Ok(())
+}
+
+/// `--experiment throughput`: long flows on rate-limited queues, measured
+/// at the receiver, with the plots when asked.
+fn run_throughput(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
+    let plan = ThroughputPlan {
+        flows,
+        queues,
+        trials: args.trials.unwrap_or(10) as usize,
+        duration: args.duration,
+        queue_rate: args.queue_rate.unwrap_or(THROUGHPUT_QUEUE_RATE),
+        srap: srap_binary()?,
+    };
+    let net = LabNet::with_config(LabNetConfig {
+        queue_rate: Some(plan.queue_rate),
+        ..LabNetConfig::new(queues, Watch::Here)
+    })?;
+    let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
+    if !args.json {
+        eprintln!(
+            "{} trials per mode, {} s each: about {} s",
+            plan.trials,
+            plan.duration,
+            plan.trials as u64 * 2 * (plan.duration + 1)
+        );
+    }
+    let report = throughput::run(&net, steering.cgroup(), &plan, &mut |t, srap, kernel| {
+        tracing::info!(
+            trial = t + 1,
+            srap_gbps = format!("{:.3}", srap.aggregate_gbps),
+            srap_queues = srap.queues_used,
+            kernel_gbps = format!("{:.3}", kernel.aggregate_gbps),
+            kernel_queues = kernel.queues_used,
+            "trial done"
+        );
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.render());
+    }
+    if let Some(dir) = &args.plot {
+        let files = plot::write_all(&report, dir)?;
+        if !args.json {
+            println!(
+                "plots: {}",
+                files
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        }
+    }
+    Ok(())
+}
+
+fn checked_flows(flows: usize) -> anyhow::Result<usize> {
+    if flows == 0 || flows > 256 {
+        bail!("--flows must be 1 to 256");
+    }
+    Ok(flows)
+}
+
+/// The receiver's ports for the two workload runs.
+const KERNEL_PORT: u16 = 5201;
+const SRAP_PORT: u16 = 5202;
+
+fn run_workload(
+    net: &LabNet,
+    agents: &LabAgents<'_>,
+    args: &LabArgs,
+    flows: usize,
+    port: u16,
+    cgroup: Option<&std::path::Path>,
+) -> anyhow::Result<RunReport> {
+    let words = workload_words(args, flows);
+    let _server = iperf3_server(&net.hosts.receiver, port)?;
+    let mut command = client(
+        &net.hosts.sender,
+        &words,
+        &net.receiver_ip().to_string(),
+        port,
+        cgroup,
+    )?;
+    let mut workload = ChildGuard::spawn(command.stdout(Stdio::null()))?;
+    let status = workload.wait(Duration::from_secs(args.duration + 30))?;
+    if !status.success() {
+        bail!("the workload exited with {status}");
+    }
+    // What the receiver agent's verifier saw, sampled after the run ended.
+    let seen = agents.status_after(std::time::SystemTime::now())?;
+    Ok(RunReport::from_status(&seen, port, MIN_DATA_BYTES))
+}
+
+fn print_experiment(r: &experiment::ExperimentReport) {
+    println!(
+        "{} flows on {} queues, {} trials each, judged by the receive verifier",
+        r.flows, r.queues, r.srap.trials
+    );
+    println!(
+        "  {:<24} {:>15} {:>13} {:>11}",
+        "", "collision-free", "busiest queue", "predicted"
+    );
+    for (name, t) in [("SRAP ports", &r.srap), ("kernel ports", &r.kernel)] {
+        println!(
+            "  {:<24} {:>14.1}% {:>13.2} {:>10.1}%",
+            name,
+            t.collision_free_rate * 100.0,
+            t.mean_busiest,
+            t.prediction_accuracy * 100.0
+        );
+    }
+    println!(
+        "  {:<24} {:>14.2}%",
+        "random ports, formula",
+        r.analytic_collision_free * 100.0
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        lab: LabArgs,
+    }
+
+    fn parse(args: &[&str]) -> LabArgs {
+        let argv = std::iter::once("lab").chain(args.iter().copied());
+        match Cli::try_parse_from(argv) {
+            Ok(cli) => cli.lab,
+            Err(err) => panic!("{args:?}: {err}"),
+        }
+    }
+
+    #[test]
+    fn experiment_alone_is_placement_and_takes_a_name() {
+        assert_eq!(parse(&[]).experiment, None);
+        assert_eq!(
+            parse(&["--experiment"]).experiment,
+            Some(Experiment::Placement)
+        );
+        let placement = parse(&["--experiment", "--trials", "10"]);
+        assert_eq!(placement.experiment, Some(Experiment::Placement));
+        assert_eq!(placement.trials, Some(10));
+        let throughput = parse(&[
+            "--experiment",
+            "throughput",
+            "--queue-rate",
+            "200mbit",
+            "--plot",
+            "out",
+        ]);
+        assert_eq!(throughput.experiment, Some(Experiment::Throughput));
+        assert_eq!(throughput.queue_rate, "200mbit".parse().ok());
+        assert!(Cli::try_parse_from(["lab", "--experiment", "bogus"]).is_err());
+        assert!(Cli::try_parse_from(["lab", "--queue-rate", "fast"]).is_err());
+    }
+}

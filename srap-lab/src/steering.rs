@@ -1,0 +1,105 @@
+//! SRAP's sender side in the lab: the binder started in the sender namespace
+//! (on a pin directory and cgroup of the lab's own, so a real agent on the
+//! machine is untouched) and detached when the guard drops.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use srap_common::solver::PortRange;
+
+use super::{NetNs, unique_name};
+use srap_daemon::sender::{self, SenderOptions};
+use srap_host::cgroup;
+
+pub struct LabSteering<'a> {
+    ns: &'a NetNs,
+    pin_dir: PathBuf,
+    cgroup: PathBuf,
+}
+
+impl<'a> LabSteering<'a> {
+    /// Starts the binder in `ns` for flows toward `receiver`.
+    pub fn start(
+        ns: &'a NetNs,
+        model: &srap_common::rss::RssModel,
+        receiver: std::net::IpAddr,
+    ) -> anyhow::Result<Self> {
+        let name = format!("srap-lab-{}", unique_name(""));
+        let mount = cgroup::cgroup2_mount()?;
+        let guard = Self {
+            ns,
+            pin_dir: Path::new("/sys/fs/bpf").join(&name),
+            cgroup: mount.join(&name),
+        };
+        let options = SenderOptions {
+            model: model.clone(),
+            receivers: vec![receiver],
+            ports: Vec::new(),
+            cgroup: Some(guard.cgroup.clone()),
+            pin_dir: guard.pin_dir.clone(),
+            pacing_rate: None,
+            // Leaves the namespace's ephemeral range to the kernel's own flows.
+            port_range: Some(PortRange::new(10_000, 32_767).map_err(anyhow::Error::msg)?),
+        };
+        ns.run(|| sender::start(&options, srap_daemon::ebpf_object()))?
+            .context("starting the binder in the sender namespace")?;
+        Ok(guard)
+    }
+
+    /// The steered cgroup: `srap exec --cgroup` this.
+    pub fn cgroup(&self) -> &Path {
+        &self.cgroup
+    }
+
+    pub fn pin_dir(&self) -> &Path {
+        &self.pin_dir
+    }
+}
+
+impl Drop for LabSteering<'_> {
+    fn drop(&mut self) {
+        match self.ns.run(|| sender::detach(&self.pin_dir)) {
+            Ok(Ok(_)) => {}
+            Ok(Err(err)) => eprintln!("lab cleanup: detaching the binder: {err}"),
+            Err(err) => eprintln!("lab cleanup: entering the sender namespace: {err:#}"),
+        }
+    }
+}
+
+/// While alive, this process is in `cgroup`, so sockets it creates are
+/// steered; on drop it returns to the cgroup it came from.
+pub struct InCgroup {
+    original: PathBuf,
+}
+
+impl InCgroup {
+    pub fn enter(cgroup: &Path) -> anyhow::Result<Self> {
+        let mount = cgroup::cgroup2_mount()?;
+        let own =
+            std::fs::read_to_string("/proc/self/cgroup").context("reading /proc/self/cgroup")?;
+        let relative = own
+            .lines()
+            .find_map(|line| line.strip_prefix("0::"))
+            .context("no cgroup2 line in /proc/self/cgroup")?;
+        let original = mount.join(relative.trim_start_matches('/'));
+        move_self(cgroup)?;
+        Ok(Self { original })
+    }
+}
+
+impl Drop for InCgroup {
+    fn drop(&mut self) {
+        if let Err(err) = move_self(&self.original) {
+            eprintln!(
+                "lab cleanup: returning to {}: {err:#}",
+                self.original.display()
+            );
+        }
+    }
+}
+
+fn move_self(cgroup: &Path) -> anyhow::Result<()> {
+    // "0" moves the writing process (all its threads) in cgroup v2.
+    std::fs::write(cgroup.join("cgroup.procs"), "0")
+        .with_context(|| format!("moving into cgroup {}", cgroup.display()))
+}

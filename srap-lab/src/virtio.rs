@@ -1,0 +1,354 @@
+//! `srap-agent lab --nic virtio`: the lab with a real RSS device. The
+//! receiver is a QEMU guest (see [`super::guest`]) running the receiver
+//! agent with real discovery; the sender agent runs in a namespace made
+//! here and follows it with `--peer`; the workload runs with kernel ports,
+//! then under `srap exec`. Each run is judged twice: by the receiver agent's
+//! verifier (SRAP's view) and by the guest itself — its per-queue
+//! `ethtool -S` counters and the ports its server accepted, hashed with the
+//! key and table `ethtool -x` shows.
+
+use std::{
+    collections::BTreeSet,
+    fmt::Write as _,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use anyhow::{Context as _, bail};
+use serde::Serialize;
+use srap_common::rss::{FlowTuple, RssModel};
+
+use super::{
+    LabArgs, MIN_DATA_BYTES,
+    agents::SenderAgent,
+    guest::{GUEST_IFACE, Guest, GuestImage, GuestNet, GuestShape, truth},
+    interrupted,
+    report::RunReport,
+    unique_name,
+    workload::{ChildGuard, client_via, srap_binary},
+};
+use srap_host::status::Status;
+
+/// The lab's own subnet (inside its namespace): 10.199.77.0/24.
+const SUBNET: u8 = 77;
+const PEER_PORT: u16 = 7447;
+const KERNEL_PORT: u16 = 5201;
+const SRAP_PORT: u16 = 5202;
+/// The receiver agent's control socket, inside the guest.
+pub const GUEST_CONTROL: &str = "/tmp/receiver.sock";
+
+/// One workload run as the guest saw it, beside SRAP's view.
+#[derive(Debug, Clone, Serialize)]
+pub struct GuestRun {
+    /// The receiver agent's verifier.
+    pub srap: RunReport,
+    /// Packets per receive queue during the run (`ethtool -S`).
+    pub rx_queue_packets: Vec<u64>,
+    /// Queues that carried at least a quarter of a flow's fair share.
+    pub busy_queues: BTreeSet<u32>,
+    /// The data streams' source ports, as the guest's server accepted them,
+    /// each with the queue `ethtool -x`'s key and table give it.
+    pub accepted: Vec<(u16, u32)>,
+}
+
+impl GuestRun {
+    /// Distinct queues of the accepted flows, by the device's own config.
+    pub fn distinct_queues(&self) -> usize {
+        self.accepted
+            .iter()
+            .map(|&(_, q)| q)
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
+    pub fn render(&self, title: &str, seconds: f64) -> String {
+        let mut out = self.srap.render(title, seconds);
+        let _ = writeln!(out, "  the guest's own view:");
+        let counters: Vec<String> = (0..)
+            .zip(&self.rx_queue_packets)
+            .map(|(q, p)| format!("rx-{q} {p}"))
+            .collect();
+        let _ = writeln!(out, "    ethtool -S packets   {}", counters.join(", "));
+        let _ = writeln!(
+            out,
+            "    {} flows accepted, on {} distinct queues by ethtool -x; {} queues busy by ethtool -S",
+            self.accepted.len(),
+            self.distinct_queues(),
+            self.busy_queues.len()
+        );
+        out
+    }
+}
+
+/// The guest on `net` with the receiver agent inside, and the sender agent
+/// following it from `net`'s namespace.
+pub struct VirtioLab<'n> {
+    // Field order is drop order: the sender (detached) first, then the
+    // guest (QEMU killed); the caller drops `net` (namespace, tap) last.
+    sender: SenderAgent<'n>,
+    /// The `srap` binary beside `srap-agent`, for `srap exec`.
+    srap: PathBuf,
+    pub guest: Guest,
+    pub net: &'n GuestNet,
+    logs: LogDir,
+}
+
+impl<'n> VirtioLab<'n> {
+    /// Boots the guest, turns its RSS on, starts the receiver agent in it and
+    /// the sender agent beside the tap.
+    pub fn start(net: &'n GuestNet, image: &GuestImage, shape: GuestShape) -> anyhow::Result<Self> {
+        let exe = std::env::current_exe().context("locating srap-agent")?;
+        Self::start_with(net, image, shape, &exe)
+    }
+
+    /// [`VirtioLab::start`] with the host's `srap-agent` binary given.
+    pub fn start_with(
+        net: &'n GuestNet,
+        image: &GuestImage,
+        shape: GuestShape,
+        exe: &Path,
+    ) -> anyhow::Result<Self> {
+        let mut guest = Guest::boot(net, image, shape)?;
+        guest.enable_rss()?;
+        let peer = format!("{}:{PEER_PORT}", net.guest_ip);
+        start_receiver(&mut guest, &peer)?;
+        let name = format!("srap-lab-{}", unique_name(""));
+        let logs = LogDir::new(&name)?;
+        let sender = SenderAgent::start(&net.ns, exe, &peer, SRAP_PORT, &name, &logs.sender())
+            .map_err(|err| {
+                let log = std::fs::read_to_string(logs.sender()).unwrap_or_default();
+                err.context(format!("the sender agent's log:\n{log}"))
+            })?;
+        Ok(Self {
+            sender,
+            srap: exe.with_file_name("srap"),
+            guest,
+            net,
+            logs,
+        })
+    }
+
+    /// The steered cgroup on the host side.
+    pub fn cgroup(&self) -> &Path {
+        self.sender.cgroup()
+    }
+
+    pub fn pin_dir(&self) -> &Path {
+        self.sender.pin_dir()
+    }
+
+    /// The sender agent's output so far.
+    pub fn sender_log(&self) -> String {
+        std::fs::read_to_string(self.logs.sender()).unwrap_or_default()
+    }
+
+    /// The receiver agent's output so far (inside the guest).
+    pub fn receiver_log(&mut self) -> String {
+        self.guest
+            .run("cat /tmp/receiver.log")
+            .unwrap_or_else(|err| format!("(unreadable: {err:#})"))
+    }
+
+    /// The receiver agent's status, as `srap status --once --json` prints it
+    /// in the guest.
+    pub fn status(&mut self) -> anyhow::Result<Status> {
+        let json = self.guest.run(&format!(
+            "srap status --control {GUEST_CONTROL} --once --json"
+        ))?;
+        serde_json::from_str(&json).context("the guest's srap status --json")
+    }
+
+    /// Runs `workload` (words, with `{server}`, `{port}`, `{flows}`,
+    /// `{duration}`) against `iperf3 -s` in the guest, steered when
+    /// `steered`; judged by SRAP's verifier and by the guest.
+    pub fn run_workload(
+        &mut self,
+        workload: &[String],
+        steered: bool,
+        duration: u64,
+    ) -> anyhow::Result<GuestRun> {
+        let port = if steered { SRAP_PORT } else { KERNEL_PORT };
+        start_iperf3_server(&mut self.guest, port)?;
+        let before = truth::rx_queue_packets(&mut self.guest)?;
+        let cgroup = steered.then(|| self.sender.cgroup().to_path_buf());
+        let server = self.net.guest_ip.to_string();
+        let mut command = client_via(
+            &self.srap,
+            &self.net.ns,
+            workload,
+            &server,
+            port,
+            cgroup.as_deref(),
+        )?;
+        let mut child = ChildGuard::spawn(command.stdout(Stdio::null()))?;
+        let status = child.wait(Duration::from_secs(duration + 60))?;
+        if !status.success() {
+            bail!("the workload exited with {status}");
+        }
+        let after = truth::rx_queue_packets(&mut self.guest)?;
+        let accepted = iperf3_result(&mut self.guest, port)?;
+        let model = truth::ethtool_model(&mut self.guest)?;
+        let accepted = self.landings(&model, &accepted, port)?;
+        let srap = self.srap_view(port)?;
+        let rx_queue_packets = truth::delta(&before, &after);
+        Ok(GuestRun {
+            busy_queues: truth::busy_queues(&rx_queue_packets, accepted.len()),
+            srap,
+            rx_queue_packets,
+            accepted,
+        })
+    }
+
+    /// Each accepted port with the queue the device's config gives it.
+    fn landings(
+        &self,
+        model: &RssModel,
+        ports: &[u16],
+        port: u16,
+    ) -> anyhow::Result<Vec<(u16, u32)>> {
+        ports
+            .iter()
+            .map(|&sport| {
+                let tuple = FlowTuple::new(
+                    self.net.host_ip.into(),
+                    sport,
+                    self.net.guest_ip.into(),
+                    port,
+                )?;
+                Ok((sport, model.landing(&tuple).queue))
+            })
+            .collect()
+    }
+
+    /// The receiver agent's verdict on the flows toward `port`, sampled
+    /// after the run (it samples every second).
+    fn srap_view(&mut self, port: u16) -> anyhow::Result<RunReport> {
+        std::thread::sleep(Duration::from_millis(1500));
+        let status = self.status()?;
+        Ok(RunReport::from_status(&status, port, MIN_DATA_BYTES))
+    }
+}
+
+/// `srap-agent receiver` in the guest, with real discovery (no `--rss`).
+fn start_receiver(guest: &mut Guest, listen: &str) -> anyhow::Result<()> {
+    guest.run(&format!(
+        "srap-agent receiver --iface {GUEST_IFACE} --listen {listen} --control {GUEST_CONTROL} \
+         > /tmp/receiver.log 2>&1 &"
+    ))?;
+    wait_in_guest(
+        guest,
+        &format!("test -S {GUEST_CONTROL}"),
+        "the receiver agent's control socket",
+    )
+    .map_err(|err| {
+        let log = guest.run("cat /tmp/receiver.log").unwrap_or_default();
+        err.context(format!("the receiver agent's log in the guest:\n{log}"))
+    })
+}
+
+fn start_iperf3_server(guest: &mut Guest, port: u16) -> anyhow::Result<()> {
+    guest.run(&format!(
+        "rm -f /tmp/iperf3-{port}.json; iperf3 -s -1 -J -p {port} > /tmp/iperf3-{port}.json 2>&1 &"
+    ))?;
+    wait_in_guest(
+        guest,
+        &format!("netstat -tln | grep -q ':{port} '"),
+        "iperf3 -s in the guest",
+    )
+}
+
+/// The accepted data streams' source ports, once `iperf3 -s -1` has
+/// written its result and exited.
+fn iperf3_result(guest: &mut Guest, port: u16) -> anyhow::Result<Vec<u16>> {
+    let file = format!("/tmp/iperf3-{port}.json");
+    wait_in_guest(
+        guest,
+        &format!("! netstat -tln | grep -q ':{port} ' && grep -q '\"end\"' {file}"),
+        "the guest's iperf3 result",
+    )?;
+    truth::iperf3_accepted_ports(&guest.run(&format!("cat {file}"))?)
+}
+
+/// Polls `check` in the guest until it succeeds (up to 20 s).
+fn wait_in_guest(guest: &mut Guest, check: &str, what: &str) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, _) = guest.shell().status(check, super::guest::COMMAND_TIMEOUT)?;
+        if code == 0 {
+            return Ok(());
+        }
+        if interrupted() || std::time::Instant::now() > deadline {
+            bail!("{what} did not come up within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The sender agent's log directory, removed on drop.
+struct LogDir(std::path::PathBuf);
+
+impl LogDir {
+    fn new(name: &str) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Self(dir))
+    }
+
+    fn sender(&self) -> std::path::PathBuf {
+        self.0.join("sender.log")
+    }
+}
+
+impl Drop for LogDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `srap-agent lab --nic virtio`.
+pub fn run(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
+    let shape = GuestShape::new(queues, args.smp)?;
+    let exe = std::env::current_exe().context("locating srap-agent")?;
+    let cache = match &args.guest_cache {
+        Some(dir) => dir.clone(),
+        None => GuestImage::default_cache(&exe),
+    };
+    let image = GuestImage::prepare(&cache, &exe, &srap_binary()?)?;
+    let net = GuestNet::new(SUBNET)?;
+    let mut lab = VirtioLab::start(&net, &image, shape)?;
+    if !args.json {
+        println!(
+            "lab up: QEMU guest with a {queues}-queue virtio-net NIC (RSS computed by QEMU), \
+             {} vCPUs; receiver agent in the guest on {}:{PEER_PORT}, sender agent following it\n",
+            shape.cpus, net.guest_ip
+        );
+    }
+    let words = super::workload_words(args, flows);
+    let mut runs = Vec::new();
+    for (title, steered) in [
+        ("kernel-chosen source ports", false),
+        ("SRAP-chosen source ports", true),
+    ] {
+        let run = lab
+            .run_workload(&words, steered, args.duration)
+            .map_err(|err| {
+                // The error names the guest's logs: they must outlive it.
+                let kept = lab.guest.keep_dir().display().to_string();
+                err.context(format!(
+                    "workload with {title} (the guest's console and QEMU's log are kept in {kept})"
+                ))
+            })?;
+        if !args.json {
+            println!("{}", run.render(title, args.duration as f64));
+        }
+        runs.push(run);
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"nic": "virtio", "kernel": runs[0], "srap": runs[1]})
+        );
+    }
+    Ok(())
+}

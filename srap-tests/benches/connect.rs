@@ -1,0 +1,174 @@
+//! What the binder costs a connection: one TCP connect() + accept() + close
+//! over a veth between two namespaces, without the binder and then with it
+//! attached toward a 4-CPU and a 512-CPU receiver (same run, same sockets,
+//! same veth). Goals: under 1 µs added per connect, ≤ 1.10× baseline, and
+//! no growth with the slot count (the slot choice reads one bitmap word per
+//! 64 slots, never every slot).
+//!
+//! Needs root (namespaces, cgroups, bpffs): elsewhere it prints SKIP and
+//! measures nothing. The bench process itself joins a fresh cgroup for the
+//! run (connect hooks act on the connecting process's cgroup) and goes back
+//! to its own cgroup at the end.
+
+use std::{
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::PathBuf,
+    time::Duration,
+};
+
+use criterion::{
+    BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
+};
+use srap_common::{
+    binder::{CONNECT4_PROGRAM, RELEASE_PROGRAM},
+    rss::{RssDescription, RssModel, embedded_default},
+};
+use srap_daemon::sender::{self, SenderOptions};
+use srap_tests::{TwoHosts, VethConfig, cgroup::CgroupDir, require_privileged, unique_name};
+
+/// Closes with RST (SO_LINGER 0): no TIME_WAIT, so steered ports are free
+/// again at once and every iteration measures the same path.
+fn close_now(stream: TcpStream) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: a valid socket and a linger struct of the size given.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&stream),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
+fn round_trip(listener: &TcpListener, server: SocketAddr) {
+    let client = TcpStream::connect(server).expect("connect");
+    let (accepted, _) = listener.accept().expect("accept");
+    close_now(client);
+    drop(accepted);
+}
+
+/// This process's cgroup2 path, from `/proc/self/cgroup` (`0::/path`).
+fn own_cgroup(mount: &std::path::Path) -> PathBuf {
+    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let relative = text
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .unwrap_or("/")
+        .trim_start_matches('/');
+    mount.join(relative)
+}
+
+fn connect_accept(c: &mut Criterion) {
+    if !require_privileged("connect benchmark") {
+        return;
+    }
+    let hosts = TwoHosts::new(VethConfig {
+        subnet: 50,
+        ..VethConfig::default()
+    })
+    .expect("two namespaces joined by a veth");
+    let server = SocketAddr::new(hosts.receiver_end.ip(false), 5201);
+    let listener = hosts
+        .receiver
+        .run(|| TcpListener::bind(server))
+        .expect("receiver netns")
+        .expect("listen");
+
+    let mount = srap_tests::cgroup::cgroup2_mount().expect("cgroup2");
+    let home = own_cgroup(&mount);
+    let cgroup = CgroupDir::unique().expect("cgroup path");
+    cgroup.create().expect("create cgroup");
+    cgroup
+        .add(std::process::id())
+        .expect("join the bench cgroup");
+
+    // The client side runs on this thread, in the sender's namespace.
+    let inside = hosts.sender.enter().expect("enter sender netns");
+    let mut group = c.benchmark_group("connect_accept");
+    group.measurement_time(Duration::from_secs(5));
+    group.bench_function("baseline", |b| b.iter(|| round_trip(&listener, server)));
+
+    for cpus in [4u32, 512] {
+        bench_binder(&mut group, &cgroup, cpus, &listener, server);
+    }
+    group.finish();
+    drop(inside);
+    if let Err(err) = std::fs::write(home.join("cgroup.procs"), std::process::id().to_string()) {
+        eprintln!("cleanup: back to cgroup {}: {err}", home.display());
+    }
+    drop(cgroup);
+}
+
+/// Mean run time per call of the connect and release hooks, from the
+/// kernel's `BPF_STATS_RUN_TIME` accounting.
+fn print_hook_times(layout: &sender::PinLayout, cpus: u32) {
+    for name in [CONNECT4_PROGRAM, RELEASE_PROGRAM] {
+        match aya::programs::ProgramInfo::from_pin(layout.program(name)) {
+            Ok(info) if info.run_count() > 0 => eprintln!(
+                "hook time ({cpus} slots): {name} {:.0} ns per call over {} calls",
+                info.run_time().as_nanos() as f64 / info.run_count() as f64,
+                info.run_count()
+            ),
+            Ok(_) => eprintln!("hook time ({cpus} slots): {name} never ran"),
+            Err(err) => eprintln!("hook time ({cpus} slots): {name}: {err}"),
+        }
+    }
+}
+
+/// A receiver description with `cpus` CPUs (one queue each).
+fn receiver_with(cpus: u32) -> RssDescription {
+    let mut description = embedded_default();
+    description.indir = (0..1024).map(|i| i % cpus).collect();
+    description.queue_cpu = Some((0..cpus).collect());
+    description
+}
+
+/// Attaches the binder for a `cpus`-CPU receiver, measures, detaches.
+fn bench_binder(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    cgroup: &CgroupDir,
+    cpus: u32,
+    listener: &TcpListener,
+    server: SocketAddr,
+) {
+    let pin_dir = PathBuf::from(format!("/sys/fs/bpf/srap-bench-{}", unique_name("p")));
+    let options = SenderOptions {
+        model: RssModel::from_description(&receiver_with(cpus)).expect("model"),
+        receivers: vec![server.ip()],
+        ports: Vec::new(),
+        cgroup: Some(cgroup.path().to_path_buf()),
+        pin_dir: pin_dir.clone(),
+        pacing_rate: None,
+        port_range: None,
+    };
+    // The kernel's own accounting of each program's run time, on while the
+    // binder runs: the hooks' cost alone, apart from the noisy wall clock.
+    let stats_on = aya::sys::enable_stats(aya::sys::Stats::RunTime);
+    match sender::start(&options, srap_daemon::ebpf_object()) {
+        Ok(steering) => {
+            group.bench_function(format!("binder_{cpus}_slots"), |b| {
+                b.iter(|| round_trip(listener, server))
+            });
+            if stats_on.is_ok() {
+                print_hook_times(&steering.layout, cpus);
+            }
+            let stats = sender::read_stats(&steering.layout);
+            eprintln!(
+                "binder counters ({cpus} slots): {}",
+                stats.map_or_else(|e| e.to_string(), |s| s.to_string())
+            );
+        }
+        Err(err) => eprintln!("attaching the binder failed: {err}"),
+    }
+    if let Err(err) = sender::detach(&pin_dir) {
+        eprintln!("cleanup: detach {}: {err}", pin_dir.display());
+    }
+}
+
+criterion_group!(benches, connect_accept);
+criterion_main!(benches);

@@ -1,0 +1,19 @@
+//! Helpers for SRAP's integration tests: network namespaces and veth pairs
+//! (from `srap_lab`, which the lab uses too), cgroups and the
+//! privilege check, all real kernel objects behind drop guards.
+//!
+//! Every object gets a name unique to this process and test (pid + counter), so
+//! tests run in parallel, and is removed on drop, so a failing test (a panic
+//! unwinds through the guards) leaves nothing behind. Traffic stays inside
+//! namespaces the test made: addresses are `10.199.<subnet>.0/24` and
+//! `fd00:5a:0:<subnet>::/64`, configured only on the test's own veth ends.
+
+pub mod binaries;
+pub mod cgroup;
+pub mod flows;
+pub mod privilege;
+pub mod workload;
+
+pub use binaries::built_binary;
+pub use privilege::require_privileged;
+pub use srap_lab::{NetNs, NsGuard, TwoHosts, VethConfig, VethEnd, netns, unique_name, veth};

@@ -1,0 +1,774 @@
+//! The transparent port binder on a real kernel: `srap-agent sender` attaches
+//! the real eBPF programs to a real cgroup, a workload started with
+//! `srap exec` connects over a veth from the sender's network namespace to
+//! the receiver's, and where each flow lands is judged from the source ports
+//! the receiver actually accepted, hashed with srap-common's RSS model.
+//!
+//! The binaries come from the target directory (`cargo test` at the
+//! workspace root builds them; `cargo build --bins` otherwise), or from
+//! `SRAP_BIN_DIR`. The workload is this test binary itself, re-run with
+//! `SRAP_BINDER_WORKLOAD` set (see [`workload_process`]).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::Read as _,
+    net::{IpAddr, SocketAddr, TcpListener},
+    path::PathBuf,
+    process::{Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use srap_common::{
+    binder::outcome,
+    rss::{FlowTuple, RssDescription, RssModel, embedded_default},
+    solver::PortRange,
+    steering::SteeringTable,
+};
+use srap_daemon::sender::{BinderStats, PinLayout, read_stats};
+use srap_tests::{
+    TwoHosts, VethConfig, built_binary,
+    cgroup::{CgroupDir, ChildGuard, command_in},
+    flows::{Server, line_channel},
+    require_privileged, unique_name,
+    workload::Workload,
+};
+
+/// Upper bound on every wait here.
+const TIMEOUT: Duration = Duration::from_secs(20);
+/// The receiver's service port.
+const DPORT: u16 = 5201;
+/// Given to the agent explicitly so the test can rebuild its tables.
+const PORT_RANGE: &str = "32768-60999";
+
+// ---------------------------------------------------------------------------
+// The workload: this binary, re-run under `srap exec` (tests/support/workload.rs).
+
+/// Not a test on its own: the workload process when a test re-runs this
+/// binary (`Workload::spawn`).
+#[test]
+fn workload_process() {
+    srap_tests::workload::serve_if_asked();
+}
+
+// ---------------------------------------------------------------------------
+// The lab: two namespaces, the agent, the receiver's listener.
+
+struct Lab {
+    agent: Option<ChildGuard>,
+    agent_lines: Option<mpsc::Receiver<String>>,
+    pin_dir: PathBuf,
+    rss_path: PathBuf,
+    model: RssModel,
+    v6: bool,
+    cgroup: CgroupDir,
+    hosts: TwoHosts,
+}
+
+impl Lab {
+    fn new(v6: bool, subnet: u8) -> Self {
+        Self::with_description(v6, subnet, embedded_default())
+    }
+
+    fn with_description(v6: bool, subnet: u8, description: RssDescription) -> Self {
+        let hosts = TwoHosts::new(VethConfig {
+            subnet,
+            ..VethConfig::default()
+        })
+        .expect("two namespaces joined by a veth");
+        let name = unique_name("b");
+        let rss_path = std::env::temp_dir().join(format!("srap-test-{name}.json"));
+        std::fs::write(&rss_path, description.to_json_pretty()).expect("write rss file");
+        Self {
+            agent: None,
+            agent_lines: None,
+            pin_dir: PathBuf::from(format!("/sys/fs/bpf/srap-test-{name}")),
+            rss_path,
+            model: RssModel::from_description(&description).expect("model"),
+            v6,
+            cgroup: CgroupDir::unique().expect("cgroup2 mount"),
+            hosts,
+        }
+    }
+
+    fn sender_ip(&self) -> IpAddr {
+        self.hosts.sender_end.ip(self.v6)
+    }
+
+    fn receiver_ip(&self) -> IpAddr {
+        self.hosts.receiver_end.ip(self.v6)
+    }
+
+    fn server_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.receiver_ip(), DPORT)
+    }
+
+    fn agent_command(&self, args: &[&str]) -> Command {
+        let mut cmd =
+            command_in(&self.hosts.sender, built_binary("srap-agent")).expect("sender netns");
+        cmd.args(["sender", "--rss"])
+            .arg(&self.rss_path)
+            .args(["--receiver", &self.receiver_ip().to_string()])
+            .arg("--cgroup")
+            .arg(self.cgroup.path())
+            .arg("--pin-dir")
+            .arg(&self.pin_dir)
+            .args(["--port-range", PORT_RANGE])
+            .args(args);
+        cmd
+    }
+
+    /// `srap-agent sender --once`: sets up and exits; returns its stdout.
+    fn attach_once(&self) -> String {
+        let out = self
+            .agent_command(&["--once"])
+            .output()
+            .expect("run srap-agent");
+        assert!(
+            out.status.success(),
+            "srap-agent sender failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Starts the agent as a daemon and waits for its `steering active` line.
+    fn start_agent(&mut self) -> String {
+        let mut child = self
+            .agent_command(&["--interval", "1"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn srap-agent");
+        let lines = line_channel(child.stdout.take().expect("stdout"));
+        self.agent = Some(ChildGuard::new(child));
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = lines.recv_timeout(left).expect("agent reports steering");
+            if line.starts_with("steering active") {
+                self.agent_lines = Some(lines);
+                return line;
+            }
+        }
+    }
+
+    /// Waits for an agent output line that starts with `prefix`.
+    fn await_agent_line(&self, prefix: &str) -> String {
+        let lines = self.agent_lines.as_ref().expect("the agent runs");
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let line = lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("the agent never said `{prefix}…`"));
+            if line.starts_with(prefix) {
+                return line;
+            }
+        }
+    }
+
+    /// SIGKILL: no chance to clean anything up.
+    fn kill_agent(&mut self) {
+        if let Some(mut agent) = self.agent.take() {
+            agent.kill();
+        }
+    }
+
+    fn detach(&self) -> std::process::Output {
+        command_in(&self.hosts.sender, built_binary("srap-agent"))
+            .expect("sender netns")
+            .args(["detach", "--pin-dir"])
+            .arg(&self.pin_dir)
+            .output()
+            .expect("run srap-agent detach")
+    }
+
+    /// Listens on the receiver's address.
+    fn listen(&self) -> Server {
+        let addr = self.server_addr();
+        let listener = self
+            .hosts
+            .receiver
+            .run(|| TcpListener::bind(addr))
+            .expect("receiver netns")
+            .expect("listen");
+        Server::new(listener, TIMEOUT)
+    }
+
+    /// The workload under `srap exec` (or, `steered` false, outside the cgroup).
+    fn workload(&self, steered: bool) -> Workload {
+        let cgroup = steered.then(|| self.cgroup.path());
+        Workload::spawn(&self.hosts.sender, cgroup, self.server_addr())
+    }
+
+    /// The receiver CPU a flow from `sport` lands on, by the RSS model.
+    fn cpu_of(&self, sport: u16) -> u32 {
+        let tuple = FlowTuple::new(self.sender_ip(), sport, self.receiver_ip(), DPORT)
+            .expect("same-family tuple");
+        self.model.landing(&tuple).cpu
+    }
+
+    /// The agent's table for this pair, rebuilt the same way (for tests that
+    /// need to know SRAP's ports).
+    fn table(&self) -> SteeringTable {
+        let range: PortRange = PORT_RANGE.parse().expect("range");
+        SteeringTable::build(
+            &self.model,
+            self.sender_ip(),
+            self.receiver_ip(),
+            None,
+            range,
+        )
+        .expect("steering table")
+    }
+
+    fn stats(&self) -> BinderStats {
+        read_stats(&PinLayout::new(&self.pin_dir)).expect("read the binder's stats")
+    }
+
+    fn reserved_ports(&self) -> String {
+        let out = self
+            .hosts
+            .sender
+            .exec("cat", ["/proc/sys/net/ipv4/ip_local_reserved_ports"])
+            .expect("read sysctl");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        self.kill_agent();
+        if self.pin_dir.exists() {
+            let out = self.detach();
+            if !out.status.success() {
+                eprintln!(
+                    "cleanup: srap-agent detach: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        // Whatever detach could not remove (it failed, or the test broke
+        // the state): the pins go, so no link stays attached.
+        if let Ok(entries) = std::fs::read_dir(&self.pin_dir) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+            let _ = std::fs::remove_dir(&self.pin_dir);
+        }
+        let state = srap_daemon::sender::state::path_for(&self.pin_dir);
+        let _ = std::fs::remove_file(state);
+        let _ = std::fs::remove_file(&self.rss_path);
+    }
+}
+
+fn privileged(what: &str) -> bool {
+    require_privileged(what)
+}
+
+/// Flows per receiver CPU (every reachable CPU, zeros included).
+fn spread(lab: &Lab, ports: &[u16]) -> BTreeMap<u32, usize> {
+    let mut per_cpu: BTreeMap<u32, usize> = lab
+        .model
+        .reachable_cpus()
+        .into_iter()
+        .map(|c| (c, 0))
+        .collect();
+    for port in ports {
+        *per_cpu.entry(lab.cpu_of(*port)).or_default() += 1;
+    }
+    per_cpu
+}
+
+#[track_caller]
+fn assert_distinct_cpus(lab: &Lab, ports: &[u16]) {
+    let cpus: Vec<u32> = ports.iter().map(|p| lab.cpu_of(*p)).collect();
+    let distinct: BTreeSet<u32> = cpus.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        ports.len(),
+        "flows share receiver CPUs: ports {ports:?} land on {cpus:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// The tests.
+
+fn sixteen_distinct(v6: bool, subnet: u8) {
+    let lab = Lab::new(v6, subnet);
+    sixteen_distinct_toward(&lab, lab.server_addr());
+}
+
+/// 16 connections from the steered cgroup toward `dst` (the receiver's
+/// listener, in whichever form the client addresses it) land on 16 CPUs,
+/// all steered, none missed.
+fn sixteen_distinct_toward(lab: &Lab, dst: SocketAddr) {
+    let out = lab.attach_once();
+    assert!(out.contains("steering active (attached)"), "{out}");
+    let mut server = lab.listen();
+    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.cgroup.path()), dst);
+    let opened = workload.open(16);
+    let accepted = server.accept(16);
+    assert_eq!(
+        accepted.iter().collect::<BTreeSet<_>>(),
+        opened.iter().collect::<BTreeSet<_>>(),
+        "the receiver accepted the workload's connections"
+    );
+    assert_distinct_cpus(lab, &accepted);
+    let stats = lab.stats();
+    assert_eq!(
+        stats.get(outcome::STEERED) + stats.get(outcome::RETRIED),
+        16,
+        "{stats}"
+    );
+    assert_eq!(stats.get(outcome::MISS), 0, "{stats}");
+    workload.finish();
+}
+
+#[test]
+fn sixteen_flows_land_on_sixteen_cpus() {
+    if !privileged("binder: 16 flows on 16 CPUs") {
+        return;
+    }
+    sixteen_distinct(false, 31);
+}
+
+#[test]
+fn ipv6_sixteen_flows_land_on_sixteen_cpus() {
+    if !privileged("binder: IPv6, 16 flows on 16 CPUs") {
+        return;
+    }
+    sixteen_distinct(true, 32);
+}
+
+/// A dual-stack `AF_INET6` socket connecting to an IPv4 receiver as
+/// `::ffff:a.b.c.d` (what the JDK does by default) goes through `connect6`;
+/// it is steered with the receiver's IPv4 plan: 16 flows on 16 CPUs, judged
+/// by the ports the IPv4 receiver accepted.
+#[test]
+fn dual_stack_sockets_to_an_ipv4_receiver_are_steered() {
+    if !privileged("binder: dual-stack sockets to an IPv4 receiver") {
+        return;
+    }
+    let lab = Lab::new(false, 46);
+    let IpAddr::V4(receiver) = lab.receiver_ip() else {
+        panic!("an IPv4 lab");
+    };
+    let mapped = SocketAddr::new(IpAddr::V6(receiver.to_ipv6_mapped()), DPORT);
+    sixteen_distinct_toward(&lab, mapped);
+}
+
+/// 64 threads connect at the same moment toward a 64-CPU receiver, five
+/// rounds: every round's flows land on 64 distinct CPUs (judged by the ports
+/// the receiver accepted), so no two connects took the same slot.
+#[test]
+fn sixty_four_concurrent_connects_take_distinct_cpus() {
+    if !privileged("binder: 64 concurrent connects") {
+        return;
+    }
+    let mut description = embedded_default();
+    description.indir = (0..128).map(|i| i % 64).collect();
+    description.queue_cpu = Some((0..64).collect());
+    let lab = Lab::with_description(false, 47, description);
+    lab.attach_once();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    for round in 0..5 {
+        let opened = workload.ask("burst 64");
+        let accepted = server.accept(64);
+        assert_eq!(opened.len(), 64, "round {round}");
+        assert_distinct_cpus(&lab, &accepted);
+        let closed = workload.close(64);
+        server.await_closed(&closed);
+    }
+    let stats = lab.stats();
+    assert_eq!(
+        stats.get(outcome::STEERED) + stats.get(outcome::RETRIED),
+        320,
+        "{stats}"
+    );
+    workload.finish();
+}
+
+/// A 512-CPU receiver (an EPYC-class host): 512 flows opened one after
+/// another take all 512 CPUs, and the next 64 at once take 64 more distinct
+/// ones (the slot choice reads one bitmap word per 64 slots, never every
+/// slot).
+#[test]
+fn a_512_cpu_receiver_gets_a_flow_on_every_cpu() {
+    if !privileged("binder: 512-CPU receiver") {
+        return;
+    }
+    let mut description = embedded_default();
+    description.indir = (0..1024).map(|i| i % 512).collect();
+    description.queue_cpu = Some((0..512).collect());
+    let lab = Lab::with_description(false, 59, description);
+    lab.attach_once();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    // In batches the listener's backlog holds.
+    let mut accepted = Vec::new();
+    for _ in 0..4 {
+        assert_eq!(workload.open(128).len(), 128);
+        accepted.extend(server.accept(128));
+    }
+    assert_distinct_cpus(&lab, &accepted);
+    workload.ask("burst 64");
+    let second = server.accept(64);
+    assert_distinct_cpus(&lab, &second);
+    let stats = lab.stats();
+    assert_eq!(
+        stats.get(outcome::STEERED) + stats.get(outcome::RETRIED),
+        576,
+        "{stats}"
+    );
+    workload.finish();
+}
+
+#[test]
+fn forty_flows_spread_within_one() {
+    if !privileged("binder: 40 flows spread evenly") {
+        return;
+    }
+    let lab = Lab::new(false, 33);
+    lab.attach_once();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    workload.open(40);
+    let accepted = server.accept(40);
+    let per_cpu = spread(&lab, &accepted);
+    let (min, max) = (per_cpu.values().min(), per_cpu.values().max());
+    let (Some(min), Some(max)) = (min, max) else {
+        panic!("no CPUs")
+    };
+    assert!(max - min <= 1, "uneven spread: {per_cpu:?}");
+    workload.finish();
+}
+
+#[test]
+fn closed_flows_free_their_cpus() {
+    if !privileged("binder: close 8, open 8") {
+        return;
+    }
+    let lab = Lab::new(false, 34);
+    lab.attach_once();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    workload.open(16);
+    let first = server.accept(16);
+    assert_distinct_cpus(&lab, &first);
+    let closed = workload.close(8);
+    server.await_closed(&closed);
+    workload.open(8);
+    let second = server.accept(8);
+    let open: Vec<u16> = first
+        .iter()
+        .filter(|p| !closed.contains(p))
+        .chain(&second)
+        .copied()
+        .collect();
+    assert_eq!(open.len(), 16);
+    assert_distinct_cpus(&lab, &open);
+    assert_eq!(lab.stats().get(outcome::RELEASED), 8, "{}", lab.stats());
+    workload.finish();
+}
+
+#[test]
+fn port_in_use_is_skipped() {
+    if !privileged("binder: a port held by another socket") {
+        return;
+    }
+    let lab = Lab::new(false, 35);
+    lab.attach_once();
+    // The hook's first choice on a fresh binder: slot 0, entry 0, port 0.
+    let table = lab.table();
+    let first = table.port_for(0, 0, 0, DPORT).expect("slot 0 has a port");
+    let src = SocketAddr::new(lab.sender_ip(), first);
+    let _blocker = lab
+        .hosts
+        .sender
+        .run(|| TcpListener::bind(src))
+        .expect("sender netns")
+        .expect("hold the binder's first port");
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    workload.open(1);
+    let accepted = server.accept(1);
+    assert_ne!(accepted[0], first, "the held port was not skipped");
+    assert!(table.ports().contains(&accepted[0]), "still a steered port");
+    let stats = lab.stats();
+    assert_eq!(stats.get(outcome::RETRIED), 1, "{stats}");
+    workload.finish();
+}
+
+#[test]
+fn app_bound_socket_keeps_its_port() {
+    if !privileged("binder: an application-bound socket") {
+        return;
+    }
+    let lab = Lab::new(false, 36);
+    lab.attach_once();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    // Below the ephemeral range: not one of SRAP's.
+    let own = 23_456;
+    assert_eq!(workload.ask(&format!("bind {own}")), vec![own]);
+    assert_eq!(server.accept(1), vec![own]);
+    let stats = lab.stats();
+    assert_eq!(stats.get(outcome::APP_BOUND), 1, "{stats}");
+    assert_eq!(stats.get(outcome::ERROR), 0, "{stats}");
+    workload.finish();
+}
+
+#[test]
+fn killed_agent_keeps_steering_and_is_adopted() {
+    if !privileged("binder: kill -9 of the agent") {
+        return;
+    }
+    let mut lab = Lab::new(false, 37);
+    let line = lab.start_agent();
+    assert!(line.contains("(attached)"), "{line}");
+    lab.kill_agent();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    workload.open(16);
+    let first = server.accept(16);
+    assert_distinct_cpus(&lab, &first);
+    // A new agent adopts the pins, and the occupancy of the 16 open flows.
+    let line = lab.start_agent();
+    assert!(line.contains("(adopted)"), "{line}");
+    workload.open(8);
+    let all: Vec<u16> = first.into_iter().chain(server.accept(8)).collect();
+    assert_distinct_cpus(&lab, &all);
+    workload.finish();
+}
+
+#[test]
+fn detach_leaves_nothing_behind() {
+    if !privileged("binder: detach") {
+        return;
+    }
+    let lab = Lab::new(false, 38);
+    let before = lab.reserved_ports();
+    lab.attach_once();
+    assert_ne!(lab.reserved_ports(), before, "SRAP reserved its ports");
+    assert!(lab.cgroup.path().exists(), "the agent made the cgroup");
+    let out = lab.detach();
+    assert!(
+        out.status.success(),
+        "detach: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !lab.pin_dir.exists(),
+        "pins left in {}",
+        lab.pin_dir.display()
+    );
+    assert_eq!(lab.reserved_ports(), before, "reserved ports restored");
+    // The agent created the cgroup; detach removed it, and with it any link.
+    assert!(!lab.cgroup.path().exists(), "cgroup removed");
+    let state = srap_daemon::sender::state::path_for(&lab.pin_dir);
+    assert!(!state.exists(), "state file {} left", state.display());
+    // No SRAP program left attached anywhere: no link names our programs.
+    let links = Command::new("bpftool")
+        .args(["cgroup", "tree"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    assert!(
+        !links.contains(&lab.cgroup.path().display().to_string()),
+        "{links}"
+    );
+}
+
+/// A fresh machine may have no bpffs at `/sys/fs/bpf`: the agent mounts one
+/// itself and says so, instead of failing on its first pin. Run in a private
+/// mount namespace whose bpffs is unmounted, so the host's stays as it is.
+#[test]
+fn agent_mounts_bpffs_when_none_is_mounted() {
+    if !privileged("binder: bpffs mount") {
+        return;
+    }
+    let lab = Lab::new(false, 41);
+    let before = lab.reserved_ports();
+    let sender = lab.agent_command(&["--once"]);
+    let script = r#"
+        while umount /sys/fs/bpf 2>/dev/null; do :; done
+        [ "$(stat -f -c %T /sys/fs/bpf)" = bpf_fs ] && { echo "bpffs still mounted" >&2; exit 90; }
+        pin=$1; shift
+        "$@" || exit $?
+        [ "$(stat -f -c %T /sys/fs/bpf)" = bpf_fs ] || { echo "no bpffs after the agent" >&2; exit 91; }
+        [ -d "$pin" ] || { echo "no pins in $pin" >&2; exit 92; }
+        "$1" detach --pin-dir "$pin"
+    "#;
+    let out = command_in(&lab.hosts.sender, "unshare")
+        .expect("sender netns")
+        .args([
+            "-m",
+            "--propagation",
+            "private",
+            "--",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(&lab.pin_dir)
+        .arg(sender.get_program())
+        .args(sender.get_args())
+        .output()
+        .expect("run unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no bpf file system was mounted at /sys/fs/bpf"),
+        "the agent says it mounted bpffs: {stderr}"
+    );
+    assert_eq!(lab.reserved_ports(), before, "reserved ports restored");
+    assert!(!lab.cgroup.path().exists(), "cgroup removed");
+}
+
+#[test]
+fn process_outside_the_cgroup_is_untouched() {
+    if !privileged("binder: a process outside the cgroup") {
+        return;
+    }
+    let lab = Lab::new(false, 39);
+    lab.attach_once();
+    let srap_ports = lab.table().ports();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(false);
+    workload.open(16);
+    let accepted = server.accept(16);
+    let stats = lab.stats();
+    assert_eq!(stats, BinderStats::default(), "the binder ran: {stats}");
+    assert!(
+        accepted.iter().all(|p| !srap_ports.contains(p)),
+        "the kernel handed out a reserved SRAP port: {accepted:?}"
+    );
+    workload.finish();
+}
+
+#[test]
+fn iperf3_parallel_streams_land_on_distinct_cpus() {
+    if !privileged("binder: iperf3 -P 16") || !iperf3_installed() {
+        return;
+    }
+    let lab = Lab::new(false, 40);
+    lab.attach_once();
+    let ports = iperf3_stream_ports(&lab, &["-P", "16"]);
+    assert_eq!(ports.len(), 16);
+    assert_distinct_cpus(&lab, &ports);
+}
+
+/// `iperf3 -B` binds its address with port 0 before connecting: the kernel
+/// picks the port at bind time, so these flows are not steered, and the
+/// binder says why (its own outcome, not `app_bound`).
+#[test]
+fn iperf3_bind_address_is_counted_as_port_at_bind() {
+    if !privileged("binder: iperf3 -B") || !iperf3_installed() {
+        return;
+    }
+    let lab = Lab::new(false, 58);
+    lab.attach_once();
+    let sender = lab.sender_ip().to_string();
+    let ports = iperf3_stream_ports(&lab, &["-B", &sender, "-P", "4"]);
+    assert_eq!(ports.len(), 4);
+    let stats = lab.stats();
+    // Four streams and the control connection.
+    assert_eq!(stats.get(outcome::PORT_AT_BIND), 5, "{stats}");
+    assert_eq!(stats.get(outcome::APP_BOUND), 0, "{stats}");
+    assert_eq!(stats.get(outcome::STEERED), 0, "{stats}");
+}
+
+fn iperf3_installed() -> bool {
+    if Command::new("iperf3").arg("--version").output().is_ok() {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true and iperf3 is not installed (apt-get install iperf3)"
+    );
+    eprintln!("\n*** SKIP binder iperf3 test: iperf3 is not installed ***\n");
+    false
+}
+
+/// Runs a one-second `iperf3 -c` with `extra` under `srap exec` against a
+/// one-off server; returns the stream ports the server accepted.
+fn iperf3_stream_ports(lab: &Lab, extra: &[&str]) -> Vec<u16> {
+    let port = DPORT.to_string();
+    let mut server = ChildGuard::new(
+        command_in(&lab.hosts.receiver, "iperf3")
+            .expect("receiver netns")
+            .args(["-s", "-1", "-J", "-p", &port])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("iperf3 server"),
+    );
+    wait_listening(lab, DPORT);
+    let client = command_in(&lab.hosts.sender, built_binary("srap"))
+        .expect("sender netns")
+        .arg("exec")
+        .arg("--cgroup")
+        .arg(lab.cgroup.path())
+        .args(["--", "iperf3", "-c", &lab.receiver_ip().to_string()])
+        .args(["-p", &port, "-t", "1"])
+        .args(extra)
+        .output()
+        .expect("iperf3 client");
+    assert!(
+        client.status.success(),
+        "iperf3 -c: {}",
+        String::from_utf8_lossy(&client.stderr)
+    );
+    let status = server.wait_timeout(TIMEOUT).expect("iperf3 server exits");
+    assert!(status.success(), "iperf3 -s: {status}");
+    let mut json = String::new();
+    server
+        .child_mut()
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut json)
+        .expect("server output");
+    let report: serde_json::Value = serde_json::from_str(&json).expect("iperf3 -J output");
+    report["start"]["connected"]
+        .as_array()
+        .expect("connected streams")
+        .iter()
+        .filter_map(|c| c["remote_port"].as_u64())
+        .map(|p| p as u16)
+        .collect()
+}
+
+/// Waits until something listens on `port` in the receiver's namespace.
+fn wait_listening(lab: &Lab, port: u16) {
+    let needle = format!(":{port:04X} ");
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let listening = lab
+            .hosts
+            .receiver
+            .run(|| {
+                ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
+                    .iter()
+                    .filter_map(|p| std::fs::read_to_string(p).ok())
+                    .any(|t| {
+                        t.lines().any(|l| {
+                            let f: Vec<&str> = l.split_whitespace().collect();
+                            f.len() > 3 && f[1].ends_with(needle.trim_end()) && f[3] == "0A"
+                        })
+                    })
+            })
+            .expect("receiver netns");
+        if listening {
+            return;
+        }
+        assert!(Instant::now() < deadline, "nothing listens on {port}");
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[path = "binder/clients.rs"]
+mod clients;

@@ -1,0 +1,284 @@
+//! The client matrix: ordinary clients, run unmodified under `srap exec`
+//! against a 32-CPU receiver, judged from the (address, port) pairs the
+//! receiver accepted, hashed with the RSS model. (`iperf3 -P 16` is
+//! `iperf3_parallel_streams_land_on_distinct_cpus` above.)
+
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use srap_common::{binder::outcome, rss::FlowTuple};
+use srap_tests::{built_binary, cgroup::ChildGuard, cgroup::command_in};
+
+use super::{DPORT, Lab, TIMEOUT, privileged};
+
+/// Where the client programs' sources are.
+fn client_source(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients")
+        .join(name)
+}
+
+/// A tool on PATH (or Go's default install directory), or `None` with a
+/// loud skip message; under CI a missing tool fails the test.
+fn tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/local/go/bin")])
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file());
+    if found.is_none() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true and `{name}` is not installed: the client matrix needs it"
+        );
+        eprintln!("\n*** SKIP client matrix test: `{name}` is not installed ***\n");
+    }
+    found
+}
+
+/// Runs `program args` under `srap exec` in the sender's namespace.
+fn spawn_client(lab: &Lab, program: &Path, args: &[String]) -> ChildGuard {
+    let child = command_in(&lab.hosts.sender, built_binary("srap"))
+        .expect("sender netns")
+        .arg("exec")
+        .arg("--cgroup")
+        .arg(lab.cgroup.path())
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn client under srap exec");
+    ChildGuard::new(child)
+}
+
+/// Accepts `n` connections of a client and checks they land on `n`
+/// distinct receiver CPUs by the model of the tuple the receiver saw.
+fn accepts_on_distinct_cpus(lab: &Lab, server: &mut super::Server, n: usize) -> Vec<SocketAddr> {
+    let peers = server.accept_peers(n);
+    let cpus: Vec<u32> = peers
+        .iter()
+        .map(|peer| {
+            let src = peer.ip().to_canonical();
+            let tuple = FlowTuple::new(src, peer.port(), lab.receiver_ip(), DPORT)
+                .expect("same-family tuple");
+            lab.model.landing(&tuple).cpu
+        })
+        .collect();
+    let distinct: std::collections::BTreeSet<u32> = cpus.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        n,
+        "flows share receiver CPUs: {peers:?} land on {cpus:?}"
+    );
+    peers
+}
+
+/// The matrix's common case: a fresh lab on `subnet` with the binder
+/// attached, the client (`args` made for that lab) run under `srap exec`,
+/// and its `n` connections on `n` distinct CPUs, all steered.
+fn client_steers(subnet: u8, program: &Path, args: impl FnOnce(&Lab) -> Vec<String>, n: usize) {
+    let lab = Lab::new(false, subnet);
+    lab.attach_once();
+    let mut server = lab.listen();
+    let _client = spawn_client(&lab, program, &args(&lab));
+    accepts_on_distinct_cpus(&lab, &mut server, n);
+    assert_eq!(steered(&lab), n as u64, "{}", lab.stats());
+}
+
+/// Adds `cidr` to the sender's veth end.
+fn add_sender_address(lab: &Lab, cidr: &str) {
+    let added = lab
+        .hosts
+        .sender
+        .exec(
+            "ip",
+            ["addr", "add", cidr, "dev", &lab.hosts.sender_end.ifname],
+        )
+        .expect("ip addr add");
+    assert!(added.status.success(), "{added:?}");
+}
+
+fn steered(lab: &Lab) -> u64 {
+    let stats = lab.stats();
+    stats.get(outcome::STEERED) + stats.get(outcome::RETRIED)
+}
+
+fn python_clients(family: &str, subnet: u8) {
+    let Some(python) = tool("python3") else {
+        return;
+    };
+    let args = |lab: &Lab| {
+        vec![
+            client_source("connect.py").display().to_string(),
+            family.into(),
+            lab.receiver_ip().to_string(),
+            DPORT.to_string(),
+            "16".into(),
+        ]
+    };
+    client_steers(subnet, &python, args, 16);
+}
+
+#[test]
+fn python_af_inet_clients_are_steered() {
+    if privileged("clients: python AF_INET") {
+        python_clients("inet", 52);
+    }
+}
+
+#[test]
+fn python_dual_stack_af_inet6_clients_are_steered() {
+    if privileged("clients: python AF_INET6 dual-stack") {
+        python_clients("inet6", 53);
+    }
+}
+
+/// java.net.Socket: a dual-stack AF_INET6 socket to `::ffff:a.b.c.d`.
+#[test]
+fn jdk_clients_are_steered() {
+    if !privileged("clients: JDK") {
+        return;
+    }
+    let Some(java) = tool("java") else {
+        return;
+    };
+    let args = |lab: &Lab| {
+        vec![
+            client_source("Connect.java").display().to_string(),
+            lab.receiver_ip().to_string(),
+            DPORT.to_string(),
+            "16".into(),
+        ]
+    };
+    client_steers(54, &java, args, 16);
+}
+
+/// Builds the Go client once into the test target directory.
+fn go_client(go: &Path) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("srap-go-client");
+    let exe = dir.join("connect");
+    let out = Command::new(go)
+        .args(["build", "-o"])
+        .arg(&exe)
+        .arg(client_source("connect.go"))
+        .env("GOCACHE", dir.join("cache"))
+        .env("GOPATH", dir.join("gopath"))
+        .env("GOFLAGS", "-mod=mod")
+        .env("GO111MODULE", "off")
+        .output()
+        .expect("run go build");
+    assert!(
+        out.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+/// 32 goroutines released at once: concurrent connects on a 32-CPU
+/// receiver take 32 distinct CPUs.
+#[test]
+fn go_thirty_two_goroutines_take_thirty_two_cpus() {
+    if !privileged("clients: Go") {
+        return;
+    }
+    let Some(go) = tool("go") else {
+        return;
+    };
+    let exe = go_client(&go);
+    let args = |lab: &Lab| vec![lab.server_addr().to_string(), "32".into()];
+    client_steers(55, &exe, args, 32);
+}
+
+/// curl with 16 parallel transfers (URL globbing); the receiver never
+/// answers, so each transfer times out after its connection is made.
+#[test]
+fn curl_parallel_transfers_are_steered() {
+    if !privileged("clients: curl") {
+        return;
+    }
+    let Some(curl) = tool("curl") else {
+        return;
+    };
+    let args = |lab: &Lab| {
+        let url = format!("http://{}/[1-16]", lab.server_addr());
+        [
+            "-s",
+            "--no-progress-meter",
+            "-o",
+            "/dev/null",
+            "--parallel",
+            "--parallel-immediate",
+            "--parallel-max",
+            "16",
+        ]
+        .into_iter()
+        .map(String::from)
+        .chain(["--max-time".into(), TIMEOUT.as_secs().to_string(), url])
+        .collect()
+    };
+    client_steers(56, &curl, args, 16);
+}
+
+/// `n` Python connections bound to `addr` with IP_BIND_ADDRESS_NO_PORT:
+/// each keeps that address, lands on its own CPU, and is counted as
+/// steered with its source kept.
+fn bound_clients_keep(lab: &Lab, python: &Path, addr: IpAddr, n: usize) {
+    let mut server = lab.listen();
+    let args = [
+        client_source("connect.py").display().to_string(),
+        "inet".into(),
+        lab.receiver_ip().to_string(),
+        DPORT.to_string(),
+        n.to_string(),
+        addr.to_string(),
+    ];
+    let _client = spawn_client(lab, python, &args);
+    let peers = accepts_on_distinct_cpus(lab, &mut server, n);
+    assert!(
+        peers.iter().all(|p| p.ip() == addr),
+        "the application's address was not kept: {peers:?}"
+    );
+    let stats = lab.stats();
+    assert_eq!(steered(lab), n as u64, "{stats}");
+    assert_eq!(stats.get(outcome::SOURCE_KEPT), n as u64, "{stats}");
+}
+
+/// A socket bound to a second local address with IP_BIND_ADDRESS_NO_PORT
+/// (as HAProxy, nginx `proxy_bind` and Envoy do) keeps that address and
+/// gets a port planned for it.
+#[test]
+fn a_bound_second_address_is_kept_and_steered() {
+    if !privileged("clients: IP_BIND_ADDRESS_NO_PORT") {
+        return;
+    }
+    let Some(python) = tool("python3") else {
+        return;
+    };
+    let lab = Lab::new(false, 57);
+    add_sender_address(&lab, "10.199.57.11/24");
+    // Planned after the address exists.
+    lab.attach_once();
+    bound_clients_keep(&lab, &python, Ipv4Addr::new(10, 199, 57, 11).into(), 16);
+}
+
+/// An address added while the agent runs (a VIP moved to this host, say)
+/// is planned at the agent's next tick; a client bound to it keeps it.
+#[test]
+fn an_address_added_while_running_is_planned() {
+    if !privileged("clients: address added at run time") {
+        return;
+    }
+    let Some(python) = tool("python3") else {
+        return;
+    };
+    let mut lab = Lab::new(false, 48);
+    lab.start_agent();
+    add_sender_address(&lab, "10.199.48.12/24");
+    lab.await_agent_line("local addresses or routes changed: replanned");
+    bound_clients_keep(&lab, &python, Ipv4Addr::new(10, 199, 48, 12).into(), 4);
+}

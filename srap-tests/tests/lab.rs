@@ -1,0 +1,332 @@
+//! The lab end to end: two namespaces, the emulated 32-queue NIC, the binder
+//! and the verifier come up; the experiment puts every SRAP trial's flows on
+//! distinct queues (judged by the verifier) while kernel-chosen ports are
+//! predicted exactly; and everything is gone afterwards.
+
+use std::path::Path;
+
+use srap_lab::{experiment, steering::LabSteering, topology::LabNet};
+use srap_tests::require_privileged;
+
+/// The lab tests move this process between cgroups (sockets join their
+/// creator's cgroup): one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn experiment_is_collision_free_with_srap_and_leaves_nothing_behind() {
+    if !require_privileged("experiment_is_collision_free_with_srap_and_leaves_nothing_behind") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let (pin_dir, cgroup) = {
+        let net = LabNet::new(32, srap_lab::topology::Watch::Here).expect("lab network");
+        let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())
+            .expect("binder in the sender namespace");
+        let report = experiment::run(&net, steering.cgroup(), 16, 5, 32).expect("experiment");
+        assert_eq!(report.srap.trials, 5);
+        assert_eq!(report.srap.collision_free_rate, 1.0, "{report:?}");
+        assert_eq!(report.srap.mean_busiest, 1.0, "{report:?}");
+        // The emulated NIC follows the model for every flow, steered or not.
+        assert_eq!(report.srap.prediction_accuracy, 1.0, "{report:?}");
+        assert_eq!(report.kernel.prediction_accuracy, 1.0, "{report:?}");
+        assert!(report.kernel.mean_busiest >= 1.0);
+        assert!((report.analytic_collision_free - 0.0104).abs() < 1e-3);
+        (
+            steering.pin_dir().to_path_buf(),
+            steering.cgroup().to_path_buf(),
+        )
+    };
+    assert!(!pin_dir.exists(), "{} left behind", pin_dir.display());
+    assert!(!cgroup.exists(), "{} left behind", cgroup.display());
+    assert!(Path::new("/proc/self/cgroup").exists());
+    let own = std::fs::read_to_string("/proc/self/cgroup").expect("own cgroup");
+    assert!(
+        !own.contains("srap-lab"),
+        "the test process stayed in the lab cgroup: {own}"
+    );
+}
+
+/// Both agents as a user runs them (receiver with the lab NIC's description,
+/// sender with `--peer`): steered flows show up in `srap status --once
+/// --json` on the queue the model predicts and on the CPU the sender planned.
+#[test]
+fn status_shows_steered_flows_on_their_planned_cpus() {
+    use std::{
+        io::{Read as _, Write as _},
+        net::{SocketAddr, TcpStream},
+        time::{Duration, Instant},
+    };
+
+    use srap_host::status::Status;
+    use srap_lab::{agents::LabAgents, topology::Watch};
+
+    if !require_privileged("status_shows_steered_flows_on_their_planned_cpus") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    const PORT: u16 = 5311;
+    const FLOWS: usize = 8;
+    let net = LabNet::new(16, Watch::Agent).expect("lab network");
+    let agents =
+        LabAgents::start(&net, &srap_tests::built_binary("srap-agent"), PORT).expect("both agents");
+    let server = SocketAddr::new(net.receiver_ip(), PORT);
+    let (mut clients, accepted) = open_steered(&net, &agents, server, FLOWS);
+    let mut accepted: Vec<TcpStream> = accepted.into_iter().map(|(stream, _)| stream).collect();
+    // Keep every flow active across a few of the agent's 1 s samples.
+    let until = Instant::now() + Duration::from_millis(2500);
+    let chunk = [0x5au8; 16 * 1024];
+    let mut sink = [0u8; 64 * 1024];
+    for stream in &accepted {
+        stream.set_nonblocking(true).expect("nonblocking");
+    }
+    while Instant::now() < until {
+        for client in &mut clients {
+            client.write_all(&chunk).expect("send");
+        }
+        for stream in &mut accepted {
+            while stream.read(&mut sink).is_ok_and(|n| n > 0) {}
+        }
+    }
+    let out = std::process::Command::new(srap_tests::built_binary("srap"))
+        .args(["status", "--once", "--json", "--control"])
+        .arg(agents.control())
+        .output()
+        .expect("run srap status");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let status: Status = serde_json::from_slice(&out.stdout).expect("status JSON");
+    let flows: Vec<_> = status
+        .flows
+        .iter()
+        .filter(|f| f.dst.port() == PORT)
+        .collect();
+    assert_eq!(flows.len(), FLOWS, "{status:#?}");
+    let mut queues = std::collections::BTreeSet::new();
+    for flow in &flows {
+        assert!(flow.queue.is_some(), "{flow:?}");
+        assert_eq!(flow.queue, flow.predicted_queue, "{flow:?}");
+        assert!(
+            flow.planned_cpu.is_some(),
+            "the sender reported no plan for {flow:?}"
+        );
+        assert_eq!(flow.planned_cpu, flow.rss_cpu, "{flow:?}");
+        queues.insert(flow.queue);
+    }
+    assert_eq!(
+        queues.len(),
+        FLOWS,
+        "steered flows share queues: {flows:#?}"
+    );
+    drop((clients, accepted));
+}
+
+/// The closed loop on the lab: the receiver agent serves a description whose
+/// key the (emulated) device does not use. Judged by where flows land, the
+/// receiver marks it contradicted and tells the sender, which stops steering
+/// (new connections get kernel ports); with the true description back, the
+/// receiver agrees again and the sender steers again.
+#[test]
+fn closed_loop_catches_a_lying_description_and_recovers() {
+    use std::time::{Duration, Instant};
+
+    use srap_common::wire::LandingVerdict;
+    use srap_host::status::Status;
+    use srap_lab::{agents::LabAgents, topology::Watch};
+
+    if !require_privileged("closed_loop_catches_a_lying_description_and_recovers") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    const PORT: u16 = 5312;
+    let net = LabNet::new(16, Watch::Agent).expect("lab network");
+    let agents =
+        LabAgents::start(&net, &srap_tests::built_binary("srap-agent"), PORT).expect("both agents");
+    let truth = net.model.to_description();
+    let verdict_after = |burst_ports: &mut Vec<u16>, want: LandingVerdict| -> Status {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            burst_ports.extend(burst(&net, &agents, PORT, 6));
+            let (status, _) = srap_host::status::request_status(&agents.control()).expect("status");
+            if status.landings.verdict == want {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {want:?} verdict: {:?}; sender log:\n{}",
+                status.landings,
+                agents.sender_log()
+            );
+        }
+    };
+    let mut ports = Vec::new();
+    verdict_after(&mut ports, LandingVerdict::Agreed);
+    assert!(ports.iter().all(|p| *p < 32768), "steered ports: {ports:?}");
+
+    // The description now claims a key the device does not use.
+    let mut lie = truth.clone();
+    lie.key = truth.key.split(':').rev().collect::<Vec<_>>().join(":");
+    assert_ne!(lie.key, truth.key);
+    std::fs::write(agents.rss_file(), lie.to_json_pretty()).expect("write the lie");
+    let status = verdict_after(&mut Vec::new(), LandingVerdict::Contradicted);
+    assert!(status.rss_version >= 2, "{status:?}");
+    wait_for_log(&agents, "steering paused");
+    // Paused: new connections keep the kernel's ephemeral ports.
+    let kernel = burst(&net, &agents, PORT, 4);
+    assert!(
+        kernel.iter().all(|p| *p >= 32768),
+        "kernel ports: {kernel:?}"
+    );
+
+    // The truth again: agreement, and steering again.
+    std::fs::write(agents.rss_file(), truth.to_json_pretty()).expect("write the truth");
+    let mut ports = Vec::new();
+    verdict_after(&mut ports, LandingVerdict::Agreed);
+    let steered = burst(&net, &agents, PORT, 4);
+    assert!(
+        steered.iter().all(|p| *p < 32768),
+        "steered again: {steered:?}"
+    );
+}
+
+/// A NAT between sender and receiver (SNAT to a second sender address in
+/// the sender namespace) leaves the receiver's view consistent — the NIC
+/// hashes the rewritten tuple — but every port the sender planned lands by a
+/// tuple it never computed. The receiver sees the agent's connection arrive
+/// from another address than its plan's source, tells the sender its plan
+/// is contradicted (its tuples are rewritten), and the sender stops
+/// steering: new connections get kernel ports.
+#[test]
+fn a_nat_rewriting_the_tuple_stops_steering() {
+    use srap_lab::{agents::LabAgents, topology::Watch};
+
+    if !require_privileged("a_nat_rewriting_the_tuple_stops_steering") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    const PORT: u16 = 5313;
+    let net = LabNet::new(16, Watch::Agent).expect("lab network");
+    let sender = &net.hosts.sender;
+    let nat_ip = "10.199.250.3";
+    sender
+        .ip([
+            "addr",
+            "add",
+            &format!("{nat_ip}/24"),
+            "dev",
+            &net.hosts.sender_end.ifname,
+        ])
+        .expect("a second sender address");
+    let receiver = net.receiver_ip().to_string();
+    for rule in [
+        "add table ip srap_lab_nat".to_owned(),
+        "add chain ip srap_lab_nat post { type nat hook postrouting priority 100 ; }".to_owned(),
+        format!("add rule ip srap_lab_nat post ip daddr {receiver} snat to {nat_ip}"),
+    ] {
+        sender
+            .exec("nft", rule.split_whitespace())
+            .expect("nft (`cargo xtask setup` installs nftables)");
+    }
+    let agents =
+        LabAgents::start(&net, &srap_tests::built_binary("srap-agent"), PORT).expect("both agents");
+    wait_for_log(&agents, "steering paused: a NAT or proxy rewrites");
+    let server = std::net::SocketAddr::new(net.receiver_ip(), PORT);
+    let (_clients, accepted) = open_steered(&net, &agents, server, 4);
+    for (_, peer) in &accepted {
+        assert_eq!(peer.ip().to_string(), nat_ip, "the NAT rewrote the source");
+        assert!(peer.port() >= 32768, "a kernel port while paused: {peer}");
+    }
+}
+
+/// Waits (bounded) until the sender agent's output contains `text`.
+fn wait_for_log(agents: &srap_lab::agents::LabAgents<'_>, text: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !agents.sender_log().contains(text) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sender never said `{text}`:\n{}",
+            agents.sender_log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// `flows` connections from the steered cgroup to `port` on the receiver,
+/// each carrying data for a little over one of the agent's 1 s samples;
+/// returns the source ports the receiver accepted.
+fn burst(
+    net: &LabNet,
+    agents: &srap_lab::agents::LabAgents<'_>,
+    port: u16,
+    flows: usize,
+) -> Vec<u16> {
+    use std::{
+        io::{Read as _, Write as _},
+        net::SocketAddr,
+        time::{Duration, Instant},
+    };
+
+    let server = SocketAddr::new(net.receiver_ip(), port);
+    let (mut clients, mut accepted) = open_steered(net, agents, server, flows);
+    for (stream, _) in &accepted {
+        stream.set_nonblocking(true).expect("nonblocking");
+    }
+    let until = Instant::now() + Duration::from_millis(1500);
+    let chunk = [0x5au8; 16 * 1024];
+    let mut sink = [0u8; 64 * 1024];
+    while Instant::now() < until {
+        for client in &mut clients {
+            client.write_all(&chunk).expect("send");
+        }
+        for (stream, _) in &mut accepted {
+            while stream.read(&mut sink).is_ok_and(|n| n > 0) {}
+        }
+    }
+    accepted.iter().map(|(_, peer)| peer.port()).collect()
+}
+
+/// `flows` connections from the steered cgroup to `server` in the receiver
+/// namespace: the clients, and the accepted streams with their peers.
+fn open_steered(
+    net: &LabNet,
+    agents: &srap_lab::agents::LabAgents<'_>,
+    server: std::net::SocketAddr,
+    flows: usize,
+) -> (
+    Vec<std::net::TcpStream>,
+    Vec<(std::net::TcpStream, std::net::SocketAddr)>,
+) {
+    use std::{
+        net::{TcpListener, TcpStream},
+        time::Duration,
+    };
+
+    use srap_lab::steering::InCgroup;
+
+    let listener = net
+        .hosts
+        .receiver
+        .run(|| TcpListener::bind(server))
+        .expect("receiver ns")
+        .expect("listen");
+    let clients = {
+        let _steered = InCgroup::enter(agents.cgroup()).expect("join the steered cgroup");
+        net.hosts
+            .sender
+            .run(|| {
+                (0..flows)
+                    .map(|_| {
+                        TcpStream::connect_timeout(&server, Duration::from_secs(5))
+                            .expect("connect")
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .expect("sender ns")
+    };
+    let accepted = (0..flows)
+        .map(|_| listener.accept().expect("accept"))
+        .collect();
+    (clients, accepted)
+}

@@ -1,0 +1,600 @@
+//! Peer mode end to end on a real kernel: `srap-agent receiver --rss FILE`
+//! serves the receiver's description in one namespace, `srap-agent sender
+//! --peer` follows it in another, and a workload under `srap exec` connects
+//! across a 32-queue veth whose sender end runs the RSS-NIC emulator, so the
+//! receive queue of every flow is a real observation (the verifier, XDP on
+//! the receiver's end) and is checked against srap-common's model and the
+//! plan the sender reports.
+//!
+//! The agents are processes killed by PID in drop guards; the binder is
+//! detached on every path. The workload is this test binary, re-run with
+//! `SRAP_PEER_WORKLOAD` set (see [`workload_process`]).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    io::Write as _,
+    net::{IpAddr, SocketAddr, TcpListener},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::mpsc,
+    thread,
+    time::{Duration, Instant},
+};
+
+use srap_common::{
+    binder::outcome,
+    rss::{FlowTuple, RssDescription, RssModel, embedded_default},
+    solver::PortRange,
+};
+use srap_daemon::{
+    peer::plan_report,
+    sender::{PinLayout, Plan, plan::ReceiverSources, read_stats},
+    verifier::{HookChoice, Verifier},
+};
+use srap_lab::emulator::Emulator;
+use srap_tests::{
+    TwoHosts, VethConfig, built_binary,
+    cgroup::{CgroupDir, ChildGuard, command_in},
+    flows::{Server, line_channel},
+    require_privileged, unique_name,
+    workload::Workload,
+};
+
+/// Upper bound on every wait here.
+const TIMEOUT: Duration = Duration::from_secs(20);
+/// The promise under test: a changed description is steering within this.
+const REPLAN_BUDGET: Duration = Duration::from_secs(2);
+const QUEUES: u32 = 32;
+const FLOWS: usize = 16;
+/// The workload's service port on the receiver.
+const DPORT: u16 = 5201;
+/// The receiver agent's port.
+const PEER_PORT: u16 = 7447;
+const PORT_RANGE: &str = "32768-60999";
+/// Ports reserved in the sender's namespace before the agent starts: they
+/// are not SRAP's, so they must survive every re-plan and the detach (and
+/// they make the sysctl longer than one small read).
+const FOREIGN_RESERVED: &str = "1000,1002,1004,1006,1008,1010,1012,1014,1016,1018,1020";
+
+// ---------------------------------------------------------------------------
+// The workload: this binary, re-run under `srap exec` (tests/support/workload.rs).
+
+/// Not a test on its own: the workload process when a test re-runs this
+/// binary (`Workload::spawn`).
+#[test]
+fn workload_process() {
+    srap_tests::workload::serve_if_asked();
+}
+
+/// The first line matching `pred` within [`TIMEOUT`].
+#[track_caller]
+fn wait_line(rx: &mpsc::Receiver<String>, what: &str, pred: impl Fn(&str) -> bool) -> String {
+    wait_line_within(rx, what, TIMEOUT, pred)
+}
+
+#[track_caller]
+fn wait_line_within(
+    rx: &mpsc::Receiver<String>,
+    what: &str,
+    limit: Duration,
+    pred: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = Instant::now() + limit;
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if pred(&line) => return line,
+            Ok(line) => seen.push(line),
+            Err(_) => panic!(
+                "no {what} within {limit:?}; lines seen:\n{}",
+                seen.join("\n")
+            ),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The fixture.
+
+/// A 32-queue NIC: the embedded description, or the same key with another
+/// table. `queue_cpu` is the identity: one CPU per queue.
+fn description(indir: Option<Vec<u32>>) -> RssDescription {
+    let base = embedded_default();
+    RssDescription {
+        indir: indir.unwrap_or(base.indir.clone()),
+        queue_cpu: Some((0..QUEUES).collect()),
+        ..base
+    }
+}
+
+/// A table under which the first plan collides: the first table's CPUs
+/// 2k and 2k+1 both land on queue k (first half of the table) or 16+k
+/// (second half). Not a relabelling of the queues, so steering that missed
+/// the change puts two flows on one queue.
+fn second_table() -> Vec<u32> {
+    (0..128u32)
+        .map(|i| (i % QUEUES) / 2 + QUEUES / 2 * (i / 64))
+        .collect()
+}
+
+/// Field order is drop order: the verifier and emulator come off before
+/// the namespaces go; the [`Drop`] impl kills the agents and detaches first.
+struct Peer {
+    receiver_agent: Option<ChildGuard>,
+    receiver_log: Option<mpsc::Receiver<String>>,
+    sender_agent: Option<ChildGuard>,
+    sender_out: Option<mpsc::Receiver<String>>,
+    sender_log: Option<mpsc::Receiver<String>>,
+    verifier: Option<Verifier>,
+    emulator: Option<Emulator>,
+    model: RssModel,
+    rss_path: PathBuf,
+    psk_path: PathBuf,
+    wrong_psk_path: PathBuf,
+    pin_dir: PathBuf,
+    cgroup: CgroupDir,
+    hosts: TwoHosts,
+}
+
+impl Peer {
+    fn new(subnet: u8) -> Self {
+        let hosts = TwoHosts::new(VethConfig {
+            tx_queues: QUEUES,
+            rx_queues: QUEUES,
+            subnet,
+        })
+        .expect("two namespaces joined by a 32-queue veth");
+        let name = unique_name("p");
+        let tmp = std::env::temp_dir();
+        let desc = description(None);
+        let mut peer = Self {
+            receiver_agent: None,
+            receiver_log: None,
+            sender_agent: None,
+            sender_out: None,
+            sender_log: None,
+            verifier: None,
+            emulator: None,
+            model: RssModel::from_description(&desc).expect("model"),
+            rss_path: tmp.join(format!("srap-test-{name}.json")),
+            psk_path: tmp.join(format!("srap-test-{name}.psk")),
+            wrong_psk_path: tmp.join(format!("srap-test-{name}-wrong.psk")),
+            pin_dir: PathBuf::from(format!("/sys/fs/bpf/srap-test-{name}")),
+            cgroup: CgroupDir::unique().expect("cgroup2 mount"),
+            hosts,
+        };
+        write_private(&peer.psk_path, "peer-test key shared by both agents");
+        write_private(&peer.wrong_psk_path, "a different key the receiver lacks");
+        peer.write_rss(&desc);
+        peer.set_nic(desc);
+        let iface = peer.hosts.receiver_end.ifname.clone();
+        let verifier = peer
+            .hosts
+            .receiver
+            .run(|| Verifier::attach(&iface, HookChoice::Xdp))
+            .expect("receiver netns")
+            .expect("verifier");
+        peer.verifier = Some(verifier);
+        peer
+    }
+
+    fn sender_ip(&self) -> IpAddr {
+        self.hosts.sender_end.ip(false)
+    }
+
+    fn receiver_ip(&self) -> IpAddr {
+        self.hosts.receiver_end.ip(false)
+    }
+
+    fn server_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.receiver_ip(), DPORT)
+    }
+
+    /// Atomically (rename), as the receiver may read it at any moment.
+    fn write_rss(&self, desc: &RssDescription) {
+        let tmp = self.rss_path.with_extension("tmp");
+        std::fs::write(&tmp, desc.to_json_pretty()).expect("write rss file");
+        std::fs::rename(&tmp, &self.rss_path).expect("rename rss file");
+    }
+
+    /// The "NIC" follows `desc`: the emulator is replaced.
+    fn set_nic(&mut self, desc: RssDescription) {
+        self.model = RssModel::from_description(&desc).expect("model");
+        drop(self.emulator.take());
+        let iface = self.hosts.sender_end.ifname.clone();
+        let model = self.model.clone();
+        let emulator = self
+            .hosts
+            .sender
+            .run(|| Emulator::attach(&iface, &model, QUEUES))
+            .expect("sender netns")
+            .expect("emulator");
+        self.emulator = Some(emulator);
+    }
+
+    fn start_receiver(&mut self) {
+        let mut child = command_in(&self.hosts.receiver, built_binary("srap-agent"))
+            .expect("receiver netns")
+            .args(["receiver", "--iface", &self.hosts.receiver_end.ifname])
+            // The test runs its own verifier, and a control socket of its
+            // own keeps the host's default path untouched.
+            .arg("--no-verify")
+            .arg("--control")
+            .arg(self.rss_path.with_extension("sock"))
+            .arg("--rss")
+            .arg(&self.rss_path)
+            .arg("--psk-file")
+            .arg(&self.psk_path)
+            .args(["--listen", &format!("{}:{PEER_PORT}", self.receiver_ip())])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn srap-agent receiver");
+        let log = line_channel(child.stderr.take().expect("stderr"));
+        self.receiver_agent = Some(ChildGuard::new(child));
+        wait_line(&log, "`receiver listening`", |l| {
+            l.contains("receiver listening")
+        });
+        self.receiver_log = Some(log);
+    }
+
+    fn sender_command(&self, psk: &Path, extra: &[&str]) -> Command {
+        let mut cmd =
+            command_in(&self.hosts.sender, built_binary("srap-agent")).expect("sender netns");
+        cmd.args([
+            "sender",
+            "--peer",
+            &format!("{}:{PEER_PORT}", self.receiver_ip()),
+        ])
+        .arg("--psk-file")
+        .arg(psk)
+        .args(["--report-port", &DPORT.to_string()])
+        .arg("--cgroup")
+        .arg(self.cgroup.path())
+        .arg("--pin-dir")
+        .arg(&self.pin_dir)
+        .args(["--port-range", PORT_RANGE, "--interval", "1"])
+        .args(extra);
+        cmd
+    }
+
+    /// Starts the sender agent and waits until it steers.
+    fn start_sender(&mut self) {
+        let mut child = self
+            .sender_command(&self.psk_path, &[])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn srap-agent sender");
+        let out = line_channel(child.stdout.take().expect("stdout"));
+        let log = line_channel(child.stderr.take().expect("stderr"));
+        self.sender_agent = Some(ChildGuard::new(child));
+        wait_line(&out, "`steering active`", |l| {
+            l.starts_with("steering active")
+        });
+        self.sender_out = Some(out);
+        self.sender_log = Some(log);
+    }
+
+    fn listen(&self) -> Server {
+        let addr = self.server_addr();
+        let listener = self
+            .hosts
+            .receiver
+            .run(|| TcpListener::bind(addr))
+            .expect("receiver netns")
+            .expect("listen");
+        Server::new(listener, TIMEOUT)
+    }
+
+    fn workload(&self) -> Workload {
+        Workload::spawn(
+            &self.hosts.sender,
+            Some(self.cgroup.path()),
+            self.server_addr(),
+        )
+    }
+
+    /// Source port → receiver CPU, as the sender agent plans (and reports)
+    /// it for the current model.
+    fn planned_cpus(&self) -> BTreeMap<u16, u32> {
+        let range: PortRange = PORT_RANGE.parse().expect("range");
+        let plan = Plan::build(
+            &self.model,
+            &[ReceiverSources::routed(
+                self.receiver_ip(),
+                self.sender_ip(),
+            )],
+            &[],
+            range,
+        )
+        .expect("plan");
+        let report = plan_report(0, &plan, &[DPORT]);
+        report
+            .tables
+            .iter()
+            .flat_map(|t| &t.cpus)
+            .flat_map(|c| c.ports.iter().map(move |p| (*p, c.cpu)))
+            .collect()
+    }
+
+    /// Checks `ports` (one new flow each): the verifier saw each on the
+    /// queue the current model predicts, with the CPU the plan meant for
+    /// its port, and no two on one queue.
+    #[track_caller]
+    fn assert_steered(&self, ports: &[u16]) {
+        let planned = self.planned_cpus();
+        let flows = self
+            .verifier
+            .as_ref()
+            .expect("verifier")
+            .flows()
+            .expect("read the verifier's map");
+        let server = self.server_addr();
+        let mut queues = BTreeMap::new();
+        for &port in ports {
+            let client = SocketAddr::new(self.sender_ip(), port);
+            let flow = flows
+                .iter()
+                .find(|f| f.src == client && f.dst == server)
+                .unwrap_or_else(|| panic!("the verifier saw no {client} -> {server}"));
+            let landing = self
+                .model
+                .landing(&FlowTuple::from_sockets(client, server).expect("tuple"));
+            let observed = flow.stats.rx_queue();
+            assert_eq!(
+                observed,
+                Some(landing.queue),
+                "{client}: observed queue vs. the model's"
+            );
+            assert_eq!(
+                planned.get(&port),
+                Some(&landing.cpu),
+                "{client}: not a port the sender planned for this CPU"
+            );
+            if let Some(other) = queues.insert(landing.queue, port) {
+                panic!("ports {other} and {port} share queue {}", landing.queue);
+            }
+        }
+    }
+
+    fn binder_steered(&self) -> u64 {
+        let stats = read_stats(&PinLayout::new(&self.pin_dir)).expect("binder stats");
+        stats.get(outcome::STEERED) + stats.get(outcome::RETRIED)
+    }
+
+    fn sysctl(&self, name: &str) -> String {
+        let path = format!("/proc/sys/net/ipv4/{name}");
+        let out = self.hosts.sender.exec("cat", [&path]).expect("read sysctl");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    fn reserve_foreign(&self) {
+        self.hosts
+            .sender
+            .exec(
+                "sh",
+                [
+                    "-c",
+                    &format!(
+                        "echo {FOREIGN_RESERVED} > /proc/sys/net/ipv4/ip_local_reserved_ports"
+                    ),
+                ],
+            )
+            .expect("reserve foreign ports");
+    }
+
+    fn detach(&self) -> std::process::Output {
+        command_in(&self.hosts.sender, built_binary("srap-agent"))
+            .expect("sender netns")
+            .args(["detach", "--pin-dir"])
+            .arg(&self.pin_dir)
+            .output()
+            .expect("run srap-agent detach")
+    }
+
+    fn stop_receiver(&mut self) {
+        if let Some(agent) = self.receiver_agent.take() {
+            terminate(agent);
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Some(mut agent) = self.sender_agent.take() {
+            agent.kill();
+        }
+        self.stop_receiver();
+        if self.pin_dir.exists() {
+            let out = self.detach();
+            if !out.status.success() {
+                eprintln!(
+                    "cleanup: srap-agent detach: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        // Whatever detach could not remove: the pins go, so no link stays.
+        if let Ok(entries) = std::fs::read_dir(&self.pin_dir) {
+            for entry in entries.flatten() {
+                let _ = std::fs::remove_file(entry.path());
+            }
+            let _ = std::fs::remove_dir(&self.pin_dir);
+        }
+        let _ = std::fs::remove_file(srap_daemon::sender::state::path_for(&self.pin_dir));
+        let control = self.rss_path.with_extension("sock");
+        for path in [
+            &self.rss_path,
+            &self.psk_path,
+            &self.wrong_psk_path,
+            &control,
+        ] {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// SIGTERM by PID, so the agent removes what it made (the receiver's
+/// control socket); SIGKILL if it has not exited within a few seconds.
+fn terminate(mut agent: ChildGuard) {
+    let Ok(pid) = libc::pid_t::try_from(agent.id()) else {
+        return;
+    };
+    // SAFETY: kill(2) on the PID of our own unreaped child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    if agent.wait_timeout(Duration::from_secs(3)).is_err() {
+        agent.kill();
+    }
+}
+
+fn write_private(path: &Path, text: &str) {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .expect("create key file");
+    file.write_all(text.as_bytes()).expect("write key file");
+}
+
+/// Opens `n` flows and returns the source ports the receiver accepted,
+/// after checking they are the workload's own.
+fn open_flows(workload: &mut Workload, server: &mut Server, n: usize) -> Vec<u16> {
+    let opened = workload.open(n);
+    let accepted = server.accept(n);
+    assert_eq!(
+        accepted.iter().collect::<BTreeSet<_>>(),
+        opened.iter().collect::<BTreeSet<_>>(),
+        "the receiver accepted the workload's connections"
+    );
+    // Give the data packets time to pass the verifier.
+    thread::sleep(Duration::from_millis(100));
+    accepted
+}
+
+// ---------------------------------------------------------------------------
+// The tests.
+
+#[test]
+fn sender_follows_the_receiver_agent() {
+    if !require_privileged("peer: sender follows the receiver agent") {
+        return;
+    }
+    let mut peer = Peer::new(61);
+    peer.reserve_foreign();
+    let foreign = peer.sysctl("ip_local_reserved_ports");
+    peer.start_receiver();
+    peer.start_sender();
+    let receiver_log = peer.receiver_log.take().expect("receiver log");
+    wait_line(&receiver_log, "the plan for version 1", |l| {
+        l.contains("plan for version 1: 1 table(s), 1024 source ports")
+    });
+
+    let mut server = peer.listen();
+    let mut workload = peer.workload();
+    let first = open_flows(&mut workload, &mut server, FLOWS);
+    peer.assert_steered(&first);
+    assert_eq!(peer.binder_steered(), FLOWS as u64);
+
+    // The receiver's NIC changes: its description and the emulated NIC.
+    let changed_at = Instant::now();
+    let second = description(Some(second_table()));
+    peer.write_rss(&second);
+    peer.set_nic(second);
+    let out = peer.sender_out.as_ref().expect("sender stdout");
+    let line = wait_line_within(out, "`replanned for version 2`", REPLAN_BUDGET, |l| {
+        l.starts_with("replanned for version 2")
+    });
+    let took = changed_at.elapsed();
+    assert!(took <= REPLAN_BUDGET, "{line} after {took:?}");
+    wait_line(&receiver_log, "the plan for version 2", |l| {
+        l.contains("plan for version 2: 1 table(s), 1024 source ports")
+    });
+
+    // The first 16 stay open (their ports are not reused); 16 more go to
+    // the other 16 CPUs, each where the new table sends it.
+    let again = open_flows(&mut workload, &mut server, FLOWS);
+    peer.assert_steered(&again);
+    assert_eq!(peer.binder_steered(), 2 * FLOWS as u64);
+
+    drop(workload);
+    if let Some(mut agent) = peer.sender_agent.take() {
+        agent.kill();
+    }
+    let out = peer.detach();
+    assert!(
+        out.status.success(),
+        "detach: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!peer.pin_dir.exists(), "pins left");
+    assert_eq!(
+        peer.sysctl("ip_local_reserved_ports"),
+        foreign,
+        "only SRAP's ports were released"
+    );
+}
+
+#[test]
+fn receiver_gone_keeps_the_last_plan() {
+    if !require_privileged("peer: the receiver agent killed") {
+        return;
+    }
+    let mut peer = Peer::new(62);
+    peer.start_receiver();
+    peer.start_sender();
+    peer.stop_receiver();
+    let log = peer.sender_log.as_ref().expect("sender log");
+    wait_line(log, "the `away` notice", |l| {
+        l.contains("is away") && l.contains("steering on with the plan for version 1")
+    });
+    let mut server = peer.listen();
+    let mut workload = peer.workload();
+    let ports = open_flows(&mut workload, &mut server, FLOWS);
+    peer.assert_steered(&ports);
+    assert_eq!(peer.binder_steered(), FLOWS as u64);
+    assert!(
+        peer.sender_agent
+            .as_mut()
+            .expect("sender agent")
+            .child_mut()
+            .try_wait()
+            .expect("try_wait")
+            .is_none(),
+        "the sender agent keeps running without its receiver"
+    );
+}
+
+#[test]
+fn wrong_key_sets_nothing_up() {
+    if !require_privileged("peer: a sender with the wrong key") {
+        return;
+    }
+    let mut peer = Peer::new(63);
+    let reserved = peer.sysctl("ip_local_reserved_ports");
+    peer.start_receiver();
+    let started = Instant::now();
+    let out = peer
+        .sender_command(&peer.wrong_psk_path, &["--peer-wait", "2"])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run srap-agent sender");
+    assert!(started.elapsed() < TIMEOUT, "the wait is bounded");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("could not prove the pre-shared key"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was set up"), "{stderr}");
+    assert!(!peer.pin_dir.exists(), "no pins for a wrong key");
+    assert!(!peer.cgroup.path().exists(), "no cgroup for a wrong key");
+    assert!(
+        !srap_daemon::sender::state::path_for(&peer.pin_dir).exists(),
+        "no state file"
+    );
+    assert_eq!(peer.sysctl("ip_local_reserved_ports"), reserved);
+}

@@ -1,0 +1,555 @@
+//! The receiver agent's server and the sender's client, in process on
+//! loopback: a good client gets the description and every new version;
+//! hostile clients (garbage, truncated, oversized, wrong version, wrong key,
+//! outside the allow-list, hundreds at once) each get a clear error and a
+//! closed connection, and the server goes on serving.
+
+use std::{
+    net::SocketAddr,
+    path::Path,
+    time::{Duration, Instant},
+};
+
+use srap_common::{
+    rss::{RssDescription, embedded_default},
+    wire::{
+        self, CpuPorts, Hello, MAGIC, MAX_FRAME, Message, Nonce, PROTOCOL_VERSION, PlanReport,
+        PlannedTable, Psk, Response,
+    },
+};
+use srap_daemon::{
+    peer::{self, Backoff, PeerConfig, PeerError, PeerHandle, PeerStatus, Session, Update},
+    receiver::{AllowList, Published, Server, ServerConfig, Source, Timeouts, source},
+};
+use tokio::{
+    io::{AsyncReadExt as _, AsyncWriteExt as _},
+    net::TcpStream,
+    sync::watch,
+    time::timeout,
+};
+
+/// Upper bound on every wait here.
+const WAIT: Duration = Duration::from_secs(10);
+
+fn timeouts() -> Timeouts {
+    Timeouts {
+        handshake: Duration::from_millis(800),
+        idle: Duration::from_secs(5),
+        frame: Duration::from_millis(500),
+        write: Duration::from_secs(2),
+        keepalive: Duration::from_secs(1),
+        linger: Duration::from_millis(300),
+    }
+}
+
+fn psk(text: &str) -> Psk {
+    Psk::new(text.as_bytes()).expect("a long enough key")
+}
+
+fn published(version: u64, description: RssDescription) -> Published {
+    Published {
+        version,
+        description,
+    }
+}
+
+/// A description that differs from the default in its key.
+fn changed_description() -> RssDescription {
+    let mut d = embedded_default();
+    d.key = d.key.replacen("6d", "6e", 1);
+    assert_ne!(d, embedded_default());
+    d
+}
+
+struct Fixture {
+    server: Server,
+    updates: watch::Sender<Published>,
+}
+
+impl Fixture {
+    async fn start(config: ServerConfig) -> Self {
+        let (updates, rx) = watch::channel(published(1, embedded_default()));
+        let server = Server::bind(SocketAddr::from(([127, 0, 0, 1], 0)), config, rx)
+            .await
+            .expect("bind on loopback");
+        Self { server, updates }
+    }
+
+    async fn open() -> Self {
+        Self::start(ServerConfig {
+            timeouts: timeouts(),
+            ..ServerConfig::default()
+        })
+        .await
+    }
+
+    fn addr(&self) -> String {
+        self.server.local_addr().to_string()
+    }
+
+    /// A well-behaved sender connects and gets the current description.
+    async fn good_client(&self, key: Option<Psk>) -> Update {
+        let session = timeout(WAIT, Session::connect(&client_config(&self.addr(), key)))
+            .await
+            .expect("in time")
+            .expect("a good client is served");
+        session.first().clone()
+    }
+
+    async fn wait_idle(&self) {
+        let deadline = Instant::now() + WAIT;
+        while self.server.active_peers() > 0 {
+            assert!(Instant::now() < deadline, "sessions did not end");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn client_config(addr: &str, key: Option<Psk>) -> PeerConfig {
+    let mut config = PeerConfig::new(addr, key);
+    config.backoff = Backoff {
+        initial: Duration::from_millis(50),
+        max: Duration::from_millis(400),
+    };
+    config.timeouts.keepalive = Duration::from_secs(1);
+    config
+}
+
+/// Sends `bytes` (then FIN if `finish`), reads until the server closes, and
+/// returns the reason of the error frame it sent.
+async fn hostile(addr: &str, bytes: &[u8], finish: bool) -> String {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(bytes).await.expect("send");
+    if finish {
+        stream.shutdown().await.expect("FIN");
+    }
+    error_reason(&mut stream).await
+}
+
+/// Everything the server sends until it closes, as one error reason.
+async fn error_reason(stream: &mut TcpStream) -> String {
+    let mut reply = Vec::new();
+    timeout(WAIT, stream.read_to_end(&mut reply))
+        .await
+        .expect("the server closes the connection")
+        .expect("read");
+    let mut rest = &reply[..];
+    // Skip what came before the error (e.g. a Challenge).
+    loop {
+        match wire::decode_frame(rest, MAX_FRAME) {
+            Ok((Message::Error(report), _)) => return report.reason,
+            Ok((_, used)) => rest = &rest[used..],
+            Err(err) => panic!("no error frame in {reply:?}: {err}"),
+        }
+    }
+}
+
+fn frame(message: &Message) -> Vec<u8> {
+    wire::encode(message).expect("encodes")
+}
+
+fn hello() -> Message {
+    Message::Hello(Hello {
+        version: PROTOCOL_VERSION,
+        agent: "test".into(),
+        nonce: Nonce::random().expect("random"),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_gets_the_description_and_every_new_version() {
+    let fx = Fixture::open().await;
+    let handle = peer::watch(client_config(&fx.addr(), None));
+    let first = next_update(&handle, |u| u.version == 1).await;
+    assert_eq!(first.description, embedded_default());
+
+    // A plan report reaches the receiver.
+    let report = PlanReport {
+        version: 1,
+        tables: vec![PlannedTable {
+            receiver: "10.0.0.2".parse().expect("ip"),
+            source: "10.0.0.1".parse().expect("ip"),
+            dst_port: 5201,
+            cpus: vec![CpuPorts {
+                cpu: 5,
+                ports: vec![41000, 41003],
+            }],
+        }],
+    };
+    handle.report_plan(report.clone());
+    wait_for(|| fx.server.plans().iter().any(|(_, p)| *p == report)).await;
+
+    // A new version arrives within a second.
+    let pushed = Instant::now();
+    fx.updates.send_replace(published(2, changed_description()));
+    let second = next_update(&handle, |u| u.version == 2).await;
+    assert!(pushed.elapsed() < Duration::from_secs(1));
+    assert_eq!(second.description, changed_description());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_gets_an_error_and_the_server_keeps_serving() {
+    let fx = Fixture::open().await;
+    let reason = hostile(&fx.addr(), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", true).await;
+    assert_eq!(
+        reason,
+        "not an SRAP peer: it sent \"GET \" where \"SRAP\" belongs"
+    );
+    let reason = hostile(
+        &fx.addr(),
+        &[0, 0, 0, 8, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4],
+        true,
+    )
+    .await;
+    assert!(reason.starts_with("not an SRAP peer"), "{reason}");
+    fx.good_client(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncated_messages_are_named_and_stalls_time_out() {
+    let fx = Fixture::open().await;
+    let hello = frame(&hello());
+    let reason = hostile(&fx.addr(), &hello[..hello.len() - 5], true).await;
+    assert_eq!(
+        reason,
+        format!(
+            "truncated message: expected {} bytes, got {}",
+            hello.len(),
+            hello.len() - 5
+        )
+    );
+    // The same without FIN: the sender just stops.
+    let started = Instant::now();
+    let reason = hostile(&fx.addr(), &hello[..hello.len() - 5], false).await;
+    assert_eq!(reason, "the rest of a message did not arrive within 800ms");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // And one that says nothing at all.
+    let reason = hostile(&fx.addr(), b"", false).await;
+    assert_eq!(reason, "no message within 800ms");
+    fx.good_client(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_length_prefix_is_refused_before_reading_on() {
+    let fx = Fixture::open().await;
+    let reason = hostile(&fx.addr(), &u32::MAX.to_be_bytes(), false).await;
+    assert_eq!(
+        reason,
+        "message of 4294967295 bytes exceeds the 4096-byte limit"
+    );
+    // Before authentication even a legal post-handshake size is too large.
+    let reason = hostile(&fx.addr(), &100_000u32.to_be_bytes(), false).await;
+    assert_eq!(
+        reason,
+        "message of 100000 bytes exceeds the 4096-byte limit"
+    );
+    fx.good_client(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_protocol_version_is_refused() {
+    let fx = Fixture::open().await;
+    let mut bytes = frame(&hello());
+    // Version 1: a sender of the release before `Landings`.
+    bytes[4 + MAGIC.len()..4 + MAGIC.len() + 2].copy_from_slice(&1u16.to_be_bytes());
+    let reason = hostile(&fx.addr(), &bytes, false).await;
+    assert_eq!(
+        reason,
+        "protocol version 1 is not supported (this agent speaks version 3); \
+         run the same SRAP release on both hosts"
+    );
+    // A well-formed message of the wrong kind for the moment.
+    let reason = hostile(&fx.addr(), &frame(&Message::Keepalive), false).await;
+    assert_eq!(reason, "expected Hello, got Keepalive");
+    fx.good_client(None).await;
+}
+
+fn psk_config(key: &str) -> ServerConfig {
+    ServerConfig {
+        psk: Some(psk(key)),
+        timeouts: timeouts(),
+        ..ServerConfig::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_right_key_is_served() {
+    let fx = Fixture::start(psk_config("right key, 16+ bytes")).await;
+    let update = fx.good_client(Some(psk("right key, 16+ bytes"))).await;
+    assert_eq!(update.description, embedded_default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_key_is_refused_by_both_sides() {
+    let fx = Fixture::start(psk_config("right key, 16+ bytes")).await;
+    // A sender with another key finds the receiver's proof wrong and leaves.
+    let err = Session::connect(&client_config(
+        &fx.addr(),
+        Some(psk("wrong key, 16+ bytes")),
+    ))
+    .await
+    .err()
+    .expect("refused");
+    assert!(matches!(err, PeerError::WrongKey), "{err}");
+    // A client that answers the challenge with a made-up proof is told so.
+    let mut stream = TcpStream::connect(fx.addr()).await.expect("connect");
+    stream.write_all(&frame(&hello())).await.expect("hello");
+    let bogus = Message::Response(Response {
+        proof: wire::Mac([7; wire::MAC_LEN]),
+    });
+    stream.write_all(&frame(&bogus)).await.expect("response");
+    assert_eq!(
+        error_reason(&mut stream).await,
+        "authentication failed: wrong pre-shared key"
+    );
+    fx.good_client(Some(psk("right key, 16+ bytes"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_must_be_on_both_sides_or_neither() {
+    let with_key = Fixture::start(psk_config("right key, 16+ bytes")).await;
+    let err = Session::connect(&client_config(&with_key.addr(), None))
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(err, PeerError::NeedPsk), "{err}");
+
+    let open = Fixture::open().await;
+    let err = Session::connect(&client_config(
+        &open.addr(),
+        Some(psk("right key, 16+ bytes")),
+    ))
+    .await
+    .err()
+    .expect("refused");
+    assert!(matches!(err, PeerError::Unauthenticated), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_outside_the_allow_list_is_refused_unread() {
+    let fx = Fixture::start(ServerConfig {
+        allow: AllowList::new(vec!["10.0.0.0/8".parse().expect("cidr")]),
+        timeouts: timeouts(),
+        ..ServerConfig::default()
+    })
+    .await;
+    let reason = hostile(&fx.addr(), &frame(&hello()), false).await;
+    assert_eq!(reason, "peer 127.0.0.1 is not allowed (--allow)");
+    let err = Session::connect(&client_config(&fx.addr(), None))
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(
+        err.to_string(),
+        "the receiver refused: peer 127.0.0.1 is not allowed (--allow)"
+    );
+
+    let allowed = Fixture::start(ServerConfig {
+        allow: AllowList::new(vec!["127.0.0.0/8".parse().expect("cidr")]),
+        timeouts: timeouts(),
+        ..ServerConfig::default()
+    })
+    .await;
+    allowed.good_client(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_beyond_the_cap_are_refused_until_one_leaves() {
+    let fx = Fixture::start(ServerConfig {
+        max_peers: 2,
+        timeouts: timeouts(),
+        ..ServerConfig::default()
+    })
+    .await;
+    let a = peer::watch(client_config(&fx.addr(), None));
+    let b = peer::watch(client_config(&fx.addr(), None));
+    next_update(&a, |_| true).await;
+    next_update(&b, |_| true).await;
+    let err = Session::connect(&client_config(&fx.addr(), None))
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(
+        err.to_string(),
+        "the receiver refused: too many peers (at most 2); try again later"
+    );
+    drop(a);
+    fx.wait_for_peers(1).await;
+    fx.good_client(None).await;
+}
+
+impl Fixture {
+    async fn wait_for_peers(&self, n: usize) {
+        let deadline = Instant::now() + WAIT;
+        while self.server.active_peers() > n {
+            assert!(Instant::now() < deadline, "sessions did not end");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_peers_at_once_leave_nothing_behind() {
+    let fx = Fixture::start(ServerConfig {
+        max_peers: 64,
+        timeouts: timeouts(),
+        ..ServerConfig::default()
+    })
+    .await;
+    fx.good_client(None).await;
+    let rss_before = rss_kib();
+    let mut peers = tokio::task::JoinSet::new();
+    for i in 0..200u32 {
+        let addr = fx.addr();
+        peers.spawn(async move {
+            let Ok(mut stream) = TcpStream::connect(&addr).await else {
+                return;
+            };
+            match i % 4 {
+                // Connect and leave.
+                0 => {}
+                // Say hello, take the description, leave.
+                1 => {
+                    let _ = stream.write_all(&frame(&hello())).await;
+                    let mut buf = [0u8; 256];
+                    let _ = timeout(Duration::from_secs(2), stream.read(&mut buf)).await;
+                }
+                // Claim a huge frame.
+                2 => {
+                    let _ = stream.write_all(&u32::MAX.to_be_bytes()).await;
+                }
+                // Garbage.
+                _ => {
+                    let _ = stream.write_all(&[0x55; 300]).await;
+                }
+            }
+        });
+    }
+    let all_done = timeout(WAIT, async { while peers.join_next().await.is_some() {} }).await;
+    assert!(all_done.is_ok(), "200 peers did not finish in time");
+    fx.wait_idle().await;
+    let update = fx.good_client(None).await;
+    assert_eq!(update.description, embedded_default());
+    let grown = rss_kib().saturating_sub(rss_before);
+    assert!(grown < 32 * 1024, "resident memory grew by {grown} KiB");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_keeps_the_last_description_while_the_receiver_is_away() {
+    let fx = Fixture::open().await;
+    let addr = fx.server.local_addr();
+    let handle = peer::watch(client_config(&fx.addr(), None));
+    next_update(&handle, |u| u.version == 1).await;
+    drop(fx);
+
+    let mut status = handle.status();
+    timeout(WAIT, status.wait_for(|s| matches!(s, PeerStatus::Away(_))))
+        .await
+        .expect("notices the receiver left")
+        .expect("status channel");
+    assert_eq!(
+        handle.updates().borrow().as_ref().map(|u| u.version),
+        Some(1),
+        "the last good description stays"
+    );
+
+    // The receiver comes back on the same port with a new description.
+    let (updates, rx) = watch::channel(published(1, changed_description()));
+    let _back = Server::bind(
+        addr,
+        ServerConfig {
+            timeouts: timeouts(),
+            ..ServerConfig::default()
+        },
+        rx,
+    )
+    .await
+    .expect("rebind the same port");
+    let update = next_update(&handle, |u| u.description == changed_description()).await;
+    assert_eq!(update.version, 1);
+    drop(updates);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_rss_file_is_a_new_version_and_a_broken_one_is_not() {
+    let dir = tempdir();
+    let path = dir.join("rss.json");
+    write_json(&path, &embedded_default());
+    let (mut rx, task) =
+        source::watch(Source::File(path.clone()), Duration::from_millis(100)).expect("readable");
+    assert_eq!(rx.borrow_and_update().version, 1);
+
+    write_json(&path, &changed_description());
+    let changed = Instant::now();
+    timeout(WAIT, rx.changed())
+        .await
+        .expect("in time")
+        .expect("watcher alive");
+    assert!(changed.elapsed() < Duration::from_secs(1));
+    assert_eq!(*rx.borrow_and_update(), published(2, changed_description()));
+
+    // Rewritten unchanged, then broken: no new version either time.
+    write_json(&path, &changed_description());
+    std::fs::write(&path, "{ not json").expect("write");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!rx.has_changed().expect("watcher alive"));
+    assert_eq!(rx.borrow().version, 2);
+    task.abort();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_missing_or_invalid_file_is_a_clear_startup_error() {
+    let dir = tempdir();
+    let missing = dir.join("none.json");
+    let err = Source::File(missing).read().unwrap_err();
+    assert!(err.to_string().starts_with("cannot read "), "{err}");
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"{"key": "zz", "indir": [0]}"#).expect("write");
+    let err = Source::File(bad).read().unwrap_err();
+    assert!(err.to_string().contains("key"), "{err}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+async fn next_update(handle: &PeerHandle, pred: impl Fn(&Update) -> bool) -> Update {
+    let mut updates = handle.updates();
+    let found = timeout(WAIT, updates.wait_for(|u| u.as_ref().is_some_and(&pred)))
+        .await
+        .expect("the update arrives in time")
+        .expect("client alive")
+        .clone();
+    found.expect("checked above")
+}
+
+async fn wait_for(cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "condition not met in time");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// This process's resident memory.
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(srap_tests::unique_name("rcv"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn write_json(path: &Path, description: &RssDescription) {
+    // Write then rename, so the watcher never reads half a file.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, description.to_json_pretty()).expect("write");
+    std::fs::rename(&tmp, path).expect("rename");
+}

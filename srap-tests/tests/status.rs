@@ -1,0 +1,376 @@
+//! `srap status` against a real receiver agent: two namespaces joined by an
+//! 8-queue veth with the RSS-NIC emulator on the sender's end (so each
+//! flow's receive queue is the one the RSS model computes), the agent
+//! (`srap-agent receiver --rss FILE --iface VETH --control PATH --metrics
+//! ADDR`) running in the receiver namespace with its verifier, and more
+//! flows than queues, so at least one queue must hold two. The status and
+//! the metrics must show every flow on its predicted queue and count the
+//! collisions the model predicts.
+
+use std::{
+    collections::BTreeMap,
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpListener, TcpStream},
+    path::{Path, PathBuf},
+    process::{Command, Output, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use srap_common::rss::{FlowTuple, RssDescription, RssModel, embedded_default};
+use srap_host::status::Status;
+use srap_lab::emulator::Emulator;
+use srap_tests::{
+    TwoHosts, VethConfig, built_binary,
+    cgroup::{ChildGuard, command_in},
+    require_privileged, unique_name,
+};
+
+const QUEUES: u32 = 8;
+/// More flows than queues: at least one queue has two.
+const FLOWS: usize = 12;
+const PORT: u16 = 5401;
+const METRICS: &str = "127.0.0.1:9447";
+const WAIT: Duration = Duration::from_secs(20);
+
+/// An 8-queue NIC with an uneven 64-entry table (as in tests/emulator.rs).
+fn description() -> RssDescription {
+    RssDescription {
+        indir: (0..64u32).map(|i| (i * 5 + i / 8) % QUEUES).collect(),
+        queue_cpu: None,
+        ..embedded_default()
+    }
+}
+
+/// A scratch directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(format!("srap-status-{}", unique_name("d")));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Self(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Stops the traffic threads on drop (also when an assertion fails).
+struct Stop(Arc<AtomicBool>);
+
+impl Drop for Stop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+fn srap_status(control: &Path, extra: &[&str]) -> Output {
+    Command::new(built_binary("srap"))
+        .args(["status", "--control"])
+        .arg(control)
+        .args(extra)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run srap status")
+}
+
+fn status_json(control: &Path) -> Option<Status> {
+    let out = srap_status(control, &["--once", "--json"]);
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).expect("srap status --json is a Status"))
+}
+
+/// Polls `srap status` until `done` holds (bounded).
+fn wait_status(control: &Path, what: &str, done: impl Fn(&Status) -> bool) -> Status {
+    let deadline = Instant::now() + WAIT;
+    let mut last = None;
+    while Instant::now() < deadline {
+        if let Some(status) = status_json(control) {
+            if done(&status) {
+                return status;
+            }
+            last = Some(status);
+        }
+        thread::sleep(Duration::from_millis(200));
+    }
+    panic!("{what}: not seen within {WAIT:?}; last status: {last:#?}");
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).expect("connect to --metrics");
+    stream.set_read_timeout(Some(WAIT)).expect("timeout");
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").expect("send");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("reply");
+    reply
+}
+
+#[test]
+fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
+    if !require_privileged("status_shows_flows_on_their_predicted_queues_and_counts_collisions") {
+        return;
+    }
+    let model = RssModel::from_description(&description()).expect("valid description");
+    let hosts = TwoHosts::new(VethConfig {
+        tx_queues: QUEUES,
+        rx_queues: QUEUES,
+        subnet: 51,
+    })
+    .expect("two namespaces joined by a veth");
+    let dir = TempDir::new();
+    let rss_file = dir.0.join("rss.json");
+    std::fs::write(
+        &rss_file,
+        serde_json::to_string(&description()).expect("json"),
+    )
+    .expect("write the description");
+    let control = dir.0.join("receiver.sock");
+    let server = SocketAddr::new(hosts.receiver_end.ip(false), PORT);
+
+    let _emulator = hosts
+        .sender
+        .run(|| Emulator::attach(&hosts.sender_end.ifname, &model, QUEUES))
+        .expect("enter sender namespace")
+        .expect("attach the emulator");
+
+    let mut agent = command_in(&hosts.receiver, built_binary("srap-agent")).expect("receiver ns");
+    agent
+        .args(["receiver", "--iface", &hosts.receiver_end.ifname])
+        .args(["--listen", "127.0.0.1:7447", "--rss"])
+        .arg(&rss_file)
+        .arg("--control")
+        .arg(&control)
+        .args(["--metrics", METRICS])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    let mut agent = ChildGuard::new(agent.spawn().expect("start srap-agent receiver"));
+
+    // The agent is up and its verifier attached.
+    let first = wait_status(&control, "the agent's first status", |s| {
+        s.verifier.hook.is_some() || s.verifier.error.is_some()
+    });
+    assert!(
+        first.verifier.hook.is_some(),
+        "verifier: {:?}",
+        first.verifier
+    );
+    assert_eq!(first.rss_version, 1);
+    assert_eq!(first.iface, hosts.receiver_end.ifname);
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&control)
+            .expect("control socket")
+            .permissions(),
+    ) & 0o777;
+    assert_eq!(mode, 0o600);
+
+    // The receiver's server reads everything; the sender's writer keeps
+    // every flow busy until told to stop.
+    let listener = hosts
+        .receiver
+        .run(|| TcpListener::bind(server))
+        .expect("receiver ns")
+        .expect("listen");
+    let stop = Stop(Arc::new(AtomicBool::new(false)));
+    let readers = {
+        let stop = Arc::clone(&stop.0);
+        thread::spawn(move || serve(&listener, &stop))
+    };
+    let clients: Vec<TcpStream> = hosts
+        .sender
+        .run(|| {
+            (0..FLOWS)
+                .map(|_| TcpStream::connect_timeout(&server, WAIT).expect("connect"))
+                .collect()
+        })
+        .expect("sender ns");
+    let sources: Vec<SocketAddr> = clients
+        .iter()
+        .map(|c| c.local_addr().expect("getsockname"))
+        .collect();
+    let writer = {
+        let stop = Arc::clone(&stop.0);
+        thread::spawn(move || keep_sending(clients, &stop))
+    };
+
+    let mut predicted: BTreeMap<u32, usize> = BTreeMap::new();
+    for src in &sources {
+        let tuple = FlowTuple::from_sockets(*src, server).expect("tuple");
+        *predicted.entry(model.landing(&tuple).queue).or_default() += 1;
+    }
+    let expected_collisions = predicted.values().filter(|&&n| n > 1).count();
+    assert!(expected_collisions >= 1, "{FLOWS} flows on {QUEUES} queues");
+
+    // Every flow shows up with a rate (its second sample).
+    let status = wait_status(&control, "all flows with a rate", |s| {
+        sources.iter().all(|src| {
+            s.flows
+                .iter()
+                .any(|f| f.src == *src && f.dst == server && f.gbps > 0.0)
+        })
+    });
+    for src in &sources {
+        let row = status
+            .flows
+            .iter()
+            .find(|f| f.src == *src && f.dst == server)
+            .expect("row");
+        let landing = model.landing(&FlowTuple::from_sockets(*src, server).expect("tuple"));
+        assert_eq!(row.predicted_queue, Some(landing.queue), "{row:?}");
+        assert_eq!(row.queue, Some(landing.queue), "observed queue: {row:?}");
+        assert_eq!(row.rss_cpu, Some(landing.cpu), "{row:?}");
+        assert_eq!(row.planned_cpu, None, "no sender reported a plan");
+    }
+    assert_eq!(status.active_flows, FLOWS);
+    assert_eq!(
+        status.collisions.queues, expected_collisions,
+        "{predicted:?}"
+    );
+    // queue_cpu is the identity here: CPU collisions are queue collisions.
+    assert_eq!(status.collisions.rss_cpus, expected_collisions);
+    assert_eq!(status.accuracy.queue.matched, FLOWS);
+    assert_eq!(status.accuracy.queue.total, FLOWS);
+    assert_eq!(status.accuracy.plan.total, 0);
+    assert_eq!(status.queues.len(), QUEUES as usize);
+    for row in &status.queues {
+        let want = predicted.get(&row.queue).copied().unwrap_or(0);
+        assert_eq!(row.flows, want, "queue {}", row.queue);
+        assert_eq!(row.collision, want > 1, "queue {}", row.queue);
+        assert_eq!(row.bytes > 0, want > 0, "queue {}", row.queue);
+    }
+    assert!(status.peers.is_empty());
+
+    // The text view says the same.
+    let text = srap_status(&control, &["--once"]);
+    assert!(text.status.success(), "{text:?}");
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("<< collision"), "{text}");
+    assert!(
+        text.contains(&format!("prediction: queue {FLOWS}/{FLOWS} (100%)")),
+        "{text}"
+    );
+
+    // The metrics, from inside the receiver's namespace.
+    let reply = hosts
+        .receiver
+        .run(|| http_get(METRICS, "/metrics"))
+        .expect("receiver ns");
+    assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
+    let busiest = predicted.iter().max_by_key(|(_, n)| **n).expect("a queue");
+    for line in [
+        "srap_verifier_up 1".to_owned(),
+        format!("srap_flows{{queue=\"{}\"}} {}", busiest.0, busiest.1),
+        format!("srap_collisions{{kind=\"queue\"}} {expected_collisions}"),
+        "srap_prediction_accuracy{kind=\"queue\"} 1".to_owned(),
+        // The closed loop: every flow where the description says.
+        "srap_description_contradicted 0".to_owned(),
+        "srap_rss_version 1".to_owned(),
+        "srap_peers 0".to_owned(),
+    ] {
+        // The metrics are a second or more later than the status above:
+        // flows are still running, so the same holds.
+        assert!(reply.lines().any(|l| l == line), "{line} in\n{reply}");
+    }
+    assert!(reply.contains("# TYPE srap_queue_bytes_total counter"));
+    let missing = hosts
+        .receiver
+        .run(|| http_get(METRICS, "/"))
+        .expect("receiver ns");
+    assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+
+    // Stop traffic, then the agent (SIGTERM): it removes its socket.
+    drop(stop);
+    writer.join().expect("writer");
+    readers.join().expect("readers");
+    // SAFETY: kill(2) on the PID of our own child, which is not yet reaped.
+    let rc = unsafe { libc::kill(agent.id() as libc::pid_t, libc::SIGTERM) };
+    assert_eq!(rc, 0, "SIGTERM to the agent");
+    let exit = agent
+        .wait_timeout(WAIT)
+        .expect("the agent stops on SIGTERM");
+    assert!(exit.success(), "agent exit: {exit}");
+    assert!(!control.exists(), "the control socket is removed on exit");
+}
+
+/// Accepts `FLOWS` connections (bounded wait) and reads each until EOF or stop.
+fn serve(listener: &TcpListener, stop: &AtomicBool) {
+    listener.set_nonblocking(true).expect("nonblocking");
+    let deadline = Instant::now() + WAIT;
+    let mut readers = Vec::new();
+    while readers.len() < FLOWS && !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+        match listener.accept() {
+            Ok((mut stream, _)) => {
+                stream.set_nonblocking(false).expect("blocking");
+                stream
+                    .set_read_timeout(Some(Duration::from_millis(200)))
+                    .expect("timeout");
+                readers.push(thread::spawn(move || {
+                    let mut sink = [0u8; 65536];
+                    let deadline = Instant::now() + 3 * WAIT;
+                    while Instant::now() < deadline {
+                        match stream.read(&mut sink) {
+                            Ok(0) => return,
+                            Ok(_) => {}
+                            Err(err)
+                                if matches!(
+                                    err.kind(),
+                                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                                ) => {}
+                            Err(_) => return,
+                        }
+                    }
+                }));
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                thread::sleep(Duration::from_millis(5));
+            }
+            Err(err) => panic!("accept: {err}"),
+        }
+    }
+    for reader in readers {
+        let _ = reader.join();
+    }
+}
+
+/// Writes 16 KiB to every flow every 20 ms until stop (or a bound), then
+/// closes them.
+fn keep_sending(mut clients: Vec<TcpStream>, stop: &AtomicBool) {
+    let chunk = [0xa5u8; 16 * 1024];
+    for client in &clients {
+        client
+            .set_write_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+    }
+    let deadline = Instant::now() + 3 * WAIT;
+    while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+        for client in &mut clients {
+            let _ = client.write_all(&chunk);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn status_without_an_agent_says_how_to_start_one() {
+    let dir = TempDir::new();
+    let control = dir.0.join("nothing-here.sock");
+    for extra in [&["--once", "--json"][..], &["--once"], &[]] {
+        let out = srap_status(&control, extra);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&control.display().to_string()) && err.contains("srap-agent receiver"),
+            "{extra:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{extra:?}");
+    }
+}
