@@ -62,29 +62,50 @@ pub const CLAIMS_MAX_ENTRIES: u32 = 4096;
 /// `BPF_F_NO_PREALLOC`: hash entries are allocated as they are inserted.
 pub const NO_PREALLOC: u32 = 1;
 
-/// Hash: [`DestKey`] → [`DestValue`].
-pub const DESTS_MAP: &str = "SRAP_DESTS";
-/// Array of [`SteerTable`], index = table.
-pub const TABLES_MAP: &str = "SRAP_TABLES";
-/// Array of [`SteerLayout`], index = layout.
-pub const LAYOUTS_MAP: &str = "SRAP_LAYOUTS";
-/// Array of [`SlotEntries`], index `layout.slot_base + slot`.
-pub const SLOTS_MAP: &str = "SRAP_SLOTS";
-/// Array of [`ValuePorts`], index `layout.value_base + value`.
-pub const VALUES_MAP: &str = "SRAP_VALUES";
-/// Array of [`ReceiverSlots`], index = receiver.
-pub const RECEIVERS_MAP: &str = "SRAP_RECEIVERS";
-/// LRU hash: socket cookie → [`SocketSlot`].
-pub const SOCKETS_MAP: &str = "SRAP_SOCKETS";
-/// Per-CPU array of `u64`, index = [`outcome`].
-pub const STATS_MAP: &str = "SRAP_STATS";
-/// Array of one [`BinderConfig`].
-pub const CONFIG_MAP: &str = "SRAP_CONFIG";
+/// The binder's pinned maps, written down once. `binder_pinned_maps!(m)`
+/// calls the macro `m` with the whole list: for each map its name constant,
+/// its static's name (the name it is pinned under), its aya map type with
+/// key and value, its capacity and its flags. This crate expands it into
+/// the name constants and [`PINNED_MAPS`] (what the agent pins, checks and
+/// fills); `srap-ebpf` expands it into its `#[map]` statics. Adding,
+/// resizing or retyping a pinned map is an edit of this list alone (the
+/// eBPF code and the agent then use it by name).
+#[macro_export]
+macro_rules! binder_pinned_maps {
+    ($m:ident) => {
+        $m! {
+            /// Hash: [`DestKey`] → [`DestValue`].
+            DESTS_MAP = SRAP_DESTS: HashMap<$crate::binder::DestKey, $crate::binder::DestValue>
+                [$crate::binder::MAX_DESTS, $crate::binder::NO_PREALLOC];
+            /// Array of [`SteerTable`], index = table.
+            TABLES_MAP = SRAP_TABLES: Array<u32, $crate::binder::SteerTable>
+                [$crate::binder::MAX_TABLES, 0];
+            /// Array of [`SteerLayout`], index = layout.
+            LAYOUTS_MAP = SRAP_LAYOUTS: Array<u32, $crate::binder::SteerLayout>
+                [$crate::binder::MAX_LAYOUTS, 0];
+            /// Array of [`SlotEntries`], index `layout.slot_base + slot`.
+            SLOTS_MAP = SRAP_SLOTS: Array<u32, $crate::binder::SlotEntries>
+                [$crate::binder::SLOT_ROWS, 0];
+            /// Array of [`ValuePorts`], index `layout.value_base + value`.
+            VALUES_MAP = SRAP_VALUES: Array<u32, $crate::binder::ValuePorts>
+                [$crate::binder::VALUE_ROWS, 0];
+            /// Array of [`ReceiverSlots`], index = receiver.
+            RECEIVERS_MAP = SRAP_RECEIVERS: Array<u32, $crate::binder::ReceiverSlots>
+                [$crate::binder::MAX_RECEIVERS, 0];
+            /// LRU hash: socket cookie → [`SocketSlot`].
+            SOCKETS_MAP = SRAP_SOCKETS: LruHashMap<u64, $crate::binder::SocketSlot>
+                [$crate::binder::SOCKETS_MAX_ENTRIES, 0];
+            /// Per-CPU array of `u64`, index = [`outcome`].
+            STATS_MAP = SRAP_STATS: PerCpuArray<u32, u64>
+                [$crate::binder::outcome::COUNT, 0];
+            /// Array of one [`BinderConfig`].
+            CONFIG_MAP = SRAP_CONFIG: Array<u32, $crate::binder::BinderConfig>[1, 0];
+        }
+    };
+}
 
-/// One pinned binder map as both sides must agree on it: the one place its
-/// name, key and value sizes and capacity are written down. The eBPF side
-/// declares each map with these constants; the agent pins, checks and
-/// fills them from this table.
+/// One pinned binder map as both sides must agree on it (from
+/// [`binder_pinned_maps!`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MapSpec {
     pub name: &'static str,
@@ -93,28 +114,25 @@ pub struct MapSpec {
     pub max_entries: u32,
 }
 
-const fn spec<K, V>(name: &'static str, max_entries: u32) -> MapSpec {
-    MapSpec {
-        name,
-        key_size: size_of::<K>(),
-        value_size: size_of::<V>(),
-        max_entries,
-    }
+/// The user-side expansion of [`binder_pinned_maps!`]: a name constant per
+/// map and the table of them all.
+macro_rules! map_table {
+    ($($(#[$doc:meta])* $constant:ident = $name:ident: $kind:ident<$key:ty, $value:ty>
+        [$entries:expr, $flags:expr];)*) => {
+        $($(#[$doc])* pub const $constant: &str = stringify!($name);)*
+
+        /// Every map the binder pins (the claim locks and bind records live
+        /// only as long as the programs that use them).
+        pub const PINNED_MAPS: &[MapSpec] = &[$(MapSpec {
+            name: $constant,
+            key_size: size_of::<$key>(),
+            value_size: size_of::<$value>(),
+            max_entries: $entries,
+        }),*];
+    };
 }
 
-/// Every map the binder pins (the claim locks and bind records live only
-/// as long as the programs that use them).
-pub const PINNED_MAPS: [MapSpec; 9] = [
-    spec::<DestKey, DestValue>(DESTS_MAP, MAX_DESTS),
-    spec::<u32, SteerTable>(TABLES_MAP, MAX_TABLES),
-    spec::<u32, SteerLayout>(LAYOUTS_MAP, MAX_LAYOUTS),
-    spec::<u32, SlotEntries>(SLOTS_MAP, SLOT_ROWS),
-    spec::<u32, ValuePorts>(VALUES_MAP, VALUE_ROWS),
-    spec::<u32, ReceiverSlots>(RECEIVERS_MAP, MAX_RECEIVERS),
-    spec::<u64, SocketSlot>(SOCKETS_MAP, SOCKETS_MAX_ENTRIES),
-    spec::<u32, u64>(STATS_MAP, outcome::COUNT),
-    spec::<u32, BinderConfig>(CONFIG_MAP, 1),
-];
+binder_pinned_maps!(map_table);
 
 pub const CONNECT4_PROGRAM: &str = "srap_connect4";
 pub const CONNECT6_PROGRAM: &str = "srap_connect6";

@@ -20,27 +20,28 @@ use aya_ebpf::{
     programs::{SockAddrContext, SockContext},
 };
 use srap_common::binder::{
-    BinderConfig, CLAIMS_MAX_ENTRIES, DestKey, DestValue, FAMILY_INET, FAMILY_INET6, LEVELS,
-    MAX_BIND_ATTEMPTS, MAX_DESTS, MAX_LAYOUTS, MAX_RECEIVERS, MAX_SLOTS, MAX_TABLES, MAX_VALUES,
-    NO_PREALLOC, ReceiverSlots, SLOT_ROWS, SLOT_WORDS, SOCKETS_MAX_ENTRIES, SlotEntries,
-    SocketSlot, SteerLayout, SteerTable, VALUE_ROWS, ValuePorts, first_set_from, level_of, outcome,
+    CLAIMS_MAX_ENTRIES, DestKey, DestValue, FAMILY_INET, FAMILY_INET6, LEVELS, MAX_BIND_ATTEMPTS,
+    MAX_SLOTS, MAX_VALUES, ReceiverSlots, SLOT_WORDS, SOCKETS_MAX_ENTRIES, SocketSlot, SteerLayout,
+    SteerTable, first_set_from, level_of, outcome,
 };
 
-#[map]
-static SRAP_DESTS: HashMap<DestKey, DestValue> = HashMap::with_max_entries(MAX_DESTS, NO_PREALLOC);
-#[map]
-static SRAP_TABLES: Array<SteerTable> = Array::with_max_entries(MAX_TABLES, 0);
-#[map]
-static SRAP_LAYOUTS: Array<SteerLayout> = Array::with_max_entries(MAX_LAYOUTS, 0);
-#[map]
-static SRAP_SLOTS: Array<SlotEntries> = Array::with_max_entries(SLOT_ROWS, 0);
-#[map]
-static SRAP_VALUES: Array<ValuePorts> = Array::with_max_entries(VALUE_ROWS, 0);
-#[map]
-static SRAP_RECEIVERS: Array<ReceiverSlots> = Array::with_max_entries(MAX_RECEIVERS, 0);
-#[map]
-static SRAP_SOCKETS: LruHashMap<u64, SocketSlot> =
-    LruHashMap::with_max_entries(SOCKETS_MAX_ENTRIES, 0);
+/// The eBPF-side expansion of `srap_common::binder_pinned_maps!`: one
+/// `#[map]` static per pinned map, typed and sized from that one list.
+macro_rules! declare_maps {
+    ($($(#[$doc:meta])* $constant:ident = $name:ident: $kind:ident<$key:ty, $value:ty>
+        [$entries:expr, $flags:expr];)*) => {
+        $($(#[$doc])* #[map]
+        static $name: declare_maps!(@type $kind, $key, $value) =
+            $kind::with_max_entries($entries, $flags);)*
+    };
+    (@type Array, $key:ty, $value:ty) => { Array<$value> };
+    (@type PerCpuArray, $key:ty, $value:ty) => { PerCpuArray<$value> };
+    (@type HashMap, $key:ty, $value:ty) => { HashMap<$key, $value> };
+    (@type LruHashMap, $key:ty, $value:ty) => { LruHashMap<$key, $value> };
+}
+
+srap_common::binder_pinned_maps!(declare_maps);
+
 /// Slots being claimed or freed right now (`receiver * MAX_SLOTS + slot`):
 /// a lock held for a few instructions by one hook at a time.
 #[map]
@@ -51,10 +52,6 @@ static SRAP_CLAIMS: HashMap<u32, u32> = HashMap::with_max_entries(CLAIMS_MAX_ENT
 /// every other socket one lookup shorter.
 #[map]
 static SRAP_BOUND: LruHashMap<u64, u32> = LruHashMap::with_max_entries(SOCKETS_MAX_ENTRIES, 0);
-#[map]
-static SRAP_STATS: PerCpuArray<u64> = PerCpuArray::with_max_entries(outcome::COUNT, 0);
-#[map]
-static SRAP_CONFIG: Array<BinderConfig> = Array::with_max_entries(1, 0);
 
 const SOCK_STREAM: u32 = 1;
 const AF_INET: u16 = 2;
