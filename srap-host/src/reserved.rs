@@ -93,6 +93,77 @@ pub fn write(ports: &BTreeSet<u16>) -> Result<(), HostError> {
     Ok(())
 }
 
+/// The reserved ports of this namespace, split into the agent's own (the
+/// ones it recorded adding) and everyone else's. The one place the set
+/// arithmetic lives: setting up, re-planning and detaching all change the
+/// sysctl through it, and never release a port someone else reserved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reservation {
+    current: BTreeSet<u16>,
+    ours: BTreeSet<u16>,
+}
+
+impl Reservation {
+    /// Reads the sysctl; `ours` is what the agent recorded adding (ports
+    /// in it that are no longer reserved are simply not ours any more).
+    pub fn read(ours: BTreeSet<u16>) -> Result<Self, HostError> {
+        Ok(Self::from_sets(read()?, ours))
+    }
+
+    /// The pure part of [`Reservation::read`].
+    pub fn from_sets(current: BTreeSet<u16>, ours: BTreeSet<u16>) -> Self {
+        let ours = ours.intersection(&current).copied().collect();
+        Self { current, ours }
+    }
+
+    /// The ports the agent added.
+    pub fn ours(&self) -> &BTreeSet<u16> {
+        &self.ours
+    }
+
+    /// Ports reserved by someone else: never the agent's to release.
+    pub fn foreign(&self) -> BTreeSet<u16> {
+        self.current.difference(&self.ours).copied().collect()
+    }
+
+    /// The ports the agent would own were `ports` its whole set.
+    pub fn ours_for(&self, ports: &BTreeSet<u16>) -> BTreeSet<u16> {
+        ports.difference(&self.foreign()).copied().collect()
+    }
+
+    /// Holds exactly `ports` for the agent (what others reserved stays).
+    pub fn hold(&mut self, ports: &BTreeSet<u16>) -> Result<(), HostError> {
+        let wanted = self.foreign().union(ports).copied().collect();
+        let ours = self.ours_for(ports);
+        self.apply(wanted, ours)
+    }
+
+    /// Adds `ports` to what the agent holds, releasing nothing: the moment
+    /// between two plans, when connections may use either.
+    pub fn widen(&mut self, ports: &BTreeSet<u16>) -> Result<(), HostError> {
+        let wanted = self.current.union(ports).copied().collect();
+        let ours = self.ours.union(&self.ours_for(ports)).copied().collect();
+        self.apply(wanted, ours)
+    }
+
+    /// Releases every port the agent added; returns how many.
+    pub fn release(&mut self) -> Result<usize, HostError> {
+        let released = self.ours.len();
+        self.hold(&BTreeSet::new())?;
+        Ok(released)
+    }
+
+    /// Writes `wanted` when it differs from what is reserved.
+    fn apply(&mut self, wanted: BTreeSet<u16>, ours: BTreeSet<u16>) -> Result<(), HostError> {
+        if wanted != self.current {
+            write(&wanted)?;
+            self.current = wanted;
+        }
+        self.ours = ours;
+        Ok(())
+    }
+}
+
 /// The kernel's ephemeral range: SRAP's default port range, so it never
 /// takes a port a local service might want to listen on.
 pub fn local_port_range() -> Result<PortRange, HostError> {
@@ -136,6 +207,22 @@ fn read_sysctl(path: &Path) -> Result<String, HostError> {
 
 #[cfg(test)]
 mod tests {
+
+    fn set(ports: &[u16]) -> BTreeSet<u16> {
+        ports.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_reservation_never_claims_what_others_reserved() {
+        // 10 and 11 belong to someone else; the agent recorded 20, 21 and
+        // 99 (99 was unreserved behind its back since).
+        let r = Reservation::from_sets(set(&[10, 11, 20, 21]), set(&[20, 21, 99]));
+        assert_eq!(r.ours(), &set(&[20, 21]));
+        assert_eq!(r.foreign(), set(&[10, 11]));
+        // A plan using 11 (already reserved by another) and 30: only 30
+        // becomes the agent's.
+        assert_eq!(r.ours_for(&set(&[11, 30])), set(&[30]));
+    }
     use super::*;
 
     #[test]

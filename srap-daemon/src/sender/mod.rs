@@ -28,7 +28,11 @@ use std::{
 
 use aya::Ebpf;
 use srap_common::{rss::RssModel, solver::PortRange, steering::SteeringError};
-use srap_host::{cgroup, local, reserved, route};
+use srap_host::{
+    cgroup, local,
+    reserved::{self, Reservation},
+    route,
+};
 use tracing::{info, warn};
 
 pub use attach::{Attachment, check_bpffs};
@@ -219,10 +223,7 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<Steering, SenderE
         }
         _ => BTreeSet::new(),
     };
-    let current = reserved::read()?;
-    let original: BTreeSet<u16> = current.difference(&previously_added).copied().collect();
-    let added: BTreeSet<u16> = ports.difference(&original).copied().collect();
-    let wanted: BTreeSet<u16> = original.union(&ports).copied().collect();
+    let mut reservation = Reservation::read(previously_added)?;
     // Record first: a crash between the two steps leaves a state that
     // still undoes everything.
     let created = cgroup::ensure(&cgroup)?;
@@ -232,17 +233,21 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<Steering, SenderE
             || previous
                 .as_ref()
                 .is_some_and(|p| p.cgroup == cgroup && p.cgroup_created),
-        reserved_added: reserved::format(&added.union(&previously_added).copied().collect()),
+        reserved_added: reserved::format(
+            &reservation
+                .ours()
+                .union(&reservation.ours_for(&ports))
+                .copied()
+                .collect(),
+        ),
         netns,
     };
     state::save(&state_path, &state)?;
-    if wanted != current {
-        reserved::write(&wanted)?;
-    }
+    reservation.hold(&ports)?;
     state::save(
         &state_path,
         &SenderState {
-            reserved_added: reserved::format(&added),
+            reserved_added: reserved::format(reservation.ours()),
             ..state
         },
     )?;
@@ -308,10 +313,7 @@ pub fn detach(pin_dir: &Path) -> Result<DetachReport, SenderError> {
         problem,
     })?;
     if !added.is_empty() {
-        let current = reserved::read()?;
-        let kept: BTreeSet<u16> = current.difference(&added).copied().collect();
-        report.ports_unreserved = current.len() - kept.len();
-        reserved::write(&kept)?;
+        report.ports_unreserved = Reservation::read(added)?.release()?;
     }
     if state.cgroup_created {
         match std::fs::remove_dir(&state.cgroup) {

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 
 use srap_common::rss::RssModel;
 
-use srap_host::reserved;
+use srap_host::reserved::{self, Reservation};
 
 use super::{SenderError, SenderOptions, Steering, maps, plan::Plan, state};
 
@@ -51,11 +51,8 @@ pub fn replan(
         problem,
     };
     let added_before = reserved::parse(&saved.reserved_added).map_err(bad_state)?;
-    let current = reserved::read()?;
-    // Reserved by someone else (before the agent or meanwhile): never ours
-    // to release.
-    let foreign: BTreeSet<u16> = current.difference(&added_before).copied().collect();
-    let added_now: BTreeSet<u16> = new_ports.difference(&foreign).copied().collect();
+    let mut reservation = Reservation::read(added_before.clone())?;
+    let added_now = reservation.ours_for(&new_ports);
 
     // 1. Reserve old ∪ new, recording first what may need undoing.
     let during: BTreeSet<u16> = added_before.union(&added_now).copied().collect();
@@ -66,20 +63,14 @@ pub fn replan(
             ..saved.clone()
         },
     )?;
-    let widened: BTreeSet<u16> = current.union(&new_ports).copied().collect();
-    if widened != current {
-        reserved::write(&widened)?;
-    }
+    reservation.widen(&new_ports)?;
 
     // 2. Point the maps at the new plan.
     let pacing = options.pacing_rate.map_or(0, |r| r.0);
     maps::fill(&mut steering.ebpf, &plan, pacing)?;
 
     // 3. Release what only the old plan used, then record the new set.
-    let wanted: BTreeSet<u16> = foreign.union(&new_ports).copied().collect();
-    if wanted != widened {
-        reserved::write(&wanted)?;
-    }
+    reservation.hold(&new_ports)?;
     state::save(
         &state_path,
         &state::SenderState {
