@@ -8,12 +8,14 @@ use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
-use super::{
-    AllowList, Server, ServerConfig, Source, Timeouts, args::ReceiverArgs, monitor::Monitor, source,
+use srap_daemon::{
+    psk::read_psk_file,
+    receiver::{
+        AllowList, Server, ServerConfig, Source, Timeouts, args::ReceiverArgs, monitor::Monitor,
+        source,
+    },
 };
 use srap_host::status::{ControlSocket, DEFAULT_CONTROL_PATH, control, metrics};
-
-use crate::psk::read_psk_file;
 
 /// How often the description is re-read: a file is cheap to re-read; a
 /// discovery is a few netlink and /proc reads. Both within the 1 s promise.
@@ -26,7 +28,7 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
     let psk = args.psk_file.as_deref().map(read_psk_file).transpose()?;
     let (source, poll) = match &args.rss {
         Some(path) => {
-            if !iface_exists(&args.iface) {
+            if !srap_host::discovery::iface_exists(&args.iface) {
                 warn!(
                     "no interface {} here; serving {} anyway",
                     args.iface,
@@ -106,12 +108,4 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
     watcher.abort();
     drop(monitor);
     Ok(())
-}
-
-/// Whether this network namespace has `iface` (asked of the kernel: `/sys`
-/// shows another namespace's devices when entered with setns/nsenter).
-fn iface_exists(iface: &str) -> bool {
-    std::ffi::CString::new(iface)
-        // SAFETY: a valid NUL-terminated string; if_nametoindex only reads it.
-        .is_ok_and(|name| unsafe { libc::if_nametoindex(name.as_ptr()) } != 0)
 }

@@ -12,7 +12,6 @@
 
 pub mod allow;
 pub mod args;
-pub mod command;
 pub mod monitor;
 pub mod peers;
 mod rewrite;

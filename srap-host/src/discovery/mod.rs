@@ -137,14 +137,20 @@ pub fn queue_count(rss: &RawRss, rx_queues: u32) -> u32 {
     rx_queues.max(rss.indir.iter().max().map_or(0, |m| m.saturating_add(1)))
 }
 
+/// Whether this network namespace has `iface` (asked of the kernel: `/sys`
+/// shows another namespace's devices when entered with setns/nsenter).
+pub fn iface_exists(iface: &str) -> bool {
+    CString::new(iface)
+        // SAFETY: a valid NUL-terminated string; if_nametoindex only reads it.
+        .is_ok_and(|name| unsafe { libc::if_nametoindex(name.as_ptr()) } != 0)
+}
+
 /// Discovers the RSS of `iface` in the caller's network namespace.
 pub fn discover(iface: &str) -> Result<Discovery, DiscoveryError> {
     let no_iface = || DiscoveryError::NoSuchInterface {
         iface: iface.to_owned(),
     };
-    let name = CString::new(iface).map_err(|_| no_iface())?;
-    // SAFETY: valid NUL-terminated string.
-    if unsafe { libc::if_nametoindex(name.as_ptr()) } == 0 {
+    if !iface_exists(iface) {
         return Err(no_iface());
     }
     let socket = EthtoolSocket::open(iface).map_err(|e| DiscoveryError::Unsupported {

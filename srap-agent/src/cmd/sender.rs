@@ -1,0 +1,73 @@
+//! `srap-agent sender`: steer a cgroup's connections toward a receiver,
+//! from a description file (`--rss`) or a receiver agent (`--peer`).
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use srap_common::rss::RssModel;
+use srap_daemon::sender::{self, Steering, args::SenderArgs};
+
+/// Sets up (or adopts) the binder, prints what it steers, then reports its
+/// counters until Ctrl-C, SIGTERM or `srap-agent detach`. With `--peer` the
+/// description comes from the receiver agent and is followed
+/// ([`sender::follow`]).
+pub fn run(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    let (rss, peer) = (&args.source.rss, &args.source.peer);
+    let rss = match (rss, peer) {
+        (None, Some(peer)) => {
+            return runtime.block_on(sender::follow::run(args, peer, srap_daemon::ebpf_object()));
+        }
+        (Some(_), None) if args.psk_file.is_some() || !args.report_ports.is_empty() => {
+            anyhow::bail!("--psk-file and --report-port go with --peer, not --rss")
+        }
+        (Some(rss), None) => rss,
+        // clap's group makes these unreachable; say so plainly anyway.
+        _ => anyhow::bail!("give exactly one of --rss FILE and --peer HOST:PORT"),
+    };
+    let text = std::fs::read_to_string(rss)
+        .with_context(|| format!("reading the RSS description {}", rss.display()))?;
+    let model =
+        RssModel::from_json(&text).with_context(|| format!("RSS description {}", rss.display()))?;
+    let options = sender::follow::options(args, model, args.receivers.clone());
+    let mut steering = sender::start(&options, srap_daemon::ebpf_object())
+        .context("setting up the port binder")?;
+    println!("{}", sender::summary::describe(&steering));
+    if args.once {
+        return Ok(());
+    }
+    runtime.block_on(report_until_stopped(
+        &mut steering,
+        &options,
+        Duration::from_secs(args.interval.max(1)),
+    ))
+}
+
+/// Logs the binder's counters every `interval` and follows the host's
+/// addresses, until a signal or `srap-agent detach`.
+async fn report_until_stopped(
+    steering: &mut Steering,
+    options: &sender::SenderOptions,
+    interval: Duration,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut tick = tokio::time::interval(interval);
+    tick.tick().await;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = tick.tick() => {
+                if !sender::summary::log_counters(&steering.layout) {
+                    return Ok(());
+                }
+                sender::replan_if_sources_changed(steering, options);
+            }
+        }
+    }
+    tracing::info!(
+        "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",
+        steering.layout.dir().display()
+    );
+    Ok(())
+}
