@@ -3,17 +3,12 @@
 
 use std::path::Path;
 
-use anyhow::Context as _;
-use srap_common::rss::{RssModel, embedded_default};
+use srap_common::rss::{RssDescription, RssModel, embedded_default};
 
 /// Loads `--rss FILE`, or the embedded default (saying so on stderr).
 pub fn load(path: Option<&Path>) -> anyhow::Result<RssModel> {
     match path {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read the RSS description {}", path.display()))?;
-            RssModel::from_json(&text).with_context(|| format!("{}", path.display()))
-        }
+        Some(path) => Ok(RssDescription::load(path)?.1),
         None => {
             eprintln!(
                 "srap: no --rss FILE given: using the embedded 32-queue receiver \

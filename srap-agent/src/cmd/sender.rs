@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use srap_common::rss::RssModel;
+use srap_common::rss::RssDescription;
 use srap_daemon::sender::{self, Steering, args::SenderArgs};
 
 /// Sets up (or adopts) the binder, prints what it steers, then reports its
@@ -24,10 +24,7 @@ pub fn run(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Resu
         // clap's group makes these unreachable; say so plainly anyway.
         _ => anyhow::bail!("give exactly one of --rss FILE and --peer HOST:PORT"),
     };
-    let text = std::fs::read_to_string(rss)
-        .with_context(|| format!("reading the RSS description {}", rss.display()))?;
-    let model =
-        RssModel::from_json(&text).with_context(|| format!("RSS description {}", rss.display()))?;
+    let (_, model) = RssDescription::load(rss)?;
     let options = sender::follow::options(args, model, args.receivers.clone());
     let mut steering = sender::start(&options, srap_daemon::ebpf_object())
         .context("setting up the port binder")?;

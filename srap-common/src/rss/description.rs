@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::DescriptionError;
+use super::{DescriptionError, DescriptionFileError, RssModel};
 
 /// A receiver NIC's RSS configuration as plain data. [`super::RssModel`]
 /// validates it; errors name the field at fault.
@@ -61,6 +61,22 @@ fn default_fields() -> String {
 impl RssDescription {
     pub fn from_json(text: &str) -> Result<Self, DescriptionError> {
         Ok(serde_json::from_str(text)?)
+    }
+
+    /// Reads a description file and checks it describes a NIC SRAP can
+    /// model: the one way every command and the receiver load `--rss FILE`.
+    pub fn load(path: &std::path::Path) -> Result<(Self, RssModel), DescriptionFileError> {
+        let text = std::fs::read_to_string(path).map_err(|source| DescriptionFileError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let invalid = |source| DescriptionFileError::Invalid {
+            path: path.to_owned(),
+            source,
+        };
+        let description = Self::from_json(&text).map_err(invalid)?;
+        let model = RssModel::from_description(&description).map_err(invalid)?;
+        Ok((description, model))
     }
 
     pub fn to_json_pretty(&self) -> String {

@@ -43,3 +43,18 @@ impl DescriptionError {
         }
     }
 }
+
+/// An RSS description file that cannot be used, naming the file.
+#[derive(Debug, Error)]
+pub enum DescriptionFileError {
+    #[error("cannot read the RSS description {path}: {source}")]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("RSS description {path}: {source}")]
+    Invalid {
+        path: std::path::PathBuf,
+        source: DescriptionError,
+    },
+}

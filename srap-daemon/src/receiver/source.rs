@@ -4,7 +4,7 @@
 
 use std::{path::PathBuf, time::Duration};
 
-use srap_common::rss::{DescriptionError, RssDescription, RssModel};
+use srap_common::rss::{DescriptionFileError, RssDescription};
 use thiserror::Error;
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{info, warn};
@@ -32,16 +32,8 @@ pub enum Source {
 pub enum SourceError {
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}: {source}")]
-    Invalid {
-        path: PathBuf,
-        source: DescriptionError,
-    },
+    #[error(transparent)]
+    File(#[from] DescriptionFileError),
 }
 
 impl Source {
@@ -55,19 +47,7 @@ impl Source {
                 }
                 Ok(found.description)
             }
-            Self::File(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| SourceError::Read {
-                    path: path.clone(),
-                    source,
-                })?;
-                let invalid = |source| SourceError::Invalid {
-                    path: path.clone(),
-                    source,
-                };
-                let description = RssDescription::from_json(&text).map_err(invalid)?;
-                RssModel::from_description(&description).map_err(invalid)?;
-                Ok(description)
-            }
+            Self::File(path) => Ok(RssDescription::load(path)?.0),
         }
     }
 }
