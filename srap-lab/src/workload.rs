@@ -13,47 +13,75 @@ use anyhow::{Context as _, bail};
 
 use super::{NetNs, interrupted};
 
-/// A child process, killed (by its PID) and reaped on drop.
-pub struct ChildGuard(Child);
+/// A child process, killed (SIGKILL, by its PID) and reaped on drop, so a
+/// failing run or test leaves no process behind. The lab and the
+/// integration tests share it.
+#[derive(Debug)]
+pub struct ChildGuard {
+    child: Option<Child>,
+}
 
 impl ChildGuard {
-    pub fn spawn(command: &mut Command) -> anyhow::Result<Self> {
-        Ok(Self(
-            command
-                .spawn()
-                .with_context(|| format!("starting {command:?}"))?,
-        ))
+    pub fn new(child: Child) -> Self {
+        Self { child: Some(child) }
     }
 
-    /// True once the child has exited.
+    pub fn spawn(command: &mut Command) -> anyhow::Result<Self> {
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {command:?}"))?;
+        Ok(Self::new(child))
+    }
+
+    /// The child's PID (0 once killed).
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// The child, for its pipes; `None` once killed.
+    pub fn child_mut(&mut self) -> Option<&mut Child> {
+        self.child.as_mut()
+    }
+
+    /// True once the child has exited (or was killed).
     pub fn exited(&mut self) -> bool {
-        !matches!(self.0.try_wait(), Ok(None))
+        self.child
+            .as_mut()
+            .is_none_or(|child| !matches!(child.try_wait(), Ok(None)))
     }
 
     /// Waits up to `timeout` (or until Ctrl-C) for the child to exit.
     pub fn wait(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut().context("the process was killed")?;
         loop {
-            if let Some(status) = self.0.try_wait()? {
+            if let Some(status) = child.try_wait()? {
                 return Ok(status);
             }
             if interrupted() {
                 bail!("interrupted");
             }
             if Instant::now() > deadline {
-                bail!("still running after {timeout:?}");
+                bail!("process {} still running after {timeout:?}", child.id());
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL and reap now.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
         }
     }
 }
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
-        if matches!(self.0.try_wait(), Ok(None)) {
-            let _ = self.0.kill();
-        }
-        let _ = self.0.wait();
+        self.kill();
     }
 }
 
@@ -107,7 +135,7 @@ pub fn iperf3_server_with(
         if String::from_utf8_lossy(&listening.stdout).contains(&needle) {
             return Ok(server);
         }
-        if server.0.try_wait()?.is_some() || Instant::now() > deadline {
+        if server.exited() || Instant::now() > deadline {
             bail!("iperf3 -s did not start listening on port {port}");
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -8,28 +8,17 @@ use std::{
     io,
     os::{fd::AsRawFd as _, unix::process::CommandExt as _},
     path::{Path, PathBuf},
-    process::{Child, Command},
+    process::Command,
     thread,
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 
 use crate::{NetNs, unique_name};
 
-/// Where cgroup2 is mounted (from `/proc/mounts`: `/sys/fs/cgroup/unified`
-/// on hybrid systems).
-pub fn cgroup2_mount() -> anyhow::Result<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/mounts").context("reading /proc/mounts")?;
-    mounts
-        .lines()
-        .find_map(|line| {
-            let mut fields = line.split_whitespace();
-            let (_, mount, fstype) = (fields.next()?, fields.next()?, fields.next()?);
-            (fstype == "cgroup2").then(|| PathBuf::from(mount))
-        })
-        .context("no cgroup2 file system in /proc/mounts")
-}
+pub use srap_host::cgroup::cgroup2_mount;
+pub use srap_lab::workload::ChildGuard;
 
 /// A cgroup path unique to this test (not created: the code under test may
 /// create it); removed on drop if it exists and is empty.
@@ -97,54 +86,4 @@ pub fn command_in(ns: &NetNs, program: impl AsRef<OsStr>) -> anyhow::Result<Comm
         });
     }
     Ok(command)
-}
-
-/// A child process killed (SIGKILL) and reaped on drop, so a failing test
-/// leaves no process behind.
-#[derive(Debug)]
-pub struct ChildGuard {
-    child: Option<Child>,
-}
-
-impl ChildGuard {
-    pub fn new(child: Child) -> Self {
-        Self { child: Some(child) }
-    }
-
-    pub fn id(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
-    }
-
-    pub fn child_mut(&mut self) -> &mut Child {
-        self.child.as_mut().expect("child present until drop")
-    }
-
-    /// Waits up to `timeout` for the child to exit by itself.
-    pub fn wait_timeout(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        let child = self.child_mut();
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
-            }
-            if Instant::now() >= deadline {
-                bail!("process {} still running after {timeout:?}", child.id());
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// SIGKILL and reap now.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        self.kill();
-    }
 }

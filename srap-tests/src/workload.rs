@@ -170,7 +170,7 @@ impl Workload {
     /// Closes stdin and waits for a clean exit.
     pub fn finish(mut self) {
         drop(self.stdin.take());
-        let status = self.child.wait_timeout(TIMEOUT).expect("workload exits");
+        let status = self.child.wait(TIMEOUT).expect("workload exits");
         assert!(status.success(), "workload failed: {status}");
     }
 }

@@ -722,11 +722,12 @@ fn iperf3_stream_ports(lab: &Lab, extra: &[&str]) -> Vec<u16> {
         "iperf3 -c: {}",
         String::from_utf8_lossy(&client.stderr)
     );
-    let status = server.wait_timeout(TIMEOUT).expect("iperf3 server exits");
+    let status = server.wait(TIMEOUT).expect("iperf3 server exits");
     assert!(status.success(), "iperf3 -s: {status}");
     let mut json = String::new();
     server
         .child_mut()
+        .expect("server not killed")
         .stdout
         .take()
         .expect("stdout")

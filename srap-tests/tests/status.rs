@@ -294,9 +294,7 @@ fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
     // SAFETY: kill(2) on the PID of our own child, which is not yet reaped.
     let rc = unsafe { libc::kill(agent.id() as libc::pid_t, libc::SIGTERM) };
     assert_eq!(rc, 0, "SIGTERM to the agent");
-    let exit = agent
-        .wait_timeout(WAIT)
-        .expect("the agent stops on SIGTERM");
+    let exit = agent.wait(WAIT).expect("the agent stops on SIGTERM");
     assert!(exit.success(), "agent exit: {exit}");
     assert!(!control.exists(), "the control socket is removed on exit");
 }
