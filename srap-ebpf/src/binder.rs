@@ -116,7 +116,7 @@ pub fn srap_bind6(ctx: SockAddrContext) -> i32 {
 #[cgroup_sock(sock_release)]
 pub fn srap_sock_release(ctx: SockContext) -> i32 {
     // SAFETY: the context pointer is the kernel's socket.
-    let cookie = unsafe { bpf_get_socket_cookie(ctx.sock as *mut c_void) };
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.sock.cast::<c_void>()) };
     // SAFETY: the value is copied out before the entry is removed.
     if let Some(held) = unsafe { SRAP_SOCKETS.get(cookie) }.copied() {
         let _ = SRAP_SOCKETS.remove(cookie);
@@ -347,7 +347,7 @@ fn bind_port(ctx: &SockAddrContext, family: u32, table: &SteerTable, port: u16) 
         unsafe {
             bpf_bind(
                 ctx.sock_addr.cast(),
-                (&mut addr as *mut SockaddrIn).cast(),
+                core::ptr::from_mut(&mut addr).cast(),
                 size_of::<SockaddrIn>() as i32,
             )
         }
@@ -363,7 +363,7 @@ fn bind_port(ctx: &SockAddrContext, family: u32, table: &SteerTable, port: u16) 
         unsafe {
             bpf_bind(
                 ctx.sock_addr.cast(),
-                (&mut addr as *mut SockaddrIn6).cast(),
+                core::ptr::from_mut(&mut addr).cast(),
                 size_of::<SockaddrIn6>() as i32,
             )
         }
@@ -577,7 +577,7 @@ fn pace(ctx: &SockAddrContext) {
             ctx.sock_addr.cast(),
             SOL_SOCKET,
             SO_MAX_PACING_RATE,
-            (&mut rate as *mut u32).cast(),
+            core::ptr::from_mut(&mut rate).cast(),
             size_of::<u32>() as i32,
         )
     };

@@ -240,7 +240,13 @@ impl EthtoolSocket {
         };
         // SAFETY: valid fd; `ifr` points at a buffer as large as the command's
         // struct (each request builder sizes it so), alive for the call.
-        let rc = unsafe { libc::ioctl(self.fd.as_raw_fd(), SIOCETHTOOL as _, &raw mut ifr) };
+        let rc = unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                SIOCETHTOOL as libc::Ioctl,
+                &raw mut ifr,
+            )
+        };
         if rc < 0 {
             return Err(IoctlError::Os {
                 what,

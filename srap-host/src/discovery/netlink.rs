@@ -461,6 +461,7 @@ impl GenlSocket {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let msg = build(seq);
+        // SAFETY: sockaddr_nl is plain integers, for which all zeroes is valid.
         let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
         kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
         // SAFETY: valid fd; buffer and address outlive the call.
