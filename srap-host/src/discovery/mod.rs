@@ -214,73 +214,21 @@ pub fn assemble(observed: Observed) -> Result<Discovery, DiscoveryError> {
         mut facts,
         system_warnings,
     } = observed;
-    if rss.indir.is_empty() {
-        let reason = if rx_queues <= 1 {
-            "it has a single receive queue and reports no indirection table"
-        } else {
-            "the driver reports no indirection table"
-        };
-        return Err(DiscoveryError::NoRss {
-            iface,
-            reason: reason.into(),
-        });
-    }
-    if rss.key.is_empty() {
-        return Err(DiscoveryError::NoRss {
-            iface,
-            reason: "the driver reports no hash key".into(),
-        });
-    }
-    let reached: Vec<u32> = rss
-        .indir
-        .iter()
-        .copied()
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    if reached.len() == 1 && rx_queues <= 1 {
-        return Err(DiscoveryError::NoRss {
-            iface,
-            reason: "it has a single receive queue".into(),
-        });
-    }
-    let unsupported = |problem: String| DiscoveryError::Unsupported {
-        iface: iface.clone(),
-        problem,
-    };
-
+    let reached = queues_reached(&iface, &rss, rx_queues)?;
     let mut warnings = Vec::new();
     let hfunc = hashing::hfunc_name(rss.hfunc).unwrap_or_else(|| {
         warnings.push("the driver does not name its hash function: assuming toeplitz".into());
         "toeplitz".into()
     });
-    let reported = hashing::xfrm_name(rss.xfrm_bits).map_err(unsupported)?;
+    let reported = hashing::xfrm_name(rss.xfrm_bits).map_err(|problem| {
+        DiscoveryError::Unsupported {
+            iface: iface.clone(),
+            problem,
+        }
+    })?;
     let (input_xfrm, note) = hashing::effective_xfrm(reported, driver.as_deref(), kernel);
     warnings.extend(note);
-    let mut fields = FieldsDescription::default();
-    for ((name, bits), slot) in ["tcp4", "tcp6"]
-        .into_iter()
-        .zip(flow_hash)
-        .zip([&mut fields.tcp4, &mut fields.tcp6])
-    {
-        match bits {
-            Ok(bits) => {
-                *slot = hashing::rxh_letters(bits)
-                    .map_err(|e| unsupported(format!("rx-flow-hash {name}: {e}")))?;
-                if !slot.contains('f') {
-                    warnings.push(format!(
-                        "rx-flow-hash {name} is `{slot}`: the source port is not hashed, so \
-                         SRAP cannot steer {name} flows (`ethtool -N {iface} rx-flow-hash \
-                         {name} sdfn`)"
-                    ));
-                }
-            }
-            Err(err) => warnings.push(format!(
-                "rx-flow-hash {name} unknown ({err}): assuming {slot} \
-                 (`ethtool -n {iface} rx-flow-hash {name}` shows it)"
-            )),
-        }
-    }
+    let fields = hashed_fields(&iface, flow_hash, &mut warnings)?;
 
     facts.resize(queue_count(&rss, rx_queues) as usize, QueueFacts::default());
     let (queues, placement_warnings) = placement::place(&facts, &reached);
@@ -306,6 +254,73 @@ pub fn assemble(observed: Observed) -> Result<Discovery, DiscoveryError> {
         queues,
         warnings,
     })
+}
+
+/// The queues the indirection table reaches, or why the device does no RSS
+/// SRAP could steer by (no table, no key, or a single queue).
+fn queues_reached(iface: &str, rss: &RawRss, rx_queues: u32) -> Result<Vec<u32>, DiscoveryError> {
+    let no_rss = |reason: &str| DiscoveryError::NoRss {
+        iface: iface.to_owned(),
+        reason: reason.into(),
+    };
+    if rss.indir.is_empty() {
+        return Err(no_rss(if rx_queues <= 1 {
+            "it has a single receive queue and reports no indirection table"
+        } else {
+            "the driver reports no indirection table"
+        }));
+    }
+    if rss.key.is_empty() {
+        return Err(no_rss("the driver reports no hash key"));
+    }
+    let reached: Vec<u32> = rss
+        .indir
+        .iter()
+        .copied()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if reached.len() == 1 && rx_queues <= 1 {
+        return Err(no_rss("it has a single receive queue"));
+    }
+    Ok(reached)
+}
+
+/// The hashed fields of TCP over IPv4 and IPv6 from `rx-flow-hash`; warns
+/// when the source port is not hashed (SRAP cannot steer such flows) or the
+/// driver does not say (the default is assumed).
+fn hashed_fields(
+    iface: &str,
+    flow_hash: [Result<u64, String>; 2],
+    warnings: &mut Vec<String>,
+) -> Result<FieldsDescription, DiscoveryError> {
+    let mut fields = FieldsDescription::default();
+    for ((name, bits), slot) in ["tcp4", "tcp6"]
+        .into_iter()
+        .zip(flow_hash)
+        .zip([&mut fields.tcp4, &mut fields.tcp6])
+    {
+        match bits {
+            Ok(bits) => {
+                *slot = hashing::rxh_letters(bits).map_err(|e| DiscoveryError::Unsupported {
+                    iface: iface.to_owned(),
+                    problem: format!("rx-flow-hash {name}: {e}"),
+                })?;
+                if !slot.contains('f') {
+                    warnings.push(format!(
+                        "rx-flow-hash {name} is `{slot}`: the source port is not hashed, so \
+                         SRAP cannot steer {name} flows (`ethtool -N {iface} rx-flow-hash \
+                         {name} sdfn`)"
+                    ));
+                }
+            }
+            Err(err) => warnings.push(format!(
+                "rx-flow-hash {name} unknown ({err}): assuming {slot} \
+                 (`ethtool -n {iface} rx-flow-hash {name}` shows it)"
+            )),
+        }
+    }
+    Ok(fields)
 }
 
 /// Key and table: netlink first, then the ioctl.
