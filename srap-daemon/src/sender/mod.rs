@@ -180,17 +180,7 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<Steering, SenderE
     let layout = PinLayout::new(&options.pin_dir);
     let state_path = state::path_for(layout.dir());
     let previous = state::load(&state_path)?;
-    let mount = cgroup::cgroup2_mount()?;
-    let cgroup = cgroup::resolve(&mount, options.cgroup.as_deref())?;
-    if layout.links_pinned()
-        && let Some(prev) = previous.as_ref().filter(|p| p.cgroup != cgroup)
-    {
-        return Err(SenderError::AttachedElsewhere {
-            pin_dir: layout.dir().to_path_buf(),
-            attached: prev.cgroup.clone(),
-            requested: cgroup,
-        });
-    }
+    let cgroup = steered_cgroup(options, &layout, previous.as_ref())?;
     let port_range = match options.port_range {
         Some(range) => range,
         None => reserved::local_port_range()?,
@@ -213,44 +203,7 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<Steering, SenderE
     maps::fill(&mut ebpf, &plan, pacing)?;
 
     let ports = plan.ports();
-    let netns = state::current_netns();
-    let previously_added = match &previous {
-        Some(prev) if prev.netns == netns => {
-            reserved::parse(&prev.reserved_added).map_err(|problem| SenderError::State {
-                path: state_path.clone(),
-                problem,
-            })?
-        }
-        _ => BTreeSet::new(),
-    };
-    let mut reservation = Reservation::read(previously_added)?;
-    // Record first: a crash between the two steps leaves a state that
-    // still undoes everything.
-    let created = cgroup::ensure(&cgroup)?;
-    let state = SenderState {
-        cgroup: cgroup.clone(),
-        cgroup_created: created
-            || previous
-                .as_ref()
-                .is_some_and(|p| p.cgroup == cgroup && p.cgroup_created),
-        reserved_added: reserved::format(
-            &reservation
-                .ours()
-                .union(&reservation.ours_for(&ports))
-                .copied()
-                .collect(),
-        ),
-        netns,
-    };
-    state::save(&state_path, &state)?;
-    reservation.hold(&ports)?;
-    state::save(
-        &state_path,
-        &SenderState {
-            reserved_added: reserved::format(reservation.ours()),
-            ..state
-        },
-    )?;
+    reserve_and_record(&state_path, previous.as_ref(), &cgroup, &ports)?;
 
     let attachment = attach::ensure_attached(&mut ebpf, &layout, &cgroup)?;
     info!(
@@ -269,6 +222,72 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<Steering, SenderE
         ports,
         port_range,
     })
+}
+
+/// The cgroup to steer; refuses one other than the cgroup the pinned
+/// binder is already attached to.
+fn steered_cgroup(
+    options: &SenderOptions,
+    layout: &PinLayout,
+    previous: Option<&SenderState>,
+) -> Result<PathBuf, SenderError> {
+    let mount = cgroup::cgroup2_mount()?;
+    let cgroup = cgroup::resolve(&mount, options.cgroup.as_deref())?;
+    if layout.links_pinned()
+        && let Some(prev) = previous.filter(|p| p.cgroup != cgroup)
+    {
+        return Err(SenderError::AttachedElsewhere {
+            pin_dir: layout.dir().to_path_buf(),
+            attached: prev.cgroup.clone(),
+            requested: cgroup,
+        });
+    }
+    Ok(cgroup)
+}
+
+/// Creates the cgroup if needed and reserves `ports`, recording in the
+/// state file what `detach` must undo before each step that needs undoing
+/// (a crash in between leaves a state that still undoes everything).
+fn reserve_and_record(
+    state_path: &Path,
+    previous: Option<&SenderState>,
+    cgroup: &Path,
+    ports: &BTreeSet<u16>,
+) -> Result<(), SenderError> {
+    let netns = state::current_netns();
+    let previously_added = match previous {
+        Some(prev) if prev.netns == netns => {
+            reserved::parse(&prev.reserved_added).map_err(|problem| SenderError::State {
+                path: state_path.to_path_buf(),
+                problem,
+            })?
+        }
+        _ => BTreeSet::new(),
+    };
+    let mut reservation = Reservation::read(previously_added)?;
+    let created = cgroup::ensure(cgroup)?;
+    let state = SenderState {
+        cgroup: cgroup.to_path_buf(),
+        cgroup_created: created || previous.is_some_and(|p| p.cgroup == cgroup && p.cgroup_created),
+        reserved_added: reserved::format(
+            &reservation
+                .ours()
+                .union(&reservation.ours_for(ports))
+                .copied()
+                .collect(),
+        ),
+        netns,
+    };
+    state::save(state_path, &state)?;
+    reservation.hold(ports)?;
+    state::save(
+        state_path,
+        &SenderState {
+            reserved_added: reserved::format(reservation.ours()),
+            ..state
+        },
+    )?;
+    Ok(())
 }
 
 /// What [`detach`] removed.

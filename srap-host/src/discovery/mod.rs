@@ -220,12 +220,11 @@ pub fn assemble(observed: Observed) -> Result<Discovery, DiscoveryError> {
         warnings.push("the driver does not name its hash function: assuming toeplitz".into());
         "toeplitz".into()
     });
-    let reported = hashing::xfrm_name(rss.xfrm_bits).map_err(|problem| {
-        DiscoveryError::Unsupported {
+    let reported =
+        hashing::xfrm_name(rss.xfrm_bits).map_err(|problem| DiscoveryError::Unsupported {
             iface: iface.clone(),
             problem,
-        }
-    })?;
+        })?;
     let (input_xfrm, note) = hashing::effective_xfrm(reported, driver.as_deref(), kernel);
     warnings.extend(note);
     let fields = hashed_fields(&iface, flow_hash, &mut warnings)?;
