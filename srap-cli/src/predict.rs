@@ -4,7 +4,7 @@ use std::{net::IpAddr, net::SocketAddr, path::PathBuf};
 
 use serde::Serialize;
 use srap_common::{
-    planner::{Plan, plan},
+    planner::{FlowPlan, plan},
     rss::FlowTuple,
     solver::PortRange,
 };
@@ -83,7 +83,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn to_json(plan: &Plan) -> JsonPlan {
+fn to_json(plan: &FlowPlan) -> JsonPlan {
     JsonPlan {
         flows: plan
             .flows

@@ -29,12 +29,14 @@ pub struct PlannedFlow {
     pub landing: Landing,
 }
 
+/// N flows to one receiver, each with its port and landing (what `srap
+/// predict` prints); not the sender's binder plan (`srap_daemon::sender::Plan`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
+pub struct FlowPlan {
     pub flows: Vec<PlannedFlow>,
 }
 
-impl Plan {
+impl FlowPlan {
     /// Flows per receiver CPU.
     pub fn cpu_loads(&self) -> BTreeMap<u32, usize> {
         let mut loads = BTreeMap::new();
@@ -60,7 +62,7 @@ pub fn plan(
     template: &FlowTuple,
     flows: usize,
     range: PortRange,
-) -> Result<Plan, PlanError> {
+) -> Result<FlowPlan, PlanError> {
     let solver = PortSolver::new(model, template);
     let by_cpu = solver.ports_by_cpu(range);
     let available: usize = by_cpu.values().map(Vec::len).sum();
@@ -90,5 +92,5 @@ pub fn plan(
             landing: solver.landing(port),
         });
     }
-    Ok(Plan { flows: planned })
+    Ok(FlowPlan { flows: planned })
 }
