@@ -1,10 +1,17 @@
 //! [`srap_common::wire`] frames over a byte stream, with a deadline on every
 //! read and write so a silent or trickling peer costs a bounded wait, and the
 //! payload buffer allocated only after its length passed the limit.
+//!
+//! After a PSK handshake both sides switch to [`Inbound`] / [`Outbound`]
+//! with session keys ([`wire::seal`]): every frame from then on carries a
+//! sequence number and a MAC, whatever message it holds. Without a PSK they
+//! stay plain (the protocol of an open receiver).
 
 use std::{io, time::Duration};
 
-use srap_common::wire::{self, DecodeError, EncodeError, Message, PREFIX_LEN};
+use srap_common::wire::{
+    self, DecodeError, EncodeError, Message, Nonce, Opener, PREFIX_LEN, Psk, Role, Sealer,
+};
 use thiserror::Error;
 use tokio::{
     io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _},
@@ -49,12 +56,21 @@ pub struct ReadLimits {
     pub frame: Duration,
 }
 
-/// Reads one frame. A connection closed between frames is [`FrameError::Closed`];
-/// closed inside one, [`DecodeError::Truncated`].
+/// Reads one plain frame (the handshake). A connection closed between frames
+/// is [`FrameError::Closed`]; closed inside one, [`DecodeError::Truncated`].
 pub async fn read<R: AsyncRead + Unpin>(
     reader: &mut R,
     limits: ReadLimits,
 ) -> Result<Message, FrameError> {
+    let payload = read_payload(reader, limits).await?;
+    Ok(wire::decode_payload(&payload)?)
+}
+
+/// Reads one frame's payload (everything after the length prefix), undecoded.
+pub async fn read_payload<R: AsyncRead + Unpin>(
+    reader: &mut R,
+    limits: ReadLimits,
+) -> Result<Vec<u8>, FrameError> {
     let mut prefix = [0u8; PREFIX_LEN];
     let first = timeout(limits.idle, reader.read(&mut prefix))
         .await
@@ -69,10 +85,9 @@ pub async fn read<R: AsyncRead + Unpin>(
         fill(reader, &mut payload, 0, PREFIX_LEN + len).await?;
         Ok::<_, FrameError>(payload)
     };
-    let payload = timeout(limits.frame, rest)
+    timeout(limits.frame, rest)
         .await
-        .map_err(|_| FrameError::Stalled(limits.frame))??;
-    Ok(wire::decode_payload(&payload)?)
+        .map_err(|_| FrameError::Stalled(limits.frame))?
 }
 
 /// Fills `buf` from `filled` on; `frame_len` names the whole frame in the
@@ -108,17 +123,103 @@ pub fn printable(text: &str) -> String {
         .collect()
 }
 
-/// Writes one frame within `limit`.
+/// Writes one plain frame (the handshake) within `limit`.
 pub async fn write<W: AsyncWrite + Unpin>(
     writer: &mut W,
     message: &Message,
     limit: Duration,
 ) -> Result<(), FrameError> {
     let frame = wire::encode(message)?;
-    timeout(limit, writer.write_all(&frame))
+    write_frame(writer, &frame, limit).await
+}
+
+/// Writes an encoded frame within `limit`.
+pub async fn write_frame<W: AsyncWrite + Unpin>(
+    writer: &mut W,
+    frame: &[u8],
+    limit: Duration,
+) -> Result<(), FrameError> {
+    timeout(limit, writer.write_all(frame))
         .await
         .map_err(|_| FrameError::WriteStalled(limit))??;
     Ok(())
+}
+
+/// The two directions of a session once the handshake is over: sealed with
+/// keys from the PSK and both nonces, or plain when there is no PSK.
+pub fn session(
+    psk: Option<&Psk>,
+    role: Role,
+    sender_nonce: &Nonce,
+    receiver_nonce: &Nonce,
+) -> (Inbound, Outbound) {
+    match psk {
+        Some(psk) => {
+            let (sealer, opener) = wire::seal::session(psk, role, sender_nonce, receiver_nonce);
+            (Inbound(Some(opener)), Outbound(Some(sealer)))
+        }
+        None => (Inbound(None), Outbound(None)),
+    }
+}
+
+/// Reads a session's frames after the handshake.
+#[derive(Debug, Default)]
+pub struct Inbound(Option<Opener>);
+
+impl Inbound {
+    /// Reads one frame; when sealed, refuses it unless its MAC verifies and
+    /// its sequence number is the next one.
+    pub async fn read<R: AsyncRead + Unpin>(
+        &mut self,
+        reader: &mut R,
+        limits: ReadLimits,
+    ) -> Result<Message, FrameError> {
+        let payload = read_payload(reader, limits).await?;
+        self.open(&payload)
+    }
+
+    /// Decodes a payload read with [`read_payload`].
+    pub fn open(&mut self, payload: &[u8]) -> Result<Message, FrameError> {
+        Ok(match &mut self.0 {
+            Some(opener) => opener.open(payload)?,
+            None => wire::decode_payload(payload)?,
+        })
+    }
+
+    /// Whether frames must carry a MAC.
+    pub fn sealed(&self) -> bool {
+        self.0.is_some()
+    }
+}
+
+/// Writes a session's frames after the handshake.
+#[derive(Debug, Default)]
+pub struct Outbound(Option<Sealer>);
+
+impl Outbound {
+    /// Writes one frame (sealed, when the session has keys) within `limit`.
+    pub async fn write<W: AsyncWrite + Unpin>(
+        &mut self,
+        writer: &mut W,
+        message: &Message,
+        limit: Duration,
+    ) -> Result<(), FrameError> {
+        let frame = self.frame(message)?;
+        write_frame(writer, &frame, limit).await
+    }
+
+    /// The next frame for `message`, to be written whole.
+    pub fn frame(&mut self, message: &Message) -> Result<Vec<u8>, EncodeError> {
+        match &mut self.0 {
+            Some(sealer) => sealer.seal(message),
+            None => wire::encode(message),
+        }
+    }
+
+    /// Whether frames carry a MAC.
+    pub fn sealed(&self) -> bool {
+        self.0.is_some()
+    }
 }
 
 #[cfg(test)]
@@ -145,6 +246,46 @@ mod tests {
             read(&mut b, LIMITS).await,
             Err(FrameError::Closed)
         ));
+    }
+
+    fn sealed_pair() -> ((Inbound, Outbound), (Inbound, Outbound)) {
+        let psk = Psk::new(b"framed test key, 16+ bytes").expect("psk");
+        let (s, r) = (Nonce([1; 32]), Nonce([2; 32]));
+        (
+            session(Some(&psk), Role::Sender, &s, &r),
+            session(Some(&psk), Role::Receiver, &s, &r),
+        )
+    }
+
+    #[tokio::test]
+    async fn sealed_sessions_read_what_was_written_and_refuse_the_rest() {
+        let ((_, mut to_receiver), (mut from_sender, mut to_sender)) = sealed_pair();
+        let (mut a, mut b) = tokio::io::duplex(4096);
+        let limit = Duration::from_secs(1);
+        to_receiver
+            .write(&mut a, &Message::Keepalive, limit)
+            .await
+            .expect("written");
+        assert_eq!(
+            from_sender.read(&mut b, LIMITS).await.expect("opens"),
+            Message::Keepalive
+        );
+        // A plain frame in a sealed session.
+        write(&mut a, &Message::Error(ErrorReport::new("injected")), limit)
+            .await
+            .expect("written");
+        let err = from_sender.read(&mut b, LIMITS).await.unwrap_err();
+        assert!(err.to_string().contains("failed authentication"), "{err}");
+        // The receiver's own frame reflected back to it.
+        let mut own = Vec::new();
+        to_sender
+            .write(&mut own, &Message::Keepalive, limit)
+            .await
+            .expect("written");
+        a.write_all(&own).await.expect("write");
+        let err = from_sender.read(&mut b, LIMITS).await.unwrap_err();
+        assert!(err.to_string().contains("reflected"), "{err}");
+        assert!(err.worth_reporting());
     }
 
     #[tokio::test]

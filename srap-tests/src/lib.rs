@@ -12,6 +12,7 @@ pub mod binaries;
 pub mod cgroup;
 pub mod flows;
 pub mod privilege;
+pub mod relay;
 pub mod workload;
 
 pub use binaries::built_binary;

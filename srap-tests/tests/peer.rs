@@ -21,8 +21,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+use aya::maps::{Array, MapData};
 use srap_common::{
-    binder::outcome,
+    binder::{SLOTS_MAP, SlotEntries, outcome},
     rss::{FlowTuple, RssDescription, RssModel, embedded_default},
     solver::PortRange,
 };
@@ -36,6 +37,7 @@ use srap_tests::{
     TwoHosts, VethConfig, built_binary,
     cgroup::{CgroupDir, ChildGuard, command_in},
     flows::{Server, line_channel},
+    relay::{Attack, Relay},
     require_privileged, unique_name,
     workload::Workload,
 };
@@ -240,29 +242,39 @@ impl Peer {
     }
 
     fn sender_command(&self, psk: &Path, extra: &[&str]) -> Command {
+        let peer = format!("{}:{PEER_PORT}", self.receiver_ip());
+        self.sender_command_via(&peer, psk, extra)
+    }
+
+    /// The sender agent's command, reaching the receiver agent at `peer`.
+    fn sender_command_via(&self, peer: &str, psk: &Path, extra: &[&str]) -> Command {
         let mut cmd =
             command_in(&self.hosts.sender, built_binary("srap-agent")).expect("sender netns");
-        cmd.args([
-            "sender",
-            "--peer",
-            &format!("{}:{PEER_PORT}", self.receiver_ip()),
-        ])
-        .arg("--psk-file")
-        .arg(psk)
-        .args(["--report-port", &DPORT.to_string()])
-        .arg("--cgroup")
-        .arg(self.cgroup.path())
-        .arg("--pin-dir")
-        .arg(&self.pin_dir)
-        .args(["--port-range", PORT_RANGE, "--interval", "1"])
-        .args(extra);
+        cmd.args(["sender", "--peer", peer])
+            .args(["--receiver", &self.receiver_ip().to_string()])
+            .arg("--psk-file")
+            .arg(psk)
+            .args(["--report-port", &DPORT.to_string()])
+            .arg("--cgroup")
+            .arg(self.cgroup.path())
+            .arg("--pin-dir")
+            .arg(&self.pin_dir)
+            .args(["--port-range", PORT_RANGE, "--interval", "1"])
+            .args(extra);
         cmd
     }
 
     /// Starts the sender agent and waits until it steers.
     fn start_sender(&mut self) {
+        let peer = format!("{}:{PEER_PORT}", self.receiver_ip());
+        self.start_sender_via(&peer);
+    }
+
+    /// Starts the sender agent toward the receiver agent at `peer` (the
+    /// receiver address it steers toward stays the receiver's).
+    fn start_sender_via(&mut self, peer: &str) {
         let mut child = self
-            .sender_command(&self.psk_path, &[])
+            .sender_command_via(peer, &self.psk_path, &[])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -357,6 +369,18 @@ impl Peer {
                 panic!("ports {other} and {port} share queue {}", landing.queue);
             }
         }
+    }
+
+    /// The pinned slot rows of the sender's plan (the indirection entries
+    /// per receiver CPU): they change with the receiver's table.
+    fn pinned_slots(&self) -> Vec<SlotEntries> {
+        let layout = PinLayout::new(&self.pin_dir);
+        let data = MapData::from_pin(layout.map(SLOTS_MAP)).expect("pinned slots map");
+        let map = aya::maps::Map::from_map_data(data).expect("map");
+        let slots: Array<_, SlotEntries> = Array::try_from(map).expect("array of slots");
+        (0..QUEUES)
+            .map(|i| slots.get(&i, 0).expect("slot row"))
+            .collect()
     }
 
     fn binder_steered(&self) -> u64 {
@@ -591,4 +615,65 @@ fn wrong_key_sets_nothing_up() {
         "no state file"
     );
     assert_eq!(peer.sysctl("ip_local_reserved_ports"), reserved);
+}
+
+/// A man in the middle attacks the next description the receiver agent
+/// sends (after the sender steers with the first): the sender drops the
+/// connection naming the cause, tells the receiver, keeps its pinned plan,
+/// and once the relay lets it through again reconnects and follows the
+/// genuine description.
+fn attacked_session_keeps_the_plan(subnet: u8, attack: Attack, cause: &str) {
+    let mut peer = Peer::new(subnet);
+    peer.start_receiver();
+    let upstream = SocketAddr::new(peer.receiver_ip(), PEER_PORT);
+    let relay = Relay::start(&peer.hosts.sender, upstream).expect("relay in the sender netns");
+    relay.allow(1);
+    peer.start_sender_via(&relay.addr().to_string());
+    let receiver_log = peer.receiver_log.take().expect("receiver log");
+    wait_line(&receiver_log, "the plan for version 1", |l| {
+        l.contains("plan for version 1:")
+    });
+    let planned = peer.pinned_slots();
+
+    relay.arm(attack);
+    peer.write_rss(&description(Some(second_table())));
+    let log = peer.sender_log.take().expect("sender log");
+    let dropped = wait_line(&log, "the dropped connection", |l| l.contains(cause));
+    assert!(dropped.contains("retrying"), "{dropped}");
+    assert_eq!(relay.attacks(), 1);
+    // The receiver hears why.
+    wait_line(&receiver_log, "the sender's report", |l| {
+        l.contains("the peer reported an error") && l.contains(cause)
+    });
+    // Still the first plan: nothing of the attacked frame was applied.
+    let out = peer.sender_out.take().expect("sender stdout");
+    assert!(
+        out.try_iter().all(|l| !l.starts_with("replanned")),
+        "replanned from an attacked frame"
+    );
+    assert_eq!(peer.pinned_slots(), planned, "the pinned plan changed");
+
+    // Let it reconnect: the genuine second description is followed.
+    relay.allow(1);
+    wait_line(&out, "`replanned for version 2`", |l| {
+        l.starts_with("replanned for version 2")
+    });
+    assert_ne!(peer.pinned_slots(), planned, "the new plan is pinned");
+    drop(relay);
+}
+
+#[test]
+fn a_flipped_byte_mid_session_drops_the_connection_and_keeps_the_plan() {
+    if !require_privileged("peer: a byte flipped by a man in the middle") {
+        return;
+    }
+    attacked_session_keeps_the_plan(74, Attack::FlipByte, "failed authentication");
+}
+
+#[test]
+fn a_replayed_frame_drops_the_connection_and_keeps_the_plan() {
+    if !require_privileged("peer: a frame replayed by a man in the middle") {
+        return;
+    }
+    attacked_session_keeps_the_plan(75, Attack::ReplayFirst, "a replay of an earlier frame");
 }

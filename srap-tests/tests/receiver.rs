@@ -14,7 +14,7 @@ use srap_common::{
     rss::{RssDescription, embedded_default},
     wire::{
         self, CpuPorts, Hello, MAGIC, MAX_FRAME, Message, Nonce, PROTOCOL_VERSION, PlanReport,
-        PlannedTable, Psk, Response,
+        PlannedTable, Psk, Response, Role,
     },
 };
 use srap_daemon::{
@@ -134,13 +134,18 @@ async fn error_reason(stream: &mut TcpStream) -> String {
         .expect("the server closes the connection")
         .expect("read");
     let mut rest = &reply[..];
-    // Skip what came before the error (e.g. a Challenge).
+    // Skip what came before the error (e.g. a Challenge). An error to a peer
+    // of an older version comes under that version's header.
     loop {
-        match wire::decode_frame(rest, MAX_FRAME) {
-            Ok((Message::Error(report), _)) => return report.reason,
-            Ok((_, used)) => rest = &rest[used..],
-            Err(err) => panic!("no error frame in {reply:?}: {err}"),
+        let Some((prefix, after)) = rest.split_first_chunk::<4>() else {
+            panic!("no error frame in {reply:?}");
+        };
+        let len = wire::payload_len(*prefix, MAX_FRAME).expect("a frame length");
+        let payload = after.get(..len).expect("a whole frame");
+        if let Some(report) = wire::decode_error_any_version(payload) {
+            return report.reason;
         }
+        rest = &after[len..];
     }
 }
 
@@ -255,7 +260,7 @@ async fn wrong_protocol_version_is_refused() {
     let reason = hostile(&fx.addr(), &bytes, false).await;
     assert_eq!(
         reason,
-        "protocol version 1 is not supported (this agent speaks version 3); \
+        "protocol version 1 is not supported (this agent speaks version 4); \
          run the same SRAP release on both hosts"
     );
     // A well-formed message of the wrong kind for the moment.
@@ -303,6 +308,98 @@ async fn a_wrong_key_is_refused_by_both_sides() {
         "authentication failed: wrong pre-shared key"
     );
     fx.good_client(Some(psk("right key, 16+ bytes"))).await;
+}
+
+/// A client that knows the key and completes the handshake by hand, so it
+/// can then send what no agent would: the session's two directions after
+/// the first (sealed) description.
+async fn raw_sealed_session(addr: &str, key: &Psk) -> (TcpStream, wire::Sealer, wire::Opener) {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let nonce = Nonce::random().expect("random");
+    let hello = Message::Hello(Hello {
+        version: PROTOCOL_VERSION,
+        agent: "test".into(),
+        nonce,
+    });
+    stream.write_all(&frame(&hello)).await.expect("hello");
+    let Message::Challenge(challenge) = read_payload(&mut stream, None).await else {
+        panic!("no challenge");
+    };
+    assert!(key.verify_receiver(&nonce, &challenge.nonce, &challenge.proof));
+    let response = Message::Response(Response {
+        proof: key.sender_proof(&nonce, &challenge.nonce),
+    });
+    stream.write_all(&frame(&response)).await.expect("response");
+    let (sealer, mut opener) = wire::seal::session(key, Role::Sender, &nonce, &challenge.nonce);
+    let first = read_payload(&mut stream, Some(&mut opener)).await;
+    assert!(matches!(first, Message::RssUpdate(_)), "{first:?}");
+    (stream, sealer, opener)
+}
+
+/// One frame from `stream`, opened with `opener` when given.
+async fn read_payload(stream: &mut TcpStream, opener: Option<&mut wire::Opener>) -> Message {
+    let mut prefix = [0u8; 4];
+    timeout(WAIT, stream.read_exact(&mut prefix))
+        .await
+        .expect("in time")
+        .expect("a frame");
+    let len = wire::payload_len(prefix, MAX_FRAME).expect("length");
+    let mut payload = vec![0u8; len];
+    stream.read_exact(&mut payload).await.expect("payload");
+    match opener {
+        Some(opener) => opener.open(&payload).expect("a genuine sealed frame"),
+        None => wire::decode_payload(&payload).expect("a plain frame"),
+    }
+}
+
+/// The reason of the sealed error the receiver sends before closing.
+async fn sealed_error(stream: &mut TcpStream, opener: &mut wire::Opener) -> String {
+    for _ in 0..16 {
+        if let Message::Error(report) = read_payload(stream, Some(opener)).await {
+            return report.reason;
+        }
+    }
+    panic!("no error within 16 frames");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_the_handshake_only_sealed_frames_in_sequence_are_taken() {
+    let key = psk("right key, 16+ bytes");
+    let fx = Fixture::start(psk_config("right key, 16+ bytes")).await;
+    let plan = Message::PlanReport(PlanReport::default());
+
+    // A plain (unauthenticated) plan injected after the handshake.
+    let (mut stream, _, mut opener) = raw_sealed_session(&fx.addr(), &key).await;
+    stream.write_all(&frame(&plan)).await.expect("send");
+    assert_eq!(
+        sealed_error(&mut stream, &mut opener).await,
+        "frame 0 failed authentication: it was altered on the way, injected, \
+         or belongs to another session"
+    );
+
+    // A genuine frame, then the same frame again.
+    let (mut stream, mut sealer, mut opener) = raw_sealed_session(&fx.addr(), &key).await;
+    let genuine = sealer.seal(&plan).expect("seals");
+    stream.write_all(&genuine).await.expect("send");
+    stream.write_all(&genuine).await.expect("replay");
+    assert_eq!(
+        sealed_error(&mut stream, &mut opener).await,
+        "frame 0 arrived where frame 1 was due: a replay of an earlier frame"
+    );
+
+    // One byte flipped in the middle of a frame.
+    let (mut stream, mut sealer, mut opener) = raw_sealed_session(&fx.addr(), &key).await;
+    let mut flipped = sealer.seal(&plan).expect("seals");
+    let middle = flipped.len() / 2;
+    flipped[middle] ^= 0x01;
+    stream.write_all(&flipped).await.expect("send");
+    assert!(
+        sealed_error(&mut stream, &mut opener)
+            .await
+            .starts_with("frame 0 failed authentication"),
+    );
+    fx.wait_idle().await;
+    fx.good_client(Some(key)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

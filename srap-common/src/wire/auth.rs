@@ -82,6 +82,11 @@ impl Psk {
         }
     }
 
+    /// The key itself, for [`super::seal`]'s key derivation.
+    pub(super) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     fn mac(&self, label: &[u8], sender_nonce: &Nonce, receiver_nonce: &Nonce) -> Hmac<Sha256> {
         // HMAC takes keys of any length: this cannot fail.
         let mut mac = <Hmac<Sha256> as hmac::Mac>::new_from_slice(&self.0)

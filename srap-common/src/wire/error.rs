@@ -24,6 +24,18 @@ pub enum DecodeError {
     Malformed { reason: String },
     #[error("{extra} unexpected bytes after the message")]
     TrailingBytes { extra: usize },
+    #[error(
+        "frame {expected} failed authentication: it was altered on the way, injected, \
+         or belongs to another session"
+    )]
+    BadTag { expected: u64 },
+    #[error("a frame this side sent came back (reflected): not from the peer")]
+    Reflected,
+    #[error(
+        "frame {got} arrived where frame {expected} was due: {}",
+        if .got < .expected { "a replay of an earlier frame" } else { "frames were dropped or reordered" }
+    )]
+    OutOfSequence { got: u64, expected: u64 },
 }
 
 impl From<bincode::error::DecodeError> for DecodeError {
@@ -58,6 +70,8 @@ pub enum EncodeError {
     TooLarge { len: usize, max: usize },
     #[error("cannot encode message: {reason}")]
     Bincode { reason: String },
+    #[error("the session has used every sequence number; reconnect")]
+    Exhausted,
 }
 
 impl From<bincode::error::EncodeError> for EncodeError {

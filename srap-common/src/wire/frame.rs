@@ -1,7 +1,7 @@
 //! Framing: a big-endian `u32` length, then the payload: magic, protocol
 //! version, bincode body. The length is checked before the caller allocates.
 
-use super::{DecodeError, EncodeError, Message, PROTOCOL_VERSION};
+use super::{DecodeError, EncodeError, ErrorReport, Message, PROTOCOL_VERSION};
 
 /// First bytes of every payload: tells an SRAP peer from anything else that
 /// happens to connect (an HTTP probe, a port scanner).
@@ -23,10 +23,18 @@ fn config() -> impl bincode::config::Config {
 
 /// The whole frame for `message`, length prefix included.
 pub fn encode(message: &Message) -> Result<Vec<u8>, EncodeError> {
-    let mut frame = vec![0; PREFIX_LEN];
-    frame.extend_from_slice(&MAGIC);
-    frame.extend_from_slice(&PROTOCOL_VERSION.to_be_bytes());
-    bincode::encode_into_std_write(message, &mut frame, config())?;
+    encode_as(message, PROTOCOL_VERSION)
+}
+
+/// An [`Message::Error`] frame under the header of an older `version`, so a
+/// peer of an older release can read why it is refused: `Error` has been
+/// variant 6 holding one string since version 1.
+pub fn encode_error_for(version: u16, report: &ErrorReport) -> Result<Vec<u8>, EncodeError> {
+    encode_as(&Message::Error(report.clone()), version)
+}
+
+fn encode_as(message: &Message, version: u16) -> Result<Vec<u8>, EncodeError> {
+    let mut frame = unfinished(message, version, &[])?;
     let len = frame.len() - PREFIX_LEN;
     if len > MAX_FRAME {
         return Err(EncodeError::TooLarge {
@@ -36,6 +44,21 @@ pub fn encode(message: &Message) -> Result<Vec<u8>, EncodeError> {
     }
     // `len` ≤ MAX_FRAME < u32::MAX.
     frame[..PREFIX_LEN].copy_from_slice(&(len as u32).to_be_bytes());
+    Ok(frame)
+}
+
+/// A frame of this version with `extra` between the header and the body,
+/// its length prefix still zero: [`super::seal`] fills it in.
+pub(super) fn encode_unfinished(message: &Message, extra: &[u8]) -> Result<Vec<u8>, EncodeError> {
+    unfinished(message, PROTOCOL_VERSION, extra)
+}
+
+fn unfinished(message: &Message, version: u16, extra: &[u8]) -> Result<Vec<u8>, EncodeError> {
+    let mut frame = vec![0; PREFIX_LEN];
+    frame.extend_from_slice(&MAGIC);
+    frame.extend_from_slice(&version.to_be_bytes());
+    frame.extend_from_slice(extra);
+    bincode::encode_into_std_write(message, &mut frame, config())?;
     Ok(frame)
 }
 
@@ -70,6 +93,13 @@ pub fn decode_payload(payload: &[u8]) -> Result<Message, DecodeError> {
             max: MAX_FRAME,
         });
     }
+    let body = check_header(payload)?;
+    decode_body(body)
+}
+
+/// The bytes after the header of `payload`, if the header is this
+/// protocol's magic and version.
+pub(super) fn check_header(payload: &[u8]) -> Result<&[u8], DecodeError> {
     let Some((header, body)) = payload.split_first_chunk::<HEADER_LEN>() else {
         return Err(DecodeError::TooShort {
             len: payload.len(),
@@ -89,6 +119,11 @@ pub fn decode_payload(payload: &[u8]) -> Result<Message, DecodeError> {
             supported: PROTOCOL_VERSION,
         });
     }
+    Ok(body)
+}
+
+/// One bincode message filling all of `body`.
+pub(super) fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
     let (message, used) = bincode::decode_from_slice::<Message, _>(body, config())?;
     if used != body.len() {
         return Err(DecodeError::TrailingBytes {
@@ -96,6 +131,20 @@ pub fn decode_payload(payload: &[u8]) -> Result<Message, DecodeError> {
         });
     }
     Ok(message)
+}
+
+/// The report in an [`Message::Error`] payload of any protocol version
+/// (`Error` has kept its layout since version 1), so an agent can show why a
+/// peer of another release refused it.
+pub fn decode_error_any_version(payload: &[u8]) -> Option<ErrorReport> {
+    let (header, body) = payload.split_first_chunk::<HEADER_LEN>()?;
+    if header[..MAGIC.len()] != MAGIC {
+        return None;
+    }
+    match decode_body(body) {
+        Ok(Message::Error(report)) => Some(report),
+        _ => None,
+    }
 }
 
 /// Decodes the first frame in `bytes` (prefix included), accepting payloads

@@ -48,22 +48,25 @@ pub mod auth;
 mod error;
 mod frame;
 mod message;
+pub mod seal;
 
 pub use auth::{MAC_LEN, MAX_PSK_LEN, MIN_PSK_LEN, Mac, NONCE_LEN, Nonce, Psk, PskError};
 pub use error::{DecodeError, EncodeError};
 pub use frame::{
-    HEADER_LEN, MAGIC, MAX_FRAME, MAX_HANDSHAKE_FRAME, PREFIX_LEN, decode_frame, decode_payload,
-    encode, payload_len,
+    HEADER_LEN, MAGIC, MAX_FRAME, MAX_HANDSHAKE_FRAME, PREFIX_LEN, decode_error_any_version,
+    decode_frame, decode_payload, encode, encode_error_for, payload_len,
 };
 pub use message::{
     Challenge, CpuPorts, ErrorReport, Hello, LandingReport, LandingVerdict, MAX_REASON_LEN,
     Message, PlanReport, PlannedTable, Response, RssUpdate, WireDescription,
 };
+pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 
 /// The protocol version this build speaks. Bump it on any change to the
 /// message layout: a peer with another version gets
 /// [`DecodeError::WrongVersion`] before any of its body is read.
-pub const PROTOCOL_VERSION: u16 = 3;
+/// Version 4: frames after a PSK handshake are authenticated ([`seal`]).
+pub const PROTOCOL_VERSION: u16 = 4;
 
 #[cfg(test)]
 mod tests;

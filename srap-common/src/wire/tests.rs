@@ -300,3 +300,218 @@ proptest! {
         let _ = decode_frame(&frame, MAX_FRAME);
     }
 }
+
+// ---------------------------------------------------------------------------
+// Authenticated frames (protocol 4, `seal`).
+
+fn key() -> Psk {
+    Psk::new(b"session test key, 16+ bytes").expect("psk")
+}
+
+/// Both ends of one session: (sender's sealer, sender's opener, receiver's
+/// sealer, receiver's opener).
+fn sessions(psk: &Psk, s: Nonce, r: Nonce) -> (Sealer, Opener, Sealer, Opener) {
+    let (s_seal, s_open) = seal::session(psk, Role::Sender, &s, &r);
+    let (r_seal, r_open) = seal::session(psk, Role::Receiver, &s, &r);
+    (s_seal, s_open, r_seal, r_open)
+}
+
+/// What a reader of the byte stream does with `frame`: the length from the
+/// prefix, then that many bytes (a prefix claiming more than there is reads
+/// into the next frame or waits: here, truncation).
+fn open_frame(opener: &mut Opener, frame: &[u8]) -> Result<Message, DecodeError> {
+    let Some((prefix, rest)) = frame.split_first_chunk::<PREFIX_LEN>() else {
+        return Err(DecodeError::Truncated {
+            expected: PREFIX_LEN,
+            got: frame.len(),
+        });
+    };
+    let len = payload_len(*prefix, MAX_FRAME)?;
+    let payload = rest.get(..len).ok_or(DecodeError::Truncated {
+        expected: PREFIX_LEN + len,
+        got: frame.len(),
+    })?;
+    opener.open(payload)
+}
+
+#[test]
+fn sealed_frames_round_trip_both_ways_in_order() {
+    let (mut s_seal, mut s_open, mut r_seal, mut r_open) = sessions(&key(), nonce(1), nonce(2));
+    for message in every_message() {
+        let frame = s_seal.seal(&message).expect("seals");
+        assert_eq!(open_frame(&mut r_open, &frame), Ok(message.clone()));
+        let frame = r_seal.seal(&message).expect("seals");
+        assert_eq!(open_frame(&mut s_open, &frame), Ok(message));
+    }
+    // The frame format: header, sequence number, body, tag.
+    let frame = s_seal.seal(&Message::Keepalive).expect("seals");
+    let plain = encode(&Message::Keepalive).expect("encodes");
+    assert_eq!(frame.len(), plain.len() + SEAL_OVERHEAD);
+    assert_eq!(
+        &frame[PREFIX_LEN..PREFIX_LEN + HEADER_LEN],
+        &plain[PREFIX_LEN..PREFIX_LEN + HEADER_LEN]
+    );
+    let seq = &frame[PREFIX_LEN + HEADER_LEN..PREFIX_LEN + HEADER_LEN + 8];
+    assert_eq!(seq, (every_message().len() as u64).to_be_bytes());
+}
+
+#[test]
+fn flipping_any_bit_of_a_sealed_frame_is_refused() {
+    let psk = key();
+    for message in [Message::Keepalive, every_message()[4].clone()] {
+        let (mut seal_side, _, _, _) = sessions(&psk, nonce(1), nonce(2));
+        let frame = seal_side.seal(&message).expect("seals");
+        for i in 0..frame.len() {
+            for bit in 0..8 {
+                let mut bad = frame.clone();
+                bad[i] ^= 1 << bit;
+                let (_, _, _, mut r_open) = sessions(&psk, nonce(1), nonce(2));
+                let outcome = open_frame(&mut r_open, &bad);
+                assert!(outcome.is_err(), "byte {i} bit {bit}: {outcome:?}");
+                // Refused without consuming a number: the genuine frame
+                // still opens.
+                assert_eq!(open_frame(&mut r_open, &frame), Ok(message.clone()));
+            }
+        }
+    }
+}
+
+#[test]
+fn an_altered_description_names_authentication() {
+    let (_, mut s_open, mut r_seal, _) = sessions(&key(), nonce(1), nonce(2));
+    let mut frame = r_seal.seal(&every_message()[3]).expect("seals");
+    let middle = frame.len() / 2;
+    frame[middle] ^= 0x40;
+    let err = open_frame(&mut s_open, &frame).unwrap_err();
+    assert_eq!(err, DecodeError::BadTag { expected: 0 });
+    assert_eq!(
+        err.to_string(),
+        "frame 0 failed authentication: it was altered on the way, injected, \
+         or belongs to another session"
+    );
+}
+
+#[test]
+fn replayed_and_reordered_frames_are_refused() {
+    let (mut s_seal, _, _, mut r_open) = sessions(&key(), nonce(1), nonce(2));
+    let first = s_seal.seal(&every_message()[4]).expect("seals");
+    let second = s_seal.seal(&Message::Keepalive).expect("seals");
+    let third = s_seal.seal(&Message::Keepalive).expect("seals");
+    // Reordered: the second before the first.
+    let err = open_frame(&mut r_open, &second).unwrap_err();
+    assert_eq!(
+        err,
+        DecodeError::OutOfSequence {
+            got: 1,
+            expected: 0
+        }
+    );
+    assert!(err.to_string().contains("dropped or reordered"), "{err}");
+    open_frame(&mut r_open, &first).expect("in order");
+    open_frame(&mut r_open, &second).expect("in order");
+    // Replayed: the first again.
+    let err = open_frame(&mut r_open, &first).unwrap_err();
+    assert_eq!(
+        err,
+        DecodeError::OutOfSequence {
+            got: 0,
+            expected: 2
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "frame 0 arrived where frame 2 was due: a replay of an earlier frame"
+    );
+    // A skipped frame is as bad as a reordered one.
+    let fourth = s_seal.seal(&Message::Keepalive).expect("seals");
+    assert!(open_frame(&mut r_open, &fourth).is_err());
+    open_frame(&mut r_open, &third).expect("in order");
+}
+
+#[test]
+fn a_frame_reflected_to_its_sender_is_refused() {
+    let (mut s_seal, mut s_open, mut r_seal, mut r_open) = sessions(&key(), nonce(1), nonce(2));
+    let from_sender = s_seal.seal(&every_message()[4]).expect("seals");
+    assert_eq!(
+        open_frame(&mut s_open, &from_sender),
+        Err(DecodeError::Reflected)
+    );
+    let from_receiver = r_seal.seal(&every_message()[3]).expect("seals");
+    let err = open_frame(&mut r_open, &from_receiver).unwrap_err();
+    assert_eq!(err, DecodeError::Reflected);
+    assert!(err.to_string().contains("reflected"), "{err}");
+}
+
+#[test]
+fn a_frame_of_another_session_is_refused() {
+    let psk = key();
+    let (mut old_seal, _, _, _) = sessions(&psk, nonce(1), nonce(2));
+    let recorded = old_seal.seal(&every_message()[4]).expect("seals");
+    // Same key, one fresh nonce on either side: other session keys.
+    for (s, r) in [(nonce(1), nonce(3)), (nonce(3), nonce(2))] {
+        let (_, _, _, mut r_open) = sessions(&psk, s, r);
+        assert_eq!(
+            open_frame(&mut r_open, &recorded),
+            Err(DecodeError::BadTag { expected: 0 })
+        );
+    }
+    // Same nonces, another key.
+    let other = Psk::new(b"another key, 16+ bytes").expect("psk");
+    let (_, _, _, mut r_open) = sessions(&other, nonce(1), nonce(2));
+    assert!(open_frame(&mut r_open, &recorded).is_err());
+}
+
+#[test]
+fn plain_frames_are_refused_in_a_sealed_session() {
+    let (_, _, _, mut r_open) = sessions(&key(), nonce(1), nonce(2));
+    let short = encode(&Message::Keepalive).expect("encodes");
+    assert_eq!(
+        open_frame(&mut r_open, &short),
+        Err(DecodeError::BadTag { expected: 0 })
+    );
+    let long = encode(&every_message()[3]).expect("encodes");
+    assert_eq!(
+        open_frame(&mut r_open, &long),
+        Err(DecodeError::BadTag { expected: 0 })
+    );
+}
+
+#[test]
+fn a_sealed_frame_of_another_version_is_named_as_such() {
+    let (mut s_seal, _, _, mut r_open) = sessions(&key(), nonce(1), nonce(2));
+    let mut frame = s_seal.seal(&Message::Keepalive).expect("seals");
+    frame[PREFIX_LEN + MAGIC.len() + 1] = 3;
+    assert_eq!(
+        open_frame(&mut r_open, &frame),
+        Err(DecodeError::WrongVersion {
+            got: 3,
+            supported: PROTOCOL_VERSION
+        })
+    );
+}
+
+#[test]
+fn an_old_peer_can_read_why_it_is_refused() {
+    let report = ErrorReport::new("protocol version 3 is not supported");
+    let frame = encode_error_for(3, &report).expect("encodes");
+    assert_eq!(
+        &frame[PREFIX_LEN + MAGIC.len()..PREFIX_LEN + HEADER_LEN],
+        &[0, 3]
+    );
+    // What a version 3 agent decodes: the same body under its header.
+    let mut as_ours = frame.clone();
+    as_ours[PREFIX_LEN + MAGIC.len() + 1] = PROTOCOL_VERSION as u8;
+    assert_eq!(
+        decode_frame(&as_ours, MAX_FRAME).map(|(m, _)| m),
+        Ok(Message::Error(report))
+    );
+}
+
+proptest! {
+    #[test]
+    fn opening_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let (_, _, _, mut r_open) = sessions(&key(), nonce(1), nonce(2));
+        let _ = r_open.open(&payload(&bytes));
+        let _ = r_open.open(&bytes);
+    }
+}

@@ -4,8 +4,8 @@
 use srap_common::{
     rss::{RssDescription, RssModel},
     wire::{
-        ErrorReport, Hello, LandingReport, MAX_FRAME, Message, Nonce, PROTOCOL_VERSION, PlanReport,
-        Response,
+        self, DecodeError, ErrorReport, Hello, LandingReport, MAX_FRAME, Message, Nonce,
+        PROTOCOL_VERSION, PlanReport, Response, Role,
     },
 };
 use thiserror::Error;
@@ -17,7 +17,7 @@ use tokio::{
 use tracing::{info, warn};
 
 use super::{PeerConfig, Update, backoff::Delays};
-use crate::framed::{self, FrameError, ReadLimits, printable};
+use crate::framed::{self, FrameError, Inbound, Outbound, ReadLimits, printable};
 
 /// Why a connection to the receiver failed or ended.
 #[derive(Debug, Error)]
@@ -46,11 +46,19 @@ pub enum PeerError {
     },
     #[error("cannot make a challenge: {0}")]
     Random(getrandom::Error),
+    #[error(
+        "the receiver speaks protocol version {version} and this agent {PROTOCOL_VERSION}; \
+         run the same SRAP release on both hosts (the receiver said: {reason})"
+    )]
+    OtherVersion { version: u16, reason: String },
 }
 
 /// An authenticated connection that has not yet received a description.
 pub struct Session {
     stream: TcpStream,
+    /// Plain without a PSK, sealed with the session's keys with one.
+    inbound: Inbound,
+    outbound: Outbound,
     config: PeerConfig,
     first: Update,
 }
@@ -73,8 +81,9 @@ impl Session {
             idle: t.frame,
             frame: t.frame,
         };
-        let mut reply = framed::read(&mut stream, limits).await?;
-        match (&reply, &config.psk) {
+        let payload = framed::read_payload(&mut stream, limits).await?;
+        let reply = plain_reply(&payload)?;
+        let (inbound, outbound, reply) = match (&reply, &config.psk) {
             (Message::Challenge(challenge), Some(psk)) => {
                 if !psk.verify_receiver(&nonce, &challenge.nonce, &challenge.proof) {
                     let _ = refuse(&mut stream, "authentication failed", config).await;
@@ -84,15 +93,19 @@ impl Session {
                     proof: psk.sender_proof(&nonce, &challenge.nonce),
                 });
                 framed::write(&mut stream, &response, t.write).await?;
-                reply = framed::read(&mut stream, limits).await?;
+                let (mut inbound, outbound) =
+                    framed::session(Some(psk), Role::Sender, &nonce, &challenge.nonce);
+                let payload = framed::read_payload(&mut stream, limits).await?;
+                let reply = first_sealed(&mut inbound, &payload)?;
+                (inbound, outbound, reply)
             }
             (Message::Challenge(_), None) => return Err(PeerError::NeedPsk),
             (Message::RssUpdate(_), Some(_)) => {
                 let _ = refuse(&mut stream, "this sender requires a pre-shared key", config).await;
                 return Err(PeerError::Unauthenticated);
             }
-            _ => {}
-        }
+            _ => (Inbound::default(), Outbound::default(), reply),
+        };
         let first = match reply {
             Message::RssUpdate(update) => validate(update.version, update.description.into())
                 .map_err(|reason| {
@@ -108,6 +121,8 @@ impl Session {
         };
         Ok(Self {
             stream,
+            inbound,
+            outbound,
             config: config.clone(),
             first,
         })
@@ -132,6 +147,8 @@ impl Session {
     ) -> Result<(), PeerError> {
         let Self {
             mut stream,
+            mut inbound,
+            mut outbound,
             config,
             first,
         } = self;
@@ -149,7 +166,7 @@ impl Session {
         };
         let reads = async {
             loop {
-                match framed::read(&mut rd, limits).await? {
+                match inbound.read(&mut rd, limits).await? {
                     Message::Keepalive => {}
                     Message::RssUpdate(update) => {
                         match validate(update.version, update.description.into()) {
@@ -180,7 +197,10 @@ impl Session {
         let mut plans_open = true;
         loop {
             tokio::select! {
-                outcome = &mut reads => return outcome,
+                outcome = &mut reads => {
+                    tell_receiver(&outcome, &mut outbound, &mut wr, t.write).await;
+                    return outcome;
+                }
                 changed = plan.changed(), if plans_open => {
                     if changed.is_err() {
                         plans_open = false;
@@ -189,14 +209,57 @@ impl Session {
                     let report = plan.borrow_and_update().clone();
                     if let Some(report) = report {
                         let version = report.version;
-                        framed::write(&mut wr, &Message::PlanReport(report), t.write).await?;
+                        outbound.write(&mut wr, &Message::PlanReport(report), t.write).await?;
                         reported.send_replace(Some(version));
                     }
                 }
                 _ = keepalive.tick() => {
-                    framed::write(&mut wr, &Message::Keepalive, t.write).await?;
+                    outbound.write(&mut wr, &Message::Keepalive, t.write).await?;
                 }
             }
+        }
+    }
+}
+
+/// The receiver's first answer, in a plain frame. An older receiver refuses
+/// our Hello under its own version's header; its reason is still read.
+fn plain_reply(payload: &[u8]) -> Result<Message, PeerError> {
+    wire::decode_payload(payload).map_err(|err| {
+        match (&err, wire::decode_error_any_version(payload)) {
+            (DecodeError::WrongVersion { got, .. }, Some(report)) => PeerError::OtherVersion {
+                version: *got,
+                reason: printable(&report.reason),
+            },
+            _ => FrameError::from(err).into(),
+        }
+    })
+}
+
+/// The receiver's first frame after our proof: sealed, or the plain error a
+/// receiver sends when it refuses the proof (it has not set up keys then).
+/// A plain error can only end the connection, which anyone on the path can
+/// do anyway with a reset.
+fn first_sealed(inbound: &mut Inbound, payload: &[u8]) -> Result<Message, PeerError> {
+    inbound
+        .open(payload)
+        .or_else(|err| match wire::decode_payload(payload) {
+            Ok(Message::Error(report)) => Err(PeerError::Refused(printable(&report.reason))),
+            _ => Err(err.into()),
+        })
+}
+
+/// Tells the receiver why the session ends when it was its frame that was
+/// wrong (say, a frame that failed authentication), best effort, bounded.
+async fn tell_receiver<W: tokio::io::AsyncWrite + Unpin>(
+    outcome: &Result<(), PeerError>,
+    outbound: &mut Outbound,
+    wr: &mut W,
+    limit: std::time::Duration,
+) {
+    if let Err(PeerError::Frame(err)) = outcome {
+        if err.worth_reporting() {
+            let report = Message::Error(ErrorReport::new(err.to_string()));
+            let _ = outbound.write(wr, &report, limit).await;
         }
     }
 }

@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 
 use srap_common::wire::{
-    Challenge, ErrorReport, Hello, LandingReport, LandingVerdict, MAX_FRAME, MAX_HANDSHAKE_FRAME,
-    Message, Nonce, RssUpdate,
+    self, Challenge, DecodeError, ErrorReport, Hello, LandingReport, LandingVerdict, MAX_FRAME,
+    MAX_HANDSHAKE_FRAME, Message, Nonce, PROTOCOL_VERSION, Role, RssUpdate,
 };
 use thiserror::Error;
 use tokio::{
@@ -21,7 +21,7 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use super::{Shared, rewrite, source::Published};
-use crate::framed::{self, FrameError, ReadLimits, printable};
+use crate::framed::{self, FrameError, Inbound, Outbound, ReadLimits, printable};
 
 /// Why a session ended early.
 #[derive(Debug, Error)]
@@ -53,26 +53,49 @@ impl SessionError {
             other => Some(other.to_string()),
         }
     }
+
+    /// The frame telling the peer [`Self::report`]: sealed when the session
+    /// is; under the peer's own header when it speaks an older version, so
+    /// an agent of an older release can read why it is refused.
+    fn report_frame(&self, outbound: &mut Outbound) -> Option<Vec<u8>> {
+        let report = ErrorReport::new(self.report()?);
+        let older = match self {
+            Self::Frame(FrameError::Decode(DecodeError::WrongVersion { got, .. })) => {
+                Some(*got).filter(|v| (1..PROTOCOL_VERSION).contains(v))
+            }
+            _ => None,
+        };
+        match older {
+            Some(version) if !outbound.sealed() => wire::encode_error_for(version, &report).ok(),
+            _ => outbound.frame(&Message::Error(report)).ok(),
+        }
+    }
 }
 
 /// Runs a session to its end and closes the connection.
 pub(super) async fn run(stream: TcpStream, peer: SocketAddr, shared: &Shared) {
     let local = stream.local_addr().map(|a| a.ip()).ok();
     let (mut rd, mut wr) = stream.into_split();
-    let outcome = converse(&mut rd, &mut wr, peer, local, shared).await;
+    let mut outbound = Outbound::default();
+    let outcome = converse(&mut rd, &mut wr, &mut outbound, peer, local, shared).await;
     shared.plans.remove(&peer);
     shared.peers.remove(&peer);
     match &outcome {
         Ok(()) | Err(SessionError::Frame(FrameError::Closed)) => info!("{peer}: disconnected"),
         Err(err) => warn!("{peer}: {err}"),
     }
-    let report = outcome.err().and_then(|err| err.report());
-    close(rd, wr, report, shared).await;
+    let report = outcome
+        .err()
+        .and_then(|err| err.report_frame(&mut outbound));
+    close_with(rd, wr, report, shared).await;
 }
 
+/// The session after accepting: `outbound` turns sealed once the handshake
+/// set up keys, so the error report [`run`] sends at the end is too.
 async fn converse(
     rd: &mut OwnedReadHalf,
     wr: &mut OwnedWriteHalf,
+    outbound: &mut Outbound,
     peer: SocketAddr,
     local: Option<std::net::IpAddr>,
     shared: &Shared,
@@ -87,7 +110,7 @@ async fn converse(
         Message::Hello(hello) => hello,
         other => return Err(unexpected("Hello", &other)),
     };
-    authenticate(rd, wr, &hello, handshake, shared).await?;
+    let mut inbound = authenticate(rd, wr, outbound, &hello, handshake, shared).await?;
     shared.peers.connected(peer, &printable(&hello.agent));
     info!(
         "{peer}: {} connected{}",
@@ -101,7 +124,7 @@ async fn converse(
 
     let mut updates = shared.updates.clone();
     let current = updates.borrow_and_update().clone();
-    send_update(wr, &current, shared).await?;
+    send_update(wr, outbound, &current, shared).await?;
     let mut landings = shared.landings.subscribe();
     // A verdict already made goes out at once; Unknown is the default.
     if landings.borrow_and_update().verdict == LandingVerdict::Unknown {
@@ -122,7 +145,7 @@ async fn converse(
     // cut in half by a write taking its turn.
     let reads = async {
         loop {
-            match framed::read(rd, limits).await? {
+            match inbound.read(rd, limits).await? {
                 Message::Keepalive => {}
                 Message::PlanReport(report) => {
                     let ports: usize = report
@@ -166,7 +189,7 @@ async fn converse(
                     return Err(SessionError::Shutdown);
                 }
                 let current = updates.borrow_and_update().clone();
-                send_update(wr, &current, shared).await?;
+                send_update(wr, outbound, &current, shared).await?;
                 debug!("{peer}: sent version {}", current.version);
             }
             changed = landings.changed() => {
@@ -175,7 +198,7 @@ async fn converse(
                 }
                 let report = *landings.borrow_and_update();
                 let report = overridden(report, *rewritten.borrow());
-                framed::write(wr, &Message::Landings(report), t.write).await?;
+                outbound.write(wr, &Message::Landings(report), t.write).await?;
                 debug!("{peer}: sent landings {:?} for version {}", report.verdict, report.version);
             }
             changed = rewritten.changed() => {
@@ -195,10 +218,10 @@ async fn converse(
                 } else {
                     info!("{peer}: its connection now comes from the address it plans from");
                 }
-                framed::write(wr, &Message::Landings(report), t.write).await?;
+                outbound.write(wr, &Message::Landings(report), t.write).await?;
             }
             _ = keepalive.tick() => {
-                framed::write(wr, &Message::Keepalive, t.write).await?;
+                outbound.write(wr, &Message::Keepalive, t.write).await?;
             }
             _ = shutdown.changed() => return Err(SessionError::Shutdown),
         }
@@ -228,15 +251,20 @@ fn overridden(report: LandingReport, rewritten: Option<RewrittenPlan>) -> Landin
     }
 }
 
+/// The PSK challenge, when the receiver has a key. Returns the session's
+/// reading side and, once the sender's proof verified, makes `outbound`
+/// sealed; a failed handshake is reported in plain frames (the peer has no
+/// session keys to check them with).
 async fn authenticate(
     rd: &mut OwnedReadHalf,
     wr: &mut OwnedWriteHalf,
+    outbound: &mut Outbound,
     hello: &Hello,
     limits: ReadLimits,
     shared: &Shared,
-) -> Result<(), SessionError> {
+) -> Result<Inbound, SessionError> {
     let Some(psk) = &shared.config.psk else {
-        return Ok(());
+        return Ok(Inbound::default());
     };
     let nonce = Nonce::random().map_err(SessionError::Random)?;
     let challenge = Challenge {
@@ -253,15 +281,17 @@ async fn authenticate(
         Message::Response(response) => response,
         other => return Err(unexpected("Response", &other)),
     };
-    if psk.verify_sender(&hello.nonce, &nonce, &response.proof) {
-        Ok(())
-    } else {
-        Err(SessionError::WrongKey)
+    if !psk.verify_sender(&hello.nonce, &nonce, &response.proof) {
+        return Err(SessionError::WrongKey);
     }
+    let (inbound, sealed) = framed::session(Some(psk), Role::Receiver, &hello.nonce, &nonce);
+    *outbound = sealed;
+    Ok(inbound)
 }
 
 async fn send_update(
     wr: &mut OwnedWriteHalf,
+    outbound: &mut Outbound,
     current: &Published,
     shared: &Shared,
 ) -> Result<(), SessionError> {
@@ -269,7 +299,9 @@ async fn send_update(
         version: current.version,
         description: (&current.description).into(),
     });
-    framed::write(wr, &update, shared.config.timeouts.write).await?;
+    outbound
+        .write(wr, &update, shared.config.timeouts.write)
+        .await?;
     Ok(())
 }
 
@@ -280,20 +312,31 @@ fn unexpected(expected: &'static str, got: &Message) -> SessionError {
     }
 }
 
-/// Sends `report` (if any), then closes: FIN first, then whatever the peer
-/// still sends is read and dropped for a moment, so the kernel does not
-/// answer it with a reset that could destroy the report before the peer
-/// reads it.
+/// Sends `report` (if any) in a plain frame, then closes ([`close_with`]).
 pub(super) async fn close(
-    mut rd: OwnedReadHalf,
-    mut wr: OwnedWriteHalf,
+    rd: OwnedReadHalf,
+    wr: OwnedWriteHalf,
     report: Option<String>,
     shared: &Shared,
 ) {
+    let frame =
+        report.and_then(|reason| wire::encode(&Message::Error(ErrorReport::new(reason))).ok());
+    close_with(rd, wr, frame, shared).await;
+}
+
+/// Sends `frame` (if any), then closes: FIN first, then whatever the peer
+/// still sends is read and dropped for a moment, so the kernel does not
+/// answer it with a reset that could destroy the report before the peer
+/// reads it.
+async fn close_with(
+    mut rd: OwnedReadHalf,
+    mut wr: OwnedWriteHalf,
+    frame: Option<Vec<u8>>,
+    shared: &Shared,
+) {
     let linger = shared.config.timeouts.linger;
-    if let Some(reason) = report {
-        let message = Message::Error(ErrorReport::new(reason));
-        let _ = framed::write(&mut wr, &message, linger).await;
+    if let Some(frame) = frame {
+        let _ = framed::write_frame(&mut wr, &frame, linger).await;
     }
     let _ = timeout(linger, wr.shutdown()).await;
     drain(&mut rd, linger).await;
