@@ -650,3 +650,41 @@ fn write_json(path: &Path, description: &RssDescription) {
     std::fs::write(&tmp, description.to_json_pretty()).expect("write");
     std::fs::rename(&tmp, path).expect("rename");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_names_a_receiver_of_an_older_release() {
+    // What a version 3 receiver answers a version 4 Hello: an error under
+    // its own header.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let old = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        let mut hello = [0u8; 64];
+        let _ = stream.read(&mut hello).await;
+        let report = wire::ErrorReport::new(
+            "protocol version 4 is not supported (this agent speaks version 3); \
+             run the same SRAP release on both hosts",
+        );
+        let reply = wire::encode_error_for(3, &report).expect("encodes");
+        stream.write_all(&reply).await.expect("reply");
+    });
+    let err = timeout(WAIT, Session::connect(&client_config(&addr, None)))
+        .await
+        .expect("in time")
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(err, PeerError::OtherVersion { version: 3, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().starts_with(
+            "the receiver speaks protocol version 3 and this agent 4; \
+             run the same SRAP release on both hosts"
+        ),
+        "{err}"
+    );
+    old.await.expect("join");
+}

@@ -22,6 +22,7 @@
 //!   ── Hello{version, agent, nonce_s} ──►
 //!                                            (PSK set)  ◄── Challenge{nonce_r, proof_r}
 //!   ── Response{proof_s} ──►
+//!                                            (from here on, with a PSK, every frame is sealed)
 //!                                            ◄── RssUpdate{version, description}  (now and on every change)
 //!   ── PlanReport{…} ──►  (whenever the sender replans)
 //!   ◄─ Keepalive ─►       (both ways, while idle)
@@ -36,12 +37,15 @@
 //! plans) and senders refuse a receiver that cannot prove the key, so a rogue
 //! receiver cannot steer their flows. A recorded handshake cannot be replayed
 //! (the other side's nonce is new each time) nor reflected (the two proofs
-//! carry different labels). It does **not** encrypt: the description,
-//! including the RSS key, travels in clear, and messages after the handshake
-//! carry no MAC, so an on-path attacker who can rewrite TCP can alter them.
-//! Use a tunnel (WireGuard, IPsec, ssh) across untrusted networks. The PSK's
-//! confidentiality is the operator's job (a file readable by root only); a
-//! leaked PSK lets its holder act as either side. Without a PSK, the
+//! carry different labels). After the handshake every frame is
+//! authenticated with per-direction session keys and a sequence number
+//! ([`seal`], protocol 4), so an on-path attacker cannot alter, inject,
+//! replay, reorder or reflect messages either. It does **not** encrypt: the
+//! description, including the RSS key, travels in clear. Use a tunnel
+//! (WireGuard, IPsec, ssh) across untrusted networks if that matters. The
+//! PSK's confidentiality is the operator's job (a file readable by root
+//! only); a leaked PSK lets its holder act as either side. Without a PSK
+//! nothing is authenticated and the
 //! allow-list (`--allow CIDR`) is the only gate.
 
 pub mod auth;
