@@ -242,9 +242,9 @@ fn plain_reply(payload: &[u8]) -> Result<Message, PeerError> {
 fn first_sealed(inbound: &mut Inbound, payload: &[u8]) -> Result<Message, PeerError> {
     inbound
         .open(payload)
-        .or_else(|err| match wire::decode_payload(payload) {
-            Ok(Message::Error(report)) => Err(PeerError::Refused(printable(&report.reason))),
-            _ => Err(err.into()),
+        .map_err(|err| match wire::decode_payload(payload) {
+            Ok(Message::Error(report)) => PeerError::Refused(printable(&report.reason)),
+            _ => err.into(),
         })
 }
 
@@ -256,11 +256,11 @@ async fn tell_receiver<W: tokio::io::AsyncWrite + Unpin>(
     wr: &mut W,
     limit: std::time::Duration,
 ) {
-    if let Err(PeerError::Frame(err)) = outcome {
-        if err.worth_reporting() {
-            let report = Message::Error(ErrorReport::new(err.to_string()));
-            let _ = outbound.write(wr, &report, limit).await;
-        }
+    if let Err(PeerError::Frame(err)) = outcome
+        && err.worth_reporting()
+    {
+        let report = Message::Error(ErrorReport::new(err.to_string()));
+        let _ = outbound.write(wr, &report, limit).await;
     }
 }
 
