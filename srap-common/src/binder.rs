@@ -100,6 +100,9 @@ macro_rules! binder_pinned_maps {
                 [$crate::binder::outcome::COUNT, 0];
             /// Array of one [`BinderConfig`].
             CONFIG_MAP = SRAP_CONFIG: Array<u32, $crate::binder::BinderConfig>[1, 0];
+            /// Array of [`SlotGrant`], index = receiver.
+            GRANTS_MAP = SRAP_GRANTS: Array<u32, $crate::binder::SlotGrant>
+                [$crate::binder::MAX_RECEIVERS, 0];
         }
     };
 }
@@ -389,6 +392,63 @@ pub fn first_set_from(words: &[u64; SLOT_WORDS], start: u32) -> Option<u32> {
     None
 }
 
+/// The slots a receiver agent granted this sender toward one receiver, and
+/// how many flows other senders hold on each. Kept apart from
+/// [`ReceiverSlots`] so the agent can replace a grant without writing over
+/// the flow counts the hook updates. The hook searches the *effective*
+/// level of each granted slot (its own flows plus the base) and never
+/// looks at a slot outside the grant, so claim and release paths need not
+/// know about grants: the level bitmaps keep covering every slot.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlotGrant {
+    /// 0: no grant in force (no receiver agent grants, or none yet): every
+    /// slot is usable with base 0.
+    pub active: u32,
+    pub _pad: u32,
+    /// `by_base[b]` bit `s`: slot `s` is granted and other senders hold `b`
+    /// flows on its CPU (the last: `b` or more).
+    pub by_base: [[u64; SLOT_WORDS]; LEVELS],
+}
+
+impl SlotGrant {
+    /// A grant of `slots` (slot, base) pairs; slots past [`MAX_SLOTS`] are
+    /// left out.
+    pub fn of(slots: impl IntoIterator<Item = (u32, u32)>) -> Self {
+        let mut grant = Self {
+            active: 1,
+            ..Self::default()
+        };
+        for (slot, base) in slots {
+            if slot < MAX_SLOTS {
+                grant.by_base[level_of(base)][(slot / 64) as usize] |= 1 << (slot % 64);
+            }
+        }
+        grant
+    }
+
+    /// Whether `slot` is granted (always, without an active grant).
+    pub fn allows(&self, slot: u32) -> bool {
+        if self.active == 0 {
+            return true;
+        }
+        slot < MAX_SLOTS
+            && self
+                .by_base
+                .iter()
+                .any(|words| words[(slot / 64) as usize] & (1 << (slot % 64)) != 0)
+    }
+
+    /// Word `w` of the slots with base `b` (without an active grant, every
+    /// slot has base 0). Branch-free for the hook.
+    #[inline(always)]
+    pub fn base_word(&self, b: usize, w: usize) -> u64 {
+        let active = u64::from(self.active != 0).wrapping_neg();
+        let default = if b == 0 { u64::MAX } else { 0 };
+        (self.by_base[b % LEVELS][w % SLOT_WORDS] & active) | (default & !active)
+    }
+}
+
 /// Which slot a steered socket holds, so closing it frees the slot.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -428,6 +488,8 @@ mod pod {
     unsafe impl aya::Pod for SocketSlot {}
     // SAFETY: as above.
     unsafe impl aya::Pod for BinderConfig {}
+    // SAFETY: as above (4 + 4 + 4 × 8 × 8 bytes, no padding).
+    unsafe impl aya::Pod for SlotGrant {}
 }
 
 #[cfg(test)]
@@ -467,6 +529,20 @@ mod tests {
         words = [0; SLOT_WORDS];
         words[2] = 1 << 1;
         assert_eq!(first_set_from(&words, 2 * 64 + 5), Some(2 * 64 + 1));
+    }
+
+    #[test]
+    fn a_grant_files_each_slot_under_its_base() {
+        let grant = SlotGrant::of([(1, 0), (70, 2), (5, 9), (600, 0)]);
+        assert!(grant.allows(1) && grant.allows(70) && grant.allows(5));
+        assert!(!grant.allows(0) && !grant.allows(600));
+        assert_eq!(grant.base_word(0, 0), 1 << 1);
+        assert_eq!(grant.base_word(2, 1), 1 << 6);
+        assert_eq!(grant.base_word(LEVELS - 1, 0), 1 << 5);
+        let none = SlotGrant::default();
+        assert!(none.allows(0) && none.allows(511));
+        assert_eq!(none.base_word(0, 3), u64::MAX);
+        assert_eq!(none.base_word(1, 3), 0);
     }
 
     #[test]

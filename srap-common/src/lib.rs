@@ -12,6 +12,8 @@ pub mod emulator;
 pub mod maps;
 
 #[cfg(feature = "user")]
+pub mod grants;
+#[cfg(feature = "user")]
 pub mod odds;
 #[cfg(feature = "user")]
 pub mod planner;

@@ -21,8 +21,8 @@ use aya_ebpf::{
 };
 use srap_common::binder::{
     CLAIMS_MAX_ENTRIES, DestKey, DestValue, FAMILY_INET, FAMILY_INET6, LEVELS, MAX_BIND_ATTEMPTS,
-    MAX_SLOTS, MAX_VALUES, ReceiverSlots, SLOT_WORDS, SOCKETS_MAX_ENTRIES, SocketSlot, SteerLayout,
-    SteerTable, first_set_from, level_of, outcome,
+    MAX_SLOTS, MAX_VALUES, ReceiverSlots, SLOT_WORDS, SOCKETS_MAX_ENTRIES, SlotGrant, SocketSlot,
+    SteerLayout, SteerTable, level_of, outcome,
 };
 
 /// The eBPF-side expansion of `srap_common::binder_pinned_maps!`: one
@@ -301,7 +301,10 @@ fn bind_steered(ctx: &SockAddrContext, family: u32, dest: &DestValue, dport: u16
     if slots == 0 || slots > MAX_SLOTS {
         return outcome::ERROR;
     }
-    let Some((slot, turn)) = claim_slot(state, dest.receiver) else {
+    let Some(grant) = SRAP_GRANTS.get(dest.receiver) else {
+        return outcome::ERROR;
+    };
+    let Some((slot, turn)) = claim_slot(state, grant, dest.receiver) else {
         return outcome::ERROR;
     };
     // Past this layout's slots only while a re-plan shrinks the receiver.
@@ -379,7 +382,10 @@ fn bind_port(ctx: &SockAddrContext, family: u32, table: &SteerTable, port: u16) 
 /// of times, so two connects at the same moment never share a slot while a
 /// free one exists. (BPF v1 cannot read the result of an atomic add, hence
 /// the lock.)
-fn claim_slot(state: *mut ReceiverSlots, receiver: u32) -> Option<(u32, u32)> {
+///
+/// Only slots of the receiver agent's grant are candidates, each at the
+/// level of its own flows plus the flows other senders hold there.
+fn claim_slot(state: *mut ReceiverSlots, grant: &SlotGrant, receiver: u32) -> Option<(u32, u32)> {
     // SAFETY: valid map memory; a lost cursor update only changes the rotation.
     let (slots, turn) = unsafe {
         let slots = read_volatile(&raw const (*state).slots);
@@ -392,24 +398,53 @@ fn claim_slot(state: *mut ReceiverSlots, receiver: u32) -> Option<(u32, u32)> {
     }
     for attempt in 0..CLAIM_ATTEMPTS {
         let start = turn.wrapping_add(attempt) % slots;
-        if let Some(slot) = try_claim(state, receiver, slots, start) {
+        if let Some(slot) = try_claim(state, grant, receiver, slots, start) {
             return Some((slot, turn));
         }
     }
-    // Still contended: take the rotation's slot (its bits are repaired by
-    // the next claim that finds them wrong).
-    let start = turn % slots;
+    // Still contended: take the rotation's granted slot (its bits are
+    // repaired by the next claim that finds them wrong).
+    let start = granted_from(grant, turn % slots, slots);
     add_flows(state, start, 1);
     Some((start, turn))
+}
+
+/// The first granted slot at or after `start` (below `slots`); `start`
+/// itself when none is.
+#[inline(always)]
+fn granted_from(grant: &SlotGrant, start: u32, slots: u32) -> u32 {
+    let granted = |w: usize| {
+        let mut word = 0;
+        for b in 0..LEVELS {
+            word |= grant.base_word(b, w);
+        }
+        word
+    };
+    match first_set_where(masked(start, MAX_SLOTS) as u32, granted) {
+        Some(slot) if slot < slots => slot,
+        _ => start,
+    }
 }
 
 /// One claim attempt from `start`; `None` when the slot found was taken or
 /// changed meanwhile.
 #[inline(always)]
-fn try_claim(state: *mut ReceiverSlots, receiver: u32, slots: u32, start: u32) -> Option<u32> {
-    let (found, level) = lowest_level_slot(state, start);
-    // Bits past the slots are stale (a shrunk receiver): use the start.
-    let slot = if found < slots { found } else { start };
+fn try_claim(
+    state: *mut ReceiverSlots,
+    grant: &SlotGrant,
+    receiver: u32,
+    slots: u32,
+    start: u32,
+) -> Option<u32> {
+    let (found, level) = lowest_level_slot(state, grant, start);
+    // Nothing granted in the levels searched (every granted slot fuller
+    // than the last level, or bits past the slots of a shrunk receiver):
+    // the first granted slot from the start.
+    let slot = if found < slots {
+        found
+    } else {
+        granted_from(grant, start, slots)
+    };
     let seen = flows_of(state, slot)?;
     let level = if found < slots { level } else { level_of(seen) };
     let lock = receiver * MAX_SLOTS + slot;
@@ -426,19 +461,61 @@ fn try_claim(state: *mut ReceiverSlots, receiver: u32, slots: u32, start: u32) -
     claimed.then_some(slot)
 }
 
-/// The first slot, from `start`, of the lowest non-empty level; `MAX_SLOTS`
-/// when every level is empty.
+/// The first granted slot, from `start`, of the lowest non-empty effective
+/// level (own flows plus base), and its own level; `MAX_SLOTS` when none.
 #[inline(always)]
-fn lowest_level_slot(state: *mut ReceiverSlots, start: u32) -> (u32, usize) {
-    for level in 0..LEVELS {
-        // SAFETY: valid map memory; a word changing meanwhile only skews
-        // this choice, which the lock then checks.
-        let words = unsafe { &(*state).levels[level] };
-        if let Some(slot) = first_set_from(words, masked(start, MAX_SLOTS) as u32) {
-            return (slot, level);
+fn lowest_level_slot(state: *mut ReceiverSlots, grant: &SlotGrant, start: u32) -> (u32, usize) {
+    for eff in 0..LEVELS {
+        let effective = |w: usize| {
+            let mut word = 0;
+            for base in 0..=eff {
+                // SAFETY: valid map memory; a word changing meanwhile only
+                // skews this choice, which the lock then checks.
+                let own = unsafe { read_volatile(level_word(state, eff - base, w as u32 * 64)) };
+                word |= own & grant.base_word(base, w);
+            }
+            word
+        };
+        if let Some(slot) = first_set_where(masked(start, MAX_SLOTS) as u32, effective) {
+            return (slot, eff.saturating_sub(base_of(grant, slot)));
         }
     }
     (MAX_SLOTS, 0)
+}
+
+/// The first slot set, at or after `start` and wrapping around, in the
+/// bitmap whose word `w` is `word(w)`: `first_set_from` without the array
+/// on the stack (the kernel allows the hook 512 bytes of stack in all).
+#[inline(always)]
+fn first_set_where(start: u32, word: impl Fn(usize) -> u64) -> Option<u32> {
+    let (first, shift) = (start / 64, start % 64);
+    let mut i = 0;
+    while i <= SLOT_WORDS as u32 {
+        let w = (first + i) % SLOT_WORDS as u32;
+        let mut bits = word(w as usize);
+        if i == 0 {
+            bits &= u64::MAX << shift;
+        } else if i == SLOT_WORDS as u32 {
+            bits &= !(u64::MAX << shift);
+        }
+        if bits != 0 {
+            return Some(w * 64 + srap_common::binder::lowest_bit(bits));
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The base level of a granted slot (0 when it is in none).
+#[inline(always)]
+fn base_of(grant: &SlotGrant, slot: u32) -> usize {
+    let w = masked(slot / 64, SLOT_WORDS as u32);
+    let bit = 1u64 << (slot % 64);
+    let mut base = 0;
+    for b in 1..LEVELS {
+        base |= b & (usize::from(grant.base_word(b, w) & bit != 0)).wrapping_neg();
+    }
+    base
 }
 
 /// `i` masked below `n`, a power of two, on the very value used:

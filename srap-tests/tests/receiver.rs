@@ -13,8 +13,8 @@ use std::{
 use srap_common::{
     rss::{RssDescription, embedded_default},
     wire::{
-        self, CpuPorts, Hello, MAGIC, MAX_FRAME, Message, Nonce, PROTOCOL_VERSION, PlanReport,
-        PlannedTable, Psk, Response, Role,
+        self, CpuCount, CpuPorts, DemandReport, Hello, MAGIC, MAX_FRAME, Message, Nonce,
+        PROTOCOL_VERSION, PlanReport, PlannedTable, Psk, Response, Role,
     },
 };
 use srap_daemon::{
@@ -529,6 +529,89 @@ async fn two_hundred_peers_at_once_leave_nothing_behind() {
     assert_eq!(update.description, embedded_default());
     let grown = rss_kib().saturating_sub(rss_before);
     assert!(grown < 32 * 1024, "resident memory grew by {grown} KiB");
+}
+
+/// 200 senders hold grants at once: each is answered with a grant, and once
+/// each has reported one flow the grants are the oversubscribed kind (every
+/// offered CPU, the others' flows as base, 199 of them in all); memory stays
+/// bounded, and leaving releases every grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_senders_hold_grants_at_once() {
+    const SENDERS: u32 = 200;
+    let fx = Fixture::start(ServerConfig {
+        max_peers: 256,
+        timeouts: timeouts(),
+        ..ServerConfig::default()
+    })
+    .await;
+    let offered = fx.server.offered().concat();
+    assert_eq!(offered.len(), 32, "the embedded receiver's 32 CPUs");
+    let rss_before = rss_kib();
+    let handles: Vec<PeerHandle> = (0..SENDERS)
+        .map(|_| peer::watch(client_config(&fx.addr(), None)))
+        .collect();
+    for handle in &handles {
+        let mut grants = handle.grants();
+        timeout(
+            WAIT,
+            grants.wait_for(|g| g.as_ref().is_some_and(|g| !g.cpus.is_empty())),
+        )
+        .await
+        .expect("every sender is granted in time")
+        .expect("client alive");
+    }
+    for (i, handle) in handles.iter().enumerate() {
+        let applied = handle.grants().borrow().as_ref().map_or(0, |g| g.epoch);
+        handle.report_demand(DemandReport {
+            applied,
+            flows: vec![CpuCount {
+                cpu: offered[i % offered.len()],
+                count: 1,
+            }],
+        });
+    }
+    for (i, handle) in handles.iter().enumerate() {
+        let mut grants = handle.grants();
+        let settled = timeout(
+            WAIT,
+            grants.wait_for(|g| {
+                g.as_ref().is_some_and(|g| {
+                    g.cpus.len() == offered.len()
+                        && g.cpus.iter().map(|c| c.count).sum::<u32>() == SENDERS - 1
+                })
+            }),
+        )
+        .await;
+        assert!(
+            settled.is_ok(),
+            "sender {i}: {:?}",
+            handle.grants().borrow()
+        );
+    }
+    assert_eq!(fx.server.grants().len(), SENDERS as usize);
+    let grown = rss_kib().saturating_sub(rss_before);
+    assert!(grown < 64 * 1024, "resident memory grew by {grown} KiB");
+    drop(handles);
+    wait_for(|| fx.server.grants().is_empty()).await;
+}
+
+/// A demand report naming more CPUs than a receiver has slots is refused
+/// with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_demand_is_refused_by_name() {
+    let fx = Fixture::open().await;
+    let mut stream = TcpStream::connect(fx.addr()).await.expect("connect");
+    stream.write_all(&frame(&hello())).await.expect("hello");
+    let demand = Message::Demand(DemandReport {
+        applied: 0,
+        flows: (0..600).map(|cpu| CpuCount { cpu, count: 1 }).collect(),
+    });
+    stream.write_all(&frame(&demand)).await.expect("demand");
+    let reason = error_reason(&mut stream).await;
+    assert!(
+        reason.contains("600 CPUs") && reason.contains("512"),
+        "{reason}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

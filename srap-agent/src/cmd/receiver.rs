@@ -11,8 +11,8 @@ use tracing::{error, info, warn};
 use srap_daemon::{
     psk::read_psk_file,
     receiver::{
-        AllowList, Server, ServerConfig, Source, Timeouts, args::ReceiverArgs, monitor::Monitor,
-        source,
+        AllowList, Offer, Server, ServerConfig, Source, Timeouts, args::ReceiverArgs, grants,
+        monitor::Monitor, source,
     },
 };
 use srap_host::status::{ControlSocket, DEFAULT_CONTROL_PATH, control, metrics};
@@ -45,11 +45,16 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
         psk,
         max_peers: args.max_peers.max(1),
         timeouts: Timeouts::default(),
+        offer: Offer {
+            cpus: args.cpus.clone(),
+            local: grants::local_cpus(&args.iface),
+        },
     };
     let published = updates.clone();
     let server = Server::bind(args.listen, config, updates)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
+    describe_offer(&server.offered(), args.cpus.is_some());
     let (mut monitor, status) = Monitor::start(
         &args.iface,
         (!args.no_verify).then_some(args.hook.into()),
@@ -108,4 +113,24 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
     watcher.abort();
     drop(monitor);
     Ok(())
+}
+/// Says which CPUs senders will be granted.
+fn describe_offer(tiers: &[Vec<u32>], explicit: bool) {
+    let list = |t: &Vec<u32>| grants::format_cpu_list(t);
+    match tiers {
+        [] => warn!(
+            "no CPU to grant senders{}: they steer without grants",
+            if explicit {
+                " (--cpus names none a receive queue reaches)"
+            } else {
+                ""
+            }
+        ),
+        [only] => info!("granting senders CPUs {}", list(only)),
+        [near, far, ..] => info!(
+            "granting senders CPUs {} (the NIC's NUMA node), then {}",
+            list(near),
+            list(far)
+        ),
+    }
 }

@@ -28,6 +28,10 @@ pub fn run(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Resu
     let options = sender::follow::options(args, model, args.receivers.clone());
     let mut steering = sender::start(&options, srap_daemon::ebpf_object())
         .context("setting up the port binder")?;
+    // No receiver agent grants CPUs here: every slot is this sender's (a
+    // grant pinned by an earlier `--peer` run would otherwise stay).
+    sender::grant::apply(&mut steering.ebpf, &steering.plan, None)
+        .context("clearing the receiver grant")?;
     println!("{}", sender::summary::describe(&steering));
     if args.once {
         return Ok(());

@@ -280,6 +280,8 @@ fn draw_peers(frame: &mut Frame<'_>, area: Rect, status: &Status) {
             ago(status.unix_ms, Some(p.connected_unix_ms)),
             ago(status.unix_ms, p.last_plan_unix_ms),
             opt(p.plan_version),
+            p.flows.to_string(),
+            granted(p),
         ])
     });
     let table = Table::new(
@@ -290,15 +292,37 @@ fn draw_peers(frame: &mut Frame<'_>, area: Rect, status: &Status) {
             Constraint::Length(12),
             Constraint::Length(12),
             Constraint::Length(12),
+            Constraint::Length(6),
+            Constraint::Min(16),
         ],
     )
-    .header(Row::new(["sender", "agent", "connected", "last plan", "plan version"]).style(bold()))
+    .header(
+        Row::new([
+            "sender",
+            "agent",
+            "connected",
+            "last plan",
+            "plan version",
+            "flows",
+            "granted CPUs",
+        ])
+        .style(bold()),
+    )
     .block(Block::bordered().title(if status.peers.is_empty() {
         " peers (none connected) ".to_owned()
     } else {
         format!(" peers ({}) ", status.peers.len())
     }));
     frame.render_widget(table, area);
+}
+
+/// A peer's grant: its CPUs, and `(pending)` until its binder applied it.
+fn granted(peer: &srap_host::status::PeerRow) -> String {
+    match (peer.granted.is_empty(), peer.grant_applied) {
+        (true, _) => "-".into(),
+        (false, true) => peer.granted.clone(),
+        (false, false) => format!("{} (pending)", peer.granted),
+    }
 }
 
 #[cfg(test)]
@@ -379,6 +403,10 @@ mod tests {
                 connected_unix_ms: 40_000,
                 last_plan_unix_ms: Some(97_000),
                 plan_version: Some(2),
+                granted: "0-4".into(),
+                flows: 5,
+                grant_epoch: 3,
+                grant_applied: true,
             }],
         }
     }

@@ -25,6 +25,10 @@ pub enum Message {
     Error(ErrorReport),
     /// The receiver's verdict on its own description, from where flows land.
     Landings(LandingReport),
+    /// Sender → receiver: the flows it has open per receiver CPU (protocol 4).
+    Demand(DemandReport),
+    /// Receiver → sender: the CPUs its new flows may use (protocol 4).
+    Grant(CpuGrant),
 }
 
 impl Message {
@@ -39,6 +43,8 @@ impl Message {
             Self::Keepalive => "Keepalive",
             Self::Error(_) => "Error",
             Self::Landings(_) => "Landings",
+            Self::Demand(_) => "Demand",
+            Self::Grant(_) => "Grant",
         }
     }
 }
@@ -207,5 +213,76 @@ impl ErrorReport {
             reason.truncate(end);
         }
         Self { reason }
+    }
+}
+
+/// Most CPUs one [`CpuGrant`] or [`DemandReport`] names: the binder's slots
+/// per receiver ([`crate::binder::MAX_SLOTS`]). A longer list is refused.
+pub const MAX_GRANT_CPUS: usize = crate::binder::MAX_SLOTS as usize;
+
+/// [`Message::Demand`]: what a sender has open toward this receiver, so the
+/// receiver can grant CPUs that follow demand. Sent after every grant the
+/// sender applied and whenever its open flows change (at most every 100 ms).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Encode, Decode)]
+pub struct DemandReport {
+    /// [`CpuGrant::epoch`] of the grant the sender's binder uses now (0:
+    /// none yet), so the receiver knows when a new grant is in force.
+    pub applied: u64,
+    /// Open steered flows per receiver CPU (CPUs with none left out), at
+    /// most [`MAX_GRANT_CPUS`] entries.
+    pub flows: Vec<CpuCount>,
+}
+
+/// [`Message::Grant`]: the receiver's CPUs this sender's new flows may use.
+/// Between senders the granted sets are disjoint while their flows fit the
+/// receiver's offered CPUs; when they do not, every sender is granted every
+/// offered CPU with the flows other senders hold there as `base`, and its
+/// binder fills the least-loaded first, which keeps max − min flows per CPU
+/// within one. A sender uses only granted CPUs and keeps its last grant while
+/// the receiver is away.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Encode, Decode)]
+pub struct CpuGrant {
+    /// Grows with every grant of one receiver run.
+    pub epoch: u64,
+    /// The granted CPUs, each with the flows other senders hold on it (the
+    /// `count` of a [`CpuCount`]); at most [`MAX_GRANT_CPUS`] entries.
+    pub cpus: Vec<CpuCount>,
+}
+
+/// A receiver CPU and a count of flows on it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Encode, Decode)]
+pub struct CpuCount {
+    pub cpu: u32,
+    pub count: u32,
+}
+
+/// Checks a CPU list against [`MAX_GRANT_CPUS`] and for repeated CPUs;
+/// the error says which.
+fn check_cpus(what: &str, cpus: &[CpuCount]) -> Result<(), String> {
+    if cpus.len() > MAX_GRANT_CPUS {
+        return Err(format!(
+            "{what} names {} CPUs; at most {MAX_GRANT_CPUS} are allowed",
+            cpus.len()
+        ));
+    }
+    let mut seen: Vec<u32> = cpus.iter().map(|c| c.cpu).collect();
+    seen.sort_unstable();
+    if let Some(pair) = seen.windows(2).find(|w| w[0] == w[1]) {
+        return Err(format!("{what} names CPU {} twice", pair[0]));
+    }
+    Ok(())
+}
+
+impl DemandReport {
+    /// Whether a receiver may take this report as it is.
+    pub fn check(&self) -> Result<(), String> {
+        check_cpus("a Demand report", &self.flows)
+    }
+}
+
+impl CpuGrant {
+    /// Whether a sender may apply this grant as it is.
+    pub fn check(&self) -> Result<(), String> {
+        check_cpus("a Grant", &self.cpus)
     }
 }

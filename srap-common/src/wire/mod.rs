@@ -25,6 +25,8 @@
 //!                                            (from here on, with a PSK, every frame is sealed)
 //!                                            ◄── RssUpdate{version, description}  (now and on every change)
 //!   ── PlanReport{…} ──►  (whenever the sender replans)
+//!                                            ◄── Grant{epoch, cpus}  (at once, and on every re-balance)
+//!   ── Demand{applied, flows per CPU} ──►  (after each grant, and when its flows change)
 //!   ◄─ Keepalive ─►       (both ways, while idle)
 //!   ◄─ Error{reason} ─    (then the connection is closed)
 //! ```
@@ -61,15 +63,17 @@ pub use frame::{
     decode_frame, decode_payload, encode, encode_error_for, payload_len,
 };
 pub use message::{
-    Challenge, CpuPorts, ErrorReport, Hello, LandingReport, LandingVerdict, MAX_REASON_LEN,
-    Message, PlanReport, PlannedTable, Response, RssUpdate, WireDescription,
+    Challenge, CpuCount, CpuGrant, CpuPorts, DemandReport, ErrorReport, Hello, LandingReport,
+    LandingVerdict, MAX_GRANT_CPUS, MAX_REASON_LEN, Message, PlanReport, PlannedTable, Response,
+    RssUpdate, WireDescription,
 };
 pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 
 /// The protocol version this build speaks. Bump it on any change to the
 /// message layout: a peer with another version gets
 /// [`DecodeError::WrongVersion`] before any of its body is read.
-/// Version 4: frames after a PSK handshake are authenticated ([`seal`]).
+/// Version 4: frames after a PSK handshake are authenticated ([`seal`]),
+/// and [`Message::Demand`] and [`Message::Grant`] were added.
 pub const PROTOCOL_VERSION: u16 = 4;
 
 #[cfg(test)]

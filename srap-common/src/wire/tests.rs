@@ -41,6 +41,14 @@ fn every_message() -> Vec<Message> {
         }),
         Message::Keepalive,
         Message::Error(ErrorReport::new("authentication failed")),
+        Message::Demand(DemandReport {
+            applied: 3,
+            flows: vec![CpuCount { cpu: 4, count: 2 }],
+        }),
+        Message::Grant(CpuGrant {
+            epoch: 3,
+            cpus: vec![CpuCount { cpu: 4, count: 0 }, CpuCount { cpu: 5, count: 1 }],
+        }),
     ]
 }
 
@@ -514,4 +522,40 @@ proptest! {
         let _ = r_open.open(&payload(&bytes));
         let _ = r_open.open(&bytes);
     }
+}
+
+#[test]
+fn grants_and_demands_are_size_limited_and_name_the_problem() {
+    let many: Vec<CpuCount> = (0..=MAX_GRANT_CPUS as u32)
+        .map(|cpu| CpuCount { cpu, count: 0 })
+        .collect();
+    let grant = CpuGrant {
+        epoch: 1,
+        cpus: many.clone(),
+    };
+    let err = grant.check().expect_err("too many CPUs");
+    assert!(err.contains("513 CPUs") && err.contains("512"), "{err}");
+    let demand = DemandReport {
+        applied: 1,
+        flows: vec![CpuCount { cpu: 3, count: 1 }, CpuCount { cpu: 3, count: 2 }],
+    };
+    assert_eq!(
+        demand.check().expect_err("repeated"),
+        "a Demand report names CPU 3 twice"
+    );
+    assert!(
+        CpuGrant {
+            epoch: 1,
+            cpus: many[..MAX_GRANT_CPUS].to_vec()
+        }
+        .check()
+        .is_ok()
+    );
+    // The largest legal grant fits a frame.
+    let frame = encode(&Message::Grant(CpuGrant {
+        epoch: u64::MAX,
+        cpus: many[..MAX_GRANT_CPUS].to_vec(),
+    }))
+    .expect("encodes");
+    assert!(frame.len() < MAX_FRAME);
 }

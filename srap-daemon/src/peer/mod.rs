@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use srap_common::{
     rss::RssDescription,
-    wire::{LandingReport, PlanReport, Psk},
+    wire::{CpuGrant, DemandReport, LandingReport, PlanReport, Psk},
 };
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{debug, info, warn};
@@ -114,6 +114,8 @@ pub struct PeerHandle {
     plan: watch::Sender<Option<PlanReport>>,
     status: watch::Receiver<PeerStatus>,
     reported: watch::Receiver<Option<u64>>,
+    grants: watch::Receiver<Option<CpuGrant>>,
+    demand: watch::Sender<Option<DemandReport>>,
     task: JoinHandle<()>,
 }
 
@@ -133,6 +135,21 @@ impl PeerHandle {
     /// Sends `report` now if connected, and again after every reconnection.
     pub fn report_plan(&self, report: PlanReport) {
         self.plan.send_replace(Some(report));
+    }
+
+    /// The receiver's latest CPU grant (`None` until the first; kept while
+    /// the receiver is away, as the sender keeps using it).
+    pub fn grants(&self) -> watch::Receiver<Option<CpuGrant>> {
+        self.grants.clone()
+    }
+
+    /// Sends `report` now if connected, and again after every reconnection.
+    pub fn report_demand(&self, report: DemandReport) {
+        self.demand.send_if_modified(|now| {
+            let changed = now.as_ref() != Some(&report);
+            *now = Some(report);
+            changed
+        });
     }
 
     pub fn status(&self) -> watch::Receiver<PeerStatus> {
@@ -160,12 +177,18 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
     let (plan, plan_rx) = watch::channel(None);
     let (status_tx, status) = watch::channel(PeerStatus::Connecting);
     let (reported_tx, reported) = watch::channel(None);
+    let (grants_tx, grants) = watch::channel(None);
+    let (demand, demand_rx) = watch::channel(None);
     let channels = Channels {
         updates: updates_tx,
         landings: landings_tx,
         plan: plan_rx,
         status: status_tx,
         reported: reported_tx,
+        grants: GrantChannels {
+            grants: grants_tx,
+            demand: demand_rx,
+        },
     };
     let task = tokio::spawn(run(config, channels));
     PeerHandle {
@@ -174,8 +197,17 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
         plan,
         status,
         reported,
+        grants,
+        demand,
         task,
     }
+}
+
+/// The grant coming in and the demand going out, for [`Session::run`].
+#[derive(Clone)]
+pub struct GrantChannels {
+    pub grants: watch::Sender<Option<CpuGrant>>,
+    pub demand: watch::Receiver<Option<DemandReport>>,
 }
 
 /// The client task's ends of the handle's channels.
@@ -185,6 +217,7 @@ struct Channels {
     plan: watch::Receiver<Option<PlanReport>>,
     status: watch::Sender<PeerStatus>,
     reported: watch::Sender<Option<u64>>,
+    grants: GrantChannels,
 }
 
 async fn run(config: PeerConfig, channels: Channels) {
@@ -194,6 +227,7 @@ async fn run(config: PeerConfig, channels: Channels) {
         plan,
         status,
         reported,
+        grants,
     } = channels;
     let mut delays = backoff::Delays::new(config.backoff);
     let mut last_error: Option<String> = None;
@@ -205,7 +239,14 @@ async fn run(config: PeerConfig, channels: Channels) {
                 last_error = None;
                 status.send_replace(PeerStatus::Connected);
                 session
-                    .run(&updates, &landings, plan.clone(), &reported, &mut delays)
+                    .run(
+                        &updates,
+                        &landings,
+                        plan.clone(),
+                        &reported,
+                        grants.clone(),
+                        &mut delays,
+                    )
                     .await
             }
             Err(err) => Err(err),

@@ -16,7 +16,7 @@ use tokio::{
 };
 use tracing::{info, warn};
 
-use super::{PeerConfig, Update, backoff::Delays};
+use super::{GrantChannels, PeerConfig, Update, backoff::Delays};
 use crate::framed::{self, FrameError, Inbound, Outbound, ReadLimits, printable};
 
 /// Why a connection to the receiver failed or ended.
@@ -143,8 +143,10 @@ impl Session {
         landings: &watch::Sender<Option<LandingReport>>,
         mut plan: watch::Receiver<Option<PlanReport>>,
         reported: &watch::Sender<Option<u64>>,
+        grant_channels: GrantChannels,
         delays: &mut Delays,
     ) -> Result<(), PeerError> {
+        let GrantChannels { grants, mut demand } = grant_channels;
         let Self {
             mut stream,
             mut inbound,
@@ -159,6 +161,8 @@ impl Session {
         // The current plan (if any) goes out first: the receiver lost it
         // with the last connection.
         plan.mark_changed();
+        // So is the demand: the receiver grants from it.
+        demand.mark_changed();
         let limits = ReadLimits {
             max: MAX_FRAME,
             idle: t.idle,
@@ -180,12 +184,20 @@ impl Session {
                     Message::Landings(report) => {
                         landings.send_replace(Some(report));
                     }
+                    Message::Grant(grant) => {
+                        if let Err(reason) = grant.check() {
+                            return Err(PeerError::Refused(format!(
+                                "the receiver sent a bad grant: {reason}"
+                            )));
+                        }
+                        grants.send_replace(Some(grant));
+                    }
                     Message::Error(report) => {
                         return Err(PeerError::Refused(printable(&report.reason)));
                     }
                     other => {
                         return Err(PeerError::Unexpected {
-                            expected: "RssUpdate, Landings or Keepalive",
+                            expected: "RssUpdate, Landings, Grant or Keepalive",
                             got: other.kind(),
                         });
                     }
@@ -195,11 +207,22 @@ impl Session {
         tokio::pin!(reads);
         let mut keepalive = tokio::time::interval_at(Instant::now() + t.keepalive, t.keepalive);
         let mut plans_open = true;
+        let mut demand_open = true;
         loop {
             tokio::select! {
                 outcome = &mut reads => {
                     tell_receiver(&outcome, &mut outbound, &mut wr, t.write).await;
                     return outcome;
+                }
+                changed = demand.changed(), if demand_open => {
+                    if changed.is_err() {
+                        demand_open = false;
+                        continue;
+                    }
+                    let report = demand.borrow_and_update().clone();
+                    if let Some(report) = report {
+                        outbound.write(&mut wr, &Message::Demand(report), t.write).await?;
+                    }
                 }
                 changed = plan.changed(), if plans_open => {
                     if changed.is_err() {

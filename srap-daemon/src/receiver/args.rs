@@ -28,6 +28,12 @@ pub struct ReceiverArgs {
     /// Senders served at once; more are refused until one leaves.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PEERS)]
     pub max_peers: usize,
+    /// CPUs granted to senders' flows, as a cpulist (`0-7,16-23`); default:
+    /// every CPU a receive queue reaches, those on DEV's NUMA node first
+    /// (the others only when those are all taken). Leave out the CPUs the
+    /// application's own threads use.
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
+    pub cpus: Option<std::collections::BTreeSet<u32>>,
     /// Do not attach the receive verifier to DEV (then `srap status` shows
     /// peers and versions but no flows).
     #[arg(long)]
@@ -67,4 +73,8 @@ impl From<HookArg> for HookChoice {
             HookArg::Tc => Self::Tc,
         }
     }
+}
+
+fn parse_cpus(text: &str) -> Result<std::collections::BTreeSet<u32>, String> {
+    super::grants::parse_cpu_list(text)
 }

@@ -12,6 +12,7 @@
 
 pub mod allow;
 pub mod args;
+pub mod grants;
 pub mod monitor;
 pub mod peers;
 mod rewrite;
@@ -37,6 +38,7 @@ use tracing::{info, warn};
 
 pub use self::{
     allow::AllowList,
+    grants::{GrantRow, Grants, Offer},
     peers::Peers,
     source::{Published, Source, SourceError},
 };
@@ -79,6 +81,8 @@ pub struct ServerConfig {
     /// Sessions at once; a peer beyond this is told so and closed.
     pub max_peers: usize,
     pub timeouts: Timeouts,
+    /// The CPUs granted to senders.
+    pub offer: Offer,
 }
 
 impl Default for ServerConfig {
@@ -88,6 +92,7 @@ impl Default for ServerConfig {
             psk: None,
             max_peers: DEFAULT_MAX_PEERS,
             timeouts: Timeouts::default(),
+            offer: Offer::default(),
         }
     }
 }
@@ -131,6 +136,7 @@ struct Shared {
     landings: watch::Sender<LandingReport>,
     plans: Plans,
     peers: Peers,
+    grants: Grants,
     sessions: Arc<Semaphore>,
     rejecting: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
@@ -174,6 +180,7 @@ impl Server {
             landings: watch::channel(LandingReport::default()).0,
             plans: Plans::default(),
             peers: Peers::default(),
+            grants: Grants::default(),
             shutdown,
         });
         info!(
@@ -222,7 +229,32 @@ impl Server {
 
     /// The senders connected now (after their handshake).
     pub fn peers(&self) -> Vec<srap_host::status::PeerRow> {
-        self.shared.peers.snapshot()
+        let grants = self.shared.grants.snapshot();
+        let mut peers = self.shared.peers.snapshot();
+        for peer in &mut peers {
+            if let Some(g) = grants.iter().find(|g| g.peer.to_string() == peer.addr) {
+                let cpus: Vec<u32> = g.cpus.iter().map(|(c, _)| *c).collect();
+                peer.granted = grants::format_cpu_list(&cpus);
+                peer.flows = g.flows;
+                peer.grant_epoch = g.epoch;
+                peer.grant_applied = g.applied == g.epoch;
+            }
+        }
+        peers
+    }
+
+    /// Every connected sender's CPU grant.
+    pub fn grants(&self) -> Vec<GrantRow> {
+        self.shared.grants.snapshot()
+    }
+
+    /// The CPUs offered to senders for the description served now, in
+    /// tiers (the NIC's NUMA node first).
+    pub fn offered(&self) -> Vec<Vec<u32>> {
+        self.shared
+            .config
+            .offer
+            .tiers(&self.shared.updates.borrow().description)
     }
 
     /// Stops accepting, tells every peer, and waits (bounded) for them.

@@ -24,6 +24,7 @@ impl Peers {
                 connected_unix_ms: unix_ms(SystemTime::now()),
                 last_plan_unix_ms: None,
                 plan_version: None,
+                ..PeerRow::default()
             },
         );
     }

@@ -41,6 +41,8 @@ pub(super) enum SessionError {
     Random(getrandom::Error),
     #[error("the receiver is shutting down")]
     Shutdown,
+    #[error("{0}")]
+    BadDemand(String),
 }
 
 impl SessionError {
@@ -80,6 +82,7 @@ pub(super) async fn run(stream: TcpStream, peer: SocketAddr, shared: &Shared) {
     let outcome = converse(&mut rd, &mut wr, &mut outbound, peer, local, shared).await;
     shared.plans.remove(&peer);
     shared.peers.remove(&peer);
+    shared.grants.leave(&peer);
     match &outcome {
         Ok(()) | Err(SessionError::Frame(FrameError::Closed)) => info!("{peer}: disconnected"),
         Err(err) => warn!("{peer}: {err}"),
@@ -125,6 +128,14 @@ async fn converse(
     let mut updates = shared.updates.clone();
     let current = updates.borrow_and_update().clone();
     send_update(wr, outbound, &current, shared).await?;
+    // The grant comes right after the first description, so the sender's
+    // binder has it before its first flows (it is granted the CPUs no one
+    // else holds).
+    let mut grant = shared
+        .grants
+        .join(peer, shared.config.offer.tiers(&current.description));
+    let first = grant.borrow_and_update().clone();
+    outbound.write(wr, &Message::Grant(first), t.write).await?;
     let mut landings = shared.landings.subscribe();
     // A verdict already made goes out at once; Unknown is the default.
     if landings.borrow_and_update().verdict == LandingVerdict::Unknown {
@@ -171,10 +182,14 @@ async fn converse(
                     });
                     shared.plans.insert(peer, report);
                 }
+                Message::Demand(report) => {
+                    report.check().map_err(SessionError::BadDemand)?;
+                    shared.grants.demand(peer, &report);
+                }
                 Message::Error(report) => {
                     return Err(SessionError::PeerError(printable(&report.reason)));
                 }
-                other => return Err(unexpected("PlanReport or Keepalive", &other)),
+                other => return Err(unexpected("PlanReport, Demand or Keepalive", &other)),
             }
         }
     };
@@ -191,6 +206,15 @@ async fn converse(
                 let current = updates.borrow_and_update().clone();
                 send_update(wr, outbound, &current, shared).await?;
                 debug!("{peer}: sent version {}", current.version);
+                shared.grants.offer(shared.config.offer.tiers(&current.description));
+            }
+            changed = grant.changed() => {
+                if changed.is_err() {
+                    return Err(SessionError::Shutdown);
+                }
+                let now = grant.borrow_and_update().clone();
+                debug!("{peer}: grant {}: {} CPUs", now.epoch, now.cpus.len());
+                outbound.write(wr, &Message::Grant(now), t.write).await?;
             }
             changed = landings.changed() => {
                 if changed.is_err() {

@@ -12,7 +12,7 @@ use std::{net::IpAddr, time::Duration};
 use anyhow::{Context as _, bail};
 use srap_common::{
     rss::RssModel,
-    wire::{LandingReport, LandingVerdict, PlanReport},
+    wire::{CpuGrant, DemandReport, LandingReport, LandingVerdict, PlanReport},
 };
 use tokio::{
     signal::unix::{Signal, SignalKind, signal},
@@ -21,7 +21,7 @@ use tokio::{
 };
 use tracing::{info, warn};
 
-use super::{SenderOptions, Steering, args::SenderArgs, maps, replan, summary};
+use super::{SenderOptions, Steering, args::SenderArgs, grant, maps, replan, summary};
 use crate::{
     peer::{self, PeerConfig, PeerHandle, PeerStatus, Update},
     psk::read_psk_file,
@@ -33,6 +33,9 @@ const WAIT_NOTICE: Duration = Duration::from_secs(5);
 const REPORT_FLUSH: Duration = Duration::from_secs(5);
 /// Destination ports a plan is reported for (each adds a table to the frame).
 const MAX_REPORT_PORTS: usize = 16;
+/// How often the binder's open flows are read for the demand report (sent
+/// only when they changed).
+const DEMAND_EVERY: Duration = Duration::from_millis(100);
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
 pub async fn run(args: &SenderArgs, peer_addr: &str, object: &[u8]) -> anyhow::Result<()> {
@@ -64,6 +67,12 @@ pub async fn run(args: &SenderArgs, peer_addr: &str, object: &[u8]) -> anyhow::R
     println!("{}", summary::describe(&steering));
     let mut current = first;
     report(&handle, current.version, &steering, &dports);
+    let mut grants = handle.grants();
+    // A grant already in (sent right after the description) is applied
+    // before anything else runs.
+    grants.mark_changed();
+    let mut granted: Option<CpuGrant> = None;
+    let mut demand_tick = tokio::time::interval(DEMAND_EVERY);
 
     if args.once {
         wait_reported(&handle, current.version).await;
@@ -83,13 +92,25 @@ pub async fn run(args: &SenderArgs, peer_addr: &str, object: &[u8]) -> anyhow::R
                 }
                 if super::replan_if_sources_changed(&mut steering, &options) {
                     report(&handle, current.version, &steering, &dports);
+                    reapply(&mut steering, granted.as_ref());
                 }
+            }
+            _ = demand_tick.tick() => report_demand(&handle, &steering, granted.as_ref()),
+            changed = grants.changed() => {
+                changed.context("the receiver client stopped")?;
+                let Some(grant) = grants.borrow_and_update().clone() else { continue };
+                if granted.as_ref() != Some(&grant) {
+                    take_grant(&mut steering, &grant);
+                    granted = Some(grant);
+                }
+                report_demand(&handle, &steering, granted.as_ref());
             }
             changed = updates.changed() => {
                 changed.context("the receiver client stopped")?;
                 let Some(update) = updates.borrow_and_update().clone() else { continue };
                 if update.description != current.description {
                     follow(&mut steering, &options, &update);
+                    reapply(&mut steering, granted.as_ref());
                     // The refilled maps steer again: the new description
                     // gets its own verdict.
                     paused = false;
@@ -203,6 +224,57 @@ fn obey_landings(
             }
         }
         _ => paused,
+    }
+}
+
+/// Puts a new grant from the receiver into the binder's grant map.
+fn take_grant(steering: &mut Steering, grant: &CpuGrant) {
+    match grant::apply(&mut steering.ebpf, &steering.plan, Some(grant)) {
+        Ok(applied) => {
+            let cpus: Vec<String> = grant
+                .cpus
+                .iter()
+                .map(|c| {
+                    if c.count == 0 {
+                        c.cpu.to_string()
+                    } else {
+                        format!("{}+{}", c.cpu, c.count)
+                    }
+                })
+                .collect();
+            println!(
+                "grant {}: {} receiver CPUs [{}]",
+                grant.epoch,
+                applied.slots,
+                cpus.join(" ")
+            );
+            if applied.unknown > 0 {
+                warn!(
+                    "grant {}: {} granted CPUs are not reached by any queue of the description                      this sender planned with",
+                    grant.epoch, applied.unknown
+                );
+            }
+        }
+        Err(err) => warn!("grant {}: cannot apply it: {err}", grant.epoch),
+    }
+}
+
+/// After a re-plan (slots may be renumbered): the grant again.
+fn reapply(steering: &mut Steering, grant: Option<&CpuGrant>) {
+    if let Err(err) = grant::apply(&mut steering.ebpf, &steering.plan, grant) {
+        warn!("cannot re-apply the receiver's grant after a re-plan: {err}");
+    }
+}
+
+/// Tells the receiver the flows the binder holds per receiver CPU (the
+/// client sends it only when it changed).
+fn report_demand(handle: &PeerHandle, steering: &Steering, grant: Option<&CpuGrant>) {
+    match grant::demand(&steering.ebpf, &steering.plan) {
+        Ok(flows) => handle.report_demand(DemandReport {
+            applied: grant.map_or(0, |g| g.epoch),
+            flows,
+        }),
+        Err(err) => warn!("reading the binder's open flows: {err}"),
     }
 }
 

@@ -11,6 +11,7 @@
 pub mod args;
 mod attach;
 pub mod follow;
+pub mod grant;
 pub mod layout;
 mod maps;
 pub mod plan;

@@ -169,4 +169,15 @@ pub struct PeerRow {
     pub last_plan_unix_ms: Option<u64>,
     /// The description version its last plan was made against.
     pub plan_version: Option<u64>,
+    /// The receiver CPUs granted to its flows, as a cpulist (`0-4`).
+    #[serde(default)]
+    pub granted: String,
+    /// The open flows it reported.
+    #[serde(default)]
+    pub flows: u32,
+    /// The epoch of its grant, and whether its binder applied it.
+    #[serde(default)]
+    pub grant_epoch: u64,
+    #[serde(default)]
+    pub grant_applied: bool,
 }

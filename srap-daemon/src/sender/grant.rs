@@ -1,0 +1,113 @@
+//! The receiver agent's CPU grant, sender side: writing it into the
+//! binder's grant map (receiver CPUs → this plan's slots), and reading back
+//! the flows the binder holds per receiver CPU, which the sender reports
+//! as its demand.
+//!
+//! A grant names receiver CPUs, not slots, so it survives a re-plan that
+//! renumbers slots: [`apply`] runs again after every re-plan.
+
+use std::collections::BTreeMap;
+
+use aya::{Ebpf, maps::Array};
+use srap_common::{
+    binder::{GRANTS_MAP, MAX_SLOTS, RECEIVERS_MAP, ReceiverSlots, SlotGrant},
+    wire::{CpuCount, CpuGrant},
+};
+
+use super::{SenderError, plan::Plan};
+
+fn map_error(map: &'static str) -> impl Fn(aya::maps::MapError) -> SenderError {
+    move |source| SenderError::Map { map, source }
+}
+
+/// What [`apply`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Slots granted toward each receiver.
+    pub slots: usize,
+    /// Granted CPUs this plan has no slot for (no queue of the description
+    /// this sender planned with reaches them).
+    pub unknown: usize,
+}
+
+/// Receiver CPU → slot, for each receiver of the plan (by its index).
+fn slots_by_cpu(plan: &Plan) -> Vec<(u32, BTreeMap<u32, u32>)> {
+    plan.receivers
+        .iter()
+        .map(|r| {
+            let cpus = r
+                .tables
+                .first()
+                .and_then(|t| plan.tables.get(*t))
+                .map(|t| {
+                    t.layout
+                        .slots
+                        .iter()
+                        .enumerate()
+                        .map(|(s, e)| (e.cpu, s as u32))
+                        .collect()
+                })
+                .unwrap_or_default();
+            (r.index, cpus)
+        })
+        .collect()
+}
+
+/// Writes `grant` (or, with `None`, no grant: every slot usable) for every
+/// receiver of `plan`. A grant none of whose CPUs this plan reaches would
+/// leave the binder nothing: it is written as no grant, and said so.
+pub fn apply(
+    ebpf: &mut Ebpf,
+    plan: &Plan,
+    grant: Option<&CpuGrant>,
+) -> Result<Applied, SenderError> {
+    let map = ebpf
+        .map_mut(GRANTS_MAP)
+        .ok_or(SenderError::Missing(GRANTS_MAP))?;
+    let mut array: Array<_, SlotGrant> = Array::try_from(map).map_err(map_error(GRANTS_MAP))?;
+    let mut applied = Applied::default();
+    for (index, cpus) in slots_by_cpu(plan) {
+        let row = match grant {
+            None => SlotGrant::default(),
+            Some(grant) => {
+                let slots: Vec<(u32, u32)> = grant
+                    .cpus
+                    .iter()
+                    .filter_map(|c| cpus.get(&c.cpu).map(|s| (*s, c.count)))
+                    .collect();
+                applied.slots = slots.len();
+                applied.unknown = grant.cpus.len() - slots.len();
+                if slots.is_empty() {
+                    SlotGrant::default()
+                } else {
+                    SlotGrant::of(slots)
+                }
+            }
+        };
+        array.set(index, row, 0).map_err(map_error(GRANTS_MAP))?;
+    }
+    Ok(applied)
+}
+
+/// Open steered flows per receiver CPU, over every receiver of `plan`
+/// (they are addresses of the one receiver host this sender follows).
+pub fn demand(ebpf: &Ebpf, plan: &Plan) -> Result<Vec<CpuCount>, SenderError> {
+    let map = ebpf
+        .map(RECEIVERS_MAP)
+        .ok_or(SenderError::Missing(RECEIVERS_MAP))?;
+    let array: Array<_, ReceiverSlots> = Array::try_from(map).map_err(map_error(RECEIVERS_MAP))?;
+    let mut per_cpu: BTreeMap<u32, u32> = BTreeMap::new();
+    for (index, cpus) in slots_by_cpu(plan) {
+        let row = array.get(&index, 0).map_err(map_error(RECEIVERS_MAP))?;
+        for (cpu, slot) in &cpus {
+            let flows = row.flows[(*slot).min(MAX_SLOTS - 1) as usize];
+            if flows > 0 {
+                *per_cpu.entry(*cpu).or_insert(0) += flows;
+            }
+        }
+    }
+    Ok(per_cpu
+        .into_iter()
+        .map(|(cpu, count)| CpuCount { cpu, count })
+        .collect())
+}
