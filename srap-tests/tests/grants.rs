@@ -58,6 +58,7 @@ struct Sender {
     workload: Option<Workload>,
     agent: Option<ChildGuard>,
     out: Option<mpsc::Receiver<String>>,
+    log: Option<mpsc::Receiver<String>>,
     pin_dir: PathBuf,
     cgroup: CgroupDir,
     ns: NetNs,
@@ -212,6 +213,7 @@ impl Cluster {
             workload: None,
             agent: None,
             out: None,
+            log: None,
             pin_dir: PathBuf::from(format!("/sys/fs/bpf/srap-test-{}", unique_name("g"))),
             cgroup: CgroupDir::unique().expect("cgroup2 mount"),
             ns,
@@ -255,6 +257,7 @@ impl Cluster {
             );
         }
         sender.out = Some(out);
+        sender.log = Some(log);
         sender.workload = Some(Workload::spawn(
             &sender.ns,
             Some(sender.cgroup.path()),
@@ -272,6 +275,16 @@ impl Cluster {
             .output()
             .expect("run srap status");
         if !out.status.success() {
+            let log: Vec<String> = self
+                .log
+                .as_ref()
+                .map(|l| l.try_iter().collect())
+                .unwrap_or_default();
+            eprintln!(
+                "srap status failed: {}\nreceiver log:\n{}",
+                String::from_utf8_lossy(&out.stderr),
+                log.join("\n")
+            );
             return Vec::new();
         }
         let status: serde_json::Value =
@@ -294,6 +307,16 @@ impl Cluster {
                     == flows;
             if settled {
                 return peers;
+            }
+            if Instant::now() >= deadline {
+                for (i, s) in self.senders.iter().enumerate() {
+                    let lines: Vec<String> = s
+                        .log
+                        .as_ref()
+                        .map(|l| l.try_iter().collect())
+                        .unwrap_or_default();
+                    eprintln!("sender {i} log:\n{}", lines.join("\n"));
+                }
             }
             assert!(
                 Instant::now() < deadline,
