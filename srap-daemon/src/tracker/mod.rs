@@ -97,6 +97,91 @@ struct Load {
     gbps: f64,
 }
 
+/// Active flows and their rates per queue, CPU and RSS CPU in one sample.
+#[derive(Debug, Default)]
+struct ActiveLoads {
+    queues: BTreeMap<u32, Load>,
+    cpus: BTreeMap<u32, Load>,
+    rss_cpus: BTreeMap<u32, Load>,
+}
+
+impl ActiveLoads {
+    /// One active flow at (queue, CPU, RSS CPU), each where known.
+    fn add(&mut self, at: [Option<u32>; 3], gbps: f64) {
+        for (loads, at) in [&mut self.queues, &mut self.cpus, &mut self.rss_cpus]
+            .into_iter()
+            .zip(at)
+        {
+            if let Some(at) = at {
+                let load = loads.entry(at).or_default();
+                load.flows += 1;
+                load.gbps += gbps;
+            }
+        }
+    }
+}
+
+impl FlowTrack {
+    /// The packets and bytes that are new since the last sample. A flow
+    /// first met active counts whole, one first met idle is history from
+    /// before the agent; counters that went down mean the LRU map dropped
+    /// and re-created the entry, so all of it is new.
+    fn advance(&mut self, packets: u64, bytes: u64, first: bool, active: bool) -> (u64, u64) {
+        let new = if first {
+            if active { (packets, bytes) } else { (0, 0) }
+        } else if bytes < self.bytes || packets < self.packets {
+            (packets, bytes)
+        } else {
+            (packets - self.packets, bytes - self.bytes)
+        };
+        self.packets = packets;
+        self.bytes = bytes;
+        new
+    }
+
+    /// Records the rate of `bytes` over `interval_ns` (bits per ns is
+    /// Gbit/s), keeping the last `history` rates.
+    fn push_rate(&mut self, bytes: u64, interval_ns: u64, history: usize) -> f64 {
+        let rate = bytes as f64 * 8.0 / interval_ns as f64;
+        if self.rates.len() == history {
+            self.rates.pop_front();
+        }
+        self.rates.push_back(rate);
+        rate
+    }
+}
+
+/// The status row of one active flow.
+fn flow_row(
+    record: &FlowRecord,
+    obs: &Observation<'_>,
+    (queue, rss_cpu): (Option<u32>, Option<u32>),
+    gbps: f64,
+    rates: &VecDeque<f64>,
+) -> FlowRow {
+    let stats = &record.stats;
+    let predicted = obs.model.and_then(|model| {
+        FlowTuple::from_sockets(record.src, record.dst)
+            .ok()
+            .map(|tuple| model.landing(&tuple))
+    });
+    FlowRow {
+        src: record.src,
+        dst: record.dst,
+        queue,
+        cpu: stats.cpu,
+        rss_cpu,
+        predicted_queue: predicted.map(|p| p.queue),
+        predicted_cpu: predicted.map(|p| p.cpu),
+        planned_cpu: obs.plans.planned_cpu(record.src, record.dst),
+        gbps,
+        rate_cov: coefficient_of_variation(rates),
+        packets: stats.packets,
+        bytes: stats.bytes,
+        moves: stats.moves,
+    }
+}
+
 impl Tracker {
     pub fn new(config: TrackerConfig) -> Self {
         Self {
@@ -119,100 +204,65 @@ impl Tracker {
         let idle_ns = u64::try_from(self.config.idle_after.as_nanos()).unwrap_or(u64::MAX);
 
         let mut flows = Vec::new();
-        let mut queue_load: BTreeMap<u32, Load> = BTreeMap::new();
-        let mut cpu_load: BTreeMap<u32, Load> = BTreeMap::new();
-        let mut rss_cpu_load: BTreeMap<u32, Load> = BTreeMap::new();
+        let mut loads = ActiveLoads::default();
         let mut seen = BTreeSet::new();
         for record in obs.records {
-            let key = (record.src, record.dst);
-            seen.insert(key);
-            let stats = &record.stats;
-            let active = obs.now_ns.saturating_sub(stats.last_seen_ns) <= idle_ns;
-            let queue = stats.rx_queue();
+            seen.insert((record.src, record.dst));
+            let active = obs.now_ns.saturating_sub(record.stats.last_seen_ns) <= idle_ns;
+            let queue = record.stats.rx_queue();
             let rss_cpu = queue.and_then(|q| queue_cpu(obs.model, q));
-
-            let track = self.flows.entry(key);
-            let first = matches!(track, std::collections::hash_map::Entry::Vacant(_));
-            let track = track.or_default();
-            let (packets, bytes) = if first {
-                if active {
-                    (stats.packets, stats.bytes)
-                } else {
-                    (0, 0)
-                }
-            } else if stats.bytes < track.bytes || stats.packets < track.packets {
-                // The LRU map dropped and re-created the entry: all of it is new.
-                (stats.packets, stats.bytes)
-            } else {
-                (stats.packets - track.packets, stats.bytes - track.bytes)
-            };
-            track.packets = stats.packets;
-            track.bytes = stats.bytes;
-            if let Some(q) = queue {
-                self.queues.entry(q).or_default().add(packets, bytes);
-            }
-            self.cpus.entry(stats.cpu).or_default().add(packets, bytes);
-            if let Some(c) = rss_cpu {
-                self.rss_cpus.entry(c).or_default().add(packets, bytes);
-            }
-
-            if !active {
-                track.rates.clear();
+            let Some(gbps) = self.follow(record, active, interval_ns, (queue, rss_cpu)) else {
                 continue;
-            }
-            let gbps = match interval_ns {
-                // bits per ns is Gbit/s.
-                Some(dt) if !first => {
-                    let rate = bytes as f64 * 8.0 / dt as f64;
-                    if track.rates.len() == self.config.history {
-                        track.rates.pop_front();
-                    }
-                    track.rates.push_back(rate);
-                    rate
-                }
-                _ => 0.0,
             };
-            let predicted = obs.model.and_then(|model| {
-                FlowTuple::from_sockets(record.src, record.dst)
-                    .ok()
-                    .map(|tuple| model.landing(&tuple))
-            });
-            for (loads, at) in [
-                (&mut queue_load, queue),
-                (&mut cpu_load, Some(stats.cpu)),
-                (&mut rss_cpu_load, rss_cpu),
-            ] {
-                if let Some(at) = at {
-                    let load = loads.entry(at).or_default();
-                    load.flows += 1;
-                    load.gbps += gbps;
-                }
-            }
-            flows.push(FlowRow {
-                src: record.src,
-                dst: record.dst,
-                queue,
-                cpu: stats.cpu,
-                rss_cpu,
-                predicted_queue: predicted.map(|p| p.queue),
-                predicted_cpu: predicted.map(|p| p.cpu),
-                planned_cpu: obs.plans.planned_cpu(record.src, record.dst),
-                gbps,
-                rate_cov: coefficient_of_variation(&track.rates),
-                packets: stats.packets,
-                bytes: stats.bytes,
-                moves: stats.moves,
-            });
+            loads.add([queue, Some(record.stats.cpu), rss_cpu], gbps);
+            let rates = &self.flows[&(record.src, record.dst)].rates;
+            flows.push(flow_row(record, obs, (queue, rss_cpu), gbps, rates));
         }
         self.flows.retain(|key, _| seen.contains(key));
         flows.sort_by_key(|f| (f.queue, f.src, f.dst));
+        self.status(obs.model, flows, &loads)
+    }
 
-        let queues = self.queue_rows(obs.model, &queue_load);
-        let cpus = cpu_rows(&self.cpus, &cpu_load, None);
+    /// Adds a record's news since the last sample to the lifetime counters
+    /// and its flow's rate history; the flow's rate now, or `None` when it
+    /// is idle (and so leaves every view).
+    fn follow(
+        &mut self,
+        record: &FlowRecord,
+        active: bool,
+        interval_ns: Option<u64>,
+        (queue, rss_cpu): (Option<u32>, Option<u32>),
+    ) -> Option<f64> {
+        let stats = &record.stats;
+        let track = self.flows.entry((record.src, record.dst));
+        let first = matches!(track, std::collections::hash_map::Entry::Vacant(_));
+        let track = track.or_default();
+        let (packets, bytes) = track.advance(stats.packets, stats.bytes, first, active);
+        if let Some(q) = queue {
+            self.queues.entry(q).or_default().add(packets, bytes);
+        }
+        self.cpus.entry(stats.cpu).or_default().add(packets, bytes);
+        if let Some(c) = rss_cpu {
+            self.rss_cpus.entry(c).or_default().add(packets, bytes);
+        }
+        if !active {
+            track.rates.clear();
+            return None;
+        }
+        Some(match interval_ns {
+            Some(dt) if !first => track.push_rate(bytes, dt, self.config.history),
+            _ => 0.0,
+        })
+    }
+
+    /// The status from this sample's active flows and the lifetime counters.
+    fn status(&self, model: Option<&RssModel>, flows: Vec<FlowRow>, loads: &ActiveLoads) -> Status {
+        let queues = self.queue_rows(model, &loads.queues);
+        let cpus = cpu_rows(&self.cpus, &loads.cpus, None);
         let rss_cpus = cpu_rows(
             &self.rss_cpus,
-            &rss_cpu_load,
-            obs.model.map(RssModel::reachable_cpus),
+            &loads.rss_cpus,
+            model.map(RssModel::reachable_cpus),
         );
         let collisions = Collisions {
             queues: queues.iter().filter(|r| r.collision).count(),
