@@ -67,6 +67,9 @@ struct Report {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    if args.flows == 0 {
+        bail!("--flows must be at least 1");
+    }
     let model = match (&args.rss, args.cpus) {
         (Some(path), _) => Some(receiver::load(Some(path))?),
         (None, Some(cpus)) if args.trials.is_some() => Some(round_robin_nic(cpus)?),

@@ -12,9 +12,9 @@ pub const MAX_BALLS_OR_BINS: u32 = 4096;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum OddsError {
-    #[error("--cpus must be at least 1")]
+    #[error("the receiver must have at least 1 CPU")]
     NoCpus,
-    #[error("--flows must be at least 1")]
+    #[error("there must be at least 1 flow")]
     NoFlows,
     #[error("{what} = {value} is more than this calculation handles ({MAX_BALLS_OR_BINS})")]
     TooLarge { what: &'static str, value: u32 },

@@ -24,7 +24,7 @@ pub enum SteeringError {
     Tuple(#[from] TupleError),
     #[error(
         "the receiver's RSS is not linear in the destination port ({reason}), so SRAP \
-         steers named ports only: give --port for each port the workload uses"
+         steers named destination ports only: name each port the workload uses"
     )]
     NeedsPort { reason: String },
     #[error("no source port in {range} lands on any receiver CPU")]

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::Context as _;
-use srap_common::rss::RssDescription;
+use srap_common::{rss::RssDescription, steering::SteeringError};
 use srap_daemon::sender::{self, Steering, args::SenderArgs};
 
 /// Sets up (or adopts) the binder, prints what it steers, then reports its
@@ -27,6 +27,7 @@ pub fn run(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Resu
     let (_, model) = RssDescription::load(rss)?;
     let options = sender::follow::options(args, model, args.receivers.clone());
     let mut steering = sender::start(&options, srap_daemon::ebpf_object())
+        .map_err(with_flag_hint)
         .context("setting up the port binder")?;
     // No receiver agent grants CPUs here: every slot is this sender's (a
     // grant pinned by an earlier `--peer` run would otherwise stay).
@@ -71,4 +72,20 @@ async fn report_until_stopped(
         steering.layout.dir().display()
     );
     Ok(())
+}
+
+/// Names the flag that fixes an error the library can only describe.
+fn with_flag_hint(err: sender::SenderError) -> anyhow::Error {
+    let needs_port = matches!(
+        &err,
+        sender::SenderError::Steering {
+            source: SteeringError::NeedsPort { .. },
+            ..
+        }
+    );
+    if needs_port {
+        anyhow::Error::new(err).context("give --port for each destination port the workload uses")
+    } else {
+        err.into()
+    }
 }
