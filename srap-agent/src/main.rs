@@ -30,6 +30,10 @@ enum Command {
         /// Hook to attach to.
         #[arg(long, value_enum, default_value_t = HookArg::Auto)]
         hook: HookArg,
+        /// cgroup2 directory whose TCP servers the socket hook watches
+        /// (default: the cgroup2 root).
+        #[arg(long, value_name = "DIR")]
+        verify_cgroup: Option<std::path::PathBuf>,
         /// Stop after this many seconds (default: until Ctrl-C).
         #[arg(long)]
         duration: Option<u64>,
@@ -66,10 +70,12 @@ fn main() -> anyhow::Result<()> {
         Command::Verify {
             iface,
             hook,
+            verify_cgroup,
             duration,
         } => runtime.block_on(cmd::verify::run(
             &iface,
             hook.into(),
+            verify_cgroup.as_deref(),
             duration.map(Duration::from_secs),
         )),
         Command::Sender(args) => cmd::sender::run(&args, &runtime),

@@ -15,6 +15,18 @@ pub const VERIFY_XDP_PROGRAM: &str = "srap_verify";
 /// Name of the tc (ingress classifier) variant of the receive verifier.
 pub const VERIFY_TC_PROGRAM: &str = "srap_verify_tc";
 
+/// Name of the socket verifier's per-connection map in the eBPF object.
+pub const SOCK_FLOWS_MAP: &str = "SRAP_SOCK_FLOWS";
+/// Name of the socket (`sock_ops`) variant of the receive verifier.
+pub const VERIFY_SOCK_PROGRAM: &str = "srap_verify_sock";
+/// Bare programs that only let the packet (or socket) through: the baselines
+/// the verifier's cost is measured against, in the same object and run.
+pub const BARE_XDP_PROGRAM: &str = "srap_bare_xdp";
+/// See [`BARE_XDP_PROGRAM`].
+pub const BARE_TC_PROGRAM: &str = "srap_bare_tc";
+/// See [`BARE_XDP_PROGRAM`].
+pub const BARE_SOCK_PROGRAM: &str = "srap_bare_sock";
+
 /// [`FlowKey::family`] of an IPv4 flow (`AF_INET`).
 pub const FAMILY_IPV4: u8 = 2;
 /// [`FlowKey::family`] of an IPv6 flow (`AF_INET6`).
@@ -80,17 +92,52 @@ pub struct FlowStats {
     pub pad: u32,
 }
 
+/// What the socket verifier saw of one accepted TCP connection: written
+/// when the handshake completes and when the connection closes, never per
+/// packet.
+///
+/// `rx_queue` and `cpu` are those of the handshake's last ACK, the packet
+/// that created the socket: its CPU is the one that processes the flow (after
+/// RPS), its queue the one RSS chose, which every later packet of the flow
+/// shares. Bytes and segments while the connection is open come from user
+/// space (`tcp_info` through sock_diag); at close the program stores the
+/// final counts so a short connection is still accounted.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SockFlow {
+    /// The socket's `rx_queue_mapping` as the kernel reports it to BPF:
+    /// `u32::MAX` (-1) when the skb recorded no queue. What a recorded value
+    /// means depends on the driver (see the agent's queue reading).
+    pub rx_queue: u32,
+    /// CPU that processed the handshake's last ACK.
+    pub cpu: u32,
+    /// `bpf_ktime_get_ns()` when the connection was established.
+    pub established_ns: u64,
+    /// `bpf_ktime_get_ns()` when it closed; 0 while open.
+    pub closed_ns: u64,
+    /// `tcp_sock.bytes_received` at close (payload bytes).
+    pub bytes: u64,
+    /// `tcp_sock.segs_in` at close.
+    pub segs_in: u64,
+    /// CPU that ran the close callback (diagnostic only).
+    pub close_cpu: u32,
+    /// Always zero; makes the padding explicit.
+    pub pad: u32,
+}
+
 #[cfg(feature = "user")]
 mod user {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-    use super::{FAMILY_IPV4, FAMILY_IPV6, FlowKey, FlowStats, RX_QUEUE_UNKNOWN};
+    use super::{FAMILY_IPV4, FAMILY_IPV6, FlowKey, FlowStats, RX_QUEUE_UNKNOWN, SockFlow};
 
     // SAFETY: both are `#[repr(C)]`, `Copy`, made only of integers and byte
     // arrays, with all padding explicit, so every bit pattern is valid.
     unsafe impl aya::Pod for FlowKey {}
     // SAFETY: as above.
     unsafe impl aya::Pod for FlowStats {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for SockFlow {}
 
     fn family_and_bytes(ip: IpAddr) -> (u8, [u8; 16]) {
         let mut bytes = [0u8; 16];
@@ -186,6 +233,7 @@ mod user {
         fn layout_matches_what_the_ebpf_side_writes() {
             assert_eq!(std::mem::size_of::<FlowKey>(), 40);
             assert_eq!(std::mem::size_of::<FlowStats>(), 48);
+            assert_eq!(std::mem::size_of::<SockFlow>(), 48);
         }
     }
 }

@@ -12,6 +12,7 @@ pub mod peer;
 pub mod psk;
 pub mod receiver;
 pub mod sender;
+pub mod sock_diag;
 pub mod tracker;
 pub mod verifier;
 

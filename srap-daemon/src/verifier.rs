@@ -1,26 +1,39 @@
-//! Loads and attaches the receive verifier (`srap_verify` / `srap_verify_tc`)
-//! and reads back where each TCP flow landed.
+//! Loads and attaches the receive verifier (`srap_verify_sock`,
+//! `srap_verify_tc` or `srap_verify`) and reads back where each TCP flow
+//! landed.
 //!
-//! Attachment picks the best hook the device accepts, in [`AUTO_ORDER`]:
-//! native XDP sees frames as the driver receives them, with the driver's queue
-//! index; tc ingress is the fallback that every device supports; generic
-//! (skb) XDP comes last because it linearises every skb, which costs more than
-//! tc on a busy receiver and tells nothing more.
+//! Attachment picks the first hook that works in [`AUTO_ORDER`]: the socket
+//! hook (`sock_ops` on a cgroup) runs twice per accepted connection and never
+//! per packet, so it costs the receive CPUs nothing; it sees flows that end
+//! on this host, with their queue and CPU from the handshake and their bytes
+//! from `tcp_info` (sock_diag). tc ingress parses every packet (after GRO)
+//! and also sees flows that only pass through; XDP only when asked.
 //!
 //! The links belong to the returned [`Verifier`]: dropping it detaches. A
 //! caller working in another network namespace must drop it in that same
 //! namespace (netlink-based detaches use the caller's namespace).
 
-use std::{collections::HashMap, fmt, net::SocketAddr};
+use std::{
+    collections::HashMap,
+    fmt,
+    net::{IpAddr, SocketAddr},
+    path::{Path, PathBuf},
+};
 
 use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapError},
-    programs::{LinkOrder, ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode, tc},
+    programs::{
+        CgroupAttachMode, LinkOrder, ProgramError, SchedClassifier, SockOps, TcAttachType, Xdp,
+        XdpMode, tc,
+    },
 };
 use srap_common::maps::{
-    FLOWS_MAP, FlowKey, FlowStats, RX_QUEUE_UNKNOWN, VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
+    FLOWS_MAP, FlowKey, FlowStats, RX_QUEUE_UNKNOWN, SOCK_FLOWS_MAP, SockFlow, VERIFY_SOCK_PROGRAM,
+    VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
 };
+
+use crate::sock_diag::{SockDiag, TcpCounters};
 use tracing::{debug, info};
 
 /// Where the verifier runs.
@@ -34,6 +47,8 @@ pub enum Hook {
     TcxIngress,
     /// tc ingress through a filter on a `clsact` qdisc (netlink; older kernels).
     ClsactIngress,
+    /// `sock_ops` on a cgroup: once per accepted connection, never per packet.
+    SockOps,
 }
 
 impl fmt::Display for Hook {
@@ -43,16 +58,19 @@ impl fmt::Display for Hook {
             Self::XdpGeneric => "xdp (generic)",
             Self::TcxIngress => "tc ingress (tcx)",
             Self::ClsactIngress => "tc ingress (clsact)",
+            Self::SockOps => "sock_ops (cgroup)",
         })
     }
 }
 
 /// Hooks tried by [`HookChoice::Auto`], best first: only hooks whose
-/// attaching changes nothing on the device. XDP is never chosen for the
-/// user: on virtio_net (6.1) attaching it re-sends the queue-pair count and
-/// QEMU turns RSS off; mlx5 refuses it while HW-GRO/LRO is on and rebuilds
-/// its receive rings; a non-frags program cannot attach at 9000-byte MTU.
-pub const AUTO_ORDER: [Hook; 2] = [Hook::TcxIngress, Hook::ClsactIngress];
+/// attaching changes nothing on the device. The socket hook first: it does
+/// no per-packet work (tc ingress does, ~tens of ns per skb); tc where
+/// there is no cgroup2 and on a veth (see [`QueueReading::SocketPeerTxQueue`]). XDP is never chosen for the user: on virtio_net
+/// (6.1) attaching it re-sends the queue-pair count and QEMU turns RSS off;
+/// mlx5 refuses it while HW-GRO/LRO is on and rebuilds its receive rings; a
+/// non-frags program cannot attach at 9000-byte MTU.
+pub const AUTO_ORDER: [Hook; 3] = [Hook::SockOps, Hook::TcxIngress, Hook::ClsactIngress];
 
 /// Which hooks to try.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -64,6 +82,8 @@ pub enum HookChoice {
     Xdp,
     /// tc ingress only: tcx, then a `clsact` filter.
     Tc,
+    /// The socket hook only.
+    Sock,
     /// Exactly this hook.
     Only(Hook),
 }
@@ -74,6 +94,7 @@ impl HookChoice {
             Self::Auto => &AUTO_ORDER,
             Self::Xdp => &[Hook::XdpDriver, Hook::XdpGeneric],
             Self::Tc => &[Hook::TcxIngress, Hook::ClsactIngress],
+            Self::Sock => &[Hook::SockOps],
             Self::Only(hook) => std::slice::from_ref(hook),
         }
     }
@@ -105,8 +126,11 @@ pub enum VerifierError {
         attempts: String,
     },
     /// Reading the flow map failed.
-    #[error("reading {FLOWS_MAP}: {0}")]
+    #[error("reading the verifier's flow map: {0}")]
     Map(#[from] MapError),
+    /// Reading the connections' counters (sock_diag) failed.
+    #[error("reading TCP counters through sock_diag: {0}")]
+    Diag(std::io::Error),
 }
 
 /// One flow as the verifier recorded it.
@@ -133,6 +157,11 @@ pub enum QueueReading {
     /// tc on a veth: the skb still carries the tx queue the peer sent it on,
     /// which veth delivers on the receive queue of the same number.
     PeerTxQueue,
+    /// The socket hook on a veth: the kernel stored the skb's
+    /// `queue_mapping − 1` (the peer's tx queue − 1) and nothing for queue 0:
+    /// −1 (read as queue 0) for a listener's first connection, and the
+    /// listener's earlier value after that. Exact for queues ≥ 1 only.
+    SocketPeerTxQueue,
 }
 
 impl QueueReading {
@@ -140,16 +169,22 @@ impl QueueReading {
     pub fn of(hook: Hook, driver: Option<&str>) -> Self {
         match (hook, driver) {
             (Hook::XdpDriver | Hook::XdpGeneric, _) => Self::Exact,
+            // The socket's rx_queue_mapping is already queue_mapping − 1.
+            (Hook::SockOps, Some("veth")) => Self::SocketPeerTxQueue,
+            (Hook::SockOps, _) => Self::Exact,
             (_, Some("veth")) => Self::PeerTxQueue,
             _ => Self::RecordedPlusOne,
         }
     }
 
-    /// The receive queue a recorded value stands for.
+    /// The receive queue a recorded value stands for ([`RX_QUEUE_UNKNOWN`]
+    /// when it stands for none).
     pub fn queue(self, recorded: u32) -> u32 {
         match self {
             Self::Exact | Self::PeerTxQueue => recorded,
+            Self::RecordedPlusOne if recorded == RX_QUEUE_UNKNOWN => RX_QUEUE_UNKNOWN,
             Self::RecordedPlusOne => recorded.checked_sub(1).unwrap_or(RX_QUEUE_UNKNOWN),
+            Self::SocketPeerTxQueue => recorded.wrapping_add(1),
         }
     }
 }
@@ -160,6 +195,17 @@ pub struct Verifier {
     hook: Hook,
     iface: String,
     queues: QueueReading,
+    /// The socket hook's view of the namespace it was attached in.
+    sockets: Option<SocketView>,
+}
+
+/// What the socket hook needs besides its map: the attaching namespace's
+/// connections (sock_diag) and which local addresses belong to the interface
+/// (the cgroup's sockets may live in other namespaces or on loopback).
+#[derive(Debug)]
+struct SocketView {
+    diag: SockDiag,
+    local: Vec<IpAddr>,
 }
 
 impl fmt::Debug for Verifier {
@@ -173,25 +219,53 @@ impl fmt::Debug for Verifier {
 
 impl Verifier {
     /// Loads the verifier and attaches it to `iface` (in the calling thread's
-    /// network namespace) on the first hook of `choice` that works.
+    /// network namespace) on the first hook of `choice` that works; the
+    /// socket hook goes on the cgroup2 root.
     pub fn attach(iface: &str, choice: HookChoice) -> Result<Self, VerifierError> {
+        Self::attach_in(iface, choice, None)
+    }
+
+    /// [`Verifier::attach`], with the socket hook on `cgroup` (a cgroup2
+    /// directory; `None`: the cgroup2 root, every local TCP server). It sees
+    /// connections accepted by processes in that cgroup's subtree.
+    pub fn attach_in(
+        iface: &str,
+        choice: HookChoice,
+        cgroup: Option<&Path>,
+    ) -> Result<Self, VerifierError> {
         let mut ebpf = Ebpf::load(crate::ebpf_object())?;
         let mut attempts = Vec::new();
+        let driver = driver(iface);
         for &hook in choice.order() {
+            if choice == HookChoice::Auto
+                && hook == Hook::SockOps
+                && driver.as_deref() == Some("veth")
+            {
+                // veth records no receive queue for its queue 0 (the skb's
+                // queue_mapping is 0), and then a new socket keeps the
+                // listener's queue from an earlier connection: the socket
+                // hook cannot tell queue 0 there. tc can.
+                attempts.push(format!(
+                    "{hook}: not by default on a veth (queue 0 unknowable)"
+                ));
+                continue;
+            }
             let outcome = match hook {
-                Hook::XdpDriver => attach_xdp(&mut ebpf, iface, XdpMode::Driver),
-                Hook::XdpGeneric => attach_xdp(&mut ebpf, iface, XdpMode::Skb),
-                Hook::TcxIngress => attach_tc(&mut ebpf, iface, false),
-                Hook::ClsactIngress => attach_tc(&mut ebpf, iface, true),
+                Hook::XdpDriver => attach_xdp(&mut ebpf, iface, XdpMode::Driver).map(|()| None),
+                Hook::XdpGeneric => attach_xdp(&mut ebpf, iface, XdpMode::Skb).map(|()| None),
+                Hook::TcxIngress => attach_tc(&mut ebpf, iface, false).map(|()| None),
+                Hook::ClsactIngress => attach_tc(&mut ebpf, iface, true).map(|()| None),
+                Hook::SockOps => attach_sock(&mut ebpf, iface, cgroup).map(Some),
             };
             match outcome {
-                Ok(()) => {
+                Ok(sockets) => {
                     info!(iface, %hook, "receive verifier attached");
                     return Ok(Self {
                         ebpf,
                         hook,
                         iface: iface.to_owned(),
-                        queues: QueueReading::of(hook, driver(iface).as_deref()),
+                        queues: QueueReading::of(hook, driver.as_deref()),
+                        sockets,
                     });
                 }
                 Err(AttachFailure::Fatal(err)) => return Err(err),
@@ -219,6 +293,9 @@ impl Verifier {
 
     /// Every flow recorded so far, sorted by (src, dst).
     pub fn flows(&self) -> Result<Vec<FlowRecord>, VerifierError> {
+        if let Some(sockets) = &self.sockets {
+            return self.socket_flows(sockets);
+        }
         let map = self
             .ebpf
             .map(FLOWS_MAP)
@@ -234,9 +311,7 @@ impl Verifier {
         let mut records: Vec<_> = flows
             .into_iter()
             .filter_map(|(key, mut stats)| {
-                if stats.rx_queue != RX_QUEUE_UNKNOWN {
-                    stats.rx_queue = self.queues.queue(stats.rx_queue);
-                }
+                stats.rx_queue = self.queues.queue(stats.rx_queue);
                 Some(FlowRecord {
                     src: key.src()?,
                     dst: key.dst()?,
@@ -248,6 +323,154 @@ impl Verifier {
         records.sort_by_key(|record| (record.src, record.dst));
         Ok(records)
     }
+}
+
+impl Verifier {
+    /// The socket hook's flows: its map joined with the namespace's live
+    /// connections. A connection still open takes its counters from
+    /// `tcp_info`; a closed one from what the program stored at close. Only
+    /// connections to an address of the interface are this verifier's.
+    fn socket_flows(&self, sockets: &SocketView) -> Result<Vec<FlowRecord>, VerifierError> {
+        let map = self
+            .ebpf
+            .map(SOCK_FLOWS_MAP)
+            .ok_or(VerifierError::Missing("socket flow map"))?;
+        let map = BpfHashMap::<_, FlowKey, SockFlow>::try_from(map)?;
+        let mut flows = HashMap::new();
+        for entry in map.iter() {
+            let (key, flow) = entry?;
+            flows.insert(key, flow);
+        }
+        let live = sockets
+            .diag
+            .tcp_connections()
+            .map_err(VerifierError::Diag)?;
+        let now_ns = monotonic_ns();
+        let mut records: Vec<_> = flows
+            .into_iter()
+            .filter_map(|(key, flow)| {
+                let (src, dst) = (unmapped(key.src()?), unmapped(key.dst()?));
+                if !sockets.local.contains(&dst.ip()) {
+                    return None;
+                }
+                let open = live.get(&(src, dst)).or_else(|| {
+                    // A dual-stack socket reports v4-mapped addresses.
+                    live.get(&(v4_mapped(src), v4_mapped(dst)))
+                });
+                let stats = socket_stats(&flow, open, now_ns, self.queues)?;
+                let key = FlowKey::from_addrs(src, dst).unwrap_or(key);
+                Some(FlowRecord {
+                    src,
+                    dst,
+                    key,
+                    stats,
+                })
+            })
+            .collect();
+        records.sort_by_key(|record| (record.src, record.dst));
+        Ok(records)
+    }
+}
+
+/// One connection's record in the tc program's terms. `None` for a record
+/// that is neither open in this namespace nor closed (another namespace's).
+fn socket_stats(
+    flow: &SockFlow,
+    open: Option<&TcpCounters>,
+    now_ns: u64,
+    queues: QueueReading,
+) -> Option<FlowStats> {
+    let (packets, bytes, last_seen_ns) = match (open, flow.closed_ns) {
+        (Some(counters), _) => {
+            let ago = u64::from(counters.last_data_recv_ms).saturating_mul(1_000_000);
+            (
+                counters.segs_in,
+                counters.bytes_received,
+                now_ns.saturating_sub(ago).max(flow.established_ns),
+            )
+        }
+        (None, 0) => return None,
+        (None, closed) => (flow.segs_in, flow.bytes, closed),
+    };
+    Some(FlowStats {
+        rx_queue: queues.queue(flow.rx_queue),
+        cpu: flow.cpu,
+        packets,
+        bytes,
+        first_seen_ns: flow.established_ns,
+        last_seen_ns,
+        moves: 0,
+        pad: 0,
+    })
+}
+
+/// `::ffff:a.b.c.d` as `a.b.c.d`: a dual-stack listener's IPv4 clients are
+/// IPv4 flows, as the packet hooks record them.
+fn unmapped(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map_or(addr, |v4| SocketAddr::new(v4.into(), addr.port())),
+        IpAddr::V4(_) => addr,
+    }
+}
+
+fn v4_mapped(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V4(v4) => SocketAddr::new(v4.to_ipv6_mapped().into(), addr.port()),
+        IpAddr::V6(_) => addr,
+    }
+}
+
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec we own; CLOCK_MONOTONIC
+    // always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
+}
+
+/// The addresses of `iface` in the calling thread's namespace (none when it
+/// has none or does not exist).
+fn iface_addresses(iface: &str) -> Vec<IpAddr> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list we free below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    let mut cursor = head;
+    while !cursor.is_null() {
+        // SAFETY: `cursor` walks the list getifaddrs returned, which stays
+        // valid until freeifaddrs; name and address pointers are checked.
+        unsafe {
+            let entry = &*cursor;
+            let name = std::ffi::CStr::from_ptr(entry.ifa_name);
+            if name.to_bytes() == iface.as_bytes() && !entry.ifa_addr.is_null() {
+                match i32::from((*entry.ifa_addr).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*entry.ifa_addr.cast::<libc::sockaddr_in>();
+                        out.push(IpAddr::from(
+                            u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+                        ));
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*entry.ifa_addr.cast::<libc::sockaddr_in6>();
+                        out.push(IpAddr::from(sin6.sin6_addr.s6_addr));
+                    }
+                    _ => {}
+                }
+            }
+            cursor = entry.ifa_next;
+        }
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
 }
 
 /// The driver of `iface` (`ETHTOOL_GDRVINFO`), if it says.
@@ -314,6 +537,59 @@ fn load_tc(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, AttachFailure> {
     Ok(program)
 }
 
+/// The socket hook on `cgroup` (default: the cgroup2 root), with the
+/// namespace's sock_diag socket and `iface`'s addresses, both taken now, in
+/// the calling thread's namespace.
+fn attach_sock(
+    ebpf: &mut Ebpf,
+    iface: &str,
+    cgroup: Option<&Path>,
+) -> Result<SocketView, AttachFailure> {
+    let cgroup: PathBuf = match cgroup {
+        Some(path) => path.to_owned(),
+        None => srap_host::cgroup::cgroup2_mount()
+            .map_err(|err| AttachFailure::Refused(err.to_string()))?,
+    };
+    let local = iface_addresses(iface);
+    if local.is_empty() {
+        return Err(AttachFailure::Refused(format!(
+            "{iface} has no address here, so no connection ends on it"
+        )));
+    }
+    let diag = SockDiag::open()
+        .map_err(|err| AttachFailure::Refused(format!("opening sock_diag: {err}")))?;
+    let file = std::fs::File::open(&cgroup).map_err(|err| {
+        AttachFailure::Refused(format!("opening cgroup {}: {err}", cgroup.display()))
+    })?;
+    let program: &mut SockOps = ebpf
+        .program_mut(VERIFY_SOCK_PROGRAM)
+        .ok_or(AttachFailure::Fatal(VerifierError::Missing(
+            "sock_ops program",
+        )))?
+        .try_into()
+        .map_err(|source| {
+            AttachFailure::Fatal(VerifierError::Program {
+                program: VERIFY_SOCK_PROGRAM,
+                source,
+            })
+        })?;
+    if program.fd().is_err() {
+        program.load().map_err(|source| {
+            AttachFailure::Fatal(VerifierError::Program {
+                program: VERIFY_SOCK_PROGRAM,
+                source,
+            })
+        })?;
+    }
+    // A BPF link (Linux ≥ 5.7) coexists with every other program and link
+    // on the cgroup whatever the mode; link_create refuses the multi flag.
+    program
+        .attach(file, CgroupAttachMode::Single)
+        .map_err(|err| AttachFailure::Refused(error_chain(&err)))?;
+    debug!(iface, cgroup = %cgroup.display(), "socket verifier on the cgroup");
+    Ok(SocketView { diag, local })
+}
+
 /// tc ingress through tcx, or through a `clsact` qdisc filter. A `clsact`
 /// qdisc added here stays on the device after detach: it is inert without
 /// filters, and removing it could remove someone else's.
@@ -371,7 +647,53 @@ mod tests {
             HookChoice::Auto
                 .order()
                 .iter()
-                .all(|hook| matches!(hook, Hook::TcxIngress | Hook::ClsactIngress))
+                .all(|hook| !matches!(hook, Hook::XdpDriver | Hook::XdpGeneric))
+        );
+        assert_eq!(
+            HookChoice::Auto.order()[0],
+            Hook::SockOps,
+            "zero-cost first"
+        );
+    }
+
+    #[test]
+    fn socket_queue_reading_on_veth_and_real_drivers() {
+        let veth = QueueReading::of(Hook::SockOps, Some("veth"));
+        assert_eq!(veth.queue(u32::MAX), 0, "-1: the peer sent on tx queue 0");
+        assert_eq!(veth.queue(2), 3);
+        let real = QueueReading::of(Hook::SockOps, Some("mlx5_core"));
+        assert_eq!(real.queue(5), 5);
+        assert_eq!(real.queue(u32::MAX), RX_QUEUE_UNKNOWN);
+    }
+
+    #[test]
+    fn socket_stats_prefer_live_counters_and_skip_foreign_records() {
+        let flow = SockFlow {
+            rx_queue: 1,
+            cpu: 3,
+            established_ns: 1_000,
+            ..SockFlow::default()
+        };
+        let exact = QueueReading::Exact;
+        assert_eq!(socket_stats(&flow, None, 5_000_000, exact), None);
+        let live = TcpCounters {
+            bytes_received: 9_000,
+            segs_in: 7,
+            last_data_recv_ms: 2,
+        };
+        let stats = socket_stats(&flow, Some(&live), 5_000_000, exact).expect("open");
+        assert_eq!((stats.rx_queue, stats.cpu, stats.bytes), (1, 3, 9_000));
+        assert_eq!(stats.last_seen_ns, 3_000_000);
+        let closed = SockFlow {
+            closed_ns: 4_000,
+            bytes: 100,
+            segs_in: 2,
+            ..flow
+        };
+        let stats = socket_stats(&closed, None, 5_000_000, exact).expect("closed");
+        assert_eq!(
+            (stats.bytes, stats.packets, stats.last_seen_ns),
+            (100, 2, 4_000)
         );
     }
 }

@@ -6,15 +6,20 @@
 //! * [`emulator`]: the lab's RSS-NIC emulator, tc egress (`srap_rss_nic`).
 //! * [`verifier`]: the receive verifier, XDP (`srap_verify`) and tc ingress
 //!   (`srap_verify_tc`) variants of the same per-flow accounting.
+//! * [`sock_verifier`]: the receive verifier without per-packet work,
+//!   `sock_ops` on a cgroup (`srap_verify_sock`).
+//! * [`bare`]: do-nothing programs of the same hooks, the benchmarks' baselines.
 #![no_std]
 #![no_main]
 // Atomic adds on map memory: core's atomics have no RMW on the BPF target.
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
+mod bare;
 mod binder;
 mod emulator;
 mod packet;
+mod sock_verifier;
 mod verifier;
 
 /// eBPF programs cannot unwind; the verifier rejects any path that would reach

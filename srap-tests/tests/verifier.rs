@@ -31,6 +31,20 @@ struct Exchange {
 /// `choice`, sends `PAYLOAD` bytes over one TCP connection from the sender,
 /// and returns the flows recorded. Everything is torn down on return.
 fn exchange(choice: HookChoice, v6: bool, subnet: u8) -> Exchange {
+    exchange_all(&[choice], v6, subnet, None)
+        .pop()
+        .expect("one exchange per choice")
+}
+
+/// [`exchange`] with one verifier per choice, all attached at once and
+/// watching the same connection; with `rps_cpu`, every receive queue's RPS
+/// mask is that one CPU.
+fn exchange_all(
+    choices: &[HookChoice],
+    v6: bool,
+    subnet: u8,
+    rps_cpu: Option<u32>,
+) -> Vec<Exchange> {
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: QUEUES,
         rx_queues: QUEUES,
@@ -38,10 +52,30 @@ fn exchange(choice: HookChoice, v6: bool, subnet: u8) -> Exchange {
     })
     .expect("two namespaces joined by a veth");
     let server_addr = SocketAddr::new(hosts.receiver_end.ip(v6), PORT);
+    if let Some(cpu) = rps_cpu {
+        let script: String = (0..QUEUES)
+            .map(|q| {
+                format!(
+                    "echo {:x} > /sys/class/net/{}/queues/rx-{q}/rps_cpus\n",
+                    1u64 << cpu,
+                    hosts.receiver_end.ifname
+                )
+            })
+            .collect();
+        hosts
+            .receiver
+            .exec("sh", ["-c", &script])
+            .expect("set RPS masks");
+    }
 
     // The receiver side lives on this thread, inside the receiver namespace.
     let inside = hosts.receiver.enter().expect("enter receiver namespace");
-    let verifier = Verifier::attach(&hosts.receiver_end.ifname, choice).expect("attach verifier");
+    let verifiers: Vec<Verifier> = choices
+        .iter()
+        .map(|&choice| {
+            Verifier::attach(&hosts.receiver_end.ifname, choice).expect("attach verifier")
+        })
+        .collect();
     let listener = TcpListener::bind(server_addr).expect("listen in receiver namespace");
 
     // Not TCP: must not show up in the flow map.
@@ -65,17 +99,19 @@ fn exchange(choice: HookChoice, v6: bool, subnet: u8) -> Exchange {
     });
     assert_eq!(received, PAYLOAD, "server got the whole payload");
 
-    let flows = verifier.flows().expect("read flow map");
-    let hook = verifier.hook();
+    let exchanges = verifiers
+        .iter()
+        .map(|verifier| Exchange {
+            client,
+            server: server_addr,
+            flows: verifier.flows().expect("read flow map"),
+            hook: verifier.hook(),
+        })
+        .collect();
     // Detach in the namespace we attached in, then leave it.
-    drop(verifier);
+    drop(verifiers);
     drop(inside);
-    Exchange {
-        client,
-        server: server_addr,
-        flows,
-        hook,
-    }
+    exchanges
 }
 
 /// One UDP datagram to the server's address (nothing listens; the point is
@@ -191,18 +227,34 @@ fn xdp_verifier_records_the_ipv6_flow() {
 }
 
 #[test]
-fn tcx_by_default_records_the_flow() {
-    if !require_privileged("tcx_by_default_records_the_flow") {
+fn tcx_records_the_flow() {
+    if !require_privileged("tcx_records_the_flow") {
         return;
     }
-    // The default never reconfigures the device: no XDP unless asked.
-    let exchange = exchange(HookChoice::Auto, false, 13);
+    let exchange = exchange(HookChoice::Tc, false, 13);
     // tcx needs Linux 6.6; older kernels fall through to clsact, also fine.
     assert!(
         matches!(exchange.hook, Hook::TcxIngress | Hook::ClsactIngress),
         "tc hook: {}",
         exchange.hook
     );
+    assert_single_flow(&exchange);
+}
+
+#[test]
+fn the_socket_hook_records_the_flow_and_auto_keeps_tc_on_veth() {
+    if !require_privileged("the_socket_hook_records_the_flow_and_auto_keeps_tc_on_veth") {
+        return;
+    }
+    let exchange = exchange(HookChoice::Sock, false, 64);
+    assert_eq!(exchange.hook, Hook::SockOps);
+    assert_single_flow(&exchange);
+    // A veth cannot tell the socket hook its queue 0: the default uses tc
+    // there (and the socket hook on real NICs).
+    let exchange = exchange_all(&[HookChoice::Auto], false, 64, None)
+        .pop()
+        .expect("one exchange");
+    assert_eq!(exchange.hook, Hook::TcxIngress);
     assert_single_flow(&exchange);
 }
 
@@ -214,4 +266,64 @@ fn clsact_fallback_records_the_ipv6_flow() {
     let exchange = exchange(HookChoice::Only(Hook::ClsactIngress), true, 14);
     assert_eq!(exchange.hook, Hook::ClsactIngress);
     assert_single_flow(&exchange);
+}
+
+/// The socket hook (no per-packet work) and the tc program (every skb) watch
+/// one connection with every receive queue's RPS pinned to one CPU: both
+/// must name the same flow, the same receive queue (the socket's
+/// `rx_queue_mapping` translated for veth) and that RPS CPU, and the socket
+/// hook must count the payload.
+fn assert_socket_hook_agrees_with_tc(v6: bool, subnet: u8) {
+    let cpus = thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let rps_cpu = cpus - 1;
+    let [tc, sock] = <[Exchange; 2]>::try_from(exchange_all(
+        &[HookChoice::Only(Hook::TcxIngress), HookChoice::Sock],
+        v6,
+        subnet,
+        Some(rps_cpu),
+    ))
+    .unwrap_or_else(|_| panic!("two exchanges"));
+    assert_eq!(sock.hook, Hook::SockOps);
+    let tc_flow = assert_single_flow(&tc);
+    let sock_flow = assert_single_flow(&sock);
+    // tcp_info's bytes_received advances with the sequence space, which the
+    // FIN takes one byte of.
+    assert!(
+        (PAYLOAD as u64..=PAYLOAD as u64 + 1).contains(&sock_flow.stats.bytes),
+        "payload bytes from the socket's counters: {sock_flow:?}"
+    );
+    // A veth's "receive queue" is the tx queue the sending socket picked,
+    // which may change after the handshake (tc counts that in `moves`); a
+    // NIC's RSS keeps a 4-tuple on one queue. Compare when nothing moved.
+    if tc_flow.stats.moves == 0 {
+        assert_eq!(
+            sock_flow.stats.rx_queue(),
+            tc_flow.stats.rx_queue(),
+            "same receive queue: socket {sock_flow:?}, tc {tc_flow:?}"
+        );
+    } else {
+        eprintln!("the sender moved the flow between veth queues: {tc_flow:?}");
+    }
+    assert!(sock_flow.stats.rx_queue().is_some_and(|q| q < QUEUES));
+    assert_eq!(tc_flow.stats.cpu, rps_cpu, "tc runs on the RPS CPU");
+    assert_eq!(
+        sock_flow.stats.cpu, rps_cpu,
+        "the socket hook reports the RPS CPU: {sock_flow:?}"
+    );
+}
+
+#[test]
+fn socket_hook_agrees_with_tc_ipv4() {
+    if !require_privileged("socket_hook_agrees_with_tc_ipv4") {
+        return;
+    }
+    assert_socket_hook_agrees_with_tc(false, 62);
+}
+
+#[test]
+fn socket_hook_agrees_with_tc_ipv6() {
+    if !require_privileged("socket_hook_agrees_with_tc_ipv6") {
+        return;
+    }
+    assert_socket_hook_agrees_with_tc(true, 63);
 }

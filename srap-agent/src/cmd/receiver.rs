@@ -58,6 +58,7 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
     let (mut monitor, status) = Monitor::start(
         &args.iface,
         (!args.no_verify).then_some(args.hook.into()),
+        args.verify_cgroup.as_deref(),
         SAMPLE_INTERVAL,
     );
     let control_path = args

@@ -8,8 +8,13 @@ use srap_daemon::verifier::{FlowRecord, HookChoice, Verifier};
 
 /// Prints the flow table every second until Ctrl-C or `duration`; detaching
 /// happens when the verifier is dropped on the way out.
-pub async fn run(iface: &str, hook: HookChoice, duration: Option<Duration>) -> anyhow::Result<()> {
-    let verifier = Verifier::attach(iface, hook)
+pub async fn run(
+    iface: &str,
+    hook: HookChoice,
+    cgroup: Option<&std::path::Path>,
+    duration: Option<Duration>,
+) -> anyhow::Result<()> {
+    let verifier = Verifier::attach_in(iface, hook, cgroup)
         .with_context(|| format!("attaching the receive verifier to {iface}"))?;
     println!(
         "verifier on {iface} via {}; Ctrl-C to stop",

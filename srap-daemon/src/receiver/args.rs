@@ -41,6 +41,10 @@ pub struct ReceiverArgs {
     /// Where the receive verifier runs.
     #[arg(long, value_enum, default_value_t = HookArg::Auto)]
     pub hook: HookArg,
+    /// cgroup2 directory whose TCP servers the socket hook watches
+    /// (default: the cgroup2 root, i.e. every local server).
+    #[arg(long, value_name = "DIR")]
+    pub verify_cgroup: Option<PathBuf>,
     /// Unix socket `srap status` reads the status from (mode 0600; default
     /// /run/srap/receiver.sock). A socket that cannot be made is fatal when
     /// given here, and only an error message with the default.
@@ -54,15 +58,20 @@ pub struct ReceiverArgs {
 /// `--hook`: where the receive verifier runs.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum HookArg {
-    /// tc ingress (tcx, then a clsact filter): attaching it changes nothing
-    /// on the device, and it sees each flow on the CPU that processes it.
+    /// The socket hook if it attaches (no per-packet work), else tc
+    /// ingress (tcx, then a clsact filter). Neither changes the device.
     Auto,
     /// XDP (driver, then generic), only when asked: attaching XDP
     /// reconfigures some NICs (virtio_net drops QEMU's RSS, mlx5 rebuilds
     /// its rings and refuses it with HW-GRO/LRO on).
     Xdp,
-    /// tc ingress only (the same as auto today).
+    /// tc ingress only: parses every skb (after GRO), and also sees flows
+    /// that do not end on this host.
     Tc,
+    /// `sock_ops` on a cgroup only: runs once per accepted connection and
+    /// never per packet; queue and CPU come from the handshake's last ACK,
+    /// bytes from `tcp_info`.
+    Sock,
 }
 
 impl From<HookArg> for HookChoice {
@@ -71,6 +80,7 @@ impl From<HookArg> for HookChoice {
             HookArg::Auto => Self::Auto,
             HookArg::Xdp => Self::Xdp,
             HookArg::Tc => Self::Tc,
+            HookArg::Sock => Self::Sock,
         }
     }
 }

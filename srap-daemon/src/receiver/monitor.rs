@@ -50,10 +50,11 @@ impl Monitor {
     pub fn start(
         iface: &str,
         verify: Option<HookChoice>,
+        cgroup: Option<&std::path::Path>,
         interval: Duration,
     ) -> (Self, watch::Receiver<Arc<Status>>) {
         let (verifier, state) = if let Some(hook) = verify {
-            match Verifier::attach(iface, hook) {
+            match Verifier::attach_in(iface, hook, cgroup) {
                 Ok(verifier) => {
                     let hook = verifier.hook().to_string();
                     info!(iface, %hook, "verifying where flows land");

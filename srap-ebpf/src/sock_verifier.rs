@@ -1,0 +1,156 @@
+//! The socket receive verifier: a `sock_ops` program on the receiver's
+//! cgroup that records, per accepted TCP connection, the receive queue and
+//! the CPU of the packet that completed the handshake, and the final counts
+//! at close. It runs twice per connection and never per packet (no
+//! per-packet callback flag is ever set), so it costs the receive CPUs
+//! nothing measurable however fast the flow is, at any MTU, without touching
+//! the NIC.
+//!
+//! Why the handshake's last ACK is enough: the passive-established callback
+//! runs in the softirq that processed that ACK, on the CPU RSS (and RPS)
+//! chose for the 4-tuple, and the kernel has just copied that skb's
+//! recorded receive queue into the new socket (`sk_rx_queue_mapping`). Every
+//! later packet of the flow hashes the same way.
+
+use core::ptr::read_volatile;
+
+use aya_ebpf::{
+    bindings::{
+        BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG,
+        BPF_TCP_CLOSE,
+    },
+    helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    macros::{map, sock_ops},
+    maps::LruHashMap,
+    programs::SockOpsContext,
+};
+use srap_common::maps::{FAMILY_IPV4, FAMILY_IPV6, FLOWS_MAX_ENTRIES, FlowKey, SockFlow};
+
+/// Per-connection landing records, read by user space (`srap_agent::verifier`).
+#[map]
+static SRAP_SOCK_FLOWS: LruHashMap<FlowKey, SockFlow> =
+    LruHashMap::with_max_entries(FLOWS_MAX_ENTRIES, 0);
+
+/// `sock_ops` return value: carry on (the program only observes).
+const SOCK_OPS_OK: u32 = 1;
+
+/// Records accepted connections once established and once closed.
+#[sock_ops]
+pub fn srap_verify_sock(ctx: SockOpsContext) -> u32 {
+    match ctx.op() {
+        BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => {
+            established(&ctx);
+            // Only the state callback: no per-packet (RTT, header option,
+            // data) callback is ever asked for.
+            let _ = ctx.set_cb_flags(BPF_SOCK_OPS_STATE_CB_FLAG as i32);
+        }
+        BPF_SOCK_OPS_STATE_CB if ctx.arg(1) == BPF_TCP_CLOSE => closed(&ctx),
+        _ => {}
+    }
+    SOCK_OPS_OK
+}
+
+/// The flow key with the remote end (the sender) as source.
+#[inline(always)]
+fn flow_key(ctx: &SockOpsContext) -> Option<FlowKey> {
+    let mut key = FlowKey::default();
+    match ctx.family() {
+        2 => {
+            key.family = FAMILY_IPV4;
+            key.src_addr[..4].copy_from_slice(&ctx.remote_ip4().to_ne_bytes());
+            key.dst_addr[..4].copy_from_slice(&ctx.local_ip4().to_ne_bytes());
+        }
+        10 => {
+            key.family = FAMILY_IPV6;
+            // Word by word at constant offsets: the kernel's verifier only
+            // accepts context reads at a fixed offset from the context.
+            // SAFETY: `ops` is the kernel's context, valid for this run.
+            let (remote, local) = unsafe {
+                let ops = ctx.ops;
+                (
+                    [
+                        read_volatile(&raw const (*ops).remote_ip6[0]),
+                        read_volatile(&raw const (*ops).remote_ip6[1]),
+                        read_volatile(&raw const (*ops).remote_ip6[2]),
+                        read_volatile(&raw const (*ops).remote_ip6[3]),
+                    ],
+                    [
+                        read_volatile(&raw const (*ops).local_ip6[0]),
+                        read_volatile(&raw const (*ops).local_ip6[1]),
+                        read_volatile(&raw const (*ops).local_ip6[2]),
+                        read_volatile(&raw const (*ops).local_ip6[3]),
+                    ],
+                )
+            };
+            key.src_addr = words_to_bytes(remote);
+            key.dst_addr = words_to_bytes(local);
+        }
+        _ => return None,
+    }
+    // remote_port: the network-order port in the upper half on little-endian
+    // hosts; local_port: host order.
+    key.src_port = u16::from_be((ctx.remote_port() >> 16) as u16);
+    key.dst_port = ctx.local_port() as u16;
+    Some(key)
+}
+
+/// Four network-order words (as `sock_ops` gives IPv6 addresses) as bytes.
+#[inline(always)]
+fn words_to_bytes(words: [u32; 4]) -> [u8; 16] {
+    let [a, b, c, d] = words.map(u32::to_ne_bytes);
+    [
+        a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3], c[0], c[1], c[2], c[3], d[0], d[1], d[2],
+        d[3],
+    ]
+}
+
+/// The socket's recorded receive queue, `u32::MAX` when there is none.
+#[inline(always)]
+fn rx_queue(ctx: &SockOpsContext) -> u32 {
+    // SAFETY: `ops` is the kernel's context; `sk` is checked for null
+    // before use, as the kernel's verifier requires.
+    unsafe {
+        let sk = (*ctx.ops).__bindgen_anon_2.sk;
+        if sk.is_null() {
+            return u32::MAX;
+        }
+        (*sk).rx_queue_mapping as u32
+    }
+}
+
+#[inline(always)]
+fn established(ctx: &SockOpsContext) {
+    let Some(key) = flow_key(ctx) else {
+        return;
+    };
+    // SAFETY: helpers without preconditions.
+    let (cpu, now) = unsafe { (bpf_get_smp_processor_id(), bpf_ktime_get_ns()) };
+    let flow = SockFlow {
+        rx_queue: rx_queue(ctx),
+        cpu,
+        established_ns: now,
+        ..SockFlow::default()
+    };
+    // A reused 4-tuple (a new connection after the old one closed) replaces
+    // the old record: BPF_ANY.
+    let _ = SRAP_SOCK_FLOWS.insert(&key, &flow, 0);
+}
+
+#[inline(always)]
+fn closed(ctx: &SockOpsContext) {
+    let Some(key) = flow_key(ctx) else {
+        return;
+    };
+    let Some(flow) = SRAP_SOCK_FLOWS.get_ptr_mut(&key) else {
+        return;
+    };
+    // SAFETY: `flow` points at a live map value for the rest of this run;
+    // the context fields are readable in every callback.
+    unsafe {
+        let flow = &mut *flow;
+        flow.closed_ns = bpf_ktime_get_ns();
+        flow.close_cpu = bpf_get_smp_processor_id();
+        flow.bytes = (*ctx.ops).bytes_received;
+        flow.segs_in = u64::from((*ctx.ops).segs_in);
+    }
+}
