@@ -295,14 +295,16 @@ fn assert_socket_hook_agrees_with_tc(v6: bool, subnet: u8) {
     // A veth's "receive queue" is the tx queue the sending socket picked,
     // which may change after the handshake (tc counts that in `moves`); a
     // NIC's RSS keeps a 4-tuple on one queue. Compare when nothing moved.
-    if tc_flow.stats.moves == 0 {
+    // And a veth records no queue for its queue 0: the socket then holds a
+    // stale value (why `auto` keeps tc on veth).
+    if tc_flow.stats.moves == 0 && tc_flow.stats.rx_queue() != Some(0) {
         assert_eq!(
             sock_flow.stats.rx_queue(),
             tc_flow.stats.rx_queue(),
             "same receive queue: socket {sock_flow:?}, tc {tc_flow:?}"
         );
     } else {
-        eprintln!("the sender moved the flow between veth queues: {tc_flow:?}");
+        eprintln!("veth queue 0 or a moved flow, queues not compared: {tc_flow:?}");
     }
     assert!(sock_flow.stats.rx_queue().is_some_and(|q| q < QUEUES));
     assert_eq!(tc_flow.stats.cpu, rps_cpu, "tc runs on the RPS CPU");
