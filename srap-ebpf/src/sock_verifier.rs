@@ -133,7 +133,7 @@ fn established(ctx: &SockOpsContext) {
     };
     // A reused 4-tuple (a new connection after the old one closed) replaces
     // the old record: BPF_ANY.
-    let _ = SRAP_SOCK_FLOWS.insert(&key, &flow, 0);
+    let _ = SRAP_SOCK_FLOWS.insert(key, flow, 0);
 }
 
 #[inline(always)]
@@ -141,7 +141,7 @@ fn closed(ctx: &SockOpsContext) {
     let Some(key) = flow_key(ctx) else {
         return;
     };
-    let Some(flow) = SRAP_SOCK_FLOWS.get_ptr_mut(&key) else {
+    let Some(flow) = SRAP_SOCK_FLOWS.get_ptr_mut(key) else {
         return;
     };
     // SAFETY: `flow` points at a live map value for the rest of this run;
