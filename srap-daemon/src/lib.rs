@@ -13,6 +13,7 @@ pub mod psk;
 pub mod receiver;
 pub mod sender;
 pub mod sock_diag;
+pub mod tc;
 pub mod tracker;
 pub mod verifier;
 

@@ -24,8 +24,7 @@ use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapError},
     programs::{
-        CgroupAttachMode, LinkOrder, ProgramError, SchedClassifier, SockOps, TcAttachType, Xdp,
-        XdpMode, tc,
+        CgroupAttachMode, ProgramError, SchedClassifier, SockOps, TcAttachType, Xdp, XdpMode,
     },
 };
 use srap_common::maps::{
@@ -34,6 +33,7 @@ use srap_common::maps::{
 };
 
 use crate::sock_diag::{SockDiag, TcpCounters};
+use crate::tc::TcMode;
 use tracing::{debug, info};
 
 /// Where the verifier runs.
@@ -253,8 +253,8 @@ impl Verifier {
             let outcome = match hook {
                 Hook::XdpDriver => attach_xdp(&mut ebpf, iface, XdpMode::Driver).map(|()| None),
                 Hook::XdpGeneric => attach_xdp(&mut ebpf, iface, XdpMode::Skb).map(|()| None),
-                Hook::TcxIngress => attach_tc(&mut ebpf, iface, false).map(|()| None),
-                Hook::ClsactIngress => attach_tc(&mut ebpf, iface, true).map(|()| None),
+                Hook::TcxIngress => attach_tc(&mut ebpf, iface, TcMode::Tcx).map(|()| None),
+                Hook::ClsactIngress => attach_tc(&mut ebpf, iface, TcMode::Clsact).map(|()| None),
                 Hook::SockOps => attach_sock(&mut ebpf, iface, cgroup).map(Some),
             };
             match outcome {
@@ -590,25 +590,10 @@ fn attach_sock(
     Ok(SocketView { diag, local })
 }
 
-/// tc ingress through tcx, or through a `clsact` qdisc filter. A `clsact`
-/// qdisc added here stays on the device after detach: it is inert without
-/// filters, and removing it could remove someone else's.
-fn attach_tc(ebpf: &mut Ebpf, iface: &str, clsact: bool) -> Result<(), AttachFailure> {
+/// tc ingress through tcx, or through a `clsact` qdisc filter.
+fn attach_tc(ebpf: &mut Ebpf, iface: &str, mode: TcMode) -> Result<(), AttachFailure> {
     let program = load_tc(ebpf)?;
-    let options = if clsact {
-        match tc::qdisc_add_clsact(iface) {
-            Ok(()) => debug!(iface, "added a clsact qdisc"),
-            // Usually "already there" (ours from before, or someone else's):
-            // use it; if it is something worse, the attach below says so.
-            Err(err) => debug!(iface, err = %error_chain(&err), "clsact qdisc not added"),
-        }
-        tc::TcAttachOptions::Netlink(tc::NlOptions::default())
-    } else {
-        tc::TcAttachOptions::TcxOrder(LinkOrder::default())
-    };
-    program
-        .attach_with_options(iface, TcAttachType::Ingress, options)
-        .map(drop)
+    crate::tc::attach(program, iface, TcAttachType::Ingress, mode)
         .map_err(|err| AttachFailure::Refused(error_chain(&err)))
 }
 

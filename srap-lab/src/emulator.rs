@@ -7,7 +7,7 @@
 use aya::{
     Ebpf,
     maps::{Array, MapError},
-    programs::{LinkOrder, ProgramError, SchedClassifier, TcAttachType, tc},
+    programs::{ProgramError, SchedClassifier, TcAttachType},
 };
 use srap_common::{
     emulator::{CONFIG_MAP, EmulatorError, EmulatorTables, INDIR_MAP, PROGRAM, TOEPLITZ_MAP},
@@ -51,15 +51,8 @@ impl Emulator {
             .try_into()
             .map_err(program_error)?;
         program.load().map_err(program_error)?;
-        // tcx (Linux ≥ 6.6) needs no qdisc; older kernels take a clsact filter.
-        let tcx = tc::TcAttachOptions::TcxOrder(LinkOrder::default());
-        if let Err(tcx_error) = program.attach_with_options(iface, TcAttachType::Egress, tcx) {
-            info!(iface, %tcx_error, "tcx egress refused; using a clsact qdisc");
-            let _ = tc::qdisc_add_clsact(iface);
-            program
-                .attach(iface, TcAttachType::Egress)
-                .map_err(program_error)?;
-        }
+        srap_daemon::tc::attach_with_fallback(program, iface, TcAttachType::Egress)
+            .map_err(program_error)?;
         info!(
             iface,
             queues,
