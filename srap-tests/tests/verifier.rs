@@ -304,9 +304,9 @@ fn assert_socket_hook_agrees_with_tc(v6: bool, subnet: u8) {
             "same receive queue: socket {sock_flow:?}, tc {tc_flow:?}"
         );
     } else {
+        // The socket's queue is then stale, possibly from another device.
         eprintln!("veth queue 0 or a moved flow, queues not compared: {tc_flow:?}");
     }
-    assert!(sock_flow.stats.rx_queue().is_some_and(|q| q < QUEUES));
     assert_eq!(tc_flow.stats.cpu, rps_cpu, "tc runs on the RPS CPU");
     assert_eq!(
         sock_flow.stats.cpu, rps_cpu,
