@@ -3,18 +3,18 @@
 //!
 //! The receive verifier ([`verifier`]) and the sender-side port binder
 //! ([`sender`]); the receiver's RSS service ([`receiver`]) and the sender's
-//! client of it ([`peer`]), speaking [`srap_common::wire`] through
+//! client of it ([`upstream`]: the receiver is upstream of the sender, the senders are a receiver's `downstream`), speaking [`srap_common::wire`] through
 //! [`framed`]; the receiver's account of where flows land ([`tracker`],
 //! reported as [`srap_host::status::Status`]).
 
 pub mod framed;
-pub mod peer;
 pub mod psk;
 pub mod receiver;
 pub mod sender;
 pub mod sock_diag;
 pub mod tc;
 pub mod tracker;
+pub mod upstream;
 pub mod verifier;
 
 /// The eBPF object (`srap-ebpf`'s `srap` binary) built by this crate's build

@@ -28,8 +28,8 @@ use srap_common::{
     solver::PortRange,
 };
 use srap_daemon::{
-    peer::plan_report,
     sender::{PinLayout, Plan, plan::ReceiverSources, read_stats},
+    upstream::plan_report,
     verifier::{HookChoice, Verifier},
 };
 use srap_lab::emulator::Emulator;

@@ -18,8 +18,8 @@ use srap_common::{
     },
 };
 use srap_daemon::{
-    peer::{self, Backoff, PeerConfig, PeerError, PeerHandle, PeerStatus, Session, Update},
     receiver::{AllowList, Published, Server, ServerConfig, Source, Timeouts, source},
+    upstream::{self, Backoff, PeerConfig, PeerError, PeerHandle, PeerStatus, Session, Update},
 };
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
@@ -164,7 +164,7 @@ fn hello() -> Message {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_gets_the_description_and_every_new_version() {
     let fx = Fixture::open().await;
-    let handle = peer::watch(client_config(&fx.addr(), None));
+    let handle = upstream::watch(client_config(&fx.addr(), None));
     let first = next_update(&handle, |u| u.version == 1).await;
     assert_eq!(first.description, embedded_default());
 
@@ -458,8 +458,8 @@ async fn peers_beyond_the_cap_are_refused_until_one_leaves() {
         ..ServerConfig::default()
     })
     .await;
-    let a = peer::watch(client_config(&fx.addr(), None));
-    let b = peer::watch(client_config(&fx.addr(), None));
+    let a = upstream::watch(client_config(&fx.addr(), None));
+    let b = upstream::watch(client_config(&fx.addr(), None));
     next_update(&a, |_| true).await;
     next_update(&b, |_| true).await;
     let err = Session::connect(&client_config(&fx.addr(), None))
@@ -548,7 +548,7 @@ async fn two_hundred_senders_hold_grants_at_once() {
     assert_eq!(offered.len(), 32, "the embedded receiver's 32 CPUs");
     let rss_before = rss_kib();
     let handles: Vec<PeerHandle> = (0..SENDERS)
-        .map(|_| peer::watch(client_config(&fx.addr(), None)))
+        .map(|_| upstream::watch(client_config(&fx.addr(), None)))
         .collect();
     for handle in &handles {
         let mut grants = handle.grants();
@@ -618,7 +618,7 @@ async fn an_oversized_demand_is_refused_by_name() {
 async fn a_sender_keeps_the_last_description_while_the_receiver_is_away() {
     let fx = Fixture::open().await;
     let addr = fx.server.local_addr();
-    let handle = peer::watch(client_config(&fx.addr(), None));
+    let handle = upstream::watch(client_config(&fx.addr(), None));
     next_update(&handle, |u| u.version == 1).await;
     drop(fx);
 

@@ -12,9 +12,9 @@
 
 pub mod allow;
 pub mod args;
+pub mod downstream;
 pub mod grants;
 pub mod monitor;
-pub mod peers;
 mod rewrite;
 mod session;
 pub mod source;
@@ -38,8 +38,8 @@ use tracing::{info, warn};
 
 pub use self::{
     allow::AllowList,
+    downstream::Peers,
     grants::{GrantRow, Grants, Offer},
-    peers::Peers,
     source::{Published, Source, SourceError},
 };
 

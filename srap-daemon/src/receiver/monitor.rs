@@ -17,7 +17,7 @@ use srap_common::rss::RssModel;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::{Published, Server, peers::unix_ms};
+use super::{Published, Server, downstream::unix_ms};
 use srap_host::status::{FlowRow, Landings, Status, VerifierState};
 
 use crate::{

@@ -23,8 +23,8 @@ use tracing::{info, warn};
 
 use super::{SenderOptions, Steering, args::SenderArgs, grant, maps, replan, summary};
 use crate::{
-    peer::{self, PeerConfig, PeerHandle, PeerStatus, Update},
     psk::read_psk_file,
+    upstream::{self, PeerConfig, PeerHandle, PeerStatus, Update},
 };
 
 /// How often the wait for the first description says it is still waiting.
@@ -46,7 +46,7 @@ pub async fn run(args: &SenderArgs, peer_addr: &str, object: &[u8]) -> anyhow::R
         given => given.to_vec(),
     };
     let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
-    let handle = peer::watch(PeerConfig::new(peer_addr, psk));
+    let handle = upstream::watch(PeerConfig::new(peer_addr, psk));
     let mut updates = handle.updates();
     let mut landings = handle.landings();
     let mut status = handle.status();
@@ -353,7 +353,7 @@ fn status_text(status: &PeerStatus) -> String {
 
 /// Hands the plan to the client, which sends it now and after reconnecting.
 fn report(handle: &PeerHandle, version: u64, steering: &Steering, dports: &[u16]) {
-    let report: PlanReport = peer::plan_report(version, &steering.plan, dports);
+    let report: PlanReport = upstream::plan_report(version, &steering.plan, dports);
     if report.tables.is_empty() {
         warn!(
             "the plan for version {version} is reported without ports: every destination \

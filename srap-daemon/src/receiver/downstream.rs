@@ -1,5 +1,5 @@
-//! The sender agents connected now, for `srap status`: who, since when, and
-//! when their last plan report came.
+//! Downstream: the sender agents connected now, for `srap status`: who,
+//! since when, and when their last plan report came.
 
 use std::{
     collections::HashMap,
