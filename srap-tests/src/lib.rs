@@ -11,6 +11,7 @@
 pub mod binaries;
 pub mod cgroup;
 pub mod flows;
+pub mod grants;
 pub mod privilege;
 pub mod relay;
 pub mod workload;

@@ -79,6 +79,12 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
         Goal::AddedBelowNs(1_000.0),
     ),
     (
+        "grants: a 4th sender joins, all maps follow",
+        "grants/fourth_sender_join",
+        "",
+        Goal::MeanBelowNs(1e9),
+    ),
+    (
         "connect+accept: 512 slots / 4 slots",
         "connect_accept/binder_512_slots",
         "connect_accept/binder_4_slots",
@@ -116,6 +122,12 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
 
 pub fn run(args: &[String]) -> Result<()> {
     let started = SystemTime::now();
+    // The grants benchmark runs the real agents, found beside the bench
+    // binary (target/release): build them with the same profile first.
+    run_step(Step::new(
+        "build the agents (release)",
+        cargo(&["build", "--release", "-p", "srap-agent", "-p", "srap-cli"]),
+    ))?;
     // `--bench *`: only the [[bench]] targets (criterion); the lib's libtest
     // harness would reject criterion's options.
     let mut command_args = vec!["bench", "-p", "srap-tests", "--bench", "*", "--"];

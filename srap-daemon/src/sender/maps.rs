@@ -7,8 +7,8 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, PerCpuArray},
 };
 use srap_common::binder::{
-    BinderConfig, CONFIG_MAP, DESTS_MAP, DestKey, DestValue, LAYOUTS_MAP, MAX_SLOTS, RECEIVERS_MAP,
-    ReceiverSlots, SLOTS_MAP, STATS_MAP, TABLES_MAP, VALUES_MAP, outcome,
+    BinderConfig, CONFIG_MAP, DESTS_MAP, DestKey, DestValue, GRANTS_MAP, LAYOUTS_MAP, MAX_SLOTS,
+    RECEIVERS_MAP, ReceiverSlots, SLOTS_MAP, STATS_MAP, SlotGrant, TABLES_MAP, VALUES_MAP, outcome,
 };
 
 use super::{SenderError, layout::PinLayout, plan::Plan};
@@ -187,4 +187,13 @@ pub fn read_occupancy(layout: &PinLayout, receiver: u32) -> Result<Vec<u32>, Sen
         .get(&receiver, 0)
         .map_err(map_error(RECEIVERS_MAP))?;
     Ok(row.flows[..row.slots.min(MAX_SLOTS) as usize].to_vec())
+}
+
+/// The grant in force toward receiver `receiver` (its pinned `SRAP_GRANTS`
+/// row; works from any process, so a bench or `srap` can see what the
+/// agent applied).
+pub fn read_grant(layout: &PinLayout, receiver: u32) -> Result<SlotGrant, SenderError> {
+    let map = open_pinned(layout, GRANTS_MAP)?;
+    let grants: Array<_, SlotGrant> = Array::try_from(map).map_err(map_error(GRANTS_MAP))?;
+    grants.get(&receiver, 0).map_err(map_error(GRANTS_MAP))
 }

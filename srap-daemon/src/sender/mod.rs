@@ -38,7 +38,7 @@ use tracing::{info, warn};
 
 pub use attach::{Attachment, check_bpffs};
 pub use layout::{DEFAULT_PIN_DIR, PinLayout};
-pub use maps::{BinderStats, read_occupancy, read_stats};
+pub use maps::{BinderStats, read_grant, read_occupancy, read_stats};
 pub use plan::Plan;
 pub use rate::PacingRate;
 pub use replan::{Replanned, replan, replan_if_sources_changed};
