@@ -1,7 +1,7 @@
 //! Small formatting helpers shared by the text table and the dashboard.
 
 use srap_common::wire::LandingVerdict;
-use srap_host::status::{Ratio, Status};
+use srap_host::status::{PeerRow, Ratio, Status};
 
 /// Column titles of the per-flow table, shared by the dashboard and `--once`.
 pub const FLOW_COLUMNS: [&str; 10] = [
@@ -80,4 +80,13 @@ pub fn summary(status: &Status) -> String {
         ratio(status.accuracy.queue),
         ratio(status.accuracy.plan),
     )
+}
+
+/// A peer's grant: its CPUs, and `(pending)` until its binder applied it.
+pub fn granted(peer: &PeerRow) -> String {
+    match (peer.granted.is_empty(), peer.grant_applied) {
+        (true, _) => "-".into(),
+        (false, true) => peer.granted.clone(),
+        (false, false) => format!("{} (pending)", peer.granted),
+    }
 }

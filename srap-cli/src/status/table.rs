@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use srap_host::status::{CpuRow, Status};
 
-use super::format::{FLOW_COLUMNS, ago, cov, gbps, landings, opt, summary, verifier};
+use super::format::{FLOW_COLUMNS, ago, cov, gbps, granted, landings, opt, summary, verifier};
 
 const MARK: &str = "  << collision";
 
@@ -71,12 +71,14 @@ pub fn render(status: &Status) -> String {
     for p in &status.peers {
         let _ = writeln!(
             out,
-            "  {:<46} {:<24} connected {}, last plan {} (version {})",
+            "  {:<46} {:<24} connected {}, last plan {} (version {}); {} flows, granted CPUs {}",
             p.addr,
             p.agent,
             ago(status.unix_ms, Some(p.connected_unix_ms)),
             ago(status.unix_ms, p.last_plan_unix_ms),
-            opt(p.plan_version)
+            opt(p.plan_version),
+            p.flows,
+            granted(p)
         );
     }
     if status.peers.is_empty() {
@@ -101,5 +103,38 @@ fn cpu_table(out: &mut String, title: &str, rows: &[CpuRow]) {
             c.packets,
             if c.collision { MARK } else { "" }
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use srap_host::status::PeerRow;
+
+    use super::*;
+
+    #[test]
+    fn peers_show_their_flows_and_grants() {
+        let peer = |addr: &str, granted: &str, applied: bool| PeerRow {
+            addr: addr.into(),
+            agent: "srap-agent 0.1.0".into(),
+            connected_unix_ms: 1_000,
+            granted: granted.into(),
+            flows: 5,
+            grant_applied: applied,
+            ..PeerRow::default()
+        };
+        let status = Status {
+            unix_ms: 3_000,
+            peers: vec![
+                peer("10.0.0.1:1", "0-5", true),
+                peer("10.0.0.2:1", "6-10", false),
+                peer("10.0.0.3:1", "", false),
+            ],
+            ..Status::default()
+        };
+        let text = render(&status);
+        assert!(text.contains("; 5 flows, granted CPUs 0-5\n"), "{text}");
+        assert!(text.contains("granted CPUs 6-10 (pending)\n"), "{text}");
+        assert!(text.contains("granted CPUs -\n"), "{text}");
     }
 }

@@ -13,7 +13,7 @@ use ratatui::{
 use srap_common::wire::LandingVerdict;
 use srap_host::status::{CpuRow, QueueRow, Status};
 
-use super::format::{FLOW_COLUMNS, ago, cov, gbps, landings, opt, ratio, verifier};
+use super::format::{FLOW_COLUMNS, ago, cov, gbps, granted, landings, opt, ratio, verifier};
 
 /// What the dashboard shows.
 #[derive(Debug, Clone)]
@@ -314,15 +314,6 @@ fn draw_peers(frame: &mut Frame<'_>, area: Rect, status: &Status) {
         format!(" peers ({}) ", status.peers.len())
     }));
     frame.render_widget(table, area);
-}
-
-/// A peer's grant: its CPUs, and `(pending)` until its binder applied it.
-fn granted(peer: &srap_host::status::PeerRow) -> String {
-    match (peer.granted.is_empty(), peer.grant_applied) {
-        (true, _) => "-".into(),
-        (false, true) => peer.granted.clone(),
-        (false, false) => format!("{} (pending)", peer.granted),
-    }
 }
 
 #[cfg(test)]
