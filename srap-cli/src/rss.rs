@@ -3,7 +3,12 @@
 
 use std::fmt::Write as _;
 
-use srap_host::discovery::{self, Discovery, RssSource};
+use std::collections::BTreeSet;
+
+use srap_host::{
+    cpus::{Offer, format_cpu_list, local_cpus, parse_cpu_list},
+    discovery::{self, Discovery, RssSource},
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,6 +30,14 @@ struct ShowArgs {
     /// Print the RSS description file format (what --rss FILE reads).
     #[arg(long)]
     json: bool,
+    /// Show the offer of a receiver agent started with `--cpus LIST` (a
+    /// cpulist, `0-7,16-23`): the CPUs it would grant its senders.
+    #[arg(long, value_name = "LIST", value_parser = cpu_list)]
+    cpus: Option<BTreeSet<u32>>,
+}
+
+fn cpu_list(text: &str) -> Result<BTreeSet<u32>, String> {
+    parse_cpu_list(text)
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -38,7 +51,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
                     eprintln!("srap: warning: {warning}");
                 }
             } else {
-                print!("{}", render(&found));
+                let offer = Offer {
+                    cpus: show.cpus.clone(),
+                    local: local_cpus(&show.iface),
+                };
+                print!("{}", render(&found, &offer));
             }
             Ok(())
         }
@@ -46,7 +63,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 }
 
 /// The human-readable report.
-fn render(found: &Discovery) -> String {
+fn render(found: &Discovery, offer: &Offer) -> String {
     let desc = &found.description;
     let mut out = String::new();
     let source = match found.source {
@@ -88,6 +105,7 @@ fn render(found: &Discovery) -> String {
             queue.queue, queue.cpu, queue.source
         );
     }
+    let _ = writeln!(out, "  offered    {}", offered(found, offer));
     if found.warnings.is_empty() {
         let _ = writeln!(out, "  no warnings");
     } else {
@@ -97,6 +115,34 @@ fn render(found: &Discovery) -> String {
         }
     }
     out
+}
+
+/// The CPUs a receiver agent on this NIC grants its senders (`srap-agent
+/// receiver`'s offer): every CPU a queue reaches, narrowed by `--cpus`,
+/// the NIC's NUMA node first.
+fn offered(found: &Discovery, offer: &Offer) -> String {
+    let tiers: Vec<Vec<u32>> = offer
+        .tiers(&found.description)
+        .into_iter()
+        .filter(|t| !t.is_empty())
+        .collect();
+    let list = |t: &Vec<u32>| format_cpu_list(t);
+    match tiers.as_slice() {
+        [] if offer.cpus.is_some() => {
+            "no CPUs to senders: --cpus names none a queue reaches".into()
+        }
+        [] => "no CPUs to senders: this description cannot be modelled".into(),
+        [one] if offer.local.is_some() => {
+            format!("CPUs {} to senders (all on the NIC's NUMA node)", list(one))
+        }
+        [one] => format!("CPUs {} to senders", list(one)),
+        [near, far, ..] => format!(
+            "CPUs {} to senders, the NIC's NUMA node first: {}, then {}",
+            format_cpu_list(&tiers.concat()),
+            list(near),
+            list(far)
+        ),
+    }
 }
 
 /// One line for a table of hundreds of entries: its repeating pattern when it
@@ -148,7 +194,7 @@ mod tests {
             source: RssSource::Netlink,
             description: RssDescription {
                 hfunc: "toeplitz".into(),
-                key: "6d:5a:56:da".into(),
+                key: srap_common::rss::embedded_default().key,
                 indir: (0..256).map(|i| i % 2).collect(),
                 input_xfrm: "sym-or-xor".into(),
                 fields: FieldsDescription::default(),
@@ -172,10 +218,35 @@ mod tests {
                 "queues 0,1 are all served by CPU 0: flows on them share one core".into(),
             ],
         };
-        let text = render(&found);
+        let text = render(&found, &Offer::default());
         println!("{text}");
+        assert!(text.contains("offered    CPUs 0 to senders\n"));
+        let numa = Offer {
+            cpus: None,
+            local: Some([0].into_iter().collect()),
+        };
+        assert!(render(&found, &numa).contains("CPUs 0 to senders (all on the NIC's NUMA node)\n"));
+        let mut two_nodes = found.clone();
+        two_nodes.description.queue_cpu = Some(vec![0, 8]);
+        two_nodes.queues[1].cpu = 8;
+        two_nodes.warnings.clear();
+        let offer = Offer {
+            cpus: Some([0, 8, 9].into_iter().collect()),
+            local: Some((8..16).collect()),
+        };
+        let two_text = render(&two_nodes, &offer);
+        println!("{two_text}");
+        assert!(
+            two_text
+                .contains("offered    CPUs 0,8 to senders, the NIC's NUMA node first: 8, then 0\n")
+        );
+        let none = Offer {
+            cpus: Some([5].into_iter().collect()),
+            local: None,
+        };
+        assert!(render(&found, &none).contains("--cpus names none a queue reaches"));
         assert!(text.starts_with("enp8s0f0np0: driver mlx5_core, read over ethtool netlink\n"));
-        assert!(text.contains("key        4 bytes 6d:5a:56:da"));
+        assert!(text.contains("key        40 bytes 6d:5a:56:da:25:5b:0e:c2:41:67"));
         assert!(text.contains("256 entries, pattern [0 1] × 128"));
         assert!(text.contains("rx-1    → cpu 0    (irq 99, from irq)"));
         assert!(text.contains("! queues 0,1 are all served by CPU 0"));

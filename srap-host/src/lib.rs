@@ -4,6 +4,8 @@
 //! * [`discovery`]: this host's RSS configuration (ethtool ioctls, netlink,
 //!   IRQ affinity, RPS) as an [`srap_common::rss::RssDescription`];
 //! * [`cgroup`]: the cgroup2 mount and the steered cgroup `srap exec` joins;
+//! * [`cpus`]: the CPUs a receiver offers its senders (`--cpus`, NUMA node
+//!   first);
 //! * [`reserved`]: the ports the binder hands out, kept from the kernel's
 //!   ephemeral range;
 //! * [`route`] and [`local`]: the source address toward a receiver and the
@@ -14,6 +16,7 @@
 
 pub mod bpffs;
 pub mod cgroup;
+pub mod cpus;
 pub mod discovery;
 mod error;
 pub mod local;
