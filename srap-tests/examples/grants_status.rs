@@ -1,0 +1,52 @@
+//! The README's three-sender run, reproducible: the grants test's set-up
+//! (`srap_tests::grants`, subnet 87) with three sender agents opening 5
+//! flows each, then `srap status --once` on the receiver's control socket,
+//! printed as captured. Every namespace, agent, pin and cgroup goes when it
+//! ends, as in the test.
+//!
+//! Run as root after `cargo build --bins`:
+//! `cargo run -p srap-tests --example grants_status`.
+
+use std::collections::BTreeSet;
+
+use srap_tests::{built_binary, grants::Cluster, require_privileged, workload};
+
+const SUBNET: u8 = 87;
+const SENDERS: usize = 3;
+const FLOWS: usize = 5;
+
+fn main() {
+    // Re-run as a sender's workload (see `srap_tests::workload`).
+    if std::env::var(workload::WORKLOAD_ENV).is_ok() {
+        workload::serve_if_asked();
+        return;
+    }
+    if !require_privileged("the three-sender grants example") {
+        return;
+    }
+    let mut cluster = Cluster::new(SUBNET);
+    for _ in 0..SENDERS {
+        cluster.add_sender();
+    }
+    cluster.wait_settled(SENDERS, 0);
+    for i in 0..SENDERS {
+        let cpus = cluster.open(i, FLOWS);
+        let distinct: BTreeSet<u32> = cpus.iter().copied().collect();
+        println!(
+            "sender {i} (10.199.{SUBNET}.{}): {FLOWS} flows on receiver CPUs {distinct:?}",
+            10 + i
+        );
+    }
+    cluster.wait_settled(SENDERS, (SENDERS * FLOWS) as u64);
+    let out = std::process::Command::new(built_binary("srap"))
+        .args(["status", "--once", "--control"])
+        .arg(cluster.control())
+        .output()
+        .expect("run srap status");
+    println!(
+        "# srap status --once --control {}",
+        cluster.control().display()
+    );
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+}
