@@ -150,7 +150,10 @@ fn sym_or_xor_receivers_need_named_ports() {
     let model = RssModel::from_description(&desc).unwrap();
     let (src, dst) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
     let err = SteeringTable::build(&model, src, dst, None, PortRange::DEFAULT).unwrap_err();
-    assert!(err.to_string().contains("--port"), "{err}");
+    assert!(
+        err.to_string().contains("name each port the workload uses"),
+        "{err}"
+    );
     let table = SteeringTable::build(&model, src, dst, Some(5201), PortRange::DEFAULT).unwrap();
     assert_eq!(table.scope(), Scope::Port(5201));
 }
