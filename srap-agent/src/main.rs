@@ -3,7 +3,7 @@
 use std::{io::IsTerminal as _, time::Duration};
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use srap_daemon::{
     receiver::args::HookArg,
     sender::args::{DetachArgs, SenderArgs},
@@ -11,6 +11,9 @@ use srap_daemon::{
 use tracing_subscriber::EnvFilter;
 
 mod cmd;
+// The completion and man page generator `srap` uses (see its doc comment).
+#[path = "../../srap-cli/src/docs.rs"]
+mod docs;
 
 #[derive(Parser, Debug)]
 #[command(name = "srap-agent", version, about = "SRAP agent")]
@@ -51,6 +54,12 @@ enum Command {
     /// Serve this host's RSS description to sender agents (`sender --peer`)
     /// and push every change to them.
     Receiver(srap_daemon::receiver::args::ReceiverArgs),
+    /// Print a shell completion script to stdout (for packaging).
+    #[command(hide = true)]
+    Completions(docs::CompletionsArgs),
+    /// Write the man pages into a directory (for packaging).
+    #[command(hide = true)]
+    Manpages(docs::ManpagesArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -82,5 +91,7 @@ fn main() -> anyhow::Result<()> {
         Command::Detach(args) => cmd::detach::run(&args),
         Command::Lab(args) => srap_lab::run(&args),
         Command::Receiver(args) => runtime.block_on(cmd::receiver::run(&args)),
+        Command::Completions(args) => docs::completions(Cli::command(), &args),
+        Command::Manpages(args) => docs::manpages(Cli::command(), &args),
     }
 }

@@ -3,6 +3,7 @@
 //! Each subcommand lives in a module of its own; this file only parses the
 //! command line and reports errors.
 
+mod docs;
 mod exec;
 mod hash;
 mod odds;
@@ -13,7 +14,7 @@ mod status;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -41,6 +42,11 @@ enum Command {
     /// Where flows land on this receiver: a dashboard of queues, CPUs,
     /// collisions and prediction accuracy, from `srap-agent receiver`.
     Status(status::Args),
+    /// Print a shell completion script (bash, zsh, fish, …) to stdout.
+    Completions(docs::CompletionsArgs),
+    /// Write the man pages into a directory (for packaging).
+    #[command(hide = true)]
+    Manpages(docs::ManpagesArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +58,8 @@ fn main() -> ExitCode {
         Command::Exec(args) => exec::run(&args),
         Command::Rss(args) => rss::run(&args),
         Command::Status(args) => status::run(&args),
+        Command::Completions(args) => docs::completions(Cli::command(), &args),
+        Command::Manpages(args) => docs::manpages(Cli::command(), &args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

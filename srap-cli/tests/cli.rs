@@ -348,3 +348,56 @@ fn usage_errors_do_not_panic() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!String::from_utf8_lossy(&out.stderr).contains("panicked"));
 }
+
+#[test]
+fn completions_cover_every_subcommand_for_each_shell() {
+    for (shell, marker) in [
+        ("bash", "complete -F _srap"),
+        ("zsh", "#compdef srap"),
+        ("fish", "complete -c srap"),
+    ] {
+        let out = srap(&["completions", shell]);
+        assert!(out.ok, "{shell}: {}", out.stderr);
+        assert!(out.stdout.contains(marker), "{shell}: no `{marker}`");
+        for sub in ["hash", "predict", "odds", "exec", "rss", "status"] {
+            assert!(out.stdout.contains(sub), "{shell}: no `{sub}`");
+        }
+    }
+    fails_with(
+        &["completions", "nushell"],
+        &["invalid value 'nushell'", "bash"],
+    );
+}
+
+#[test]
+fn manpages_writes_one_page_per_command() {
+    let dir = std::env::temp_dir().join(format!("srap-cli-man-{}", std::process::id()));
+    let out = srap(&["manpages", dir.to_str().unwrap(), "--section", "1"]);
+    let pages: Vec<String> = std::fs::read_dir(&dir)
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.ok, "{}", out.stderr);
+    for page in [
+        "srap.1",
+        "srap-hash.1",
+        "srap-rss-show.1",
+        "srap-completions.1",
+    ] {
+        assert!(pages.iter().any(|p| p == page), "no {page} in {pages:?}");
+        assert!(
+            out.stdout.contains(page),
+            "{page} not printed: {}",
+            out.stdout
+        );
+    }
+    assert!(!pages.iter().any(|p| p.contains("manpages")), "{pages:?}");
+    fails_with(
+        &["manpages", "/proc/no-such-dir/man"],
+        &["creating the man page directory /proc/no-such-dir/man"],
+    );
+}
