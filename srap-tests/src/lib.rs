@@ -13,6 +13,7 @@ pub mod cgroup;
 pub mod flows;
 pub mod grants;
 pub mod privilege;
+pub mod promtool;
 pub mod relay;
 pub mod workload;
 

@@ -27,7 +27,7 @@ use srap_lab::emulator::Emulator;
 use srap_tests::{
     TwoHosts, VethConfig, built_binary,
     cgroup::{ChildGuard, command_in},
-    require_privileged, unique_name,
+    promtool, require_privileged, unique_name,
 };
 
 const QUEUES: u32 = 8;
@@ -105,6 +105,11 @@ fn wait_status(control: &Path, what: &str, done: impl Fn(&Status) -> bool) -> St
     panic!("{what}: not seen within {WAIT:?}; last status: {last:#?}");
 }
 
+/// The body of an HTTP reply (after the blank line ending the head).
+fn body(reply: &str) -> &str {
+    reply.split_once("\r\n\r\n").map_or("", |(_, body)| body)
+}
+
 fn http_get(addr: &str, path: &str) -> String {
     let mut stream = TcpStream::connect(addr).expect("connect to --metrics");
     stream.set_read_timeout(Some(WAIT)).expect("timeout");
@@ -172,6 +177,13 @@ fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
             .permissions(),
     ) & 0o777;
     assert_eq!(mode, 0o600);
+    // With no flows yet the metrics are mostly absent series; they must
+    // still pass Prometheus's own lint.
+    let idle = hosts
+        .receiver
+        .run(|| http_get(METRICS, "/metrics"))
+        .expect("receiver ns");
+    promtool::check_metrics("/metrics of an idle receiver", body(&idle));
 
     // The receiver's server reads everything; the sender's writer keeps
     // every flow busy until told to stop.
@@ -281,6 +293,7 @@ fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
         assert!(reply.lines().any(|l| l == line), "{line} in\n{reply}");
     }
     assert!(reply.contains("# TYPE srap_queue_bytes_total counter"));
+    promtool::check_metrics("/metrics with flows and collisions", body(&reply));
     let missing = hosts
         .receiver
         .run(|| http_get(METRICS, "/"))

@@ -46,6 +46,18 @@ const CLIENT_TOOLS: &[(&str, &str)] = &[
     ("go", "golang-go"),
     ("curl", "curl"),
 ];
+/// `cargo xtask package` and its test (`xtask/src/package.rs`): the same
+/// (command, package) pairs, installed only when the command is missing.
+const PACKAGE_TOOLS: &[(&str, &str)] = &[
+    // Depends: from the binaries' shared libraries.
+    ("dpkg-shlibdeps", "dpkg-dev"),
+    // The installed units are checked with `systemd-analyze verify`.
+    ("systemd-analyze", "systemd"),
+    // The installed man pages are rendered with `man -l`.
+    ("man", "man-db"),
+    // `promtool check metrics` lints the receiver's /metrics.
+    ("promtool", "prometheus"),
+];
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 const BPF_LINKER_VERSION: &str = "0.13.0";
 
@@ -89,6 +101,7 @@ fn missing() -> Vec<Missing> {
     }
     let client_packages = CLIENT_TOOLS
         .iter()
+        .chain(PACKAGE_TOOLS)
         .filter(|(command, _)| !on_path(command))
         .map(|(_, package)| *package);
     let packages: Vec<_> = APT_PACKAGES
