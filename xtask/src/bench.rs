@@ -1,18 +1,12 @@
 //! `cargo xtask bench`: run criterion, then summarise this run's results and
 //! check them against the goals in [`GOALS`].
 
-use std::{
-    collections::BTreeMap,
-    fs,
-    path::{Path, PathBuf},
-    process::Command,
-    time::SystemTime,
-};
+use std::{collections::BTreeMap, fs, path::Path, time::SystemTime};
 
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
-use crate::exec::{Step, cargo, run_step, stdout_of, workspace_root};
+use crate::exec::{Step, cargo, run_step, target_dir};
 
 /// What a summary row checks.
 enum Goal {
@@ -271,18 +265,6 @@ fn read_result(estimates: &Path) -> Result<(String, f64)> {
         .and_then(Value::as_f64)
         .with_context(|| format!("{} has no mean.point_estimate", estimates.display()))?;
     Ok((id, mean))
-}
-
-/// Cargo's target directory (honours `CARGO_TARGET_DIR` and config).
-fn target_dir() -> PathBuf {
-    let mut command = Command::new("cargo");
-    command
-        .args(["metadata", "--format-version", "1", "--no-deps"])
-        .current_dir(workspace_root());
-    stdout_of(&mut command)
-        .and_then(|json| serde_json::from_str::<Value>(&json).ok())
-        .and_then(|meta| meta.get("target_directory")?.as_str().map(PathBuf::from))
-        .unwrap_or_else(|| workspace_root().join("target"))
 }
 
 fn format_ns(ns: f64) -> String {

@@ -3,6 +3,7 @@
 use std::{path::PathBuf, process::Command, time::Instant};
 
 use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
 
 /// A named command; its name is what a failure reports.
 pub struct Step {
@@ -25,6 +26,18 @@ pub fn workspace_root() -> PathBuf {
     manifest_dir
         .parent()
         .map_or_else(|| manifest_dir.clone(), PathBuf::from)
+}
+
+/// Cargo's target directory (honours `CARGO_TARGET_DIR` and config).
+pub fn target_dir() -> PathBuf {
+    let mut command = Command::new("cargo");
+    command
+        .args(["metadata", "--format-version", "1", "--no-deps"])
+        .current_dir(workspace_root());
+    stdout_of(&mut command)
+        .and_then(|json| serde_json::from_str::<Value>(&json).ok())
+        .and_then(|meta| meta.get("target_directory")?.as_str().map(PathBuf::from))
+        .unwrap_or_else(|| workspace_root().join("target"))
 }
 
 /// `cargo ARGS` (the rustup proxy on PATH, so `+nightly` works) in the

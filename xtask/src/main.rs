@@ -6,11 +6,15 @@
 mod bench;
 mod exec;
 mod layering;
+mod package;
 mod setup;
 
-use std::process::ExitCode;
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 
 use crate::exec::{Step, cargo, run_step};
@@ -44,6 +48,21 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Build the Debian package (srap_VERSION_ARCH.deb): both binaries, the
+    /// systemd units, example settings in /etc/srap/, man pages and
+    /// completions.
+    Package {
+        /// Which build of the binaries to package.
+        #[arg(long, value_enum, default_value_t = package::Profile::Release)]
+        profile: package::Profile,
+        /// Directory for the .deb (default: the target directory's package/).
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Then install it with dpkg, run and verify what it installed, and
+        /// purge it again (root; what `cargo xtask test` does).
+        #[arg(long)]
+        check: bool,
+    },
     /// Build and run the agent on this host, as root: `cargo xtask run --
     /// receiver ARGS…` or `cargo xtask run -- sender ARGS…`.
     Run {
@@ -61,6 +80,11 @@ fn main() -> ExitCode {
         Task::Bench { args } => bench::run(&args),
         Task::Lab { args } => lab(&args),
         Task::Run { args } => agent(&[], &args),
+        Task::Package {
+            profile,
+            out,
+            check,
+        } => package(profile, out.as_deref(), check),
     };
     // Printed here rather than returned from main: a failed step is a plain
     // message, not a backtrace (RUST_BACKTRACE is often set in CI).
@@ -121,17 +145,40 @@ fn test() -> Result<()> {
             ]),
         ),
     ];
-    let count = steps.len() + 2;
+    let count = steps.len() + 3;
     let [fmt, clippy, clippy_ebpf, build, fuzz] = steps;
     for step in [fmt, clippy, clippy_ebpf, build] {
         run_step(step)?;
     }
     layering::check()?;
+    package_step()?;
     let (passed, failed) = exec::run_test_step(Step::new("test", cargo(&["test"])))?;
     run_step(fuzz)?;
     println!("\nxtask test: all {count} steps passed");
     // One plain closing line for whoever reads the log last.
     println!("tests: {passed} passed, {failed} failed");
+    Ok(())
+}
+
+fn package(profile: package::Profile, out: Option<&Path>, check: bool) -> Result<()> {
+    setup::ensure()?;
+    let deb = package::build(profile, out)?;
+    if check {
+        package::check::run(&deb)?;
+    }
+    Ok(())
+}
+
+/// The Debian package of the debug binaries `test` just built (a release
+/// build would add minutes to CI; the staging is the same): installed, run,
+/// verified and purged.
+fn package_step() -> Result<()> {
+    const NAME: &str = "package (build, install, run, remove)";
+    println!("\n==> {NAME}");
+    let started = std::time::Instant::now();
+    let deb = package::build(package::Profile::Dev, None)?;
+    package::check::run(&deb).with_context(|| format!("step '{NAME}' failed"))?;
+    println!("<== {NAME}: ok in {:.1}s", started.elapsed().as_secs_f64());
     Ok(())
 }
 
