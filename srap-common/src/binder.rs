@@ -187,10 +187,6 @@ pub mod outcome {
     ];
 }
 
-/// `DestKey::family` values (`AF_INET`, `AF_INET6`).
-pub const FAMILY_INET: u32 = 2;
-pub const FAMILY_INET6: u32 = 10;
-
 /// A steered destination: receiver address and port (0: every port), and
 /// the source address the socket was bound to (zero: none; the table of
 /// the route's source address). Addresses are the kernel's

@@ -4,12 +4,14 @@
 //! the flow planner.
 //!
 //! The crate root is `no_std` so the eBPF programs can use the `#[repr(C)]` map
-//! types in [`maps`] exactly as user space sees them.
+//! types in [`binder`], [`verifier`] and [`emulator`] exactly as user space
+//! sees them.
 #![cfg_attr(not(feature = "user"), no_std)]
 
 pub mod binder;
 pub mod emulator;
-pub mod maps;
+pub mod family;
+pub mod verifier;
 
 #[cfg(feature = "user")]
 pub mod grants;

@@ -11,9 +11,10 @@ use thiserror::Error;
 
 use crate::{
     binder::{
-        ENTRIES_PER_SLOT, FAMILY_INET, FAMILY_INET6, MAX_SLOTS, MAX_VALUES, PORTS_PER_VALUE,
-        SlotEntries, SteerLayout, SteerTable, ValuePorts,
+        ENTRIES_PER_SLOT, MAX_SLOTS, MAX_VALUES, PORTS_PER_VALUE, SlotEntries, SteerLayout,
+        SteerTable, ValuePorts,
     },
+    family::Family,
     rss::{FlowTuple, InputXfrm, RssModel, TupleError},
     solver::{IndexMap, PortHash, PortRange, PortSolver},
 };
@@ -71,11 +72,17 @@ pub struct SteeringTable {
 /// The kernel's `user_ip4`/`user_ip6` words for an address.
 pub fn addr_words(ip: IpAddr) -> (u32, [u32; 4]) {
     match ip {
-        IpAddr::V4(v4) => (FAMILY_INET, [u32::from_ne_bytes(v4.octets()), 0, 0, 0]),
+        IpAddr::V4(v4) => (
+            Family::Inet.as_u32(),
+            [u32::from_ne_bytes(v4.octets()), 0, 0, 0],
+        ),
         IpAddr::V6(v6) => {
             let o = v6.octets();
             let word = |i: usize| u32::from_ne_bytes([o[i], o[i + 1], o[i + 2], o[i + 3]]);
-            (FAMILY_INET6, [word(0), word(4), word(8), word(12)])
+            (
+                Family::Inet6.as_u32(),
+                [word(0), word(4), word(8), word(12)],
+            )
         }
     }
 }

@@ -27,7 +27,7 @@ use aya::{
         CgroupAttachMode, ProgramError, SchedClassifier, SockOps, TcAttachType, Xdp, XdpMode,
     },
 };
-use srap_common::maps::{
+use srap_common::verifier::{
     FLOWS_MAP, FlowKey, FlowStats, RX_QUEUE_UNKNOWN, SOCK_FLOWS_MAP, SockFlow, VERIFY_SOCK_PROGRAM,
     VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
 };

@@ -20,10 +20,11 @@ use aya_ebpf::{
     programs::{SockAddrContext, SockContext},
 };
 use srap_common::binder::{
-    CLAIMS_MAX_ENTRIES, DestKey, DestValue, FAMILY_INET, FAMILY_INET6, LEVELS, MAX_BIND_ATTEMPTS,
-    MAX_SLOTS, MAX_VALUES, ReceiverSlots, SLOT_WORDS, SOCKETS_MAX_ENTRIES, SlotGrant, SocketSlot,
-    SteerLayout, SteerTable, level_of, outcome,
+    CLAIMS_MAX_ENTRIES, DestKey, DestValue, LEVELS, MAX_BIND_ATTEMPTS, MAX_SLOTS, MAX_VALUES,
+    ReceiverSlots, SLOT_WORDS, SOCKETS_MAX_ENTRIES, SlotGrant, SocketSlot, SteerLayout, SteerTable,
+    level_of, outcome,
 };
+use srap_common::family::Family;
 
 /// The eBPF-side expansion of `srap_common::binder_pinned_maps!`: one
 /// `#[map]` static per pinned map, typed and sized from that one list.
@@ -54,8 +55,6 @@ static SRAP_CLAIMS: HashMap<u32, u32> = HashMap::with_max_entries(CLAIMS_MAX_ENT
 static SRAP_BOUND: LruHashMap<u64, u32> = LruHashMap::with_max_entries(SOCKETS_MAX_ENTRIES, 0);
 
 const SOCK_STREAM: u32 = 1;
-const AF_INET: u16 = 2;
-const AF_INET6: u16 = 10;
 const SOL_SOCKET: i32 = 1;
 const SO_MAX_PACING_RATE: i32 = 47;
 const EADDRINUSE: i64 = 98;
@@ -90,13 +89,13 @@ struct SockaddrIn6 {
 
 #[cgroup_sock_addr(connect4)]
 pub fn srap_connect4(ctx: SockAddrContext) -> i32 {
-    count(steer(&ctx, FAMILY_INET));
+    count(steer(&ctx, Family::Inet));
     1
 }
 
 #[cgroup_sock_addr(connect6)]
 pub fn srap_connect6(ctx: SockAddrContext) -> i32 {
-    count(steer(&ctx, FAMILY_INET6));
+    count(steer(&ctx, Family::Inet6));
     1
 }
 
@@ -167,14 +166,14 @@ fn note_port_zero_bind(ctx: &SockAddrContext) {
 /// form: a v4-mapped source of a dual-stack socket toward an IPv4 receiver
 /// becomes its IPv4 address.
 #[inline(always)]
-fn bound_source(ctx: &SockAddrContext, family: u32, mapped: bool) -> ([u32; 4], u32) {
+fn bound_source(ctx: &SockAddrContext, family: Family, mapped: bool) -> ([u32; 4], u32) {
     // SAFETY: `sk` of a sock_addr context is the kernel's socket, never null.
     let sk: *mut bpf_sock =
         unsafe { read_volatile(&raw const (*ctx.sock_addr).__bindgen_anon_1.sk) };
     // SAFETY: field addresses within the kernel's bpf_sock.
     unsafe {
         let port = field(&raw const (*sk).src_port);
-        if family == FAMILY_INET {
+        if family == Family::Inet {
             return ([field(&raw const (*sk).src_ip4), 0, 0, 0], port);
         }
         let words = [
@@ -208,7 +207,7 @@ fn dest_of(mut key: DestKey) -> Option<DestValue> {
 /// Binds a steered port if the destination is steered; returns the outcome.
 /// Inlined so each program keeps only its own family's path.
 #[inline(always)]
-fn steer(ctx: &SockAddrContext, family: u32) -> u32 {
+fn steer(ctx: &SockAddrContext, family: Family) -> u32 {
     let sa = ctx.sock_addr;
     // SAFETY: the kernel passes a valid bpf_sock_addr.
     let (sock_type, user_port) = unsafe {
@@ -224,7 +223,7 @@ fn steer(ctx: &SockAddrContext, family: u32) -> u32 {
     let dport = u16::from_be(user_port as u16);
     // SAFETY: as above.
     let addr = unsafe {
-        if family == FAMILY_INET {
+        if family == Family::Inet {
             [field(&raw const (*sa).user_ip4), 0, 0, 0]
         } else {
             [
@@ -238,18 +237,18 @@ fn steer(ctx: &SockAddrContext, family: u32) -> u32 {
     // A dual-stack AF_INET6 socket connecting to an IPv4 receiver (the JDK's
     // default): steer it with the receiver's IPv4 plan, bind `::ffff:src`.
     let mapped =
-        family == FAMILY_INET6 && addr[0] == 0 && addr[1] == 0 && addr[2] == V4_MAPPED_WORD;
+        family == Family::Inet6 && addr[0] == 0 && addr[1] == 0 && addr[2] == V4_MAPPED_WORD;
     let (src, sport) = bound_source(ctx, family, mapped);
     let key = if mapped {
         DestKey {
-            family: FAMILY_INET,
+            family: Family::Inet.as_u32(),
             port: u32::from(dport),
             addr: [addr[3], 0, 0, 0],
             src,
         }
     } else {
         DestKey {
-            family,
+            family: family.as_u32(),
             port: u32::from(dport),
             addr,
             src,
@@ -287,7 +286,7 @@ fn bound_port_outcome(ctx: &SockAddrContext) -> u32 {
 
 /// Claims a slot of the destination's receiver and binds one of its ports.
 #[inline(always)]
-fn bind_steered(ctx: &SockAddrContext, family: u32, dest: &DestValue, dport: u16) -> u32 {
+fn bind_steered(ctx: &SockAddrContext, family: Family, dest: &DestValue, dport: u16) -> u32 {
     let Some(table) = SRAP_TABLES.get(dest.table) else {
         return outcome::ERROR;
     };
@@ -338,10 +337,10 @@ fn bind_steered(ctx: &SockAddrContext, family: u32, dest: &DestValue, dport: u16
 /// `bpf_bind()` to the table's source address (the route's, or the one the
 /// application bound) and `port`.
 #[inline(always)]
-fn bind_port(ctx: &SockAddrContext, family: u32, table: &SteerTable, port: u16) -> i64 {
-    if family == FAMILY_INET {
+fn bind_port(ctx: &SockAddrContext, family: Family, table: &SteerTable, port: u16) -> i64 {
+    if family == Family::Inet {
         let mut addr = SockaddrIn {
-            family: AF_INET,
+            family: Family::Inet.as_u16(),
             port_be: port.to_be(),
             addr: table.src_addr[0],
             zero: [0; 8],
@@ -356,7 +355,7 @@ fn bind_port(ctx: &SockAddrContext, family: u32, table: &SteerTable, port: u16) 
         }
     } else {
         let mut addr = SockaddrIn6 {
-            family: AF_INET6,
+            family: Family::Inet6.as_u16(),
             port_be: port.to_be(),
             flowinfo: 0,
             addr: table.src_addr6,

@@ -12,7 +12,8 @@ use aya_ebpf::{
 };
 use srap_common::{
     emulator::{EmulatorConfig, MAX_INDIR, TOEPLITZ_ENTRIES, counter},
-    maps::{FAMILY_IPV4, FlowKey},
+    family::Family,
+    verifier::FlowKey,
 };
 
 use crate::packet::{MAX_HEADER_LEN, parse_tcp_flow};
@@ -62,7 +63,11 @@ fn steer(ctx: &TcContext) -> Option<()> {
 /// Toeplitz over `src | dst | sport | dport`, one table lookup per byte.
 #[inline(always)]
 fn toeplitz(key: &FlowKey) -> Option<u32> {
-    let addr_len: u32 = if key.family == FAMILY_IPV4 { 4 } else { 16 };
+    let addr_len: u32 = if key.family == Family::Inet.as_u8() {
+        4
+    } else {
+        16
+    };
     let mut hash = 0u32;
     let mut position = 0u32;
     for half in [&key.src_addr, &key.dst_addr] {

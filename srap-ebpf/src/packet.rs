@@ -7,7 +7,7 @@
 
 use core::mem::size_of;
 
-use srap_common::maps::{FAMILY_IPV4, FAMILY_IPV6, FlowKey};
+use srap_common::{family::Family, verifier::FlowKey};
 
 const ETH_HLEN: usize = 14;
 const VLAN_HLEN: usize = 4;
@@ -78,7 +78,7 @@ pub(crate) fn parse_tcp_flow(data: usize, data_end: usize) -> Option<FlowKey> {
             }
             let src: [u8; 4] = read_at(data, data_end, l3 + 12)?;
             let dst: [u8; 4] = read_at(data, data_end, l3 + 16)?;
-            key.family = FAMILY_IPV4;
+            key.family = Family::Inet.as_u8();
             key.src_addr[..4].copy_from_slice(&src);
             key.dst_addr[..4].copy_from_slice(&dst);
             l3 + ihl
@@ -87,7 +87,7 @@ pub(crate) fn parse_tcp_flow(data: usize, data_end: usize) -> Option<FlowKey> {
             if read_at::<u8>(data, data_end, l3 + 6)? != IPPROTO_TCP {
                 return None;
             }
-            key.family = FAMILY_IPV6;
+            key.family = Family::Inet6.as_u8();
             key.src_addr = read_at(data, data_end, l3 + 8)?;
             key.dst_addr = read_at(data, data_end, l3 + 24)?;
             l3 + IPV6_HLEN

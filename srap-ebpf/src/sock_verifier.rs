@@ -24,7 +24,10 @@ use aya_ebpf::{
     maps::LruHashMap,
     programs::SockOpsContext,
 };
-use srap_common::maps::{FAMILY_IPV4, FAMILY_IPV6, FLOWS_MAX_ENTRIES, FlowKey, SockFlow};
+use srap_common::{
+    family::Family,
+    verifier::{FLOWS_MAX_ENTRIES, FlowKey, SockFlow},
+};
 
 /// Per-connection landing records, read by user space (`srap_agent::verifier`).
 #[map]
@@ -56,12 +59,12 @@ fn flow_key(ctx: &SockOpsContext) -> Option<FlowKey> {
     let mut key = FlowKey::default();
     match ctx.family() {
         2 => {
-            key.family = FAMILY_IPV4;
+            key.family = Family::Inet.as_u8();
             key.src_addr[..4].copy_from_slice(&ctx.remote_ip4().to_ne_bytes());
             key.dst_addr[..4].copy_from_slice(&ctx.local_ip4().to_ne_bytes());
         }
         10 => {
-            key.family = FAMILY_IPV6;
+            key.family = Family::Inet6.as_u8();
             // Word by word at constant offsets: the kernel's verifier only
             // accepts context reads at a fixed offset from the context.
             // SAFETY: `ops` is the kernel's context, valid for this run.

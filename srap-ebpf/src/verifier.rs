@@ -15,7 +15,7 @@ use aya_ebpf::{
     maps::LruHashMap,
     programs::{TcContext, XdpContext},
 };
-use srap_common::maps::{FLOWS_MAX_ENTRIES, FlowKey, FlowStats};
+use srap_common::verifier::{FLOWS_MAX_ENTRIES, FlowKey, FlowStats};
 
 use crate::packet::{MAX_HEADER_LEN, parse_tcp_flow};
 

@@ -23,7 +23,7 @@ use aya::{
     programs::{CgroupAttachMode, SchedClassifier, SockOps, Xdp},
 };
 use criterion::{Criterion, criterion_group, criterion_main};
-use srap_common::maps::{
+use srap_common::verifier::{
     BARE_SOCK_PROGRAM, BARE_TC_PROGRAM, BARE_XDP_PROGRAM, VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM,
     VERIFY_XDP_PROGRAM,
 };

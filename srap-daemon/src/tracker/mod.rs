@@ -372,7 +372,7 @@ pub fn coefficient_of_variation(rates: &VecDeque<f64>) -> Option<f64> {
 /// Helpers to build this module's inputs; shared with the receiver's tests.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use srap_common::maps::{FlowKey, FlowStats};
+    use srap_common::verifier::{FlowKey, FlowStats};
 
     use super::*;
 

@@ -1,4 +1,5 @@
-//! `#[repr(C)]` keys and values of the BPF maps, shared with `srap-ebpf`.
+//! The receive verifier's ABI: the `#[repr(C)]` keys and values of its BPF
+//! maps and the names of its programs, shared with `srap-ebpf`.
 //!
 //! Both sides compile these exact definitions, so the eBPF programs and user
 //! space agree on layout without a second description. Every struct is padded
@@ -27,11 +28,6 @@ pub const BARE_TC_PROGRAM: &str = "srap_bare_tc";
 /// See [`BARE_XDP_PROGRAM`].
 pub const BARE_SOCK_PROGRAM: &str = "srap_bare_sock";
 
-/// [`FlowKey::family`] of an IPv4 flow (`AF_INET`).
-pub const FAMILY_IPV4: u8 = 2;
-/// [`FlowKey::family`] of an IPv6 flow (`AF_INET6`).
-pub const FAMILY_IPV6: u8 = 10;
-
 /// [`FlowStats::rx_queue`] when the hook could not tell the receive queue
 /// (tc ingress on a device that does not record it in the skb).
 pub const RX_QUEUE_UNKNOWN: u32 = u32::MAX;
@@ -45,7 +41,7 @@ pub const RX_QUEUE_UNKNOWN: u32 = u32::MAX;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlowKey {
-    /// [`FAMILY_IPV4`] or [`FAMILY_IPV6`].
+    /// A [`Family`](crate::family::Family) number.
     pub family: u8,
     /// Always zero; makes the padding explicit.
     pub pad: [u8; 3],
@@ -129,7 +125,8 @@ pub struct SockFlow {
 mod user {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-    use super::{FAMILY_IPV4, FAMILY_IPV6, FlowKey, FlowStats, RX_QUEUE_UNKNOWN, SockFlow};
+    use super::{FlowKey, FlowStats, RX_QUEUE_UNKNOWN, SockFlow};
+    use crate::family::Family;
 
     // SAFETY: both are `#[repr(C)]`, `Copy`, made only of integers and byte
     // arrays, with all padding explicit, so every bit pattern is valid.
@@ -144,9 +141,9 @@ mod user {
         match ip {
             IpAddr::V4(v4) => {
                 bytes[..4].copy_from_slice(&v4.octets());
-                (FAMILY_IPV4, bytes)
+                (Family::Inet.as_u8(), bytes)
             }
-            IpAddr::V6(v6) => (FAMILY_IPV6, v6.octets()),
+            IpAddr::V6(v6) => (Family::Inet6.as_u8(), v6.octets()),
         }
     }
 
@@ -167,11 +164,11 @@ mod user {
         }
 
         fn ip(&self, bytes: [u8; 16]) -> Option<IpAddr> {
-            match self.family {
-                FAMILY_IPV4 => Some(IpAddr::V4(Ipv4Addr::new(
+            match Family::from_raw(u32::from(self.family)) {
+                Some(Family::Inet) => Some(IpAddr::V4(Ipv4Addr::new(
                     bytes[0], bytes[1], bytes[2], bytes[3],
                 ))),
-                FAMILY_IPV6 => Some(IpAddr::V6(Ipv6Addr::from(bytes))),
+                Some(Family::Inet6) => Some(IpAddr::V6(Ipv6Addr::from(bytes))),
                 _ => None,
             }
         }
@@ -205,7 +202,7 @@ mod user {
             let src: SocketAddr = "10.199.1.1:40000".parse().expect("addr");
             let dst: SocketAddr = "10.199.1.2:5201".parse().expect("addr");
             let key = FlowKey::from_addrs(src, dst).expect("same family");
-            assert_eq!(key.family, FAMILY_IPV4);
+            assert_eq!(key.family, Family::Inet.as_u8());
             assert_eq!(key.src_addr[..4], [10, 199, 1, 1]);
             assert!(key.src_addr[4..].iter().all(|b| *b == 0));
             assert_eq!(key.src(), Some(src));
@@ -217,7 +214,7 @@ mod user {
             let src: SocketAddr = "[fd00:5a::1]:40000".parse().expect("addr");
             let dst: SocketAddr = "[fd00:5a::2]:5201".parse().expect("addr");
             let key = FlowKey::from_addrs(src, dst).expect("same family");
-            assert_eq!(key.family, FAMILY_IPV6);
+            assert_eq!(key.family, Family::Inet6.as_u8());
             assert_eq!(key.src(), Some(src));
             assert_eq!(key.dst(), Some(dst));
         }
