@@ -32,8 +32,7 @@ impl<'a> LabSteering<'a> {
             cgroup: mount.join(&name),
         };
         let options = SenderOptions {
-            model: model.clone(),
-            receivers: vec![receiver],
+            targets: sender::Target::all(model, &[receiver]),
             ports: Vec::new(),
             cgroup: Some(guard.cgroup.clone()),
             pin_dir: guard.pin_dir.clone(),

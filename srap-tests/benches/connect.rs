@@ -138,8 +138,10 @@ fn bench_binder(
 ) {
     let pin_dir = PathBuf::from(format!("/sys/fs/bpf/srap-bench-{}", unique_name("p")));
     let options = SenderOptions {
-        model: RssModel::from_description(&receiver_with(cpus)).expect("model"),
-        receivers: vec![server.ip()],
+        targets: sender::Target::all(
+            &RssModel::from_description(&receiver_with(cpus)).expect("model"),
+            &[server.ip()],
+        ),
         ports: Vec::new(),
         cgroup: Some(cgroup.path().to_path_buf()),
         pin_dir: pin_dir.clone(),

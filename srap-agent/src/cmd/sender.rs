@@ -12,20 +12,20 @@ use srap_daemon::sender::{self, Steering, args::SenderArgs};
 /// description comes from the receiver agent and is followed
 /// ([`sender::follow`]).
 pub fn run(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
-    let (rss, peer) = (&args.source.rss, &args.source.peer);
-    let rss = match (rss, peer) {
-        (None, Some(peer)) => {
-            return runtime.block_on(sender::follow::run(args, peer, srap_daemon::ebpf_object()));
+    let (rss, peers) = (&args.source.rss, &args.source.peer);
+    let rss = match (rss, peers.is_empty()) {
+        (None, false) => {
+            return runtime.block_on(sender::follow::run(args, peers, srap_daemon::ebpf_object()));
         }
-        (Some(_), None) if args.psk_file.is_some() || !args.report_ports.is_empty() => {
+        (Some(_), true) if args.psk_file.is_some() || !args.report_ports.is_empty() => {
             anyhow::bail!("--psk-file and --report-port go with --peer, not --rss")
         }
-        (Some(rss), None) => rss,
+        (Some(rss), true) => rss,
         // clap's group makes these unreachable; say so plainly anyway.
         _ => anyhow::bail!("give exactly one of --rss FILE and --peer HOST:PORT"),
     };
     let (_, model) = RssDescription::load(rss)?;
-    let options = sender::follow::options(args, model, args.receivers.clone());
+    let options = sender::follow::options(args, sender::Target::all(&model, &args.receivers));
     let mut steering = sender::start(&options, srap_daemon::ebpf_object())
         .map_err(with_flag_hint)
         .context("setting up the port binder")?;

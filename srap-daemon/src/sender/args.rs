@@ -16,11 +16,13 @@ pub struct DescriptionSource {
     /// prints): offline mode, planned once.
     #[arg(long, value_name = "FILE")]
     pub rss: Option<PathBuf>,
-    /// The receiver agent (`srap-agent receiver --listen`) to fetch the
+    /// A receiver agent (`srap-agent receiver --listen`) to fetch the
     /// description from: the agent follows every change of it, keeps the
     /// last plan while the receiver is away, and reports its plan back.
+    /// Repeat for more receivers: each is planned with its own description
+    /// and gets its own grant; one away does not disturb the others.
     #[arg(long, value_name = "HOST:PORT")]
-    pub peer: Option<String>,
+    pub peer: Vec<String>,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -40,7 +42,8 @@ pub struct SenderArgs {
     #[arg(long = "report-port", value_name = "P")]
     pub report_ports: Vec<u16>,
     /// A receiver address to steer toward (repeat for more receivers;
-    /// with --peer, default: the peer's address).
+    /// with one --peer, default: the peer's address; with several --peer,
+    /// each receiver is steered at its own peer's address).
     #[arg(long = "receiver", value_name = "IP", required_unless_present = "peer")]
     pub receivers: Vec<IpAddr>,
     /// Steer only this destination port (repeat for more; default: every port).

@@ -30,10 +30,12 @@ pub struct Applied {
     pub unknown: usize,
 }
 
-/// Receiver CPU → slot, for each receiver of the plan (by its index).
-fn slots_by_cpu(plan: &Plan) -> Vec<(u32, BTreeMap<u32, u32>)> {
+/// Receiver CPU → slot, for each receiver of the plan (by its index) that
+/// `keep` accepts.
+fn slots_by_cpu(plan: &Plan, keep: impl Fn(u32) -> bool) -> Vec<(u32, BTreeMap<u32, u32>)> {
     plan.receivers
         .iter()
+        .filter(|r| keep(r.index))
         .map(|r| {
             let cpus = r
                 .tables
@@ -61,12 +63,23 @@ pub fn apply(
     plan: &Plan,
     grant: Option<&CpuGrant>,
 ) -> Result<Applied, SenderError> {
+    apply_to(ebpf, plan, |_| true, grant)
+}
+
+/// [`apply`] for the receivers (binder rows) `keep` accepts only: the
+/// addresses of the one receiver host that granted it.
+pub fn apply_to(
+    ebpf: &mut Ebpf,
+    plan: &Plan,
+    keep: impl Fn(u32) -> bool,
+    grant: Option<&CpuGrant>,
+) -> Result<Applied, SenderError> {
     let map = ebpf
         .map_mut(GRANTS_MAP)
         .ok_or(SenderError::Missing(GRANTS_MAP))?;
     let mut array: Array<_, SlotGrant> = Array::try_from(map).map_err(map_error(GRANTS_MAP))?;
     let mut applied = Applied::default();
-    for (index, cpus) in slots_by_cpu(plan) {
+    for (index, cpus) in slots_by_cpu(plan, keep) {
         let row = match grant {
             None => SlotGrant::default(),
             Some(grant) => {
@@ -89,15 +102,19 @@ pub fn apply(
     Ok(applied)
 }
 
-/// Open steered flows per receiver CPU, over every receiver of `plan`
-/// (they are addresses of the one receiver host this sender follows).
-pub fn demand(ebpf: &Ebpf, plan: &Plan) -> Result<Vec<CpuCount>, SenderError> {
+/// Open steered flows per receiver CPU, over the receivers of `plan` that
+/// `keep` accepts (the addresses of one receiver host).
+pub fn demand(
+    ebpf: &Ebpf,
+    plan: &Plan,
+    keep: impl Fn(u32) -> bool,
+) -> Result<Vec<CpuCount>, SenderError> {
     let map = ebpf
         .map(RECEIVERS_MAP)
         .ok_or(SenderError::Missing(RECEIVERS_MAP))?;
     let array: Array<_, ReceiverSlots> = Array::try_from(map).map_err(map_error(RECEIVERS_MAP))?;
     let mut per_cpu: BTreeMap<u32, u32> = BTreeMap::new();
-    for (index, cpus) in slots_by_cpu(plan) {
+    for (index, cpus) in slots_by_cpu(plan, keep) {
         let row = array.get(&index, 0).map_err(map_error(RECEIVERS_MAP))?;
         for (cpu, slot) in &cpus {
             let flows = row.flows[(*slot).min(MAX_SLOTS - 1) as usize];

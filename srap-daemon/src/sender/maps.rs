@@ -109,34 +109,38 @@ fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
 }
 
 fn fill_dests(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
+    fill_dests_except(ebpf, plan, &BTreeSet::new())
+}
+
+/// Puts the plan's destinations in the binder's map, except those toward
+/// the receivers (binder rows) in `paused`, which are taken out: connects
+/// to them miss and keep the kernel's port (the binder fails open), while
+/// every other receiver steers on.
+pub fn fill_dests_except(
+    ebpf: &mut Ebpf,
+    plan: &Plan,
+    paused: &BTreeSet<u32>,
+) -> Result<(), SenderError> {
     let mut dests: HashMap<_, DestKey, DestValue> =
         HashMap::try_from(map_mut(ebpf, DESTS_MAP)?).map_err(map_error(DESTS_MAP))?;
-    let wanted: BTreeSet<DestKey> = plan.dests.iter().map(|(k, _)| *k).collect();
+    let active = || {
+        plan.dests
+            .iter()
+            .filter(|(_, v)| !paused.contains(&v.receiver))
+    };
+    let wanted: BTreeSet<DestKey> = active().map(|(k, _)| *k).collect();
     let stale: Vec<DestKey> = dests
         .keys()
         .filter_map(Result::ok)
         .filter(|k| !wanted.contains(k))
         .collect();
-    for (key, value) in &plan.dests {
+    for (key, value) in active() {
         dests.insert(key, value, 0).map_err(map_error(DESTS_MAP))?;
     }
     for key in &stale {
         dests.remove(key).map_err(map_error(DESTS_MAP))?;
     }
     Ok(())
-}
-
-/// Takes every destination out of the binder's map, so connects miss and
-/// keep the kernel's port (the binder fails open); [`fill`] puts them back.
-/// Returns how many were removed.
-pub fn clear_dests(ebpf: &mut Ebpf) -> Result<usize, SenderError> {
-    let mut dests: HashMap<_, DestKey, DestValue> =
-        HashMap::try_from(map_mut(ebpf, DESTS_MAP)?).map_err(map_error(DESTS_MAP))?;
-    let keys: Vec<DestKey> = dests.keys().filter_map(Result::ok).collect();
-    for key in &keys {
-        dests.remove(key).map_err(map_error(DESTS_MAP))?;
-    }
-    Ok(keys.len())
 }
 
 /// The binder's outcome counters, summed over CPUs, by [`outcome`] index.

@@ -25,6 +25,7 @@ use std::{
     io,
     net::IpAddr,
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use aya::Ebpf;
@@ -108,11 +109,37 @@ pub enum SenderError {
     },
 }
 
+/// One receiver address to steer toward, with the RSS model of its host.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// Its row in the binder's per-receiver maps.
+    pub index: u32,
+    pub addr: IpAddr,
+    pub model: Arc<RssModel>,
+}
+
+impl Target {
+    /// `receivers` (rows 0, 1, ...), all on one receiver host's `model`.
+    pub fn all(model: &RssModel, receivers: &[IpAddr]) -> Vec<Target> {
+        let model = Arc::new(model.clone());
+        receivers
+            .iter()
+            .enumerate()
+            .map(|(index, addr)| Target {
+                index: index as u32,
+                addr: *addr,
+                model: model.clone(),
+            })
+            .collect()
+    }
+}
+
 /// What `srap-agent sender` steers, and where.
 #[derive(Debug, Clone)]
 pub struct SenderOptions {
-    pub model: RssModel,
-    pub receivers: Vec<IpAddr>,
+    /// Each receiver address with its own model (several receiver hosts
+    /// may have different NICs).
+    pub targets: Vec<Target>,
     /// Destination ports to steer; empty: every port.
     pub ports: Vec<u16>,
     /// The cgroup (default `<cgroup2>/srap`); relative paths are below the mount.
@@ -131,12 +158,24 @@ pub struct Steering {
     pub layout: PinLayout,
     pub cgroup: PathBuf,
     pub plan: Plan,
-    /// The RSS model the plan was made for.
-    pub model: RssModel,
     pub attachment: Attachment,
     /// Source ports the binder may bind (all reserved).
     pub ports: BTreeSet<u16>,
     pub port_range: PortRange,
+}
+
+/// Each target with its model and where flows to it may come from.
+pub fn receiver_inputs(targets: &[Target]) -> Result<Vec<plan::ReceiverInput>, SenderError> {
+    let addrs: Vec<IpAddr> = targets.iter().map(|t| t.addr).collect();
+    Ok(receiver_sources(&addrs)?
+        .into_iter()
+        .zip(targets)
+        .map(|(sources, target)| plan::ReceiverInput {
+            index: target.index,
+            model: target.model.clone(),
+            sources,
+        })
+        .collect())
 }
 
 /// Each receiver with the route's source address toward it and the other
@@ -186,9 +225,8 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<Steering, SenderE
         Some(range) => range,
         None => reserved::local_port_range()?,
     };
-    let plan = Plan::build(
-        &options.model,
-        &receiver_sources(&options.receivers)?,
+    let plan = Plan::build_each(
+        &receiver_inputs(&options.targets)?,
         &options.ports,
         port_range,
     )?;
@@ -218,7 +256,6 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<Steering, SenderE
         layout,
         cgroup,
         plan,
-        model: options.model.clone(),
         attachment,
         ports,
         port_range,

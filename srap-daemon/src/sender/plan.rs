@@ -3,7 +3,11 @@
 //! address of the family an application may bind), their shared layouts,
 //! and the destinations that point at them.
 //!
-//! Pure computation on the RSS model; [`super::maps`] writes the result.
+//! Each receiver is planned with the RSS model of its own host (one sender
+//! may follow several receiver agents, each with its own NIC); receivers
+//! whose model is the same `Arc` share their layouts.
+//!
+//! Pure computation on the RSS models; [`super::maps`] writes the result.
 
 use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
@@ -55,6 +59,17 @@ pub struct ReceiverSources {
     pub others: Vec<IpAddr>,
 }
 
+/// One receiver to plan: its row in the binder, the RSS model of its host,
+/// and where flows to it may come from.
+#[derive(Debug, Clone)]
+pub struct ReceiverInput {
+    /// Its row in the binder's per-receiver maps (occupancy, grant): kept
+    /// stable across re-plans so live flow counts stay with their receiver.
+    pub index: u32,
+    pub model: Arc<RssModel>,
+    pub sources: ReceiverSources,
+}
+
 impl ReceiverSources {
     /// A receiver reached from its route's source address only.
     pub fn routed(receiver: IpAddr, route: IpAddr) -> Self {
@@ -84,6 +99,26 @@ impl Plan {
         ports: &[u16],
         range: PortRange,
     ) -> Result<Self, SenderError> {
+        let model = Arc::new(model.clone());
+        let inputs: Vec<ReceiverInput> = receivers
+            .iter()
+            .enumerate()
+            .map(|(index, sources)| ReceiverInput {
+                index: index as u32,
+                model: model.clone(),
+                sources: sources.clone(),
+            })
+            .collect();
+        Self::build_each(&inputs, ports, range)
+    }
+
+    /// Builds the plan for receivers that each have their own model and
+    /// binder row.
+    pub fn build_each(
+        receivers: &[ReceiverInput],
+        ports: &[u16],
+        range: PortRange,
+    ) -> Result<Self, SenderError> {
         check_receivers(receivers)?;
         let ports: Vec<u16> = ports
             .iter()
@@ -103,8 +138,8 @@ impl Plan {
             dests: Vec::new(),
         };
         let mut shared = SharedLayouts::default();
-        for (index, sources) in receivers.iter().enumerate() {
-            plan.add_receiver(model, &mut shared, index as u32, sources, &ports, range)?;
+        for input in receivers {
+            plan.add_receiver(&mut shared, input, &ports, range)?;
         }
         plan.place_layouts()?;
         plan.check_capacity()?;
@@ -113,13 +148,12 @@ impl Plan {
 
     fn add_receiver(
         &mut self,
-        model: &RssModel,
         shared: &mut SharedLayouts,
-        index: u32,
-        sources: &ReceiverSources,
+        input: &ReceiverInput,
         ports: &[u16],
         range: PortRange,
     ) -> Result<(), SenderError> {
+        let (index, model, sources) = (input.index, &*input.model, &input.sources);
         let receiver = sources.receiver;
         let steering_error = |dport| {
             move |source| SenderError::Steering {
@@ -129,7 +163,7 @@ impl Plan {
             }
         };
         let layout = shared
-            .get(model, receiver, range)
+            .get(&input.model, receiver, range)
             .map_err(steering_error(None))?;
         let mut plan = ReceiverPlan {
             index,
@@ -257,36 +291,35 @@ impl Plan {
     }
 }
 
-/// The any-port layout of each address family, built once per plan (the
-/// model is the same for every receiver of one description).
+/// The any-port layout of each (model, address family), built once per
+/// plan: receivers of one description (the same `Arc`) share it.
 #[derive(Default)]
 struct SharedLayouts {
-    v4: Option<Option<Arc<SteeringLayout>>>,
-    v6: Option<Option<Arc<SteeringLayout>>>,
+    built: Vec<(Arc<RssModel>, bool, Option<Arc<SteeringLayout>>)>,
 }
 
 impl SharedLayouts {
     fn get(
         &mut self,
-        model: &RssModel,
+        model: &Arc<RssModel>,
         receiver: IpAddr,
         range: PortRange,
     ) -> Result<Option<Arc<SteeringLayout>>, SteeringError> {
-        let slot = if receiver.is_ipv4() {
-            &mut self.v4
-        } else {
-            &mut self.v6
-        };
-        if let Some(layout) = slot {
+        let v4 = receiver.is_ipv4();
+        let known = self
+            .built
+            .iter()
+            .find(|(m, family, _)| Arc::ptr_eq(m, model) && *family == v4);
+        if let Some((_, _, layout)) = known {
             return Ok(layout.clone());
         }
         let layout = SteeringLayout::any_port(model, receiver, range)?.map(Arc::new);
-        *slot = Some(layout.clone());
+        self.built.push((model.clone(), v4, layout.clone()));
         Ok(layout)
     }
 }
 
-fn check_receivers(receivers: &[ReceiverSources]) -> Result<(), SenderError> {
+fn check_receivers(receivers: &[ReceiverInput]) -> Result<(), SenderError> {
     if receivers.is_empty() {
         return Err(SenderError::Input(
             "no receiver: give --receiver IP (once per receiver address)".into(),
@@ -299,7 +332,15 @@ fn check_receivers(receivers: &[ReceiverSources]) -> Result<(), SenderError> {
         )));
     }
     let mut seen = BTreeSet::new();
-    for sources in receivers {
+    let mut rows = BTreeSet::new();
+    for input in receivers {
+        let sources = &input.sources;
+        if input.index >= MAX_RECEIVERS || !rows.insert(input.index) {
+            return Err(SenderError::Input(format!(
+                "receiver {}: binder row {} is taken or beyond the {MAX_RECEIVERS} rows",
+                sources.receiver, input.index
+            )));
+        }
         if !seen.insert(sources.receiver) {
             return Err(SenderError::Input(format!(
                 "receiver {} is given twice",
@@ -410,6 +451,66 @@ mod tests {
         ));
         let err = Plan::build(&model(), &more, &[], PortRange::DEFAULT).unwrap_err();
         assert!(err.to_string().contains("at most 4096"), "{err}");
+    }
+
+    #[test]
+    fn each_receiver_gets_the_layout_of_its_own_model() {
+        let sixteen = RssModel::from_description(&srap_common::rss::RssDescription {
+            indir: (0..128).map(|i| i % 16).collect(),
+            queue_cpu: Some((0..16).collect()),
+            ..embedded_default()
+        })
+        .unwrap();
+        let (a, b) = (Arc::new(model()), Arc::new(sixteen));
+        let second = ReceiverSources::routed(
+            IpAddr::V4(Ipv4Addr::new(10, 199, 10, 2)),
+            IpAddr::V4(Ipv4Addr::new(10, 199, 10, 1)),
+        );
+        let inputs = [
+            ReceiverInput {
+                index: 3,
+                model: a.clone(),
+                sources: v4(),
+            },
+            ReceiverInput {
+                index: 7,
+                model: b.clone(),
+                sources: second.clone(),
+            },
+        ];
+        let plan = Plan::build_each(&inputs, &[], PortRange::DEFAULT).unwrap();
+        assert_eq!(plan.layouts.len(), 2, "one layout per model");
+        assert_eq!(plan.receivers[0].slots, 32);
+        assert_eq!(plan.receivers[1].slots, 16);
+        assert_eq!(
+            (plan.receivers[0].index, plan.receivers[1].index),
+            (3, 7),
+            "binder rows as given"
+        );
+        assert!(
+            plan.dests
+                .iter()
+                .any(|(_, v)| v.receiver == 7 && v.table == 1)
+        );
+        // The same model (one Arc) shares one layout.
+        let shared = [
+            inputs[0].clone(),
+            ReceiverInput {
+                model: a,
+                ..inputs[1].clone()
+            },
+        ];
+        let plan = Plan::build_each(&shared, &[], PortRange::DEFAULT).unwrap();
+        assert_eq!(plan.layouts.len(), 1);
+        // A binder row given twice is refused.
+        let twice = [
+            inputs[0].clone(),
+            ReceiverInput {
+                index: 3,
+                ..inputs[1].clone()
+            },
+        ];
+        assert!(Plan::build_each(&twice, &[], PortRange::DEFAULT).is_err());
     }
 
     #[test]

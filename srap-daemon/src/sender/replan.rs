@@ -12,8 +12,6 @@
 
 use std::collections::BTreeSet;
 
-use srap_common::rss::RssModel;
-
 use srap_host::reserved::{self, Reservation};
 
 use super::{SenderError, SenderOptions, Steering, maps, plan::Plan, state};
@@ -27,16 +25,13 @@ pub struct Replanned {
     pub released: usize,
 }
 
-/// Rebuilds `steering`'s plan for `model` (receivers, ports and pacing from
-/// `options`; the port range `start` chose) and refills its maps. On error
-/// before the maps are written, the old plan keeps steering untouched.
-pub fn replan(
-    steering: &mut Steering,
-    options: &SenderOptions,
-    model: &RssModel,
-) -> Result<Replanned, SenderError> {
-    let receivers = super::receiver_sources(&options.receivers)?;
-    let plan = Plan::build(model, &receivers, &options.ports, steering.port_range)?;
+/// Rebuilds `steering`'s plan for `options` (receivers with their models,
+/// ports and pacing; the port range `start` chose) and refills its maps.
+/// On error before the maps are written, the old plan keeps steering
+/// untouched.
+pub fn replan(steering: &mut Steering, options: &SenderOptions) -> Result<Replanned, SenderError> {
+    let receivers = super::receiver_inputs(&options.targets)?;
+    let plan = Plan::build_each(&receivers, &options.ports, steering.port_range)?;
     let new_ports = plan.ports();
 
     let state_path = state::path_for(steering.layout.dir());
@@ -83,19 +78,19 @@ pub fn replan(
         released: added_before.difference(&added_now).count(),
     };
     steering.plan = plan;
-    steering.model = model.clone();
     steering.ports = new_ports;
     Ok(outcome)
 }
 
-/// Re-plans (for the same RSS model) when the host's addresses or routes
+/// Re-plans (for the same RSS models) when the host's addresses or routes
 /// toward the receivers changed since the plan (an address added for an
 /// application to bind, say); returns true if it did. Failures are logged
 /// and the old plan keeps steering.
 pub fn replan_if_sources_changed(steering: &mut Steering, options: &SenderOptions) -> bool {
-    match super::sources_changed(steering, &options.receivers) {
+    let addrs: Vec<_> = options.targets.iter().map(|t| t.addr).collect();
+    match super::sources_changed(steering, &addrs) {
         Ok(false) => false,
-        Ok(true) => match replan(steering, options, &steering.model.clone()) {
+        Ok(true) => match replan(steering, options) {
             Ok(moved) => {
                 println!(
                     "local addresses or routes changed: replanned (+{} -{} reserved ports)",

@@ -39,7 +39,7 @@ use tracing::{debug, info, warn};
 
 pub use self::{
     backoff::Backoff,
-    report::plan_report,
+    report::{plan_report, plan_report_for},
     session::{PeerError, Session},
 };
 

@@ -16,8 +16,19 @@ use crate::sender::plan::Plan;
 /// port's CPU depends on the destination port) for each of `any_port_dports`
 /// — the ports the workload uses, when known — and not at all without them.
 pub fn plan_report(version: u64, plan: &Plan, any_port_dports: &[u16]) -> PlanReport {
+    plan_report_for(version, plan, any_port_dports, |_| true)
+}
+
+/// [`plan_report`] of the receivers (binder rows) `keep` accepts: what one
+/// receiver host is told when the sender follows several.
+pub fn plan_report_for(
+    version: u64,
+    plan: &Plan,
+    any_port_dports: &[u16],
+    keep: impl Fn(u32) -> bool,
+) -> PlanReport {
     let mut tables = Vec::new();
-    for receiver in &plan.receivers {
+    for receiver in plan.receivers.iter().filter(|r| keep(r.index)) {
         for table in receiver.tables.iter().filter_map(|&t| plan.tables.get(t)) {
             let dports: Vec<u16> = match table.scope() {
                 Scope::Port(port) => vec![port],

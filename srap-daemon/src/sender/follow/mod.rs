@@ -1,0 +1,502 @@
+//! `srap-agent sender --peer`: steering that follows receiver agents.
+//!
+//! Nothing is set up until a first description arrives (a bounded wait),
+//! so a sender that cannot reach or authenticate any receiver never steers
+//! with a guess. With several `--peer`s each receiver host is planned with
+//! its own description (its own RSS model and layout), gets its own grant,
+//! landing verdict and plan report; a receiver whose first description comes
+//! later joins the plan then. Every new description is re-planned into the
+//! same pinned maps ([`super::replan`]). While a receiver is away its last
+//! plan keeps steering, and the others are not touched: the maps do not
+//! depend on the connections, and each client reconnects with backoff on
+//! its own.
+
+mod events;
+mod receivers;
+
+use std::{collections::BTreeSet, net::IpAddr, sync::Arc, time::Duration};
+
+use anyhow::{Context as _, bail};
+use srap_common::{
+    rss::RssModel,
+    wire::{CpuGrant, DemandReport, LandingReport, LandingVerdict},
+};
+use tokio::{
+    signal::unix::{Signal, SignalKind, signal},
+    sync::mpsc,
+    time::Instant,
+};
+use tracing::{info, warn};
+
+use self::{
+    events::{Event, What},
+    receivers::Receiver,
+};
+use super::{SenderOptions, Steering, Target, args::SenderArgs, grant, maps, replan, summary};
+use crate::{
+    psk::read_psk_file,
+    upstream::{self, PeerConfig, Update},
+};
+
+/// How often the wait for the first description says it is still waiting.
+const WAIT_NOTICE: Duration = Duration::from_secs(5);
+/// How long `--once` waits for its plan to be handed to the receiver.
+const REPORT_FLUSH: Duration = Duration::from_secs(5);
+/// Destination ports a plan is reported for (each adds a table to the frame).
+const MAX_REPORT_PORTS: usize = 16;
+/// How often the binder's open flows are read for the demand report (sent
+/// only when they changed).
+const DEMAND_EVERY: Duration = Duration::from_millis(100);
+
+/// The follow loop's state: the receivers, the options they make, and the
+/// running binder.
+struct Follower {
+    receivers: Vec<Receiver>,
+    options: SenderOptions,
+    dports: Vec<u16>,
+}
+
+/// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
+pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::Result<()> {
+    let psk = args.psk_file.as_deref().map(read_psk_file).transpose()?;
+    let dports = report_ports(args)?;
+    let addresses = receiver_addresses(args, peers).await?;
+    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let (tx, mut events) = mpsc::unbounded_channel();
+    let mut receivers = Vec::new();
+    let mut row = 0u32;
+    for (n, (peer, addrs)) in peers.iter().zip(addresses).enumerate() {
+        let handle = upstream::watch(PeerConfig::new(peer.as_str(), psk.clone()));
+        events::forward(n, &handle, tx.clone());
+        let rows = addrs
+            .into_iter()
+            .map(|a| {
+                row += 1;
+                (row - 1, a)
+            })
+            .collect();
+        receivers.push(Receiver::new(peer.clone(), handle, rows));
+    }
+    drop(tx);
+    let mut follower = Follower {
+        receivers,
+        options: options(args, Vec::new()),
+        dports,
+    };
+    let limit = Duration::from_secs(args.peer_wait);
+    if !follower.wait_first(&mut events, limit, &mut term).await? {
+        info!("stopped before the first description: nothing was set up");
+        return Ok(());
+    }
+    let mut steering =
+        super::start(&follower.options, object).context("setting up the port binder")?;
+    println!("{}", summary::describe(&steering));
+    follower.after_replan(&mut steering);
+    if args.once {
+        follower.wait_reported().await;
+        return Ok(());
+    }
+    follower
+        .follow(&mut steering, &mut events, args.interval, &mut term)
+        .await?;
+    info!(
+        "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",
+        steering.layout.dir().display()
+    );
+    Ok(())
+}
+
+impl Follower {
+    /// Waits (at most `limit`) until some receiver's first description is
+    /// in; false when stopped by a signal first. Says every few seconds
+    /// what it is waiting on.
+    async fn wait_first(
+        &mut self,
+        events: &mut mpsc::UnboundedReceiver<Event>,
+        limit: Duration,
+        term: &mut Signal,
+    ) -> anyhow::Result<bool> {
+        let names = self.names();
+        info!("waiting up to {limit:?} for the first RSS description from {names}");
+        let deadline = Instant::now() + limit;
+        let mut notice = tokio::time::interval(WAIT_NOTICE);
+        notice.tick().await;
+        while self.options.targets.is_empty() {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return Ok(false),
+                _ = term.recv() => return Ok(false),
+                event = events.recv() => {
+                    let event = event.context("the receiver clients stopped")?;
+                    self.before_start(event);
+                }
+                _ = tokio::time::sleep_until(deadline) => bail!(
+                    "no RSS description from receiver {} within {limit:?} ({}); \
+                     nothing was set up",
+                    names, self.statuses()
+                ),
+                _ = notice.tick() => info!(
+                    "still waiting for receiver {names}: {}", self.statuses()
+                ),
+            }
+        }
+        Ok(true)
+    }
+
+    /// An event before the binder exists: descriptions and grants are kept.
+    fn before_start(&mut self, event: Event) {
+        let Some(receiver) = self.receivers.get_mut(event.peer) else {
+            return;
+        };
+        match event.what {
+            What::Update(update) => {
+                if self.take_description(event.peer, update) {
+                    self.options.targets = self.targets();
+                }
+            }
+            What::Grant(grant) => receiver.granted = Some(grant),
+            What::Status(status) => receiver.status = status,
+            What::Landing(_) => {}
+        }
+    }
+
+    /// Runs until a signal or the binder's links are gone.
+    async fn follow(
+        &mut self,
+        steering: &mut Steering,
+        events: &mut mpsc::UnboundedReceiver<Event>,
+        interval: u64,
+        term: &mut Signal,
+    ) -> anyhow::Result<()> {
+        let mut tick = tokio::time::interval(Duration::from_secs(interval.max(1)));
+        tick.tick().await;
+        let mut demand_tick = tokio::time::interval(DEMAND_EVERY);
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+                _ = term.recv() => return Ok(()),
+                _ = tick.tick() => {
+                    if !summary::log_counters(&steering.layout) {
+                        return Ok(());
+                    }
+                    if super::replan_if_sources_changed(steering, &self.options) {
+                        self.after_replan(steering);
+                    }
+                }
+                _ = demand_tick.tick() => {
+                    for n in 0..self.receivers.len() {
+                        self.report_demand(steering, n);
+                    }
+                }
+                event = events.recv() => {
+                    let event = event.context("the receiver clients stopped")?;
+                    self.on_event(steering, event);
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, steering: &mut Steering, event: Event) {
+        let n = event.peer;
+        match event.what {
+            What::Update(update) => self.on_update(steering, n, update),
+            What::Grant(grant) => {
+                let Some(receiver) = self.receivers.get_mut(n) else {
+                    return;
+                };
+                if receiver.granted.as_ref() != Some(&grant) {
+                    receiver.take_grant(steering, &grant);
+                    receiver.granted = Some(grant);
+                }
+                self.report_demand(steering, n);
+            }
+            What::Landing(report) => self.on_landing(steering, n, report),
+            What::Status(status) => {
+                if let Some(receiver) = self.receivers.get_mut(n) {
+                    receiver.on_status(status);
+                }
+            }
+        }
+    }
+
+    /// A description from receiver `n`: re-planned when it changed (or is
+    /// its first), reported either way.
+    fn on_update(&mut self, steering: &mut Steering, n: usize, update: Update) {
+        let version = update.version;
+        if self.take_description(n, update) {
+            self.options.targets = self.targets();
+            let name = self.receivers[n].addr.clone();
+            replan_for(steering, &self.options, version, &name);
+            // The refilled maps steer toward `n` again: its new
+            // description gets its own verdict.
+            self.receivers[n].paused = false;
+            self.after_replan(steering);
+        } else {
+            info!(
+                "receiver {} version {version}: same description, plan unchanged",
+                self.receivers[n].addr
+            );
+            self.receivers[n].report(steering, &self.dports);
+        }
+    }
+
+    /// Records receiver `n`'s description; true when its model changed (a
+    /// new plan is needed). A description equal to another receiver's
+    /// shares that receiver's model, so their layouts are shared too.
+    fn take_description(&mut self, n: usize, update: Update) -> bool {
+        let same = self.receivers[n]
+            .current
+            .as_ref()
+            .is_some_and(|c| c.description == update.description);
+        if same {
+            self.receivers[n].current = Some(update);
+            return false;
+        }
+        let shared = self
+            .receivers
+            .iter()
+            .filter(|r| r.current.as_ref().map(|c| &c.description) == Some(&update.description))
+            .find_map(|r| r.model.clone());
+        let model = match shared {
+            Some(model) => model,
+            None => match RssModel::from_description(&update.description) {
+                Ok(model) => Arc::new(model),
+                Err(err) => {
+                    warn!(
+                        "receiver {} version {}: {err}; keeping its last plan",
+                        self.receivers[n].addr, update.version
+                    );
+                    return false;
+                }
+            },
+        };
+        let receiver = &mut self.receivers[n];
+        if receiver.current.is_none() {
+            println!(
+                "receiver description version {} from {}",
+                update.version, receiver.addr
+            );
+        }
+        receiver.model = Some(model);
+        receiver.current = Some(update);
+        true
+    }
+
+    /// Every receiver with a model, at each of its addresses.
+    fn targets(&self) -> Vec<Target> {
+        self.receivers
+            .iter()
+            .flat_map(|r| {
+                r.model.iter().flat_map(|model| {
+                    r.rows.iter().map(|(index, addr)| Target {
+                        index: *index,
+                        addr: *addr,
+                        model: model.clone(),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// After a new plan (slots may be renumbered): paused receivers' dests
+    /// out again, every grant re-applied, every plan reported.
+    fn after_replan(&mut self, steering: &mut Steering) {
+        self.refill_dests(steering);
+        for receiver in &self.receivers {
+            receiver.reapply(steering);
+            receiver.report(steering, &self.dports);
+        }
+    }
+
+    /// The destinations of every receiver not paused.
+    fn refill_dests(&self, steering: &mut Steering) -> bool {
+        let paused: BTreeSet<u32> = self
+            .receivers
+            .iter()
+            .filter(|r| r.paused)
+            .flat_map(|r| r.rows.iter().map(|(i, _)| *i))
+            .collect();
+        match maps::fill_dests_except(&mut steering.ebpf, &steering.plan, &paused) {
+            Ok(()) => true,
+            Err(err) => {
+                warn!("cannot update the binder's destinations: {err}");
+                false
+            }
+        }
+    }
+
+    /// The closed loop, sender side: stops steering toward a receiver whose
+    /// landings contradict the description it planned with (new connections
+    /// to it get kernel ports; the others steer on), and steers toward it
+    /// again when it reports agreement.
+    fn on_landing(&mut self, steering: &mut Steering, n: usize, report: LandingReport) {
+        let Some(receiver) = self.receivers.get_mut(n) else {
+            return;
+        };
+        if receiver.current.as_ref().map(|c| c.version) != Some(report.version) {
+            return;
+        }
+        let was = receiver.paused;
+        let wanted = match report.verdict {
+            LandingVerdict::Contradicted | LandingVerdict::TupleRewritten => true,
+            LandingVerdict::Agreed => false,
+            _ => was,
+        };
+        if wanted == was {
+            return;
+        }
+        receiver.paused = wanted;
+        if self.refill_dests(steering) {
+            self.receivers[n].say_landing(&report);
+        } else {
+            self.receivers[n].paused = was;
+        }
+    }
+
+    fn report_demand(&self, steering: &Steering, n: usize) {
+        if let Some(receiver) = self.receivers.get(n) {
+            receiver.report_demand(steering);
+        }
+    }
+
+    /// `--once`: leaves only after every plan went out (bounded).
+    async fn wait_reported(&self) {
+        for receiver in &self.receivers {
+            receiver.wait_reported(REPORT_FLUSH).await;
+        }
+    }
+
+    fn names(&self) -> String {
+        let names: Vec<&str> = self.receivers.iter().map(|r| r.addr.as_str()).collect();
+        names.join(", ")
+    }
+
+    fn statuses(&self) -> String {
+        let texts: Vec<String> = self
+            .receivers
+            .iter()
+            .map(|r| format!("{}: {}", r.addr, receivers::status_text(&r.status)))
+            .collect();
+        texts.join("; ")
+    }
+}
+
+/// Re-plans for a new description of receiver `name`; on failure the old
+/// plan keeps steering.
+fn replan_for(steering: &mut Steering, options: &SenderOptions, version: u64, name: &str) {
+    let started = std::time::Instant::now();
+    match replan(steering, options) {
+        Ok(moved) => {
+            println!(
+                "replanned for version {version} of {name} in {} ms: +{} -{} reserved ports",
+                started.elapsed().as_millis(),
+                moved.reserved,
+                moved.released
+            );
+            println!("{}", summary::describe(steering));
+        }
+        Err(err) => warn!(
+            "receiver {name} version {version}: cannot re-plan ({err}); keeping the last plan"
+        ),
+    }
+}
+
+/// The destination ports the plan is reported for.
+fn report_ports(args: &SenderArgs) -> anyhow::Result<Vec<u16>> {
+    let ports = if args.report_ports.is_empty() {
+        &args.ports
+    } else {
+        &args.report_ports
+    };
+    if ports.contains(&0) {
+        bail!("--report-port 0 is not a destination port");
+    }
+    if ports.len() > MAX_REPORT_PORTS {
+        bail!(
+            "the plan is reported for at most {MAX_REPORT_PORTS} destination ports; {} given",
+            ports.len()
+        );
+    }
+    Ok(ports.clone())
+}
+
+/// The addresses steered toward for each peer: `--receiver` with one
+/// `--peer`, otherwise each peer's own address.
+async fn receiver_addresses(
+    args: &SenderArgs,
+    peers: &[String],
+) -> anyhow::Result<Vec<Vec<IpAddr>>> {
+    match (peers, args.receivers.as_slice()) {
+        ([_], given) if !given.is_empty() => Ok(vec![given.to_vec()]),
+        (_, []) => {
+            let mut all = Vec::new();
+            for peer in peers {
+                all.push(vec![peer_ip(peer).await?]);
+            }
+            Ok(all)
+        }
+        _ => bail!(
+            "--receiver goes with a single --peer; with several, each receiver is steered \
+             at its --peer address: leave --receiver out"
+        ),
+    }
+}
+
+/// The receiver's address when `--receiver` is not given: the peer's.
+async fn peer_ip(peer_addr: &str) -> anyhow::Result<IpAddr> {
+    let addr = tokio::net::lookup_host(peer_addr)
+        .await
+        .with_context(|| format!("resolving --peer {peer_addr} (or give --receiver IP)"))?
+        .next()
+        .with_context(|| format!("--peer {peer_addr} has no address; give --receiver IP"))?;
+    info!(
+        "steering toward the peer's address {} (--receiver overrides)",
+        addr.ip()
+    );
+    Ok(addr.ip())
+}
+
+/// The binder's options for `targets`, the rest from the command line.
+pub fn options(args: &SenderArgs, targets: Vec<Target>) -> SenderOptions {
+    SenderOptions {
+        targets,
+        ports: args.ports.clone(),
+        cgroup: args.cgroup.clone(),
+        pin_dir: args.pin_dir.clone(),
+        pacing_rate: args.pacing_rate,
+        port_range: args.port_range,
+    }
+}
+
+/// The grant's CPUs as `cpu` or `cpu+flows`.
+fn grant_cpus(grant: &CpuGrant) -> String {
+    let cpus: Vec<String> = grant
+        .cpus
+        .iter()
+        .map(|c| {
+            if c.count == 0 {
+                c.cpu.to_string()
+            } else {
+                format!("{}+{}", c.cpu, c.count)
+            }
+        })
+        .collect();
+    cpus.join(" ")
+}
+
+/// The demand report of the flows the binder holds toward `rows`.
+fn demand_of(
+    steering: &Steering,
+    rows: &BTreeSet<u32>,
+    grant: Option<&CpuGrant>,
+) -> Option<DemandReport> {
+    match grant::demand(&steering.ebpf, &steering.plan, |i| rows.contains(&i)) {
+        Ok(flows) => Some(DemandReport {
+            applied: grant.map_or(0, |g| g.epoch),
+            flows,
+        }),
+        Err(err) => {
+            warn!("reading the binder's open flows: {err}");
+            None
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! One followed receiver agent: its client, the binder rows of its
+//! addresses, and its own description, model, grant and landing verdict.
+
+use std::{collections::BTreeSet, net::IpAddr, sync::Arc, time::Duration};
+
+use srap_common::{
+    rss::RssModel,
+    wire::{CpuGrant, LandingReport, LandingVerdict, PlanReport},
+};
+use tracing::{info, warn};
+
+use super::{demand_of, grant_cpus};
+use crate::{
+    sender::{Steering, grant},
+    upstream::{self, PeerHandle, PeerStatus, Update},
+};
+
+pub struct Receiver {
+    /// `HOST:PORT` as given to `--peer`.
+    pub addr: String,
+    pub handle: PeerHandle,
+    /// Binder row and address of each receiver address steered for it.
+    pub rows: Vec<(u32, IpAddr)>,
+    /// Its last description (`None` until the first).
+    pub current: Option<Update>,
+    pub model: Option<Arc<RssModel>>,
+    pub granted: Option<CpuGrant>,
+    /// Its landings contradict its description: its destinations are out.
+    pub paused: bool,
+    pub status: PeerStatus,
+    /// Away since its last session ended (reconnection attempts do not
+    /// change it; a new session does).
+    pub away: bool,
+}
+
+impl Receiver {
+    pub fn new(addr: String, handle: PeerHandle, rows: Vec<(u32, IpAddr)>) -> Self {
+        Self {
+            addr,
+            handle,
+            rows,
+            current: None,
+            model: None,
+            granted: None,
+            paused: false,
+            status: PeerStatus::Connecting,
+            away: false,
+        }
+    }
+
+    fn row_set(&self) -> BTreeSet<u32> {
+        self.rows.iter().map(|(i, _)| *i).collect()
+    }
+
+    /// Puts a new grant from this receiver into its rows of the grant map.
+    pub fn take_grant(&self, steering: &mut Steering, grant: &CpuGrant) {
+        if self.model.is_none() {
+            return;
+        }
+        let rows = self.row_set();
+        let keep = |i| rows.contains(&i);
+        match grant::apply_to(&mut steering.ebpf, &steering.plan, keep, Some(grant)) {
+            Ok(applied) => {
+                println!(
+                    "grant {} from {}: {} receiver CPUs [{}]",
+                    grant.epoch,
+                    self.addr,
+                    applied.slots,
+                    grant_cpus(grant)
+                );
+                if applied.unknown > 0 {
+                    warn!(
+                        "grant {} from {}: {} granted CPUs are not reached by any queue of \
+                         the description this sender planned with",
+                        grant.epoch, self.addr, applied.unknown
+                    );
+                }
+            }
+            Err(err) => warn!(
+                "grant {} from {}: cannot apply it: {err}",
+                grant.epoch, self.addr
+            ),
+        }
+    }
+
+    /// After a re-plan (slots may be renumbered): its grant again.
+    pub fn reapply(&self, steering: &mut Steering) {
+        if self.model.is_none() {
+            return;
+        }
+        let rows = self.row_set();
+        let keep = |i| rows.contains(&i);
+        if let Err(err) = grant::apply_to(
+            &mut steering.ebpf,
+            &steering.plan,
+            keep,
+            self.granted.as_ref(),
+        ) {
+            warn!(
+                "receiver {}: cannot re-apply its grant after a re-plan: {err}",
+                self.addr
+            );
+        }
+    }
+
+    /// Hands its part of the plan to its client, which sends it now and
+    /// after reconnecting.
+    pub fn report(&self, steering: &Steering, dports: &[u16]) {
+        let Some(version) = self.current.as_ref().map(|c| c.version) else {
+            return;
+        };
+        let rows = self.row_set();
+        let report: PlanReport =
+            upstream::plan_report_for(version, &steering.plan, dports, |i| rows.contains(&i));
+        if report.tables.is_empty() {
+            warn!(
+                "the plan for {} version {version} is reported without ports: every \
+                 destination port is steered; name the ports to report with --report-port P",
+                self.addr
+            );
+        }
+        self.handle.report_plan(report);
+    }
+
+    /// Tells it the flows the binder holds toward it per CPU (the client
+    /// sends it only when it changed).
+    pub fn report_demand(&self, steering: &Steering) {
+        if self.model.is_none() {
+            return;
+        }
+        if let Some(report) = demand_of(steering, &self.row_set(), self.granted.as_ref()) {
+            self.handle.report_demand(report);
+        }
+    }
+
+    /// Says once when it goes away (not at every failed reconnection) and
+    /// when it is back.
+    pub fn on_status(&mut self, now: PeerStatus) {
+        match &now {
+            PeerStatus::Away(reason) if !self.away => match &self.current {
+                Some(current) => warn!(
+                    "receiver {} is away ({reason}): steering on with the plan for version {}",
+                    self.addr, current.version
+                ),
+                None => warn!("receiver {} is away ({reason})", self.addr),
+            },
+            PeerStatus::Connected if self.away => info!("receiver {} is back", self.addr),
+            _ => {}
+        }
+        match &now {
+            PeerStatus::Away(_) => self.away = true,
+            PeerStatus::Connected => self.away = false,
+            PeerStatus::Connecting => {}
+        }
+        self.status = now;
+    }
+
+    /// Says what a landing verdict just changed (its `paused` is set).
+    pub fn say_landing(&self, report: &LandingReport) {
+        let addr = &self.addr;
+        let version = report.version;
+        let counts = format!(
+            "{} of its last {} flows on the predicted queue",
+            report.matched, report.judged
+        );
+        match (report.verdict, self.paused) {
+            (LandingVerdict::TupleRewritten, true) => {
+                warn!(
+                    "receiver {addr}: this sender's connection reaches it from another address \
+                     than the source of the plan for version {version}: a NAT or proxy rewrites \
+                     the tuple on the way, so no planned port lands where computed; steering \
+                     toward it paused, new connections get kernel ports"
+                );
+                println!("steering paused: a NAT or proxy rewrites this sender's tuples to {addr}");
+            }
+            (_, true) => {
+                warn!(
+                    "receiver {addr}: its landings contradict description version {version} \
+                     ({counts}): steering toward it paused, new connections get kernel ports"
+                );
+                println!(
+                    "steering paused: the landings of receiver {addr} contradict its description"
+                );
+            }
+            (_, false) => {
+                info!(
+                    "receiver {addr}: flows land as description version {version} says again \
+                     ({counts}): steering resumed"
+                );
+                println!("steering resumed: receiver {addr} reports agreement");
+            }
+        }
+    }
+
+    /// `--once`: waits (at most `limit`) until its plan went out.
+    pub async fn wait_reported(&self, limit: Duration) {
+        let Some(version) = self.current.as_ref().map(|c| c.version) else {
+            return;
+        };
+        let mut reported = self.handle.reported();
+        let sent = tokio::time::timeout(
+            limit,
+            reported.wait_for(|v| v.is_some_and(|v| v >= version)),
+        )
+        .await;
+        match sent {
+            Ok(Ok(_)) => info!("plan for {} version {version} reported", self.addr),
+            _ => warn!(
+                "the plan for {} version {version} was not reported within {limit:?}",
+                self.addr
+            ),
+        }
+    }
+}
+
+pub fn status_text(status: &PeerStatus) -> String {
+    match status {
+        PeerStatus::Connecting => "connecting".into(),
+        PeerStatus::Connected => "connected, no description yet".into(),
+        PeerStatus::Away(reason) => format!("last attempt: {reason}"),
+    }
+}
