@@ -236,7 +236,10 @@ impl<'a> SenderAgent<'a> {
             .arg("--cgroup")
             .arg(&agent.cgroup)
             .arg("--pin-dir")
-            .arg(&agent.pin_dir);
+            .arg(&agent.pin_dir)
+            // Its own control socket, beside its log: never the host's.
+            .arg("--control")
+            .arg(log.with_file_name("sender.sock"));
         agent.child = Some(spawn_logged(&mut command, log)?);
         let deadline = Instant::now() + Duration::from_secs(20);
         while !(agent.pin_dir.join("srap_connect4_link").exists() && agent.cgroup.exists()) {

@@ -106,6 +106,17 @@ impl Sender {
             let _ = std::fs::remove_dir(&self.pin_dir);
         }
         let _ = std::fs::remove_file(srap_daemon::sender::state::path_for(&self.pin_dir));
+        let _ = std::fs::remove_file(self.control());
+    }
+
+    /// Its agent's control socket (`srap status --sender --control`).
+    pub fn control(&self) -> PathBuf {
+        std::env::temp_dir().join(format!(
+            "{}.sock",
+            self.pin_dir
+                .file_name()
+                .map_or_else(|| "srap-test-sender".into(), |n| n.to_string_lossy())
+        ))
     }
 }
 
@@ -270,6 +281,8 @@ impl Cluster {
             .arg(sender.cgroup.path())
             .arg("--pin-dir")
             .arg(&sender.pin_dir)
+            .arg("--control")
+            .arg(sender.control())
             .args(["--port-range", "32768-60999", "--interval", "1"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

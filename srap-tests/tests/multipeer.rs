@@ -7,7 +7,9 @@
 //! accepted, hashed with that receiver's own model: each receiver's flows
 //! spread over its CPUs. Then one receiver agent is stopped: flows toward
 //! both are still steered (the other's plan untouched, the stopped one's
-//! last plan kept).
+//! last plan kept). `srap status --sender` on the agent's control socket
+//! lists both receivers with their version, grant and open flows, and the
+//! binder's counters, before and after.
 //!
 //! Agents and workloads are processes killed by PID in drop guards; the
 //! binder is detached on every path; the namespaces go last.
@@ -26,6 +28,7 @@ use srap_common::{
     rss::{FlowTuple, RssDescription, RssModel, embedded_default},
 };
 use srap_daemon::sender::{PinLayout, read_stats};
+use srap_host::status::{SenderStatus, sender::ReceiverRow};
 use srap_tests::{
     NetNs, built_binary,
     cgroup::{CgroupDir, ChildGuard, command_in},
@@ -232,6 +235,7 @@ struct SenderHost {
     out: Option<mpsc::Receiver<String>>,
     log: Option<mpsc::Receiver<String>>,
     pin_dir: PathBuf,
+    control: PathBuf,
     cgroup: CgroupDir,
     ns: NetNs,
 }
@@ -243,6 +247,7 @@ impl SenderHost {
             out: None,
             log: None,
             pin_dir: PathBuf::from(format!("/sys/fs/bpf/srap-test-{}", unique_name("mp"))),
+            control: std::env::temp_dir().join(format!("srap-test-{}.sock", unique_name("mp"))),
             cgroup: CgroupDir::unique().expect("cgroup2 mount"),
             ns: NetNs::new().expect("sender netns"),
         }
@@ -262,6 +267,8 @@ impl SenderHost {
             .arg(agent.cgroup.path())
             .arg("--pin-dir")
             .arg(&agent.pin_dir)
+            .arg("--control")
+            .arg(&agent.control)
             .args(["--port-range", "32768-60999", "--interval", "1"])
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -270,6 +277,38 @@ impl SenderHost {
         agent.out = Some(line_channel(child.stdout.take().expect("stdout")));
         agent.log = Some(line_channel(child.stderr.take().expect("stderr")));
         agent.agent = Some(ChildGuard::new(child));
+    }
+
+    /// `srap status --sender --json` of the agent.
+    fn status(&self) -> SenderStatus {
+        let out = std::process::Command::new(built_binary("srap"))
+            .args(["status", "--sender", "--json", "--control"])
+            .arg(&self.control)
+            .output()
+            .expect("run srap status --sender");
+        assert!(
+            out.status.success(),
+            "srap status --sender: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("srap status --sender --json")
+    }
+
+    /// The status once `done` holds for it (bounded).
+    #[track_caller]
+    fn status_when(&self, what: &str, done: impl Fn(&SenderStatus) -> bool) -> SenderStatus {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let status = self.status();
+            if done(&status) {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {what} within {TIMEOUT:?}: {status:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn steered(&self) -> u64 {
@@ -298,7 +337,52 @@ impl Drop for SenderHost {
             let _ = std::fs::remove_dir(&self.pin_dir);
         }
         let _ = std::fs::remove_file(srap_daemon::sender::state::path_for(&self.pin_dir));
+        let _ = std::fs::remove_file(&self.control);
     }
+}
+
+/// Its row for `receiver`, checked against what the receiver granted and
+/// what is open toward it.
+#[track_caller]
+fn assert_row(status: &SenderStatus, receiver: &Receiver, link: &str, open: u64) {
+    let row: &ReceiverRow = status
+        .receivers
+        .iter()
+        .find(|r| r.peer == receiver.peer())
+        .unwrap_or_else(|| panic!("no row for {} in {status:#?}", receiver.peer()));
+    assert_eq!(row.link, link, "{row:#?}");
+    assert_eq!(row.version, Some(1), "{row:#?}");
+    assert!(!row.paused, "{row:#?}");
+    let grant = row.grant.as_ref().expect("a grant");
+    assert_eq!(
+        grant.cpus.len(),
+        receiver.cpus(),
+        "every CPU granted: {row:#?}"
+    );
+    let [address] = row.addresses.as_slice() else {
+        panic!("one address: {row:#?}");
+    };
+    assert_eq!(address.addr, Some(receiver.ip()));
+    assert_eq!(address.slots as usize, receiver.cpus());
+    assert_eq!(address.open_flows, open, "{row:#?}");
+}
+
+/// Open flows over every receiver of the snapshot.
+fn total_open(status: &SenderStatus) -> u64 {
+    status
+        .receivers
+        .iter()
+        .flat_map(|r| &r.addresses)
+        .map(|a| a.open_flows)
+        .sum()
+}
+
+fn counter(status: &SenderStatus, name: &str) -> u64 {
+    status
+        .binder
+        .iter()
+        .find(|(n, _)| n == name)
+        .map_or(0, |(_, c)| *c)
 }
 
 /// Opens `n` flows and returns the source ports the receiver accepted.
@@ -372,6 +456,15 @@ fn one_sender_steers_toward_two_receivers_each_by_its_own_description() {
         opened += ports.len();
     }
     assert_eq!(agent.steered(), opened as u64);
+    // The snapshot is refreshed every second and after every event.
+    let status = agent.status_when("both receivers granted, the flows counted", |s| {
+        s.receivers.iter().all(|r| r.grant.is_some()) && total_open(s) == opened as u64
+    });
+    assert_eq!(status.receivers.len(), 2);
+    for r in &receivers {
+        assert_row(&status, r, "connected", r.cpus() as u64);
+    }
+    assert_eq!(counter(&status, "steered"), opened as u64);
 
     // Receiver 0's agent goes away: both keep steering.
     receivers[0].stop();
@@ -386,6 +479,22 @@ fn one_sender_steers_toward_two_receivers_each_by_its_own_description() {
         opened += ports.len();
     }
     assert_eq!(agent.steered(), opened as u64);
+    let status = agent.status_when("receiver 0 away, the flows counted", |s| {
+        s.receivers.first().is_some_and(|r| r.link == "away") && total_open(s) == opened as u64
+    });
+    assert_row(
+        &status,
+        &receivers[0],
+        "away",
+        2 * receivers[0].cpus() as u64,
+    );
+    assert_row(
+        &status,
+        &receivers[1],
+        "connected",
+        2 * receivers[1].cpus() as u64,
+    );
+    assert!(status.receivers[0].reason.is_some(), "{status:#?}");
     drop(workloads);
     drop(receivers);
     drop(agent);

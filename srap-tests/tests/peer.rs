@@ -259,6 +259,8 @@ impl Peer {
             .arg(self.cgroup.path())
             .arg("--pin-dir")
             .arg(&self.pin_dir)
+            .arg("--control")
+            .arg(self.rss_path.with_extension("sender.sock"))
             .args(["--port-range", PORT_RANGE, "--interval", "1"])
             .args(extra);
         cmd
@@ -449,7 +451,9 @@ impl Drop for Peer {
         }
         let _ = std::fs::remove_file(srap_daemon::sender::state::path_for(&self.pin_dir));
         let control = self.rss_path.with_extension("sock");
+        let sender_control = self.rss_path.with_extension("sender.sock");
         for path in [
+            &sender_control,
             &self.rss_path,
             &self.psk_path,
             &self.wrong_psk_path,

@@ -25,7 +25,11 @@ pub const PACKAGE: &str = "srap";
 const BINARIES: &[(&str, &str)] = &[("srap", "1"), ("srap-agent", "8")];
 /// Settings shipped as conffiles: an administrator's edits survive
 /// upgrades and removal (only a purge deletes them).
-const CONFFILES: &[&str] = &["etc/srap/receiver.conf", "etc/srap/sender.conf"];
+const CONFFILES: &[&str] = &[
+    "etc/srap/receiver.conf",
+    "etc/srap/sender.conf",
+    "etc/srap/sender.toml",
+];
 const UNITS: &[&str] = &["srap-receiver.service", "srap-sender.service"];
 /// Where systemd looks for units shipped by packages.
 pub const UNIT_DIR: &str = "usr/lib/systemd/system";

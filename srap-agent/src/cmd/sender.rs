@@ -12,6 +12,10 @@ use srap_daemon::sender::{self, Steering, args::SenderArgs};
 /// description comes from the receiver agent and is followed
 /// ([`sender::follow`]).
 pub fn run(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    let args = &match args.resolved() {
+        Ok(args) => args,
+        Err(err) => usage_error(&err),
+    };
     let (rss, peers) = (&args.source.rss, &args.source.peer);
     let rss = match (rss, peers.is_empty()) {
         (None, false) => {
@@ -40,7 +44,7 @@ pub fn run(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Resu
     runtime.block_on(report_until_stopped(
         &mut steering,
         &options,
-        Duration::from_secs(args.interval.max(1)),
+        Duration::from_secs(args.interval().max(1)),
     ))
 }
 
@@ -88,4 +92,12 @@ fn with_flag_hint(err: sender::SenderError) -> anyhow::Error {
     } else {
         err.into()
     }
+}
+
+/// A bad command line or `--config` file: exit status 2, as clap's own
+/// usage errors, so systemd's `RestartPreventExitStatus=2` does not restart
+/// an agent only an edit can fix.
+fn usage_error(err: &anyhow::Error) -> ! {
+    eprintln!("Error: {err:#}");
+    std::process::exit(2)
 }

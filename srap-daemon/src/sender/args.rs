@@ -8,9 +8,10 @@ use srap_common::solver::PortRange;
 use super::{DEFAULT_PIN_DIR, PacingRate};
 
 /// Where the receiver's RSS description comes from: exactly one of
-/// `--rss` and `--peer` (clap's group says so when both or neither are given).
+/// `--rss` and `--peer` (clap's group says so when both are given; with
+/// neither, `rss` or `peers` of `--config` — [`SenderArgs::resolved`]).
 #[derive(clap::Args, Debug, Clone)]
-#[group(id = "description", required = true, multiple = false)]
+#[group(id = "description", required = false, multiple = false)]
 pub struct DescriptionSource {
     /// The receiver's RSS description (JSON, as `srap rss show --json`
     /// prints): offline mode, planned once.
@@ -25,17 +26,28 @@ pub struct DescriptionSource {
     pub peer: Vec<String>,
 }
 
+/// `--peer-wait` unless set.
+pub const DEFAULT_PEER_WAIT: u64 = 60;
+/// `--interval` unless set.
+pub const DEFAULT_INTERVAL: u64 = 10;
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct SenderArgs {
+    /// A TOML file with any of these settings (keys named as the flags,
+    /// lists in the plural: `peers`, `receivers`, `ports`,
+    /// `report-ports`); flags given here win over it. An unknown key is an
+    /// error.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     #[command(flatten)]
     pub source: DescriptionSource,
     /// Pre-shared key the receiver agent must prove (and we prove to it).
     #[arg(long, value_name = "FILE")]
     pub psk_file: Option<PathBuf>,
     /// With --peer: seconds to wait for the first description before
-    /// giving up (nothing is set up until one arrives).
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
-    pub peer_wait: u64,
+    /// giving up (nothing is set up until one arrives) [default: 60].
+    #[arg(long, value_name = "SECONDS")]
+    pub peer_wait: Option<u64>,
     /// With --peer, when every destination port is steered: report the plan
     /// for these destination ports (repeat; a source port's CPU depends on
     /// the destination port). With --port, those ports are reported.
@@ -44,7 +56,7 @@ pub struct SenderArgs {
     /// A receiver address to steer toward (repeat for more receivers;
     /// with one --peer, default: the peer's address; with several --peer,
     /// each receiver is steered at its own peer's address).
-    #[arg(long = "receiver", value_name = "IP", required_unless_present = "peer")]
+    #[arg(long = "receiver", value_name = "IP")]
     pub receivers: Vec<IpAddr>,
     /// Steer only this destination port (repeat for more; default: every port).
     #[arg(long = "port", value_name = "P")]
@@ -56,9 +68,10 @@ pub struct SenderArgs {
     /// SO_MAX_PACING_RATE for steered sockets, e.g. `25gbit` or `3gbps`.
     #[arg(long, value_name = "RATE")]
     pub pacing_rate: Option<PacingRate>,
-    /// bpffs directory for the pinned programs, links and maps.
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_PIN_DIR)]
-    pub pin_dir: PathBuf,
+    /// bpffs directory for the pinned programs, links and maps
+    /// [default: /sys/fs/bpf/srap].
+    #[arg(long, value_name = "DIR")]
+    pub pin_dir: Option<PathBuf>,
     /// Source ports SRAP may bind (default: the kernel's ip_local_port_range).
     #[arg(long, value_name = "START-END")]
     pub port_range: Option<PortRange>,
@@ -67,9 +80,59 @@ pub struct SenderArgs {
     /// (later changes on the receiver are not followed).
     #[arg(long)]
     pub once: bool,
-    /// Seconds between counter reports while running.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
-    pub interval: u64,
+    /// With --peer: the sender agent's control socket, where `srap status
+    /// --sender` reads every receiver, its description version, its grant
+    /// and the binder's counters (not made with --once)
+    /// [default: /run/srap/sender.sock].
+    #[arg(long, value_name = "PATH")]
+    pub control: Option<PathBuf>,
+    /// Seconds between counter reports while running [default: 10].
+    #[arg(long, value_name = "SECONDS")]
+    pub interval: Option<u64>,
+}
+
+impl SenderArgs {
+    /// The flags over `--config`'s file, checked for a description source.
+    pub fn resolved(&self) -> anyhow::Result<Self> {
+        let args = match &self.config {
+            Some(path) => super::config::SenderConfig::load(path)?.under(path, self.clone())?,
+            None => self.clone(),
+        };
+        match (&args.source.rss, args.source.peer.is_empty()) {
+            (None, true) => anyhow::bail!(
+                "no description source: give --peer HOST:PORT (or --rss FILE), or `peers` \
+                 (or `rss`) in the --config file"
+            ),
+            (Some(_), false) => anyhow::bail!(
+                "give one description source: --rss/`rss` or --peer/`peers`, not both"
+            ),
+            (Some(_), true) if args.receivers.is_empty() => anyhow::bail!(
+                "--rss needs the receiver's address: give --receiver IP (or `receivers` in \
+                 the --config file)"
+            ),
+            _ => Ok(args),
+        }
+    }
+
+    pub fn peer_wait(&self) -> u64 {
+        self.peer_wait.unwrap_or(DEFAULT_PEER_WAIT)
+    }
+
+    pub fn interval(&self) -> u64 {
+        self.interval.unwrap_or(DEFAULT_INTERVAL)
+    }
+
+    pub fn pin_dir(&self) -> PathBuf {
+        self.pin_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_PIN_DIR))
+    }
+
+    pub fn control(&self) -> PathBuf {
+        self.control
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(srap_host::status::DEFAULT_SENDER_CONTROL_PATH))
+    }
 }
 
 #[derive(clap::Args, Debug, Clone)]

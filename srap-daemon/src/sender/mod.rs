@@ -10,6 +10,7 @@
 
 pub mod args;
 mod attach;
+pub mod config;
 pub mod follow;
 pub mod grant;
 pub mod layout;

@@ -69,9 +69,20 @@ pub enum ControlError {
          `srap-agent receiver --iface DEV --listen ADDR` again"
     )]
     Stale(PathBuf),
+    #[error(
+        "no control socket at {0}: is the sender agent running? Start it with \
+         `srap-agent sender --peer HOST:PORT` (one started with `--control PATH` is read \
+         with `srap status --sender --control PATH`)"
+    )]
+    MissingSender(PathBuf),
+    #[error(
+        "nothing answers on {0}: the sender agent that made it has stopped; start \
+         `srap-agent sender --peer HOST:PORT` again"
+    )]
+    StaleSender(PathBuf),
     #[error("{0}: permission denied (the control socket is root's, mode 0600: run as root)")]
     Denied(PathBuf),
-    #[error("another receiver agent is already serving {0}; stop it or pass another --control")]
+    #[error("another agent is already serving {0}; stop it or pass another --control")]
     InUse(PathBuf),
     #[error("{0} exists and is not a socket; not replacing it")]
     NotASocket(PathBuf),
@@ -160,9 +171,13 @@ impl Drop for ControlSocket {
     }
 }
 
-/// Answers clients on `listener` with the latest status, until the task is
+/// Answers clients on `listener` with the latest status (the receiver's
+/// [`Status`] or the sender's [`super::SenderStatus`]), until the task is
 /// dropped or aborted.
-pub async fn serve(listener: UnixListener, status: watch::Receiver<Arc<Status>>) {
+pub async fn serve<T>(listener: UnixListener, status: watch::Receiver<Arc<T>>)
+where
+    T: Serialize + Send + Sync + 'static,
+{
     let clients = Arc::new(Semaphore::new(MAX_CLIENTS));
     loop {
         let stream = match listener.accept().await {
@@ -188,7 +203,10 @@ pub async fn serve(listener: UnixListener, status: watch::Receiver<Arc<Status>>)
     }
 }
 
-async fn answer(stream: UnixStream, status: &watch::Receiver<Arc<Status>>) -> io::Result<()> {
+async fn answer<T: Serialize>(
+    stream: UnixStream,
+    status: &watch::Receiver<Arc<T>>,
+) -> io::Result<()> {
     let (rd, mut wr) = stream.into_split();
     let mut line = String::new();
     tokio::io::BufReader::new(rd.take(MAX_REQUEST))
@@ -202,7 +220,7 @@ async fn answer(stream: UnixStream, status: &watch::Receiver<Arc<Status>>) -> io
 }
 
 /// The reply line (`Ok`: a status; `Err`: an [`ErrorReply`]).
-fn reply_to(line: &str, status: &watch::Receiver<Arc<Status>>) -> Result<String, String> {
+fn reply_to<T: Serialize>(line: &str, status: &watch::Receiver<Arc<T>>) -> Result<String, String> {
     let error = |text: String| {
         let reply = ErrorReply { error: text };
         serde_json::to_string(&reply).map_or_else(|_| "{}\n".to_owned(), |s| s + "\n")
@@ -226,13 +244,26 @@ fn reply_to(line: &str, status: &watch::Receiver<Arc<Status>>) -> Result<String,
         .map_err(|err| error(format!("internal error: {err}")))
 }
 
-/// The client's end: asks the agent at `path` for its status (blocking),
-/// and returns it with the JSON line it came as.
+/// The client's end: asks the receiver agent at `path` for its status
+/// (blocking), and returns it with the JSON line it came as.
 pub fn request_status(path: &Path) -> Result<(Status, String), ControlError> {
+    request(path, ControlError::Missing, ControlError::Stale)
+}
+
+/// [`request_status`] of the sender agent (`srap status --sender`).
+pub fn request_sender_status(path: &Path) -> Result<(super::SenderStatus, String), ControlError> {
+    request(path, ControlError::MissingSender, ControlError::StaleSender)
+}
+
+fn request<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    missing: fn(PathBuf) -> ControlError,
+    stale: fn(PathBuf) -> ControlError,
+) -> Result<(T, String), ControlError> {
     let mut stream =
         std::os::unix::net::UnixStream::connect(path).map_err(|err| match err.kind() {
-            io::ErrorKind::NotFound => ControlError::Missing(path.to_owned()),
-            io::ErrorKind::ConnectionRefused => ControlError::Stale(path.to_owned()),
+            io::ErrorKind::NotFound => missing(path.to_owned()),
+            io::ErrorKind::ConnectionRefused => stale(path.to_owned()),
             io::ErrorKind::PermissionDenied => ControlError::Denied(path.to_owned()),
             _ => io_error(path)(err),
         })?;

@@ -129,6 +129,7 @@ fn installed_files() -> Result<Vec<PathBuf>> {
         "/usr/bin/srap",
         "/usr/bin/srap-agent",
         "/etc/srap/receiver.conf",
+        "/etc/srap/sender.toml",
     ] {
         ensure!(
             files.iter().any(|f| f == Path::new(want)),

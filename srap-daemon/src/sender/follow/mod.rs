@@ -13,6 +13,7 @@
 
 mod events;
 mod receivers;
+mod status;
 
 use std::{collections::BTreeSet, net::IpAddr, sync::Arc, time::Duration};
 
@@ -47,6 +48,8 @@ const MAX_REPORT_PORTS: usize = 16;
 /// How often the binder's open flows are read for the demand report (sent
 /// only when they changed).
 const DEMAND_EVERY: Duration = Duration::from_millis(100);
+/// How often the status snapshot is refreshed besides after every event.
+const STATUS_EVERY: Duration = Duration::from_secs(1);
 
 /// The follow loop's state: the receivers, the options they make, and the
 /// running binder.
@@ -54,6 +57,8 @@ struct Follower {
     receivers: Vec<Receiver>,
     options: SenderOptions,
     dports: Vec<u16>,
+    /// The control socket (`None` with `--once`).
+    published: Option<status::Published>,
 }
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
@@ -62,6 +67,13 @@ pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::
     let dports = report_ports(args)?;
     let addresses = receiver_addresses(args, peers).await?;
     let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    // Before anything is set up: a control socket in use stops the agent
+    // with nothing to undo.
+    let published = if args.once {
+        None
+    } else {
+        Some(status::Published::bind(&args.control()).context("the sender's control socket")?)
+    };
     let (tx, mut events) = mpsc::unbounded_channel();
     let mut receivers = Vec::new();
     let mut row = 0u32;
@@ -82,8 +94,10 @@ pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::
         receivers,
         options: options(args, Vec::new()),
         dports,
+        published,
     };
-    let limit = Duration::from_secs(args.peer_wait);
+    follower.publish(None);
+    let limit = Duration::from_secs(args.peer_wait());
     if !follower.wait_first(&mut events, limit, &mut term).await? {
         info!("stopped before the first description: nothing was set up");
         return Ok(());
@@ -97,7 +111,7 @@ pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::
         return Ok(());
     }
     follower
-        .follow(&mut steering, &mut events, args.interval, &mut term)
+        .follow(&mut steering, &mut events, args.interval(), &mut term)
         .await?;
     info!(
         "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",
@@ -128,6 +142,7 @@ impl Follower {
                 event = events.recv() => {
                     let event = event.context("the receiver clients stopped")?;
                     self.before_start(event);
+                    self.publish(None);
                 }
                 _ = tokio::time::sleep_until(deadline) => bail!(
                     "no RSS description from receiver {} within {limit:?} ({}); \
@@ -170,8 +185,10 @@ impl Follower {
         let mut tick = tokio::time::interval(Duration::from_secs(interval.max(1)));
         tick.tick().await;
         let mut demand_tick = tokio::time::interval(DEMAND_EVERY);
+        let mut status_tick = tokio::time::interval(STATUS_EVERY);
         loop {
             tokio::select! {
+                _ = status_tick.tick() => self.publish(Some(steering)),
                 _ = tokio::signal::ctrl_c() => return Ok(()),
                 _ = term.recv() => return Ok(()),
                 _ = tick.tick() => {
@@ -190,6 +207,7 @@ impl Follower {
                 event = events.recv() => {
                     let event = event.context("the receiver clients stopped")?;
                     self.on_event(steering, event);
+                    self.publish(Some(steering));
                 }
             }
         }
@@ -352,6 +370,13 @@ impl Follower {
         }
     }
 
+    /// Refreshes what `srap status --sender` shows.
+    fn publish(&self, steering: Option<&Steering>) {
+        if let Some(published) = &self.published {
+            published.update(self.status(steering));
+        }
+    }
+
     fn report_demand(&self, steering: &Steering, n: usize) {
         if let Some(receiver) = self.receivers.get(n) {
             receiver.report_demand(steering);
@@ -461,7 +486,7 @@ pub fn options(args: &SenderArgs, targets: Vec<Target>) -> SenderOptions {
         targets,
         ports: args.ports.clone(),
         cgroup: args.cgroup.clone(),
-        pin_dir: args.pin_dir.clone(),
+        pin_dir: args.pin_dir(),
         pacing_rate: args.pacing_rate,
         port_range: args.port_range,
     }

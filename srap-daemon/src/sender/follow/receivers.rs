@@ -31,6 +31,8 @@ pub struct Receiver {
     /// Away since its last session ended (reconnection attempts do not
     /// change it; a new session does).
     pub away: bool,
+    /// Why its last session or attempt ended.
+    pub last_reason: Option<String>,
 }
 
 impl Receiver {
@@ -45,6 +47,7 @@ impl Receiver {
             paused: false,
             status: PeerStatus::Connecting,
             away: false,
+            last_reason: None,
         }
     }
 
@@ -148,7 +151,10 @@ impl Receiver {
             _ => {}
         }
         match &now {
-            PeerStatus::Away(_) => self.away = true,
+            PeerStatus::Away(reason) => {
+                self.away = true;
+                self.last_reason = Some(reason.clone());
+            }
             PeerStatus::Connected => self.away = false,
             PeerStatus::Connecting => {}
         }

@@ -1,0 +1,158 @@
+//! `srap status --sender`: the sender agent's receivers and binder counters
+//! as plain text.
+
+use std::fmt::Write as _;
+
+use srap_host::status::{SenderStatus, sender::ReceiverRow};
+
+pub fn render(status: &SenderStatus) -> String {
+    let mut out = String::new();
+    if status.pin_dir.is_empty() {
+        let _ = writeln!(
+            out,
+            "sender: not steering yet (no description from any receiver)"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "sender: cgroup {}, pins {}, {} reserved source ports",
+            status.cgroup, status.pin_dir, status.reserved_ports
+        );
+    }
+    let counters: Vec<String> = status
+        .binder
+        .iter()
+        .map(|(name, count)| format!("{name}={count}"))
+        .collect();
+    if !counters.is_empty() {
+        let _ = writeln!(out, "binder: {}", counters.join(" "));
+    }
+    let _ = writeln!(
+        out,
+        "\n{:<22} {:<10} {:>7} {:<16} {:>3} {:>5} {:>5}  {:<8} grant",
+        "receiver", "link", "version", "address", "row", "slots", "flows", "steering"
+    );
+    for r in &status.receivers {
+        receiver_lines(&mut out, r);
+    }
+    out
+}
+
+fn receiver_lines(out: &mut String, r: &ReceiverRow) {
+    let version = r.version.map_or("-".to_owned(), |v| v.to_string());
+    let steering = match (r.version, r.paused) {
+        (None, _) => "no",
+        (Some(_), true) => "paused",
+        (Some(_), false) => "yes",
+    };
+    let grant = r.grant.as_ref().map_or("none (every CPU)".to_owned(), |g| {
+        format!(
+            "epoch {}: {} CPUs {}",
+            g.epoch,
+            g.cpus.len(),
+            cpu_list(&g.cpus)
+        )
+    });
+    for (i, a) in r.addresses.iter().enumerate() {
+        let addr = a.addr.map_or("-".to_owned(), |ip| ip.to_string());
+        let first = i == 0;
+        let pick = |s: &str| if first { s.to_owned() } else { String::new() };
+        let _ = writeln!(
+            out,
+            "{:<22} {:<10} {:>7} {addr:<16} {:>3} {:>5} {:>5}  {:<8} {}",
+            pick(&r.peer),
+            pick(&r.link),
+            pick(&version),
+            a.row,
+            a.slots,
+            a.open_flows,
+            pick(steering),
+            pick(&grant)
+        );
+    }
+    if let Some(reason) = &r.reason {
+        let _ = writeln!(out, "{:<22} away: {reason}", "");
+    }
+}
+
+/// CPUs as a cpulist: `0-3,7`.
+fn cpu_list(cpus: &[u32]) -> String {
+    let mut sorted = cpus.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut parts: Vec<String> = Vec::new();
+    let mut rest = sorted.as_slice();
+    while let Some((&start, _)) = rest.split_first() {
+        let run = rest
+            .iter()
+            .enumerate()
+            .take_while(|(k, c)| **c == start + *k as u32)
+            .count();
+        let end = start + run as u32 - 1;
+        parts.push(if run == 1 {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        rest = &rest[run..];
+    }
+    parts.join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use srap_host::status::sender::{AddressRow, GrantRow};
+
+    use super::*;
+
+    #[test]
+    fn every_receiver_with_its_version_grant_and_counters() {
+        let status = SenderStatus {
+            cgroup: "/sys/fs/cgroup/srap".into(),
+            pin_dir: "/sys/fs/bpf/srap".into(),
+            binder: vec![("steered".into(), 24), ("miss".into(), 1)],
+            reserved_ports: 1024,
+            receivers: vec![
+                ReceiverRow {
+                    peer: "10.0.0.2:7447".into(),
+                    link: "connected".into(),
+                    version: Some(3),
+                    addresses: vec![AddressRow {
+                        addr: "10.0.0.2".parse().ok(),
+                        row: 0,
+                        slots: 16,
+                        open_flows: 16,
+                    }],
+                    grant: Some(GrantRow {
+                        epoch: 2,
+                        cpus: vec![7, 0, 1, 2, 3],
+                    }),
+                    ..ReceiverRow::default()
+                },
+                ReceiverRow {
+                    peer: "10.0.1.2:7447".into(),
+                    link: "away".into(),
+                    reason: Some("connection refused".into()),
+                    addresses: vec![AddressRow::default()],
+                    ..ReceiverRow::default()
+                },
+            ],
+        };
+        let text = render(&status);
+        assert!(text.contains("binder: steered=24 miss=1"), "{text}");
+        assert!(text.contains("epoch 2: 5 CPUs 0-3,7"), "{text}");
+        assert!(text.contains("away: connection refused"), "{text}");
+        let first = text
+            .lines()
+            .find(|l| l.starts_with("10.0.0.2:7447"))
+            .expect("a line for the first receiver");
+        assert!(
+            first.contains("connected") && first.contains(" 3 "),
+            "{first}"
+        );
+        assert!(
+            render(&SenderStatus::default()).contains("not steering yet"),
+            "before the first description"
+        );
+    }
+}
