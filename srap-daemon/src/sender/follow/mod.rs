@@ -13,6 +13,7 @@
 
 mod events;
 mod receivers;
+pub mod resolve;
 mod status;
 
 use std::{collections::BTreeSet, net::IpAddr, sync::Arc, time::Duration};
@@ -50,6 +51,8 @@ const MAX_REPORT_PORTS: usize = 16;
 const DEMAND_EVERY: Duration = Duration::from_millis(100);
 /// How often the status snapshot is refreshed besides after every event.
 const STATUS_EVERY: Duration = Duration::from_secs(1);
+/// How often a `--peer` given as a name is resolved again.
+const RESOLVE_EVERY: Duration = Duration::from_secs(30);
 
 /// The follow loop's state: the receivers, the options they make, and the
 /// running binder.
@@ -59,13 +62,17 @@ struct Follower {
     dports: Vec<u16>,
     /// The control socket (`None` with `--once`).
     published: Option<status::Published>,
+    resolver: resolve::Resolve,
 }
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
 pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::Result<()> {
     let psk = args.psk_file.as_deref().map(read_psk_file).transpose()?;
     let dports = report_ports(args)?;
-    let addresses = receiver_addresses(args, peers).await?;
+    let resolver = resolve::system();
+    let addresses = receiver_addresses(args, peers, &resolver).await?;
+    // A name is followed (resolved again) unless --receiver says where.
+    let by_name = args.receivers.is_empty();
     let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
     // Before anything is set up: a control socket in use stops the agent
     // with nothing to undo.
@@ -87,7 +94,9 @@ pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::
                 (row - 1, a)
             })
             .collect();
-        receivers.push(Receiver::new(peer.clone(), handle, rows));
+        let mut receiver = Receiver::new(peer.clone(), handle, rows);
+        receiver.follows_name = by_name && resolve::is_name(peer);
+        receivers.push(receiver);
     }
     drop(tx);
     let mut follower = Follower {
@@ -95,6 +104,7 @@ pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::
         options: options(args, Vec::new()),
         dports,
         published,
+        resolver,
     };
     follower.publish(None);
     let limit = Duration::from_secs(args.peer_wait());
@@ -186,8 +196,11 @@ impl Follower {
         tick.tick().await;
         let mut demand_tick = tokio::time::interval(DEMAND_EVERY);
         let mut status_tick = tokio::time::interval(STATUS_EVERY);
+        let mut resolve_tick = tokio::time::interval(RESOLVE_EVERY);
+        resolve_tick.tick().await;
         loop {
             tokio::select! {
+                _ = resolve_tick.tick() => self.re_resolve(steering).await,
                 _ = status_tick.tick() => self.publish(Some(steering)),
                 _ = tokio::signal::ctrl_c() => return Ok(()),
                 _ = term.recv() => return Ok(()),
@@ -370,6 +383,54 @@ impl Follower {
         }
     }
 
+    /// Resolves every peer given as a name again; a changed address set
+    /// is planned for (kept addresses keep their binder rows). A failed or
+    /// empty answer keeps the last addresses.
+    async fn re_resolve(&mut self, steering: &mut Steering) {
+        let mut changed = false;
+        for n in 0..self.receivers.len() {
+            if !self.receivers[n].follows_name {
+                continue;
+            }
+            let peer = self.receivers[n].addr.clone();
+            let now = match (self.resolver)(peer.clone()).await {
+                Ok(now) => now,
+                Err(err) => {
+                    warn!("resolving {peer} again: {err}; steering on toward its last addresses");
+                    continue;
+                }
+            };
+            let taken: BTreeSet<u32> = self
+                .receivers
+                .iter()
+                .flat_map(|r| r.rows.iter().map(|(i, _)| *i))
+                .collect();
+            if let Some(rows) = resolve::reassign(&self.receivers[n].rows, &now, &taken) {
+                let addrs: Vec<String> = rows.iter().map(|(_, a)| a.to_string()).collect();
+                println!("{peer} now resolves to {}", addrs.join(" "));
+                self.receivers[n].rows = rows;
+                changed = true;
+            }
+        }
+        if changed {
+            self.options.targets = self.targets();
+            let started = std::time::Instant::now();
+            match replan(steering, &self.options) {
+                Ok(moved) => {
+                    println!(
+                        "replanned for the new addresses in {} ms: +{} -{} reserved ports",
+                        started.elapsed().as_millis(),
+                        moved.reserved,
+                        moved.released
+                    );
+                    println!("{}", summary::describe(steering));
+                }
+                Err(err) => warn!("cannot re-plan for the new addresses ({err}); keeping the plan"),
+            }
+            self.after_replan(steering);
+        }
+    }
+
     /// Refreshes what `srap status --sender` shows.
     fn publish(&self, steering: Option<&Steering>) {
         if let Some(published) = &self.published {
@@ -449,13 +510,14 @@ fn report_ports(args: &SenderArgs) -> anyhow::Result<Vec<u16>> {
 async fn receiver_addresses(
     args: &SenderArgs,
     peers: &[String],
+    resolver: &resolve::Resolve,
 ) -> anyhow::Result<Vec<Vec<IpAddr>>> {
     match (peers, args.receivers.as_slice()) {
         ([_], given) if !given.is_empty() => Ok(vec![given.to_vec()]),
         (_, []) => {
             let mut all = Vec::new();
             for peer in peers {
-                all.push(vec![peer_ip(peer).await?]);
+                all.push(peer_ips(peer, resolver).await?);
             }
             Ok(all)
         }
@@ -466,18 +528,21 @@ async fn receiver_addresses(
     }
 }
 
-/// The receiver's address when `--receiver` is not given: the peer's.
-async fn peer_ip(peer_addr: &str) -> anyhow::Result<IpAddr> {
-    let addr = tokio::net::lookup_host(peer_addr)
+/// The receiver's addresses when `--receiver` is not given: every address
+/// the peer's name resolves to (its one address when given as one).
+async fn peer_ips(peer_addr: &str, resolver: &resolve::Resolve) -> anyhow::Result<Vec<IpAddr>> {
+    let addrs = resolver(peer_addr.to_owned())
         .await
-        .with_context(|| format!("resolving --peer {peer_addr} (or give --receiver IP)"))?
-        .next()
-        .with_context(|| format!("--peer {peer_addr} has no address; give --receiver IP"))?;
+        .with_context(|| format!("resolving --peer {peer_addr} (or give --receiver IP)"))?;
+    if addrs.is_empty() {
+        bail!("--peer {peer_addr} has no address; give --receiver IP");
+    }
+    let shown: Vec<String> = addrs.iter().map(ToString::to_string).collect();
     info!(
-        "steering toward the peer's address {} (--receiver overrides)",
-        addr.ip()
+        "steering toward the peer's address(es) {} (--receiver overrides)",
+        shown.join(" ")
     );
-    Ok(addr.ip())
+    Ok(addrs)
 }
 
 /// The binder's options for `targets`, the rest from the command line.

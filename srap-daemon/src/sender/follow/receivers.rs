@@ -33,6 +33,8 @@ pub struct Receiver {
     pub away: bool,
     /// Why its last session or attempt ended.
     pub last_reason: Option<String>,
+    /// Its `--peer` is a name, resolved again periodically.
+    pub follows_name: bool,
 }
 
 impl Receiver {
@@ -48,6 +50,7 @@ impl Receiver {
             status: PeerStatus::Connecting,
             away: false,
             last_reason: None,
+            follows_name: false,
         }
     }
 
