@@ -25,7 +25,9 @@ pub struct Rate {
 /// Why a rate did not parse.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum RateError {
-    #[error("`{0}` is not a rate: write e.g. 200mbit, 1.5gbit, 800kbit")]
+    #[error(
+        "`{0}` is not a rate: write e.g. 200mbit, 1.5gbit, 800kbit (or none, for --queue-rate)"
+    )]
     Syntax(String),
     #[error("`{0}` is out of range: 1kbit to 100gbit")]
     Range(String),
@@ -50,6 +52,38 @@ impl Rate {
     /// The rate in Gbit/s (what the experiment's JSON reports).
     pub fn gbps(self) -> f64 {
         self.bits_per_second / 1e9
+    }
+}
+
+/// `--queue-rate`: each receive queue's capacity, or `none` for no
+/// capacity at all (the veth's own, CPU-bound ceiling: where a per-packet
+/// cost, the verifier's say, shows in the throughput).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum QueueRate {
+    /// No qdisc: flows run as fast as the cores carry them.
+    Unlimited,
+    /// This rate per receive queue.
+    Each(Rate),
+}
+
+impl QueueRate {
+    /// The per-queue rate, if any.
+    pub fn rate(self) -> Option<Rate> {
+        match self {
+            Self::Unlimited => None,
+            Self::Each(rate) => Some(rate),
+        }
+    }
+}
+
+impl FromStr for QueueRate {
+    type Err = RateError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.trim().eq_ignore_ascii_case("none") {
+            return Ok(Self::Unlimited);
+        }
+        text.parse().map(Self::Each)
     }
 }
 

@@ -38,11 +38,11 @@ use anyhow::{Context as _, bail};
 
 use self::{
     agents::LabAgents,
-    capacity::Rate,
+    capacity::{QueueRate, Rate},
     report::RunReport,
     steering::LabSteering,
     throughput::ThroughputPlan,
-    topology::{LabNet, LabNetConfig, Watch},
+    topology::{LabNet, LabNetConfig, LabVerifier, Watch},
     workload::{ChildGuard, client, iperf3_server, srap_binary},
 };
 
@@ -110,10 +110,16 @@ pub struct LabArgs {
     /// Give each receive queue of the veth lab's NIC this capacity (e.g.
     /// 200mbit, of TCP payload), shared by the flows that land on it as
     /// flows on one core share that core: an `mq` root with one `tbf` per
-    /// queue on the sender's veth. Default: none, or 100mbit with
-    /// --experiment throughput.
-    #[arg(long)]
-    pub queue_rate: Option<Rate>,
+    /// queue on the sender's veth. `none`: no capacity, the veth's own
+    /// CPU-bound ceiling. Default: none, or 100mbit with --experiment
+    /// throughput.
+    #[arg(long, value_name = "RATE|none")]
+    pub queue_rate: Option<QueueRate>,
+    /// With --experiment: the receive verifier the experiment attaches on
+    /// the receiver's veth (`auto` is tc there), or `off` (throughput only:
+    /// its queues are then unknown), to measure what each hook costs.
+    #[arg(long, value_enum)]
+    pub verifier: Option<LabVerifier>,
     /// With --experiment throughput: write PNG and SVG plots into this
     /// directory (per-flow rates over time, aggregate per trial).
     #[arg(long)]
@@ -185,6 +191,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     if args.plot.is_some() && args.experiment != Some(Experiment::Throughput) {
         bail!("--plot goes with --experiment throughput");
     }
+    check_verifier(args)?;
     if args.nic == Nic::Virtio {
         if args.experiment.is_some() || args.hold || args.queue_rate.is_some() {
             bail!("--experiment, --queue-rate and --hold run with --nic veth only");
@@ -201,7 +208,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         None => {}
     }
     let net = LabNet::with_config(LabNetConfig {
-        queue_rate: args.queue_rate,
+        queue_rate: args.queue_rate.and_then(QueueRate::rate),
         ..LabNetConfig::new(queues, Watch::Agent)
     })?;
     // The lab runs the agents it is part of.
@@ -251,7 +258,8 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
 /// `--experiment` (placement): short connections judged by the verifier.
 fn run_placement(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
     let net = LabNet::with_config(LabNetConfig {
-        queue_rate: args.queue_rate,
+        queue_rate: args.queue_rate.and_then(QueueRate::rate),
+        verifier: args.verifier.unwrap_or_default(),
         ..LabNetConfig::new(queues, Watch::Here)
     })?;
     let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
@@ -273,11 +281,18 @@ fn run_throughput(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<(
         queues,
         trials: args.trials.unwrap_or(10) as usize,
         duration: args.duration,
-        queue_rate: args.queue_rate.unwrap_or(THROUGHPUT_QUEUE_RATE),
+        queue_rate: args
+            .queue_rate
+            .unwrap_or(QueueRate::Each(THROUGHPUT_QUEUE_RATE))
+            .rate(),
         srap: srap_binary()?,
     };
+    if args.plot.is_some() && plan.queue_rate.is_none() {
+        bail!("--plot draws the queues' rate and the ideal: it needs a --queue-rate, not none");
+    }
     let net = LabNet::with_config(LabNetConfig {
-        queue_rate: Some(plan.queue_rate),
+        queue_rate: plan.queue_rate,
+        verifier: args.verifier.unwrap_or_default(),
         ..LabNetConfig::new(queues, Watch::Here)
     })?;
     let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
@@ -293,9 +308,9 @@ fn run_throughput(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<(
         tracing::info!(
             trial = t + 1,
             srap_gbps = format!("{:.3}", srap.aggregate_gbps),
-            srap_queues = srap.queues_used,
+            srap_queues = ?srap.queues_used,
             kernel_gbps = format!("{:.3}", kernel.aggregate_gbps),
-            kernel_queues = kernel.queues_used,
+            kernel_queues = ?kernel.queues_used,
             "trial done"
         );
     })?;
@@ -318,6 +333,23 @@ fn run_throughput(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<(
         }
     }
     Ok(())
+}
+
+/// `--verifier` chooses the experiments' own verifier (the plain lab's is
+/// the receiver agent's, `--hook`); placement trials are judged by it, so
+/// only the throughput experiment runs without one.
+fn check_verifier(args: &LabArgs) -> anyhow::Result<()> {
+    match (args.verifier, args.experiment) {
+        (None, _) => Ok(()),
+        (Some(_), None) => {
+            bail!("--verifier goes with --experiment (the plain lab's verifier is the agent's)")
+        }
+        (Some(LabVerifier::Off), Some(Experiment::Placement)) => bail!(
+            "placement trials are judged by the verifier: --verifier off goes with \
+             --experiment throughput"
+        ),
+        (Some(_), Some(_)) => Ok(()),
+    }
 }
 
 fn checked_flows(flows: usize) -> anyhow::Result<usize> {
@@ -425,5 +457,46 @@ mod tests {
         assert_eq!(throughput.queue_rate, "200mbit".parse().ok());
         assert!(Cli::try_parse_from(["lab", "--experiment", "bogus"]).is_err());
         assert!(Cli::try_parse_from(["lab", "--queue-rate", "fast"]).is_err());
+    }
+
+    #[test]
+    fn verifier_and_no_queue_rate_parse_and_go_with_the_experiments_that_take_them() {
+        let off = parse(&[
+            "--experiment",
+            "throughput",
+            "--verifier",
+            "off",
+            "--queue-rate",
+            "none",
+        ]);
+        assert_eq!(off.verifier, Some(LabVerifier::Off));
+        assert_eq!(off.queue_rate, Some(QueueRate::Unlimited));
+        assert!(check_verifier(&off).is_ok());
+        for (name, hooks) in [
+            ("auto", Some(srap_daemon::verifier::HookChoice::Auto)),
+            ("tc", Some(srap_daemon::verifier::HookChoice::Tc)),
+            ("xdp", Some(srap_daemon::verifier::HookChoice::Xdp)),
+            ("sock", Some(srap_daemon::verifier::HookChoice::Sock)),
+            ("off", None),
+        ] {
+            let args = parse(&["--experiment", "throughput", "--verifier", name]);
+            assert_eq!(args.verifier.and_then(LabVerifier::hooks), hooks, "{name}");
+        }
+        assert_eq!(
+            LabVerifier::default().hooks(),
+            Some(srap_daemon::verifier::HookChoice::Auto)
+        );
+        let placement_off = parse(&["--experiment", "--verifier", "off"]);
+        let err = check_verifier(&placement_off).expect_err("placement needs a verifier");
+        assert!(err.to_string().contains("--experiment throughput"), "{err}");
+        assert!(check_verifier(&parse(&["--experiment", "--verifier", "sock"])).is_ok());
+        let plain = parse(&["--verifier", "tc"]);
+        let err = check_verifier(&plain).expect_err("the plain lab's verifier is the agent's");
+        assert!(err.to_string().contains("--experiment"), "{err}");
+        assert!(Cli::try_parse_from(["lab", "--verifier", "bogus"]).is_err());
+        let rate = parse(&["--queue-rate", "1.5gbit"]).queue_rate;
+        assert_eq!(rate.and_then(QueueRate::rate), "1.5gbit".parse().ok());
+        let bad = "fast".parse::<QueueRate>().expect_err("not a rate");
+        assert!(bad.to_string().contains("none"), "{bad}");
     }
 }

@@ -32,6 +32,8 @@ pub enum PlotError {
     Dir(PathBuf, std::io::Error),
     #[error("drawing {0}: {1}")]
     Draw(PathBuf, String),
+    #[error("the plots draw the queues' rate and the ideal: run with a --queue-rate")]
+    NoCapacity,
 }
 
 /// Where the font is looked for, after `$SRAP_PLOT_FONT`.
@@ -50,6 +52,9 @@ const LIGHT: RGBColor = RGBColor(238, 238, 238);
 /// Writes `flows-srap`, `flows-kernel` and `aggregate`, each `.png` and
 /// `.svg`, into `dir` (made if missing); returns the files written.
 pub fn write_all(report: &ThroughputReport, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    let (Some(rate), Some(ideal)) = (report.queue_rate_gbps, report.ideal_gbps) else {
+        return Err(PlotError::NoCapacity);
+    };
     load_font()?;
     std::fs::create_dir_all(dir).map_err(|e| PlotError::Dir(dir.to_path_buf(), e))?;
     let mut written = Vec::new();
@@ -65,13 +70,15 @@ pub fn write_all(report: &ThroughputReport, dir: &Path) -> Result<Vec<PathBuf>, 
             index + 1,
             mode.trials,
             trial.flows.len(),
-            trial.queues_used,
+            trial
+                .queues_used
+                .map_or_else(|| "?".to_owned(), |q| q.to_string()),
             trial.aggregate_gbps
         );
-        let draw = |root: &Canvas<'_>| flows_chart(root, trial, report.queue_rate_gbps, &title);
+        let draw = |root: &Canvas<'_>| flows_chart(root, trial, rate, &title);
         written.extend(both_formats(dir, name, draw)?);
     }
-    let draw = |root: &Canvas<'_>| aggregate_chart(root, report);
+    let draw = |root: &Canvas<'_>| aggregate_chart(root, report, rate, ideal);
     written.extend(both_formats(dir, "aggregate", draw)?);
     Ok(written)
 }
@@ -154,10 +161,15 @@ fn flows_chart(
     }
 }
 
-fn aggregate_chart(canvas: &Canvas<'_>, report: &ThroughputReport) -> Result<(), String> {
+fn aggregate_chart(
+    canvas: &Canvas<'_>,
+    report: &ThroughputReport,
+    queue_rate_gbps: f64,
+    ideal_gbps: f64,
+) -> Result<(), String> {
     match canvas {
-        Canvas::Png(root) => draw_aggregate(root, report),
-        Canvas::Svg(root) => draw_aggregate(root, report),
+        Canvas::Png(root) => draw_aggregate(root, report, queue_rate_gbps, ideal_gbps),
+        Canvas::Svg(root) => draw_aggregate(root, report, queue_rate_gbps, ideal_gbps),
     }
 }
 
@@ -241,10 +253,12 @@ fn draw_flows<DB: DrawingBackend>(
 fn draw_aggregate<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     report: &ThroughputReport,
+    queue_rate_gbps: f64,
+    ideal_gbps: f64,
 ) -> Result<(), String> {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     let trials = report.srap.trials.max(report.kernel.trials) as f64;
-    let top = [report.ideal_gbps, report.srap.max, report.kernel.max]
+    let top = [ideal_gbps, report.srap.max, report.kernel.max]
         .into_iter()
         .fold(0.0, f64::max)
         * 1.15;
@@ -253,7 +267,7 @@ fn draw_aggregate<DB: DrawingBackend>(
         "Aggregate per trial: {} flows, {} queues of {:.0} Mbit/s",
         report.flows,
         report.queues,
-        report.queue_rate_gbps * 1e3
+        queue_rate_gbps * 1e3
     );
     let mut chart = ChartBuilder::on(root)
         .caption(title, (FAMILY, 20))
@@ -273,7 +287,7 @@ fn draw_aggregate<DB: DrawingBackend>(
         .draw()
         .map_err(err)?;
     for (ideal, name) in [(1.0, "ideal"), (0.95, "95 % of ideal")] {
-        let y = report.ideal_gbps * ideal;
+        let y = ideal_gbps * ideal;
         let (dash, gap) = if ideal == 1.0 { (8, 6) } else { (3, 5) };
         chart
             .draw_series(DashedLineSeries::new(

@@ -4,7 +4,9 @@
 //! [`super::capacity`]). Flows that share a queue share its rate, so a
 //! trial's aggregate is what its placement allows; each trial is measured
 //! at the receiver (`iperf3 -s -J`: bytes each stream received per second),
-//! never from the client's claim.
+//! never from the client's claim. Without a queue rate (`--queue-rate
+//! none`) the trials run at the veth's own, CPU-bound ceiling, which is
+//! where the receive verifier's per-packet cost shows (`--verifier`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -47,17 +49,20 @@ pub struct ThroughputPlan {
     pub trials: usize,
     /// Seconds each trial's flows run (at least 2: the first is warm-up).
     pub duration: u64,
-    /// Each receive queue's capacity (the lab must have been built with it).
-    pub queue_rate: Rate,
+    /// Each receive queue's capacity (the lab must have been built with
+    /// it), or none: the veth's own ceiling.
+    pub queue_rate: Option<Rate>,
     /// The `srap` binary: `srap exec` runs the steered client.
     pub srap: PathBuf,
 }
 
 impl ThroughputPlan {
     /// What the receiver can take when no two flows share a queue: one
-    /// queue's rate per flow, while there are queues for every flow.
-    pub fn ideal_gbps(&self) -> f64 {
-        self.flows.min(self.queues as usize) as f64 * self.queue_rate.gbps()
+    /// queue's rate per flow, while there are queues for every flow (none
+    /// without a queue rate: then the CPU sets the ceiling).
+    pub fn ideal_gbps(&self) -> Option<f64> {
+        let rate = self.queue_rate?;
+        Some(self.flows.min(self.queues as usize) as f64 * rate.gbps())
     }
 }
 
@@ -79,8 +84,9 @@ pub struct FlowThroughput {
 pub struct TrialResult {
     pub aggregate_gbps: f64,
     pub flows: Vec<FlowThroughput>,
-    /// Distinct receive queues the flows landed on.
-    pub queues_used: usize,
+    /// Distinct receive queues the flows landed on (unknown without a
+    /// verifier).
+    pub queues_used: Option<usize>,
 }
 
 /// Min, median and max of a set of numbers.
@@ -121,26 +127,30 @@ pub struct ModeReport {
     pub min: f64,
     pub median: f64,
     pub max: f64,
-    /// Share of trials whose aggregate is within 5 % of the ideal.
-    pub within_5pct_of_ideal: f64,
+    /// Share of trials whose aggregate is within 5 % of the ideal (none
+    /// without a queue rate).
+    pub within_5pct_of_ideal: Option<f64>,
     /// Per trial, each flow's rate (Gbit/s).
     pub per_flow_gbps: Vec<Vec<f64>>,
-    /// Per trial, the distinct receive queues its flows landed on.
-    pub queues_used: Vec<usize>,
+    /// Per trial, the distinct receive queues its flows landed on (`null`:
+    /// unknown, with `--verifier off`).
+    pub queues_used: Vec<Option<usize>>,
     /// The trials themselves (time series for the plots).
     #[serde(skip)]
     pub runs: Vec<TrialResult>,
 }
 
 impl ModeReport {
-    fn new(runs: Vec<TrialResult>, ideal_gbps: f64) -> anyhow::Result<Self> {
+    fn new(runs: Vec<TrialResult>, ideal_gbps: Option<f64>) -> anyhow::Result<Self> {
         let aggregate_gbps: Vec<f64> = runs.iter().map(|r| round(r.aggregate_gbps)).collect();
         let spread = Spread::of(&aggregate_gbps).context("no trials")?;
-        let within_5pct_of_ideal = aggregate_gbps
-            .iter()
-            .filter(|&&g| g >= AT_IDEAL * ideal_gbps)
-            .count() as f64
-            / runs.len() as f64;
+        let within_5pct_of_ideal = ideal_gbps.map(|ideal| {
+            aggregate_gbps
+                .iter()
+                .filter(|&&g| g >= AT_IDEAL * ideal)
+                .count() as f64
+                / runs.len() as f64
+        });
         Ok(Self {
             trials: runs.len(),
             per_flow_gbps: runs
@@ -177,9 +187,12 @@ fn round(gbps: f64) -> f64 {
 pub struct ThroughputReport {
     pub flows: usize,
     pub queues: u32,
-    pub queue_rate_gbps: f64,
-    pub ideal_gbps: f64,
+    /// Each queue's capacity (`null`: none, the veth's own ceiling).
+    pub queue_rate_gbps: Option<f64>,
+    pub ideal_gbps: Option<f64>,
     pub duration_s: u64,
+    /// The hook the receive verifier ran on, or `off`.
+    pub verifier: String,
     pub srap: ModeReport,
     pub kernel: ModeReport,
 }
@@ -187,36 +200,40 @@ pub struct ThroughputReport {
 impl ThroughputReport {
     /// The table `--experiment throughput` prints.
     pub fn render(&self) -> String {
+        let capacity = match self.queue_rate_gbps {
+            Some(rate) => format!("of {:.0} Mbit/s each", rate * 1e3),
+            None => "without a queue rate".to_owned(),
+        };
         let mut text = format!(
-            "{} flows on {} queues of {:.0} Mbit/s each, {} trials of {} s per mode, \
-             measured by the receiver's iperf3\n",
-            self.flows,
-            self.queues,
-            self.queue_rate_gbps * 1e3,
-            self.srap.trials,
-            self.duration_s,
+            "{} flows on {} queues {capacity}, {} trials of {} s per mode, \
+             measured by the receiver's iperf3; verifier: {}\n",
+            self.flows, self.queues, self.srap.trials, self.duration_s, self.verifier,
         );
         text += &format!(
             "  {:<16} {:>9} {:>9} {:>9} {:>20}\n",
             "Gbit/s", "min", "median", "max", "within 5% of ideal"
         );
         for (name, mode) in [("SRAP ports", &self.srap), ("kernel ports", &self.kernel)] {
+            let within = mode
+                .within_5pct_of_ideal
+                .map_or_else(|| "-".to_owned(), |w| format!("{:.1}%", w * 100.0));
             text += &format!(
-                "  {:<16} {:>9.3} {:>9.3} {:>9.3} {:>19.1}%\n",
-                name,
-                mode.min,
-                mode.median,
-                mode.max,
-                mode.within_5pct_of_ideal * 100.0
+                "  {:<16} {:>9.3} {:>9.3} {:>9.3} {within:>20}\n",
+                name, mode.min, mode.median, mode.max,
             );
         }
-        text += &format!(
-            "  {:<16} {:>9.3}   ({} flows x {:.0} Mbit/s)",
-            "ideal",
-            self.ideal_gbps,
-            self.flows.min(self.queues as usize),
-            self.queue_rate_gbps * 1e3
-        );
+        match (self.ideal_gbps, self.queue_rate_gbps) {
+            (Some(ideal), Some(rate)) => {
+                text += &format!(
+                    "  {:<16} {:>9.3}   ({} flows x {:.0} Mbit/s)",
+                    "ideal",
+                    ideal,
+                    self.flows.min(self.queues as usize),
+                    rate * 1e3
+                );
+            }
+            _ => text += "  no ideal: without a queue rate the CPUs set the ceiling",
+        }
         text
     }
 }
@@ -254,9 +271,12 @@ pub fn run(
     Ok(ThroughputReport {
         flows: plan.flows,
         queues: plan.queues,
-        queue_rate_gbps: plan.queue_rate.gbps(),
+        queue_rate_gbps: plan.queue_rate.map(Rate::gbps),
         ideal_gbps,
         duration_s: plan.duration,
+        verifier: net
+            .verifier_hook()
+            .map_or_else(|| "off".to_owned(), |hook| hook.to_string()),
         srap: ModeReport::new(srap, ideal_gbps)?,
         kernel: ModeReport::new(kernel, ideal_gbps)?,
     })
@@ -264,7 +284,7 @@ pub fn run(
 
 /// One trial: `iperf3 -s -J` on `port`, `iperf3 -c -P N` from the sender
 /// (through `srap exec` into `cgroup` when given); rates from the server's
-/// report, queues from the verifier.
+/// report, queues from the verifier (unknown when the lab has none).
 fn trial(
     net: &LabNet,
     plan: &ThroughputPlan,
@@ -324,15 +344,23 @@ fn trial(
     if interrupted() {
         bail!("interrupted");
     }
-    let observed = RunReport::judge(&net.model, &net.flows_to(port)?, MIN_DATA_BYTES);
-    Ok(with_queues(rates, &observed))
+    let observed = match net.verifier_hook() {
+        Some(_) => Some(RunReport::judge(
+            &net.model,
+            &net.flows_to(port)?,
+            MIN_DATA_BYTES,
+        )),
+        None => None,
+    };
+    Ok(with_queues(rates, observed.as_ref()))
 }
 
-/// `rates` with each flow's queue from the verifier, summed up.
-fn with_queues(rates: Vec<FlowThroughput>, observed: &RunReport) -> TrialResult {
+/// `rates` with each flow's queue from the verifier (`None`: no verifier,
+/// every queue unknown), summed up.
+fn with_queues(rates: Vec<FlowThroughput>, observed: Option<&RunReport>) -> TrialResult {
     let queue_of: BTreeMap<u16, Option<u32>> = observed
-        .flows
         .iter()
+        .flat_map(|report| &report.flows)
         .map(|f| (f.src.port(), f.queue))
         .collect();
     let flows: Vec<FlowThroughput> = rates
@@ -342,11 +370,13 @@ fn with_queues(rates: Vec<FlowThroughput>, observed: &RunReport) -> TrialResult 
             ..f
         })
         .collect();
-    let queues_used = flows
-        .iter()
-        .filter_map(|f| f.queue)
-        .collect::<BTreeSet<_>>()
-        .len();
+    let queues_used = observed.map(|_| {
+        flows
+            .iter()
+            .filter_map(|f| f.queue)
+            .collect::<BTreeSet<_>>()
+            .len()
+    });
     TrialResult {
         aggregate_gbps: flows.iter().map(|f| f.gbps).sum(),
         flows,
@@ -478,34 +508,42 @@ mod tests {
         TrialResult {
             aggregate_gbps,
             flows: Vec::new(),
-            queues_used: 0,
+            queues_used: None,
         }
     }
 
     #[test]
     fn a_mode_counts_trials_within_five_percent_of_the_ideal() {
-        let mode = ModeReport::new([3.2, 3.05, 3.03, 2.4].map(run_of).into(), 3.2).expect("report");
+        let runs = || [3.2, 3.05, 3.03, 2.4].map(run_of).into();
+        let mode = ModeReport::new(runs(), Some(3.2)).expect("report");
         // 0.95 × 3.2 = 3.04: 3.2 and 3.05 are in, 3.03 and 2.4 are not.
-        assert_eq!(mode.within_5pct_of_ideal, 0.5);
+        assert_eq!(mode.within_5pct_of_ideal, Some(0.5));
+        // Without a queue rate there is no ideal to be near.
+        let unlimited = ModeReport::new(runs(), None).expect("report");
+        assert_eq!(unlimited.within_5pct_of_ideal, None);
+        assert_eq!(unlimited.median, mode.median);
         assert_eq!((mode.min, mode.max), (2.4, 3.2));
         assert!((mode.median - 3.04).abs() < 1e-9);
         // The lower middle trial stands for the median: 3.03, the third.
         assert_eq!(mode.median_trial().map(|(i, _)| i), Some(2));
-        assert!(ModeReport::new(Vec::new(), 3.2).is_err());
+        assert!(ModeReport::new(Vec::new(), Some(3.2)).is_err());
     }
 
     #[test]
     fn the_ideal_is_one_queue_per_flow_while_queues_last() {
-        let plan = |flows, queues| ThroughputPlan {
+        let plan = |flows, queues, queue_rate| ThroughputPlan {
             flows,
             queues,
             trials: 1,
             duration: 2,
-            queue_rate: "200mbit".parse().expect("rate"),
+            queue_rate,
             srap: PathBuf::new(),
         };
-        assert!((plan(16, 32).ideal_gbps() - 3.2).abs() < 1e-9);
-        assert!((plan(8, 4).ideal_gbps() - 0.8).abs() < 1e-9);
+        let rate = "200mbit".parse().ok();
+        let ideal = |p: ThroughputPlan| p.ideal_gbps().expect("an ideal");
+        assert!((ideal(plan(16, 32, rate)) - 3.2).abs() < 1e-9);
+        assert!((ideal(plan(8, 4, rate)) - 0.8).abs() < 1e-9);
+        assert_eq!(plan(8, 4, None).ideal_gbps(), None);
     }
 
     /// Two streams, three 1 s intervals and a short tail, as iperf3 3.12's

@@ -12,7 +12,7 @@ use super::{
     TwoHosts, VethConfig,
     capacity::{QueueCapacity, Rate},
 };
-use srap_daemon::verifier::{FlowRecord, HookChoice, Verifier};
+use srap_daemon::verifier::{FlowRecord, Hook, HookChoice, Verifier};
 
 use crate::emulator::Emulator;
 
@@ -48,6 +48,38 @@ pub enum Watch {
     Agent,
 }
 
+/// Which verifier the lab attaches itself with [`Watch::Here`]
+/// (`--verifier`): a hook family, or none, to measure what it costs.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LabVerifier {
+    /// The receiver's default: tc ingress on the lab's veth (the socket
+    /// hook cannot tell queue 0 there).
+    #[default]
+    Auto,
+    /// tc ingress (tcx, then a clsact filter): runs on every packet.
+    Tc,
+    /// XDP (driver, then generic): runs on every packet, before GRO.
+    Xdp,
+    /// `sock_ops` on the cgroup2 root: once per connection, never per
+    /// packet (on a veth it reads queue 0 as the listener's last queue).
+    Sock,
+    /// No verifier: the flows' queues are unknown.
+    Off,
+}
+
+impl LabVerifier {
+    /// The hooks to try, or `None` for no verifier.
+    pub fn hooks(self) -> Option<HookChoice> {
+        match self {
+            Self::Auto => Some(HookChoice::Auto),
+            Self::Tc => Some(HookChoice::Tc),
+            Self::Xdp => Some(HookChoice::Xdp),
+            Self::Sock => Some(HookChoice::Sock),
+            Self::Off => None,
+        }
+    }
+}
+
 /// How to build a [`LabNet`] beyond its queue count and watcher.
 #[derive(Clone, Copy, Debug)]
 pub struct LabNetConfig {
@@ -58,6 +90,8 @@ pub struct LabNetConfig {
     pub subnet: u8,
     /// Each receive queue's capacity (`--queue-rate`), or none.
     pub queue_rate: Option<Rate>,
+    /// The verifier attached with [`Watch::Here`].
+    pub verifier: LabVerifier,
 }
 
 impl LabNetConfig {
@@ -68,6 +102,7 @@ impl LabNetConfig {
             watch,
             subnet: LAB_SUBNET,
             queue_rate: None,
+            verifier: LabVerifier::Auto,
         }
     }
 }
@@ -94,6 +129,7 @@ impl LabNet {
             watch,
             subnet,
             queue_rate,
+            verifier,
         } = config;
         let model = lab_nic(queues)?;
         let hosts = TwoHosts::new(VethConfig {
@@ -113,14 +149,14 @@ impl LabNet {
             .transpose()
             .context("giving each receive queue its capacity")?;
         set_rps(&hosts, queues)?;
-        let verifier = match watch {
-            Watch::Here => Some(
+        let verifier = match (watch, verifier.hooks()) {
+            (Watch::Here, Some(hooks)) => Some(
                 hosts
                     .receiver
-                    .run(|| Verifier::attach(&hosts.receiver_end.ifname, HookChoice::Auto))?
+                    .run(|| Verifier::attach(&hosts.receiver_end.ifname, hooks))?
                     .context("attaching the receive verifier")?,
             ),
-            Watch::Agent => None,
+            (Watch::Here, None) | (Watch::Agent, _) => None,
         };
         tracing::info!(queues, "lab network up");
         Ok(Self {
@@ -136,12 +172,18 @@ impl LabNet {
         self.hosts.receiver_end.ip(false)
     }
 
+    /// The hook this process's verifier runs on (`None`: the receiver
+    /// agent's verifier, or none at all).
+    pub fn verifier_hook(&self) -> Option<Hook> {
+        self.verifier.as_ref().map(Verifier::hook)
+    }
+
     /// Flows this process's verifier saw toward `port` on the receiver.
     pub fn flows_to(&self, port: u16) -> anyhow::Result<Vec<FlowRecord>> {
-        let verifier = self
-            .verifier
-            .as_ref()
-            .context("the receiver agent holds the verifier: ask it (srap status)")?;
+        let verifier = self.verifier.as_ref().context(
+            "this lab attached no verifier (the receiver agent holds it: ask it with srap \
+             status; or --verifier off)",
+        )?;
         let flows = verifier.flows()?;
         Ok(flows.into_iter().filter(|f| f.dst.port() == port).collect())
     }

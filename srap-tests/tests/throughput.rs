@@ -1,14 +1,15 @@
 //! The throughput experiment, short (2 trials per mode, 4 flows of 3 s on 8
 //! receive queues of 100 Mbit/s): each receive queue really is a capacity
 //! its flows share, SRAP's trials reach the ideal, the JSON has the shape
-//! the README documents, and the plots are written.
+//! the README documents, and the plots are written. And one short trial
+//! without a verifier (`--verifier off`): rates measured, queues unknown.
 
 use srap_lab::{
     capacity::Rate,
     plot,
     steering::LabSteering,
     throughput::{self, ThroughputPlan, ThroughputReport},
-    topology::{LabNet, LabNetConfig, Watch},
+    topology::{LabNet, LabNetConfig, LabVerifier, Watch},
     unique_name,
 };
 use srap_tests::{built_binary, require_privileged};
@@ -27,17 +28,23 @@ fn srap_reaches_the_ideal_throughput_and_the_plots_are_written() {
     let rate: Rate = "100mbit".parse().expect("rate");
     let report = run_experiment(rate);
     let ideal = FLOWS as f64 * rate.gbps();
-    assert!((report.ideal_gbps - ideal).abs() < 1e-9, "{report:?}");
+    let reported = report.ideal_gbps.expect("an ideal with a queue rate");
+    assert!((reported - ideal).abs() < 1e-9, "{report:?}");
 
     // SRAP puts every flow on a queue of its own, so every trial reaches
     // the ideal.
-    assert_eq!(report.srap.queues_used, vec![FLOWS; TRIALS], "{report:?}");
-    assert_eq!(report.srap.within_5pct_of_ideal, 1.0, "{report:?}");
+    assert_eq!(
+        report.srap.queues_used,
+        vec![Some(FLOWS); TRIALS],
+        "{report:?}"
+    );
+    assert_eq!(report.srap.within_5pct_of_ideal, Some(1.0), "{report:?}");
     for (name, mode) in [("srap", &report.srap), ("kernel", &report.kernel)] {
         for (trial, used) in mode.runs.iter().zip(&mode.queues_used) {
             // Flows that share a queue share its rate: a trial carries what
             // the queues its flows landed on can carry, no more, no less.
-            let capacity = *used as f64 * rate.gbps();
+            let used = used.expect("queues seen by the verifier");
+            let capacity = used as f64 * rate.gbps();
             let ratio = trial.aggregate_gbps / capacity;
             assert!(
                 (0.95..=1.05).contains(&ratio),
@@ -51,6 +58,71 @@ fn srap_reaches_the_ideal_throughput_and_the_plots_are_written() {
     }
     check_json(&report);
     check_plots(&report);
+}
+
+/// `10.199.93.0/24`: the verifier-off trial's subnet.
+const OFF_SUBNET: u8 = 93;
+
+/// One trial per mode of 2 flows for 2 s, with no verifier on the lab: the
+/// receiver's rates are there, every queue is unknown (`null`, not 0), and
+/// asking the lab for flows is an error that names `--verifier off`. On
+/// queues of 100 Mbit/s, so it leaves the CPUs to the test beside it.
+#[test]
+fn without_a_verifier_the_rates_are_measured_and_the_queues_unknown() {
+    if !require_privileged("without_a_verifier_the_rates_are_measured_and_the_queues_unknown") {
+        return;
+    }
+    let rate: Rate = "100mbit".parse().expect("rate");
+    let net = LabNet::with_config(LabNetConfig {
+        subnet: OFF_SUBNET,
+        queue_rate: Some(rate),
+        verifier: LabVerifier::Off,
+        ..LabNetConfig::new(QUEUES, Watch::Here)
+    })
+    .expect("lab network without a verifier");
+    assert_eq!(net.verifier_hook(), None);
+    let err = net.flows_to(5201).expect_err("no verifier to ask");
+    assert!(format!("{err:#}").contains("--verifier off"), "{err:#}");
+    let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())
+        .expect("binder in the sender namespace");
+    let flows = 2;
+    let plan = ThroughputPlan {
+        flows,
+        queues: QUEUES,
+        trials: 1,
+        duration: 2,
+        queue_rate: Some(rate),
+        srap: built_binary("srap"),
+    };
+    let report =
+        throughput::run(&net, steering.cgroup(), &plan, &mut |_, _, _| {}).expect("experiment");
+    assert_eq!(report.verifier, "off");
+    for (name, mode) in [("srap", &report.srap), ("kernel", &report.kernel)] {
+        assert_eq!(mode.queues_used, vec![None], "{name}: {report:?}");
+        let trial = &mode.runs[0];
+        assert_eq!(trial.flows.len(), flows, "{name}: {trial:?}");
+        assert!(trial.flows.iter().all(|f| f.queue.is_none()), "{trial:?}");
+        // At least one queue's rate (both flows on one queue), at most one
+        // per flow.
+        let (low, high) = (0.95 * rate.gbps(), 1.05 * flows as f64 * rate.gbps());
+        assert!(
+            (low..=high).contains(&trial.aggregate_gbps),
+            "{name}: {:.3} Gbit/s, expected {low:.3} to {high:.3}",
+            trial.aggregate_gbps
+        );
+    }
+    let json = serde_json::to_value(&report).expect("JSON");
+    assert_eq!(json["verifier"], "off", "{json}");
+    assert_eq!(
+        json["srap"]["queues_used"],
+        serde_json::json!([null]),
+        "{json}"
+    );
+    assert!(
+        report.render().contains("verifier: off"),
+        "{}",
+        report.render()
+    );
 }
 
 fn run_experiment(rate: Rate) -> ThroughputReport {
@@ -67,7 +139,7 @@ fn run_experiment(rate: Rate) -> ThroughputReport {
         queues: QUEUES,
         trials: TRIALS,
         duration: 3,
-        queue_rate: rate,
+        queue_rate: Some(rate),
         srap: built_binary("srap"),
     };
     throughput::run(&net, steering.cgroup(), &plan, &mut |_, _, _| {}).expect("experiment")
@@ -78,6 +150,9 @@ fn check_json(report: &ThroughputReport) {
     let json = serde_json::to_value(report).expect("JSON");
     assert_eq!(json["flows"], FLOWS);
     assert_eq!(json["queues"], QUEUES);
+    // `--verifier auto` on a veth: tc (tcx or clsact, by kernel).
+    let hook = json["verifier"].as_str().unwrap_or_default();
+    assert!(hook.starts_with("tc ingress"), "{json}");
     for key in ["queue_rate_gbps", "ideal_gbps"] {
         assert!(json[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {json}");
     }
