@@ -1,12 +1,16 @@
 //! `cargo xtask bench`: run criterion, then summarise this run's results and
-//! check them against the goals in [`GOALS`].
+//! check them against the goals in [`GOALS`]; then the lab's throughput with
+//! the verifier off and on ([`crate::labbench`], report-only).
 
 use std::{collections::BTreeMap, fs, path::Path, time::SystemTime};
 
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
-use crate::exec::{Step, cargo, run_step, target_dir};
+use crate::{
+    exec::{Step, cargo, run_step, target_dir},
+    labbench,
+};
 
 /// What a summary row checks.
 enum Goal {
@@ -122,6 +126,12 @@ pub fn run(args: &[String]) -> Result<()> {
         "build the agents (release)",
         cargo(&["build", "--release", "-p", "srap-agent", "-p", "srap-cli"]),
     ))?;
+    // `cargo xtask bench lab_verifier` runs the lab step alone; any other
+    // filter leaves it out.
+    let lab = args.is_empty() || args.iter().any(|a| a == labbench::FILTER);
+    if args.len() == 1 && lab {
+        return labbench::run();
+    }
     // `--bench *`: only the [[bench]] targets (criterion); the lib's libtest
     // harness would reject criterion's options.
     let mut command_args = vec!["bench", "-p", "srap-tests", "--bench", "*", "--"];
@@ -142,6 +152,9 @@ pub fn run(args: &[String]) -> Result<()> {
         println!("{id:<44} {:>14}", format_ns(*mean));
     }
     let missed = print_goals(&means);
+    if lab {
+        labbench::run()?;
+    }
     if missed > 0 {
         bail!("{missed} benchmark goal(s) missed");
     }

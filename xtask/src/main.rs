@@ -5,6 +5,7 @@
 
 mod bench;
 mod exec;
+mod labbench;
 mod layering;
 mod package;
 mod setup;
@@ -35,7 +36,9 @@ enum Task {
     Build,
     /// fmt check, clippy (host and eBPF), then the whole test suite.
     Test,
-    /// Run the criterion benchmarks and summarise them against their goals.
+    /// Run the criterion benchmarks and summarise them against their goals,
+    /// then the lab's throughput with the verifier off, on tc and on the
+    /// socket hook (report-only; `lab_verifier` alone runs just that).
     Bench {
         /// Passed to the benchmark binaries (criterion filters, --quick, …).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

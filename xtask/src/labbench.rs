@@ -1,0 +1,190 @@
+//! `cargo xtask bench`'s lab step: the lab's throughput with the receive
+//! verifier off, on tc ingress and on the socket hook, in the same run
+//! (SRAP issue 12, item 5). Short throughput experiments without a queue
+//! rate, so the trials run at the veth's own CPU-bound ceiling, where a
+//! per-packet cost shows; each setting's mean aggregate is printed as a
+//! ratio to the verifier-off baseline. Report-only: on a shared 2-core
+//! machine the spread between runs is wider than the difference measured.
+
+use std::process::{Command, Stdio};
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
+
+use crate::exec::{as_root, describe, target_dir};
+
+/// The criterion-style filter that selects (only) this step:
+/// `cargo xtask bench lab_verifier`.
+pub const FILTER: &str = "lab_verifier";
+
+/// `--verifier` settings, baseline first.
+const SETTINGS: [&str; 3] = ["off", "tc", "sock"];
+
+/// The experiment each setting runs: 4 flows on 8 queues, 2 trials per
+/// port mode of 3 s (the first second of each is warm-up), no queue rate.
+const LAB_ARGS: &[&str] = &[
+    "lab",
+    "--experiment",
+    "throughput",
+    "--flows",
+    "4",
+    "--queues",
+    "8",
+    "--trials",
+    "2",
+    "--duration",
+    "3",
+    "--queue-rate",
+    "none",
+    "--json",
+];
+
+/// One setting's result.
+#[derive(Debug, Clone, PartialEq)]
+struct Measured {
+    setting: &'static str,
+    /// The hook the report names (`off` for none).
+    hook: String,
+    /// Every trial's aggregate, SRAP and kernel ports alike (without a
+    /// queue rate, placement does not bound a trial).
+    aggregates: Vec<f64>,
+}
+
+impl Measured {
+    fn mean(&self) -> f64 {
+        self.aggregates.iter().sum::<f64>() / self.aggregates.len().max(1) as f64
+    }
+}
+
+/// Runs the release `srap-agent lab` once per setting (about 20 s each)
+/// and prints the table.
+pub fn run() -> Result<()> {
+    let agent = target_dir().join("release").join("srap-agent");
+    println!("\n==> lab throughput, verifier off / tc / sock ({FILTER})");
+    let mut results = Vec::new();
+    for setting in SETTINGS {
+        let mut command = as_root(&agent);
+        command
+            .args(LAB_ARGS)
+            .args(["--verifier", setting])
+            .stderr(Stdio::inherit());
+        let json = json_of(&mut command)?;
+        let measured = parse(setting, &json)
+            .with_context(|| format!("reading the report of {}", describe(&command)))?;
+        println!(
+            "verifier {setting}: {:?} Gbit/s on {}",
+            measured.aggregates, measured.hook
+        );
+        results.push(measured);
+    }
+    print!("{}", render(&results));
+    Ok(())
+}
+
+/// Runs `command` and returns its stdout, failing with its status.
+fn json_of(command: &mut Command) -> Result<String> {
+    let output = command
+        .output()
+        .with_context(|| format!("could not start {}", describe(command)))?;
+    if !output.status.success() {
+        bail!(
+            "{} failed ({}): is srap-agent built in release and are you root?",
+            describe(command),
+            output.status
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// The verifier's hook and every trial's aggregate from `--json`'s report.
+fn parse(setting: &'static str, json: &str) -> Result<Measured> {
+    let report: Value = serde_json::from_str(json.trim()).context("parsing the lab's JSON")?;
+    let hook = report
+        .get("verifier")
+        .and_then(Value::as_str)
+        .context("no `verifier` in the report")?
+        .to_owned();
+    let mut aggregates = Vec::new();
+    for mode in ["srap", "kernel"] {
+        let values = report
+            .pointer(&format!("/{mode}/aggregate_gbps"))
+            .and_then(Value::as_array)
+            .with_context(|| format!("no {mode}.aggregate_gbps in the report"))?;
+        for value in values {
+            aggregates.push(value.as_f64().context("an aggregate that is no number")?);
+        }
+    }
+    if aggregates.is_empty() {
+        bail!("the report has no trials");
+    }
+    Ok(Measured {
+        setting,
+        hook,
+        aggregates,
+    })
+}
+
+/// The report-only rows: each setting's mean (and range) as a ratio to
+/// the first (the verifier-off baseline).
+fn render(results: &[Measured]) -> String {
+    let Some(baseline) = results.first().map(Measured::mean) else {
+        return String::new();
+    };
+    let mut text = format!(
+        "\n{:<30} {:<20} {:>8} {:>15} {:>7}\n",
+        "lab throughput (4 flows)", "hook", "Gbit/s", "range", "/ off"
+    );
+    for measured in results {
+        let (min, max) = measured
+            .aggregates
+            .iter()
+            .fold((f64::INFINITY, 0f64), |(lo, hi), &g| (lo.min(g), hi.max(g)));
+        text += &format!(
+            "{:<30} {:<20} {:>8.3} {:>15} {:>6.2}x\n",
+            format!("verifier {}", measured.setting),
+            measured.hook,
+            measured.mean(),
+            format!("{min:.3}-{max:.3}"),
+            measured.mean() / baseline
+        );
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REPORT: &str = r#"{"flows":4,"queues":8,"queue_rate_gbps":null,"ideal_gbps":null,
+        "duration_s":3,"verifier":"tc ingress (tcx)",
+        "srap":{"trials":2,"aggregate_gbps":[9.0,11.0]},
+        "kernel":{"trials":2,"aggregate_gbps":[10.0,10.0]}}"#;
+
+    #[test]
+    fn every_trial_of_both_modes_counts_and_the_ratio_is_to_the_first() {
+        let tc = parse("tc", REPORT).expect("parsed");
+        assert_eq!(tc.hook, "tc ingress (tcx)");
+        assert_eq!(tc.aggregates, [9.0, 11.0, 10.0, 10.0]);
+        let off = Measured {
+            setting: "off",
+            hook: "off".to_owned(),
+            aggregates: vec![12.5, 12.5],
+        };
+        let table = render(&[off, tc]);
+        assert!(table.contains("verifier off"), "{table}");
+        assert!(table.contains("1.00x"), "{table}");
+        // 10 / 12.5
+        assert!(table.contains("0.80x"), "{table}");
+        assert!(table.contains("9.000-11.000"), "{table}");
+    }
+
+    #[test]
+    fn a_report_without_trials_or_hook_is_an_error() {
+        assert!(parse("off", "{").is_err());
+        assert!(parse("off", r#"{"srap":{"aggregate_gbps":[]}}"#).is_err());
+        let empty =
+            r#"{"verifier":"off","srap":{"aggregate_gbps":[]},"kernel":{"aggregate_gbps":[]}}"#;
+        let err = parse("off", empty).expect_err("no trials");
+        assert!(err.to_string().contains("no trials"), "{err}");
+    }
+}
