@@ -10,7 +10,7 @@ use std::{
     collections::HashMap,
     io,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::{AsRawFd as _, OwnedFd},
     time::Duration,
 };
 
@@ -54,36 +54,7 @@ pub struct SockDiag {
 impl SockDiag {
     /// Opens the socket in the calling thread's network namespace.
     pub fn open() -> io::Result<Self> {
-        // SAFETY: plain socket(2); the result is checked.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-                libc::NETLINK_SOCK_DIAG,
-            )
-        };
-        if raw < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `raw` is a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let timeout = libc::timeval {
-            tv_sec: READ_TIMEOUT.as_secs() as libc::time_t,
-            tv_usec: 0,
-        };
-        // SAFETY: a valid socket and a timeval of the size given.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&raw const timeout).cast(),
-                size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let fd = srap_host::netlink::open(libc::SOCK_DGRAM, libc::NETLINK_SOCK_DIAG, READ_TIMEOUT)?;
         Ok(Self { fd })
     }
 
@@ -136,24 +107,7 @@ impl SockDiag {
         let states: u32 = !(1u32 << TCP_LISTEN);
         msg.extend_from_slice(&states.to_ne_bytes());
         msg.resize(NLMSG_HDRLEN + 72, 0); // inet_diag_sockid: all wildcards
-        // SAFETY: an all-zero sockaddr_nl is valid; we set the family.
-        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        // SAFETY: send a buffer we own to an address of the size given.
-        let sent = unsafe {
-            libc::sendto(
-                self.fd.as_raw_fd(),
-                msg.as_ptr().cast(),
-                msg.len(),
-                0,
-                (&raw const kernel).cast(),
-                size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        };
-        if sent < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        srap_host::netlink::send_to_kernel(&self.fd, &msg)
     }
 }
 

@@ -20,6 +20,7 @@ pub mod cpus;
 pub mod discovery;
 mod error;
 pub mod local;
+pub mod netlink;
 pub mod reserved;
 pub mod route;
 pub mod status;

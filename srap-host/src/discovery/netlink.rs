@@ -10,7 +10,7 @@
 
 use std::{
     io,
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::{AsRawFd as _, OwnedFd},
     time::Duration,
 };
 
@@ -408,19 +408,11 @@ fn io_err(op: &'static str) -> NetlinkError {
 
 impl GenlSocket {
     fn open() -> Result<Self, NetlinkError> {
-        // SAFETY: plain syscall; the fd is owned right away.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_GENERIC,
-            )
-        };
-        if raw < 0 {
-            return Err(io_err("socket"));
-        }
-        // SAFETY: `raw` is a fresh, valid fd nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = crate::netlink::open(libc::SOCK_RAW, libc::NETLINK_GENERIC, REPLY_TIMEOUT)
+            .map_err(|source| NetlinkError::Io {
+                op: "socket",
+                source,
+            })?;
         let one: libc::c_int = 1;
         for opt in [libc::NETLINK_EXT_ACK, libc::NETLINK_CAP_ACK] {
             // Best effort: without them errors just carry no text.
@@ -435,23 +427,6 @@ impl GenlSocket {
                 );
             }
         }
-        let timeout = libc::timeval {
-            tv_sec: REPLY_TIMEOUT.as_secs() as libc::time_t,
-            tv_usec: 0,
-        };
-        // SAFETY: valid fd, option value of the size passed.
-        let rc = unsafe {
-            libc::setsockopt(
-                fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVTIMEO,
-                (&raw const timeout).cast(),
-                size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(io_err("setsockopt(SO_RCVTIMEO)"));
-        }
         Ok(Self { fd, seq: 0 })
     }
 
@@ -461,23 +436,10 @@ impl GenlSocket {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         let msg = build(seq);
-        // SAFETY: sockaddr_nl is plain integers, for which all zeroes is valid.
-        let mut kernel: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        // SAFETY: valid fd; buffer and address outlive the call.
-        let sent = unsafe {
-            libc::sendto(
-                self.fd.as_raw_fd(),
-                msg.as_ptr().cast(),
-                msg.len(),
-                0,
-                (&raw const kernel).cast(),
-                size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        };
-        if sent < 0 {
-            return Err(io_err("sendto"));
-        }
+        crate::netlink::send_to_kernel(&self.fd, &msg).map_err(|source| NetlinkError::Io {
+            op: "sendto",
+            source,
+        })?;
         loop {
             let datagram = self.receive()?;
             let ours = parse_messages(&datagram)?
