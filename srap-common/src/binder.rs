@@ -6,12 +6,12 @@
 //! only `base` depends on the addresses. The binder's data is split along
 //! that line:
 //!
-//! * a *layout* ([`SteerLayout`], one per receiver RSS configuration and
+//! * a *layout* ([`LayoutRow`], one per receiver RSS configuration and
 //!   address family) holds what depends on the receiver's key and table
 //!   only: `D` as two byte tables, for every CPU slot a few indirection
 //!   entries that land on that CPU ([`SlotEntries`]), and for every value `v`
 //!   of `S(port)` a few source ports with that value ([`ValuePorts`]);
-//! * a *table* ([`SteerTable`], one per (source address, receiver address))
+//! * a *table* ([`TableRow`], one per (source address, receiver address))
 //!   holds `base`, the source address to bind and its layout.
 //!
 //! The hook picks entry `t` of the least-occupied slot and binds a port of
@@ -77,11 +77,11 @@ macro_rules! binder_pinned_maps {
             /// Hash: [`DestKey`] → [`DestValue`].
             DESTS_MAP = SRAP_DESTS: HashMap<$crate::binder::DestKey, $crate::binder::DestValue>
                 [$crate::binder::MAX_DESTS, $crate::binder::NO_PREALLOC];
-            /// Array of [`SteerTable`], index = table.
-            TABLES_MAP = SRAP_TABLES: Array<u32, $crate::binder::SteerTable>
+            /// Array of [`TableRow`], index = table.
+            TABLES_MAP = SRAP_TABLES: Array<u32, $crate::binder::TableRow>
                 [$crate::binder::MAX_TABLES, 0];
-            /// Array of [`SteerLayout`], index = layout.
-            LAYOUTS_MAP = SRAP_LAYOUTS: Array<u32, $crate::binder::SteerLayout>
+            /// Array of [`LayoutRow`], index = layout.
+            LAYOUTS_MAP = SRAP_LAYOUTS: Array<u32, $crate::binder::LayoutRow>
                 [$crate::binder::MAX_LAYOUTS, 0];
             /// Array of [`SlotEntries`], index `layout.slot_base + slot`.
             SLOTS_MAP = SRAP_SLOTS: Array<u32, $crate::binder::SlotEntries>
@@ -206,7 +206,7 @@ pub struct DestKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DestValue {
-    /// Index of the [`SteerTable`].
+    /// Index of the [`TableRow`].
     pub table: u32,
     /// Receiver index: its CPU occupancy is shared by all its tables.
     pub receiver: u32,
@@ -215,7 +215,7 @@ pub struct DestValue {
 /// The per-(source, receiver) part of the linear decomposition.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SteerTable {
+pub struct TableRow {
     /// Source address to bind, in the same form as [`DestKey::addr`].
     pub src_addr: [u32; 4],
     /// The same address as an `AF_INET6` socket binds it: the IPv6 address,
@@ -226,7 +226,7 @@ pub struct SteerTable {
     pub src_addr6: [u32; 4],
     /// Low k bits of the index with both ports zero.
     pub base: u32,
-    /// Index of the [`SteerLayout`].
+    /// Index of the [`LayoutRow`].
     pub layout: u32,
 }
 
@@ -234,7 +234,7 @@ pub struct SteerTable {
 /// indirection table only, shared by every table toward such a receiver.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SteerLayout {
+pub struct LayoutRow {
     /// Slots in use (distinct receiver CPUs), at most [`MAX_SLOTS`].
     pub slots: u32,
     /// First row of this layout's slots in [`SLOTS_MAP`].
@@ -248,7 +248,7 @@ pub struct SteerLayout {
     pub dport_high: [u16; 256],
 }
 
-impl Default for SteerLayout {
+impl Default for LayoutRow {
     fn default() -> Self {
         Self {
             slots: 0,
@@ -261,7 +261,7 @@ impl Default for SteerLayout {
     }
 }
 
-impl SteerLayout {
+impl LayoutRow {
     /// The value of `S(port)` that, with destination port `dport` and the
     /// table's `base`, selects indirection entry `entry`. Shared by the hook
     /// and the tests.
@@ -471,9 +471,9 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for DestValue {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for SteerTable {}
+    unsafe impl aya::Pod for TableRow {}
     // SAFETY: as above (4 × 4 + 2 × 256 × 2 bytes, no padding).
-    unsafe impl aya::Pod for SteerLayout {}
+    unsafe impl aya::Pod for LayoutRow {}
     // SAFETY: as above (8 + 4 + 4 + 4 × 8 × 8 + 512 × 4 bytes, no padding).
     unsafe impl aya::Pod for ReceiverSlots {}
     // SAFETY: as above.

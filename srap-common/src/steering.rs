@@ -11,8 +11,8 @@ use thiserror::Error;
 
 use crate::{
     binder::{
-        ENTRIES_PER_SLOT, MAX_SLOTS, MAX_VALUES, PORTS_PER_VALUE, SlotEntries, SteerLayout,
-        SteerTable, ValuePorts,
+        ENTRIES_PER_SLOT, LayoutRow, MAX_SLOTS, MAX_VALUES, PORTS_PER_VALUE, SlotEntries, TableRow,
+        ValuePorts,
     },
     family::Family,
     rss::{FlowTuple, InputXfrm, RssModel, TupleError},
@@ -46,10 +46,10 @@ pub enum Scope {
 /// and shared by every table toward such a receiver, or, where the RSS is
 /// not linear, once per (source, destination, port).
 #[derive(Debug, Clone)]
-pub struct SteeringLayout {
+pub struct LayoutPlan {
     pub scope: Scope,
     /// The map row, without its pool offsets (the plan assigns those).
-    pub layout: SteerLayout,
+    pub layout: LayoutRow,
     /// One per slot; `slots[s].cpu` is the receiver CPU of slot `s`.
     pub slots: Vec<SlotEntries>,
     /// Indexed by value; values past the end have no ports.
@@ -61,12 +61,12 @@ pub struct SteeringLayout {
 /// One steering table: a source address toward a receiver address, with
 /// its layout.
 #[derive(Debug, Clone)]
-pub struct SteeringTable {
+pub struct TablePlan {
     /// The source address the table binds.
     pub source: IpAddr,
     /// The map row; its `layout` index is assigned by the plan.
-    pub table: SteerTable,
-    pub layout: Arc<SteeringLayout>,
+    pub table: TableRow,
+    pub layout: Arc<LayoutPlan>,
 }
 
 /// The kernel's `user_ip4`/`user_ip6` words for an address.
@@ -114,11 +114,11 @@ fn unspecified_like(ip: IpAddr) -> IpAddr {
     }
 }
 
-impl SteeringLayout {
+impl LayoutPlan {
     /// The layout every table toward a receiver with `model` shares, for
     /// addresses of `family_of`'s family, or `None` when the model is not
     /// linear in the ports (then tables are built per port, see
-    /// [`SteeringTable::build`]).
+    /// [`TablePlan::build`]).
     pub fn any_port(
         model: &RssModel,
         family_of: IpAddr,
@@ -148,13 +148,13 @@ impl SteeringLayout {
                 .filter(|entry| model.queue_cpu()[model.indir()[*entry as usize] as usize] == cpu)
                 .collect()
         });
-        let layout = SteerLayout {
+        let layout = LayoutRow {
             slots: slots.len() as u32,
             values: values.len() as u32,
             // Masked to k ≤ 11 bits: fits a u16.
             dport_low: low.map(|v| (v & mask) as u16),
             dport_high: high.map(|v| (v & mask) as u16),
-            ..SteerLayout::default()
+            ..LayoutRow::default()
         };
         Ok(Some(Self {
             scope: Scope::AnyPort,
@@ -183,10 +183,10 @@ impl SteeringLayout {
             .iter()
             .map(|slot| value_ports(by_cpu.get(&slot.cpu).map_or(&[][..], Vec::as_slice)))
             .collect();
-        let layout = SteerLayout {
+        let layout = LayoutRow {
             slots: slots.len() as u32,
             values: values.len() as u32,
-            ..SteerLayout::default()
+            ..LayoutRow::default()
         };
         Ok(Self {
             scope: Scope::Port(dport),
@@ -206,7 +206,7 @@ impl SteeringLayout {
     }
 }
 
-impl SteeringTable {
+impl TablePlan {
     /// Builds the table for flows from `src` to `dst` (to `dport`, or to any
     /// port when `dport` is `None` and the model allows it), with a layout
     /// of its own. A linear model with a `dport` still gets an any-port
@@ -218,7 +218,7 @@ impl SteeringTable {
         dport: Option<u16>,
         range: PortRange,
     ) -> Result<Self, SteeringError> {
-        match (SteeringLayout::any_port(model, dst, range)?, dport) {
+        match (LayoutPlan::any_port(model, dst, range)?, dport) {
             (Some(layout), _) => Self::with_layout(model, Arc::new(layout), src, dst),
             (None, Some(dport)) => Self::one_port(model, src, dst, dport, range),
             (None, None) => Err(SteeringError::NeedsPort {
@@ -230,13 +230,13 @@ impl SteeringTable {
     /// The table from `src` to `dst` on a shared any-port `layout`.
     pub fn with_layout(
         model: &RssModel,
-        layout: Arc<SteeringLayout>,
+        layout: Arc<LayoutPlan>,
         src: IpAddr,
         dst: IpAddr,
     ) -> Result<Self, SteeringError> {
         let template = FlowTuple::new(src, 0, dst, 0)?;
         let mask = layout.values.len().saturating_sub(1) as u32;
-        let table = SteerTable {
+        let table = TableRow {
             base: model.hash(&template) & mask,
             ..source_words(src)
         };
@@ -257,7 +257,7 @@ impl SteeringTable {
         range: PortRange,
     ) -> Result<Self, SteeringError> {
         let template = FlowTuple::new(src, 0, dst, dport)?;
-        let layout = SteeringLayout::one_port(model, &template, dport, range)?;
+        let layout = LayoutPlan::one_port(model, &template, dport, range)?;
         Ok(Self {
             source: src,
             table: source_words(src),
@@ -304,15 +304,15 @@ impl SteeringTable {
 }
 
 /// A table row with `src`'s address words (both forms) and nothing else.
-fn source_words(src: IpAddr) -> SteerTable {
+fn source_words(src: IpAddr) -> TableRow {
     let src6 = match src {
         IpAddr::V4(v4) => IpAddr::V6(v4.to_ipv6_mapped()),
         v6 @ IpAddr::V6(_) => v6,
     };
-    SteerTable {
+    TableRow {
         src_addr: addr_words(src).1,
         src_addr6: addr_words(src6).1,
-        ..SteerTable::default()
+        ..TableRow::default()
     }
 }
 

@@ -9,7 +9,7 @@ use srap_common::{
     binder::{ENTRIES_PER_SLOT, MAX_SLOTS, PORTS_PER_VALUE},
     rss::{FieldsDescription, FlowTuple, RssDescription, RssModel, embedded_default},
     solver::PortRange,
-    steering::{Scope, SteeringError, SteeringTable},
+    steering::{Scope, SteeringError, TablePlan},
 };
 
 prop_compose! {
@@ -49,7 +49,7 @@ fn addresses() -> impl Strategy<Value = (IpAddr, IpAddr)> {
 /// bound port lands on the slot's CPU for `dport`.
 fn check_table(
     model: &RssModel,
-    table: &SteeringTable,
+    table: &TablePlan,
     src: IpAddr,
     dst: IpAddr,
     dport: u16,
@@ -85,7 +85,7 @@ proptest! {
         (src, dst) in addresses(),
         dports in prop::collection::vec(any::<u16>(), 1..4),
     ) {
-        match SteeringTable::build(&model, src, dst, None, PortRange::DEFAULT) {
+        match TablePlan::build(&model, src, dst, None, PortRange::DEFAULT) {
             Ok(table) => {
                 prop_assert_eq!(table.scope(), Scope::AnyPort);
                 prop_assert_eq!(table.slots().len(), model.reachable_cpus().len().min(MAX_SLOTS as usize));
@@ -110,7 +110,7 @@ proptest! {
         (src, dst) in addresses(),
         dport in any::<u16>(),
     ) {
-        let table = SteeringTable::build(&model, src, dst, Some(dport), PortRange::DEFAULT).unwrap();
+        let table = TablePlan::build(&model, src, dst, Some(dport), PortRange::DEFAULT).unwrap();
         let checked = check_table(&model, &table, src, dst, dport)?;
         prop_assert!(checked > 0);
         for port in table.ports() {
@@ -123,7 +123,7 @@ proptest! {
 fn the_default_receiver_gets_one_any_port_table_with_a_slot_per_cpu() {
     let model = RssModel::from_description(&embedded_default()).unwrap();
     let (src, dst) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-    let table = SteeringTable::build(&model, src, dst, None, PortRange::DEFAULT).unwrap();
+    let table = TablePlan::build(&model, src, dst, None, PortRange::DEFAULT).unwrap();
     assert_eq!(table.scope(), Scope::AnyPort);
     assert_eq!(table.slots().len(), 32);
     assert!(
@@ -149,11 +149,11 @@ fn sym_or_xor_receivers_need_named_ports() {
     };
     let model = RssModel::from_description(&desc).unwrap();
     let (src, dst) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-    let err = SteeringTable::build(&model, src, dst, None, PortRange::DEFAULT).unwrap_err();
+    let err = TablePlan::build(&model, src, dst, None, PortRange::DEFAULT).unwrap_err();
     assert!(
         err.to_string().contains("name each port the workload uses"),
         "{err}"
     );
-    let table = SteeringTable::build(&model, src, dst, Some(5201), PortRange::DEFAULT).unwrap();
+    let table = TablePlan::build(&model, src, dst, Some(5201), PortRange::DEFAULT).unwrap();
     assert_eq!(table.scope(), Scope::Port(5201));
 }

@@ -20,8 +20,8 @@ use aya_ebpf::{
     programs::{SockAddrContext, SockContext},
 };
 use srap_common::binder::{
-    CLAIMS_MAX_ENTRIES, DestKey, DestValue, LEVELS, MAX_BIND_ATTEMPTS, MAX_SLOTS, MAX_VALUES,
-    ReceiverSlots, SLOT_WORDS, SOCKETS_MAX_ENTRIES, SlotGrant, SocketSlot, SteerLayout, SteerTable,
+    CLAIMS_MAX_ENTRIES, DestKey, DestValue, LEVELS, LayoutRow, MAX_BIND_ATTEMPTS, MAX_SLOTS,
+    MAX_VALUES, ReceiverSlots, SLOT_WORDS, SOCKETS_MAX_ENTRIES, SlotGrant, SocketSlot, TableRow,
     level_of, outcome,
 };
 use srap_common::family::Family;
@@ -337,7 +337,7 @@ fn bind_steered(ctx: &SockAddrContext, family: Family, dest: &DestValue, dport: 
 /// `bpf_bind()` to the table's source address (the route's, or the one the
 /// application bound) and `port`.
 #[inline(always)]
-fn bind_port(ctx: &SockAddrContext, family: Family, table: &SteerTable, port: u16) -> i64 {
+fn bind_port(ctx: &SockAddrContext, family: Family, table: &TableRow, port: u16) -> i64 {
     if family == Family::Inet {
         let mut addr = SockaddrIn {
             family: Family::Inet.as_u16(),
@@ -610,7 +610,7 @@ fn release_slot(receiver: u32, slot: u32) {
 
 /// A port of `slot` for destination port `dport`; `turn` picks which.
 #[inline(always)]
-fn port_for(layout: &SteerLayout, base: u32, slot: u32, turn: u32, dport: u16) -> Option<u16> {
+fn port_for(layout: &LayoutRow, base: u32, slot: u32, turn: u32, dport: u16) -> Option<u16> {
     let entries = SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot))?;
     if entries.count == 0 {
         return None;

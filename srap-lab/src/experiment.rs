@@ -11,7 +11,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 
-use super::{LabNet, interrupted, report::RunReport, steering::InCgroup};
+use super::{LabNet, binder::InCgroup, interrupted, report::RunReport};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -14,6 +14,7 @@
 //! configured only on these veth ends.
 
 pub mod agents;
+pub mod binder;
 pub mod capacity;
 pub mod emulator;
 pub mod experiment;
@@ -21,7 +22,6 @@ pub mod guest;
 pub mod netns;
 pub mod plot;
 pub mod report;
-pub mod steering;
 pub mod throughput;
 pub mod topology;
 pub mod veth;
@@ -38,9 +38,9 @@ use anyhow::{Context as _, bail};
 
 use self::{
     agents::LabAgents,
+    binder::LabBinder,
     capacity::{QueueRate, Rate},
     report::RunReport,
-    steering::LabSteering,
     throughput::ThroughputPlan,
     topology::{LabNet, LabNetConfig, LabVerifier, Watch},
     workload::{ChildGuard, client, iperf3_server, srap_binary},
@@ -262,7 +262,7 @@ fn run_placement(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()
         verifier: args.verifier.unwrap_or_default(),
         ..LabNetConfig::new(queues, Watch::Here)
     })?;
-    let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
+    let steering = LabBinder::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
     let trials = args.trials.unwrap_or(20) as usize;
     let report = experiment::run(&net, steering.cgroup(), flows, trials, queues)?;
     if args.json {
@@ -295,7 +295,7 @@ fn run_throughput(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<(
         verifier: args.verifier.unwrap_or_default(),
         ..LabNetConfig::new(queues, Watch::Here)
     })?;
-    let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
+    let steering = LabBinder::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
     if !args.json {
         eprintln!(
             "{} trials per mode, {} s each: about {} s",

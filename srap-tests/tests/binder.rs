@@ -24,7 +24,7 @@ use srap_common::{
     binder::outcome,
     rss::{FlowTuple, RssDescription, RssModel, embedded_default},
     solver::PortRange,
-    steering::SteeringTable,
+    steering::TablePlan,
 };
 use srap_daemon::sender::{BinderStats, PinLayout, read_stats};
 use srap_tests::{
@@ -211,9 +211,9 @@ impl Lab {
 
     /// The agent's table for this pair, rebuilt the same way (for tests that
     /// need to know SRAP's ports).
-    fn table(&self) -> SteeringTable {
+    fn table(&self) -> TablePlan {
         let range: PortRange = PORT_RANGE.parse().expect("range");
-        SteeringTable::build(
+        TablePlan::build(
             &self.model,
             self.sender_ip(),
             self.receiver_ip(),

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use srap_lab::{experiment, steering::LabSteering, topology::LabNet};
+use srap_lab::{binder::LabBinder, experiment, topology::LabNet};
 use srap_tests::require_privileged;
 
 /// The lab tests move this process between cgroups (sockets join their
@@ -20,7 +20,7 @@ fn experiment_is_collision_free_with_srap_and_leaves_nothing_behind() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let (pin_dir, cgroup) = {
         let net = LabNet::new(32, srap_lab::topology::Watch::Here).expect("lab network");
-        let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())
+        let steering = LabBinder::start(&net.hosts.sender, &net.model, net.receiver_ip())
             .expect("binder in the sender namespace");
         let report = experiment::run(&net, steering.cgroup(), 16, 5, 32).expect("experiment");
         assert_eq!(report.srap.trials, 5);
@@ -303,7 +303,7 @@ fn open_steered(
         time::Duration,
     };
 
-    use srap_lab::steering::InCgroup;
+    use srap_lab::binder::InCgroup;
 
     let listener = net
         .hosts

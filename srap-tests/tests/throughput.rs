@@ -5,9 +5,9 @@
 //! without a verifier (`--verifier off`): rates measured, queues unknown.
 
 use srap_lab::{
+    binder::LabBinder,
     capacity::Rate,
     plot,
-    steering::LabSteering,
     throughput::{self, ThroughputPlan, ThroughputReport},
     topology::{LabNet, LabNetConfig, LabVerifier, Watch},
     unique_name,
@@ -83,7 +83,7 @@ fn without_a_verifier_the_rates_are_measured_and_the_queues_unknown() {
     assert_eq!(net.verifier_hook(), None);
     let err = net.flows_to(5201).expect_err("no verifier to ask");
     assert!(format!("{err:#}").contains("--verifier off"), "{err:#}");
-    let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())
+    let steering = LabBinder::start(&net.hosts.sender, &net.model, net.receiver_ip())
         .expect("binder in the sender namespace");
     let flows = 2;
     let plan = ThroughputPlan {
@@ -132,7 +132,7 @@ fn run_experiment(rate: Rate) -> ThroughputReport {
         ..LabNetConfig::new(QUEUES, Watch::Here)
     })
     .expect("lab network with per-queue capacity");
-    let steering = LabSteering::start(&net.hosts.sender, &net.model, net.receiver_ip())
+    let steering = LabBinder::start(&net.hosts.sender, &net.model, net.receiver_ip())
         .expect("binder in the sender namespace");
     let plan = ThroughputPlan {
         flows: FLOWS,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use srap_common::{rss::RssDescription, steering::SteeringError};
-use srap_daemon::sender::{self, Steering, args::SenderArgs};
+use srap_daemon::sender::{self, RunningBinder, args::SenderArgs};
 
 /// Sets up (or adopts) the binder, prints what it steers, then reports its
 /// counters until Ctrl-C, SIGTERM or `srap-agent detach`. With `--peer` the
@@ -51,7 +51,7 @@ pub fn run(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Resu
 /// Logs the binder's counters every `interval` and follows the host's
 /// addresses, until a signal or `srap-agent detach`.
 async fn report_until_stopped(
-    steering: &mut Steering,
+    steering: &mut RunningBinder,
     options: &sender::SenderOptions,
     interval: Duration,
 ) -> anyhow::Result<()> {

@@ -152,7 +152,7 @@ pub struct SenderOptions {
 }
 
 /// A running binder, as set up by [`start`].
-pub struct Steering {
+pub struct RunningBinder {
     /// The loaded object; its programs are attached through the pins, so
     /// dropping it does not stop steering.
     pub ebpf: Ebpf,
@@ -197,7 +197,10 @@ pub fn receiver_sources(receivers: &[IpAddr]) -> Result<Vec<plan::ReceiverSource
 /// True when a receiver's route source or the host's addresses toward it
 /// are no longer what `steering` planned for (an address added or removed,
 /// a route changed): then [`replan`] plans for the new ones.
-pub fn sources_changed(steering: &Steering, receivers: &[IpAddr]) -> Result<bool, SenderError> {
+pub fn sources_changed(
+    steering: &RunningBinder,
+    receivers: &[IpAddr],
+) -> Result<bool, SenderError> {
     let now = receiver_sources(receivers)?;
     let plan = &steering.plan;
     if now.len() != plan.receivers.len() {
@@ -217,7 +220,7 @@ pub fn sources_changed(steering: &Steering, receivers: &[IpAddr]) -> Result<bool
 
 /// Computes, fills, reserves, attaches and pins (or adopts what a previous
 /// agent pinned under the same directory).
-pub fn start(options: &SenderOptions, object: &[u8]) -> Result<Steering, SenderError> {
+pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, SenderError> {
     let layout = PinLayout::new(&options.pin_dir);
     let state_path = state::path_for(layout.dir());
     let previous = state::load(&state_path)?;
@@ -252,7 +255,7 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<Steering, SenderE
         ?attachment,
         "binder steering"
     );
-    Ok(Steering {
+    Ok(RunningBinder {
         ebpf,
         layout,
         cgroup,

@@ -18,7 +18,7 @@ use srap_common::{
     },
     rss::RssModel,
     solver::PortRange,
-    steering::{SteeringError, SteeringLayout, SteeringTable, addr_words},
+    steering::{LayoutPlan, SteeringError, TablePlan, addr_words},
 };
 
 use super::SenderError;
@@ -42,9 +42,9 @@ pub struct ReceiverPlan {
 pub struct Plan {
     pub receivers: Vec<ReceiverPlan>,
     /// Layout `l` of the binder, with its pool rows assigned.
-    pub layouts: Vec<Arc<SteeringLayout>>,
+    pub layouts: Vec<Arc<LayoutPlan>>,
     /// Table `t` of the binder is `tables[t]` (its layout index assigned).
-    pub tables: Vec<SteeringTable>,
+    pub tables: Vec<TablePlan>,
     pub dests: Vec<(DestKey, DestValue)>,
 }
 
@@ -176,7 +176,7 @@ impl Plan {
             let route = n == 0;
             match &layout {
                 Some(layout) => {
-                    let table = SteeringTable::with_layout(model, layout.clone(), src, receiver)
+                    let table = TablePlan::with_layout(model, layout.clone(), src, receiver)
                         .map_err(steering_error(None))?;
                     let keys: Vec<u16> = if ports.is_empty() {
                         vec![0]
@@ -187,13 +187,13 @@ impl Plan {
                 }
                 None if ports.is_empty() => {
                     // Fails, naming the flag to use.
-                    let table = SteeringTable::build(model, src, receiver, None, range)
+                    let table = TablePlan::build(model, src, receiver, None, range)
                         .map_err(steering_error(None))?;
                     self.add_table(&mut plan, table, &[0], route);
                 }
                 None => {
                     for port in ports {
-                        let table = SteeringTable::one_port(model, src, receiver, *port, range)
+                        let table = TablePlan::one_port(model, src, receiver, *port, range)
                             .map_err(steering_error(Some(*port)))?;
                         self.add_table(&mut plan, table, &[*port], route);
                     }
@@ -209,7 +209,7 @@ impl Plan {
     fn add_table(
         &mut self,
         receiver: &mut ReceiverPlan,
-        table: SteeringTable,
+        table: TablePlan,
         ports: &[u16],
         route: bool,
     ) {
@@ -242,7 +242,7 @@ impl Plan {
     fn place_layouts(&mut self) -> Result<(), SenderError> {
         let (mut slot_rows, mut value_rows) = (0u64, 0u64);
         // The tables' own Arcs, by layout index.
-        let mut placed: Vec<Arc<SteeringLayout>> = Vec::new();
+        let mut placed: Vec<Arc<LayoutPlan>> = Vec::new();
         for table in &mut self.tables {
             let known = placed.iter().position(|l| Arc::ptr_eq(l, &table.layout));
             let index = match known {
@@ -295,7 +295,7 @@ impl Plan {
 /// plan: receivers of one description (the same `Arc`) share it.
 #[derive(Default)]
 struct SharedLayouts {
-    built: Vec<(Arc<RssModel>, bool, Option<Arc<SteeringLayout>>)>,
+    built: Vec<(Arc<RssModel>, bool, Option<Arc<LayoutPlan>>)>,
 }
 
 impl SharedLayouts {
@@ -304,7 +304,7 @@ impl SharedLayouts {
         model: &Arc<RssModel>,
         receiver: IpAddr,
         range: PortRange,
-    ) -> Result<Option<Arc<SteeringLayout>>, SteeringError> {
+    ) -> Result<Option<Arc<LayoutPlan>>, SteeringError> {
         let v4 = receiver.is_ipv4();
         let known = self
             .built
@@ -313,7 +313,7 @@ impl SharedLayouts {
         if let Some((_, _, layout)) = known {
             return Ok(layout.clone());
         }
-        let layout = SteeringLayout::any_port(model, receiver, range)?.map(Arc::new);
+        let layout = LayoutPlan::any_port(model, receiver, range)?.map(Arc::new);
         self.built.push((model.clone(), v4, layout.clone()));
         Ok(layout)
     }

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 
 use srap_host::reserved::{self, Reservation};
 
-use super::{SenderError, SenderOptions, Steering, maps, plan::Plan, state};
+use super::{RunningBinder, SenderError, SenderOptions, maps, plan::Plan, state};
 
 /// What a re-plan changed in `ip_local_reserved_ports`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -29,7 +29,10 @@ pub struct Replanned {
 /// ports and pacing; the port range `start` chose) and refills its maps.
 /// On error before the maps are written, the old plan keeps steering
 /// untouched.
-pub fn replan(steering: &mut Steering, options: &SenderOptions) -> Result<Replanned, SenderError> {
+pub fn replan(
+    steering: &mut RunningBinder,
+    options: &SenderOptions,
+) -> Result<Replanned, SenderError> {
     let receivers = super::receiver_inputs(&options.targets)?;
     let plan = Plan::build_each(&receivers, &options.ports, steering.port_range)?;
     let new_ports = plan.ports();
@@ -86,7 +89,7 @@ pub fn replan(steering: &mut Steering, options: &SenderOptions) -> Result<Replan
 /// toward the receivers changed since the plan (an address added for an
 /// application to bind, say); returns true if it did. Failures are logged
 /// and the old plan keeps steering.
-pub fn replan_if_sources_changed(steering: &mut Steering, options: &SenderOptions) -> bool {
+pub fn replan_if_sources_changed(steering: &mut RunningBinder, options: &SenderOptions) -> bool {
     let addrs: Vec<_> = options.targets.iter().map(|t| t.addr).collect();
     match super::sources_changed(steering, &addrs) {
         Ok(false) => false,

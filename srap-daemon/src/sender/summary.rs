@@ -5,10 +5,10 @@ use std::fmt::Write as _;
 
 use srap_common::steering::Scope;
 
-use super::{Attachment, Steering};
+use super::{Attachment, RunningBinder};
 
 /// One line per steering table, the reservation, and where the binder is.
-pub fn describe(steering: &Steering) -> String {
+pub fn describe(steering: &RunningBinder) -> String {
     let mut out = String::new();
     for receiver in &steering.plan.receivers {
         for table in receiver

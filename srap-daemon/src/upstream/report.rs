@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 
 use srap_common::{
-    steering::{Scope, SteeringTable},
+    steering::{Scope, TablePlan},
     wire::{CpuPorts, PlanReport, PlannedTable},
 };
 
@@ -48,7 +48,7 @@ pub fn plan_report_for(
 }
 
 /// Every port each slot's CPU may get toward `dport`.
-fn cpu_ports(table: &SteeringTable, dport: u16) -> Vec<CpuPorts> {
+fn cpu_ports(table: &TablePlan, dport: u16) -> Vec<CpuPorts> {
     use srap_common::binder::{ENTRIES_PER_SLOT, PORTS_PER_VALUE};
     table
         .slots()

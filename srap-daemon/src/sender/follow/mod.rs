@@ -34,7 +34,7 @@ use self::{
     events::{Event, What},
     receivers::Receiver,
 };
-use super::{SenderOptions, Steering, Target, args::SenderArgs, grant, maps, replan, summary};
+use super::{RunningBinder, SenderOptions, Target, args::SenderArgs, grant, maps, replan, summary};
 use crate::{
     psk::read_psk_file,
     upstream::{self, PeerConfig, Update},
@@ -187,7 +187,7 @@ impl Follower {
     /// Runs until a signal or the binder's links are gone.
     async fn follow(
         &mut self,
-        steering: &mut Steering,
+        steering: &mut RunningBinder,
         events: &mut mpsc::UnboundedReceiver<Event>,
         interval: u64,
         term: &mut Signal,
@@ -226,7 +226,7 @@ impl Follower {
         }
     }
 
-    fn on_event(&mut self, steering: &mut Steering, event: Event) {
+    fn on_event(&mut self, steering: &mut RunningBinder, event: Event) {
         let n = event.peer;
         match event.what {
             What::Update(update) => self.on_update(steering, n, update),
@@ -251,7 +251,7 @@ impl Follower {
 
     /// A description from receiver `n`: re-planned when it changed (or is
     /// its first), reported either way.
-    fn on_update(&mut self, steering: &mut Steering, n: usize, update: Update) {
+    fn on_update(&mut self, steering: &mut RunningBinder, n: usize, update: Update) {
         let version = update.version;
         if self.take_description(n, update) {
             self.options.targets = self.targets();
@@ -330,7 +330,7 @@ impl Follower {
 
     /// After a new plan (slots may be renumbered): paused receivers' dests
     /// out again, every grant re-applied, every plan reported.
-    fn after_replan(&mut self, steering: &mut Steering) {
+    fn after_replan(&mut self, steering: &mut RunningBinder) {
         self.refill_dests(steering);
         for receiver in &self.receivers {
             receiver.reapply(steering);
@@ -339,7 +339,7 @@ impl Follower {
     }
 
     /// The destinations of every receiver not paused.
-    fn refill_dests(&self, steering: &mut Steering) -> bool {
+    fn refill_dests(&self, steering: &mut RunningBinder) -> bool {
         let paused: BTreeSet<u32> = self
             .receivers
             .iter()
@@ -359,7 +359,7 @@ impl Follower {
     /// landings contradict the description it planned with (new connections
     /// to it get kernel ports; the others steer on), and steers toward it
     /// again when it reports agreement.
-    fn on_landing(&mut self, steering: &mut Steering, n: usize, report: LandingReport) {
+    fn on_landing(&mut self, steering: &mut RunningBinder, n: usize, report: LandingReport) {
         let Some(receiver) = self.receivers.get_mut(n) else {
             return;
         };
@@ -386,7 +386,7 @@ impl Follower {
     /// Resolves every peer given as a name again; a changed address set
     /// is planned for (kept addresses keep their binder rows). A failed or
     /// empty answer keeps the last addresses.
-    async fn re_resolve(&mut self, steering: &mut Steering) {
+    async fn re_resolve(&mut self, steering: &mut RunningBinder) {
         let mut changed = false;
         for n in 0..self.receivers.len() {
             if !self.receivers[n].follows_name {
@@ -432,13 +432,13 @@ impl Follower {
     }
 
     /// Refreshes what `srap status --sender` shows.
-    fn publish(&self, steering: Option<&Steering>) {
+    fn publish(&self, steering: Option<&RunningBinder>) {
         if let Some(published) = &self.published {
             published.update(self.status(steering));
         }
     }
 
-    fn report_demand(&self, steering: &Steering, n: usize) {
+    fn report_demand(&self, steering: &RunningBinder, n: usize) {
         if let Some(receiver) = self.receivers.get(n) {
             receiver.report_demand(steering);
         }
@@ -468,7 +468,7 @@ impl Follower {
 
 /// Re-plans for a new description of receiver `name`; on failure the old
 /// plan keeps steering.
-fn replan_for(steering: &mut Steering, options: &SenderOptions, version: u64, name: &str) {
+fn replan_for(steering: &mut RunningBinder, options: &SenderOptions, version: u64, name: &str) {
     let started = std::time::Instant::now();
     match replan(steering, options) {
         Ok(moved) => {
@@ -575,7 +575,7 @@ fn grant_cpus(grant: &CpuGrant) -> String {
 
 /// The demand report of the flows the binder holds toward `rows`.
 fn demand_of(
-    steering: &Steering,
+    steering: &RunningBinder,
     rows: &BTreeSet<u32>,
     grant: Option<&CpuGrant>,
 ) -> Option<DemandReport> {

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 
 use super::{demand_of, grant_cpus};
 use crate::{
-    sender::{Steering, grant},
+    sender::{RunningBinder, grant},
     upstream::{self, PeerHandle, PeerStatus, Update},
 };
 
@@ -59,7 +59,7 @@ impl Receiver {
     }
 
     /// Puts a new grant from this receiver into its rows of the grant map.
-    pub fn take_grant(&self, steering: &mut Steering, grant: &CpuGrant) {
+    pub fn take_grant(&self, steering: &mut RunningBinder, grant: &CpuGrant) {
         if self.model.is_none() {
             return;
         }
@@ -90,7 +90,7 @@ impl Receiver {
     }
 
     /// After a re-plan (slots may be renumbered): its grant again.
-    pub fn reapply(&self, steering: &mut Steering) {
+    pub fn reapply(&self, steering: &mut RunningBinder) {
         if self.model.is_none() {
             return;
         }
@@ -111,7 +111,7 @@ impl Receiver {
 
     /// Hands its part of the plan to its client, which sends it now and
     /// after reconnecting.
-    pub fn report(&self, steering: &Steering, dports: &[u16]) {
+    pub fn report(&self, steering: &RunningBinder, dports: &[u16]) {
         let Some(version) = self.current.as_ref().map(|c| c.version) else {
             return;
         };
@@ -130,7 +130,7 @@ impl Receiver {
 
     /// Tells it the flows the binder holds toward it per CPU (the client
     /// sends it only when it changed).
-    pub fn report_demand(&self, steering: &Steering) {
+    pub fn report_demand(&self, steering: &RunningBinder) {
         if self.model.is_none() {
             return;
         }

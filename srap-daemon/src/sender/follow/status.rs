@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use super::{Follower, receivers::Receiver};
 use crate::{
-    sender::{Steering, read_occupancy, read_stats},
+    sender::{RunningBinder, read_occupancy, read_stats},
     upstream::PeerStatus,
 };
 
@@ -54,7 +54,7 @@ impl Drop for Published {
 
 impl Follower {
     /// The snapshot of every receiver and the binder.
-    pub(super) fn status(&self, steering: Option<&Steering>) -> SenderStatus {
+    pub(super) fn status(&self, steering: Option<&RunningBinder>) -> SenderStatus {
         let mut status = SenderStatus {
             receivers: self
                 .receivers
@@ -82,7 +82,7 @@ impl Follower {
     }
 }
 
-fn receiver_row(receiver: &Receiver, steering: Option<&Steering>) -> ReceiverRow {
+fn receiver_row(receiver: &Receiver, steering: Option<&RunningBinder>) -> ReceiverRow {
     let link = match &receiver.status {
         _ if receiver.away => "away",
         PeerStatus::Connected => "connected",
@@ -107,7 +107,7 @@ fn receiver_row(receiver: &Receiver, steering: Option<&Steering>) -> ReceiverRow
     }
 }
 
-fn address_row(row: u32, addr: std::net::IpAddr, steering: Option<&Steering>) -> AddressRow {
+fn address_row(row: u32, addr: std::net::IpAddr, steering: Option<&RunningBinder>) -> AddressRow {
     let mut out = AddressRow {
         addr: Some(addr),
         row,

@@ -11,13 +11,13 @@ use super::{NetNs, unique_name};
 use srap_daemon::sender::{self, SenderOptions};
 use srap_host::cgroup;
 
-pub struct LabSteering<'a> {
+pub struct LabBinder<'a> {
     ns: &'a NetNs,
     pin_dir: PathBuf,
     cgroup: PathBuf,
 }
 
-impl<'a> LabSteering<'a> {
+impl<'a> LabBinder<'a> {
     /// Starts the binder in `ns` for flows toward `receiver`.
     pub fn start(
         ns: &'a NetNs,
@@ -55,7 +55,7 @@ impl<'a> LabSteering<'a> {
     }
 }
 
-impl Drop for LabSteering<'_> {
+impl Drop for LabBinder<'_> {
     fn drop(&mut self) {
         match self.ns.run(|| sender::detach(&self.pin_dir)) {
             Ok(Ok(_)) => {}
