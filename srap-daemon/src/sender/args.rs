@@ -1,11 +1,17 @@
 //! Command-line arguments of `srap-agent sender` and `srap-agent detach`
 //! (parsed here so the flags and their docs sit next to what they set).
 
-use std::{net::IpAddr, path::PathBuf};
+use std::{
+    net::IpAddr,
+    path::{Path, PathBuf},
+};
 
 use srap_common::solver::PortRange;
 
-use super::{DEFAULT_PIN_DIR, PacingRate};
+use super::{
+    DEFAULT_PIN_DIR, PacingRate,
+    config::{ConfigError, SenderConfig},
+};
 
 /// Where the receiver's RSS description comes from: exactly one of
 /// `--rss` and `--peer` (clap's group says so when both are given; with
@@ -95,7 +101,7 @@ impl SenderArgs {
     /// The flags over `--config`'s file, checked for a description source.
     pub fn resolved(&self) -> anyhow::Result<Self> {
         let args = match &self.config {
-            Some(path) => super::config::SenderConfig::load(path)?.under(path, self.clone())?,
+            Some(path) => self.clone().under_config(path, SenderConfig::load(path)?)?,
             None => self.clone(),
         };
         match (&args.source.rss, args.source.peer.is_empty()) {
@@ -112,6 +118,42 @@ impl SenderArgs {
             ),
             _ => Ok(args),
         }
+    }
+
+    /// These flags with every setting the command line left unset taken
+    /// from `config`, read from `path` (flags win).
+    pub fn under_config(mut self, path: &Path, config: SenderConfig) -> Result<Self, ConfigError> {
+        let value = |key: &'static str| {
+            move |message: String| ConfigError::Value {
+                path: path.to_owned(),
+                key,
+                message,
+            }
+        };
+        let pacing = config
+            .pacing_rate
+            .map(|r| r.parse::<PacingRate>().map_err(value("pacing-rate")))
+            .transpose()?;
+        let range = config
+            .port_range
+            .map(|r| r.parse::<PortRange>().map_err(value("port-range")))
+            .transpose()?;
+        if self.source.rss.is_none() && self.source.peer.is_empty() {
+            self.source.rss = config.rss;
+            self.source.peer = config.peers;
+        }
+        fill_vec(&mut self.report_ports, config.report_ports);
+        fill_vec(&mut self.receivers, config.receivers);
+        fill_vec(&mut self.ports, config.ports);
+        fill(&mut self.psk_file, config.psk_file);
+        fill(&mut self.peer_wait, config.peer_wait);
+        fill(&mut self.cgroup, config.cgroup);
+        fill(&mut self.pacing_rate, pacing);
+        fill(&mut self.pin_dir, config.pin_dir);
+        fill(&mut self.port_range, range);
+        fill(&mut self.interval, config.interval);
+        fill(&mut self.control, config.control);
+        Ok(self)
     }
 
     pub fn peer_wait(&self) -> u64 {
@@ -140,4 +182,104 @@ pub struct DetachArgs {
     /// The pin directory `srap-agent sender` used.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_PIN_DIR)]
     pub pin_dir: PathBuf,
+}
+
+fn fill<T>(flag: &mut Option<T>, file: Option<T>) {
+    if flag.is_none() {
+        *flag = file;
+    }
+}
+
+fn fill_vec<T>(flag: &mut Vec<T>, file: Vec<T>) {
+    if flag.is_empty() {
+        *flag = file;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SenderArgs,
+    }
+
+    fn args(flags: &[&str]) -> SenderArgs {
+        let argv = std::iter::once("srap-agent-sender").chain(flags.iter().copied());
+        Cli::try_parse_from(argv).expect("flags").args
+    }
+
+    const FILE: &str = r#"
+        # Two receivers, one key.
+        peers = ["10.199.89.2:7447", "r2.example:7447"]
+        psk-file = "/etc/srap/psk"
+        peer-wait = 30
+        report-ports = [5201, 443]
+        ports = [5201]
+        cgroup = "srap"
+        pacing-rate = "25gbit"
+        pin-dir = "/sys/fs/bpf/srap-x"
+        port-range = "40000-60999"
+        interval = 5
+        control = "/run/srap/x.sock"
+    "#;
+
+    #[test]
+    fn every_key_sets_its_flag_and_flags_win() {
+        let path = Path::new("/etc/srap/sender.toml");
+        let config = SenderConfig::parse(path, FILE).expect("valid");
+        let merged = args(&["--peer-wait", "9", "--port", "80"])
+            .under_config(path, config.clone())
+            .expect("merged");
+        assert_eq!(merged.source.peer, ["10.199.89.2:7447", "r2.example:7447"]);
+        assert_eq!(merged.psk_file.as_deref(), Some(Path::new("/etc/srap/psk")));
+        assert_eq!(merged.peer_wait, Some(9), "the flag wins");
+        assert_eq!(merged.ports, [80], "the flag wins");
+        assert_eq!(merged.report_ports, [5201, 443]);
+        assert_eq!(merged.cgroup.as_deref(), Some(Path::new("srap")));
+        assert_eq!(merged.pacing_rate, Some("25gbit".parse().expect("rate")));
+        assert_eq!(
+            merged.port_range,
+            Some("40000-60999".parse().expect("range"))
+        );
+        assert_eq!(
+            merged.pin_dir.as_deref(),
+            Some(Path::new("/sys/fs/bpf/srap-x"))
+        );
+        assert_eq!(merged.interval, Some(5));
+        assert_eq!(
+            merged.control.as_deref(),
+            Some(Path::new("/run/srap/x.sock"))
+        );
+
+        // --peer on the command line replaces the file's peers.
+        let merged = args(&["--peer", "10.0.0.9:7447"])
+            .under_config(path, config)
+            .expect("merged");
+        assert_eq!(merged.source.peer, ["10.0.0.9:7447"]);
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_the_file() {
+        let path = Path::new("sender.toml");
+        for (text, key) in [
+            ("pacing-rate = \"fast\"\n", "pacing-rate"),
+            ("port-range = \"9-3\"\n", "port-range"),
+        ] {
+            let config = SenderConfig::parse(path, text).expect("parses");
+            let err = args(&[]).under_config(path, config).expect_err("bad value");
+            let text = err.to_string();
+            assert!(text.contains("sender.toml") && text.contains(key), "{text}");
+        }
+        let err = SenderConfig::parse(path, "peer-wait = \"long\"\n").expect_err("a string");
+        let text = err.to_string();
+        assert!(
+            text.contains("sender.toml") && text.contains("peer-wait"),
+            "{text}"
+        );
+    }
 }

@@ -21,9 +21,6 @@ use std::{
 };
 
 use serde::Deserialize;
-use srap_common::solver::PortRange;
-
-use super::{PacingRate, args::SenderArgs};
 
 /// The file's keys (kebab-case, as the flags).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -84,123 +81,11 @@ impl SenderConfig {
             message: err.to_string().trim_end().to_owned(),
         })
     }
-
-    /// `args` with every setting the command line left unset taken from
-    /// the file (flags win).
-    pub fn under(self, path: &Path, mut args: SenderArgs) -> Result<SenderArgs, ConfigError> {
-        let value = |key: &'static str| {
-            move |message: String| ConfigError::Value {
-                path: path.to_owned(),
-                key,
-                message,
-            }
-        };
-        let pacing = self
-            .pacing_rate
-            .map(|r| r.parse::<PacingRate>().map_err(value("pacing-rate")))
-            .transpose()?;
-        let range = self
-            .port_range
-            .map(|r| r.parse::<PortRange>().map_err(value("port-range")))
-            .transpose()?;
-        if args.source.rss.is_none() && args.source.peer.is_empty() {
-            args.source.rss = self.rss;
-            args.source.peer = self.peers;
-        }
-        fill_vec(&mut args.report_ports, self.report_ports);
-        fill_vec(&mut args.receivers, self.receivers);
-        fill_vec(&mut args.ports, self.ports);
-        fill(&mut args.psk_file, self.psk_file);
-        fill(&mut args.peer_wait, self.peer_wait);
-        fill(&mut args.cgroup, self.cgroup);
-        fill(&mut args.pacing_rate, pacing);
-        fill(&mut args.pin_dir, self.pin_dir);
-        fill(&mut args.port_range, range);
-        fill(&mut args.interval, self.interval);
-        fill(&mut args.control, self.control);
-        Ok(args)
-    }
-}
-
-fn fill<T>(flag: &mut Option<T>, file: Option<T>) {
-    if flag.is_none() {
-        *flag = file;
-    }
-}
-
-fn fill_vec<T>(flag: &mut Vec<T>, file: Vec<T>) {
-    if flag.is_empty() {
-        *flag = file;
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser as _;
-
     use super::*;
-
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: SenderArgs,
-    }
-
-    fn args(flags: &[&str]) -> SenderArgs {
-        let argv = std::iter::once("srap-agent-sender").chain(flags.iter().copied());
-        Cli::try_parse_from(argv).expect("flags").args
-    }
-
-    const FILE: &str = r#"
-        # Two receivers, one key.
-        peers = ["10.199.89.2:7447", "r2.example:7447"]
-        psk-file = "/etc/srap/psk"
-        peer-wait = 30
-        report-ports = [5201, 443]
-        ports = [5201]
-        cgroup = "srap"
-        pacing-rate = "25gbit"
-        pin-dir = "/sys/fs/bpf/srap-x"
-        port-range = "40000-60999"
-        interval = 5
-        control = "/run/srap/x.sock"
-    "#;
-
-    #[test]
-    fn every_key_sets_its_flag_and_flags_win() {
-        let path = Path::new("/etc/srap/sender.toml");
-        let config = SenderConfig::parse(path, FILE).expect("valid");
-        let merged = config
-            .clone()
-            .under(path, args(&["--peer-wait", "9", "--port", "80"]))
-            .expect("merged");
-        assert_eq!(merged.source.peer, ["10.199.89.2:7447", "r2.example:7447"]);
-        assert_eq!(merged.psk_file.as_deref(), Some(Path::new("/etc/srap/psk")));
-        assert_eq!(merged.peer_wait, Some(9), "the flag wins");
-        assert_eq!(merged.ports, [80], "the flag wins");
-        assert_eq!(merged.report_ports, [5201, 443]);
-        assert_eq!(merged.cgroup.as_deref(), Some(Path::new("srap")));
-        assert_eq!(merged.pacing_rate, Some("25gbit".parse().expect("rate")));
-        assert_eq!(
-            merged.port_range,
-            Some("40000-60999".parse().expect("range"))
-        );
-        assert_eq!(
-            merged.pin_dir.as_deref(),
-            Some(Path::new("/sys/fs/bpf/srap-x"))
-        );
-        assert_eq!(merged.interval, Some(5));
-        assert_eq!(
-            merged.control.as_deref(),
-            Some(Path::new("/run/srap/x.sock"))
-        );
-
-        // --peer on the command line replaces the file's peers.
-        let merged = config
-            .under(path, args(&["--peer", "10.0.0.9:7447"]))
-            .expect("merged");
-        assert_eq!(merged.source.peer, ["10.0.0.9:7447"]);
-    }
 
     #[test]
     fn an_unknown_key_is_an_error_naming_it_and_the_file() {
@@ -234,26 +119,6 @@ mod tests {
             uncommented.lines().count(),
             13,
             "one line per key: {uncommented}"
-        );
-    }
-
-    #[test]
-    fn bad_values_name_the_key_and_the_file() {
-        let path = Path::new("sender.toml");
-        for (text, key) in [
-            ("pacing-rate = \"fast\"\n", "pacing-rate"),
-            ("port-range = \"9-3\"\n", "port-range"),
-        ] {
-            let config = SenderConfig::parse(path, text).expect("parses");
-            let err = config.under(path, args(&[])).expect_err("bad value");
-            let text = err.to_string();
-            assert!(text.contains("sender.toml") && text.contains(key), "{text}");
-        }
-        let err = SenderConfig::parse(path, "peer-wait = \"long\"\n").expect_err("a string");
-        let text = err.to_string();
-        assert!(
-            text.contains("sender.toml") && text.contains("peer-wait"),
-            "{text}"
         );
     }
 }
