@@ -12,7 +12,7 @@ pub fn load(path: Option<&Path>) -> anyhow::Result<RssModel> {
         None => {
             eprintln!(
                 "srap: no --rss FILE given: using the embedded 32-queue receiver \
-                 (describe a real NIC in a file: see README, \"RSS description file\")"
+                 (describe a real NIC in a file: see docs/how-it-works.md, \"RSS description file\")"
             );
             Ok(RssModel::from_description(&embedded_default())?)
         }

@@ -1,4 +1,4 @@
-//! The README's three-sender run, reproducible: the grants test's set-up
+//! The three-sender run of docs/how-it-works.md, reproducible: the grants test's set-up
 //! (`srap_tests::grants`, subnet 87) with three sender agents opening 5
 //! flows each, then `srap status --once` on the receiver's control socket,
 //! printed as captured. Every namespace, agent, pin and cgroup goes when it

@@ -1,7 +1,7 @@
 //! The throughput experiment, short (2 trials per mode, 4 flows of 3 s on 8
 //! receive queues of 100 Mbit/s): each receive queue really is a capacity
 //! its flows share, SRAP's trials reach the ideal, the JSON has the shape
-//! the README documents, and the plots are written. And one short trial
+//! docs/lab.md documents, and the plots are written. And one short trial
 //! without a verifier (`--verifier off`): rates measured, queues unknown.
 
 use srap_lab::{
@@ -145,7 +145,7 @@ fn run_experiment(rate: Rate) -> ThroughputReport {
     throughput::run(&net, steering.cgroup(), &plan, &mut |_, _, _| {}).expect("experiment")
 }
 
-/// The keys the README documents, with one entry per trial and per flow.
+/// The keys docs/lab.md documents, with one entry per trial and per flow.
 fn check_json(report: &ThroughputReport) {
     let json = serde_json::to_value(report).expect("JSON");
     assert_eq!(json["flows"], FLOWS);

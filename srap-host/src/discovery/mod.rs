@@ -44,7 +44,7 @@ pub enum DiscoveryError {
     NoSuchInterface { iface: String },
     #[error(
         "{iface} has no RSS that SRAP can use: {reason}. Describe the receiver in a \
-         file and pass it with --rss FILE (see README, \"RSS description file\")"
+         file and pass it with --rss FILE (see docs/how-it-works.md, \"RSS description file\")"
     )]
     NoRss { iface: String, reason: String },
     #[error("cannot read the RSS of {iface}: netlink said: {netlink}; the ioctl said: {ioctl}")]

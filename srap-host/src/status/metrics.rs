@@ -4,7 +4,7 @@
 //! per connection, a bounded number of connections at once. Anything else
 //! gets a short error status. No web framework: a scrape endpoint needs none.
 //!
-//! Metrics (every one documented in [`METRICS`] and the README):
+//! Metrics (every one documented in [`METRICS`] and docs/agents.md):
 //! `srap_verifier_up`, `srap_active_flows`, `srap_flows{queue}`,
 //! `srap_cpu_flows{cpu,by}`, `srap_queue_bytes_total{queue}`,
 //! `srap_queue_packets_total{queue}`, `srap_collisions{kind}`,
