@@ -95,3 +95,11 @@ fn main() -> anyhow::Result<()> {
         Command::Manpages(args) => docs::manpages(Cli::command(), &args),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    // Every `srap-agent` command line README.md and docs/ show (and every
+    // `cargo xtask lab -- ARGS`, which runs `srap-agent lab ARGS`) parses as
+    // they show it: a renamed flag or subcommand fails here, naming the page.
+    doc_commands::parse_test!(doc_commands::Program::Agent, super::Cli);
+}

@@ -69,3 +69,10 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    // Every `srap` command line README.md and docs/ show parses as
+    // they show it: a renamed flag or subcommand fails here, naming the page.
+    doc_commands::parse_test!(doc_commands::Program::Srap, super::Cli);
+}

@@ -202,3 +202,10 @@ fn agent(first: &[&str], args: &[String]) -> Result<()> {
     let name = [&["srap-agent"][..], first].concat().join(" ");
     run_step(Step::new(&name, command))
 }
+
+#[cfg(test)]
+mod tests {
+    // Every `cargo xtask` command line README.md and docs/ show parses as
+    // they show it: a renamed flag or subcommand fails here, naming the page.
+    doc_commands::parse_test!(doc_commands::Program::Xtask, super::Cli);
+}
