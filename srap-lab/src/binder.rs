@@ -4,10 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::{LAB_PORT_RANGE, NetNs, unique_name};
 use anyhow::Context as _;
-use srap_common::solver::PortRange;
-
-use super::{NetNs, unique_name};
 use srap_daemon::sender::{self, SenderOptions};
 use srap_host::cgroup;
 
@@ -38,7 +36,7 @@ impl<'a> LabBinder<'a> {
             pin_dir: guard.pin_dir.clone(),
             pacing_rate: None,
             // Leaves the namespace's ephemeral range to the kernel's own flows.
-            port_range: Some(PortRange::new(10_000, 32_767).map_err(anyhow::Error::msg)?),
+            port_range: Some(LAB_PORT_RANGE.parse().map_err(anyhow::Error::msg)?),
         };
         ns.run(|| sender::start(&options, srap_daemon::ebpf_object()))?
             .context("starting the binder in the sender namespace")?;

@@ -4,8 +4,9 @@
 //! receiver, and a workload run twice — with kernel-chosen ports and with
 //! SRAP's — or one of the paper's experiments (`--experiment` for placement,
 //! `--experiment throughput` with `--queue-rate` capacity per receive
-//! queue). The namespace and veth helpers here are also what the integration
-//! tests build on.
+//! queue). Its harness for agents in network namespaces ([`harness`]: hosts,
+//! agents, workloads, ground truth) is also what the integration tests and
+//! benchmarks build on.
 //!
 //! Every object gets a name unique to this process (pid + counter) and is
 //! removed on drop, so a failing run (a panic unwinds through the guards)
@@ -19,6 +20,7 @@ pub mod capacity;
 pub mod emulator;
 pub mod experiment;
 pub mod guest;
+pub mod harness;
 pub mod netns;
 pub mod plot;
 pub mod report;
@@ -43,7 +45,7 @@ use self::{
     report::RunReport,
     throughput::ThroughputPlan,
     topology::{LabNet, LabNetConfig, LabVerifier, Watch},
-    workload::{ChildGuard, client, iperf3_server, srap_binary},
+    workload::{ChildGuard, client_via, iperf3_server, srap_binary},
 };
 
 pub use netns::{NetNs, NsGuard};
@@ -58,6 +60,11 @@ pub fn unique_name(suffix: &str) -> String {
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     format!("s{}x{n}{suffix}", std::process::id())
 }
+
+/// The source ports the lab's binder and sender agent use: below the
+/// namespace's ephemeral range, so kernel-chosen ports never collide with
+/// them.
+pub const LAB_PORT_RANGE: &str = "10000-32767";
 
 /// Flows that carried less than this are left out of a workload's verdict
 /// (iperf3's control connection, say).
@@ -216,17 +223,21 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     let agents = LabAgents::start(&net, &exe, SRAP_PORT)?;
     if !args.json {
         println!(
-            "lab up: {} queues; receiver agent on {}:7447, sender agent following it\n\
+            "lab up: {} queues; receiver agent on {}, sender agent following it\n\
              watch it live: srap status --control {}\n",
             queues,
-            net.receiver_ip(),
-            agents.control().display()
+            agents.receiver.peer(),
+            agents.receiver.control().display()
         );
     }
     let mut reports = Vec::new();
     for (title, port, cgroup) in [
         ("kernel-chosen source ports", KERNEL_PORT, None),
-        ("SRAP-chosen source ports", SRAP_PORT, Some(agents.cgroup())),
+        (
+            "SRAP-chosen source ports",
+            SRAP_PORT,
+            Some(agents.sender.cgroup()),
+        ),
     ] {
         let report = run_workload(&net, &agents, args, flows, port, cgroup)
             .with_context(|| format!("workload with {title}"))?;
@@ -235,8 +246,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         }
         reports.push(report);
     }
-    let stats =
-        srap_daemon::sender::read_stats(&srap_daemon::sender::PinLayout::new(agents.pin_dir()))?;
+    let stats = agents.sender.stats()?;
     if args.json {
         let json = serde_json::json!({"kernel": reports[0], "srap": reports[1], "binder": stats.to_string()});
         println!("{json}");
@@ -246,7 +256,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     if args.hold {
         println!(
             "\nholding the lab: `srap status --control {}`; Ctrl-C ends it",
-            agents.control().display()
+            agents.receiver.control().display()
         );
         while !interrupted() {
             std::thread::sleep(Duration::from_millis(200));
@@ -365,7 +375,7 @@ const SRAP_PORT: u16 = 5202;
 
 fn run_workload(
     net: &LabNet,
-    agents: &LabAgents<'_>,
+    agents: &LabAgents,
     args: &LabArgs,
     flows: usize,
     port: u16,
@@ -373,7 +383,8 @@ fn run_workload(
 ) -> anyhow::Result<RunReport> {
     let words = workload_words(args, flows);
     let _server = iperf3_server(&net.hosts.receiver, port)?;
-    let mut command = client(
+    let mut command = client_via(
+        &srap_binary()?,
         &net.hosts.sender,
         &words,
         &net.receiver_ip().to_string(),
@@ -386,7 +397,7 @@ fn run_workload(
         bail!("the workload exited with {status}");
     }
     // What the receiver agent's verifier saw, sampled after the run ended.
-    let seen = agents.status_after(std::time::SystemTime::now())?;
+    let seen = agents.receiver.status_after(std::time::SystemTime::now())?;
     Ok(RunReport::from_status(&seen, port, MIN_DATA_BYTES))
 }
 

@@ -1,4 +1,5 @@
-//! Network namespaces made with `ip netns`, removed on drop.
+//! Network namespaces made with `ip netns`, removed when the last handle
+//! drops.
 
 use std::{
     ffi::OsStr,
@@ -6,18 +7,28 @@ use std::{
     marker::PhantomData,
     os::fd::AsRawFd,
     process::{Command, Output},
+    sync::Arc,
 };
 
 use anyhow::{Context as _, bail};
 
 use super::unique_name;
 
-/// A named network namespace (`/run/netns/<name>`), deleted on drop.
+/// A named network namespace (`/run/netns/<name>`), deleted when the last
+/// handle to it drops.
 ///
-/// Deleting the namespace also destroys every interface inside it, so a
-/// veth end moved here needs no cleanup of its own.
-#[derive(Debug)]
+/// Handles are cheap clones: an agent started in the namespace keeps one,
+/// so the namespace outlives everything running in it whatever order the
+/// owners drop in. Deleting the namespace also destroys every interface
+/// inside it, so a veth end moved here needs no cleanup of its own.
+#[derive(Clone, Debug)]
 pub struct NetNs {
+    owned: Arc<Owned>,
+}
+
+/// The namespace itself: deleted on drop.
+#[derive(Debug)]
+struct Owned {
     name: String,
 }
 
@@ -27,14 +38,21 @@ impl NetNs {
         let name = unique_name("n");
         run(Command::new("ip").args(["netns", "add", &name]))?;
         // From here on the guard owns it: an error below still deletes it.
-        let ns = Self { name };
+        let ns = Self {
+            owned: Arc::new(Owned { name }),
+        };
         ns.ip(["link", "set", "lo", "up"])?;
         Ok(ns)
     }
 
     /// The namespace's name, as `ip netns` knows it.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.owned.name
+    }
+
+    /// Its file under `/run/netns`, for `nsenter --net=` and `setns`.
+    pub fn path(&self) -> String {
+        format!("/run/netns/{}", self.name())
     }
 
     /// Runs `ip -n <ns> ARGS`, failing with its stderr if it fails.
@@ -43,7 +61,7 @@ impl NetNs {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
-        run(Command::new("ip").args(["-n", &self.name]).args(args))
+        run(Command::new("ip").args(["-n", self.name()]).args(args))
     }
 
     /// Runs `PROGRAM ARGS` inside the namespace (`ip netns exec`), failing
@@ -54,7 +72,7 @@ impl NetNs {
         S: AsRef<OsStr>,
     {
         run(Command::new("ip")
-            .args(["netns", "exec", &self.name, program])
+            .args(["netns", "exec", self.name(), program])
             .args(args))
     }
 
@@ -65,9 +83,9 @@ impl NetNs {
     pub fn enter(&self) -> anyhow::Result<NsGuard> {
         let original = File::open("/proc/thread-self/ns/net")
             .context("opening this thread's network namespace")?;
-        let target = File::open(format!("/run/netns/{}", self.name))
-            .with_context(|| format!("opening namespace {}", self.name))?;
-        setns(&target).with_context(|| format!("entering namespace {}", self.name))?;
+        let target = File::open(self.path())
+            .with_context(|| format!("opening namespace {}", self.name()))?;
+        setns(&target).with_context(|| format!("entering namespace {}", self.name()))?;
         Ok(NsGuard {
             original,
             _not_send: PhantomData,
@@ -94,7 +112,7 @@ impl NetNs {
     }
 }
 
-impl Drop for NetNs {
+impl Drop for Owned {
     fn drop(&mut self) {
         if let Err(err) = run(Command::new("ip").args(["netns", "del", &self.name])) {
             eprintln!("cleanup: deleting namespace {}: {err:#}", self.name);

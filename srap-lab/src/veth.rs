@@ -1,7 +1,7 @@
 //! A veth pair joining two fresh namespaces: the smallest "two hosts on a
 //! wire" a test can have.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 
 use anyhow::Context as _;
 
@@ -76,34 +76,10 @@ impl TwoHosts {
     pub fn new(config: VethConfig) -> anyhow::Result<Self> {
         let sender = NetNs::new()?;
         let receiver = NetNs::new()?;
-        let sender_end = end(&unique_name("t"), config.subnet, 1);
-        let receiver_end = end(&unique_name("r"), config.subnet, 2);
-        let (tx, rx) = (config.tx_queues.to_string(), config.rx_queues.to_string());
-        sender
-            .ip([
-                "link",
-                "add",
-                &sender_end.ifname,
-                "numtxqueues",
-                &tx,
-                "numrxqueues",
-                &rx,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &receiver_end.ifname,
-                "netns",
-                receiver.name(),
-                "numtxqueues",
-                &tx,
-                "numrxqueues",
-                &rx,
-            ])
+        let sender_end = VethEnd::on_subnet(config.subnet, 1, "t");
+        let receiver_end = VethEnd::on_subnet(config.subnet, 2, "r");
+        link(&sender, &sender_end, &receiver, &receiver_end, config, true)
             .context("creating the veth pair")?;
-        for (ns, end) in [(&sender, &sender_end), (&receiver, &receiver_end)] {
-            configure(ns, end)?;
-        }
         Ok(Self {
             sender_end,
             receiver_end,
@@ -112,17 +88,70 @@ impl TwoHosts {
             config,
         })
     }
-}
 
-fn end(ifname: &str, subnet: u8, host: u8) -> VethEnd {
-    VethEnd {
-        ifname: ifname.to_owned(),
-        ipv4: Ipv4Addr::new(10, 199, subnet, host),
-        ipv6: Ipv6Addr::new(0xfd00, 0x5a, 0, u16::from(subnet), 0, 0, 0, u16::from(host)),
+    /// Two hosts on `10.199.<subnet>.0/24` over a one-queue veth.
+    pub fn pair(subnet: u8) -> anyhow::Result<Self> {
+        Self::new(VethConfig {
+            subnet,
+            ..VethConfig::default()
+        })
+    }
+
+    /// The receiver's address (of the family asked for) with `port`.
+    pub fn receiver_addr(&self, port: u16, v6: bool) -> SocketAddr {
+        SocketAddr::new(self.receiver_end.ip(v6), port)
+    }
+
+    /// A (blocking) listener on the receiver's IPv4 address and `port`,
+    /// made inside the receiver's namespace, and that address.
+    pub fn listen(&self, port: u16) -> anyhow::Result<(TcpListener, SocketAddr)> {
+        let addr = self.receiver_addr(port, false);
+        let listener = self
+            .receiver
+            .run(|| TcpListener::bind(addr))?
+            .with_context(|| format!("listening on {addr}"))?;
+        Ok((listener, addr))
     }
 }
 
-fn configure(ns: &NetNs, end: &VethEnd) -> anyhow::Result<()> {
+impl VethEnd {
+    /// Host `host` of `10.199.<subnet>.0/24` and `fd00:5a:0:<subnet>::/64`,
+    /// on an interface name of its own ending in `suffix`.
+    pub fn on_subnet(subnet: u8, host: u8, suffix: &str) -> Self {
+        VethEnd {
+            ifname: unique_name(suffix),
+            ipv4: Ipv4Addr::new(10, 199, subnet, host),
+            ipv6: Ipv6Addr::new(0xfd00, 0x5a, 0, u16::from(subnet), 0, 0, 0, u16::from(host)),
+        }
+    }
+}
+
+/// Joins `a` and `b` by a veth pair shaped by `shape` (its queues): `a_end`
+/// in `a`, `b_end` in `b`, each up with its IPv4 address, and its IPv6 one
+/// too when `v6`.
+pub fn link(
+    a: &NetNs,
+    a_end: &VethEnd,
+    b: &NetNs,
+    b_end: &VethEnd,
+    shape: VethConfig,
+    v6: bool,
+) -> anyhow::Result<()> {
+    let (tx, rx) = (shape.tx_queues.to_string(), shape.rx_queues.to_string());
+    let queues = ["numtxqueues", &tx, "numrxqueues", &rx];
+    a.ip(["link", "add", &a_end.ifname]
+        .into_iter()
+        .chain(queues)
+        .chain(["type", "veth", "peer", "name", &b_end.ifname])
+        .chain(["netns", b.name()])
+        .chain(queues))?;
+    for (ns, end) in [(a, a_end), (b, b_end)] {
+        configure(ns, end, v6)?;
+    }
+    Ok(())
+}
+
+fn configure(ns: &NetNs, end: &VethEnd, v6: bool) -> anyhow::Result<()> {
     ns.ip([
         "addr",
         "add",
@@ -130,16 +159,18 @@ fn configure(ns: &NetNs, end: &VethEnd) -> anyhow::Result<()> {
         "dev",
         &end.ifname,
     ])?;
-    // nodad: the address is usable at once instead of after duplicate
-    // address detection (no one else is on this wire).
-    ns.ip([
-        "addr",
-        "add",
-        &format!("{}/64", end.ipv6),
-        "dev",
-        &end.ifname,
-        "nodad",
-    ])?;
+    if v6 {
+        // nodad: the address is usable at once instead of after duplicate
+        // address detection (no one else is on this wire).
+        ns.ip([
+            "addr",
+            "add",
+            &format!("{}/64", end.ipv6),
+            "dev",
+            &end.ifname,
+            "nodad",
+        ])?;
+    }
     ns.ip(["link", "set", &end.ifname, "up"])?;
     Ok(())
 }

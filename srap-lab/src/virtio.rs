@@ -20,12 +20,11 @@ use serde::Serialize;
 use srap_common::rss::{FlowTuple, RssModel};
 
 use super::{
-    LabArgs, MIN_DATA_BYTES,
-    agents::SenderAgent,
+    LAB_PORT_RANGE, LabArgs, MIN_DATA_BYTES,
     guest::{GUEST_IFACE, Guest, GuestImage, GuestNet, GuestShape, truth},
+    harness::{SenderAgent, SenderOpts},
     interrupted,
     report::RunReport,
-    unique_name,
     workload::{ChildGuard, client_via, srap_binary},
 };
 use srap_host::status::Status;
@@ -86,12 +85,11 @@ impl GuestRun {
 pub struct VirtioLab<'n> {
     // Field order is drop order: the sender (detached) first, then the
     // guest (QEMU killed); the caller drops `net` (namespace, tap) last.
-    sender: SenderAgent<'n>,
+    sender: SenderAgent,
     /// The `srap` binary beside `srap-agent`, for `srap exec`.
     srap: PathBuf,
     pub guest: Guest,
     pub net: &'n GuestNet,
-    logs: LogDir,
 }
 
 impl<'n> VirtioLab<'n> {
@@ -113,19 +111,18 @@ impl<'n> VirtioLab<'n> {
         guest.enable_rss()?;
         let peer = format!("{}:{PEER_PORT}", net.guest_ip);
         start_receiver(&mut guest, &peer)?;
-        let name = format!("srap-lab-{}", unique_name(""));
-        let logs = LogDir::new(&name)?;
-        let sender = SenderAgent::start(&net.ns, exe, &peer, SRAP_PORT, &name, &logs.sender())
-            .map_err(|err| {
-                let log = std::fs::read_to_string(logs.sender()).unwrap_or_default();
-                err.context(format!("the sender agent's log:\n{log}"))
-            })?;
+        let sender = SenderAgent::start(
+            &net.ns,
+            SenderOpts::new(exe)
+                .peer(peer)
+                .port_range(LAB_PORT_RANGE)
+                .report_port(SRAP_PORT),
+        )?;
         Ok(Self {
             sender,
             srap: exe.with_file_name("srap"),
             guest,
             net,
-            logs,
         })
     }
 
@@ -140,7 +137,7 @@ impl<'n> VirtioLab<'n> {
 
     /// The sender agent's output so far.
     pub fn sender_log(&self) -> String {
-        std::fs::read_to_string(self.logs.sender()).unwrap_or_default()
+        self.sender.log().text()
     }
 
     /// The receiver agent's output so far (inside the guest).
@@ -282,27 +279,6 @@ fn wait_in_guest(guest: &mut Guest, check: &str, what: &str) -> anyhow::Result<(
             bail!("{what} did not come up within 20 s");
         }
         std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// The sender agent's log directory, removed on drop.
-struct LogDir(std::path::PathBuf);
-
-impl LogDir {
-    fn new(name: &str) -> anyhow::Result<Self> {
-        let dir = std::env::temp_dir().join(name);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(Self(dir))
-    }
-
-    fn sender(&self) -> std::path::PathBuf {
-        self.0.join("sender.log")
-    }
-}
-
-impl Drop for LogDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

@@ -3,7 +3,6 @@
 //! inside the steered cgroup through `srap exec` or outside it.
 
 use std::{
-    ffi::OsString,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
@@ -11,7 +10,11 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use super::{NetNs, interrupted};
+use super::{
+    NetNs,
+    harness::{in_netns, srap_exec},
+    interrupted,
+};
 
 /// A child process, killed (SIGKILL, by its PID) and reaped on drop, so a
 /// failing run or test leaves no process behind. The lab and the
@@ -68,6 +71,21 @@ impl ChildGuard {
         }
     }
 
+    /// SIGTERM by PID, so the process can clean up after itself, then
+    /// SIGKILL if it has not exited within `grace`; its exit status when it
+    /// exited on its own (`None`: killed, or already gone).
+    pub fn terminate(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
+        let pid = libc::pid_t::try_from(self.id()).ok().filter(|&p| p > 0)?;
+        if !self.exited() {
+            // SAFETY: kill(2) on the PID of our own child, not yet reaped
+            // (so the PID is still ours).
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let status = self.wait(grace).ok();
+        self.kill();
+        status
+    }
+
     /// SIGKILL and reap now.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -83,17 +101,6 @@ impl Drop for ChildGuard {
     fn drop(&mut self) {
         self.kill();
     }
-}
-
-/// `PROGRAM ARGS` in `ns`'s network namespace only (nsenter keeps /sys, so
-/// the cgroup2 mount stays visible to `srap exec`).
-pub fn in_netns(ns: &NetNs, program: impl Into<OsString>) -> Command {
-    let mut command = Command::new("nsenter");
-    command
-        .arg(format!("--net=/run/netns/{}", ns.name()))
-        .arg("--")
-        .arg(program.into());
-    command
 }
 
 /// The `srap` binary beside this one (cargo builds both into one directory).
@@ -143,18 +150,8 @@ pub fn iperf3_server_with(
 }
 
 /// The client command: `workload` with `{server}` and `{port}` filled in,
-/// run in `ns`, through `srap exec --cgroup` when `steered_cgroup` is given.
-pub fn client(
-    ns: &NetNs,
-    workload: &[String],
-    server: &str,
-    port: u16,
-    steered_cgroup: Option<&Path>,
-) -> anyhow::Result<Command> {
-    client_via(&srap_binary()?, ns, workload, server, port, steered_cgroup)
-}
-
-/// [`client`] with the `srap` binary given.
+/// run in `ns`, through `srap exec --cgroup` (the `srap` binary given) when
+/// `steered_cgroup` is given.
 pub fn client_via(
     srap: &Path,
     ns: &NetNs,
@@ -173,18 +170,7 @@ pub fn client_via(
     let Some((program, rest)) = args.split_first() else {
         bail!("--workload is empty");
     };
-    let mut command = match steered_cgroup {
-        Some(cgroup) => {
-            let mut c = in_netns(ns, srap);
-            c.arg("exec")
-                .arg("--cgroup")
-                .arg(cgroup)
-                .arg("--")
-                .arg(program);
-            c
-        }
-        None => in_netns(ns, program),
-    };
+    let mut command = srap_exec(ns, srap, steered_cgroup, program);
     command.args(rest);
     Ok(command)
 }

@@ -24,7 +24,8 @@ use srap_common::{
     rss::{RssDescription, RssModel, embedded_default},
 };
 use srap_daemon::sender::{self, SenderOptions};
-use srap_tests::{TwoHosts, VethConfig, cgroup::CgroupDir, require_privileged, unique_name};
+use srap_lab::binder::InCgroup;
+use srap_tests::{TwoHosts, cgroup::CgroupDir, require_privileged, unique_name};
 
 /// Closes with RST (SO_LINGER 0): no TIME_WAIT, so steered ports are free
 /// again at once and every iteration measures the same path.
@@ -52,40 +53,15 @@ fn round_trip(listener: &TcpListener, server: SocketAddr) {
     drop(accepted);
 }
 
-/// This process's cgroup2 path, from `/proc/self/cgroup` (`0::/path`).
-fn own_cgroup(mount: &std::path::Path) -> PathBuf {
-    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-    let relative = text
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .unwrap_or("/")
-        .trim_start_matches('/');
-    mount.join(relative)
-}
-
 fn connect_accept(c: &mut Criterion) {
     if !require_privileged("connect benchmark") {
         return;
     }
-    let hosts = TwoHosts::new(VethConfig {
-        subnet: 50,
-        ..VethConfig::default()
-    })
-    .expect("two namespaces joined by a veth");
-    let server = SocketAddr::new(hosts.receiver_end.ip(false), 5201);
-    let listener = hosts
-        .receiver
-        .run(|| TcpListener::bind(server))
-        .expect("receiver netns")
-        .expect("listen");
-
-    let mount = srap_tests::cgroup::cgroup2_mount().expect("cgroup2");
-    let home = own_cgroup(&mount);
+    let hosts = TwoHosts::pair(50).expect("two namespaces joined by a veth");
+    let (listener, server) = hosts.listen(5201).expect("listen");
     let cgroup = CgroupDir::unique().expect("cgroup path");
     cgroup.create().expect("create cgroup");
-    cgroup
-        .add(std::process::id())
-        .expect("join the bench cgroup");
+    let joined = InCgroup::enter(cgroup.path()).expect("join the bench cgroup");
 
     // The client side runs on this thread, in the sender's namespace.
     let inside = hosts.sender.enter().expect("enter sender netns");
@@ -98,9 +74,8 @@ fn connect_accept(c: &mut Criterion) {
     }
     group.finish();
     drop(inside);
-    if let Err(err) = std::fs::write(home.join("cgroup.procs"), std::process::id().to_string()) {
-        eprintln!("cleanup: back to cgroup {}: {err}", home.display());
-    }
+    // Back to this process's own cgroup, so the bench's can go.
+    drop(joined);
     drop(cgroup);
 }
 

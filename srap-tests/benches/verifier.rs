@@ -27,7 +27,7 @@ use srap_common::verifier::{
     BARE_SOCK_PROGRAM, BARE_TC_PROGRAM, BARE_XDP_PROGRAM, VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM,
     VERIFY_XDP_PROGRAM,
 };
-use srap_tests::{TwoHosts, VethConfig, require_privileged};
+use srap_tests::{TwoHosts, require_privileged};
 
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
 
@@ -212,17 +212,8 @@ fn per_connection(c: &mut Criterion) {
     if !require_privileged("verifier benchmark") {
         return;
     }
-    let hosts = TwoHosts::new(VethConfig {
-        subnet: 65,
-        ..VethConfig::default()
-    })
-    .expect("two namespaces joined by a veth");
-    let server = SocketAddr::new(hosts.receiver_end.ip(false), 5201);
-    let listener = hosts
-        .receiver
-        .run(|| TcpListener::bind(server))
-        .expect("receiver netns")
-        .expect("listen");
+    let hosts = TwoHosts::pair(65).expect("two namespaces joined by a veth");
+    let (listener, server) = hosts.listen(5201).expect("listen");
     let mut ebpf = Ebpf::load(srap_daemon::ebpf_object()).expect("load the SRAP object");
     let stats_on = aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("BPF run-time stats");
     for name in [VERIFY_SOCK_PROGRAM, BARE_SOCK_PROGRAM] {

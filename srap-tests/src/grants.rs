@@ -11,26 +11,18 @@
 
 use std::{
     collections::BTreeSet,
-    net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener},
-    path::{Path, PathBuf},
-    process::Stdio,
-    sync::mpsc,
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
 use srap_common::{
     binder::{MAX_SLOTS, SlotGrant},
-    rss::{FlowTuple, RssDescription, RssModel, embedded_default},
+    rss::{RssDescription, RssModel, embedded_default},
 };
-use srap_daemon::sender::PinLayout;
+use srap_lab::harness::{Bridge, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings};
 
-use crate::{
-    NetNs, built_binary,
-    cgroup::{CgroupDir, ChildGuard, command_in},
-    flows::{Server, line_channel},
-    unique_name,
-    workload::Workload,
-};
+use crate::{built_binary, flows::Server, workload::Workload};
 
 /// Queues (one CPU each) of the receiver's description.
 pub const QUEUES: u32 = 16;
@@ -49,80 +41,41 @@ fn description() -> RssDescription {
     }
 }
 
-/// Every line `rx` has buffered, without waiting.
-fn drain(rx: Option<&mpsc::Receiver<String>>) -> Vec<String> {
-    rx.map(|l| l.try_iter().collect()).unwrap_or_default()
-}
-
-/// One sender host. Field order is drop order: the workload and agent go
-/// before the binder is detached, the namespace last.
+/// One sender host's agent and workload. Field order is drop order: the
+/// workload before the agent (whose drop detaches its binder).
 pub struct Sender {
     pub workload: Option<Workload>,
-    agent: Option<ChildGuard>,
-    /// The agent's stdout, kept read so its prints never hit a closed pipe.
-    out: Option<mpsc::Receiver<String>>,
-    log: Option<mpsc::Receiver<String>>,
-    pin_dir: PathBuf,
-    cgroup: CgroupDir,
-    ns: NetNs,
+    agent: SenderAgent,
 }
 
 impl Sender {
     /// Kills the agent (its binder stays attached through its pins).
     pub fn stop_agent(&mut self) {
-        if let Some(mut agent) = self.agent.take() {
-            agent.kill();
-        }
+        self.agent.kill();
     }
 
-    /// The agent's buffered log lines.
-    pub fn log(&self) -> Vec<String> {
-        drain(self.log.as_ref())
+    /// The agent's output so far.
+    pub fn log(&self) -> String {
+        self.agent.log().text()
     }
 
     /// The grant pinned for receiver 0 (this set-up's only receiver
     /// address), read from the binder's `SRAP_GRANTS` map.
     pub fn pinned_grant(&self) -> Option<SlotGrant> {
-        srap_daemon::sender::read_grant(&PinLayout::new(&self.pin_dir), 0).ok()
+        self.agent.grant(0).ok()
     }
 
-    /// Stops the agent, detaches its binder and removes its pins and state
-    /// file, so the agent can start again as a new sender.
+    /// Stops the workload and the agent, detaches its binder and removes
+    /// its pins and state file, so the agent can start again as a new
+    /// sender.
     pub fn detach(&mut self) {
         drop(self.workload.take());
-        self.stop_agent();
-        if self.pin_dir.exists()
-            && let Ok(mut cmd) = command_in(&self.ns, built_binary("srap-agent"))
-        {
-            let _ = cmd
-                .args(["detach", "--pin-dir"])
-                .arg(&self.pin_dir)
-                .output();
-        }
-        if let Ok(entries) = std::fs::read_dir(&self.pin_dir) {
-            for entry in entries.flatten() {
-                let _ = std::fs::remove_file(entry.path());
-            }
-            let _ = std::fs::remove_dir(&self.pin_dir);
-        }
-        let _ = std::fs::remove_file(srap_daemon::sender::state::path_for(&self.pin_dir));
-        let _ = std::fs::remove_file(self.control());
+        self.agent.reset();
     }
 
     /// Its agent's control socket (`srap status --sender --control`).
     pub fn control(&self) -> PathBuf {
-        std::env::temp_dir().join(format!(
-            "{}.sock",
-            self.pin_dir
-                .file_name()
-                .map_or_else(|| "srap-test-sender".into(), |n| n.to_string_lossy())
-        ))
-    }
-}
-
-impl Drop for Sender {
-    fn drop(&mut self) {
-        self.detach();
+        self.agent.control()
     }
 }
 
@@ -134,136 +87,67 @@ pub fn granted_slots(grant: &SlotGrant) -> BTreeSet<u32> {
     (0..MAX_SLOTS).filter(|s| grant.allows(*s)).collect()
 }
 
-/// The receiver namespace with its bridge, agent and the workload's server.
+/// The receiver namespace (the hub of a bridge) with its agent and the
+/// workload's server, and the sender hosts on the bridge. Field order is
+/// drop order: the senders (detached) first, the namespaces last.
 pub struct Cluster {
     pub senders: Vec<Sender>,
-    agent: Option<ChildGuard>,
-    log: Option<mpsc::Receiver<String>>,
-    server: Option<Server>,
+    receiver: ReceiverAgent,
+    server: Server,
     model: RssModel,
-    subnet: u8,
-    rss_path: PathBuf,
-    control: PathBuf,
-    receiver: NetNs,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        self.senders.clear();
-        if let Some(mut agent) = self.agent.take() {
-            agent.kill();
-        }
-        let _ = std::fs::remove_file(&self.rss_path);
-        let _ = std::fs::remove_file(&self.control);
-    }
+    bridge: Bridge,
 }
 
 impl Cluster {
     /// The receiver namespace on `10.199.<subnet>.1`, its agent listening.
     pub fn new(subnet: u8) -> Self {
-        let receiver = NetNs::new().expect("receiver netns");
-        let ip = IpAddr::V4(Ipv4Addr::new(10, 199, subnet, 1));
-        receiver
-            .ip(["link", "add", "br0", "type", "bridge"])
-            .expect("bridge");
-        receiver
-            .ip(["addr", "add", &format!("{ip}/24"), "dev", "br0"])
-            .expect("bridge address");
-        receiver
-            .ip(["link", "set", "br0", "up"])
-            .expect("bridge up");
+        let bridge = Bridge::new(subnet).expect("the receiver's namespace and bridge");
         let desc = description();
-        let name = unique_name("g");
-        let rss_path = std::env::temp_dir().join(format!("srap-test-{name}.json"));
-        std::fs::write(&rss_path, desc.to_json_pretty()).expect("write rss file");
-        let mut cluster = Self {
+        let receiver = ReceiverAgent::start(
+            &bridge.hub,
+            ReceiverOpts::new(
+                built_binary("srap-agent"),
+                "br0",
+                SocketAddr::new(bridge.hub_ip(), PEER_PORT),
+            )
+            .rss(desc.clone())
+            .no_verify(),
+        )
+        .expect("the receiver agent");
+        let server = Server::bind(
+            &bridge.hub,
+            SocketAddr::new(bridge.hub_ip(), DPORT),
+            TIMEOUT,
+        );
+        Self {
             senders: Vec::new(),
-            agent: None,
-            log: None,
-            server: None,
-            model: RssModel::from_description(&desc).expect("model"),
-            subnet,
-            control: rss_path.with_extension("sock"),
-            rss_path,
             receiver,
-        };
-        cluster.start_receiver();
-        let addr = SocketAddr::new(ip, DPORT);
-        let listener = cluster
-            .receiver
-            .run(|| TcpListener::bind(addr))
-            .expect("receiver netns")
-            .expect("listen");
-        cluster.server = Some(Server::new(listener, TIMEOUT));
-        cluster
+            server,
+            model: RssModel::from_description(&desc).expect("model"),
+            bridge,
+        }
     }
 
     /// The receiver's address on the bridge.
     pub fn receiver_ip(&self) -> IpAddr {
-        IpAddr::V4(Ipv4Addr::new(10, 199, self.subnet, 1))
+        self.bridge.hub_ip()
     }
 
     /// The receiver agent's control socket (for `srap status --control`).
-    pub fn control(&self) -> &Path {
-        &self.control
-    }
-
-    fn start_receiver(&mut self) {
-        let mut child = command_in(&self.receiver, built_binary("srap-agent"))
-            .expect("receiver netns")
-            .args(["receiver", "--iface", "br0", "--no-verify"])
-            .arg("--control")
-            .arg(&self.control)
-            .arg("--rss")
-            .arg(&self.rss_path)
-            .args(["--listen", &format!("{}:{PEER_PORT}", self.receiver_ip())])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn srap-agent receiver");
-        let log = line_channel(child.stderr.take().expect("stderr"));
-        self.agent = Some(ChildGuard::new(child));
-        wait_line(&log, "`receiver listening`", |l| {
-            l.contains("receiver listening")
-        });
-        self.log = Some(log);
+    pub fn control(&self) -> PathBuf {
+        self.receiver.control()
     }
 
     /// A sender namespace on the bridge, with no agent yet; returns its
     /// index.
     pub fn add_host(&mut self) -> usize {
-        let i = self.senders.len();
-        let ns = NetNs::new().expect("sender netns");
-        let port = format!("s{i}");
-        self.receiver
-            .ip([
-                "link",
-                "add",
-                &port,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                ns.name(),
-            ])
-            .expect("veth");
-        self.receiver
-            .ip(["link", "set", &port, "master", "br0", "up"])
-            .expect("veth on the bridge");
-        let ip = format!("10.199.{}.{}/24", self.subnet, 10 + i);
-        ns.ip(["addr", "add", &ip, "dev", "eth0"]).expect("address");
-        ns.ip(["link", "set", "eth0", "up"]).expect("up");
-        ns.ip(["link", "set", "lo", "up"]).expect("lo up");
+        let i = self.bridge.add_host().expect("a sender host on the bridge");
+        let opts = SenderOpts::new(built_binary("srap-agent"))
+            .peer(self.receiver.peer())
+            .report_port(DPORT);
         self.senders.push(Sender {
             workload: None,
-            agent: None,
-            out: None,
-            log: None,
-            pin_dir: PathBuf::from(format!("/sys/fs/bpf/srap-test-{}", unique_name("g"))),
-            cgroup: CgroupDir::unique().expect("cgroup2 mount"),
-            ns,
+            agent: SenderAgent::new(self.bridge.host(i), opts).expect("a sender agent"),
         });
         i
     }
@@ -271,40 +155,12 @@ impl Cluster {
     /// Starts sender `i`'s agent, following the receiver, and waits until
     /// it steers (its binder attached, its first grant asked for).
     pub fn start_agent(&mut self, i: usize) {
-        let receiver_ip = self.receiver_ip();
-        let sender = &mut self.senders[i];
-        let mut child = command_in(&sender.ns, built_binary("srap-agent"))
-            .expect("sender netns")
-            .args(["sender", "--peer", &format!("{receiver_ip}:{PEER_PORT}")])
-            .args(["--report-port", &DPORT.to_string()])
-            .arg("--cgroup")
-            .arg(sender.cgroup.path())
-            .arg("--pin-dir")
-            .arg(&sender.pin_dir)
-            .arg("--control")
-            .arg(sender.control())
-            .args(["--port-range", "32768-60999", "--interval", "1"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn srap-agent sender");
-        let out = line_channel(child.stdout.take().expect("stdout"));
-        sender.log = Some(line_channel(child.stderr.take().expect("stderr")));
-        sender.agent = Some(ChildGuard::new(child));
-        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            wait_line(&out, "`steering active`", |l| {
-                l.starts_with("steering active")
-            })
-        }));
-        if started.is_err() {
-            self.senders[i].out = Some(out);
+        if let Err(err) = self.senders[i].agent.launch() {
             panic!(
-                "sender {i} did not start; its log:\n{}\nthe receiver's:\n{}",
-                self.senders[i].log().join("\n"),
-                drain(self.log.as_ref()).join("\n")
+                "sender {i} did not start: {err:#}\nthe receiver's log:\n{}",
+                self.receiver.log().tail()
             );
         }
-        self.senders[i].out = Some(out);
     }
 
     /// Sender `i`'s workload, under `srap exec` in its cgroup (test
@@ -312,7 +168,11 @@ impl Cluster {
     pub fn start_workload(&mut self, i: usize) {
         let dst = SocketAddr::new(self.receiver_ip(), DPORT);
         let sender = &mut self.senders[i];
-        sender.workload = Some(Workload::spawn(&sender.ns, Some(sender.cgroup.path()), dst));
+        sender.workload = Some(Workload::spawn(
+            self.bridge.host(i),
+            Some(sender.agent.cgroup()),
+            dst,
+        ));
     }
 
     /// A sender host with its agent and workload running.
@@ -327,14 +187,14 @@ impl Cluster {
     pub fn peers(&self) -> Vec<serde_json::Value> {
         let out = std::process::Command::new(built_binary("srap"))
             .args(["status", "--once", "--json", "--control"])
-            .arg(&self.control)
+            .arg(self.receiver.control())
             .output()
             .expect("run srap status");
         if !out.status.success() {
             eprintln!(
                 "srap status failed: {}\nreceiver log:\n{}",
                 String::from_utf8_lossy(&out.stderr),
-                drain(self.log.as_ref()).join("\n")
+                self.receiver.log().tail()
             );
             return Vec::new();
         }
@@ -346,7 +206,7 @@ impl Cluster {
     /// Prints every sender's buffered log (on a failed wait).
     fn print_sender_logs(&self) {
         for (i, s) in self.senders.iter().enumerate() {
-            eprintln!("sender {i} log:\n{}", s.log().join("\n"));
+            eprintln!("sender {i} log:\n{}", s.log());
         }
     }
 
@@ -408,7 +268,7 @@ impl Cluster {
     /// Sender `i` opens `n` flows; returns the receiver CPUs they land on.
     pub fn open(&mut self, i: usize, n: usize) -> Vec<u32> {
         let opened = self.senders[i].workload.as_mut().expect("workload").open(n);
-        let accepted = self.server.as_mut().expect("server").accept_peers(n);
+        let accepted = self.server.accept_peers(n);
         let ports: BTreeSet<u16> = accepted.iter().map(SocketAddr::port).collect();
         assert_eq!(
             ports,
@@ -416,12 +276,10 @@ impl Cluster {
             "the workload's own flows"
         );
         let server = SocketAddr::new(self.receiver_ip(), DPORT);
-        accepted
+        landings(&self.model, &accepted, server)
+            .expect("same-family tuples")
             .iter()
-            .map(|client| {
-                let tuple = FlowTuple::from_sockets(*client, server).expect("tuple");
-                self.model.landing(&tuple).cpu
-            })
+            .map(|landing| landing.cpu)
             .collect()
     }
 }
@@ -439,25 +297,6 @@ fn balanced(grants: &[BTreeSet<u32>]) -> bool {
         && max - min <= 1
         && sizes.iter().sum::<usize>() == all.len()
         && all.len() == QUEUES as usize
-}
-
-/// The first line of `rx` that `pred` accepts; panics after [`TIMEOUT`]
-/// with the lines seen.
-#[track_caller]
-pub fn wait_line(rx: &mpsc::Receiver<String>, what: &str, pred: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + TIMEOUT;
-    let mut seen = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) if pred(&line) => return line,
-            Ok(line) => seen.push(line),
-            Err(_) => panic!(
-                "no {what} within {TIMEOUT:?}; lines seen:\n{}",
-                seen.join("\n")
-            ),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
-//! Helpers for SRAP's integration tests: network namespaces and veth pairs
-//! (from `srap_lab`, which the lab uses too), cgroups and the
-//! privilege check, all real kernel objects behind drop guards.
+//! Helpers for SRAP's integration tests, beside the harness they share with
+//! the lab ([`harness`]: hosts in network namespaces, agents, workloads,
+//! ground truth): the test workload, the privilege check, cgroups, a man in
+//! the middle, all real kernel objects behind drop guards.
 //!
 //! Every object gets a name unique to this process and test (pid + counter), so
 //! tests run in parallel, and is removed on drop, so a failing test (a panic
@@ -19,4 +20,6 @@ pub mod workload;
 
 pub use binaries::built_binary;
 pub use privilege::require_privileged;
-pub use srap_lab::{NetNs, NsGuard, TwoHosts, VethConfig, VethEnd, netns, unique_name, veth};
+pub use srap_lab::{
+    NetNs, NsGuard, TwoHosts, VethConfig, VethEnd, harness, netns, unique_name, veth,
+};

@@ -15,11 +15,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::{
-    NetNs, built_binary,
-    cgroup::{ChildGuard, command_in},
-    flows::line_channel,
-};
+use srap_lab::harness::srap_exec;
+
+use crate::{NetNs, built_binary, cgroup::ChildGuard, flows::line_channel};
 
 /// `ip:port` of the receiver: set for the workload process only.
 pub const WORKLOAD_ENV: &str = "SRAP_TEST_WORKLOAD";
@@ -104,18 +102,7 @@ impl Workload {
     /// under `srap exec --cgroup` when `cgroup` is given.
     pub fn spawn(ns: &NetNs, cgroup: Option<&Path>, dst: SocketAddr) -> Self {
         let exe = std::env::current_exe().expect("current exe");
-        let mut cmd = match cgroup {
-            Some(cgroup) => {
-                let mut cmd = command_in(ns, built_binary("srap")).expect("sender netns");
-                cmd.arg("exec")
-                    .arg("--cgroup")
-                    .arg(cgroup)
-                    .arg("--")
-                    .arg(exe);
-                cmd
-            }
-            None => command_in(ns, exe).expect("sender netns"),
-        };
+        let mut cmd = srap_exec(ns, &built_binary("srap"), cgroup, exe);
         let mut child = cmd
             .args([
                 "workload_process",

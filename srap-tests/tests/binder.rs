@@ -13,25 +13,23 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     io::Read as _,
     net::{IpAddr, SocketAddr, TcpListener},
-    path::PathBuf,
     process::{Command, Stdio},
-    sync::mpsc,
-    thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use srap_common::{
     binder::outcome,
-    rss::{FlowTuple, RssDescription, RssModel, embedded_default},
+    rss::{RssDescription, RssModel, embedded_default},
     solver::PortRange,
     steering::TablePlan,
 };
-use srap_daemon::sender::{BinderStats, PinLayout, read_stats};
+use srap_daemon::sender::BinderStats;
+use srap_lab::{guest::truth::iperf3_accepted_ports, workload::iperf3_server_with};
 use srap_tests::{
-    TwoHosts, VethConfig, built_binary,
-    cgroup::{CgroupDir, ChildGuard, command_in},
-    flows::{Server, line_channel},
-    require_privileged, unique_name,
+    TwoHosts, built_binary,
+    flows::Server,
+    harness::{SenderAgent, SenderOpts, in_netns, landings, srap_exec},
+    require_privileged,
     workload::Workload,
 };
 
@@ -55,14 +53,12 @@ fn workload_process() {
 // ---------------------------------------------------------------------------
 // The lab: two namespaces, the agent, the receiver's listener.
 
+/// Field order is drop order: the agent (killed, its binder detached)
+/// before the namespaces go.
 struct Lab {
-    agent: Option<ChildGuard>,
-    agent_lines: Option<mpsc::Receiver<String>>,
-    pin_dir: PathBuf,
-    rss_path: PathBuf,
+    agent: SenderAgent,
     model: RssModel,
     v6: bool,
-    cgroup: CgroupDir,
     hosts: TwoHosts,
 }
 
@@ -72,22 +68,16 @@ impl Lab {
     }
 
     fn with_description(v6: bool, subnet: u8, description: RssDescription) -> Self {
-        let hosts = TwoHosts::new(VethConfig {
-            subnet,
-            ..VethConfig::default()
-        })
-        .expect("two namespaces joined by a veth");
-        let name = unique_name("b");
-        let rss_path = std::env::temp_dir().join(format!("srap-test-{name}.json"));
-        std::fs::write(&rss_path, description.to_json_pretty()).expect("write rss file");
+        let hosts = TwoHosts::pair(subnet).expect("two namespaces joined by a veth");
+        let receiver = hosts.receiver_end.ip(v6).to_string();
+        let opts = SenderOpts::new(built_binary("srap-agent"))
+            .rss(description.clone())
+            .args(["--receiver", &receiver])
+            .port_range(PORT_RANGE);
         Self {
-            agent: None,
-            agent_lines: None,
-            pin_dir: PathBuf::from(format!("/sys/fs/bpf/srap-test-{name}")),
-            rss_path,
+            agent: SenderAgent::new(&hosts.sender, opts).expect("a sender agent"),
             model: RssModel::from_description(&description).expect("model"),
             v6,
-            cgroup: CgroupDir::unique().expect("cgroup2 mount"),
             hosts,
         }
     }
@@ -101,112 +91,50 @@ impl Lab {
     }
 
     fn server_addr(&self) -> SocketAddr {
-        SocketAddr::new(self.receiver_ip(), DPORT)
-    }
-
-    fn agent_command(&self, args: &[&str]) -> Command {
-        let mut cmd =
-            command_in(&self.hosts.sender, built_binary("srap-agent")).expect("sender netns");
-        cmd.args(["sender", "--rss"])
-            .arg(&self.rss_path)
-            .args(["--receiver", &self.receiver_ip().to_string()])
-            .arg("--cgroup")
-            .arg(self.cgroup.path())
-            .arg("--pin-dir")
-            .arg(&self.pin_dir)
-            .args(["--port-range", PORT_RANGE])
-            .args(args);
-        cmd
+        self.hosts.receiver_addr(DPORT, self.v6)
     }
 
     /// `srap-agent sender --once`: sets up and exits; returns its stdout.
     fn attach_once(&self) -> String {
-        let out = self
-            .agent_command(&["--once"])
-            .output()
-            .expect("run srap-agent");
-        assert!(
-            out.status.success(),
-            "srap-agent sender failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        self.agent.once().expect("srap-agent sender --once")
     }
 
     /// Starts the agent as a daemon and waits for its `steering active` line.
     fn start_agent(&mut self) -> String {
-        let mut child = self
-            .agent_command(&["--interval", "1"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn srap-agent");
-        let lines = line_channel(child.stdout.take().expect("stdout"));
-        self.agent = Some(ChildGuard::new(child));
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = lines.recv_timeout(left).expect("agent reports steering");
-            if line.starts_with("steering active") {
-                self.agent_lines = Some(lines);
-                return line;
-            }
-        }
+        self.agent.launch().expect("agent reports steering")
     }
 
     /// Waits for an agent output line that starts with `prefix`.
     fn await_agent_line(&self, prefix: &str) -> String {
-        let lines = self.agent_lines.as_ref().expect("the agent runs");
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let line = lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("the agent never said `{prefix}…`"));
-            if line.starts_with(prefix) {
-                return line;
-            }
-        }
+        self.agent
+            .wait_for_log(&format!("`{prefix}…`"), |l| l.starts_with(prefix))
+            .expect("the agent's line")
     }
 
     /// SIGKILL: no chance to clean anything up.
     fn kill_agent(&mut self) {
-        if let Some(mut agent) = self.agent.take() {
-            agent.kill();
-        }
+        self.agent.kill();
     }
 
     fn detach(&self) -> std::process::Output {
-        command_in(&self.hosts.sender, built_binary("srap-agent"))
-            .expect("sender netns")
-            .args(["detach", "--pin-dir"])
-            .arg(&self.pin_dir)
-            .output()
-            .expect("run srap-agent detach")
+        self.agent.detach().expect("run srap-agent detach")
     }
 
     /// Listens on the receiver's address.
     fn listen(&self) -> Server {
-        let addr = self.server_addr();
-        let listener = self
-            .hosts
-            .receiver
-            .run(|| TcpListener::bind(addr))
-            .expect("receiver netns")
-            .expect("listen");
-        Server::new(listener, TIMEOUT)
+        Server::bind(&self.hosts.receiver, self.server_addr(), TIMEOUT)
     }
 
     /// The workload under `srap exec` (or, `steered` false, outside the cgroup).
     fn workload(&self, steered: bool) -> Workload {
-        let cgroup = steered.then(|| self.cgroup.path());
+        let cgroup = steered.then(|| self.agent.cgroup());
         Workload::spawn(&self.hosts.sender, cgroup, self.server_addr())
     }
 
     /// The receiver CPU a flow from `sport` lands on, by the RSS model.
     fn cpu_of(&self, sport: u16) -> u32 {
-        let tuple = FlowTuple::new(self.sender_ip(), sport, self.receiver_ip(), DPORT)
-            .expect("same-family tuple");
-        self.model.landing(&tuple).cpu
+        let client = SocketAddr::new(self.sender_ip(), sport);
+        landings(&self.model, &[client], self.server_addr()).expect("same-family tuple")[0].cpu
     }
 
     /// The agent's table for this pair, rebuilt the same way (for tests that
@@ -224,7 +152,7 @@ impl Lab {
     }
 
     fn stats(&self) -> BinderStats {
-        read_stats(&PinLayout::new(&self.pin_dir)).expect("read the binder's stats")
+        self.agent.stats().expect("read the binder's stats")
     }
 
     fn reserved_ports(&self) -> String {
@@ -234,32 +162,6 @@ impl Lab {
             .exec("cat", ["/proc/sys/net/ipv4/ip_local_reserved_ports"])
             .expect("read sysctl");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        self.kill_agent();
-        if self.pin_dir.exists() {
-            let out = self.detach();
-            if !out.status.success() {
-                eprintln!(
-                    "cleanup: srap-agent detach: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-        }
-        // Whatever detach could not remove (it failed, or the test broke
-        // the state): the pins go, so no link stays attached.
-        if let Ok(entries) = std::fs::read_dir(&self.pin_dir) {
-            for entry in entries.flatten() {
-                let _ = std::fs::remove_file(entry.path());
-            }
-            let _ = std::fs::remove_dir(&self.pin_dir);
-        }
-        let state = srap_daemon::sender::state::path_for(&self.pin_dir);
-        let _ = std::fs::remove_file(state);
-        let _ = std::fs::remove_file(&self.rss_path);
     }
 }
 
@@ -307,7 +209,7 @@ fn sixteen_distinct_toward(lab: &Lab, dst: SocketAddr) {
     let out = lab.attach_once();
     assert!(out.contains("steering active (attached)"), "{out}");
     let mut server = lab.listen();
-    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.cgroup.path()), dst);
+    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), dst);
     let opened = workload.open(16);
     let accepted = server.accept(16);
     assert_eq!(
@@ -553,7 +455,7 @@ fn detach_leaves_nothing_behind() {
     let before = lab.reserved_ports();
     lab.attach_once();
     assert_ne!(lab.reserved_ports(), before, "SRAP reserved its ports");
-    assert!(lab.cgroup.path().exists(), "the agent made the cgroup");
+    assert!(lab.agent.cgroup().exists(), "the agent made the cgroup");
     let out = lab.detach();
     assert!(
         out.status.success(),
@@ -561,14 +463,14 @@ fn detach_leaves_nothing_behind() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        !lab.pin_dir.exists(),
+        !lab.agent.pin_dir().exists(),
         "pins left in {}",
-        lab.pin_dir.display()
+        lab.agent.pin_dir().display()
     );
     assert_eq!(lab.reserved_ports(), before, "reserved ports restored");
     // The agent created the cgroup; detach removed it, and with it any link.
-    assert!(!lab.cgroup.path().exists(), "cgroup removed");
-    let state = srap_daemon::sender::state::path_for(&lab.pin_dir);
+    assert!(!lab.agent.cgroup().exists(), "cgroup removed");
+    let state = srap_daemon::sender::state::path_for(lab.agent.pin_dir());
     assert!(!state.exists(), "state file {} left", state.display());
     // No SRAP program left attached anywhere: no link names our programs.
     let links = Command::new("bpftool")
@@ -577,7 +479,7 @@ fn detach_leaves_nothing_behind() {
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
     assert!(
-        !links.contains(&lab.cgroup.path().display().to_string()),
+        !links.contains(&lab.agent.cgroup().display().to_string()),
         "{links}"
     );
 }
@@ -592,7 +494,6 @@ fn agent_mounts_bpffs_when_none_is_mounted() {
     }
     let lab = Lab::new(false, 41);
     let before = lab.reserved_ports();
-    let sender = lab.agent_command(&["--once"]);
     let script = r#"
         while umount /sys/fs/bpf 2>/dev/null; do :; done
         [ "$(stat -f -c %T /sys/fs/bpf)" = bpf_fs ] && { echo "bpffs still mounted" >&2; exit 90; }
@@ -602,8 +503,7 @@ fn agent_mounts_bpffs_when_none_is_mounted() {
         [ -d "$pin" ] || { echo "no pins in $pin" >&2; exit 92; }
         "$1" detach --pin-dir "$pin"
     "#;
-    let out = command_in(&lab.hosts.sender, "unshare")
-        .expect("sender netns")
+    let out = in_netns(&lab.hosts.sender, "unshare")
         .args([
             "-m",
             "--propagation",
@@ -614,9 +514,9 @@ fn agent_mounts_bpffs_when_none_is_mounted() {
             script,
             "sh",
         ])
-        .arg(&lab.pin_dir)
-        .arg(sender.get_program())
-        .args(sender.get_args())
+        .arg(lab.agent.pin_dir())
+        .arg(lab.agent.program())
+        .args(lab.agent.args(&["--once"]))
         .output()
         .expect("run unshare");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -626,7 +526,7 @@ fn agent_mounts_bpffs_when_none_is_mounted() {
         "the agent says it mounted bpffs: {stderr}"
     );
     assert_eq!(lab.reserved_ports(), before, "reserved ports restored");
-    assert!(!lab.cgroup.path().exists(), "cgroup removed");
+    assert!(!lab.agent.cgroup().exists(), "cgroup removed");
 }
 
 #[test]
@@ -697,26 +597,19 @@ fn iperf3_installed() -> bool {
 /// Runs a one-second `iperf3 -c` with `extra` under `srap exec` against a
 /// one-off server; returns the stream ports the server accepted.
 fn iperf3_stream_ports(lab: &Lab, extra: &[&str]) -> Vec<u16> {
-    let port = DPORT.to_string();
-    let mut server = ChildGuard::new(
-        command_in(&lab.hosts.receiver, "iperf3")
-            .expect("receiver netns")
-            .args(["-s", "-1", "-J", "-p", &port])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("iperf3 server"),
-    );
-    wait_listening(lab, DPORT);
-    let client = command_in(&lab.hosts.sender, built_binary("srap"))
-        .expect("sender netns")
-        .arg("exec")
-        .arg("--cgroup")
-        .arg(lab.cgroup.path())
-        .args(["--", "iperf3", "-c", &lab.receiver_ip().to_string()])
-        .args(["-p", &port, "-t", "1"])
-        .args(extra)
-        .output()
-        .expect("iperf3 client");
+    let mut server = iperf3_server_with(&lab.hosts.receiver, DPORT, &["-J"], Stdio::piped())
+        .expect("iperf3 server listening");
+    let client = srap_exec(
+        &lab.hosts.sender,
+        &built_binary("srap"),
+        Some(lab.agent.cgroup()),
+        "iperf3",
+    )
+    .args(["-c", &lab.receiver_ip().to_string()])
+    .args(["-p", &DPORT.to_string(), "-t", "1"])
+    .args(extra)
+    .output()
+    .expect("iperf3 client");
     assert!(
         client.status.success(),
         "iperf3 -c: {}",
@@ -733,42 +626,7 @@ fn iperf3_stream_ports(lab: &Lab, extra: &[&str]) -> Vec<u16> {
         .expect("stdout")
         .read_to_string(&mut json)
         .expect("server output");
-    let report: serde_json::Value = serde_json::from_str(&json).expect("iperf3 -J output");
-    report["start"]["connected"]
-        .as_array()
-        .expect("connected streams")
-        .iter()
-        .filter_map(|c| c["remote_port"].as_u64())
-        .map(|p| p as u16)
-        .collect()
-}
-
-/// Waits until something listens on `port` in the receiver's namespace.
-fn wait_listening(lab: &Lab, port: u16) {
-    let needle = format!(":{port:04X} ");
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
-        let listening = lab
-            .hosts
-            .receiver
-            .run(|| {
-                ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"]
-                    .iter()
-                    .filter_map(|p| std::fs::read_to_string(p).ok())
-                    .any(|t| {
-                        t.lines().any(|l| {
-                            let f: Vec<&str> = l.split_whitespace().collect();
-                            f.len() > 3 && f[1].ends_with(needle.trim_end()) && f[3] == "0A"
-                        })
-                    })
-            })
-            .expect("receiver netns");
-        if listening {
-            return;
-        }
-        assert!(Instant::now() < deadline, "nothing listens on {port}");
-        thread::sleep(Duration::from_millis(20));
-    }
+    iperf3_accepted_ports(&json).expect("iperf3 -J output")
 }
 
 #[path = "binder/clients.rs"]

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use srap_lab::{binder::LabBinder, experiment, topology::LabNet};
+use srap_lab::{binder::LabBinder, experiment, harness::Listener, topology::LabNet};
 use srap_tests::require_privileged;
 
 /// The lab tests move this process between cgroups (sockets join their
@@ -53,7 +53,7 @@ fn experiment_is_collision_free_with_srap_and_leaves_nothing_behind() {
 fn status_shows_steered_flows_on_their_planned_cpus() {
     use std::{
         io::{Read as _, Write as _},
-        net::{SocketAddr, TcpStream},
+        net::SocketAddr,
         time::{Duration, Instant},
     };
 
@@ -70,26 +70,25 @@ fn status_shows_steered_flows_on_their_planned_cpus() {
     let agents =
         LabAgents::start(&net, &srap_tests::built_binary("srap-agent"), PORT).expect("both agents");
     let server = SocketAddr::new(net.receiver_ip(), PORT);
-    let (mut clients, accepted) = open_steered(&net, &agents, server, FLOWS);
-    let mut accepted: Vec<TcpStream> = accepted.into_iter().map(|(stream, _)| stream).collect();
+    let (mut clients, mut listener) = open_steered(&net, &agents, server, FLOWS);
     // Keep every flow active across a few of the agent's 1 s samples.
     let until = Instant::now() + Duration::from_millis(2500);
     let chunk = [0x5au8; 16 * 1024];
     let mut sink = [0u8; 64 * 1024];
-    for stream in &accepted {
+    for (stream, _) in listener.accepted() {
         stream.set_nonblocking(true).expect("nonblocking");
     }
     while Instant::now() < until {
         for client in &mut clients {
             client.write_all(&chunk).expect("send");
         }
-        for stream in &mut accepted {
+        for (stream, _) in listener.accepted() {
             while stream.read(&mut sink).is_ok_and(|n| n > 0) {}
         }
     }
     let out = std::process::Command::new(srap_tests::built_binary("srap"))
         .args(["status", "--once", "--json", "--control"])
-        .arg(agents.control())
+        .arg(agents.receiver.control())
         .output()
         .expect("run srap status");
     assert!(
@@ -120,7 +119,7 @@ fn status_shows_steered_flows_on_their_planned_cpus() {
         FLOWS,
         "steered flows share queues: {flows:#?}"
     );
-    drop((clients, accepted));
+    drop((clients, listener));
 }
 
 /// The closed loop on the lab: the receiver agent serves a description whose
@@ -149,7 +148,7 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             burst_ports.extend(burst(&net, &agents, PORT, 6));
-            let (status, _) = srap_host::status::request_status(&agents.control()).expect("status");
+            let status = agents.receiver.status().expect("status");
             if status.landings.verdict == want {
                 return status;
             }
@@ -157,7 +156,7 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
                 Instant::now() < deadline,
                 "no {want:?} verdict: {:?}; sender log:\n{}",
                 status.landings,
-                agents.sender_log()
+                agents.sender.log().text()
             );
         }
     };
@@ -169,7 +168,7 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
     let mut lie = truth.clone();
     lie.key = truth.key.split(':').rev().collect::<Vec<_>>().join(":");
     assert_ne!(lie.key, truth.key);
-    std::fs::write(agents.rss_file(), lie.to_json_pretty()).expect("write the lie");
+    agents.receiver.set_rss(&lie).expect("write the lie");
     let status = verdict_after(&mut Vec::new(), LandingVerdict::Contradicted);
     assert!(status.rss_version >= 2, "{status:?}");
     wait_for_log(&agents, "steering paused");
@@ -181,7 +180,7 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
     );
 
     // The truth again: agreement, and steering again.
-    std::fs::write(agents.rss_file(), truth.to_json_pretty()).expect("write the truth");
+    agents.receiver.set_rss(&truth).expect("write the truth");
     let mut ports = Vec::new();
     verdict_after(&mut ports, LandingVerdict::Agreed);
     let steered = burst(&net, &agents, PORT, 4);
@@ -233,35 +232,25 @@ fn a_nat_rewriting_the_tuple_stops_steering() {
         LabAgents::start(&net, &srap_tests::built_binary("srap-agent"), PORT).expect("both agents");
     wait_for_log(&agents, "steering paused: a NAT or proxy rewrites");
     let server = std::net::SocketAddr::new(net.receiver_ip(), PORT);
-    let (_clients, accepted) = open_steered(&net, &agents, server, 4);
-    for (_, peer) in &accepted {
+    let (_clients, mut listener) = open_steered(&net, &agents, server, 4);
+    for (_, peer) in listener.accepted() {
         assert_eq!(peer.ip().to_string(), nat_ip, "the NAT rewrote the source");
         assert!(peer.port() >= 32768, "a kernel port while paused: {peer}");
     }
 }
 
 /// Waits (bounded) until the sender agent's output contains `text`.
-fn wait_for_log(agents: &srap_lab::agents::LabAgents<'_>, text: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !agents.sender_log().contains(text) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the sender never said `{text}`:\n{}",
-            agents.sender_log()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+fn wait_for_log(agents: &srap_lab::agents::LabAgents, text: &str) {
+    agents
+        .sender
+        .wait_for_log(&format!("`{text}`"), |l| l.contains(text))
+        .expect("the sender's log line");
 }
 
 /// `flows` connections from the steered cgroup to `port` on the receiver,
 /// each carrying data for a little over one of the agent's 1 s samples;
 /// returns the source ports the receiver accepted.
-fn burst(
-    net: &LabNet,
-    agents: &srap_lab::agents::LabAgents<'_>,
-    port: u16,
-    flows: usize,
-) -> Vec<u16> {
+fn burst(net: &LabNet, agents: &srap_lab::agents::LabAgents, port: u16, flows: usize) -> Vec<u16> {
     use std::{
         io::{Read as _, Write as _},
         net::SocketAddr,
@@ -269,8 +258,8 @@ fn burst(
     };
 
     let server = SocketAddr::new(net.receiver_ip(), port);
-    let (mut clients, mut accepted) = open_steered(net, agents, server, flows);
-    for (stream, _) in &accepted {
+    let (mut clients, mut listener) = open_steered(net, agents, server, flows);
+    for (stream, _) in listener.accepted() {
         stream.set_nonblocking(true).expect("nonblocking");
     }
     let until = Instant::now() + Duration::from_millis(1500);
@@ -280,39 +269,33 @@ fn burst(
         for client in &mut clients {
             client.write_all(&chunk).expect("send");
         }
-        for (stream, _) in &mut accepted {
+        for (stream, _) in listener.accepted() {
             while stream.read(&mut sink).is_ok_and(|n| n > 0) {}
         }
     }
-    accepted.iter().map(|(_, peer)| peer.port()).collect()
+    listener
+        .accepted()
+        .iter()
+        .map(|(_, peer)| peer.port())
+        .collect()
 }
 
 /// `flows` connections from the steered cgroup to `server` in the receiver
-/// namespace: the clients, and the accepted streams with their peers.
+/// namespace: the clients, and the listener holding the accepted streams.
 fn open_steered(
     net: &LabNet,
-    agents: &srap_lab::agents::LabAgents<'_>,
+    agents: &srap_lab::agents::LabAgents,
     server: std::net::SocketAddr,
     flows: usize,
-) -> (
-    Vec<std::net::TcpStream>,
-    Vec<(std::net::TcpStream, std::net::SocketAddr)>,
-) {
-    use std::{
-        net::{TcpListener, TcpStream},
-        time::Duration,
-    };
+) -> (Vec<std::net::TcpStream>, Listener) {
+    use std::{net::TcpStream, time::Duration};
 
     use srap_lab::binder::InCgroup;
 
-    let listener = net
-        .hosts
-        .receiver
-        .run(|| TcpListener::bind(server))
-        .expect("receiver ns")
-        .expect("listen");
+    let mut listener =
+        Listener::bind(&net.hosts.receiver, server, Duration::from_secs(5)).expect("listen");
     let clients = {
-        let _steered = InCgroup::enter(agents.cgroup()).expect("join the steered cgroup");
+        let _steered = InCgroup::enter(agents.sender.cgroup()).expect("join the steered cgroup");
         net.hosts
             .sender
             .run(|| {
@@ -325,8 +308,6 @@ fn open_steered(
             })
             .expect("sender ns")
     };
-    let accepted = (0..flows)
-        .map(|_| listener.accept().expect("accept"))
-        .collect();
-    (clients, accepted)
+    listener.accept(flows).expect("accept");
+    (clients, listener)
 }

@@ -16,24 +16,20 @@
 
 use std::{
     collections::BTreeMap,
-    net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener},
-    path::PathBuf,
-    process::Stdio,
-    sync::mpsc,
+    net::{IpAddr, SocketAddr},
     time::{Duration, Instant},
 };
 
 use srap_common::{
     binder::outcome,
-    rss::{FlowTuple, RssDescription, RssModel, embedded_default},
+    rss::{RssDescription, RssModel, embedded_default},
 };
-use srap_daemon::sender::{PinLayout, read_stats};
 use srap_host::status::{SenderStatus, sender::ReceiverRow};
 use srap_tests::{
-    NetNs, built_binary,
-    cgroup::{CgroupDir, ChildGuard, command_in},
-    flows::{Server, line_channel},
-    require_privileged, unique_name,
+    NetNs, VethConfig, VethEnd, built_binary,
+    flows::Server,
+    harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings},
+    require_privileged, veth,
     workload::Workload,
 };
 
@@ -47,23 +43,6 @@ const SUBNETS: [u8; 2] = [89, 90];
 #[test]
 fn workload_process() {
     srap_tests::workload::serve_if_asked();
-}
-
-#[track_caller]
-fn wait_line(rx: &mpsc::Receiver<String>, what: &str, pred: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + TIMEOUT;
-    let mut seen = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) if pred(&line) => return line,
-            Ok(line) => seen.push(line),
-            Err(_) => panic!(
-                "no {what} within {TIMEOUT:?}; lines seen:\n{}",
-                seen.join("\n")
-            ),
-        }
-    }
 }
 
 /// Receiver 0: the embedded description's key, 16 queues round robin.
@@ -84,15 +63,12 @@ fn description(r: usize) -> RssDescription {
     }
 }
 
-/// One receiver host. Field order is drop order: the agent before the
-/// namespace.
+/// One receiver host: its namespace, wired to the sender's, and its agent.
 struct Receiver {
-    agent: Option<ChildGuard>,
-    log: Option<mpsc::Receiver<String>>,
+    agent: ReceiverAgent,
     model: RssModel,
-    rss_path: PathBuf,
-    control: PathBuf,
-    subnet: u8,
+    /// The sender's end of the wire (`.1`) and the receiver's (`.2`).
+    wire: (VethEnd, VethEnd),
     ns: NetNs,
 }
 
@@ -101,116 +77,50 @@ impl Receiver {
     fn new(sender: &NetNs, r: usize) -> Self {
         let ns = NetNs::new().expect("receiver netns");
         let subnet = SUBNETS[r];
-        let (ours, theirs) = (unique_name("m"), unique_name("n"));
-        sender
-            .ip([
-                "link",
-                "add",
-                &ours,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &theirs,
-                "netns",
-                ns.name(),
-            ])
-            .expect("veth");
-        for (host, ifname, side) in [(1, &ours, sender), (2, &theirs, &ns)] {
-            side.ip([
-                "addr",
-                "add",
-                &format!("10.199.{subnet}.{host}/24"),
-                "dev",
-                ifname,
-            ])
-            .expect("address");
-            side.ip(["link", "set", ifname, "up"]).expect("link up");
-        }
-        let name = unique_name("mp");
-        let tmp = std::env::temp_dir();
+        let (ours, theirs) = (
+            VethEnd::on_subnet(subnet, 1, "m"),
+            VethEnd::on_subnet(subnet, 2, "n"),
+        );
+        veth::link(sender, &ours, &ns, &theirs, VethConfig::default(), false).expect("veth");
         let desc = description(r);
-        let rss_path = tmp.join(format!("srap-test-{name}.json"));
-        std::fs::write(&rss_path, desc.to_json_pretty()).expect("write rss file");
-        let mut receiver = Self {
-            agent: None,
-            log: None,
+        let opts = ReceiverOpts::new(
+            built_binary("srap-agent"),
+            &theirs.ifname,
+            SocketAddr::new(theirs.ipv4.into(), PEER_PORT),
+        )
+        .rss(desc.clone())
+        .no_verify();
+        Self {
+            agent: ReceiverAgent::start(&ns, opts).expect("the receiver agent"),
             model: RssModel::from_description(&desc).expect("model"),
-            rss_path,
-            control: tmp.join(format!("srap-test-{name}.sock")),
-            subnet,
+            wire: (ours, theirs),
             ns,
-        };
-        receiver.start(&theirs);
-        receiver
+        }
     }
 
     fn ip(&self) -> IpAddr {
-        IpAddr::V4(Ipv4Addr::new(10, 199, self.subnet, 2))
-    }
-
-    /// The sender's address on this receiver's wire.
-    fn sender_ip(&self) -> IpAddr {
-        IpAddr::V4(Ipv4Addr::new(10, 199, self.subnet, 1))
+        self.wire.1.ipv4.into()
     }
 
     fn peer(&self) -> String {
-        format!("{}:{PEER_PORT}", self.ip())
-    }
-
-    fn start(&mut self, ifname: &str) {
-        let mut child = command_in(&self.ns, built_binary("srap-agent"))
-            .expect("receiver netns")
-            .args(["receiver", "--iface", ifname, "--no-verify"])
-            .arg("--control")
-            .arg(&self.control)
-            .arg("--rss")
-            .arg(&self.rss_path)
-            .args(["--listen", &self.peer()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn srap-agent receiver");
-        let log = line_channel(child.stderr.take().expect("stderr"));
-        self.agent = Some(ChildGuard::new(child));
-        wait_line(&log, "`receiver listening`", |l| {
-            l.contains("receiver listening")
-        });
-        self.log = Some(log);
-    }
-
-    /// SIGTERM by PID (the agent removes its control socket), SIGKILL if
-    /// it lingers.
-    fn stop(&mut self) {
-        let Some(mut agent) = self.agent.take() else {
-            return;
-        };
-        if let Ok(pid) = libc::pid_t::try_from(agent.id()) {
-            // SAFETY: kill(2) on the PID of our own unreaped child.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-        }
-        if agent.wait(Duration::from_secs(3)).is_err() {
-            agent.kill();
-        }
+        self.agent.peer()
     }
 
     fn listen(&self) -> Server {
-        let addr = SocketAddr::new(self.ip(), DPORT);
-        let listener = self
-            .ns
-            .run(|| TcpListener::bind(addr))
-            .expect("receiver netns")
-            .expect("listen");
-        Server::new(listener, TIMEOUT)
+        Server::bind(&self.ns, SocketAddr::new(self.ip(), DPORT), TIMEOUT)
     }
 
     /// Flows per receiver CPU of the accepted `ports`, by this receiver's
     /// own model.
     fn cpus_of(&self, ports: &[u16]) -> BTreeMap<u32, usize> {
+        let clients: Vec<SocketAddr> = ports
+            .iter()
+            .map(|&port| SocketAddr::new(self.wire.0.ipv4.into(), port))
+            .collect();
+        let server = SocketAddr::new(self.ip(), DPORT);
         let mut cpus = BTreeMap::new();
-        for &port in ports {
-            let tuple = FlowTuple::new(self.sender_ip(), port, self.ip(), DPORT).expect("v4 tuple");
-            *cpus.entry(self.model.landing(&tuple).cpu).or_insert(0) += 1;
+        for landing in landings(&self.model, &clients, server).expect("v4 tuples") {
+            *cpus.entry(landing.cpu).or_insert(0) += 1;
         }
         cpus
     }
@@ -220,23 +130,10 @@ impl Receiver {
     }
 }
 
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_file(&self.rss_path);
-        let _ = std::fs::remove_file(&self.control);
-    }
-}
-
-/// The sender host: its namespace, agent and binder (detached on drop,
-/// in the namespace that reserved its ports; the namespace goes last).
+/// The sender host: its namespace and agent (detached on drop, in the
+/// namespace that reserved its ports).
 struct SenderHost {
-    agent: Option<ChildGuard>,
-    out: Option<mpsc::Receiver<String>>,
-    log: Option<mpsc::Receiver<String>>,
-    pin_dir: PathBuf,
-    control: PathBuf,
-    cgroup: CgroupDir,
+    agent: Option<SenderAgent>,
     ns: NetNs,
 }
 
@@ -244,46 +141,31 @@ impl SenderHost {
     fn new() -> Self {
         Self {
             agent: None,
-            out: None,
-            log: None,
-            pin_dir: PathBuf::from(format!("/sys/fs/bpf/srap-test-{}", unique_name("mp"))),
-            control: std::env::temp_dir().join(format!("srap-test-{}.sock", unique_name("mp"))),
-            cgroup: CgroupDir::unique().expect("cgroup2 mount"),
             ns: NetNs::new().expect("sender netns"),
         }
     }
 
-    /// Starts `srap-agent sender` with one `--peer` per receiver.
+    /// Starts `srap-agent sender` with one `--peer` per receiver, and waits
+    /// until it steers.
     fn start(&mut self, receivers: &[Receiver]) {
-        let agent = self;
-        let mut cmd = command_in(&agent.ns, built_binary("srap-agent")).expect("sender netns");
-        cmd.arg("sender");
-        for r in receivers {
-            cmd.args(["--peer", &r.peer()]);
-        }
-        let mut child = cmd
-            .args(["--report-port", &DPORT.to_string()])
-            .arg("--cgroup")
-            .arg(agent.cgroup.path())
-            .arg("--pin-dir")
-            .arg(&agent.pin_dir)
-            .arg("--control")
-            .arg(&agent.control)
-            .args(["--port-range", "32768-60999", "--interval", "1"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn srap-agent sender");
-        agent.out = Some(line_channel(child.stdout.take().expect("stdout")));
-        agent.log = Some(line_channel(child.stderr.take().expect("stderr")));
-        agent.agent = Some(ChildGuard::new(child));
+        let opts = receivers
+            .iter()
+            .fold(SenderOpts::new(built_binary("srap-agent")), |o, r| {
+                o.peer(r.peer())
+            })
+            .report_port(DPORT);
+        self.agent = Some(SenderAgent::start(&self.ns, opts).expect("the sender agent steers"));
+    }
+
+    fn agent(&self) -> &SenderAgent {
+        self.agent.as_ref().expect("the sender agent runs")
     }
 
     /// `srap status --sender --json` of the agent.
     fn status(&self) -> SenderStatus {
         let out = std::process::Command::new(built_binary("srap"))
             .args(["status", "--sender", "--json", "--control"])
-            .arg(&self.control)
+            .arg(self.agent().control())
             .output()
             .expect("run srap status --sender");
         assert!(
@@ -312,32 +194,8 @@ impl SenderHost {
     }
 
     fn steered(&self) -> u64 {
-        let stats = read_stats(&PinLayout::new(&self.pin_dir)).expect("binder stats");
+        let stats = self.agent().stats().expect("binder stats");
         stats.get(outcome::STEERED) + stats.get(outcome::RETRIED)
-    }
-}
-
-impl Drop for SenderHost {
-    fn drop(&mut self) {
-        if let Some(mut agent) = self.agent.take() {
-            agent.kill();
-        }
-        if self.pin_dir.exists()
-            && let Ok(mut cmd) = command_in(&self.ns, built_binary("srap-agent"))
-        {
-            let _ = cmd
-                .args(["detach", "--pin-dir"])
-                .arg(&self.pin_dir)
-                .output();
-        }
-        if let Ok(entries) = std::fs::read_dir(&self.pin_dir) {
-            for entry in entries.flatten() {
-                let _ = std::fs::remove_file(entry.path());
-            }
-            let _ = std::fs::remove_dir(&self.pin_dir);
-        }
-        let _ = std::fs::remove_file(srap_daemon::sender::state::path_for(&self.pin_dir));
-        let _ = std::fs::remove_file(&self.control);
     }
 }
 
@@ -424,18 +282,16 @@ fn one_sender_steers_toward_two_receivers_each_by_its_own_description() {
     let mut agent = SenderHost::new();
     let mut receivers = [Receiver::new(&agent.ns, 0), Receiver::new(&agent.ns, 1)];
     agent.start(&receivers);
-    let out = agent.out.as_ref().expect("sender stdout");
-    wait_line(out, "`steering active`", |l| {
-        l.starts_with("steering active")
-    });
     // Each receiver is told the plan toward it, and only that: one table
     // per local address of the sender (it has one on each wire), not the
     // other receiver's two as well.
     for r in &receivers {
-        let log = r.log.as_ref().expect("receiver log");
-        let line = wait_line(log, "the plan for version 1", |l| {
-            l.contains("plan for version 1:")
-        });
+        let line = r
+            .agent
+            .wait_for_log("the plan for version 1", |l| {
+                l.contains("plan for version 1:")
+            })
+            .expect("the receiver hears the plan");
         assert!(line.contains("plan for version 1: 2 table(s)"), "{line}");
     }
     let mut servers: Vec<Server> = receivers.iter().map(Receiver::listen).collect();
@@ -444,7 +300,7 @@ fn one_sender_steers_toward_two_receivers_each_by_its_own_description() {
         .map(|r| {
             Workload::spawn(
                 &agent.ns,
-                Some(agent.cgroup.path()),
+                Some(agent.agent().cgroup()),
                 SocketAddr::new(r.ip(), DPORT),
             )
         })
@@ -467,11 +323,12 @@ fn one_sender_steers_toward_two_receivers_each_by_its_own_description() {
     assert_eq!(counter(&status, "steered"), opened as u64);
 
     // Receiver 0's agent goes away: both keep steering.
-    receivers[0].stop();
-    let log = agent.log.as_ref().expect("sender log");
-    wait_line(log, "the `away` notice", |l| {
-        l.contains(&format!("receiver {} is away", receivers[0].peer()))
-    });
+    receivers[0].agent.stop();
+    let away = format!("receiver {} is away", receivers[0].peer());
+    agent
+        .agent()
+        .wait_for_log("the `away` notice", |l| l.contains(&away))
+        .expect("the sender notices");
     for (n, r) in receivers.iter().enumerate() {
         // The first round stays open: a second flow on every CPU.
         let ports = open_flows(&mut workloads[n], &mut servers[n], r.cpus());

@@ -13,10 +13,8 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     io::Write as _,
-    net::{IpAddr, SocketAddr, TcpListener},
+    net::{IpAddr, SocketAddr},
     path::{Path, PathBuf},
-    process::{Command, Stdio},
-    sync::mpsc,
     thread,
     time::{Duration, Instant},
 };
@@ -28,15 +26,15 @@ use srap_common::{
     solver::PortRange,
 };
 use srap_daemon::{
-    sender::{PinLayout, Plan, plan::ReceiverSources, read_stats},
+    sender::{Plan, plan::ReceiverSources},
     upstream::plan_report,
     verifier::{HookChoice, Verifier},
 };
 use srap_lab::emulator::Emulator;
 use srap_tests::{
     TwoHosts, VethConfig, built_binary,
-    cgroup::{CgroupDir, ChildGuard, command_in},
-    flows::{Server, line_channel},
+    flows::Server,
+    harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts},
     relay::{Attack, Relay},
     require_privileged, unique_name,
     workload::Workload,
@@ -68,34 +66,6 @@ fn workload_process() {
     srap_tests::workload::serve_if_asked();
 }
 
-/// The first line matching `pred` within [`TIMEOUT`].
-#[track_caller]
-fn wait_line(rx: &mpsc::Receiver<String>, what: &str, pred: impl Fn(&str) -> bool) -> String {
-    wait_line_within(rx, what, TIMEOUT, pred)
-}
-
-#[track_caller]
-fn wait_line_within(
-    rx: &mpsc::Receiver<String>,
-    what: &str,
-    limit: Duration,
-    pred: impl Fn(&str) -> bool,
-) -> String {
-    let deadline = Instant::now() + limit;
-    let mut seen = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok(line) if pred(&line) => return line,
-            Ok(line) => seen.push(line),
-            Err(_) => panic!(
-                "no {what} within {limit:?}; lines seen:\n{}",
-                seen.join("\n")
-            ),
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------
 // The fixture.
 
@@ -120,22 +90,16 @@ fn second_table() -> Vec<u32> {
         .collect()
 }
 
-/// Field order is drop order: the verifier and emulator come off before
-/// the namespaces go; the [`Drop`] impl kills the agents and detaches first.
+/// Field order is drop order: the agents (the sender detached) before the
+/// verifier and emulator come off, all before the namespaces go.
 struct Peer {
-    receiver_agent: Option<ChildGuard>,
-    receiver_log: Option<mpsc::Receiver<String>>,
-    sender_agent: Option<ChildGuard>,
-    sender_out: Option<mpsc::Receiver<String>>,
-    sender_log: Option<mpsc::Receiver<String>>,
+    sender: Option<SenderAgent>,
+    receiver: Option<ReceiverAgent>,
     verifier: Option<Verifier>,
     emulator: Option<Emulator>,
     model: RssModel,
-    rss_path: PathBuf,
     psk_path: PathBuf,
     wrong_psk_path: PathBuf,
-    pin_dir: PathBuf,
-    cgroup: CgroupDir,
     hosts: TwoHosts,
 }
 
@@ -151,24 +115,17 @@ impl Peer {
         let tmp = std::env::temp_dir();
         let desc = description(None);
         let mut peer = Self {
-            receiver_agent: None,
-            receiver_log: None,
-            sender_agent: None,
-            sender_out: None,
-            sender_log: None,
+            sender: None,
+            receiver: None,
             verifier: None,
             emulator: None,
             model: RssModel::from_description(&desc).expect("model"),
-            rss_path: tmp.join(format!("srap-test-{name}.json")),
             psk_path: tmp.join(format!("srap-test-{name}.psk")),
             wrong_psk_path: tmp.join(format!("srap-test-{name}-wrong.psk")),
-            pin_dir: PathBuf::from(format!("/sys/fs/bpf/srap-test-{name}")),
-            cgroup: CgroupDir::unique().expect("cgroup2 mount"),
             hosts,
         };
         write_private(&peer.psk_path, "peer-test key shared by both agents");
         write_private(&peer.wrong_psk_path, "a different key the receiver lacks");
-        peer.write_rss(&desc);
         peer.set_nic(desc);
         let iface = peer.hosts.receiver_end.ifname.clone();
         let verifier = peer
@@ -193,11 +150,17 @@ impl Peer {
         SocketAddr::new(self.receiver_ip(), DPORT)
     }
 
-    /// Atomically (rename), as the receiver may read it at any moment.
+    fn receiver(&self) -> &ReceiverAgent {
+        self.receiver.as_ref().expect("the receiver agent runs")
+    }
+
+    fn sender(&self) -> &SenderAgent {
+        self.sender.as_ref().expect("the sender agent runs")
+    }
+
+    /// The receiver agent serves `desc` from now on (a new version).
     fn write_rss(&self, desc: &RssDescription) {
-        let tmp = self.rss_path.with_extension("tmp");
-        std::fs::write(&tmp, desc.to_json_pretty()).expect("write rss file");
-        std::fs::rename(&tmp, &self.rss_path).expect("rename rss file");
+        self.receiver().set_rss(desc).expect("write rss file");
     }
 
     /// The "NIC" follows `desc`: the emulator is replaced.
@@ -216,54 +179,32 @@ impl Peer {
     }
 
     fn start_receiver(&mut self) {
-        let mut child = command_in(&self.hosts.receiver, built_binary("srap-agent"))
-            .expect("receiver netns")
-            .args(["receiver", "--iface", &self.hosts.receiver_end.ifname])
-            // The test runs its own verifier, and a control socket of its
-            // own keeps the host's default path untouched.
-            .arg("--no-verify")
-            .arg("--control")
-            .arg(self.rss_path.with_extension("sock"))
-            .arg("--rss")
-            .arg(&self.rss_path)
-            .arg("--psk-file")
-            .arg(&self.psk_path)
-            .args(["--listen", &format!("{}:{PEER_PORT}", self.receiver_ip())])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn srap-agent receiver");
-        let log = line_channel(child.stderr.take().expect("stderr"));
-        self.receiver_agent = Some(ChildGuard::new(child));
-        wait_line(&log, "`receiver listening`", |l| {
-            l.contains("receiver listening")
-        });
-        self.receiver_log = Some(log);
+        let listen = SocketAddr::new(self.receiver_ip(), PEER_PORT);
+        let opts = ReceiverOpts::new(
+            built_binary("srap-agent"),
+            &self.hosts.receiver_end.ifname,
+            listen,
+        )
+        .rss(description(None))
+        // The test runs its own verifier.
+        .no_verify()
+        .arg("--psk-file")
+        .arg(&self.psk_path);
+        let agent = ReceiverAgent::start(&self.hosts.receiver, opts).expect("the receiver agent");
+        self.receiver = Some(agent);
     }
 
-    fn sender_command(&self, psk: &Path, extra: &[&str]) -> Command {
-        let peer = format!("{}:{PEER_PORT}", self.receiver_ip());
-        self.sender_command_via(&peer, psk, extra)
-    }
-
-    /// The sender agent's command, reaching the receiver agent at `peer`.
-    fn sender_command_via(&self, peer: &str, psk: &Path, extra: &[&str]) -> Command {
-        let mut cmd =
-            command_in(&self.hosts.sender, built_binary("srap-agent")).expect("sender netns");
-        cmd.args(["sender", "--peer", peer])
-            .args(["--receiver", &self.receiver_ip().to_string()])
+    /// The sender agent, reaching the receiver agent at `peer` with the key
+    /// in `psk`, not started.
+    fn sender_agent(&self, peer: &str, psk: &Path) -> SenderAgent {
+        let opts = SenderOpts::new(built_binary("srap-agent"))
+            .peer(peer)
+            .port_range(PORT_RANGE)
+            .args(["--receiver".to_owned(), self.receiver_ip().to_string()])
             .arg("--psk-file")
             .arg(psk)
-            .args(["--report-port", &DPORT.to_string()])
-            .arg("--cgroup")
-            .arg(self.cgroup.path())
-            .arg("--pin-dir")
-            .arg(&self.pin_dir)
-            .arg("--control")
-            .arg(self.rss_path.with_extension("sender.sock"))
-            .args(["--port-range", PORT_RANGE, "--interval", "1"])
-            .args(extra);
-        cmd
+            .report_port(DPORT);
+        SenderAgent::new(&self.hosts.sender, opts).expect("a sender agent")
     }
 
     /// Starts the sender agent and waits until it steers.
@@ -275,39 +216,18 @@ impl Peer {
     /// Starts the sender agent toward the receiver agent at `peer` (the
     /// receiver address it steers toward stays the receiver's).
     fn start_sender_via(&mut self, peer: &str) {
-        let mut child = self
-            .sender_command_via(peer, &self.psk_path, &[])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn srap-agent sender");
-        let out = line_channel(child.stdout.take().expect("stdout"));
-        let log = line_channel(child.stderr.take().expect("stderr"));
-        self.sender_agent = Some(ChildGuard::new(child));
-        wait_line(&out, "`steering active`", |l| {
-            l.starts_with("steering active")
-        });
-        self.sender_out = Some(out);
-        self.sender_log = Some(log);
+        let mut agent = self.sender_agent(peer, &self.psk_path);
+        agent.launch().expect("the sender agent steers");
+        self.sender = Some(agent);
     }
 
     fn listen(&self) -> Server {
-        let addr = self.server_addr();
-        let listener = self
-            .hosts
-            .receiver
-            .run(|| TcpListener::bind(addr))
-            .expect("receiver netns")
-            .expect("listen");
-        Server::new(listener, TIMEOUT)
+        Server::bind(&self.hosts.receiver, self.server_addr(), TIMEOUT)
     }
 
     fn workload(&self) -> Workload {
-        Workload::spawn(
-            &self.hosts.sender,
-            Some(self.cgroup.path()),
-            self.server_addr(),
-        )
+        let dst = self.server_addr();
+        Workload::spawn(&self.hosts.sender, Some(self.sender().cgroup()), dst)
     }
 
     /// Source port → receiver CPU, as the sender agent plans (and reports)
@@ -376,7 +296,7 @@ impl Peer {
     /// The pinned slot rows of the sender's plan (the indirection entries
     /// per receiver CPU): they change with the receiver's table.
     fn pinned_slots(&self) -> Vec<SlotEntries> {
-        let layout = PinLayout::new(&self.pin_dir);
+        let layout = self.sender().layout();
         let data = MapData::from_pin(layout.map(SLOTS_MAP)).expect("pinned slots map");
         let map = aya::maps::Map::from_map_data(data).expect("map");
         let slots: Array<_, SlotEntries> = Array::try_from(map).expect("array of slots");
@@ -386,7 +306,7 @@ impl Peer {
     }
 
     fn binder_steered(&self) -> u64 {
-        let stats = read_stats(&PinLayout::new(&self.pin_dir)).expect("binder stats");
+        let stats = self.sender().stats().expect("binder stats");
         stats.get(outcome::STEERED) + stats.get(outcome::RETRIED)
     }
 
@@ -411,69 +331,21 @@ impl Peer {
             .expect("reserve foreign ports");
     }
 
-    fn detach(&self) -> std::process::Output {
-        command_in(&self.hosts.sender, built_binary("srap-agent"))
-            .expect("sender netns")
-            .args(["detach", "--pin-dir"])
-            .arg(&self.pin_dir)
-            .output()
-            .expect("run srap-agent detach")
-    }
-
     fn stop_receiver(&mut self) {
-        if let Some(agent) = self.receiver_agent.take() {
-            terminate(agent);
+        if let Some(mut agent) = self.receiver.take() {
+            agent.stop();
         }
     }
 }
 
 impl Drop for Peer {
     fn drop(&mut self) {
-        if let Some(mut agent) = self.sender_agent.take() {
-            agent.kill();
-        }
+        // The sender (detached) and the receiver first.
+        drop(self.sender.take());
         self.stop_receiver();
-        if self.pin_dir.exists() {
-            let out = self.detach();
-            if !out.status.success() {
-                eprintln!(
-                    "cleanup: srap-agent detach: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-        }
-        // Whatever detach could not remove: the pins go, so no link stays.
-        if let Ok(entries) = std::fs::read_dir(&self.pin_dir) {
-            for entry in entries.flatten() {
-                let _ = std::fs::remove_file(entry.path());
-            }
-            let _ = std::fs::remove_dir(&self.pin_dir);
-        }
-        let _ = std::fs::remove_file(srap_daemon::sender::state::path_for(&self.pin_dir));
-        let control = self.rss_path.with_extension("sock");
-        let sender_control = self.rss_path.with_extension("sender.sock");
-        for path in [
-            &sender_control,
-            &self.rss_path,
-            &self.psk_path,
-            &self.wrong_psk_path,
-            &control,
-        ] {
+        for path in [&self.psk_path, &self.wrong_psk_path] {
             let _ = std::fs::remove_file(path);
         }
-    }
-}
-
-/// SIGTERM by PID, so the agent removes what it made (the receiver's
-/// control socket); SIGKILL if it has not exited within a few seconds.
-fn terminate(mut agent: ChildGuard) {
-    let Ok(pid) = libc::pid_t::try_from(agent.id()) else {
-        return;
-    };
-    // SAFETY: kill(2) on the PID of our own unreaped child.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    if agent.wait(Duration::from_secs(3)).is_err() {
-        agent.kill();
     }
 }
 
@@ -516,10 +388,11 @@ fn sender_follows_the_receiver_agent() {
     let foreign = peer.sysctl("ip_local_reserved_ports");
     peer.start_receiver();
     peer.start_sender();
-    let receiver_log = peer.receiver_log.take().expect("receiver log");
-    wait_line(&receiver_log, "the plan for version 1", |l| {
-        l.contains("plan for version 1: 1 table(s), 1024 source ports")
-    });
+    peer.receiver()
+        .wait_for_log("the plan for version 1", |l| {
+            l.contains("plan for version 1: 1 table(s), 1024 source ports")
+        })
+        .expect("the receiver hears the plan");
 
     let mut server = peer.listen();
     let mut workload = peer.workload();
@@ -532,15 +405,19 @@ fn sender_follows_the_receiver_agent() {
     let second = description(Some(second_table()));
     peer.write_rss(&second);
     peer.set_nic(second);
-    let out = peer.sender_out.as_ref().expect("sender stdout");
-    let line = wait_line_within(out, "`replanned for version 2`", REPLAN_BUDGET, |l| {
-        l.starts_with("replanned for version 2")
-    });
+    let line = peer
+        .sender()
+        .wait_for_log_within("`replanned for version 2`", REPLAN_BUDGET, |l| {
+            l.starts_with("replanned for version 2")
+        })
+        .expect("the sender replans in time");
     let took = changed_at.elapsed();
     assert!(took <= REPLAN_BUDGET, "{line} after {took:?}");
-    wait_line(&receiver_log, "the plan for version 2", |l| {
-        l.contains("plan for version 2: 1 table(s), 1024 source ports")
-    });
+    peer.receiver()
+        .wait_for_log("the plan for version 2", |l| {
+            l.contains("plan for version 2: 1 table(s), 1024 source ports")
+        })
+        .expect("the receiver hears the new plan");
 
     // The first 16 stay open (their ports are not reused); 16 more go to
     // the other 16 CPUs, each where the new table sends it.
@@ -549,16 +426,15 @@ fn sender_follows_the_receiver_agent() {
     assert_eq!(peer.binder_steered(), 2 * FLOWS as u64);
 
     drop(workload);
-    if let Some(mut agent) = peer.sender_agent.take() {
-        agent.kill();
-    }
-    let out = peer.detach();
+    let sender = peer.sender.as_mut().expect("the sender agent runs");
+    sender.kill();
+    let out = sender.detach().expect("run srap-agent detach");
     assert!(
         out.status.success(),
         "detach: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(!peer.pin_dir.exists(), "pins left");
+    assert!(!sender.pin_dir().exists(), "pins left");
     assert_eq!(
         peer.sysctl("ip_local_reserved_ports"),
         foreign,
@@ -575,17 +451,18 @@ fn receiver_gone_keeps_the_last_plan() {
     peer.start_receiver();
     peer.start_sender();
     peer.stop_receiver();
-    let log = peer.sender_log.as_ref().expect("sender log");
-    wait_line(log, "the `away` notice", |l| {
-        l.contains("is away") && l.contains("steering on with the plan for version 1")
-    });
+    peer.sender()
+        .wait_for_log("the `away` notice", |l| {
+            l.contains("is away") && l.contains("steering on with the plan for version 1")
+        })
+        .expect("the sender notices");
     let mut server = peer.listen();
     let mut workload = peer.workload();
     let ports = open_flows(&mut workload, &mut server, FLOWS);
     peer.assert_steered(&ports);
     assert_eq!(peer.binder_steered(), FLOWS as u64);
     assert!(
-        !peer.sender_agent.as_mut().expect("sender agent").exited(),
+        !peer.sender().exited(),
         "the sender agent keeps running without its receiver"
     );
 }
@@ -599,8 +476,10 @@ fn wrong_key_sets_nothing_up() {
     let reserved = peer.sysctl("ip_local_reserved_ports");
     peer.start_receiver();
     let started = Instant::now();
-    let out = peer
-        .sender_command(&peer.wrong_psk_path, &["--peer-wait", "2"])
+    let peer_addr = format!("{}:{PEER_PORT}", peer.receiver_ip());
+    let sender = peer.sender_agent(&peer_addr, &peer.wrong_psk_path);
+    let out = sender
+        .command(&["--peer-wait", "2"])
         .env("RUST_BACKTRACE", "0")
         .output()
         .expect("run srap-agent sender");
@@ -612,10 +491,10 @@ fn wrong_key_sets_nothing_up() {
         "{stderr}"
     );
     assert!(stderr.contains("nothing was set up"), "{stderr}");
-    assert!(!peer.pin_dir.exists(), "no pins for a wrong key");
-    assert!(!peer.cgroup.path().exists(), "no cgroup for a wrong key");
+    assert!(!sender.pin_dir().exists(), "no pins for a wrong key");
+    assert!(!sender.cgroup().exists(), "no cgroup for a wrong key");
     assert!(
-        !srap_daemon::sender::state::path_for(&peer.pin_dir).exists(),
+        !srap_daemon::sender::state::path_for(sender.pin_dir()).exists(),
         "no state file"
     );
     assert_eq!(peer.sysctl("ip_local_reserved_ports"), reserved);
@@ -633,35 +512,44 @@ fn attacked_session_keeps_the_plan(subnet: u8, attack: Attack, cause: &str) {
     let relay = Relay::start(&peer.hosts.sender, upstream).expect("relay in the sender netns");
     relay.allow(1);
     peer.start_sender_via(&relay.addr().to_string());
-    let receiver_log = peer.receiver_log.take().expect("receiver log");
-    wait_line(&receiver_log, "the plan for version 1", |l| {
-        l.contains("plan for version 1:")
-    });
+    peer.receiver()
+        .wait_for_log("the plan for version 1", |l| {
+            l.contains("plan for version 1:")
+        })
+        .expect("the receiver hears the plan");
     let planned = peer.pinned_slots();
 
     relay.arm(attack);
     peer.write_rss(&description(Some(second_table())));
-    let log = peer.sender_log.take().expect("sender log");
-    let dropped = wait_line(&log, "the dropped connection", |l| l.contains(cause));
+    let dropped = peer
+        .sender()
+        .wait_for_log("the dropped connection", |l| l.contains(cause))
+        .expect("the sender drops the connection");
     assert!(dropped.contains("retrying"), "{dropped}");
     assert_eq!(relay.attacks(), 1);
     // The receiver hears why.
-    wait_line(&receiver_log, "the sender's report", |l| {
-        l.contains("the peer reported an error") && l.contains(cause)
-    });
+    peer.receiver()
+        .wait_for_log("the sender's report", |l| {
+            l.contains("the peer reported an error") && l.contains(cause)
+        })
+        .expect("the receiver hears why");
     // Still the first plan: nothing of the attacked frame was applied.
-    let out = peer.sender_out.take().expect("sender stdout");
     assert!(
-        out.try_iter().all(|l| !l.starts_with("replanned")),
+        peer.sender()
+            .log()
+            .find(|l| l.starts_with("replanned"))
+            .is_none(),
         "replanned from an attacked frame"
     );
     assert_eq!(peer.pinned_slots(), planned, "the pinned plan changed");
 
     // Let it reconnect: the genuine second description is followed.
     relay.allow(1);
-    wait_line(&out, "`replanned for version 2`", |l| {
-        l.starts_with("replanned for version 2")
-    });
+    peer.sender()
+        .wait_for_log("`replanned for version 2`", |l| {
+            l.starts_with("replanned for version 2")
+        })
+        .expect("the sender follows the genuine description");
     assert_ne!(peer.pinned_slots(), planned, "the new plan is pinned");
     drop(relay);
 }

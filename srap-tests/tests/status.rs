@@ -26,7 +26,7 @@ use srap_host::status::Status;
 use srap_lab::emulator::Emulator;
 use srap_tests::{
     TwoHosts, VethConfig, built_binary,
-    cgroup::{ChildGuard, command_in},
+    harness::{ReceiverAgent, ReceiverOpts},
     promtool, require_privileged, unique_name,
 };
 
@@ -131,14 +131,6 @@ fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
         subnet: 51,
     })
     .expect("two namespaces joined by a veth");
-    let dir = TempDir::new();
-    let rss_file = dir.0.join("rss.json");
-    std::fs::write(
-        &rss_file,
-        serde_json::to_string(&description()).expect("json"),
-    )
-    .expect("write the description");
-    let control = dir.0.join("receiver.sock");
     let server = SocketAddr::new(hosts.receiver_end.ip(false), PORT);
 
     let _emulator = hosts
@@ -147,18 +139,15 @@ fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
         .expect("enter sender namespace")
         .expect("attach the emulator");
 
-    let mut agent = command_in(&hosts.receiver, built_binary("srap-agent")).expect("receiver ns");
-    agent
-        .args(["receiver", "--iface", &hosts.receiver_end.ifname])
-        .args(["--listen", "127.0.0.1:7447", "--rss"])
-        .arg(&rss_file)
-        .arg("--control")
-        .arg(&control)
-        .args(["--metrics", METRICS])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    let mut agent = ChildGuard::new(agent.spawn().expect("start srap-agent receiver"));
+    let opts = ReceiverOpts::new(
+        built_binary("srap-agent"),
+        &hosts.receiver_end.ifname,
+        SocketAddr::from(([127, 0, 0, 1], 7447)),
+    )
+    .rss(description())
+    .args(["--metrics", METRICS]);
+    let mut agent = ReceiverAgent::start(&hosts.receiver, opts).expect("start srap-agent receiver");
+    let control = agent.control();
 
     // The agent is up and its verifier attached.
     let first = wait_status(&control, "the agent's first status", |s| {
@@ -304,10 +293,7 @@ fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
     drop(stop);
     writer.join().expect("writer");
     readers.join().expect("readers");
-    // SAFETY: kill(2) on the PID of our own child, which is not yet reaped.
-    let rc = unsafe { libc::kill(agent.id() as libc::pid_t, libc::SIGTERM) };
-    assert_eq!(rc, 0, "SIGTERM to the agent");
-    let exit = agent.wait(WAIT).expect("the agent stops on SIGTERM");
+    let exit = agent.stop().expect("the agent stops on SIGTERM");
     assert!(exit.success(), "agent exit: {exit}");
     assert!(!control.exists(), "the control socket is removed on exit");
 }

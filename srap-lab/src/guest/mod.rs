@@ -24,7 +24,7 @@ use anyhow::{Context as _, bail};
 pub use image::GuestImage;
 pub use shell::GuestShell;
 
-use super::{NetNs, interrupted, unique_name, workload::ChildGuard, workload::in_netns};
+use super::{NetNs, harness::in_netns, interrupted, unique_name, workload::ChildGuard};
 
 /// The guest's NIC, inside the guest.
 pub const GUEST_IFACE: &str = "eth0";

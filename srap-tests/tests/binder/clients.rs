@@ -9,8 +9,8 @@ use std::{
     process::{Command, Stdio},
 };
 
-use srap_common::{binder::outcome, rss::FlowTuple};
-use srap_tests::{built_binary, cgroup::ChildGuard, cgroup::command_in};
+use srap_common::binder::outcome;
+use srap_tests::{built_binary, cgroup::ChildGuard, harness::landings, harness::srap_exec};
 
 use super::{DPORT, Lab, TIMEOUT, privileged};
 
@@ -41,17 +41,16 @@ fn tool(name: &str) -> Option<PathBuf> {
 
 /// Runs `program args` under `srap exec` in the sender's namespace.
 fn spawn_client(lab: &Lab, program: &Path, args: &[String]) -> ChildGuard {
-    let child = command_in(&lab.hosts.sender, built_binary("srap"))
-        .expect("sender netns")
-        .arg("exec")
-        .arg("--cgroup")
-        .arg(lab.cgroup.path())
-        .arg("--")
-        .arg(program)
-        .args(args)
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn client under srap exec");
+    let child = srap_exec(
+        &lab.hosts.sender,
+        &built_binary("srap"),
+        Some(lab.agent.cgroup()),
+        program,
+    )
+    .args(args)
+    .stdout(Stdio::null())
+    .spawn()
+    .expect("spawn client under srap exec");
     ChildGuard::new(child)
 }
 
@@ -59,14 +58,11 @@ fn spawn_client(lab: &Lab, program: &Path, args: &[String]) -> ChildGuard {
 /// distinct receiver CPUs by the model of the tuple the receiver saw.
 fn accepts_on_distinct_cpus(lab: &Lab, server: &mut super::Server, n: usize) -> Vec<SocketAddr> {
     let peers = server.accept_peers(n);
-    let cpus: Vec<u32> = peers
+    let server = SocketAddr::new(lab.receiver_ip(), DPORT);
+    let cpus: Vec<u32> = landings(&lab.model, &peers, server)
+        .expect("same-family tuples")
         .iter()
-        .map(|peer| {
-            let src = peer.ip().to_canonical();
-            let tuple = FlowTuple::new(src, peer.port(), lab.receiver_ip(), DPORT)
-                .expect("same-family tuple");
-            lab.model.landing(&tuple).cpu
-        })
+        .map(|landing| landing.cpu)
         .collect();
     let distinct: std::collections::BTreeSet<u32> = cpus.iter().copied().collect();
     assert_eq!(

@@ -1,0 +1,91 @@
+//! Hosts beyond a pair: one hub namespace with a bridge that any number of
+//! host namespaces join, each on a veth of its own (a rack of senders and
+//! one receiver, say). A pair is [`crate::TwoHosts`]; one host wired to
+//! several others is [`crate::veth::link`] per wire.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use anyhow::Context as _;
+
+use crate::NetNs;
+
+/// The bridge in the hub namespace.
+const BRIDGE: &str = "br0";
+/// A host's interface, inside its own namespace.
+const HOST_IFACE: &str = "eth0";
+
+/// The hub (`10.199.<subnet>.1` on its bridge) and the hosts on it (host
+/// `i` is `10.199.<subnet>.<10 + i>`). Every namespace goes with the last
+/// handle to it, and the veths and the bridge with them.
+pub struct Bridge {
+    hosts: Vec<NetNs>,
+    /// The hub's namespace, which holds the bridge.
+    pub hub: NetNs,
+    subnet: u8,
+}
+
+impl Bridge {
+    /// The hub's namespace with its bridge up, no hosts yet.
+    pub fn new(subnet: u8) -> anyhow::Result<Self> {
+        let hub = NetNs::new()?;
+        let bridge = Self {
+            hosts: Vec::new(),
+            hub,
+            subnet,
+        };
+        let ip = format!("{}/24", bridge.hub_ip());
+        bridge
+            .hub
+            .ip(["link", "add", BRIDGE, "type", "bridge"])
+            .context("creating the bridge")?;
+        bridge.hub.ip(["addr", "add", &ip, "dev", BRIDGE])?;
+        bridge.hub.ip(["link", "set", BRIDGE, "up"])?;
+        Ok(bridge)
+    }
+
+    /// The hub's address on the bridge.
+    pub fn hub_ip(&self) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(10, 199, self.subnet, 1))
+    }
+
+    /// A new host namespace on the bridge; returns its index.
+    pub fn add_host(&mut self) -> anyhow::Result<usize> {
+        let i = self.hosts.len();
+        let last = u8::try_from(10 + i).context("at most 245 hosts on a bridge")?;
+        let ns = NetNs::new()?;
+        let port = format!("s{i}");
+        self.hub
+            .ip([
+                "link",
+                "add",
+                &port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                HOST_IFACE,
+                "netns",
+                ns.name(),
+            ])
+            .context("creating a host's veth")?;
+        self.hub
+            .ip(["link", "set", &port, "master", BRIDGE, "up"])
+            .context("putting the veth on the bridge")?;
+        let ip = format!("10.199.{}.{last}/24", self.subnet);
+        ns.ip(["addr", "add", &ip, "dev", HOST_IFACE])?;
+        ns.ip(["link", "set", HOST_IFACE, "up"])?;
+        self.hosts.push(ns);
+        Ok(i)
+    }
+
+    /// Host `i`'s namespace.
+    pub fn host(&self, i: usize) -> &NetNs {
+        &self.hosts[i]
+    }
+
+    /// Host `i`'s address.
+    pub fn host_ip(&self, i: usize) -> IpAddr {
+        let last = u8::try_from(10 + i).unwrap_or(u8::MAX);
+        IpAddr::V4(Ipv4Addr::new(10, 199, self.subnet, last))
+    }
+}
