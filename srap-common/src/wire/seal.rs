@@ -17,14 +17,18 @@
 //! # Key derivation (HKDF, RFC 5869, with SHA-256)
 //!
 //! ```text
-//! PRK        = HMAC-SHA256(salt = sender nonce ‖ receiver nonce, PSK)
-//! key(dir)   = HMAC-SHA256(PRK, "srap v4 frames " ‖ dir label ‖ 0x01)
+//! key(dir) = HKDF-SHA256(salt = sender nonce ‖ receiver nonce, IKM = PSK,
+//!                        info = "srap v4 frames " ‖ dir label, L = 32)
 //! ```
+//!
+//! (the `hkdf` crate's; 32 bytes are one expand block, so this is
+//! `HMAC(HMAC(salt, PSK), info ‖ 0x01)`, as protocol 4 has always derived it)
 //!
 //! with the labels `sender->receiver` and `receiver->sender`. Both nonces are
 //! fresh per connection (each side picks its own), so every session has its
 //! own pair of keys even when one side's random source repeats.
 
+use hkdf::Hkdf;
 use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 
@@ -95,6 +99,18 @@ fn keyed(key: &[u8]) -> HmacSha256 {
     <HmacSha256 as hmac::Mac>::new_from_slice(key).expect("HMAC accepts keys of any length")
 }
 
+/// HKDF-SHA256 (RFC 5869): extract with `salt` from `ikm`, expand with the
+/// concatenation of `info` into `N` bytes (checked at compile time to be at
+/// most 255 hash lengths, the only length HKDF refuses).
+pub(crate) fn hkdf_sha256<const N: usize>(salt: &[u8], ikm: &[u8], info: &[&[u8]]) -> [u8; N] {
+    const { assert!(N <= 255 * 32, "HKDF-SHA256 expands to at most 8160 bytes") };
+    let mut okm = [0u8; N];
+    Hkdf::<Sha256>::new(Some(salt), ikm)
+        .expand_multi_info(info, &mut okm)
+        .expect("N is at most 8160 bytes (checked above)");
+    okm
+}
+
 /// The key of `dir` for the session of these two nonces.
 fn direction_key(
     psk: &Psk,
@@ -105,14 +121,8 @@ fn direction_key(
     let mut salt = [0u8; 2 * super::NONCE_LEN];
     salt[..super::NONCE_LEN].copy_from_slice(&sender_nonce.0);
     salt[super::NONCE_LEN..].copy_from_slice(&receiver_nonce.0);
-    let mut extract = keyed(&salt);
-    extract.update(psk.bytes());
-    let prk = extract.finalize().into_bytes();
-    let mut expand = keyed(&prk);
-    expand.update(KEY_INFO);
-    expand.update(dir.label());
-    expand.update(&[1]);
-    keyed(&expand.finalize().into_bytes())
+    let key: [u8; MAC_LEN] = hkdf_sha256(&salt, psk.bytes(), &[KEY_INFO, dir.label()]);
+    keyed(&key)
 }
 
 /// The two halves of an authenticated session: what this side writes with

@@ -559,3 +559,75 @@ fn grants_and_demands_are_size_limited_and_name_the_problem() {
     .expect("encodes");
     assert!(frame.len() < MAX_FRAME);
 }
+
+/// Frames sealed by protocol 4's first key derivation (HKDF written with
+/// `hmac` calls, before the `hkdf` crate), captured from that code with
+/// `key()`, sender nonce `nonce(1)` and receiver nonce `nonce(2)`: the
+/// sender's frames 0 (`every_message()[4]`) and 1 (`Keepalive`), and the
+/// receiver's frame 0 (`every_message()[8]`).
+const SEALED_BEFORE_HKDF: [&str; 3] = [
+    "000000535352415000040000000000000000040701000a00000201fd000000000000000000000000000001fb51\
+     14010302fb409cfb519c140dad4743bf2d3f8e2c5fb1942249ca8da5ba1a220f7b6090598fcdcbf7f4e2",
+    "0000002f5352415000040000000000000001050ebd79189334e8d25716c9ab20ad9e1ff9898b0c69a444d516\
+     82026524f78206",
+    "000000355352415000040000000000000000090302040005011769a9908bc2cc3f328ffd897a1722e9ca9abb\
+     a1b277d3fd58fd95151f607b81",
+];
+
+fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+#[test]
+fn frames_sealed_before_the_hkdf_crate_still_open_and_seal_the_same() {
+    let [s0, s1, r0] = SEALED_BEFORE_HKDF.map(unhex);
+    let (mut s_seal, mut s_open, mut r_seal, mut r_open) = sessions(&key(), nonce(1), nonce(2));
+    assert_eq!(open_frame(&mut r_open, &s0), Ok(every_message()[4].clone()));
+    assert_eq!(open_frame(&mut r_open, &s1), Ok(Message::Keepalive));
+    assert_eq!(open_frame(&mut s_open, &r0), Ok(every_message()[8].clone()));
+    // And today's code writes the very same bytes: the wire is unchanged.
+    assert_eq!(s_seal.seal(&every_message()[4]).expect("seals"), s0);
+    assert_eq!(s_seal.seal(&Message::Keepalive).expect("seals"), s1);
+    assert_eq!(r_seal.seal(&every_message()[8]).expect("seals"), r0);
+}
+
+/// RFC 5869 appendix A, test cases 1 to 3 (the SHA-256 ones): the key
+/// derivation the frame keys come from.
+#[test]
+fn hkdf_sha256_gives_the_rfc_5869_vectors() {
+    let range = |from: u8, to: u8| (from..=to).collect::<Vec<u8>>();
+    // Case 1: basic.
+    let okm: [u8; 42] = seal::hkdf_sha256(&range(0x00, 0x0c), &[0x0b; 22], &[&range(0xf0, 0xf9)]);
+    assert_eq!(
+        okm.to_vec(),
+        unhex(
+            "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf\
+             34007208d5b887185865"
+        )
+    );
+    // Case 2: longer inputs and outputs; the info given in two parts.
+    let info = range(0xb0, 0xff);
+    let (info_a, info_b) = info.split_at(17);
+    let okm: [u8; 82] =
+        seal::hkdf_sha256(&range(0x60, 0xaf), &range(0x00, 0x4f), &[info_a, info_b]);
+    assert_eq!(
+        okm.to_vec(),
+        unhex(
+            "b11e398dc80327a1c8e7f78c596a49344f012eda2d4efad8a050cc4c19afa97c\
+             59045a99cac7827271cb41c65e590e09da3275600c2f09b8367793a9aca3db71\
+             cc30c58179ec3e87c14c01d5c1f3434f1d87"
+        )
+    );
+    // Case 3: empty salt and info.
+    let okm: [u8; 42] = seal::hkdf_sha256(&[], &[0x0b; 22], &[]);
+    assert_eq!(
+        okm.to_vec(),
+        unhex(
+            "8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d\
+             9d201395faa4b61a96c8"
+        )
+    );
+}
