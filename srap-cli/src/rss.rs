@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use std::collections::BTreeSet;
 
 use srap_host::{
-    cpus::{Offer, format_cpu_list, local_cpus, parse_cpu_list},
+    cpulist,
+    cpus::{Offer, local_cpus},
     discovery::{self, Discovery, RssSource},
 };
 
@@ -32,28 +33,30 @@ struct ShowArgs {
     json: bool,
     /// Show the offer of a receiver agent started with `--cpus LIST` (a
     /// cpulist, `0-7,16-23`): the CPUs it would grant its senders.
-    #[arg(long, value_name = "LIST", value_parser = cpu_list)]
+    #[arg(long, value_name = "LIST", value_parser = cpulist::parse_some)]
     cpus: Option<BTreeSet<u32>>,
-}
-
-fn cpu_list(text: &str) -> Result<BTreeSet<u32>, String> {
-    parse_cpu_list(text)
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
     match &args.command {
         RssCommand::Show(show) => {
             // Discovery errors name the interface and what to do already.
-            let found = discovery::discover(&show.iface)?;
+            let mut found = discovery::discover(&show.iface)?;
             if show.json {
                 println!("{}", found.description.to_json_pretty());
                 for warning in &found.warnings {
                     eprintln!("srap: warning: {warning}");
                 }
             } else {
+                let local = local_cpus(&show.iface).unwrap_or_else(|why| {
+                    found
+                        .warnings
+                        .push(format!("{why}: the offer has one tier"));
+                    None
+                });
                 let offer = Offer {
                     cpus: show.cpus.clone(),
-                    local: local_cpus(&show.iface),
+                    local,
                 };
                 print!("{}", render(&found, &offer));
             }
@@ -126,7 +129,7 @@ fn offered(found: &Discovery, offer: &Offer) -> String {
         .into_iter()
         .filter(|t| !t.is_empty())
         .collect();
-    let list = |t: &Vec<u32>| format_cpu_list(t);
+    let list = |t: &Vec<u32>| cpulist::format(t.iter().copied());
     match tiers.as_slice() {
         [] if offer.cpus.is_some() => {
             "no CPUs to senders: --cpus names none a queue reaches".into()
@@ -138,7 +141,7 @@ fn offered(found: &Discovery, offer: &Offer) -> String {
         [one] => format!("CPUs {} to senders", list(one)),
         [near, far, ..] => format!(
             "CPUs {} to senders, the NIC's NUMA node first: {}, then {}",
-            format_cpu_list(&tiers.concat()),
+            cpulist::format(tiers.concat()),
             list(near),
             list(far)
         ),

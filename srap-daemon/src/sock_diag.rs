@@ -8,19 +8,19 @@
 
 use std::{
     collections::HashMap,
-    io,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
-    os::fd::{AsRawFd as _, OwnedFd},
+    sync::Mutex,
     time::Duration,
 };
 
+use srap_host::netlink::{Message, NetlinkError, Protocol, Socket, parse_attrs};
+
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
-const NLMSG_HDRLEN: usize = 16;
 /// `struct inet_diag_msg`: family, state, timer, retrans, sockid (48), then
 /// expires, rqueue, wqueue, uid, inode.
 const DIAG_MSG_LEN: usize = 72;
+/// `struct inet_diag_req_v2`: family, protocol, ext, pad, states, sockid (48).
+const DIAG_REQ_LEN: usize = 56;
 const INET_DIAG_INFO: u16 = 2;
 /// `TCP_LISTEN`: listeners carry no flow, every other state may.
 const TCP_LISTEN: u32 = 10;
@@ -28,11 +28,11 @@ const TCP_LISTEN: u32 = 10;
 const TCPI_LAST_DATA_RECV: usize = 52;
 const TCPI_BYTES_RECEIVED: usize = 128;
 const TCPI_SEGS_IN: usize = 140;
-/// A dump is answered in a few messages per hundred sockets; this bounds the
-/// reads of one dump even if the kernel kept answering.
-const MAX_READS: usize = 100_000;
 /// No answer for this long: the dump failed.
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The connections of a namespace by (remote, local) address.
+pub type Connections = HashMap<(SocketAddr, SocketAddr), TcpCounters>;
 
 /// What `tcp_info` says about one connection.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,74 +45,62 @@ pub struct TcpCounters {
     pub last_data_recv_ms: u32,
 }
 
-/// A sock_diag netlink socket in the namespace it was opened in.
+/// A sock_diag netlink socket in the namespace it was opened in. One dump
+/// at a time: the lock keeps two readers from taking each other's answers.
 #[derive(Debug)]
 pub struct SockDiag {
-    fd: OwnedFd,
+    socket: Mutex<Socket>,
 }
 
 impl SockDiag {
     /// Opens the socket in the calling thread's network namespace.
-    pub fn open() -> io::Result<Self> {
-        let fd = srap_host::netlink::open(libc::SOCK_DGRAM, libc::NETLINK_SOCK_DIAG, READ_TIMEOUT)?;
-        Ok(Self { fd })
+    pub fn open() -> Result<Self, NetlinkError> {
+        let socket = Socket::open(Protocol::SockDiag, READ_TIMEOUT)?;
+        Ok(Self {
+            socket: Mutex::new(socket),
+        })
     }
 
     /// Every non-listening TCP socket of the namespace, keyed by (remote,
     /// local) address: the remote end is the sender of what this host receives.
-    pub fn tcp_connections(&self) -> io::Result<HashMap<(SocketAddr, SocketAddr), TcpCounters>> {
+    pub fn tcp_connections(&self) -> Result<Connections, NetlinkError> {
+        let mut socket = self
+            .socket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut out = HashMap::new();
         for family in [libc::AF_INET, libc::AF_INET6] {
-            self.dump(family as u8, &mut out)?;
+            socket.dump(SOCK_DIAG_BY_FAMILY, &request(family as u8), |msg| {
+                record(msg, &mut out);
+                Ok(())
+            })?;
         }
         Ok(out)
     }
-
-    fn dump(
-        &self,
-        family: u8,
-        out: &mut HashMap<(SocketAddr, SocketAddr), TcpCounters>,
-    ) -> io::Result<()> {
-        self.send_request(family)?;
-        let mut buf = vec![0u8; 64 * 1024];
-        for _ in 0..MAX_READS {
-            // SAFETY: recv into a buffer we own, of the length given.
-            let n =
-                unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let n = n as usize;
-            if parse_messages(&buf[..n], out)? {
-                return Ok(());
-            }
-        }
-        Err(io::Error::other("sock_diag dump did not end"))
-    }
-
-    fn send_request(&self, family: u8) -> io::Result<()> {
-        let mut msg = Vec::with_capacity(NLMSG_HDRLEN + 72);
-        let len = (NLMSG_HDRLEN + 72) as u32;
-        msg.extend_from_slice(&len.to_ne_bytes());
-        msg.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-        let flags = (libc::NLM_F_REQUEST | libc::NLM_F_DUMP) as u16;
-        msg.extend_from_slice(&flags.to_ne_bytes());
-        msg.extend_from_slice(&1u32.to_ne_bytes()); // sequence
-        msg.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel's
-        // struct inet_diag_req_v2
-        msg.push(family);
-        msg.push(libc::IPPROTO_TCP as u8);
-        msg.push(1 << (INET_DIAG_INFO - 1)); // idiag_ext: ask for tcp_info
-        msg.push(0);
-        let states: u32 = !(1u32 << TCP_LISTEN);
-        msg.extend_from_slice(&states.to_ne_bytes());
-        msg.resize(NLMSG_HDRLEN + 72, 0); // inet_diag_sockid: all wildcards
-        srap_host::netlink::send_to_kernel(&self.fd, &msg)
-    }
 }
 
-fn u16_at(buf: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_ne_bytes(buf.get(at..at + 2)?.try_into().ok()?))
+/// `struct inet_diag_req_v2` for every non-listening TCP socket of
+/// `family`, with `tcp_info`.
+fn request(family: u8) -> Vec<u8> {
+    let mut body = Vec::with_capacity(DIAG_REQ_LEN);
+    body.push(family);
+    body.push(libc::IPPROTO_TCP as u8);
+    body.push(1 << (INET_DIAG_INFO - 1)); // idiag_ext: ask for tcp_info
+    body.push(0);
+    let states: u32 = !(1u32 << TCP_LISTEN);
+    body.extend_from_slice(&states.to_ne_bytes());
+    body.resize(DIAG_REQ_LEN, 0); // inet_diag_sockid: all wildcards
+    body
+}
+
+/// Adds the connection one message of the dump describes to `out`.
+fn record(msg: &Message<'_>, out: &mut Connections) {
+    if msg.kind != SOCK_DIAG_BY_FAMILY {
+        return;
+    }
+    if let Some((key, counters)) = parse_diag_msg(msg.payload) {
+        out.insert(key, counters);
+    }
 }
 
 fn u32_at(buf: &[u8], at: usize) -> Option<u32> {
@@ -121,44 +109,6 @@ fn u32_at(buf: &[u8], at: usize) -> Option<u32> {
 
 fn u64_at(buf: &[u8], at: usize) -> Option<u64> {
     Some(u64::from_ne_bytes(buf.get(at..at + 8)?.try_into().ok()?))
-}
-
-/// Parses one datagram of netlink messages into `out`; `true` at the end of
-/// the dump.
-fn parse_messages(
-    mut buf: &[u8],
-    out: &mut HashMap<(SocketAddr, SocketAddr), TcpCounters>,
-) -> io::Result<bool> {
-    while buf.len() >= NLMSG_HDRLEN {
-        let truncated = || io::Error::other("truncated sock_diag message");
-        let len = u32_at(buf, 0).ok_or_else(truncated)? as usize;
-        let kind = u16_at(buf, 4).ok_or_else(truncated)?;
-        if len < NLMSG_HDRLEN || len > buf.len() {
-            return Err(truncated());
-        }
-        let body = &buf[NLMSG_HDRLEN..len];
-        match kind {
-            NLMSG_DONE => return Ok(true),
-            NLMSG_ERROR => {
-                let errno = u32_at(body, 0).map_or(0, |e| e as i32);
-                if errno != 0 {
-                    return Err(io::Error::from_raw_os_error(-errno));
-                }
-            }
-            SOCK_DIAG_BY_FAMILY => {
-                if let Some((key, counters)) = parse_diag_msg(body) {
-                    out.insert(key, counters);
-                }
-            }
-            _ => {}
-        }
-        buf = &buf[align4(len).min(buf.len())..];
-    }
-    Ok(false)
-}
-
-fn align4(n: usize) -> usize {
-    (n + 3) & !3
 }
 
 /// One `inet_diag_msg` and its `INET_DIAG_INFO` attribute.
@@ -178,25 +128,14 @@ fn parse_diag_msg(body: &[u8]) -> Option<((SocketAddr, SocketAddr), TcpCounters)
     };
     let local = SocketAddr::new(ip(src)?, sport);
     let remote = SocketAddr::new(ip(dst)?, dport);
-    let mut attrs = body.get(DIAG_MSG_LEN..)?;
-    while attrs.len() >= 4 {
-        let len = usize::from(u16_at(attrs, 0)?);
-        let kind = u16_at(attrs, 2)?;
-        if len < 4 || len > attrs.len() {
-            return None;
-        }
-        if kind == INET_DIAG_INFO {
-            let info = &attrs[4..len];
-            let counters = TcpCounters {
-                bytes_received: u64_at(info, TCPI_BYTES_RECEIVED).unwrap_or(0),
-                segs_in: u64::from(u32_at(info, TCPI_SEGS_IN).unwrap_or(0)),
-                last_data_recv_ms: u32_at(info, TCPI_LAST_DATA_RECV).unwrap_or(u32::MAX),
-            };
-            return Some(((remote, local), counters));
-        }
-        attrs = &attrs[align4(len).min(attrs.len())..];
-    }
-    None
+    let attrs = parse_attrs(body.get(DIAG_MSG_LEN..)?).ok()?;
+    let info = attrs.iter().find(|a| a.kind == INET_DIAG_INFO)?.payload;
+    let counters = TcpCounters {
+        bytes_received: u64_at(info, TCPI_BYTES_RECEIVED).unwrap_or(0),
+        segs_in: u64::from(u32_at(info, TCPI_SEGS_IN).unwrap_or(0)),
+        last_data_recv_ms: u32_at(info, TCPI_LAST_DATA_RECV).unwrap_or(u32::MAX),
+    };
+    Some(((remote, local), counters))
 }
 
 #[cfg(test)]
@@ -220,6 +159,7 @@ mod tests {
         body.extend_from_slice(&INET_DIAG_INFO.to_ne_bytes());
         body.extend_from_slice(&info);
         let mut msg = Vec::new();
+        const NLMSG_HDRLEN: usize = 16;
         msg.extend_from_slice(&((NLMSG_HDRLEN + body.len()) as u32).to_ne_bytes());
         msg.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
         msg.extend_from_slice(&[0; 10]);
@@ -227,15 +167,30 @@ mod tests {
         msg
     }
 
+    /// A datagram as a dump delivers it, through the shared netlink parser.
+    fn connections(datagram: &[u8]) -> Result<(Connections, bool), NetlinkError> {
+        let mut out = HashMap::new();
+        let mut done = false;
+        for msg in srap_host::netlink::parse_messages(datagram)? {
+            if msg.kind == srap_host::netlink::NLMSG_DONE {
+                srap_host::netlink::check_done(&msg)?;
+                done = true;
+            }
+            record(&msg, &mut out);
+        }
+        Ok((out, done))
+    }
+
     #[test]
     fn parses_a_connection_and_the_end_of_the_dump() {
+        const NLMSG_HDRLEN: usize = 16;
         let mut buf = message(123_456);
         let mut done = vec![0u8; NLMSG_HDRLEN + 4];
         done[0..4].copy_from_slice(&((NLMSG_HDRLEN + 4) as u32).to_ne_bytes());
-        done[4..6].copy_from_slice(&NLMSG_DONE.to_ne_bytes());
+        done[4..6].copy_from_slice(&srap_host::netlink::NLMSG_DONE.to_ne_bytes());
         buf.extend_from_slice(&done);
-        let mut out = HashMap::new();
-        assert!(parse_messages(&buf, &mut out).expect("parses"));
+        let (out, ended) = connections(&buf).expect("parses");
+        assert!(ended);
         let remote: SocketAddr = "10.199.62.1:40000".parse().expect("addr");
         let local: SocketAddr = "10.199.62.2:5201".parse().expect("addr");
         let counters = out.get(&(remote, local)).expect("the connection");
@@ -247,8 +202,36 @@ mod tests {
     #[test]
     fn a_truncated_message_is_an_error_not_a_panic() {
         let buf = message(1);
-        let mut out = HashMap::new();
-        assert!(parse_messages(&buf[..buf.len() - 10], &mut out).is_err());
-        assert!(parse_messages(&buf[..5], &mut out).is_ok_and(|done| !done));
+        assert!(connections(&buf[..buf.len() - 10]).is_err());
+        // Even a cut inside the header is an error now, not an empty read.
+        assert!(connections(&buf[..5]).is_err());
+    }
+
+    /// The kernel itself: a dump of this namespace's TCP sockets finds a
+    /// connection made here over loopback, with the bytes it carried.
+    #[test]
+    fn the_kernel_reports_a_loopback_connection() {
+        use std::io::{Read as _, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let mut client =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (mut server, _) = listener.accept().expect("accept");
+        client.write_all(&[7; 1000]).expect("send");
+        let mut got = [0u8; 1000];
+        server.read_exact(&mut got).expect("receive");
+        let diag = SockDiag::open().expect("sock_diag socket");
+        let live = diag.tcp_connections().expect("dump");
+        let key = (
+            client.local_addr().expect("addr"),
+            server.local_addr().expect("addr"),
+        );
+        let counters = live.get(&key).expect("the connection is in the dump");
+        assert_eq!(counters.bytes_received, 1000);
+        // Twice on one socket: the numbering keeps the dumps apart.
+        assert!(
+            diag.tcp_connections()
+                .expect("dump again")
+                .contains_key(&key)
+        );
     }
 }

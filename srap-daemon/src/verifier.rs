@@ -130,7 +130,7 @@ pub enum VerifierError {
     Map(#[from] MapError),
     /// Reading the connections' counters (sock_diag) failed.
     #[error("reading TCP counters through sock_diag: {0}")]
-    Diag(std::io::Error),
+    Diag(srap_host::netlink::NetlinkError),
 }
 
 /// One flow as the verifier recorded it.

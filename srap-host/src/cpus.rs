@@ -1,12 +1,21 @@
-//! The receiver's CPUs as it offers them to senders: `--cpus` cpulists, the
-//! CPUs of the NIC's NUMA node (offered first), and the offer's tiers. Here
-//! rather than in the daemon so `srap rss show` can print the same offer
-//! the receiver agent would make.
+//! The receiver's CPUs as it offers them to senders: `--cpus` (a
+//! [`crate::cpulist`]), the CPUs of the NIC's NUMA node (offered first), and
+//! the offer's tiers. Here rather than in the daemon so `srap rss show` can
+//! print the same offer the receiver agent would make.
 
-use std::collections::BTreeSet;
+use std::{
+    collections::BTreeSet,
+    fs,
+    path::{Path, PathBuf},
+};
 
 use srap_common::rss::{RssDescription, RssModel};
 use tracing::warn;
+
+use crate::{
+    cpulist,
+    link::{Link, SYSFS_HINT},
+};
 
 /// Which CPUs the receiver offers and in what order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,67 +53,52 @@ impl Offer {
     }
 }
 
-/// Parses `--cpus`: `0-3,8,10-11` as the kernel's cpulists.
-pub fn parse_cpu_list(text: &str) -> Result<BTreeSet<u32>, String> {
-    let mut cpus = BTreeSet::new();
-    for part in text.trim().split(',').filter(|p| !p.trim().is_empty()) {
-        let part = part.trim();
-        let number = |s: &str| {
-            s.trim()
-                .parse::<u32>()
-                .map_err(|_| format!("`{part}` is not a CPU number or range (e.g. 0-3,8)"))
-        };
-        let (lo, hi) = match part.split_once('-') {
-            Some((lo, hi)) => (number(lo)?, number(hi)?),
-            None => (number(part)?, number(part)?),
-        };
-        if lo > hi {
-            return Err(format!("`{part}`: the range runs backwards"));
-        }
-        if hi - lo >= 4096 {
-            return Err(format!("`{part}`: more than 4096 CPUs"));
-        }
-        cpus.extend(lo..=hi);
-    }
-    if cpus.is_empty() {
-        return Err("no CPUs given (e.g. 0-3,8)".into());
-    }
-    Ok(cpus)
+/// The CPUs of the NUMA node `iface`'s device (in the caller's network
+/// namespace) sits on; `Ok(None)` when it has none (virtual devices,
+/// single-node machines), `Err` with what was not read and how to read it.
+///
+/// The device is found over rtnetlink and its node read from its bus
+/// device's directory, which `/sys` shows whatever namespace it was mounted
+/// in; kernels before 5.15 do not name the bus device, and then the
+/// interface's own `/sys/class/net` entry is read only when it is this
+/// namespace's.
+pub fn local_cpus(iface: &str) -> Result<Option<BTreeSet<u32>>, String> {
+    let link = Link::by_name(iface)
+        .map_err(|e| format!("NUMA node of {iface} not read: {e}"))?
+        .ok_or_else(|| format!("NUMA node of {iface} not read: no such interface here"))?;
+    let device = match (link.parent.is_some(), link.parent_dir()) {
+        (_, Some(dir)) => dir,
+        // A parent the kernel names but /sys does not show: no node to read.
+        (true, None) => return Ok(None),
+        (false, None) => match link.sysfs_dir() {
+            Ok(dir) => dir.join("device"),
+            Err(why) => {
+                return Err(format!(
+                    "NUMA node of {iface} not read: {why}; {SYSFS_HINT}"
+                ));
+            }
+        },
+    };
+    let Some(node) = numa_node(&device) else {
+        return Ok(None);
+    };
+    let list = fs::read_to_string(format!("/sys/devices/system/node/node{node}/cpulist"))
+        .map_err(|e| format!("CPUs of NUMA node {node} not read: {e}"))?;
+    cpulist::parse(&list)
+        .map(Some)
+        .map_err(|e| format!("CPUs of NUMA node {node}: {e}"))
 }
 
-/// `cpus` as a cpulist: `0-3,8` (sorted, ranges joined).
-pub fn format_cpu_list(cpus: &[u32]) -> String {
-    let mut sorted = cpus.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < sorted.len() {
-        let mut j = i;
-        while j + 1 < sorted.len() && sorted[j + 1] == sorted[j] + 1 {
-            j += 1;
-        }
-        parts.push(if i == j {
-            sorted[i].to_string()
-        } else {
-            format!("{}-{}", sorted[i], sorted[j])
-        });
-        i = j + 1;
-    }
-    parts.join(",")
-}
-
-/// The CPUs of the NUMA node `iface`'s device sits on, from sysfs; `None`
-/// when the device has no node (virtual devices, single-node machines).
-pub fn local_cpus(iface: &str) -> Option<BTreeSet<u32>> {
-    let node = std::fs::read_to_string(format!("/sys/class/net/{iface}/device/numa_node")).ok()?;
-    let node: i32 = node.trim().parse().ok()?;
-    if node < 0 {
-        return None;
-    }
-    let list =
-        std::fs::read_to_string(format!("/sys/devices/system/node/node{node}/cpulist")).ok()?;
-    parse_cpu_list(&list).ok()
+/// The `numa_node` of `device` or of the nearest bus device above it (a
+/// virtio device has none; the PCI function it sits on does); `None` for
+/// no node (-1) or none found.
+fn numa_node(device: &Path) -> Option<u32> {
+    let device: PathBuf = fs::canonicalize(device).ok()?;
+    let node = device
+        .ancestors()
+        .take_while(|dir| dir.starts_with("/sys/devices"))
+        .find_map(|dir| fs::read_to_string(dir.join("numa_node")).ok())?;
+    node.trim().parse::<i32>().ok()?.try_into().ok()
 }
 
 #[cfg(test)]
@@ -121,18 +115,32 @@ mod tests {
 
     #[test]
     fn cpu_lists_parse_like_the_kernels() {
+        // `--cpus` as it always read (the syntax itself is cpulist's).
         assert_eq!(
-            parse_cpu_list("0-3,8,10-11\n").expect("list"),
+            cpulist::parse_some("0-3,8,10-11\n").expect("list"),
             [0, 1, 2, 3, 8, 10, 11].into_iter().collect()
         );
         assert!(
-            parse_cpu_list("3-1")
+            cpulist::parse_some("3-1")
                 .expect_err("backwards")
+                .to_string()
                 .contains("backwards")
         );
-        assert!(parse_cpu_list("a").expect_err("bad").contains("`a`"));
-        assert!(parse_cpu_list("").is_err());
-        assert_eq!(format_cpu_list(&[8, 0, 1, 2, 3, 10, 11]), "0-3,8,10-11");
+        assert!(
+            cpulist::parse_some("a")
+                .expect_err("bad")
+                .to_string()
+                .contains("`a`")
+        );
+        assert!(cpulist::parse_some("").is_err());
+        assert_eq!(cpulist::format([8, 0, 1, 2, 3, 10, 11]), "0-3,8,10-11");
+    }
+
+    /// `lo` sits on no bus device: no NUMA node, and no error.
+    #[test]
+    fn a_virtual_device_has_no_numa_node() {
+        assert_eq!(local_cpus("lo"), Ok(None));
+        assert!(local_cpus("srap-no-such0").is_err());
     }
 
     #[test]

@@ -5,20 +5,24 @@
 //!   IRQ affinity, RPS) as an [`srap_common::rss::RssDescription`];
 //! * [`cgroup`]: the cgroup2 mount and the steered cgroup `srap exec` joins;
 //! * [`cpus`]: the CPUs a receiver offers its senders (`--cpus`, NUMA node
-//!   first);
+//!   first), in the kernel's [`cpulist`] syntax;
 //! * [`reserved`]: the ports the binder hands out, kept from the kernel's
 //!   ephemeral range;
 //! * [`route`] and [`local`]: the source address toward a receiver and the
 //!   host's own addresses;
+//! * [`link`] and [`netlink`]: network devices as the caller's namespace
+//!   has them, and the netlink layer every kernel conversation goes through;
 //! * [`bpffs`]: the BPF filesystem the daemon pins to;
 //! * [`status`]: the receiver's status snapshot, its control socket and
 //!   client, and its Prometheus text.
 
 pub mod bpffs;
 pub mod cgroup;
+pub mod cpulist;
 pub mod cpus;
 pub mod discovery;
 mod error;
+pub mod link;
 pub mod local;
 pub mod netlink;
 pub mod reserved;

@@ -36,7 +36,7 @@ fn per_cpu(cpus: &[u32]) -> BTreeMap<u32, u32> {
 
 fn granted_cpus(peer: &serde_json::Value) -> BTreeSet<u32> {
     let list = peer["granted"].as_str().unwrap_or_default();
-    srap_daemon::receiver::grants::parse_cpu_list(list).unwrap_or_default()
+    srap_host::cpulist::parse(list).unwrap_or_default()
 }
 
 #[test]

@@ -47,7 +47,10 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
         timeouts: Timeouts::default(),
         offer: Offer {
             cpus: args.cpus.clone(),
-            local: grants::local_cpus(&args.iface),
+            local: grants::local_cpus(&args.iface)
+                .inspect_err(|why| warn!("{why}: offering every CPU alike"))
+                .ok()
+                .flatten(),
         },
     };
     let published = updates.clone();
@@ -117,7 +120,7 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
 }
 /// Says which CPUs senders will be granted.
 fn describe_offer(tiers: &[Vec<u32>], explicit: bool) {
-    let list = |t: &Vec<u32>| grants::format_cpu_list(t);
+    let list = |t: &Vec<u32>| srap_host::cpulist::format(t.iter().copied());
     match tiers {
         [] => warn!(
             "no CPU to grant senders{}: they steer without grants",

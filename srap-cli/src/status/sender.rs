@@ -50,7 +50,7 @@ fn receiver_lines(out: &mut String, r: &ReceiverRow) {
             "epoch {}: {} CPUs {}",
             g.epoch,
             g.cpus.len(),
-            cpu_list(&g.cpus)
+            srap_host::cpulist::format(g.cpus.iter().copied())
         )
     });
     for (i, a) in r.addresses.iter().enumerate() {
@@ -73,30 +73,6 @@ fn receiver_lines(out: &mut String, r: &ReceiverRow) {
     if let Some(reason) = &r.reason {
         let _ = writeln!(out, "{:<22} away: {reason}", "");
     }
-}
-
-/// CPUs as a cpulist: `0-3,7`.
-fn cpu_list(cpus: &[u32]) -> String {
-    let mut sorted = cpus.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    let mut parts: Vec<String> = Vec::new();
-    let mut rest = sorted.as_slice();
-    while let Some((&start, _)) = rest.split_first() {
-        let run = rest
-            .iter()
-            .enumerate()
-            .take_while(|(k, c)| **c == start + *k as u32)
-            .count();
-        let end = start + run as u32 - 1;
-        parts.push(if run == 1 {
-            start.to_string()
-        } else {
-            format!("{start}-{end}")
-        });
-        rest = &rest[run..];
-    }
-    parts.join(",")
 }
 
 #[cfg(test)]

@@ -85,6 +85,8 @@ impl From<HookArg> for HookChoice {
     }
 }
 
-fn parse_cpus(text: &str) -> Result<std::collections::BTreeSet<u32>, String> {
-    super::grants::parse_cpu_list(text)
+fn parse_cpus(
+    text: &str,
+) -> Result<std::collections::BTreeSet<u32>, srap_host::cpulist::CpuListError> {
+    srap_host::cpulist::parse_some(text)
 }

@@ -21,7 +21,7 @@ use srap_common::{
 };
 /// Moved to `srap_host::cpus` (so `srap rss show` can show the offer);
 /// kept here under their old paths.
-pub use srap_host::cpus::{Offer, format_cpu_list, local_cpus, parse_cpu_list};
+pub use srap_host::cpus::{Offer, local_cpus};
 use tokio::sync::watch;
 use tracing::debug;
 

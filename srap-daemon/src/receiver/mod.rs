@@ -233,8 +233,7 @@ impl Server {
         let mut peers = self.shared.peers.snapshot();
         for peer in &mut peers {
             if let Some(g) = grants.iter().find(|g| g.peer.to_string() == peer.addr) {
-                let cpus: Vec<u32> = g.cpus.iter().map(|(c, _)| *c).collect();
-                peer.granted = grants::format_cpu_list(&cpus);
+                peer.granted = srap_host::cpulist::format(g.cpus.iter().map(|(c, _)| *c));
                 peer.flows = g.flows;
                 peer.grant_epoch = g.epoch;
                 peer.grant_applied = g.applied == g.epoch;

@@ -1,14 +1,18 @@
 //! The `SIOCETHTOOL` ioctls discovery needs: `ETHTOOL_GRSSH` (key and table,
 //! for kernels or drivers without netlink RSS), `ETHTOOL_GRXFH` (hashed
-//! fields per flow type) and `ETHTOOL_GDRVINFO` (driver name, bus address).
+//! fields per flow type), `ETHTOOL_GDRVINFO` (driver name, bus address) and
+//! `ETHTOOL_GCHANNELS` (the receive queues in use).
 //!
 //! Each command's buffer layout (`include/uapi/linux/ethtool.h`) is built
-//! and parsed by pure functions; [`ethtool_ioctl`] is the only syscall.
+//! and parsed by pure functions; `EthtoolSocket::ethtool_ioctl` is the only
+//! syscall. It stays ours: no crate speaks these commands (the `ethtool`
+//! crate has no RSS, flow-hash or driver-info messages; rustix and nix only
+//! offer an `unsafe` ioctl of their own).
 
 use std::{
     ffi::c_void,
     io,
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::{AsRawFd as _, OwnedFd},
 };
 
 use thiserror::Error;
@@ -17,6 +21,7 @@ const SIOCETHTOOL: libc::c_ulong = 0x8946;
 const ETHTOOL_GDRVINFO: u32 = 0x03;
 const ETHTOOL_GRXFH: u32 = 0x29;
 const ETHTOOL_GRSSH: u32 = 0x46;
+const ETHTOOL_GCHANNELS: u32 = 0x3c;
 
 pub const TCP_V4_FLOW: u32 = 0x01;
 pub const TCP_V6_FLOW: u32 = 0x05;
@@ -30,6 +35,9 @@ const RXFH_HDR_LEN: usize = 24;
 const DRVINFO_LEN: usize = 196;
 const DRVINFO_DRIVER: std::ops::Range<usize> = 4..36;
 const DRVINFO_BUS_INFO: std::ops::Range<usize> = 100..132;
+/// `struct ethtool_channels`: cmd, then max_rx, max_tx, max_other,
+/// max_combined, rx_count, tx_count, other_count, combined_count.
+const CHANNELS_LEN: usize = 36;
 /// `struct ethtool_rxnfc` is 192 bytes; GRXFH reads cmd, flow_type and data
 /// (the first 16) but the kernel may copy the whole struct back.
 const RXNFC_LEN: usize = 192;
@@ -165,6 +173,27 @@ pub fn drvinfo_request() -> Vec<u8> {
     buf
 }
 
+pub fn channels_request() -> Vec<u8> {
+    let mut buf = vec![0u8; CHANNELS_LEN];
+    buf[0..4].copy_from_slice(&ETHTOOL_GCHANNELS.to_ne_bytes());
+    buf
+}
+
+/// The receive queues in use: receive-only plus combined channels.
+pub fn parse_channels(buf: &[u8]) -> Result<u32, IoctlError> {
+    let (Some(rx), Some(combined)) = (u32_at(buf, 20), u32_at(buf, 32)) else {
+        return Err(IoctlError::Malformed {
+            what: "ETHTOOL_GCHANNELS",
+            problem: format!("{} bytes, shorter than struct ethtool_channels", buf.len()),
+        });
+    };
+    rx.checked_add(combined)
+        .ok_or_else(|| IoctlError::Malformed {
+            what: "ETHTOOL_GCHANNELS",
+            problem: format!("{rx} receive and {combined} combined channels"),
+        })
+}
+
 fn c_string(bytes: &[u8]) -> String {
     let text = bytes.split(|b| *b == 0).next().unwrap_or_default();
     String::from_utf8_lossy(text).into_owned()
@@ -211,16 +240,16 @@ impl EthtoolSocket {
         for (slot, byte) in name.iter_mut().zip(ifname.bytes()) {
             *slot = byte as libc::c_char;
         }
-        // SAFETY: plain syscall; the fd is owned right away.
-        let raw = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            return Err(IoctlError::Os {
-                what: "socket(AF_INET)",
-                source: io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: `raw` is a fresh, valid fd nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = rustix::net::socket_with(
+            rustix::net::AddressFamily::INET,
+            rustix::net::SocketType::DGRAM,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| IoctlError::Os {
+            what: "socket(AF_INET)",
+            source: e.into(),
+        })?;
         Ok(Self { fd, ifname: name })
     }
 
@@ -228,18 +257,23 @@ impl EthtoolSocket {
     fn ethtool_ioctl(&self, what: &'static str, buf: &mut [u8]) -> Result<(), IoctlError> {
         // The kernel reads u32/u64 fields at their natural alignment within
         // the buffer: copy into 8-byte-aligned storage.
-        let mut aligned = vec![0u64; buf.len().div_ceil(8)];
-        // SAFETY: `aligned` has at least `buf.len()` bytes.
-        let bytes =
-            unsafe { std::slice::from_raw_parts_mut(aligned.as_mut_ptr().cast::<u8>(), buf.len()) };
-        bytes.copy_from_slice(buf);
+        let mut aligned: Vec<u64> = buf
+            .chunks(8)
+            .map(|chunk| {
+                let mut word = [0u8; 8];
+                word[..chunk.len()].copy_from_slice(chunk);
+                u64::from_ne_bytes(word)
+            })
+            .collect();
         let mut ifr = IfreqData {
             name: self.ifname,
             data: aligned.as_mut_ptr().cast(),
             _rest: [0; 16],
         };
-        // SAFETY: valid fd; `ifr` points at a buffer as large as the command's
-        // struct (each request builder sizes it so), alive for the call.
+        // SAFETY: valid fd; `ifr` names the interface (NUL-terminated, checked
+        // in `open`) and points at a buffer as large as the command's struct
+        // (each request builder sizes it so), alive and not otherwise
+        // borrowed for the call. Ours: see the module's note.
         let rc = unsafe {
             libc::ioctl(
                 self.fd.as_raw_fd(),
@@ -253,9 +287,9 @@ impl EthtoolSocket {
                 source: io::Error::last_os_error(),
             });
         }
-        // SAFETY: as above.
-        let bytes = unsafe { std::slice::from_raw_parts(aligned.as_ptr().cast::<u8>(), buf.len()) };
-        buf.copy_from_slice(bytes);
+        for (chunk, word) in buf.chunks_mut(8).zip(&aligned) {
+            chunk.copy_from_slice(&word.to_ne_bytes()[..chunk.len()]);
+        }
         Ok(())
     }
 
@@ -273,6 +307,13 @@ impl EthtoolSocket {
         let mut buf = rxnfc_request(flow_type);
         self.ethtool_ioctl("ETHTOOL_GRXFH", &mut buf)?;
         parse_rxnfc_fields(&buf)
+    }
+
+    /// The receive queues in use (`ethtool -l`: rx + combined).
+    pub fn rx_channels(&self) -> Result<u32, IoctlError> {
+        let mut buf = channels_request();
+        self.ethtool_ioctl("ETHTOOL_GCHANNELS", &mut buf)?;
+        parse_channels(&buf)
     }
 
     pub fn drvinfo(&self) -> Result<DrvInfo, IoctlError> {
@@ -354,6 +395,17 @@ mod tests {
         buf[8..16].copy_from_slice(&0xf0u64.to_ne_bytes());
         assert_eq!(parse_rxnfc_fields(&buf).unwrap(), 0xf0);
         assert!(parse_rxnfc_fields(&buf[..15]).is_err());
+    }
+
+    #[test]
+    fn gchannels_counts_receive_and_combined_channels() {
+        let mut buf = channels_request();
+        assert_eq!(u32_at(&buf, 0), Some(0x3c));
+        buf[16..20].copy_from_slice(&64u32.to_ne_bytes()); // max_combined
+        buf[20..24].copy_from_slice(&2u32.to_ne_bytes()); // rx_count
+        buf[32..36].copy_from_slice(&16u32.to_ne_bytes()); // combined_count
+        assert_eq!(parse_channels(&buf).unwrap(), 18);
+        assert!(parse_channels(&buf[..35]).is_err());
     }
 
     #[test]

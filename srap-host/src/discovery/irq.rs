@@ -116,37 +116,6 @@ impl IrqNaming {
     }
 }
 
-/// Parses a CPU list such as `0-3,8,10-11` (`smp_affinity_list`).
-pub fn parse_cpu_list(text: &str) -> Result<Vec<u32>, String> {
-    /// More CPUs than Linux supports: a range this long is garbage.
-    const MAX_CPU: u32 = 1 << 16;
-    let mut cpus = Vec::new();
-    let text = text.trim();
-    if text.is_empty() {
-        return Ok(cpus);
-    }
-    for part in text.split(',') {
-        let bad = || format!("`{part}` in CPU list `{text}` is not a CPU or a range");
-        let (lo, hi): (u32, u32) = match part.split_once('-') {
-            Some((lo, hi)) => (
-                lo.parse().map_err(|_| bad())?,
-                hi.parse().map_err(|_| bad())?,
-            ),
-            None => {
-                let cpu = part.parse().map_err(|_| bad())?;
-                (cpu, cpu)
-            }
-        };
-        if lo > hi || hi >= MAX_CPU {
-            return Err(bad());
-        }
-        cpus.extend(lo..=hi);
-    }
-    cpus.sort_unstable();
-    cpus.dedup();
-    Ok(cpus)
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -237,19 +206,5 @@ pub(crate) mod tests {
             }]
         );
         assert!(parse_interrupts("").is_empty());
-    }
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(
-            parse_cpu_list("0-3,8,10-11\n").unwrap(),
-            vec![0, 1, 2, 3, 8, 10, 11]
-        );
-        assert_eq!(parse_cpu_list("5").unwrap(), vec![5]);
-        assert_eq!(parse_cpu_list("").unwrap(), Vec::<u32>::new());
-        assert!(parse_cpu_list("3-1").is_err());
-        assert!(parse_cpu_list("a").is_err());
-        assert!(parse_cpu_list("0-99999999").is_err());
-        assert!(parse_cpu_list("1,,2").is_err());
     }
 }

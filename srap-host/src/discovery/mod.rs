@@ -7,7 +7,12 @@
 //! fields from the netlink reply (Linux ≥ 6.17) or `ETHTOOL_GRXFH`; queue →
 //! CPU from IRQ names and affinities ([`irq`]) or RPS masks ([`rps`]).
 //! Parsers are pure; this module does the reading and the deciding.
+//!
+//! Every part answers for the caller's network namespace ([`device`]): the
+//! device and its queue count come from the kernel over netlink and ethtool,
+//! and `/sys` (RPS masks) is read only when it shows this namespace.
 
+pub mod device;
 pub mod hashing;
 pub mod ioctl;
 pub mod irq;
@@ -17,7 +22,6 @@ pub mod rps;
 
 use std::{
     collections::BTreeSet,
-    ffi::CString,
     fs,
     path::{Path, PathBuf},
 };
@@ -26,6 +30,7 @@ use srap_common::rss::{DescriptionError, FieldsDescription, RssDescription, RssM
 use thiserror::Error;
 use tracing::debug;
 
+pub use self::device::Device;
 use self::{
     ioctl::{EthtoolSocket, IoctlError, TCP_V4_FLOW, TCP_V6_FLOW},
     irq::IrqNaming,
@@ -123,7 +128,7 @@ pub struct Observed {
     /// `RXH_*` bits of tcp4 and tcp6 (from the RSS reply or `ETHTOOL_GRXFH`),
     /// or why they are unknown.
     pub flow_hash: [Result<u64, String>; 2],
-    /// Receive queues the device has (`/sys/class/net/DEV/queues/rx-*`).
+    /// Receive queues the device has in use ([`Device::rx_queues`]).
     pub rx_queues: u32,
     /// Facts about queues `0..queue_count(rss, rx_queues)`.
     pub facts: Vec<QueueFacts>,
@@ -140,19 +145,12 @@ pub fn queue_count(rss: &RawRss, rx_queues: u32) -> u32 {
 /// Whether this network namespace has `iface` (asked of the kernel: `/sys`
 /// shows another namespace's devices when entered with setns/nsenter).
 pub fn iface_exists(iface: &str) -> bool {
-    CString::new(iface)
-        // SAFETY: a valid NUL-terminated string; if_nametoindex only reads it.
-        .is_ok_and(|name| unsafe { libc::if_nametoindex(name.as_ptr()) } != 0)
+    crate::link::Link::by_name(iface).is_ok_and(|link| link.is_some())
 }
 
 /// Discovers the RSS of `iface` in the caller's network namespace.
 pub fn discover(iface: &str) -> Result<Discovery, DiscoveryError> {
-    let no_iface = || DiscoveryError::NoSuchInterface {
-        iface: iface.to_owned(),
-    };
-    if !iface_exists(iface) {
-        return Err(no_iface());
-    }
+    let device = Device::find(iface)?;
     let socket = EthtoolSocket::open(iface).map_err(|e| DiscoveryError::Unsupported {
         iface: iface.to_owned(),
         problem: e.to_string(),
@@ -170,7 +168,7 @@ pub fn discover(iface: &str) -> Result<Discovery, DiscoveryError> {
         Some(bits) => Ok(bits),
         None => socket.flow_hash(flow_type).map_err(|e| e.to_string()),
     });
-    let rx_queues = count_rx_queues(iface);
+    let rx_queues = device.rx_queues;
     let mut warnings = Vec::new();
     let naming = IrqNaming {
         ifname: iface.to_owned(),
@@ -179,12 +177,14 @@ pub fn discover(iface: &str) -> Result<Discovery, DiscoveryError> {
             .as_ref()
             .map(|d| d.bus_info.clone())
             .filter(|b| !b.is_empty()),
-        virtio_index: virtio_index(iface),
+        virtio_index: device.virtio_index(),
     };
+    let rps_dir = device.rps_dir().map_err(|why| warnings.push(why)).ok();
     let facts = queue_facts(
         Path::new("/"),
         &naming,
         queue_count(&rss, rx_queues),
+        rps_dir.as_deref(),
         &mut warnings,
     );
     warnings.extend(system_warnings());
@@ -373,46 +373,26 @@ fn hex_key(key: &[u8]) -> String {
         .join(":")
 }
 
-fn count_rx_queues(iface: &str) -> u32 {
-    fs::read_dir(format!("/sys/class/net/{iface}/queues"))
-        .map(|dir| {
-            dir.filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
-                .count() as u32
-        })
-        .unwrap_or(0)
-}
-
-/// `K` when the interface sits on `virtioK` (virtio_net).
-fn virtio_index(iface: &str) -> Option<u32> {
-    let device = fs::read_link(format!("/sys/class/net/{iface}/device")).ok()?;
-    device
-        .file_name()?
-        .to_str()?
-        .strip_prefix("virtio")?
-        .parse()
-        .ok()
-}
-
 fn read_trimmed(path: &Path) -> Option<String> {
     fs::read_to_string(path).ok().map(|t| t.trim().to_owned())
 }
 
-/// IRQ, affinity and RPS mask of every queue, read from `/proc` and `/sys`
-/// under `root` (`/` on a live host; a directory laid out the same way in
-/// tests). Missing files are not errors: the placement then falls back, and
-/// says so.
+/// IRQ, affinity and RPS mask of every queue, read from `/proc` under
+/// `root` (`/` on a live host; a directory laid out the same way in tests)
+/// and from the device's `queues` directory in `/sys` (`None`: not read).
+/// Missing files are not errors: the placement then falls back, and says so.
 fn queue_facts(
     root: &Path,
     naming: &IrqNaming,
     queues: u32,
+    rps_dir: Option<&Path>,
     warnings: &mut Vec<String>,
 ) -> Vec<QueueFacts> {
     let interrupts = fs::read_to_string(root.join("proc/interrupts")).unwrap_or_default();
     let irqs = naming.queue_irqs(&irq::parse_interrupts(&interrupts));
     let cpus = |path: PathBuf| -> Vec<u32> {
         read_trimmed(&path)
-            .map(|text| irq::parse_cpu_list(&text))
+            .map(|text| crate::cpulist::parse(&text).map(|cpus| cpus.into_iter().collect()))
             .transpose()
             .unwrap_or_else(|e| {
                 debug!(path = %path.display(), error = %e, "unreadable CPU list");
@@ -420,15 +400,16 @@ fn queue_facts(
             })
             .unwrap_or_default()
     };
-    let iface = &naming.ifname;
     (0..queues)
         .map(|queue| {
             let irq = irqs.get(&queue).copied();
-            let rps_path = root.join(format!("sys/class/net/{iface}/queues/rx-{queue}/rps_cpus"));
-            let rps = match read_trimmed(&rps_path).map(|t| rps::parse_cpu_mask(&t)) {
+            let rps_path = rps_dir.map(|dir| dir.join(format!("rx-{queue}/rps_cpus")));
+            let read = rps_path.as_deref().and_then(read_trimmed);
+            let rps = match read.map(|t| rps::parse_cpu_mask(&t)) {
                 Some(Ok(cpus)) => cpus,
                 Some(Err(e)) => {
-                    warnings.push(format!("{}: {e}", rps_path.display()));
+                    let path = rps_path.as_deref().unwrap_or(Path::new("rps_cpus"));
+                    warnings.push(format!("{}: {e}", path.display()));
                     Vec::new()
                 }
                 None => Vec::new(),
@@ -747,7 +728,7 @@ mod tests {
             virtio_index: Some(0),
         };
         let mut warnings = Vec::new();
-        let facts = queue_facts(&root, &naming, 4, &mut warnings);
+        let facts = queue_facts(&root, &naming, 4, None, &mut warnings);
         let _ = fs::remove_dir_all(&root);
         let (placed, place_warnings) = placement::place(&facts, &[0, 1, 2, 3]);
         warnings.extend(place_warnings);
