@@ -422,55 +422,22 @@ fn v4_mapped(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own; CLOCK_MONOTONIC
-    // always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+/// CLOCK_MONOTONIC in ns: the clock of `bpf_ktime_get_ns`, which the
+/// programs stamp their records with (`Instant` hides its value).
+pub(crate) fn monotonic_ns() -> u64 {
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
 
 /// The addresses of `iface` in the calling thread's namespace (none when it
 /// has none or does not exist).
 fn iface_addresses(iface: &str) -> Vec<IpAddr> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `head` with a list we free below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    let mut cursor = head;
-    while !cursor.is_null() {
-        // SAFETY: `cursor` walks the list getifaddrs returned, which stays
-        // valid until freeifaddrs; name and address pointers are checked.
-        unsafe {
-            let entry = &*cursor;
-            let name = std::ffi::CStr::from_ptr(entry.ifa_name);
-            if name.to_bytes() == iface.as_bytes() && !entry.ifa_addr.is_null() {
-                match i32::from((*entry.ifa_addr).sa_family) {
-                    libc::AF_INET => {
-                        let sin = &*entry.ifa_addr.cast::<libc::sockaddr_in>();
-                        out.push(IpAddr::from(
-                            u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
-                        ));
-                    }
-                    libc::AF_INET6 => {
-                        let sin6 = &*entry.ifa_addr.cast::<libc::sockaddr_in6>();
-                        out.push(IpAddr::from(sin6.sin6_addr.s6_addr));
-                    }
-                    _ => {}
-                }
-            }
-            cursor = entry.ifa_next;
-        }
-    }
-    // SAFETY: `head` came from getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    out
+    if_addrs::get_if_addrs()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| a.name == iface)
+        .map(|a| a.ip())
+        .collect()
 }
 
 /// The driver of `iface` (`ETHTOOL_GDRVINFO`), if it says.

@@ -3,7 +3,9 @@
 //! daemons, the agent then mounts it there itself and says so, instead of
 //! failing on its first pin.
 
-use std::{ffi::CString, io, path::Path};
+use std::{io, path::Path};
+
+use rustix::mount::MountFlags;
 
 use tracing::info;
 
@@ -15,16 +17,7 @@ const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
 /// Whether `path` itself (not an ancestor) lies on a bpf file system.
 pub fn is_bpffs(path: &Path) -> io::Result<bool> {
-    let c_path = CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))?;
-    // SAFETY: statfs writes only into the zeroed struct we own; the path is
-    // a valid NUL-terminated string that outlives the call.
-    let mut stat: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let rc = unsafe { libc::statfs(c_path.as_ptr(), &mut stat) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let stat = rustix::fs::statfs(path)?;
     #[allow(clippy::unnecessary_cast)] // f_type's width differs between targets
     Ok(stat.f_type as i64 == BPF_FS_MAGIC)
 }
@@ -38,26 +31,31 @@ pub fn mount_if_missing(dir: &Path) -> io::Result<bool> {
     if !dir.starts_with(root) || !root.is_dir() || is_bpffs(root)? {
         return Ok(false);
     }
-    let source = c"bpf";
-    let target = CString::new(BPFFS_ROOT).map_err(io::Error::other)?;
-    let options = c"mode=0700";
-    // SAFETY: every pointer is a valid NUL-terminated string that outlives
-    // the call; mount(2) reads them only.
-    let rc = unsafe {
-        libc::mount(
-            source.as_ptr(),
-            target.as_ptr(),
-            source.as_ptr(),
-            0,
-            options.as_ptr().cast(),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    rustix::mount::mount("bpf", root, "bpf", MountFlags::empty(), c"mode=0700")?;
     info!(
         "no bpf file system was mounted at {BPFFS_ROOT}: mounted one there \
          (`mount -t bpf bpf {BPFFS_ROOT}`) to pin SRAP's programs and maps"
     );
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bpffs_is_told_from_other_file_systems() {
+        assert!(!is_bpffs(Path::new("/")).expect("statfs /"));
+        assert!(is_bpffs(Path::new("/srap/no/such/dir")).is_err());
+        // Mounted here (as /proc/mounts says): statfs says so too.
+        let mounts = std::fs::read_to_string("/proc/mounts").expect("/proc/mounts");
+        let mounted = mounts
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(BPFFS_ROOT) && l.starts_with("bpf "));
+        if mounted {
+            assert!(is_bpffs(Path::new(BPFFS_ROOT)).expect("statfs bpffs"));
+        }
+        // A directory outside /sys/fs/bpf is never mounted on.
+        assert!(!mount_if_missing(Path::new("/tmp/srap-elsewhere")).expect("left alone"));
+    }
 }

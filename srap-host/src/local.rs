@@ -2,10 +2,7 @@
 //! connects (`IP_BIND_ADDRESS_NO_PORT`, as HAProxy, nginx `proxy_bind` and
 //! Envoy do), and SRAP keeps the address it chose, so each gets a table.
 
-use std::{
-    collections::BTreeSet,
-    net::{IpAddr, Ipv4Addr, Ipv6Addr},
-};
+use std::{collections::BTreeSet, net::IpAddr};
 
 use crate::HostError;
 
@@ -34,56 +31,17 @@ fn usable_toward(ip: IpAddr, receiver: IpAddr) -> bool {
 
 /// Addresses from `getifaddrs(3)`, sorted, once each.
 fn interface_addresses() -> Result<BTreeSet<IpAddr>, HostError> {
-    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs writes a list head we free below.
-    if unsafe { libc::getifaddrs(&mut list) } != 0 {
-        return Err(HostError::Io {
-            what: "listing the host's addresses (getifaddrs)".into(),
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    let mut out = BTreeSet::new();
-    let mut next = list;
-    while !next.is_null() {
-        // SAFETY: a node of the list getifaddrs returned, not yet freed.
-        let entry = unsafe { &*next };
-        // SAFETY: ifa_addr is null or points to a sockaddr of its family.
-        if let Some(ip) = unsafe { sockaddr_ip(entry.ifa_addr) } {
-            out.insert(ip);
-        }
-        next = entry.ifa_next;
-    }
-    // SAFETY: the list from getifaddrs, freed once.
-    unsafe { libc::freeifaddrs(list) };
-    Ok(out)
-}
-
-/// The IP address of an `AF_INET`/`AF_INET6` sockaddr.
-///
-/// # Safety
-/// `addr` is null or points to a valid sockaddr of the family it names.
-unsafe fn sockaddr_ip(addr: *const libc::sockaddr) -> Option<IpAddr> {
-    if addr.is_null() {
-        return None;
-    }
-    // SAFETY: per the function's contract.
-    match i32::from(unsafe { (*addr).sa_family }) {
-        libc::AF_INET => {
-            // SAFETY: an AF_INET sockaddr is a sockaddr_in.
-            let v4 = unsafe { &*addr.cast::<libc::sockaddr_in>() };
-            Some(Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr)).into())
-        }
-        libc::AF_INET6 => {
-            // SAFETY: an AF_INET6 sockaddr is a sockaddr_in6.
-            let v6 = unsafe { &*addr.cast::<libc::sockaddr_in6>() };
-            Some(Ipv6Addr::from(v6.sin6_addr.s6_addr).into())
-        }
-        _ => None,
-    }
+    let interfaces = if_addrs::get_if_addrs().map_err(|source| HostError::Io {
+        what: "listing the host's addresses (getifaddrs)".into(),
+        source,
+    })?;
+    Ok(interfaces.iter().map(if_addrs::Interface::ip).collect())
 }
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
 
     #[test]

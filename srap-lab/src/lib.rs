@@ -32,7 +32,10 @@ pub mod workload;
 
 use std::{
     process::Stdio,
-    sync::atomic::{AtomicBool, AtomicU32, Ordering},
+    sync::{
+        Arc, LazyLock,
+        atomic::{AtomicBool, AtomicU32, Ordering},
+    },
     time::Duration,
 };
 
@@ -173,11 +176,8 @@ pub fn workload_words(args: &LabArgs, flows: usize) -> Vec<String> {
         .collect()
 }
 
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_signal(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::Relaxed);
-}
+/// Set by SIGINT and SIGTERM once [`run`] registered for them.
+static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
 
 /// True once Ctrl-C (or SIGTERM) arrived: every wait in the lab checks it,
 /// so the drop guards tear everything down.
@@ -186,13 +186,11 @@ pub fn interrupted() -> bool {
 }
 
 pub fn run(args: &LabArgs) -> anyhow::Result<()> {
-    // SAFETY: the handler only stores to an atomic, which is signal-safe.
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&INTERRUPTED))
+            .with_context(|| format!("handling signal {signal}"))?;
     }
-    // SAFETY: no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         bail!("the lab creates namespaces and loads eBPF: run it as root (`cargo xtask lab` does)");
     }
     if args.plot.is_some() && args.experiment != Some(Experiment::Throughput) {

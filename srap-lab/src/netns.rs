@@ -5,7 +5,7 @@ use std::{
     ffi::OsStr,
     fs::File,
     marker::PhantomData,
-    os::fd::AsRawFd,
+    os::fd::AsFd as _,
     process::{Command, Output},
     sync::Arc,
 };
@@ -140,12 +140,12 @@ impl Drop for NsGuard {
 }
 
 fn setns(ns: &File) -> anyhow::Result<()> {
-    // SAFETY: plain syscall on a valid, open namespace fd.
-    let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error()).context("setns(CLONE_NEWNET)");
-    }
-    Ok(())
+    rustix::thread::move_into_link_name_space(
+        ns.as_fd(),
+        Some(rustix::thread::LinkNameSpaceType::Network),
+    )
+    .map_err(std::io::Error::from)
+    .context("setns(CLONE_NEWNET)")
 }
 
 /// Runs `cmd`, returning its output, or an error with its stderr.

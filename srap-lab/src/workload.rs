@@ -75,11 +75,10 @@ impl ChildGuard {
     /// SIGKILL if it has not exited within `grace`; its exit status when it
     /// exited on its own (`None`: killed, or already gone).
     pub fn terminate(&mut self, grace: Duration) -> Option<std::process::ExitStatus> {
-        let pid = libc::pid_t::try_from(self.id()).ok().filter(|&p| p > 0)?;
+        let pid = rustix::process::Pid::from_raw(i32::try_from(self.id()).ok()?)?;
         if !self.exited() {
-            // SAFETY: kill(2) on the PID of our own child, not yet reaped
-            // (so the PID is still ours).
-            unsafe { libc::kill(pid, libc::SIGTERM) };
+            // Our own child, not yet reaped: the PID is still ours.
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
         }
         let status = self.wait(grace).ok();
         self.kill();

@@ -25,7 +25,7 @@ use crate::{
         Observation, PlanIndex, Tracker, TrackerConfig,
         agreement::{self, AgreementJudge, Change, LandingVerdict},
     },
-    verifier::{HookChoice, Verifier},
+    verifier::{HookChoice, Verifier, monotonic_ns},
 };
 
 /// Samples the verifier and publishes the status.
@@ -210,16 +210,4 @@ impl Monitor {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// CLOCK_MONOTONIC in ns: the clock of the verifier's `bpf_ktime_get_ns`.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec we own; CLOCK_MONOTONIC
-    // always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
 }
