@@ -66,11 +66,11 @@ pub fn local_cpus(iface: &str) -> Result<Option<BTreeSet<u32>>, String> {
     let link = Link::by_name(iface)
         .map_err(|e| format!("NUMA node of {iface} not read: {e}"))?
         .ok_or_else(|| format!("NUMA node of {iface} not read: no such interface here"))?;
-    let device = match (link.parent.is_some(), link.parent_dir()) {
-        (_, Some(dir)) => dir,
-        // A parent the kernel names but /sys does not show: no node to read.
-        (true, None) => return Ok(None),
-        (false, None) => match link.sysfs_dir() {
+    let device = match (link.parent_dir(), link.sits_on_a_device()) {
+        (Some(dir), _) => dir,
+        // A virtual device, or a parent /sys does not show: no node to read.
+        (None, Some(_)) => return Ok(None),
+        (None, None) => match link.sysfs_dir() {
             Ok(dir) => dir.join("device"),
             Err(why) => {
                 return Err(format!(

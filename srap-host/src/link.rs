@@ -34,6 +34,8 @@ const IFLA_PARENT_DEV_NAME: u16 = 56;
 const IFLA_PARENT_DEV_BUS_NAME: u16 = 57;
 
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
+/// From this kernel on, every device that sits on a bus device says which.
+const NAMES_PARENTS: (u32, u32) = (5, 15);
 
 /// How `/sys` is told to show this namespace, for messages.
 pub const SYSFS_HINT: &str = "run it under `ip netns exec NAME`, which mounts \
@@ -109,6 +111,18 @@ impl Link {
             )));
         }
         Ok(dir)
+    }
+
+    /// Whether the interface sits on a bus device (a NIC) rather than being
+    /// virtual (veth, bridge, lo); `None` on kernels before 5.15, which do
+    /// not say.
+    pub fn sits_on_a_device(&self) -> Option<bool> {
+        if self.parent.is_some() {
+            return Some(true);
+        }
+        let release = fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+        let version = crate::discovery::hashing::kernel_version(release.trim())?;
+        (version >= NAMES_PARENTS).then_some(false)
     }
 
     /// The device's directory under `/sys/devices` (bus devices are not

@@ -212,6 +212,7 @@ fn discovery_entered_into_a_namespace_reports_the_namespaces_device() {
         .expect_err("/sys is the host's: RPS must not be read");
     assert!(why.contains("another network namespace"), "{why}");
     assert!(why.contains("ip netns exec"), "{why}");
-    let why = numa.expect_err("no NUMA node from the host's device");
-    assert!(why.contains("another network namespace"), "{why}");
+    // A veth sits on no bus device (the kernel says so over rtnetlink):
+    // no NUMA node, and nothing read from the host's device of that name.
+    assert_eq!(numa, Ok(None));
 }
