@@ -2,6 +2,8 @@
 
 use std::{path::Path, process::Command, sync::OnceLock};
 
+use srap_host::bpffs::{self, BPFFS_ROOT};
+
 use crate::NetNs;
 
 /// True when this process can run privileged tests (root, `ip` from iproute2,
@@ -24,8 +26,7 @@ pub fn require_privileged(what: &str) -> bool {
 
 /// What is missing, or `None` when everything is there.
 fn missing_privileges() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Some("not running as root".into());
     }
     if !Command::new("ip")
@@ -49,26 +50,14 @@ fn missing_privileges() -> Option<String> {
 }
 
 /// Mounts bpffs at `/sys/fs/bpf` if nothing is mounted there (some minimal
-/// systems boot without it; aya's pinning needs it).
+/// systems boot without it; aya's pinning needs it), the way the agents do
+/// (`srap_host::bpffs`), and checks that bpffs is there.
 fn ensure_bpffs() -> Result<(), String> {
-    let mounts = std::fs::read_to_string("/proc/mounts").map_err(|e| e.to_string())?;
-    let mounted = mounts.lines().any(|line| {
-        let mut fields = line.split_whitespace();
-        matches!(
-            (fields.nth(1), fields.next()),
-            (Some("/sys/fs/bpf"), Some("bpf"))
-        )
-    });
-    if mounted {
-        return Ok(());
-    }
-    let status = Command::new("mount")
-        .args(["-t", "bpf", "bpf", "/sys/fs/bpf"])
-        .status()
-        .map_err(|e| format!("running mount: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("`mount -t bpf bpf /sys/fs/bpf` failed ({status})"))
+    let root = Path::new(BPFFS_ROOT);
+    bpffs::mount_if_missing(root).map_err(|e| format!("mounting bpffs at {BPFFS_ROOT}: {e}"))?;
+    match bpffs::is_bpffs(root) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(format!("{BPFFS_ROOT} is not a bpf file system")),
+        Err(e) => Err(format!("{BPFFS_ROOT}: {e}")),
     }
 }
