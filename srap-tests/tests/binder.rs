@@ -14,7 +14,12 @@ use std::{
     io::Read as _,
     net::{IpAddr, SocketAddr, TcpListener},
     process::{Command, Stdio},
-    time::Duration,
+    time::{Duration, Instant},
+};
+
+use aya::programs::{
+    links::{FdLink, PinnedLink},
+    loaded_links, loaded_programs,
 };
 
 use srap_common::{
@@ -456,6 +461,14 @@ fn detach_leaves_nothing_behind() {
     lab.attach_once();
     assert_ne!(lab.reserved_ports(), before, "SRAP reserved its ports");
     assert!(lab.agent.cgroup().exists(), "the agent made the cgroup");
+    let attached = pinned_links(lab.agent.pin_dir());
+    // The kernel's lists (read by aya, not by a tool that may be missing)
+    // show them while attached: an empty listing would prove nothing.
+    assert_eq!(
+        still_loaded(&attached),
+        attached,
+        "the kernel lists our links"
+    );
     let out = lab.detach();
     assert!(
         out.status.success(),
@@ -472,16 +485,54 @@ fn detach_leaves_nothing_behind() {
     assert!(!lab.agent.cgroup().exists(), "cgroup removed");
     let state = srap_daemon::sender::state::path_for(lab.agent.pin_dir());
     assert!(!state.exists(), "state file {} left", state.display());
-    // No SRAP program left attached anywhere: no link names our programs.
-    let links = Command::new("bpftool")
-        .args(["cgroup", "tree"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    assert!(
-        !links.contains(&lab.agent.cgroup().display().to_string()),
-        "{links}"
-    );
+    // No SRAP program left attached: the links the agent pinned and their
+    // programs are gone from the kernel's lists (freeing is deferred a
+    // little after the last pin goes: wait for it, bounded).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = still_loaded(&attached);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "links or programs still loaded after detach: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// (link id, program id) of every binder link pinned under `pin_dir`, as
+/// aya reads them from the pins.
+fn pinned_links(pin_dir: &std::path::Path) -> BTreeSet<(u32, u32)> {
+    let layout = srap_daemon::sender::layout::PinLayout::new(pin_dir);
+    srap_daemon::sender::layout::PROGRAMS
+        .iter()
+        .map(|name| {
+            let pinned = PinnedLink::from_pin(layout.link(name)).expect("the binder's pinned link");
+            // Closed at the end of this closure: only the pin holds the link.
+            let info = FdLink::from(pinned).info().expect("link info");
+            (info.id(), info.program_id())
+        })
+        .collect()
+}
+
+/// Which of `ours` the kernel still lists: links by id (`loaded_links`),
+/// programs by id (`loaded_programs`). An object freed while the lists are
+/// walked is simply not listed.
+fn still_loaded(ours: &BTreeSet<(u32, u32)>) -> BTreeSet<(u32, u32)> {
+    let links: BTreeSet<u32> = loaded_links()
+        .filter_map(Result::ok)
+        .map(|l| l.id())
+        .collect();
+    let programs: BTreeSet<u32> = loaded_programs()
+        .filter_map(Result::ok)
+        .map(|p| p.id())
+        .collect();
+    ours.iter()
+        .filter(|(link, program)| links.contains(link) || programs.contains(program))
+        .copied()
+        .collect()
 }
 
 /// A fresh machine may have no bpffs at `/sys/fs/bpf`: the agent mounts one
