@@ -30,20 +30,7 @@ use srap_tests::{TwoHosts, cgroup::CgroupDir, require_privileged, unique_name};
 /// Closes with RST (SO_LINGER 0): no TIME_WAIT, so steered ports are free
 /// again at once and every iteration measures the same path.
 fn close_now(stream: TcpStream) {
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: a valid socket and a linger struct of the size given.
-    unsafe {
-        libc::setsockopt(
-            std::os::fd::AsRawFd::as_raw_fd(&stream),
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&raw const linger).cast(),
-            size_of::<libc::linger>() as libc::socklen_t,
-        );
-    }
+    let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
 }
 
 fn round_trip(listener: &TcpListener, server: SocketAddr) {

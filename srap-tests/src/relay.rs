@@ -12,7 +12,7 @@ use std::{
     fs::File,
     io::{self, Read as _, Write as _},
     net::{Shutdown, SocketAddr, TcpListener, TcpStream},
-    os::fd::AsRawFd as _,
+    os::fd::AsFd as _,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicU32, Ordering},
@@ -72,9 +72,11 @@ impl Relay {
         let accept = thread::spawn(move || {
             // This thread (and the ones it starts) stay in `ns`: the
             // connections upstream leave from there.
-            // SAFETY: setns(2) on an open namespace file, this thread only.
-            if unsafe { libc::setns(netns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                eprintln!("relay: setns: {}", io::Error::last_os_error());
+            if let Err(err) = rustix::thread::move_into_link_name_space(
+                netns.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            ) {
+                eprintln!("relay: setns: {err}");
                 return;
             }
             accept_loop(&listener, upstream, &inner);

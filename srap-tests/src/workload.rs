@@ -15,6 +15,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use socket2::{Domain, Protocol, Socket, Type};
 use srap_lab::harness::srap_exec;
 
 use crate::{NetNs, built_binary, cgroup::ChildGuard, flows::line_channel};
@@ -164,62 +165,16 @@ impl Workload {
 
 /// An application that binds its own source port before connecting.
 fn connect_from_port(dst: SocketAddr, port: u16) -> TcpStream {
-    let family = if dst.is_ipv4() {
-        libc::AF_INET
-    } else {
-        libc::AF_INET6
-    };
     let any: IpAddr = if dst.is_ipv4() {
         Ipv4Addr::UNSPECIFIED.into()
     } else {
         Ipv6Addr::UNSPECIFIED.into()
     };
-    // SAFETY: plain socket calls on a descriptor we own; the sockaddr
-    // buffers are valid for the lengths given.
-    unsafe {
-        let fd = libc::socket(family, libc::SOCK_STREAM, 0);
-        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-        let (mut storage, len) = sockaddr(SocketAddr::new(any, port));
-        let rc = libc::bind(fd, (&raw mut storage).cast(), len);
-        assert_eq!(rc, 0, "bind: {}", std::io::Error::last_os_error());
-        let (mut storage, len) = sockaddr(dst);
-        let rc = libc::connect(fd, (&raw mut storage).cast(), len);
-        assert_eq!(rc, 0, "connect: {}", std::io::Error::last_os_error());
-        std::os::fd::FromRawFd::from_raw_fd(fd)
-    }
-}
-
-fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_in fits in sockaddr_storage.
-            unsafe { std::ptr::write((&raw mut storage).cast(), sin) };
-            size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: 0,
-            };
-            // SAFETY: sockaddr_in6 fits in sockaddr_storage.
-            unsafe { std::ptr::write((&raw mut storage).cast(), sin6) };
-            size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (storage, len as libc::socklen_t)
+    let socket =
+        Socket::new(Domain::for_address(dst), Type::STREAM, Some(Protocol::TCP)).expect("socket");
+    socket
+        .bind(&SocketAddr::new(any, port).into())
+        .expect("bind");
+    socket.connect(&dst.into()).expect("connect");
+    socket.into()
 }
