@@ -1,6 +1,6 @@
 //! `srap-agent`: the SRAP daemon: the receive verifier and the sender-side
 //! port binder. Arguments here, one module per command in `cmd/`.
-use std::{io::IsTerminal as _, time::Duration};
+use std::{io::IsTerminal as _, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 use clap::{CommandFactory as _, Parser, Subcommand};
@@ -62,7 +62,7 @@ enum Command {
     Manpages(docs::ManpagesArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
@@ -71,6 +71,12 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = Cli::parse();
+    // Printed here, not returned from main: an expected failure is one line
+    // whatever RUST_BACKTRACE says (panics keep their backtrace).
+    srap_host::report::exit_code("srap-agent", run(cli))
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

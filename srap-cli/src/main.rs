@@ -61,13 +61,7 @@ fn main() -> ExitCode {
         Command::Completions(args) => docs::completions(Cli::command(), &args),
         Command::Manpages(args) => docs::manpages(Cli::command(), &args),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("srap: error: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    srap_host::report::exit_code("srap", result)
 }
 
 #[cfg(test)]

@@ -306,6 +306,32 @@ fn predict_refuses_bad_descriptions_and_impossible_plans() {
     );
 }
 
+/// An error says each cause once, on one line, and never prints a
+/// backtrace, even with RUST_BACKTRACE set as on many developers' shells.
+#[test]
+fn errors_say_each_cause_once_without_a_backtrace() {
+    let truncated = TempPath::with("{\"key\": ");
+    for (rss, cause) in [
+        (truncated.as_str(), "EOF while parsing"),
+        ("/nonexistent/rss.json", "No such file or directory"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_srap"))
+            .args(["predict", "--rss", rss, "--src", "10.0.0.1"])
+            .args(["--dst", "10.0.0.2:1", "--flows", "2"])
+            .env("RUST_BACKTRACE", "1")
+            .env("RUST_LIB_BACKTRACE", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(!out.status.success(), "{rss}");
+        assert_eq!(stderr.matches(cause).count(), 1, "{stderr}");
+        assert_eq!(stderr.matches(rss).count(), 1, "{stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with("srap: error: "), "{stderr}");
+        assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+    }
+}
+
 #[test]
 fn odds_reproduces_the_one_percent_figure() {
     let out = srap(&["odds", "--flows", "16", "--cpus", "32"]);

@@ -14,7 +14,8 @@
 //!   has them, and the netlink layer every kernel conversation goes through;
 //! * [`bpffs`]: the BPF filesystem the daemon pins to;
 //! * [`status`]: the receiver's status snapshot, its control socket and
-//!   client, and its Prometheus text.
+//!   client, and its Prometheus text;
+//! * [`report`]: how the binaries print the error that ends them.
 
 pub mod bpffs;
 pub mod cgroup;
@@ -25,6 +26,7 @@ mod error;
 pub mod link;
 pub mod local;
 pub mod netlink;
+pub mod report;
 pub mod reserved;
 pub mod route;
 pub mod status;

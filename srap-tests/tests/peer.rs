@@ -569,3 +569,38 @@ fn a_replayed_frame_drops_the_connection_and_keeps_the_plan() {
     }
     attacked_session_keeps_the_plan(75, Attack::ReplayFirst, "a replay of an earlier frame");
 }
+
+/// An expected failure — a receiver that does not answer — is one line
+/// naming the receiver once and what happened, with no backtrace whatever
+/// RUST_BACKTRACE says; nothing is set up.
+#[test]
+fn an_unreachable_receiver_is_one_line_without_a_backtrace() {
+    use std::process::{Command, Stdio};
+
+    // Port 1 of loopback: nothing listens, the kernel refuses at once.
+    let peer = "127.0.0.1:1";
+    let dir = std::env::temp_dir().join(unique_name("unreach"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let name = unique_name("u");
+    let out = Command::new(built_binary("srap-agent"))
+        .args(["sender", "--peer", peer, "--peer-wait", "1"])
+        .arg("--control")
+        .arg(dir.join("sender.sock"))
+        .args(["--pin-dir", &format!("/sys/fs/bpf/{name}")])
+        .args(["--cgroup", &format!("/sys/fs/cgroup/{name}")])
+        .env("RUST_BACKTRACE", "1")
+        .env("RUST_LIB_BACKTRACE", "1")
+        .env("RUST_LOG", "off")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run srap-agent sender");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("srap-agent: error: "), "{stderr}");
+    assert_eq!(stderr.matches(peer).count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("Connection refused").count(), 1, "{stderr}");
+    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+    assert!(!Path::new(&format!("/sys/fs/bpf/{name}")).exists());
+}

@@ -98,6 +98,9 @@ fn with_flag_hint(err: sender::SenderError) -> anyhow::Error {
 /// usage errors, so systemd's `RestartPreventExitStatus=2` does not restart
 /// an agent only an edit can fix.
 fn usage_error(err: &anyhow::Error) -> ! {
-    eprintln!("Error: {err:#}");
+    eprintln!(
+        "srap-agent: error: {}",
+        srap_host::report::Chain(err.as_ref())
+    );
     std::process::exit(2)
 }

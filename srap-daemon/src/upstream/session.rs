@@ -22,10 +22,12 @@ use crate::framed::{self, FrameError, Inbound, Outbound, ReadLimits, printable};
 /// Why a connection to the receiver failed or ended.
 #[derive(Debug, Error)]
 pub enum PeerError {
-    #[error("cannot resolve {addr}: {reason}")]
-    Resolve { addr: String, reason: String },
-    #[error("cannot connect to {addr}: {reason}")]
-    Connect { addr: String, reason: String },
+    // No address in these two: every place that shows a peer's error names
+    // the peer beside it.
+    #[error("cannot resolve the name: {reason}")]
+    Resolve { reason: String },
+    #[error("cannot connect: {reason}")]
+    Connect { reason: String },
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error("the receiver refused: {0}")]
@@ -293,7 +295,6 @@ async fn connect_any(addr: &str, limit: std::time::Duration) -> Result<TcpStream
         let addrs: Vec<_> = lookup_host(addr)
             .await
             .map_err(|err| PeerError::Resolve {
-                addr: addr.to_owned(),
                 reason: err.to_string(),
             })?
             .collect();
@@ -304,18 +305,16 @@ async fn connect_any(addr: &str, limit: std::time::Duration) -> Result<TcpStream
                     let _ = stream.set_nodelay(true);
                     return Ok(stream);
                 }
+                // The address only when a name resolved to it.
+                Err(err) if candidate.to_string() == addr => last = err.to_string(),
                 Err(err) => last = format!("{candidate}: {err}"),
             }
         }
-        Err(PeerError::Connect {
-            addr: addr.to_owned(),
-            reason: last,
-        })
+        Err(PeerError::Connect { reason: last })
     };
     timeout(limit, attempt)
         .await
         .map_err(|_| PeerError::Connect {
-            addr: addr.to_owned(),
             reason: format!("no answer within {limit:?}"),
         })?
 }

@@ -155,12 +155,11 @@ impl Follower {
                     self.publish(None);
                 }
                 _ = tokio::time::sleep_until(deadline) => bail!(
-                    "no RSS description from receiver {} within {limit:?} ({}); \
-                     nothing was set up",
-                    names, self.statuses()
+                    "no RSS description within {limit:?} ({}); nothing was set up",
+                    self.statuses()
                 ),
                 _ = notice.tick() => info!(
-                    "still waiting for receiver {names}: {}", self.statuses()
+                    "still waiting: {}", self.statuses()
                 ),
             }
         }
@@ -460,7 +459,7 @@ impl Follower {
         let texts: Vec<String> = self
             .receivers
             .iter()
-            .map(|r| format!("{}: {}", r.addr, receivers::status_text(&r.status)))
+            .map(|r| format!("receiver {}: {}", r.addr, receivers::status_text(&r.status)))
             .collect();
         texts.join("; ")
     }
