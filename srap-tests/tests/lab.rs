@@ -57,7 +57,7 @@ fn status_shows_steered_flows_on_their_planned_cpus() {
         time::{Duration, Instant},
     };
 
-    use srap_host::status::Status;
+    use srap_host::status::{ReceiveCpu, Status};
     use srap_lab::{agents::LabAgents, topology::Watch};
 
     if !require_privileged("status_shows_steered_flows_on_their_planned_cpus") {
@@ -97,6 +97,8 @@ fn status_shows_steered_flows_on_their_planned_cpus() {
         String::from_utf8_lossy(&out.stderr)
     );
     let status: Status = serde_json::from_slice(&out.stdout).expect("status JSON");
+    // A veth has no RSS of its own: the receive CPUs are the description's.
+    assert_eq!(status.receive_cpu, ReceiveCpu::Emulated);
     let flows: Vec<_> = status
         .flows
         .iter()
@@ -114,6 +116,12 @@ fn status_shows_steered_flows_on_their_planned_cpus() {
         assert_eq!(flow.planned_cpu, flow.rss_cpu, "{flow:?}");
         queues.insert(flow.queue);
     }
+    assert!(
+        status.accuracy.plan.total >= FLOWS
+            && status.accuracy.plan.matched == status.accuracy.plan.total,
+        "{:?}",
+        status.accuracy
+    );
     assert_eq!(
         queues.len(),
         FLOWS,

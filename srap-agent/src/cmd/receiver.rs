@@ -11,8 +11,11 @@ use tracing::{error, info, warn};
 use srap_daemon::{
     psk::read_psk_file,
     receiver::{
-        AllowList, Offer, Server, ServerConfig, Source, Timeouts, args::ReceiverArgs, grants,
-        monitor::Monitor, source,
+        AllowList, Offer, Server, ServerConfig, Source, Timeouts,
+        args::ReceiverArgs,
+        grants,
+        monitor::{self, Monitor},
+        source,
     },
 };
 use srap_host::status::{ControlSocket, DEFAULT_CONTROL_PATH, control, metrics};
@@ -64,6 +67,7 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
         args.verify_cgroup.as_deref(),
         SAMPLE_INTERVAL,
     );
+    monitor.set_receive_cpu(monitor::receive_cpu_of(&args.iface, args.rss.is_some()));
     let control_path = args
         .control
         .clone()

@@ -399,6 +399,7 @@ mod tests {
                 grant_epoch: 3,
                 grant_applied: true,
             }],
+            ..Status::default()
         }
     }
 

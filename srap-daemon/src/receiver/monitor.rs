@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{Published, Server, downstream::unix_ms};
-use srap_host::status::{FlowRow, Landings, Status, VerifierState};
+use srap_host::status::{FlowRow, Landings, ReceiveCpu, Status, VerifierState};
 
 use crate::{
     tracker::{
@@ -41,7 +41,29 @@ pub struct Monitor {
     /// The model of the version last seen, rebuilt when the version changes.
     model: Option<(u64, Option<RssModel>)>,
     judge: AgreementJudge,
+    /// Which CPU is a flow's receive CPU ([`receive_cpu_of`]).
+    receive_cpu: ReceiveCpu,
     board: watch::Sender<Arc<Status>>,
+}
+
+/// The receive CPU of `iface`'s flows: the CPU the verifier runs on,
+/// unless the description comes from a file (`described`) for a device
+/// without RSS of its own (a veth, as in the lab), whose queue CPUs are
+/// then the description's emulated ones.
+pub fn receive_cpu_of(iface: &str, described: bool) -> ReceiveCpu {
+    if !described {
+        return ReceiveCpu::Observed;
+    }
+    match srap_host::discovery::discover(iface) {
+        Err(srap_host::discovery::DiscoveryError::NoRss { .. }) => {
+            info!(
+                "{iface} has no RSS of its own: its flows' CPUs are the description's \
+                 (emulated, one per queue), not the CPUs the verifier runs on"
+            );
+            ReceiveCpu::Emulated
+        }
+        _ => ReceiveCpu::Observed,
+    }
 }
 
 impl Monitor {
@@ -108,10 +130,16 @@ impl Monitor {
                 tracker: Tracker::new(TrackerConfig::default()),
                 model: None,
                 judge: AgreementJudge::default(),
+                receive_cpu: ReceiveCpu::Observed,
                 board,
             },
             rx,
         )
+    }
+
+    /// Sets which CPU is a flow's receive CPU (default: observed).
+    pub fn set_receive_cpu(&mut self, receive_cpu: ReceiveCpu) {
+        self.receive_cpu = receive_cpu;
     }
 
     pub fn interval(&self) -> Duration {
@@ -161,6 +189,7 @@ impl Monitor {
             records: &records,
             model,
             plans: &plans,
+            receive_cpu: self.receive_cpu,
         });
         status.iface.clone_from(&self.iface);
         status.verifier = VerifierState {

@@ -25,7 +25,7 @@ use std::{
 
 use srap_common::rss::{FlowTuple, RssModel};
 
-use srap_host::status::{Accuracy, Collisions, CpuRow, FlowRow, QueueRow, Status};
+use srap_host::status::{Accuracy, Collisions, CpuRow, FlowRow, QueueRow, ReceiveCpu, Status};
 
 pub use self::plan_index::PlanIndex;
 use crate::verifier::FlowRecord;
@@ -57,6 +57,8 @@ pub struct Observation<'a> {
     /// The served description, to predict and to map queues to CPUs.
     pub model: Option<&'a RssModel>,
     pub plans: &'a PlanIndex,
+    /// Which CPU is a flow's receive CPU (the plan is judged against it).
+    pub receive_cpu: ReceiveCpu,
 }
 
 /// State carried from one sample to the next.
@@ -220,7 +222,9 @@ impl Tracker {
         }
         self.flows.retain(|key, _| seen.contains(key));
         flows.sort_by_key(|f| (f.queue, f.src, f.dst));
-        self.status(obs.model, flows, &loads)
+        let mut status = self.status(obs.model, flows, &loads, obs.receive_cpu);
+        status.receive_cpu = obs.receive_cpu;
+        status
     }
 
     /// Adds a record's news since the last sample to the lifetime counters
@@ -256,7 +260,13 @@ impl Tracker {
     }
 
     /// The status from this sample's active flows and the lifetime counters.
-    fn status(&self, model: Option<&RssModel>, flows: Vec<FlowRow>, loads: &ActiveLoads) -> Status {
+    fn status(
+        &self,
+        model: Option<&RssModel>,
+        flows: Vec<FlowRow>,
+        loads: &ActiveLoads,
+        receive_cpu: ReceiveCpu,
+    ) -> Status {
         let queues = self.queue_rows(model, &loads.queues);
         let cpus = cpu_rows(&self.cpus, &loads.cpus, None);
         let rss_cpus = cpu_rows(
@@ -273,7 +283,7 @@ impl Tracker {
             idle_after_ms: u64::try_from(self.config.idle_after.as_millis()).unwrap_or(u64::MAX),
             active_flows: flows.len(),
             gbps: flows.iter().map(|f| f.gbps).sum(),
-            accuracy: accuracy(&flows),
+            accuracy: accuracy(&flows, receive_cpu),
             queues,
             cpus,
             rss_cpus,
@@ -340,7 +350,8 @@ fn queue_cpu(model: Option<&RssModel>, queue: u32) -> Option<u32> {
     model?.queue_cpu().get(queue as usize).copied()
 }
 
-fn accuracy(flows: &[FlowRow]) -> Accuracy {
+/// Queues against the model; receive CPUs (on `basis`) against the plan.
+fn accuracy(flows: &[FlowRow], basis: ReceiveCpu) -> Accuracy {
     let mut accuracy = Accuracy::default();
     for flow in flows {
         if let (Some(seen), Some(predicted)) = (flow.queue, flow.predicted_queue) {
@@ -349,7 +360,7 @@ fn accuracy(flows: &[FlowRow]) -> Accuracy {
         }
         if let Some(planned) = flow.planned_cpu {
             accuracy.plan.total += 1;
-            accuracy.plan.matched += usize::from(flow.rss_cpu == Some(planned));
+            accuracy.plan.matched += usize::from(flow.receive_cpu(basis) == Some(planned));
         }
     }
     accuracy
@@ -437,6 +448,7 @@ mod tests {
             records,
             model: Some(model),
             plans,
+            receive_cpu: ReceiveCpu::Emulated,
         }
     }
 
@@ -575,6 +587,40 @@ mod tests {
         );
         assert!((status.accuracy.queue.value().expect("some") - 2.0 / 3.0).abs() < 1e-9);
         assert_eq!(Ratio::default().value(), None);
+
+        // On a device with RSS of its own the plan is judged by the CPU
+        // the verifier ran on: `good` ran on CPU 1 as planned, `moved` on
+        // CPU 0 (its description CPU would have said 2).
+        let records = [
+            record(&good, DST, 1, 1, 1000, SEC),
+            record(&moved, DST, 2, 0, 1000, SEC),
+        ];
+        let status = Tracker::default().sample(&Observation {
+            receive_cpu: ReceiveCpu::Observed,
+            ..observe(SEC, &records, &model, &plans)
+        });
+        assert_eq!(status.receive_cpu, ReceiveCpu::Observed);
+        assert_eq!(
+            status.accuracy.plan,
+            Ratio {
+                matched: 1,
+                total: 2
+            }
+        );
+        assert_eq!(row_cpu(&status, &moved), (Some(0), Some(2)));
+    }
+
+    /// A flow's (observed, emulated) receive CPU.
+    fn row_cpu(status: &Status, src: &str) -> (Option<u32>, Option<u32>) {
+        let flow = status
+            .flows
+            .iter()
+            .find(|f| f.src.to_string() == src)
+            .expect("row");
+        (
+            flow.receive_cpu(ReceiveCpu::Observed),
+            flow.receive_cpu(ReceiveCpu::Emulated),
+        )
     }
 
     #[test]
@@ -678,6 +724,7 @@ mod tests {
             records: &records,
             model: None,
             plans: &plans,
+            receive_cpu: ReceiveCpu::Observed,
         });
         assert_eq!(status.flows[0].predicted_queue, None);
         assert_eq!(status.flows[0].rss_cpu, None);

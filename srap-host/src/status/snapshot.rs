@@ -47,6 +47,56 @@ pub struct Status {
     pub landings: Landings,
     /// Sender agents connected now.
     pub peers: Vec<PeerRow>,
+    /// Which CPU a flow is received on: what `srap status` compares with
+    /// the sender's plan and counts collisions by.
+    #[serde(default)]
+    pub receive_cpu: ReceiveCpu,
+}
+
+/// Which of a flow's two CPUs is its receive CPU.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReceiveCpu {
+    /// The CPU the verifier ran on ([`FlowRow::cpu`], [`Status::cpus`]): on
+    /// a device with RSS of its own, the CPU that processed the flow's
+    /// packets (the IRQ's, or RPS's).
+    #[default]
+    Observed,
+    /// The description's `queue_cpu` of the observed queue
+    /// ([`FlowRow::rss_cpu`], [`Status::rss_cpus`]): the device has no RSS
+    /// of its own (the lab's veth), so the CPUs the description names are
+    /// emulated, one per queue, and the CPU the verifier ran on is the
+    /// machine's, which no plan is about.
+    Emulated,
+}
+
+impl Status {
+    /// One row per receive CPU (see [`ReceiveCpu`]).
+    pub fn receive_cpus(&self) -> &[CpuRow] {
+        match self.receive_cpu {
+            ReceiveCpu::Observed => &self.cpus,
+            ReceiveCpu::Emulated => &self.rss_cpus,
+        }
+    }
+
+    /// Receive CPUs with more than one active flow.
+    pub fn cpu_collisions(&self) -> usize {
+        match self.receive_cpu {
+            ReceiveCpu::Observed => self.collisions.cpus,
+            ReceiveCpu::Emulated => self.collisions.rss_cpus,
+        }
+    }
+}
+
+impl FlowRow {
+    /// The flow's receive CPU, on `basis` (None: its queue is unknown, or
+    /// the description does not place it).
+    pub fn receive_cpu(&self, basis: ReceiveCpu) -> Option<u32> {
+        match basis {
+            ReceiveCpu::Observed => Some(self.cpu),
+            ReceiveCpu::Emulated => self.rss_cpu,
+        }
+    }
 }
 
 /// The verifier's state.
@@ -138,8 +188,8 @@ pub struct Landings {
 pub struct Accuracy {
     /// Observed queue == the model's queue, over flows with a known queue.
     pub queue: Ratio,
-    /// `queue_cpu` of the observed queue == the sender's planned CPU, over
-    /// flows a sender reported a plan for.
+    /// The receive CPU ([`Status::receive_cpu`]) == the sender's planned
+    /// CPU, over flows a sender reported a plan for.
     pub plan: Ratio,
 }
 
