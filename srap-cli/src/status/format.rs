@@ -1,21 +1,7 @@
 //! Small formatting helpers shared by the text table and the dashboard.
 
 use srap_common::wire::LandingVerdict;
-use srap_host::status::{PeerRow, Ratio, Status};
-
-/// Column titles of the per-flow table, shared by the dashboard and `--once`.
-pub const FLOW_COLUMNS: [&str; 10] = [
-    "source",
-    "destination",
-    "queue",
-    "cpu",
-    "pred.q",
-    "pred.cpu",
-    "planned",
-    "Gbit/s",
-    "CoV",
-    "moves",
-];
+use srap_host::status::{PeerRow, Ratio, ReceiveCpu, Status};
 
 pub fn opt<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
@@ -67,16 +53,28 @@ pub fn landings(status: &Status) -> String {
     }
 }
 
-/// The one-line summary both views start with.
+/// The title of a flow's receive CPU: `emu.cpu` where the receive CPUs
+/// are the description's emulated ones (a device without RSS), else `cpu`.
+pub fn cpu_title(status: &Status) -> &'static str {
+    match status.receive_cpu {
+        ReceiveCpu::Observed => "cpu",
+        ReceiveCpu::Emulated => "emu.cpu",
+    }
+}
+
+/// The one-line summary `--once` starts with.
 pub fn summary(status: &Status) -> String {
+    let kind = match status.receive_cpu {
+        ReceiveCpu::Observed => "CPUs",
+        ReceiveCpu::Emulated => "emulated CPUs",
+    };
     format!(
-        "{} active flows, {} Gbit/s; collisions: {} queues, {} CPUs (queue_cpu), {} CPUs (verifier); \
+        "{} active flows, {} Gbit/s; collisions: {} queues, {} {kind}; \
          prediction: queue {}, plan {}",
         status.active_flows,
         gbps(status.gbps),
         status.collisions.queues,
-        status.collisions.rss_cpus,
-        status.collisions.cpus,
+        status.cpu_collisions(),
         ratio(status.accuracy.queue),
         ratio(status.accuracy.plan),
     )

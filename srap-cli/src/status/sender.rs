@@ -1,5 +1,5 @@
-//! `srap status --sender`: the sender agent's receivers and binder counters
-//! as plain text.
+//! `srap status --sender --once` (or not on a terminal): the sender agent's
+//! receivers and binder counters as plain text.
 
 use std::fmt::Write as _;
 
@@ -40,11 +40,7 @@ pub fn render(status: &SenderStatus) -> String {
 
 fn receiver_lines(out: &mut String, r: &ReceiverRow) {
     let version = r.version.map_or("-".to_owned(), |v| v.to_string());
-    let steering = match (r.version, r.paused) {
-        (None, _) => "no",
-        (Some(_), true) => "paused",
-        (Some(_), false) => "yes",
-    };
+    let steering = steering(r);
     let grant = r.grant.as_ref().map_or("none (every CPU)".to_owned(), |g| {
         format!(
             "epoch {}: {} CPUs {}",
@@ -72,6 +68,16 @@ fn receiver_lines(out: &mut String, r: &ReceiverRow) {
     }
     if let Some(reason) = &r.reason {
         let _ = writeln!(out, "{:<22} away: {reason}", "");
+    }
+}
+
+/// Whether steering toward `r` is on: `yes`, `paused` (its landings
+/// contradict its description) or `no` (no description yet).
+pub fn steering(r: &ReceiverRow) -> &'static str {
+    match (r.version, r.paused) {
+        (None, _) => "no",
+        (Some(_), true) => "paused",
+        (Some(_), false) => "yes",
     }
 }
 

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use srap_host::status::{CpuRow, Status};
 
-use super::format::{FLOW_COLUMNS, ago, cov, gbps, granted, landings, opt, summary, verifier};
+use super::format::{ago, cov, cpu_title, gbps, granted, landings, opt, summary, verifier};
 
 const MARK: &str = "  << collision";
 
@@ -38,23 +38,32 @@ pub fn render(status: &Status) -> String {
             if q.collision { MARK } else { "" }
         );
     }
-    cpu_table(&mut out, "cpu (queue_cpu)", &status.rss_cpus);
-    cpu_table(&mut out, "cpu (verifier)", &status.cpus);
+    // The receive CPUs only: on a device without RSS the CPUs the verifier
+    // ran on are the machine's, which no plan is about (they stay in --json).
+    cpu_table(&mut out, cpu_title(status), status.receive_cpus());
 
-    let c = FLOW_COLUMNS;
     let _ = writeln!(
         out,
-        "\n{:<46} {:<46} {:>5} {:>4} {:>6} {:>8} {:>7} {:>8} {:>5} {:>5}",
-        c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
+        "\n{:<46} {:<46} {:>5} {:>7} {:>6} {:>8} {:>7} {:>8} {:>5} {:>5}",
+        "source",
+        "destination",
+        "queue",
+        cpu_title(status),
+        "pred.q",
+        "pred.cpu",
+        "planned",
+        "Gbit/s",
+        "CoV",
+        "moves"
     );
     for f in &status.flows {
         let _ = writeln!(
             out,
-            "{:<46} {:<46} {:>5} {:>4} {:>6} {:>8} {:>7} {:>8} {:>5} {:>5}",
+            "{:<46} {:<46} {:>5} {:>7} {:>6} {:>8} {:>7} {:>8} {:>5} {:>5}",
             f.src.to_string(),
             f.dst.to_string(),
             opt(f.queue),
-            f.cpu,
+            opt(f.receive_cpu(status.receive_cpu)),
             opt(f.predicted_queue),
             opt(f.predicted_cpu),
             opt(f.planned_cpu),

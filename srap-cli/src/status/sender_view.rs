@@ -1,0 +1,330 @@
+//! The sender agent's live page (`srap status --sender` on a terminal):
+//! the binder's counters with their rates, and every receiver followed —
+//! its link, the description version the plan was made with, whether
+//! steering toward it is on, its addresses and open flows, its grant —
+//! scrollable like the receiver's flows. Counters are shown as the agent
+//! names them, so new ones appear without a change here.
+
+use std::{path::Path, time::Instant};
+
+use ratatui::{
+    Frame,
+    crossterm::event::KeyCode,
+    layout::Rect,
+    style::{Color, Modifier, Style},
+    text::{Line, Span},
+    widgets::Paragraph,
+};
+use srap_host::status::{ControlError, SenderStatus, request_sender_status};
+
+use super::{
+    columns::{Align, Column, cut, render},
+    list::{Scroll, range_text},
+    live::{Page, pack, wrap},
+    sender::steering,
+};
+
+/// The sender page's state between frames.
+#[derive(Debug, Default)]
+pub struct SenderPage {
+    scroll: Scroll,
+    /// The binder's counters at the last two answers, to make rates.
+    counters: Vec<(Instant, Vec<(String, u64)>)>,
+}
+
+fn bold() -> Style {
+    Style::new().add_modifier(Modifier::BOLD)
+}
+
+/// One row per receiver address.
+struct AddressLine {
+    cells: [String; 8],
+    away: bool,
+}
+
+fn address_lines(status: &SenderStatus) -> Vec<AddressLine> {
+    let mut lines = Vec::new();
+    for r in &status.receivers {
+        let (epoch, cpus) = r
+            .grant
+            .as_ref()
+            .map_or(("-".to_owned(), "every CPU".to_owned()), |g| {
+                (g.epoch.to_string(), srap_host::cpulist::format(g.cpus.iter().copied()))
+            });
+        for a in &r.addresses {
+            lines.push(AddressLine {
+                cells: [
+                    r.peer.clone(),
+                    r.link.clone(),
+                    r.version.map_or("-".into(), |v| v.to_string()),
+                    steering(r).into(),
+                    a.addr.map_or("-".into(), |ip| ip.to_string()),
+                    a.open_flows.to_string(),
+                    a.slots.to_string(),
+                    format!("{epoch}: {cpus}"),
+                ],
+                away: r.link != "connected",
+            });
+        }
+    }
+    lines
+}
+
+fn receiver_columns(lines: &[AddressLine]) -> Vec<Column> {
+    let column = |title: &str, align, priority, i: usize| {
+        Column::new(
+            title,
+            align,
+            priority,
+            lines.iter().map(|l| l.cells[i].clone()).collect(),
+        )
+    };
+    vec![
+        column("receiver", Align::Left, 0, 0),
+        column("link", Align::Left, 1, 1),
+        column("desc v", Align::Right, 2, 2),
+        column("steering", Align::Left, 3, 3),
+        column("address", Align::Left, 6, 4),
+        column("flows", Align::Right, 4, 5),
+        column("slots", Align::Right, 7, 6),
+        column("grant: CPUs", Align::Left, 5, 7),
+    ]
+}
+
+impl SenderPage {
+    /// `name total (+rate/s)` for every counter, packed into lines.
+    fn counter_lines(&self, status: &SenderStatus, width: usize) -> Vec<Line<'static>> {
+        let rates = self.rates();
+        let pieces = status
+            .binder
+            .iter()
+            .map(|(name, total)| {
+                let rate = rates
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or("".to_owned(), |(_, r)| format!(" {r:+.1}/s"));
+                let style = if name == "steered" || rate.is_empty() || rate == " +0.0/s" {
+                    Style::new()
+                } else {
+                    Style::new().fg(Color::Yellow)
+                };
+                vec![
+                    Span::styled(name.clone(), Style::new().fg(Color::Cyan)),
+                    Span::raw(format!(" {total}")),
+                    Span::styled(rate, style),
+                ]
+            })
+            .collect();
+        let mut lines = vec![Line::from(Span::styled(
+            "binder counters (total, per second)",
+            bold(),
+        ))];
+        lines.extend(pack(pieces, width, 4));
+        lines
+    }
+
+    /// Each counter's change per second between the last two answers.
+    fn rates(&self) -> Vec<(String, f64)> {
+        let [(t0, before), (t1, now)] = match self.counters.as_slice() {
+            [a, b] => [a, b],
+            _ => return Vec::new(),
+        };
+        let dt = t1.duration_since(*t0).as_secs_f64();
+        if dt <= 0.0 {
+            return Vec::new();
+        }
+        now.iter()
+            .filter_map(|(name, value)| {
+                let old = before.iter().find(|(n, _)| n == name)?.1;
+                Some((name.clone(), value.saturating_sub(old) as f64 / dt))
+            })
+            .collect()
+    }
+}
+
+/// Why each receiver away is, wrapped under the table.
+fn away_lines(status: &SenderStatus, width: usize) -> Vec<Line<'static>> {
+    let red = Style::new().fg(Color::Red);
+    status
+        .receivers
+        .iter()
+        .filter_map(|r| Some((r, r.reason.as_ref()?)))
+        .flat_map(|(r, reason)| wrap(&format!("{} away: {reason}", r.peer), width))
+        .map(|line| Line::from(Span::styled(line, red)))
+        .collect()
+}
+
+impl Page for SenderPage {
+    type Snapshot = SenderStatus;
+    const AGENT: &'static str = "sender agent";
+
+    fn fetch(path: &Path) -> Result<SenderStatus, ControlError> {
+        request_sender_status(path).map(|(status, _)| status)
+    }
+
+    fn update(&mut self, status: &SenderStatus) {
+        self.counters.push((Instant::now(), status.binder.clone()));
+        if self.counters.len() > 2 {
+            self.counters.remove(0);
+        }
+    }
+
+    fn draw(&mut self, frame: &mut Frame<'_>, area: Rect, status: &SenderStatus) {
+        let width = usize::from(area.width);
+        let height = usize::from(area.height);
+        let steering_text = if status.pin_dir.is_empty() {
+            "not steering yet (no description from any receiver)".to_owned()
+        } else {
+            format!("cgroup {}", cut(&status.cgroup, 40))
+        };
+        let title = vec![
+            vec![Span::styled("srap status --sender", bold())],
+            vec![Span::raw(steering_text)],
+            vec![Span::raw(format!("{} receivers", status.receivers.len()))],
+            vec![Span::raw(format!(
+                "{} reserved ports",
+                status.reserved_ports
+            ))],
+            vec![Span::raw(format!("pins {}", cut(&status.pin_dir, 40)))],
+        ];
+        let mut lines = pack(title, width, 1);
+        lines.extend(self.counter_lines(status, width));
+        let rows = address_lines(status);
+        let ids: Vec<String> = rows
+            .iter()
+            .map(|r| format!("{}>{}", r.cells[0], r.cells[4]))
+            .collect();
+        let away = away_lines(status, width).len();
+        let page = height.saturating_sub(lines.len() + 2 + away);
+        let range = self.scroll.place(&ids, page);
+        lines.push(Line::from(Span::styled(
+            cut(
+                &format!("receivers {}", range_text(&range, rows.len())),
+                width,
+            ),
+            bold(),
+        )));
+        let selected = self.scroll.selected();
+        let styled = range.map(|i| {
+            let mut style = if rows[i].away {
+                Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
+            } else {
+                Style::new()
+            };
+            if i == selected {
+                style = style.add_modifier(Modifier::REVERSED);
+            }
+            (i, style)
+        });
+        lines.extend(render(
+            &receiver_columns(&rows),
+            width,
+            bold().fg(Color::Cyan),
+            styled,
+        ));
+        lines.extend(away_lines(status, width));
+        frame.render_widget(Paragraph::new(lines), area);
+    }
+
+    fn key(&mut self, code: KeyCode, status: &SenderStatus) {
+        let len = address_lines(status).len();
+        self.scroll.key(code, len);
+    }
+
+    fn keys(&self) -> Vec<(&'static str, &'static str)> {
+        vec![
+            ("↑↓", "scroll"),
+            ("PgUp PgDn", "page up, down"),
+            ("Home End", "first, last receiver"),
+        ]
+    }
+
+    fn legend(&self) -> Vec<String> {
+        vec![
+            "Binder counters: how the binder's connect hook ended, in total and per second since the last refresh (steered: bound to a planned port; the others: why the kernel chose the port).".into(),
+            "Receivers: one row per receiver address. link: connected, connecting or away; desc v: the description version the plan toward it was made with; steering: yes, paused (its landings contradict its description) or no (no description yet); flows: steered flows open toward it; slots: CPU slots planned; grant: its epoch and the receiver CPUs granted (every CPU without a grant).".into(),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{path::Path, time::Duration};
+
+    use ratatui::{Terminal, backend::TestBackend};
+    use srap_host::status::sender::{AddressRow, GrantRow, ReceiverRow};
+
+    use super::*;
+    use crate::status::live::{Chrome, Feed, draw};
+
+    fn status(steered: u64) -> SenderStatus {
+        SenderStatus {
+            cgroup: "/sys/fs/cgroup/srap".into(),
+            pin_dir: "/sys/fs/bpf/srap".into(),
+            // A counter this view has never heard of shows like the others.
+            binder: vec![
+                ("steered".into(), steered),
+                ("port_in_use_by_app".into(), 3),
+            ],
+            reserved_ports: 1024,
+            receivers: vec![
+                ReceiverRow {
+                    peer: "10.0.0.2:7447".into(),
+                    link: "connected".into(),
+                    version: Some(3),
+                    addresses: vec![AddressRow {
+                        addr: "10.0.0.2".parse().ok(),
+                        row: 0,
+                        slots: 16,
+                        open_flows: 16,
+                    }],
+                    grant: Some(GrantRow {
+                        epoch: 2,
+                        cpus: vec![0, 1, 2, 3, 7],
+                    }),
+                    ..ReceiverRow::default()
+                },
+                ReceiverRow {
+                    peer: "10.0.1.2:7447".into(),
+                    link: "away".into(),
+                    reason: Some("cannot connect: Connection refused (os error 111)".into()),
+                    version: Some(1),
+                    addresses: vec![AddressRow::default()],
+                    ..ReceiverRow::default()
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn counters_as_rates_receivers_and_why_one_is_away() {
+        let mut page = SenderPage::default();
+        let t0 = Instant::now();
+        page.counters = vec![
+            (t0, status(10).binder),
+            (t0 + Duration::from_secs(2), status(24).binder),
+        ];
+        let feed = Feed::new(status(24), Duration::from_secs(1));
+        let mut terminal = Terminal::new(TestBackend::new(80, 24)).expect("terminal");
+        let chrome = Chrome {
+            control: Path::new("/run/srap/sender.sock"),
+            interval: Duration::from_secs(1),
+            help: false,
+        };
+        terminal
+            .draw(|frame| draw(frame, &mut page, &feed, &chrome))
+            .expect("draw");
+        let buffer = terminal.backend().buffer();
+        let text: String = (0..24)
+            .map(|y| (0..80).map(|x| buffer[(x, y)].symbol()).collect::<String>() + "\n")
+            .collect();
+        assert!(text.contains("steered 24 +7.0/s"), "{text}");
+        assert!(text.contains("port_in_use_by_app 3 +0.0/s"), "{text}");
+        assert!(text.contains("receivers 1–2 of 2"), "{text}");
+        assert!(text.contains("2: 0-3,7"), "{text}");
+        assert!(
+            text.contains("10.0.1.2:7447 away: cannot connect: Connection refused"),
+            "{text}"
+        );
+    }
+}
