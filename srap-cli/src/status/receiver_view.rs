@@ -132,8 +132,10 @@ impl ReceiverPage {
             .iter()
             .map(|flow| {
                 let cpu = flow.receive_cpu(status.receive_cpu);
-                let collision = flow.queue.is_some_and(|q| colliding_queues.contains(&q))
-                    || cpu.is_some_and(|c| colliding_cpus.contains(&c));
+                // An agent link is not counted in loads, so never collides.
+                let collision = !flow.agent_link
+                    && (flow.queue.is_some_and(|q| colliding_queues.contains(&q))
+                        || cpu.is_some_and(|c| colliding_cpus.contains(&c)));
                 FlowLine {
                     flow,
                     cpu,
@@ -167,8 +169,12 @@ impl ReceiverPage {
 }
 
 /// COLLISION, MISPREDICTED (not on the model's queue), OFF PLAN (not on
-/// the sender's planned CPU).
+/// the sender's planned CPU); `agent link` for a sender agent's own
+/// connection.
 fn note(flow: &FlowRow, cpu: Option<u32>, collision: bool) -> String {
+    if flow.agent_link {
+        return "agent link".into();
+    }
     let mispredicted = flow.queue.is_some()
         && flow.predicted_queue.is_some()
         && flow.queue != flow.predicted_queue;
@@ -543,7 +549,7 @@ impl Page for ReceiverPage {
     fn legend(&self) -> Vec<String> {
         vec![
             "Meters: one per receive CPU (and per queue): the bar is its Gbit/s against the busiest, the label its active flows and Gbit/s; red with ! where two or more flows share it (a COLLISION).".into(),
-            "Flows: queue and cpu are where the verifier saw the flow land (emu.cpu: the description's emulated CPU of that queue, on a device without RSS such as the lab's veth); planned is the CPU its sender planned, pred.q the queue the RSS model computes. COLLISION: shares its receive CPU or queue; MISPREDICTED: not on the model's queue; OFF PLAN: not on the planned CPU.".into(),
+            "Flows: queue and cpu are where the verifier saw the flow land (emu.cpu: the description's emulated CPU of that queue, on a device without RSS such as the lab's veth); planned is the CPU its sender planned, pred.q the queue the RSS model computes. COLLISION: shares its receive CPU or queue; MISPREDICTED: not on the model's queue; OFF PLAN: not on the planned CPU; agent link: a sender agent's own connection to this agent, listed but not counted on the meters or in collisions.".into(),
             "Sorting: s cycles queue, cpu, Gbit/s (busiest first), source; r reverses. c shows only colliding flows.".into(),
         ]
     }
@@ -576,6 +582,7 @@ mod tests {
             packets: 268_512,
             bytes: 1 << 30,
             moves: 182,
+            agent_link: false,
         };
         let mut flows: Vec<FlowRow> = (1..=16).map(|q| flow(10_000 + q as u16, q)).collect();
         flows.extend((0..extra).map(|i| flow(20_000 + i, 5)));

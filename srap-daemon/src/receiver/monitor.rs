@@ -184,12 +184,15 @@ impl Monitor {
         let model = self.model.as_ref().and_then(|(_, m)| m.as_ref());
         let plans = server.plans();
         let plans = PlanIndex::new(plans.iter().map(|(_, report)| report));
+        let peers = server.peers();
+        let agent_links = peers.iter().filter_map(|p| p.addr.parse().ok()).collect();
         let mut status = self.tracker.sample(&Observation {
             now_ns: monotonic_ns(),
             records: &records,
             model,
             plans: &plans,
             receive_cpu: self.receive_cpu,
+            agent_links: &agent_links,
         });
         status.iface.clone_from(&self.iface);
         status.verifier = VerifierState {
@@ -199,7 +202,7 @@ impl Monitor {
         status.rss_version = published.version;
         status.unix_ms = unix_ms(std::time::SystemTime::now());
         status.interval_ms = millis(self.interval);
-        status.peers = server.peers();
+        status.peers = peers;
         status.landings = self.judge_landings(published.version, &status.flows);
         server.publish_landings(self.judge.report());
         self.board.send_replace(Arc::new(status));

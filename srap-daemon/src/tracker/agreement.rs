@@ -132,6 +132,7 @@ mod tests {
             packets: 1,
             bytes: 60,
             moves: 0,
+            agent_link: false,
         }
     }
 

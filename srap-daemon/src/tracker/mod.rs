@@ -59,6 +59,9 @@ pub struct Observation<'a> {
     pub plans: &'a PlanIndex,
     /// Which CPU is a flow's receive CPU (the plan is judged against it).
     pub receive_cpu: ReceiveCpu,
+    /// Where connected sender agents connect from: their connections to
+    /// this agent are agent links ([`FlowRow::agent_link`]).
+    pub agent_links: &'a BTreeSet<SocketAddr>,
 }
 
 /// State carried from one sample to the next.
@@ -181,6 +184,7 @@ fn flow_row(
         packets: stats.packets,
         bytes: stats.bytes,
         moves: stats.moves,
+        agent_link: false,
     }
 }
 
@@ -216,9 +220,14 @@ impl Tracker {
             let Some(gbps) = self.follow(record, active, interval_ns, (queue, rss_cpu)) else {
                 continue;
             };
-            loads.add([queue, Some(record.stats.cpu), rss_cpu], gbps);
+            let agent_link = obs.agent_links.contains(&record.src);
+            if !agent_link {
+                loads.add([queue, Some(record.stats.cpu), rss_cpu], gbps);
+            }
             let rates = &self.flows[&(record.src, record.dst)].rates;
-            flows.push(flow_row(record, obs, (queue, rss_cpu), gbps, rates));
+            let mut row = flow_row(record, obs, (queue, rss_cpu), gbps, rates);
+            row.agent_link = agent_link;
+            flows.push(row);
         }
         self.flows.retain(|key, _| seen.contains(key));
         flows.sort_by_key(|f| (f.queue, f.src, f.dst));
@@ -449,10 +458,12 @@ mod tests {
             model: Some(model),
             plans,
             receive_cpu: ReceiveCpu::Emulated,
+            agent_links: &NO_LINKS,
         }
     }
 
     const DST: &str = "10.0.0.2:5201";
+    static NO_LINKS: BTreeSet<SocketAddr> = BTreeSet::new();
 
     /// A source port of 10.0.0.1 that the model sends to `queue`.
     fn port_on(model: &RssModel, queue: u32, skip: usize) -> String {
@@ -671,6 +682,29 @@ mod tests {
     }
 
     #[test]
+    fn a_sender_agents_own_connection_is_listed_but_never_collides() {
+        let model = model();
+        let plans = PlanIndex::default();
+        let workload = port_on(&model, 1, 0);
+        let agent = port_on(&model, 1, 1);
+        let links: BTreeSet<SocketAddr> = [agent.parse().expect("addr")].into();
+        let records = [
+            record(&workload, DST, 1, 1, 1000, SEC),
+            record(&agent, DST, 1, 1, 1000, SEC),
+        ];
+        let status = Tracker::default().sample(&Observation {
+            agent_links: &links,
+            ..observe(SEC, &records, &model, &plans)
+        });
+        assert_eq!(status.active_flows, 2, "both listed");
+        assert_eq!(status.collisions, Collisions::default());
+        assert_eq!(status.queues[1].flows, 1);
+        assert_eq!(status.queues[1].bytes, 2000, "its bytes still count");
+        let link = status.flows.iter().filter(|f| f.agent_link).count();
+        assert_eq!(link, 1);
+    }
+
+    #[test]
     fn idle_flows_age_out_and_counters_do_not_go_down() {
         let model = model();
         let plans = PlanIndex::default();
@@ -725,6 +759,7 @@ mod tests {
             model: None,
             plans: &plans,
             receive_cpu: ReceiveCpu::Observed,
+            agent_links: &NO_LINKS,
         });
         assert_eq!(status.flows[0].predicted_queue, None);
         assert_eq!(status.flows[0].rss_cpu, None);

@@ -161,6 +161,12 @@ pub struct FlowRow {
     pub bytes: u64,
     /// Packets that arrived on another (queue, CPU) than the packet before.
     pub moves: u32,
+    /// A sender agent's own connection to this receiver agent (its
+    /// keepalives and plan reports, from outside any steered cgroup):
+    /// listed, but not counted in the queues' and CPUs' loads nor in
+    /// collisions, which are about the workload's flows.
+    #[serde(default)]
+    pub agent_link: bool,
 }
 
 /// CPUs and queues with more than one active flow.
