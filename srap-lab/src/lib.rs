@@ -220,12 +220,15 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating srap-agent")?;
     let agents = LabAgents::start(&net, &exe, SRAP_PORT)?;
     if !args.json {
+        let srap = workload::srap_command();
         println!(
             "lab up: {} queues; receiver agent on {}, sender agent following it\n\
-             watch it live: srap status --control {}\n",
+             watch it live, in another terminal: {srap} status --control {}\n\
+             the sender's side: {srap} status --sender --control {}\n",
             queues,
             agents.receiver.peer(),
-            agents.receiver.control().display()
+            agents.receiver.control().display(),
+            agents.sender.control().display()
         );
     }
     let mut reports = Vec::new();
@@ -253,7 +256,8 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     }
     if args.hold {
         println!(
-            "\nholding the lab: `srap status --control {}`; Ctrl-C ends it",
+            "\nholding the lab: `{} status --control {}`; Ctrl-C ends it",
+            workload::srap_command(),
             agents.receiver.control().display()
         );
         while !interrupted() {

@@ -115,6 +115,35 @@ pub fn srap_binary() -> anyhow::Result<PathBuf> {
     Ok(srap)
 }
 
+/// `srap` as a user types it in a new shell to reach this build: `srap`
+/// where that name on PATH is this very binary, else its full path (a
+/// workspace build is not on anyone's PATH); with `sudo` in front when the
+/// lab runs under sudo, since the agents' control sockets are root's.
+pub fn srap_command() -> String {
+    let Ok(built) = srap_binary() else {
+        return "srap".into();
+    };
+    let same = |candidate: &std::path::Path| {
+        std::fs::canonicalize(candidate).ok() == std::fs::canonicalize(&built).ok()
+    };
+    let on_path = std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join("srap"))
+            .find(|p| p.is_file())
+            .is_some_and(|p| same(&p))
+    });
+    let srap = if on_path {
+        "srap".to_owned()
+    } else {
+        built.display().to_string()
+    };
+    if std::env::var_os("SUDO_USER").is_some() {
+        format!("sudo {srap}")
+    } else {
+        srap
+    }
+}
+
 /// Starts `iperf3 -s -1` on `port` in `ns` and waits until it listens.
 pub fn iperf3_server(ns: &NetNs, port: u16) -> anyhow::Result<ChildGuard> {
     iperf3_server_with(ns, port, &[], Stdio::null())

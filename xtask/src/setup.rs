@@ -36,6 +36,8 @@ const APT_PACKAGES: &[&str] = &[
     "nftables",
     // The TTF the throughput experiment's plots (`--plot`) draw text with.
     "fonts-dejavu-core",
+    // A real terminal for the dashboard's test (`tests/dashboard.rs`).
+    "tmux",
 ];
 /// The binder's client matrix (`tests/binder/clients.rs`) runs these real
 /// clients: (command, Debian package installed only when the command is

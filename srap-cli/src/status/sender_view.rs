@@ -45,12 +45,15 @@ struct AddressLine {
 fn address_lines(status: &SenderStatus) -> Vec<AddressLine> {
     let mut lines = Vec::new();
     for r in &status.receivers {
-        let (epoch, cpus) = r
-            .grant
-            .as_ref()
-            .map_or(("-".to_owned(), "every CPU".to_owned()), |g| {
-                (g.epoch.to_string(), srap_host::cpulist::format(g.cpus.iter().copied()))
-            });
+        let (epoch, cpus) =
+            r.grant
+                .as_ref()
+                .map_or(("-".to_owned(), "every CPU".to_owned()), |g| {
+                    (
+                        g.epoch.to_string(),
+                        srap_host::cpulist::format(g.cpus.iter().copied()),
+                    )
+                });
         for a in &r.addresses {
             lines.push(AddressLine {
                 cells: [

@@ -323,6 +323,9 @@ impl AgentOpts<ReceiverRole> {
 pub struct ReceiverAgent {
     process: Process,
     listen: SocketAddr,
+    /// Its binary and arguments, to start it again ([`Self::restart`]).
+    agent: PathBuf,
+    args: Vec<OsString>,
 }
 
 impl ReceiverAgent {
@@ -333,6 +336,8 @@ impl ReceiverAgent {
         let mut agent = Self {
             process: Process::new("receiver", ns)?,
             listen: role.listen,
+            agent: opts.agent.clone(),
+            args: Vec::new(),
         };
         let mut args: Vec<OsString> = ["receiver", "--iface"].map(OsString::from).into();
         args.push((&role.iface).into());
@@ -346,12 +351,30 @@ impl ReceiverAgent {
             args.push("--no-verify".into());
         }
         args.extend(opts.args);
-        agent.process.spawn(&opts.agent, &args)?;
+        agent.args = args;
+        agent.process.spawn(&agent.agent, &agent.args)?;
         let control = agent.control();
         agent
             .process
             .wait_until("its control socket", WAIT, |_| control.exists())?;
         Ok(agent)
+    }
+
+    /// SIGKILL, as a crash: its control socket file stays behind with
+    /// nobody answering on it.
+    pub fn kill(&mut self) {
+        self.process.kill();
+    }
+
+    /// Starts it again as it was started (same directory, socket and log),
+    /// and waits until its control socket answers.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.process.spawn(&self.agent, &self.args)?;
+        let control = self.control();
+        self.process
+            .wait_until("its control socket to answer", WAIT, |_| {
+                control::request_status(&control).is_ok()
+            })
     }
 
     /// Where it serves senders: a sender's `--peer`.
