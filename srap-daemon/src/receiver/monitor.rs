@@ -108,7 +108,7 @@ impl Monitor {
                 None,
                 VerifierState {
                     hook: None,
-                    error: Some("off (--no-verify)".into()),
+                    error: Some("--no-verify".into()),
                 },
             )
         };
