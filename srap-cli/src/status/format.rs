@@ -7,8 +7,9 @@ pub fn opt<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())
 }
 
+/// `0.93`; never `-0.00` (a sum of no rates is -0.0 in Rust).
 pub fn gbps(value: f64) -> String {
-    format!("{value:.2}")
+    format!("{:.2}", value + 0.0)
 }
 
 pub fn cov(value: Option<f64>) -> String {
@@ -86,5 +87,15 @@ pub fn granted(peer: &PeerRow) -> String {
         (true, _) => "-".into(),
         (false, true) => peer.granted.clone(),
         (false, false) => format!("{} (pending)", peer.granted),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn no_rate_is_zero_not_minus_zero() {
+        let none: f64 = std::iter::empty::<f64>().sum();
+        assert_eq!(super::gbps(none), "0.00");
+        assert_eq!(super::gbps(12.954), "12.95");
     }
 }

@@ -8,6 +8,8 @@ use ratatui::{
     text::{Line, Span},
 };
 
+use super::format::gbps;
+
 /// One meter's reading.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Meter {
@@ -51,10 +53,6 @@ impl Widths {
     fn frame(&self) -> usize {
         self.id + 1 + self.flows + 1 + self.gbps + 2 + 1
     }
-}
-
-fn gbps(value: f64) -> String {
-    format!("{value:.2}")
 }
 
 /// The meters that fit `width` × `rows` cells (`rows` ≥ 1). When they do not
