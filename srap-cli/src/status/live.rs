@@ -31,8 +31,9 @@ pub trait Page {
     type Snapshot: Send + 'static;
     /// The agent it watches, for the stale banner (`the receiver agent`).
     const AGENT: &'static str;
-    /// Asks the agent at `path` (blocking; runs on the feed's thread).
-    fn fetch(path: &Path) -> Result<Self::Snapshot, ControlError>;
+    /// Asks the agent at `path` (blocking): the snapshot and the JSON line
+    /// it came as.
+    fn fetch_line(path: &Path) -> Result<(Self::Snapshot, String), ControlError>;
     /// When the agent took the snapshot and how often it samples, if the
     /// snapshot says: an agent that answers with an old sample is stale too.
     fn sampled(_snapshot: &Self::Snapshot) -> Option<(SystemTime, Duration)> {
@@ -231,7 +232,9 @@ fn spawn_feed<P: Page>(
     std::thread::spawn(move || {
         loop {
             std::thread::sleep(interval);
-            let answer = P::fetch(&control).map_err(|err| Chain(&err).to_string());
+            let answer = P::fetch_line(&control)
+                .map(|(snapshot, _)| snapshot)
+                .map_err(|err| Chain(&err).to_string());
             if tx.send(answer).is_err() {
                 return;
             }

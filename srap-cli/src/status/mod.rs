@@ -13,12 +13,14 @@ mod sender;
 mod sender_view;
 mod table;
 
-use std::{io::IsTerminal as _, path::PathBuf, time::Duration};
+use std::{
+    io::IsTerminal as _,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use anyhow::Context as _;
-use srap_host::status::{
-    DEFAULT_CONTROL_PATH, DEFAULT_SENDER_CONTROL_PATH, request_sender_status, request_status,
-};
+use srap_host::status::{DEFAULT_CONTROL_PATH, DEFAULT_SENDER_CONTROL_PATH};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -48,51 +50,50 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    // A pipe or a file gets one snapshot, as with --once.
-    let once = args.once || args.json || !std::io::stdout().is_terminal();
-    let interval = Duration::from_millis(args.interval);
     if args.sender {
         let path = args
             .control
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_SENDER_CONTROL_PATH));
-        // Fail before taking over the terminal when there is no agent.
-        let (status, line) = request_sender_status(&path)?;
-        if args.json {
-            println!("{line}");
-        } else if once {
-            print!("{}", sender::render(&status));
-        } else {
-            live::run(
-                &mut sender_view::SenderPage::default(),
-                &path,
-                status,
-                interval,
-            )
-            .context("running the live view")?;
-        }
-        return Ok(());
+        return show(
+            args,
+            sender_view::SenderPage::default(),
+            &path,
+            sender::render,
+        );
     }
     if args.json && !args.once {
         anyhow::bail!("--json prints one snapshot: add --once (or --sender)");
     }
-    let control = args
+    let path = args
         .control
         .clone()
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CONTROL_PATH));
-    let (status, line) = request_status(&control)?;
+    show(
+        args,
+        receiver_view::ReceiverPage::default(),
+        &path,
+        table::render,
+    )
+}
+
+/// One agent's answer as JSON, as text (`--once`, or output that is not a
+/// terminal), or live in `page`. The first answer is asked for before the
+/// terminal is taken over, so a missing agent is a plain error.
+fn show<P: live::Page>(
+    args: &Args,
+    mut page: P,
+    path: &Path,
+    text: fn(&P::Snapshot) -> String,
+) -> anyhow::Result<()> {
+    let (first, line) = P::fetch_line(path)?;
     if args.json {
         println!("{line}");
-    } else if once {
-        print!("{}", table::render(&status));
+    } else if args.once || !std::io::stdout().is_terminal() {
+        print!("{}", text(&first));
     } else {
-        live::run(
-            &mut receiver_view::ReceiverPage::default(),
-            &control,
-            status,
-            interval,
-        )
-        .context("running the dashboard")?;
+        let interval = Duration::from_millis(args.interval);
+        live::run(&mut page, path, first, interval).context("running the live view")?;
     }
     Ok(())
 }

@@ -479,8 +479,8 @@ impl Page for ReceiverPage {
     type Snapshot = Status;
     const AGENT: &'static str = "receiver agent";
 
-    fn fetch(path: &Path) -> Result<Status, ControlError> {
-        request_status(path).map(|(status, _)| status)
+    fn fetch_line(path: &Path) -> Result<(Status, String), ControlError> {
+        request_status(path)
     }
 
     fn sampled(status: &Status) -> Option<(SystemTime, Duration)> {

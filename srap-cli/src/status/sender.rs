@@ -81,49 +81,59 @@ pub fn steering(r: &ReceiverRow) -> &'static str {
     }
 }
 
+/// A sender with two receivers, one away: for this module's tests and the
+/// live view's.
 #[cfg(test)]
-mod tests {
+pub(super) fn two_receivers() -> SenderStatus {
     use srap_host::status::sender::{AddressRow, GrantRow};
 
+    SenderStatus {
+        cgroup: "/sys/fs/cgroup/srap".into(),
+        pin_dir: "/sys/fs/bpf/srap".into(),
+        binder: vec![("steered".into(), 24), ("miss".into(), 1)],
+        reserved_ports: 1024,
+        receivers: vec![
+            ReceiverRow {
+                peer: "10.0.0.2:7447".into(),
+                link: "connected".into(),
+                version: Some(3),
+                addresses: vec![AddressRow {
+                    addr: "10.0.0.2".parse().ok(),
+                    row: 0,
+                    slots: 16,
+                    open_flows: 16,
+                }],
+                grant: Some(GrantRow {
+                    epoch: 2,
+                    cpus: vec![7, 0, 1, 2, 3],
+                }),
+                ..ReceiverRow::default()
+            },
+            ReceiverRow {
+                peer: "10.0.1.2:7447".into(),
+                link: "away".into(),
+                reason: Some("cannot connect: Connection refused (os error 111)".into()),
+                addresses: vec![AddressRow::default()],
+                ..ReceiverRow::default()
+            },
+        ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
     use super::*;
 
     #[test]
     fn every_receiver_with_its_version_grant_and_counters() {
-        let status = SenderStatus {
-            cgroup: "/sys/fs/cgroup/srap".into(),
-            pin_dir: "/sys/fs/bpf/srap".into(),
-            binder: vec![("steered".into(), 24), ("miss".into(), 1)],
-            reserved_ports: 1024,
-            receivers: vec![
-                ReceiverRow {
-                    peer: "10.0.0.2:7447".into(),
-                    link: "connected".into(),
-                    version: Some(3),
-                    addresses: vec![AddressRow {
-                        addr: "10.0.0.2".parse().ok(),
-                        row: 0,
-                        slots: 16,
-                        open_flows: 16,
-                    }],
-                    grant: Some(GrantRow {
-                        epoch: 2,
-                        cpus: vec![7, 0, 1, 2, 3],
-                    }),
-                    ..ReceiverRow::default()
-                },
-                ReceiverRow {
-                    peer: "10.0.1.2:7447".into(),
-                    link: "away".into(),
-                    reason: Some("connection refused".into()),
-                    addresses: vec![AddressRow::default()],
-                    ..ReceiverRow::default()
-                },
-            ],
-        };
+        let status = two_receivers();
         let text = render(&status);
         assert!(text.contains("binder: steered=24 miss=1"), "{text}");
         assert!(text.contains("epoch 2: 5 CPUs 0-3,7"), "{text}");
-        assert!(text.contains("away: connection refused"), "{text}");
+        assert!(
+            text.contains("away: cannot connect: Connection refused"),
+            "{text}"
+        );
         let first = text
             .lines()
             .find(|l| l.starts_with("10.0.0.2:7447"))

@@ -161,8 +161,8 @@ impl Page for SenderPage {
     type Snapshot = SenderStatus;
     const AGENT: &'static str = "sender agent";
 
-    fn fetch(path: &Path) -> Result<SenderStatus, ControlError> {
-        request_sender_status(path).map(|(status, _)| status)
+    fn fetch_line(path: &Path) -> Result<(SenderStatus, String), ControlError> {
+        request_sender_status(path)
     }
 
     fn update(&mut self, status: &SenderStatus) {
@@ -254,49 +254,22 @@ impl Page for SenderPage {
 mod tests {
     use std::{path::Path, time::Duration};
 
-    use ratatui::{Terminal, backend::TestBackend};
-    use srap_host::status::sender::{AddressRow, GrantRow, ReceiverRow};
-
     use super::*;
-    use crate::status::live::{Chrome, Feed, draw};
+    use crate::status::{
+        live::{Chrome, Feed, draw},
+        sender::two_receivers,
+    };
+    use ratatui::{Terminal, backend::TestBackend};
 
+    /// The shared fixture with `steered` steered connections and a
+    /// counter this view has never heard of (it shows like the others).
     fn status(steered: u64) -> SenderStatus {
-        SenderStatus {
-            cgroup: "/sys/fs/cgroup/srap".into(),
-            pin_dir: "/sys/fs/bpf/srap".into(),
-            // A counter this view has never heard of shows like the others.
-            binder: vec![
-                ("steered".into(), steered),
-                ("port_in_use_by_app".into(), 3),
-            ],
-            reserved_ports: 1024,
-            receivers: vec![
-                ReceiverRow {
-                    peer: "10.0.0.2:7447".into(),
-                    link: "connected".into(),
-                    version: Some(3),
-                    addresses: vec![AddressRow {
-                        addr: "10.0.0.2".parse().ok(),
-                        row: 0,
-                        slots: 16,
-                        open_flows: 16,
-                    }],
-                    grant: Some(GrantRow {
-                        epoch: 2,
-                        cpus: vec![0, 1, 2, 3, 7],
-                    }),
-                    ..ReceiverRow::default()
-                },
-                ReceiverRow {
-                    peer: "10.0.1.2:7447".into(),
-                    link: "away".into(),
-                    reason: Some("cannot connect: Connection refused (os error 111)".into()),
-                    version: Some(1),
-                    addresses: vec![AddressRow::default()],
-                    ..ReceiverRow::default()
-                },
-            ],
-        }
+        let mut status = two_receivers();
+        status.binder = vec![
+            ("steered".into(), steered),
+            ("port_in_use_by_app".into(), 3),
+        ];
+        status
     }
 
     #[test]
