@@ -833,4 +833,29 @@ mod tests {
         let text = screen(&mut page, &feed, (80, 24));
         assert!(text[0].starts_with("srap status"), "recovered: {}", text[0]);
     }
+
+    #[test]
+    fn any_terminal_size_draws_without_a_panic() {
+        let status = lab(2);
+        let mut feed = Feed::new(status, Duration::from_secs(1));
+        let mut page = ReceiverPage::default();
+        for stale in [false, true] {
+            if stale {
+                feed.update(Err("nothing answers".into()));
+            }
+            for help in [false, true] {
+                for (w, h) in [(1, 1), (2, 3), (20, 5), (40, 10), (79, 23), (300, 100)] {
+                    let mut terminal = Terminal::new(TestBackend::new(w, h)).expect("terminal");
+                    let chrome = Chrome {
+                        control: Path::new("/run/srap/receiver.sock"),
+                        interval: Duration::from_secs(1),
+                        help,
+                    };
+                    terminal
+                        .draw(|frame| draw(frame, &mut page, &feed, &chrome))
+                        .expect("draw");
+                }
+            }
+        }
+    }
 }

@@ -303,4 +303,21 @@ mod tests {
             "{text}"
         );
     }
+
+    #[test]
+    fn any_terminal_size_draws_without_a_panic() {
+        let mut page = SenderPage::default();
+        let feed = Feed::new(status(1), Duration::from_secs(1));
+        for (w, h) in [(1, 1), (20, 5), (79, 23), (300, 100)] {
+            let mut terminal = Terminal::new(TestBackend::new(w, h)).expect("terminal");
+            let chrome = Chrome {
+                control: Path::new("/run/srap/sender.sock"),
+                interval: Duration::from_secs(1),
+                help: true,
+            };
+            terminal
+                .draw(|frame| draw(frame, &mut page, &feed, &chrome))
+                .expect("draw");
+        }
+    }
 }
