@@ -1,5 +1,6 @@
 //! Small formatting helpers shared by the text table and the dashboard.
 
+use ratatui::style::{Color, Modifier, Style};
 use srap_common::wire::LandingVerdict;
 use srap_host::status::{PeerRow, Ratio, ReceiveCpu, Status};
 
@@ -88,6 +89,26 @@ pub fn granted(peer: &PeerRow) -> String {
         (false, true) => peer.granted.clone(),
         (false, false) => format!("{} (pending)", peer.granted),
     }
+}
+
+/// Titles and headers.
+pub fn bold() -> Style {
+    Style::new().add_modifier(Modifier::BOLD)
+}
+
+/// Collisions, contradictions, a receiver away.
+pub fn red() -> Style {
+    Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
+}
+
+/// What is as planned.
+pub fn green() -> Style {
+    Style::new().fg(Color::Green)
+}
+
+/// Column headers.
+pub fn header() -> Style {
+    bold().fg(Color::Cyan)
 }
 
 #[cfg(test)]

@@ -3,7 +3,10 @@
 //! selection follows its row by identity when the rows move (a refresh, a
 //! new sort), as htop's cursor stays on its process.
 
-use ratatui::crossterm::event::KeyCode;
+use ratatui::{
+    crossterm::event::KeyCode,
+    style::{Modifier, Style},
+};
 
 #[derive(Debug, Clone, Default)]
 pub struct Scroll {
@@ -65,8 +68,18 @@ impl Scroll {
         self.offset..(self.offset + page).min(len)
     }
 
+    #[cfg(test)]
     pub fn selected(&self) -> usize {
         self.selected
+    }
+
+    /// `style` for row `i`, reversed if it is the selected one.
+    pub fn style(&self, i: usize, style: Style) -> Style {
+        if i == self.selected {
+            style.add_modifier(Modifier::REVERSED)
+        } else {
+            style
+        }
     }
 }
 

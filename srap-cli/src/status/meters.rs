@@ -4,11 +4,11 @@
 //! takes, filled top to bottom then left to right.
 
 use ratatui::{
-    style::{Color, Modifier, Style},
+    style::{Color, Style},
     text::{Line, Span},
 };
 
-use super::format::gbps;
+use super::format::{gbps, red};
 
 /// One meter's reading.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -96,8 +96,7 @@ fn cell(m: &Meter, w: &Widths, bar: usize, busiest: f64) -> Vec<Span<'static>> {
         0
     };
     let (bar_style, label_style) = if m.collision {
-        let red = Style::new().fg(Color::Red).add_modifier(Modifier::BOLD);
-        (red, red)
+        (red(), red())
     } else if m.flows > 0 {
         (Style::new().fg(Color::Green), Style::new())
     } else {

@@ -17,7 +17,7 @@ use ratatui::{
     Frame,
     crossterm::event::KeyCode,
     layout::Rect,
-    style::{Color, Modifier, Style},
+    style::{Color, Style},
     text::{Line, Span},
     widgets::Paragraph,
 };
@@ -26,7 +26,10 @@ use srap_host::status::{ControlError, FlowRow, ReceiveCpu, Status, request_statu
 
 use super::{
     columns::{Align, Column, cut, render},
-    format::{ago, cov, cpu_title, gbps, granted, landings, opt, ratio, verifier},
+    format::{
+        ago, bold, cov, cpu_title, gbps, granted, green, header, landings, opt, ratio, red,
+        verifier,
+    },
     list::{Scroll, range_text},
     live::{Page, pack},
     meters::{Grid, Meter, grid},
@@ -90,18 +93,6 @@ struct FlowLine<'a> {
     cpu: Option<u32>,
     collision: bool,
     note: String,
-}
-
-fn bold() -> Style {
-    Style::new().add_modifier(Modifier::BOLD)
-}
-
-fn red() -> Style {
-    Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
-}
-
-fn green() -> Style {
-    Style::new().fg(Color::Green)
 }
 
 /// What a receive CPU is on this receiver, in a few words.
@@ -433,23 +424,19 @@ impl ReceiverPage {
             };
         }
         let columns = flow_columns(status, &lines);
-        let selected = self.scroll.selected();
         let styled = range.clone().map(|i| {
             let line = &lines[i];
-            let mut style = if line.collision {
+            let style = if line.collision {
                 red()
             } else if !line.note.is_empty() {
                 Style::new().fg(Color::Yellow)
             } else {
                 Style::new()
             };
-            if i == selected {
-                style = style.add_modifier(Modifier::REVERSED);
-            }
-            (i, style)
+            (i, self.scroll.style(i, style))
         });
         let mut out = vec![Line::from(Span::styled(cut(&title, width), bold()))];
-        out.extend(render(&columns, width, bold().fg(Color::Cyan), styled));
+        out.extend(render(&columns, width, header(), styled));
         out
     }
 
@@ -462,7 +449,7 @@ impl ReceiverPage {
         let mut lines = render(
             &columns,
             width,
-            bold().fg(Color::Cyan),
+            header(),
             (0..shown).map(|i| (i, Style::new())),
         );
         if shown < status.peers.len() {
@@ -559,7 +546,7 @@ impl Page for ReceiverPage {
 mod tests {
     use std::path::Path;
 
-    use ratatui::{Terminal, backend::TestBackend};
+    use ratatui::{Terminal, backend::TestBackend, style::Modifier};
     use srap_host::status::{Accuracy, Collisions, CpuRow, Landings, PeerRow, QueueRow, Ratio};
 
     use super::*;

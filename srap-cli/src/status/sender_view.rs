@@ -11,7 +11,7 @@ use ratatui::{
     Frame,
     crossterm::event::KeyCode,
     layout::Rect,
-    style::{Color, Modifier, Style},
+    style::{Color, Style},
     text::{Line, Span},
     widgets::Paragraph,
 };
@@ -19,6 +19,7 @@ use srap_host::status::{ControlError, SenderStatus, request_sender_status};
 
 use super::{
     columns::{Align, Column, cut, render},
+    format::{bold, header, red},
     list::{Scroll, range_text},
     live::{Page, pack, wrap},
     sender::steering,
@@ -30,10 +31,6 @@ pub struct SenderPage {
     scroll: Scroll,
     /// The binder's counters at the last two answers, to make rates.
     counters: Vec<(Instant, Vec<(String, u64)>)>,
-}
-
-fn bold() -> Style {
-    Style::new().add_modifier(Modifier::BOLD)
 }
 
 /// One row per receiver address.
@@ -207,24 +204,11 @@ impl Page for SenderPage {
             ),
             bold(),
         )));
-        let selected = self.scroll.selected();
         let styled = range.map(|i| {
-            let mut style = if rows[i].away {
-                Style::new().fg(Color::Red).add_modifier(Modifier::BOLD)
-            } else {
-                Style::new()
-            };
-            if i == selected {
-                style = style.add_modifier(Modifier::REVERSED);
-            }
-            (i, style)
+            let style = if rows[i].away { red() } else { Style::new() };
+            (i, self.scroll.style(i, style))
         });
-        lines.extend(render(
-            &receiver_columns(&rows),
-            width,
-            bold().fg(Color::Cyan),
-            styled,
-        ));
+        lines.extend(render(&receiver_columns(&rows), width, header(), styled));
         lines.extend(away_lines(status, width));
         frame.render_widget(Paragraph::new(lines), area);
     }
