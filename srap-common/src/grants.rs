@@ -14,11 +14,21 @@
 //!   at the same moment on 16 CPUs already have 6, 5 and 5 CPUs of their own.
 //!   CPUs are taken tier by tier (the NIC's NUMA node first): a later tier is
 //!   used only when the earlier ones do not fit.
-//! * **When they do not fit**, every sender is granted every offered CPU,
-//!   each with the flows the *other* senders hold there as its base. The
-//!   binder fills the CPU with the fewest flows (its own plus the base)
-//!   first, so one sender's new flows go to the least-loaded CPUs of the
-//!   whole receiver and max − min flows per CPU stays within one.
+//! * **When they do not fit** because some senders ask for more than their
+//!   fair share (the offered CPUs divided by the senders, at least one),
+//!   the senders within their share are still granted disjoint CPUs, each
+//!   up to its share: the CPUs its flows are on, then CPUs no sender within
+//!   its share uses, the least loaded first. The flows of the senders beyond
+//!   their share do not count against them (in their grants' bases or their
+//!   choice of CPUs), so a sender that claims flows on every CPU, honestly
+//!   or not, cannot crowd the others out. The senders beyond their share
+//!   share the CPUs left, as below; [`Allocation::held`] names them.
+//! * **When every sender is beyond its share** (or there are more senders
+//!   than CPUs), every sender is granted every offered CPU, each with the
+//!   flows the *other* senders hold there as its base. The binder fills the
+//!   CPU with the fewest flows (its own plus the base) first, so one
+//!   sender's new flows go to the least-loaded CPUs of the whole receiver
+//!   and max − min flows per CPU stays within one.
 //!
 //! Pure, deterministic and bounded (`O(senders × CPUs)`), so the receiver
 //! re-runs it on every change and the tests run it without sockets.
@@ -33,6 +43,10 @@ pub struct SenderDemand {
     /// The CPUs of its current grant, kept where possible so grants move
     /// little while senders are opening flows.
     pub previous: BTreeSet<u32>,
+    /// Held to its share whatever it asks now, because it went beyond it
+    /// a moment ago: a sender flipping between all and nothing cannot make
+    /// the others' grants flip with it.
+    pub held: bool,
 }
 
 impl SenderDemand {
@@ -50,10 +64,33 @@ impl SenderDemand {
 /// the order the tiers offer them.
 pub type Grant = Vec<(u32, u32)>;
 
+/// The grants of [`allocate`], and the senders held to their fair share.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Allocation {
+    /// One grant per sender, in the senders' order.
+    pub grants: Vec<Grant>,
+    /// The senders whose flows went beyond their fair share while others
+    /// were within theirs: they share the CPUs the others do not hold.
+    pub held: Vec<Held>,
+}
+
+/// A sender beyond its fair share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Held {
+    /// Its index among the senders.
+    pub sender: usize,
+    /// Its open flows on offered CPUs.
+    pub demand: u32,
+    /// Its fair share: the offered CPUs divided by the senders.
+    pub share: usize,
+    /// The CPUs it is granted (shared with the other held senders).
+    pub granted: usize,
+}
+
 /// The grants of `senders` (same order) over the CPUs of `tiers` (each
 /// tier's CPUs in order of preference; a CPU in two tiers counts in the
 /// first). No sender gets an empty grant while a CPU is offered.
-pub fn allocate(tiers: &[Vec<u32>], senders: &[SenderDemand]) -> Vec<Grant> {
+pub fn allocate(tiers: &[Vec<u32>], senders: &[SenderDemand]) -> Allocation {
     let mut seen = BTreeSet::new();
     let tiers: Vec<Vec<u32>> = tiers
         .iter()
@@ -61,30 +98,122 @@ pub fn allocate(tiers: &[Vec<u32>], senders: &[SenderDemand]) -> Vec<Grant> {
         .collect();
     let offered: Vec<u32> = tiers.iter().flatten().copied().collect();
     if senders.is_empty() || offered.is_empty() {
-        return vec![Vec::new(); senders.len()];
+        return Allocation {
+            grants: vec![Vec::new(); senders.len()],
+            held: Vec::new(),
+        };
     }
     let offered_set: BTreeSet<u32> = offered.iter().copied().collect();
-    let load = load_per_cpu(senders);
+    let load = load_per_cpu(senders, |_| true);
     let demands: Vec<u32> = senders.iter().map(|s| s.demand(&offered_set)).collect();
+    // Held senders stay held only while there are others to protect.
+    let sticky = senders.iter().any(|s| s.held) && senders.iter().any(|s| !s.held);
     let mut pool = Vec::new();
-    for tier in &tiers {
+    for tier in tiers.iter().filter(|_| !sticky) {
         pool.extend_from_slice(tier);
         if fits(pool.len(), &demands) {
-            return disjoint(&pool, &offered, senders, &load);
+            return Allocation {
+                grants: disjoint(&pool, &offered, senders, &load),
+                held: Vec::new(),
+            };
         }
     }
-    shared(&offered, senders, &load)
+    let share = offered.len() / senders.len();
+    let within: Vec<bool> = senders
+        .iter()
+        .zip(&demands)
+        .map(|(s, d)| *d as usize <= share && !(sticky && s.held))
+        .collect();
+    if share == 0 || within.iter().all(|w| !*w) {
+        return Allocation {
+            grants: shared(&offered, senders, &load, |_| true),
+            held: Vec::new(),
+        };
+    }
+    held_to_share(&offered, senders, &demands, &within, share)
 }
 
-/// Flows of every sender per CPU.
-fn load_per_cpu(senders: &[SenderDemand]) -> BTreeMap<u32, u32> {
+/// Flows per CPU of the senders `counted` accepts (by index).
+fn load_per_cpu(senders: &[SenderDemand], counted: impl Fn(usize) -> bool) -> BTreeMap<u32, u32> {
     let mut load = BTreeMap::new();
-    for sender in senders {
+    for (_, sender) in senders.iter().enumerate().filter(|(i, _)| counted(*i)) {
         for (cpu, n) in &sender.flows {
             *load.entry(*cpu).or_insert(0u32) += *n;
         }
     }
     load
+}
+
+/// Oversubscribed by the senders beyond `share`: each sender `within` its
+/// share gets up to `share` CPUs of its own, chosen and based on the flows
+/// of the senders within theirs only; the others share the CPUs left.
+fn held_to_share(
+    offered: &[u32],
+    senders: &[SenderDemand],
+    demands: &[u32],
+    within: &[bool],
+    share: usize,
+) -> Allocation {
+    let all = load_per_cpu(senders, |_| true);
+    let modest = load_per_cpu(senders, |i| within[i]);
+    let own: Vec<Vec<u32>> = senders
+        .iter()
+        .zip(within)
+        .map(|(s, w)| {
+            offered
+                .iter()
+                .copied()
+                .filter(|c| *w && s.flows.get(c).is_some_and(|n| *n > 0))
+                .collect()
+        })
+        .collect();
+    // Free of modest flows, the least loaded (by anyone) first.
+    let mut free: Vec<u32> = offered
+        .iter()
+        .copied()
+        .filter(|c| modest.get(c).copied().unwrap_or(0) == 0)
+        .collect();
+    free.sort_by_key(|c| all.get(c).copied().unwrap_or(0));
+    let targets: Vec<usize> = own
+        .iter()
+        .zip(within)
+        .map(|(own, w)| {
+            if *w {
+                share.saturating_sub(own.len())
+            } else {
+                0
+            }
+        })
+        .collect();
+    let dealt = deal(&free, senders, &targets);
+    let taken: BTreeSet<u32> = own.iter().chain(&dealt).flatten().copied().collect();
+    let rest: Vec<u32> = offered
+        .iter()
+        .copied()
+        .filter(|c| !taken.contains(c))
+        .collect();
+    let held_grant = shared(&rest, senders, &all, |i| !within[i]);
+    let mut held = Vec::new();
+    let grants = (0..senders.len())
+        .map(|i| {
+            if !within[i] {
+                held.push(Held {
+                    sender: i,
+                    demand: demands[i],
+                    share,
+                    granted: rest.len(),
+                });
+                return held_grant[i].clone();
+            }
+            let cpus: BTreeSet<u32> = own[i].iter().chain(&dealt[i]).copied().collect();
+            offered
+                .iter()
+                .filter(|c| cpus.contains(c))
+                .map(|c| (*c, others(&modest, &senders[i], *c)))
+                .collect()
+        })
+        .collect();
+    Allocation { grants, held }
 }
 
 /// Whether `n` CPUs hold every sender's demand, each at least its equal
@@ -175,13 +304,22 @@ fn deal(free: &[u32], senders: &[SenderDemand], targets: &[usize]) -> Vec<Vec<u3
     dealt
 }
 
-/// Every offered CPU to every sender, with the other senders' flows there.
-fn shared(offered: &[u32], senders: &[SenderDemand], load: &BTreeMap<u32, u32>) -> Vec<Grant> {
+/// Every CPU of `cpus` to every sender `to` accepts (the others get
+/// nothing here), with the other senders' flows there.
+fn shared(
+    cpus: &[u32],
+    senders: &[SenderDemand],
+    load: &BTreeMap<u32, u32>,
+    to: impl Fn(usize) -> bool,
+) -> Vec<Grant> {
     senders
         .iter()
-        .map(|sender| {
-            offered
-                .iter()
+        .enumerate()
+        .map(|(i, sender)| {
+            if !to(i) {
+                return Vec::new();
+            }
+            cpus.iter()
                 .map(|c| (*c, others(load, sender, *c)))
                 .collect()
         })
@@ -213,7 +351,7 @@ pub fn simulate_binders(
             }
         }
     }
-    load_per_cpu(senders)
+    load_per_cpu(senders, |_| true)
 }
 
 #[cfg(test)]
@@ -240,7 +378,7 @@ mod tests {
 
     /// Re-grants with each sender's current grant as its previous one.
     fn regrant(tiers: &[Vec<u32>], senders: &mut [SenderDemand]) -> Vec<Grant> {
-        let grants = allocate(tiers, senders);
+        let grants = allocate(tiers, senders).grants;
         for (s, g) in senders.iter_mut().zip(&grants) {
             s.previous = cpus(g);
         }
@@ -250,7 +388,7 @@ mod tests {
     #[test]
     fn idle_senders_split_the_cpus_disjointly() {
         let tiers = vec![(0..16).collect::<Vec<u32>>()];
-        let grants = allocate(&tiers, &idle(3));
+        let grants = allocate(&tiers, &idle(3)).grants;
         let sizes: Vec<usize> = grants.iter().map(Vec::len).collect();
         assert_eq!(sizes, [6, 5, 5]);
         let all: BTreeSet<u32> = grants.iter().flat_map(cpus).collect();
@@ -268,13 +406,15 @@ mod tests {
             open[i] = 5;
             simulate_binders(&grants, &mut senders, &open);
         }
-        let load = load_per_cpu(&senders);
+        let load = load_per_cpu(&senders, |_| true);
         assert_eq!(load.len(), 15, "15 flows on 15 CPUs: {load:?}");
         assert!(load.values().all(|n| *n == 1));
+        // A fourth opens its fair share (16 / 4): the three beyond theirs
+        // (5 each) keep the CPUs the fourth does not get.
         senders.push(SenderDemand::default());
         let grants = regrant(&tiers, &mut senders);
-        let load = simulate_binders(&grants, &mut senders, &[0, 0, 0, 5]);
-        assert_eq!(load.values().sum::<u32>(), 20);
+        let load = simulate_binders(&grants, &mut senders, &[0, 0, 0, 4]);
+        assert_eq!(load.values().sum::<u32>(), 19);
         let (max, min) = spread(&load, 16);
         assert!(max - min <= 1, "max {max} min {min}: {load:?}");
         // The fourth leaves: its CPUs go back to the others.
@@ -297,11 +437,11 @@ mod tests {
     #[test]
     fn remote_cpus_only_when_local_ones_are_taken() {
         let tiers = vec![(0..8).collect::<Vec<u32>>(), (8..16).collect()];
-        let grants = allocate(&tiers, &idle(2));
+        let grants = allocate(&tiers, &idle(2)).grants;
         assert!(grants.iter().flat_map(cpus).all(|c| c < 8), "{grants:?}");
         let mut busy = idle(2);
         busy[0].flows = (0..5).map(|c| (c, 1)).collect();
-        let grants = allocate(&tiers, &busy);
+        let grants = allocate(&tiers, &busy).grants;
         assert!(grants.iter().flat_map(cpus).any(|c| c >= 8), "{grants:?}");
     }
 
@@ -309,10 +449,77 @@ mod tests {
     fn oversubscribed_grants_carry_the_others_flows() {
         let tiers = vec![(0..4).collect::<Vec<u32>>()];
         let mut senders = idle(2);
-        senders[0].flows = (0..4).map(|c| (c, 1)).collect();
-        let grants = allocate(&tiers, &senders);
-        assert_eq!(grants[1], vec![(0, 1), (1, 1), (2, 1), (3, 1)]);
-        assert_eq!(grants[0], vec![(0, 0), (1, 0), (2, 0), (3, 0)]);
+        senders[0].flows = (0..4).map(|c| (c, 2)).collect();
+        senders[1].flows = (0..4).map(|c| (c, 1)).collect();
+        let allocation = allocate(&tiers, &senders);
+        assert_eq!(allocation.grants[0], vec![(0, 1), (1, 1), (2, 1), (3, 1)]);
+        assert_eq!(allocation.grants[1], vec![(0, 2), (1, 2), (2, 2), (3, 2)]);
+        assert!(allocation.held.is_empty(), "both beyond their share");
+    }
+
+    #[test]
+    fn a_greedy_sender_leaves_the_others_their_share() {
+        let tiers = vec![(0..16).collect::<Vec<u32>>()];
+        let mut senders = idle(3);
+        // Sender 2 claims a thousand flows on every CPU.
+        senders[2].flows = (0..16).map(|c| (c, 1000)).collect();
+        senders[0].flows = [(3, 1), (7, 1)].into();
+        let mut previous: Option<Vec<Grant>> = None;
+        for _ in 0..3 {
+            let allocation = allocate(&tiers, &senders);
+            let grants = allocation.grants.clone();
+            let (a, b, g) = (cpus(&grants[0]), cpus(&grants[1]), cpus(&grants[2]));
+            assert!(
+                a.len() >= 5 && b.len() >= 5,
+                "a fair share each: {grants:?}"
+            );
+            assert!(a.is_disjoint(&b) && a.is_disjoint(&g) && b.is_disjoint(&g));
+            assert!(a.contains(&3) && a.contains(&7), "its flows' CPUs stay");
+            // The greedy claims do not weigh on the honest grants.
+            assert!(
+                grants[0]
+                    .iter()
+                    .chain(&grants[1])
+                    .all(|(_, base)| *base == 0)
+            );
+            assert_eq!(
+                allocation.held,
+                [Held {
+                    sender: 2,
+                    demand: 16_000,
+                    share: 5,
+                    granted: g.len()
+                }]
+            );
+            if let Some(previous) = &previous {
+                assert_eq!(previous, &grants, "stable while nothing changes");
+            }
+            for (s, g) in senders.iter_mut().zip(&grants) {
+                s.previous = cpus(g);
+            }
+            previous = Some(grants);
+        }
+        // Flipping to nothing while still held changes no honest grant.
+        let mut flipped = senders.clone();
+        flipped[2].flows.clear();
+        flipped[2].held = true;
+        let grants_now = previous.as_ref().expect("granted");
+        assert_eq!(allocate(&tiers, &flipped).grants[..2], grants_now[..2]);
+        // With nobody left to protect, being held means nothing.
+        let mut alone = vec![flipped[2].clone()];
+        alone[0].flows = [(0, 3)].into();
+        assert_eq!(allocate(&tiers, &alone).grants[0].len(), 16);
+        // The honest ones open their fair share: all on CPUs of their own.
+        let grants = previous.expect("granted");
+        let mut honest = senders[..2].to_vec();
+        simulate_binders(&grants[..2], &mut honest, &[3, 5]);
+        let mut used = BTreeSet::new();
+        for sender in &honest {
+            for (cpu, n) in &sender.flows {
+                assert_eq!(*n, 1, "one flow per CPU: {honest:?}");
+                assert!(used.insert(*cpu), "CPU {cpu} twice: {honest:?}");
+            }
+        }
     }
 
     #[test]
@@ -325,14 +532,19 @@ mod tests {
             open[i] = 1 + (i as u32 % 3);
             simulate_binders(&grants, &mut senders, &open);
         }
-        let (max, min) = spread(&load_per_cpu(&senders), 16);
+        let (max, min) = spread(&load_per_cpu(&senders, |_| true), 16);
         assert!(max - min <= 1, "max {max} min {min}");
-        assert!(allocate(&tiers, &senders).iter().all(|g| !g.is_empty()));
+        assert!(
+            allocate(&tiers, &senders)
+                .grants
+                .iter()
+                .all(|g| !g.is_empty())
+        );
     }
 
     #[test]
     fn nothing_offered_grants_nothing() {
-        assert_eq!(allocate(&[], &idle(2)), vec![Vec::new(), Vec::new()]);
-        assert!(allocate(&[vec![1, 2]], &[]).is_empty());
+        assert_eq!(allocate(&[], &idle(2)).grants, vec![Vec::new(), Vec::new()]);
+        assert!(allocate(&[vec![1, 2]], &[]).grants.is_empty());
     }
 }

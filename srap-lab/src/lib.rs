@@ -21,6 +21,7 @@ pub mod emulator;
 pub mod experiment;
 pub mod guest;
 pub mod harness;
+pub mod keyfile;
 pub mod netns;
 pub mod plot;
 pub mod report;

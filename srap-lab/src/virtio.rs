@@ -10,6 +10,7 @@
 use std::{
     collections::BTreeSet,
     fmt::Write as _,
+    net::Ipv4Addr,
     path::{Path, PathBuf},
     process::Stdio,
     time::Duration,
@@ -110,7 +111,7 @@ impl<'n> VirtioLab<'n> {
         let mut guest = Guest::boot(net, image, shape)?;
         guest.enable_rss()?;
         let peer = format!("{}:{PEER_PORT}", net.guest_ip);
-        start_receiver(&mut guest, &peer)?;
+        start_receiver(&mut guest, &peer, net.host_ip)?;
         let sender = SenderAgent::start(
             &net.ns,
             SenderOpts::new(exe)
@@ -227,11 +228,13 @@ impl<'n> VirtioLab<'n> {
     }
 }
 
-/// `srap-agent receiver` in the guest, with real discovery (no `--rss`).
-fn start_receiver(guest: &mut Guest, listen: &str) -> anyhow::Result<()> {
+/// `srap-agent receiver` in the guest, with real discovery (no `--rss`),
+/// serving the sender at `sender` only (`--allow`: no key has to cross
+/// the guest's console).
+fn start_receiver(guest: &mut Guest, listen: &str, sender: Ipv4Addr) -> anyhow::Result<()> {
     guest.run(&format!(
-        "srap-agent receiver --iface {GUEST_IFACE} --listen {listen} --control {GUEST_CONTROL} \
-         > /tmp/receiver.log 2>&1 &"
+        "srap-agent receiver --iface {GUEST_IFACE} --listen {listen} --allow {sender}/32 \
+         --control {GUEST_CONTROL} > /tmp/receiver.log 2>&1 &"
     ))?;
     wait_in_guest(
         guest,

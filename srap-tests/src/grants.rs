@@ -20,7 +20,11 @@ use srap_common::{
     binder::{MAX_SLOTS, SlotGrant},
     rss::{RssDescription, RssModel, embedded_default},
 };
-use srap_lab::harness::{Bridge, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings};
+use srap_lab::{
+    harness::{Bridge, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings},
+    keyfile::KeyFile,
+    unique_name,
+};
 
 use crate::{built_binary, flows::Server, workload::Workload};
 
@@ -96,6 +100,8 @@ pub struct Cluster {
     server: Server,
     model: RssModel,
     bridge: Bridge,
+    /// The key the receiver asks every sender for.
+    key: KeyFile,
 }
 
 impl Cluster {
@@ -103,6 +109,10 @@ impl Cluster {
     pub fn new(subnet: u8) -> Self {
         let bridge = Bridge::new(subnet).expect("the receiver's namespace and bridge");
         let desc = description();
+        let key = KeyFile::create(
+            std::env::temp_dir().join(format!("srap-test-{}.psk", unique_name("g"))),
+        )
+        .expect("a key file");
         let receiver = ReceiverAgent::start(
             &bridge.hub,
             ReceiverOpts::new(
@@ -111,7 +121,9 @@ impl Cluster {
                 SocketAddr::new(bridge.hub_ip(), PEER_PORT),
             )
             .rss(desc.clone())
-            .no_verify(),
+            .no_verify()
+            .arg("--psk-file")
+            .arg(key.path()),
         )
         .expect("the receiver agent");
         let server = Server::bind(
@@ -125,7 +137,13 @@ impl Cluster {
             server,
             model: RssModel::from_description(&desc).expect("model"),
             bridge,
+            key,
         }
+    }
+
+    /// The key file the receiver asks senders for (`--psk-file`).
+    pub fn key(&self) -> &KeyFile {
+        &self.key
     }
 
     /// The receiver's address on the bridge.
@@ -144,6 +162,8 @@ impl Cluster {
         let i = self.bridge.add_host().expect("a sender host on the bridge");
         let opts = SenderOpts::new(built_binary("srap-agent"))
             .peer(self.receiver.peer())
+            .arg("--psk-file")
+            .arg(self.key.path())
             .report_port(DPORT);
         self.senders.push(Sender {
             workload: None,

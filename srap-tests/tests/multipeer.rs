@@ -1,4 +1,5 @@
-//! One sender agent following two receiver agents (`--peer` twice) on a
+//! One sender agent following two receiver agents (two `[[peer]]` tables
+//! of its `--config`, each with the key of its receiver) on a
 //! real kernel: a sender namespace joined by its own veth to each of two
 //! receiver namespaces, each receiver with its own description (different
 //! NICs: 16 and 8 queues, different tables) and its own `srap-agent
@@ -17,19 +18,22 @@
 use std::{
     collections::BTreeMap,
     net::{IpAddr, SocketAddr},
+    path::PathBuf,
     time::{Duration, Instant},
 };
 
 use srap_common::{
     binder::outcome,
     rss::{RssDescription, RssModel, embedded_default},
+    wire::Psk,
 };
 use srap_host::status::{SenderStatus, sender::ReceiverRow};
+use srap_lab::keyfile::KeyFile;
 use srap_tests::{
     NetNs, VethConfig, VethEnd, built_binary,
     flows::Server,
     harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings},
-    require_privileged, veth,
+    require_privileged, unique_name, veth,
     workload::Workload,
 };
 
@@ -66,6 +70,8 @@ fn description(r: usize) -> RssDescription {
 /// One receiver host: its namespace, wired to the sender's, and its agent.
 struct Receiver {
     agent: ReceiverAgent,
+    /// Its own key: the sender names it in this receiver's `[[peer]]`.
+    key: KeyFile,
     model: RssModel,
     /// The sender's end of the wire (`.1`) and the receiver's (`.2`).
     wire: (VethEnd, VethEnd),
@@ -83,15 +89,22 @@ impl Receiver {
         );
         veth::link(sender, &ours, &ns, &theirs, VethConfig::default(), false).expect("veth");
         let desc = description(r);
+        let key = KeyFile::create(
+            std::env::temp_dir().join(format!("srap-test-{}.psk", unique_name("mp"))),
+        )
+        .expect("a key file");
         let opts = ReceiverOpts::new(
             built_binary("srap-agent"),
             &theirs.ifname,
             SocketAddr::new(theirs.ipv4.into(), PEER_PORT),
         )
         .rss(desc.clone())
-        .no_verify();
+        .no_verify()
+        .arg("--psk-file")
+        .arg(key.path());
         Self {
             agent: ReceiverAgent::start(&ns, opts).expect("the receiver agent"),
+            key,
             model: RssModel::from_description(&desc).expect("model"),
             wire: (ours, theirs),
             ns,
@@ -131,9 +144,10 @@ impl Receiver {
 }
 
 /// The sender host: its namespace and agent (detached on drop, in the
-/// namespace that reserved its ports).
+/// namespace that reserved its ports), and its `--config` file.
 struct SenderHost {
     agent: Option<SenderAgent>,
+    config: PathBuf,
     ns: NetNs,
 }
 
@@ -141,18 +155,28 @@ impl SenderHost {
     fn new() -> Self {
         Self {
             agent: None,
+            config: std::env::temp_dir().join(format!("srap-test-{}.toml", unique_name("mp"))),
             ns: NetNs::new().expect("sender netns"),
         }
     }
 
-    /// Starts `srap-agent sender` with one `--peer` per receiver, and waits
-    /// until it steers.
+    /// Starts `srap-agent sender --config` with one `[[peer]]` per
+    /// receiver, each with that receiver's key, and waits until it steers.
     fn start(&mut self, receivers: &[Receiver]) {
-        let opts = receivers
+        let tables: String = receivers
             .iter()
-            .fold(SenderOpts::new(built_binary("srap-agent")), |o, r| {
-                o.peer(r.peer())
+            .map(|r| {
+                format!(
+                    "[[peer]]\naddress = \"{}\"\npsk-file = \"{}\"\n\n",
+                    r.peer(),
+                    r.key.path().display()
+                )
             })
+            .collect();
+        std::fs::write(&self.config, tables).expect("write the sender's TOML");
+        let opts = SenderOpts::new(built_binary("srap-agent"))
+            .arg("--config")
+            .arg(&self.config)
             .report_port(DPORT);
         self.agent = Some(SenderAgent::start(&self.ns, opts).expect("the sender agent steers"));
     }
@@ -196,6 +220,12 @@ impl SenderHost {
     fn steered(&self) -> u64 {
         let stats = self.agent().stats().expect("binder stats");
         stats.get(outcome::STEERED) + stats.get(outcome::RETRIED)
+    }
+}
+
+impl Drop for SenderHost {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.config);
     }
 }
 
@@ -282,6 +312,17 @@ fn one_sender_steers_toward_two_receivers_each_by_its_own_description() {
     let mut agent = SenderHost::new();
     let mut receivers = [Receiver::new(&agent.ns, 0), Receiver::new(&agent.ns, 1)];
     agent.start(&receivers);
+    // Each receiver authenticated the sender with its own key.
+    for r in &receivers {
+        let id = Psk::from_file_contents(r.key.key().expect("the key").as_bytes())
+            .expect("a key")
+            .id();
+        r.agent
+            .wait_for_log("the sender, authenticated with this receiver's key", |l| {
+                l.contains(&format!("(authenticated, key {id})"))
+            })
+            .expect("the receiver authenticates the sender");
+    }
     // Each receiver is told the plan toward it, and only that: one table
     // per local address of the sender (it has one on each wire), not the
     // other receiver's two as well.

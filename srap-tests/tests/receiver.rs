@@ -18,6 +18,7 @@ use srap_common::{
     },
 };
 use srap_daemon::{
+    psk::Keys,
     receiver::{AllowList, Published, Server, ServerConfig, Source, Timeouts, source},
     upstream::{self, Backoff, PeerConfig, PeerError, PeerHandle, PeerStatus, Session, Update},
 };
@@ -154,10 +155,16 @@ fn frame(message: &Message) -> Vec<u8> {
 }
 
 fn hello() -> Message {
+    hello_with(None)
+}
+
+/// A Hello naming the key `key` (a client that has none says so).
+fn hello_with(key: Option<&Psk>) -> Message {
     Message::Hello(Hello {
         version: PROTOCOL_VERSION,
         agent: "test".into(),
         nonce: Nonce::random().expect("random"),
+        key: key.map(Psk::id),
     })
 }
 
@@ -260,8 +267,10 @@ async fn wrong_protocol_version_is_refused() {
     let reason = hostile(&fx.addr(), &bytes, false).await;
     assert_eq!(
         reason,
-        "protocol version 1 is not supported (this agent speaks version 4); \
-         run the same SRAP release on both hosts"
+        format!(
+            "protocol version 1 is not supported (this agent speaks version \
+             {PROTOCOL_VERSION}); run the same SRAP release on both hosts"
+        )
     );
     // A well-formed message of the wrong kind for the moment.
     let reason = hostile(&fx.addr(), &frame(&Message::Keepalive), false).await;
@@ -271,7 +280,7 @@ async fn wrong_protocol_version_is_refused() {
 
 fn psk_config(key: &str) -> ServerConfig {
     ServerConfig {
-        psk: Some(psk(key)),
+        keys: Keys::from(psk(key)),
         timeouts: timeouts(),
         ..ServerConfig::default()
     }
@@ -286,19 +295,36 @@ async fn the_right_key_is_served() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_key_is_refused_by_both_sides() {
+    let right = psk("right key, 16+ bytes");
+    let wrong = psk("wrong key, 16+ bytes");
     let fx = Fixture::start(psk_config("right key, 16+ bytes")).await;
-    // A sender with another key finds the receiver's proof wrong and leaves.
-    let err = Session::connect(&client_config(
-        &fx.addr(),
-        Some(psk("wrong key, 16+ bytes")),
-    ))
-    .await
-    .err()
-    .expect("refused");
+    // A sender with another key is told its key is not the receiver's.
+    let err = Session::connect(&client_config(&fx.addr(), Some(wrong.clone())))
+        .await
+        .err()
+        .expect("refused");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the receiver refused: the sender's pre-shared key (id {}) is not one this \
+             receiver accepts: give both hosts the same key file",
+            wrong.id()
+        )
+    );
+    // A receiver that cannot prove the sender's key is not trusted.
+    let rogue = rogue_receiver().await;
+    let err = Session::connect(&client_config(&rogue, Some(right.clone())))
+        .await
+        .err()
+        .expect("refused");
     assert!(matches!(err, PeerError::WrongKey), "{err}");
-    // A client that answers the challenge with a made-up proof is told so.
+    // A client that names the right key but answers the challenge with a
+    // made-up proof is told so.
     let mut stream = TcpStream::connect(fx.addr()).await.expect("connect");
-    stream.write_all(&frame(&hello())).await.expect("hello");
+    stream
+        .write_all(&frame(&hello_with(Some(&right))))
+        .await
+        .expect("hello");
     let bogus = Message::Response(Response {
         proof: wire::Mac([7; wire::MAC_LEN]),
     });
@@ -308,6 +334,34 @@ async fn a_wrong_key_is_refused_by_both_sides() {
         "authentication failed: wrong pre-shared key"
     );
     fx.good_client(Some(psk("right key, 16+ bytes"))).await;
+}
+
+/// A receiver without the key: it answers every Hello with a challenge
+/// whose proof is made up. Returns its address.
+async fn rogue_receiver() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("address").to_string();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut prefix = [0u8; 4];
+            if stream.read_exact(&mut prefix).await.is_err() {
+                continue;
+            }
+            let len = wire::payload_len(prefix, MAX_FRAME).unwrap_or(0);
+            let mut hello = vec![0u8; len];
+            let _ = stream.read_exact(&mut hello).await;
+            let challenge = Message::Challenge(wire::Challenge {
+                nonce: Nonce::random().expect("random"),
+                proof: wire::Mac([9; wire::MAC_LEN]),
+            });
+            let _ = stream.write_all(&frame(&challenge)).await;
+            let mut rest = Vec::new();
+            let _ = timeout(WAIT, stream.read_to_end(&mut rest)).await;
+        }
+    });
+    addr
 }
 
 /// A client that knows the key and completes the handshake by hand, so it
@@ -320,6 +374,7 @@ async fn raw_sealed_session(addr: &str, key: &Psk) -> (TcpStream, wire::Sealer, 
         version: PROTOCOL_VERSION,
         agent: "test".into(),
         nonce,
+        key: Some(key.id()),
     });
     stream.write_all(&frame(&hello)).await.expect("hello");
     let Message::Challenge(challenge) = read_payload(&mut stream, None).await else {
@@ -409,7 +464,11 @@ async fn keys_must_be_on_both_sides_or_neither() {
         .await
         .err()
         .expect("refused");
-    assert!(matches!(err, PeerError::NeedPsk), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "the receiver refused: this receiver requires a pre-shared key: give the sender \
+         --psk-file FILE (`psk-file` in its TOML) with the receiver's key"
+    );
 
     let open = Fixture::open().await;
     let err = Session::connect(&client_config(
@@ -420,6 +479,63 @@ async fn keys_must_be_on_both_sides_or_neither() {
     .err()
     .expect("refused");
     assert!(matches!(err, PeerError::Unauthenticated), "{err}");
+}
+
+/// During a key rollover the receiver accepts either key, proving to each
+/// sender the one it names; withdrawing a key closes the sessions that
+/// authenticated with it (the others go on), and a sender whose key file
+/// now holds the new key comes back with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_key_serves_a_rollover_and_a_withdrawn_key_closes_its_sessions() {
+    let (old, new) = (psk("old key, 16+ bytes"), psk("new key, 16+ bytes"));
+    let fx = Fixture::start(ServerConfig {
+        keys: Keys::new([old.clone(), new.clone()]),
+        timeouts: timeouts(),
+        ..ServerConfig::default()
+    })
+    .await;
+    assert_eq!(
+        fx.server.access().keys,
+        [old.id().to_string(), new.id().to_string()]
+    );
+    let dir = tempdir();
+    let key_file = dir.join("rollover.psk");
+    std::fs::write(&key_file, "old key, 16+ bytes\n").expect("write key");
+    let moving = upstream::watch(
+        client_config(&fx.addr(), None).with_psk_file(key_file.clone(), old.clone()),
+    );
+    let staying = upstream::watch(client_config(&fx.addr(), Some(new.clone())));
+    next_update(&moving, |_| true).await;
+    next_update(&staying, |_| true).await;
+    let keys_of_peers = || {
+        let mut keys: Vec<Option<String>> = fx.server.peers().into_iter().map(|p| p.key).collect();
+        keys.sort();
+        keys
+    };
+    wait_for(|| fx.server.peers().len() == 2).await;
+    let mut both = vec![Some(old.id().to_string()), Some(new.id().to_string())];
+    both.sort();
+    assert_eq!(keys_of_peers(), both);
+
+    // The sender moves to the new key in its file; the receiver then drops
+    // the old one.
+    std::fs::write(&key_file, "new key, 16+ bytes\n").expect("write key");
+    let mut staying_status = staying.status();
+    staying_status.mark_unchanged();
+    fx.server.set_keys(Keys::from(new.clone()));
+    let mut status = moving.status();
+    timeout(WAIT, status.wait_for(|s| matches!(s, PeerStatus::Away(_))))
+        .await
+        .expect("the old key's session is closed")
+        .expect("client alive");
+    let new_id = Some(new.id().to_string());
+    wait_for(|| keys_of_peers() == [new_id.clone(), new_id.clone()]).await;
+    assert!(
+        !staying_status.has_changed().expect("client alive"),
+        "the new key's session went on: {:?}",
+        *staying_status.borrow()
+    );
+    let _ = std::fs::remove_file(&key_file);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -736,8 +852,9 @@ fn write_json(path: &Path, description: &RssDescription) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_names_a_receiver_of_an_older_release() {
-    // What a version 3 receiver answers a version 4 Hello: an error under
-    // its own header.
+    // What a receiver of the release before answers our Hello: an error
+    // under its own header.
+    const OLDER: u16 = PROTOCOL_VERSION - 1;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -746,11 +863,11 @@ async fn a_sender_names_a_receiver_of_an_older_release() {
         let (mut stream, _) = listener.accept().await.expect("accept");
         let mut hello = [0u8; 64];
         let _ = stream.read(&mut hello).await;
-        let report = wire::ErrorReport::new(
-            "protocol version 4 is not supported (this agent speaks version 3); \
-             run the same SRAP release on both hosts",
-        );
-        let reply = wire::encode_error_for(3, &report).expect("encodes");
+        let report = wire::ErrorReport::new(format!(
+            "protocol version {PROTOCOL_VERSION} is not supported (this agent speaks version \
+             {OLDER}); run the same SRAP release on both hosts",
+        ));
+        let reply = wire::encode_error_for(OLDER, &report).expect("encodes");
         stream.write_all(&reply).await.expect("reply");
     });
     let err = timeout(WAIT, Session::connect(&client_config(&addr, None)))
@@ -759,14 +876,14 @@ async fn a_sender_names_a_receiver_of_an_older_release() {
         .err()
         .expect("refused");
     assert!(
-        matches!(err, PeerError::OtherVersion { version: 3, .. }),
+        matches!(err, PeerError::OtherVersion { version: OLDER, .. }),
         "{err}"
     );
     assert!(
-        err.to_string().starts_with(
-            "the receiver speaks protocol version 3 and this agent 4; \
+        err.to_string().starts_with(&format!(
+            "the receiver speaks protocol version {OLDER} and this agent {PROTOCOL_VERSION}; \
              run the same SRAP release on both hosts"
-        ),
+        )),
         "{err}"
     );
     old.await.expect("join");

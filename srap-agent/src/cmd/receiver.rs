@@ -9,9 +9,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{error, info, warn};
 
 use srap_daemon::{
-    psk::read_psk_file,
+    psk::Keys,
     receiver::{
         AllowList, Offer, Server, ServerConfig, Source, Timeouts,
+        access::{Exposure, exposure},
         args::ReceiverArgs,
         grants,
         monitor::{self, Monitor},
@@ -28,7 +29,17 @@ const IFACE_POLL: Duration = Duration::from_secs(1);
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
 pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
-    let psk = args.psk_file.as_deref().map(read_psk_file).transpose()?;
+    let keys = Keys::read(&args.psk_file)?;
+    let allow = AllowList::new(args.allow.clone());
+    match exposure(args.listen, !keys.is_empty(), &allow, args.open) {
+        Ok(Exposure::Open) => warn!(
+            "serving any address with no key (--open): whoever reaches {} reads this NIC's RSS \
+             description and is granted its CPUs",
+            args.listen
+        ),
+        Ok(_) => {}
+        Err(err) => super::usage_error(&err.into()),
+    }
     let (source, poll) = match &args.rss {
         Some(path) => {
             if !srap_host::discovery::iface_exists(&args.iface) {
@@ -44,8 +55,9 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
     };
     let (updates, watcher) = source::watch(source, poll).context("no RSS description to serve")?;
     let config = ServerConfig {
-        allow: AllowList::new(args.allow.clone()),
-        psk,
+        allow,
+        keys,
+        open: args.open,
         max_peers: args.max_peers.max(1),
         timeouts: Timeouts::default(),
         offer: Offer {
@@ -100,12 +112,14 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
         None => None,
     };
     let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut hangup = signal(SignalKind::hangup()).context("handling SIGHUP")?;
     let mut tick = tokio::time::interval(monitor.interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
+            _ = hangup.recv() => reload_keys(&server, args),
             _ = tick.tick() => {
                 let current = published.borrow().clone();
                 monitor.sample(&server, &current);
@@ -122,6 +136,20 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
     drop(monitor);
     Ok(())
 }
+
+/// SIGHUP: the key files again (a rotated key). A file that cannot be
+/// read keeps every key as it was: a typo must not lock senders out.
+fn reload_keys(server: &Server, args: &ReceiverArgs) {
+    if args.psk_file.is_empty() {
+        info!("SIGHUP: no --psk-file to read again");
+        return;
+    }
+    match Keys::read(&args.psk_file) {
+        Ok(keys) => server.set_keys(keys),
+        Err(err) => error!("SIGHUP: {err}; keeping the keys in use"),
+    }
+}
+
 /// Says which CPUs senders will be granted.
 fn describe_offer(tiers: &[Vec<u32>], explicit: bool) {
     let list = |t: &Vec<u32>| srap_host::cpulist::format(t.iter().copied());

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::usage_error;
 use anyhow::Context as _;
 use srap_common::{rss::RssDescription, steering::SteeringError};
 use srap_daemon::sender::{self, RunningBinder, args::SenderArgs};
@@ -92,15 +93,4 @@ fn with_flag_hint(err: sender::SenderError) -> anyhow::Error {
     } else {
         err.into()
     }
-}
-
-/// A bad command line or `--config` file: exit status 2, as clap's own
-/// usage errors, so systemd's `RestartPreventExitStatus=2` does not restart
-/// an agent only an edit can fix.
-fn usage_error(err: &anyhow::Error) -> ! {
-    eprintln!(
-        "srap-agent: error: {}",
-        srap_host::report::Chain(err.as_ref())
-    );
-    std::process::exit(2)
 }

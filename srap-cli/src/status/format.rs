@@ -82,6 +82,25 @@ pub fn summary(status: &Status) -> String {
     )
 }
 
+/// Who may connect: `keys …; from …`, or OPEN in capitals for `--open`.
+pub fn access(status: &Status) -> String {
+    let a = &status.access;
+    if a.open {
+        return "OPEN to any address, no key (--open)".to_owned();
+    }
+    let keys = match a.keys.as_slice() {
+        [] => "no key".to_owned(),
+        [one] => format!("key {one}"),
+        many => format!("keys {} (rollover)", many.join(", ")),
+    };
+    let from = if a.allow.is_empty() {
+        "any address".to_owned()
+    } else {
+        a.allow.join(", ")
+    };
+    format!("{keys} from {from}")
+}
+
 /// A peer's grant: its CPUs, and `(pending)` until its binder applied it.
 pub fn granted(peer: &PeerRow) -> String {
     match (peer.granted.is_empty(), peer.grant_applied) {

@@ -27,7 +27,7 @@ use srap_host::status::{ControlError, FlowRow, ReceiveCpu, Status, request_statu
 use super::{
     columns::{Align, Column, cut, render},
     format::{
-        ago, bold, cov, cpu_title, gbps, granted, green, header, landings, opt, ratio, red,
+        access, ago, bold, cov, cpu_title, gbps, granted, green, header, landings, opt, ratio, red,
         verifier,
     },
     list::{Scroll, range_text},
@@ -297,8 +297,15 @@ fn verdict_lines(status: &Status, width: usize) -> Vec<Line<'static>> {
         LandingVerdict::Contradicted | LandingVerdict::TupleRewritten => red(),
         LandingVerdict::Unknown => Style::new(),
     };
+    // Serving anyone without a key (`--open`) is said first, where it
+    // always fits; a receiver with a key or an allow-list is the normal
+    // case, said by `--once` and `--json`.
+    let open = status
+        .access
+        .open
+        .then(|| Span::styled(access(status), red()));
     let pieces = vec![
-        vec![collisions],
+        open.into_iter().chain([collisions]).collect(),
         vec![Span::raw(format!(
             "on the model's queue {}",
             ratio(status.accuracy.queue)
@@ -657,8 +664,13 @@ mod tests {
                 flows: 16,
                 grant_epoch: 1,
                 grant_applied: true,
+                key: Some("4998e76a915e5ab5".into()),
             }],
             receive_cpu: ReceiveCpu::Emulated,
+            access: srap_host::status::Access {
+                keys: vec!["4998e76a915e5ab5".into()],
+                ..Default::default()
+            },
             ..Status::default()
         }
     }
@@ -688,6 +700,27 @@ mod tests {
         text.iter()
             .filter(|l| l.starts_with("10.199.250.1:1") || l.starts_with("10.199.250.1:2"))
             .collect()
+    }
+
+    #[test]
+    fn an_open_receiver_is_said_first_and_a_guarded_one_changes_nothing() {
+        let status = lab(0);
+        let feed = Feed::new(status.clone(), Duration::from_secs(1));
+        let wide = screen(&mut ReceiverPage::default(), &feed, (200, 40)).join("\n");
+        assert!(!wide.contains("key 4998e76a915e5ab5"), "{wide}");
+        let open = Status {
+            access: srap_host::status::Access {
+                open: true,
+                ..Default::default()
+            },
+            ..status
+        };
+        let feed = Feed::new(open, Duration::from_secs(1));
+        let small = screen(&mut ReceiverPage::default(), &feed, (80, 24)).join("\n");
+        assert!(
+            small.contains("OPEN to any address, no key (--open)"),
+            "{small}"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use srap_host::status::{CpuRow, Status};
 
-use super::format::{ago, cov, cpu_title, gbps, granted, landings, opt, summary, verifier};
+use super::format::{access, ago, cov, cpu_title, gbps, granted, landings, opt, summary, verifier};
 
 const MARK: &str = "  << collision";
 
@@ -12,12 +12,13 @@ pub fn render(status: &Status) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "receiver {}: verifier {}; RSS version {}; {} peer(s); {}",
+        "receiver {}: verifier {}; RSS version {}; {} peer(s); {}; {}",
         status.iface,
         verifier(status),
         status.rss_version,
         status.peers.len(),
-        landings(status)
+        landings(status),
+        access(status)
     );
     let _ = writeln!(out, "{}\n", summary(status));
 
@@ -80,14 +81,18 @@ pub fn render(status: &Status) -> String {
     for p in &status.peers {
         let _ = writeln!(
             out,
-            "  {:<46} {:<24} connected {}, last plan {} (version {}); {} flows, granted CPUs {}",
+            "  {:<46} {:<24} connected {}, last plan {} (version {}); {} flows, granted CPUs {}{}",
             p.addr,
             p.agent,
             ago(status.unix_ms, Some(p.connected_unix_ms)),
             ago(status.unix_ms, p.last_plan_unix_ms),
             opt(p.plan_version),
             p.flows,
-            granted(p)
+            granted(p),
+            p.key
+                .as_ref()
+                .map(|k| format!("; key {k}"))
+                .unwrap_or_default()
         );
     }
     if status.peers.is_empty() {
@@ -145,5 +150,28 @@ mod tests {
         assert!(text.contains("; 5 flows, granted CPUs 0-5\n"), "{text}");
         assert!(text.contains("granted CPUs 6-10 (pending)\n"), "{text}");
         assert!(text.contains("granted CPUs -\n"), "{text}");
+        assert!(text.contains("; no key from any address\n"), "{text}");
+    }
+
+    #[test]
+    fn the_access_says_keys_networks_or_open() {
+        let mut status = Status::default();
+        status.access.keys = vec!["aa".into(), "bb".into()];
+        status.access.allow = vec!["10.0.0.0/8".into()];
+        status.peers = vec![PeerRow {
+            key: Some("bb".into()),
+            ..PeerRow::default()
+        }];
+        let text = render(&status);
+        assert!(
+            text.contains("; keys aa, bb (rollover) from 10.0.0.0/8\n"),
+            "{text}"
+        );
+        assert!(text.contains("granted CPUs -; key bb\n"), "{text}");
+        status.access = srap_host::status::Access {
+            open: true,
+            ..Default::default()
+        };
+        assert!(render(&status).contains("; OPEN to any address, no key (--open)\n"));
     }
 }

@@ -13,6 +13,8 @@ use super::PROTOCOL_VERSION;
 
 pub const NONCE_LEN: usize = 32;
 pub const MAC_LEN: usize = 32;
+/// Bytes of a [`KeyId`].
+pub const KEY_ID_LEN: usize = 8;
 
 /// Shortest PSK accepted: 128 bits, e.g. 16 random bytes or 32 hex digits.
 pub const MIN_PSK_LEN: usize = 16;
@@ -21,6 +23,7 @@ pub const MAX_PSK_LEN: usize = 4096;
 
 const SENDER_LABEL: &[u8] = b"srap sender proof";
 const RECEIVER_LABEL: &[u8] = b"srap receiver proof";
+const KEY_ID_LABEL: &[u8] = b"srap key id";
 
 /// A random challenge, fresh for every connection.
 #[derive(Clone, Copy, PartialEq, Eq, Encode, Decode)]
@@ -48,6 +51,27 @@ pub struct Mac(pub [u8; MAC_LEN]);
 impl fmt::Debug for Mac {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Mac({:02x?}…)", &self.0[..4])
+    }
+}
+
+/// A PSK's public name: the first [`KEY_ID_LEN`] bytes of
+/// HMAC-SHA256(key, "srap key id"). A sender names its key in its
+/// [`super::Hello`] so a receiver that accepts two keys during a rollover
+/// answers with the right one, and operators compare keys across hosts (logs,
+/// `srap status`) without showing them. It tells nothing of the key that the
+/// handshake's proofs do not already: both are HMACs under it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Encode, Decode)]
+pub struct KeyId(pub [u8; KEY_ID_LEN]);
+
+impl fmt::Display for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl fmt::Debug for KeyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyId({self})")
     }
 }
 
@@ -80,6 +104,17 @@ impl Psk {
             len if len > MAX_PSK_LEN => Err(PskError::TooLong { len }),
             _ => Ok(Self(bytes.to_vec())),
         }
+    }
+
+    /// The key's public name.
+    pub fn id(&self) -> KeyId {
+        let mut mac = <Hmac<Sha256> as hmac::Mac>::new_from_slice(&self.0)
+            .expect("HMAC accepts keys of any length");
+        mac.update(KEY_ID_LABEL);
+        let digest = mac.finalize().into_bytes();
+        let mut id = [0; KEY_ID_LEN];
+        id.copy_from_slice(&digest[..KEY_ID_LEN]);
+        KeyId(id)
     }
 
     /// The key itself, for [`super::seal`]'s key derivation.
@@ -145,6 +180,6 @@ impl Psk {
 
 impl fmt::Debug for Psk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Psk({} bytes)", self.0.len())
+        write!(f, "Psk({} bytes, id {})", self.0.len(), self.id())
     }
 }

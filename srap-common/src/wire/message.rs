@@ -6,7 +6,7 @@ use std::net::IpAddr;
 
 use bincode::{Decode, Encode};
 
-use super::{Mac, Nonce};
+use super::{KeyId, Mac, Nonce};
 use crate::rss::{FieldsDescription, RssDescription};
 
 /// Longest [`ErrorReport::reason`] sent; longer ones are cut.
@@ -92,6 +92,9 @@ pub struct Hello {
     pub agent: String,
     /// The sender's half of the challenge: the receiver's proof covers it.
     pub nonce: Nonce,
+    /// The id of the sender's pre-shared key, when it has one (protocol 5):
+    /// a receiver holding several keys proves this one.
+    pub key: Option<KeyId>,
 }
 
 /// The receiver's answer to [`Hello`] when it has a PSK.

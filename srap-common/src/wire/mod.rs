@@ -19,7 +19,7 @@
 //!
 //! ```text
 //! sender                                  receiver
-//!   ── Hello{version, agent, nonce_s} ──►
+//!   ── Hello{version, agent, nonce_s, key id} ──►
 //!                                            (PSK set)  ◄── Challenge{nonce_r, proof_r}
 //!   ── Response{proof_s} ──►
 //!                                            (from here on, with a PSK, every frame is sealed)
@@ -56,7 +56,9 @@ mod frame;
 mod message;
 pub mod seal;
 
-pub use auth::{MAC_LEN, MAX_PSK_LEN, MIN_PSK_LEN, Mac, NONCE_LEN, Nonce, Psk, PskError};
+pub use auth::{
+    KEY_ID_LEN, KeyId, MAC_LEN, MAX_PSK_LEN, MIN_PSK_LEN, Mac, NONCE_LEN, Nonce, Psk, PskError,
+};
 pub use error::{DecodeError, EncodeError};
 pub use frame::{
     HEADER_LEN, MAGIC, MAX_FRAME, MAX_HANDSHAKE_FRAME, PREFIX_LEN, decode_error_any_version,
@@ -74,7 +76,9 @@ pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 /// [`DecodeError::WrongVersion`] before any of its body is read.
 /// Version 4: frames after a PSK handshake are authenticated ([`seal`]),
 /// and [`Message::Demand`] and [`Message::Grant`] were added.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// Version 5: [`Hello::key`] names the sender's key, so a receiver that
+/// accepts two during a rollover proves the one the sender holds.
+pub const PROTOCOL_VERSION: u16 = 5;
 
 #[cfg(test)]
 mod tests;

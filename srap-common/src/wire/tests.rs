@@ -15,6 +15,7 @@ fn every_message() -> Vec<Message> {
             version: PROTOCOL_VERSION,
             agent: "srap-agent 0.1.0".into(),
             nonce: nonce(1),
+            key: Some(KeyId([5; KEY_ID_LEN])),
         }),
         Message::Challenge(Challenge {
             nonce: nonce(2),
@@ -269,6 +270,17 @@ fn proofs_neither_replay_nor_reflect() {
     assert!(!psk.verify_sender(&s, &nonce(3), &recorded));
     // The receiver's own proof reflected back as the sender's.
     assert!(!psk.verify_sender(&s, &r, &psk.receiver_proof(&s, &r)));
+}
+
+#[test]
+fn a_key_id_is_its_hmac_of_a_label_and_tells_keys_apart() {
+    let psk = Psk::new(b"0123456789abcdef").expect("psk");
+    // HMAC-SHA256(key, "srap key id"), first 8 bytes, computed with
+    // Python's hmac module.
+    assert_eq!(psk.id().to_string(), "4998e76a915e5ab5");
+    let other = Psk::new(b"0123456789abcdeF").expect("psk");
+    assert_ne!(psk.id(), other.id());
+    assert!(format!("{psk:?}").contains(&psk.id().to_string()));
 }
 
 #[test]
@@ -564,7 +576,7 @@ fn grants_and_demands_are_size_limited_and_name_the_problem() {
 /// `hmac` calls, before the `hkdf` crate), captured from that code with
 /// `key()`, sender nonce `nonce(1)` and receiver nonce `nonce(2)`: the
 /// sender's frames 0 (`every_message()[4]`) and 1 (`Keepalive`), and the
-/// receiver's frame 0 (`every_message()[8]`).
+/// receiver's frame 0 (`every_message()[8]`; the messages of protocol 4).
 const SEALED_BEFORE_HKDF: [&str; 3] = [
     "000000535352415000040000000000000000040701000a00000201fd000000000000000000000000000001fb51\
      14010302fb409cfb519c140dad4743bf2d3f8e2c5fb1942249ca8da5ba1a220f7b6090598fcdcbf7f4e2",
@@ -581,17 +593,46 @@ fn unhex(text: &str) -> Vec<u8> {
         .collect()
 }
 
+/// The frame keys did not change with the `hkdf` crate: the tags of frames
+/// the hand-written derivation sealed verify under the keys derived today
+/// (`seal::hkdf_sha256`, as `seal::session` derives them). Protocol 5
+/// (a key id in `Hello`) changed the version their header carries, which
+/// the tag covers: today's agent refuses them by their version, and seals
+/// the same messages under the new one.
 #[test]
-fn frames_sealed_before_the_hkdf_crate_still_open_and_seal_the_same() {
+fn frames_sealed_before_the_hkdf_crate_verify_under_todays_keys() {
+    use hmac::{Hmac, Mac as _};
+    use sha2::Sha256;
+
     let [s0, s1, r0] = SEALED_BEFORE_HKDF.map(unhex);
-    let (mut s_seal, mut s_open, mut r_seal, mut r_open) = sessions(&key(), nonce(1), nonce(2));
-    assert_eq!(open_frame(&mut r_open, &s0), Ok(every_message()[4].clone()));
-    assert_eq!(open_frame(&mut r_open, &s1), Ok(Message::Keepalive));
-    assert_eq!(open_frame(&mut s_open, &r0), Ok(every_message()[8].clone()));
-    // And today's code writes the very same bytes: the wire is unchanged.
-    assert_eq!(s_seal.seal(&every_message()[4]).expect("seals"), s0);
-    assert_eq!(s_seal.seal(&Message::Keepalive).expect("seals"), s1);
-    assert_eq!(r_seal.seal(&every_message()[8]).expect("seals"), r0);
+    let mut salt = nonce(1).0.to_vec();
+    salt.extend_from_slice(&nonce(2).0);
+    for (frame, label, dir) in [
+        (&s0, &b"sender->receiver"[..], 1u8),
+        (&s1, &b"sender->receiver"[..], 1),
+        (&r0, &b"receiver->sender"[..], 2),
+    ] {
+        let key: [u8; MAC_LEN] =
+            seal::hkdf_sha256(&salt, key().bytes(), &[b"srap v4 frames ", label]);
+        let (covered, tag) = frame.split_at(frame.len() - MAC_LEN);
+        let mut mac = <Hmac<Sha256> as hmac::Mac>::new_from_slice(&key).expect("any key length");
+        mac.update(&[dir]);
+        mac.update(covered);
+        assert_eq!(mac.finalize().into_bytes().as_slice(), tag);
+    }
+    let (mut s_seal, _, _, mut r_open) = sessions(&key(), nonce(1), nonce(2));
+    assert!(matches!(
+        open_frame(&mut r_open, &s0),
+        Err(DecodeError::WrongVersion { got: 4, .. })
+    ));
+    let today = s_seal.seal(&Message::Keepalive).expect("seals");
+    assert_eq!(
+        u16::from_be_bytes([
+            today[PREFIX_LEN + MAGIC.len()],
+            today[PREFIX_LEN + MAGIC.len() + 1]
+        ]),
+        PROTOCOL_VERSION
+    );
 }
 
 /// RFC 5869 appendix A, test cases 1 to 3 (the SHA-256 ones): the key

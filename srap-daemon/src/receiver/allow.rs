@@ -24,6 +24,11 @@ impl AllowList {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// The networks, for `srap status`.
+    pub fn nets(&self) -> &[IpNet] {
+        &self.0
+    }
 }
 
 impl fmt::Display for AllowList {

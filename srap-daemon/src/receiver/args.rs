@@ -20,11 +20,18 @@ pub struct ReceiverArgs {
     #[arg(long, value_name = "FILE")]
     pub rss: Option<PathBuf>,
     /// Require senders to prove this pre-shared key (and prove it to them).
+    /// Repeat during a key rollover: a sender may use either key. SIGHUP
+    /// reads the files again and closes sessions whose key is gone.
     #[arg(long, value_name = "FILE")]
-    pub psk_file: Option<PathBuf>,
+    pub psk_file: Vec<PathBuf>,
     /// Accept senders only from this network (repeat for more; default: any).
     #[arg(long = "allow", value_name = "CIDR")]
     pub allow: Vec<IpNet>,
+    /// Serve any address without a key: needed to listen beyond loopback
+    /// with neither --psk-file nor --allow (whoever reaches the port then
+    /// reads the NIC's RSS description and is granted CPUs).
+    #[arg(long, conflicts_with_all = ["psk_file", "allow"])]
+    pub open: bool,
     /// Senders served at once; more are refused until one leaves.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_PEERS)]
     pub max_peers: usize,

@@ -8,6 +8,7 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 
+use srap_common::wire::KeyId;
 use srap_host::status::PeerRow;
 
 /// Connected (authenticated) peers, by address.
@@ -15,12 +16,13 @@ use srap_host::status::PeerRow;
 pub struct Peers(Mutex<HashMap<SocketAddr, PeerRow>>);
 
 impl Peers {
-    pub(super) fn connected(&self, addr: SocketAddr, agent: &str) {
+    pub(super) fn connected(&self, addr: SocketAddr, agent: &str, key: Option<KeyId>) {
         self.lock().insert(
             addr,
             PeerRow {
                 addr: addr.to_string(),
                 agent: agent.to_owned(),
+                key: key.map(|k| k.to_string()),
                 connected_unix_ms: unix_ms(SystemTime::now()),
                 last_plan_unix_ms: None,
                 plan_version: None,

@@ -13,23 +13,32 @@ use std::{
     collections::BTreeMap,
     net::SocketAddr,
     sync::{Mutex, MutexGuard, PoisonError},
+    time::{Duration, Instant},
 };
 
 use srap_common::{
-    grants::{SenderDemand, allocate},
+    grants::{Held, SenderDemand, allocate},
     wire::{CpuCount, CpuGrant, DemandReport},
 };
 /// Moved to `srap_host::cpus` (so `srap rss show` can show the offer);
 /// kept here under their old paths.
 pub use srap_host::cpus::{Offer, local_cpus};
 use tokio::sync::watch;
-use tracing::debug;
+use tracing::{debug, info, warn};
+
+/// How long a sender that went beyond its fair share (while others were
+/// within theirs) stays held to it after its demand falls back.
+const HOLD_FOR: Duration = Duration::from_secs(10);
 
 /// One connected sender.
 #[derive(Debug)]
 struct Entry {
     /// Arrival order: earlier senders come first to the allocator.
     order: u64,
+    /// Address, agent and key, for the log.
+    name: String,
+    /// When it was last beyond its fair share while others were within.
+    held_at: Option<Instant>,
     flows: BTreeMap<u32, u32>,
     grant: Vec<(u32, u32)>,
     applied: u64,
@@ -64,7 +73,13 @@ pub struct GrantRow {
 impl Grants {
     /// Registers a sender that just authenticated; its grant is already on
     /// the returned channel.
-    pub fn join(&self, peer: SocketAddr, tiers: Vec<Vec<u32>>) -> watch::Receiver<CpuGrant> {
+    /// `name` says who it is in the log.
+    pub fn join(
+        &self,
+        peer: SocketAddr,
+        name: &str,
+        tiers: Vec<Vec<u32>>,
+    ) -> watch::Receiver<CpuGrant> {
         let (tx, rx) = watch::channel(CpuGrant::default());
         let mut book = self.lock();
         book.arrivals += 1;
@@ -73,6 +88,8 @@ impl Grants {
             peer,
             Entry {
                 order,
+                name: name.to_owned(),
+                held_at: None,
                 flows: BTreeMap::new(),
                 grant: Vec::new(),
                 applied: 0,
@@ -147,6 +164,7 @@ impl Grants {
 
 /// Re-runs the allocator and tells each sender whose grant changed.
 fn rebalance(book: &mut Book) {
+    let now = Instant::now();
     let mut order: Vec<SocketAddr> = book.senders.keys().copied().collect();
     order.sort_by_key(|peer| book.senders.get(peer).map_or(0, |e| e.order));
     let demands: Vec<SenderDemand> = order
@@ -155,11 +173,15 @@ fn rebalance(book: &mut Book) {
         .map(|e| SenderDemand {
             flows: e.flows.clone(),
             previous: e.grant.iter().map(|(c, _)| *c).collect(),
+            held: e
+                .held_at
+                .is_some_and(|at| now.duration_since(at) < HOLD_FOR),
         })
         .collect();
-    let grants = allocate(&book.tiers, &demands);
+    let allocation = allocate(&book.tiers, &demands);
+    note_held(book, &order, &demands, &allocation.held, now);
     let mut changed = 0;
-    for (peer, grant) in order.iter().zip(grants) {
+    for (peer, grant) in order.iter().zip(allocation.grants) {
         let Some(entry) = book.senders.get_mut(peer) else {
             continue;
         };
@@ -191,6 +213,46 @@ fn rebalance(book: &mut Book) {
     }
 }
 
+/// Marks the senders held to their share and logs, by name, the ones
+/// newly held and the ones let go.
+fn note_held(
+    book: &mut Book,
+    order: &[SocketAddr],
+    demands: &[SenderDemand],
+    held: &[Held],
+    now: Instant,
+) {
+    let within = order.len() - held.len();
+    for (i, peer) in order.iter().enumerate() {
+        let Some(entry) = book.senders.get_mut(peer) else {
+            continue;
+        };
+        let beyond = held
+            .iter()
+            .find(|h| h.sender == i && h.demand as usize > h.share);
+        match (beyond, entry.held_at) {
+            (Some(h), None) => warn!(
+                "{}: {} flows reported on {} CPUs, beyond its fair share of {} CPUs while \
+                 {within} other sender(s) are within theirs: its new flows share the {} CPUs \
+                 the others do not hold",
+                entry.name,
+                h.demand,
+                demands[i].flows.len(),
+                h.share,
+                h.granted
+            ),
+            (None, Some(_)) if !demands[i].held => {
+                info!("{}: within its fair share again", entry.name);
+                entry.held_at = None;
+            }
+            _ => {}
+        }
+        if beyond.is_some() {
+            entry.held_at = Some(now);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,9 +263,9 @@ mod tests {
         let tiers = vec![(0..16).collect::<Vec<u32>>()];
         let a: SocketAddr = "10.0.0.1:1".parse().expect("addr");
         let b: SocketAddr = "10.0.0.2:1".parse().expect("addr");
-        let ra = grants.join(a, tiers.clone());
+        let ra = grants.join(a, "a", tiers.clone());
         assert_eq!(ra.borrow().cpus.len(), 16);
-        let rb = grants.join(b, tiers);
+        let rb = grants.join(b, "b", tiers);
         assert_eq!(ra.borrow().cpus.len(), 8);
         assert_eq!(rb.borrow().cpus.len(), 8);
         let first = ra.borrow().epoch;

@@ -10,11 +10,13 @@
 //! bytes. A peer that breaks the protocol is told why and disconnected; the
 //! server goes on.
 
+pub mod access;
 pub mod allow;
 pub mod args;
 pub mod downstream;
 pub mod grants;
 pub mod monitor;
+mod pace;
 mod rewrite;
 mod session;
 pub mod source;
@@ -27,7 +29,7 @@ use std::{
     time::Duration,
 };
 
-use srap_common::wire::{LandingReport, PlanReport, Psk};
+use srap_common::wire::{LandingReport, PlanReport};
 use tokio::{
     net::{TcpListener, TcpStream},
     sync::{Semaphore, watch},
@@ -35,6 +37,8 @@ use tokio::{
     time::timeout,
 };
 use tracing::{info, warn};
+
+use crate::psk::Keys;
 
 pub use self::{
     allow::AllowList,
@@ -77,7 +81,12 @@ impl Default for Timeouts {
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub allow: AllowList,
-    pub psk: Option<Psk>,
+    /// The pre-shared keys accepted at start ([`Server::set_keys`] changes
+    /// them); empty: none asked for.
+    pub keys: Keys,
+    /// Serving any address without a key because `--open` said so (shown
+    /// in the status).
+    pub open: bool,
     /// Sessions at once; a peer beyond this is told so and closed.
     pub max_peers: usize,
     pub timeouts: Timeouts,
@@ -89,7 +98,8 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             allow: AllowList::default(),
-            psk: None,
+            keys: Keys::default(),
+            open: false,
             max_peers: DEFAULT_MAX_PEERS,
             timeouts: Timeouts::default(),
             offer: Offer::default(),
@@ -137,6 +147,8 @@ struct Shared {
     plans: Plans,
     peers: Peers,
     grants: Grants,
+    /// The keys accepted now: a session whose key leaves is closed.
+    keys: watch::Sender<Keys>,
     sessions: Arc<Semaphore>,
     rejecting: Arc<Semaphore>,
     shutdown: watch::Receiver<bool>,
@@ -165,15 +177,17 @@ impl Server {
     /// Serves on an already bound listener.
     pub fn serve(
         listener: TcpListener,
-        config: ServerConfig,
+        mut config: ServerConfig,
         updates: watch::Receiver<Published>,
     ) -> Self {
         let local_addr = listener
             .local_addr()
             .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let (stop, shutdown) = watch::channel(false);
+        let keys = watch::channel(std::mem::take(&mut config.keys)).0;
         let shared = Arc::new(Shared {
             sessions: Arc::new(Semaphore::new(config.max_peers)),
+            keys,
             rejecting: Arc::new(Semaphore::new(MAX_REJECTING)),
             config,
             updates,
@@ -183,13 +197,14 @@ impl Server {
             grants: Grants::default(),
             shutdown,
         });
+        let keys = shared.keys.borrow().clone();
         info!(
             "receiver listening on {local_addr} (peers from {}; {})",
             shared.config.allow,
-            if shared.config.psk.is_some() {
-                "pre-shared key required"
+            if keys.is_empty() {
+                "no pre-shared key".to_owned()
             } else {
-                "no pre-shared key"
+                format!("pre-shared key required: id {keys}")
             }
         );
         let task = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
@@ -240,6 +255,42 @@ impl Server {
             }
         }
         peers
+    }
+
+    /// Replaces the accepted keys (SIGHUP after a key file changed):
+    /// sessions authenticated with a key no longer among them are closed,
+    /// and their senders reconnect with the key they hold now.
+    pub fn set_keys(&self, keys: Keys) {
+        let before = self.shared.keys.borrow().clone();
+        if before.ids() == keys.ids() {
+            info!("pre-shared keys unchanged: id {keys}");
+            return;
+        }
+        info!("pre-shared keys now: id {keys} (were: {before})");
+        self.shared.keys.send_replace(keys);
+    }
+
+    /// Who may connect, for the status.
+    pub fn access(&self) -> srap_host::status::Access {
+        srap_host::status::Access {
+            keys: self
+                .shared
+                .keys
+                .borrow()
+                .ids()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            allow: self
+                .shared
+                .config
+                .allow
+                .nets()
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            open: self.shared.config.open,
+        }
     }
 
     /// Every connected sender's CPU grant.

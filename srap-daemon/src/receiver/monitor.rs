@@ -203,6 +203,7 @@ impl Monitor {
         status.unix_ms = unix_ms(std::time::SystemTime::now());
         status.interval_ms = millis(self.interval);
         status.peers = peers;
+        status.access = server.access();
         status.landings = self.judge_landings(published.version, &status.flows);
         server.publish_landings(self.judge.report());
         self.board.send_replace(Arc::new(status));

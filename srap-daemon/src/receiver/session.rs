@@ -5,8 +5,9 @@
 use std::net::SocketAddr;
 
 use srap_common::wire::{
-    self, Challenge, DecodeError, ErrorReport, Hello, LandingReport, LandingVerdict, MAX_FRAME,
-    MAX_HANDSHAKE_FRAME, Message, Nonce, PROTOCOL_VERSION, Role, RssUpdate,
+    self, Challenge, DecodeError, DemandReport, ErrorReport, Hello, KeyId, LandingReport,
+    LandingVerdict, MAX_FRAME, MAX_HANDSHAKE_FRAME, Message, Nonce, PROTOCOL_VERSION, Role,
+    RssUpdate,
 };
 use thiserror::Error;
 use tokio::{
@@ -20,7 +21,7 @@ use tokio::{
 };
 use tracing::{debug, info, warn};
 
-use super::{Shared, rewrite, source::Published};
+use super::{Shared, pace::DemandPace, rewrite, source::Published};
 use crate::framed::{self, FrameError, Inbound, Outbound, ReadLimits, printable};
 
 /// Why a session ended early.
@@ -35,6 +36,18 @@ pub(super) enum SessionError {
     },
     #[error("authentication failed: wrong pre-shared key")]
     WrongKey,
+    #[error(
+        "this receiver requires a pre-shared key: give the sender --psk-file FILE \
+         (`psk-file` in its TOML) with the receiver's key"
+    )]
+    NoKey,
+    #[error("the sender's pre-shared key (id {id}) is none of this receiver's (id {ours})")]
+    UnknownKey { id: KeyId, ours: String },
+    #[error(
+        "the pre-shared key this session authenticated with (id {0}) is no longer accepted \
+         (key rotation); reconnect with the current key"
+    )]
+    KeyWithdrawn(KeyId),
     #[error("the peer reported an error: {0}")]
     PeerError(String),
     #[error("cannot make a challenge: {0}")]
@@ -52,6 +65,11 @@ impl SessionError {
             Self::Frame(err) if err.worth_reporting() => Some(err.to_string()),
             Self::Frame(_) | Self::PeerError(_) => None,
             Self::Random(_) => Some("internal error".into()),
+            // The receiver's key ids are for its own log.
+            Self::UnknownKey { id, .. } => Some(format!(
+                "the sender's pre-shared key (id {id}) is not one this receiver accepts: \
+                 give both hosts the same key file"
+            )),
             other => Some(other.to_string()),
         }
     }
@@ -113,17 +131,19 @@ async fn converse(
         Message::Hello(hello) => hello,
         other => return Err(unexpected("Hello", &other)),
     };
-    let mut inbound = authenticate(rd, wr, outbound, &hello, handshake, shared).await?;
-    shared.peers.connected(peer, &printable(&hello.agent));
+    let (mut inbound, key) = authenticate(rd, wr, outbound, &hello, handshake, shared).await?;
+    let agent = printable(&hello.agent);
+    shared.peers.connected(peer, &agent, key);
+    let name = match key {
+        Some(key) => format!("{peer} ({agent}, key {key})"),
+        None => format!("{peer} ({agent})"),
+    };
     info!(
-        "{peer}: {} connected{}",
-        printable(&hello.agent),
-        if shared.config.psk.is_some() {
-            " (authenticated)"
-        } else {
-            ""
-        }
+        "{peer}: {agent} connected{}",
+        key.map(|k| format!(" (authenticated, key {k})"))
+            .unwrap_or_default()
     );
+    let mut keys = shared.keys.subscribe();
 
     let mut updates = shared.updates.clone();
     let current = updates.borrow_and_update().clone();
@@ -131,9 +151,10 @@ async fn converse(
     // The grant comes right after the first description, so the sender's
     // binder has it before its first flows (it is granted the CPUs no one
     // else holds).
-    let mut grant = shared
-        .grants
-        .join(peer, shared.config.offer.tiers(&current.description));
+    let mut grant =
+        shared
+            .grants
+            .join(peer, &name, shared.config.offer.tiers(&current.description));
     let first = grant.borrow_and_update().clone();
     outbound.write(wr, &Message::Grant(first), t.write).await?;
     let mut landings = shared.landings.subscribe();
@@ -147,6 +168,11 @@ async fn converse(
     // Set by a plan report whose source address is not where this peer's
     // connection comes from: its tuples are rewritten on the way.
     let (rewritten_tx, mut rewritten) = watch::channel(None::<RewrittenPlan>);
+    // The latest demand read; applied at the pace [`DemandPace`] allows, so
+    // a sender flooding demands costs the others no re-balancing.
+    let (demand_tx, mut demands) = watch::channel(None::<DemandReport>);
+    let mut pace = DemandPace::new(Instant::now());
+    let demands_read = std::sync::atomic::AtomicU64::new(0);
     let limits = ReadLimits {
         max: MAX_FRAME,
         idle: t.idle,
@@ -184,7 +210,8 @@ async fn converse(
                 }
                 Message::Demand(report) => {
                     report.check().map_err(SessionError::BadDemand)?;
-                    shared.grants.demand(peer, &report);
+                    demands_read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    demand_tx.send_replace(Some(report));
                 }
                 Message::Error(report) => {
                     return Err(SessionError::PeerError(printable(&report.reason)));
@@ -244,6 +271,36 @@ async fn converse(
                 }
                 outbound.write(wr, &Message::Landings(report), t.write).await?;
             }
+            changed = demands.changed() => {
+                if changed.is_err() {
+                    return Err(SessionError::Shutdown);
+                }
+                demands.borrow_and_update();
+                if let Some(flood) = pace.arrived(
+                    Instant::now(),
+                    demands_read.load(std::sync::atomic::Ordering::Relaxed),
+                ) {
+                    warn!(
+                        "{name}: sent {} demands in {:.1?}; applying at most one per {:?} \
+                         (the latest wins)",
+                        flood.count, flood.over, flood.applied_every
+                    );
+                }
+            }
+            () = tokio::time::sleep_until(pace.due()), if pace.pending() => {
+                if let Some(report) = demands.borrow().clone() {
+                    shared.grants.demand(peer, &report);
+                }
+                pace.applied(Instant::now());
+            }
+            changed = keys.changed(), if key.is_some() => {
+                if changed.is_err() {
+                    return Err(SessionError::Shutdown);
+                }
+                if let Some(key) = key.filter(|k| !keys.borrow_and_update().contains(*k)) {
+                    return Err(SessionError::KeyWithdrawn(key));
+                }
+            }
             _ = keepalive.tick() => {
                 outbound.write(wr, &Message::Keepalive, t.write).await?;
             }
@@ -275,8 +332,9 @@ fn overridden(report: LandingReport, rewritten: Option<RewrittenPlan>) -> Landin
     }
 }
 
-/// The PSK challenge, when the receiver has a key. Returns the session's
-/// reading side and, once the sender's proof verified, makes `outbound`
+/// The PSK challenge, when the receiver has keys: with the one the
+/// sender's [`Hello::key`] names. Returns the session's reading side and
+/// the key's id and, once the sender's proof verified, makes `outbound`
 /// sealed; a failed handshake is reported in plain frames (the peer has no
 /// session keys to check them with).
 async fn authenticate(
@@ -286,10 +344,16 @@ async fn authenticate(
     hello: &Hello,
     limits: ReadLimits,
     shared: &Shared,
-) -> Result<Inbound, SessionError> {
-    let Some(psk) = &shared.config.psk else {
-        return Ok(Inbound::default());
-    };
+) -> Result<(Inbound, Option<KeyId>), SessionError> {
+    let keys = shared.keys.borrow().clone();
+    if keys.is_empty() {
+        return Ok((Inbound::default(), None));
+    }
+    let id = hello.key.ok_or(SessionError::NoKey)?;
+    let psk = keys.find(id).ok_or_else(|| SessionError::UnknownKey {
+        id,
+        ours: keys.to_string(),
+    })?;
     let nonce = Nonce::random().map_err(SessionError::Random)?;
     let challenge = Challenge {
         nonce,
@@ -310,7 +374,7 @@ async fn authenticate(
     }
     let (inbound, sealed) = framed::session(Some(psk), Role::Receiver, &hello.nonce, &nonce);
     *outbound = sealed;
-    Ok(inbound)
+    Ok((inbound, Some(id)))
 }
 
 async fn send_update(

@@ -48,8 +48,14 @@ pub struct SenderArgs {
     #[command(flatten)]
     pub source: DescriptionSource,
     /// Pre-shared key the receiver agent must prove (and we prove to it).
+    /// Read again before every connection, so a rotated key is used from
+    /// the next one on.
     #[arg(long, value_name = "FILE")]
     pub psk_file: Option<PathBuf>,
+    /// Keys of single receivers (`psk-file` of a `[[peer]]` table in
+    /// `--config`), by their `--peer`; the others use `--psk-file`.
+    #[arg(skip)]
+    pub peer_psk_files: std::collections::BTreeMap<String, PathBuf>,
     /// With --peer: seconds to wait for the first description before
     /// giving up (nothing is set up until one arrives) [default: 60].
     #[arg(long, value_name = "SECONDS")]
@@ -122,7 +128,11 @@ impl SenderArgs {
 
     /// These flags with every setting the command line left unset taken
     /// from `config`, read from `path` (flags win).
-    pub fn under_config(mut self, path: &Path, config: SenderConfig) -> Result<Self, ConfigError> {
+    pub fn under_config(
+        mut self,
+        path: &Path,
+        mut config: SenderConfig,
+    ) -> Result<Self, ConfigError> {
         let value = |key: &'static str| {
             move |message: String| ConfigError::Value {
                 path: path.to_owned(),
@@ -130,6 +140,15 @@ impl SenderArgs {
                 message,
             }
         };
+        if self.source.rss.is_none() && self.source.peer.is_empty() {
+            self.source.peer = config.all_peers();
+            self.source.rss = config.rss.take();
+        }
+        for table in std::mem::take(&mut config.peer) {
+            if let Some(key) = table.psk_file {
+                self.peer_psk_files.insert(table.address, key);
+            }
+        }
         let pacing = config
             .pacing_rate
             .map(|r| r.parse::<PacingRate>().map_err(value("pacing-rate")))
@@ -138,10 +157,6 @@ impl SenderArgs {
             .port_range
             .map(|r| r.parse::<PortRange>().map_err(value("port-range")))
             .transpose()?;
-        if self.source.rss.is_none() && self.source.peer.is_empty() {
-            self.source.rss = config.rss;
-            self.source.peer = config.peers;
-        }
         fill_vec(&mut self.report_ports, config.report_ports);
         fill_vec(&mut self.receivers, config.receivers);
         fill_vec(&mut self.ports, config.ports);
@@ -154,6 +169,15 @@ impl SenderArgs {
         fill(&mut self.interval, config.interval);
         fill(&mut self.control, config.control);
         Ok(self)
+    }
+
+    /// The key file for receiver `peer`: its `[[peer]]` table's, else
+    /// `--psk-file`.
+    pub fn psk_file_for(&self, peer: &str) -> Option<&Path> {
+        self.peer_psk_files
+            .get(peer)
+            .or(self.psk_file.as_ref())
+            .map(PathBuf::as_path)
     }
 
     pub fn peer_wait(&self) -> u64 {
@@ -261,6 +285,35 @@ mod tests {
             .under_config(path, config)
             .expect("merged");
         assert_eq!(merged.source.peer, ["10.0.0.9:7447"]);
+    }
+
+    #[test]
+    fn a_peer_table_key_wins_over_the_flat_one_for_its_receiver() {
+        let path = Path::new("sender.toml");
+        let text = "peers = [\"a:7447\"]\npsk-file = \"/etc/srap/psk\"\n\
+                    [[peer]]\naddress = \"b:7447\"\npsk-file = \"/etc/srap/psk-b\"\n";
+        let config = SenderConfig::parse(path, text).expect("valid");
+        let merged = args(&[])
+            .under_config(path, config.clone())
+            .expect("merged");
+        assert_eq!(merged.source.peer, ["a:7447", "b:7447"]);
+        assert_eq!(
+            merged.psk_file_for("a:7447"),
+            Some(Path::new("/etc/srap/psk"))
+        );
+        assert_eq!(
+            merged.psk_file_for("b:7447"),
+            Some(Path::new("/etc/srap/psk-b"))
+        );
+        // A --peer on the command line still finds its table's key.
+        let merged = args(&["--peer", "b:7447"])
+            .under_config(path, config)
+            .expect("merged");
+        assert_eq!(merged.source.peer, ["b:7447"]);
+        assert_eq!(
+            merged.psk_file_for("b:7447"),
+            Some(Path::new("/etc/srap/psk-b"))
+        );
     }
 
     #[test]

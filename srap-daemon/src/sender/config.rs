@@ -13,6 +13,11 @@
 //! cgroup = "srap"
 //! pacing-rate = "25gbit"
 //! port-range = "40000-60999"
+//!
+//! # A receiver with a key of its own (the flat `psk-file` is for the rest).
+//! [[peer]]
+//! address = "receiver-c.example:7447"
+//! psk-file = "/etc/srap/psk-c"
 //! ```
 
 use std::{
@@ -43,6 +48,20 @@ pub struct SenderConfig {
     pub port_range: Option<String>,
     pub interval: Option<u64>,
     pub control: Option<PathBuf>,
+    /// `[[peer]]` tables: receivers named one by one, each with its own
+    /// key if it has one.
+    #[serde(default)]
+    pub peer: Vec<PeerTable>,
+}
+
+/// One `[[peer]]` table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PeerTable {
+    /// `HOST:PORT` of the receiver agent, as in `peers`.
+    pub address: String,
+    /// The key this receiver proves (default: the file's `psk-file`).
+    pub psk_file: Option<PathBuf>,
 }
 
 /// Why the file cannot be used; each names the file.
@@ -75,11 +94,36 @@ impl SenderConfig {
 
     /// Parses `text` (read from `path`, named in errors).
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
-        toml::from_str(text).map_err(|err| ConfigError::Parse {
+        let config: Self = toml::from_str(text).map_err(|err| ConfigError::Parse {
             path: path.to_owned(),
             // toml's message says where (line, column) and which key.
             message: err.to_string().trim_end().to_owned(),
-        })
+        })?;
+        config.check_peers(path)?;
+        Ok(config)
+    }
+
+    /// Every receiver of `peers` and `[[peer]]`, in that order.
+    pub fn all_peers(&self) -> Vec<String> {
+        let tables = self.peer.iter().map(|p| p.address.clone());
+        self.peers.iter().cloned().chain(tables).collect()
+    }
+
+    /// A receiver named twice would be followed twice.
+    fn check_peers(&self, path: &Path) -> Result<(), ConfigError> {
+        let mut seen = std::collections::BTreeSet::new();
+        match self
+            .all_peers()
+            .into_iter()
+            .find(|p| !seen.insert(p.clone()))
+        {
+            Some(twice) => Err(ConfigError::Value {
+                path: path.to_owned(),
+                key: "peer",
+                message: format!("{twice} is named twice (in `peers` or `[[peer]]`)"),
+            }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -96,6 +140,23 @@ mod tests {
         assert!(text.contains("pears"), "{text}");
     }
 
+    #[test]
+    fn peer_tables_name_receivers_with_keys_of_their_own() {
+        let path = Path::new("sender.toml");
+        let text = "peers = [\"a:7447\"]\npsk-file = \"/k\"\n\n[[peer]]\naddress = \"b:7447\"\n\
+                    psk-file = \"/kb\"\n\n[[peer]]\naddress = \"c:7447\"\n";
+        let config = SenderConfig::parse(path, text).expect("valid");
+        assert_eq!(config.all_peers(), ["a:7447", "b:7447", "c:7447"]);
+        assert_eq!(config.peer[0].psk_file.as_deref(), Some(Path::new("/kb")));
+        assert_eq!(config.peer[1].psk_file, None);
+        let twice = "peers = [\"a:7447\"]\n[[peer]]\naddress = \"a:7447\"\n";
+        let err = SenderConfig::parse(path, twice).expect_err("twice");
+        assert!(err.to_string().contains("a:7447 is named twice"), "{err}");
+        let typo = "[[peer]]\naddress = \"a:7447\"\npsk = \"/k\"\n";
+        let err = SenderConfig::parse(path, typo).expect_err("unknown key");
+        assert!(err.to_string().contains("psk"), "{err}");
+    }
+
     /// The shipped example (deploy/etc/srap/sender.toml) parses as it is,
     /// and with every commented key uncommented: it documents real keys.
     #[test]
@@ -109,16 +170,21 @@ mod tests {
         let uncommented: String = text
             .lines()
             .filter_map(|l| l.strip_prefix('#'))
-            .filter(|l| l.starts_with(|c: char| c.is_ascii_lowercase()) && l.contains(" = "))
+            .filter(|l| {
+                (l.starts_with(|c: char| c.is_ascii_lowercase()) && l.contains(" = "))
+                    || *l == "[[peer]]"
+            })
             .map(|l| format!("{l}\n"))
             .collect();
         let all = SenderConfig::parse(path, &uncommented).expect("every key");
         assert_eq!(all.peers.len(), 2);
         assert!(all.rss.is_some() && all.control.is_some() && all.interval.is_some());
+        assert_eq!(all.peer.len(), 1);
+        assert!(all.peer[0].psk_file.is_some());
         assert_eq!(
             uncommented.lines().count(),
-            13,
-            "one line per key: {uncommented}"
+            16,
+            "one line per key, and a [[peer]] table: {uncommented}"
         );
     }
 }

@@ -28,7 +28,7 @@ pub mod backoff;
 pub mod report;
 mod session;
 
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
 use srap_common::{
     rss::RssDescription,
@@ -36,6 +36,8 @@ use srap_common::{
 };
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{debug, info, warn};
+
+use crate::psk::load_psk_file;
 
 pub use self::{
     backoff::Backoff,
@@ -84,6 +86,9 @@ pub struct PeerConfig {
     /// `HOST:PORT`.
     pub addr: String,
     pub psk: Option<Psk>,
+    /// The file `psk` came from: read again before every connection, so a
+    /// rotated key is used from the next one on.
+    pub psk_file: Option<PathBuf>,
     pub backoff: Backoff,
     pub timeouts: PeerTimeouts,
 }
@@ -93,8 +98,47 @@ impl PeerConfig {
         Self {
             addr: addr.into(),
             psk,
+            psk_file: None,
             backoff: Backoff::default(),
             timeouts: PeerTimeouts::default(),
+        }
+    }
+
+    /// With `psk` read from `path` (and `path` read again before each
+    /// connection).
+    pub fn with_psk_file(mut self, path: PathBuf, psk: Psk) -> Self {
+        self.psk = Some(psk);
+        self.psk_file = Some(path);
+        self
+    }
+
+    /// Reads the key file again; a file that cannot be read leaves the
+    /// last good key in use.
+    fn reread_key(&mut self) {
+        let Some(path) = &self.psk_file else {
+            return;
+        };
+        match load_psk_file(path) {
+            Ok(psk) => {
+                let before = self.psk.as_ref().map(Psk::id);
+                if before != Some(psk.id()) {
+                    info!(
+                        "receiver {}: key {} from {} (was {})",
+                        self.addr,
+                        psk.id(),
+                        path.display(),
+                        before.map_or_else(|| "none".to_owned(), |id| id.to_string())
+                    );
+                    self.psk = Some(psk);
+                }
+            }
+            Err(err) => warn!(
+                "receiver {}: {err}; keeping key {}",
+                self.addr,
+                self.psk
+                    .as_ref()
+                    .map_or_else(|| "none".to_owned(), |k| k.id().to_string())
+            ),
         }
     }
 }
@@ -221,7 +265,7 @@ struct Channels {
     grants: GrantChannels,
 }
 
-async fn run(config: PeerConfig, channels: Channels) {
+async fn run(mut config: PeerConfig, channels: Channels) {
     let Channels {
         updates,
         landings,
@@ -234,6 +278,7 @@ async fn run(config: PeerConfig, channels: Channels) {
     let mut last_error: Option<String> = None;
     loop {
         status.send_replace(PeerStatus::Connecting);
+        config.reread_key();
         let outcome = match Session::connect(&config).await {
             Ok(session) => {
                 info!("connected to receiver {}", config.addr);

@@ -5,7 +5,7 @@ use srap_common::{
     rss::{RssDescription, RssModel},
     wire::{
         self, DecodeError, ErrorReport, Hello, LandingReport, MAX_FRAME, Message, Nonce,
-        PROTOCOL_VERSION, PlanReport, Response, Role,
+        PROTOCOL_VERSION, PlanReport, Psk, Response, Role,
     },
 };
 use thiserror::Error;
@@ -76,6 +76,7 @@ impl Session {
             version: PROTOCOL_VERSION,
             agent: concat!("srap-agent ", env!("CARGO_PKG_VERSION")).into(),
             nonce,
+            key: config.psk.as_ref().map(Psk::id),
         });
         framed::write(&mut stream, &hello, t.write).await?;
         let limits = ReadLimits {

@@ -9,7 +9,7 @@
 //! `srap_cpu_flows{cpu,by}`, `srap_queue_bytes_total{queue}`,
 //! `srap_queue_packets_total{queue}`, `srap_collisions{kind}`,
 //! `srap_prediction_accuracy{kind}`, `srap_description_contradicted`,
-//! `srap_rss_version`, `srap_peers`.
+//! `srap_rss_version`, `srap_peers`, `srap_listen_open`, `srap_psk_keys`.
 
 use std::{fmt::Write as _, io, sync::Arc, time::Duration};
 
@@ -85,6 +85,16 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "Version of the RSS description served to senders",
     ),
     ("srap_peers", "gauge", "Sender agents connected"),
+    (
+        "srap_listen_open",
+        "gauge",
+        "1 when the receiver serves any address without a key or allow-list (--open)",
+    ),
+    (
+        "srap_psk_keys",
+        "gauge",
+        "Pre-shared keys the receiver accepts (2 during a key rollover, 0 without a key)",
+    ),
 ];
 
 /// The exposition text of `status`.
@@ -148,6 +158,8 @@ pub fn render(status: &Status) -> String {
             },
             "srap_rss_version" => sample("", status.rss_version as f64),
             "srap_peers" => sample("", status.peers.len() as f64),
+            "srap_listen_open" => sample("", f64::from(u8::from(status.access.open))),
+            "srap_psk_keys" => sample("", status.access.keys.len() as f64),
             _ => {}
         }
     }

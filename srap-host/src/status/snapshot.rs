@@ -51,6 +51,22 @@ pub struct Status {
     /// the sender's plan and counts collisions by.
     #[serde(default)]
     pub receive_cpu: ReceiveCpu,
+    /// Who may connect: keys, allow-list, or nothing (`--open`).
+    #[serde(default)]
+    pub access: Access,
+}
+
+/// Who the receiver serves.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Access {
+    /// Ids of the pre-shared keys accepted (`--psk-file`; two during a
+    /// rollover); empty when no key is asked for.
+    pub keys: Vec<String>,
+    /// Networks senders may connect from (`--allow`); empty: any.
+    pub allow: Vec<String>,
+    /// Listening beyond loopback with neither a key nor an allow-list,
+    /// because `--open` said so: anyone who reaches the port is served.
+    pub open: bool,
 }
 
 /// Which of a flow's two CPUs is its receive CPU.
@@ -236,4 +252,8 @@ pub struct PeerRow {
     pub grant_epoch: u64,
     #[serde(default)]
     pub grant_applied: bool,
+    /// The id of the pre-shared key it authenticated with (during a key
+    /// rollover: which senders still use the old one).
+    #[serde(default)]
+    pub key: Option<String>,
 }

@@ -30,7 +30,7 @@ use srap_common::{binder::SlotGrant, rss::RssDescription};
 use srap_daemon::sender::{BinderStats, PinLayout};
 use srap_host::status::{SenderStatus, Status, control};
 
-use super::exec::in_netns;
+use super::exec::{in_netns, in_netns_bounded};
 use crate::{NetNs, interrupted, unique_name, workload::ChildGuard};
 
 /// Bound on an agent's start and on every wait for its log.
@@ -131,12 +131,17 @@ impl Process {
         self.dir.join(name)
     }
 
-    /// Starts `args` of the agent binary `agent` in the namespace, its
-    /// output into the log.
-    fn spawn(&mut self, agent: &Path, args: &[OsString]) -> anyhow::Result<()> {
+    /// Starts `args` of the agent binary `agent` in the namespace, bounded
+    /// to `caps` if given, its output into the log.
+    fn spawn(
+        &mut self,
+        agent: &Path,
+        args: &[OsString],
+        caps: Option<&[String]>,
+    ) -> anyhow::Result<()> {
         self.kill();
         let log = self.log.next_run()?;
-        let mut command = in_netns(&self.ns, agent);
+        let mut command = in_netns_bounded(&self.ns, agent, caps);
         command
             .args(args)
             .stdin(Stdio::null())
@@ -154,6 +159,10 @@ impl Process {
 
     fn exited(&self) -> bool {
         self.child().as_mut().is_none_or(ChildGuard::exited)
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.child().as_ref().map(ChildGuard::id)
     }
 
     /// Waits (up to `within`) until `ready` holds; fails early if the agent
@@ -253,6 +262,8 @@ pub struct AgentOpts<Role> {
     agent: PathBuf,
     role: Role,
     args: Vec<OsString>,
+    /// Bounded to these capabilities ([`AgentOpts::capabilities`]).
+    caps: Option<Vec<String>>,
 }
 
 /// How to start a receiver agent.
@@ -264,6 +275,14 @@ impl<Role> AgentOpts<Role> {
     /// One more flag or value, as given.
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
         self.args.push(arg.into());
+        self
+    }
+
+    /// Runs the agent with only the capabilities `caps` (`bpf`,
+    /// `net_admin`, …), as its systemd unit's `CapabilityBoundingSet` does
+    /// ([`super::exec::in_netns_bounded`]).
+    pub fn capabilities(mut self, caps: Vec<String>) -> Self {
+        self.caps = Some(caps);
         self
     }
 
@@ -301,6 +320,7 @@ impl AgentOpts<ReceiverRole> {
                 verify: true,
             },
             args: Vec::new(),
+            caps: None,
         }
     }
 
@@ -323,9 +343,11 @@ impl AgentOpts<ReceiverRole> {
 pub struct ReceiverAgent {
     process: Process,
     listen: SocketAddr,
-    /// Its binary and arguments, to start it again ([`Self::restart`]).
+    /// Its binary, arguments and capabilities, to start it again
+    /// ([`Self::restart`]).
     agent: PathBuf,
     args: Vec<OsString>,
+    caps: Option<Vec<String>>,
 }
 
 impl ReceiverAgent {
@@ -338,6 +360,7 @@ impl ReceiverAgent {
             listen: role.listen,
             agent: opts.agent.clone(),
             args: Vec::new(),
+            caps: opts.caps.clone(),
         };
         let mut args: Vec<OsString> = ["receiver", "--iface"].map(OsString::from).into();
         args.push((&role.iface).into());
@@ -352,7 +375,9 @@ impl ReceiverAgent {
         }
         args.extend(opts.args);
         agent.args = args;
-        agent.process.spawn(&agent.agent, &agent.args)?;
+        agent
+            .process
+            .spawn(&agent.agent, &agent.args, agent.caps.as_deref())?;
         let control = agent.control();
         agent
             .process
@@ -369,7 +394,8 @@ impl ReceiverAgent {
     /// Starts it again as it was started (same directory, socket and log),
     /// and waits until its control socket answers.
     pub fn restart(&mut self) -> anyhow::Result<()> {
-        self.process.spawn(&self.agent, &self.args)?;
+        self.process
+            .spawn(&self.agent, &self.args, self.caps.as_deref())?;
         let control = self.control();
         self.process
             .wait_until("its control socket to answer", WAIT, |_| {
@@ -380,6 +406,11 @@ impl ReceiverAgent {
     /// Where it serves senders: a sender's `--peer`.
     pub fn peer(&self) -> String {
         self.listen.to_string()
+    }
+
+    /// Its process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
     }
 
     /// Its control socket (`srap status --control`).
@@ -464,6 +495,7 @@ impl AgentOpts<SenderRole> {
                 port_range: DEFAULT_PORT_RANGE.to_owned(),
             },
             args: Vec::new(),
+            caps: None,
         }
     }
 
@@ -541,7 +573,13 @@ impl SenderAgent {
     /// Starts the agent without waiting for anything.
     pub fn spawn(&mut self) -> anyhow::Result<()> {
         let args = self.args(&[]);
-        self.process.spawn(&self.opts.agent, &args)
+        self.process
+            .spawn(&self.opts.agent, &args, self.opts.caps.as_deref())
+    }
+
+    /// Its process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
     }
 
     /// `srap-agent sender --once`: sets up and exits; returns its stdout.
@@ -585,7 +623,11 @@ impl SenderAgent {
     /// The agent's command in its namespace with `extra` flags, for a run
     /// the caller drives (its output, its exit).
     pub fn command(&self, extra: &[&str]) -> Command {
-        let mut command = in_netns(&self.process.ns, &self.opts.agent);
+        let mut command = in_netns_bounded(
+            &self.process.ns,
+            &self.opts.agent,
+            self.opts.caps.as_deref(),
+        );
         command.args(self.args(extra));
         command
     }

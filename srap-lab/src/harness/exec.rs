@@ -17,6 +17,28 @@ pub fn in_netns(ns: &NetNs, program: impl Into<OsString>) -> Command {
     command
 }
 
+/// `program` in `ns` with only the capabilities `caps` (named as setpriv
+/// spells them: `bpf`, `net_admin`), as a systemd unit's
+/// `CapabilityBoundingSet` bounds a service running as root: `setpriv
+/// --bounding-set`, which execs the program (its PID stays the program's).
+/// Every capability when `caps` is `None`.
+pub fn in_netns_bounded(
+    ns: &NetNs,
+    program: impl Into<OsString>,
+    caps: Option<&[String]>,
+) -> Command {
+    let Some(caps) = caps else {
+        return in_netns(ns, program);
+    };
+    let plus: Vec<String> = caps.iter().map(|c| format!("+{c}")).collect();
+    let mut command = in_netns(ns, "setpriv");
+    command
+        .arg(format!("--bounding-set=-all,{}", plus.join(",")))
+        .args(["--inh-caps=-all", "--"])
+        .arg(program.into());
+    command
+}
+
 /// `program` in `ns`, through `srap exec --cgroup CGROUP --` (the `srap`
 /// binary given) when `steered` names a cgroup, else plain.
 pub fn srap_exec(

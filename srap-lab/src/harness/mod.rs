@@ -30,6 +30,6 @@ pub use agent::{
     AgentLog, AgentOpts, ReceiverAgent, ReceiverOpts, ReceiverRole, SenderAgent, SenderOpts,
     SenderRole,
 };
-pub use exec::{in_netns, srap_exec};
+pub use exec::{in_netns, in_netns_bounded, srap_exec};
 pub use hosts::Bridge;
 pub use truth::{Listener, landings};

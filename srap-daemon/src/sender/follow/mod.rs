@@ -67,7 +67,6 @@ struct Follower {
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
 pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::Result<()> {
-    let psk = args.psk_file.as_deref().map(read_psk_file).transpose()?;
     let dports = report_ports(args)?;
     let resolver = resolve::system();
     let addresses = receiver_addresses(args, peers, &resolver).await?;
@@ -85,7 +84,7 @@ pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::
     let mut receivers = Vec::new();
     let mut row = 0u32;
     for (n, (peer, addrs)) in peers.iter().zip(addresses).enumerate() {
-        let handle = upstream::watch(PeerConfig::new(peer.as_str(), psk.clone()));
+        let handle = upstream::watch(peer_config(args, peer)?);
         events::forward(n, &handle, tx.clone());
         let rows = addrs
             .into_iter()
@@ -128,6 +127,20 @@ pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::
         steering.layout.dir().display()
     );
     Ok(())
+}
+
+/// How to reach receiver `peer`: with its key (read now, so a bad key
+/// file stops the agent before anything is set up).
+fn peer_config(args: &SenderArgs, peer: &str) -> anyhow::Result<PeerConfig> {
+    let config = PeerConfig::new(peer, None);
+    Ok(match args.psk_file_for(peer) {
+        Some(path) => {
+            let psk = read_psk_file(path)?;
+            info!("receiver {peer}: key {} from {}", psk.id(), path.display());
+            config.with_psk_file(path.to_owned(), psk)
+        }
+        None => config,
+    })
 }
 
 impl Follower {
