@@ -10,6 +10,7 @@
 //! `fd00:5a:0:<subnet>::/64`, configured only on the test's own veth ends.
 
 pub mod binaries;
+pub mod caps;
 pub mod cgroup;
 pub mod flows;
 pub mod grants;

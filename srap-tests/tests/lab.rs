@@ -51,6 +51,80 @@ fn experiment_is_collision_free_with_srap_and_leaves_nothing_behind() {
 /// --json` on the queue the model predicts and on the CPU the sender planned.
 #[test]
 fn status_shows_steered_flows_on_their_planned_cpus() {
+    use srap_lab::{agents::LabAgents, topology::Watch};
+
+    if !require_privileged("status_shows_steered_flows_on_their_planned_cpus") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let net = LabNet::new(16, Watch::Agent).expect("lab network");
+    let agents = LabAgents::start(&net, &srap_tests::built_binary("srap-agent"), STATUS_PORT)
+        .expect("both agents");
+    assert_steered_flows_land_as_planned(&net, &agents);
+}
+
+/// Least privilege: both agents bounded to exactly the capabilities their
+/// systemd units allow (read from `deploy/systemd/`, applied with `setpriv
+/// --bounding-set` as `CapabilityBoundingSet` does) hold exactly those, and
+/// SRAP's whole path works: the receiver serves and verifies, the sender
+/// steers, every flow lands on its predicted queue and planned CPU (judged
+/// by the receiver agent's own verifier against the emulated NIC).
+/// `tests/least_privilege.rs` takes each capability away in turn.
+#[test]
+fn agents_with_only_their_units_capabilities_steer_and_verify() {
+    use srap_lab::{
+        agents::{LabAgents, Privileges},
+        topology::Watch,
+    };
+    use srap_tests::caps::{RECEIVER_UNIT, SENDER_UNIT, bounding_set, held};
+
+    if !require_privileged("agents_with_only_their_units_capabilities_steer_and_verify") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let privileges = Privileges {
+        receiver: Some(bounding_set(RECEIVER_UNIT)),
+        sender: Some(bounding_set(SENDER_UNIT)),
+    };
+    let net = LabNet::new(16, Watch::Agent).expect("lab network");
+    let agents = LabAgents::start_with(
+        &net,
+        &srap_tests::built_binary("srap-agent"),
+        STATUS_PORT,
+        &privileges,
+    )
+    .expect("both agents, bounded to their units' capabilities");
+    for (agent, pid, want) in [
+        ("receiver", agents.receiver.pid(), &privileges.receiver),
+        ("sender", agents.sender.pid(), &privileges.sender),
+    ] {
+        let pid = pid.unwrap_or_else(|| panic!("no {agent} agent"));
+        let (effective, bounding) = held(pid).expect("the agent's capabilities");
+        let want: std::collections::BTreeSet<String> = want.iter().flatten().cloned().collect();
+        assert_eq!(
+            effective, want,
+            "the {agent} agent's effective capabilities"
+        );
+        assert_eq!(bounding, want, "the {agent} agent's bounding set");
+    }
+    let status = assert_steered_flows_land_as_planned(&net, &agents);
+    assert!(
+        status.verifier.hook.is_some(),
+        "the receiver's verifier runs: {:?}",
+        status.verifier
+    );
+}
+
+/// The port the status tests' flows go to.
+const STATUS_PORT: u16 = 5311;
+
+/// Opens steered flows through `agents`' cgroup, keeps them busy across a
+/// few of the receiver agent's samples, and checks its status: every flow
+/// on the model's queue, on the CPU the sender planned, each on its own.
+fn assert_steered_flows_land_as_planned(
+    net: &LabNet,
+    agents: &srap_lab::agents::LabAgents,
+) -> srap_host::status::Status {
     use std::{
         io::{Read as _, Write as _},
         net::SocketAddr,
@@ -58,19 +132,10 @@ fn status_shows_steered_flows_on_their_planned_cpus() {
     };
 
     use srap_host::status::{ReceiveCpu, Status};
-    use srap_lab::{agents::LabAgents, topology::Watch};
 
-    if !require_privileged("status_shows_steered_flows_on_their_planned_cpus") {
-        return;
-    }
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    const PORT: u16 = 5311;
     const FLOWS: usize = 8;
-    let net = LabNet::new(16, Watch::Agent).expect("lab network");
-    let agents =
-        LabAgents::start(&net, &srap_tests::built_binary("srap-agent"), PORT).expect("both agents");
-    let server = SocketAddr::new(net.receiver_ip(), PORT);
-    let (mut clients, mut listener) = open_steered(&net, &agents, server, FLOWS);
+    let server = SocketAddr::new(net.receiver_ip(), STATUS_PORT);
+    let (mut clients, mut listener) = open_steered(net, agents, server, FLOWS);
     // Keep every flow active across a few of the agent's 1 s samples.
     let until = Instant::now() + Duration::from_millis(2500);
     let chunk = [0x5au8; 16 * 1024];
@@ -102,7 +167,7 @@ fn status_shows_steered_flows_on_their_planned_cpus() {
     let flows: Vec<_> = status
         .flows
         .iter()
-        .filter(|f| f.dst.port() == PORT)
+        .filter(|f| f.dst.port() == STATUS_PORT)
         .collect();
     assert_eq!(flows.len(), FLOWS, "{status:#?}");
     let mut queues = std::collections::BTreeSet::new();
@@ -128,6 +193,7 @@ fn status_shows_steered_flows_on_their_planned_cpus() {
         "steered flows share queues: {flows:#?}"
     );
     drop((clients, listener));
+    status
 }
 
 /// The closed loop on the lab: the receiver agent serves a description whose

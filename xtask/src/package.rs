@@ -8,6 +8,7 @@
 //! files under `deploy/`.
 
 pub mod check;
+pub mod units;
 
 use std::{
     fs,

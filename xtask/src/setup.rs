@@ -59,6 +59,11 @@ const PACKAGE_TOOLS: &[(&str, &str)] = &[
     ("man", "man-db"),
     // `promtool check metrics` lints the receiver's /metrics.
     ("promtool", "prometheus"),
+    // The installed units run under systemd in a container.
+    ("systemd-nspawn", "systemd-container"),
+    // The agents' capabilities are decoded from /proc (and the privilege
+    // test names them).
+    ("capsh", "libcap2-bin"),
 ];
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -13,6 +13,9 @@ use srap_daemon::sender::{self, RunningBinder, args::SenderArgs};
 /// description comes from the receiver agent and is followed
 /// ([`sender::follow`]).
 pub fn run(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+    // The packaged sender.toml names a key: that one goes unused with
+    // --rss, a --psk-file flag beside it is a mistake.
+    let psk_flag = args.psk_file.is_some();
     let args = &match args.resolved() {
         Ok(args) => args,
         Err(err) => usage_error(&err),
@@ -22,7 +25,7 @@ pub fn run(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Resu
         (None, false) => {
             return runtime.block_on(sender::follow::run(args, peers, srap_daemon::ebpf_object()));
         }
-        (Some(_), true) if args.psk_file.is_some() || !args.report_ports.is_empty() => {
+        (Some(_), true) if psk_flag || !args.report_ports.is_empty() => {
             anyhow::bail!("--psk-file and --report-port go with --peer, not --rss")
         }
         (Some(rss), true) => rss,

@@ -13,7 +13,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-use super::{BINARIES, CONFFILES, PACKAGE, UNIT_DIR, UNITS, output_of};
+use super::{BINARIES, CONFFILES, PACKAGE, UNIT_DIR, UNITS, output_of, units};
+
+/// The key postinst makes and postrm purges.
+const PSK: &str = "/etc/srap/psk";
 
 /// Purges the package on drop unless it was already removed.
 struct Installed {
@@ -44,7 +47,17 @@ pub fn run(deb: &Path) -> Result<()> {
     check_binaries(&files)?;
     check_man_pages(&files)?;
     check_completions()?;
+    check_key()?;
+    check_open_listen_refused()?;
     check_units()?;
+    for (unit, score) in units::check_exposure()? {
+        println!(
+            "package check: {unit}: exposure {score} (at most {})",
+            units::MAX_EXPOSURE
+        );
+    }
+    units::check_running()?;
+    println!("package check: both units ran under systemd with their capabilities only");
     // As an administrator would: the prerm must drop these links again.
     let links = enable_units()?;
 
@@ -56,6 +69,10 @@ pub fn run(deb: &Path) -> Result<()> {
     ensure!(
         dangling.is_empty(),
         "enable links left after dpkg --remove: {dangling:?}"
+    );
+    ensure!(
+        Path::new(PSK).exists(),
+        "{PSK} went with dpkg --remove: it is kept until a purge, as the settings are"
     );
     let status = dpkg_status()?.unwrap_or_default();
     ensure!(
@@ -209,6 +226,45 @@ fn check_completions() -> Result<()> {
             "bash did not register {bin}'s completion: {registered:?}"
         );
     }
+    Ok(())
+}
+
+/// The key postinst made: root's alone, random, long enough.
+fn check_key() -> Result<()> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+    let path = Path::new(PSK);
+    let meta = std::fs::metadata(path).with_context(|| format!("postinst made no {PSK}"))?;
+    ensure!(
+        meta.permissions().mode() & 0o777 == 0o600 && meta.uid() == 0,
+        "{PSK} has mode {:o}, owner {}: want 600, root",
+        meta.permissions().mode() & 0o777,
+        meta.uid()
+    );
+    let key = std::fs::read_to_string(path)?;
+    ensure!(
+        key.trim().len() >= 40,
+        "{PSK} holds {} characters: want 32 random bytes in base64",
+        key.trim().len()
+    );
+    Ok(())
+}
+
+/// The installed agent refuses to serve beyond loopback with neither a
+/// key nor an allow-list, before it binds anything, naming the ways out.
+fn check_open_listen_refused() -> Result<()> {
+    let output = Command::new("/usr/bin/srap-agent")
+        .args(["receiver", "--iface", "lo", "--listen", "0.0.0.0:7447"])
+        .output()
+        .context("running /usr/bin/srap-agent receiver")?;
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    ensure!(
+        output.status.code() == Some(2)
+            && ["--psk-file", "--allow", "--open"]
+                .iter()
+                .all(|flag| stderr.contains(flag)),
+        "srap-agent receiver --listen 0.0.0.0:7447 without a key: {} {stderr}",
+        output.status
+    );
     Ok(())
 }
 
