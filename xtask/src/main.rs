@@ -133,34 +133,49 @@ fn test() -> Result<()> {
         // The kernel tests run `srap` and `srap-agent` as processes; `cargo
         // test` builds a binary only for its own package's tests.
         Step::new("build (binaries)", cargo(&["build", "--bins"])),
-        // The wire decoder faces untrusted peers: a short libFuzzer run on
-        // every change (the corpus is not kept, so each run starts fresh).
-        Step::new(
-            "fuzz (wire decoder, 20 s)",
-            cargo(&[
-                "+nightly",
-                "fuzz",
-                "run",
-                "wire_decode",
-                "--",
-                "-max_total_time=20",
-                "-rss_limit_mb=1024",
-            ]),
-        ),
     ];
-    let count = steps.len() + 3;
-    let [fmt, clippy, clippy_ebpf, build, fuzz] = steps;
+    let count = steps.len() + 3 + FUZZ_TARGETS.len();
+    let [fmt, clippy, clippy_ebpf, build] = steps;
     for step in [fmt, clippy, clippy_ebpf, build] {
         run_step(step)?;
     }
     layering::check()?;
     package_step()?;
     let (passed, failed) = exec::run_test_step(Step::new("test", cargo(&["test"])))?;
-    run_step(fuzz)?;
+    for (target, input) in FUZZ_TARGETS {
+        run_step(fuzz_step(target, input))?;
+    }
     println!("\nxtask test: all {count} steps passed");
     // One plain closing line for whoever reads the log last.
     println!("tests: {passed} passed, {failed} failed");
     Ok(())
+}
+
+/// Every parser of input from outside (`fuzz/`): (target, what it reads).
+/// Each gets the same short libFuzzer run on every change (the corpus is
+/// not kept, so each run starts fresh).
+const FUZZ_TARGETS: &[(&str, &str)] = &[
+    ("wire_decode", "frames from peers"),
+    ("rss_description", "RSS description JSON"),
+    ("sender_config", "the sender's TOML settings"),
+];
+/// Seconds each fuzz target runs.
+const FUZZ_SECONDS: u32 = 20;
+
+fn fuzz_step(target: &str, input: &str) -> Step {
+    let time = format!("-max_total_time={FUZZ_SECONDS}");
+    Step::new(
+        &format!("fuzz ({target}: {input}, {FUZZ_SECONDS} s)"),
+        cargo(&[
+            "+nightly",
+            "fuzz",
+            "run",
+            target,
+            "--",
+            &time,
+            "-rss_limit_mb=1024",
+        ]),
+    )
 }
 
 fn package(profile: package::Profile, out: Option<&Path>, check: bool) -> Result<()> {

@@ -226,7 +226,9 @@ fn install(item: &Missing) -> Result<()> {
                 .context("bpf-linker needs llvm-22-dev; see the apt step above")
         }
         Missing::CargoFuzz => {
-            println!("setup: installing cargo-fuzz (the wire decoder's fuzz target)");
+            println!(
+                "setup: installing cargo-fuzz (the fuzz targets of the parsers of outside input)"
+            );
             let mut command = Command::new("cargo");
             command
                 .args(["install", "cargo-fuzz", "--locked"])
