@@ -146,6 +146,16 @@ impl Cluster {
         &self.key
     }
 
+    /// The receiver agent (its log, its peer address).
+    pub fn receiver(&self) -> &ReceiverAgent {
+        &self.receiver
+    }
+
+    /// Sender host `i`'s namespace.
+    pub fn host(&self, i: usize) -> &srap_lab::NetNs {
+        self.bridge.host(i)
+    }
+
     /// The receiver's address on the bridge.
     pub fn receiver_ip(&self) -> IpAddr {
         self.bridge.hub_ip()

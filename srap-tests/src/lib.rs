@@ -14,6 +14,7 @@ pub mod caps;
 pub mod cgroup;
 pub mod flows;
 pub mod grants;
+pub mod greedy;
 pub mod privilege;
 pub mod promtool;
 pub mod relay;
