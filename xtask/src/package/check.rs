@@ -52,7 +52,7 @@ pub fn run(deb: &Path) -> Result<()> {
     check_units()?;
     for (unit, score) in units::check_exposure()? {
         println!(
-            "package check: {unit}: exposure {score} (at most {})",
+            "package check: {unit}: exposure {score:.1} (at most {:.1})",
             units::MAX_EXPOSURE
         );
     }
