@@ -85,6 +85,10 @@ pub const OTHER_TOOLS: &[(&str, &str)] = &[
     ),
     ("$EDITOR", "the administrator's editor"),
     ("systemctl", "systemd, starting a packaged agent"),
+    (
+        "systemd-analyze",
+        "systemd's own reading of a unit (its exposure score)",
+    ),
 ];
 
 /// What a documented command line runs.
