@@ -243,9 +243,20 @@ impl Cluster {
     /// Waits until `n` senders are connected, have applied their latest
     /// grant, and have reported `flows` open flows in all.
     pub fn wait_settled(&self, n: usize, flows: u64) -> Vec<serde_json::Value> {
+        self.wait_settled_among(|_| true, n, flows)
+    }
+
+    /// [`Cluster::wait_settled`] over the peers `among` accepts (the
+    /// receiver's status rows) only.
+    pub fn wait_settled_among(
+        &self,
+        among: impl Fn(&serde_json::Value) -> bool,
+        n: usize,
+        flows: u64,
+    ) -> Vec<serde_json::Value> {
         let deadline = Instant::now() + TIMEOUT;
         loop {
-            let peers = self.peers();
+            let peers: Vec<serde_json::Value> = self.peers().into_iter().filter(&among).collect();
             let settled = peers.len() == n
                 && peers.iter().all(|p| p["grant_applied"] == true)
                 && peers
@@ -263,7 +274,7 @@ impl Cluster {
                 Instant::now() < deadline,
                 "grants did not settle for {n} senders and {flows} flows: {peers:#?}"
             );
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 

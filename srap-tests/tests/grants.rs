@@ -14,7 +14,7 @@ use std::{
 
 use srap_common::wire::Psk;
 use srap_tests::{
-    grants::{Cluster, QUEUES, TIMEOUT},
+    grants::{Cluster, QUEUES},
     greedy::Greedy,
     require_privileged,
 };
@@ -110,46 +110,22 @@ fn three_senders_land_on_fifteen_cpus_and_a_fourth_stays_balanced() {
     );
 }
 
-/// The honest (sender agent) peers in the receiver's status.
-fn honest(peers: &[serde_json::Value]) -> Vec<&serde_json::Value> {
-    peers
-        .iter()
-        .filter(|p| {
-            p["agent"]
-                .as_str()
-                .is_some_and(|a| a.starts_with("srap-agent"))
-        })
-        .collect()
+/// A sender agent's row in the receiver's status (not the greedy client).
+fn honest(peer: &serde_json::Value) -> bool {
+    peer["agent"]
+        .as_str()
+        .is_some_and(|a| a.starts_with("srap-agent"))
 }
 
-/// Waits until the honest senders have applied their latest grants and
+/// Waits until the two honest senders have applied their latest grants and
 /// reported `flows` in all (as the receiver's status, sampled every
-/// second, shows); returns how long that took and their grant epochs.
-fn honest_settled(cluster: &Cluster, flows: u64) -> (Duration, Vec<u64>) {
-    let started = Instant::now();
-    loop {
-        let peers = cluster.peers();
-        let honest = honest(&peers);
-        let settled = honest.len() == 2
-            && honest.iter().all(|p| p["grant_applied"] == true)
-            && honest
-                .iter()
-                .filter_map(|p| p["flows"].as_u64())
-                .sum::<u64>()
-                == flows;
-        if settled {
-            let epochs = honest
-                .iter()
-                .filter_map(|p| p["grant_epoch"].as_u64())
-                .collect();
-            return (started.elapsed(), epochs);
-        }
-        assert!(
-            started.elapsed() < TIMEOUT,
-            "the honest senders did not settle at {flows} flows: {peers:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// second, shows); returns their grant epochs.
+fn honest_settled(cluster: &Cluster, flows: u64) -> Vec<u64> {
+    cluster
+        .wait_settled_among(honest, 2, flows)
+        .iter()
+        .filter_map(|p| p["grant_epoch"].as_u64())
+        .collect()
 }
 
 /// One greedy sender — it has the key, claims a thousand flows on each of
@@ -205,10 +181,10 @@ fn a_greedy_sender_leaves_two_honest_ones_their_fair_share() {
     println!("{held}\n{flood}");
 
     // Its flips do not move the honest grants.
-    let (_, before) = honest_settled(&cluster, 0);
+    let before = honest_settled(&cluster, 0);
     let sent = greedy.sent();
     std::thread::sleep(Duration::from_secs(2));
-    let (_, after) = honest_settled(&cluster, 0);
+    let after = honest_settled(&cluster, 0);
     assert!(
         greedy.sent() - sent > 2000,
         "the greedy sender kept flooding"
