@@ -149,9 +149,10 @@ fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
     let mut agent = ReceiverAgent::start(&hosts.receiver, opts).expect("start srap-agent receiver");
     let control = agent.control();
 
-    // The agent is up and its verifier attached.
-    let first = wait_status(&control, "the agent's first status", |s| {
-        s.verifier.hook.is_some() || s.verifier.error.is_some()
+    // The agent is up, its verifier attached and its first sample taken
+    // (before that the board holds only the verifier's state).
+    let first = wait_status(&control, "the agent's first sample", |s| {
+        s.rss_version > 0 && (s.verifier.hook.is_some() || s.verifier.error.is_some())
     });
     assert!(
         first.verifier.hook.is_some(),
