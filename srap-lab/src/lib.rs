@@ -77,20 +77,29 @@ const MIN_DATA_BYTES: u64 = 1 << 20;
 #[derive(clap::Args, Debug, Clone)]
 pub struct LabArgs {
     /// The receiver's NIC: `veth` (SRAP's RSS emulator on a veth, in a
-    /// namespace) or `virtio` (a QEMU guest whose virtio-net RSS QEMU
-    /// computes, with the receiver agent inside).
+    /// namespace), `virtio` (a QEMU guest whose virtio-net RSS QEMU
+    /// computes, with the receiver agent inside) or `igb` (a QEMU guest with
+    /// an emulated Intel 82576 and Linux's igb driver).
     #[arg(long, value_enum, default_value_t = Nic::Veth)]
     pub nic: Nic,
-    /// Receive queues (default: 32 for veth, 4 for virtio). Each counts as
-    /// one CPU.
+    /// Receive queues (default: 32 for veth, 4 for virtio and igb). Each
+    /// counts as one CPU.
     #[arg(long)]
     pub queues: Option<u32>,
-    /// The guest's vCPUs with --nic virtio (default: one per queue).
+    /// The guest's vCPUs with --nic virtio (default: one per queue; igb
+    /// makes one queue per vCPU).
     #[arg(long)]
     pub smp: Option<u32>,
-    /// Where the guest's kernel and initramfs are cached (default:
-    /// `srap-guest` beside the binary under `target/`, else
-    /// /var/cache/srap/guest).
+    /// The guest's kernel with --nic virtio|igb: Debian's generic 6.1
+    /// (ethtool ioctl discovery) or 6.12 (ethtool netlink).
+    #[arg(long, value_enum, default_value_t = guest::GuestKernel::V6_1)]
+    pub guest_kernel: guest::GuestKernel,
+    /// Where `cargo xtask setup` put the guests' QEMU and kernels (default:
+    /// `guest-files` in the target directory the binary was built in).
+    #[arg(long, value_name = "DIR")]
+    pub guest_files: Option<std::path::PathBuf>,
+    /// Where the guest's initramfs is cached (default: `srap-guest` beside
+    /// the binary under `target/`, else /var/cache/srap/guest).
     #[arg(long)]
     pub guest_cache: Option<std::path::PathBuf>,
     /// Parallel flows (default: 16 for veth, one per queue for virtio).
@@ -164,6 +173,18 @@ const THROUGHPUT_QUEUE_RATE: Rate = Rate::from_mbit(100);
 pub enum Nic {
     Veth,
     Virtio,
+    Igb,
+}
+
+impl Nic {
+    /// The guest's NIC, for the NICs a QEMU guest has.
+    pub fn guest(self) -> Option<guest::GuestNic> {
+        match self {
+            Self::Veth => None,
+            Self::Virtio => Some(guest::GuestNic::Virtio),
+            Self::Igb => Some(guest::GuestNic::Igb),
+        }
+    }
 }
 
 /// `--workload` split into words with `{flows}` and `{duration}` filled in.
@@ -198,13 +219,13 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         bail!("--plot goes with --experiment throughput");
     }
     check_verifier(args)?;
-    if args.nic == Nic::Virtio {
+    if let Some(nic) = args.nic.guest() {
         if args.experiment.is_some() || args.hold || args.queue_rate.is_some() {
             bail!("--experiment, --queue-rate and --hold run with --nic veth only");
         }
         let queues = args.queues.unwrap_or(4);
         let flows = checked_flows(args.flows.unwrap_or(queues as usize))?;
-        return virtio::run(args, queues, flows);
+        return virtio::run(args, nic, queues, flows);
     }
     let queues = args.queues.unwrap_or(32);
     let flows = checked_flows(args.flows.unwrap_or(16))?;

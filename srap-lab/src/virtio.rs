@@ -5,7 +5,7 @@
 //! then under `srap exec`. Each run is judged twice: by the receiver agent's
 //! verifier (SRAP's view) and by the guest itself — its per-queue
 //! `ethtool -S` counters and the ports its server accepted, hashed with the
-//! key and table `ethtool -x` shows.
+//! key the device really uses and the table `ethtool -x` shows.
 
 use std::{
     collections::BTreeSet,
@@ -22,7 +22,7 @@ use srap_common::rss::{FlowTuple, RssModel};
 
 use super::{
     LAB_PORT_RANGE, LabArgs, MIN_DATA_BYTES,
-    guest::{GUEST_IFACE, Guest, GuestImage, GuestNet, GuestShape, truth},
+    guest::{GUEST_IFACE, Guest, GuestFiles, GuestImage, GuestNet, GuestNic, GuestShape, truth},
     harness::{SenderAgent, SenderOpts},
     interrupted,
     report::RunReport,
@@ -48,7 +48,8 @@ pub struct GuestRun {
     /// Queues that carried at least a quarter of a flow's fair share.
     pub busy_queues: BTreeSet<u32>,
     /// The data streams' source ports, as the guest's server accepted them,
-    /// each with the queue `ethtool -x`'s key and table give it.
+    /// each with the queue the device's real key and `ethtool -x`'s table
+    /// give it ([`truth::device_model`]).
     pub accepted: Vec<(u16, u32)>,
 }
 
@@ -72,7 +73,7 @@ impl GuestRun {
         let _ = writeln!(out, "    ethtool -S packets   {}", counters.join(", "));
         let _ = writeln!(
             out,
-            "    {} flows accepted, on {} distinct queues by ethtool -x; {} queues busy by ethtool -S",
+            "    {} flows accepted, on {} distinct queues by the device's key and table; {} queues busy by ethtool -S",
             self.accepted.len(),
             self.distinct_queues(),
             self.busy_queues.len()
@@ -186,7 +187,7 @@ impl<'n> VirtioLab<'n> {
         }
         let after = truth::rx_queue_packets(&mut self.guest)?;
         let accepted = iperf3_result(&mut self.guest, port)?;
-        let model = truth::ethtool_model(&mut self.guest)?;
+        let model = truth::device_model(&mut self.guest)?;
         let accepted = self.landings(&model, &accepted, port)?;
         let srap = self.srap_view(port)?;
         let rx_queue_packets = truth::delta(&before, &after);
@@ -285,22 +286,27 @@ fn wait_in_guest(guest: &mut Guest, check: &str, what: &str) -> anyhow::Result<(
     }
 }
 
-/// `srap-agent lab --nic virtio`.
-pub fn run(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
-    let shape = GuestShape::new(queues, args.smp)?;
+/// `srap-agent lab --nic virtio|igb`.
+pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::Result<()> {
+    let shape = GuestShape::with_nic(nic, queues, args.smp)?;
     let exe = std::env::current_exe().context("locating srap-agent")?;
     let cache = match &args.guest_cache {
         Some(dir) => dir.clone(),
         None => GuestImage::default_cache(&exe),
     };
-    let image = GuestImage::prepare(&cache, &exe, &srap_binary()?)?;
+    let files = GuestFiles::locate(args.guest_files.as_deref(), &exe)?;
+    let image = GuestImage::prepare(&files, args.guest_kernel, &cache, &exe, &srap_binary()?)?;
     let net = GuestNet::new(SUBNET)?;
     let mut lab = VirtioLab::start(&net, &image, shape)?;
     if !args.json {
+        let device = match nic {
+            GuestNic::Virtio => "virtio-net NIC",
+            GuestNic::Igb => "igb NIC (Intel 82576)",
+        };
         println!(
-            "lab up: QEMU guest with a {queues}-queue virtio-net NIC (RSS computed by QEMU), \
+            "lab up: QEMU guest ({}) with a {queues}-queue {device} (RSS computed by QEMU), \
              {} vCPUs; receiver agent in the guest on {}:{PEER_PORT}, sender agent following it\n",
-            shape.cpus, net.guest_ip
+            image.package, shape.cpus, net.guest_ip
         );
     }
     let words = super::workload_words(args, flows);
@@ -326,7 +332,12 @@ pub fn run(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
     if args.json {
         println!(
             "{}",
-            serde_json::json!({"nic": "virtio", "kernel": runs[0], "srap": runs[1]})
+            serde_json::json!({
+                "nic": nic.driver(),
+                "guest_kernel": image.package,
+                "kernel": runs[0],
+                "srap": runs[1]
+            })
         );
     }
     Ok(())

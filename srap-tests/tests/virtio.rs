@@ -15,7 +15,7 @@ use std::{
 
 use srap_common::rss::RssDescription;
 use srap_lab::{
-    guest::{Guest, GuestImage, GuestNet, GuestShape, truth},
+    guest::{Guest, GuestFiles, GuestImage, GuestKernel, GuestNet, GuestShape, truth},
     virtio::VirtioLab,
 };
 use srap_tests::{built_binary, require_privileged};
@@ -26,7 +26,15 @@ static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
 fn image() -> GuestImage {
     let agent = built_binary("srap-agent");
     let cache = GuestImage::default_cache(&agent);
-    GuestImage::prepare(&cache, &agent, &built_binary("srap")).expect("the guest image")
+    let files = GuestFiles::locate(None, &agent).expect("the guest files");
+    GuestImage::prepare(
+        &files,
+        GuestKernel::V6_1,
+        &cache,
+        &agent,
+        &built_binary("srap"),
+    )
+    .expect("the guest image")
 }
 
 /// A guest with `queues` queues on `net`, RSS on, both agents running.

@@ -5,6 +5,7 @@
 
 mod bench;
 mod exec;
+mod guest_files;
 mod labbench;
 mod layering;
 mod package;
@@ -30,7 +31,9 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Task {
     /// Install what is missing: nightly + rust-src, clippy/rustfmt, apt
-    /// packages, bpf-linker. Idempotent.
+    /// packages, bpf-linker; fetch the lab guests' QEMU 10 and generic 6.1
+    /// and 6.12 kernels into target/guest-files (unpacked, not installed).
+    /// Idempotent.
     Setup,
     /// Build the host binaries in release mode (the eBPF object comes along).
     Build,

@@ -32,6 +32,9 @@ const APT_PACKAGES: &[&str] = &[
     "busybox-static",
     "cpio",
     "binutils",
+    // 6.12's modules are xz-compressed; the guest's busybox insmod wants
+    // them plain.
+    "xz-utils",
     // `nft`: the lab test with a NAT between sender and receiver.
     "nftables",
     // The TTF the throughput experiment's plots (`--plot`) draw text with.
@@ -79,6 +82,8 @@ enum Missing {
     AptPackages(Vec<&'static str>),
     BpfLinker,
     CargoFuzz,
+    /// The lab guests' QEMU and kernels (`crate::guest_files`).
+    GuestFiles(Vec<crate::guest_files::Part>),
 }
 
 fn missing() -> Vec<Missing> {
@@ -126,6 +131,10 @@ fn missing() -> Vec<Missing> {
     if !succeeds(Command::new("cargo").args(["fuzz", "--version"])) {
         missing.push(Missing::CargoFuzz);
     }
+    let guest = crate::guest_files::missing();
+    if !guest.is_empty() {
+        missing.push(Missing::GuestFiles(guest));
+    }
     missing
 }
 
@@ -161,6 +170,7 @@ pub fn run() -> Result<()> {
         Missing::AptPackages(_) => 2,
         Missing::BpfLinker => 3,
         Missing::CargoFuzz => 4,
+        Missing::GuestFiles(_) => 5,
     });
     for item in missing {
         install(&item)?;
@@ -234,6 +244,14 @@ fn install(item: &Missing) -> Result<()> {
                 .args(["install", "cargo-fuzz", "--locked"])
                 .env_remove("RUSTUP_TOOLCHAIN");
             run_step(Step::new("cargo install cargo-fuzz", command))
+        }
+        Missing::GuestFiles(parts) => {
+            println!(
+                "setup: fetching the lab guests' QEMU and kernels (unpacked under {}, \
+                 not installed)",
+                crate::guest_files::root().display()
+            );
+            crate::guest_files::fetch(parts)
         }
     }
 }

@@ -1,9 +1,8 @@
-//! The guest's boot files: a Debian cloud kernel fetched with
-//! `apt-get download` (never installed on the host) and a busybox initramfs
-//! holding `srap-agent`, `srap`, `ethtool` and `iperf3` with the libraries
-//! `ldd` names. Both are cached under one directory (`target/…/srap-guest`
-//! for a cargo build): the kernel once, the initramfs again only when a
-//! binary changed.
+//! The guest's boot files: a Debian generic kernel and QEMU, unpacked under
+//! `target/guest-files` by `cargo xtask setup` (see [`super::files`]), and a
+//! busybox initramfs holding `srap-agent`, `srap`, `ethtool` and `iperf3`
+//! with the libraries `ldd` names, built here per kernel and cached (again
+//! only when a binary changed).
 
 use std::{
     fs,
@@ -13,15 +12,14 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
+use super::files::{GuestFiles, GuestKernel, KernelFiles, Qemu};
 use crate::netns::run;
 
-/// The metapackage naming the current Debian cloud kernel.
-const KERNEL_META: &str = "linux-image-cloud-amd64";
-
-/// Modules the guest loads, from its kernel's package: the virtio PCI
-/// transport and virtio-net (modules in Debian's cloud config) and what the
-/// verifier's tc hook needs (clsact, cls_bpf). `init` retries until each
-/// loads, so the order here does not have to follow their dependencies.
+/// Modules the guest loads at boot, from its kernel's package: virtio-net
+/// with its PCI transport, igb with what it needs (dca, i2c-algo-bit), and
+/// what the verifier's tc hook needs (clsact, cls_bpf). A module the kernel
+/// has built in is skipped. `init` retries until each loads, so the order
+/// here does not have to follow their dependencies.
 const MODULES: &[&str] = &[
     "failover",
     "net_failover",
@@ -31,8 +29,20 @@ const MODULES: &[&str] = &[
     "virtio_pci_modern_dev",
     "virtio_pci",
     "virtio_net",
+    "dca",
+    "i2c-algo-bit",
+    "igb",
     "sch_ingress",
     "cls_bpf",
+];
+
+/// Modules left for `modprobe` (with a `modules.dep`), loaded only when
+/// asked: sock_diag for TCP, which the socket verifier loads itself when
+/// its kernel has it as a module. `srap.nodiag` on the guest's command line
+/// removes them: a kernel without sock_diag for TCP.
+const ON_DEMAND: &[(&str, &str, &[&str])] = &[
+    ("inet_diag", "kernel/net/ipv4", &[]),
+    ("tcp_diag", "kernel/net/ipv4", &["inet_diag"]),
 ];
 
 /// Host programs copied into the guest, with their libraries.
@@ -41,15 +51,19 @@ const HOST_PROGRAMS: &[&str] = &["busybox", "ethtool", "iperf3"];
 /// The guest's `/init`: mounts, modules, address, then the command loop.
 const INIT: &str = include_str!("init.sh");
 
-/// A kernel and an initramfs to boot.
+/// What QEMU boots: a kernel, an initramfs, and the QEMU to boot them with.
 #[derive(Debug, Clone)]
 pub struct GuestImage {
     pub kernel: PathBuf,
     pub initramfs: PathBuf,
+    pub qemu: Qemu,
+    /// Which kernel, and the package it came from.
+    pub series: GuestKernel,
+    pub package: String,
 }
 
 impl GuestImage {
-    /// Where the image of `srap_daemon` is cached: `srap-guest` beside a
+    /// Where the initramfs for `srap_agent` is cached: `srap-guest` beside a
     /// cargo-built binary (so under `target/`), else the system cache.
     pub fn default_cache(srap_agent: &Path) -> PathBuf {
         match srap_agent.parent() {
@@ -58,76 +72,35 @@ impl GuestImage {
         }
     }
 
-    /// The image in `cache`, fetching the kernel and (re)building the
-    /// initramfs when missing or older than `srap_daemon` or `srap`.
-    pub fn prepare(cache: &Path, srap_agent: &Path, srap: &Path) -> anyhow::Result<Self> {
+    /// The image of `kernel` from `files`, (re)building its initramfs in
+    /// `cache` when missing or older than `srap_agent` or `srap`.
+    pub fn prepare(
+        files: &GuestFiles,
+        kernel: GuestKernel,
+        cache: &Path,
+        srap_agent: &Path,
+        srap: &Path,
+    ) -> anyhow::Result<Self> {
         fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
-        let kernel_root = fetch_kernel(cache)?;
-        let kernel = find_one(&kernel_root.join("boot"), "vmlinuz-")?;
-        let initramfs = cache.join("initramfs.cpio");
+        let qemu = files.qemu()?;
+        let kernel_files = files.kernel(kernel)?;
+        let initramfs = cache.join(format!("initramfs-{}.cpio", kernel.series()));
         if is_stale(&initramfs, &[srap_agent, srap])? {
             tracing::info!(path = %initramfs.display(), "building the guest initramfs");
-            build_initramfs(cache, &kernel_root, srap_agent, srap, &initramfs)?;
+            build_initramfs(cache, &kernel_files, srap_agent, srap, &initramfs)?;
         }
-        Ok(Self { kernel, initramfs })
-    }
-}
-
-/// The kernel package, unpacked under `cache/kernel` (its `boot/` and
-/// `lib/modules/`).
-fn fetch_kernel(cache: &Path) -> anyhow::Result<PathBuf> {
-    let root = cache.join("kernel");
-    if root.join("boot").is_dir() {
-        return Ok(root);
-    }
-    let package = kernel_package()?;
-    tracing::info!(package, "fetching the guest kernel with apt-get download");
-    let download = cache.join("download");
-    fs::create_dir_all(&download)?;
-    run(Command::new("apt-get")
-        .args(["download", &package])
-        .current_dir(&download))
-    .with_context(|| {
-        format!("apt-get download {package}: run `apt-get update` (or `cargo xtask setup`) first")
-    })?;
-    let deb = find_one(&download, "linux-image-")?;
-    let unpacking = cache.join("kernel.partial");
-    let _ = fs::remove_dir_all(&unpacking);
-    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&unpacking))?;
-    fs::rename(&unpacking, &root)?;
-    let _ = fs::remove_dir_all(&download);
-    Ok(root)
-}
-
-/// The versioned package `linux-image-cloud-amd64` depends on; apt's lists
-/// are refreshed once when they do not name it (a fresh machine may have
-/// none).
-fn kernel_package() -> anyhow::Result<String> {
-    match named_kernel_package() {
-        Ok(package) => Ok(package),
-        Err(err) => {
-            tracing::info!("apt does not know the guest kernel ({err:#}): running apt-get update");
-            run(Command::new("apt-get").args(["update", "-q"]))?;
-            named_kernel_package()
-        }
-    }
-}
-
-fn named_kernel_package() -> anyhow::Result<String> {
-    let out = run(Command::new("apt-cache").args(["depends", KERNEL_META]))
-        .with_context(|| format!("asking apt which kernel {KERNEL_META} names"))?;
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|line| line.trim().strip_prefix("Depends: "))
-        .find(|dep| dep.starts_with("linux-image-"))
-        .map(str::to_owned)
-        .with_context(|| {
-            format!("{KERNEL_META} names no linux-image package: run `apt-get update`")
+        Ok(Self {
+            kernel: kernel_files.vmlinuz,
+            initramfs,
+            qemu,
+            series: kernel,
+            package: kernel_files.package,
         })
+    }
 }
 
 /// The one entry of `dir` whose name starts with `prefix`.
-fn find_one(dir: &Path, prefix: &str) -> anyhow::Result<PathBuf> {
+pub(super) fn find_one(dir: &Path, prefix: &str) -> anyhow::Result<PathBuf> {
     let entries = fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
     for entry in entries {
         let path = entry?.path();
@@ -158,7 +131,7 @@ fn is_stale(product: &Path, inputs: &[&Path]) -> anyhow::Result<bool> {
 
 fn build_initramfs(
     cache: &Path,
-    kernel_root: &Path,
+    kernel: &KernelFiles,
     srap_agent: &Path,
     srap: &Path,
     out: &Path,
@@ -178,7 +151,7 @@ fn build_initramfs(
             .arg("--strip-debug")
             .arg(tree.join("bin").join(name)))?;
     }
-    copy_modules(kernel_root, &tree.join("lib/modules"))?;
+    copy_modules(kernel, &tree.join("lib/modules"))?;
     let init = tree.join("init");
     fs::write(&init, INIT)?;
     set_executable(&init)?;
@@ -208,13 +181,79 @@ fn install_program(tree: &Path, binary: &Path, name: &str) -> anyhow::Result<()>
     Ok(())
 }
 
-fn copy_modules(kernel_root: &Path, into: &Path) -> anyhow::Result<()> {
-    let modules = find_one(&kernel_root.join("lib/modules"), "")?;
+fn copy_modules(kernel: &KernelFiles, into: &Path) -> anyhow::Result<()> {
+    let builtin = fs::read_to_string(kernel.modules.join("modules.builtin")).unwrap_or_default();
     for name in MODULES {
-        let file = format!("{name}.ko");
-        let found = find_file(&modules, &file)?
-            .with_context(|| format!("{file} is not in {}", modules.display()))?;
-        copy_file(&found, &into.join(&file))?;
+        match find_module(&kernel.modules, name)? {
+            Some(found) => install_module(&found, &into.join(format!("{name}.ko")))?,
+            None if is_builtin(&builtin, name) => {}
+            None => bail!("{name} is not in {}", kernel.modules.display()),
+        }
+    }
+    let release = into.join(&kernel.release);
+    let mut dep = String::new();
+    for (name, dir, needs) in ON_DEMAND {
+        let found = find_module(&kernel.modules, name)?
+            .with_context(|| format!("{name} is not in {}", kernel.modules.display()))?;
+        install_module(&found, &release.join(dir).join(format!("{name}.ko")))?;
+        let path_of = |module: &str| {
+            ON_DEMAND
+                .iter()
+                .find(|(n, _, _)| *n == module)
+                .map_or_else(String::new, |(n, d, _)| format!("{d}/{n}.ko"))
+        };
+        let needs: Vec<String> = needs.iter().map(|need| path_of(need)).collect();
+        dep += &format!("{}: {}\n", path_of(name), needs.join(" "));
+    }
+    fs::write(release.join("modules.dep"), dep)?;
+    Ok(())
+}
+
+/// `NAME.ko` or `NAME.ko.xz` under `dir`; names with `-` and `_` match
+/// either way, as modprobe does.
+fn find_module(dir: &Path, name: &str) -> anyhow::Result<Option<PathBuf>> {
+    for candidate in [
+        name.to_owned(),
+        name.replace('-', "_"),
+        name.replace('_', "-"),
+    ] {
+        for file in [format!("{candidate}.ko"), format!("{candidate}.ko.xz")] {
+            if let Some(found) = find_file(dir, &file)? {
+                return Ok(Some(found));
+            }
+        }
+    }
+    Ok(None)
+}
+
+fn is_builtin(builtin: &str, name: &str) -> bool {
+    let normal = name.replace('-', "_");
+    builtin.lines().any(|line| {
+        line.rsplit('/')
+            .next()
+            .and_then(|f| f.strip_suffix(".ko"))
+            .is_some_and(|f| f.replace('-', "_") == normal)
+    })
+}
+
+/// Copies a module, decompressing `.ko.xz` (busybox's insmod takes plain
+/// modules only).
+fn install_module(from: &Path, to: &Path) -> anyhow::Result<()> {
+    if from.extension().is_none_or(|e| e != "xz") {
+        return copy_file(from, to);
+    }
+    if let Some(parent) = to.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    let out = fs::File::create(to)?;
+    let status = Command::new("xz")
+        .arg("-dc")
+        .arg(from)
+        .stdout(out)
+        .status()
+        .context("running xz (`cargo xtask setup` installs xz-utils)")?;
+    if !status.success() {
+        bail!("xz -dc {}: {status}", from.display());
     }
     Ok(())
 }

@@ -2,13 +2,24 @@
 # /init of SRAP's lab guest. Loads the NIC's modules, configures eth0 from
 # `srap.ip=ADDR/PREFIX` on the kernel command line, says SRAP-GUEST-READY on
 # the console, then runs each line read from the second serial port as a
-# shell command, answering with its output and `SRAP-RC <exit code>`.
+# shell command, answering with its output and
+# `SRAP-END <line sum> <output sum> <exit code>` (CRC-32s, busybox `crc32`,
+# of the line as read and of the output, so the host can tell a garbled
+# exchange); the line
+# `SRAP-RESEND` sends the last reply again without running anything.
+# `srap.nodiag` removes the modules of sock_diag for TCP (inet_diag,
+# tcp_diag): a kernel without them.
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 mount -t tmpfs tmp /tmp
+mkdir -p /sys/fs/cgroup
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+if grep -qw srap.nodiag /proc/cmdline; then
+  rm -rf /lib/modules/*/kernel/net/ipv4
+fi
 # Modules in any order: each pass loads those whose dependencies are in.
 for pass in 1 2 3 4; do
   for module in /lib/modules/*.ko; do
@@ -29,8 +40,12 @@ exec 3<>/dev/ttyS1
 stty -F /dev/ttyS1 raw -echo
 while true; do
   IFS= read -r line <&3 || continue
-  sh -c "$line" > /tmp/.out 2>&1 < /dev/null
-  rc=$?
+  if [ "$line" != SRAP-RESEND ]; then
+    sh -c "$line" > /tmp/.out 2>&1 < /dev/null
+    rc=$?
+    linesum=$(printf '%s' "$line" | crc32)
+    sum=$(crc32 < /tmp/.out)
+  fi
   cat /tmp/.out >&3
-  echo "SRAP-RC $rc" >&3
+  echo "SRAP-END $linesum $sum $rc" >&3
 done

@@ -1,12 +1,15 @@
-//! A receiver with a real RSS device: a QEMU guest whose multi-queue
-//! virtio-net NIC hashes with Toeplitz and an indirection table computed by
-//! QEMU, seen through Linux's own `virtio_net` driver. It is the one NIC in
-//! the lab whose RSS SRAP did not write, so what it shows — its `ethtool -S`
-//! per-queue counters, the ports its server accepted — is ground truth.
+//! A receiver with a real RSS device: a QEMU guest whose multi-queue NIC
+//! hashes with Toeplitz and an indirection table computed by QEMU — a
+//! virtio-net device seen through Linux's own `virtio_net` driver, or an
+//! emulated Intel 82576 seen through Linux's own `igb` driver. These are the
+//! NICs in the lab whose RSS SRAP did not write, so what they show — their
+//! `ethtool -S` per-queue counters, the ports the guest's server accepted —
+//! is ground truth.
 //!
 //! The guest's tap lives in a namespace made here; QEMU runs in it and is
 //! killed by PID on drop, before the namespace (and the tap) go.
 
+pub mod files;
 pub mod image;
 pub mod shell;
 pub mod truth;
@@ -21,6 +24,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
+pub use files::{GuestFiles, GuestKernel};
 pub use image::GuestImage;
 pub use shell::GuestShell;
 
@@ -42,25 +46,75 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 /// queues). Pacing the wire keeps the rings from filling.
 const WIRE_RATE: &str = "400mbit";
 
+/// The guest's NIC.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GuestNic {
+    /// virtio-net with QEMU's RSS (`rss=on,hash=on`), driver `virtio_net`.
+    #[default]
+    Virtio,
+    /// QEMU's Intel 82576 (`igb`), driver `igb`: RSS in the device model,
+    /// a key the driver never reports, no IRQ affinity hints.
+    Igb,
+}
+
+impl GuestNic {
+    pub fn driver(self) -> &'static str {
+        match self {
+            Self::Virtio => "virtio_net",
+            Self::Igb => "igb",
+        }
+    }
+}
+
 /// What to boot.
 #[derive(Debug, Clone, Copy)]
 pub struct GuestShape {
-    /// virtio-net queue pairs (the RSS queues).
+    pub nic: GuestNic,
+    /// Receive queues: virtio-net queue pairs, or igb's queues (the driver
+    /// makes one per vCPU, up to 8).
     pub queues: u32,
     /// vCPUs; at least `queues`, or QEMU folds queue numbers onto fewer.
     pub cpus: u32,
+    /// Whether the guest's kernel may load sock_diag for TCP (`inet_diag`,
+    /// `tcp_diag`); without it, a kernel that lacks them.
+    pub sock_diag: bool,
 }
 
 impl GuestShape {
+    /// A virtio guest (see [`GuestShape::with_nic`]).
     pub fn new(queues: u32, cpus: Option<u32>) -> anyhow::Result<Self> {
+        Self::with_nic(GuestNic::Virtio, queues, cpus)
+    }
+
+    pub fn with_nic(nic: GuestNic, queues: u32, cpus: Option<u32>) -> anyhow::Result<Self> {
         let cpus = cpus.unwrap_or(queues);
-        if !(2..=16).contains(&queues) {
-            bail!("--queues {queues}: the virtio guest takes 2 to 16 queues");
+        let most = match nic {
+            GuestNic::Virtio => 16,
+            GuestNic::Igb => 8,
+        };
+        if !(2..=most).contains(&queues) {
+            bail!("--queues {queues}: the {nic:?} guest takes 2 to {most} queues");
         }
         if cpus < queues || cpus > 32 {
             bail!("--smp {cpus}: give at least one vCPU per queue ({queues}) and at most 32");
         }
-        Ok(Self { queues, cpus })
+        if nic == GuestNic::Igb && cpus != queues {
+            bail!("--smp {cpus}: igb makes one queue per vCPU, so give --smp {queues}");
+        }
+        Ok(Self {
+            nic,
+            queues,
+            cpus,
+            sock_diag: true,
+        })
+    }
+
+    /// The same guest on a kernel without sock_diag for TCP.
+    pub fn without_sock_diag(self) -> Self {
+        Self {
+            sock_diag: false,
+            ..self
+        }
     }
 }
 
@@ -110,6 +164,8 @@ pub struct Guest {
     dir: PathBuf,
     keep_dir: bool,
     pub shape: GuestShape,
+    /// The kernel it runs.
+    pub kernel: GuestKernel,
 }
 
 impl Guest {
@@ -118,14 +174,15 @@ impl Guest {
         let dir = std::env::temp_dir().join(format!("srap-guest-{}", unique_name("")));
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let log = fs::File::create(dir.join("qemu.log"))?;
-        let mut command = in_netns(&net.ns, "qemu-system-x86_64");
+        let mut command = in_netns(&net.ns, &image.qemu.binary);
+        image.qemu.configure(&mut command);
         command
             .args(qemu_args(net, image, shape, &dir))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
         let qemu = ChildGuard::spawn(&mut command)
-            .context("starting QEMU (`cargo xtask setup` installs qemu-system-x86)")?;
+            .context("starting QEMU (`cargo xtask setup` fetches it)")?;
         let console = dir.join("console.log");
         let mut pending = Pending {
             qemu: Some(qemu),
@@ -139,6 +196,7 @@ impl Guest {
             dir,
             keep_dir: false,
             shape,
+            kernel: image.series,
         })
     }
 
@@ -157,11 +215,14 @@ impl Guest {
         &self.dir
     }
 
-    /// Sends the guest's RSS configuration to the device: QEMU computes no
-    /// RSS until the driver has configured it once.
+    /// Sends the guest's RSS configuration to the device: QEMU's virtio-net
+    /// computes no RSS until the driver has configured it once (igb's driver
+    /// configures it when the interface comes up).
     pub fn enable_rss(&mut self) -> anyhow::Result<()> {
-        let queues = self.shape.queues;
-        self.run(&format!("ethtool -X {GUEST_IFACE} equal {queues}"))?;
+        if self.shape.nic == GuestNic::Virtio {
+            let queues = self.shape.queues;
+            self.run(&format!("ethtool -X {GUEST_IFACE} equal {queues}"))?;
+        }
         Ok(())
     }
 }
@@ -192,8 +253,9 @@ impl Drop for Pending {
 }
 
 fn qemu_args(net: &GuestNet, image: &GuestImage, shape: GuestShape, dir: &Path) -> Vec<String> {
-    let GuestShape { queues, cpus } = shape;
+    let GuestShape { cpus, .. } = shape;
     let memory_mib = 768 + 64 * cpus;
+    let nodiag = if shape.sock_diag { "" } else { " srap.nodiag" };
     [
         "-nographic",
         "-no-reboot",
@@ -219,20 +281,13 @@ fn qemu_args(net: &GuestNet, image: &GuestImage, shape: GuestShape, dir: &Path) 
         "-initrd".into(),
         image.initramfs.display().to_string(),
         "-append".into(),
-        format!("console=ttyS0 panic=-1 quiet srap.ip={}/24", net.guest_ip),
-        "-netdev".into(),
         format!(
-            "tap,id=n0,ifname={},script=no,downscript=no,queues={queues},vhost=off",
-            net.tap
+            "console=ttyS0 panic=-1 quiet srap.ip={}/24{nodiag}",
+            net.guest_ip
         ),
-        // rss=on: QEMU computes Toeplitz and the indirection itself. With
-        // the default 256-entry rx rings, receive stalled for seconds once
-        // several flows were in flight (seen here); 1024 does not.
-        "-device".into(),
-        format!(
-            "virtio-net-pci,netdev=n0,mq=on,vectors={},rss=on,hash=on,rx_queue_size=1024,romfile=",
-            2 * queues + 2
-        ),
+    ])
+    .chain(nic_args(net, shape))
+    .chain([
         "-serial".into(),
         format!("file:{}", dir.join("console.log").display()),
         "-chardev".into(),
@@ -244,6 +299,40 @@ fn qemu_args(net: &GuestNet, image: &GuestImage, shape: GuestShape, dir: &Path) 
         "chardev:ctl".into(),
     ])
     .collect()
+}
+
+/// The NIC on the namespace's tap.
+fn nic_args(net: &GuestNet, shape: GuestShape) -> [String; 4] {
+    let queues = shape.queues;
+    match shape.nic {
+        // rss=on: QEMU computes Toeplitz and the indirection itself, and
+        // hash=on hands the hash to the driver (`rxhash on`). With the
+        // default 256-entry rx rings, receive stalled for seconds once
+        // several flows were in flight (seen here); 1024 does not.
+        GuestNic::Virtio => [
+            "-netdev".into(),
+            format!(
+                "tap,id=n0,ifname={},script=no,downscript=no,queues={queues},vhost=off",
+                net.tap
+            ),
+            "-device".into(),
+            format!(
+                "virtio-net-pci,netdev=n0,mq=on,vectors={},rss=on,hash=on,rx_queue_size=1024,romfile=",
+                2 * queues + 2
+            ),
+        ],
+        // igb hashes and picks the ring in the device model, whatever tap
+        // queue a packet came from; its transmit queues map onto the tap's.
+        GuestNic::Igb => [
+            "-netdev".into(),
+            format!(
+                "tap,id=n0,ifname={},script=no,downscript=no,queues={queues},vhost=off",
+                net.tap
+            ),
+            "-device".into(),
+            "igb,netdev=n0,romfile=".into(),
+        ],
+    }
 }
 
 fn wait_for_ready(console: &Path, dir: &Path, pending: &mut Pending) -> anyhow::Result<()> {

@@ -1,7 +1,15 @@
 //! The command channel into the guest: its second serial port, a Unix
 //! socket on the host. The guest's `/init` runs one shell line at a time and
-//! answers with the output and `SRAP-RC <code>`. No network is involved, so
-//! commands never add packets to the NIC being measured.
+//! answers with the output and `SRAP-END <line sum> <output sum> <code>`. No
+//! network is involved, so commands never add packets to the NIC being
+//! measured.
+//!
+//! A serial port under software emulation can garble a reply when the guest
+//! is busy (seen once on QEMU 7.2 with `ethtool -S` under load), so every
+//! exchange is checked: the guest echoes the CRC-32 (busybox `crc32`, in
+//! hex) of the line it read and of the output it sends. A garbled output is asked for again
+//! (`SRAP-RESEND`, which runs nothing); a line the guest read wrongly, or a
+//! reply that belongs to an earlier line, is never taken for this line's.
 
 use std::{
     io::{Read as _, Write as _},
@@ -12,7 +20,10 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-const END: &str = "SRAP-RC ";
+const END: &str = "SRAP-END ";
+const RESEND: &str = "SRAP-RESEND";
+/// A garbled reply is asked for again this many times.
+const RESENDS: u32 = 3;
 
 pub struct GuestShell {
     stream: UnixStream,
@@ -41,16 +52,49 @@ impl GuestShell {
 
     /// Runs `line` in the guest: its exit code and output.
     pub fn status(&mut self, line: &str, timeout: Duration) -> anyhow::Result<(i32, String)> {
-        if line.contains('\n') {
+        if line.contains('\n') || line == RESEND {
             bail!("a guest command is one line");
         }
-        self.stream.write_all(format!("{line}\n").as_bytes())?;
         let deadline = Instant::now() + timeout;
-        let mut reply = Vec::new();
+        self.send(line)?;
+        let want = crc32(line.as_bytes());
+        let mut resends = 0;
+        loop {
+            let reply = self.read_reply(line, deadline, timeout)?;
+            match reply.check(want) {
+                Check::Good => return Ok((reply.code, reply.output)),
+                // An earlier command's late reply: this line's comes next.
+                Check::OtherLine => continue,
+                Check::Garbled if resends < RESENDS => {
+                    resends += 1;
+                    tracing::warn!(line, resends, "garbled reply from the guest; asking again");
+                    self.send(RESEND)?;
+                }
+                Check::Garbled => {
+                    bail!("the guest's reply to `{line}` came garbled {RESENDS} times")
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, line: &str) -> anyhow::Result<()> {
+        self.stream
+            .write_all(format!("{line}\n").as_bytes())
+            .context("writing to the guest's serial port")
+    }
+
+    /// Reads up to and including the next `SRAP-END` line.
+    fn read_reply(
+        &mut self,
+        line: &str,
+        deadline: Instant,
+        timeout: Duration,
+    ) -> anyhow::Result<Reply> {
+        let mut buffer = Vec::new();
         let mut chunk = [0u8; 8192];
         loop {
-            if let Some(answer) = parse_reply(&reply) {
-                return Ok(answer);
+            if let Some(reply) = parse_reply(&buffer) {
+                return Ok(reply);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || crate::interrupted() {
@@ -58,9 +102,16 @@ impl GuestShell {
             }
             self.stream
                 .set_read_timeout(Some(left.min(Duration::from_millis(200))))?;
-            match self.stream.read(&mut chunk) {
+            // One byte past the marker line would belong to the next reply:
+            // read small pieces once a marker may have started.
+            let want = if buffer.windows(END.len()).any(|w| w == END.as_bytes()) {
+                1
+            } else {
+                chunk.len()
+            };
+            match self.stream.read(&mut chunk[..want]) {
                 Ok(0) => bail!("the guest's serial port closed (did QEMU exit?)"),
-                Ok(n) => reply.extend_from_slice(&chunk[..n]),
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
                 Err(err)
                     if matches!(
                         err.kind(),
@@ -72,28 +123,125 @@ impl GuestShell {
     }
 }
 
-/// `(code, output)` once `reply` ends with a complete `SRAP-RC <code>` line.
-fn parse_reply(reply: &[u8]) -> Option<(i32, String)> {
-    let text = String::from_utf8_lossy(reply);
-    let body = text.strip_suffix('\n')?;
-    let at = body.rfind(END)?;
-    let code = body[at + END.len()..].trim().parse().ok()?;
-    Some((code, body[..at].to_owned()))
+/// One reply as it arrived.
+#[derive(Debug, PartialEq, Eq)]
+struct Reply {
+    line_sum: u32,
+    output_sum: u32,
+    code: i32,
+    output: String,
+    /// The output's bytes as received (the sum is over them).
+    raw: Vec<u8>,
+}
+
+enum Check {
+    Good,
+    OtherLine,
+    Garbled,
+}
+
+impl Reply {
+    fn check(&self, line_sum: u32) -> Check {
+        if crc32(&self.raw) != self.output_sum {
+            Check::Garbled
+        } else if self.line_sum != line_sum {
+            Check::OtherLine
+        } else {
+            Check::Good
+        }
+    }
+}
+
+/// The reply once `buffer` ends with a complete `SRAP-END` line. A marker
+/// line that does not parse is garbled output (its sums will not match).
+fn parse_reply(buffer: &[u8]) -> Option<Reply> {
+    let body = buffer.strip_suffix(b"\n")?;
+    let at = body.windows(END.len()).rposition(|w| w == END.as_bytes())?;
+    let marker = String::from_utf8_lossy(&body[at + END.len()..]);
+    let mut fields = marker.split_whitespace();
+    let mut sum = || fields.next().and_then(|f| u32::from_str_radix(f, 16).ok());
+    let (line_sum, output_sum) = (sum(), sum());
+    let code = fields.next().and_then(|f| f.parse::<i32>().ok());
+    let raw = body[..at].to_vec();
+    let (line_sum, output_sum, code) = match (line_sum, output_sum, code) {
+        (Some(l), Some(o), Some(c)) => (l, o, c),
+        // Unreadable: make the output's sum fail, so it is asked again.
+        _ => (0, !crc32(&raw), -1),
+    };
+    Some(Reply {
+        line_sum,
+        output_sum,
+        code,
+        output: String::from_utf8_lossy(&raw).into_owned(),
+        raw,
+    })
+}
+
+/// CRC-32 as zlib and busybox's `crc32` compute it (reflected polynomial
+/// 0xEDB88320, all-ones start and finish).
+pub fn crc32(data: &[u8]) -> u32 {
+    let crc = data.iter().fold(!0u32, |mut crc, &byte| {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+        crc
+    });
+    !crc
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_reply;
+    use super::*;
 
     #[test]
-    fn a_reply_is_complete_only_with_its_code_line() {
-        assert_eq!(parse_reply(b"eth0\nSRAP-RC 0"), None);
-        assert_eq!(
-            parse_reply(b"eth0\nSRAP-RC 0\n"),
-            Some((0, "eth0\n".into()))
-        );
+    fn crc32_is_busybox_crc32() {
+        // `printf hello | busybox crc32` and `printf '' | busybox crc32`.
+        assert_eq!(crc32(b"hello"), 0x3610_a686);
+        assert_eq!(crc32(b""), 0);
+    }
+
+    fn reply_for(line: &str, output: &str, code: i32) -> Vec<u8> {
+        format!(
+            "{output}SRAP-END {:08x} {:08x} {code}\n",
+            crc32(line.as_bytes()),
+            crc32(output.as_bytes())
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn a_reply_is_complete_only_with_its_marker_line() {
+        let full = reply_for("ls", "eth0\n", 0);
+        assert_eq!(parse_reply(&full[..full.len() - 1]), None);
+        let reply = parse_reply(&full).expect("complete");
+        assert_eq!((reply.code, reply.output.as_str()), (0, "eth0\n"));
+        assert!(matches!(reply.check(crc32(b"ls")), Check::Good));
         // Output without a final newline still ends before the marker.
-        assert_eq!(parse_reply(b"noeolSRAP-RC 2\n"), Some((2, "noeol".into())));
-        assert_eq!(parse_reply(b"SRAP-RC x\n"), None);
+        let reply = parse_reply(&reply_for("x", "noeol", 2)).expect("complete");
+        assert_eq!((reply.code, reply.output.as_str()), (2, "noeol"));
+    }
+
+    #[test]
+    fn garbled_and_foreign_replies_are_told_apart() {
+        let mut garbled = reply_for("ethtool -S eth0", "rx_queue_0_packets: 5446\n", 0);
+        garbled[3] = b'#';
+        let reply = parse_reply(&garbled).expect("complete");
+        assert!(matches!(
+            reply.check(crc32(b"ethtool -S eth0")),
+            Check::Garbled
+        ));
+        let other = parse_reply(&reply_for("uptime", "up\n", 0)).expect("complete");
+        assert!(matches!(
+            other.check(crc32(b"ethtool -S eth0")),
+            Check::OtherLine
+        ));
+        // A marker line that lost its fields is garbled, not a success.
+        let reply = parse_reply(b"x\nSRAP-END 12\n").expect("complete");
+        assert!(matches!(reply.check(0), Check::Garbled));
     }
 }

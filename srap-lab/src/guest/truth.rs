@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use anyhow::{Context as _, bail};
 use srap_common::rss::{FieldsDescription, RssDescription, RssModel};
 
-use super::{GUEST_IFACE, Guest};
+use super::{GUEST_IFACE, Guest, GuestKernel, GuestNic};
 
 /// `rx_queue_N_packets` for N = 0.., from `ethtool -S`.
 pub fn rx_queue_packets(guest: &mut Guest) -> anyhow::Result<Vec<u64>> {
@@ -93,7 +93,13 @@ pub fn parse_ethtool_x(text: &str) -> anyhow::Result<RssDescription> {
             }
         }
     }
-    let key = key.context("ethtool -x shows no hash key")?;
+    // igb prints "Operation not supported" in the key's place: no key.
+    let key = key
+        .filter(|k| {
+            k.split(':')
+                .all(|b| b.len() == 2 && u8::from_str_radix(b, 16).is_ok())
+        })
+        .unwrap_or_default();
     if indir.is_empty() {
         bail!("ethtool -x shows no indirection table");
     }
@@ -110,10 +116,37 @@ pub fn parse_ethtool_x(text: &str) -> anyhow::Result<RssDescription> {
     })
 }
 
-/// The model of what `ethtool -x` claims.
-pub fn ethtool_model(guest: &mut Guest) -> anyhow::Result<RssModel> {
-    let description = ethtool_rss(guest)?;
-    RssModel::from_description(&description).context("the guest's ethtool -x")
+/// The key the guest's device really hashes with, as measured against
+/// QEMU's own hash trace and the NIC's `skb->hash` (see the design notes,
+/// "A second emulated RSS NIC"), from what the guest itself shows:
+/// * igb never reports its key; the device uses the first 40 bytes of the
+///   kernel's `net.core.netdev_rss_key`;
+/// * virtio-net with the 6.12 driver hashes with `00 || reported[0:39]`
+///   (the driver's one-byte key offset);
+/// * virtio-net with the 6.1 driver: the key `ethtool -x` shows.
+pub fn device_key(guest: &mut Guest, ethtool: &RssDescription) -> anyhow::Result<String> {
+    match (guest.shape.nic, guest.kernel) {
+        (GuestNic::Igb, _) => {
+            let key = guest.run("cat /proc/sys/net/core/netdev_rss_key")?;
+            Ok(key.trim().split(':').take(40).collect::<Vec<_>>().join(":"))
+        }
+        (GuestNic::Virtio, GuestKernel::V6_12) => {
+            let bytes: Vec<&str> = ethtool.key.split(':').collect();
+            let shifted: Vec<&str> = std::iter::once("00")
+                .chain(bytes.iter().take(bytes.len().saturating_sub(1)).copied())
+                .collect();
+            Ok(shifted.join(":"))
+        }
+        (GuestNic::Virtio, GuestKernel::V6_1) => Ok(ethtool.key.clone()),
+    }
+}
+
+/// The model of what the device really does: `ethtool -x`'s table with the
+/// key of [`device_key`].
+pub fn device_model(guest: &mut Guest) -> anyhow::Result<RssModel> {
+    let mut description = ethtool_rss(guest)?;
+    description.key = device_key(guest, &description)?;
+    RssModel::from_description(&description).context("the guest's device key and table")
 }
 
 /// Remote ports of the data streams an `iperf3 -s -J` run accepted.
