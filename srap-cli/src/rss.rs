@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use std::collections::BTreeSet;
 
+use srap_common::rss::KeySource;
 use srap_host::{
     cpulist,
     cpus::{Offer, local_cpus},
@@ -86,6 +87,9 @@ fn render(found: &Discovery, offer: &Offer) -> String {
         desc.hfunc, desc.input_xfrm
     );
     let _ = writeln!(out, "  key        {key_len} bytes {}", desc.key);
+    if found.key_source != KeySource::Reported {
+        let _ = writeln!(out, "             from {}", found.key_source);
+    }
     let _ = writeln!(
         out,
         "  table      {} entries, {}",
@@ -195,6 +199,7 @@ mod tests {
             iface: "enp8s0f0np0".into(),
             driver: Some("mlx5_core".into()),
             source: RssSource::Netlink,
+            key_source: KeySource::Reported,
             description: RssDescription {
                 hfunc: "toeplitz".into(),
                 key: srap_common::rss::embedded_default().key,

@@ -26,7 +26,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use srap_common::rss::{DescriptionError, FieldsDescription, RssDescription, RssModel};
+use srap_common::rss::{DescriptionError, FieldsDescription, KeySource, RssDescription, RssModel};
 use thiserror::Error;
 use tracing::debug;
 
@@ -37,6 +37,14 @@ use self::{
     netlink::{NetlinkError, RssReply},
     placement::{QueueFacts, QueuePlacement},
 };
+
+/// The kernel's default RSS key, which drivers fill their keys from
+/// (`netdev_rss_key_fill`); only the initial network namespace has it.
+const KERNEL_KEY: &str = "/proc/sys/net/core/netdev_rss_key";
+/// Key bytes taken from [`KERNEL_KEY`] when the driver reports neither key
+/// nor size: what Toeplitz needs for any TCP tuple (36 bytes of IPv6 input
+/// + 4), and the key length of igb, ixgbe, i40e and virtio-net.
+const DEFAULT_KEY_LEN: usize = 40;
 
 /// Linux's "operation not supported" for ethtool ops a driver lacks
 /// (`EOPNOTSUPP`, or the kernel-internal `ENOTSUPP` that sometimes leaks).
@@ -81,6 +89,8 @@ pub struct Discovery {
     pub iface: String,
     pub driver: Option<String>,
     pub source: RssSource,
+    /// Where the description's key comes from.
+    pub key_source: KeySource,
     /// What `srap rss show --json` prints and a receiver serves.
     pub description: RssDescription,
     /// Every receive queue and the CPU it is counted on.
@@ -134,6 +144,9 @@ pub struct Observed {
     pub facts: Vec<QueueFacts>,
     /// Host-wide warnings (irqbalance, RFS).
     pub system_warnings: Vec<String>,
+    /// `net.core.netdev_rss_key`, read when the driver reports no key (or
+    /// why it could not be read).
+    pub kernel_key: Option<Result<Vec<u8>, String>>,
 }
 
 /// How many queues to place: all the device has, and at least every queue
@@ -188,6 +201,10 @@ pub fn discover(iface: &str) -> Result<Discovery, DiscoveryError> {
         &mut warnings,
     );
     warnings.extend(system_warnings());
+    let kernel_key = rss
+        .key
+        .is_empty()
+        .then(|| read_kernel_key(Path::new(KERNEL_KEY)));
     assemble(Observed {
         iface: iface.to_owned(),
         driver: drvinfo.map(|d| d.driver),
@@ -199,7 +216,30 @@ pub fn discover(iface: &str) -> Result<Discovery, DiscoveryError> {
         rx_queues,
         facts,
         system_warnings: warnings,
+        kernel_key,
     })
+}
+
+/// `net.core.netdev_rss_key` as bytes.
+fn read_kernel_key(path: &Path) -> Result<Vec<u8>, String> {
+    let text = fs::read_to_string(path).map_err(|err| {
+        format!(
+            "{} is unreadable ({err}); it exists only in the initial network namespace",
+            path.display()
+        )
+    })?;
+    let key = parse_hex_key(text.trim()).ok_or_else(|| format!("{}: not a key", path.display()))?;
+    if key.iter().all(|&b| b == 0) {
+        return Err(format!("{} is all zeros", path.display()));
+    }
+    Ok(key)
+}
+
+/// `3c:3f:…` as bytes.
+fn parse_hex_key(text: &str) -> Option<Vec<u8>> {
+    text.split(':')
+        .map(|byte| u8::from_str_radix(byte, 16).ok())
+        .collect()
 }
 
 /// Decides the description from what was observed, and validates it.
@@ -213,9 +253,20 @@ pub fn assemble(observed: Observed) -> Result<Discovery, DiscoveryError> {
         rx_queues,
         mut facts,
         system_warnings,
+        kernel_key,
     } = observed;
     let reached = queues_reached(&iface, &rss, rx_queues)?;
     let mut warnings = Vec::new();
+    let (key, key_source) = effective_key(&iface, &rss, driver.as_deref(), kernel_key)?;
+    if key_source == KeySource::KernelDefault {
+        warnings.push(format!(
+            "the driver ({}) reports no hash key: using the kernel's default key, the first \
+             {} bytes of net.core.netdev_rss_key, which drivers fill their keys from; the \
+             receiver agent checks it against where flows land",
+            driver.as_deref().unwrap_or("unknown"),
+            key.len()
+        ));
+    }
     let hfunc = hashing::hfunc_name(rss.hfunc).unwrap_or_else(|| {
         warnings.push("the driver does not name its hash function: assuming toeplitz".into());
         "toeplitz".into()
@@ -236,7 +287,7 @@ pub fn assemble(observed: Observed) -> Result<Discovery, DiscoveryError> {
 
     let description = RssDescription {
         hfunc,
-        key: hex_key(&rss.key),
+        key: hex_key(&key),
         indir: rss.indir,
         input_xfrm: input_xfrm.to_owned(),
         fields,
@@ -249,6 +300,7 @@ pub fn assemble(observed: Observed) -> Result<Discovery, DiscoveryError> {
         iface,
         driver,
         source: rss.source,
+        key_source,
         description,
         queues,
         warnings,
@@ -269,9 +321,6 @@ fn queues_reached(iface: &str, rss: &RawRss, rx_queues: u32) -> Result<Vec<u32>,
             "the driver reports no indirection table"
         }));
     }
-    if rss.key.is_empty() {
-        return Err(no_rss("the driver reports no hash key"));
-    }
     let reached: Vec<u32> = rss
         .indir
         .iter()
@@ -283,6 +332,35 @@ fn queues_reached(iface: &str, rss: &RawRss, rx_queues: u32) -> Result<Vec<u32>,
         return Err(no_rss("it has a single receive queue"));
     }
     Ok(reached)
+}
+
+/// The key the device hashes with: the one the driver reports, else the
+/// kernel's default key (`netdev_rss_key`), cut to [`DEFAULT_KEY_LEN`].
+fn effective_key(
+    iface: &str,
+    rss: &RawRss,
+    driver: Option<&str>,
+    kernel_key: Option<Result<Vec<u8>, String>>,
+) -> Result<(Vec<u8>, KeySource), DiscoveryError> {
+    if !rss.key.is_empty() {
+        return Ok((rss.key.clone(), KeySource::Reported));
+    }
+    let reason = |why: String| DiscoveryError::NoRss {
+        iface: iface.to_owned(),
+        reason: format!(
+            "the driver ({}) reports no hash key, and the kernel's default key is not \
+             available: {why}",
+            driver.unwrap_or("unknown")
+        ),
+    };
+    match kernel_key {
+        Some(Ok(key)) if key.len() >= DEFAULT_KEY_LEN => {
+            Ok((key[..DEFAULT_KEY_LEN].to_vec(), KeySource::KernelDefault))
+        }
+        Some(Ok(key)) => Err(reason(format!("it has {} bytes", key.len()))),
+        Some(Err(why)) => Err(reason(why)),
+        None => Err(reason("it was not read".into())),
+    }
 }
 
 /// The hashed fields of TCP over IPv4 and IPv6 from `rx-flow-hash`; warns
@@ -423,10 +501,21 @@ fn queue_facts(
                 irq,
                 affinity: irq_list("smp_affinity_list"),
                 effective: irq_list("effective_affinity_list"),
+                hint: irq.map_or_else(Vec::new, |n| {
+                    hint_cpus(&root.join(format!("proc/irq/{n}/affinity_hint")))
+                }),
                 rps,
             }
         })
         .collect()
+}
+
+/// The CPUs of an `affinity_hint` mask (hex words, as `rps_cpus`); none
+/// when the driver set no hint (the mask is all zeros) or it is unreadable.
+fn hint_cpus(path: &Path) -> Vec<u32> {
+    read_trimmed(path)
+        .and_then(|text| rps::parse_cpu_mask(&text).ok())
+        .unwrap_or_default()
 }
 
 /// Host-wide things that move flows between CPUs behind SRAP's back.
@@ -495,6 +584,7 @@ mod tests {
                     irq,
                     affinity,
                     effective: Vec::new(),
+                    hint: Vec::new(),
                     rps: Vec::new(),
                 }
             })
@@ -508,6 +598,7 @@ mod tests {
             rx_queues,
             facts,
             system_warnings: Vec::new(),
+            kernel_key: None,
         }
     }
 
@@ -601,7 +692,7 @@ mod tests {
         );
         let warnings = discovery.warnings.join("\n");
         assert!(
-            warnings.contains("IRQ 27 may run on CPUs 0,1"),
+            warnings.contains("queue(s) 1 may run on CPUs 0,1"),
             "{warnings}"
         );
         assert!(warnings.contains("queue(s) 2"), "{warnings}");
@@ -665,6 +756,36 @@ mod tests {
         obs.rss.hfunc = 2; // xor
         let err = assemble(obs).unwrap_err();
         assert!(matches!(err, DiscoveryError::Unmodelled { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_driver_without_a_key_gets_the_kernel_default_key() {
+        // igb on 6.12: the netlink reply has the table and no HKEY.
+        let reply = rss_reply("eth0", &round_robin(128, 4), &[], Some(1), None);
+        let igb = naming("eth0", "igb", Some("0000:00:03.0"), None);
+        let mut obs = observed(&reply, "igb", (6, 12), 4, &igb, "", &[]);
+        let kernel: Vec<u8> = (0..52).collect();
+        obs.kernel_key = Some(Ok(kernel.clone()));
+        let found = assemble(obs.clone()).expect("described");
+        assert_eq!(found.key_source, KeySource::KernelDefault);
+        assert_eq!(found.description.key, hex_key(&kernel[..40]));
+        assert!(
+            found.warnings[0].contains("reports no hash key")
+                && found.warnings[0].contains("first 40 bytes of net.core.netdev_rss_key"),
+            "{:?}",
+            found.warnings
+        );
+        // Outside the initial namespace the sysctl is missing: no RSS, and why.
+        obs.kernel_key = Some(Err("unreadable".into()));
+        let err = assemble(obs).unwrap_err();
+        assert!(matches!(err, DiscoveryError::NoRss { .. }), "{err}");
+        assert!(err.to_string().contains("kernel's default key"), "{err}");
+    }
+
+    #[test]
+    fn the_kernel_key_reads_as_the_sysctl_prints_it() {
+        assert_eq!(parse_hex_key("3c:3f:0e"), Some(vec![0x3c, 0x3f, 0x0e]));
+        assert_eq!(parse_hex_key("3c:zz"), None);
     }
 
     #[test]

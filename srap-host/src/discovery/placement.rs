@@ -2,7 +2,10 @@
 //! that answer is shaky: two queues on one CPU (distinct queues are then not
 //! distinct cores), an IRQ allowed on several CPUs, RPS spreading a queue.
 
-use std::{collections::BTreeMap, fmt};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+};
 
 use serde::Serialize;
 
@@ -15,6 +18,9 @@ pub struct QueueFacts {
     pub affinity: Vec<u32>,
     /// `/proc/irq/N/effective_affinity_list`: where it runs now (x86).
     pub effective: Vec<u32>,
+    /// `/proc/irq/N/affinity_hint`: where the driver suggests it run;
+    /// empty when the driver gives none (igb).
+    pub hint: Vec<u32>,
     /// `rps_cpus` of the queue; empty when RPS is off.
     pub rps: Vec<u32>,
 }
@@ -27,6 +33,8 @@ pub enum CpuSource {
     Rps,
     /// The affinity of the queue's IRQ.
     Irq,
+    /// The IRQ may run on several CPUs: the one it is routed to now.
+    Effective,
     /// Nothing found: queue N is taken to run on CPU N.
     Assumed,
 }
@@ -36,6 +44,7 @@ impl fmt::Display for CpuSource {
         f.write_str(match self {
             Self::Rps => "rps",
             Self::Irq => "irq",
+            Self::Effective => "irq routed now",
             Self::Assumed => "assumed",
         })
     }
@@ -78,6 +87,7 @@ fn irq_cpu(affinity: &[u32], effective: &[u32], first: u32) -> u32 {
 pub fn place(facts: &[QueueFacts], reached: &[u32]) -> (Vec<QueuePlacement>, Vec<String>) {
     let mut warnings = Vec::new();
     let mut assumed = Vec::new();
+    let mut spread = Vec::new();
     let mut placements = Vec::with_capacity(facts.len());
     for (queue, fact) in (0u32..).zip(facts) {
         let (cpu, source) = if let Some(&first) = fact.rps.first() {
@@ -93,13 +103,11 @@ pub fn place(facts: &[QueueFacts], reached: &[u32]) -> (Vec<QueuePlacement>, Vec
         } else if let (Some(irq), Some(&first)) = (fact.irq, fact.affinity.first()) {
             let cpu = irq_cpu(&fact.affinity, &fact.effective, first);
             if fact.affinity.len() > 1 {
-                warnings.push(format!(
-                    "queue {queue}: IRQ {irq} may run on CPUs {} (now on {cpu}); pin it with \
-                     `echo {cpu} > /proc/irq/{irq}/smp_affinity_list`",
-                    list(&fact.affinity)
-                ));
+                spread.push((queue, irq, cpu, fact));
+                (cpu, CpuSource::Effective)
+            } else {
+                (cpu, CpuSource::Irq)
             }
-            (cpu, CpuSource::Irq)
         } else {
             assumed.push(queue);
             (queue, CpuSource::Assumed)
@@ -111,6 +119,7 @@ pub fn place(facts: &[QueueFacts], reached: &[u32]) -> (Vec<QueuePlacement>, Vec
             source,
         });
     }
+    warnings.extend(spread_warning(&spread));
     if !assumed.is_empty() {
         warnings.push(format!(
             "no IRQ or RPS mask found for queue(s) {}: assuming queue N runs on CPU N \
@@ -136,6 +145,35 @@ pub fn place(facts: &[QueueFacts], reached: &[u32]) -> (Vec<QueuePlacement>, Vec
     (placements, warnings)
 }
 
+/// One warning for every queue whose IRQ may run on several CPUs: which
+/// CPU SRAP counts it on and why, whether the driver gave no affinity hint
+/// (igb gives none: every queue may then run anywhere), and how to pin.
+fn spread_warning(spread: &[(u32, u32, u32, &QueueFacts)]) -> Option<String> {
+    let (_, first_irq, first_cpu, _) = spread.first()?;
+    let queues: Vec<u32> = spread.iter().map(|(q, ..)| *q).collect();
+    let mapping: Vec<String> = spread
+        .iter()
+        .map(|(q, irq, cpu, _)| format!("rx-{q} (IRQ {irq}) → CPU {cpu}"))
+        .collect();
+    let masks: BTreeSet<String> = spread.iter().map(|(.., f)| list(&f.affinity)).collect();
+    let masks: Vec<String> = masks.into_iter().collect();
+    let no_hint = spread.iter().all(|(.., f)| f.hint.is_empty());
+    let why = if no_hint {
+        "the driver sets no IRQ affinity hint (affinity_hint is empty) and nothing pinned them"
+    } else {
+        "nothing pinned them to one CPU"
+    };
+    Some(format!(
+        "the IRQs of queue(s) {} may run on CPUs {}: {why}. SRAP counts each queue on the CPU \
+         its interrupt is routed to now (effective_affinity_list, or the mask's first CPU \
+         before its first interrupt): {}. The kernel may move them (irqbalance, CPU hotplug); \
+         pin each, e.g. `echo {first_cpu} > /proc/irq/{first_irq}/smp_affinity_list`",
+        list(&queues),
+        masks.join(" / "),
+        mapping.join(", ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +183,7 @@ mod tests {
             irq: Some(irq),
             affinity: affinity.to_vec(),
             effective: effective.to_vec(),
+            hint: Vec::new(),
             rps: Vec::new(),
         }
     }
@@ -163,8 +202,33 @@ mod tests {
         let facts = [irq(98, &[0, 1, 2, 3], &[2])];
         let (placed, warnings) = place(&facts, &[0]);
         assert_eq!(placed[0].cpu, 2);
+        assert_eq!(placed[0].source, CpuSource::Effective);
         assert_eq!(warnings.len(), 1);
-        assert!(warnings[0].contains("IRQ 98 may run on CPUs 0,1,2,3"));
+        assert!(warnings[0].contains("queue(s) 0 may run on CPUs 0,1,2,3"));
+        assert!(warnings[0].contains("rx-0 (IRQ 98) → CPU 2"));
+    }
+
+    #[test]
+    fn igb_without_affinity_hints_is_one_warning_naming_each_queue() {
+        // A 4-vCPU igb guest (6.12): every rx vector may run anywhere, the
+        // kernel spread them 3, 0, 1, 2, and the driver hints nothing.
+        let facts = [
+            irq(25, &[0, 1, 2, 3], &[3]),
+            irq(26, &[0, 1, 2, 3], &[0]),
+            irq(27, &[0, 1, 2, 3], &[1]),
+            irq(28, &[0, 1, 2, 3], &[2]),
+        ];
+        let (placed, warnings) = place(&facts, &[0, 1, 2, 3]);
+        assert_eq!(
+            placed.iter().map(|p| p.cpu).collect::<Vec<_>>(),
+            [3, 0, 1, 2]
+        );
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        let warning = &warnings[0];
+        assert!(warning.contains("queue(s) 0,1,2,3 may run on CPUs 0,1,2,3"));
+        assert!(warning.contains("no IRQ affinity hint"), "{warning}");
+        assert!(warning.contains("rx-0 (IRQ 25) → CPU 3, rx-1 (IRQ 26) → CPU 0"));
+        assert!(warning.contains("echo 3 > /proc/irq/25/smp_affinity_list"));
     }
 
     #[test]
