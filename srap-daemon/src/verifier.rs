@@ -34,7 +34,7 @@ use srap_common::verifier::{
 
 use crate::sock_diag::{SockDiag, TcpCounters};
 use crate::tc::TcMode;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 /// Where the verifier runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -197,14 +197,27 @@ pub struct Verifier {
     queues: QueueReading,
     /// The socket hook's view of the namespace it was attached in.
     sockets: Option<SocketView>,
+    /// What the verifier runs without, and what that costs.
+    limits: Vec<VerifierLimit>,
+}
+
+/// Something the verifier runs without, and what that costs: said in the
+/// log, `srap status`, its JSON and `/metrics`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifierLimit {
+    /// A short name of what is missing (`sock_diag`), for labels.
+    pub missing: &'static str,
+    /// What exactly is missing, why, and what it costs.
+    pub detail: String,
 }
 
 /// What the socket hook needs besides its map: the attaching namespace's
-/// connections (sock_diag) and which local addresses belong to the interface
-/// (the cgroup's sockets may live in other namespaces or on loopback).
+/// connections (sock_diag for TCP, when the kernel has it) and which local
+/// addresses belong to the interface (the cgroup's sockets may live in
+/// other namespaces or on loopback).
 #[derive(Debug)]
 struct SocketView {
-    diag: SockDiag,
+    diag: Option<SockDiag>,
     local: Vec<IpAddr>,
 }
 
@@ -235,6 +248,7 @@ impl Verifier {
     ) -> Result<Self, VerifierError> {
         let mut ebpf = Ebpf::load(crate::ebpf_object())?;
         let mut attempts = Vec::new();
+        let mut limits = Vec::new();
         let driver = driver(iface);
         for &hook in choice.order() {
             if choice == HookChoice::Auto
@@ -255,17 +269,23 @@ impl Verifier {
                 Hook::XdpGeneric => attach_xdp(&mut ebpf, iface, XdpMode::Skb).map(|()| None),
                 Hook::TcxIngress => attach_tc(&mut ebpf, iface, TcMode::Tcx).map(|()| None),
                 Hook::ClsactIngress => attach_tc(&mut ebpf, iface, TcMode::Clsact).map(|()| None),
-                Hook::SockOps => attach_sock(&mut ebpf, iface, cgroup).map(Some),
+                Hook::SockOps => {
+                    attach_sock(&mut ebpf, iface, cgroup, choice, &mut limits).map(Some)
+                }
             };
             match outcome {
                 Ok(sockets) => {
                     info!(iface, %hook, "receive verifier attached");
+                    for limit in &limits {
+                        warn!(iface, %hook, "the receive verifier runs without {}: {}", limit.missing, limit.detail);
+                    }
                     return Ok(Self {
                         ebpf,
                         hook,
                         iface: iface.to_owned(),
                         queues: QueueReading::of(hook, driver.as_deref()),
                         sockets,
+                        limits,
                     });
                 }
                 Err(AttachFailure::Fatal(err)) => return Err(err),
@@ -289,6 +309,11 @@ impl Verifier {
     /// The interface the verifier is attached to.
     pub fn iface(&self) -> &str {
         &self.iface
+    }
+
+    /// What it runs without, and what that costs (empty: nothing).
+    pub fn limits(&self) -> &[VerifierLimit] {
+        &self.limits
     }
 
     /// Every flow recorded so far, sorted by (src, dst).
@@ -341,10 +366,10 @@ impl Verifier {
             let (key, flow) = entry?;
             flows.insert(key, flow);
         }
-        let live = sockets
-            .diag
-            .tcp_connections()
-            .map_err(VerifierError::Diag)?;
+        let live = match &sockets.diag {
+            Some(diag) => Some(diag.tcp_connections().map_err(VerifierError::Diag)?),
+            None => None,
+        };
         let now_ns = monotonic_ns();
         let mut records: Vec<_> = flows
             .into_iter()
@@ -353,11 +378,16 @@ impl Verifier {
                 if !sockets.local.contains(&dst.ip()) {
                     return None;
                 }
-                let open = live.get(&(src, dst)).or_else(|| {
-                    // A dual-stack socket reports v4-mapped addresses.
-                    live.get(&(v4_mapped(src), v4_mapped(dst)))
-                });
-                let stats = socket_stats(&flow, open, now_ns, self.queues)?;
+                let stats = match &live {
+                    Some(live) => {
+                        let open = live.get(&(src, dst)).or_else(|| {
+                            // A dual-stack socket reports v4-mapped addresses.
+                            live.get(&(v4_mapped(src), v4_mapped(dst)))
+                        });
+                        socket_stats(&flow, open, now_ns, self.queues)?
+                    }
+                    None => handshake_stats(&flow, now_ns, self.queues),
+                };
                 let key = FlowKey::from_addrs(src, dst).unwrap_or(key);
                 Some(FlowRecord {
                     src,
@@ -402,6 +432,27 @@ fn socket_stats(
         moves: 0,
         pad: 0,
     })
+}
+
+/// One connection's record without sock_diag: its queue and CPU from the
+/// handshake; its bytes and segments once it closed (0 while open, as if no
+/// data had come yet). An open record seen now counts as active now.
+fn handshake_stats(flow: &SockFlow, now_ns: u64, queues: QueueReading) -> FlowStats {
+    let last_seen_ns = if flow.closed_ns == 0 {
+        now_ns
+    } else {
+        flow.closed_ns
+    };
+    FlowStats {
+        rx_queue: queues.queue(flow.rx_queue),
+        cpu: flow.cpu,
+        packets: flow.segs_in,
+        bytes: flow.bytes,
+        first_seen_ns: flow.established_ns,
+        last_seen_ns,
+        moves: 0,
+        pad: 0,
+    }
 }
 
 /// `::ffff:a.b.c.d` as `a.b.c.d`: a dual-stack listener's IPv4 clients are
@@ -506,11 +557,17 @@ fn load_tc(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, AttachFailure> {
 
 /// The socket hook on `cgroup` (default: the cgroup2 root), with the
 /// namespace's sock_diag socket and `iface`'s addresses, both taken now, in
-/// the calling thread's namespace.
+/// the calling thread's namespace. Without sock_diag for TCP (a kernel
+/// without `inet_diag`/`tcp_diag` that `modprobe tcp_diag` cannot fix), the
+/// automatic choice moves on to tc ingress, which counts bytes itself, and
+/// says what that costs; `--hook sock` keeps the socket hook and reports
+/// each flow's queue and CPU from its handshake. Either way is in `limits`.
 fn attach_sock(
     ebpf: &mut Ebpf,
     iface: &str,
     cgroup: Option<&Path>,
+    choice: HookChoice,
+    limits: &mut Vec<VerifierLimit>,
 ) -> Result<SocketView, AttachFailure> {
     let cgroup: PathBuf = match cgroup {
         Some(path) => path.to_owned(),
@@ -523,8 +580,31 @@ fn attach_sock(
             "{iface} has no address here, so no connection ends on it"
         )));
     }
-    let diag = SockDiag::open()
-        .map_err(|err| AttachFailure::Refused(format!("opening sock_diag: {err}")))?;
+    let diag = match sock_diag_for_tcp() {
+        Ok(diag) => Some(diag),
+        Err(missing) if choice == HookChoice::Auto => {
+            limits.push(VerifierLimit {
+                missing: "sock_diag",
+                detail: format!(
+                    "{missing}; the socket hook would know each flow's queue and CPU but not \
+                     its bytes until it closes, so the verifier runs at tc ingress instead, \
+                     which costs every received packet one program run (tens of ns)"
+                ),
+            });
+            return Err(AttachFailure::Refused(missing));
+        }
+        Err(missing) => {
+            limits.push(VerifierLimit {
+                missing: "sock_diag",
+                detail: format!(
+                    "{missing}; each flow's queue and CPU come from its handshake, its bytes \
+                     and rate only once it closes (`--hook auto` would use tc ingress, at a \
+                     program run per received packet)"
+                ),
+            });
+            None
+        }
+    };
     let file = std::fs::File::open(&cgroup).map_err(|err| {
         AttachFailure::Refused(format!("opening cgroup {}: {err}", cgroup.display()))
     })?;
@@ -555,6 +635,42 @@ fn attach_sock(
         .map_err(|err| AttachFailure::Refused(error_chain(&err)))?;
     debug!(iface, cgroup = %cgroup.display(), "socket verifier on the cgroup");
     Ok(SocketView { diag, local })
+}
+
+/// A sock_diag socket that answers for TCP. A kernel whose `inet_diag` and
+/// `tcp_diag` are modules loads them on first use only from a full system;
+/// when the first dump fails, `modprobe tcp_diag` is tried once. The error
+/// says exactly what is missing.
+fn sock_diag_for_tcp() -> Result<SockDiag, String> {
+    let diag = SockDiag::open().map_err(|err| format!("cannot open sock_diag: {err}"))?;
+    let first = match diag.tcp_connections() {
+        Ok(_) => return Ok(diag),
+        Err(err) => err,
+    };
+    let modprobe = match std::process::Command::new("modprobe")
+        .arg("tcp_diag")
+        .output()
+    {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!(
+            "{}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )),
+        Err(err) => Some(err.to_string()),
+    };
+    if modprobe.is_none() && diag.tcp_connections().is_ok() {
+        info!("loaded tcp_diag (sock_diag for TCP) for the socket verifier");
+        return Ok(diag);
+    }
+    Err(format!(
+        "this kernel has no sock_diag for TCP (inet_diag and tcp_diag: reading TCP sockets \
+         through sock_diag says `{first}`; `modprobe tcp_diag` {})",
+        modprobe.map_or_else(
+            || "loaded it, but it still fails".to_owned(),
+            |e| format!("failed: {e}")
+        )
+    ))
 }
 
 /// tc ingress through tcx, or through a `clsact` qdisc filter.

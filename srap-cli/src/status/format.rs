@@ -25,14 +25,18 @@ pub fn ratio(ratio: Ratio) -> String {
     )
 }
 
-/// How the verifier runs, in a few words.
+/// How the verifier runs, in a few words, then what it runs without.
 pub fn verifier(status: &Status) -> String {
-    match (&status.verifier.hook, &status.verifier.error) {
+    let mut text = match (&status.verifier.hook, &status.verifier.error) {
         (Some(hook), None) => hook.clone(),
         (Some(hook), Some(error)) => format!("{hook}, failing: {error}"),
         (None, Some(error)) => format!("off: {error}"),
         (None, None) => "off".to_owned(),
+    };
+    for limit in &status.verifier.limits {
+        text.push_str(&format!("; without {}: {}", limit.missing, limit.detail));
     }
+    text
 }
 
 /// `3 s ago` relative to the snapshot's own clock.

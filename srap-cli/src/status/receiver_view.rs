@@ -609,6 +609,7 @@ mod tests {
             verifier: srap_host::status::VerifierState {
                 hook: Some("tc ingress (tcx)".into()),
                 error: None,
+                limits: Vec::new(),
             },
             rss_version: 1,
             // Sampled now: an old sample would be stale.

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{Published, Server, downstream::unix_ms};
-use srap_host::status::{FlowRow, Landings, ReceiveCpu, Status, VerifierState};
+use srap_host::status::{FlowRow, Landings, ReceiveCpu, Status, VerifierLimit, VerifierState};
 
 use crate::{
     tracker::{
@@ -80,11 +80,20 @@ impl Monitor {
                 Ok(verifier) => {
                     let hook = verifier.hook().to_string();
                     info!(iface, %hook, "verifying where flows land");
+                    let limits = verifier
+                        .limits()
+                        .iter()
+                        .map(|limit| VerifierLimit {
+                            missing: limit.missing.to_owned(),
+                            detail: limit.detail.clone(),
+                        })
+                        .collect();
                     (
                         Some(verifier),
                         VerifierState {
                             hook: Some(hook),
                             error: None,
+                            limits,
                         },
                     )
                 }
@@ -98,6 +107,7 @@ impl Monitor {
                         VerifierState {
                             hook: None,
                             error: Some(err.to_string()),
+                            limits: Vec::new(),
                         },
                     )
                 }
@@ -109,6 +119,7 @@ impl Monitor {
                 VerifierState {
                     hook: None,
                     error: Some("--no-verify".into()),
+                    limits: Vec::new(),
                 },
             )
         };
@@ -198,6 +209,7 @@ impl Monitor {
         status.verifier = VerifierState {
             hook: self.state.hook.clone(),
             error: self.read_error.clone().or_else(|| self.state.error.clone()),
+            limits: self.state.limits.clone(),
         };
         status.rss_version = published.version;
         status.unix_ms = unix_ms(std::time::SystemTime::now());

@@ -40,6 +40,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "1 while the receive verifier is attached",
     ),
     (
+        "srap_verifier_limited",
+        "gauge",
+        "1 for each thing the receive verifier runs without (missing=sock_diag: no sock_diag for TCP, so it runs at tc ingress or knows bytes only at close); see srap status",
+    ),
+    (
         "srap_active_flows",
         "gauge",
         "TCP flows with a packet in the last idle_after_ms",
@@ -107,6 +112,11 @@ pub fn render(status: &Status) -> String {
         };
         match name {
             "srap_verifier_up" => sample("", f64::from(u8::from(status.verifier.hook.is_some()))),
+            "srap_verifier_limited" => {
+                for limit in &status.verifier.limits {
+                    sample(&format!("{{missing=\"{}\"}}", limit.missing), 1.0);
+                }
+            }
             "srap_active_flows" => sample("", status.active_flows as f64),
             "srap_flows" => {
                 for q in &status.queues {
@@ -282,6 +292,7 @@ mod tests {
             verifier: VerifierState {
                 hook: Some("xdp (driver)".into()),
                 error: None,
+                limits: Vec::new(),
             },
             queues: vec![
                 QueueRow {

@@ -14,5 +14,5 @@ pub use control::{
 pub use sender::{DEFAULT_SENDER_CONTROL_PATH, SenderStatus};
 pub use snapshot::{
     Access, Accuracy, Collisions, CpuRow, FlowRow, Landings, PeerRow, QueueRow, Ratio, ReceiveCpu,
-    Status, VerifierState,
+    Status, VerifierLimit, VerifierState,
 };

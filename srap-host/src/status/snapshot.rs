@@ -122,6 +122,19 @@ pub struct VerifierState {
     pub hook: Option<String>,
     /// Why it does not run (`--no-verify`, or the attach error).
     pub error: Option<String>,
+    /// What it runs without (a kernel without sock_diag for TCP, say), and
+    /// what that costs.
+    #[serde(default)]
+    pub limits: Vec<VerifierLimit>,
+}
+
+/// Something the verifier runs without.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerifierLimit {
+    /// A short name (`sock_diag`), the label of `srap_verifier_limited`.
+    pub missing: String,
+    /// What exactly is missing, and what it costs.
+    pub detail: String,
 }
 
 /// Load of one receive queue.
