@@ -492,7 +492,7 @@ fn iface_addresses(iface: &str) -> Vec<IpAddr> {
 }
 
 /// The driver of `iface` (`ETHTOOL_GDRVINFO`), if it says.
-fn driver(iface: &str) -> Option<String> {
+pub fn driver(iface: &str) -> Option<String> {
     let socket = srap_host::discovery::ioctl::EthtoolSocket::open(iface).ok()?;
     socket.drvinfo().ok().map(|info| info.driver)
 }

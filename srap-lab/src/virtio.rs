@@ -28,6 +28,7 @@ use super::{
     report::RunReport,
     workload::{ChildGuard, client_via, srap_binary},
 };
+use srap_common::wire::LandingVerdict;
 use srap_host::status::Status;
 
 /// The lab's own subnet (inside its namespace): 10.199.77.0/24.
@@ -43,7 +44,8 @@ pub const GUEST_CONTROL: &str = "/tmp/receiver.sock";
 pub struct GuestRun {
     /// The receiver agent's verifier.
     pub srap: RunReport,
-    /// Packets per receive queue during the run (`ethtool -S`).
+    /// What the guest counted per receive queue during the run
+    /// ([`truth::rx_queue_packets`]: `ethtool -S` packets, or interrupts).
     pub rx_queue_packets: Vec<u64>,
     /// Queues that carried at least a quarter of a flow's fair share.
     pub busy_queues: BTreeSet<u32>,
@@ -70,10 +72,10 @@ impl GuestRun {
             .zip(&self.rx_queue_packets)
             .map(|(q, p)| format!("rx-{q} {p}"))
             .collect();
-        let _ = writeln!(out, "    ethtool -S packets   {}", counters.join(", "));
+        let _ = writeln!(out, "    per-queue rx counts  {}", counters.join(", "));
         let _ = writeln!(
             out,
-            "    {} flows accepted, on {} distinct queues by the device's key and table; {} queues busy by ethtool -S",
+            "    {} flows accepted, on {} distinct queues by the device's key and table; {} queues busy by the guest's counters",
             self.accepted.len(),
             self.distinct_queues(),
             self.busy_queues.len()
@@ -199,6 +201,27 @@ impl<'n> VirtioLab<'n> {
         })
     }
 
+    /// Runs rounds of 8 short steered flows (at most `rounds`) until the
+    /// receiver agent's verdict on its description is `want`; the last
+    /// status. Flows while steering is paused get kernel ports: with the
+    /// sender's probe connections, they are what the receiver learns a
+    /// hidden or misreported key from.
+    pub fn drive_until(&mut self, want: LandingVerdict, rounds: u32) -> anyhow::Result<Status> {
+        let small: Vec<String> = "iperf3 -c {server} -p {port} -P 8 -n 256K"
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        let mut status = self.status()?;
+        for _ in 0..rounds {
+            if status.landings.verdict == want {
+                break;
+            }
+            self.run_workload(&small, true, 2)?;
+            status = self.status()?;
+        }
+        Ok(status)
+    }
+
     /// Each accepted port with the queue the device's config gives it.
     fn landings(
         &self,
@@ -307,6 +330,26 @@ pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::
             "lab up: QEMU guest ({}) with a {queues}-queue {device} (RSS computed by QEMU), \
              {} vCPUs; receiver agent in the guest on {}:{PEER_PORT}, sender agent following it\n",
             image.package, shape.cpus, net.guest_ip
+        );
+    }
+    // Until the landings agree with the served description (a key the
+    // driver hides or misreports is learned from them first), steering
+    // waits: let it settle.
+    let settled = lab.drive_until(LandingVerdict::Agreed, 8)?;
+    if !args.json {
+        println!(
+            "receiver: description version {}, key {}; landings {:?} ({} of {} on the \
+             predicted queue){}\n",
+            settled.rss_version,
+            settled.learning.key_source,
+            settled.landings.verdict,
+            settled.landings.matched,
+            settled.landings.judged,
+            if settled.learning.note.is_empty() {
+                String::new()
+            } else {
+                format!("; learner: {}", settled.learning.note)
+            }
         );
     }
     let words = super::workload_words(args, flows);

@@ -220,3 +220,67 @@ fn a_guest_without_tcp_diag_still_verifies_every_flow() {
         status.verifier
     );
 }
+
+/// A device whose key SRAP is not told: virtio-net under 6.12 (its driver
+/// shows a key one byte off the one the device uses) and igb with the
+/// kernel's default key unreadable (the driver reports none). The landings
+/// of the first flows contradict the description (or the key is unknown);
+/// senders stop steering and probe; the receiver learns the key from where
+/// the probes and flows land and serves it as a new version; the landings
+/// then agree, steering resumes, and 4 steered flows land on 4 distinct
+/// queues by the guest's own counters and by the device's real key.
+#[test]
+fn a_hidden_or_misreported_key_is_learned_from_landings() {
+    if !require_privileged("a_hidden_or_misreported_key_is_learned_from_landings") {
+        return;
+    }
+    use srap_common::wire::LandingVerdict;
+
+    let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    let image = image(GuestKernel::V6_12);
+    for (nic, hide_key, subnet) in [(GuestNic::Virtio, false, 96u8), (GuestNic::Igb, true, 97)] {
+        let what = format!("{nic:?} on 6.12");
+        let net = GuestNet::new(subnet).expect("namespace with a tap");
+        let mut shape = GuestShape::with_nic(nic, 4, None).expect("shape");
+        if hide_key {
+            shape = shape.without_kernel_key();
+        }
+        let mut lab = VirtioLab::start_with(&net, &image, shape, &built_binary("srap-agent"))
+            .expect("guest and agents");
+        let status = lab
+            .drive_until(LandingVerdict::Agreed, 8)
+            .expect("rounds of flows");
+        let log = lab.receiver_log();
+        assert_eq!(
+            status.learning.key_source, "learned from landings",
+            "{what}\n{log}"
+        );
+        assert_eq!(
+            status.landings.verdict,
+            LandingVerdict::Agreed,
+            "{what}\n{log}"
+        );
+        assert_eq!(status.learning.conflicts, 0, "{what}");
+        assert!(
+            !status.learning.covered.is_empty(),
+            "{what}: {:?}",
+            status.learning
+        );
+        // The learned key is the device's own where it matters: the
+        // accepted ports of a steered run hash, with the key the device
+        // really uses, to 4 distinct queues — those the guest counted.
+        let run = lab
+            .run_workload(&iperf3(4), true, 2)
+            .expect("steered workload");
+        let report = run.render(&format!("{what}, steered after learning"), 2.0);
+        assert_eq!(run.accepted.len(), 4, "{report}");
+        assert_eq!(run.distinct_queues(), 4, "{report}");
+        let planned: BTreeSet<u32> = run.accepted.iter().map(|&(_, q)| q).collect();
+        assert_eq!(run.busy_queues, planned, "{report}");
+        let ports: BTreeSet<u16> = run.accepted.iter().map(|&(p, _)| p).collect();
+        assert!(
+            ports.iter().all(|&p| p < 32_768),
+            "SRAP-chosen ports, not kernel ones: {report}"
+        );
+    }
+}

@@ -48,10 +48,7 @@ fn psk(text: &str) -> Psk {
 }
 
 fn published(version: u64, description: RssDescription) -> Published {
-    Published {
-        version,
-        description,
-    }
+    Published::new(version, description)
 }
 
 /// A description that differs from the default in its key.

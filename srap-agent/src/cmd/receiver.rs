@@ -11,7 +11,7 @@ use tracing::{error, info, warn};
 use srap_daemon::{
     psk::Keys,
     receiver::{
-        AllowList, Offer, Server, ServerConfig, Source, Timeouts,
+        AllowList, LearnedKey, Offer, Server, ServerConfig, Source, Timeouts,
         access::{Exposure, exposure},
         args::ReceiverArgs,
         grants,
@@ -53,7 +53,9 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
         }
         None => (Source::Iface(args.iface.clone()), IFACE_POLL),
     };
-    let (updates, watcher) = source::watch(source, poll).context("no RSS description to serve")?;
+    let learned = LearnedKey::default();
+    let (updates, watcher) = source::watch_learning(source, poll, learned.clone())
+        .context("no RSS description to serve")?;
     let config = ServerConfig {
         allow,
         keys,
@@ -78,6 +80,7 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
         (!args.no_verify).then_some(args.hook.into()),
         args.verify_cgroup.as_deref(),
         SAMPLE_INTERVAL,
+        learned,
     );
     monitor.set_receive_cpu(monitor::receive_cpu_of(&args.iface, args.rss.is_some()));
     let control_path = args

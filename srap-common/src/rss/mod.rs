@@ -6,6 +6,7 @@
 mod description;
 mod error;
 mod input;
+mod learn;
 mod model;
 mod provenance;
 mod toeplitz;
@@ -13,6 +14,7 @@ mod toeplitz;
 pub use description::{FieldsDescription, RssDescription, embedded_default};
 pub use error::{DescriptionError, DescriptionFileError, KeyError, TupleError};
 pub use input::{FlowTuple, HashFields, HashInput, InputXfrm, MAX_INPUT_LEN};
+pub use learn::{Coverage, KeyLearner, LearnError, Learned, TableBits};
 pub use model::{Landing, RssModel};
 pub use provenance::KeySource;
 pub use toeplitz::{MIN_KEY_LEN, ToeplitzKey, ToeplitzTable, hash_naive};

@@ -31,6 +31,10 @@ pub enum KeySource {
     /// Learned from where flows landed (see the receiver's learner): exact
     /// for the address pairs its probes covered.
     Learned,
+    /// The driver reports none and the kernel's default is unavailable (a
+    /// receiver outside the initial network namespace): a placeholder
+    /// until the landings teach the key; senders do not steer by it.
+    Unknown,
 }
 
 impl fmt::Display for KeySource {
@@ -39,6 +43,7 @@ impl fmt::Display for KeySource {
             Self::Reported => "reported by the driver",
             Self::KernelDefault => "net.core.netdev_rss_key (the driver reports none)",
             Self::Learned => "learned from landings",
+            Self::Unknown => "unknown: the driver reports none and net.core.netdev_rss_key is unavailable; to be learned from landings",
         })
     }
 }

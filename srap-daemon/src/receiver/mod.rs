@@ -15,6 +15,7 @@ pub mod allow;
 pub mod args;
 pub mod downstream;
 pub mod grants;
+pub mod learning;
 pub mod monitor;
 mod pace;
 mod rewrite;
@@ -44,7 +45,7 @@ pub use self::{
     allow::AllowList,
     downstream::Peers,
     grants::{GrantRow, Grants, Offer},
-    source::{Published, Source, SourceError},
+    source::{LearnedKey, Published, Source, SourceError},
 };
 
 /// Deadlines of a session.

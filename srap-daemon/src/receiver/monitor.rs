@@ -17,7 +17,11 @@ use srap_common::rss::RssModel;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::{Published, Server, downstream::unix_ms};
+use super::{
+    LearnedKey, Published, Server,
+    downstream::unix_ms,
+    learning::{self, Learning},
+};
 use srap_host::status::{FlowRow, Landings, ReceiveCpu, Status, VerifierLimit, VerifierState};
 
 use crate::{
@@ -32,6 +36,8 @@ use crate::{
 #[derive(Debug)]
 pub struct Monitor {
     iface: String,
+    /// The interface's driver, for the contradiction warning.
+    driver: Option<String>,
     interval: Duration,
     verifier: Option<Verifier>,
     state: VerifierState,
@@ -43,6 +49,7 @@ pub struct Monitor {
     judge: AgreementJudge,
     /// Which CPU is a flow's receive CPU ([`receive_cpu_of`]).
     receive_cpu: ReceiveCpu,
+    learning: Learning,
     board: watch::Sender<Arc<Status>>,
 }
 
@@ -69,11 +76,13 @@ pub fn receive_cpu_of(iface: &str, described: bool) -> ReceiveCpu {
 impl Monitor {
     /// Attaches the verifier to `iface` on a hook of `verify` (`None`: no
     /// verifier) and returns the monitor and the channel its statuses go to.
+    /// What the landings teach of the key is served through `learned`.
     pub fn start(
         iface: &str,
         verify: Option<HookChoice>,
         cgroup: Option<&std::path::Path>,
         interval: Duration,
+        learned: LearnedKey,
     ) -> (Self, watch::Receiver<Arc<Status>>) {
         let (verifier, state) = if let Some(hook) = verify {
             match Verifier::attach_in(iface, hook, cgroup) {
@@ -134,6 +143,7 @@ impl Monitor {
         (
             Self {
                 iface: iface.to_owned(),
+                driver: crate::verifier::driver(iface),
                 interval,
                 verifier,
                 state,
@@ -142,6 +152,7 @@ impl Monitor {
                 model: None,
                 judge: AgreementJudge::default(),
                 receive_cpu: ReceiveCpu::Observed,
+                learning: Learning::new(learned),
                 board,
             },
             rx,
@@ -216,8 +227,15 @@ impl Monitor {
         status.interval_ms = millis(self.interval);
         status.peers = peers;
         status.access = server.access();
+        status.learning = self.learning.observe(published, &records);
         status.landings = self.judge_landings(published.version, &status.flows);
-        server.publish_landings(self.judge.report());
+        let mut report = self.judge.report();
+        if learning::unknown_key(published) {
+            // A placeholder key: no sender steers by it until it is learned.
+            report.verdict = LandingVerdict::Contradicted;
+            status.landings.verdict = LandingVerdict::Contradicted;
+        }
+        server.publish_landings(report);
         self.board.send_replace(Arc::new(status));
     }
 }
@@ -236,7 +254,7 @@ impl Monitor {
             Change::To(LandingVerdict::Contradicted) => warn!(
                 "where flows land contradicts RSS description version {version} ({counts}); \
                  telling senders to stop steering; {}",
-                agreement::likely_causes(&self.iface)
+                agreement::likely_causes(&self.iface, self.driver.as_deref())
             ),
             Change::To(LandingVerdict::Agreed) => {
                 info!("flows land where RSS description version {version} says ({counts})");

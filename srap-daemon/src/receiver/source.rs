@@ -2,9 +2,13 @@
 //! every interval (≤ 1 s) and publishes a new version only when it really
 //! changed, so senders replan only when they must.
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    path::PathBuf,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
-use srap_common::rss::{DescriptionFileError, RssDescription};
+use srap_common::rss::{DescriptionFileError, KeySource, RssDescription};
 use thiserror::Error;
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{info, warn};
@@ -17,6 +21,45 @@ pub struct Published {
     /// 1 for the first description of this run, +1 on every change.
     pub version: u64,
     pub description: RssDescription,
+    /// Where its key comes from.
+    pub key_source: KeySource,
+    /// The key discovery gave (reported or the kernel's default), which a
+    /// learned key replaces; the key learning starts from.
+    pub candidate_key: String,
+}
+
+impl Published {
+    /// Version `version` of `description`, its key as reported.
+    pub fn new(version: u64, description: RssDescription) -> Self {
+        Self {
+            version,
+            candidate_key: description.key.clone(),
+            description,
+            key_source: KeySource::Reported,
+        }
+    }
+}
+
+/// A key learned from landings (see `super::learning`) for one candidate:
+/// served in its place while discovery still gives that candidate.
+#[derive(Debug, Clone, Default)]
+pub struct LearnedKey(Arc<Mutex<Option<(String, String)>>>);
+
+impl LearnedKey {
+    /// Serve `key` instead of `candidate` (None: serve the candidate).
+    pub fn set(&self, learned: Option<(String, String)>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = learned;
+    }
+
+    fn applied(&self, description: &mut RssDescription, source: &mut KeySource) {
+        let learned = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((candidate, key)) = learned.as_ref()
+            && *candidate == description.key
+        {
+            description.key.clone_from(key);
+            *source = KeySource::Learned;
+        }
+    }
 }
 
 /// What the receiver describes.
@@ -39,16 +82,34 @@ pub enum SourceError {
 impl Source {
     /// The current description, validated. Blocking (file or netlink I/O).
     pub fn read(&self) -> Result<RssDescription, SourceError> {
+        self.read_with_origin(&mut Vec::new()).map(|(d, _)| d)
+    }
+
+    /// The description, where its key comes from, and discovery's warnings.
+    fn read_with_origin(
+        &self,
+        warnings: &mut Vec<String>,
+    ) -> Result<(RssDescription, KeySource), SourceError> {
         match self {
             Self::Iface(iface) => {
                 let found = discovery::discover(iface)?;
-                for warning in &found.warnings {
-                    warn!("{iface}: {warning}");
-                }
-                Ok(found.description)
+                warnings.extend(found.warnings.iter().map(|w| format!("{iface}: {w}")));
+                Ok((found.description, found.key_source))
             }
-            Self::File(path) => Ok(RssDescription::load(path)?.0),
+            Self::File(path) => Ok((RssDescription::load(path)?.0, KeySource::Reported)),
         }
+    }
+
+    /// What to publish: the description with a learned key applied.
+    fn publishable(
+        &self,
+        learned: &LearnedKey,
+        warnings: &mut Vec<String>,
+    ) -> Result<(RssDescription, KeySource, String), SourceError> {
+        let (mut description, mut key_source) = self.read_with_origin(warnings)?;
+        let candidate = description.key.clone();
+        learned.applied(&mut description, &mut key_source);
+        Ok((description, key_source, candidate))
     }
 }
 
@@ -69,21 +130,47 @@ pub fn watch(
     source: Source,
     interval: Duration,
 ) -> Result<(watch::Receiver<Published>, JoinHandle<()>), SourceError> {
-    let description = source.read()?;
-    info!("serving {source}, version 1");
+    watch_learning(source, interval, LearnedKey::default())
+}
+
+/// [`watch`], serving the key in `learned` in place of the candidate it
+/// was learned for (a new version when it is set or cleared). Discovery's
+/// warnings are logged when they change, not on every re-read.
+pub fn watch_learning(
+    source: Source,
+    interval: Duration,
+    learned: LearnedKey,
+) -> Result<(watch::Receiver<Published>, JoinHandle<()>), SourceError> {
+    let mut warnings = Vec::new();
+    let (description, key_source, candidate_key) = source.publishable(&learned, &mut warnings)?;
+    for warning in &warnings {
+        warn!("{warning}");
+    }
+    info!("serving {source}, version 1 (key {key_source})");
     let (tx, rx) = watch::channel(Published {
         version: 1,
         description,
+        key_source,
+        candidate_key,
     });
     let task = tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         let mut failing: Option<String> = None;
+        let mut said = warnings;
         while !tx.is_closed() {
             tick.tick().await;
             let reader = source.clone();
-            let read = match tokio::task::spawn_blocking(move || reader.read()).await {
+            let learned = learned.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                let mut warnings = Vec::new();
+                reader
+                    .publishable(&learned, &mut warnings)
+                    .map(|read| (read, warnings))
+            })
+            .await;
+            let read = match read {
                 Ok(read) => read,
                 Err(err) => {
                     warn!("re-reading {source} panicked or was cancelled: {err}");
@@ -91,17 +178,28 @@ pub fn watch(
                 }
             };
             match read {
-                Ok(description) => {
+                Ok(((description, key_source, candidate_key), warnings)) => {
                     if failing.take().is_some() {
                         info!("{source} readable again");
                     }
+                    if warnings != said {
+                        for warning in warnings.iter().filter(|w| !said.contains(w)) {
+                            warn!("{warning}");
+                        }
+                        said = warnings;
+                    }
                     tx.send_if_modified(|current| {
-                        if current.description == description {
+                        if current.description == description && current.key_source == key_source {
                             return false;
                         }
                         current.version += 1;
                         current.description = description;
-                        info!("{source} changed: now version {}", current.version);
+                        current.key_source = key_source;
+                        current.candidate_key = candidate_key;
+                        info!(
+                            "{source} changed: now version {} (key {key_source})",
+                            current.version
+                        );
                         true
                     });
                 }

@@ -16,6 +16,10 @@ pub use srap_common::wire::{LandingReport, LandingVerdict};
 
 use super::FlowRow;
 
+/// Drivers of virtual devices that do no RSS: the queue a packet shows
+/// there was chosen by whoever sent it into the device.
+pub const NO_RSS_DRIVERS: &[&str] = &["veth", "bridge", "macvlan", "ipvlan", "vxlan", "tun"];
+
 /// Flows the verdict is made over.
 pub const WINDOW: usize = 32;
 /// Fewer judged flows than this give no verdict.
@@ -104,7 +108,17 @@ impl AgreementJudge {
 
 /// The warning that names what makes a device's landings contradict its
 /// description, for the log.
-pub fn likely_causes(iface: &str) -> String {
+pub fn likely_causes(iface: &str, driver: Option<&str>) -> String {
+    if let Some(driver) = driver.filter(|d| NO_RSS_DRIVERS.contains(d)) {
+        return format!(
+            "{iface} is a {driver} device, which does no RSS of its own (a container's or \
+             pod's interface, behind a veth or bridge): the queue recorded there is the queue \
+             the sending side transmitted on (for a veth, its peer's tx queue), not where a \
+             NIC's RSS put the flow, so no RSS description can predict it. Verify where RSS \
+             happens: run the receiver agent on the host with --iface set to the physical NIC \
+             the packets arrive on (its description is what senders must plan with)"
+        );
+    }
     format!(
         "likely causes: RSS is off on {iface} (after `ethtool -L`, or XDP attached on \
          virtio_net: run `ethtool -X {iface} equal N`), the device hashes with another key or \
@@ -134,6 +148,16 @@ mod tests {
             moves: 0,
             agent_link: false,
         }
+    }
+
+    #[test]
+    fn behind_a_veth_the_warning_names_the_tx_queue_and_where_to_verify() {
+        let text = likely_causes("eth0", Some("veth"));
+        assert!(text.contains("does no RSS of its own"), "{text}");
+        assert!(text.contains("peer's tx queue"), "{text}");
+        assert!(text.contains("--iface set to the physical NIC"), "{text}");
+        let nic = likely_causes("eth0", Some("igb"));
+        assert!(nic.contains("RSS is off on eth0"), "{nic}");
     }
 
     #[test]

@@ -257,15 +257,22 @@ pub fn assemble(observed: Observed) -> Result<Discovery, DiscoveryError> {
     } = observed;
     let reached = queues_reached(&iface, &rss, rx_queues)?;
     let mut warnings = Vec::new();
-    let (key, key_source) = effective_key(&iface, &rss, driver.as_deref(), kernel_key)?;
-    if key_source == KeySource::KernelDefault {
-        warnings.push(format!(
-            "the driver ({}) reports no hash key: using the kernel's default key, the first \
+    let (key, key_source) = effective_key(&iface, &rss, kernel_key);
+    let drv = driver.as_deref().unwrap_or("unknown");
+    match key_source {
+        KeySource::KernelDefault => warnings.push(format!(
+            "the driver ({drv}) reports no hash key: using the kernel's default key, the first \
              {} bytes of net.core.netdev_rss_key, which drivers fill their keys from; the \
              receiver agent checks it against where flows land",
-            driver.as_deref().unwrap_or("unknown"),
             key.len()
-        ));
+        )),
+        KeySource::Unknown => warnings.push(format!(
+            "the driver ({drv}) reports no hash key and net.core.netdev_rss_key is not \
+             readable here (only the initial network namespace has it): the key is unknown; \
+             the receiver agent learns it from where flows land, and senders do not steer \
+             until then"
+        )),
+        KeySource::Reported | KeySource::Learned => {}
     }
     let hfunc = hashing::hfunc_name(rss.hfunc).unwrap_or_else(|| {
         warnings.push("the driver does not name its hash function: assuming toeplitz".into());
@@ -335,32 +342,28 @@ fn queues_reached(iface: &str, rss: &RawRss, rx_queues: u32) -> Result<Vec<u32>,
 }
 
 /// The key the device hashes with: the one the driver reports, else the
-/// kernel's default key (`netdev_rss_key`), cut to [`DEFAULT_KEY_LEN`].
+/// kernel's default key (`netdev_rss_key`), cut to [`DEFAULT_KEY_LEN`],
+/// else a placeholder of zeros to be learned.
 fn effective_key(
     iface: &str,
     rss: &RawRss,
-    driver: Option<&str>,
     kernel_key: Option<Result<Vec<u8>, String>>,
-) -> Result<(Vec<u8>, KeySource), DiscoveryError> {
+) -> (Vec<u8>, KeySource) {
     if !rss.key.is_empty() {
-        return Ok((rss.key.clone(), KeySource::Reported));
+        return (rss.key.clone(), KeySource::Reported);
     }
-    let reason = |why: String| DiscoveryError::NoRss {
-        iface: iface.to_owned(),
-        reason: format!(
-            "the driver ({}) reports no hash key, and the kernel's default key is not \
-             available: {why}",
-            driver.unwrap_or("unknown")
-        ),
-    };
-    match kernel_key {
+    let why = match kernel_key {
         Some(Ok(key)) if key.len() >= DEFAULT_KEY_LEN => {
-            Ok((key[..DEFAULT_KEY_LEN].to_vec(), KeySource::KernelDefault))
+            return (key[..DEFAULT_KEY_LEN].to_vec(), KeySource::KernelDefault);
         }
-        Some(Ok(key)) => Err(reason(format!("it has {} bytes", key.len()))),
-        Some(Err(why)) => Err(reason(why)),
-        None => Err(reason("it was not read".into())),
-    }
+        Some(Ok(key)) => format!("it has {} bytes", key.len()),
+        Some(Err(why)) => why,
+        None => "it was not read".into(),
+    };
+    debug!(iface, why, "no kernel default key");
+    // A placeholder the receiver agent replaces with what the landings
+    // teach; senders do not steer by it (see KeySource::Unknown).
+    (vec![0; DEFAULT_KEY_LEN], KeySource::Unknown)
 }
 
 /// The hashed fields of TCP over IPv4 and IPv6 from `rx-flow-hash`; warns
@@ -775,11 +778,16 @@ mod tests {
             "{:?}",
             found.warnings
         );
-        // Outside the initial namespace the sysctl is missing: no RSS, and why.
+        // Outside the initial namespace the sysctl is missing: the key is
+        // unknown (a placeholder to learn), and the warning says so.
         obs.kernel_key = Some(Err("unreadable".into()));
-        let err = assemble(obs).unwrap_err();
-        assert!(matches!(err, DiscoveryError::NoRss { .. }), "{err}");
-        assert!(err.to_string().contains("kernel's default key"), "{err}");
+        let found = assemble(obs).expect("described");
+        assert_eq!(found.key_source, KeySource::Unknown);
+        assert!(
+            found.warnings[0].contains("the key is unknown"),
+            "{:?}",
+            found.warnings
+        );
     }
 
     #[test]

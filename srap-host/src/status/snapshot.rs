@@ -54,6 +54,9 @@ pub struct Status {
     /// Who may connect: keys, allow-list, or nothing (`--open`).
     #[serde(default)]
     pub access: Access,
+    /// Where the served key comes from, and what the landings taught.
+    #[serde(default)]
+    pub learning: LearningRow,
 }
 
 /// Who the receiver serves.
@@ -113,6 +116,27 @@ impl FlowRow {
             ReceiveCpu::Emulated => self.rss_cpu,
         }
     }
+}
+
+/// The receiver's key learning (see `srap_daemon::receiver::learning`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LearningRow {
+    /// Where the served key comes from (reported, the kernel's default,
+    /// learned, unknown).
+    pub key_source: String,
+    /// Landings taken since learning last started over.
+    pub landings: u32,
+    /// Landings that contradicted the others.
+    pub conflicts: u32,
+    /// Independent equations over the key bits they gave.
+    pub rank: u32,
+    /// Whether the discovered key satisfies every landing.
+    pub candidate_agrees: bool,
+    /// `sender → receiver:port` whose every source port the landings
+    /// determine: where the served key is exact.
+    pub covered: Vec<String>,
+    /// The learner's last word (confirmed, learned, why not).
+    pub note: String,
 }
 
 /// The verifier's state.

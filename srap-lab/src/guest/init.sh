@@ -8,7 +8,7 @@
 # exchange); the line
 # `SRAP-RESEND` sends the last reply again without running anything.
 # `srap.nodiag` removes the modules of sock_diag for TCP (inet_diag,
-# tcp_diag): a kernel without them.
+# tcp_diag): a kernel without them; `srap.nokey` hides netdev_rss_key.
 /bin/busybox --install -s /bin
 export PATH=/bin
 mount -t proc proc /proc
@@ -19,6 +19,11 @@ mkdir -p /sys/fs/cgroup
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 if grep -qw srap.nodiag /proc/cmdline; then
   rm -rf /lib/modules/*/kernel/net/ipv4
+fi
+# `srap.nokey`: the kernel's default RSS key unreadable, as outside the
+# initial network namespace.
+if grep -qw srap.nokey /proc/cmdline; then
+  mount --bind /dev/null /proc/sys/net/core/netdev_rss_key
 fi
 # Modules in any order: each pass loads those whose dependencies are in.
 for pass in 1 2 3 4; do

@@ -78,6 +78,9 @@ pub struct GuestShape {
     /// Whether the guest's kernel may load sock_diag for TCP (`inet_diag`,
     /// `tcp_diag`); without it, a kernel that lacks them.
     pub sock_diag: bool,
+    /// Whether `net.core.netdev_rss_key` is readable (without it, igb's key
+    /// is nowhere to be read, as outside the initial network namespace).
+    pub kernel_key: bool,
 }
 
 impl GuestShape {
@@ -106,6 +109,7 @@ impl GuestShape {
             queues,
             cpus,
             sock_diag: true,
+            kernel_key: true,
         })
     }
 
@@ -113,6 +117,14 @@ impl GuestShape {
     pub fn without_sock_diag(self) -> Self {
         Self {
             sock_diag: false,
+            ..self
+        }
+    }
+
+    /// The same guest with `net.core.netdev_rss_key` unreadable.
+    pub fn without_kernel_key(self) -> Self {
+        Self {
+            kernel_key: false,
             ..self
         }
     }
@@ -256,6 +268,7 @@ fn qemu_args(net: &GuestNet, image: &GuestImage, shape: GuestShape, dir: &Path) 
     let GuestShape { cpus, .. } = shape;
     let memory_mib = 768 + 64 * cpus;
     let nodiag = if shape.sock_diag { "" } else { " srap.nodiag" };
+    let nokey = if shape.kernel_key { "" } else { " srap.nokey" };
     [
         "-nographic",
         "-no-reboot",
@@ -282,7 +295,7 @@ fn qemu_args(net: &GuestNet, image: &GuestImage, shape: GuestShape, dir: &Path) 
         image.initramfs.display().to_string(),
         "-append".into(),
         format!(
-            "console=ttyS0 panic=-1 quiet srap.ip={}/24{nodiag}",
+            "console=ttyS0 panic=-1 quiet srap.ip={}/24{nodiag}{nokey}",
             net.guest_ip
         ),
     ])

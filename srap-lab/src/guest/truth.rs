@@ -10,9 +10,57 @@ use srap_common::rss::{FieldsDescription, RssDescription, RssModel};
 
 use super::{GUEST_IFACE, Guest, GuestKernel, GuestNic};
 
-/// `rx_queue_N_packets` for N = 0.., from `ethtool -S`.
+/// Per receive queue N = 0.., what the guest counts of it: the driver's
+/// `rx_queue_N_packets` in `ethtool -S` (igb, virtio_net on 6.1). The 6.12
+/// virtio_net driver moved its per-queue packet counts out of `ethtool -S`
+/// (to netdev netlink queue stats, which busybox cannot read): there, each
+/// queue's interrupts in `/proc/interrupts` (`virtioK-input.N`, summed over
+/// CPUs; virtio has no watchdog firing them idle), which rise with the
+/// packets the queue receives.
 pub fn rx_queue_packets(guest: &mut Guest) -> anyhow::Result<Vec<u64>> {
-    parse_rx_queue_packets(&guest.run(&format!("ethtool -S {GUEST_IFACE}"))?)
+    let stats = guest.run(&format!("ethtool -S {GUEST_IFACE}"))?;
+    match parse_rx_queue_packets(&stats) {
+        Ok(packets) => Ok(packets),
+        Err(_) if guest.shape.nic == GuestNic::Virtio => {
+            parse_input_interrupts(&guest.run("cat /proc/interrupts")?)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// Interrupts per `virtioK-input.N` vector, summed over the CPU columns.
+pub fn parse_input_interrupts(text: &str) -> anyhow::Result<Vec<u64>> {
+    let mut lines = text.lines();
+    let cpus = lines.next().map_or(0, |h| {
+        h.split_whitespace()
+            .filter(|t| t.starts_with("CPU"))
+            .count()
+    });
+    let mut counts = Vec::new();
+    for line in lines {
+        let Some(queue) = line
+            .split_whitespace()
+            .last()
+            .and_then(|name| name.split_once("-input."))
+            .and_then(|(_, n)| n.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        let sum: u64 = line
+            .split_whitespace()
+            .skip(1)
+            .take(cpus)
+            .filter_map(|t| t.parse::<u64>().ok())
+            .sum();
+        if queue >= counts.len() {
+            counts.resize(queue + 1, 0);
+        }
+        counts[queue] = sum;
+    }
+    if counts.is_empty() {
+        bail!("neither ethtool -S nor /proc/interrupts count the receive queues");
+    }
+    Ok(counts)
 }
 
 pub fn parse_rx_queue_packets(stats: &str) -> anyhow::Result<Vec<u64>> {
@@ -179,6 +227,12 @@ mod tests {
         let rss = parse_ethtool_x(x).unwrap();
         assert_eq!(rss.indir, vec![0, 1, 0, 1, 1, 0, 1, 0]);
         assert_eq!(rss.key, "af:eb:5c");
+    }
+
+    #[test]
+    fn virtio_input_interrupts_count_per_queue() {
+        let text = "           CPU0       CPU1\n 25:        10          5  PCI-MSIX-0000:00:03.0   1-edge      virtio0-input.0\n 26:         0          0  PCI-MSIX-0000:00:03.0   2-edge      virtio0-output.0\n 27:         7          0  PCI-MSIX-0000:00:03.0   3-edge      virtio0-input.1\n";
+        assert_eq!(parse_input_interrupts(text).unwrap(), vec![15, 7]);
     }
 
     #[test]

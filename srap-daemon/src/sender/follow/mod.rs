@@ -12,6 +12,7 @@
 //! its own.
 
 mod events;
+mod probe;
 mod receivers;
 pub mod resolve;
 mod status;
@@ -390,6 +391,10 @@ impl Follower {
         receiver.paused = wanted;
         if self.refill_dests(steering) {
             self.receivers[n].say_landing(&report);
+            if report.verdict == LandingVerdict::Contradicted {
+                // Landings teach the receiver its device's real key.
+                probe::spawn(self.receivers[n].addr.clone());
+            }
         } else {
             self.receivers[n].paused = was;
         }
