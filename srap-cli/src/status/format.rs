@@ -1,7 +1,7 @@
 //! Small formatting helpers shared by the text table and the dashboard.
 
 use ratatui::style::{Color, Modifier, Style};
-use srap_common::wire::LandingVerdict;
+use srap_common::{rss::KeySource, wire::LandingVerdict};
 use srap_host::status::{PeerRow, Ratio, ReceiveCpu, Status};
 
 pub fn opt<T: ToString>(value: Option<T>) -> String {
@@ -47,16 +47,25 @@ pub fn ago(now_ms: u64, then_ms: Option<u64>) -> String {
     )
 }
 
-/// The closed loop's verdict on the served description, as both views say it.
+/// The closed loop's verdict on the served description, as both views say
+/// it, and where its key comes from when the driver did not report it.
 pub fn landings(status: &Status) -> String {
     let l = status.landings;
     let counts = format!("{}/{}", l.matched, l.judged);
-    match l.verdict {
+    let verdict = match l.verdict {
         LandingVerdict::Agreed => format!("landings agree {counts}"),
         LandingVerdict::Contradicted => format!("landings CONTRADICT the description {counts}"),
         LandingVerdict::TupleRewritten => "a sender's tuples are REWRITTEN on the way".to_owned(),
         LandingVerdict::Unknown => "landings not judged yet".to_owned(),
+    };
+    let learning = &status.learning;
+    if learning.key_source.is_empty() || learning.key_source == KeySource::Reported.to_string() {
+        return verdict;
     }
+    format!(
+        "{verdict}; key {} ({} landings, rank {})",
+        learning.key_source, learning.landings, learning.rank
+    )
 }
 
 /// The title of a flow's receive CPU: `emu.cpu` where the receive CPUs

@@ -245,15 +245,20 @@ fn install_module(from: &Path, to: &Path) -> anyhow::Result<()> {
     if let Some(parent) = to.parent() {
         fs::create_dir_all(parent)?;
     }
-    let out = fs::File::create(to)?;
-    let status = Command::new("xz")
-        .arg("-dc")
-        .arg(from)
+    let mut xz = Command::new("xz");
+    xz.arg("-dc").arg(from);
+    output_into(&mut xz, to, "xz (`cargo xtask setup` installs xz-utils)")
+}
+
+/// Runs `command` with its standard output written to `file`.
+fn output_into(command: &mut Command, file: &Path, what: &str) -> anyhow::Result<()> {
+    let out = fs::File::create(file).with_context(|| format!("creating {}", file.display()))?;
+    let status = command
         .stdout(out)
         .status()
-        .context("running xz (`cargo xtask setup` installs xz-utils)")?;
+        .with_context(|| format!("running {what}"))?;
     if !status.success() {
-        bail!("xz -dc {}: {status}", from.display());
+        bail!("{what} failed ({status}) writing {}", file.display());
     }
     Ok(())
 }
@@ -304,16 +309,10 @@ fn which(program: &str) -> anyhow::Result<PathBuf> {
 /// decompressor, and it builds in a fraction of a second).
 fn write_cpio(tree: &Path, out: &Path) -> anyhow::Result<()> {
     let partial = out.with_extension("partial");
-    let file = fs::File::create(&partial)?;
-    let status = Command::new("sh")
-        .args(["-c", "find . | LC_ALL=C sort | cpio --quiet -o -H newc"])
-        .current_dir(tree)
-        .stdout(file)
-        .status()
-        .context("running cpio (`cargo xtask setup` installs it)")?;
-    if !status.success() {
-        bail!("cpio failed ({status}) building {}", out.display());
-    }
+    let mut cpio = Command::new("sh");
+    cpio.args(["-c", "find . | LC_ALL=C sort | cpio --quiet -o -H newc"])
+        .current_dir(tree);
+    output_into(&mut cpio, &partial, "cpio (`cargo xtask setup` installs it)")?;
     fs::rename(&partial, out)?;
     Ok(())
 }

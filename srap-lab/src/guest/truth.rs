@@ -52,10 +52,7 @@ pub fn parse_input_interrupts(text: &str) -> anyhow::Result<Vec<u64>> {
             .take(cpus)
             .filter_map(|t| t.parse::<u64>().ok())
             .sum();
-        if queue >= counts.len() {
-            counts.resize(queue + 1, 0);
-        }
-        counts[queue] = sum;
+        put(&mut counts, queue, sum);
     }
     if counts.is_empty() {
         bail!("neither ethtool -S nor /proc/interrupts count the receive queues");
@@ -80,15 +77,20 @@ pub fn parse_rx_queue_packets(stats: &str) -> anyhow::Result<Vec<u64>> {
             .trim()
             .parse()
             .with_context(|| format!("ethtool -S: {line}"))?;
-        if queue >= packets.len() {
-            packets.resize(queue + 1, 0);
-        }
-        packets[queue] = value;
+        put(&mut packets, queue, value);
     }
     if packets.is_empty() {
         bail!("ethtool -S shows no rx_queue_N_packets counters");
     }
     Ok(packets)
+}
+
+/// Sets queue `queue`'s count, growing the list as needed.
+fn put(counts: &mut Vec<u64>, queue: usize, value: u64) {
+    if queue >= counts.len() {
+        counts.resize(queue + 1, 0);
+    }
+    counts[queue] = value;
 }
 
 /// Per-queue packets between two readings.
