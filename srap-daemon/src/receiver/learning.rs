@@ -265,3 +265,104 @@ impl Learning {
 pub fn unknown_key(published: &Published) -> bool {
     published.key_source == KeySource::Unknown
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use srap_common::{
+        rss::{RssDescription, RssModel, embedded_default},
+        verifier::{FlowKey, FlowStats},
+    };
+
+    use super::*;
+
+    fn record(sport: u16, dport: u16, queue: u32) -> FlowRecord {
+        let src = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), sport);
+        let dst = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), dport);
+        FlowRecord {
+            src,
+            dst,
+            key: FlowKey::from_addrs(src, dst).expect("same family"),
+            stats: FlowStats {
+                rx_queue: queue,
+                ..FlowStats::default()
+            },
+        }
+    }
+
+    fn served(key: &str) -> Published {
+        let description = RssDescription {
+            key: key.into(),
+            indir: (0..128).map(|i| i % 4).collect(),
+            ..embedded_default()
+        };
+        Published::new(1, description)
+    }
+
+    /// The device hashes with another key than the one served: once 24
+    /// flows landed, the learner serves the key they teach through the
+    /// watcher's handle, and the status names the flows it is exact for.
+    #[test]
+    fn landings_that_contradict_the_key_are_learned_from_and_served() {
+        let published = served(&embedded_default().key);
+        let device = RssModel::from_description(&RssDescription {
+            key: "00:".to_owned() + &embedded_default().key[..(39 * 3 - 1)],
+            ..published.description.clone()
+        })
+        .expect("model");
+        let handle = LearnedKey::default();
+        let mut learning = Learning::new(handle.clone());
+        // Kernel-chosen ports: random over 32768-60999.
+        let mut x: u32 = 2_463_534_242;
+        let records: Vec<FlowRecord> = (0..24)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                let sport = 32_768 + u16::try_from(x % 28_232).unwrap_or(0);
+                let tuple = FlowTuple::new(
+                    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+                    sport,
+                    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+                    5201,
+                )
+                .expect("tuple");
+                record(sport, 5201, device.landing(&tuple).queue)
+            })
+            .collect();
+        let row = learning.observe(&published, &records[..10]);
+        assert_eq!(row.landings, 10);
+        assert!(learning.served.is_none(), "too few landings to serve");
+        let row = learning.observe(&published, &records);
+        assert_eq!(row.landings, 24, "each flow is taken once");
+        assert!(!row.candidate_agrees);
+        let mut description = published.description.clone();
+        let mut source = KeySource::Reported;
+        handle.applied(&mut description, &mut source);
+        assert_eq!(source, KeySource::Learned);
+        assert_ne!(description.key, published.description.key);
+        assert!(
+            row.covered
+                .iter()
+                .any(|c| c.contains("10.0.0.2:5201 (source ports from 32768)")),
+            "{row:?}"
+        );
+    }
+
+    #[test]
+    fn all_landings_on_one_queue_teach_nothing() {
+        let published = served(&embedded_default().key);
+        let handle = LearnedKey::default();
+        let mut learning = Learning::new(handle.clone());
+        let records: Vec<FlowRecord> = (0..30u16)
+            .map(|i| record(40_000 + i * 7, 5201, 0))
+            .collect();
+        let row = learning.observe(&published, &records);
+        assert!(row.note.contains("RSS looks off"), "{row:?}");
+        let mut description = published.description.clone();
+        let mut source = KeySource::Reported;
+        handle.applied(&mut description, &mut source);
+        assert_eq!(source, KeySource::Reported);
+    }
+}

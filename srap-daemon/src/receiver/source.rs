@@ -51,7 +51,7 @@ impl LearnedKey {
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = learned;
     }
 
-    fn applied(&self, description: &mut RssDescription, source: &mut KeySource) {
+    pub(super) fn applied(&self, description: &mut RssDescription, source: &mut KeySource) {
         let learned = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((candidate, key)) = learned.as_ref()
             && *candidate == description.key
