@@ -294,16 +294,18 @@ fn iperf3_result(guest: &mut Guest, port: u16) -> anyhow::Result<Vec<u16>> {
     truth::iperf3_accepted_ports(&guest.run(&format!("cat {file}"))?)
 }
 
-/// Polls `check` in the guest until it succeeds (up to 20 s).
+/// Polls `check` in the guest until it succeeds (up to 60 s: a debug
+/// build's receiver agent loads its eBPF programs slowly under software
+/// emulation on a busy machine).
 fn wait_in_guest(guest: &mut Guest, check: &str, what: &str) -> anyhow::Result<()> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
         let (code, _) = guest.shell().status(check, super::guest::COMMAND_TIMEOUT)?;
         if code == 0 {
             return Ok(());
         }
         if interrupted() || std::time::Instant::now() > deadline {
-            bail!("{what} did not come up within 20 s");
+            bail!("{what} did not come up within 60 s");
         }
         std::thread::sleep(Duration::from_millis(200));
     }

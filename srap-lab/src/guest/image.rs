@@ -312,7 +312,11 @@ fn write_cpio(tree: &Path, out: &Path) -> anyhow::Result<()> {
     let mut cpio = Command::new("sh");
     cpio.args(["-c", "find . | LC_ALL=C sort | cpio --quiet -o -H newc"])
         .current_dir(tree);
-    output_into(&mut cpio, &partial, "cpio (`cargo xtask setup` installs it)")?;
+    output_into(
+        &mut cpio,
+        &partial,
+        "cpio (`cargo xtask setup` installs it)",
+    )?;
     fs::rename(&partial, out)?;
     Ok(())
 }
