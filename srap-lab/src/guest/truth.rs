@@ -177,7 +177,10 @@ pub fn parse_ethtool_x(text: &str) -> anyhow::Result<RssDescription> {
 pub fn device_key(guest: &mut Guest, ethtool: &RssDescription) -> anyhow::Result<String> {
     match (guest.shape.nic, guest.kernel) {
         (GuestNic::Igb, _) => {
-            let key = guest.run("cat /proc/sys/net/core/netdev_rss_key")?;
+            // A guest that hides the sysctl kept a copy in /run.
+            let key = guest.run(
+                "cat /run/netdev_rss_key 2>/dev/null || cat /proc/sys/net/core/netdev_rss_key",
+            )?;
             Ok(key.trim().split(':').take(40).collect::<Vec<_>>().join(":"))
         }
         (GuestNic::Virtio, GuestKernel::V6_12) => {
