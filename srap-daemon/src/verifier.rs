@@ -18,6 +18,7 @@ use std::{
     fmt,
     net::{IpAddr, SocketAddr},
     path::{Path, PathBuf},
+    time::Duration,
 };
 
 use aya::{
@@ -199,6 +200,11 @@ pub struct Verifier {
     sockets: Option<SocketView>,
     /// What the verifier runs without, and what that costs.
     limits: Vec<VerifierLimit>,
+    /// Records idle (tc, XDP) or closed (socket hook) for longer than this
+    /// are deleted at the next read ([`Verifier::forget_after`]).
+    forget_after: Option<Duration>,
+    /// Records in the map at the last read, stale ones included.
+    held: usize,
 }
 
 /// Something the verifier runs without, and what that costs: said in the
@@ -286,6 +292,8 @@ impl Verifier {
                         queues: QueueReading::of(hook, driver.as_deref()),
                         sockets,
                         limits,
+                        forget_after: None,
+                        held: 0,
                     });
                 }
                 Err(AttachFailure::Fatal(err)) => return Err(err),
@@ -316,24 +324,123 @@ impl Verifier {
         &self.limits
     }
 
+    /// Forget what no view shows any more: from the next read on, records
+    /// of flows idle (tc, XDP) or closed (socket hook) for longer than
+    /// `after` are deleted from the map. Every read walks the whole map, two
+    /// system calls a record, and a map filled by a host's many short
+    /// connections (65 536 records) made each sample cost ~130 000 calls
+    /// for flows long gone. A tc or XDP record comes back with the flow's
+    /// next packet; a socket record is only forgotten once its connection
+    /// closed, since its queue and CPU are known from the handshake alone.
+    pub fn forget_after(&mut self, after: Duration) {
+        self.forget_after = Some(after);
+    }
+
+    /// Records in the verifier's map at the last read (stale ones
+    /// included), of [`srap_common::verifier::FLOWS_MAX_ENTRIES`]: a full
+    /// map evicts flows.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
     /// Every flow recorded so far, sorted by (src, dst).
     pub fn flows(&self) -> Result<Vec<FlowRecord>, VerifierError> {
-        if let Some(sockets) = &self.sockets {
-            return self.socket_flows(sockets);
-        }
-        let map = self
-            .ebpf
-            .map(FLOWS_MAP)
-            .ok_or(VerifierError::Missing("flow map"))?;
-        let map = BpfHashMap::<_, FlowKey, FlowStats>::try_from(map)?;
+        self.read(monotonic_ns(), |_| false)
+            .map(|read| read.records)
+    }
+
+    /// [`Verifier::flows`], less the records [`Verifier::forget_after`]
+    /// calls stale, which are deleted from the map: what an agent sampling
+    /// forever calls.
+    pub fn sample(&mut self) -> Result<Vec<FlowRecord>, VerifierError> {
+        let now_ns = monotonic_ns();
+        let Some(after) = self.forget_after else {
+            return self.flows();
+        };
+        let cutoff = now_ns.saturating_sub(u64::try_from(after.as_nanos()).unwrap_or(u64::MAX));
+        let read = self.read(now_ns, |last_ns| last_ns < cutoff)?;
+        self.held = read.held;
+        self.forget(&read.stale);
+        Ok(read.records)
+    }
+
+    /// The records, sorted, and the keys of those `stale` calls stale by
+    /// the time of their flow's last packet (tc, XDP) or close (socket
+    /// hook; 0 while open: never stale), left out of the records.
+    fn read(&self, now_ns: u64, stale: impl Fn(u64) -> bool) -> Result<MapRead, VerifierError> {
+        let mut forget = Vec::new();
+        let held;
+        let mut records = if self.sockets.is_some() {
+            let mut flows = self.walk::<SockFlow>(SOCK_FLOWS_MAP)?;
+            held = flows.len();
+            flows.retain(|key, flow| {
+                let keep = flow.closed_ns == 0 || !stale(flow.closed_ns);
+                if !keep {
+                    forget.push(*key);
+                }
+                keep
+            });
+            self.socket_flows(flows, now_ns)?
+        } else {
+            let mut flows = self.walk::<FlowStats>(FLOWS_MAP)?;
+            held = flows.len();
+            flows.retain(|key, stats| {
+                let keep = !stale(stats.last_seen_ns);
+                if !keep {
+                    forget.push(*key);
+                }
+                keep
+            });
+            self.packet_flows(flows)
+        };
+        records.sort_by_key(|record| (record.src, record.dst));
+        Ok(MapRead {
+            records,
+            stale: forget,
+            held,
+        })
+    }
+
+    /// Every record of map `name`.
+    fn walk<V: aya::Pod>(&self, name: &'static str) -> Result<HashMap<FlowKey, V>, VerifierError> {
+        let map = self.ebpf.map(name).ok_or(VerifierError::Missing(name))?;
+        let map = BpfHashMap::<_, FlowKey, V>::try_from(map)?;
         // An LRU map can evict while we walk it, which restarts the walk:
         // collect into a map so a flow seen twice is reported once.
         let mut flows = HashMap::new();
         for entry in map.iter() {
-            let (key, stats) = entry?;
-            flows.insert(key, stats);
+            let (key, value) = entry?;
+            flows.insert(key, value);
         }
-        let mut records: Vec<_> = flows
+        Ok(flows)
+    }
+
+    /// Deletes `keys` from the map the hook records in (after the walk:
+    /// deleting during it would restart it).
+    fn forget(&mut self, keys: &[FlowKey]) {
+        let name = if self.sockets.is_some() {
+            SOCK_FLOWS_MAP
+        } else {
+            FLOWS_MAP
+        };
+        let Some(map) = self.ebpf.map_mut(name) else {
+            return;
+        };
+        let result = if self.sockets.is_some() {
+            BpfHashMap::<_, FlowKey, SockFlow>::try_from(map)
+                .map(|mut map| remove_all(&mut map, keys))
+        } else {
+            BpfHashMap::<_, FlowKey, FlowStats>::try_from(map)
+                .map(|mut map| remove_all(&mut map, keys))
+        };
+        if let Err(err) = result {
+            debug!(%err, "forgetting stale flow records");
+        }
+    }
+
+    /// The packet hooks' records as flows.
+    fn packet_flows(&self, flows: HashMap<FlowKey, FlowStats>) -> Vec<FlowRecord> {
+        flows
             .into_iter()
             .filter_map(|(key, mut stats)| {
                 stats.rx_queue = self.queues.queue(stats.rx_queue);
@@ -344,9 +451,32 @@ impl Verifier {
                     stats,
                 })
             })
-            .collect();
-        records.sort_by_key(|record| (record.src, record.dst));
-        Ok(records)
+            .collect()
+    }
+}
+
+/// One walk of the verifier's map.
+struct MapRead {
+    /// The flows, sorted by (src, dst), less the stale ones.
+    records: Vec<FlowRecord>,
+    /// Keys of the stale records.
+    stale: Vec<FlowKey>,
+    /// Records in the map, stale ones included.
+    held: usize,
+}
+
+/// Removes `keys`; one already gone (closed and evicted meanwhile) is as
+/// good as removed.
+fn remove_all<V: aya::Pod>(
+    map: &mut BpfHashMap<&mut aya::maps::MapData, FlowKey, V>,
+    keys: &[FlowKey],
+) {
+    for key in keys {
+        if let Err(err) = map.remove(key)
+            && !matches!(err, MapError::KeyNotFound)
+        {
+            debug!(%err, "forgetting a stale flow record");
+        }
     }
 }
 
@@ -355,22 +485,18 @@ impl Verifier {
     /// connections. A connection still open takes its counters from
     /// `tcp_info`; a closed one from what the program stored at close. Only
     /// connections to an address of the interface are this verifier's.
-    fn socket_flows(&self, sockets: &SocketView) -> Result<Vec<FlowRecord>, VerifierError> {
-        let map = self
-            .ebpf
-            .map(SOCK_FLOWS_MAP)
-            .ok_or(VerifierError::Missing("socket flow map"))?;
-        let map = BpfHashMap::<_, FlowKey, SockFlow>::try_from(map)?;
-        let mut flows = HashMap::new();
-        for entry in map.iter() {
-            let (key, flow) = entry?;
-            flows.insert(key, flow);
-        }
+    fn socket_flows(
+        &self,
+        flows: HashMap<FlowKey, SockFlow>,
+        now_ns: u64,
+    ) -> Result<Vec<FlowRecord>, VerifierError> {
+        let Some(sockets) = &self.sockets else {
+            return Ok(Vec::new());
+        };
         let live = match &sockets.diag {
             Some(diag) => Some(diag.tcp_connections().map_err(VerifierError::Diag)?),
             None => None,
         };
-        let now_ns = monotonic_ns();
         let mut records: Vec<_> = flows
             .into_iter()
             .filter_map(|(key, flow)| {

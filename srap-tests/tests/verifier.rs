@@ -329,3 +329,122 @@ fn socket_hook_agrees_with_tc_ipv6() {
     }
     assert_socket_hook_agrees_with_tc(true, 63);
 }
+
+/// What an agent sampling for days keeps in its map: records of flows that
+/// closed (socket hook) or went idle (tc) longer ago than `forget_after`
+/// are deleted at the next sample, so a host's many short connections do
+/// not fill the map and make every sample walk them; a connection still
+/// open keeps its record on the socket hook (its queue and CPU are known
+/// from the handshake only), and comes back on tc with its next packet.
+#[test]
+fn samples_forget_closed_and_idle_flows_and_keep_open_ones() {
+    if !require_privileged("samples_forget_closed_and_idle_flows_and_keep_open_ones") {
+        return;
+    }
+    const SHORT: usize = 20;
+    let forget_after = Duration::from_millis(600);
+    let hosts = TwoHosts::new(VethConfig {
+        tx_queues: QUEUES,
+        rx_queues: QUEUES,
+        subnet: 64,
+    })
+    .expect("two namespaces joined by a veth");
+    let server = SocketAddr::new(hosts.receiver_end.ip(false), PORT);
+    let inside = hosts.receiver.enter().expect("enter receiver namespace");
+    let mut verifiers: Vec<Verifier> = [HookChoice::Only(Hook::TcxIngress), HookChoice::Sock]
+        .into_iter()
+        .map(|choice| {
+            let mut verifier =
+                Verifier::attach(&hosts.receiver_end.ifname, choice).expect("attach verifier");
+            verifier.forget_after(forget_after);
+            verifier
+        })
+        .collect();
+    let listener = TcpListener::bind(server).expect("listen in receiver namespace");
+
+    // Short connections that close, then one that stays open, idle.
+    let closed: Vec<SocketAddr> = thread::scope(|scope| {
+        let client = scope.spawn(|| {
+            hosts
+                .sender
+                .run(|| (0..SHORT).map(|_| send(server)).collect())
+                .expect("enter sender namespace")
+        });
+        for _ in 0..SHORT {
+            assert_eq!(receive(&listener), PAYLOAD);
+        }
+        client
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    });
+    let (mut open, open_addr) = hosts
+        .sender
+        .run(|| {
+            let mut stream = TcpStream::connect_timeout(&server, TIMEOUT).expect("connect");
+            stream.write_all(b"hello").expect("send");
+            let local = stream.local_addr().expect("getsockname");
+            (stream, local)
+        })
+        .expect("enter sender namespace");
+    let (mut accepted, _) = listener.accept().expect("accept the open connection");
+    let mut hello = [0u8; 5];
+    accepted.read_exact(&mut hello).expect("read hello");
+
+    let sources = |verifier: &mut Verifier| -> Vec<SocketAddr> {
+        let flows = verifier.sample().expect("sample");
+        flows
+            .iter()
+            .filter(|f| f.dst == server)
+            .map(|f| f.src)
+            .collect()
+    };
+    for verifier in &mut verifiers {
+        let seen = sources(verifier);
+        for addr in closed.iter().chain([&open_addr]) {
+            assert!(
+                seen.contains(addr),
+                "{}: {addr} recorded: {seen:?}",
+                verifier.hook()
+            );
+        }
+    }
+
+    thread::sleep(forget_after * 2);
+    for verifier in &mut verifiers {
+        // This sample forgets; the next one shows what is left.
+        let _ = sources(verifier);
+        let held = verifier.held();
+        // `flows()` forgets nothing and shows closed records too: what it
+        // shows is what the map holds (other namespaces' flows, recorded by
+        // the same cgroup hook, are left out of both).
+        let kept: Vec<SocketAddr> = verifier
+            .flows()
+            .expect("read")
+            .iter()
+            .filter(|f| f.dst == server)
+            .map(|f| f.src)
+            .collect();
+        assert!(
+            held > SHORT,
+            "{}: the forgetting sample saw them all",
+            verifier.hook()
+        );
+        match verifier.hook() {
+            Hook::SockOps => assert_eq!(kept, [open_addr], "only the open connection stays"),
+            hook => assert!(kept.is_empty(), "{hook}: idle flows deleted: {kept:?}"),
+        }
+    }
+
+    // The open connection speaks again: tc records it anew.
+    open.write_all(b"again").expect("send again");
+    accepted.read_exact(&mut hello).expect("read again");
+    let tc = &mut verifiers[0];
+    assert_eq!(tc.hook(), Hook::TcxIngress);
+    assert_eq!(
+        sources(tc),
+        [open_addr],
+        "tc records the flow with its next packet"
+    );
+    drop(verifiers);
+    drop(inside);
+}

@@ -84,9 +84,13 @@ impl Monitor {
         interval: Duration,
         learned: LearnedKey,
     ) -> (Self, watch::Receiver<Arc<Status>>) {
+        let tracking = TrackerConfig::default();
         let (verifier, state) = if let Some(hook) = verify {
             match Verifier::attach_in(iface, hook, cgroup) {
-                Ok(verifier) => {
+                Ok(mut verifier) => {
+                    // Idle flows leave every view after `idle_after`; their
+                    // records only cost the walk from then on.
+                    verifier.forget_after(tracking.idle_after * 2);
                     let hook = verifier.hook().to_string();
                     info!(iface, %hook, "verifying where flows land");
                     let limits = verifier
@@ -148,7 +152,7 @@ impl Monitor {
                 verifier,
                 state,
                 read_error: None,
-                tracker: Tracker::new(TrackerConfig::default()),
+                tracker: Tracker::new(tracking),
                 model: None,
                 judge: AgreementJudge::default(),
                 receive_cpu: ReceiveCpu::Observed,
@@ -170,8 +174,8 @@ impl Monitor {
 
     /// Takes one sample and publishes it.
     pub fn sample(&mut self, server: &Server, published: &Published) {
-        let records = match &self.verifier {
-            Some(verifier) => match tokio::task::block_in_place(|| verifier.flows()) {
+        let records = match &mut self.verifier {
+            Some(verifier) => match tokio::task::block_in_place(|| verifier.sample()) {
                 Ok(records) => {
                     if self.read_error.take().is_some() {
                         info!("reading the verifier's flows works again");
