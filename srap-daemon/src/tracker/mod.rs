@@ -6,7 +6,8 @@
 //! Rules:
 //! * a flow is *active* while its last packet is at most `idle_after` old
 //!   (the verifier stamps packets with `bpf_ktime_get_ns`, CLOCK_MONOTONIC);
-//!   idle flows stay in the verifier's LRU map but leave every view;
+//!   idle flows leave every view (the receiver's verifier deletes their
+//!   records after twice that; a flow that speaks again is met anew);
 //! * a flow's rate is its byte delta over the sample interval; its rate CoV
 //!   is σ/μ of its last `history` rates;
 //! * queue and CPU counters add each flow's deltas to where its last packet
