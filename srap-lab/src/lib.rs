@@ -198,17 +198,19 @@ pub fn workload_words(args: &LabArgs, flows: usize) -> Vec<String> {
         .collect()
 }
 
-/// Set by SIGINT and SIGTERM once [`run`] registered for them.
+/// Set by SIGINT, SIGTERM and SIGHUP once [`run`] registered for them.
 static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
 
-/// True once Ctrl-C (or SIGTERM) arrived: every wait in the lab checks it,
-/// so the drop guards tear everything down.
+/// True once Ctrl-C, SIGTERM or SIGHUP (the terminal or SSH session closed)
+/// arrived: every wait in the lab checks it, so the drop guards tear
+/// everything down.
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
 }
 
 pub fn run(args: &LabArgs) -> anyhow::Result<()> {
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    for signal in [SIGINT, SIGTERM, SIGHUP] {
         signal_hook::flag::register(signal, Arc::clone(&INTERRUPTED))
             .with_context(|| format!("handling signal {signal}"))?;
     }
