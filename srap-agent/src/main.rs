@@ -42,9 +42,10 @@ enum Command {
         duration: Option<u64>,
     },
     /// Steer the connections of workloads in a cgroup (`srap exec`) so each
-    /// lands on its own receiver CPU: fills the binder's maps, reserves its
-    /// ports, attaches and pins it, then reports its counters until stopped
-    /// (steering goes on after the agent exits).
+    /// lands on its own receiver CPU: fills the binder's maps, attaches and
+    /// pins it, then reports its counters until stopped (steering goes on
+    /// after the agent exits). Ports are chosen by 4-tuple among the whole
+    /// port range and shared across destinations; none is reserved.
     Sender(SenderArgs),
     /// Remove everything `srap-agent sender` attached, pinned or reserved.
     Detach(DetachArgs),

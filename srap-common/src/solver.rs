@@ -8,6 +8,11 @@
 //! indirection table has 2^k entries the index is the low k bits of the hash:
 //! the ports of one entry are then a coset of the kernel of a k×16 binary map,
 //! enumerated directly. Other table sizes take a table-driven scan.
+//!
+//! A coset's ports are also enumerated *in order* ([`PortSpan`]): with the
+//! kernel's basis in reduced echelon form and the coset's least port as its
+//! representative, the `j`-th port is an increasing function of `j`, so the
+//! ports of any port range are one run of `j` — what the binder's hook walks.
 
 use std::{collections::BTreeMap, fmt, str::FromStr};
 
@@ -255,12 +260,22 @@ pub struct IndexMap {
     /// Echelon basis of L's image: (value, the ports' XOR that produces it),
     /// indexed by the value's leading bit.
     pivots: [Option<(u32, u16)>; 32],
-    /// Basis of L's kernel: ports that do not move the index.
-    kernel: Vec<u16>,
+    /// L's kernel: ports that do not move the index.
+    kernel: PortSpan,
 }
 
 impl IndexMap {
     pub fn new(port_hash: &PortHash, bits: u32) -> Self {
+        let columns = std::array::from_fn(|bit| port_hash.column(bit as u32));
+        Self::from_columns(columns, port_hash.base(), bits)
+    }
+
+    /// The map whose port bit `i` flips the index bits `columns[i]`, with
+    /// index `base` at port 0, kept to its low `bits` bits. Any linear
+    /// constraints on one port stack into one map: a second NIC's index
+    /// bits shifted above the first's make the joint map, whose cosets are
+    /// the ports that satisfy both.
+    pub fn from_columns(columns: [u32; 16], base: u32, bits: u32) -> Self {
         let mask = if bits >= 32 {
             u32::MAX
         } else {
@@ -268,19 +283,21 @@ impl IndexMap {
         };
         let mut map = Self {
             mask,
-            base: port_hash.base() & mask,
+            base: base & mask,
             pivots: [None; 32],
-            kernel: Vec::new(),
+            kernel: PortSpan::default(),
         };
-        for bit in 0..16 {
-            let (mut value, mut ports) = (port_hash.column(bit) & mask, 1u16 << bit);
+        let mut kernel = Vec::new();
+        for (bit, column) in columns.iter().enumerate() {
+            let (mut value, mut ports) = (column & mask, 1u16 << bit);
             map.reduce(&mut value, &mut ports);
             if value == 0 {
-                map.kernel.push(ports);
+                kernel.push(ports);
             } else {
                 map.pivots[value.ilog2() as usize] = Some((value, ports));
             }
         }
+        map.kernel = PortSpan::new(&kernel);
         map
     }
 
@@ -296,9 +313,20 @@ impl IndexMap {
         }
     }
 
-    /// Number of entries each reachable index is selected by (2^(16 − rank)).
+    /// Number of ports that select each reachable index (2^(16 − rank)).
     pub fn ports_per_index(&self) -> usize {
-        1 << self.kernel.len()
+        self.kernel.len() as usize
+    }
+
+    /// The ports that leave the index unchanged: every coset is its least
+    /// port XOR this span.
+    pub fn kernel(&self) -> &PortSpan {
+        &self.kernel
+    }
+
+    /// The least port that selects `index`, if any does.
+    pub fn least_port(&self, index: u32) -> Option<u16> {
+        self.solve(index).map(|port| self.kernel.reduce(port))
     }
 
     /// One port that selects `index`, if any does.
@@ -321,10 +349,103 @@ impl IndexMap {
         let mut ports = Vec::with_capacity(count);
         ports.push(port);
         for step in 1..count {
-            port ^= self.kernel[step.trailing_zeros() as usize];
+            port ^= self.kernel.basis[step.trailing_zeros() as usize];
             ports.push(port);
         }
         ports
+    }
+}
+
+/// The ports reachable by XOR from a set of ports (a subspace of GF(2)^16),
+/// kept as a basis in reduced echelon form, leading bits ascending. Then
+/// [`PortSpan::at`] is increasing in `j`: two indexes first differ in some
+/// bit `i`, the ports then first differ in basis vector `i`'s leading bit
+/// (no other vector has that bit, and the ones below it are all lower), and
+/// the larger index has it set. So `least ⊕ at(j)`, with `least` the
+/// coset's least port ([`PortSpan::reduce`]), lists a coset in ascending
+/// order, and a port range is one run of `j` ([`PortSpan::within`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortSpan {
+    basis: Vec<u16>,
+}
+
+impl PortSpan {
+    /// The span of `vectors` (dependent ones and zeros are dropped).
+    pub fn new(vectors: &[u16]) -> Self {
+        let mut basis: Vec<u16> = Vec::new();
+        for &vector in vectors {
+            let reduced = basis.iter().fold(vector, |v, &b| v.min(v ^ b));
+            if reduced != 0 {
+                // Clear the new leading bit from the others, keeping the
+                // basis reduced.
+                let lead = 1u16 << reduced.ilog2();
+                for b in &mut basis {
+                    if *b & lead != 0 {
+                        *b ^= reduced;
+                    }
+                }
+                basis.push(reduced);
+                basis.sort_unstable();
+            }
+        }
+        Self { basis }
+    }
+
+    /// Ports in the span: 2^dimension.
+    pub fn len(&self) -> u32 {
+        1 << self.basis.len()
+    }
+
+    /// Never: the span always holds port 0.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The `j`-th port of the span (`j` below [`PortSpan::len`]), ascending.
+    pub fn at(&self, j: u32) -> u16 {
+        self.basis
+            .iter()
+            .enumerate()
+            .filter(|(bit, _)| j & (1 << bit) != 0)
+            .fold(0, |port, (_, b)| port ^ b)
+    }
+
+    /// [`PortSpan::at`] as two byte tables, `low[j & 0xff] ^ high[j >> 8]`:
+    /// what the hook computes it with.
+    pub fn byte_tables(&self) -> ([u16; 256], [u16; 256]) {
+        let table = |shift: u32| std::array::from_fn(|byte| self.at((byte as u32) << shift));
+        (table(0), table(8))
+    }
+
+    /// The least port of `port`'s coset: `port` with every leading bit of
+    /// the basis cleared.
+    pub fn reduce(&self, port: u16) -> u16 {
+        self.basis.iter().fold(port, |p, &b| p.min(p ^ b))
+    }
+
+    /// The run of `j` whose ports `least ⊕ at(j)` lie in `range`: its first
+    /// `j` and its length (0: none do). `least` must be reduced.
+    pub fn within(&self, least: u16, range: PortRange) -> (u32, u32) {
+        let port = |j: u32| least ^ self.at(j);
+        // The first j whose port is at least `bound` (len() if none).
+        let first_at_least = |bound: u16| {
+            let (mut lo, mut hi) = (0u32, self.len());
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if port(mid) < bound {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        };
+        let first = first_at_least(range.start());
+        let end = match range.end().checked_add(1) {
+            Some(after) => first_at_least(after),
+            None => self.len(),
+        };
+        (first, end.saturating_sub(first))
     }
 }
 
@@ -357,7 +478,50 @@ mod tests {
     }
 
     #[test]
-    fn every_port_of_the_default_receiver_is_placed_once() {
+    fn a_span_lists_each_coset_in_order_and_a_range_is_one_run() {
+        let span = PortSpan::new(&[0b1011_0000_0000_0101, 0b0000_0001_0010_0000, 0x4400, 0x4400]);
+        assert_eq!(span.len(), 8, "the repeated vector adds nothing");
+        let least = span.reduce(0x1234);
+        let coset: Vec<u16> = (0..span.len()).map(|j| least ^ span.at(j)).collect();
+        assert!(coset.windows(2).all(|w| w[0] < w[1]), "{coset:x?}");
+        assert_eq!(coset[0], least);
+        let mut members: Vec<u16> = (0..8u32)
+            .map(|bits| {
+                [0b1011_0000_0000_0101u16, 0b0000_0001_0010_0000, 0x4400]
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| bits & (1 << i) != 0)
+                    .fold(0x1234u16, |p, (_, v)| p ^ v)
+            })
+            .collect();
+        members.sort_unstable();
+        assert_eq!(coset, members, "the same ports as the XORs of the vectors");
+        let (low, high) = span.byte_tables();
+        for j in 0..span.len() {
+            assert_eq!(
+                low[(j & 0xff) as usize] ^ high[(j >> 8) as usize],
+                span.at(j)
+            );
+        }
+        for (start, end) in [
+            (0u16, 65535u16),
+            (coset[2], coset[5]),
+            (coset[3] + 1, coset[3] + 1),
+        ] {
+            let range = PortRange::new(start.max(1), end).unwrap();
+            let (first, count) = span.within(least, range);
+            let inside: Vec<u16> = coset
+                .iter()
+                .copied()
+                .filter(|p| range.contains(*p))
+                .collect();
+            let run: Vec<u16> = (first..first + count).map(|j| least ^ span.at(j)).collect();
+            assert_eq!(run, inside, "{range}");
+        }
+    }
+
+    /// The embedded default receiver and a flow toward it on port 5201.
+    fn default_receiver() -> (RssModel, FlowTuple) {
         let model = RssModel::from_description(&embedded_default()).unwrap();
         let flow = FlowTuple::new(
             "10.0.0.1".parse().unwrap(),
@@ -366,6 +530,34 @@ mod tests {
             5201,
         )
         .unwrap();
+        (model, flow)
+    }
+
+    #[test]
+    fn least_ports_enumerate_every_coset_of_the_default_receiver() {
+        let (model, flow) = default_receiver();
+        let map = PortSolver::new(&model, &flow).linear_map().unwrap();
+        let span = map.kernel();
+        assert_eq!(span.len() as usize, map.ports_per_index());
+        for index in 0..model.indir().len() as u32 {
+            let least = map.least_port(index).unwrap();
+            let mut listed: Vec<u16> = (0..span.len()).map(|j| least ^ span.at(j)).collect();
+            assert!(listed.windows(2).all(|w| w[0] < w[1]));
+            listed.sort_unstable();
+            assert_eq!(
+                listed,
+                map.ports_for(index)
+                    .into_iter()
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn every_port_of_the_default_receiver_is_placed_once() {
+        let (model, flow) = default_receiver();
         let solver = PortSolver::new(&model, &flow);
         let by_index = solver.ports_by_index();
         assert_eq!(by_index.iter().map(Vec::len).sum::<usize>(), 1 << 16);

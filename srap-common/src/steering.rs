@@ -10,10 +10,7 @@ use std::{
 use thiserror::Error;
 
 use crate::{
-    binder::{
-        ENTRIES_PER_SLOT, LayoutRow, MAX_SLOTS, MAX_VALUES, PORTS_PER_VALUE, SlotEntries, TableRow,
-        ValuePorts,
-    },
+    binder::{CosetRow, LISTED_PORTS_PER_SLOT, LayoutRow, MAX_SLOTS, SlotRow, TableRow, slot_turn},
     family::Family,
     rss::{FlowTuple, InputXfrm, RssModel, TupleError},
     solver::{IndexMap, PortHash, PortRange, PortSolver},
@@ -51,9 +48,11 @@ pub struct LayoutPlan {
     /// The map row, without its pool offsets (the plan assigns those).
     pub layout: LayoutRow,
     /// One per slot; `slots[s].cpu` is the receiver CPU of slot `s`.
-    pub slots: Vec<SlotEntries>,
-    /// Indexed by value; values past the end have no ports.
-    pub values: Vec<ValuePorts>,
+    pub slots: Vec<SlotRow>,
+    /// Every slot's entries, slot after slot.
+    pub entries: Vec<u32>,
+    /// Indexed by value.
+    pub cosets: Vec<CosetRow>,
     /// Receiver CPUs beyond [`MAX_SLOTS`] that were left out.
     pub cpus_left_out: usize,
 }
@@ -94,8 +93,8 @@ fn nonlinear_reason(model: &RssModel) -> Option<String> {
             "its indirection table has {} entries, not a power of two",
             model.indir().len()
         )),
-        Some(bits) if (1u32 << bits) > MAX_VALUES => Some(format!(
-            "its indirection table has {} entries; SRAP's any-port tables hold {MAX_VALUES}",
+        Some(bits) if bits > 16 => Some(format!(
+            "its indirection table has {} entries; a port has 16 bits",
             model.indir().len()
         )),
         Some(_) if model.xfrm() == InputXfrm::SymOrXor => {
@@ -129,80 +128,136 @@ impl LayoutPlan {
         }
         let any = unspecified_like(family_of);
         let template = FlowTuple::new(any, 0, any, 0)?;
-        let bits = model.index_bits().unwrap_or(0);
-        let mask = (1u32 << bits) - 1;
         let sport = PortHash::new(model, &template);
         let dport = PortHash::from_fn(|port| model.hash(&template.with_dport(port)));
-        let index_map = IndexMap::new(&sport, bits);
-        let values = (0..=mask)
-            .map(|value| {
-                let mut ports = index_map.ports_for(value ^ (sport.base() & mask));
-                ports.retain(|port| range.contains(*port));
-                ports.sort_unstable();
-                value_ports(&ports)
-            })
-            .collect::<Vec<_>>();
+        let mut plan = Self::linear(model, &sport, range, Scope::AnyPort);
+        let mask = plan.layout.values - 1;
         let (low, high) = dport.byte_tables();
-        let (slots, cpus_left_out) = slots_by_cpu(model, |cpu| {
+        // Masked to k ≤ 16 bits: fits a u16.
+        plan.layout.dport_low = low.map(|v| (v & mask) as u16);
+        plan.layout.dport_high = high.map(|v| (v & mask) as u16);
+        Ok(Some(plan))
+    }
+
+    /// The layout of an index affine in the source port, `sport` (with a
+    /// power-of-two table): the slots' entries, and for each value of the
+    /// port's part its coset, least port first, cut to `range`.
+    fn linear(model: &RssModel, sport: &PortHash, range: PortRange, scope: Scope) -> Self {
+        let bits = model.index_bits().unwrap_or(0);
+        let map = IndexMap::new(sport, bits);
+        let span = map.kernel();
+        let mask = (1u32 << bits) - 1;
+        let cosets = (0..=mask)
+            .map(
+                |value| match map.least_port(value ^ (sport.base() & mask)) {
+                    Some(least) => {
+                        let (first, count) = span.within(least, range);
+                        CosetRow {
+                            port0: u32::from(least),
+                            first,
+                            count,
+                        }
+                    }
+                    None => CosetRow::default(),
+                },
+            )
+            .collect();
+        let (slots, entries, cpus_left_out) = slots_by_cpu(model, |cpu| {
             (0..model.indir().len() as u32)
                 .filter(|entry| model.queue_cpu()[model.indir()[*entry as usize] as usize] == cpu)
                 .collect()
         });
+        let (span_low, span_high) = span.byte_tables();
         let layout = LayoutRow {
             slots: slots.len() as u32,
-            values: values.len() as u32,
-            // Masked to k ≤ 11 bits: fits a u16.
-            dport_low: low.map(|v| (v & mask) as u16),
-            dport_high: high.map(|v| (v & mask) as u16),
+            values: mask + 1,
+            span_low,
+            span_high,
             ..LayoutRow::default()
         };
-        Ok(Some(Self {
-            scope: Scope::AnyPort,
+        Self {
+            scope,
             layout,
             slots,
-            values,
+            entries,
+            cosets,
             cpus_left_out,
-        }))
+        }
     }
 
+    /// A layout for one destination port of a receiver whose index is not
+    /// linear in both ports, and the table `base` that goes with it. With a
+    /// power-of-two table the index is still affine in the source port;
+    /// otherwise the ports are listed, up to [`LISTED_PORTS_PER_SLOT`] per
+    /// slot, spread over the range.
     fn one_port(
         model: &RssModel,
         template: &FlowTuple,
         dport: u16,
         range: PortRange,
-    ) -> Result<Self, SteeringError> {
-        let by_cpu = PortSolver::new(model, &template.with_dport(dport)).ports_by_cpu(range);
+    ) -> Result<(Self, u32), SteeringError> {
+        let flow = template.with_dport(dport);
+        if let Some(bits) = model.index_bits() {
+            let sport = PortHash::new(model, &flow);
+            let plan = Self::linear(model, &sport, range, Scope::Port(dport));
+            if plan.cosets.iter().all(|c| c.count == 0) {
+                return Err(SteeringError::NoPorts { range });
+            }
+            return Ok((plan, sport.base() & ((1u32 << bits) - 1)));
+        }
+        let by_cpu = PortSolver::new(model, &flow).ports_by_cpu(range);
         if by_cpu.is_empty() {
             return Err(SteeringError::NoPorts { range });
         }
-        // Slot s has the single entry s, and value s lists its CPU's ports.
-        let mut next_slot = 0u32..;
-        let (slots, cpus_left_out) =
-            slots_by_cpu(model, |_| next_slot.next().into_iter().collect());
-        let values: Vec<_> = slots
-            .iter()
-            .map(|slot| value_ports(by_cpu.get(&slot.cpu).map_or(&[][..], Vec::as_slice)))
-            .collect();
+        // Value v is the v-th listed port, a coset of one; a slot's entries
+        // are the values of its ports.
+        let mut cosets = Vec::new();
+        let (slots, entries, cpus_left_out) = slots_by_cpu(model, |cpu| {
+            let ports = by_cpu.get(&cpu).map_or(&[][..], Vec::as_slice);
+            let step = ports.len().div_ceil(LISTED_PORTS_PER_SLOT).max(1);
+            ports
+                .iter()
+                .step_by(step)
+                .map(|port| {
+                    cosets.push(CosetRow {
+                        port0: u32::from(*port),
+                        first: 0,
+                        count: 1,
+                    });
+                    cosets.len() as u32 - 1
+                })
+                .collect()
+        });
         let layout = LayoutRow {
             slots: slots.len() as u32,
-            values: values.len() as u32,
+            values: cosets.len() as u32,
             ..LayoutRow::default()
         };
-        Ok(Self {
+        let plan = Self {
             scope: Scope::Port(dport),
             layout,
             slots,
-            values,
+            entries,
+            cosets,
             cpus_left_out,
-        })
+        };
+        Ok((plan, 0))
     }
 
-    /// Every source port the layout may bind: what to reserve.
-    pub fn ports(&self) -> BTreeSet<u16> {
-        self.values
-            .iter()
-            .flat_map(|v| v.ports[..v.count as usize].iter().copied())
-            .collect()
+    /// Source ports of the range the layout may bind (each port has one
+    /// value, so this counts every port of the range, or the listed ones).
+    pub fn port_count(&self) -> u64 {
+        self.cosets.iter().map(|c| u64::from(c.count)).sum()
+    }
+
+    /// The entries of slot `slot`.
+    pub fn entries_of(&self, slot: usize) -> &[u32] {
+        self.slots.get(slot).map_or(&[], |s| {
+            let first = s.first as usize;
+            self.entries
+                .get(first..first + s.count as usize)
+                .unwrap_or(&[])
+        })
     }
 }
 
@@ -235,7 +290,7 @@ impl TablePlan {
         dst: IpAddr,
     ) -> Result<Self, SteeringError> {
         let template = FlowTuple::new(src, 0, dst, 0)?;
-        let mask = layout.values.len().saturating_sub(1) as u32;
+        let mask = layout.layout.values.saturating_sub(1);
         let table = TableRow {
             base: model.hash(&template) & mask,
             ..source_words(src)
@@ -257,10 +312,13 @@ impl TablePlan {
         range: PortRange,
     ) -> Result<Self, SteeringError> {
         let template = FlowTuple::new(src, 0, dst, dport)?;
-        let layout = LayoutPlan::one_port(model, &template, dport, range)?;
+        let (layout, base) = LayoutPlan::one_port(model, &template, dport, range)?;
         Ok(Self {
             source: src,
-            table: source_words(src),
+            table: TableRow {
+                base,
+                ..source_words(src)
+            },
             layout: Arc::new(layout),
         })
     }
@@ -271,35 +329,36 @@ impl TablePlan {
     }
 
     /// The slots of the table's layout.
-    pub fn slots(&self) -> &[SlotEntries] {
+    pub fn slots(&self) -> &[SlotRow] {
         &self.layout.slots
     }
 
-    /// Every source port the table may bind.
-    pub fn ports(&self) -> BTreeSet<u16> {
-        self.layout.ports()
-    }
-
-    /// The port the hook binds for slot `slot`, its entry choice and port
-    /// choice, to `dport` — the hook's own steps, for tests and reports.
-    pub fn port_for(
-        &self,
-        slot: usize,
-        entry_choice: usize,
-        port_choice: usize,
-        dport: u16,
-    ) -> Option<u16> {
-        let entries = self.layout.slots.get(slot)?;
-        if entries.count == 0 {
+    /// The port the hook binds toward `dport` on `slot`'s `turn`-th visit:
+    /// the hook's own steps, for tests and reports.
+    pub fn port_for(&self, slot: usize, turn: u32, dport: u16) -> Option<u16> {
+        let entries = self.layout.entries_of(slot);
+        if entries.is_empty() {
             return None;
         }
-        let entry = entries.entries[entry_choice % entries.count as usize];
-        let value = self
-            .layout
-            .layout
-            .value_for(self.table.base, u32::from(entry), dport);
-        let value = self.layout.values.get(value as usize)?;
-        (value.count > 0).then(|| value.ports[port_choice % value.count as usize])
+        let (position, round) = slot_turn(turn, entries.len() as u32);
+        let entry = entries[position as usize];
+        let row = &self.layout.layout;
+        let value = row.value_for(self.table.base, entry, dport);
+        row.port_of(self.layout.cosets.get(value as usize)?, round)
+    }
+
+    /// Every port `slot`'s rotation visits toward `dport`, ascending.
+    pub fn slot_ports(&self, slot: usize, dport: u16) -> BTreeSet<u16> {
+        let row = &self.layout.layout;
+        self.layout
+            .entries_of(slot)
+            .iter()
+            .filter_map(|entry| {
+                let value = row.value_for(self.table.base, *entry, dport);
+                self.layout.cosets.get(value as usize)
+            })
+            .flat_map(|coset| (0..coset.count).filter_map(|round| row.port_of(coset, round)))
+            .collect()
     }
 }
 
@@ -316,39 +375,28 @@ fn source_words(src: IpAddr) -> TableRow {
     }
 }
 
-fn value_ports(ports: &[u16]) -> ValuePorts {
-    let mut value = ValuePorts::default();
-    for (slot, port) in value.ports.iter_mut().zip(ports) {
-        *slot = *port;
-    }
-    value.count = ports.len().min(PORTS_PER_VALUE) as u32;
-    value
-}
-
 /// One slot per reachable receiver CPU (ascending, at most [`MAX_SLOTS`]),
-/// with the entries `entries_of(cpu)` names.
+/// with the entries `entries_of(cpu)` names, laid out slot after slot.
 fn slots_by_cpu(
     model: &RssModel,
     mut entries_of: impl FnMut(u32) -> Vec<u32>,
-) -> (Vec<SlotEntries>, usize) {
+) -> (Vec<SlotRow>, Vec<u32>, usize) {
     let cpus = model.reachable_cpus();
     let left_out = cpus.len().saturating_sub(MAX_SLOTS as usize);
+    let mut entries = Vec::new();
     let slots = cpus
         .into_iter()
         .take(MAX_SLOTS as usize)
         .map(|cpu| {
-            let entries = entries_of(cpu);
-            let mut slot = SlotEntries {
+            let mine = entries_of(cpu);
+            let slot = SlotRow {
                 cpu,
-                count: entries.len().min(ENTRIES_PER_SLOT) as u32,
-                ..SlotEntries::default()
+                first: entries.len() as u32,
+                count: mine.len() as u32,
             };
-            for (dst, entry) in slot.entries.iter_mut().zip(entries) {
-                // Indirection tables have at most 65 536 entries.
-                *dst = entry as u16;
-            }
+            entries.extend(mine);
             slot
         })
         .collect();
-    (slots, left_out)
+    (slots, entries, left_out)
 }

@@ -1,12 +1,13 @@
 //! The binder's tables, walked the way the connect() hook walks them, put
 //! every flow on the CPU of the slot it was given — checked by hashing the
-//! resulting 4-tuple with the model, for random receivers and ports.
+//! resulting 4-tuple with the model, for random receivers and ports — and
+//! together cover every port of the range.
 
-use std::net::IpAddr;
+use std::{collections::BTreeSet, net::IpAddr};
 
 use proptest::prelude::*;
 use srap_common::{
-    binder::{ENTRIES_PER_SLOT, MAX_SLOTS, PORTS_PER_VALUE},
+    binder::{LISTED_PORTS_PER_SLOT, MAX_SLOTS},
     rss::{FieldsDescription, FlowTuple, RssDescription, RssModel, embedded_default},
     solver::PortRange,
     steering::{Scope, SteeringError, TablePlan},
@@ -45,35 +46,43 @@ fn addresses() -> impl Strategy<Value = (IpAddr, IpAddr)> {
     ]
 }
 
-/// Walks every slot, entry and port choice as the hook may, and checks each
-/// bound port lands on the slot's CPU for `dport`.
+/// Walks every slot's rotation as the hook does (a full round of every
+/// entry, and the ports each slot lists) and checks each bound port lands on
+/// the slot's CPU for `dport`; returns the ports seen.
 fn check_table(
     model: &RssModel,
     table: &TablePlan,
     src: IpAddr,
     dst: IpAddr,
     dport: u16,
-) -> Result<usize, TestCaseError> {
-    let mut checked = 0;
-    for (slot, entries) in table.slots().iter().enumerate() {
-        for entry_choice in 0..ENTRIES_PER_SLOT {
-            for port_choice in 0..PORTS_PER_VALUE {
-                if let Some(port) = table.port_for(slot, entry_choice, port_choice, dport) {
-                    let landing = model.landing(&FlowTuple::new(src, port, dst, dport).unwrap());
-                    prop_assert_eq!(
-                        landing.cpu,
-                        entries.cpu,
-                        "slot {} port {} dport {}",
-                        slot,
-                        port,
-                        dport
-                    );
-                    checked += 1;
-                }
+) -> Result<BTreeSet<u16>, TestCaseError> {
+    let lands_on = |port: u16, cpu: u32, slot: usize| -> Result<(), TestCaseError> {
+        let landing = model.landing(&FlowTuple::new(src, port, dst, dport).unwrap());
+        prop_assert_eq!(
+            landing.cpu,
+            cpu,
+            "slot {} port {} dport {}",
+            slot,
+            port,
+            dport
+        );
+        Ok(())
+    };
+    let mut seen = BTreeSet::new();
+    for (slot, row) in table.slots().iter().enumerate() {
+        // The hook's first turns: each entry once, then the next round.
+        for turn in 0..2 * row.count {
+            if let Some(port) = table.port_for(slot, turn, dport) {
+                lands_on(port, row.cpu, slot)?;
+                prop_assert!(PortRange::DEFAULT.contains(port));
             }
         }
+        for port in table.slot_ports(slot, dport) {
+            lands_on(port, row.cpu, slot)?;
+            prop_assert!(seen.insert(port), "port {} in two slots", port);
+        }
     }
-    Ok(checked)
+    Ok(seen)
 }
 
 proptest! {
@@ -89,14 +98,17 @@ proptest! {
             Ok(table) => {
                 prop_assert_eq!(table.scope(), Scope::AnyPort);
                 prop_assert_eq!(table.slots().len(), model.reachable_cpus().len().min(MAX_SLOTS as usize));
-                let mut checked = 0;
                 for dport in dports {
-                    checked += check_table(&model, &table, src, dst, dport)?;
+                    let seen = check_table(&model, &table, src, dst, dport)?;
+                    // Every port of the range is some slot's (CPUs past
+                    // MAX_SLOTS aside).
+                    if model.reachable_cpus().len() <= MAX_SLOTS as usize {
+                        prop_assert_eq!(seen.len(), PortRange::DEFAULT.len());
+                    }
                 }
-                prop_assert!(checked > 0, "no usable port at all");
             }
             Err(SteeringError::NeedsPort { reason }) => {
-                let linear = model.index_bits().is_some_and(|b| b <= 11)
+                let linear = model.index_bits().is_some()
                     && model.xfrm().to_string() != "sym-or-xor";
                 prop_assert!(!linear, "linear receiver refused: {}", reason);
             }
@@ -111,10 +123,19 @@ proptest! {
         dport in any::<u16>(),
     ) {
         let table = TablePlan::build(&model, src, dst, Some(dport), PortRange::DEFAULT).unwrap();
-        let checked = check_table(&model, &table, src, dst, dport)?;
-        prop_assert!(checked > 0);
-        for port in table.ports() {
-            prop_assert!(PortRange::DEFAULT.contains(port));
+        let seen = check_table(&model, &table, src, dst, dport)?;
+        prop_assert!(!seen.is_empty());
+        match model.index_bits() {
+            // Affine in the source port: the whole range, as any-port tables.
+            Some(_) if model.reachable_cpus().len() <= MAX_SLOTS as usize => {
+                prop_assert_eq!(seen.len(), PortRange::DEFAULT.len());
+            }
+            Some(_) => {}
+            // Listed: up to LISTED_PORTS_PER_SLOT of each slot's ports.
+            None => {
+                let listed = (0..table.slots().len()).map(|slot| table.slot_ports(slot, dport).len());
+                prop_assert!(listed.max().unwrap_or(0) <= LISTED_PORTS_PER_SLOT);
+            }
         }
     }
 }
@@ -123,22 +144,34 @@ proptest! {
 fn the_default_receiver_gets_one_any_port_table_with_a_slot_per_cpu() {
     let model = RssModel::from_description(&embedded_default()).unwrap();
     let (src, dst) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-    let table = TablePlan::build(&model, src, dst, None, PortRange::DEFAULT).unwrap();
+    let range = PortRange::new(32768, 60999).unwrap();
+    let table = TablePlan::build(&model, src, dst, None, range).unwrap();
     assert_eq!(table.scope(), Scope::AnyPort);
     assert_eq!(table.slots().len(), 32);
     assert!(
         table.slots().iter().all(|s| s.count == 4),
         "128 entries over 32 CPUs"
     );
-    assert_eq!(table.layout.values.len(), 128);
-    assert!(
-        table
-            .layout
-            .values
-            .iter()
-            .all(|v| v.count as usize == PORTS_PER_VALUE)
-    );
-    assert_eq!(table.ports().len(), 128 * PORTS_PER_VALUE);
+    assert_eq!(table.layout.cosets.len(), 128);
+    assert_eq!(table.layout.port_count(), 28232, "the kernel's whole range");
+    // The rotation of slot 0 visits every port it has: its entries take
+    // turns, each walking its coset, so entries × the longest coset turns.
+    let ports = table.slot_ports(0, 5201);
+    let longest = table
+        .layout
+        .entries_of(0)
+        .iter()
+        .map(|e| {
+            let value = table.layout.layout.value_for(table.table.base, *e, 5201);
+            table.layout.cosets[value as usize].count
+        })
+        .max()
+        .unwrap();
+    let visited: BTreeSet<u16> = (0..4 * longest)
+        .filter_map(|turn| table.port_for(0, turn, 5201))
+        .collect();
+    assert_eq!(visited, ports);
+    assert!(ports.len() > 800, "{} ports on slot 0", ports.len());
 }
 
 #[test]

@@ -1,28 +1,42 @@
 //! The port binder: on `connect()` of a steered workload's TCP socket, bind a
 //! source port that the receiver's RSS puts on its least-occupied CPU.
 //!
-//! The tables and the arithmetic are described in `srap_common::binder`. Every
-//! path returns 1 ("allow"): when anything is missing or fails, the socket is
-//! left as it was and the kernel picks the port, so SRAP never fails a
-//! connect. Each outcome is counted in `SRAP_STATS`.
+//! The tables and the arithmetic are described in `srap_common::binder`. A
+//! port is chosen by its 4-tuple, as the kernel's own `connect()` does: any
+//! port of the slot whose tuple toward this destination is free, shared
+//! with every other destination (`SO_REUSEADDR`). The exact tuple is looked
+//! up before the bind, because a bind that succeeds onto a tuple in use
+//! would make the `connect()` itself fail.
+//!
+//! Every path returns 1 ("allow"): when anything is missing or fails, the
+//! socket is left as it was and the kernel picks the port, so SRAP never
+//! fails a connect. Each outcome is counted in `SRAP_STATS`.
 
 use core::{
     ffi::c_void,
-    intrinsics::{AtomicOrdering, atomic_xadd},
+    intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd},
     ptr::{addr_of_mut, read_volatile},
 };
 
 use aya_ebpf::{
-    bindings::bpf_sock,
-    helpers::{bpf_bind, bpf_get_socket_cookie, bpf_setsockopt},
+    bindings::{
+        bpf_sock, bpf_sock_tuple, bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1 as Tuple4,
+        bpf_sock_tuple__bindgen_ty_1__bindgen_ty_2 as Tuple6,
+    },
+    helpers::{
+        bpf_bind, bpf_get_socket_cookie, bpf_getsockopt, bpf_setsockopt,
+        generated::{
+            bpf_probe_read_kernel, bpf_sk_release, bpf_skc_lookup_tcp, bpf_skc_to_tcp_timewait_sock,
+        },
+    },
     macros::{cgroup_sock, cgroup_sock_addr, map},
-    maps::{Array, HashMap, LruHashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray},
     programs::{SockAddrContext, SockContext},
 };
 use srap_common::binder::{
-    CLAIMS_MAX_ENTRIES, DestKey, DestValue, LEVELS, LayoutRow, MAX_BIND_ATTEMPTS, MAX_SLOTS,
-    MAX_VALUES, ReceiverSlots, SLOT_WORDS, SOCKETS_MAX_ENTRIES, SlotGrant, SocketSlot, TableRow,
-    level_of, outcome,
+    CosetRow, DestKey, DestValue, LEVELS, LayoutRow, MAX_BIND_ATTEMPTS, MAX_SLOTS, ReceiverSlots,
+    SLOT_WORDS, SOCKET_PROBES, SOCKET_ROWS, SlotGrant, SlotRow, SocketRow, SocketSlot, TableRow,
+    level_of, outcome, slot_turn, slot_word, socket_home,
 };
 use srap_common::family::Family;
 
@@ -38,34 +52,29 @@ macro_rules! declare_maps {
     (@type Array, $key:ty, $value:ty) => { Array<$value> };
     (@type PerCpuArray, $key:ty, $value:ty) => { PerCpuArray<$value> };
     (@type HashMap, $key:ty, $value:ty) => { HashMap<$key, $value> };
-    (@type LruHashMap, $key:ty, $value:ty) => { LruHashMap<$key, $value> };
 }
 
 srap_common::binder_pinned_maps!(declare_maps);
 
-/// Slots being claimed or freed right now (`receiver * MAX_SLOTS + slot`):
-/// a lock held for a few instructions by one hook at a time.
-#[map]
-static SRAP_CLAIMS: HashMap<u32, u32> = HashMap::with_max_entries(CLAIMS_MAX_ENTRIES, 0);
-/// TCP sockets of the cgroup bound with port 0 (`bind(addr, 0)`): the
-/// kernel picked their port at bind time. Not removed on close (cookies are
-/// never reused; the LRU ages entries out), which keeps the release hook of
-/// every other socket one lookup shorter.
-#[map]
-static SRAP_BOUND: LruHashMap<u64, u32> = LruHashMap::with_max_entries(SOCKETS_MAX_ENTRIES, 0);
-
 const SOCK_STREAM: u32 = 1;
 const SOL_SOCKET: i32 = 1;
+const SO_REUSEADDR: i32 = 2;
 const SO_MAX_PACING_RATE: i32 = 47;
 const EADDRINUSE: i64 = 98;
-/// `bpf_map_update_elem` flag: only if the key is absent.
-const BPF_NOEXIST: u64 = 1;
+/// `bpf_sock.state` of a socket in TIME_WAIT and of a listening one.
+const TCP_TIME_WAIT: u32 = 6;
+const TCP_LISTEN: u32 = 10;
+/// `BPF_F_CURRENT_NETNS`: look the tuple up in the socket's own namespace.
+const CURRENT_NETNS: u64 = u64::MAX;
 /// Times a connect looks for a free slot when others keep taking the one it
 /// found.
 const CLAIM_ATTEMPTS: u32 = 3;
 /// Times a closing socket tries its slot's lock before freeing the flow
 /// without updating the level bitmaps (the next claim repairs them).
 const RELEASE_ATTEMPTS: u32 = 4;
+/// Compare-and-exchange tries of one update of a slot word that others
+/// keep changing.
+const WORD_ATTEMPTS: u32 = 3;
 /// Word 2 of an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`), as the kernel's
 /// `user_ip6` holds it (network byte order).
 const V4_MAPPED_WORD: u32 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
@@ -111,14 +120,15 @@ pub fn srap_bind6(ctx: SockAddrContext) -> i32 {
     1
 }
 
-/// Frees the slot of a steered socket when it is closed.
+/// Frees the slot of a steered socket when it is closed, and forgets it.
 #[cgroup_sock(sock_release)]
 pub fn srap_sock_release(ctx: SockContext) -> i32 {
     // SAFETY: the context pointer is the kernel's socket.
     let cookie = unsafe { bpf_get_socket_cookie(ctx.sock.cast::<c_void>()) };
-    // SAFETY: the value is copied out before the entry is removed.
-    if let Some(held) = unsafe { SRAP_SOCKETS.get(cookie) }.copied() {
-        let _ = SRAP_SOCKETS.remove(cookie);
+    let Some(held) = forget(cookie) else {
+        return 1;
+    };
+    if held.receiver != SocketSlot::NONE {
         release_slot(held.receiver, held.slot);
         count(outcome::RELEASED);
     }
@@ -141,6 +151,69 @@ fn field(ptr: *const u32) -> u32 {
     unsafe { read_volatile(ptr) }
 }
 
+/// The socket of a sock_addr context.
+#[inline(always)]
+fn sock_of(ctx: &SockAddrContext) -> *mut bpf_sock {
+    // SAFETY: `sk` of a sock_addr context is the kernel's socket, never null.
+    unsafe { read_volatile(&raw const (*ctx.sock_addr).__bindgen_anon_1.sk) }
+}
+
+/// The row of `cookie`'s `probe`-th place in the socket table.
+#[inline(always)]
+fn socket_row(cookie: u64, probe: u32) -> Option<*mut SocketRow> {
+    let index = socket_home(cookie).wrapping_add(probe) & (SOCKET_ROWS - 1);
+    SRAP_SOCKETS.get_ptr_mut(index)
+}
+
+/// Records `held` for the socket `cookie`: the first free row of its places,
+/// taken with one compare-and-exchange. False when all are taken.
+#[inline(always)]
+fn remember(cookie: u64, held: SocketSlot) -> bool {
+    for probe in 0..SOCKET_PROBES {
+        let Some(row) = socket_row(cookie, probe) else {
+            return false;
+        };
+        // SAFETY: valid, aligned map memory.
+        let cookie_word = unsafe { addr_of_mut!((*row).cookie) };
+        if exchange(cookie_word, 0, cookie) {
+            // SAFETY: the row is this socket's now; only its own hooks
+            // touch it until it is freed.
+            unsafe { (*row).held = held };
+            return true;
+        }
+    }
+    false
+}
+
+/// The record of socket `cookie`, if any.
+#[inline(always)]
+fn recalled(cookie: u64) -> Option<(*mut SocketRow, SocketSlot)> {
+    for probe in 0..SOCKET_PROBES {
+        let row = socket_row(cookie, probe)?;
+        // SAFETY: valid map memory.
+        if unsafe { read_volatile(&raw const (*row).cookie) } == cookie {
+            // SAFETY: as above.
+            return Some((row, unsafe { read_volatile(&raw const (*row).held) }));
+        }
+    }
+    None
+}
+
+/// Takes the record of socket `cookie` out of the table.
+#[inline(always)]
+fn forget(cookie: u64) -> Option<SocketSlot> {
+    let (row, held) = recalled(cookie)?;
+    // SAFETY: valid, aligned map memory.
+    exchange(unsafe { addr_of_mut!((*row).cookie) }, cookie, 0).then_some(held)
+}
+
+/// The socket's cookie: its key in `SRAP_SOCKETS`.
+#[inline(always)]
+fn cookie_of(ctx: &SockAddrContext) -> u64 {
+    // SAFETY: the context pointer is the kernel's.
+    unsafe { bpf_get_socket_cookie(ctx.sock_addr.cast()) }
+}
+
 /// Records a TCP socket the application binds with port 0: the kernel
 /// chooses its port now, before any destination is known, so its connect
 /// is counted as [`outcome::PORT_AT_BIND`], not as an application's port.
@@ -157,9 +230,7 @@ fn note_port_zero_bind(ctx: &SockAddrContext) {
     if sock_type != SOCK_STREAM || user_port != 0 {
         return;
     }
-    // SAFETY: the context pointer is the kernel's.
-    let cookie = unsafe { bpf_get_socket_cookie(sa.cast()) };
-    let _ = SRAP_BOUND.insert(cookie, 1, 0);
+    let _ = remember(cookie_of(ctx), SocketSlot::BOUND_AT_BIND);
 }
 
 /// The socket's bound source address (zero: none) and port, in the key's
@@ -167,9 +238,7 @@ fn note_port_zero_bind(ctx: &SockAddrContext) {
 /// becomes its IPv4 address.
 #[inline(always)]
 fn bound_source(ctx: &SockAddrContext, family: Family, mapped: bool) -> ([u32; 4], u32) {
-    // SAFETY: `sk` of a sock_addr context is the kernel's socket, never null.
-    let sk: *mut bpf_sock =
-        unsafe { read_volatile(&raw const (*ctx.sock_addr).__bindgen_anon_1.sk) };
+    let sk = sock_of(ctx);
     // SAFETY: field addresses within the kernel's bpf_sock.
     unsafe {
         let port = field(&raw const (*sk).src_port);
@@ -191,17 +260,33 @@ fn bound_source(ctx: &SockAddrContext, family: Family, mapped: bool) -> ([u32; 4
     }
 }
 
-/// The destination's steering entry: for its port, else for any port.
+/// The destination's steering entry, in one lookup when every destination
+/// port of the receiver is steered: the any-port key is looked up first,
+/// and only a receiver steered on named ports (its any-port entry says
+/// [`DestValue::BY_PORT`]) takes a second lookup, for the port.
 #[inline(always)]
-fn dest_of(mut key: DestKey) -> Option<DestValue> {
+fn dest_of(key: DestKey) -> Option<DestValue> {
+    let any = DestKey { port: 0, ..key };
     // SAFETY: values are copied out at once.
-    unsafe {
-        if let Some(dest) = SRAP_DESTS.get(key) {
-            return Some(*dest);
-        }
-        key.port = 0;
-        SRAP_DESTS.get(key).copied()
+    let dest = unsafe { SRAP_DESTS.get(any) }.copied()?;
+    if dest.table != DestValue::BY_PORT {
+        return Some(dest);
     }
+    if key.port == 0 {
+        return None;
+    }
+    // SAFETY: as above.
+    unsafe { SRAP_DESTS.get(key) }.copied()
+}
+
+/// Where a steered connect goes: the receiver's address (the IPv4 one of a
+/// v4-mapped destination), its port, and the family its tuple is looked up
+/// in.
+#[derive(Clone, Copy)]
+struct Peer {
+    addr: [u32; 4],
+    port: u16,
+    v4: bool,
 }
 
 /// Binds a steered port if the destination is steered; returns the outcome.
@@ -239,20 +324,28 @@ fn steer(ctx: &SockAddrContext, family: Family) -> u32 {
     let mapped =
         family == Family::Inet6 && addr[0] == 0 && addr[1] == 0 && addr[2] == V4_MAPPED_WORD;
     let (src, sport) = bound_source(ctx, family, mapped);
-    let key = if mapped {
-        DestKey {
-            family: Family::Inet.as_u32(),
-            port: u32::from(dport),
+    let peer = if mapped {
+        Peer {
             addr: [addr[3], 0, 0, 0],
-            src,
+            port: dport,
+            v4: true,
         }
     } else {
-        DestKey {
-            family: family.as_u32(),
-            port: u32::from(dport),
+        Peer {
             addr,
-            src,
+            port: dport,
+            v4: family == Family::Inet,
         }
+    };
+    let key = DestKey {
+        family: if peer.v4 {
+            Family::Inet.as_u32()
+        } else {
+            Family::Inet6.as_u32()
+        },
+        port: u32::from(dport),
+        addr: peer.addr,
+        src,
     };
     let bound_addr = src != [0; 4];
     let Some(dest) = dest_of(key) else {
@@ -264,7 +357,7 @@ fn steer(ctx: &SockAddrContext, family: Family) -> u32 {
     if sport != 0 {
         return bound_port_outcome(ctx);
     }
-    let result = bind_steered(ctx, family, &dest, dport);
+    let result = bind_steered(ctx, family, &dest, peer);
     if bound_addr && (result == outcome::STEERED || result == outcome::RETRIED) {
         count(outcome::SOURCE_KEPT);
     }
@@ -274,19 +367,25 @@ fn steer(ctx: &SockAddrContext, family: Family) -> u32 {
 /// Why a socket already has a port: `bind(addr, 0)`, or the application's
 /// own choice.
 fn bound_port_outcome(ctx: &SockAddrContext) -> u32 {
-    // SAFETY: the context pointer is the kernel's.
-    let cookie = unsafe { bpf_get_socket_cookie(ctx.sock_addr.cast()) };
-    // SAFETY: only the presence is read.
-    if unsafe { SRAP_BOUND.get(cookie) }.is_some() {
+    if recalled(cookie_of(ctx)).is_some_and(|(_, held)| held == SocketSlot::BOUND_AT_BIND) {
         outcome::PORT_AT_BIND
     } else {
         outcome::APP_BOUND
     }
 }
 
-/// Claims a slot of the destination's receiver and binds one of its ports.
+/// The maps' rows one steered connect works with.
+struct Steering<'a> {
+    table: &'a TableRow,
+    layout: &'a LayoutRow,
+    row: &'a SlotRow,
+    word: *mut u64,
+}
+
+/// Claims a slot of the destination's receiver and binds a port of it whose
+/// tuple is free.
 #[inline(always)]
-fn bind_steered(ctx: &SockAddrContext, family: Family, dest: &DestValue, dport: u16) -> u32 {
+fn bind_steered(ctx: &SockAddrContext, family: Family, dest: &DestValue, peer: Peer) -> u32 {
     let Some(table) = SRAP_TABLES.get(dest.table) else {
         return outcome::ERROR;
     };
@@ -306,32 +405,247 @@ fn bind_steered(ctx: &SockAddrContext, family: Family, dest: &DestValue, dport: 
     let Some((slot, turn)) = claim_slot(state, grant, dest.receiver) else {
         return outcome::ERROR;
     };
-    // Past this layout's slots only while a re-plan shrinks the receiver.
-    let slot = slot % slots;
+    // Past this layout's slots only while a re-plan shrinks the receiver:
+    // the ports of another slot, the claim's count kept where it was made.
+    let rows = (
+        SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot % slots)),
+        slot_word_of(dest.receiver, slot),
+    );
+    let (Some(row), Some(word)) = rows else {
+        release_slot(dest.receiver, slot);
+        return outcome::ERROR;
+    };
+    let steering = Steering {
+        table,
+        layout,
+        row,
+        word,
+    };
+    match bind_free_port(ctx, family, &steering, peer, turn) {
+        Some(result) if result == outcome::STEERED || result == outcome::RETRIED => {
+            hold(ctx, dest.receiver, slot);
+            pace(ctx);
+            result
+        }
+        Some(result) => {
+            release_slot(dest.receiver, slot);
+            if result == outcome::NO_FREE_PORT {
+                note_dry(state, slot);
+            }
+            result
+        }
+        None => {
+            release_slot(dest.receiver, slot);
+            outcome::ERROR
+        }
+    }
+}
+
+/// Tries the slot's ports in its rotation, from `turn`, until one binds:
+/// ports whose tuple is taken or that another socket holds are skipped.
+/// `SO_REUSEADDR` (so the port is shared with other destinations) is set
+/// before the first bind, and put back as it was when none binds.
+#[inline(always)]
+fn bind_free_port(
+    ctx: &SockAddrContext,
+    family: Family,
+    steering: &Steering<'_>,
+    peer: Peer,
+    first_turn: u32,
+) -> Option<u32> {
+    let mut reuse_before: Option<u32> = None;
+    let mut turn = first_turn;
+    let mut result = outcome::NO_FREE_PORT;
     for attempt in 0..MAX_BIND_ATTEMPTS {
-        let Some(port) = port_for(layout, table.base, slot, turn.wrapping_add(attempt), dport)
-        else {
+        if attempt > 0 {
+            let Some(next) = take_turn(steering.word) else {
+                continue;
+            };
+            turn = next;
+        }
+        let Some(port) = port_at(steering, turn, peer.port) else {
             continue;
         };
-        match bind_port(ctx, family, table, port) {
+        let reused = match tuple_holder(ctx, steering.table, peer, port) {
+            Holder::Nobody => false,
+            Holder::TimeWait => true,
+            Holder::Tuple => {
+                count(outcome::TUPLE_TAKEN);
+                continue;
+            }
+            Holder::Listener => {
+                count(outcome::PORT_HELD);
+                continue;
+            }
+        };
+        if reuse_before.is_none() {
+            reuse_before = Some(set_reuse_addr(ctx)?);
+        }
+        match bind_port(ctx, family, steering.table, port) {
             0 => {
-                hold(ctx, dest.receiver, slot);
-                pace(ctx);
-                return if attempt == 0 {
+                if reused {
+                    count(outcome::TIME_WAIT_REUSED);
+                }
+                return Some(if attempt == 0 {
                     outcome::STEERED
                 } else {
                     outcome::RETRIED
-                };
+                });
             }
-            e if e == -EADDRINUSE => continue,
+            e if e == -EADDRINUSE => count(outcome::PORT_HELD),
             _ => {
-                release_slot(dest.receiver, slot);
-                return outcome::ERROR;
+                result = outcome::ERROR;
+                break;
             }
         }
     }
-    release_slot(dest.receiver, slot);
-    outcome::PORT_IN_USE
+    if reuse_before == Some(0) {
+        // Failing leaves it set, which only lets later explicit binds
+        // share the port.
+        let _ = reuse_addr(ctx, 0);
+    }
+    Some(result)
+}
+
+/// Sets `SO_REUSEADDR`; returns what it was before (`None`: it cannot be
+/// read, and is left alone, or cannot be set).
+#[inline(always)]
+fn set_reuse_addr(ctx: &SockAddrContext) -> Option<u32> {
+    let mut before = 0u32;
+    // SAFETY: a valid u32 of the size given.
+    let read = unsafe {
+        bpf_getsockopt(
+            ctx.sock_addr.cast(),
+            SOL_SOCKET,
+            SO_REUSEADDR,
+            core::ptr::from_mut(&mut before).cast(),
+            size_of::<u32>() as i32,
+        )
+    };
+    (read == 0 && reuse_addr(ctx, 1) == 0).then_some(before)
+}
+
+/// `setsockopt(SOL_SOCKET, SO_REUSEADDR, value)` on the connecting socket.
+#[inline(always)]
+fn reuse_addr(ctx: &SockAddrContext, value: u32) -> i64 {
+    let mut value = value;
+    // SAFETY: a valid u32 of the size given.
+    unsafe {
+        bpf_setsockopt(
+            ctx.sock_addr.cast(),
+            SOL_SOCKET,
+            SO_REUSEADDR,
+            core::ptr::from_mut(&mut value).cast(),
+            size_of::<u32>() as i32,
+        )
+    }
+}
+
+/// The slot's `turn`-th port toward destination port `dport`; `None` when
+/// that entry's coset has no port in the range.
+#[inline(always)]
+fn port_at(steering: &Steering<'_>, turn: u32, dport: u16) -> Option<u16> {
+    let (row, layout) = (steering.row, steering.layout);
+    if row.count == 0 {
+        return None;
+    }
+    let (position, round) = slot_turn(turn, row.count);
+    let index = layout
+        .entry_base
+        .wrapping_add(row.first)
+        .wrapping_add(position);
+    let entry = *SRAP_ENTRIES.get(index)?;
+    let value = layout.value_for(steering.table.base, entry, dport);
+    if value >= layout.values {
+        return None;
+    }
+    let coset: &CosetRow = SRAP_COSETS.get(layout.coset_base.wrapping_add(value))?;
+    layout.port_of(coset, round)
+}
+
+/// Who, if anyone, has the tuple (source address, `port`, receiver).
+enum Holder {
+    Nobody,
+    /// A TIME_WAIT socket with a TCP timestamp: the `connect()` of a socket
+    /// bound to the port takes the tuple over.
+    TimeWait,
+    /// A socket with this exact tuple: established, connecting, a request,
+    /// or TIME_WAIT without a timestamp.
+    Tuple,
+    /// A listener on the port (the lookup falls back to listeners).
+    Listener,
+}
+
+/// Looks the exact tuple up as the kernel's `connect()` will check it:
+/// binding onto a taken tuple would succeed and make the connect fail.
+#[inline(always)]
+fn tuple_holder(ctx: &SockAddrContext, table: &TableRow, peer: Peer, port: u16) -> Holder {
+    // The lookup is the receive path's: "source" is the remote end.
+    // SAFETY: all-zero is a valid tuple.
+    let mut tuple: bpf_sock_tuple = unsafe { core::mem::zeroed() };
+    let size = if peer.v4 {
+        tuple.__bindgen_anon_1.ipv4.saddr = peer.addr[0];
+        tuple.__bindgen_anon_1.ipv4.daddr = table.src_addr[0];
+        tuple.__bindgen_anon_1.ipv4.sport = peer.port.to_be();
+        tuple.__bindgen_anon_1.ipv4.dport = port.to_be();
+        size_of::<Tuple4>()
+    } else {
+        tuple.__bindgen_anon_1.ipv6.saddr = peer.addr;
+        tuple.__bindgen_anon_1.ipv6.daddr = table.src_addr6;
+        tuple.__bindgen_anon_1.ipv6.sport = peer.port.to_be();
+        tuple.__bindgen_anon_1.ipv6.dport = port.to_be();
+        size_of::<Tuple6>()
+    };
+    // SAFETY: a valid tuple of the size given, on this program's stack.
+    let sk = unsafe {
+        bpf_skc_lookup_tcp(
+            ctx.sock_addr.cast(),
+            &raw mut tuple,
+            size as u32,
+            CURRENT_NETNS,
+            0,
+        )
+    };
+    if sk.is_null() {
+        return Holder::Nobody;
+    }
+    // SAFETY: a socket the lookup returned, released once read.
+    let state = unsafe { read_volatile(&raw const (*sk).state) };
+    let holder = match state {
+        TCP_LISTEN => Holder::Listener,
+        TCP_TIME_WAIT if has_timestamp(sk) => Holder::TimeWait,
+        _ => Holder::Tuple,
+    };
+    // SAFETY: as above.
+    unsafe { bpf_sk_release(sk.cast()) };
+    holder
+}
+
+/// Whether a TIME_WAIT socket's connection carried TCP timestamps
+/// (`tw_ts_recent_stamp` non-zero, read at the offset the agent found in
+/// the kernel's BTF): then the kernel lets a bound socket reuse its tuple.
+#[inline(always)]
+fn has_timestamp(sk: *mut bpf_sock) -> bool {
+    let offset = match SRAP_CONFIG.get(0) {
+        Some(config) if config.tw_stamp_offset != 0 => config.tw_stamp_offset,
+        _ => return false,
+    };
+    // SAFETY: `sk` is a live socket the caller holds a reference to.
+    let tw = unsafe { bpf_skc_to_tcp_timewait_sock(sk.cast()) };
+    if tw.is_null() {
+        return false;
+    }
+    let mut stamp = 0u32;
+    // SAFETY: a kernel read of four bytes inside the TIME_WAIT socket
+    // (the offset is its field's, from BTF); a failed read leaves zero.
+    let read = unsafe {
+        bpf_probe_read_kernel(
+            core::ptr::from_mut(&mut stamp).cast(),
+            size_of::<u32>() as u32,
+            tw.cast::<u8>().wrapping_add(offset as usize).cast(),
+        )
+    };
+    read == 0 && stamp != 0
 }
 
 /// `bpf_bind()` to the table's source address (the route's, or the one the
@@ -372,15 +686,62 @@ fn bind_port(ctx: &SockAddrContext, family: Family, table: &TableRow, port: u16)
     }
 }
 
+/// The word of a receiver's slot in `SRAP_SLOT_STATE`.
+#[inline(always)]
+fn slot_word_of(receiver: u32, slot: u32) -> Option<*mut u64> {
+    if slot >= MAX_SLOTS {
+        return None;
+    }
+    SRAP_SLOT_STATE.get_ptr_mut(receiver.wrapping_mul(MAX_SLOTS).wrapping_add(slot))
+}
+
+/// Compare-and-exchange on a word of map memory.
+#[inline(always)]
+fn exchange(word: *mut u64, old: u64, new: u64) -> bool {
+    // SAFETY: valid, aligned map memory.
+    unsafe {
+        atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(word, old, new)
+    }
+    .1
+}
+
+/// Adds `delta` to a slot word atomically (a few tries against others
+/// changing it); returns the word before.
+#[inline(always)]
+fn bump(word: *mut u64, delta: u64) -> Option<u64> {
+    for _ in 0..WORD_ATTEMPTS {
+        // SAFETY: valid map memory.
+        let old = unsafe { read_volatile(word) };
+        if exchange(word, old, old.wrapping_add(delta)) {
+            return Some(old);
+        }
+    }
+    None
+}
+
+/// Takes the next turn of a slot's port rotation.
+#[inline(always)]
+fn take_turn(word: *mut u64) -> Option<u32> {
+    bump(word, slot_word::TURN).map(slot_word::turn)
+}
+
+/// Clears a slot's lock, which the caller holds.
+#[inline(always)]
+fn unlock(word: *mut u64) {
+    // SAFETY: valid, aligned map memory.
+    unsafe {
+        atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(word, slot_word::LOCK.wrapping_neg())
+    };
+}
+
 /// Claims the least-occupied slot of a receiver for one new flow; returns
-/// it and the rotation turn. The slot is found in the lowest non-empty
-/// level bitmap, from a rotating start, then locked (an entry inserted with
-/// `BPF_NOEXIST`: one hook at a time gets it); under the lock its count is
-/// checked against what the bitmap said and the flow added. A claim that
-/// finds the lock taken or the count changed looks again, a bounded number
-/// of times, so two connects at the same moment never share a slot while a
-/// free one exists. (BPF v1 cannot read the result of an atomic add, hence
-/// the lock.)
+/// it and its rotation's turn. The slot is found in the lowest non-empty
+/// level bitmap, from just past the last slot claimed; one
+/// compare-and-exchange of its word then checks its count is still what
+/// the bitmap said, adds the flow, takes the lock and a turn. Under the
+/// lock the slot's bit moves up a level. A claim that finds the slot locked or changed looks again, a
+/// bounded number of times, so two connects at the same moment never share
+/// a slot while a free one exists.
 ///
 /// Only slots of the receiver agent's grant are candidates, each at the
 /// level of its own flows plus the flows other senders hold there.
@@ -397,15 +758,20 @@ fn claim_slot(state: *mut ReceiverSlots, grant: &SlotGrant, receiver: u32) -> Op
     }
     for attempt in 0..CLAIM_ATTEMPTS {
         let start = turn.wrapping_add(attempt) % slots;
-        if let Some(slot) = try_claim(state, grant, receiver, slots, start) {
+        if let Some((slot, turn)) = try_claim(state, grant, receiver, slots, start) {
+            // The next search starts past this slot: among equally occupied
+            // slots, connects take turns (a slot right after a run of fuller
+            // ones is not favoured).
+            // SAFETY: valid map memory.
+            unsafe { (*state).cursor = u64::from(slot) + 1 };
             return Some((slot, turn));
         }
     }
     // Still contended: take the rotation's granted slot (its bits are
     // repaired by the next claim that finds them wrong).
-    let start = granted_from(grant, turn % slots, slots);
-    add_flows(state, start, 1);
-    Some((start, turn))
+    let slot = granted_from(grant, turn % slots, slots);
+    let word = bump(slot_word_of(receiver, slot)?, 1 + slot_word::TURN)?;
+    Some((slot, slot_word::turn(word)))
 }
 
 /// The first granted slot at or after `start` (below `slots`); `start`
@@ -426,7 +792,7 @@ fn granted_from(grant: &SlotGrant, start: u32, slots: u32) -> u32 {
 }
 
 /// One claim attempt from `start`; `None` when the slot found was taken or
-/// changed meanwhile.
+/// changed meanwhile (a bitmap found wrong is repaired on the way).
 #[inline(always)]
 fn try_claim(
     state: *mut ReceiverSlots,
@@ -434,7 +800,7 @@ fn try_claim(
     receiver: u32,
     slots: u32,
     start: u32,
-) -> Option<u32> {
+) -> Option<(u32, u32)> {
     let (found, level) = lowest_level_slot(state, grant, start);
     // Nothing granted in the levels searched (every granted slot fuller
     // than the last level, or bits past the slots of a shrunk receiver):
@@ -444,20 +810,33 @@ fn try_claim(
     } else {
         granted_from(grant, start, slots)
     };
-    let seen = flows_of(state, slot)?;
-    let level = if found < slots { level } else { level_of(seen) };
-    let lock = receiver * MAX_SLOTS + slot;
-    SRAP_CLAIMS.insert(lock, 1, BPF_NOEXIST).ok()?;
-    let now = flows_of(state, slot).unwrap_or(seen);
-    let claimed = now == seen && level_of(now) == level;
-    if claimed {
-        add_flows(state, slot, 1);
-        move_bit(state, slot, level, level_of(now + 1));
-    } else {
-        move_bit(state, slot, level, level_of(now));
+    let word = slot_word_of(receiver, slot)?;
+    // SAFETY: valid map memory.
+    let seen = unsafe { read_volatile(word) };
+    if seen & slot_word::LOCK != 0 {
+        return None;
     }
-    let _ = SRAP_CLAIMS.remove(lock);
-    claimed.then_some(slot)
+    let flows = slot_word::flows(seen);
+    let level = if found < slots {
+        level
+    } else {
+        level_of(flows)
+    };
+    if level_of(flows) != level {
+        // The bitmap was stale: put the slot's bit where its count says.
+        if exchange(word, seen, seen | slot_word::LOCK) {
+            move_bit(state, slot, level, level_of(flows));
+            unlock(word);
+        }
+        return None;
+    }
+    let claimed = seen.wrapping_add(1 + slot_word::TURN) | slot_word::LOCK;
+    if !exchange(word, seen, claimed) {
+        return None;
+    }
+    move_bit(state, slot, level, level_of(flows + 1));
+    unlock(word);
+    Some((slot, slot_word::turn(seen)))
 }
 
 /// The first granted slot, from `start`, of the lowest non-empty effective
@@ -469,7 +848,7 @@ fn lowest_level_slot(state: *mut ReceiverSlots, grant: &SlotGrant, start: u32) -
             let mut word = 0;
             for base in 0..=eff {
                 // SAFETY: valid map memory; a word changing meanwhile only
-                // skews this choice, which the lock then checks.
+                // skews this choice, which the claim then checks.
                 let own = unsafe { read_volatile(level_word(state, eff - base, w as u32 * 64)) };
                 word |= own & grant.base_word(base, w);
             }
@@ -526,29 +905,6 @@ fn masked(i: u32, n: u32) -> usize {
     (core::hint::black_box(i) & (n - 1)) as usize
 }
 
-/// The open flows of `slot`.
-#[inline(always)]
-fn flows_of(state: *mut ReceiverSlots, slot: u32) -> Option<u32> {
-    if slot >= MAX_SLOTS {
-        return None;
-    }
-    // SAFETY: in bounds of valid map memory.
-    Some(unsafe { read_volatile(&raw const (*state).flows[masked(slot, MAX_SLOTS)]) })
-}
-
-/// Adds `delta` (`u32::MAX`: minus one) to a slot's flow count.
-#[inline(always)]
-fn add_flows(state: *mut ReceiverSlots, slot: u32, delta: u32) {
-    if slot >= MAX_SLOTS {
-        return;
-    }
-    // SAFETY: in bounds of valid, aligned map memory.
-    unsafe {
-        let flows = addr_of_mut!((*state).flows[masked(slot, MAX_SLOTS)]);
-        atomic_xadd::<u32, u32, { AtomicOrdering::Relaxed }>(flows, delta);
-    }
-}
-
 /// The bitmap word of `slot` in `level`.
 #[inline(always)]
 fn level_word(state: *mut ReceiverSlots, level: usize, slot: u32) -> *mut u64 {
@@ -584,57 +940,56 @@ fn move_bit(state: *mut ReceiverSlots, slot: u32, from: usize, to: usize) {
 /// the level bitmaps follow; else the count alone (the next claim that
 /// finds the slot's bit wrong repairs it).
 fn release_slot(receiver: u32, slot: u32) {
-    let Some(state) = SRAP_RECEIVERS.get_ptr_mut(receiver) else {
+    let (Some(state), Some(word)) = (
+        SRAP_RECEIVERS.get_ptr_mut(receiver),
+        slot_word_of(receiver, slot),
+    ) else {
         return;
     };
-    let lock = receiver.wrapping_mul(MAX_SLOTS).wrapping_add(slot);
     for _ in 0..RELEASE_ATTEMPTS {
-        if SRAP_CLAIMS.insert(lock, 1, BPF_NOEXIST).is_err() {
+        // SAFETY: valid map memory.
+        let seen = unsafe { read_volatile(word) };
+        let flows = slot_word::flows(seen);
+        if flows == 0 {
+            return;
+        }
+        if seen & slot_word::LOCK != 0 || !exchange(word, seen, (seen - 1) | slot_word::LOCK) {
             continue;
         }
-        if let Some(flows) = flows_of(state, slot).filter(|f| *f > 0) {
-            add_flows(state, slot, u32::MAX);
-            // SAFETY: valid map memory.
-            let slots = unsafe { read_volatile(&raw const (*state).slots) };
-            if slot < slots {
-                move_bit(state, slot, level_of(flows), level_of(flows - 1));
-            }
+        // SAFETY: valid map memory.
+        let slots = unsafe { read_volatile(&raw const (*state).slots) };
+        if slot < slots {
+            move_bit(state, slot, level_of(flows), level_of(flows - 1));
         }
-        let _ = SRAP_CLAIMS.remove(lock);
+        unlock(word);
         return;
     }
-    if flows_of(state, slot).is_some_and(|f| f > 0) {
-        add_flows(state, slot, u32::MAX);
+    for _ in 0..WORD_ATTEMPTS {
+        // SAFETY: valid map memory.
+        let seen = unsafe { read_volatile(word) };
+        if slot_word::flows(seen) == 0 || exchange(word, seen, seen - 1) {
+            return;
+        }
     }
 }
 
-/// A port of `slot` for destination port `dport`; `turn` picks which.
+/// Counts a connect that found no free port in its slot, and which slot:
+/// the agent warns about it.
 #[inline(always)]
-fn port_for(layout: &LayoutRow, base: u32, slot: u32, turn: u32, dport: u16) -> Option<u16> {
-    let entries = SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot))?;
-    if entries.count == 0 {
-        return None;
+fn note_dry(state: *mut ReceiverSlots, slot: u32) {
+    // SAFETY: valid, aligned map memory.
+    unsafe {
+        atomic_xadd::<u32, u32, { AtomicOrdering::Relaxed }>(addr_of_mut!((*state).dry), 1);
+        (*state).dry_slot = slot;
     }
-    let entry = *entries.entries.get((turn % entries.count) as usize)?;
-    let value = layout.value_for(base, u32::from(entry), dport);
-    if value >= layout.values || value >= MAX_VALUES {
-        return None;
-    }
-    let ports = SRAP_VALUES.get(layout.value_base.wrapping_add(value))?;
-    if ports.count == 0 {
-        return None;
-    }
-    ports
-        .ports
-        .get(((turn / entries.count) % ports.count) as usize)
-        .copied()
 }
 
-/// Remembers the socket's slot so closing frees it.
+/// Remembers the socket's slot so closing it frees the slot; with the map
+/// full, frees the slot now (the flow goes uncounted rather than leaked).
 fn hold(ctx: &SockAddrContext, receiver: u32, slot: u32) {
-    // SAFETY: the context pointer is the kernel's.
-    let cookie = unsafe { bpf_get_socket_cookie(ctx.sock_addr.cast()) };
-    let _ = SRAP_SOCKETS.insert(cookie, SocketSlot { receiver, slot }, 0);
+    if !remember(cookie_of(ctx), SocketSlot { receiver, slot }) {
+        release_slot(receiver, slot);
+    }
 }
 
 /// Applies the configured pacing rate, if any; failure only loses pacing.

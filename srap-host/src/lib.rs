@@ -6,8 +6,10 @@
 //! * [`cgroup`]: the cgroup2 mount and the steered cgroup `srap exec` joins;
 //! * [`cpus`]: the CPUs a receiver offers its senders (`--cpus`, NUMA node
 //!   first), in the kernel's [`cpulist`] syntax;
-//! * [`reserved`]: the ports the binder hands out, kept from the kernel's
-//!   ephemeral range;
+//! * [`reserved`]: `ip_local_reserved_ports` and `ip_local_port_range` (the
+//!   binder's default source ports; it reserves none, but releases what an
+//!   older agent reserved);
+//! * [`btf`]: where a field of a kernel struct lies, from the kernel's BTF;
 //! * [`route`] and [`local`]: the source address toward a receiver and the
 //!   host's own addresses;
 //! * [`link`] and [`netlink`]: network devices as the caller's namespace
@@ -18,6 +20,7 @@
 //! * [`report`]: how the binaries print the error that ends them.
 
 pub mod bpffs;
+pub mod btf;
 pub mod cgroup;
 pub mod cpulist;
 pub mod cpus;

@@ -1,6 +1,8 @@
-//! `net.ipv4.ip_local_reserved_ports` (which also covers IPv6): SRAP binds
-//! explicit ports, and reserving them keeps the kernel's automatic port
-//! choice from handing them to other sockets. The sysctl is per network
+//! `net.ipv4.ip_local_reserved_ports` (which also covers IPv6) and the
+//! kernel's ephemeral range. The binder chooses ports by 4-tuple among the
+//! whole range and reserves none (`docs/binder.md` has the measurement);
+//! agents before it reserved theirs, and what they recorded is released
+//! here, never a port someone else reserved. The sysctl is per network
 //! namespace: it is read and written in the agent's.
 
 use std::{collections::BTreeSet, fs, path::Path};

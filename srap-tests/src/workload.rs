@@ -30,8 +30,12 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 const GREETING: &[u8] = b"srap test workload";
 
 /// The workload's side. Commands on stdin: `open N`, `burst N` (N threads
-/// connecting at once), `close N` (the oldest N), `bind PORT` (connect from a port it binds itself, as an application
-/// may); each is answered with one `SRAPWL ports P,P,…` line; EOF ends it.
+/// connecting at once), `close N` (the oldest N), `bind PORT` (connect from
+/// a port it binds itself, as an application may), `openat IP N` (N to
+/// another receiver address, same port), `churn RATE SECONDS` (a
+/// connection per object: connect, send, close, RATE a second), `hot N` (N
+/// of those back to back); each is answered with one `SRAPWL ports P,P,…`
+/// line (0: a connect that failed); EOF ends it.
 pub fn serve_if_asked() {
     let Ok(dst) = std::env::var(WORKLOAD_ENV) else {
         return;
@@ -40,29 +44,88 @@ pub fn serve_if_asked() {
     let mut open: Vec<TcpStream> = Vec::new();
     for line in std::io::stdin().lines() {
         let line = line.expect("stdin");
-        let (cmd, arg) = line.split_once(' ').unwrap_or((&line, "0"));
-        let n: u16 = arg.trim().parse().expect("numeric argument");
+        let mut words = line.split_whitespace();
+        let cmd = words.next().unwrap_or_default();
+        let args: Vec<&str> = words.collect();
+        let number = |i: usize| -> u32 {
+            args.get(i)
+                .and_then(|a| a.parse().ok())
+                .expect("numeric argument")
+        };
         let ports: Vec<u16> = match cmd {
-            "open" => (0..n)
-                .map(|_| {
-                    let stream = TcpStream::connect_timeout(&dst, TIMEOUT).expect("connect");
-                    greet(stream, &mut open)
-                })
-                .collect(),
-            "close" => open
-                .drain(..usize::from(n).min(open.len()))
-                .map(|s| s.local_addr().expect("local addr").port())
-                .collect(),
-            "bind" => vec![greet(connect_from_port(dst, n), &mut open)],
-            "burst" => burst(dst, usize::from(n))
-                .into_iter()
-                .map(|stream| greet(stream, &mut open))
-                .collect(),
-            other => panic!("unknown workload command {other}"),
+            "churn" => churn(dst, number(0), Duration::from_secs(number(1).into())),
+            "hot" => (0..number(0)).map(|_| object(dst)).collect(),
+            "openat" => {
+                let ip: IpAddr = args
+                    .first()
+                    .and_then(|a| a.parse().ok())
+                    .expect("an address");
+                let to = SocketAddr::new(ip, dst.port());
+                (0..number(1))
+                    .map(|_| {
+                        let stream = TcpStream::connect_timeout(&to, TIMEOUT).expect("connect");
+                        greet(stream, &mut open)
+                    })
+                    .collect()
+            }
+            _ => legacy(cmd, number(0), dst, &mut open),
         };
         let list: Vec<String> = ports.iter().map(u16::to_string).collect();
         println!("{ANSWER}{}", list.join(","));
         std::io::stdout().flush().expect("stdout");
+    }
+}
+
+/// Connect timeout of a connection-per-object: a connect that takes longer
+/// is counted as failed.
+const OBJECT_CONNECT: Duration = Duration::from_secs(3);
+
+/// One object's connection: connect, send, close first (the client's side
+/// of the tuple then waits in TIME_WAIT). Its port, or 0 if it failed.
+fn object(dst: SocketAddr) -> u16 {
+    let Ok(mut stream) = TcpStream::connect_timeout(&dst, OBJECT_CONNECT) else {
+        return 0;
+    };
+    let port = stream.local_addr().map_or(0, |a| a.port());
+    if stream.write_all(GREETING).is_err() {
+        return 0;
+    }
+    port
+}
+
+/// `rate` objects a second for `length`, each on its own connection.
+fn churn(dst: SocketAddr, rate: u32, length: Duration) -> Vec<u16> {
+    let start = Instant::now();
+    let total = (u64::from(rate) * length.as_secs()) as u32;
+    (0..total)
+        .map(|i| {
+            let due = start + Duration::from_secs_f64(f64::from(i) / f64::from(rate.max(1)));
+            std::thread::sleep(due.saturating_duration_since(Instant::now()));
+            object(dst)
+        })
+        .collect()
+}
+
+/// The commands with one numeric argument that keep their connections.
+fn legacy(cmd: &str, n: u32, dst: SocketAddr, open: &mut Vec<TcpStream>) -> Vec<u16> {
+    let n = u16::try_from(n).expect("a port-sized argument");
+    match cmd {
+        "open" => (0..n)
+            .map(|_| {
+                let stream = TcpStream::connect_timeout(&dst, TIMEOUT).expect("connect");
+                greet(stream, open)
+            })
+            .collect(),
+        "close" => open
+            .drain(..usize::from(n).min(open.len()))
+            .map(|s| s.local_addr().expect("local addr").port())
+            .collect(),
+        "bind" => vec![greet(connect_from_port(dst, n), open)],
+        "burst" => burst(dst, usize::from(n))
+            .into_iter()
+            .map(|stream| greet(stream, open))
+            .collect(),
+        other => panic!("unknown workload command {other}"),
     }
 }
 
@@ -126,10 +189,22 @@ impl Workload {
 
     /// Sends one command and returns the ports of its answer.
     pub fn ask(&mut self, command: &str) -> Vec<u16> {
+        self.send(command);
+        self.answer(TIMEOUT)
+    }
+
+    /// Sends one command without waiting: [`Workload::answer`] collects
+    /// its answer (long commands, while the test does something else).
+    pub fn send(&mut self, command: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         writeln!(stdin, "{command}").expect("write to workload");
         stdin.flush().expect("flush to workload");
-        let deadline = Instant::now() + TIMEOUT;
+    }
+
+    /// The ports of the next answer, waiting up to `within`.
+    pub fn answer(&mut self, within: Duration) -> Vec<u16> {
+        let command = "the last command";
+        let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = self

@@ -21,7 +21,7 @@ use std::{
 
 use aya::maps::{Array, MapData};
 use srap_common::{
-    binder::{SLOTS_MAP, SlotEntries, outcome},
+    binder::{ENTRIES_MAP, SLOTS_MAP, SlotRow, outcome},
     rss::{FlowTuple, RssDescription, RssModel, embedded_default},
     solver::PortRange,
 };
@@ -293,15 +293,24 @@ impl Peer {
         }
     }
 
-    /// The pinned slot rows of the sender's plan (the indirection entries
-    /// per receiver CPU): they change with the receiver's table.
-    fn pinned_slots(&self) -> Vec<SlotEntries> {
+    /// The pinned slots of the sender's plan, each with its indirection
+    /// entries (the first layout's): they change with the receiver's table.
+    fn pinned_slots(&self) -> Vec<(SlotRow, Vec<u32>)> {
         let layout = self.sender().layout();
-        let data = MapData::from_pin(layout.map(SLOTS_MAP)).expect("pinned slots map");
-        let map = aya::maps::Map::from_map_data(data).expect("map");
-        let slots: Array<_, SlotEntries> = Array::try_from(map).expect("array of slots");
+        let open = |name| {
+            let data = MapData::from_pin(layout.map(name)).expect("pinned map");
+            aya::maps::Map::from_map_data(data).expect("map")
+        };
+        let slots: Array<_, SlotRow> = Array::try_from(open(SLOTS_MAP)).expect("array of slots");
+        let entries: Array<_, u32> = Array::try_from(open(ENTRIES_MAP)).expect("array of entries");
         (0..QUEUES)
-            .map(|i| slots.get(&i, 0).expect("slot row"))
+            .map(|i| {
+                let row = slots.get(&i, 0).expect("slot row");
+                let mine = (row.first..row.first + row.count)
+                    .map(|e| entries.get(&e, 0).expect("entry row"))
+                    .collect();
+                (row, mine)
+            })
             .collect()
     }
 
@@ -390,7 +399,7 @@ fn sender_follows_the_receiver_agent() {
     peer.start_sender();
     peer.receiver()
         .wait_for_log("the plan for version 1", |l| {
-            l.contains("plan for version 1: 1 table(s), 1024 source ports")
+            l.contains("plan for version 1: 1 table(s), 28232 source ports")
         })
         .expect("the receiver hears the plan");
 
@@ -415,7 +424,7 @@ fn sender_follows_the_receiver_agent() {
     assert!(took <= REPLAN_BUDGET, "{line} after {took:?}");
     peer.receiver()
         .wait_for_log("the plan for version 2", |l| {
-            l.contains("plan for version 2: 1 table(s), 1024 source ports")
+            l.contains("plan for version 2: 1 table(s), 28232 source ports")
         })
         .expect("the receiver hears the new plan");
 

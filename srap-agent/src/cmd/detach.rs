@@ -1,5 +1,5 @@
-//! `srap-agent detach`: remove what `srap-agent sender` attached, pinned
-//! and reserved.
+//! `srap-agent detach`: remove what `srap-agent sender` attached and
+//! pinned (and ports an older agent reserved).
 
 use anyhow::Context as _;
 use srap_daemon::sender::{self, args::DetachArgs};
@@ -13,11 +13,16 @@ pub fn run(args: &DetachArgs) -> anyhow::Result<()> {
         )
     })?;
     println!(
-        "removed {} pins under {}; unreserved {} ports",
+        "removed {} pins under {}",
         report.pins_removed,
-        args.pin_dir.display(),
-        report.ports_unreserved
+        args.pin_dir.display()
     );
+    if report.ports_unreserved > 0 {
+        println!(
+            "unreserved {} ports an older agent had reserved",
+            report.ports_unreserved
+        );
+    }
     if let Some(cgroup) = &report.cgroup_removed {
         println!("removed cgroup {}", cgroup.display());
     }

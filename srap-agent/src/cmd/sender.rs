@@ -63,12 +63,13 @@ async fn report_until_stopped(
     let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
     let mut tick = tokio::time::interval(interval);
     tick.tick().await;
+    let mut watch = sender::summary::CounterWatch::new(steering);
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
             _ = tick.tick() => {
-                if !sender::summary::log_counters(&steering.layout) {
+                if !watch.tick(steering) {
                     return Ok(());
                 }
                 sender::replan_if_sources_changed(steering, options);

@@ -15,8 +15,8 @@ pub fn render(status: &SenderStatus) -> String {
     } else {
         let _ = writeln!(
             out,
-            "sender: cgroup {}, pins {}, {} reserved source ports",
-            status.cgroup, status.pin_dir, status.reserved_ports
+            "sender: cgroup {}, pins {}",
+            status.cgroup, status.pin_dir
         );
     }
     let counters: Vec<String> = status
@@ -91,7 +91,7 @@ pub(super) fn two_receivers() -> SenderStatus {
         cgroup: "/sys/fs/cgroup/srap".into(),
         pin_dir: "/sys/fs/bpf/srap".into(),
         binder: vec![("steered".into(), 24), ("miss".into(), 1)],
-        reserved_ports: 1024,
+        reserved_ports: 0,
         receivers: vec![
             ReceiverRow {
                 peer: "10.0.0.2:7447".into(),

@@ -181,10 +181,6 @@ impl Page for SenderPage {
             vec![Span::styled("srap status --sender", bold())],
             vec![Span::raw(steering_text)],
             vec![Span::raw(format!("{} receivers", status.receivers.len()))],
-            vec![Span::raw(format!(
-                "{} reserved ports",
-                status.reserved_ports
-            ))],
             vec![Span::raw(format!("pins {}", cut(&status.pin_dir, 40)))],
         ];
         let mut lines = pack(title, width, 1);

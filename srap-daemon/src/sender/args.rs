@@ -84,7 +84,8 @@ pub struct SenderArgs {
     /// [default: /sys/fs/bpf/srap].
     #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,
-    /// Source ports SRAP may bind (default: the kernel's ip_local_port_range).
+    /// Source ports SRAP may bind, every one of them, shared with other
+    /// destinations by 4-tuple (default: the kernel's ip_local_port_range).
     #[arg(long, value_name = "START-END")]
     pub port_range: Option<PortRange>,
     /// Set up (or adopt) and exit; the pins keep steering running. With

@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 
 use aya::{Ebpf, maps::Array};
 use srap_common::{
-    binder::{GRANTS_MAP, MAX_SLOTS, RECEIVERS_MAP, ReceiverSlots, SlotGrant},
+    binder::{GRANTS_MAP, SLOT_STATE_MAP, SlotGrant},
     wire::{CpuCount, CpuGrant},
 };
 
-use super::{SenderError, plan::Plan};
+use super::{SenderError, maps::slot_flows, plan::Plan};
 
 fn map_error(map: &'static str) -> impl Fn(aya::maps::MapError) -> SenderError {
     move |source| SenderError::Map { map, source }
@@ -110,14 +110,15 @@ pub fn demand(
     keep: impl Fn(u32) -> bool,
 ) -> Result<Vec<CpuCount>, SenderError> {
     let map = ebpf
-        .map(RECEIVERS_MAP)
-        .ok_or(SenderError::Missing(RECEIVERS_MAP))?;
-    let array: Array<_, ReceiverSlots> = Array::try_from(map).map_err(map_error(RECEIVERS_MAP))?;
+        .map(SLOT_STATE_MAP)
+        .ok_or(SenderError::Missing(SLOT_STATE_MAP))?;
+    let words: Array<_, u64> = Array::try_from(map).map_err(map_error(SLOT_STATE_MAP))?;
     let mut per_cpu: BTreeMap<u32, u32> = BTreeMap::new();
     for (index, cpus) in slots_by_cpu(plan, keep) {
-        let row = array.get(&index, 0).map_err(map_error(RECEIVERS_MAP))?;
+        let slots = cpus.values().max().map_or(0, |s| s + 1);
+        let flows = slot_flows(&words, index, slots)?;
         for (cpu, slot) in &cpus {
-            let flows = row.flows[(*slot).min(MAX_SLOTS - 1) as usize];
+            let flows = flows.get(*slot as usize).copied().unwrap_or(0);
             if flows > 0 {
                 *per_cpu.entry(*cpu).or_insert(0) += flows;
             }

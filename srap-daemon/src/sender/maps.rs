@@ -1,15 +1,18 @@
 //! Writing the plan into the binder's maps, and reading its counters back.
 
-use std::collections::BTreeSet;
+use std::{borrow::Borrow, collections::BTreeSet};
 
 use aya::{
     Ebpf,
     maps::{Array, HashMap, Map, MapData, PerCpuArray},
 };
 use srap_common::binder::{
-    BinderConfig, CONFIG_MAP, DESTS_MAP, DestKey, DestValue, GRANTS_MAP, LAYOUTS_MAP, MAX_SLOTS,
-    RECEIVERS_MAP, ReceiverSlots, SLOTS_MAP, STATS_MAP, SlotGrant, TABLES_MAP, VALUES_MAP, outcome,
+    BinderConfig, CONFIG_MAP, COSETS_MAP, DESTS_MAP, DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP,
+    LAYOUTS_MAP, MAX_SLOTS, RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP, STATS_MAP,
+    SlotGrant, TABLES_MAP, outcome, slot_word,
 };
+
+use tracing::warn;
 
 use super::{SenderError, layout::PinLayout, plan::Plan};
 
@@ -36,8 +39,36 @@ pub fn fill(ebpf: &mut Ebpf, plan: &Plan, pacing_rate: u64) -> Result<(), Sender
             .map(|(t, table)| (t as u32, table.table)),
     )?;
     fill_receivers(ebpf, plan)?;
-    write_rows(ebpf, CONFIG_MAP, [(0, BinderConfig { pacing_rate })])?;
+    let config = BinderConfig {
+        pacing_rate,
+        tw_stamp_offset: time_wait_stamp_offset(),
+        _pad: 0,
+    };
+    write_rows(ebpf, CONFIG_MAP, [(0, config)])?;
     fill_dests(ebpf, plan)
+}
+
+/// Where `tcp_timewait_sock.tw_ts_recent_stamp` lies in the running kernel
+/// (0: unknown, and the hook then never reuses a TIME_WAIT tuple), read
+/// once from its BTF.
+fn time_wait_stamp_offset() -> u32 {
+    static OFFSET: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *OFFSET.get_or_init(|| {
+        match srap_host::btf::running_member_offset("tcp_timewait_sock", "tw_ts_recent_stamp") {
+            Ok(Some(offset)) => offset,
+            Ok(None) => {
+                warn!(
+                    "the kernel's BTF does not show tcp_timewait_sock.tw_ts_recent_stamp: the \
+                     binder will skip, not reuse, tuples in TIME_WAIT"
+                );
+                0
+            }
+            Err(err) => {
+                warn!("{err}: the binder will skip, not reuse, tuples in TIME_WAIT");
+                0
+            }
+        }
+    })
 }
 
 /// Sets `rows` of the array map `name`.
@@ -53,7 +84,7 @@ fn write_rows<V: aya::Pod>(
     Ok(())
 }
 
-/// Each layout's row and its rows in the slot and value pools.
+/// Each layout's row and its rows in the slot, entry and coset pools.
 fn fill_layouts(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
     let layouts = || plan.layouts.iter();
     write_rows(
@@ -66,41 +97,82 @@ fn fill_layouts(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
     write_rows(
         ebpf,
         SLOTS_MAP,
-        layouts().flat_map(|l| {
-            let base = l.layout.slot_base;
-            l.slots
-                .iter()
-                .enumerate()
-                .map(move |(s, slot)| (base + s as u32, *slot))
-        }),
+        layouts().flat_map(|l| pool_rows(l.layout.slot_base, &l.slots)),
     )?;
     write_rows(
         ebpf,
-        VALUES_MAP,
-        layouts().flat_map(|l| {
-            let base = l.layout.value_base;
-            l.values
-                .iter()
-                .enumerate()
-                .map(move |(v, ports)| (base + v as u32, *ports))
-        }),
+        ENTRIES_MAP,
+        layouts().flat_map(|l| pool_rows(l.layout.entry_base, &l.entries)),
+    )?;
+    write_rows(
+        ebpf,
+        COSETS_MAP,
+        layouts().flat_map(|l| pool_rows(l.layout.coset_base, &l.cosets)),
     )
 }
 
-/// Sets each receiver's slot count. The hook's live state (flow counts,
-/// level bitmaps, cursor) is rebuilt only when the count changed, keeping
-/// the counts of flows still open; otherwise it is left to the hook.
+/// `rows` as (index, row) from `base` in a shared pool.
+fn pool_rows<T: Copy>(base: u32, rows: &[T]) -> impl Iterator<Item = (u32, T)> + '_ {
+    rows.iter()
+        .enumerate()
+        .map(move |(i, row)| (base + i as u32, *row))
+}
+
+/// Open flows of a receiver's first `slots` slots, from the hooks' slot
+/// words (one read per slot in use).
+pub fn slot_flows<T: Borrow<MapData>>(
+    words: &Array<T, u64>,
+    receiver: u32,
+    slots: u32,
+) -> Result<Vec<u32>, SenderError> {
+    (0..slots.min(MAX_SLOTS))
+        .map(|slot| {
+            words
+                .get(&(receiver * MAX_SLOTS + slot), 0)
+                .map(slot_word::flows)
+                .map_err(map_error(SLOT_STATE_MAP))
+        })
+        .collect()
+}
+
+/// Sets each receiver's slot count. The level bitmaps are rebuilt from the
+/// slots' counts only when the count changed; the counts themselves (the
+/// hooks' slot words) are never written here, so flows still open keep
+/// theirs.
 fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
+    let flows: Vec<Option<Vec<u32>>> = {
+        let map = ebpf
+            .map(SLOT_STATE_MAP)
+            .ok_or(SenderError::Missing(SLOT_STATE_MAP))?;
+        let words: Array<_, u64> = Array::try_from(map).map_err(map_error(SLOT_STATE_MAP))?;
+        let map = ebpf
+            .map(RECEIVERS_MAP)
+            .ok_or(SenderError::Missing(RECEIVERS_MAP))?;
+        let array: Array<_, ReceiverSlots> =
+            Array::try_from(map).map_err(map_error(RECEIVERS_MAP))?;
+        plan.receivers
+            .iter()
+            .map(|receiver| {
+                let now = array
+                    .get(&receiver.index, 0)
+                    .map_err(map_error(RECEIVERS_MAP))?;
+                if now.slots == receiver.slots {
+                    return Ok(None);
+                }
+                slot_flows(&words, receiver.index, receiver.slots).map(Some)
+            })
+            .collect::<Result<_, SenderError>>()?
+    };
     let mut array: Array<_, ReceiverSlots> =
         Array::try_from(map_mut(ebpf, RECEIVERS_MAP)?).map_err(map_error(RECEIVERS_MAP))?;
-    for receiver in &plan.receivers {
+    for (receiver, flows) in plan.receivers.iter().zip(flows) {
+        let Some(flows) = flows else {
+            continue;
+        };
         let now = array
             .get(&receiver.index, 0)
             .map_err(map_error(RECEIVERS_MAP))?;
-        if now.slots == receiver.slots {
-            continue;
-        }
-        let rebuilt = ReceiverSlots::rebuilt(receiver.slots, &now.flows, now.cursor);
+        let rebuilt = ReceiverSlots::rebuilt(receiver.slots, &flows, &now);
         array
             .set(receiver.index, rebuilt, 0)
             .map_err(map_error(RECEIVERS_MAP))?;
@@ -184,13 +256,21 @@ pub fn read_stats(layout: &PinLayout) -> Result<BinderStats, SenderError> {
 
 /// Open flows per slot of receiver `receiver` (its slots in use).
 pub fn read_occupancy(layout: &PinLayout, receiver: u32) -> Result<Vec<u32>, SenderError> {
+    let row = read_receiver(layout, receiver)?;
+    let words: Array<_, u64> =
+        Array::try_from(open_pinned(layout, SLOT_STATE_MAP)?).map_err(map_error(SLOT_STATE_MAP))?;
+    slot_flows(&words, receiver, row.slots)
+}
+
+/// Receiver `receiver`'s row: its slot count and the connects that found
+/// their slot dry.
+pub fn read_receiver(layout: &PinLayout, receiver: u32) -> Result<ReceiverSlots, SenderError> {
     let map = open_pinned(layout, RECEIVERS_MAP)?;
     let receivers: Array<_, ReceiverSlots> =
         Array::try_from(map).map_err(map_error(RECEIVERS_MAP))?;
-    let row = receivers
+    receivers
         .get(&receiver, 0)
-        .map_err(map_error(RECEIVERS_MAP))?;
-    Ok(row.flows[..row.slots.min(MAX_SLOTS) as usize].to_vec())
+        .map_err(map_error(RECEIVERS_MAP))
 }
 
 /// The grant in force toward receiver `receiver` (its pinned `SRAP_GRANTS`

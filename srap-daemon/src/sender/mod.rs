@@ -1,10 +1,12 @@
 //! The sender side of SRAP: the transparent port binder.
 //!
 //! [`start`] computes steering tables for each receiver from its RSS model,
-//! writes them into the binder's maps, reserves the ports it may bind, and
-//! attaches the `connect()` hooks to a cgroup through pinned links; the
-//! pins keep steering running whether or not the agent does. [`detach`]
-//! undoes all of it. Workloads join the cgroup with `srap exec`. With
+//! writes them into the binder's maps, and attaches the `connect()` hooks to
+//! a cgroup through pinned links; the pins keep steering running whether or
+//! not the agent does. [`detach`] undoes all of it. No port is reserved: the
+//! hook chooses by 4-tuple among every port of the range, as the kernel
+//! does, so the host's other applications keep their ephemeral ports (see
+//! `docs/binder.md` for the measurement). Workloads join the cgroup with `srap exec`. With
 //! `--peer`, [`follow`] fetches the description from the receiver agent and
 //! [`replan`] refills the maps whenever it changes.
 
@@ -40,10 +42,10 @@ use tracing::{info, warn};
 
 pub use attach::{Attachment, check_bpffs};
 pub use layout::{DEFAULT_PIN_DIR, PinLayout};
-pub use maps::{BinderStats, read_grant, read_occupancy, read_stats};
+pub use maps::{BinderStats, read_grant, read_occupancy, read_receiver, read_stats};
 pub use plan::Plan;
 pub use rate::PacingRate;
-pub use replan::{Replanned, replan, replan_if_sources_changed};
+pub use replan::{replan, replan_if_sources_changed};
 pub use state::SenderState;
 
 /// Why the binder could not be set up or taken down.
@@ -160,8 +162,7 @@ pub struct RunningBinder {
     pub cgroup: PathBuf,
     pub plan: Plan,
     pub attachment: Attachment,
-    /// Source ports the binder may bind (all reserved).
-    pub ports: BTreeSet<u16>,
+    /// The source ports the binder chooses from.
     pub port_range: PortRange,
 }
 
@@ -218,8 +219,8 @@ pub fn sources_changed(
     }))
 }
 
-/// Computes, fills, reserves, attaches and pins (or adopts what a previous
-/// agent pinned under the same directory).
+/// Computes, fills, attaches and pins (or adopts what a previous agent
+/// pinned under the same directory).
 pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, SenderError> {
     let layout = PinLayout::new(&options.pin_dir);
     let state_path = state::path_for(layout.dir());
@@ -245,8 +246,7 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
     let pacing = options.pacing_rate.map_or(0, |r| r.0);
     maps::fill(&mut ebpf, &plan, pacing)?;
 
-    let ports = plan.ports();
-    reserve_and_record(&state_path, previous.as_ref(), &cgroup, &ports)?;
+    record_state(&state_path, previous.as_ref(), &cgroup)?;
 
     let attachment = attach::ensure_attached(&mut ebpf, &layout, &cgroup)?;
     info!(
@@ -261,7 +261,6 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
         cgroup,
         plan,
         attachment,
-        ports,
         port_range,
     })
 }
@@ -287,14 +286,15 @@ fn steered_cgroup(
     Ok(cgroup)
 }
 
-/// Creates the cgroup if needed and reserves `ports`, recording in the
-/// state file what `detach` must undo before each step that needs undoing
-/// (a crash in between leaves a state that still undoes everything).
-fn reserve_and_record(
+/// Creates the cgroup if needed and records in the state file what
+/// `detach` must undo, before the step that needs undoing. Ports an older
+/// agent reserved (SRAP reserves none since it chooses by tuple) are
+/// released here, after they were recorded, so a crash in between still
+/// leaves `detach` a state that undoes everything.
+fn record_state(
     state_path: &Path,
     previous: Option<&SenderState>,
     cgroup: &Path,
-    ports: &BTreeSet<u16>,
 ) -> Result<(), SenderError> {
     let netns = state::current_netns();
     let previously_added = match previous {
@@ -306,29 +306,25 @@ fn reserve_and_record(
         }
         _ => BTreeSet::new(),
     };
-    let mut reservation = Reservation::read(previously_added)?;
     let created = cgroup::ensure(cgroup)?;
     let state = SenderState {
         cgroup: cgroup.to_path_buf(),
         cgroup_created: created || previous.is_some_and(|p| p.cgroup == cgroup && p.cgroup_created),
-        reserved_added: reserved::format(
-            &reservation
-                .ours()
-                .union(&reservation.ours_for(ports))
-                .copied()
-                .collect(),
-        ),
+        reserved_added: reserved::format(&previously_added),
         netns,
     };
     state::save(state_path, &state)?;
-    reservation.hold(ports)?;
-    state::save(
-        state_path,
-        &SenderState {
-            reserved_added: reserved::format(reservation.ours()),
-            ..state
-        },
-    )?;
+    if !previously_added.is_empty() {
+        let released = Reservation::read(previously_added)?.release()?;
+        info!("released {released} ports an older agent reserved in ip_local_reserved_ports");
+        state::save(
+            state_path,
+            &SenderState {
+                reserved_added: String::new(),
+                ..state
+            },
+        )?;
+    }
     Ok(())
 }
 

@@ -13,8 +13,8 @@ use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
 use srap_common::{
     binder::{
-        DestKey, DestValue, MAX_DESTS, MAX_LAYOUTS, MAX_RECEIVERS, MAX_TABLES, SLOT_ROWS,
-        VALUE_ROWS,
+        COSET_ROWS, DestKey, DestValue, ENTRY_ROWS, MAX_DESTS, MAX_LAYOUTS, MAX_RECEIVERS,
+        MAX_TABLES, SLOT_ROWS,
     },
     rss::RssModel,
     solver::PortRange,
@@ -206,6 +206,8 @@ impl Plan {
 
     /// Adds `table` and its destinations: keyed by its own source address,
     /// and, for the route's source, by no source too (an unbound socket).
+    /// Named ports also get the any-port key saying so
+    /// ([`DestValue::BY_PORT`]): the hook looks the any-port key up first.
     fn add_table(
         &mut self,
         receiver: &mut ReceiverPlan,
@@ -223,24 +225,30 @@ impl Plan {
             table: t as u32,
             receiver: receiver.index,
         };
-        for port in ports {
-            let key = |src| DestKey {
+        let by_port = DestValue {
+            table: DestValue::BY_PORT,
+            ..value
+        };
+        let sources = std::iter::once(src).chain(route.then_some([0; 4]));
+        for src in sources {
+            let key = |port: u16| DestKey {
                 family,
-                port: u32::from(*port),
+                port: u32::from(port),
                 addr,
                 src,
             };
-            self.dests.push((key(src), value));
-            if route {
-                self.dests.push((key([0; 4]), value));
+            if ports.iter().any(|p| *p != 0) && !self.dests.contains(&(key(0), by_port)) {
+                self.dests.push((key(0), by_port));
             }
+            self.dests
+                .extend(ports.iter().map(|port| (key(*port), value)));
         }
     }
 
     /// Gives each distinct layout its index and pool rows, and each table
     /// its layout's index.
     fn place_layouts(&mut self) -> Result<(), SenderError> {
-        let (mut slot_rows, mut value_rows) = (0u64, 0u64);
+        let (mut slot_rows, mut entry_rows, mut coset_rows) = (0u64, 0u64, 0u64);
         // The tables' own Arcs, by layout index.
         let mut placed: Vec<Arc<LayoutPlan>> = Vec::new();
         for table in &mut self.tables {
@@ -250,9 +258,11 @@ impl Plan {
                 None => {
                     let mut layout = (*table.layout).clone();
                     layout.layout.slot_base = slot_rows as u32;
-                    layout.layout.value_base = value_rows as u32;
+                    layout.layout.entry_base = entry_rows as u32;
+                    layout.layout.coset_base = coset_rows as u32;
                     slot_rows += layout.slots.len() as u64;
-                    value_rows += layout.values.len() as u64;
+                    entry_rows += layout.entries.len() as u64;
+                    coset_rows += layout.cosets.len() as u64;
                     placed.push(table.layout.clone());
                     self.layouts.push(Arc::new(layout));
                     self.layouts.len() - 1
@@ -260,11 +270,15 @@ impl Plan {
             };
             table.table.layout = index as u32;
         }
-        if slot_rows > u64::from(SLOT_ROWS) || value_rows > u64::from(VALUE_ROWS) {
+        if slot_rows > u64::from(SLOT_ROWS)
+            || entry_rows > u64::from(ENTRY_ROWS)
+            || coset_rows > u64::from(COSET_ROWS)
+        {
             return Err(SenderError::Input(format!(
-                "these receivers need {slot_rows} CPU slots and {value_rows} port values over \
-                 their distinct RSS configurations; the binder holds {SLOT_ROWS} and \
-                 {VALUE_ROWS}: steer fewer receivers or name --port on fewer ports"
+                "these receivers need {slot_rows} CPU slots, {entry_rows} indirection entries \
+                 and {coset_rows} port cosets over their distinct RSS configurations; the \
+                 binder holds {SLOT_ROWS}, {ENTRY_ROWS} and {COSET_ROWS}: steer fewer \
+                 receivers or name --port on fewer ports"
             )));
         }
         Ok(())
@@ -283,11 +297,6 @@ impl Plan {
             .or_else(|| over("steering tables", self.tables.len(), MAX_TABLES))
             .or_else(|| over("destinations", self.dests.len(), MAX_DESTS));
         problem.map_or(Ok(()), Err)
-    }
-
-    /// Every source port the binder may bind: what to reserve.
-    pub fn ports(&self) -> BTreeSet<u16> {
-        self.layouts.iter().flat_map(|l| l.ports()).collect()
     }
 }
 
@@ -388,7 +397,10 @@ mod tests {
         assert_eq!(plan.dests[1].0.src, [0; 4]);
         assert_eq!(plan.tables[0].slots().len(), 32);
         assert_eq!(plan.receivers[0].slots, 32);
-        assert!(!plan.ports().is_empty());
+        assert_eq!(
+            plan.layouts[0].port_count(),
+            PortRange::DEFAULT.len() as u64
+        );
     }
 
     #[test]
@@ -419,13 +431,18 @@ mod tests {
         assert_eq!(plan.tables.len(), 2);
         assert_eq!(plan.layouts.len(), 2, "one per family");
         assert_eq!(plan.layouts[1].layout.slot_base, 32);
-        assert_eq!(plan.dests.len(), 8);
-        assert!(plan.dests.iter().all(|(k, _)| k.port != 0));
+        assert_eq!(plan.layouts[1].layout.entry_base, 128);
+        // Per receiver and source (route's, none): the any-port key saying
+        // "by port", then the two ports.
+        assert_eq!(plan.dests.len(), 12);
+        for (key, value) in &plan.dests {
+            assert_eq!(key.port == 0, value.table == DestValue::BY_PORT, "{key:?}");
+        }
         assert_eq!(plan.receivers[1].index, 1);
         assert!(
-            plan.dests[4..]
+            plan.dests[6..]
                 .iter()
-                .all(|(_, v)| v.receiver == 1 && v.table == 1)
+                .all(|(_, v)| v.receiver == 1 && (v.table == 1 || v.table == DestValue::BY_PORT))
         );
     }
 

@@ -1,8 +1,7 @@
 //! Turns the sender's plan into the [`PlanReport`] the receiver is told:
 //! for each receiver and destination port, the source ports the binder may
-//! bind for each receiver CPU — the hook's own choices, enumerated.
-
-use std::collections::BTreeSet;
+//! bind for each receiver CPU — the hook's own choices, enumerated (every
+//! port of the range: each is some CPU's).
 
 use srap_common::{
     steering::{Scope, TablePlan},
@@ -10,6 +9,10 @@ use srap_common::{
 };
 
 use crate::sender::plan::Plan;
+
+/// Ports one report lists at most: ~3 bytes each on the wire, well inside
+/// a frame (1 MiB). A table past it is left out, and said so.
+pub const MAX_REPORTED_PORTS: usize = 200_000;
 
 /// The report of `plan`, made against description `version`. Port-scoped
 /// tables are reported for their port; any-port tables (where a source
@@ -28,6 +31,7 @@ pub fn plan_report_for(
     keep: impl Fn(u32) -> bool,
 ) -> PlanReport {
     let mut tables = Vec::new();
+    let mut listed = 0;
     for receiver in plan.receivers.iter().filter(|r| keep(r.index)) {
         for table in receiver.tables.iter().filter_map(|&t| plan.tables.get(t)) {
             let dports: Vec<u16> = match table.scope() {
@@ -35,11 +39,23 @@ pub fn plan_report_for(
                 Scope::AnyPort => any_port_dports.to_vec(),
             };
             for dport in dports {
+                let cpus = cpu_ports(table, dport);
+                let count: usize = cpus.iter().map(|c| c.ports.len()).sum();
+                if listed + count > MAX_REPORTED_PORTS {
+                    tracing::warn!(
+                        "the plan report leaves out {} -> {}:{dport} and what follows: more \
+                         than {MAX_REPORTED_PORTS} ports (report fewer ports with --report-port)",
+                        table.source,
+                        receiver.receiver
+                    );
+                    return PlanReport { version, tables };
+                }
+                listed += count;
                 tables.push(PlannedTable {
                     receiver: receiver.receiver,
                     source: table.source,
                     dst_port: dport,
-                    cpus: cpu_ports(table, dport),
+                    cpus,
                 });
             }
         }
@@ -49,22 +65,13 @@ pub fn plan_report_for(
 
 /// Every port each slot's CPU may get toward `dport`.
 fn cpu_ports(table: &TablePlan, dport: u16) -> Vec<CpuPorts> {
-    use srap_common::binder::{ENTRIES_PER_SLOT, PORTS_PER_VALUE};
     table
         .slots()
         .iter()
         .enumerate()
-        .map(|(slot, entries)| {
-            let ports: BTreeSet<u16> = (0..ENTRIES_PER_SLOT.min(entries.count as usize))
-                .flat_map(|entry| {
-                    (0..PORTS_PER_VALUE)
-                        .filter_map(move |choice| table.port_for(slot, entry, choice, dport))
-                })
-                .collect();
-            CpuPorts {
-                cpu: entries.cpu,
-                ports: ports.into_iter().collect(),
-            }
+        .map(|(slot, row)| CpuPorts {
+            cpu: row.cpu,
+            ports: table.slot_ports(slot, dport).into_iter().collect(),
         })
         .collect()
 }
@@ -104,6 +111,8 @@ mod tests {
                 (receiver, source, 5201)
             );
             assert_eq!(table.cpus.len(), 32, "one entry per receiver CPU");
+            let reported: usize = table.cpus.iter().map(|c| c.ports.len()).sum();
+            assert_eq!(reported, range.len(), "every port of the range");
             for cpu in &table.cpus {
                 assert!(!cpu.ports.is_empty(), "cpu {} has ports", cpu.cpu);
                 for &sport in &cpu.ports {

@@ -22,7 +22,8 @@ pub struct SenderStatus {
     pub pin_dir: String,
     /// The binder's outcome counters, by name, in the binder's order.
     pub binder: Vec<(String, u64)>,
-    /// Source ports reserved for the plan.
+    /// Source ports reserved for the plan: 0 since the binder chooses by
+    /// 4-tuple among the whole range (kept for older `srap` clients).
     pub reserved_ports: usize,
     pub receivers: Vec<ReceiverRow>,
 }

@@ -211,6 +211,7 @@ impl Follower {
         let mut status_tick = tokio::time::interval(STATUS_EVERY);
         let mut resolve_tick = tokio::time::interval(RESOLVE_EVERY);
         resolve_tick.tick().await;
+        let mut watch = summary::CounterWatch::new(steering);
         loop {
             tokio::select! {
                 _ = resolve_tick.tick() => self.re_resolve(steering).await,
@@ -218,7 +219,7 @@ impl Follower {
                 _ = tokio::signal::ctrl_c() => return Ok(()),
                 _ = term.recv() => return Ok(()),
                 _ = tick.tick() => {
-                    if !summary::log_counters(&steering.layout) {
+                    if !watch.tick(steering) {
                         return Ok(());
                     }
                     if super::replan_if_sources_changed(steering, &self.options) {
@@ -433,12 +434,10 @@ impl Follower {
             self.options.targets = self.targets();
             let started = std::time::Instant::now();
             match replan(steering, &self.options) {
-                Ok(moved) => {
+                Ok(()) => {
                     println!(
-                        "replanned for the new addresses in {} ms: +{} -{} reserved ports",
-                        started.elapsed().as_millis(),
-                        moved.reserved,
-                        moved.released
+                        "replanned for the new addresses in {} ms",
+                        started.elapsed().as_millis()
                     );
                     println!("{}", summary::describe(steering));
                 }
@@ -488,12 +487,10 @@ impl Follower {
 fn replan_for(steering: &mut RunningBinder, options: &SenderOptions, version: u64, name: &str) {
     let started = std::time::Instant::now();
     match replan(steering, options) {
-        Ok(moved) => {
+        Ok(()) => {
             println!(
-                "replanned for version {version} of {name} in {} ms: +{} -{} reserved ports",
-                started.elapsed().as_millis(),
-                moved.reserved,
-                moved.released
+                "replanned for version {version} of {name} in {} ms",
+                started.elapsed().as_millis()
             );
             println!("{}", summary::describe(steering));
         }

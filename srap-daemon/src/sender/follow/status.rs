@@ -66,7 +66,6 @@ impl Follower {
         if let Some(steering) = steering {
             status.cgroup = steering.cgroup.display().to_string();
             status.pin_dir = steering.layout.dir().display().to_string();
-            status.reserved_ports = steering.ports.len();
             match read_stats(&steering.layout) {
                 Ok(stats) => {
                     status.binder = outcome::NAMES

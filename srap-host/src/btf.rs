@@ -1,0 +1,184 @@
+//! Where a field of a kernel struct lies, from the running kernel's own BTF
+//! (`/sys/kernel/btf/vmlinux`).
+//!
+//! SRAP's eBPF programs are built without CO-RE relocations, so a field
+//! they read from a kernel object through `bpf_probe_read_kernel` is found
+//! at an offset this module reads here and the agent hands them in a map.
+//! Today that is one field: `tcp_timewait_sock.tw_ts_recent_stamp`, which
+//! says whether the kernel lets an explicitly bound socket take over a
+//! TIME_WAIT tuple (`tcp_twsk_unique`: only with TCP timestamps).
+//!
+//! Only what that needs is parsed: the header, every type's length (to walk
+//! the type section) and struct members.
+
+use std::{fs, path::Path};
+
+use crate::HostError;
+
+/// The running kernel's BTF.
+pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+const MAGIC: u16 = 0xeb9f;
+const HEADER_LEN: usize = 24;
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+
+/// The byte offset of `member` in `struct name` in the running kernel;
+/// `None` when the kernel has no BTF or no such member.
+pub fn running_member_offset(name: &str, member: &str) -> Result<Option<u32>, HostError> {
+    let path = Path::new(VMLINUX_BTF);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let data = fs::read(path).map_err(|source| HostError::Io {
+        what: format!("reading {VMLINUX_BTF}"),
+        source,
+    })?;
+    member_offset(&data, name, member).map_err(|problem| HostError::Sysctl {
+        path: VMLINUX_BTF.into(),
+        problem,
+    })
+}
+
+/// The byte offset of `member` in `struct name` (or union) in the BTF blob
+/// `data` (native byte order), `None` when there is no such member or it is
+/// a bitfield not on a byte boundary.
+pub fn member_offset(data: &[u8], name: &str, member: &str) -> Result<Option<u32>, String> {
+    let u16_at = |at: usize| {
+        data.get(at..at + 2)
+            .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+            .ok_or_else(|| format!("cut short at byte {at}"))
+    };
+    let u32_at = |at: usize| {
+        data.get(at..at + 4)
+            .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+            .ok_or_else(|| format!("cut short at byte {at}"))
+    };
+    if u16_at(0)? != MAGIC {
+        return Err("not BTF of this byte order (bad magic)".into());
+    }
+    let header = u32_at(4)? as usize;
+    if header < HEADER_LEN {
+        return Err(format!("a {header}-byte header is too short"));
+    }
+    let (type_off, type_len) = (u32_at(8)? as usize, u32_at(12)? as usize);
+    let str_off = u32_at(16)? as usize;
+    let strings = header + str_off;
+    let name_is = |offset: u32, wanted: &str| -> bool {
+        let start = strings + offset as usize;
+        data.get(start..start + wanted.len() + 1)
+            .is_some_and(|s| &s[..wanted.len()] == wanted.as_bytes() && s[wanted.len()] == 0)
+    };
+    let (mut at, end) = (header + type_off, header + type_off + type_len);
+    while at < end {
+        let (name_off, info) = (u32_at(at)?, u32_at(at + 4)?);
+        let (kind, vlen) = ((info >> 24) & 0x1f, (info & 0xffff) as usize);
+        let members = at + 12;
+        if (kind == KIND_STRUCT || kind == KIND_UNION) && name_is(name_off, name) {
+            for m in 0..vlen {
+                let record = members + 12 * m;
+                if name_is(u32_at(record)?, member) {
+                    let raw = u32_at(record + 8)?;
+                    // With kind_flag set, the low 24 bits are the bit offset.
+                    let bits = if info >> 31 == 1 {
+                        raw & 0x00ff_ffff
+                    } else {
+                        raw
+                    };
+                    return Ok((bits % 8 == 0).then_some(bits / 8));
+                }
+            }
+        }
+        at = members + trailing_len(kind, vlen)?;
+    }
+    Ok(None)
+}
+
+/// Bytes after a type's 12-byte common part.
+fn trailing_len(kind: u32, vlen: usize) -> Result<usize, String> {
+    Ok(match kind {
+        // INT, VAR, DECL_TAG
+        1 | 14 | 17 => 4,
+        // PTR, FWD, TYPEDEF, VOLATILE, CONST, RESTRICT, FUNC, FLOAT, TYPE_TAG
+        2 | 7..=12 | 16 | 18 => 0,
+        // ARRAY
+        3 => 12,
+        // STRUCT, UNION, DATASEC, ENUM64
+        4 | 5 | 15 | 19 => 12 * vlen,
+        // ENUM, FUNC_PROTO
+        6 | 13 => 8 * vlen,
+        other => return Err(format!("unknown BTF kind {other}")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A BTF blob: an int, then `struct pair { int a; int b; }` behind a
+    /// typedef, then a struct with a bitfield member.
+    fn blob() -> Vec<u8> {
+        let strings = b"\0int\0pair\0a\0b\0bits\0flag\0".to_vec();
+        let (int, pair, a, b, bits, flag) = (1u32, 5, 10, 12, 14, 19);
+        let mut types: Vec<u32> = Vec::new();
+        // [1] int: name, info (kind 1), size, then its 4-byte encoding.
+        types.extend([int, 1 << 24, 4, 32]);
+        // [2] typedef (kind 8) of int.
+        types.extend([0, 8 << 24, 1]);
+        // [3] struct pair, 2 members: a at bit 0, b at bit 32.
+        types.extend([pair, (4 << 24) | 2, 8, a, 1, 0, b, 1, 32]);
+        // [4] struct bits, kind_flag, 1 member: flag, 1 bit at bit 3.
+        types.extend([bits, (1 << 31) | (4 << 24) | 1, 4, flag, 1, (1 << 24) | 3]);
+        let type_bytes: Vec<u8> = types.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        let mut out = Vec::new();
+        out.extend(MAGIC.to_ne_bytes());
+        out.extend([1u8, 0]);
+        for word in [
+            HEADER_LEN as u32,
+            0,
+            type_bytes.len() as u32,
+            type_bytes.len() as u32,
+            strings.len() as u32,
+        ] {
+            out.extend(word.to_ne_bytes());
+        }
+        out.extend(type_bytes);
+        out.extend(strings);
+        out
+    }
+
+    #[test]
+    fn finds_a_member_past_other_kinds() {
+        let data = blob();
+        assert_eq!(member_offset(&data, "pair", "b"), Ok(Some(4)));
+        assert_eq!(member_offset(&data, "pair", "a"), Ok(Some(0)));
+        assert_eq!(member_offset(&data, "pair", "c"), Ok(None));
+        assert_eq!(member_offset(&data, "pai", "a"), Ok(None));
+        assert_eq!(
+            member_offset(&data, "bits", "flag"),
+            Ok(None),
+            "not on a byte"
+        );
+    }
+
+    #[test]
+    fn refuses_what_is_not_btf() {
+        assert!(member_offset(b"\x00\x01", "pair", "a").is_err());
+        let mut data = blob();
+        data.truncate(30);
+        assert!(member_offset(&data, "pair", "a").is_err());
+    }
+
+    /// The field the binder reads, in this machine's kernel (where it has
+    /// BTF, as every kernel SRAP targets does).
+    #[test]
+    fn the_running_kernel_has_the_time_wait_stamp() {
+        if !Path::new(VMLINUX_BTF).exists() {
+            eprintln!("no {VMLINUX_BTF}: skipped");
+            return;
+        }
+        let offset =
+            running_member_offset("tcp_timewait_sock", "tw_ts_recent_stamp").expect("readable BTF");
+        assert!(offset.is_some_and(|o| o > 0), "{offset:?}");
+    }
+}
