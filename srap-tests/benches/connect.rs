@@ -3,7 +3,9 @@
 //! attached toward a 4-CPU and a 512-CPU receiver (same run, same sockets,
 //! same veth). Goals: under 1 µs added per connect, ≤ 1.10× baseline, and
 //! no growth with the slot count (the slot choice reads one bitmap word per
-//! 64 slots, never every slot).
+//! 64 slots, never every slot). Then the baseline and the 4-slot binder
+//! again with every other core kept busy by a spinning thread (report-only:
+//! what a connect costs on a loaded host).
 //!
 //! Needs root (namespaces, cgroups, bpffs): elsewhere it prints SKIP and
 //! measures nothing. The bench process itself joins a fresh cgroup for the
@@ -57,27 +59,69 @@ fn connect_accept(c: &mut Criterion) {
     group.bench_function("baseline", |b| b.iter(|| round_trip(&listener, server)));
 
     for cpus in [4u32, 512] {
-        bench_binder(&mut group, &cgroup, cpus, &listener, server);
+        bench_binder(&mut group, &cgroup, cpus, "", &listener, server);
     }
     group.finish();
+
+    let spinning = Spinners::start();
+    let mut group = c.benchmark_group("connect_accept_busy");
+    group.measurement_time(Duration::from_secs(5));
+    group.bench_function("baseline", |b| b.iter(|| round_trip(&listener, server)));
+    bench_binder(&mut group, &cgroup, 4, " busy", &listener, server);
+    group.finish();
+    drop(spinning);
     drop(inside);
     // Back to this process's own cgroup, so the bench's can go.
     drop(joined);
     drop(cgroup);
 }
 
+/// Threads that keep every core but one busy while they live.
+struct Spinners {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Spinners {
+    fn start() -> Self {
+        use std::sync::{Arc, atomic::AtomicBool};
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (1..cores.max(2))
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        Self { stop, threads }
+    }
+}
+
+impl Drop for Spinners {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// Mean run time per call of the connect and release hooks, from the
 /// kernel's `BPF_STATS_RUN_TIME` accounting.
-fn print_hook_times(layout: &sender::PinLayout, cpus: u32) {
+fn print_hook_times(layout: &sender::PinLayout, label: &str) {
     for name in [CONNECT4_PROGRAM, RELEASE_PROGRAM] {
         match aya::programs::ProgramInfo::from_pin(layout.program(name)) {
             Ok(info) if info.run_count() > 0 => eprintln!(
-                "hook time ({cpus} slots): {name} {:.0} ns per call over {} calls",
+                "hook time ({label}): {name} {:.0} ns per call over {} calls",
                 info.run_time().as_nanos() as f64 / info.run_count() as f64,
                 info.run_count()
             ),
-            Ok(_) => eprintln!("hook time ({cpus} slots): {name} never ran"),
-            Err(err) => eprintln!("hook time ({cpus} slots): {name}: {err}"),
+            Ok(_) => eprintln!("hook time ({label}): {name} never ran"),
+            Err(err) => eprintln!("hook time ({label}): {name}: {err}"),
         }
     }
 }
@@ -95,9 +139,11 @@ fn bench_binder(
     group: &mut BenchmarkGroup<'_, WallTime>,
     cgroup: &CgroupDir,
     cpus: u32,
+    note: &str,
     listener: &TcpListener,
     server: SocketAddr,
 ) {
+    let label = format!("{cpus} slots{note}");
     let pin_dir = PathBuf::from(format!("/sys/fs/bpf/srap-bench-{}", unique_name("p")));
     let options = SenderOptions {
         targets: sender::Target::all(
@@ -119,11 +165,11 @@ fn bench_binder(
                 b.iter(|| round_trip(listener, server))
             });
             if stats_on.is_ok() {
-                print_hook_times(&steering.layout, cpus);
+                print_hook_times(&steering.layout, &label);
             }
             let stats = sender::read_stats(&steering.layout);
             eprintln!(
-                "binder counters ({cpus} slots): {}",
+                "binder counters ({label}): {}",
                 stats.map_or_else(|e| e.to_string(), |s| s.to_string())
             );
         }
