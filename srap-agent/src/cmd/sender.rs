@@ -63,7 +63,7 @@ async fn report_until_stopped(
     let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
     let mut tick = tokio::time::interval(interval);
     tick.tick().await;
-    let mut watch = sender::summary::CounterWatch::new(steering);
+    let mut watch = sender::watch::CounterWatch::new(steering);
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,

@@ -22,6 +22,7 @@ pub mod rate;
 mod replan;
 pub mod state;
 pub mod summary;
+pub mod watch;
 
 use std::{
     collections::BTreeSet,

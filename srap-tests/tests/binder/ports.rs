@@ -185,17 +185,19 @@ fn hot_round(workload: &mut srap_tests::workload::Workload, connects: u32) -> (V
 /// rate. 30 000 is more than the 28 232 ports of the range: the steered
 /// slots come round to their own TIME_WAIT tuples and reuse them.
 /// Steering is judged by the accepted tuples: consecutive connects take
-/// consecutive CPUs.
+/// consecutive CPUs. Coming round its own TIME_WAIT tuples means the binder
+/// keeps every port of its range bound, which the kernel then hands to no
+/// other application: the running agent warns once, saying what to change.
 #[test]
 fn a_hot_loop_of_connects_never_fails_at_the_kernels_pace() {
     if !privileged("binder: a hot loop of connects") {
         return;
     }
-    let (kernel_lab, steered_lab) = (Lab::new(false, 81), Lab::new(false, 82));
+    let (kernel_lab, mut steered_lab) = (Lab::new(false, 81), Lab::new(false, 82));
     for lab in [&kernel_lab, &steered_lab] {
         lab.sender_sysctl("net.ipv4.tcp_tw_reuse", "1");
     }
-    steered_lab.attach_once();
+    steered_lab.start_agent();
     let (kernel_sink, steered_sink) = (sink(&kernel_lab, DPORT), sink(&steered_lab, DPORT));
     let mut kernel = kernel_lab.workload(false);
     let mut steered = steered_lab.workload(true);
@@ -240,6 +242,14 @@ fn a_hot_loop_of_connects_never_fails_at_the_kernels_pace() {
         "the slots came round to their TIME_WAIT tuples: {stats}"
     );
     assert!(ratio >= 0.9, "steered at {ratio:.2}x the kernel's rate");
+    let warning = steered_lab
+        .agent
+        .wait_for_log("the full-range warning", |l| {
+            l.contains("reuses its own tuples")
+        })
+        .expect("the agent warns");
+    eprintln!("{warning}");
+    assert!(warning.contains("--port-range outside"), "{warning}");
 }
 
 /// One sender, a hundred receivers (addresses of the receiver's

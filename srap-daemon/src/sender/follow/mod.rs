@@ -211,7 +211,7 @@ impl Follower {
         let mut status_tick = tokio::time::interval(STATUS_EVERY);
         let mut resolve_tick = tokio::time::interval(RESOLVE_EVERY);
         resolve_tick.tick().await;
-        let mut watch = summary::CounterWatch::new(steering);
+        let mut watch = super::watch::CounterWatch::new(steering);
         loop {
             tokio::select! {
                 _ = resolve_tick.tick() => self.re_resolve(steering).await,
