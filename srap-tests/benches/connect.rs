@@ -1,5 +1,5 @@
 //! What the binder costs a connection: one TCP connect() + accept() + close
-//! over a veth between two namespaces, without the binder and then with it
+//! over a veth between two namespaces, without the binder and with it
 //! attached toward a 4-CPU and a 512-CPU receiver (same run, same sockets,
 //! same veth). Goals: under 1 µs added per connect, ≤ 1.10× baseline, and
 //! no growth with the slot count (the slot choice reads one bitmap word per
@@ -7,20 +7,29 @@
 //! again with every other core kept busy by a spinning thread (report-only:
 //! what a connect costs on a loaded host).
 //!
+//! The settings take turns: each binder is attached to a cgroup of its own
+//! for the whole run, and every sample criterion takes, of any setting, is
+//! one round in which this process joins each setting's cgroup in turn and
+//! times the same number of connects there ([`Rounds`]). Criterion reports
+//! each setting's own samples; the bench also pairs the settings round by
+//! round (the median of each setting's difference to the baseline of the
+//! same round) and writes them to `<target>/criterion/paired.json` as
+//! `connect_paired/*` means, which `cargo xtask bench` holds to the goals:
+//! a machine whose load drifts (other builds on the other core) shifts a
+//! round's settings alike, so the paired figure holds where the plain
+//! means, taken seconds apart, do not.
+//!
 //! Needs root (namespaces, cgroups, bpffs): elsewhere it prints SKIP and
-//! measures nothing. The bench process itself joins a fresh cgroup for the
-//! run (connect hooks act on the connecting process's cgroup) and goes back
-//! to its own cgroup at the end.
+//! measures nothing. The process goes back to its own cgroup at the end.
 
 use std::{
+    cell::RefCell,
     net::{SocketAddr, TcpListener, TcpStream},
-    path::PathBuf,
-    time::Duration,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
 
-use criterion::{
-    BenchmarkGroup, Criterion, criterion_group, criterion_main, measurement::WallTime,
-};
+use criterion::{Criterion, criterion_group, criterion_main};
 use srap_common::{
     binder::{CONNECT4_PROGRAM, RELEASE_PROGRAM},
     rss::{RssDescription, RssModel, embedded_default},
@@ -32,7 +41,7 @@ use srap_tests::{TwoHosts, cgroup::CgroupDir, require_privileged, unique_name};
 /// Closes with RST (SO_LINGER 0): no TIME_WAIT, so steered ports are free
 /// again at once and every iteration measures the same path.
 fn close_now(stream: TcpStream) {
-    let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
+    let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
 }
 
 fn round_trip(listener: &TcpListener, server: SocketAddr) {
@@ -42,38 +51,235 @@ fn round_trip(listener: &TcpListener, server: SocketAddr) {
     drop(accepted);
 }
 
+/// Settings measured in turns: every sample is one round, in which this
+/// process joins each setting's cgroup and times the same number of
+/// connects there; the round's figure for the asking setting is returned,
+/// and every setting's is logged for the pairing.
+struct Rounds<'a> {
+    cgroups: Vec<&'a Path>,
+    /// Nanoseconds per connect of each setting, round by round.
+    log: Vec<Vec<f64>>,
+    listener: &'a TcpListener,
+    server: SocketAddr,
+}
+
+impl<'a> Rounds<'a> {
+    fn new(cgroups: Vec<&'a Path>, listener: &'a TcpListener, server: SocketAddr) -> Self {
+        let log = cgroups.iter().map(|_| Vec::new()).collect();
+        Self {
+            cgroups,
+            log,
+            listener,
+            server,
+        }
+    }
+
+    /// One round of `iters` connects per setting; the time of `setting`'s.
+    fn sample(&mut self, setting: usize, iters: u64) -> Duration {
+        let mut asked = Duration::ZERO;
+        for (s, cgroup) in self.cgroups.iter().enumerate() {
+            let joined = InCgroup::enter(cgroup).expect("join the setting's cgroup");
+            let started = Instant::now();
+            for _ in 0..iters {
+                round_trip(self.listener, self.server);
+            }
+            let took = started.elapsed();
+            drop(joined);
+            self.log[s].push(took.as_nanos() as f64 / iters.max(1) as f64);
+            if s == setting {
+                asked = took;
+            }
+        }
+        asked
+    }
+
+    /// Per setting: the baseline's median, plus the median over rounds of
+    /// the setting's difference to the baseline of the same round.
+    fn paired(&self) -> Vec<f64> {
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        let baseline = median(self.log[0].clone());
+        self.log
+            .iter()
+            .map(|times| {
+                let added = times.iter().zip(&self.log[0]).map(|(t, b)| t - b).collect();
+                baseline + median(added)
+            })
+            .collect()
+    }
+}
+
+/// Writes `(id, mean ns)` pairs to `<target>/criterion/paired.json`, where
+/// `cargo xtask bench` reads them with criterion's results.
+fn write_paired(figures: &[(String, f64)]) {
+    // The bench runs as <target>/release/deps/connect-<hash>.
+    let Some(target) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
+    else {
+        return;
+    };
+    let path = target.join("criterion").join("paired.json");
+    let map: serde_json::Map<String, serde_json::Value> = figures
+        .iter()
+        .map(|(id, ns)| (id.clone(), serde_json::json!(ns)))
+        .collect();
+    let written = std::fs::create_dir_all(target.join("criterion")).and_then(|()| {
+        let text = serde_json::to_string_pretty(&map).map_err(std::io::Error::other)?;
+        std::fs::write(&path, text)
+    });
+    match written {
+        Ok(()) => eprintln!("paired figures: {}", path.display()),
+        Err(err) => eprintln!("writing {}: {err}", path.display()),
+    }
+}
+
+/// Runs `names` (settings, baseline first) in turns as criterion group
+/// `group`; returns their paired figures as `paired_group/name`.
+fn bench_in_turns(
+    c: &mut Criterion,
+    group: &str,
+    names: &[&str],
+    cgroups: Vec<&Path>,
+    listener: &TcpListener,
+    server: SocketAddr,
+) -> Vec<(String, f64)> {
+    let rounds = RefCell::new(Rounds::new(cgroups, listener, server));
+    let mut bench = c.benchmark_group(group);
+    bench.measurement_time(Duration::from_secs(5));
+    for (setting, name) in names.iter().enumerate() {
+        bench.bench_function(*name, |b| {
+            b.iter_custom(|iters| rounds.borrow_mut().sample(setting, iters))
+        });
+    }
+    bench.finish();
+    let paired = rounds.borrow().paired();
+    let rounds_run = rounds.borrow().log[0].len();
+    let prefix = group.replacen("connect_accept", "connect_paired", 1);
+    names
+        .iter()
+        .zip(paired)
+        .map(|(name, ns)| {
+            eprintln!("paired ({rounds_run} rounds): {prefix}/{name} {ns:.0} ns");
+            (format!("{prefix}/{name}"), ns)
+        })
+        .collect()
+}
+
+/// A binder attached to a cgroup of its own for a `cpus`-CPU receiver;
+/// detached on drop.
+struct Attached {
+    cgroup: CgroupDir,
+    pin_dir: PathBuf,
+    label: String,
+}
+
+impl Attached {
+    fn new(cpus: u32, server: SocketAddr) -> Self {
+        let cgroup = CgroupDir::unique().expect("cgroup path");
+        cgroup.create().expect("create cgroup");
+        let pin_dir = PathBuf::from(format!("/sys/fs/bpf/srap-bench-{}", unique_name("p")));
+        let options = SenderOptions {
+            targets: sender::Target::all(
+                &RssModel::from_description(&receiver_with(cpus)).expect("model"),
+                &[server.ip()],
+            ),
+            ports: Vec::new(),
+            cgroup: Some(cgroup.path().to_path_buf()),
+            pin_dir: pin_dir.clone(),
+            pacing_rate: None,
+            port_range: None,
+        };
+        sender::start(&options, srap_daemon::ebpf_object()).expect("attach the binder");
+        Self {
+            cgroup,
+            pin_dir,
+            label: format!("{cpus} slots"),
+        }
+    }
+
+    /// The hooks' mean run time per call so far (the kernel's
+    /// `BPF_STATS_RUN_TIME` accounting: the hooks alone, apart from the
+    /// noisy wall clock) and the binder's counters.
+    fn report(&self, note: &str) {
+        let layout = sender::PinLayout::new(&self.pin_dir);
+        let label = format!("{}{note}", self.label);
+        for name in [CONNECT4_PROGRAM, RELEASE_PROGRAM] {
+            match aya::programs::ProgramInfo::from_pin(layout.program(name)) {
+                Ok(info) if info.run_count() > 0 => eprintln!(
+                    "hook time ({label}): {name} {:.0} ns per call over {} calls",
+                    info.run_time().as_nanos() as f64 / info.run_count() as f64,
+                    info.run_count()
+                ),
+                Ok(_) => eprintln!("hook time ({label}): {name} never ran"),
+                Err(err) => eprintln!("hook time ({label}): {name}: {err}"),
+            }
+        }
+        let stats = sender::read_stats(&layout);
+        eprintln!(
+            "binder counters ({label}): {}",
+            stats.map_or_else(|e| e.to_string(), |s| s.to_string())
+        );
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        if let Err(err) = sender::detach(&self.pin_dir) {
+            eprintln!("cleanup: detach {}: {err}", self.pin_dir.display());
+        }
+    }
+}
+
 fn connect_accept(c: &mut Criterion) {
     if !require_privileged("connect benchmark") {
         return;
     }
     let hosts = TwoHosts::pair(50).expect("two namespaces joined by a veth");
     let (listener, server) = hosts.listen(5201).expect("listen");
-    let cgroup = CgroupDir::unique().expect("cgroup path");
-    cgroup.create().expect("create cgroup");
-    let joined = InCgroup::enter(cgroup.path()).expect("join the bench cgroup");
-
-    // The client side runs on this thread, in the sender's namespace.
+    let plain = CgroupDir::unique().expect("cgroup path");
+    plain.create().expect("create cgroup");
+    // The kernel's accounting of each program's run time, on for the run.
+    let stats_on = aya::sys::enable_stats(aya::sys::Stats::RunTime);
+    let binders = hosts
+        .sender
+        .run(|| [Attached::new(4, server), Attached::new(512, server)])
+        .expect("sender netns");
+    // The client side runs on this thread, in the sender's namespace; it
+    // leaves each setting's cgroup for its own after every turn.
     let inside = hosts.sender.enter().expect("enter sender netns");
-    let mut group = c.benchmark_group("connect_accept");
-    group.measurement_time(Duration::from_secs(5));
-    group.bench_function("baseline", |b| b.iter(|| round_trip(&listener, server)));
 
-    for cpus in [4u32, 512] {
-        bench_binder(&mut group, &cgroup, cpus, "", &listener, server);
+    let settings = ["baseline", "binder_4_slots", "binder_512_slots"];
+    let cgroups = vec![
+        plain.path(),
+        binders[0].cgroup.path(),
+        binders[1].cgroup.path(),
+    ];
+    let mut figures = bench_in_turns(c, "connect_accept", &settings, cgroups, &listener, server);
+    if stats_on.is_ok() {
+        binders.iter().for_each(|b| b.report(""));
     }
-    group.finish();
 
     let spinning = Spinners::start();
-    let mut group = c.benchmark_group("connect_accept_busy");
-    group.measurement_time(Duration::from_secs(5));
-    group.bench_function("baseline", |b| b.iter(|| round_trip(&listener, server)));
-    bench_binder(&mut group, &cgroup, 4, " busy", &listener, server);
-    group.finish();
+    let cgroups = vec![plain.path(), binders[0].cgroup.path()];
+    figures.extend(bench_in_turns(
+        c,
+        "connect_accept_busy",
+        &settings[..2],
+        cgroups,
+        &listener,
+        server,
+    ));
     drop(spinning);
+    if stats_on.is_ok() {
+        binders[0].report(", other core busy, all calls");
+    }
+    write_paired(&figures);
     drop(inside);
-    // Back to this process's own cgroup, so the bench's can go.
-    drop(joined);
-    drop(cgroup);
+    drop(binders);
+    drop(plain);
 }
 
 /// Threads that keep every core but one busy while they live.
@@ -110,74 +316,12 @@ impl Drop for Spinners {
     }
 }
 
-/// Mean run time per call of the connect and release hooks, from the
-/// kernel's `BPF_STATS_RUN_TIME` accounting.
-fn print_hook_times(layout: &sender::PinLayout, label: &str) {
-    for name in [CONNECT4_PROGRAM, RELEASE_PROGRAM] {
-        match aya::programs::ProgramInfo::from_pin(layout.program(name)) {
-            Ok(info) if info.run_count() > 0 => eprintln!(
-                "hook time ({label}): {name} {:.0} ns per call over {} calls",
-                info.run_time().as_nanos() as f64 / info.run_count() as f64,
-                info.run_count()
-            ),
-            Ok(_) => eprintln!("hook time ({label}): {name} never ran"),
-            Err(err) => eprintln!("hook time ({label}): {name}: {err}"),
-        }
-    }
-}
-
 /// A receiver description with `cpus` CPUs (one queue each).
 fn receiver_with(cpus: u32) -> RssDescription {
     let mut description = embedded_default();
     description.indir = (0..1024).map(|i| i % cpus).collect();
     description.queue_cpu = Some((0..cpus).collect());
     description
-}
-
-/// Attaches the binder for a `cpus`-CPU receiver, measures, detaches.
-fn bench_binder(
-    group: &mut BenchmarkGroup<'_, WallTime>,
-    cgroup: &CgroupDir,
-    cpus: u32,
-    note: &str,
-    listener: &TcpListener,
-    server: SocketAddr,
-) {
-    let label = format!("{cpus} slots{note}");
-    let pin_dir = PathBuf::from(format!("/sys/fs/bpf/srap-bench-{}", unique_name("p")));
-    let options = SenderOptions {
-        targets: sender::Target::all(
-            &RssModel::from_description(&receiver_with(cpus)).expect("model"),
-            &[server.ip()],
-        ),
-        ports: Vec::new(),
-        cgroup: Some(cgroup.path().to_path_buf()),
-        pin_dir: pin_dir.clone(),
-        pacing_rate: None,
-        port_range: None,
-    };
-    // The kernel's own accounting of each program's run time, on while the
-    // binder runs: the hooks' cost alone, apart from the noisy wall clock.
-    let stats_on = aya::sys::enable_stats(aya::sys::Stats::RunTime);
-    match sender::start(&options, srap_daemon::ebpf_object()) {
-        Ok(steering) => {
-            group.bench_function(format!("binder_{cpus}_slots"), |b| {
-                b.iter(|| round_trip(listener, server))
-            });
-            if stats_on.is_ok() {
-                print_hook_times(&steering.layout, &label);
-            }
-            let stats = sender::read_stats(&steering.layout);
-            eprintln!(
-                "binder counters ({label}): {}",
-                stats.map_or_else(|e| e.to_string(), |s| s.to_string())
-            );
-        }
-        Err(err) => eprintln!("attaching the binder failed: {err}"),
-    }
-    if let Err(err) = sender::detach(&pin_dir) {
-        eprintln!("cleanup: detach {}: {err}", pin_dir.display());
-    }
 }
 
 criterion_group!(benches, connect_accept);
