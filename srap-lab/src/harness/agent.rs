@@ -525,8 +525,8 @@ impl AgentOpts<SenderRole> {
 }
 
 /// A sender agent in a namespace, on a cgroup and pin directory of its own.
-/// On drop it is killed, its binder detached (in its namespace, where its
-/// ports are reserved) and its pins, state file and cgroup removed.
+/// On drop it is killed, its binder detached (in its namespace) and its
+/// pins, state file and cgroup removed.
 pub struct SenderAgent {
     process: Process,
     opts: SenderOpts,
