@@ -19,9 +19,10 @@
 //!   the senders within their share are still granted disjoint CPUs, each
 //!   up to its share: the CPUs its flows are on, then CPUs no sender within
 //!   its share uses, the least loaded first. The flows of the senders beyond
-//!   their share do not count against them (in their grants' bases or their
-//!   choice of CPUs), so a sender that claims flows on every CPU, honestly
-//!   or not, cannot crowd the others out. The senders beyond their share
+//!   their share do not count against them in their choice of CPUs, and
+//!   in their grants' bases as one flow at most on each CPU (so a newcomer
+//!   doubles up where nobody was before it), so a sender that claims flows
+//!   on every CPU, honestly or not, cannot crowd the others out. The senders beyond their share
 //!   share the CPUs left, as below; [`Allocation::held`] names them.
 //! * **When every sender is beyond its share** (or there are more senders
 //!   than CPUs), every sender is granted every offered CPU, each with the
@@ -156,6 +157,7 @@ fn held_to_share(
 ) -> Allocation {
     let all = load_per_cpu(senders, |_| true);
     let modest = load_per_cpu(senders, |i| within[i]);
+    let beyond = load_per_cpu(senders, |i| !within[i]);
     let own: Vec<Vec<u32>> = senders
         .iter()
         .zip(within)
@@ -209,7 +211,7 @@ fn held_to_share(
             offered
                 .iter()
                 .filter(|c| cpus.contains(c))
-                .map(|c| (*c, others(&modest, &senders[i], *c)))
+                .map(|c| (*c, modest_base(&modest, &beyond, &senders[i], *c)))
                 .collect()
         })
         .collect();
@@ -327,6 +329,23 @@ fn shared(
 }
 
 /// Flows of senders other than `sender` on `cpu`.
+/// The base of `cpu` in the grant of a sender within its share: the
+/// flows other senders within theirs hold there, plus one when a sender
+/// beyond its share reports any. That one keeps a newcomer off the CPUs
+/// where senders that opened their flows before it came still have them
+/// (it fills a CPU nobody uses first, and doubles up there), while a
+/// sender that claims a thousand flows everywhere weighs no more than one
+/// flow on each CPU: it can neither crowd the others out nor steer them.
+fn modest_base(
+    modest: &BTreeMap<u32, u32>,
+    beyond: &BTreeMap<u32, u32>,
+    sender: &SenderDemand,
+    cpu: u32,
+) -> u32 {
+    let claimed = beyond.get(&cpu).copied().unwrap_or(0).min(1);
+    others(modest, sender, cpu) + claimed
+}
+
 fn others(load: &BTreeMap<u32, u32>, sender: &SenderDemand, cpu: u32) -> u32 {
     let all = load.get(&cpu).copied().unwrap_or(0);
     all.saturating_sub(sender.flows.get(&cpu).copied().unwrap_or(0))
@@ -475,12 +494,13 @@ mod tests {
             );
             assert!(a.is_disjoint(&b) && a.is_disjoint(&g) && b.is_disjoint(&g));
             assert!(a.contains(&3) && a.contains(&7), "its flows' CPUs stay");
-            // The greedy claims do not weigh on the honest grants.
+            // The greedy claims weigh one flow on each CPU, no more.
             assert!(
                 grants[0]
                     .iter()
                     .chain(&grants[1])
-                    .all(|(_, base)| *base == 0)
+                    .all(|(_, base)| *base == 1),
+                "{grants:?}"
             );
             assert_eq!(
                 allocation.held,
@@ -499,12 +519,16 @@ mod tests {
             }
             previous = Some(grants);
         }
-        // Flipping to nothing while still held changes no honest grant.
+        // Flipping to nothing while still held moves no honest grant's CPUs
+        // (their bases lose the claimed flow).
         let mut flipped = senders.clone();
         flipped[2].flows.clear();
         flipped[2].held = true;
         let grants_now = previous.as_ref().expect("granted");
-        assert_eq!(allocate(&tiers, &flipped).grants[..2], grants_now[..2]);
+        let flipped_grants = allocate(&tiers, &flipped).grants;
+        for i in 0..2 {
+            assert_eq!(cpus(&flipped_grants[i]), cpus(&grants_now[i]));
+        }
         // With nobody left to protect, being held means nothing.
         let mut alone = vec![flipped[2].clone()];
         alone[0].flows = [(0, 3)].into();
