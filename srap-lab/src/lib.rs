@@ -25,6 +25,7 @@ pub mod keyfile;
 pub mod netns;
 pub mod plot;
 pub mod report;
+pub mod subnet;
 pub mod throughput;
 pub mod topology;
 pub mod veth;

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 
 use anyhow::Context as _;
 
-use super::{NetNs, unique_name};
+use super::{NetNs, subnet::SubnetLock, unique_name};
 
 /// Shape of the pair.
 #[derive(Clone, Copy, Debug)]
@@ -56,7 +56,7 @@ impl VethEnd {
 ///
 /// Field order is drop order: nothing to undo for the veth (deleting a
 /// namespace destroys its end, and the pair goes with it), then the
-/// namespaces.
+/// namespaces, then the subnet's lock.
 #[derive(Debug)]
 pub struct TwoHosts {
     /// The sender's end (host `.1` / `::1`).
@@ -69,11 +69,14 @@ pub struct TwoHosts {
     pub receiver: NetNs,
     /// How the pair was made.
     pub config: VethConfig,
+    /// Held until the namespaces are gone ([`SubnetLock`]).
+    _subnet: SubnetLock,
 }
 
 impl TwoHosts {
     /// Makes both namespaces and the pair, with addresses and links up.
     pub fn new(config: VethConfig) -> anyhow::Result<Self> {
+        let subnet = SubnetLock::take(config.subnet)?;
         let sender = NetNs::new()?;
         let receiver = NetNs::new()?;
         let sender_end = VethEnd::on_subnet(config.subnet, 1, "t");
@@ -86,6 +89,7 @@ impl TwoHosts {
             sender,
             receiver,
             config,
+            _subnet: subnet,
         })
     }
 

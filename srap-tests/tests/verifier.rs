@@ -346,7 +346,7 @@ fn samples_forget_closed_and_idle_flows_and_keep_open_ones() {
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: QUEUES,
         rx_queues: QUEUES,
-        subnet: 64,
+        subnet: 147,
     })
     .expect("two namespaces joined by a veth");
     let server = SocketAddr::new(hosts.receiver_end.ip(false), PORT);

@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use anyhow::Context as _;
 
-use crate::NetNs;
+use crate::{NetNs, subnet::SubnetLock};
 
 /// The bridge in the hub namespace.
 const BRIDGE: &str = "br0";
@@ -22,16 +22,20 @@ pub struct Bridge {
     /// The hub's namespace, which holds the bridge.
     pub hub: NetNs,
     subnet: u8,
+    /// Held until the namespaces are gone ([`SubnetLock`]).
+    _lock: SubnetLock,
 }
 
 impl Bridge {
     /// The hub's namespace with its bridge up, no hosts yet.
     pub fn new(subnet: u8) -> anyhow::Result<Self> {
+        let lock = SubnetLock::take(subnet)?;
         let hub = NetNs::new()?;
         let bridge = Self {
             hosts: Vec::new(),
             hub,
             subnet,
+            _lock: lock,
         };
         let ip = format!("{}/24", bridge.hub_ip());
         bridge
