@@ -18,7 +18,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use serde::Serialize;
-use srap_common::rss::{FlowTuple, RssModel};
+use srap_common::rss::{FlowTuple, KeySource, RssModel};
 
 use super::{
     LAB_PORT_RANGE, LabArgs, MIN_DATA_BYTES,
@@ -340,10 +340,16 @@ pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::
     let settled = lab.drive_until(LandingVerdict::Agreed, 8)?;
     if !args.json {
         println!(
-            "receiver: description version {}, key {}; landings {:?} ({} of {} on the \
-             predicted queue){}\n",
+            "receiver: description version {}, key {}{} ({}); landings {:?} ({} of {} on \
+             the predicted queue){}\n",
             settled.rss_version,
             settled.learning.key_source,
+            if settled.learning.source == KeySource::Learned {
+                format!(", model {}", settled.learning.revision)
+            } else {
+                String::new()
+            },
+            settled.learning.confidence,
             settled.landings.verdict,
             settled.landings.matched,
             settled.landings.judged,

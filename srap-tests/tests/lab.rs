@@ -205,7 +205,7 @@ fn assert_steered_flows_land_as_planned(
 fn closed_loop_catches_a_lying_description_and_recovers() {
     use std::time::{Duration, Instant};
 
-    use srap_common::wire::LandingVerdict;
+    use srap_common::{rss::KeySource, wire::LandingVerdict};
     use srap_host::status::Status;
     use srap_lab::{agents::LabAgents, topology::Watch};
 
@@ -253,10 +253,37 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
         "kernel ports: {kernel:?}"
     );
 
-    // The truth again: agreement, and steering again.
+    // The sender's probes teach the receiver the emulated device's key:
+    // it serves it as learned, with its model and confidence, the sender
+    // says it plans with it, and the flows it steers then land on distinct
+    // queues by the emulator's own key.
+    let learned = learned_and_agreed(&net, &agents, PORT);
+    assert!(learned.learning.revision >= 1, "{:?}", learned.learning);
+    let c = learned.learning.confidence;
+    assert!(c.complete() && c.rank >= c.known, "{c:?}");
+    assert!(c.tested >= 20 && c.agreeing == c.tested, "{c:?}");
+    wait_for_log(&agents, "planning with a key it learned from landings");
+    let told = agents.sender.status().expect("sender status").receivers[0]
+        .key
+        .expect("the key's provenance");
+    assert_eq!(told.source, KeySource::Learned, "{told:?}");
+    assert_eq!(told.revision, learned.learning.revision, "{told:?}");
+    assert!(told.confidence.complete(), "{told:?}");
+
+    // The truth again: agreement, and steering again; the learned key is
+    // withdrawn (a new candidate: learning starts over).
     agents.receiver.set_rss(&truth).expect("write the truth");
     let mut ports = Vec::new();
     verdict_after(&mut ports, LandingVerdict::Agreed);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = agents.receiver.status().expect("status").learning;
+        if now.source == KeySource::Reported && now.revision > learned.learning.revision {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not withdrawn: {now:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let steered = burst(&net, &agents, PORT, 4);
     assert!(
         steered.iter().all(|p| *p < 32768),
@@ -311,6 +338,58 @@ fn a_nat_rewriting_the_tuple_stops_steering() {
         assert_eq!(peer.ip().to_string(), nat_ip, "the NAT rewrote the source");
         assert!(peer.port() >= 32768, "a kernel port while paused: {peer}");
     }
+}
+
+/// Waits (bounded, bursts of kernel-port flows meanwhile) until the
+/// receiver serves a key learned from landings and its landings agree with
+/// it; then checks that 4 steered flows land on 4 distinct queues by the
+/// emulated device's own key. Returns the receiver's status then.
+fn learned_and_agreed(
+    net: &LabNet,
+    agents: &srap_lab::agents::LabAgents,
+    port: u16,
+) -> srap_host::status::Status {
+    use std::{
+        collections::BTreeSet,
+        time::{Duration, Instant},
+    };
+
+    use srap_common::{
+        rss::{FlowTuple, KeySource},
+        wire::LandingVerdict,
+    };
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        let status = agents.receiver.status().expect("status");
+        if status.learning.source == KeySource::Learned
+            && status.landings.verdict == LandingVerdict::Agreed
+        {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no learned key agreed with: {:?} {:?}; sender log:\n{}",
+            status.learning,
+            status.landings,
+            agents.sender.log().text()
+        );
+        burst(net, agents, port, 4);
+    };
+    let steered = burst(net, agents, port, 4);
+    let sender = net.hosts.sender_end.ip(false);
+    let queues: BTreeSet<u32> = steered
+        .iter()
+        .map(|&sport| {
+            let tuple = FlowTuple::new(sender, sport, net.receiver_ip(), port).expect("tuple");
+            net.model.landing(&tuple).queue
+        })
+        .collect();
+    assert!(
+        steered.iter().all(|p| *p < 32768) && queues.len() == steered.len(),
+        "steered ports {steered:?} on device queues {queues:?}"
+    );
+    status
 }
 
 /// Waits (bounded) until the sender agent's output contains `text`.

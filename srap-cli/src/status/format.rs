@@ -1,7 +1,10 @@
 //! Small formatting helpers shared by the text table and the dashboard.
 
 use ratatui::style::{Color, Modifier, Style};
-use srap_common::{rss::KeySource, wire::LandingVerdict};
+use srap_common::{
+    rss::{KeyProvenance, KeySource},
+    wire::LandingVerdict,
+};
 use srap_host::status::{PeerRow, Ratio, ReceiveCpu, Status};
 
 pub fn opt<T: ToString>(value: Option<T>) -> String {
@@ -59,13 +62,38 @@ pub fn landings(status: &Status) -> String {
         LandingVerdict::Unknown => "landings not judged yet".to_owned(),
     };
     let learning = &status.learning;
-    if learning.key_source.is_empty() || learning.key_source == KeySource::Reported.to_string() {
+    let c = learning.confidence;
+    if learning.key_source.is_empty()
+        || (learning.source == KeySource::Reported && c.agreeing == c.tested)
+    {
         return verdict;
     }
-    format!(
-        "{verdict}; key {} ({} landings, rank {})",
-        learning.key_source, learning.landings, learning.rank
-    )
+    let model = if learning.source == KeySource::Learned {
+        format!(", model {}", learning.revision)
+    } else {
+        String::new()
+    };
+    format!("{verdict}; key {}{model} ({c})", learning.key_source)
+}
+
+/// A key's provenance in a few characters, for a table cell: `reported`,
+/// `kernel`, `learned m2`, `unknown`, then the bits planning needs that
+/// the landings determine (`19/19`) once any are needed.
+pub fn key_brief(key: Option<&KeyProvenance>) -> String {
+    let Some(key) = key else {
+        return "-".to_owned();
+    };
+    let mut text = match key.source {
+        KeySource::Reported => "reported".to_owned(),
+        KeySource::KernelDefault => "kernel".to_owned(),
+        KeySource::Learned => format!("learned m{}", key.revision),
+        KeySource::Unknown => "unknown".to_owned(),
+    };
+    let c = key.confidence;
+    if c.needed > 0 {
+        text.push_str(&format!(" {}/{}", c.known, c.needed));
+    }
+    text
 }
 
 /// The title of a flow's receive CPU: `emu.cpu` where the receive CPUs

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use srap_common::rss::KeySource;
 use srap_host::status::{SenderStatus, sender::ReceiverRow};
 
 pub fn render(status: &SenderStatus) -> String {
@@ -68,6 +69,12 @@ fn receiver_lines(out: &mut String, r: &ReceiverRow) {
     }
     if let Some(reason) = &r.reason {
         let _ = writeln!(out, "{:<22} away: {reason}", "");
+    }
+    if let Some(key) = r
+        .key
+        .filter(|k| k.source != KeySource::Reported || k.confidence.agreeing < k.confidence.tested)
+    {
+        let _ = writeln!(out, "{:<22} {key}", "");
     }
 }
 
@@ -145,6 +152,41 @@ mod tests {
         assert!(
             render(&SenderStatus::default()).contains("not steering yet"),
             "before the first description"
+        );
+    }
+
+    /// A receiver serving a key it learned says so under its row, with
+    /// the model and how far its landings back it; a reported key its
+    /// landings all agree with adds nothing.
+    #[test]
+    fn a_learned_key_is_shown_with_its_model_and_confidence() {
+        use srap_common::rss::{KeyConfidence, KeyProvenance};
+
+        let mut status = two_receivers();
+        status.receivers[0].key = Some(KeyProvenance::default());
+        assert!(!render(&status).contains("key "), "{}", render(&status));
+        status.receivers[0].key = Some(KeyProvenance {
+            source: KeySource::Learned,
+            revision: 2,
+            confidence: KeyConfidence {
+                tested: 32,
+                agreeing: 32,
+                rank: 36,
+                needed: 19,
+                known: 19,
+            },
+        });
+        let text = render(&status);
+        assert!(
+            text.contains(
+                "key learned from landings, model 2: 32 of 32 landings agree, rank 36, \
+                 19 of 19 bits planning needs"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            super::super::format::key_brief(status.receivers[0].key.as_ref()),
+            "learned m2 19/19"
         );
     }
 }

@@ -19,7 +19,7 @@ use srap_host::status::{ControlError, SenderStatus, request_sender_status};
 
 use super::{
     columns::{Align, Column, cut, render},
-    format::{bold, header, red},
+    format::{bold, header, key_brief, red},
     list::{Scroll, range_text},
     live::{Page, pack, wrap},
     sender::steering,
@@ -35,7 +35,7 @@ pub struct SenderPage {
 
 /// One row per receiver address.
 struct AddressLine {
-    cells: [String; 8],
+    cells: [String; 9],
     away: bool,
 }
 
@@ -62,6 +62,7 @@ fn address_lines(status: &SenderStatus) -> Vec<AddressLine> {
                     a.open_flows.to_string(),
                     a.slots.to_string(),
                     format!("{epoch}: {cpus}"),
+                    key_brief(r.key.as_ref()),
                 ],
                 away: r.link != "connected",
             });
@@ -88,6 +89,7 @@ fn receiver_columns(lines: &[AddressLine]) -> Vec<Column> {
         column("flows", Align::Right, 4, 5),
         column("slots", Align::Right, 7, 6),
         column("grant: CPUs", Align::Left, 5, 7),
+        column("key", Align::Left, 8, 8),
     ]
 }
 
@@ -225,7 +227,7 @@ impl Page for SenderPage {
     fn legend(&self) -> Vec<String> {
         vec![
             "Binder counters: how the binder's connect hook ended, in total and per second since the last refresh (steered: bound to a planned port; the others: why the kernel chose the port).".into(),
-            "Receivers: one row per receiver address. link: connected, connecting or away; desc v: the description version the plan toward it was made with; steering: yes, paused (its landings contradict its description) or no (no description yet); flows: steered flows open toward it; slots: CPU slots planned; grant: its epoch and the receiver CPUs granted (every CPU without a grant).".into(),
+            "Receivers: one row per receiver address. link: connected, connecting or away; desc v: the description version the plan toward it was made with; steering: yes, paused (its landings contradict its description) or no (no description yet); flows: steered flows open toward it; slots: CPU slots planned; grant: its epoch and the receiver CPUs granted (every CPU without a grant); key: where its description's key comes from (reported: by the driver or a file, kernel: net.core.netdev_rss_key, learned mN: model N learned from landings) and how many of the bits planning needs its landings determine.".into(),
         ]
     }
 }

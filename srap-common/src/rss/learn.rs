@@ -238,21 +238,14 @@ impl KeyLearner {
 
     /// Reduces `row` by the known equations; keeps it when independent.
     /// False when it contradicts them.
-    fn insert(&mut self, mut row: Row) -> bool {
-        loop {
-            let Some(pivot) = row.bits.lowest() else {
-                return !row.value;
-            };
-            match self.rows.get(&pivot) {
-                Some(known) => {
-                    row.bits.xor(&known.bits);
-                    row.value ^= known.value;
-                }
-                None => {
-                    self.rows.insert(pivot, row);
-                    return true;
-                }
+    fn insert(&mut self, row: Row) -> bool {
+        let row = reduce(&self.rows, row);
+        match row.bits.lowest() {
+            Some(pivot) => {
+                self.rows.insert(pivot, row);
+                true
             }
+            None => !row.value,
         }
     }
 
@@ -285,14 +278,41 @@ impl KeyLearner {
         }
     }
 
-    fn determined(&self, mut bits: Bits) -> bool {
-        while let Some(pivot) = bits.lowest() {
-            match self.rows.get(&pivot) {
-                Some(known) => bits.xor(&known.bits),
-                None => return false,
+    /// What planning the flow groups of `tuples` (each a sender →
+    /// receiver:port; its source port is ignored) needs of the key, and how
+    /// much of it the landings determine: `(needed, known)`, both ranks over
+    /// GF(2). Per group, planning needs the queue-deciding hash bits of
+    /// source port 0 and how each of the 16 port bits flips them; `needed`
+    /// is the rank of those combinations, `known` the rank of their span's
+    /// intersection with the landings' (`needed + rank − rank of both`).
+    pub fn needs<'a>(&self, tuples: impl IntoIterator<Item = &'a FlowTuple>) -> (u32, u32) {
+        let mut needed = BTreeMap::new();
+        let mut both = self.rows.clone();
+        for tuple in tuples {
+            let base = tuple.with_sport(0);
+            for &j in &self.table.bits {
+                let zero = self.row_bits(&base, j);
+                let units = (0..16).map(|b| {
+                    let mut column = self.row_bits(&tuple.with_sport(1 << b), j);
+                    column.xor(&zero);
+                    column
+                });
+                for bits in std::iter::once(zero).chain(units) {
+                    let row = Row { bits, value: false };
+                    add_independent(&mut needed, row);
+                    add_independent(&mut both, row);
+                }
             }
         }
-        true
+        let rank = |rows: &BTreeMap<usize, Row>| u32::try_from(rows.len()).unwrap_or(u32::MAX);
+        let needed_rank = rank(&needed);
+        let known = (needed_rank + rank(&self.rows)).saturating_sub(rank(&both));
+        (needed_rank, known)
+    }
+
+    fn determined(&self, bits: Bits) -> bool {
+        let row = Row { bits, value: false };
+        reduce(&self.rows, row).bits.lowest().is_none()
     }
 
     /// The key every landing so far agrees with, nearest the candidate.
@@ -326,6 +346,25 @@ impl KeyLearner {
             conflicts: self.conflicts,
             rank: self.rows.len(),
         }
+    }
+}
+
+/// `row` reduced by `rows` (each keyed by its lowest bit, its pivot) until
+/// its lowest bit is no row's pivot, or it has none left.
+fn reduce(rows: &BTreeMap<usize, Row>, mut row: Row) -> Row {
+    while let Some(known) = row.bits.lowest().and_then(|pivot| rows.get(&pivot)) {
+        row.bits.xor(&known.bits);
+        row.value ^= known.value;
+    }
+    row
+}
+
+/// Adds `row`'s left side to `rows` when independent of them (its value
+/// is not looked at: a span, not a system of equations).
+fn add_independent(rows: &mut BTreeMap<usize, Row>, row: Row) {
+    let row = reduce(rows, row);
+    if let Some(pivot) = row.bits.lowest() {
+        rows.insert(pivot, row);
     }
 }
 
@@ -469,5 +508,42 @@ mod tests {
             other.observe(&tuple(1, sport, 5201), queue);
         }
         assert!(other.solve().conflicts > 0);
+    }
+
+    /// What planning needs of the key, and how much of it landings with a
+    /// known key determine: nothing before any landing, all of it for the
+    /// group whose ports varied, not all of it for kernel ports only (bit
+    /// 15 always set) nor for a sender never seen.
+    #[test]
+    fn the_bits_planning_needs_are_counted_and_known_from_landings() {
+        let key = embedded_default().key;
+        let indir: Vec<u32> = (0..128).map(|i| i % 4).collect();
+        let truth = device(&shifted(&key), indir.clone());
+        let candidate = ToeplitzKey::parse_hex(&key).unwrap();
+        let fields = (HashFields::default(), HashFields::default());
+        let fresh = || KeyLearner::new(&indir, fields, InputXfrm::None, candidate.as_bytes());
+        let mut learner = fresh().unwrap();
+        let group = tuple(1, 0, 5201);
+        let (needed, known) = learner.needs([&group]);
+        // Two queue bits: each port bit flips one key bit per hash bit (17
+        // distinct key bits over both), plus port 0's two hash bits.
+        assert_eq!((needed, known), (19, 0));
+        for &sport in &ports(21, 40) {
+            let t = tuple(1, sport, 5201);
+            learner.observe(&t, truth.landing(&t).queue);
+        }
+        assert_eq!(learner.needs([&group]), (19, 19));
+        let stranger = tuple(2, 0, 5201);
+        let (needed, known) = learner.needs([&group, &stranger]);
+        assert!(needed > 19 && known < needed, "{known} of {needed}");
+
+        let mut kernel = fresh().unwrap();
+        for &sport in &ports(23, 40) {
+            let t = tuple(1, sport | 0x8000, 5201);
+            kernel.observe(&t, truth.landing(&t).queue);
+        }
+        let (needed, known) = kernel.needs([&group]);
+        assert_eq!(needed, 19);
+        assert!((15..19).contains(&known), "{known} of {needed}");
     }
 }

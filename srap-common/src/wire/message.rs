@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use bincode::{Decode, Encode};
 
 use super::{KeyId, Mac, Nonce};
-use crate::rss::{FieldsDescription, RssDescription};
+use crate::rss::{FieldsDescription, KeyProvenance, RssDescription};
 
 /// Longest [`ErrorReport::reason`] sent; longer ones are cut.
 pub const MAX_REASON_LEN: usize = 512;
@@ -114,11 +114,16 @@ pub struct Response {
 
 /// A receiver's RSS description, version `version`. Versions only grow
 /// during one run of a receiver agent; a restarted receiver starts again at
-/// 1, so senders compare descriptions, not just versions.
+/// 1, so senders compare descriptions, not just versions. The same version
+/// is sent again when only `key` changed (the landings back it further).
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct RssUpdate {
     pub version: u64,
     pub description: WireDescription,
+    /// Where the description's key comes from (the driver, the kernel's
+    /// default, learned from landings), the learned model's revision, and
+    /// how far the landings back it (protocol 6).
+    pub key: KeyProvenance,
 }
 
 /// [`RssDescription`] as it travels.

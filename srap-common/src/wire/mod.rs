@@ -23,7 +23,7 @@
 //!                                            (PSK set)  ◄── Challenge{nonce_r, proof_r}
 //!   ── Response{proof_s} ──►
 //!                                            (from here on, with a PSK, every frame is sealed)
-//!                                            ◄── RssUpdate{version, description}  (now and on every change)
+//!                                            ◄── RssUpdate{version, description, key}  (now and on every change)
 //!   ── PlanReport{…} ──►  (whenever the sender replans)
 //!                                            ◄── Grant{epoch, cpus}  (at once, and on every re-balance)
 //!   ── Demand{applied, flows per CPU} ──►  (after each grant, and when its flows change)
@@ -78,7 +78,9 @@ pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 /// and [`Message::Demand`] and [`Message::Grant`] were added.
 /// Version 5: [`Hello::key`] names the sender's key, so a receiver that
 /// accepts two during a rollover proves the one the sender holds.
-pub const PROTOCOL_VERSION: u16 = 5;
+/// Version 6: [`RssUpdate::key`] says where the key comes from, which
+/// learned model it is and how far the landings back it.
+pub const PROTOCOL_VERSION: u16 = 6;
 
 #[cfg(test)]
 mod tests;

@@ -3,7 +3,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use proptest::prelude::*;
 
 use super::*;
-use crate::rss::{RssDescription, embedded_default};
+use crate::rss::{KeyConfidence, KeyProvenance, KeySource, RssDescription, embedded_default};
 
 fn nonce(byte: u8) -> Nonce {
     Nonce([byte; NONCE_LEN])
@@ -27,6 +27,7 @@ fn every_message() -> Vec<Message> {
         Message::RssUpdate(RssUpdate {
             version: 7,
             description: (&embedded_default()).into(),
+            key: learned_key(),
         }),
         Message::PlanReport(PlanReport {
             version: 7,
@@ -51,6 +52,90 @@ fn every_message() -> Vec<Message> {
             cpus: vec![CpuCount { cpu: 4, count: 0 }, CpuCount { cpu: 5, count: 1 }],
         }),
     ]
+}
+
+/// A key learned from 30 landings (model 3): every bit planning needs known.
+fn learned_key() -> KeyProvenance {
+    KeyProvenance {
+        source: KeySource::Learned,
+        revision: 3,
+        confidence: KeyConfidence {
+            tested: 30,
+            agreeing: 30,
+            rank: 34,
+            needed: 19,
+            known: 19,
+        },
+    }
+}
+
+/// An `RssUpdate` ends with its key's provenance, in bincode's standard
+/// encoding: the source's variant, then the revision and the five counts
+/// as varints (one byte each below 251), so a sender can read where the
+/// key comes from and how far landings back it.
+#[test]
+fn an_update_carries_its_keys_source_model_and_confidence() {
+    let update = Message::RssUpdate(RssUpdate {
+        version: 2,
+        description: (&embedded_default()).into(),
+        key: learned_key(),
+    });
+    let frame = encode(&update).expect("encodes");
+    assert_eq!(frame[frame.len() - 7..], [2, 3, 30, 30, 34, 19, 19]);
+    let (decoded, _) = decode_frame(&frame, MAX_FRAME).expect("decodes");
+    assert_eq!(decoded, update);
+    // Each source has its own variant, in the order the enum lists them.
+    for (source, variant) in [
+        (KeySource::Reported, 0),
+        (KeySource::KernelDefault, 1),
+        (KeySource::Learned, 2),
+        (KeySource::Unknown, 3),
+    ] {
+        let key = KeyProvenance {
+            source,
+            ..KeyProvenance::default()
+        };
+        let frame = encode(&Message::RssUpdate(RssUpdate {
+            version: 1,
+            description: (&embedded_default()).into(),
+            key,
+        }))
+        .expect("encodes");
+        assert_eq!(frame[frame.len() - 7..], [variant, 0, 0, 0, 0, 0, 0]);
+    }
+}
+
+/// A receiver resends its key's provenance when it says something new,
+/// not on every landing.
+#[test]
+fn a_keys_provenance_is_resent_only_when_it_says_something_new() {
+    let sent = learned_key();
+    let with = |f: fn(&mut KeyProvenance)| {
+        let mut key = sent;
+        f(&mut key);
+        key
+    };
+    assert!(!sent.worth_resending(&sent));
+    let agreeing = |n| {
+        move |k: &mut KeyProvenance| {
+            k.confidence.tested = n;
+            k.confidence.agreeing = n;
+        }
+    };
+    let mut more = sent;
+    agreeing(40)(&mut more);
+    assert!(!more.worth_resending(&sent));
+    agreeing(60)(&mut more);
+    assert!(more.worth_resending(&sent));
+    assert!(with(|k| k.confidence.agreeing = 29).worth_resending(&sent));
+    assert!(with(|k| k.confidence.known = 18).worth_resending(&sent));
+    assert!(with(|k| k.revision = 4).worth_resending(&sent));
+    assert!(with(|k| k.source = KeySource::Reported).worth_resending(&sent));
+    assert_eq!(
+        sent.to_string(),
+        "key learned from landings, model 3: 30 of 30 landings agree, rank 34, \
+         19 of 19 bits planning needs"
+    );
 }
 
 /// A payload with a valid header and `body`.

@@ -15,18 +15,24 @@
 //! Served: a learned key that differs from the candidate becomes a new
 //! description version (key source `learned`), which the closed loop then
 //! judges like any other; the status says from how many landings, at what
-//! rank, for which flows. Invalidated: when discovery's candidate, table,
+//! rank, for which flows. Every sample also counts how far the landings back
+//! the key being served ([`KeyConfidence`]: recent landings on the queue it
+//! computes, the rank, and what planning the flow groups seen needs against
+//! what the landings determine), which senders get with the description. Invalidated: when discovery's candidate, table,
 //! fields or transform change (learning starts over), and when landings
 //! contradict each other (a device that stopped hashing so, or RSS turned
 //! off and on: the history is dropped and learning starts over).
 
 use std::{
-    collections::{BTreeSet, HashSet},
+    collections::{BTreeSet, HashSet, VecDeque},
     net::SocketAddr,
 };
 
 use srap_common::{
-    rss::{FlowTuple, HashFields, InputXfrm, KeyLearner, KeySource, ToeplitzKey},
+    rss::{
+        FlowTuple, HashFields, InputXfrm, KeyConfidence, KeyLearner, KeySource, RssDescription,
+        RssModel, ToeplitzKey,
+    },
     verifier::RX_QUEUE_UNKNOWN,
 };
 use srap_host::status::LearningRow;
@@ -41,6 +47,8 @@ pub const MIN_LANDINGS: u32 = 20;
 const MAX_SEEN: usize = 65_536;
 /// (sender, receiver, port) triples whose coverage the status lists.
 const MAX_COVERED: usize = 16;
+/// Landings the served key is tested against (the most recent).
+const MAX_TESTED: usize = 1024;
 
 /// What learning starts from: discovery's description but for a learned key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +92,9 @@ pub struct Learning {
     /// Why there is no learner for this basis.
     unable: Option<String>,
     seen: HashSet<(SocketAddr, SocketAddr)>,
+    /// The most recent landings, each flow once: what the served key's
+    /// confidence counts.
+    tested: VecDeque<(FlowTuple, u32)>,
     queues: BTreeSet<u32>,
     triples: BTreeSet<(SocketAddr, SocketAddr)>,
     served: Option<String>,
@@ -101,8 +112,15 @@ impl Learning {
         }
     }
 
-    /// Takes a sample's flow records, judged against what is published.
-    pub fn observe(&mut self, published: &Published, records: &[FlowRecord]) -> LearningRow {
+    /// Takes a sample's flow records, judged against what is published
+    /// (`model`: the published description's model, if valid), and hands
+    /// the watcher how far they back the served key.
+    pub fn observe(
+        &mut self,
+        published: &Published,
+        model: Option<&RssModel>,
+        records: &[FlowRecord],
+    ) -> LearningRow {
         let basis = Basis::of(published);
         if self.basis.as_ref() != Some(&basis) {
             self.restart(basis);
@@ -111,7 +129,48 @@ impl Learning {
             self.take(record);
         }
         self.decide(published);
-        self.row(published)
+        // The key served from now on: what was published, unless this
+        // sample's decision changed it.
+        let serving = self.served.as_ref().unwrap_or(&published.candidate_key);
+        let confidence = if *serving == published.description.key {
+            self.confidence(model)
+        } else {
+            let description = RssDescription {
+                key: serving.clone(),
+                ..published.description.clone()
+            };
+            self.confidence(RssModel::from_description(&description).ok().as_ref())
+        };
+        self.learned.set_confidence(serving, confidence);
+        self.row(published, confidence)
+    }
+
+    /// How far the landings back the served key: how many of the recent
+    /// ones it puts on their queue, and what of the key planning the flow
+    /// groups seen needs the landings determine.
+    fn confidence(&self, model: Option<&RssModel>) -> KeyConfidence {
+        let agreeing = model.map_or(0, |model| {
+            self.tested
+                .iter()
+                .filter(|(tuple, queue)| model.landing(tuple).queue == *queue)
+                .count()
+        });
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let mut confidence = KeyConfidence {
+            tested: count(self.tested.len()),
+            agreeing: count(agreeing),
+            ..KeyConfidence::default()
+        };
+        if let Some(learner) = &self.learner {
+            let groups: Vec<FlowTuple> = self
+                .triples
+                .iter()
+                .filter_map(|(src, dst)| FlowTuple::from_sockets(*src, *dst).ok())
+                .collect();
+            (confidence.needed, confidence.known) = learner.needs(&groups);
+            confidence.rank = count(learner.solve().rank);
+        }
+        confidence
     }
 
     fn restart(&mut self, basis: Basis) {
@@ -134,6 +193,7 @@ impl Learning {
 
     fn forget(&mut self) {
         self.seen.clear();
+        self.tested.clear();
         self.queues.clear();
         self.triples.clear();
         if let (Some(basis), Some(_)) = (&self.basis, &self.learner) {
@@ -142,9 +202,6 @@ impl Learning {
     }
 
     fn take(&mut self, record: &FlowRecord) {
-        let Some(learner) = self.learner.as_mut() else {
-            return;
-        };
         let queue = record.stats.rx_queue;
         if queue == RX_QUEUE_UNKNOWN || !self.seen.insert((record.src, record.dst)) {
             return;
@@ -153,6 +210,13 @@ impl Learning {
             self.seen.clear();
         }
         let Ok(tuple) = FlowTuple::from_sockets(record.src, record.dst) else {
+            return;
+        };
+        if self.tested.len() == MAX_TESTED {
+            self.tested.pop_front();
+        }
+        self.tested.push_back((tuple, queue));
+        let Some(learner) = self.learner.as_mut() else {
             return;
         };
         if learner.observe(&tuple, queue) {
@@ -199,13 +263,13 @@ impl Learning {
             }
             self.say(format!(
                 "{} landings confirm the key ({})",
-                learned.landings, published.key_source
+                learned.landings, published.key.source
             ));
         } else if self.served.as_deref() != Some(key.as_str()) {
             info!(
                 "the landings of {} flows (rank {}) contradict the key ({}); serving the key they \
                  teach: {key}",
-                learned.landings, learned.rank, published.key_source
+                learned.landings, learned.rank, published.key.source
             );
             self.learned
                 .set(Some((published.candidate_key.clone(), key.clone())));
@@ -225,10 +289,13 @@ impl Learning {
         }
     }
 
-    fn row(&self, published: &Published) -> LearningRow {
+    fn row(&self, published: &Published, confidence: KeyConfidence) -> LearningRow {
         let Some(learner) = self.learner.as_ref() else {
             return LearningRow {
-                key_source: published.key_source.to_string(),
+                key_source: published.key.source.to_string(),
+                source: published.key.source,
+                revision: published.key.revision,
+                confidence,
                 note: self.unable.clone().unwrap_or_default(),
                 ..LearningRow::default()
             };
@@ -249,11 +316,14 @@ impl Learning {
             })
             .collect();
         LearningRow {
-            key_source: published.key_source.to_string(),
+            key_source: published.key.source.to_string(),
+            source: published.key.source,
             landings: learned.landings,
             conflicts: learned.conflicts,
             rank: u32::try_from(learned.rank).unwrap_or(u32::MAX),
             candidate_agrees: learned.candidate_agrees,
+            revision: published.key.revision,
+            confidence,
             covered,
             note: self.said.clone().unwrap_or_default(),
         }
@@ -263,7 +333,7 @@ impl Learning {
 /// Whether a published description's key is one senders must not steer
 /// by until the landings taught it.
 pub fn unknown_key(published: &Published) -> bool {
-    published.key_source == KeySource::Unknown
+    published.key.source == KeySource::Unknown
 }
 
 #[cfg(test)]
@@ -271,7 +341,7 @@ mod tests {
     use std::net::{IpAddr, Ipv4Addr};
 
     use srap_common::{
-        rss::{RssDescription, RssModel, embedded_default},
+        rss::{KeyProvenance, embedded_default},
         verifier::{FlowKey, FlowStats},
     };
 
@@ -300,27 +370,17 @@ mod tests {
         Published::new(1, description)
     }
 
-    /// The device hashes with another key than the one served: once 24
-    /// flows landed, the learner serves the key they teach through the
-    /// watcher's handle, and the status names the flows it is exact for.
-    #[test]
-    fn landings_that_contradict_the_key_are_learned_from_and_served() {
-        let published = served(&embedded_default().key);
-        let device = RssModel::from_description(&RssDescription {
-            key: "00:".to_owned() + &embedded_default().key[..(39 * 3 - 1)],
-            ..published.description.clone()
-        })
-        .expect("model");
-        let handle = LearnedKey::default();
-        let mut learning = Learning::new(handle.clone());
-        // Kernel-chosen ports: random over 32768-60999.
-        let mut x: u32 = 2_463_534_242;
-        let records: Vec<FlowRecord> = (0..24)
+    /// `n` flows from random source ports (xorshift from `seed`, from
+    /// `low` up, over 28232 ports) to port 5201, each on the queue the
+    /// `device` puts it.
+    fn landed(device: &RssModel, seed: u32, n: usize, low: u16) -> Vec<FlowRecord> {
+        let mut x = seed;
+        (0..n)
             .map(|_| {
                 x ^= x << 13;
                 x ^= x >> 17;
                 x ^= x << 5;
-                let sport = 32_768 + u16::try_from(x % 28_232).unwrap_or(0);
+                let sport = low + u16::try_from(x % 28_232).unwrap_or(0);
                 let tuple = FlowTuple::new(
                     IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
                     sport,
@@ -330,24 +390,81 @@ mod tests {
                 .expect("tuple");
                 record(sport, 5201, device.landing(&tuple).queue)
             })
-            .collect();
-        let row = learning.observe(&published, &records[..10]);
+            .collect()
+    }
+
+    /// What the receiver serves after `learning` saw some landings: the
+    /// description with the learned key (if any) and its provenance.
+    fn after(handle: &LearnedKey, published: &Published) -> (RssDescription, KeyProvenance) {
+        let mut description = published.description.clone();
+        let mut key = published.key;
+        handle.applied(&mut description, &mut key);
+        (description, key)
+    }
+
+    /// The device hashes with another key than the one served: once 24
+    /// flows landed, the learner serves the key they teach through the
+    /// watcher's handle (model 1), and the status names the flows it is
+    /// exact for. The confidence is counted against the device's own
+    /// landings: the wrong key put few on their queue, the learned one all;
+    /// kernel ports leave bits planning needs unknown, which landings from
+    /// ports below 32768 then determine.
+    #[test]
+    fn landings_that_contradict_the_key_are_learned_from_and_served() {
+        let published = served(&embedded_default().key);
+        let believed = RssModel::from_description(&published.description).expect("model");
+        let device = RssModel::from_description(&RssDescription {
+            key: "00:".to_owned() + &embedded_default().key[..(39 * 3 - 1)],
+            ..published.description.clone()
+        })
+        .expect("model");
+        let handle = LearnedKey::default();
+        let mut learning = Learning::new(handle.clone());
+        // Kernel-chosen ports: random over 32768-60999.
+        let records = landed(&device, 2_463_534_242, 24, 32_768);
+        let row = learning.observe(&published, Some(&believed), &records[..10]);
         assert_eq!(row.landings, 10);
         assert!(learning.served.is_none(), "too few landings to serve");
-        let row = learning.observe(&published, &records);
+        let wrong = after(&handle, &published).1.confidence;
+        assert_eq!(wrong.tested, 10);
+        assert!(wrong.agreeing < 8, "the served key is wrong: {wrong:?}");
+        let row = learning.observe(&published, Some(&believed), &records);
         assert_eq!(row.landings, 24, "each flow is taken once");
         assert!(!row.candidate_agrees);
-        let mut description = published.description.clone();
-        let mut source = KeySource::Reported;
-        handle.applied(&mut description, &mut source);
-        assert_eq!(source, KeySource::Learned);
+        let (description, key) = after(&handle, &published);
+        assert_eq!((key.source, key.revision), (KeySource::Learned, 1));
         assert_ne!(description.key, published.description.key);
+        // Served with the confidence of the key it teaches.
+        let c = key.confidence;
+        assert_eq!((c.tested, c.agreeing), (24, 24), "{c:?}");
+        assert!(c.known < c.needed, "kernel ports only: {c:?}");
+        assert_eq!(c.needed, 19, "{c:?}");
         assert!(
             row.covered
                 .iter()
                 .any(|c| c.contains("10.0.0.2:5201 (source ports from 32768)")),
             "{row:?}"
         );
+
+        // Served: the same landings, judged by the learned key, and 16
+        // more from ports a sender binds itself.
+        let republished = Published {
+            version: 2,
+            description: description.clone(),
+            key,
+            candidate_key: published.candidate_key.clone(),
+        };
+        let learned = RssModel::from_description(&description).expect("model");
+        let more = landed(&device, 88_675_123, 16, 1024);
+        learning.observe(&republished, Some(&learned), &more);
+        let (description, key) = after(&handle, &republished);
+        let learned = RssModel::from_description(&description).expect("model");
+        let row = learning.observe(&republished, Some(&learned), &[]);
+        let c = key.confidence;
+        assert_eq!((c.tested, c.agreeing), (40, 40), "{c:?}");
+        assert!(c.complete(), "{c:?}");
+        assert_eq!(row.confidence, c);
+        assert_eq!(row.revision, key.revision);
     }
 
     #[test]
@@ -358,11 +475,10 @@ mod tests {
         let records: Vec<FlowRecord> = (0..30u16)
             .map(|i| record(40_000 + i * 7, 5201, 0))
             .collect();
-        let row = learning.observe(&published, &records);
+        let row = learning.observe(&published, None, &records);
         assert!(row.note.contains("RSS looks off"), "{row:?}");
-        let mut description = published.description.clone();
-        let mut source = KeySource::Reported;
-        handle.applied(&mut description, &mut source);
-        assert_eq!(source, KeySource::Reported);
+        let (_, key) = after(&handle, &published);
+        assert_eq!((key.source, key.revision), (KeySource::Reported, 0));
+        assert_eq!(key.confidence.tested, 30);
     }
 }

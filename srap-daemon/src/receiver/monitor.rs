@@ -231,7 +231,7 @@ impl Monitor {
         status.interval_ms = millis(self.interval);
         status.peers = peers;
         status.access = server.access();
-        status.learning = self.learning.observe(published, &records);
+        status.learning = self.learning.observe(published, model, &records);
         status.landings = self.judge_landings(published.version, &status.flows);
         let mut report = self.judge.report();
         if learning::unknown_key(published) {

@@ -386,6 +386,7 @@ async fn send_update(
     let update = Message::RssUpdate(RssUpdate {
         version: current.version,
         description: (&current.description).into(),
+        key: current.key,
     });
     outbound
         .write(wr, &update, shared.config.timeouts.write)

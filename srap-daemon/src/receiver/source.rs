@@ -8,7 +8,9 @@ use std::{
     time::Duration,
 };
 
-use srap_common::rss::{DescriptionFileError, KeySource, RssDescription};
+use srap_common::rss::{
+    DescriptionFileError, KeyConfidence, KeyProvenance, KeySource, RssDescription,
+};
 use thiserror::Error;
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{info, warn};
@@ -21,8 +23,9 @@ pub struct Published {
     /// 1 for the first description of this run, +1 on every change.
     pub version: u64,
     pub description: RssDescription,
-    /// Where its key comes from.
-    pub key_source: KeySource,
+    /// Where its key comes from, which learned model it is, and how far
+    /// the landings back it.
+    pub key: KeyProvenance,
     /// The key discovery gave (reported or the kernel's default), which a
     /// learned key replaces; the key learning starts from.
     pub candidate_key: String,
@@ -35,30 +38,67 @@ impl Published {
             version,
             candidate_key: description.key.clone(),
             description,
-            key_source: KeySource::Reported,
+            key: KeyProvenance::default(),
         }
     }
 }
 
-/// A key learned from landings (see `super::learning`) for one candidate:
-/// served in its place while discovery still gives that candidate.
+/// What the receiver's learner (see `super::learning`) hands the
+/// description watcher.
 #[derive(Debug, Clone, Default)]
-pub struct LearnedKey(Arc<Mutex<Option<(String, String)>>>);
+struct Lesson {
+    /// A learned key and the candidate it replaces.
+    key: Option<(String, String)>,
+    /// Grows with every change of `key`: the learned model's revision.
+    revision: u32,
+    /// How far the landings back a key, and that key: a description
+    /// with another key (a new one, just read) is not tested yet.
+    confidence: Option<(String, KeyConfidence)>,
+}
+
+/// A key learned from landings for one candidate, served in its place
+/// while discovery still gives that candidate, and the landings' backing
+/// of whatever key is served.
+#[derive(Debug, Clone, Default)]
+pub struct LearnedKey(Arc<Mutex<Lesson>>);
 
 impl LearnedKey {
-    /// Serve `key` instead of `candidate` (None: serve the candidate).
+    /// Serve `key` instead of `candidate` (None: serve the candidate); a
+    /// change is a new revision of the learned model.
     pub fn set(&self, learned: Option<(String, String)>) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = learned;
+        let mut lesson = self.lock();
+        if lesson.key != learned {
+            lesson.key = learned;
+            lesson.revision += 1;
+        }
     }
 
-    pub(super) fn applied(&self, description: &mut RssDescription, source: &mut KeySource) {
-        let learned = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((candidate, key)) = learned.as_ref()
+    /// How far the landings back `key`, the key served now.
+    pub fn set_confidence(&self, key: &str, confidence: KeyConfidence) {
+        self.lock().confidence = Some((key.to_owned(), confidence));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lesson> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Puts a learned key (if it is for this candidate) into `description`
+    /// and says so, with the model's revision and confidence, in `key`.
+    pub(super) fn applied(&self, description: &mut RssDescription, key: &mut KeyProvenance) {
+        let lesson = self.lock();
+        if let Some((candidate, learned)) = lesson.key.as_ref()
             && *candidate == description.key
         {
-            description.key.clone_from(key);
-            *source = KeySource::Learned;
+            description.key.clone_from(learned);
+            key.source = KeySource::Learned;
         }
+        key.revision = lesson.revision;
+        key.confidence = lesson
+            .confidence
+            .as_ref()
+            .filter(|(tested, _)| *tested == description.key)
+            .map(|(_, confidence)| *confidence)
+            .unwrap_or_default();
     }
 }
 
@@ -105,11 +145,15 @@ impl Source {
         &self,
         learned: &LearnedKey,
         warnings: &mut Vec<String>,
-    ) -> Result<(RssDescription, KeySource, String), SourceError> {
-        let (mut description, mut key_source) = self.read_with_origin(warnings)?;
+    ) -> Result<(RssDescription, KeyProvenance, String), SourceError> {
+        let (mut description, source) = self.read_with_origin(warnings)?;
         let candidate = description.key.clone();
-        learned.applied(&mut description, &mut key_source);
-        Ok((description, key_source, candidate))
+        let mut key = KeyProvenance {
+            source,
+            ..KeyProvenance::default()
+        };
+        learned.applied(&mut description, &mut key);
+        Ok((description, key, candidate))
     }
 }
 
@@ -142,15 +186,15 @@ pub fn watch_learning(
     learned: LearnedKey,
 ) -> Result<(watch::Receiver<Published>, JoinHandle<()>), SourceError> {
     let mut warnings = Vec::new();
-    let (description, key_source, candidate_key) = source.publishable(&learned, &mut warnings)?;
+    let (description, key, candidate_key) = source.publishable(&learned, &mut warnings)?;
     for warning in &warnings {
         warn!("{warning}");
     }
-    info!("serving {source}, version 1 (key {key_source})");
+    info!("serving {source}, version 1 (key {})", key.source);
     let (tx, rx) = watch::channel(Published {
         version: 1,
         description,
-        key_source,
+        key,
         candidate_key,
     });
     let task = tokio::spawn(async move {
@@ -178,7 +222,7 @@ pub fn watch_learning(
                 }
             };
             match read {
-                Ok(((description, key_source, candidate_key), warnings)) => {
+                Ok(((description, key, candidate_key), warnings)) => {
                     if failing.take().is_some() {
                         info!("{source} readable again");
                     }
@@ -188,20 +232,8 @@ pub fn watch_learning(
                         }
                         said = warnings;
                     }
-                    tx.send_if_modified(|current| {
-                        if current.description == description && current.key_source == key_source {
-                            return false;
-                        }
-                        current.version += 1;
-                        current.description = description;
-                        current.key_source = key_source;
-                        current.candidate_key = candidate_key;
-                        info!(
-                            "{source} changed: now version {} (key {key_source})",
-                            current.version
-                        );
-                        true
-                    });
+                    let read = (description, key, candidate_key);
+                    tx.send_if_modified(|current| republish(current, &source, read));
                 }
                 Err(err) => {
                     let text = err.to_string();
@@ -214,4 +246,27 @@ pub fn watch_learning(
         }
     });
     Ok((rx, task))
+}
+
+/// Puts a re-read into `current`: a new version when the description or
+/// its key's source changed; the same version, resent, when only the
+/// key's model or confidence says something new; nothing otherwise.
+fn republish(
+    current: &mut Published,
+    source: &Source,
+    (description, key, candidate_key): (RssDescription, KeyProvenance, String),
+) -> bool {
+    if current.description != description || current.key.source != key.source {
+        current.version += 1;
+        current.description = description;
+        current.key = key;
+        current.candidate_key = candidate_key;
+        info!("{source} changed: now version {} ({key})", current.version);
+        return true;
+    }
+    if key.worth_resending(&current.key) {
+        current.key = key;
+        return true;
+    }
+    false
 }

@@ -31,7 +31,7 @@ mod session;
 use std::{path::PathBuf, time::Duration};
 
 use srap_common::{
-    rss::RssDescription,
+    rss::{KeyProvenance, RssDescription},
     wire::{CpuGrant, DemandReport, LandingReport, PlanReport, Psk},
 };
 use tokio::{sync::watch, task::JoinHandle};
@@ -51,6 +51,9 @@ pub struct Update {
     /// The receiver's version number (restarts at 1 with the receiver).
     pub version: u64,
     pub description: RssDescription,
+    /// Where its key comes from, which learned model, how far the
+    /// landings back it (a change alone comes under the same version).
+    pub key: KeyProvenance,
 }
 
 /// Deadlines of the client.

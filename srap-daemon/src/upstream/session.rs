@@ -5,7 +5,7 @@ use srap_common::{
     rss::{RssDescription, RssModel},
     wire::{
         self, DecodeError, ErrorReport, Hello, LandingReport, MAX_FRAME, Message, Nonce,
-        PROTOCOL_VERSION, PlanReport, Psk, Response, Role,
+        PROTOCOL_VERSION, PlanReport, Psk, Response, Role, RssUpdate,
     },
 };
 use thiserror::Error;
@@ -110,10 +110,9 @@ impl Session {
             _ => (Inbound::default(), Outbound::default(), reply),
         };
         let first = match reply {
-            Message::RssUpdate(update) => validate(update.version, update.description.into())
-                .map_err(|reason| {
-                    PeerError::Refused(format!("invalid first description: {reason}"))
-                })?,
+            Message::RssUpdate(update) => validate(update).map_err(|reason| {
+                PeerError::Refused(format!("invalid first description: {reason}"))
+            })?,
             Message::Error(report) => return Err(PeerError::Refused(printable(&report.reason))),
             other => {
                 return Err(PeerError::Unexpected {
@@ -176,11 +175,12 @@ impl Session {
                 match inbound.read(&mut rd, limits).await? {
                     Message::Keepalive => {}
                     Message::RssUpdate(update) => {
-                        match validate(update.version, update.description.into()) {
+                        let version = update.version;
+                        match validate(update) {
                             Ok(update) => publish(updates, update),
                             Err(reason) => warn!(
-                                "receiver {}: ignoring version {}: {reason}; keeping the last good description",
-                                config.addr, update.version
+                                "receiver {}: ignoring version {version}: {reason}; keeping the last good description",
+                                config.addr
                             ),
                         }
                     }
@@ -331,11 +331,13 @@ async fn refuse(
 }
 
 /// A description from the receiver, if SRAP can model it.
-fn validate(version: u64, description: RssDescription) -> Result<Update, String> {
+fn validate(update: RssUpdate) -> Result<Update, String> {
+    let description: RssDescription = update.description.into();
     RssModel::from_description(&description).map_err(|err| err.to_string())?;
     Ok(Update {
-        version,
+        version: update.version,
         description,
+        key: update.key,
     })
 }
 
@@ -345,7 +347,10 @@ fn publish(updates: &watch::Sender<Option<Update>>, update: Update) {
         if current.as_ref() == Some(&update) {
             return false;
         }
-        info!("receiver description version {}", update.version);
+        info!(
+            "receiver description version {} ({})",
+            update.version, update.key
+        );
         *current = Some(update);
         true
     });

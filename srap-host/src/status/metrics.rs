@@ -9,7 +9,9 @@
 //! `srap_cpu_flows{cpu,by}`, `srap_queue_bytes_total{queue}`,
 //! `srap_queue_packets_total{queue}`, `srap_collisions{kind}`,
 //! `srap_prediction_accuracy{kind}`, `srap_description_contradicted`,
-//! `srap_rss_version`, `srap_peers`, `srap_listen_open`, `srap_psk_keys`.
+//! `srap_rss_version`, `srap_peers`, `srap_listen_open`, `srap_psk_keys`,
+//! `srap_key_source{source}`, `srap_key_model_revision`,
+//! `srap_key_confidence{count}`.
 
 use std::{fmt::Write as _, io, sync::Arc, time::Duration};
 
@@ -89,6 +91,21 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "gauge",
         "Version of the RSS description served to senders",
     ),
+    (
+        "srap_key_source",
+        "gauge",
+        "1 for where the served key comes from: reported (by the driver or a file), kernel-default (net.core.netdev_rss_key), learned (from landings) or unknown",
+    ),
+    (
+        "srap_key_model_revision",
+        "gauge",
+        "Revision of the key learned from landings: grows each time a newly learned key is served or one is withdrawn (0: nothing learned)",
+    ),
+    (
+        "srap_key_confidence",
+        "gauge",
+        "How far the landings back the served key: tested (recent landings), agreeing (of them on the queue it computes), rank (independent GF(2) equations they gave), needed (key-bit combinations planning the flow groups seen needs), known (of those, determined by the landings)",
+    ),
     ("srap_peers", "gauge", "Sender agents connected"),
     (
         "srap_listen_open",
@@ -167,6 +184,25 @@ pub fn render(status: &Status) -> String {
                 LandingVerdict::Unknown => {}
             },
             "srap_rss_version" => sample("", status.rss_version as f64),
+            "srap_key_source" => {
+                sample(
+                    &format!("{{source=\"{}\"}}", status.learning.source.name()),
+                    1.0,
+                );
+            }
+            "srap_key_model_revision" => sample("", f64::from(status.learning.revision)),
+            "srap_key_confidence" => {
+                let c = status.learning.confidence;
+                for (count, n) in [
+                    ("tested", c.tested),
+                    ("agreeing", c.agreeing),
+                    ("rank", c.rank),
+                    ("needed", c.needed),
+                    ("known", c.known),
+                ] {
+                    sample(&format!("{{count=\"{count}\"}}"), f64::from(n));
+                }
+            }
             "srap_peers" => sample("", status.peers.len() as f64),
             "srap_listen_open" => sample("", f64::from(u8::from(status.access.open))),
             "srap_psk_keys" => sample("", status.access.keys.len() as f64),
@@ -339,6 +375,9 @@ mod tests {
             "srap_prediction_accuracy{kind=\"queue\"} 0.5",
             "srap_rss_version 3",
             "srap_peers 0",
+            "srap_key_source{source=\"reported\"} 1",
+            "srap_key_model_revision 0",
+            "srap_key_confidence{count=\"needed\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

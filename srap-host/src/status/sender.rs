@@ -49,6 +49,11 @@ pub struct ReceiverRow {
     /// Steering toward it is paused (its landings contradict its
     /// description).
     pub paused: bool,
+    /// Where the key of its description comes from, the learned model's
+    /// revision and how far its landings back it, as it said (`None`: no
+    /// description yet).
+    #[serde(default)]
+    pub key: Option<srap_common::rss::KeyProvenance>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -122,8 +122,12 @@ impl FlowRow {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LearningRow {
     /// Where the served key comes from (reported, the kernel's default,
-    /// learned, unknown).
+    /// learned, unknown), in words.
     pub key_source: String,
+    /// The same as a name (`reported`, `kernel-default`, `learned`,
+    /// `unknown`): the label of `srap_key_source`.
+    #[serde(default)]
+    pub source: srap_common::rss::KeySource,
     /// Landings taken since learning last started over.
     pub landings: u32,
     /// Landings that contradicted the others.
@@ -132,6 +136,14 @@ pub struct LearningRow {
     pub rank: u32,
     /// Whether the discovered key satisfies every landing.
     pub candidate_agrees: bool,
+    /// The learned model's revision: grows each time a newly learned key
+    /// is served or one is withdrawn (0: nothing learned this run).
+    #[serde(default)]
+    pub revision: u32,
+    /// How far the landings back the served key: what senders are told
+    /// with the description.
+    #[serde(default)]
+    pub confidence: srap_common::rss::KeyConfidence,
     /// `sender → receiver:port` whose every source port the landings
     /// determine: where the served key is exact.
     pub covered: Vec<String>,

@@ -21,7 +21,7 @@ use std::{collections::BTreeSet, net::IpAddr, sync::Arc, time::Duration};
 
 use anyhow::{Context as _, bail};
 use srap_common::{
-    rss::RssModel,
+    rss::{KeySource, RssModel},
     wire::{CpuGrant, DemandReport, LandingReport, LandingVerdict},
 };
 use tokio::{
@@ -267,9 +267,23 @@ impl Follower {
     /// its first), reported either way.
     fn on_update(&mut self, steering: &mut RunningBinder, n: usize, update: Update) {
         let version = update.version;
+        let key = update.key;
         if self.take_description(n, update) {
             self.options.targets = self.targets();
             let name = self.receivers[n].addr.clone();
+            if key.source == KeySource::Learned {
+                info!(
+                    "receiver {name} version {version}: planning with a key it learned from \
+                     landings (model {}; {}{})",
+                    key.revision,
+                    key.confidence,
+                    if key.confidence.complete() {
+                        ""
+                    } else {
+                        "; not every bit planning needs is known yet: its landings will tell"
+                    }
+                );
+            }
             replan_for(steering, &self.options, version, &name);
             // The refilled maps steer toward `n` again: its new
             // description gets its own verdict.
@@ -277,7 +291,7 @@ impl Follower {
             self.after_replan(steering);
         } else {
             info!(
-                "receiver {} version {version}: same description, plan unchanged",
+                "receiver {} version {version}: same description, plan unchanged ({key})",
                 self.receivers[n].addr
             );
             self.receivers[n].report(steering, &self.dports);

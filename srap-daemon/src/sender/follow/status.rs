@@ -103,6 +103,7 @@ fn receiver_row(receiver: &Receiver, steering: Option<&RunningBinder>) -> Receiv
             cpus: g.cpus.iter().map(|c| c.cpu).collect(),
         }),
         paused: receiver.paused,
+        key: receiver.current.as_ref().map(|c| c.key),
     }
 }
 
