@@ -14,6 +14,8 @@ pub mod family;
 pub mod verifier;
 
 #[cfg(feature = "user")]
+pub mod ends;
+#[cfg(feature = "user")]
 pub mod grants;
 #[cfg(feature = "user")]
 pub mod odds;

@@ -199,6 +199,17 @@ impl FlowTuple {
     pub fn with_dport(self, dport: u16) -> Self {
         Self { dport, ..self }
     }
+
+    /// The flow's packets the other way: what the connecting host's own
+    /// NIC hashes (see [`crate::ends`]).
+    pub fn reversed(self) -> Self {
+        Self {
+            src: self.dst,
+            dst: self.src,
+            sport: self.dport,
+            dport: self.sport,
+        }
+    }
 }
 
 /// The bytes fed to the Toeplitz hash for one tuple.

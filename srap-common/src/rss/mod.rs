@@ -15,6 +15,6 @@ pub use description::{FieldsDescription, RssDescription, embedded_default};
 pub use error::{DescriptionError, DescriptionFileError, KeyError, TupleError};
 pub use input::{FlowTuple, HashFields, HashInput, InputXfrm, MAX_INPUT_LEN};
 pub use learn::{Coverage, KeyLearner, LearnError, Learned, TableBits};
-pub use model::{Landing, RssModel};
+pub use model::{End, Landing, RssModel};
 pub use provenance::{KeyConfidence, KeyProvenance, KeySource};
 pub use toeplitz::{MIN_KEY_LEN, ToeplitzKey, ToeplitzTable, hash_naive};

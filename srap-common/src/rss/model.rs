@@ -22,10 +22,38 @@ pub struct Landing {
     pub cpu: u32,
 }
 
+/// Which NIC of a flow a model stands for, which says how it reads the
+/// tuples it is given (see [`crate::ends`]). Tuples are always given as the
+/// connecting host sees them: `src` is the host that connects, `sport` the
+/// port it chose.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum End {
+    /// The NIC of the host connected to: it hashes the tuple as given.
+    #[default]
+    Remote,
+    /// The connecting host's own NIC: it hashes what comes back, the
+    /// reverse tuple (the chosen port in the destination-port position).
+    Local,
+}
+
+impl End {
+    /// The tuple this end's NIC hashes for `flow` (given as the connecting
+    /// host sees it).
+    pub fn tuple(self, flow: &FlowTuple) -> FlowTuple {
+        match self {
+            Self::Remote => *flow,
+            Self::Local => flow.reversed(),
+        }
+    }
+}
+
 /// A receiver NIC's RSS, validated: Toeplitz key (as lookup tables), hashed
-/// fields, input transform, indirection table and queue → CPU map.
+/// fields, input transform, indirection table and queue → CPU map; and
+/// which end of the flows it is given it stands for ([`End`]: the
+/// receiver's NIC unless made to face the connecting host's own).
 #[derive(Debug, Clone)]
 pub struct RssModel {
+    end: End,
     hasher: ToeplitzTable,
     tcp4: HashFields,
     tcp6: HashFields,
@@ -121,6 +149,7 @@ impl RssModel {
             ));
         }
         Ok(Self {
+            end: End::Remote,
             hasher: ToeplitzTable::new(key),
             tcp4,
             tcp6,
@@ -142,6 +171,19 @@ impl RssModel {
             },
             queue_cpu: Some(self.queue_cpu.clone()),
         }
+    }
+
+    /// The same NIC standing for `end` of the flows it is given: with
+    /// [`End::Local`], this host's own NIC, hashing the reverse of each
+    /// flow this host opens. Everything built on [`RssModel::hash`] (the
+    /// solver, the steering tables) then plans for that NIC unchanged.
+    pub fn facing(mut self, end: End) -> Self {
+        self.end = end;
+        self
+    }
+
+    pub fn end(&self) -> End {
+        self.end
     }
 
     pub fn key(&self) -> &ToeplitzKey {
@@ -187,8 +229,10 @@ impl RssModel {
             .collect()
     }
 
+    /// The bytes this NIC hashes for `tuple` (as the connecting host sees
+    /// it: reversed first for [`End::Local`]).
     pub fn input(&self, tuple: &FlowTuple) -> HashInput {
-        HashInput::new(tuple, self.fields_for(tuple), self.xfrm)
+        HashInput::new(&self.end.tuple(tuple), self.fields_for(tuple), self.xfrm)
     }
 
     #[inline]
