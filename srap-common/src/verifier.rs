@@ -20,6 +20,13 @@ pub const VERIFY_TC_PROGRAM: &str = "srap_verify_tc";
 pub const SOCK_FLOWS_MAP: &str = "SRAP_SOCK_FLOWS";
 /// Name of the socket (`sock_ops`) variant of the receive verifier.
 pub const VERIFY_SOCK_PROGRAM: &str = "srap_verify_sock";
+/// Name of the socket hook a sender attaches to its steered cgroup: where
+/// the connections it opens land on this host's own NIC (their reverse
+/// tuple), recorded at the handshake as [`SockFlow`]s.
+pub const VERIFY_LOCAL_PROGRAM: &str = "srap_verify_local";
+/// Its per-connection map: [`FlowKey`] with this host (the connecting end)
+/// as the source → [`SockFlow`].
+pub const LOCAL_FLOWS_MAP: &str = "SRAP_LOCAL_FLOWS";
 /// Bare programs that only let the packet (or socket) through: the baselines
 /// the verifier's cost is measured against, in the same object and run.
 pub const BARE_XDP_PROGRAM: &str = "srap_bare_xdp";

@@ -7,7 +7,9 @@
 //! * [`verifier`]: the receive verifier, XDP (`srap_verify`) and tc ingress
 //!   (`srap_verify_tc`) variants of the same per-flow accounting.
 //! * [`sock_verifier`]: the receive verifier without per-packet work,
-//!   `sock_ops` on a cgroup (`srap_verify_sock`).
+//!   `sock_ops` on a cgroup (`srap_verify_sock`), and its sender side on the
+//!   steered cgroup (`srap_verify_local`: where opened connections land on
+//!   this host's own NIC).
 //! * [`bare`]: do-nothing programs of the same hooks, the benchmarks' baselines.
 #![no_std]
 #![no_main]

@@ -11,13 +11,20 @@
 //! chose for the 4-tuple, and the kernel has just copied that skb's
 //! recorded receive queue into the new socket (`sk_rx_queue_mapping`). Every
 //! later packet of the flow hashes the same way.
+//!
+//! The same hook on a *sender's* steered cgroup (`srap_verify_local`)
+//! records the connections it opens: the active-established callback runs
+//! in the softirq that processed the SYN-ACK, on the CPU this host's RSS
+//! (and RPS) chose for the reverse tuple, after the kernel copied that
+//! skb's receive queue into the socket. That is where the flow's reverse
+//! packets land: the data of a download, the ACKs of an upload.
 
 use core::ptr::read_volatile;
 
 use aya_ebpf::{
     bindings::{
-        BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB, BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG,
-        BPF_TCP_CLOSE,
+        BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB,
+        BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG, BPF_TCP_CLOSE,
     },
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::{map, sock_ops},
@@ -34,28 +41,69 @@ use srap_common::{
 static SRAP_SOCK_FLOWS: LruHashMap<FlowKey, SockFlow> =
     LruHashMap::with_max_entries(FLOWS_MAX_ENTRIES, 0);
 
+/// Per-connection landing records of the connections a sender opens
+/// (`srap_daemon::sender::landings`), keyed with this host as the source.
+#[map]
+static SRAP_LOCAL_FLOWS: LruHashMap<FlowKey, SockFlow> =
+    LruHashMap::with_max_entries(FLOWS_MAX_ENTRIES, 0);
+
+/// Which connections a program records, and how its keys are oriented.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// Accepted connections; the remote end (the sender) is the source.
+    Accepted,
+    /// Opened connections; this host (the sender) is the source.
+    Opened,
+}
+
 /// `sock_ops` return value: carry on (the program only observes).
 const SOCK_OPS_OK: u32 = 1;
 
 /// Records accepted connections once established and once closed.
 #[sock_ops]
 pub fn srap_verify_sock(ctx: SockOpsContext) -> u32 {
-    match ctx.op() {
-        BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB => {
-            established(&ctx);
-            // Only the state callback: no per-packet (RTT, header option,
-            // data) callback is ever asked for.
-            let _ = ctx.set_cb_flags(BPF_SOCK_OPS_STATE_CB_FLAG as i32);
-        }
-        BPF_SOCK_OPS_STATE_CB if ctx.arg(1) == BPF_TCP_CLOSE => closed(&ctx),
-        _ => {}
-    }
+    record(&ctx, Side::Accepted);
     SOCK_OPS_OK
 }
 
-/// The flow key with the remote end (the sender) as source.
+/// Records the connections this host opens, once established and once
+/// closed.
+#[sock_ops]
+pub fn srap_verify_local(ctx: SockOpsContext) -> u32 {
+    record(&ctx, Side::Opened);
+    SOCK_OPS_OK
+}
+
 #[inline(always)]
-fn flow_key(ctx: &SockOpsContext) -> Option<FlowKey> {
+fn record(ctx: &SockOpsContext, side: Side) {
+    let established_op = match side {
+        Side::Accepted => BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB,
+        Side::Opened => BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB,
+    };
+    let op = ctx.op();
+    if op == established_op {
+        established(ctx, side);
+        // Only the state callback: no per-packet (RTT, header option,
+        // data) callback is ever asked for.
+        let _ = ctx.set_cb_flags(BPF_SOCK_OPS_STATE_CB_FLAG as i32);
+    } else if op == BPF_SOCK_OPS_STATE_CB && ctx.arg(1) == BPF_TCP_CLOSE {
+        closed(ctx, side);
+    }
+}
+
+/// The program's map.
+#[inline(always)]
+fn flows(side: Side) -> &'static LruHashMap<FlowKey, SockFlow> {
+    match side {
+        Side::Accepted => &SRAP_SOCK_FLOWS,
+        Side::Opened => &SRAP_LOCAL_FLOWS,
+    }
+}
+
+/// The flow key with the sender as source: the remote end of an accepted
+/// connection, this host for an opened one.
+#[inline(always)]
+fn flow_key(ctx: &SockOpsContext, side: Side) -> Option<FlowKey> {
     let mut key = FlowKey::default();
     match ctx.family() {
         2 => {
@@ -94,6 +142,10 @@ fn flow_key(ctx: &SockOpsContext) -> Option<FlowKey> {
     // hosts; local_port: host order.
     key.src_port = u16::from_be((ctx.remote_port() >> 16) as u16);
     key.dst_port = ctx.local_port() as u16;
+    if side == Side::Opened {
+        core::mem::swap(&mut key.src_addr, &mut key.dst_addr);
+        core::mem::swap(&mut key.src_port, &mut key.dst_port);
+    }
     Some(key)
 }
 
@@ -122,8 +174,8 @@ fn rx_queue(ctx: &SockOpsContext) -> u32 {
 }
 
 #[inline(always)]
-fn established(ctx: &SockOpsContext) {
-    let Some(key) = flow_key(ctx) else {
+fn established(ctx: &SockOpsContext, side: Side) {
+    let Some(key) = flow_key(ctx, side) else {
         return;
     };
     // SAFETY: helpers without preconditions.
@@ -136,15 +188,15 @@ fn established(ctx: &SockOpsContext) {
     };
     // A reused 4-tuple (a new connection after the old one closed) replaces
     // the old record: BPF_ANY.
-    let _ = SRAP_SOCK_FLOWS.insert(key, flow, 0);
+    let _ = flows(side).insert(key, flow, 0);
 }
 
 #[inline(always)]
-fn closed(ctx: &SockOpsContext) {
-    let Some(key) = flow_key(ctx) else {
+fn closed(ctx: &SockOpsContext, side: Side) {
+    let Some(key) = flow_key(ctx, side) else {
         return;
     };
-    let Some(flow) = SRAP_SOCK_FLOWS.get_ptr_mut(key) else {
+    let Some(flow) = flows(side).get_ptr_mut(key) else {
         return;
     };
     // SAFETY: `flow` points at a live map value for the rest of this run;

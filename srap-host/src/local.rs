@@ -31,11 +31,23 @@ fn usable_toward(ip: IpAddr, receiver: IpAddr) -> bool {
 
 /// Addresses from `getifaddrs(3)`, sorted, once each.
 fn interface_addresses() -> Result<BTreeSet<IpAddr>, HostError> {
-    let interfaces = if_addrs::get_if_addrs().map_err(|source| HostError::Io {
+    Ok(interfaces()?.iter().map(if_addrs::Interface::ip).collect())
+}
+
+/// The interface `ip` is configured on in this network namespace: where
+/// the packets of flows bound to it arrive (`None`: on no interface).
+pub fn interface_of(ip: IpAddr) -> Result<Option<String>, HostError> {
+    Ok(interfaces()?
+        .into_iter()
+        .find(|i| i.ip() == ip)
+        .map(|i| i.name))
+}
+
+fn interfaces() -> Result<Vec<if_addrs::Interface>, HostError> {
+    if_addrs::get_if_addrs().map_err(|source| HostError::Io {
         what: "listing the host's addresses (getifaddrs)".into(),
         source,
-    })?;
-    Ok(interfaces.iter().map(if_addrs::Interface::ip).collect())
+    })
 }
 
 #[cfg(test)]

@@ -4,7 +4,10 @@
 use std::fmt::Write as _;
 
 use srap_common::rss::KeySource;
-use srap_host::status::{SenderStatus, sender::ReceiverRow};
+use srap_host::status::{
+    SenderStatus,
+    sender::{LocalRow, ReceiverRow, SenderFlowRow},
+};
 
 pub fn render(status: &SenderStatus) -> String {
     let mut out = String::new();
@@ -36,7 +39,65 @@ pub fn render(status: &SenderStatus) -> String {
     for r in &status.receivers {
         receiver_lines(&mut out, r);
     }
+    if let Some(local) = &status.local {
+        local_lines(&mut out, local, &status.flows);
+    }
     out
+}
+
+/// This host's NIC (`--steer local|both`) and each open connection's CPU
+/// at both ends, planned and seen.
+fn local_lines(out: &mut String, local: &LocalRow, flows: &[SenderFlowRow]) {
+    let verdict = if local.watching {
+        format!(
+            "landings {} ({} of {} on the planned queue){}",
+            serde_json::to_value(local.verdict)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            local.matched,
+            local.judged,
+            if local.paused {
+                ", steering paused"
+            } else {
+                ""
+            }
+        )
+    } else {
+        "landings not watched (no socket hook)".to_owned()
+    };
+    let _ = writeln!(
+        out,
+        "
+this host's NIC {} (--steer {}): CPUs {}; {verdict}",
+        local.nic,
+        local.steer,
+        srap_host::cpulist::format(local.cpus.iter().copied())
+    );
+    if flows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "{:<26} {:<26} {:>17} {:>14}",
+        "flow", "to", "receiver CPU p/s", "local CPU p/s"
+    );
+    let cpu = |c: Option<u32>| c.map_or("-".to_owned(), |c| c.to_string());
+    let addr = |a: Option<std::net::SocketAddr>| a.map_or("-".to_owned(), |a| a.to_string());
+    for f in flows {
+        let _ = writeln!(
+            out,
+            "{:<26} {:<26} {:>17} {:>14}",
+            addr(f.src),
+            addr(f.dst),
+            format!(
+                "{}/{}",
+                cpu(f.receiver_cpu_planned),
+                cpu(f.receiver_cpu_seen)
+            ),
+            format!("{}/{}", cpu(f.local_cpu_planned), cpu(f.local_cpu_seen)),
+        );
+    }
 }
 
 fn receiver_lines(out: &mut String, r: &ReceiverRow) {
@@ -124,6 +185,7 @@ pub(super) fn two_receivers() -> SenderStatus {
                 ..ReceiverRow::default()
             },
         ],
+        ..SenderStatus::default()
     }
 }
 
@@ -188,5 +250,42 @@ mod tests {
             super::super::format::key_brief(status.receivers[0].key.as_ref()),
             "learned m2 19/19"
         );
+    }
+
+    #[test]
+    fn this_hosts_nic_and_each_flow_at_both_ends() {
+        let status = SenderStatus {
+            pin_dir: "/sys/fs/bpf/srap".into(),
+            local: Some(LocalRow {
+                steer: "local".into(),
+                nic: "eth0".into(),
+                cpus: vec![0, 1, 2, 3, 8],
+                watching: true,
+                verdict: srap_common::wire::LandingVerdict::Agreed,
+                matched: 16,
+                judged: 16,
+                paused: false,
+            }),
+            flows: vec![SenderFlowRow {
+                src: "10.0.0.1:40001".parse().ok(),
+                dst: "10.0.0.2:5201".parse().ok(),
+                local_cpu_planned: Some(3),
+                local_cpu_seen: Some(3),
+                ..SenderFlowRow::default()
+            }],
+            ..SenderStatus::default()
+        };
+        let text = render(&status);
+        assert!(
+            text.contains(
+                "this host's NIC eth0 (--steer local): CPUs 0-3,8; landings agreed (16 of 16"
+            ),
+            "{text}"
+        );
+        let flow = text
+            .lines()
+            .find(|l| l.starts_with("10.0.0.1:40001"))
+            .expect("the flow's line");
+        assert!(flow.contains(" -/- ") && flow.ends_with(" 3/3"), "{flow}");
     }
 }

@@ -2,6 +2,7 @@
 //! (parsed here so the flags and their docs sit next to what they set).
 
 use std::{
+    collections::BTreeSet,
     net::IpAddr,
     path::{Path, PathBuf},
 };
@@ -11,6 +12,7 @@ use srap_common::solver::PortRange;
 use super::{
     DEFAULT_PIN_DIR, PacingRate,
     config::{ConfigError, SenderConfig},
+    ends::Steer,
 };
 
 /// Where the receiver's RSS description comes from: exactly one of
@@ -102,15 +104,84 @@ pub struct SenderArgs {
     /// Seconds between counter reports while running [default: 10].
     #[arg(long, value_name = "SECONDS")]
     pub interval: Option<u64>,
+    #[command(flatten)]
+    pub local: LocalArgs,
+}
+
+/// Which NIC the ports are chosen for, and this host's own NIC when it is
+/// one of them (see `docs/directions.md`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct LocalArgs {
+    /// Whose CPUs each steered flow is placed on: `remote`, the
+    /// receiver's (its NIC hashes the data this host sends: uploads);
+    /// `local`, this host's own (its NIC hashes the reverse tuple: the data
+    /// of downloads over connections this host opens, the ACKs of
+    /// uploads), which needs no agent on the server; `both`, one port for
+    /// both NICs [default: remote].
+    #[arg(long, value_enum, value_name = "WHICH")]
+    pub steer: Option<Steer>,
+    /// With --steer local|both: this host's NIC, discovered as the
+    /// receiver agent discovers its own (key, table, hashed fields,
+    /// transform, queue → CPU, RPS, NUMA node).
+    #[arg(long, value_name = "DEV", conflicts_with = "local_rss")]
+    pub local_iface: Option<String>,
+    /// With --steer local|both: this host's NIC described in a file (the
+    /// JSON `srap rss show --json` prints), offline.
+    #[arg(long, value_name = "FILE")]
+    pub local_rss: Option<PathBuf>,
+    /// With --steer local|both: only these CPUs of this host take steered
+    /// flows, as a cpulist (`0-7,16-23`) [default: every CPU a receive
+    /// queue reaches, those on the NIC's NUMA node first].
+    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
+    pub local_cpus: Option<BTreeSet<u32>>,
+}
+
+impl LocalArgs {
+    /// `--steer`, `remote` unless given.
+    pub fn steer(&self) -> Steer {
+        self.steer.unwrap_or_default()
+    }
+
+    /// Checks the local flags go together: a description of this host's
+    /// NIC for `local` and `both`, and none of them for `remote`.
+    fn check(&self) -> anyhow::Result<()> {
+        let described = self.local_iface.is_some() || self.local_rss.is_some();
+        match self.steer() {
+            Steer::Remote if described || self.local_cpus.is_some() => anyhow::bail!(
+                "--local-iface, --local-rss and --local-cpus go with --steer local or both \
+                 (`steer` in the --config file)"
+            ),
+            Steer::Local | Steer::Both if !described => anyhow::bail!(
+                "--steer {} needs this host's NIC: give --local-iface DEV (discovered) or \
+                 --local-rss FILE (`local-iface` or `local-rss` in the --config file)",
+                self.steer()
+            ),
+            Steer::Local | Steer::Both
+                if self.local_iface.is_some() && self.local_rss.is_some() =>
+            {
+                anyhow::bail!("give one of --local-iface and --local-rss, not both")
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn parse_cpus(text: &str) -> Result<BTreeSet<u32>, srap_host::cpulist::CpuListError> {
+    srap_host::cpulist::parse_some(text)
 }
 
 impl SenderArgs {
-    /// The flags over `--config`'s file, checked for a description source.
+    /// The flags over `--config`'s file, checked for a description source
+    /// (none is needed with `--steer local`: the destinations are enough).
     pub fn resolved(&self) -> anyhow::Result<Self> {
         let args = match &self.config {
             Some(path) => self.clone().under_config(path, SenderConfig::load(path)?)?,
             None => self.clone(),
         };
+        args.local.check()?;
+        if args.local.steer() == Steer::Local {
+            return args.local_only();
+        }
         match (&args.source.rss, args.source.peer.is_empty()) {
             (None, true) => anyhow::bail!(
                 "no description source: give --peer HOST:PORT (or --rss FILE), or `peers` \
@@ -125,6 +196,24 @@ impl SenderArgs {
             ),
             _ => Ok(args),
         }
+    }
+
+    /// `--steer local`: the receiver's description is not used, so `--rss`
+    /// is refused; the destinations are `--receiver` or `--peer`.
+    fn local_only(self) -> anyhow::Result<Self> {
+        if self.source.rss.is_some() {
+            anyhow::bail!(
+                "--steer local plans for this host's NIC only: leave --rss out (or use \
+                 --steer both to place flows on the receiver's CPUs too)"
+            );
+        }
+        if self.receivers.is_empty() && self.source.peer.is_empty() {
+            anyhow::bail!(
+                "--steer local needs the destinations: give --receiver IP (and --port P), or \
+                 --peer HOST:PORT (`receivers` or `peers` in the --config file)"
+            );
+        }
+        Ok(self)
     }
 
     /// These flags with every setting the command line left unset taken
@@ -158,6 +247,14 @@ impl SenderArgs {
             .port_range
             .map(|r| r.parse::<PortRange>().map_err(value("port-range")))
             .transpose()?;
+        let steer = config
+            .steer
+            .map(|s| s.parse::<Steer>().map_err(value("steer")))
+            .transpose()?;
+        let local_cpus = config
+            .local_cpus
+            .map(|c| parse_cpus(&c).map_err(|e| value("local-cpus")(e.to_string())))
+            .transpose()?;
         fill_vec(&mut self.report_ports, config.report_ports);
         fill_vec(&mut self.receivers, config.receivers);
         fill_vec(&mut self.ports, config.ports);
@@ -169,6 +266,12 @@ impl SenderArgs {
         fill(&mut self.port_range, range);
         fill(&mut self.interval, config.interval);
         fill(&mut self.control, config.control);
+        fill(&mut self.local.steer, steer);
+        if self.local.local_iface.is_none() && self.local.local_rss.is_none() {
+            self.local.local_iface = config.local_iface;
+            self.local.local_rss = config.local_rss;
+        }
+        fill(&mut self.local.local_cpus, local_cpus);
         Ok(self)
     }
 
@@ -251,6 +354,9 @@ mod tests {
         port-range = "40000-60999"
         interval = 5
         control = "/run/srap/x.sock"
+        steer = "both"
+        local-iface = "eth0"
+        local-cpus = "0-7"
     "#;
 
     #[test]
@@ -280,6 +386,9 @@ mod tests {
             merged.control.as_deref(),
             Some(Path::new("/run/srap/x.sock"))
         );
+        assert_eq!(merged.local.steer, Some(Steer::Both));
+        assert_eq!(merged.local.local_iface.as_deref(), Some("eth0"));
+        assert_eq!(merged.local.local_cpus, Some((0..8).collect()));
 
         // --peer on the command line replaces the file's peers.
         let merged = args(&["--peer", "10.0.0.9:7447"])
@@ -323,6 +432,8 @@ mod tests {
         for (text, key) in [
             ("pacing-rate = \"fast\"\n", "pacing-rate"),
             ("port-range = \"9-3\"\n", "port-range"),
+            ("steer = \"push\"\n", "steer"),
+            ("local-cpus = \"3-1\"\n", "local-cpus"),
         ] {
             let config = SenderConfig::parse(path, text).expect("parses");
             let err = args(&[]).under_config(path, config).expect_err("bad value");
@@ -335,5 +446,73 @@ mod tests {
             text.contains("sender.toml") && text.contains("peer-wait"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn local_steering_needs_this_hosts_nic_and_the_destinations_only() {
+        let ok = args(&[
+            "--steer",
+            "local",
+            "--local-iface",
+            "eth0",
+            "--receiver",
+            "10.0.0.2",
+        ]);
+        let resolved = ok.resolved().expect("no receiver description needed");
+        assert_eq!(resolved.local.steer(), Steer::Local);
+        let peer = args(&[
+            "--steer",
+            "local",
+            "--local-rss",
+            "l.json",
+            "--peer",
+            "r:7447",
+        ]);
+        assert!(peer.resolved().is_ok(), "--peer names the destinations");
+        for (flags, says) in [
+            (
+                &["--steer", "local", "--receiver", "10.0.0.2"][..],
+                "--local-iface",
+            ),
+            (
+                &["--steer", "local", "--local-iface", "eth0"][..],
+                "destinations",
+            ),
+            (
+                &[
+                    "--steer",
+                    "local",
+                    "--local-iface",
+                    "e",
+                    "--rss",
+                    "r.json",
+                    "--receiver",
+                    "1.2.3.4",
+                ][..],
+                "leave --rss out",
+            ),
+            (
+                &["--local-iface", "eth0", "--peer", "r:7447"][..],
+                "--steer local or both",
+            ),
+            (
+                &["--steer", "both", "--local-iface", "eth0"][..],
+                "description source",
+            ),
+            (&["--steer", "both", "--peer", "r:7447"][..], "--local-rss"),
+        ] {
+            let err = args(flags).resolved().expect_err("refused");
+            assert!(err.to_string().contains(says), "{flags:?}: {err}");
+        }
+        let both = args(&[
+            "--steer",
+            "both",
+            "--local-iface",
+            "eth0",
+            "--peer",
+            "r:7447",
+        ]);
+        assert_eq!(both.resolved().expect("both").local.steer(), Steer::Both);
+        assert_eq!(args(&[]).local.steer(), Steer::Remote, "the default");
     }
 }

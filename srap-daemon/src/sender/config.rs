@@ -48,6 +48,10 @@ pub struct SenderConfig {
     pub port_range: Option<String>,
     pub interval: Option<u64>,
     pub control: Option<PathBuf>,
+    pub steer: Option<String>,
+    pub local_iface: Option<String>,
+    pub local_rss: Option<PathBuf>,
+    pub local_cpus: Option<String>,
     /// `[[peer]]` tables: receivers named one by one, each with its own
     /// key if it has one.
     #[serde(default)]
@@ -187,7 +191,7 @@ mod tests {
         assert!(all.peer[0].psk_file.is_some());
         assert_eq!(
             uncommented.lines().count(),
-            15,
+            19,
             "one line per key, and a [[peer]] table: {uncommented}"
         );
     }

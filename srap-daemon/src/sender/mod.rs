@@ -13,10 +13,14 @@
 pub mod args;
 mod attach;
 pub mod config;
+pub mod ends;
 pub mod follow;
 pub mod grant;
+pub mod landings;
 pub mod layout;
+pub mod local_end;
 mod maps;
+pub mod offline;
 pub mod plan;
 pub mod rate;
 mod replan;

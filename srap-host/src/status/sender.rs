@@ -4,9 +4,10 @@
 //! control socket ([`super::control`], default
 //! [`DEFAULT_SENDER_CONTROL_PATH`]).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use serde::{Deserialize, Serialize};
+use srap_common::wire::LandingVerdict;
 
 /// Where the sender agent listens unless told otherwise (`--control`):
 /// not the receiver's path, so both agents can run on one host.
@@ -26,6 +27,62 @@ pub struct SenderStatus {
     /// 4-tuple among the whole range (kept for older `srap` clients).
     pub reserved_ports: usize,
     pub receivers: Vec<ReceiverRow>,
+    /// This host's own NIC, with `--steer local|both` (`None`: the
+    /// receivers' CPUs only).
+    #[serde(default)]
+    pub local: Option<LocalRow>,
+    /// The steered cgroup's open connections, each with where it lands at
+    /// both ends (with `--steer local|both`, where the socket hook sees
+    /// them).
+    #[serde(default)]
+    pub flows: Vec<SenderFlowRow>,
+}
+
+/// This host's own NIC as the plan and the closed loop see it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalRow {
+    /// `local` or `both`.
+    pub steer: String,
+    /// The interface (`--local-iface`) or file (`--local-rss`).
+    pub nic: String,
+    /// The CPUs offered to steered flows, NUMA node first.
+    pub cpus: Vec<u32>,
+    /// The socket hook watches where connections land (false: steering
+    /// unverified).
+    pub watching: bool,
+    /// Whether recent connections land where this host's description says.
+    pub verdict: LandingVerdict,
+    /// Of the `judged` most recent connections, `matched` landed on the
+    /// queue the description computes.
+    pub matched: u32,
+    pub judged: u32,
+    /// Local steering is paused (the landings contradict the description).
+    pub paused: bool,
+}
+
+/// One open connection of the steered cgroup at both ends: the CPU each
+/// NIC's description plans for its tuple, and the CPU it was seen on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SenderFlowRow {
+    /// This host's address and port.
+    pub src: Option<SocketAddr>,
+    /// The server's address and port.
+    pub dst: Option<SocketAddr>,
+    /// The receiver's CPU by its description (`None`: not planned for it).
+    pub receiver_cpu_planned: Option<u32>,
+    /// The receiver's CPU as its verifier saw it (`None`: not reported).
+    pub receiver_cpu_seen: Option<u32>,
+    /// This host's queue and CPU by its description, for the reverse tuple.
+    pub local_queue_planned: Option<u32>,
+    pub local_cpu_planned: Option<u32>,
+    /// The queue the handshake's answer arrived on (`None`: the device
+    /// recorded none) and that queue's CPU by the description.
+    pub local_queue_seen: Option<u32>,
+    pub local_cpu_seen: Option<u32>,
+    /// The CPU that processed it (after RPS).
+    pub local_softirq_cpu: Option<u32>,
 }
 
 /// One followed receiver agent.

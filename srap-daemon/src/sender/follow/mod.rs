@@ -15,7 +15,7 @@ mod events;
 mod probe;
 mod receivers;
 pub mod resolve;
-mod status;
+pub(crate) mod status;
 
 use std::{collections::BTreeSet, net::IpAddr, sync::Arc, time::Duration};
 
@@ -31,6 +31,7 @@ use tokio::{
 };
 use tracing::{info, warn};
 
+pub use self::status::Published;
 use self::{
     events::{Event, What},
     receivers::Receiver,
@@ -64,6 +65,8 @@ struct Follower {
     /// The control socket (`None` with `--once`).
     published: Option<status::Published>,
     resolver: resolve::Resolve,
+    /// This host's own NIC, with `--steer both`.
+    local: Option<super::local_end::LocalEnd>,
 }
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
@@ -105,6 +108,7 @@ pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::
         dports,
         published,
         resolver,
+        local: None,
     };
     follower.publish(None);
     let limit = Duration::from_secs(args.peer_wait());

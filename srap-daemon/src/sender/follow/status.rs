@@ -4,18 +4,18 @@
 
 use std::{path::Path, sync::Arc};
 
-use srap_common::binder::outcome;
+use srap_common::{binder::outcome, rss::FlowTuple};
 use srap_host::status::{
     ControlSocket, SenderStatus,
     control::serve,
-    sender::{AddressRow, GrantRow, ReceiverRow},
+    sender::{AddressRow, GrantRow, LocalRow, ReceiverRow, SenderFlowRow},
 };
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{Follower, receivers::Receiver};
 use crate::{
-    sender::{RunningBinder, read_occupancy, read_stats},
+    sender::{RunningBinder, Target, local_end::LocalEnd, read_occupancy, read_stats},
     upstream::PeerStatus,
 };
 
@@ -55,30 +55,79 @@ impl Drop for Published {
 impl Follower {
     /// The snapshot of every receiver and the binder.
     pub(super) fn status(&self, steering: Option<&RunningBinder>) -> SenderStatus {
-        let mut status = SenderStatus {
-            receivers: self
-                .receivers
-                .iter()
-                .map(|r| receiver_row(r, steering))
-                .collect(),
-            ..SenderStatus::default()
-        };
-        if let Some(steering) = steering {
-            status.cgroup = steering.cgroup.display().to_string();
-            status.pin_dir = steering.layout.dir().display().to_string();
-            match read_stats(&steering.layout) {
-                Ok(stats) => {
-                    status.binder = outcome::NAMES
-                        .iter()
-                        .zip(stats.counts)
-                        .map(|(name, count)| ((*name).to_owned(), count))
-                        .collect();
-                }
-                Err(err) => warn!("reading the binder's counters: {err}"),
-            }
+        let mut status = steering.map(binder_status).unwrap_or_default();
+        status.receivers = self
+            .receivers
+            .iter()
+            .map(|r| receiver_row(r, steering))
+            .collect();
+        if let Some(local) = &self.local {
+            add_local(&mut status, local, &self.options.targets);
         }
         status
     }
+}
+
+/// The binder's part of a snapshot: where it steers, its reservation and
+/// its counters.
+pub fn binder_status(steering: &RunningBinder) -> SenderStatus {
+    let mut status = SenderStatus {
+        cgroup: steering.cgroup.display().to_string(),
+        pin_dir: steering.layout.dir().display().to_string(),
+        ..SenderStatus::default()
+    };
+    match read_stats(&steering.layout) {
+        Ok(stats) => {
+            status.binder = outcome::NAMES
+                .iter()
+                .zip(stats.counts)
+                .map(|(name, count)| ((*name).to_owned(), count))
+                .collect();
+        }
+        Err(err) => warn!("reading the binder's counters: {err}"),
+    }
+    status
+}
+
+/// This host's end in a snapshot: its NIC and verdict, and each open
+/// connection with the CPU planned and seen at both ends (the receiver's
+/// planned by the model of the target it goes to, when that one is the
+/// receiver's).
+pub fn add_local(status: &mut SenderStatus, local: &LocalEnd, targets: &[Target]) {
+    let report = local.report();
+    status.local = Some(LocalRow {
+        steer: local.steer.to_string(),
+        nic: local.nic.name(),
+        cpus: local.nic.cpus().into_iter().collect(),
+        watching: local.watching(),
+        verdict: report.verdict,
+        matched: report.matched,
+        judged: report.judged,
+        paused: local.paused,
+    });
+    status.flows = local
+        .open()
+        .map(|row| {
+            let remote = targets
+                .iter()
+                .find(|t| t.addr == row.dst.ip() && t.model.end() == srap_common::rss::End::Remote);
+            let receiver_cpu_planned = remote.and_then(|t| {
+                let tuple = FlowTuple::from_sockets(row.src, row.dst).ok()?;
+                Some(t.model.landing(&tuple).cpu)
+            });
+            SenderFlowRow {
+                src: Some(row.src),
+                dst: Some(row.dst),
+                receiver_cpu_planned,
+                receiver_cpu_seen: None,
+                local_queue_planned: row.predicted_queue,
+                local_cpu_planned: row.predicted_cpu,
+                local_queue_seen: row.queue,
+                local_cpu_seen: row.rss_cpu,
+                local_softirq_cpu: Some(row.cpu),
+            }
+        })
+        .collect();
 }
 
 fn receiver_row(receiver: &Receiver, steering: Option<&RunningBinder>) -> ReceiverRow {

@@ -1,0 +1,206 @@
+//! The sender's two ends of a flow (see `srap_common::ends`): which NIC's
+//! CPUs a steered flow is placed on (`--steer`), and this host's own NIC
+//! when it is one of them (`--local-iface` or `--local-rss`,
+//! `--local-cpus`), described exactly as a receiver agent describes its
+//! own.
+
+use std::{collections::BTreeSet, fmt, path::PathBuf, str::FromStr, sync::Arc};
+
+use clap::ValueEnum as _;
+use srap_common::rss::{End, RssDescription, RssModel};
+use srap_host::{
+    cpulist,
+    cpus::{self, Offer},
+};
+use thiserror::Error;
+
+use super::args::LocalArgs;
+use crate::receiver::source::{Source, SourceError};
+
+/// `--steer`: whose CPUs a steered flow is placed on.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Steer {
+    /// The receiver's (the data this host sends).
+    #[default]
+    Remote,
+    /// This host's own (the reverse tuple: what this host receives).
+    Local,
+    /// One port for both.
+    Both,
+}
+
+impl Steer {
+    /// The receiver's CPUs are planned.
+    pub fn remote(self) -> bool {
+        self != Self::Local
+    }
+
+    /// This host's CPUs are planned.
+    pub fn local(self) -> bool {
+        self != Self::Remote
+    }
+}
+
+impl FromStr for Steer {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        <Self as clap::ValueEnum>::from_str(text, false)
+            .map_err(|_| format!("`{text}` is not remote, local or both"))
+    }
+}
+
+impl fmt::Display for Steer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let value = self.to_possible_value();
+        f.write_str(value.as_ref().map_or("?", |v| v.get_name()))
+    }
+}
+
+/// Why this host's NIC cannot be planned for.
+#[derive(Debug, Error)]
+pub enum LocalNicError {
+    #[error("this host's NIC (--local-iface/--local-rss): {0}")]
+    Source(#[from] SourceError),
+    #[error("this host's NIC ({name}): {problem}")]
+    Model { name: String, problem: String },
+    #[error(
+        "--local-cpus {asked} names no CPU a receive queue of this host's NIC reaches ({reached})"
+    )]
+    NoCpus { asked: String, reached: String },
+}
+
+/// This host's NIC as the plan sees it: where its description comes from,
+/// the model, and the CPUs offered to steered flows, NUMA node first.
+#[derive(Debug, Clone)]
+pub struct LocalNic {
+    pub source: Source,
+    pub description: RssDescription,
+    /// The model facing [`End::Local`]: it takes flows as this host opens
+    /// them and hashes their reverse tuple.
+    pub model: Arc<RssModel>,
+    /// The CPUs flows may be placed on, in tiers: the NIC's NUMA node
+    /// first, the others only when those are all taken.
+    pub tiers: Vec<Vec<u32>>,
+}
+
+impl LocalNic {
+    /// Reads this host's NIC as `args` name it (`None` with `--steer
+    /// remote`): discovered (blocking: netlink and /proc) or read from the
+    /// file.
+    pub fn load(args: &LocalArgs) -> Result<Option<Self>, LocalNicError> {
+        let source = match (&args.local_iface, &args.local_rss) {
+            (Some(iface), _) => Source::Iface(iface.clone()),
+            (None, Some(file)) => Source::File(file.clone()),
+            (None, None) => return Ok(None),
+        };
+        let description = source.read()?;
+        Self::new(source, description, args.local_cpus.as_ref()).map(Some)
+    }
+
+    /// The NIC of `description`, offering `only` (every CPU a queue
+    /// reaches when `None`), those of the NUMA node of the interface (when
+    /// discovered) first.
+    pub fn new(
+        source: Source,
+        description: RssDescription,
+        only: Option<&BTreeSet<u32>>,
+    ) -> Result<Self, LocalNicError> {
+        let model = RssModel::from_description(&description).map_err(|e| LocalNicError::Model {
+            name: source.to_string(),
+            problem: e.to_string(),
+        })?;
+        let numa = match &source {
+            Source::Iface(iface) => cpus::local_cpus(iface).unwrap_or_else(|problem| {
+                tracing::warn!("{problem}: every CPU of {iface} offered alike");
+                None
+            }),
+            Source::File(_) => None,
+        };
+        let offer = Offer {
+            cpus: only.cloned(),
+            local: numa,
+        };
+        let mut tiers = offer.tiers(&description);
+        tiers.retain(|tier| !tier.is_empty());
+        if tiers.is_empty() {
+            let reached = model.reachable_cpus();
+            return Err(LocalNicError::NoCpus {
+                asked: only.map_or_else(String::new, |o| cpulist::format(o.iter().copied())),
+                reached: cpulist::format(reached),
+            });
+        }
+        Ok(Self {
+            source,
+            description,
+            model: Arc::new(model.facing(End::Local)),
+            tiers,
+        })
+    }
+
+    /// Every offered CPU.
+    pub fn cpus(&self) -> BTreeSet<u32> {
+        self.tiers.iter().flatten().copied().collect()
+    }
+
+    /// Where the description came from, for messages.
+    pub fn name(&self) -> String {
+        match &self.source {
+            Source::Iface(iface) => iface.clone(),
+            Source::File(path) => path.display().to_string(),
+        }
+    }
+
+    /// The driver of the discovered NIC (`None` for a file, or when the
+    /// device does not say): the pause warning names what a veth or bridge
+    /// cannot do.
+    pub fn driver(&self) -> Option<String> {
+        match &self.source {
+            Source::Iface(iface) => crate::verifier::driver(iface),
+            Source::File(_) => None,
+        }
+    }
+
+    /// The file when it came from one.
+    pub fn file(&self) -> Option<&PathBuf> {
+        match &self.source {
+            Source::File(path) => Some(path),
+            Source::Iface(_) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use srap_common::rss::embedded_default;
+
+    use super::*;
+
+    #[test]
+    fn steer_parses_and_names_itself() {
+        for (text, steer) in [
+            ("remote", Steer::Remote),
+            ("local", Steer::Local),
+            ("both", Steer::Both),
+        ] {
+            assert_eq!(text.parse::<Steer>(), Ok(steer));
+            assert_eq!(steer.to_string(), text);
+        }
+        assert!("push".parse::<Steer>().unwrap_err().contains("`push`"));
+        assert!(Steer::Both.local() && Steer::Both.remote());
+        assert!(!Steer::Local.remote() && !Steer::Remote.local());
+    }
+
+    #[test]
+    fn local_cpus_restrict_the_offer_and_none_reached_is_an_error() {
+        let file = Source::File("/etc/srap/local.json".into());
+        let only: BTreeSet<u32> = [3, 4, 40].into_iter().collect();
+        let nic = LocalNic::new(file.clone(), embedded_default(), Some(&only)).unwrap();
+        assert_eq!(nic.tiers, vec![vec![3, 4]]);
+        let all = LocalNic::new(file.clone(), embedded_default(), None).unwrap();
+        assert_eq!(all.cpus().len(), 32);
+        let none: BTreeSet<u32> = [100].into_iter().collect();
+        let err = LocalNic::new(file, embedded_default(), Some(&none)).unwrap_err();
+        assert!(err.to_string().contains("--local-cpus 100"), "{err}");
+    }
+}

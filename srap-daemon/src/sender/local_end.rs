@@ -1,0 +1,192 @@
+//! This host's own end of the steered flows (`--steer local|both`): its
+//! NIC, where the connections the steered cgroup opens really land on it
+//! ([`super::landings`]), and the closed loop over them — the sender's
+//! counterpart of the receiver's: when recent flows do not land on the
+//! queue this host's description computes for their reverse tuple, local
+//! steering pauses (new connections are placed as if this host's NIC were
+//! not planned: fail open), and it resumes once they agree again. Flows
+//! are judged whatever port they got, so the loop keeps watching while
+//! paused.
+
+use std::{collections::BTreeSet, net::IpAddr, path::Path};
+
+use srap_common::{
+    rss::FlowTuple,
+    wire::{LandingReport, LandingVerdict},
+};
+use srap_host::status::FlowRow;
+use tracing::{info, warn};
+
+use super::{
+    ends::{LocalNic, Steer},
+    landings::{LocalLandings, Opened},
+};
+use crate::{
+    receiver::source::Source,
+    tracker::agreement::{AgreementJudge, Change, likely_causes},
+};
+
+/// The version the judge counts this host's description under (it is
+/// read once per run).
+const VERSION: u64 = 1;
+
+/// This host's NIC, its landings and the verdict on them.
+pub struct LocalEnd {
+    pub nic: LocalNic,
+    pub steer: Steer,
+    landings: Option<LocalLandings>,
+    judge: AgreementJudge,
+    /// Local steering is paused: the landings contradict the description.
+    pub paused: bool,
+    /// The connections of the last sample.
+    seen: Vec<Opened>,
+}
+
+impl LocalEnd {
+    /// Watches the connections `cgroup` opens toward `toward`. Without the
+    /// socket hook (an old kernel, no cgroup2) steering goes on unverified,
+    /// and says so.
+    pub fn start(nic: LocalNic, steer: Steer, cgroup: &Path, toward: &[IpAddr]) -> Self {
+        let iface = match &nic.source {
+            Source::Iface(iface) => Some(iface.clone()),
+            // Described by a file: the device the replies arrive on is the
+            // one the route toward the destinations leaves from.
+            Source::File(_) => toward.first().and_then(|dst| route_iface(*dst)),
+        };
+        let landings = match LocalLandings::attach(cgroup, iface.as_deref()) {
+            Ok(landings) => {
+                info!(
+                    cgroup = %cgroup.display(),
+                    "watching where steered connections land on {}", nic.name()
+                );
+                Some(landings)
+            }
+            Err(err) => {
+                warn!("{err}; local steering runs without its closed loop");
+                None
+            }
+        };
+        Self {
+            nic,
+            steer,
+            landings,
+            judge: AgreementJudge::default(),
+            paused: false,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads the landings and judges the connections toward `steered`
+    /// addresses against this host's description; the new pause state when
+    /// the verdict changes it.
+    pub fn sample(&mut self, steered: &BTreeSet<IpAddr>) -> Option<bool> {
+        let landings = self.landings.as_ref()?;
+        self.seen = match landings.read() {
+            Ok(seen) => seen,
+            Err(err) => {
+                warn!("reading where steered connections land: {err}");
+                return None;
+            }
+        };
+        let rows: Vec<FlowRow> = self
+            .seen
+            .iter()
+            .filter(|o| steered.contains(&o.dst.ip()))
+            .filter_map(|o| self.row(o))
+            .collect();
+        let Change::To(verdict) = self.judge.observe(VERSION, &rows) else {
+            return None;
+        };
+        let pause = match verdict {
+            LandingVerdict::Contradicted | LandingVerdict::TupleRewritten => true,
+            LandingVerdict::Agreed => false,
+            LandingVerdict::Unknown => return None,
+        };
+        (pause != self.paused).then(|| {
+            self.say(pause);
+            pause
+        })
+    }
+
+    /// Records the pause state the binder now has.
+    pub fn set_paused(&mut self, paused: bool) {
+        self.paused = paused;
+    }
+
+    fn say(&self, pause: bool) {
+        let report = self.judge.report();
+        if pause {
+            warn!(
+                "{} of the last {} connections landed on the queue {}'s description computes: \
+                 pausing local steering (new connections get the kernel's ports{}); {}",
+                report.matched,
+                report.judged,
+                self.nic.name(),
+                if self.steer == Steer::Both {
+                    " placed for the receiver only"
+                } else {
+                    ""
+                },
+                likely_causes(&self.nic.name(), self.nic.driver().as_deref())
+            );
+        } else {
+            info!(
+                "{} of the last {} connections landed where {}'s description says: local \
+                 steering resumes",
+                report.matched,
+                report.judged,
+                self.nic.name()
+            );
+        }
+    }
+
+    /// One connection as the judge sees it: its queue and the queue this
+    /// host's description computes for its reverse tuple.
+    fn row(&self, opened: &Opened) -> Option<FlowRow> {
+        let tuple = FlowTuple::from_sockets(opened.src, opened.dst).ok()?;
+        let planned = self.nic.model.landing(&tuple);
+        Some(FlowRow {
+            src: opened.src,
+            dst: opened.dst,
+            queue: opened.queue,
+            cpu: opened.cpu,
+            rss_cpu: opened
+                .queue
+                .and_then(|q| self.nic.model.queue_cpu().get(q as usize).copied()),
+            predicted_queue: Some(planned.queue),
+            predicted_cpu: Some(planned.cpu),
+            planned_cpu: None,
+            gbps: 0.0,
+            rate_cov: None,
+            packets: 0,
+            bytes: 0,
+            moves: 0,
+            agent_link: false,
+        })
+    }
+
+    /// The verdict and the counts behind it.
+    pub fn report(&self) -> LandingReport {
+        self.judge.report()
+    }
+
+    /// The steering is verified (the hook attached).
+    pub fn watching(&self) -> bool {
+        self.landings.is_some()
+    }
+
+    /// The open connections of the last sample, each with this host's
+    /// planned and seen landing.
+    pub fn open(&self) -> impl Iterator<Item = FlowRow> + '_ {
+        self.seen
+            .iter()
+            .filter(|o| !o.closed)
+            .filter_map(|o| self.row(o))
+    }
+}
+
+/// The interface the route toward `dst` leaves from.
+fn route_iface(dst: IpAddr) -> Option<String> {
+    let source = srap_host::route::source_toward(dst).ok()?;
+    srap_host::local::interface_of(source).ok().flatten()
+}

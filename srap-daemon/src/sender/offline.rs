@@ -1,0 +1,231 @@
+//! `srap-agent sender` without a receiver agent to follow: the receiver
+//! described by a file (`--rss`), or only this host's own NIC planned
+//! (`--steer local`, toward `--receiver` addresses or the addresses of
+//! `--peer`). Plans once, then reports the binder's counters, follows the
+//! host's addresses and — with this host's NIC planned — runs its closed
+//! loop ([`super::local_end`]) and serves `srap status --sender`, until a
+//! signal or `srap-agent detach`.
+
+use std::{collections::BTreeSet, net::IpAddr, time::Duration};
+
+use anyhow::Context as _;
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{info, warn};
+
+use super::{
+    RunningBinder, SenderOptions, Target,
+    args::SenderArgs,
+    ends::{LocalNic, Steer},
+    follow::{self, Published, status},
+    grant,
+    local_end::LocalEnd,
+    maps,
+};
+use srap_common::{
+    binder::LEVELS,
+    rss::{End, RssModel},
+    wire::{CpuCount, CpuGrant},
+};
+
+/// How often this host's landings are judged and the status refreshed.
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+
+/// Steers toward `receivers` with each one's model (`remote`, the
+/// receiver's from `--rss`, or none with `--steer local`) and this host's
+/// NIC `local` (none with `--steer remote`).
+pub async fn run(
+    args: &SenderArgs,
+    remote: Option<&RssModel>,
+    local: Option<LocalNic>,
+    object: &[u8],
+) -> anyhow::Result<()> {
+    let receivers = destinations(args).await?;
+    let steer = args.local.steer();
+    let targets = match (remote, &local, steer) {
+        (_, Some(nic), Steer::Local) => Target::all(&nic.model, &receivers),
+        (Some(model), _, Steer::Remote) => Target::all(model, &receivers),
+        _ => anyhow::bail!(
+            "--steer {steer} with --rss: placing one port for both NICs needs the binder's \
+             joint tables, which this build does not have yet"
+        ),
+    };
+    let options = follow::options(args, targets);
+    let mut steering = super::start(&options, object)
+        .map_err(with_flag_hint)
+        .context("setting up the port binder")?;
+    apply_grant(&mut steering, local.as_ref())?;
+    if args.once {
+        println!("{}", super::summary::describe(&steering));
+        return Ok(());
+    }
+    let published = match &local {
+        Some(_) => Some(Published::bind(&args.control()).context("the sender's control socket")?),
+        None => None,
+    };
+    // Watching before `steering active`: no connection it steers is missed.
+    let local = local.map(|nic| LocalEnd::start(nic, steer, &steering.cgroup, &receivers));
+    println!("{}", super::summary::describe(&steering));
+    let mut run = Offline {
+        options,
+        local,
+        published,
+    };
+    run.until_stopped(&mut steering, Duration::from_secs(args.interval().max(1)))
+        .await
+}
+
+/// The destinations: `--receiver`, else every address of every `--peer`.
+async fn destinations(args: &SenderArgs) -> anyhow::Result<Vec<IpAddr>> {
+    if !args.receivers.is_empty() {
+        return Ok(args.receivers.clone());
+    }
+    let resolver = follow::resolve::system();
+    let mut all = Vec::new();
+    for peer in &args.source.peer {
+        let addrs = resolver(peer.clone())
+            .await
+            .with_context(|| format!("resolving --peer {peer} (or give --receiver IP)"))?;
+        all.extend(addrs);
+    }
+    anyhow::ensure!(
+        !all.is_empty(),
+        "--peer resolves to no address: give --receiver IP"
+    );
+    Ok(all)
+}
+
+/// Without a receiver agent no one grants the receiver's CPUs (a grant an
+/// earlier `--peer` run pinned is cleared); with this host's NIC planned,
+/// its CPUs are offered as `--local-cpus` and its NUMA node say: the
+/// node's first, the others only once those hold flows.
+fn apply_grant(steering: &mut RunningBinder, local: Option<&LocalNic>) -> anyhow::Result<()> {
+    let grant = local.map(local_grant);
+    grant::apply(&mut steering.ebpf, &steering.plan, grant.as_ref())
+        .context("writing the CPU grant")?;
+    Ok(())
+}
+
+/// This host's CPU offer as a grant: the first tier at base 0, the others
+/// at the top level, taken only once the first tier's CPUs fill up.
+pub fn local_grant(nic: &LocalNic) -> CpuGrant {
+    let cpus = nic
+        .tiers
+        .iter()
+        .enumerate()
+        .flat_map(|(tier, cpus)| {
+            let base = if tier == 0 { 0 } else { LEVELS as u32 - 1 };
+            cpus.iter().map(move |cpu| CpuCount {
+                cpu: *cpu,
+                count: base,
+            })
+        })
+        .collect();
+    CpuGrant { epoch: 0, cpus }
+}
+
+struct Offline {
+    options: SenderOptions,
+    local: Option<LocalEnd>,
+    published: Option<Published>,
+}
+
+impl Offline {
+    async fn until_stopped(
+        &mut self,
+        steering: &mut RunningBinder,
+        interval: Duration,
+    ) -> anyhow::Result<()> {
+        let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+        let mut tick = tokio::time::interval(interval);
+        tick.tick().await;
+        let mut sample = tokio::time::interval(SAMPLE_EVERY);
+        let mut watch = super::watch::CounterWatch::new(steering);
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                _ = term.recv() => break,
+                _ = sample.tick() => self.sample(steering),
+                _ = tick.tick() => {
+                    if !watch.tick(steering) {
+                        return Ok(());
+                    }
+                    if super::replan_if_sources_changed(steering, &self.options) {
+                        self.reapply(steering);
+                    }
+                }
+            }
+        }
+        info!(
+            "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",
+            steering.layout.dir().display()
+        );
+        Ok(())
+    }
+
+    /// Judges this host's landings, pauses or resumes local steering, and
+    /// refreshes the status.
+    fn sample(&mut self, steering: &mut RunningBinder) {
+        let steered: BTreeSet<IpAddr> = self.options.targets.iter().map(|t| t.addr).collect();
+        if let Some(local) = &mut self.local
+            && let Some(pause) = local.sample(&steered)
+            && set_local_paused(steering, &self.options, pause)
+        {
+            local.set_paused(pause);
+        }
+        if let Some(published) = &self.published {
+            let mut snapshot = status::binder_status(steering);
+            if let Some(local) = &self.local {
+                status::add_local(&mut snapshot, local, &self.options.targets);
+            }
+            published.update(snapshot);
+        }
+    }
+
+    /// After a re-plan: the grant again, and the pause if one is in force.
+    fn reapply(&mut self, steering: &mut RunningBinder) {
+        if let Err(err) = apply_grant(steering, self.local.as_ref().map(|l| &l.nic)) {
+            warn!("{err:#}");
+        }
+        if let Some(local) = &self.local
+            && local.paused
+        {
+            set_local_paused(steering, &self.options, true);
+        }
+    }
+}
+
+/// Pauses (or resumes) steering for this host's NIC. With `--steer local`
+/// that is every destination out of the binder: connects miss and keep the
+/// kernel's port. True when the binder now says so.
+fn set_local_paused(steering: &mut RunningBinder, options: &SenderOptions, pause: bool) -> bool {
+    let local_rows: BTreeSet<u32> = options
+        .targets
+        .iter()
+        .filter(|t| t.model.end() == End::Local)
+        .map(|t| t.index)
+        .collect();
+    let out = if pause { local_rows } else { BTreeSet::new() };
+    match maps::fill_dests_except(&mut steering.ebpf, &steering.plan, &out) {
+        Ok(()) => true,
+        Err(err) => {
+            warn!("cannot update the binder's destinations: {err}");
+            false
+        }
+    }
+}
+
+/// Names the flag that fixes an error the library can only describe.
+fn with_flag_hint(err: super::SenderError) -> anyhow::Error {
+    let needs_port = matches!(
+        &err,
+        super::SenderError::Steering {
+            source: srap_common::steering::SteeringError::NeedsPort { .. },
+            ..
+        }
+    );
+    if needs_port {
+        anyhow::Error::new(err).context("give --port for each destination port the workload uses")
+    } else {
+        err.into()
+    }
+}

@@ -1,0 +1,259 @@
+//! Both ends of a flow on a real kernel: `srap-agent sender --steer local`
+//! plans for the sender's own NIC, whose receive queues are made real by
+//! the RSS-NIC emulator on the *receiver's* veth egress (hashing the
+//! reverse tuple with the sender's description). Judged from the source
+//! ports the server accepted, hashed as the sender's NIC hashes the
+//! packets coming back; and the sender's socket hook, whose landings drive
+//! its closed loop, checked against them.
+
+use std::{
+    collections::BTreeSet,
+    net::SocketAddr,
+    path::PathBuf,
+    time::{Duration, Instant},
+};
+
+use srap_common::{
+    binder::outcome,
+    rss::{End, FlowTuple, RssDescription, RssModel, embedded_default},
+};
+use srap_lab::emulator::Emulator;
+use srap_tests::{
+    TwoHosts, VethConfig, built_binary,
+    flows::Server,
+    harness::{SenderAgent, SenderOpts},
+    require_privileged,
+    workload::Workload,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+const DPORT: u16 = 5201;
+/// The sender's NIC: 16 queues (each its own CPU), 128 entries.
+const QUEUES: u32 = 16;
+
+#[test]
+fn workload_process() {
+    srap_tests::workload::serve_if_asked();
+}
+
+/// A 16-queue NIC with `key`: the sender's own.
+fn sender_nic(key: &str) -> RssDescription {
+    RssDescription {
+        key: key.into(),
+        indir: (0..128).map(|i| i % QUEUES).collect(),
+        queue_cpu: Some((0..QUEUES).collect()),
+        ..embedded_default()
+    }
+}
+
+const KEY: &str = "3c:3c:a1:59:07:ee:12:40:88:7d:d0:2b:61:f3:9a:c4:25:5e:b0:13:\
+                   77:c8:0d:e9:42:6a:1f:95:38:b7:cc:04:5d:e1:8a:26:f0:33:9b:70";
+const OTHER_KEY: &str = "6d:5a:56:da:25:5b:0e:c2:41:67:25:3d:43:a3:8f:b0:d0:ca:2b:cb:\
+                         ae:7b:30:b4:77:cb:2d:a3:80:30:f2:0c:6a:42:b7:3b:be:ac:01:fa";
+
+/// Field order is drop order: the agent and the emulator before the
+/// namespaces.
+struct Lab {
+    agent: SenderAgent,
+    emulator: Option<Emulator>,
+    hosts: TwoHosts,
+    dir: PathBuf,
+}
+
+impl Lab {
+    /// Two hosts on a 16-queue veth; the emulator on the receiver's end
+    /// makes the sender's queues follow `truth_key`; the sender agent plans
+    /// with `described_key` (`--steer local --local-rss`).
+    fn new(subnet: u8, truth_key: &str, described_key: &str, v6: bool) -> Self {
+        let hosts = TwoHosts::new(VethConfig {
+            tx_queues: QUEUES,
+            rx_queues: QUEUES,
+            subnet,
+        })
+        .expect("two namespaces joined by a 16-queue veth");
+        let dir = std::env::temp_dir().join(srap_tests::unique_name("-dirs"));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("local-rss.json");
+        std::fs::write(&file, sender_nic(described_key).to_json_pretty()).expect("write");
+        let receiver = hosts.receiver_end.ip(v6).to_string();
+        let opts = SenderOpts::new(built_binary("srap-agent"))
+            .arg("--steer")
+            .arg("local")
+            .arg("--local-rss")
+            .arg(&file)
+            .args(["--receiver", &receiver, "--port", &DPORT.to_string()]);
+        let agent = SenderAgent::new(&hosts.sender, opts).expect("a sender agent");
+        let mut lab = Self {
+            agent,
+            emulator: None,
+            hosts,
+            dir,
+        };
+        lab.emulate(truth_key);
+        lab
+    }
+
+    /// The sender's NIC hashes with `key` from now on.
+    fn emulate(&mut self, key: &str) {
+        self.emulator = None;
+        let model = RssModel::from_description(&sender_nic(key)).expect("model");
+        let emulator = self
+            .hosts
+            .receiver
+            .run(|| Emulator::attach(&self.hosts.receiver_end.ifname, &model, QUEUES))
+            .expect("enter the receiver's namespace")
+            .expect("the emulator on the receiver's egress");
+        self.emulator = Some(emulator);
+    }
+
+    fn server(&self, v6: bool) -> SocketAddr {
+        self.hosts.receiver_addr(DPORT, v6)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Where the sender's NIC puts the packets coming back on each accepted
+/// connection, by its description: the CPUs.
+fn local_cpus(key: &str, clients: &[SocketAddr], server: SocketAddr) -> Vec<u32> {
+    let model = RssModel::from_description(&sender_nic(key))
+        .expect("model")
+        .facing(End::Local);
+    clients
+        .iter()
+        .map(|c| {
+            let tuple = FlowTuple::new(
+                c.ip().to_canonical(),
+                c.port(),
+                server.ip().to_canonical(),
+                server.port(),
+            )
+            .expect("tuple");
+            model.landing(&tuple).cpu
+        })
+        .collect()
+}
+
+fn sixteen_on_sixteen_local_cpus(subnet: u8, v6: bool) {
+    let mut lab = Lab::new(subnet, KEY, KEY, v6);
+    lab.agent.launch().expect("steering active");
+    let server = lab.server(v6);
+    let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
+    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
+    workload.open(16);
+    let clients = listener.accept_peers(16);
+    let cpus = local_cpus(KEY, &clients, server);
+    let distinct: BTreeSet<u32> = cpus.iter().copied().collect();
+    assert_eq!(distinct.len(), 16, "{clients:?} land on {cpus:?}");
+    let stats = lab.agent.stats().expect("binder counters");
+    assert_eq!(stats.counts[outcome::STEERED as usize], 16, "{stats}");
+
+    // The sender's socket hook saw each connection where the model says.
+    let status = wait_for_flows(&lab.agent, 16);
+    let local = status.local.as_ref().expect("a local row");
+    assert_eq!((local.steer.as_str(), local.watching), ("local", true));
+    for flow in &status.flows {
+        assert_eq!(
+            flow.local_queue_seen, flow.local_queue_planned,
+            "the hook saw {flow:?}"
+        );
+    }
+    workload.finish();
+}
+
+#[test]
+fn local_steering_puts_sixteen_flows_on_sixteen_local_cpus() {
+    if !require_privileged("--steer local") {
+        return;
+    }
+    sixteen_on_sixteen_local_cpus(141, false);
+}
+
+#[test]
+fn local_steering_over_ipv6() {
+    if !require_privileged("--steer local over IPv6") {
+        return;
+    }
+    sixteen_on_sixteen_local_cpus(142, true);
+}
+
+/// The sender's status once its socket hook has seen `n` open flows.
+fn wait_for_flows(agent: &SenderAgent, n: usize) -> srap_host::status::SenderStatus {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let status = agent.status().expect("the sender's status");
+        if status.flows.len() >= n {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sender's status shows {} flows, not {n}: {status:?}",
+            status.flows.len()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The sender's NIC hashes with another key than the sender describes:
+/// its landings contradict the description, local steering pauses (new
+/// connections keep the kernel's ports); once the NIC hashes as described
+/// again, the loop sees agreement and steering resumes.
+#[test]
+fn contradicting_landings_pause_local_steering_until_they_agree() {
+    if !require_privileged("the local closed loop") {
+        return;
+    }
+    let mut lab = Lab::new(143, OTHER_KEY, KEY, false);
+    lab.agent.launch().expect("steering active");
+    let server = lab.server(false);
+    let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
+    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
+    workload.open(8);
+    listener.accept(8);
+    lab.agent
+        .wait_for_log("the pause", |l| l.contains("pausing local steering"))
+        .expect("local steering pauses");
+    let before = lab.agent.stats().expect("counters");
+    workload.open(4);
+    listener.accept(4);
+    let after = lab.agent.stats().expect("counters");
+    let missed = |s: &srap_daemon::sender::BinderStats| s.counts[outcome::MISS as usize];
+    assert_eq!(missed(&after) - missed(&before), 4, "paused: kernel ports");
+    let status = lab.agent.status().expect("status");
+    assert!(
+        status.local.as_ref().is_some_and(|l| l.paused),
+        "{status:?}"
+    );
+
+    // The NIC now hashes as described: new flows agree.
+    lab.emulate(KEY);
+    for _ in 0..40 {
+        workload.open(1);
+        listener.accept(1);
+        if lab
+            .agent
+            .log()
+            .find(|l| l.contains("local steering resumes"))
+            .is_some()
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lab.agent
+        .wait_for_log("the resume", |l| l.contains("local steering resumes"))
+        .expect("local steering resumes");
+    let before = lab.agent.stats().expect("counters");
+    workload.open(2);
+    listener.accept(2);
+    let after = lab.agent.stats().expect("counters");
+    let steered = |s: &srap_daemon::sender::BinderStats| {
+        s.counts[outcome::STEERED as usize] + s.counts[outcome::RETRIED as usize]
+    };
+    assert_eq!(steered(&after) - steered(&before), 2, "steered again");
+    workload.finish();
+}
