@@ -5,13 +5,19 @@
 //! are the harness's agents ([`crate::harness`]). The receiver listens on
 //! the lab's address, beyond loopback, so both agents get a key of the
 //! lab's own (`--psk-file`, a random key), as two real hosts would.
+//! With `--direction pull` the sender plans for its own NIC (`--steer
+//! local --local-rss`, the receiver agent's address only naming the
+//! destination); with `both`, for both NICs.
 
-use std::{net::SocketAddr, path::Path};
+use std::{
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
 
 use anyhow::Context as _;
 
 use crate::{
-    LAB_PORT_RANGE,
+    Direction, LAB_PORT_RANGE,
     harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts},
     keyfile::KeyFile,
     topology::LabNet,
@@ -36,13 +42,20 @@ pub struct LabAgents {
     pub sender: SenderAgent,
     pub receiver: ReceiverAgent,
     pub key: KeyFile,
+    _local_rss: Option<DescriptionFile>,
 }
 
 impl LabAgents {
     /// Starts both agents (`exe` is the `srap-agent` binary); the sender
     /// reports its plan for `report_port`.
     pub fn start(net: &LabNet, exe: &Path, report_port: u16) -> anyhow::Result<Self> {
-        Self::start_with(net, exe, report_port, &Privileges::default())
+        Self::launch(
+            net,
+            exe,
+            report_port,
+            &Privileges::default(),
+            Direction::Push,
+        )
     }
 
     /// [`LabAgents::start`] with each agent bounded to `privileges`.
@@ -51,6 +64,27 @@ impl LabAgents {
         exe: &Path,
         report_port: u16,
         privileges: &Privileges,
+    ) -> anyhow::Result<Self> {
+        Self::launch(net, exe, report_port, privileges, Direction::Push)
+    }
+
+    /// [`LabAgents::start`], the sender steering for `direction` (with a
+    /// sender NIC in `net` for pull and both).
+    pub fn start_for(
+        net: &LabNet,
+        exe: &Path,
+        report_port: u16,
+        direction: Direction,
+    ) -> anyhow::Result<Self> {
+        Self::launch(net, exe, report_port, &Privileges::default(), direction)
+    }
+
+    fn launch(
+        net: &LabNet,
+        exe: &Path,
+        report_port: u16,
+        privileges: &Privileges,
+        direction: Direction,
     ) -> anyhow::Result<Self> {
         let key =
             KeyFile::create(std::env::temp_dir().join(format!("srap-lab-{}.psk", unique_name(""))))
@@ -68,16 +102,53 @@ impl LabAgents {
             .peer(receiver.peer())
             .arg("--psk-file")
             .arg(key.path())
-            .port_range(LAB_PORT_RANGE)
-            .report_port(report_port);
+            .port_range(LAB_PORT_RANGE);
+        if direction != Direction::Pull {
+            sender = sender.report_port(report_port);
+        }
         if let Some(caps) = &privileges.sender {
             sender = sender.capabilities(caps.clone());
         }
+        let local_rss = match net.sender_model() {
+            Some(model) => {
+                let file = DescriptionFile::write(&model.to_description())?;
+                sender = sender
+                    .args(["--steer", direction.steer(), "--local-rss"])
+                    .arg(file.path());
+                Some(file)
+            }
+            None => None,
+        };
         let sender = SenderAgent::start(&net.hosts.sender, sender)?;
         Ok(Self {
             sender,
             receiver,
             key,
+            _local_rss: local_rss,
         })
+    }
+}
+
+/// A description written to a file of its own, removed on drop.
+pub struct DescriptionFile {
+    path: PathBuf,
+}
+
+impl DescriptionFile {
+    pub fn write(description: &srap_common::rss::RssDescription) -> anyhow::Result<Self> {
+        let path = std::env::temp_dir().join(format!("srap-lab-{}.json", unique_name("")));
+        std::fs::write(&path, description.to_json_pretty())
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(Self { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for DescriptionFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }

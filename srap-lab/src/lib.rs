@@ -42,6 +42,7 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
+use serde::Serialize;
 
 use self::{
     agents::LabAgents,
@@ -111,12 +112,17 @@ pub struct LabArgs {
     pub duration: u64,
     /// The client command, run in the sender namespace; `{server}`,
     /// `{port}`, `{flows}` and `{duration}` are filled in. Its server must be
-    /// iperf3-compatible (`iperf3 -s` runs on the receiver).
-    #[arg(
-        long,
-        default_value = "iperf3 -c {server} -p {port} -P {flows} -t {duration}"
-    )]
+    /// iperf3-compatible (`iperf3 -s` runs on the receiver). The default
+    /// takes `-R` with `--direction pull` and `--bidir` with `both`.
+    #[arg(long, default_value = DEFAULT_WORKLOAD)]
     pub workload: String,
+    /// Which way the data flows, and so whose NIC SRAP plans for: `push`
+    /// (the sender uploads; the receiver's NIC, `--steer remote`), `pull`
+    /// (the sender downloads over connections it opens, `iperf3 -R`; its
+    /// own NIC, `--steer local`, emulated on the receiver's veth), `both`
+    /// (`iperf3 --bidir`; one port for both NICs, `--steer both`).
+    #[arg(long, value_enum, default_value_t = Direction::Push)]
+    pub direction: Direction,
     /// Run an experiment instead: --trials trials with SRAP and as many with
     /// kernel-chosen ports. `--experiment` alone (or `placement`): short
     /// connections judged by the verifier. `--experiment throughput`: long
@@ -154,6 +160,51 @@ pub struct LabArgs {
     pub hold: bool,
 }
 
+/// The client command unless `--workload` says.
+pub const DEFAULT_WORKLOAD: &str = "iperf3 -c {server} -p {port} -P {flows} -t {duration}";
+
+/// `--direction`: which way the lab's data flows.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// The sender uploads: data lands on the receiver's NIC.
+    Push,
+    /// The sender downloads: data lands on its own NIC.
+    Pull,
+    /// Both at once: data lands on both NICs.
+    Both,
+}
+
+impl Direction {
+    /// The sender's own NIC is emulated and judged.
+    pub fn reaches_sender(self) -> bool {
+        self != Self::Push
+    }
+
+    /// The receiver's NIC is judged.
+    pub fn reaches_receiver(self) -> bool {
+        self != Self::Pull
+    }
+
+    /// `srap-agent sender --steer` for this direction.
+    pub fn steer(self) -> &'static str {
+        match self {
+            Self::Push => "remote",
+            Self::Pull => "local",
+            Self::Both => "both",
+        }
+    }
+
+    /// What iperf3's client adds for this direction.
+    fn iperf3_flag(self) -> Option<&'static str> {
+        match self {
+            Self::Push => None,
+            Self::Pull => Some("-R"),
+            Self::Both => Some("--bidir"),
+        }
+    }
+}
+
 /// Which of the paper's experiments `--experiment` runs.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Experiment {
@@ -188,15 +239,23 @@ impl Nic {
     }
 }
 
-/// `--workload` split into words with `{flows}` and `{duration}` filled in.
+/// `--workload` split into words with `{flows}` and `{duration}` filled in
+/// (the default with `--direction`'s flag).
 pub fn workload_words(args: &LabArgs, flows: usize) -> Vec<String> {
-    args.workload
+    let mut words: Vec<String> = args
+        .workload
         .split_whitespace()
         .map(|w| {
             w.replace("{flows}", &flows.to_string())
                 .replace("{duration}", &args.duration.to_string())
         })
-        .collect()
+        .collect();
+    if args.workload == DEFAULT_WORKLOAD
+        && let Some(flag) = args.direction.iperf3_flag()
+    {
+        words.push(flag.to_owned());
+    }
+    words
 }
 
 /// Set by SIGINT, SIGTERM and SIGHUP once [`run`] registered for them.
@@ -239,19 +298,27 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     }
     let net = LabNet::with_config(LabNetConfig {
         queue_rate: args.queue_rate.and_then(QueueRate::rate),
+        sender_nic: sender_nic(args.direction, queues)?,
         ..LabNetConfig::new(queues, Watch::Agent)
     })?;
     // The lab runs the agents it is part of.
     let exe = std::env::current_exe().context("locating srap-agent")?;
-    let agents = LabAgents::start(&net, &exe, SRAP_PORT)?;
+    let agents = LabAgents::start_for(&net, &exe, SRAP_PORT, args.direction)?;
     if !args.json {
         let srap = workload::srap_command();
         println!(
-            "lab up: {} queues; receiver agent on {}, sender agent following it\n\
+            "lab up: {} queues; receiver agent on {}, sender agent following it{}\n\
              watch it live, in another terminal: {srap} status --control {}\n\
              the sender's side: {srap} status --sender --control {}\n",
             queues,
             agents.receiver.peer(),
+            match args.direction {
+                Direction::Push => String::new(),
+                other => format!(
+                    " (--steer {}; the sender's NIC emulated too)",
+                    other.steer()
+                ),
+            },
             agents.receiver.control().display(),
             agents.sender.control().display()
         );
@@ -274,7 +341,19 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     }
     let stats = agents.sender.stats()?;
     if args.json {
-        let json = serde_json::json!({"kernel": reports[0], "srap": reports[1], "binder": stats.to_string()});
+        let json = match args.direction {
+            Direction::Push => serde_json::json!({
+                "kernel": reports[0].receiver,
+                "srap": reports[1].receiver,
+                "binder": stats.to_string()
+            }),
+            direction => serde_json::json!({
+                "direction": direction,
+                "kernel": reports[0],
+                "srap": reports[1],
+                "binder": stats.to_string()
+            }),
+        };
         println!("{json}");
     } else {
         println!("binder counters: {stats}");
@@ -407,7 +486,7 @@ fn run_workload(
     flows: usize,
     port: u16,
     cgroup: Option<&std::path::Path>,
-) -> anyhow::Result<RunReport> {
+) -> anyhow::Result<EndsReport> {
     let words = workload_words(args, flows);
     let _server = iperf3_server(&net.hosts.receiver, port)?;
     let mut command = client_via(
@@ -423,9 +502,61 @@ fn run_workload(
     if !status.success() {
         bail!("the workload exited with {status}");
     }
-    // What the receiver agent's verifier saw, sampled after the run ended.
-    let seen = agents.receiver.status_after(std::time::SystemTime::now())?;
-    Ok(RunReport::from_status(&seen, port, MIN_DATA_BYTES))
+    let mut report = EndsReport::default();
+    if args.direction.reaches_receiver() {
+        // What the receiver agent's verifier saw, sampled after the run ended.
+        let seen = agents.receiver.status_after(std::time::SystemTime::now())?;
+        report.receiver = Some(RunReport::from_status(&seen, port, MIN_DATA_BYTES));
+    }
+    if let Some(model) = net.sender_model() {
+        let records = net.flows_back_from(port)?;
+        report.sender = Some(RunReport::judge_back(model, &records, MIN_DATA_BYTES));
+    }
+    Ok(report)
+}
+
+/// The sender's NIC the lab emulates for `direction` (`None` for push).
+fn sender_nic(
+    direction: Direction,
+    queues: u32,
+) -> anyhow::Result<Option<srap_common::rss::RssModel>> {
+    direction
+        .reaches_sender()
+        .then(|| topology::lab_sender_nic(queues))
+        .transpose()
+}
+
+/// One workload run judged at each NIC the data reached.
+#[derive(Debug, Clone, Default, Serialize)]
+struct EndsReport {
+    /// At the receiver's NIC (the data the sender sent).
+    receiver: Option<RunReport>,
+    /// At the sender's own NIC (the data coming back).
+    sender: Option<RunReport>,
+}
+
+impl EndsReport {
+    fn render(&self, title: &str, seconds: f64) -> String {
+        match (&self.receiver, &self.sender) {
+            (Some(receiver), None) => receiver.render(title, seconds),
+            (receiver, sender) => {
+                let mut out = String::new();
+                if let Some(r) = receiver {
+                    out += &r.render(
+                        &format!("{title}: at the receiver's NIC (data sent)"),
+                        seconds,
+                    );
+                }
+                if let Some(s) = sender {
+                    out += &s.render(
+                        &format!("{title}: at the sender's own NIC (data coming back)"),
+                        seconds,
+                    );
+                }
+                out
+            }
+        }
+    }
 }
 
 fn print_experiment(r: &experiment::ExperimentReport) {

@@ -38,17 +38,33 @@ impl RunReport {
     /// Judges `records`, counting only flows that carried at least
     /// `min_bytes` (to leave out, e.g., iperf3's control connection).
     pub fn judge(model: &RssModel, records: &[FlowRecord], min_bytes: u64) -> Self {
-        let flows: Vec<ObservedFlow> = records
+        Self::judged(model, records, min_bytes, false)
+    }
+
+    /// Judges `records` the sender's own NIC saw (source: the receiver, as
+    /// packets coming back are addressed), against `model`, that NIC's
+    /// description; each flow is shown from the sender's side (its source
+    /// is the sender's address and the port it connected from).
+    pub fn judge_back(model: &RssModel, records: &[FlowRecord], min_bytes: u64) -> Self {
+        Self::judged(model, records, min_bytes, true)
+    }
+
+    /// [`RunReport::judge`], or with `back` [`RunReport::judge_back`].
+    fn judged(model: &RssModel, records: &[FlowRecord], min_bytes: u64, back: bool) -> Self {
+        let flows = records
             .iter()
             .filter(|r| r.stats.bytes >= min_bytes)
-            .map(|r| ObservedFlow {
-                src: r.src,
-                dst: r.dst,
-                queue: r.stats.rx_queue(),
-                predicted_queue: FlowTuple::from_sockets(r.src, r.dst)
-                    .map_or(u32::MAX, |t| model.landing(&t).queue),
-                packets: r.stats.packets,
-                bytes: r.stats.bytes,
+            .map(|r| {
+                let (src, dst) = if back { (r.dst, r.src) } else { (r.src, r.dst) };
+                ObservedFlow {
+                    src,
+                    dst,
+                    queue: r.stats.rx_queue(),
+                    predicted_queue: FlowTuple::from_sockets(r.src, r.dst)
+                        .map_or(u32::MAX, |t| model.landing(&t).queue),
+                    packets: r.stats.packets,
+                    bytes: r.stats.bytes,
+                }
             })
             .collect();
         Self::from_flows(flows)

@@ -1,7 +1,11 @@
 //! The lab's two hosts: sender and receiver namespaces joined by a
 //! multi-queue veth, the RSS-NIC emulator on the sender's end (so the
 //! receiver's RX queue follows Toeplitz exactly as a NIC's would), per-queue
-//! RPS CPUs, and the receive verifier on the receiver's end.
+//! RPS CPUs, and the receive verifier on the receiver's end. With a sender
+//! NIC ([`LabNetConfig::sender_nic`], `--direction pull|both`) the same
+//! again the other way: the emulator on the receiver's end hashes what the
+//! receiver sends with the sender's description, per-queue RPS on the
+//! sender, and a verifier on the sender's end sees where it lands.
 
 use std::net::IpAddr;
 
@@ -37,6 +41,19 @@ pub fn lab_nic(queues: u32) -> anyhow::Result<RssModel> {
         }
     };
     Ok(RssModel::from_description(&desc)?)
+}
+
+/// The lab's sender NIC with `queues` queues, for `--direction pull|both`:
+/// the receiver's table shape over a key of its own (two hosts' NICs
+/// rarely share one), each queue its own CPU.
+pub fn lab_sender_nic(queues: u32) -> anyhow::Result<RssModel> {
+    const SENDER_KEY: &str = "3c:3c:a1:59:07:ee:12:40:88:7d:d0:2b:61:f3:9a:c4:25:5e:b0:13:\
+                              77:c8:0d:e9:42:6a:1f:95:38:b7:cc:04:5d:e1:8a:26:f0:33:9b:70";
+    let receiver = lab_nic(queues)?.to_description();
+    Ok(RssModel::from_description(&RssDescription {
+        key: SENDER_KEY.into(),
+        ..receiver
+    })?)
 }
 
 /// Who watches where flows land.
@@ -81,7 +98,7 @@ impl LabVerifier {
 }
 
 /// How to build a [`LabNet`] beyond its queue count and watcher.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct LabNetConfig {
     pub queues: u32,
     pub watch: Watch,
@@ -92,6 +109,9 @@ pub struct LabNetConfig {
     pub queue_rate: Option<Rate>,
     /// The verifier attached with [`Watch::Here`].
     pub verifier: LabVerifier,
+    /// The sender's own NIC, emulated on the receiver's end (`None`: the
+    /// sender's receive queues are not modelled).
+    pub sender_nic: Option<RssModel>,
 }
 
 impl LabNetConfig {
@@ -103,14 +123,25 @@ impl LabNetConfig {
             subnet: LAB_SUBNET,
             queue_rate: None,
             verifier: LabVerifier::Auto,
+            sender_nic: None,
         }
     }
+}
+
+/// The sender's end of a lab with a sender NIC: its emulator on the
+/// receiver's veth, and the verifier on the sender's veth (tc ingress:
+/// each flow's queue as the veth carries it).
+struct SenderEnd {
+    verifier: Verifier,
+    _emulator: Emulator,
+    model: RssModel,
 }
 
 /// Field order is drop order: the programs and qdiscs come off before the
 /// namespaces go.
 pub struct LabNet {
     verifier: Option<Verifier>,
+    sender_end: Option<SenderEnd>,
     _capacity: Option<QueueCapacity>,
     _emulator: Emulator,
     pub model: RssModel,
@@ -130,6 +161,7 @@ impl LabNet {
             subnet,
             queue_rate,
             verifier,
+            sender_nic,
         } = config;
         let model = lab_nic(queues)?;
         let hosts = TwoHosts::new(VethConfig {
@@ -148,7 +180,10 @@ impl LabNet {
             })
             .transpose()
             .context("giving each receive queue its capacity")?;
-        set_rps(&hosts, queues)?;
+        set_rps(&hosts.receiver, &hosts.receiver_end.ifname, queues)?;
+        let sender_end = sender_nic
+            .map(|model| SenderEnd::attach(&hosts, model, queues))
+            .transpose()?;
         let verifier = match (watch, verifier.hooks()) {
             (Watch::Here, Some(hooks)) => Some(
                 hosts
@@ -161,6 +196,7 @@ impl LabNet {
         tracing::info!(queues, "lab network up");
         Ok(Self {
             verifier,
+            sender_end,
             _capacity: capacity,
             _emulator: emulator,
             model,
@@ -178,6 +214,22 @@ impl LabNet {
         self.verifier.as_ref().map(Verifier::hook)
     }
 
+    /// The sender's own NIC (`None` without one).
+    pub fn sender_model(&self) -> Option<&RssModel> {
+        self.sender_end.as_ref().map(|end| &end.model)
+    }
+
+    /// The connections to the receiver's `port` as the sender's NIC saw
+    /// their packets arrive (source: the receiver).
+    pub fn flows_back_from(&self, port: u16) -> anyhow::Result<Vec<FlowRecord>> {
+        let end = self
+            .sender_end
+            .as_ref()
+            .context("this lab has no sender NIC (--direction pull or both)")?;
+        let flows = end.verifier.flows()?;
+        Ok(flows.into_iter().filter(|f| f.src.port() == port).collect())
+    }
+
     /// Flows this process's verifier saw toward `port` on the receiver.
     pub fn flows_to(&self, port: u16) -> anyhow::Result<Vec<FlowRecord>> {
         let verifier = self.verifier.as_ref().context(
@@ -189,22 +241,39 @@ impl LabNet {
     }
 }
 
+impl SenderEnd {
+    fn attach(hosts: &TwoHosts, model: RssModel, queues: u32) -> anyhow::Result<Self> {
+        let emulator = hosts
+            .receiver
+            .run(|| Emulator::attach(&hosts.receiver_end.ifname, &model, queues))?
+            .context("attaching the sender NIC's emulator to the receiver's veth")?;
+        set_rps(&hosts.sender, &hosts.sender_end.ifname, queues)?;
+        let verifier = hosts
+            .sender
+            .run(|| Verifier::attach(&hosts.sender_end.ifname, HookChoice::Tc))?
+            .context("attaching the verifier to the sender's veth")?;
+        Ok(Self {
+            verifier,
+            _emulator: emulator,
+            model,
+        })
+    }
+}
+
 /// Queue `q`'s packets are processed on CPU `q mod cores` (RPS), as IRQ
-/// affinity would place them on a real receiver.
-fn set_rps(hosts: &TwoHosts, queues: u32) -> anyhow::Result<()> {
+/// affinity would place them on a real NIC's host.
+fn set_rps(ns: &super::NetNs, ifname: &str, queues: u32) -> anyhow::Result<()> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     let script: String = (0..queues)
         .map(|q| {
             format!(
                 "echo {:x} > /sys/class/net/{}/queues/rx-{q}/rps_cpus\n",
                 1u64 << (q % cores.min(64)),
-                hosts.receiver_end.ifname
+                ifname
             )
         })
         .collect();
-    hosts
-        .receiver
-        .exec("sh", ["-c", &script])
+    ns.exec("sh", ["-c", &script])
         .context("setting per-queue RPS CPUs")?;
     Ok(())
 }
