@@ -43,6 +43,26 @@ impl<'a> LabBinder<'a> {
         Ok(guard)
     }
 
+    /// The binder for the lab's direction: the receiver's NIC for push,
+    /// the sender's own (a model facing the local end) for pull.
+    pub fn for_direction(net: &'a crate::topology::LabNet) -> anyhow::Result<Self> {
+        use srap_common::rss::End;
+        match (net.direction(), net.sender_model()) {
+            (crate::Direction::Push, _) => {
+                Self::start(&net.hosts.sender, &net.model, net.receiver_ip())
+            }
+            (crate::Direction::Pull, Some(model)) => Self::start(
+                &net.hosts.sender,
+                &model.clone().facing(End::Local),
+                net.receiver_ip(),
+            ),
+            (direction, _) => anyhow::bail!(
+                "--direction {direction:?} experiments need the binder's joint tables, \
+                 which this build does not have yet"
+            ),
+        }
+    }
+
     /// The steered cgroup: `srap exec --cgroup` this.
     pub fn cgroup(&self) -> &Path {
         &self.cgroup

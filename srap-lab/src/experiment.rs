@@ -1,6 +1,7 @@
 //! The paper's experiment: many trials of N concurrent flows, with SRAP and
 //! with kernel-chosen ports, judged only by the receive queues the verifier
-//! observed.
+//! observed — at the receiver's NIC, and with `--direction pull|both` at
+//! the sender's own NIC (where the packets coming back land).
 
 use std::{
     io::{Read as _, Write as _},
@@ -11,7 +12,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 
-use super::{LabNet, binder::InCgroup, interrupted, report::RunReport};
+use super::{Direction, LabNet, binder::InCgroup, interrupted, report::RunReport};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -46,14 +47,23 @@ impl Tally {
     }
 }
 
+/// One trial judged at each NIC the lab's direction reaches.
+#[derive(Debug, Clone)]
+pub struct TrialReport {
+    /// At the receiver's NIC (push and both).
+    pub receiver: Option<RunReport>,
+    /// At the sender's own NIC (pull and both).
+    pub sender: Option<RunReport>,
+}
+
 /// One trial: `flows` connections to a fresh port, opened from the steered
-/// cgroup when `cgroup` is given, judged by the verifier.
+/// cgroup when `cgroup` is given, judged by the verifiers.
 pub fn trial(
     net: &LabNet,
     port: u16,
     flows: usize,
     cgroup: Option<&std::path::Path>,
-) -> anyhow::Result<RunReport> {
+) -> anyhow::Result<TrialReport> {
     let server = SocketAddr::new(net.receiver_ip(), port);
     let listener = net
         .hosts
@@ -67,14 +77,30 @@ pub fn trial(
     };
     accept_all(&listener, flows)?;
     drop(clients);
-    let records = net.flows_to(port)?;
-    if records.len() != flows {
-        bail!(
-            "the verifier saw {} flows to port {port}, expected {flows}",
-            records.len()
-        );
+    let direction = net.direction();
+    let receiver = if direction.reaches_receiver() {
+        let records = net.flows_to(port)?;
+        check_count("receiver", records.len(), flows, port)?;
+        Some(RunReport::judge(&net.model, &records, 0))
+    } else {
+        None
+    };
+    let sender = match net.sender_model() {
+        Some(model) => {
+            let records = net.flows_back_from(port)?;
+            check_count("sender", records.len(), flows, port)?;
+            Some(RunReport::judge_back(model, &records, 0))
+        }
+        None => None,
+    };
+    Ok(TrialReport { receiver, sender })
+}
+
+fn check_count(end: &str, seen: usize, flows: usize, port: u16) -> anyhow::Result<()> {
+    if seen != flows {
+        bail!("the {end}'s verifier saw {seen} flows of port {port}, expected {flows}");
     }
-    Ok(RunReport::judge(&net.model, &records, 0))
+    Ok(())
 }
 
 fn connect_all(server: SocketAddr, flows: usize) -> anyhow::Result<Vec<TcpStream>> {
@@ -123,9 +149,20 @@ fn accept_all(listener: &TcpListener, flows: usize) -> anyhow::Result<()> {
 pub struct ExperimentReport {
     pub flows: usize,
     pub queues: u32,
+    /// At the receiver's NIC (with `--direction pull`, at the sender's).
     pub srap: Tally,
     pub kernel: Tally,
+    /// With `--direction both`: the same trials at the sender's own NIC.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender: Option<EndTallies>,
     pub analytic_collision_free: f64,
+}
+
+/// Both kinds of trials at one NIC.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct EndTallies {
+    pub srap: Tally,
+    pub kernel: Tally,
 }
 
 pub fn run(
@@ -135,18 +172,38 @@ pub fn run(
     trials: usize,
     queues: u32,
 ) -> anyhow::Result<ExperimentReport> {
-    let (mut srap, mut kernel) = (Tally::default(), Tally::default());
+    // The first end judged: the receiver's, or the sender's alone for pull.
+    let (mut first, mut second) = (EndTallies::default(), EndTallies::default());
+    let add = |tallies: &mut [&mut EndTallies; 2], steered: bool, report: TrialReport| {
+        let ends = [report.receiver, report.sender].into_iter().flatten();
+        for (tally, run) in tallies.iter_mut().zip(ends) {
+            if steered {
+                tally.srap.add(&run);
+            } else {
+                tally.kernel.add(&run);
+            }
+        }
+    };
     for t in 0..trials {
         let port = 20_000 + 2 * t as u16;
-        srap.add(&trial(net, port, flows, Some(cgroup))?);
-        kernel.add(&trial(net, port + 1, flows, None)?);
+        add(
+            &mut [&mut first, &mut second],
+            true,
+            trial(net, port, flows, Some(cgroup))?,
+        );
+        add(
+            &mut [&mut first, &mut second],
+            false,
+            trial(net, port + 1, flows, None)?,
+        );
         tracing::debug!(trial = t, "done");
     }
     Ok(ExperimentReport {
         flows,
         queues,
-        srap,
-        kernel,
+        srap: first.srap,
+        kernel: first.kernel,
+        sender: (net.direction() == Direction::Both).then_some(second),
         analytic_collision_free: srap_common::odds::collision_free(flows as u32, queues)?,
     })
 }

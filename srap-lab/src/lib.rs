@@ -196,7 +196,7 @@ impl Direction {
     }
 
     /// What iperf3's client adds for this direction.
-    fn iperf3_flag(self) -> Option<&'static str> {
+    pub fn iperf3_flag(self) -> Option<&'static str> {
         match self {
             Self::Push => None,
             Self::Pull => Some("-R"),
@@ -298,7 +298,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     }
     let net = LabNet::with_config(LabNetConfig {
         queue_rate: args.queue_rate.and_then(QueueRate::rate),
-        sender_nic: sender_nic(args.direction, queues)?,
+        direction: args.direction,
         ..LabNetConfig::new(queues, Watch::Agent)
     })?;
     // The lab runs the agents it is part of.
@@ -376,15 +376,16 @@ fn run_placement(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()
     let net = LabNet::with_config(LabNetConfig {
         queue_rate: args.queue_rate.and_then(QueueRate::rate),
         verifier: args.verifier.unwrap_or_default(),
+        direction: args.direction,
         ..LabNetConfig::new(queues, Watch::Here)
     })?;
-    let steering = LabBinder::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
+    let steering = LabBinder::for_direction(&net)?;
     let trials = args.trials.unwrap_or(20) as usize;
     let report = experiment::run(&net, steering.cgroup(), flows, trials, queues)?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
-        print_experiment(&report);
+        print_experiment(&report, args.direction);
     }
     Ok(())
 }
@@ -409,9 +410,10 @@ fn run_throughput(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<(
     let net = LabNet::with_config(LabNetConfig {
         queue_rate: plan.queue_rate,
         verifier: args.verifier.unwrap_or_default(),
+        direction: args.direction,
         ..LabNetConfig::new(queues, Watch::Here)
     })?;
-    let steering = LabBinder::start(&net.hosts.sender, &net.model, net.receiver_ip())?;
+    let steering = LabBinder::for_direction(&net)?;
     if !args.json {
         eprintln!(
             "{} trials per mode, {} s each: about {} s",
@@ -515,17 +517,6 @@ fn run_workload(
     Ok(report)
 }
 
-/// The sender's NIC the lab emulates for `direction` (`None` for push).
-fn sender_nic(
-    direction: Direction,
-    queues: u32,
-) -> anyhow::Result<Option<srap_common::rss::RssModel>> {
-    direction
-        .reaches_sender()
-        .then(|| topology::lab_sender_nic(queues))
-        .transpose()
-}
-
 /// One workload run judged at each NIC the data reached.
 #[derive(Debug, Clone, Default, Serialize)]
 struct EndsReport {
@@ -559,16 +550,26 @@ impl EndsReport {
     }
 }
 
-fn print_experiment(r: &experiment::ExperimentReport) {
+fn print_experiment(r: &experiment::ExperimentReport, direction: Direction) {
+    let first = match direction {
+        Direction::Push => "",
+        Direction::Pull => " at the sender's own NIC",
+        Direction::Both => " at the receiver's NIC",
+    };
     println!(
-        "{} flows on {} queues, {} trials each, judged by the receive verifier",
+        "{} flows on {} queues, {} trials each, judged by the receive verifier{first}",
         r.flows, r.queues, r.srap.trials
     );
     println!(
         "  {:<24} {:>15} {:>13} {:>11}",
         "", "collision-free", "busiest queue", "predicted"
     );
-    for (name, t) in [("SRAP ports", &r.srap), ("kernel ports", &r.kernel)] {
+    let mut rows = vec![("SRAP ports", &r.srap), ("kernel ports", &r.kernel)];
+    if let Some(sender) = &r.sender {
+        rows.push(("SRAP ports, sender NIC", &sender.srap));
+        rows.push(("kernel ports, sender NIC", &sender.kernel));
+    }
+    for (name, t) in rows {
         println!(
             "  {:<24} {:>14.1}% {:>13.2} {:>10.1}%",
             name,
@@ -667,5 +668,30 @@ mod tests {
         assert_eq!(rate.and_then(QueueRate::rate), "1.5gbit".parse().ok());
         let bad = "fast".parse::<QueueRate>().expect_err("not a rate");
         assert!(bad.to_string().contains("none"), "{bad}");
+    }
+
+    #[test]
+    fn the_direction_picks_the_default_workloads_flag_and_the_steering() {
+        assert_eq!(parse(&[]).direction, Direction::Push);
+        let pull = parse(&["--direction", "pull"]);
+        assert_eq!(
+            workload_words(&pull, 16).last().map(String::as_str),
+            Some("-R")
+        );
+        let both = parse(&["--direction", "both", "--duration", "3"]);
+        let words = workload_words(&both, 8);
+        assert_eq!(words.last().map(String::as_str), Some("--bidir"));
+        assert!(words.contains(&"8".to_owned()) && words.contains(&"3".to_owned()));
+        let own = parse(&["--direction", "pull", "--workload", "curl {server}"]);
+        assert_eq!(
+            workload_words(&own, 1),
+            ["curl", "{server}"],
+            "a given workload as is"
+        );
+        assert_eq!(
+            [Direction::Push, Direction::Pull, Direction::Both].map(Direction::steer),
+            ["remote", "local", "both"]
+        );
+        assert!(Cli::try_parse_from(["lab", "--direction", "sideways"]).is_err());
     }
 }

@@ -7,6 +7,10 @@
 //! never from the client's claim. Without a queue rate (`--queue-rate
 //! none`) the trials run at the veth's own, CPU-bound ceiling, which is
 //! where the receive verifier's per-packet cost shows (`--verifier`).
+//!
+//! With `--direction pull` the client downloads (`iperf3 -R`) and the
+//! rates are the client's (the data's receiver, `iperf3 -c -J`); with
+//! `both` (`--bidir`) each stream is measured by whichever end receives it.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -20,7 +24,7 @@ use anyhow::{Context as _, bail, ensure};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    LabNet, MIN_DATA_BYTES,
+    Direction, LabNet, MIN_DATA_BYTES,
     capacity::Rate,
     interrupted,
     report::RunReport,
@@ -193,6 +197,8 @@ pub struct ThroughputReport {
     pub duration_s: u64,
     /// The hook the receive verifier ran on, or `off`.
     pub verifier: String,
+    /// Which way the data flowed.
+    pub direction: Direction,
     pub srap: ModeReport,
     pub kernel: ModeReport,
 }
@@ -204,9 +210,14 @@ impl ThroughputReport {
             Some(rate) => format!("of {:.0} Mbit/s each", rate * 1e3),
             None => "without a queue rate".to_owned(),
         };
+        let measured = match self.direction {
+            Direction::Push => "the receiver's iperf3",
+            Direction::Pull => "the sender's iperf3 (downloading: -R)",
+            Direction::Both => "each stream's receiving iperf3 (--bidir)",
+        };
         let mut text = format!(
             "{} flows on {} queues {capacity}, {} trials of {} s per mode, \
-             measured by the receiver's iperf3; verifier: {}\n",
+             measured by {measured}; verifier: {}\n",
             self.flows, self.queues, self.srap.trials, self.duration_s, self.verifier,
         );
         text += &format!(
@@ -267,7 +278,13 @@ pub fn run(
         srap.push(steered);
         kernel.push(plain);
     }
-    let ideal_gbps = plan.ideal_gbps();
+    // With both, every flow's pair carries data each way.
+    let ends = if net.direction() == Direction::Both {
+        2.0
+    } else {
+        1.0
+    };
+    let ideal_gbps = plan.ideal_gbps().map(|g| g * ends);
     Ok(ThroughputReport {
         flows: plan.flows,
         queues: plan.queues,
@@ -277,21 +294,25 @@ pub fn run(
         verifier: net
             .verifier_hook()
             .map_or_else(|| "off".to_owned(), |hook| hook.to_string()),
+        direction: net.direction(),
         srap: ModeReport::new(srap, ideal_gbps)?,
         kernel: ModeReport::new(kernel, ideal_gbps)?,
     })
 }
 
 /// One trial: `iperf3 -s -J` on `port`, `iperf3 -c -P N` from the sender
-/// (through `srap exec` into `cgroup` when given); rates from the server's
-/// report, queues from the verifier (unknown when the lab has none).
+/// (through `srap exec` into `cgroup` when given), with `-R` or `--bidir`
+/// for the lab's direction; rates from the end that received each stream,
+/// queues from the verifiers (unknown when the lab has none).
 fn trial(
     net: &LabNet,
     plan: &ThroughputPlan,
     port: u16,
     cgroup: Option<&Path>,
 ) -> anyhow::Result<TrialResult> {
+    let direction = net.direction();
     let report = TempFile::new("iperf3-server.json")?;
+    let client_report = TempFile::new("iperf3-client.json")?;
     let client_log = TempFile::new("iperf3-client.log")?;
     let mut server = iperf3_server_with(
         &net.hosts.receiver,
@@ -299,7 +320,7 @@ fn trial(
         &["-J", "-i", INTERVAL_S],
         Stdio::from(report.create()?),
     )?;
-    let words: Vec<String> = [
+    let mut words: Vec<String> = [
         "iperf3",
         "-c",
         "{server}",
@@ -309,9 +330,13 @@ fn trial(
         &plan.flows.to_string(),
         "-t",
         &plan.duration.to_string(),
+        "-J",
+        "-i",
+        INTERVAL_S,
     ]
     .map(str::to_owned)
     .into();
+    words.extend(direction.iperf3_flag().map(str::to_owned));
     let server_ip = net.receiver_ip().to_string();
     let mut command = client_via(
         &plan.srap,
@@ -322,7 +347,7 @@ fn trial(
         cgroup,
     )?;
     command
-        .stdout(Stdio::null())
+        .stdout(Stdio::from(client_report.create()?))
         .stderr(Stdio::from(client_log.create()?));
     let status = ChildGuard::spawn(&mut command)?.wait(Duration::from_secs(plan.duration + 30))?;
     if !status.success() {
@@ -334,34 +359,51 @@ fn trial(
     server
         .wait(Duration::from_secs(10))
         .context("waiting for iperf3 -s to write its report")?;
-    let rates = flow_rates(&report.read()?, WARMUP_S)?;
+    let mut rates = Vec::new();
+    if direction.reaches_receiver() {
+        rates.extend(received_rates(&report.read()?, WARMUP_S, At::Server)?);
+    }
+    if direction.reaches_sender() {
+        rates.extend(received_rates(
+            &client_report.read()?,
+            WARMUP_S,
+            At::Client,
+        )?);
+    }
+    let streams = if direction == Direction::Both { 2 } else { 1 } * plan.flows;
     ensure!(
-        rates.len() == plan.flows,
-        "the receiver's iperf3 saw {} streams, expected {}",
+        rates.len() == streams,
+        "the receiving ends' iperf3 saw {} streams, expected {streams}",
         rates.len(),
-        plan.flows
     );
     if interrupted() {
         bail!("interrupted");
     }
-    let observed = match net.verifier_hook() {
-        Some(_) => Some(RunReport::judge(
-            &net.model,
-            &net.flows_to(port)?,
-            MIN_DATA_BYTES,
-        )),
-        None => None,
-    };
-    Ok(with_queues(rates, observed.as_ref()))
+    let mut observed: Option<Vec<ObservedQueue>> = None;
+    if direction.reaches_receiver() && net.verifier_hook().is_some() {
+        let run = RunReport::judge(&net.model, &net.flows_to(port)?, MIN_DATA_BYTES);
+        observed.get_or_insert_default().extend(queues_of(&run));
+    }
+    if let Some(model) = net.sender_model() {
+        let run = RunReport::judge_back(model, &net.flows_back_from(port)?, MIN_DATA_BYTES);
+        observed.get_or_insert_default().extend(queues_of(&run));
+    }
+    Ok(with_queues(rates, observed.as_deref()))
 }
 
-/// `rates` with each flow's queue from the verifier (`None`: no verifier,
+/// A flow's client port and the queue it was seen on.
+type ObservedQueue = (u16, Option<u32>);
+
+fn queues_of(run: &RunReport) -> impl Iterator<Item = ObservedQueue> + '_ {
+    run.flows.iter().map(|f| (f.src.port(), f.queue))
+}
+
+/// `rates` with each flow's queue from the verifiers (`None`: no verifier,
 /// every queue unknown), summed up.
-fn with_queues(rates: Vec<FlowThroughput>, observed: Option<&RunReport>) -> TrialResult {
+fn with_queues(rates: Vec<FlowThroughput>, observed: Option<&[ObservedQueue]>) -> TrialResult {
     let queue_of: BTreeMap<u16, Option<u32>> = observed
         .iter()
-        .flat_map(|report| &report.flows)
-        .map(|f| (f.src.port(), f.queue))
+        .flat_map(|seen| seen.iter().copied())
         .collect();
     let flows: Vec<FlowThroughput> = rates
         .into_iter()
@@ -403,6 +445,8 @@ struct ServerStart {
 #[derive(Debug, Deserialize)]
 struct Connected {
     socket: i64,
+    #[serde(default)]
+    local_port: u16,
     remote_port: u16,
 }
 
@@ -418,21 +462,49 @@ struct IntervalStream {
     end: f64,
     seconds: f64,
     bytes: u64,
+    /// This end sent the stream (iperf3 3.7+; older ones: received it).
+    #[serde(default)]
+    sender: bool,
+}
+
+/// Which end's report is read: the client's port is the remote one at the
+/// server and the local one at the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum At {
+    Server,
+    Client,
 }
 
 /// Each stream's rate (bytes received after `warmup` seconds over the time
 /// they took) and per-interval series, from `iperf3 -s -J`'s report.
 pub fn flow_rates(json: &str, warmup: f64) -> anyhow::Result<Vec<FlowThroughput>> {
-    let report: ServerReport =
-        serde_json::from_str(json).context("parsing iperf3 -s -J's report")?;
+    received_rates(json, warmup, At::Server)
+}
+
+/// [`flow_rates`] of the streams the end `at` received, from its `-J`
+/// report; each keyed by the client's port.
+fn received_rates(json: &str, warmup: f64, at: At) -> anyhow::Result<Vec<FlowThroughput>> {
+    let report: ServerReport = serde_json::from_str(json).context("parsing iperf3 -J's report")?;
     if let Some(error) = report.error {
-        bail!("iperf3 -s: {error}");
+        bail!("iperf3 ({at:?}): {error}");
     }
+    let received = |socket: i64| {
+        report
+            .intervals
+            .iter()
+            .flat_map(|i| &i.streams)
+            .any(|s| s.socket == socket && !s.sender)
+    };
     report
         .start
         .connected
         .iter()
+        .filter(|conn| received(conn.socket))
         .map(|conn| {
+            let client_port = match at {
+                At::Server => conn.remote_port,
+                At::Client => conn.local_port,
+            };
             let samples: Vec<&IntervalStream> = report
                 .intervals
                 .iter()
@@ -445,11 +517,10 @@ pub fn flow_rates(json: &str, warmup: f64) -> anyhow::Result<Vec<FlowThroughput>
                 .fold((0u64, 0f64), |(b, t), s| (b + s.bytes, t + s.seconds));
             ensure!(
                 seconds > 0.0,
-                "no interval after the {warmup} s warm-up for source port {}",
-                conn.remote_port
+                "no interval after the {warmup} s warm-up for source port {client_port}"
             );
             Ok(FlowThroughput {
-                src_port: conn.remote_port,
+                src_port: client_port,
                 queue: None,
                 gbps: bytes as f64 * 8.0 / seconds / 1e9,
                 series: samples
@@ -582,5 +653,27 @@ mod tests {
         let err = flow_rates(failed, WARMUP_S).expect_err("an error");
         assert!(err.to_string().contains("unable to receive"), "{err}");
         assert!(flow_rates("{", WARMUP_S).is_err());
+    }
+
+    /// A `--bidir` client's report (trimmed): socket 5 sends, socket 7
+    /// receives; only what it received counts, keyed by its own port.
+    const CLIENT_JSON: &str = r#"{
+      "start": {"connected": [
+        {"socket": 5, "local_host": "10.199.60.1", "local_port": 48356, "remote_host": "10.199.60.2", "remote_port": 5300},
+        {"socket": 7, "local_host": "10.199.60.1", "local_port": 48366, "remote_host": "10.199.60.2", "remote_port": 5300}]},
+      "intervals": [
+        {"streams": [{"socket": 5, "start": 1.0, "end": 2.0, "seconds": 1.0, "bytes": 9, "sender": true},
+                     {"socket": 7, "start": 1.0, "end": 2.0, "seconds": 1.0, "bytes": 12500000, "sender": false}]}],
+      "end": {}
+    }"#;
+
+    #[test]
+    fn the_client_counts_what_it_received_under_its_own_port() {
+        let flows = received_rates(CLIENT_JSON, WARMUP_S, At::Client).expect("rates");
+        assert_eq!(flows.len(), 1, "{flows:?}");
+        assert_eq!(flows[0].src_port, 48366);
+        assert!((flows[0].gbps - 0.1).abs() < 1e-9, "{flows:?}");
+        let server = received_rates(CLIENT_JSON, WARMUP_S, At::Server).expect("rates");
+        assert_eq!(server[0].src_port, 5300, "a server's remote port");
     }
 }

@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use srap_common::rss::{RssDescription, RssModel, embedded_default};
 
 use super::{
-    TwoHosts, VethConfig,
+    Direction, TwoHosts, VethConfig,
     capacity::{QueueCapacity, Rate},
 };
 use srap_daemon::verifier::{FlowRecord, Hook, HookChoice, Verifier};
@@ -109,9 +109,9 @@ pub struct LabNetConfig {
     pub queue_rate: Option<Rate>,
     /// The verifier attached with [`Watch::Here`].
     pub verifier: LabVerifier,
-    /// The sender's own NIC, emulated on the receiver's end (`None`: the
-    /// sender's receive queues are not modelled).
-    pub sender_nic: Option<RssModel>,
+    /// Which way the data flows: with pull and both the sender's own NIC
+    /// ([`lab_sender_nic`]) is emulated on the receiver's end.
+    pub direction: Direction,
 }
 
 impl LabNetConfig {
@@ -123,7 +123,7 @@ impl LabNetConfig {
             subnet: LAB_SUBNET,
             queue_rate: None,
             verifier: LabVerifier::Auto,
-            sender_nic: None,
+            direction: Direction::Push,
         }
     }
 }
@@ -142,7 +142,8 @@ struct SenderEnd {
 pub struct LabNet {
     verifier: Option<Verifier>,
     sender_end: Option<SenderEnd>,
-    _capacity: Option<QueueCapacity>,
+    direction: Direction,
+    _capacity: Vec<QueueCapacity>,
     _emulator: Emulator,
     pub model: RssModel,
     pub hosts: TwoHosts,
@@ -161,7 +162,7 @@ impl LabNet {
             subnet,
             queue_rate,
             verifier,
-            sender_nic,
+            direction,
         } = config;
         let model = lab_nic(queues)?;
         let hosts = TwoHosts::new(VethConfig {
@@ -174,16 +175,34 @@ impl LabNet {
             .sender
             .run(|| Emulator::attach(&hosts.sender_end.ifname, &model, queues))?
             .context("attaching the RSS-NIC emulator")?;
-        let capacity = queue_rate
-            .map(|rate| {
-                QueueCapacity::install(hosts.sender.name(), &hosts.sender_end.ifname, queues, rate)
-            })
-            .transpose()
-            .context("giving each receive queue its capacity")?;
+        // Each receive queue the data reaches gets the capacity, on the
+        // other end's egress (where its emulator chose the queue).
+        let mut capacity = Vec::new();
+        if let Some(rate) = queue_rate {
+            let ends = [
+                (
+                    direction.reaches_receiver(),
+                    &hosts.sender,
+                    &hosts.sender_end,
+                ),
+                (
+                    direction.reaches_sender(),
+                    &hosts.receiver,
+                    &hosts.receiver_end,
+                ),
+            ];
+            for (_, ns, end) in ends.into_iter().filter(|(data, _, _)| *data) {
+                capacity.push(
+                    QueueCapacity::install(ns.name(), &end.ifname, queues, rate)
+                        .context("giving each receive queue its capacity")?,
+                );
+            }
+        }
         set_rps(&hosts.receiver, &hosts.receiver_end.ifname, queues)?;
-        let sender_end = sender_nic
-            .map(|model| SenderEnd::attach(&hosts, model, queues))
-            .transpose()?;
+        let sender_end = match direction.reaches_sender() {
+            true => Some(SenderEnd::attach(&hosts, lab_sender_nic(queues)?, queues)?),
+            false => None,
+        };
         let verifier = match (watch, verifier.hooks()) {
             (Watch::Here, Some(hooks)) => Some(
                 hosts
@@ -197,6 +216,7 @@ impl LabNet {
         Ok(Self {
             verifier,
             sender_end,
+            direction,
             _capacity: capacity,
             _emulator: emulator,
             model,
@@ -212,6 +232,11 @@ impl LabNet {
     /// agent's verifier, or none at all).
     pub fn verifier_hook(&self) -> Option<Hook> {
         self.verifier.as_ref().map(Verifier::hook)
+    }
+
+    /// Which way the lab's data flows.
+    pub fn direction(&self) -> Direction {
+        self.direction
     }
 
     /// The sender's own NIC (`None` without one).

@@ -5,7 +5,13 @@
 
 use std::path::Path;
 
-use srap_lab::{binder::LabBinder, experiment, harness::Listener, topology::LabNet};
+use srap_lab::{
+    Direction,
+    binder::LabBinder,
+    experiment,
+    harness::Listener,
+    topology::{LabNet, LabNetConfig, Watch},
+};
 use srap_tests::require_privileged;
 
 /// The lab tests move this process between cgroups (sockets join their
@@ -463,4 +469,28 @@ fn open_steered(
     };
     listener.accept(flows).expect("accept");
     (clients, listener)
+}
+
+/// `--direction pull`: the sender's own NIC emulated on the receiver's
+/// veth, the binder planning for it; every SRAP trial is collision-free at
+/// the sender's NIC, by the verifier there, and the emulated NIC follows
+/// the sender's description for kernel ports too.
+#[test]
+fn a_pull_experiment_is_collision_free_at_the_senders_own_nic() {
+    if !require_privileged("a_pull_experiment_is_collision_free_at_the_senders_own_nic") {
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let net = LabNet::with_config(LabNetConfig {
+        direction: Direction::Pull,
+        subnet: 144,
+        ..LabNetConfig::new(32, Watch::Here)
+    })
+    .expect("lab network with the sender's NIC");
+    let steering = LabBinder::for_direction(&net).expect("binder for the sender's NIC");
+    let report = experiment::run(&net, steering.cgroup(), 16, 5, 32).expect("experiment");
+    assert!(report.sender.is_none(), "pull judges one end");
+    assert_eq!(report.srap.collision_free_rate, 1.0, "{report:?}");
+    assert_eq!(report.srap.prediction_accuracy, 1.0, "{report:?}");
+    assert_eq!(report.kernel.prediction_accuracy, 1.0, "{report:?}");
 }
