@@ -30,6 +30,7 @@ pub mod throughput;
 pub mod topology;
 pub mod veth;
 pub mod virtio;
+pub mod virtio_pull;
 pub mod workload;
 
 use std::{
@@ -287,7 +288,13 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         }
         let queues = args.queues.unwrap_or(4);
         let flows = checked_flows(args.flows.unwrap_or(queues as usize))?;
-        return virtio::run(args, nic, queues, flows);
+        return match args.direction {
+            Direction::Push => virtio::run(args, nic, queues, flows),
+            Direction::Pull => virtio_pull::run(args, nic, queues, flows),
+            Direction::Both => {
+                bail!("--nic virtio runs --direction push or pull (the guest is one end)")
+            }
+        };
     }
     let queues = args.queues.unwrap_or(32);
     let flows = checked_flows(args.flows.unwrap_or(16))?;

@@ -18,7 +18,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use serde::Serialize;
-use srap_common::rss::{FlowTuple, KeySource, RssModel};
+use srap_common::rss::KeySource;
 
 use super::{
     LAB_PORT_RANGE, LabArgs, MIN_DATA_BYTES,
@@ -32,7 +32,7 @@ use srap_common::wire::LandingVerdict;
 use srap_host::status::Status;
 
 /// The lab's own subnet (inside its namespace): 10.199.77.0/24.
-const SUBNET: u8 = 77;
+pub(crate) const SUBNET: u8 = 77;
 const PEER_PORT: u16 = 7447;
 const KERNEL_PORT: u16 = 5201;
 const SRAP_PORT: u16 = 5202;
@@ -190,7 +190,7 @@ impl<'n> VirtioLab<'n> {
         let after = truth::rx_queue_packets(&mut self.guest)?;
         let accepted = iperf3_result(&mut self.guest, port)?;
         let model = truth::device_model(&mut self.guest)?;
-        let accepted = self.landings(&model, &accepted, port)?;
+        let accepted = truth::guest_queues(&model, self.net, &accepted, |sport| (sport, port))?;
         let srap = self.srap_view(port)?;
         let rx_queue_packets = truth::delta(&before, &after);
         Ok(GuestRun {
@@ -220,27 +220,6 @@ impl<'n> VirtioLab<'n> {
             status = self.status()?;
         }
         Ok(status)
-    }
-
-    /// Each accepted port with the queue the device's config gives it.
-    fn landings(
-        &self,
-        model: &RssModel,
-        ports: &[u16],
-        port: u16,
-    ) -> anyhow::Result<Vec<(u16, u32)>> {
-        ports
-            .iter()
-            .map(|&sport| {
-                let tuple = FlowTuple::new(
-                    self.net.host_ip.into(),
-                    sport,
-                    self.net.guest_ip.into(),
-                    port,
-                )?;
-                Ok((sport, model.landing(&tuple).queue))
-            })
-            .collect()
     }
 
     /// The receiver agent's verdict on the flows toward `port`, sampled
@@ -312,22 +291,25 @@ fn wait_in_guest(guest: &mut Guest, check: &str, what: &str) -> anyhow::Result<(
 }
 
 /// `srap-agent lab --nic virtio|igb`.
-pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::Result<()> {
-    let shape = GuestShape::with_nic(nic, queues, args.smp)?;
+/// The guest's image as `args` say (`--guest-files`, `--guest-kernel`,
+/// `--guest-cache`), holding this `srap-agent` and `srap`.
+pub(crate) fn prepare_image(args: &LabArgs) -> anyhow::Result<GuestImage> {
     let exe = std::env::current_exe().context("locating srap-agent")?;
     let cache = match &args.guest_cache {
         Some(dir) => dir.clone(),
         None => GuestImage::default_cache(&exe),
     };
     let files = GuestFiles::locate(args.guest_files.as_deref(), &exe)?;
-    let image = GuestImage::prepare(&files, args.guest_kernel, &cache, &exe, &srap_binary()?)?;
+    GuestImage::prepare(&files, args.guest_kernel, &cache, &exe, &srap_binary()?)
+}
+
+pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::Result<()> {
+    let shape = GuestShape::with_nic(nic, queues, args.smp)?;
+    let image = prepare_image(args)?;
     let net = GuestNet::new(SUBNET)?;
     let mut lab = VirtioLab::start(&net, &image, shape)?;
     if !args.json {
-        let device = match nic {
-            GuestNic::Virtio => "virtio-net NIC",
-            GuestNic::Igb => "igb NIC (Intel 82576)",
-        };
+        let device = nic.device();
         println!(
             "lab up: QEMU guest ({}) with a {queues}-queue {device} (RSS computed by QEMU), \
              {} vCPUs; receiver agent in the guest on {}:{PEER_PORT}, sender agent following it\n",

@@ -17,6 +17,7 @@ use srap_common::rss::RssDescription;
 use srap_lab::{
     guest::{Guest, GuestFiles, GuestImage, GuestKernel, GuestNet, GuestShape, truth},
     virtio::VirtioLab,
+    virtio_pull::PullLab,
 };
 use srap_tests::{built_binary, require_privileged};
 
@@ -127,6 +128,42 @@ fn steered_flows_land_on_distinct_guest_queues() {
         };
         assert!(!pin_dir.exists(), "{} left behind", pin_dir.display());
         assert!(!cgroup.exists(), "{} left behind", cgroup.display());
+    }
+}
+
+/// The guest downloads (`--direction pull`): the sender agent runs in the
+/// guest with `--steer local` on its own, discovered virtio NIC, and N
+/// `iperf3 -c -R` streams under `srap exec` land on N distinct guest
+/// queues — by the ports the host's server accepted, hashed over the
+/// reverse tuple with the guest's `ethtool -x`, and by the guest's own
+/// `ethtool -S` counters; the agent's socket hook saw each where it planned.
+#[test]
+fn downloads_land_on_distinct_guest_queues() {
+    if !require_privileged("downloads_land_on_distinct_guest_queues") {
+        return;
+    }
+    let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    let image = image();
+    for (queues, subnet) in [(4u32, 88u8), (8, 89)] {
+        let net = GuestNet::new(subnet).expect("namespace with a tap");
+        let shape = GuestShape::new(queues, None).expect("shape");
+        let mut lab = PullLab::start(&net, &image, shape).expect("guest with its sender agent");
+        let run = lab
+            .download(queues as usize, true, 2)
+            .expect("steered download");
+        let report = run.render(&format!("{queues} queues, downloads steered"));
+        assert_eq!(run.accepted.len(), queues as usize, "{report}");
+        assert_eq!(run.distinct_queues(), queues as usize, "{report}");
+        let planned: BTreeSet<u32> = run.accepted.iter().map(|&(_, q)| q).collect();
+        assert_eq!(run.busy_queues, planned, "{report}");
+        let seen = run.srap.as_ref().expect("the agent's view");
+        for (port, queue) in &run.accepted {
+            let flow = seen.iter().find(|f| f.port == *port);
+            assert!(
+                flow.is_some_and(|f| f.planned == Some(*queue) && f.seen == Some(*queue)),
+                "{port}: {flow:?}\n{report}"
+            );
+        }
     }
 }
 

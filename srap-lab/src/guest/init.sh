@@ -15,6 +15,7 @@ mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
 mount -t tmpfs tmp /tmp
+# cgroup2: the sender agent steers a cgroup (it mounts bpffs itself).
 mkdir -p /sys/fs/cgroup
 mount -t cgroup2 cgroup2 /sys/fs/cgroup
 if grep -qw srap.nodiag /proc/cmdline; then

@@ -65,6 +65,14 @@ impl GuestNic {
             Self::Igb => "igb",
         }
     }
+
+    /// The device, as the lab's banner names it.
+    pub fn device(self) -> &'static str {
+        match self {
+            Self::Virtio => "virtio-net NIC",
+            Self::Igb => "igb NIC (Intel 82576)",
+        }
+    }
 }
 
 /// What to boot.

@@ -6,9 +6,9 @@
 use std::collections::BTreeSet;
 
 use anyhow::{Context as _, bail};
-use srap_common::rss::{FieldsDescription, RssDescription, RssModel};
+use srap_common::rss::{FieldsDescription, FlowTuple, RssDescription, RssModel};
 
-use super::{GUEST_IFACE, Guest, GuestKernel, GuestNic};
+use super::{GUEST_IFACE, Guest, GuestKernel, GuestNet, GuestNic};
 
 /// Per receive queue N = 0.., what the guest counts of it: the driver's
 /// `rx_queue_N_packets` in `ethtool -S` (igb, virtio_net on 6.1). The 6.12
@@ -200,6 +200,29 @@ pub fn device_model(guest: &mut Guest) -> anyhow::Result<RssModel> {
     let mut description = ethtool_rss(guest)?;
     description.key = device_key(guest, &description)?;
     RssModel::from_description(&description).context("the guest's device key and table")
+}
+
+/// Each of `ports` with the guest queue `model` gives the packets the host
+/// sends on its flow; `ends(port)` is that flow's (host port, guest port).
+pub fn guest_queues(
+    model: &RssModel,
+    net: &GuestNet,
+    ports: &[u16],
+    ends: impl Fn(u16) -> (u16, u16),
+) -> anyhow::Result<Vec<(u16, u32)>> {
+    ports
+        .iter()
+        .map(|&port| {
+            let (host_port, guest_port) = ends(port);
+            let tuple = FlowTuple::new(
+                net.host_ip.into(),
+                host_port,
+                net.guest_ip.into(),
+                guest_port,
+            )?;
+            Ok((port, model.landing(&tuple).queue))
+        })
+        .collect()
 }
 
 /// Remote ports of the data streams an `iperf3 -s -J` run accepted.

@@ -1,0 +1,314 @@
+//! `srap-agent lab --nic virtio --direction pull`: the guest downloads. The
+//! QEMU guest is the client: it runs the sender agent with `--steer local`
+//! on its own virtio NIC (really discovered: key, table, queue → CPU), and
+//! `iperf3 -c -R` under `srap exec`, so the data the host serves arrives on
+//! the guest's NIC, hashed by QEMU over the reverse tuple. Each run is
+//! judged by the guest itself — its per-queue `ethtool -S` counters, and
+//! the ports the host's server accepted hashed with the key and table
+//! `ethtool -x` shows — beside SRAP's own view (the sender agent's socket
+//! hook, in the guest).
+
+use std::{
+    collections::BTreeSet,
+    fmt::Write as _,
+    path::Path,
+    process::Stdio,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use serde::Serialize;
+use srap_host::status::SenderStatus;
+
+use super::{
+    LAB_PORT_RANGE,
+    guest::{GUEST_IFACE, Guest, GuestImage, GuestNet, GuestNic, GuestShape, truth},
+    interrupted,
+    workload::iperf3_server_with,
+};
+
+/// The sender agent's control socket and log, inside the guest.
+const GUEST_SENDER_CONTROL: &str = "/tmp/sender.sock";
+const GUEST_SENDER_LOG: &str = "/tmp/sender.log";
+/// The steered cgroup inside the guest (below its cgroup2 mount).
+const GUEST_CGROUP: &str = "srap";
+const KERNEL_PORT: u16 = 5201;
+const SRAP_PORT: u16 = 5202;
+
+/// One download as the guest saw it, beside SRAP's view.
+#[derive(Debug, Clone, Serialize)]
+pub struct PullRun {
+    /// The guest's sender agent: each steered stream's queue planned and
+    /// seen by its socket hook (`None` for kernel ports: nothing watched).
+    pub srap: Option<Vec<PlannedSeen>>,
+    /// Packets per receive queue of the guest during the run (`ethtool -S`).
+    pub rx_queue_packets: Vec<u64>,
+    /// Queues that carried at least a quarter of a flow's fair share.
+    pub busy_queues: BTreeSet<u32>,
+    /// The data streams' ports as the host's server accepted them, each
+    /// with the queue `ethtool -x`'s key and table give its reverse tuple.
+    pub accepted: Vec<(u16, u32)>,
+}
+
+/// One steered connection in the guest agent's status.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PlannedSeen {
+    pub port: u16,
+    pub planned: Option<u32>,
+    pub seen: Option<u32>,
+}
+
+impl PullRun {
+    /// Distinct queues of the accepted streams, by the device's own config.
+    pub fn distinct_queues(&self) -> usize {
+        self.accepted
+            .iter()
+            .map(|&(_, q)| q)
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
+    pub fn render(&self, title: &str) -> String {
+        let mut out = format!("{title}\n");
+        let _ = writeln!(
+            out,
+            "  {:<8} {:>18} {:>18}",
+            "port", "queue (ethtool -x)", "SRAP planned/seen"
+        );
+        for (port, queue) in &self.accepted {
+            let srap = self
+                .srap
+                .iter()
+                .flatten()
+                .find(|f| f.port == *port)
+                .map_or_else(String::new, |f| {
+                    let q = |q: Option<u32>| q.map_or("-".to_owned(), |q| q.to_string());
+                    format!("{}/{}", q(f.planned), q(f.seen))
+                });
+            let _ = writeln!(out, "  {port:<8} {queue:>18} {srap:>18}");
+        }
+        let counters: Vec<String> = (0..)
+            .zip(&self.rx_queue_packets)
+            .map(|(q, p)| format!("rx-{q} {p}"))
+            .collect();
+        let _ = writeln!(out, "  ethtool -S packets   {}", counters.join(", "));
+        let _ = writeln!(
+            out,
+            "  {} streams accepted, on {} distinct guest queues by ethtool -x; {} queues busy by ethtool -S",
+            self.accepted.len(),
+            self.distinct_queues(),
+            self.busy_queues.len()
+        );
+        out
+    }
+}
+
+/// The guest on `net` with the sender agent inside (`--steer local` on its
+/// own NIC), the host's server beside the tap.
+pub struct PullLab<'n> {
+    pub guest: Guest,
+    pub net: &'n GuestNet,
+}
+
+impl<'n> PullLab<'n> {
+    /// Boots the guest, turns its RSS on and starts the sender agent in it,
+    /// steering toward the host.
+    pub fn start(net: &'n GuestNet, image: &GuestImage, shape: GuestShape) -> anyhow::Result<Self> {
+        let mut guest = Guest::boot(net, image, shape)?;
+        guest.enable_rss()?;
+        let mut lab = Self { guest, net };
+        lab.start_sender()?;
+        Ok(lab)
+    }
+
+    fn start_sender(&mut self) -> anyhow::Result<()> {
+        self.guest.run(&format!(
+            "srap-agent sender --steer local --local-iface {GUEST_IFACE} --receiver {host} \
+             --cgroup {GUEST_CGROUP} --control {GUEST_SENDER_CONTROL} \
+             --port-range {LAB_PORT_RANGE} --interval 1 > {GUEST_SENDER_LOG} 2>&1 &",
+            host = self.net.host_ip
+        ))?;
+        self.wait(
+            &format!("grep -q '^steering active' {GUEST_SENDER_LOG}"),
+            "the guest's sender agent",
+            Duration::from_secs(60),
+        )
+    }
+
+    /// The sender agent's output so far (inside the guest).
+    pub fn sender_log(&mut self) -> String {
+        self.guest
+            .run(&format!("cat {GUEST_SENDER_LOG}"))
+            .unwrap_or_else(|err| format!("(unreadable: {err:#})"))
+    }
+
+    /// The guest's sender agent's status.
+    pub fn status(&mut self) -> anyhow::Result<SenderStatus> {
+        let json = self.guest.run(&format!(
+            "srap status --sender --control {GUEST_SENDER_CONTROL} --once --json"
+        ))?;
+        serde_json::from_str(&json).context("the guest's srap status --sender --json")
+    }
+
+    /// `flows` parallel downloads of `duration` s from the host's iperf3,
+    /// under `srap exec` when `steered`; judged by the guest.
+    pub fn download(
+        &mut self,
+        flows: usize,
+        steered: bool,
+        duration: u64,
+    ) -> anyhow::Result<PullRun> {
+        let port = if steered { SRAP_PORT } else { KERNEL_PORT };
+        let report =
+            std::env::temp_dir().join(format!("srap-pull-{}.json", super::unique_name("")));
+        let _remove = RemoveOnDrop(&report);
+        let mut server = iperf3_server_with(
+            &self.net.ns,
+            port,
+            &["-J"],
+            Stdio::from(std::fs::File::create(&report)?),
+        )?;
+        let before = truth::rx_queue_packets(&mut self.guest)?;
+        let exec = if steered {
+            format!("srap exec --cgroup {GUEST_CGROUP} -- ")
+        } else {
+            String::new()
+        };
+        self.guest.run(&format!(
+            "rm -f /tmp/client.rc; ({exec}iperf3 -c {host} -p {port} -R -P {flows} -t {duration}; \
+             echo $? > /tmp/client.rc) > /tmp/client.log 2>&1 &",
+            host = self.net.host_ip
+        ))?;
+        let srap = if steered {
+            Some(self.steered_streams(flows, Duration::from_secs(duration + 20))?)
+        } else {
+            None
+        };
+        self.wait(
+            "test -e /tmp/client.rc",
+            "the guest's iperf3 -c -R",
+            Duration::from_secs(duration + 60),
+        )?;
+        let rc = self.guest.run("cat /tmp/client.rc")?;
+        if rc.trim() != "0" {
+            let log = self.guest.run("cat /tmp/client.log").unwrap_or_default();
+            bail!("iperf3 -c -R in the guest exited with {}: {log}", rc.trim());
+        }
+        server
+            .wait(Duration::from_secs(10))
+            .context("the host's iperf3 -s")?;
+        let after = truth::rx_queue_packets(&mut self.guest)?;
+        let ports = truth::iperf3_accepted_ports(&std::fs::read_to_string(&report)?)?;
+        let model = truth::device_model(&mut self.guest)?;
+        // What the host sends goes from the server's port to the guest's.
+        let accepted = truth::guest_queues(&model, self.net, &ports, |guest| (port, guest))?;
+        let rx_queue_packets = truth::delta(&before, &after);
+        Ok(PullRun {
+            busy_queues: truth::busy_queues(&rx_queue_packets, accepted.len()),
+            srap,
+            rx_queue_packets,
+            accepted,
+        })
+    }
+
+    /// The steered streams the guest agent's status shows while they run
+    /// (it lists open connections): each one's queue planned and seen.
+    fn steered_streams(
+        &mut self,
+        flows: usize,
+        within: Duration,
+    ) -> anyhow::Result<Vec<PlannedSeen>> {
+        let deadline = Instant::now() + within;
+        loop {
+            let status = self.status()?;
+            // The data streams and iperf3's control connection.
+            if status.flows.len() > flows || Instant::now() > deadline {
+                return Ok(status
+                    .flows
+                    .iter()
+                    .filter_map(|f| {
+                        Some(PlannedSeen {
+                            port: f.src?.port(),
+                            planned: f.local_queue_planned,
+                            seen: f.local_queue_seen,
+                        })
+                    })
+                    .collect());
+            }
+            if interrupted() {
+                bail!("interrupted");
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    /// Polls `check` in the guest until it succeeds (up to `within`).
+    fn wait(&mut self, check: &str, what: &str, within: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + within;
+        loop {
+            let (code, _) = self
+                .guest
+                .shell()
+                .status(check, super::guest::COMMAND_TIMEOUT)?;
+            if code == 0 {
+                return Ok(());
+            }
+            if interrupted() || Instant::now() > deadline {
+                let log = self.sender_log();
+                bail!("{what} did not come up within {within:?}; the guest's sender log:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// Removes a file when dropped.
+struct RemoveOnDrop<'a>(&'a Path);
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
+}
+
+/// `srap-agent lab --nic virtio --direction pull`.
+pub fn run(args: &super::LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::Result<()> {
+    let shape = GuestShape::with_nic(nic, queues, args.smp)?;
+    let image = super::virtio::prepare_image(args)?;
+    let net = GuestNet::new(super::virtio::SUBNET)?;
+    let mut lab = PullLab::start(&net, &image, shape)?;
+    if !args.json {
+        println!(
+            "lab up: QEMU guest ({}) with a {queues}-queue {} (RSS computed by QEMU), \
+             {} vCPUs, downloading from the host ({}); sender agent in the guest with \
+             --steer local --local-iface {GUEST_IFACE}\n",
+            image.package,
+            nic.device(),
+            shape.cpus,
+            net.host_ip
+        );
+    }
+    let mut runs = Vec::new();
+    for (title, steered) in [
+        ("kernel-chosen source ports", false),
+        ("SRAP-chosen source ports", true),
+    ] {
+        let run = lab.download(flows, steered, args.duration).map_err(|err| {
+            let kept = lab.guest.keep_dir().display().to_string();
+            err.context(format!(
+                "download with {title} (the guest's console and QEMU's log are kept in {kept})"
+            ))
+        })?;
+        if !args.json {
+            println!("{}", run.render(title));
+        }
+        runs.push(run);
+    }
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"nic": "virtio", "direction": "pull", "kernel": runs[0], "srap": runs[1]})
+        );
+    }
+    Ok(())
+}
