@@ -11,7 +11,7 @@
 //! `srap_prediction_accuracy{kind}`, `srap_description_contradicted`,
 //! `srap_rss_version`, `srap_peers`, `srap_listen_open`, `srap_psk_keys`,
 //! `srap_key_source{source}`, `srap_key_model_revision`,
-//! `srap_key_confidence{count}`.
+//! `srap_key_confidence{count}`, `srap_flow_cpu{src,dst,kind}`.
 
 use std::{fmt::Write as _, io, sync::Arc, time::Duration};
 
@@ -117,6 +117,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "gauge",
         "Pre-shared keys the receiver accepts (2 during a key rollover, 0 without a key)",
     ),
+    (
+        "srap_flow_cpu",
+        "gauge",
+        "The receiver CPU of each active flow: planned by its sender (kind=planned, where it reported its plan) and seen (kind=seen: the queue's CPU in the RSS description, else the CPU the verifier ran on)",
+    ),
 ];
 
 /// The exposition text of `status`.
@@ -206,6 +211,16 @@ pub fn render(status: &Status) -> String {
             "srap_peers" => sample("", status.peers.len() as f64),
             "srap_listen_open" => sample("", f64::from(u8::from(status.access.open))),
             "srap_psk_keys" => sample("", status.access.keys.len() as f64),
+            "srap_flow_cpu" => {
+                for f in status.flows.iter().filter(|f| !f.agent_link) {
+                    let labels =
+                        |kind| format!("{{src=\"{}\",dst=\"{}\",kind=\"{kind}\"}}", f.src, f.dst);
+                    if let Some(planned) = f.planned_cpu {
+                        sample(&labels("planned"), f64::from(planned));
+                    }
+                    sample(&labels("seen"), f64::from(f.rss_cpu.unwrap_or(f.cpu)));
+                }
+            }
             _ => {}
         }
     }
@@ -320,7 +335,7 @@ fn response(status: &str, body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{Collisions, QueueRow, Ratio, VerifierState};
+    use crate::status::{Collisions, FlowRow, QueueRow, Ratio, VerifierState};
 
     fn status() -> Status {
         let mut status = Status {
@@ -349,6 +364,22 @@ mod tests {
                 cpus: 0,
                 rss_cpus: 1,
             },
+            flows: vec![FlowRow {
+                src: "10.0.0.1:40001".parse().expect("addr"),
+                dst: "10.0.0.2:5201".parse().expect("addr"),
+                queue: Some(0),
+                cpu: 1,
+                rss_cpu: Some(4),
+                predicted_queue: Some(0),
+                predicted_cpu: Some(4),
+                planned_cpu: Some(4),
+                gbps: 0.0,
+                rate_cov: None,
+                packets: 3,
+                bytes: 3000,
+                moves: 0,
+                agent_link: false,
+            }],
             ..Status::default()
         };
         status.accuracy.queue = Ratio {
@@ -378,6 +409,8 @@ mod tests {
             "srap_key_source{source=\"reported\"} 1",
             "srap_key_model_revision 0",
             "srap_key_confidence{count=\"needed\"} 0",
+            "srap_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"planned\"} 4",
+            "srap_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"seen\"} 4",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }
