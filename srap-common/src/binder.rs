@@ -40,6 +40,17 @@
 //! non-empty level, from a rotating start. Each slot's flow count, claim
 //! lock and port rotation share one word ([`slot_word`]), changed only by
 //! atomic compare-and-exchange.
+//!
+//! **Both ends** (`--steer both`, see `crate::ends`): a destination may
+//! also name a *local table* — the same kind of [`TableRow`], built from
+//! this host's own NIC facing the reverse tuple — and a [`JointRow`]. The
+//! hook then claims the least-occupied receiver slot as above, then the
+//! least-occupied slot of this host's CPUs (row [`LOCAL_ROW`], one
+//! occupancy shared by flows toward every receiver), and takes, within the
+//! receiver coset of its entry, the members whose local value is the local
+//! entry's: `K(j) = δ` is solved by one lookup ([`JointRow`]), no scan.
+//! With `--steer local` alone every destination's table is a local one and
+//! its receiver row is [`LOCAL_ROW`].
 
 /// CPU slots (distinct receiver CPUs) one receiver can have.
 pub const MAX_SLOTS: u32 = 512;
@@ -83,6 +94,20 @@ pub const SOCKET_ROWS: u32 = 1 << 18;
 pub const SOCKET_PROBES: u32 = 8;
 /// `BPF_F_NO_PREALLOC`: hash entries are allocated as they are inserted.
 pub const NO_PREALLOC: u32 = 1;
+/// The occupancy row of this host's own CPUs (`--steer local|both`): one
+/// row, whatever the receiver, so flows toward every receiver share them.
+pub const LOCAL_ROW: u32 = MAX_RECEIVERS - 1;
+/// (receiver layout, local layout) pairs the binder holds.
+pub const MAX_JOINTS: u32 = 1024;
+/// Rows of the shared pool of joint solutions (2^k₂ per pair).
+pub const SOLUTION_ROWS: u32 = 1 << 20;
+/// Members of one (receiver coset, local value) pair a connect tries
+/// before it turns to the next pair.
+pub const JOINT_MEMBERS: u32 = 4;
+/// (receiver entry, local entry) pairs a both-ends connect tries before it
+/// keeps the receiver's placement alone (bounded so the kernel's verifier
+/// can walk the hook: each attempt may bind).
+pub const JOINT_ATTEMPTS: u32 = 4;
 
 /// The binder's pinned maps, written down once. `binder_pinned_maps!(m)`
 /// calls the macro `m` with the whole list: for each map its name constant,
@@ -137,6 +162,14 @@ macro_rules! binder_pinned_maps {
             /// Array of [`SlotGrant`], index = receiver.
             GRANTS_MAP = SRAP_GRANTS: Array<u32, $crate::binder::SlotGrant>
                 [$crate::binder::MAX_RECEIVERS, 0];
+            /// Array of [`JointRow`], index = [`DestValue::joint`].
+            JOINTS_MAP = SRAP_JOINTS: Array<u32, $crate::binder::JointRow>
+                [$crate::binder::MAX_JOINTS, 0];
+            /// Array of joint solutions, index `joint.solution_base + δ`: the
+            /// least coset member `j` with local value δ, or
+            /// [`JointRow::NONE`].
+            SOLUTIONS_MAP = SRAP_SOLUTIONS: Array<u32, u32>
+                [$crate::binder::SOLUTION_ROWS, 0];
         }
     };
 }
@@ -222,7 +255,14 @@ pub mod outcome {
     /// socket do so (`tcp_twsk_unique`), so a slot that cycles through its
     /// ports faster than TIME_WAIT lasts never runs dry.
     pub const TIME_WAIT_REUSED: u32 = 12;
-    pub const COUNT: u32 = 13;
+    /// A both-ends connect placed on a receiver CPU and a CPU of this host
+    /// with one port from the joint map.
+    pub const JOINT: u32 = 13;
+    /// A both-ends connect that found no port of its receiver slot for a
+    /// CPU of this host (the joint map rank-deficient there, or the range
+    /// too narrow): it kept the receiver's placement only.
+    pub const LOCAL_MISSED: u32 = 14;
+    pub const COUNT: u32 = 15;
     pub const NAMES: [&str; COUNT as usize] = [
         "steered",
         "retried",
@@ -237,6 +277,8 @@ pub mod outcome {
         "tuple_taken",
         "port_held",
         "time_wait_reused",
+        "joint",
+        "local_missed",
     ];
 }
 
@@ -263,6 +305,13 @@ pub struct DestValue {
     pub table: u32,
     /// Receiver index: its CPU occupancy is shared by all its tables.
     pub receiver: u32,
+    /// With both ends planned: index of the local [`TableRow`] (this host's
+    /// NIC, its occupancy in row [`LOCAL_ROW`]), else
+    /// [`DestValue::NO_LOCAL`].
+    pub local_table: u32,
+    /// With both ends planned: index of the [`JointRow`] of the two tables'
+    /// layouts.
+    pub joint: u32,
 }
 
 impl DestValue {
@@ -270,6 +319,8 @@ impl DestValue {
     /// on named ports only: look the key up again with the port. Every
     /// other connect finds its table in one lookup.
     pub const BY_PORT: u32 = u32::MAX;
+    /// `local_table` of a destination planned for one NIC.
+    pub const NO_LOCAL: u32 = u32::MAX;
 }
 
 /// The per-(source, receiver) part of the linear decomposition.
@@ -383,6 +434,75 @@ pub struct CosetRow {
     pub first: u32,
     /// 0: no port of the coset is in the range.
     pub count: u32,
+}
+
+/// What the hook needs to place a flow on both NICs with one port, for one
+/// (receiver layout, local layout) pair. A receiver coset's members are
+/// `port0 ⊕ span(j)`; their local value (the port's part of this host's
+/// index, `L(port)`) is `L(port0) ⊕ K(j)` with `K = L ∘ span` linear. So
+/// the members with local value `v` are the `j` with `K(j) = δ = v ⊕
+/// L(port0)`: one solution per δ (a lookup in [`SOLUTIONS_MAP`]) and the
+/// span of `K`'s kernel, walked as the layout's span is.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JointRow {
+    /// `L(port)` = `local_low[port & 0xff] ^ local_high[port >> 8]`.
+    pub local_low: [u16; 256],
+    pub local_high: [u16; 256],
+    /// The `i`-th `j` with `K(j) = 0`, ascending:
+    /// `kernel_low[i & 0xff] ^ kernel_high[i >> 8]`.
+    pub kernel_low: [u16; 256],
+    pub kernel_high: [u16; 256],
+    /// Members of each reached (coset, local value) pair.
+    pub kernel_len: u32,
+    /// First row of this pair's solutions in [`SOLUTIONS_MAP`].
+    pub solution_base: u32,
+    /// Local values: 2^k₂ (δ is masked below it).
+    pub local_values: u32,
+    pub _pad: u32,
+}
+
+impl Default for JointRow {
+    fn default() -> Self {
+        Self {
+            local_low: [0; 256],
+            local_high: [0; 256],
+            kernel_low: [0; 256],
+            kernel_high: [0; 256],
+            kernel_len: 0,
+            solution_base: 0,
+            local_values: 0,
+            _pad: 0,
+        }
+    }
+}
+
+impl JointRow {
+    /// A δ no member of the coset reaches.
+    pub const NONE: u32 = u32::MAX;
+
+    /// `L(port)`.
+    #[inline(always)]
+    pub fn local_value(&self, port: u16) -> u32 {
+        u32::from(
+            self.local_low[usize::from(port & 0xff)] ^ self.local_high[usize::from(port >> 8)],
+        )
+    }
+
+    /// The δ that coset `port0`'s members must reach for local value `v`.
+    #[inline(always)]
+    pub fn delta(&self, port0: u16, v: u32) -> u32 {
+        (v ^ self.local_value(port0)) & self.local_values.wrapping_sub(1)
+    }
+
+    /// The `i`-th member `j` of the pair whose least member is `j0`.
+    #[inline(always)]
+    pub fn member(&self, j0: u32, i: u32) -> u32 {
+        let i = i % self.kernel_len.max(1);
+        j0 ^ u32::from(
+            self.kernel_low[(i & 0xff) as usize] ^ self.kernel_high[((i >> 8) & 0xff) as usize],
+        )
+    }
 }
 
 /// One receiver's CPU slots as the hook sees them: the slots of each
@@ -572,6 +692,10 @@ pub struct SocketSlot {
     /// [`SocketSlot::NONE`]: holds no slot.
     pub receiver: u32,
     pub slot: u32,
+    /// The slot of this host's CPUs it holds too (both ends planned), or
+    /// [`SocketSlot::NONE`].
+    pub local: u32,
+    pub _pad: u32,
 }
 
 impl SocketSlot {
@@ -582,6 +706,8 @@ impl SocketSlot {
     pub const BOUND_AT_BIND: Self = Self {
         receiver: Self::NONE,
         slot: 0,
+        local: Self::NONE,
+        _pad: 0,
     };
 }
 
@@ -637,6 +763,8 @@ mod pod {
     unsafe impl aya::Pod for ReceiverSlots {}
     // SAFETY: as above.
     unsafe impl aya::Pod for SlotRow {}
+    // SAFETY: as above (4 × 256 × 2 + 4 × 4 bytes, no padding).
+    unsafe impl aya::Pod for JointRow {}
     // SAFETY: as above.
     unsafe impl aya::Pod for CosetRow {}
     // SAFETY: as above.

@@ -21,14 +21,18 @@
 //! host's own NIC hashes the reverse. So the solver and the steering tables
 //! plan for either NIC unchanged.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+};
 
 use thiserror::Error;
 
 pub use crate::rss::End;
 use crate::{
+    binder::{CosetRow, JointRow, LayoutRow},
     rss::{FlowTuple, Landing, RssModel},
-    solver::{IndexMap, PortHash, PortRange},
+    solver::{IndexMap, PortHash, PortRange, PortSpan},
 };
 
 /// Why two NICs cannot be placed jointly.
@@ -146,6 +150,129 @@ impl JointMap {
     pub fn ports_for(&self, remote_entry: u32, local_entry: u32) -> Vec<u16> {
         self.value(remote_entry, local_entry)
             .map_or_else(Vec::new, |value| self.map.ports_for(value))
+    }
+}
+
+/// The binder's [`JointRow`] for one (receiver layout, local layout) pair,
+/// and its solutions: for each δ, the least member `j` of a receiver coset
+/// whose local value is δ away from its least port's (see [`JointRow`]).
+#[derive(Debug, Clone)]
+pub struct JointTables {
+    /// The row, its `solution_base` left for the plan to assign.
+    pub row: JointRow,
+    /// Indexed by δ (2^k₂ of them): a `j`, or [`JointRow::NONE`].
+    pub solutions: Vec<u32>,
+}
+
+impl JointTables {
+    /// The tables joining the receiver layout `remote` (its span) with this
+    /// host's NIC `local` (facing [`End::Local`], a power-of-two table,
+    /// linear in the port) for addresses of `family_of`'s family.
+    pub fn new(
+        remote: &LayoutRow,
+        local: &RssModel,
+        family_of: IpAddr,
+    ) -> Result<Self, JointError> {
+        if local.end() != End::Local {
+            return Err(JointError::WrongEnd {
+                given: local.end(),
+                wanted: End::Local,
+            });
+        }
+        let k2 = local.index_bits().ok_or(JointError::NotPowerOfTwo {
+            end: End::Local,
+            entries: local.indir().len(),
+        })?;
+        if k2 > 16 {
+            return Err(JointError::TooWide {
+                remote: 0,
+                local: k2,
+            });
+        }
+        let any: IpAddr = match family_of {
+            IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
+            IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
+        };
+        let template = FlowTuple::new(any, 0, any, 0).map_err(|_| JointError::TooWide {
+            remote: 0,
+            local: k2,
+        })?;
+        let mask = low_mask(k2);
+        let chosen = PortHash::new(local, &template);
+        let (low, high) = chosen.byte_tables();
+        let (local_low, local_high) = (
+            low.map(|v| (v & mask) as u16),
+            high.map(|v| (v & mask) as u16),
+        );
+        let local_value = |port: u16| {
+            u32::from(local_low[usize::from(port & 0xff)] ^ local_high[usize::from(port >> 8)])
+        };
+        let span = |j: u32| {
+            remote.span_low[(j & 0xff) as usize] ^ remote.span_high[((j >> 8) & 0xff) as usize]
+        };
+        // The span's basis vectors are its ports at single bits: non-zero
+        // below its dimension.
+        let dim = (0..16).take_while(|b| span(1 << b) != 0).count() as u32;
+        let columns = std::array::from_fn(|b| {
+            if (b as u32) < dim {
+                local_value(span(1 << b))
+            } else {
+                0
+            }
+        });
+        let k = IndexMap::from_columns(columns, 0, k2);
+        // K's kernel within the coset's own j (below 2^dim).
+        let all = k.kernel();
+        let vectors: Vec<u16> = (0..16)
+            .map(|i| all.at(1 << i))
+            .filter(|v| *v != 0 && u32::from(*v) < (1 << dim))
+            .collect();
+        let kernel = PortSpan::new(&vectors);
+        let solutions = (0..=mask)
+            .map(|delta| {
+                k.solve(delta)
+                    .map_or(JointRow::NONE, |j| u32::from(kernel.reduce(j)))
+            })
+            .collect();
+        let (kernel_low, kernel_high) = kernel.byte_tables();
+        Ok(Self {
+            row: JointRow {
+                local_low,
+                local_high,
+                kernel_low,
+                kernel_high,
+                kernel_len: kernel.len(),
+                solution_base: 0,
+                local_values: mask + 1,
+                _pad: 0,
+            },
+            solutions,
+        })
+    }
+
+    /// Every port of `coset` (of the receiver layout `remote`) in the
+    /// range whose local value is `v`, ascending: what the hook's members
+    /// are drawn from.
+    pub fn ports(&self, remote: &LayoutRow, coset: &CosetRow, v: u32) -> Vec<u16> {
+        if coset.count == 0 {
+            return Vec::new();
+        }
+        let delta = self.row.delta(coset.port0 as u16, v);
+        let Some(&j0) = self.solutions.get(delta as usize) else {
+            return Vec::new();
+        };
+        if j0 == JointRow::NONE {
+            return Vec::new();
+        }
+        (0..self.row.kernel_len)
+            .map(|i| self.row.member(j0, i))
+            .filter(|j| j.wrapping_sub(coset.first) < coset.count)
+            .map(|j| {
+                coset.port0 as u16
+                    ^ remote.span_low[(j & 0xff) as usize]
+                    ^ remote.span_high[((j >> 8) & 0xff) as usize]
+            })
+            .collect()
     }
 }
 

@@ -10,10 +10,10 @@ use std::{collections::BTreeSet, net::IpAddr};
 use proptest::prelude::*;
 use serde_json::Value;
 use srap_common::{
-    ends::{End, JointMap, plan_both},
+    ends::{End, JointMap, JointTables, plan_both},
     rss::{FlowTuple, InputXfrm, RssDescription, RssModel, embedded_default},
-    solver::PortHash,
-    solver::PortRange,
+    solver::{PortHash, PortRange},
+    steering::{LayoutPlan, TablePlan},
 };
 
 const VECTORS: &str = include_str!("vectors/toeplitz-ms.json");
@@ -121,6 +121,53 @@ proptest! {
         }
         if joint.full_rank() {
             prop_assert_eq!(reached, 8, "full rank reaches every pair");
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// The binder's joint tables, as the hook uses them (the receiver
+    /// entry's coset, the local entry's value, the solution and its
+    /// members) give exactly the ports of the range whose tuple lands on
+    /// both entries, by hashing each with both models.
+    #[test]
+    fn joint_tables_give_every_port_of_a_pair_and_no_other(
+        k1 in 4u32..=9, k2 in 4u32..=9,
+        key1 in prop::collection::vec(any::<u8>(), 40..=52),
+        key2 in prop::collection::vec(any::<u8>(), 40..=52),
+        x1 in linear_xfrm(), x2 in linear_xfrm(),
+        flow in flow(), seed in any::<u64>(),
+        start in 1u16..=60000, len in 1u16..=5000,
+        picks in prop::collection::vec((any::<u32>(), any::<u32>()), 3),
+    ) {
+        let range = PortRange::new(start, start.saturating_add(len)).unwrap();
+        let remote = nic(8, k1, &key1, x1, seed);
+        let local = nic(8, k2, &key2, x2, !seed).facing(End::Local);
+        let (src, dst) = (flow.src(), flow.dst());
+        let remote_layout = std::sync::Arc::new(
+            LayoutPlan::any_port(&remote, dst, range).unwrap().unwrap());
+        let local_layout = std::sync::Arc::new(
+            LayoutPlan::any_port(&local, dst, range).unwrap().unwrap());
+        let remote_table = TablePlan::with_layout(&remote, remote_layout.clone(), src, dst).unwrap();
+        let local_table = TablePlan::with_layout(&local, local_layout.clone(), src, dst).unwrap();
+        let joint = JointTables::new(&remote_layout.layout, &local, dst).unwrap();
+        for (r, l) in picks {
+            let (t1, t2) = (r % (1 << k1), l % (1 << k2));
+            let v1 = remote_layout.layout.value_for(remote_table.table.base, t1, flow.dport);
+            let v2 = local_layout.layout.value_for(local_table.table.base, t2, flow.dport);
+            let coset = &remote_layout.cosets[v1 as usize];
+            let ports = joint.ports(&remote_layout.layout, coset, v2);
+            let lands = |p: u16| {
+                let f = flow.with_sport(p);
+                remote.landing(&f).index == t1 && local.landing(&f).index == t2
+            };
+            for port in &ports {
+                prop_assert!(range.contains(*port) && lands(*port), "{port}");
+            }
+            let every: Vec<u16> = (range.start()..=range.end()).filter(|p| lands(*p)).collect();
+            prop_assert_eq!(ports, every);
         }
     }
 }

@@ -34,9 +34,10 @@ use aya_ebpf::{
     programs::{SockAddrContext, SockContext},
 };
 use srap_common::binder::{
-    CosetRow, DestKey, DestValue, LEVELS, LayoutRow, MAX_BIND_ATTEMPTS, MAX_SLOTS, ReceiverSlots,
-    SLOT_WORDS, SOCKET_PROBES, SOCKET_ROWS, SlotGrant, SlotRow, SocketRow, SocketSlot, TableRow,
-    level_of, outcome, slot_turn, slot_word, socket_home,
+    CosetRow, DestKey, DestValue, JOINT_ATTEMPTS, JOINT_MEMBERS, JointRow, LEVELS, LOCAL_ROW,
+    LayoutRow, MAX_BIND_ATTEMPTS, MAX_SLOTS, ReceiverSlots, SLOT_WORDS, SOCKET_PROBES, SOCKET_ROWS,
+    SlotGrant, SlotRow, SocketRow, SocketSlot, TableRow, level_of, outcome, slot_turn, slot_word,
+    socket_home,
 };
 use srap_common::family::Family;
 
@@ -132,6 +133,9 @@ pub fn srap_sock_release(ctx: SockContext) -> i32 {
     if held.receiver != SocketSlot::NONE {
         release_slot(held.receiver, held.slot);
         count(outcome::RELEASED);
+    }
+    if held.local != SocketSlot::NONE {
+        release_slot(LOCAL_ROW, held.local);
     }
     1
 }
@@ -431,9 +435,18 @@ fn bind_steered(
         row,
         word,
     };
-    let result = bind_free_port(ctx, family, &steering, peer, turn).unwrap_or(outcome::ERROR);
+    let (result, local) = match port_sharing(ctx) {
+        Some(sharing) => bind_for_ends(ctx, family, dest, &steering, peer, turn, sharing),
+        None => (outcome::ERROR, SocketSlot::NONE),
+    };
     if result == outcome::STEERED || result == outcome::RETRIED {
-        hold(ctx, dest.receiver, slot);
+        let held = SocketSlot {
+            receiver: dest.receiver,
+            slot,
+            local,
+            _pad: 0,
+        };
+        hold(ctx, held);
         pace(ctx);
         return result;
     }
@@ -447,14 +460,212 @@ fn bind_steered(
     result
 }
 
-/// Tries the slot's ports in its rotation, from `turn`, until one binds.
-/// A port nobody holds is bound at once: a bind without `SO_REUSEADDR`
-/// succeeds only then, and then no socket can have its tuple, so no lookup
-/// is needed (the common case, ~100 ns saved). A port in use is shared by
-/// tuple: its exact tuple is looked up, skipped when taken, and bound with
-/// `SO_REUSEADDR` otherwise. A steered socket keeps `SO_REUSEADDR` set, so
-/// later connects to other destinations may share its port; when none
-/// binds, the option is put back as it was.
+/// A both-ends connect's claimed receiver slot and what binding its ports
+/// needs, for [`bind_jointly`].
+struct Joint<'a> {
+    remote: &'a Steering<'a>,
+    peer: &'a Peer,
+    /// The receiver slot's turn.
+    turn: u32,
+    /// The application's own port sharing ([`port_sharing`]).
+    sharing: u32,
+}
+
+/// Binds a port of the receiver slot. With this host's NIC planned too
+/// (`--steer both`), one from the joint map for a claimed CPU of this host
+/// first ([`bind_jointly`]); without, or when none of those binds (the
+/// receiver's placement is kept: `local_missed`), one of the slot's own
+/// rotation (from `turn`; `sharing`: the application's own,
+/// [`port_sharing`]). Returns the outcome and this host's slot now held
+/// ([`SocketSlot::NONE`] without one).
+#[inline(always)]
+fn bind_for_ends(
+    ctx: &SockAddrContext,
+    family: Family,
+    dest: &DestValue,
+    steering: &Steering<'_>,
+    peer: Peer,
+    turn: u32,
+    sharing: u32,
+) -> (u32, u32) {
+    if let Some(side) = claim_local(dest) {
+        let joint = Joint {
+            remote: steering,
+            peer: &peer,
+            turn,
+            sharing,
+        };
+        let result = bind_jointly(ctx, family, &joint, &side);
+        if result != NOT_BOUND {
+            count(outcome::JOINT);
+            return (result, side.slot);
+        }
+        release_slot(LOCAL_ROW, side.slot);
+        count(outcome::LOCAL_MISSED);
+    }
+    let result = bind_free_port(ctx, family, steering, peer, turn, sharing);
+    (result, SocketSlot::NONE)
+}
+
+/// This host's side of a both-ends destination: its table, layout and
+/// joint row, and its slot once claimed.
+struct LocalSide<'a> {
+    steering: Steering<'a>,
+    joint: &'a JointRow,
+    slot: u32,
+    turn: u32,
+}
+
+/// [`bind_jointly`] bound nothing.
+const NOT_BOUND: u32 = u32::MAX;
+
+/// Binds a port that lands on the receiver slot's entry and on this host's
+/// claimed CPU, from the joint map (no scan): the receiver entry's coset,
+/// the local entry's value, one solution and its members, each tried as
+/// [`bind_one`] tries a port. Returns the outcome, [`NOT_BOUND`] when none
+/// bound within the attempts (the caller gives the local claim back). Not
+/// inlined: its frame stands apart from the hook's (the kernel allows 512
+/// bytes along a call chain).
+#[inline(never)]
+fn bind_jointly(
+    ctx: &SockAddrContext,
+    family: Family,
+    joint: &Joint<'_>,
+    local: &LocalSide<'_>,
+) -> u32 {
+    let (remote, peer) = (joint.remote, joint.peer);
+    // In a register: the verifier then knows it from the first attempt on
+    // and walks each later attempt one way, not both (read from `joint`
+    // each time, the hook passes the verifier's million instructions).
+    let sharing = joint.sharing;
+    let mut reuse_set = false;
+    let (mut turn, mut local_turn) = (joint.turn, local.turn);
+    for attempt in 0..JOINT_ATTEMPTS {
+        if attempt > 0 {
+            let (Some(next), Some(next_local)) =
+                (take_turn(remote.word), take_turn(local.steering.word))
+            else {
+                continue;
+            };
+            (turn, local_turn) = (next, next_local);
+        }
+        let Some(port) = joint_port(remote, local, turn, local_turn, peer.port) else {
+            continue;
+        };
+        match bind_one(
+            ctx,
+            family,
+            (remote.table, peer, sharing),
+            port,
+            &mut reuse_set,
+        ) {
+            Bind::Bound => return turn_outcome(attempt),
+            Bind::Skipped => {}
+            Bind::Failed => break,
+        }
+    }
+    restore_sharing(ctx, reuse_set, sharing);
+    NOT_BOUND
+}
+
+/// The local table, layout and joint row of `dest`, and a claimed slot of
+/// this host's CPUs; `None` for a destination planned for one NIC.
+#[inline(always)]
+fn claim_local(dest: &DestValue) -> Option<LocalSide<'static>> {
+    if dest.local_table == DestValue::NO_LOCAL {
+        return None;
+    }
+    let table = SRAP_TABLES.get(dest.local_table)?;
+    let layout = SRAP_LAYOUTS.get(table.layout)?;
+    let joint = SRAP_JOINTS.get(dest.joint)?;
+    let state = SRAP_RECEIVERS.get_ptr_mut(LOCAL_ROW)?;
+    let grant = SRAP_GRANTS.get(LOCAL_ROW)?;
+    let slots = layout.slots;
+    if slots == 0 || slots > MAX_SLOTS || joint.kernel_len == 0 {
+        return None;
+    }
+    let (slot, turn) = claim_slot(state, grant, LOCAL_ROW)?;
+    let rows = (
+        SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot % slots)),
+        slot_word_of(LOCAL_ROW, slot),
+    );
+    let (Some(row), Some(word)) = rows else {
+        release_slot(LOCAL_ROW, slot);
+        return None;
+    };
+    Some(LocalSide {
+        steering: Steering {
+            table,
+            layout,
+            row,
+            word,
+        },
+        joint,
+        slot,
+        turn,
+    })
+}
+
+/// The port, toward destination port `dport`, of the receiver slot's
+/// `turn`-th entry whose local value is that of the local slot's
+/// `local_turn`-th entry: within the receiver entry's coset, the members
+/// `j` with `K(j) = δ` (one solution, then its kernel's span), the first in
+/// the port range from the rotation's round. `None` when the pair has no
+/// member in the range (a rank-deficient map, a narrow range).
+#[inline(always)]
+fn joint_port(
+    remote: &Steering<'_>,
+    local: &LocalSide<'_>,
+    turn: u32,
+    local_turn: u32,
+    dport: u16,
+) -> Option<u16> {
+    let (row, layout) = (remote.row, remote.layout);
+    if row.count == 0 || local.steering.row.count == 0 {
+        return None;
+    }
+    let (position, round) = slot_turn(turn, row.count);
+    let entry = *SRAP_ENTRIES.get(
+        layout
+            .entry_base
+            .wrapping_add(row.first)
+            .wrapping_add(position),
+    )?;
+    let value = layout.value_for(remote.table.base, entry, dport);
+    if value >= layout.values {
+        return None;
+    }
+    let coset: &CosetRow = SRAP_COSETS.get(layout.coset_base.wrapping_add(value))?;
+    if coset.count == 0 {
+        return None;
+    }
+    let (local_row, local_layout) = (local.steering.row, local.steering.layout);
+    let local_entry = *SRAP_ENTRIES.get(
+        local_layout
+            .entry_base
+            .wrapping_add(local_row.first)
+            .wrapping_add(local_turn % local_row.count),
+    )?;
+    let local_value = local_layout.value_for(local.steering.table.base, local_entry, dport);
+    let joint = local.joint;
+    let delta = joint.delta(coset.port0 as u16, local_value);
+    let j0 = *SRAP_SOLUTIONS.get(joint.solution_base.wrapping_add(delta))?;
+    if j0 == JointRow::NONE {
+        return None;
+    }
+    for k in 0..JOINT_MEMBERS {
+        let j = joint.member(j0, round.wrapping_add(k));
+        if j.wrapping_sub(coset.first) < coset.count {
+            let span =
+                layout.span_low[(j & 0xff) as usize] ^ layout.span_high[((j >> 8) & 0xff) as usize];
+            return Some(coset.port0 as u16 ^ span);
+        }
+    }
+    None
+}
+
+/// Tries the slot's ports in its rotation, from `turn`, until one binds
+/// ([`bind_one`]).
 #[inline(always)]
 fn bind_free_port(
     ctx: &SockAddrContext,
@@ -462,10 +673,8 @@ fn bind_free_port(
     steering: &Steering<'_>,
     peer: Peer,
     first_turn: u32,
-) -> Option<u32> {
-    // Whether the application lets its socket share ports: then even a
-    // bind that succeeds may share one, and every port is looked up.
-    let sharing = socket_option(ctx, SO_REUSEADDR)? | socket_option(ctx, SO_REUSEPORT)?;
+    sharing: u32,
+) -> u32 {
     let mut reuse_set = false;
     let mut turn = first_turn;
     let mut result = outcome::NO_FREE_PORT;
@@ -479,59 +688,113 @@ fn bind_free_port(
         let Some(port) = port_at(steering, turn, peer.port) else {
             continue;
         };
-        if sharing == 0 && !reuse_set {
-            match bind_port(ctx, family, steering.table, port) {
-                0 => {
-                    // Failing leaves the port unshared, nothing worse.
-                    let _ = set_socket_option(ctx, SO_REUSEADDR, 1);
-                    return Some(turn_outcome(attempt));
-                }
-                e if e == -EADDRINUSE => {}
-                _ => {
-                    result = outcome::ERROR;
-                    break;
-                }
-            }
-        }
-        let reused = match tuple_holder(ctx, steering.table, peer, port) {
-            Holder::Nobody => false,
-            Holder::TimeWait => true,
-            Holder::Tuple => {
-                count(outcome::TUPLE_TAKEN);
-                continue;
-            }
-            Holder::Listener => {
-                count(outcome::PORT_HELD);
-                continue;
-            }
-        };
-        if !reuse_set {
-            if set_socket_option(ctx, SO_REUSEADDR, 1) != 0 {
-                result = outcome::ERROR;
-                break;
-            }
-            reuse_set = true;
-        }
-        match bind_port(ctx, family, steering.table, port) {
-            0 => {
-                if reused {
-                    count(outcome::TIME_WAIT_REUSED);
-                }
-                return Some(turn_outcome(attempt));
-            }
-            e if e == -EADDRINUSE => count(outcome::PORT_HELD),
-            _ => {
+        match bind_one(
+            ctx,
+            family,
+            (steering.table, &peer, sharing),
+            port,
+            &mut reuse_set,
+        ) {
+            Bind::Bound => return turn_outcome(attempt),
+            Bind::Skipped => {}
+            Bind::Failed => {
                 result = outcome::ERROR;
                 break;
             }
         }
     }
+    restore_sharing(ctx, reuse_set, sharing);
+    result
+}
+
+/// What trying one port came to.
+enum Bind {
+    Bound,
+    /// Its tuple is taken or another socket holds it: try the next.
+    Skipped,
+    /// A bind or option the kernel refused for another reason: stop.
+    Failed,
+}
+
+/// Binds `port` unless that would make the connect fail. A port nobody
+/// holds is bound at once: a bind without `SO_REUSEADDR` succeeds only
+/// then, and then no socket can have its tuple, so no lookup is needed
+/// (the common case, ~100 ns saved). A port in use is shared by tuple: its
+/// exact tuple is looked up, skipped when taken, and bound with
+/// `SO_REUSEADDR` otherwise (set once per connect: `reuse_set`). A steered
+/// socket keeps `SO_REUSEADDR` set, so later connects to other
+/// destinations may share its port.
+#[inline(always)]
+fn bind_one(
+    ctx: &SockAddrContext,
+    family: Family,
+    (table, peer, sharing): (&TableRow, &Peer, u32),
+    port: u16,
+    reuse_set: &mut bool,
+) -> Bind {
+    // An application that lets its socket share ports: even a bind that
+    // succeeds may share one, so every port is looked up.
+    if sharing == 0 && !*reuse_set {
+        match bind_port(ctx, family, table, port) {
+            0 => {
+                // Failing leaves the port unshared, nothing worse.
+                let _ = set_socket_option(ctx, SO_REUSEADDR, 1);
+                return Bind::Bound;
+            }
+            e if e == -EADDRINUSE => {}
+            _ => return Bind::Failed,
+        }
+    }
+    let reused = match tuple_holder(ctx, table, peer, port) {
+        Holder::Nobody => false,
+        Holder::TimeWait => true,
+        Holder::Tuple => {
+            count(outcome::TUPLE_TAKEN);
+            return Bind::Skipped;
+        }
+        Holder::Listener => {
+            count(outcome::PORT_HELD);
+            return Bind::Skipped;
+        }
+    };
+    if !*reuse_set {
+        if set_socket_option(ctx, SO_REUSEADDR, 1) != 0 {
+            return Bind::Failed;
+        }
+        *reuse_set = true;
+    }
+    match bind_port(ctx, family, table, port) {
+        0 => {
+            if reused {
+                count(outcome::TIME_WAIT_REUSED);
+            }
+            Bind::Bound
+        }
+        e if e == -EADDRINUSE => {
+            count(outcome::PORT_HELD);
+            Bind::Skipped
+        }
+        _ => Bind::Failed,
+    }
+}
+
+/// The application's own port sharing on the connecting socket: bit 0
+/// `SO_REUSEADDR`, bit 1 `SO_REUSEPORT` (`None`: unreadable).
+#[inline(always)]
+fn port_sharing(ctx: &SockAddrContext) -> Option<u32> {
+    let addr = socket_option(ctx, SO_REUSEADDR)?;
+    let port = socket_option(ctx, SO_REUSEPORT)?;
+    Some(u32::from(addr != 0) | (u32::from(port != 0) << 1))
+}
+
+/// When no port bound: `SO_REUSEADDR` back off if this connect set it and
+/// the application had not. Failing leaves it set, which only lets later
+/// explicit binds share the port.
+#[inline(always)]
+fn restore_sharing(ctx: &SockAddrContext, reuse_set: bool, sharing: u32) {
     if reuse_set && sharing & 1 == 0 {
-        // Failing leaves it set, which only lets later explicit binds share
-        // the port.
         let _ = set_socket_option(ctx, SO_REUSEADDR, 0);
     }
-    Some(result)
 }
 
 /// A bind on attempt `attempt`: steered at the first port tried, else
@@ -615,8 +878,10 @@ enum Holder {
 
 /// Looks the exact tuple up as the kernel's `connect()` will check it:
 /// binding onto a taken tuple would succeed and make the connect fail.
-#[inline(always)]
-fn tuple_holder(ctx: &SockAddrContext, table: &TableRow, peer: Peer, port: u16) -> Holder {
+/// Not inlined: its tuple stays out of the callers' frames (the kernel
+/// allows 512 bytes of stack along a call chain).
+#[inline(never)]
+fn tuple_holder(ctx: &SockAddrContext, table: &TableRow, peer: &Peer, port: u16) -> Holder {
     // The lookup is the receive path's: "source" is the remote end.
     // SAFETY: all-zero is a valid tuple.
     let mut tuple: bpf_sock_tuple = unsafe { core::mem::zeroed() };
@@ -686,8 +951,10 @@ fn has_timestamp(sk: *mut bpf_sock) -> bool {
 }
 
 /// `bpf_bind()` to the table's source address (the route's, or the one the
-/// application bound) and `port`.
-#[inline(always)]
+/// application bound) and `port`. Not inlined: its address stays out of
+/// the callers' frames (a both-ends connect binds from [`bind_jointly`]'s,
+/// and the kernel allows 512 bytes of stack along a call chain).
+#[inline(never)]
 fn bind_port(ctx: &SockAddrContext, family: Family, table: &TableRow, port: u16) -> i64 {
     if family == Family::Inet {
         let mut addr = SockaddrIn {
@@ -1021,11 +1288,14 @@ fn note_dry(state: *mut ReceiverSlots, slot: u32) {
     }
 }
 
-/// Remembers the socket's slot so closing it frees the slot; with the map
-/// full, frees the slot now (the flow goes uncounted rather than leaked).
-fn hold(ctx: &SockAddrContext, receiver: u32, slot: u32) {
-    if !remember(cookie_of(ctx), SocketSlot { receiver, slot }) {
-        release_slot(receiver, slot);
+/// Remembers the socket's slots so closing it frees them; with the map
+/// full, frees them now (the flow goes uncounted rather than leaked).
+fn hold(ctx: &SockAddrContext, held: SocketSlot) {
+    if !remember(cookie_of(ctx), held) {
+        release_slot(held.receiver, held.slot);
+        if held.local != SocketSlot::NONE {
+            release_slot(LOCAL_ROW, held.local);
+        }
     }
 }
 

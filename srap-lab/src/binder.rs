@@ -22,6 +22,17 @@ impl<'a> LabBinder<'a> {
         model: &srap_common::rss::RssModel,
         receiver: std::net::IpAddr,
     ) -> anyhow::Result<Self> {
+        Self::start_both(ns, model, None, receiver)
+    }
+
+    /// [`LabBinder::start`], with this host's own NIC planned too when
+    /// `local` (a model facing the local end) is given: one port for both.
+    pub fn start_both(
+        ns: &'a NetNs,
+        model: &srap_common::rss::RssModel,
+        local: Option<&srap_common::rss::RssModel>,
+        receiver: std::net::IpAddr,
+    ) -> anyhow::Result<Self> {
         let name = format!("srap-lab-{}", unique_name(""));
         let mount = cgroup::cgroup2_mount()?;
         let guard = Self {
@@ -37,6 +48,7 @@ impl<'a> LabBinder<'a> {
             pacing_rate: None,
             // Leaves the namespace's ephemeral range to the kernel's own flows.
             port_range: Some(LAB_PORT_RANGE.parse().map_err(anyhow::Error::msg)?),
+            local: local.map(|l| std::sync::Arc::new(l.clone())),
         };
         ns.run(|| sender::start(&options, srap_daemon::ebpf_object()))?
             .context("starting the binder in the sender namespace")?;
@@ -56,10 +68,15 @@ impl<'a> LabBinder<'a> {
                 &model.clone().facing(End::Local),
                 net.receiver_ip(),
             ),
-            (direction, _) => anyhow::bail!(
-                "--direction {direction:?} experiments need the binder's joint tables, \
-                 which this build does not have yet"
+            (crate::Direction::Both, Some(model)) => Self::start_both(
+                &net.hosts.sender,
+                &net.model,
+                Some(&model.clone().facing(End::Local)),
+                net.receiver_ip(),
             ),
+            (direction, None) => {
+                anyhow::bail!("--direction {direction:?}: this lab has no sender NIC")
+            }
         }
     }
 

@@ -235,8 +235,13 @@ impl ThroughputReport {
         }
         match (self.ideal_gbps, self.queue_rate_gbps) {
             (Some(ideal), Some(rate)) => {
+                let each_way = if self.direction == Direction::Both {
+                    " each way"
+                } else {
+                    ""
+                };
                 text += &format!(
-                    "  {:<16} {:>9.3}   ({} flows x {:.0} Mbit/s)",
+                    "  {:<16} {:>9.3}   ({} flows x {:.0} Mbit/s{each_way})",
                     "ideal",
                     ideal,
                     self.flows.min(self.queues as usize),

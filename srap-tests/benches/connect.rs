@@ -191,6 +191,7 @@ impl Attached {
             pin_dir: pin_dir.clone(),
             pacing_rate: None,
             port_range: None,
+            local: None,
         };
         sender::start(&options, srap_daemon::ebpf_object()).expect("attach the binder");
         Self {

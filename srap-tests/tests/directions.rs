@@ -30,6 +30,9 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 const DPORT: u16 = 5201;
 /// The sender's NIC: 16 queues (each its own CPU), 128 entries.
 const QUEUES: u32 = 16;
+/// The veth's queues each way: the receiver's NIC (the embedded
+/// description) has 32.
+const VETH_QUEUES: u32 = 32;
 
 #[test]
 fn workload_process() {
@@ -51,11 +54,13 @@ const KEY: &str = "3c:3c:a1:59:07:ee:12:40:88:7d:d0:2b:61:f3:9a:c4:25:5e:b0:13:\
 const OTHER_KEY: &str = "6d:5a:56:da:25:5b:0e:c2:41:67:25:3d:43:a3:8f:b0:d0:ca:2b:cb:\
                          ae:7b:30:b4:77:cb:2d:a3:80:30:f2:0c:6a:42:b7:3b:be:ac:01:fa";
 
-/// Field order is drop order: the agent and the emulator before the
+/// Field order is drop order: the agent and the emulators before the
 /// namespaces.
 struct Lab {
     agent: SenderAgent,
     emulator: Option<Emulator>,
+    /// With both ends: the receiver's NIC on the sender's veth egress.
+    _receiver_nic: Option<Emulator>,
     hosts: TwoHosts,
     dir: PathBuf,
 }
@@ -65,27 +70,44 @@ impl Lab {
     /// makes the sender's queues follow `truth_key`; the sender agent plans
     /// with `described_key` (`--steer local --local-rss`).
     fn new(subnet: u8, truth_key: &str, described_key: &str, v6: bool) -> Self {
+        Self::steering(subnet, truth_key, described_key, v6, false)
+    }
+
+    /// [`Lab::new`]; with `both`, the receiver's NIC (the embedded 32-queue
+    /// description) emulated on the sender's veth too and the agent given
+    /// it (`--steer both --rss`).
+    fn steering(subnet: u8, truth_key: &str, described_key: &str, v6: bool, both: bool) -> Self {
         let hosts = TwoHosts::new(VethConfig {
-            tx_queues: QUEUES,
-            rx_queues: QUEUES,
+            tx_queues: VETH_QUEUES,
+            rx_queues: VETH_QUEUES,
             subnet,
         })
-        .expect("two namespaces joined by a 16-queue veth");
+        .expect("two namespaces joined by a multi-queue veth");
         let dir = std::env::temp_dir().join(srap_tests::unique_name("-dirs"));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let file = dir.join("local-rss.json");
         std::fs::write(&file, sender_nic(described_key).to_json_pretty()).expect("write");
         let receiver = hosts.receiver_end.ip(v6).to_string();
-        let opts = SenderOpts::new(built_binary("srap-agent"))
+        let mut opts = SenderOpts::new(built_binary("srap-agent"))
             .arg("--steer")
-            .arg("local")
+            .arg(if both { "both" } else { "local" })
             .arg("--local-rss")
             .arg(&file)
             .args(["--receiver", &receiver, "--port", &DPORT.to_string()]);
+        let receiver_nic = both.then(|| {
+            opts = opts.clone().rss(embedded_default());
+            let model = RssModel::from_description(&embedded_default()).expect("model");
+            hosts
+                .sender
+                .run(|| Emulator::attach(&hosts.sender_end.ifname, &model, VETH_QUEUES))
+                .expect("enter the sender's namespace")
+                .expect("the receiver's NIC emulated on the sender's egress")
+        });
         let agent = SenderAgent::new(&hosts.sender, opts).expect("a sender agent");
         let mut lab = Self {
             agent,
             emulator: None,
+            _receiver_nic: receiver_nic,
             hosts,
             dir,
         };
@@ -100,7 +122,7 @@ impl Lab {
         let emulator = self
             .hosts
             .receiver
-            .run(|| Emulator::attach(&self.hosts.receiver_end.ifname, &model, QUEUES))
+            .run(|| Emulator::attach(&self.hosts.receiver_end.ifname, &model, VETH_QUEUES))
             .expect("enter the receiver's namespace")
             .expect("the emulator on the receiver's egress");
         self.emulator = Some(emulator);
@@ -255,5 +277,44 @@ fn contradicting_landings_pause_local_steering_until_they_agree() {
         s.counts[outcome::STEERED as usize] + s.counts[outcome::RETRIED as usize]
     };
     assert_eq!(steered(&after) - steered(&before), 2, "steered again");
+    workload.finish();
+}
+
+/// `--steer both`: one port per flow for both NICs. 16 flows land on 16
+/// distinct receiver CPUs and 16 distinct CPUs of the sender, by the
+/// accepted tuples hashed with each side's model; every one placed from
+/// the joint map; the sender's socket hook saw each on its planned queue.
+#[test]
+fn both_ends_put_sixteen_flows_on_sixteen_cpus_of_each_host() {
+    if !require_privileged("--steer both") {
+        return;
+    }
+    let mut lab = Lab::steering(145, KEY, KEY, false, true);
+    lab.agent.launch().expect("steering active");
+    let server = lab.server(false);
+    let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
+    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
+    workload.open(16);
+    let clients = listener.accept_peers(16);
+    let remote = RssModel::from_description(&embedded_default()).expect("model");
+    let receiver_cpus: BTreeSet<u32> = srap_tests::harness::landings(&remote, &clients, server)
+        .expect("tuples")
+        .iter()
+        .map(|l| l.cpu)
+        .collect();
+    let local_cpus: BTreeSet<u32> = local_cpus(KEY, &clients, server).into_iter().collect();
+    assert_eq!(
+        (receiver_cpus.len(), local_cpus.len()),
+        (16, 16),
+        "{clients:?}: receiver CPUs {receiver_cpus:?}, local CPUs {local_cpus:?}"
+    );
+    let stats = lab.agent.stats().expect("binder counters");
+    assert_eq!(stats.get(outcome::JOINT), 16, "{stats}");
+    assert_eq!(stats.get(outcome::LOCAL_MISSED), 0, "{stats}");
+    let status = wait_for_flows(&lab.agent, 16);
+    for flow in &status.flows {
+        assert_eq!(flow.local_queue_seen, flow.local_queue_planned, "{flow:?}");
+        assert!(flow.receiver_cpu_planned.is_some(), "{flow:?}");
+    }
     workload.finish();
 }

@@ -25,11 +25,7 @@ pub fn run(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Resu
     let (rss, peers) = (&args.source.rss, &args.source.peer);
     match (args.local.steer(), rss, peers.is_empty()) {
         (Steer::Local, _, _) => runtime.block_on(sender::offline::run(args, None, local, object)),
-        (Steer::Both, None, false) => anyhow::bail!(
-            "--steer both with --peer: placing one port for both NICs needs the binder's joint \
-             tables, which this build does not have yet"
-        ),
-        (_, None, false) => runtime.block_on(sender::follow::run(args, peers, object)),
+        (_, None, false) => runtime.block_on(sender::follow::run(args, peers, local, object)),
         (_, Some(_), true) if psk_flag || !args.report_ports.is_empty() => {
             anyhow::bail!("--psk-file and --report-port go with --peer, not --rss")
         }

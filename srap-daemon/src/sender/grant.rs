@@ -33,8 +33,7 @@ pub struct Applied {
 /// Receiver CPU → slot, for each receiver of the plan (by its index) that
 /// `keep` accepts.
 fn slots_by_cpu(plan: &Plan, keep: impl Fn(u32) -> bool) -> Vec<(u32, BTreeMap<u32, u32>)> {
-    plan.receivers
-        .iter()
+    plan.rows()
         .filter(|r| keep(r.index))
         .map(|r| {
             let cpus = r

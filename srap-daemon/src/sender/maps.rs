@@ -8,8 +8,8 @@ use aya::{
 };
 use srap_common::binder::{
     BinderConfig, CONFIG_MAP, COSETS_MAP, DESTS_MAP, DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP,
-    LAYOUTS_MAP, MAX_SLOTS, RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP, STATS_MAP,
-    SlotGrant, TABLES_MAP, outcome, slot_word,
+    JOINTS_MAP, LAYOUTS_MAP, MAX_SLOTS, RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP,
+    SOLUTIONS_MAP, STATS_MAP, SlotGrant, TABLES_MAP, outcome, slot_word,
 };
 
 use tracing::warn;
@@ -30,6 +30,7 @@ fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Map, Se
 /// removed.
 pub fn fill(ebpf: &mut Ebpf, plan: &Plan, pacing_rate: u64) -> Result<(), SenderError> {
     fill_layouts(ebpf, plan)?;
+    fill_joints(ebpf, plan)?;
     write_rows(
         ebpf,
         TABLES_MAP,
@@ -111,6 +112,21 @@ fn fill_layouts(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
     )
 }
 
+/// Each joint row and its solutions (both ends planned).
+fn fill_joints(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
+    let joints = || plan.joints.iter();
+    write_rows(
+        ebpf,
+        JOINTS_MAP,
+        joints().enumerate().map(|(j, joint)| (j as u32, joint.row)),
+    )?;
+    write_rows(
+        ebpf,
+        SOLUTIONS_MAP,
+        joints().flat_map(|j| pool_rows(j.row.solution_base, &j.solutions)),
+    )
+}
+
 /// `rows` as (index, row) from `base` in a shared pool.
 fn pool_rows<T: Copy>(base: u32, rows: &[T]) -> impl Iterator<Item = (u32, T)> + '_ {
     rows.iter()
@@ -150,8 +166,7 @@ fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
             .ok_or(SenderError::Missing(RECEIVERS_MAP))?;
         let array: Array<_, ReceiverSlots> =
             Array::try_from(map).map_err(map_error(RECEIVERS_MAP))?;
-        plan.receivers
-            .iter()
+        plan.rows()
             .map(|receiver| {
                 let now = array
                     .get(&receiver.index, 0)
@@ -165,7 +180,7 @@ fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
     };
     let mut array: Array<_, ReceiverSlots> =
         Array::try_from(map_mut(ebpf, RECEIVERS_MAP)?).map_err(map_error(RECEIVERS_MAP))?;
-    for (receiver, flows) in plan.receivers.iter().zip(flows) {
+    for (receiver, flows) in plan.rows().zip(flows) {
         let Some(flows) = flows else {
             continue;
         };

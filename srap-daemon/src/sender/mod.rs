@@ -37,7 +37,12 @@ use std::{
 };
 
 use aya::Ebpf;
-use srap_common::{rss::RssModel, solver::PortRange, steering::SteeringError};
+use srap_common::{
+    binder::LOCAL_ROW,
+    rss::{End, RssModel},
+    solver::PortRange,
+    steering::SteeringError,
+};
 use srap_host::{
     cgroup, local,
     reserved::{self, Reservation},
@@ -127,14 +132,19 @@ pub struct Target {
 }
 
 impl Target {
-    /// `receivers` (rows 0, 1, ...), all on one receiver host's `model`.
+    /// `receivers` (rows 0, 1, ...), all on one receiver host's `model`;
+    /// with a model of this host's own NIC (`--steer local`), all on its
+    /// one row, [`LOCAL_ROW`].
     pub fn all(model: &RssModel, receivers: &[IpAddr]) -> Vec<Target> {
         let model = Arc::new(model.clone());
         receivers
             .iter()
             .enumerate()
             .map(|(index, addr)| Target {
-                index: index as u32,
+                index: match model.end() {
+                    End::Remote => index as u32,
+                    End::Local => LOCAL_ROW,
+                },
                 addr: *addr,
                 model: model.clone(),
             })
@@ -156,6 +166,10 @@ pub struct SenderOptions {
     pub pacing_rate: Option<PacingRate>,
     /// Source ports to use (default: the kernel's `ip_local_port_range`).
     pub port_range: Option<PortRange>,
+    /// This host's own NIC (a model facing the local end) when each flow
+    /// is placed on both NICs (`--steer both`); `None`: the targets' NICs
+    /// only.
+    pub local: Option<Arc<RssModel>>,
 }
 
 /// A running binder, as set up by [`start`].
@@ -169,6 +183,16 @@ pub struct RunningBinder {
     pub attachment: Attachment,
     /// The source ports the binder chooses from.
     pub port_range: PortRange,
+}
+
+/// The plan of `options`: for the targets' NICs, and this host's too when
+/// both ends are planned.
+pub fn plan_for(options: &SenderOptions, range: PortRange) -> Result<Plan, SenderError> {
+    let receivers = receiver_inputs(&options.targets)?;
+    match &options.local {
+        Some(local) => Plan::build_both(&receivers, &options.ports, range, local),
+        None => Plan::build_each(&receivers, &options.ports, range),
+    }
 }
 
 /// Each target with its model and where flows to it may come from.
@@ -235,11 +259,7 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
         Some(range) => range,
         None => reserved::local_port_range()?,
     };
-    let plan = Plan::build_each(
-        &receiver_inputs(&options.targets)?,
-        &options.ports,
-        port_range,
-    )?;
+    let plan = plan_for(options, port_range)?;
     for layout in plan.layouts.iter().filter(|l| l.cpus_left_out > 0) {
         warn!(
             "{} receiver CPUs are beyond the binder's slots and get no flows",

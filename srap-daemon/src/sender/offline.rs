@@ -6,7 +6,7 @@
 //! loop ([`super::local_end`]) and serves `srap status --sender`, until a
 //! signal or `srap-agent detach`.
 
-use std::{collections::BTreeSet, net::IpAddr, time::Duration};
+use std::{collections::BTreeSet, net::IpAddr, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
@@ -22,8 +22,8 @@ use super::{
     maps,
 };
 use srap_common::{
-    binder::LEVELS,
-    rss::{End, RssModel},
+    binder::{LEVELS, LOCAL_ROW},
+    rss::RssModel,
     wire::{CpuCount, CpuGrant},
 };
 
@@ -41,15 +41,16 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let receivers = destinations(args).await?;
     let steer = args.local.steer();
-    let targets = match (remote, &local, steer) {
-        (_, Some(nic), Steer::Local) => Target::all(&nic.model, &receivers),
-        (Some(model), _, Steer::Remote) => Target::all(model, &receivers),
-        _ => anyhow::bail!(
-            "--steer {steer} with --rss: placing one port for both NICs needs the binder's \
-             joint tables, which this build does not have yet"
-        ),
+    let (targets, both) = match (remote, &local, steer) {
+        (_, Some(nic), Steer::Local) => (Target::all(&nic.model, &receivers), None),
+        (Some(model), Some(nic), Steer::Both) => {
+            (Target::all(model, &receivers), Some(nic.model.clone()))
+        }
+        (Some(model), _, _) => (Target::all(model, &receivers), None),
+        (None, _, _) => anyhow::bail!("no description of the receiver's NIC: give --rss FILE"),
     };
-    let options = follow::options(args, targets);
+    let mut options = follow::options(args, targets);
+    options.local = both;
     let mut steering = super::start(&options, object)
         .map_err(with_flag_hint)
         .context("setting up the port binder")?;
@@ -66,6 +67,7 @@ pub async fn run(
     let local = local.map(|nic| LocalEnd::start(nic, steer, &steering.cgroup, &receivers));
     println!("{}", super::summary::describe(&steering));
     let mut run = Offline {
+        both: options.local.clone(),
         options,
         local,
         published,
@@ -99,9 +101,25 @@ async fn destinations(args: &SenderArgs) -> anyhow::Result<Vec<IpAddr>> {
 /// its CPUs are offered as `--local-cpus` and its NUMA node say: the
 /// node's first, the others only once those hold flows.
 fn apply_grant(steering: &mut RunningBinder, local: Option<&LocalNic>) -> anyhow::Result<()> {
-    let grant = local.map(local_grant);
-    grant::apply(&mut steering.ebpf, &steering.plan, grant.as_ref())
-        .context("writing the CPU grant")?;
+    let receivers = |row: u32| row != LOCAL_ROW;
+    grant::apply_to(&mut steering.ebpf, &steering.plan, receivers, None)
+        .context("clearing the receiver grant")?;
+    if let Some(nic) = local {
+        apply_local_grant(steering, nic)?;
+    }
+    Ok(())
+}
+
+/// This host's CPU offer in its occupancy row.
+pub fn apply_local_grant(steering: &mut RunningBinder, nic: &LocalNic) -> anyhow::Result<()> {
+    let grant = local_grant(nic);
+    grant::apply_to(
+        &mut steering.ebpf,
+        &steering.plan,
+        |row| row == LOCAL_ROW,
+        Some(&grant),
+    )
+    .context("writing this host's CPU offer")?;
     Ok(())
 }
 
@@ -125,6 +143,9 @@ pub fn local_grant(nic: &LocalNic) -> CpuGrant {
 
 struct Offline {
     options: SenderOptions,
+    /// This host's NIC with `--steer both` (out of `options` while local
+    /// steering is paused).
+    both: Option<Arc<RssModel>>,
     local: Option<LocalEnd>,
     published: Option<Published>,
 }
@@ -166,9 +187,10 @@ impl Offline {
     /// refreshes the status.
     fn sample(&mut self, steering: &mut RunningBinder) {
         let steered: BTreeSet<IpAddr> = self.options.targets.iter().map(|t| t.addr).collect();
-        if let Some(local) = &mut self.local
-            && let Some(pause) = local.sample(&steered)
-            && set_local_paused(steering, &self.options, pause)
+        let change = self.local.as_mut().and_then(|local| local.sample(&steered));
+        if let Some(pause) = change
+            && self.set_local_paused(steering, pause)
+            && let Some(local) = &mut self.local
         {
             local.set_paused(pause);
         }
@@ -186,30 +208,42 @@ impl Offline {
         if let Err(err) = apply_grant(steering, self.local.as_ref().map(|l| &l.nic)) {
             warn!("{err:#}");
         }
-        if let Some(local) = &self.local
+        if self.both.is_none()
+            && let Some(local) = &self.local
             && local.paused
         {
-            set_local_paused(steering, &self.options, true);
+            self.set_local_paused(steering, true);
         }
     }
-}
 
-/// Pauses (or resumes) steering for this host's NIC. With `--steer local`
-/// that is every destination out of the binder: connects miss and keep the
-/// kernel's port. True when the binder now says so.
-fn set_local_paused(steering: &mut RunningBinder, options: &SenderOptions, pause: bool) -> bool {
-    let local_rows: BTreeSet<u32> = options
-        .targets
-        .iter()
-        .filter(|t| t.model.end() == End::Local)
-        .map(|t| t.index)
-        .collect();
-    let out = if pause { local_rows } else { BTreeSet::new() };
-    match maps::fill_dests_except(&mut steering.ebpf, &steering.plan, &out) {
-        Ok(()) => true,
-        Err(err) => {
-            warn!("cannot update the binder's destinations: {err}");
-            false
+    /// Pauses (or resumes) steering for this host's NIC; true when the
+    /// binder now says so. With `--steer local` that is every destination
+    /// out of the binder: connects miss and keep the kernel's port. With
+    /// `--steer both` the plan is made again without (or with) this host's
+    /// NIC: connects keep the receiver's placement.
+    fn set_local_paused(&mut self, steering: &mut RunningBinder, pause: bool) -> bool {
+        if let Some(model) = &self.both {
+            self.options.local = (!pause).then(|| model.clone());
+            return match super::replan(steering, &self.options) {
+                Ok(()) => true,
+                Err(err) => {
+                    warn!("cannot re-plan for this host's NIC: {err}");
+                    self.options.local = pause.then(|| model.clone());
+                    false
+                }
+            };
+        }
+        let out = if pause {
+            [LOCAL_ROW].into_iter().collect()
+        } else {
+            BTreeSet::new()
+        };
+        match maps::fill_dests_except(&mut steering.ebpf, &steering.plan, &out) {
+            Ok(()) => true,
+            Err(err) => {
+                warn!("cannot update the binder's destinations: {err}");
+                false
+            }
         }
     }
 }

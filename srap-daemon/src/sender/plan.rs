@@ -7,16 +7,24 @@
 //! may follow several receiver agents, each with its own NIC); receivers
 //! whose model is the same `Arc` share their layouts.
 //!
+//! With both ends planned ([`Plan::build_both`]) every table toward a
+//! receiver has a twin built from this host's own NIC (a model facing
+//! [`End::Local`]), and each (receiver layout, local layout) pair a joint
+//! row; this host's CPUs are one occupancy row, [`LOCAL_ROW`], shared by
+//! the flows toward every receiver. With `--steer local` alone the
+//! targets' models face the local end and their row is [`LOCAL_ROW`].
+//!
 //! Pure computation on the RSS models; [`super::maps`] writes the result.
 
 use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
 use srap_common::{
     binder::{
-        COSET_ROWS, DestKey, DestValue, ENTRY_ROWS, MAX_DESTS, MAX_LAYOUTS, MAX_RECEIVERS,
-        MAX_TABLES, SLOT_ROWS,
+        COSET_ROWS, DestKey, DestValue, ENTRY_ROWS, LOCAL_ROW, MAX_DESTS, MAX_JOINTS, MAX_LAYOUTS,
+        MAX_RECEIVERS, MAX_TABLES, SLOT_ROWS, SOLUTION_ROWS,
     },
-    rss::RssModel,
+    ends::JointTables,
+    rss::{End, RssModel},
     solver::PortRange,
     steering::{LayoutPlan, SteeringError, TablePlan, addr_words},
 };
@@ -46,6 +54,12 @@ pub struct Plan {
     /// Table `t` of the binder is `tables[t]` (its layout index assigned).
     pub tables: Vec<TablePlan>,
     pub dests: Vec<(DestKey, DestValue)>,
+    /// Joint row `j` of the binder (both ends planned), its solutions'
+    /// pool rows assigned.
+    pub joints: Vec<Arc<JointTables>>,
+    /// This host's CPUs as one more receiver row ([`LOCAL_ROW`]), when both
+    /// ends are planned: its slots are the local layout's.
+    pub local: Option<ReceiverPlan>,
 }
 
 /// One receiver and where flows to it may come from.
@@ -119,6 +133,26 @@ impl Plan {
         ports: &[u16],
         range: PortRange,
     ) -> Result<Self, SenderError> {
+        Self::build_with(receivers, ports, range, None)
+    }
+
+    /// [`Plan::build_each`] with this host's own NIC planned too, `local`
+    /// (a model facing [`End::Local`]): one port for both NICs.
+    pub fn build_both(
+        receivers: &[ReceiverInput],
+        ports: &[u16],
+        range: PortRange,
+        local: &Arc<RssModel>,
+    ) -> Result<Self, SenderError> {
+        Self::build_with(receivers, ports, range, Some(local))
+    }
+
+    fn build_with(
+        receivers: &[ReceiverInput],
+        ports: &[u16],
+        range: PortRange,
+        local: Option<&Arc<RssModel>>,
+    ) -> Result<Self, SenderError> {
         check_receivers(receivers)?;
         let ports: Vec<u16> = ports
             .iter()
@@ -136,19 +170,64 @@ impl Plan {
             layouts: Vec::new(),
             tables: Vec::new(),
             dests: Vec::new(),
+            joints: Vec::new(),
+            local: None,
         };
         let mut shared = SharedLayouts::default();
+        let mut both = local.map(|model| LocalEnd {
+            model: model.clone(),
+            joints: Vec::new(),
+        });
         for input in receivers {
-            plan.add_receiver(&mut shared, input, &ports, range)?;
+            plan.add_receiver(&mut shared, both.as_mut(), input, &ports, range)?;
         }
         plan.place_layouts()?;
+        if let Some(both) = both {
+            plan.place_joints(both)?;
+        }
         plan.check_capacity()?;
         Ok(plan)
+    }
+
+    /// The joints' solution rows, and this host's occupancy row.
+    fn place_joints(&mut self, both: LocalEnd) -> Result<(), SenderError> {
+        let mut base = 0u64;
+        for (_, _, joint) in both.joints {
+            let mut joint = (*joint).clone();
+            joint.row.solution_base = base as u32;
+            base += joint.solutions.len() as u64;
+            self.joints.push(Arc::new(joint));
+        }
+        if base > u64::from(SOLUTION_ROWS) {
+            return Err(SenderError::Input(format!(
+                "these receivers and this host's NIC need {base} joint solutions; the binder \
+                 holds {SOLUTION_ROWS}: steer fewer receivers with --steer both"
+            )));
+        }
+        let first_local = self
+            .dests
+            .iter()
+            .map(|(_, v)| v.local_table)
+            .find(|t| *t != DestValue::NO_LOCAL);
+        self.local = first_local.map(|t| ReceiverPlan {
+            index: LOCAL_ROW,
+            receiver: std::net::Ipv4Addr::UNSPECIFIED.into(),
+            source: std::net::Ipv4Addr::UNSPECIFIED.into(),
+            tables: vec![t as usize],
+            slots: self.tables[t as usize].layout.slots.len() as u32,
+        });
+        Ok(())
+    }
+
+    /// Every occupancy row of the plan: the receivers', then this host's.
+    pub fn rows(&self) -> impl Iterator<Item = &ReceiverPlan> {
+        self.receivers.iter().chain(self.local.iter())
     }
 
     fn add_receiver(
         &mut self,
         shared: &mut SharedLayouts,
+        mut both: Option<&mut LocalEnd>,
         input: &ReceiverInput,
         ports: &[u16],
         range: PortRange,
@@ -183,19 +262,23 @@ impl Plan {
                     } else {
                         ports.to_vec()
                     };
-                    self.add_table(&mut plan, table, &keys, route);
+                    let twin =
+                        self.local_twin(shared, both.as_deref_mut(), &table, receiver, range)?;
+                    self.add_table(&mut plan, table, twin, &keys, route);
                 }
                 None if ports.is_empty() => {
                     // Fails, naming the flag to use.
                     let table = TablePlan::build(model, src, receiver, None, range)
                         .map_err(steering_error(None))?;
-                    self.add_table(&mut plan, table, &[0], route);
+                    self.add_table(&mut plan, table, None, &[0], route);
                 }
                 None => {
                     for port in ports {
                         let table = TablePlan::one_port(model, src, receiver, *port, range)
                             .map_err(steering_error(Some(*port)))?;
-                        self.add_table(&mut plan, table, &[*port], route);
+                        let twin =
+                            self.local_twin(shared, both.as_deref_mut(), &table, receiver, range)?;
+                        self.add_table(&mut plan, table, twin, &[*port], route);
                     }
                 }
             }
@@ -204,7 +287,53 @@ impl Plan {
         Ok(())
     }
 
-    /// Adds `table` and its destinations: keyed by its own source address,
+    /// With both ends planned: the local table twin of `table` (same
+    /// source and receiver, this host's NIC facing the reverse tuple) and
+    /// the index of the joint row of their layouts.
+    fn local_twin(
+        &mut self,
+        shared: &mut SharedLayouts,
+        both: Option<&mut LocalEnd>,
+        table: &TablePlan,
+        receiver: IpAddr,
+        range: PortRange,
+    ) -> Result<Option<(TablePlan, u32)>, SenderError> {
+        let Some(both) = both else {
+            return Ok(None);
+        };
+        let not_linear = |problem: String| {
+            SenderError::Input(format!(
+                "--steer both toward {receiver}: this host's NIC {problem}; use --steer local \
+                 or --steer remote"
+            ))
+        };
+        let layout = shared
+            .get(&both.model, receiver, range)
+            .map_err(|e| not_linear(e.to_string()))?
+            .ok_or_else(|| {
+                not_linear("is not linear in the port (its table size or input transform)".into())
+            })?;
+        let twin = TablePlan::with_layout(&both.model, layout.clone(), table.source, receiver)
+            .map_err(|e| not_linear(e.to_string()))?;
+        let joint = match both
+            .joints
+            .iter()
+            .position(|(r, l, _)| Arc::ptr_eq(r, &table.layout) && Arc::ptr_eq(l, &layout))
+        {
+            Some(j) => j,
+            None => {
+                let tables = JointTables::new(&table.layout.layout, &both.model, receiver)
+                    .map_err(|e| not_linear(e.to_string()))?;
+                both.joints
+                    .push((table.layout.clone(), layout, Arc::new(tables)));
+                both.joints.len() - 1
+            }
+        };
+        Ok(Some((twin, joint as u32)))
+    }
+
+    /// Adds `table` (and its local twin with its joint row, both ends
+    /// planned) and its destinations: keyed by its own source address,
     /// and, for the route's source, by no source too (an unbound socket).
     /// Named ports also get the any-port key saying so
     /// ([`DestValue::BY_PORT`]): the hook looks the any-port key up first.
@@ -212,6 +341,7 @@ impl Plan {
         &mut self,
         receiver: &mut ReceiverPlan,
         table: TablePlan,
+        twin: Option<(TablePlan, u32)>,
         ports: &[u16],
         route: bool,
     ) {
@@ -221,9 +351,18 @@ impl Plan {
         receiver.slots = table.layout.slots.len() as u32;
         receiver.tables.push(t);
         self.tables.push(table);
+        let (local_table, joint) = match twin {
+            Some((twin, joint)) => {
+                self.tables.push(twin);
+                (t as u32 + 1, joint)
+            }
+            None => (DestValue::NO_LOCAL, 0),
+        };
         let value = DestValue {
             table: t as u32,
             receiver: receiver.index,
+            local_table,
+            joint,
         };
         let by_port = DestValue {
             table: DestValue::BY_PORT,
@@ -295,9 +434,17 @@ impl Plan {
         };
         let problem = over("layouts", self.layouts.len(), MAX_LAYOUTS)
             .or_else(|| over("steering tables", self.tables.len(), MAX_TABLES))
+            .or_else(|| over("joint rows", self.joints.len(), MAX_JOINTS))
             .or_else(|| over("destinations", self.dests.len(), MAX_DESTS));
         problem.map_or(Ok(()), Err)
     }
+}
+
+/// This host's NIC while a plan for both ends is built: its model and the
+/// joint rows made so far, by (receiver layout, local layout).
+struct LocalEnd {
+    model: Arc<RssModel>,
+    joints: Vec<(Arc<LayoutPlan>, Arc<LayoutPlan>, Arc<JointTables>)>,
 }
 
 /// The any-port layout of each (model, address family), built once per
@@ -334,9 +481,14 @@ fn check_receivers(receivers: &[ReceiverInput]) -> Result<(), SenderError> {
             "no receiver: give --receiver IP (once per receiver address)".into(),
         ));
     }
-    if receivers.len() > MAX_RECEIVERS as usize {
+    let remote = receivers
+        .iter()
+        .filter(|r| r.model.end() == End::Remote)
+        .count();
+    if remote > LOCAL_ROW as usize || receivers.len() > MAX_DESTS as usize {
         return Err(SenderError::Input(format!(
-            "{} receivers given; the binder tracks at most {MAX_RECEIVERS}",
+            "{} receivers given; the binder tracks at most {LOCAL_ROW} (its last row is this \
+             host's own CPUs)",
             receivers.len()
         )));
     }
@@ -344,7 +496,22 @@ fn check_receivers(receivers: &[ReceiverInput]) -> Result<(), SenderError> {
     let mut rows = BTreeSet::new();
     for input in receivers {
         let sources = &input.sources;
-        if input.index >= MAX_RECEIVERS || !rows.insert(input.index) {
+        // This host's row is shared by every target of `--steer local`, and
+        // no receiver's otherwise.
+        let local = input.model.end() == End::Local;
+        if local != (input.index == LOCAL_ROW) {
+            return Err(SenderError::Input(format!(
+                "receiver {}: binder row {} is {}",
+                sources.receiver,
+                input.index,
+                if local {
+                    "not this host's row"
+                } else {
+                    "this host's own CPUs' row"
+                }
+            )));
+        }
+        if input.index >= MAX_RECEIVERS || (!local && !rows.insert(input.index)) {
             return Err(SenderError::Input(format!(
                 "receiver {}: binder row {} is taken or beyond the {MAX_RECEIVERS} rows",
                 sources.receiver, input.index
@@ -448,7 +615,7 @@ mod tests {
 
     #[test]
     fn four_thousand_receivers_share_one_layout() {
-        let receivers: Vec<ReceiverSources> = (0..MAX_RECEIVERS)
+        let receivers: Vec<ReceiverSources> = (0..LOCAL_ROW)
             .map(|i| {
                 let [_, _, a, b] = i.to_be_bytes();
                 ReceiverSources::routed(
@@ -458,8 +625,8 @@ mod tests {
             })
             .collect();
         let plan = Plan::build(&model(), &receivers, &[], PortRange::DEFAULT).unwrap();
-        assert_eq!(plan.receivers.len(), 4096);
-        assert_eq!(plan.tables.len(), 4096);
+        assert_eq!(plan.receivers.len(), 4095);
+        assert_eq!(plan.tables.len(), 4095);
         assert_eq!(plan.layouts.len(), 1);
         let mut more = receivers;
         more.push(ReceiverSources::routed(
@@ -467,7 +634,7 @@ mod tests {
             IpAddr::V4(Ipv4Addr::new(10, 199, 9, 1)),
         ));
         let err = Plan::build(&model(), &more, &[], PortRange::DEFAULT).unwrap_err();
-        assert!(err.to_string().contains("at most 4096"), "{err}");
+        assert!(err.to_string().contains("at most 4095"), "{err}");
     }
 
     #[test]
@@ -541,5 +708,93 @@ mod tests {
             ..v4()
         };
         assert!(Plan::build(&m, &[mixed], &[], PortRange::DEFAULT).is_err());
+    }
+
+    /// This host's NIC: 16 queues over 128 entries, facing the local end.
+    fn local_nic() -> Arc<RssModel> {
+        let desc = srap_common::rss::RssDescription {
+            indir: (0..128).map(|i| i % 16).collect(),
+            queue_cpu: Some((0..16).collect()),
+            ..embedded_default()
+        };
+        Arc::new(
+            RssModel::from_description(&desc)
+                .unwrap()
+                .facing(End::Local),
+        )
+    }
+
+    #[test]
+    fn both_ends_give_each_table_a_local_twin_and_each_layout_pair_a_joint_row() {
+        let v6 = ReceiverSources {
+            receiver: IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 2)),
+            route: IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 1)),
+            others: vec![],
+        };
+        let remote = Arc::new(model());
+        let inputs: Vec<ReceiverInput> = [v4(), v6]
+            .into_iter()
+            .enumerate()
+            .map(|(i, sources)| ReceiverInput {
+                index: i as u32,
+                model: remote.clone(),
+                sources,
+            })
+            .collect();
+        let plan = Plan::build_both(&inputs, &[], PortRange::DEFAULT, &local_nic()).unwrap();
+        assert_eq!(plan.tables.len(), 4, "a twin per table");
+        assert_eq!(plan.layouts.len(), 4, "receiver and local, per family");
+        assert_eq!(plan.joints.len(), 2, "one per layout pair");
+        assert_eq!(plan.joints[1].row.solution_base, 128);
+        let local = plan.local.as_ref().expect("this host's row");
+        assert_eq!((local.index, local.slots), (LOCAL_ROW, 16));
+        for (_, value) in &plan.dests {
+            assert_eq!(value.local_table, value.table + 1);
+            assert!(plan.tables[value.local_table as usize].layout.slots.len() == 16);
+        }
+        assert_eq!(plan.rows().count(), 3);
+        // Without this host's NIC: no twin, no joint row.
+        let plain = Plan::build_each(&inputs, &[], PortRange::DEFAULT).unwrap();
+        assert!(plain.joints.is_empty() && plain.local.is_none());
+        assert!(
+            plain
+                .dests
+                .iter()
+                .all(|(_, v)| v.local_table == DestValue::NO_LOCAL)
+        );
+    }
+
+    #[test]
+    fn local_steering_shares_this_hosts_row_among_receivers() {
+        let second = ReceiverSources::routed(
+            IpAddr::V4(Ipv4Addr::new(10, 199, 10, 2)),
+            IpAddr::V4(Ipv4Addr::new(10, 199, 10, 1)),
+        );
+        let local = local_nic();
+        let inputs: Vec<ReceiverInput> = [v4(), second]
+            .into_iter()
+            .map(|sources| ReceiverInput {
+                index: LOCAL_ROW,
+                model: local.clone(),
+                sources,
+            })
+            .collect();
+        let plan = Plan::build_each(&inputs, &[], PortRange::DEFAULT).unwrap();
+        assert!(plan.dests.iter().all(|(_, v)| v.receiver == LOCAL_ROW));
+        assert_eq!(plan.layouts.len(), 1);
+        // A receiver's model on this host's row, or the other way round,
+        // is refused.
+        let wrong = [ReceiverInput {
+            index: LOCAL_ROW,
+            model: Arc::new(model()),
+            sources: v4(),
+        }];
+        assert!(Plan::build_each(&wrong, &[], PortRange::DEFAULT).is_err());
+        let wrong = [ReceiverInput {
+            index: 0,
+            model: local,
+            sources: v4(),
+        }];
+        assert!(Plan::build_each(&wrong, &[], PortRange::DEFAULT).is_err());
     }
 }

@@ -4,15 +4,14 @@
 //! may get one port planned for the old table: that flow lands where the old
 //! plan said. Nothing outside bpffs changes: no port is reserved.
 
-use super::{RunningBinder, SenderError, SenderOptions, maps, plan::Plan, state};
+use super::{RunningBinder, SenderError, SenderOptions, maps, state};
 
 /// Rebuilds `steering`'s plan for `options` (receivers with their models,
 /// ports and pacing; the port range `start` chose) and refills its maps.
 /// On error before the maps are written, the old plan keeps steering
 /// untouched.
 pub fn replan(steering: &mut RunningBinder, options: &SenderOptions) -> Result<(), SenderError> {
-    let receivers = super::receiver_inputs(&options.targets)?;
-    let plan = Plan::build_each(&receivers, &options.ports, steering.port_range)?;
+    let plan = super::plan_for(options, steering.port_range)?;
     let state_path = state::path_for(steering.layout.dir());
     if state::load(&state_path)?.is_none() {
         return Err(SenderError::State {

@@ -36,7 +36,14 @@ use self::{
     events::{Event, What},
     receivers::Receiver,
 };
-use super::{RunningBinder, SenderOptions, Target, args::SenderArgs, grant, maps, replan, summary};
+use super::{
+    RunningBinder, SenderOptions, Target,
+    args::SenderArgs,
+    ends::{LocalNic, Steer},
+    grant,
+    local_end::LocalEnd,
+    maps, replan, summary,
+};
 use crate::{
     psk::read_psk_file,
     upstream::{self, PeerConfig, Update},
@@ -65,12 +72,20 @@ struct Follower {
     /// The control socket (`None` with `--once`).
     published: Option<status::Published>,
     resolver: resolve::Resolve,
-    /// This host's own NIC, with `--steer both`.
-    local: Option<super::local_end::LocalEnd>,
+    /// This host's own NIC and its closed loop, with `--steer both`.
+    local: Option<LocalEnd>,
+    /// This host's NIC's model with `--steer both` (out of `options` while
+    /// local steering is paused).
+    both: Option<Arc<RssModel>>,
 }
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
-pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::Result<()> {
+pub async fn run(
+    args: &SenderArgs,
+    peers: &[String],
+    local: Option<LocalNic>,
+    object: &[u8],
+) -> anyhow::Result<()> {
     let dports = report_ports(args)?;
     let resolver = resolve::system();
     let addresses = receiver_addresses(args, peers, &resolver).await?;
@@ -102,9 +117,13 @@ pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::
         receivers.push(receiver);
     }
     drop(tx);
+    let mut options = options(args, Vec::new());
+    // --steer both: this host's NIC in every plan.
+    options.local = local.as_ref().map(|nic| nic.model.clone());
     let mut follower = Follower {
         receivers,
-        options: options(args, Vec::new()),
+        both: options.local.clone(),
+        options,
         dports,
         published,
         resolver,
@@ -118,6 +137,12 @@ pub async fn run(args: &SenderArgs, peers: &[String], object: &[u8]) -> anyhow::
     }
     let mut steering =
         super::start(&follower.options, object).context("setting up the port binder")?;
+    if !args.once {
+        // Watching before `steering active`: no connection it steers is missed.
+        let toward: Vec<IpAddr> = follower.options.targets.iter().map(|t| t.addr).collect();
+        follower.local =
+            local.map(|nic| LocalEnd::start(nic, Steer::Both, &steering.cgroup, &toward));
+    }
     println!("{}", summary::describe(&steering));
     follower.after_replan(&mut steering);
     if args.once {
@@ -219,7 +244,10 @@ impl Follower {
         loop {
             tokio::select! {
                 _ = resolve_tick.tick() => self.re_resolve(steering).await,
-                _ = status_tick.tick() => self.publish(Some(steering)),
+                _ = status_tick.tick() => {
+                    self.sample_local(steering);
+                    self.publish(Some(steering));
+                }
                 _ = tokio::signal::ctrl_c() => return Ok(()),
                 _ = term.recv() => return Ok(()),
                 _ = tick.tick() => {
@@ -367,6 +395,36 @@ impl Follower {
         for receiver in &self.receivers {
             receiver.reapply(steering);
             receiver.report(steering, &self.dports);
+        }
+        if let Some(local) = &self.local
+            && let Err(err) = super::offline::apply_local_grant(steering, &local.nic)
+        {
+            warn!("{err:#}");
+        }
+    }
+
+    /// This host's closed loop: judges where connections land on its NIC
+    /// and, when the verdict changes, plans again without (or with) it.
+    fn sample_local(&mut self, steering: &mut RunningBinder) {
+        let steered: BTreeSet<IpAddr> = self.options.targets.iter().map(|t| t.addr).collect();
+        let Some(pause) = self.local.as_mut().and_then(|l| l.sample(&steered)) else {
+            return;
+        };
+        let Some(model) = self.both.clone() else {
+            return;
+        };
+        self.options.local = (!pause).then_some(model);
+        match replan(steering, &self.options) {
+            Ok(()) => {
+                if let Some(local) = &mut self.local {
+                    local.set_paused(pause);
+                }
+                self.after_replan(steering);
+            }
+            Err(err) => {
+                warn!("cannot re-plan for this host's NIC: {err}");
+                self.options.local = if pause { self.both.clone() } else { None };
+            }
         }
     }
 
@@ -586,6 +644,7 @@ pub fn options(args: &SenderArgs, targets: Vec<Target>) -> SenderOptions {
         pin_dir: args.pin_dir(),
         pacing_rate: args.pacing_rate,
         port_range: args.port_range,
+        local: None,
     }
 }
 
