@@ -8,7 +8,7 @@
 
 use std::{
     collections::BTreeSet,
-    net::SocketAddr,
+    net::{IpAddr, SocketAddr},
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -316,5 +316,259 @@ fn both_ends_put_sixteen_flows_on_sixteen_cpus_of_each_host() {
         assert_eq!(flow.local_queue_seen, flow.local_queue_planned, "{flow:?}");
         assert!(flow.receiver_cpu_planned.is_some(), "{flow:?}");
     }
+    workload.finish();
+}
+
+// ---------------------------------------------------------------------------
+// What the binder did for one NIC keeps working with this host's NIC
+// planned too: dual-stack sockets, the application's own address,
+// concurrent connects, 512 CPUs. No emulator: judged by the accepted tuples
+// hashed with each side's model.
+
+/// An agent set up with `--once` for `steer` (`local` or `both`), this
+/// host's NIC `local`, the receiver's NIC `remote` (with `both`).
+struct Modes {
+    agent: SenderAgent,
+    hosts: TwoHosts,
+    dir: PathBuf,
+    local: RssModel,
+    remote: RssModel,
+    both: bool,
+}
+
+impl Modes {
+    fn new(subnet: u8, both: bool, remote: RssDescription, local: RssDescription) -> Self {
+        Self::with_args(subnet, both, remote, local, &[])
+    }
+
+    fn with_args(
+        subnet: u8,
+        both: bool,
+        remote: RssDescription,
+        local: RssDescription,
+        extra: &[&str],
+    ) -> Self {
+        let hosts = TwoHosts::pair(subnet).expect("two namespaces");
+        // A second address an application may bind: planned from the start.
+        let second = format!("{}/24", Modes::second_address(subnet));
+        let added = hosts
+            .sender
+            .exec(
+                "ip",
+                ["addr", "add", &second, "dev", &hosts.sender_end.ifname],
+            )
+            .expect("ip addr add");
+        assert!(added.status.success(), "{added:?}");
+        let dir = std::env::temp_dir().join(srap_tests::unique_name("-modes"));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let file = dir.join("local-rss.json");
+        std::fs::write(&file, local.to_json_pretty()).expect("write");
+        let receiver = hosts.receiver_end.ip(false).to_string();
+        let mut opts = SenderOpts::new(built_binary("srap-agent"))
+            .arg("--steer")
+            .arg(if both { "both" } else { "local" })
+            .arg("--local-rss")
+            .arg(&file)
+            .args(["--receiver", &receiver])
+            .args(extra.iter().copied());
+        if both {
+            opts = opts.rss(remote.clone());
+        }
+        let agent = SenderAgent::new(&hosts.sender, opts).expect("a sender agent");
+        agent.once().expect("srap-agent sender --once");
+        Self {
+            agent,
+            hosts,
+            dir,
+            local: RssModel::from_description(&local)
+                .expect("model")
+                .facing(End::Local),
+            remote: RssModel::from_description(&remote).expect("model"),
+            both,
+        }
+    }
+
+    fn second_address(subnet: u8) -> IpAddr {
+        IpAddr::V4(std::net::Ipv4Addr::new(10, 199, subnet, 11))
+    }
+
+    /// Asserts `clients` (toward `server`) are on distinct CPUs of this
+    /// host, and of the receiver too with both ends.
+    #[track_caller]
+    fn assert_distinct(&self, clients: &[SocketAddr], server: SocketAddr) {
+        let tuple = |c: &SocketAddr| {
+            FlowTuple::new(
+                c.ip().to_canonical(),
+                c.port(),
+                server.ip().to_canonical(),
+                server.port(),
+            )
+            .expect("tuple")
+        };
+        let local: BTreeSet<u32> = clients
+            .iter()
+            .map(|c| self.local.landing(&tuple(c)).cpu)
+            .collect();
+        assert_eq!(local.len(), clients.len(), "this host's CPUs: {local:?}");
+        if self.both {
+            let remote: BTreeSet<u32> = clients
+                .iter()
+                .map(|c| self.remote.landing(&tuple(c)).cpu)
+                .collect();
+            assert_eq!(
+                remote.len(),
+                clients.len(),
+                "the receiver's CPUs: {remote:?}"
+            );
+        }
+    }
+}
+
+impl Drop for Modes {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Dual-stack sockets toward the IPv4 receiver (`::ffff:a.b.c.d`) and 16
+/// threads connecting at once, in both modes.
+#[test]
+fn dual_stack_and_concurrent_connects_in_every_mode() {
+    if !require_privileged("dual-stack and concurrent connects, --steer local|both") {
+        return;
+    }
+    for (both, subnet) in [(false, 146u8), (true, 147)] {
+        let lab = Modes::new(subnet, both, embedded_default(), sender_nic(KEY));
+        let IpAddr::V4(receiver) = lab.hosts.receiver_end.ip(false) else {
+            panic!("an IPv4 receiver");
+        };
+        let server = SocketAddr::new(receiver.into(), DPORT);
+        let mapped = SocketAddr::new(IpAddr::V6(receiver.to_ipv6_mapped()), DPORT);
+        let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
+        let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), mapped);
+        workload.open(16);
+        lab.assert_distinct(&listener.accept_peers(16), server);
+        let closed = workload.close(16);
+        listener.await_closed(&closed);
+        let mut burst = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
+        burst.ask("burst 16");
+        lab.assert_distinct(&listener.accept_peers(16), server);
+        workload.finish();
+        burst.finish();
+        // The application's own address (IP_BIND_ADDRESS_NO_PORT), kept.
+        let bound = Modes::second_address(subnet);
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/connect.py");
+        let client = srap_tests::harness::srap_exec(
+            &lab.hosts.sender,
+            &built_binary("srap"),
+            Some(lab.agent.cgroup()),
+            "python3",
+        )
+        .arg(script)
+        .args([
+            "inet",
+            &receiver.to_string(),
+            &DPORT.to_string(),
+            "16",
+            &bound.to_string(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 connect.py under srap exec");
+        let _client = srap_lab::workload::ChildGuard::new(client);
+        let peers = listener.accept_peers(16);
+        assert!(peers.iter().all(|p| p.ip() == bound), "{peers:?}");
+        lab.assert_distinct(&peers, server);
+        let stats = lab.agent.stats().expect("counters");
+        assert_eq!(stats.get(outcome::SOURCE_KEPT), 16, "{stats}");
+    }
+}
+
+/// A 512-CPU host: with `--steer local` its 512 CPUs each take one of 512
+/// flows; with `--steer both` toward a 512-CPU receiver (a joint map of
+/// 10 + 7 bits, rank-deficient: not every pair is reached) every flow
+/// keeps a receiver CPU of its own and this host's 16 CPUs all take flows.
+#[test]
+fn five_hundred_and_twelve_cpus_in_every_mode() {
+    if !require_privileged("512 CPUs, --steer local|both") {
+        return;
+    }
+    let wide = RssDescription {
+        indir: (0..1024).map(|i| i % 512).collect(),
+        queue_cpu: Some((0..512).collect()),
+        ..embedded_default()
+    };
+    let local_wide = RssDescription {
+        key: KEY.into(),
+        ..wide.clone()
+    };
+    for (both, subnet, remote, local) in [
+        (false, 148u8, embedded_default(), local_wide),
+        (true, 149, wide, sender_nic(KEY)),
+    ] {
+        let lab = Modes::new(subnet, both, remote, local);
+        let server = lab.hosts.receiver_addr(DPORT, false);
+        let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
+        let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
+        let mut clients = Vec::new();
+        for _ in 0..4 {
+            assert_eq!(workload.open(128).len(), 128);
+            clients.extend(listener.accept_peers(128));
+        }
+        let tuple = |c: &SocketAddr| FlowTuple::from_sockets(*c, server).expect("tuple");
+        if both {
+            let remote: BTreeSet<u32> = clients
+                .iter()
+                .map(|c| lab.remote.landing(&tuple(c)).cpu)
+                .collect();
+            assert_eq!(remote.len(), 512, "the receiver's placement is kept");
+            let local: BTreeSet<u32> = clients
+                .iter()
+                .map(|c| lab.local.landing(&tuple(c)).cpu)
+                .collect();
+            assert_eq!(local.len(), 16, "every CPU of this host: {local:?}");
+            let stats = lab.agent.stats().expect("counters");
+            assert_eq!(
+                stats.get(outcome::JOINT) + stats.get(outcome::LOCAL_MISSED),
+                512,
+                "{stats}"
+            );
+        } else {
+            lab.assert_distinct(&clients, server);
+        }
+        workload.finish();
+    }
+}
+
+/// `--local-cpus 0-7`: 16 flows take only those of this host's CPUs, two
+/// each (one occupancy row, every flow counted).
+#[test]
+fn local_cpus_restrict_this_hosts_cpus() {
+    if !require_privileged("--local-cpus") {
+        return;
+    }
+    let lab = Modes::with_args(
+        150,
+        false,
+        embedded_default(),
+        sender_nic(KEY),
+        &["--local-cpus", "0-7"],
+    );
+    let server = lab.hosts.receiver_addr(DPORT, false);
+    let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
+    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
+    workload.open(16);
+    let clients = listener.accept_peers(16);
+    let mut per_cpu = std::collections::BTreeMap::<u32, usize>::new();
+    for c in &clients {
+        let tuple = FlowTuple::from_sockets(*c, server).expect("tuple");
+        *per_cpu.entry(lab.local.landing(&tuple).cpu).or_default() += 1;
+    }
+    assert_eq!(
+        per_cpu,
+        (0..8).map(|cpu| (cpu, 2)).collect(),
+        "two flows on each of CPUs 0-7"
+    );
     workload.finish();
 }
