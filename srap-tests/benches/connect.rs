@@ -5,7 +5,9 @@
 //! no growth with the slot count (the slot choice reads one bitmap word per
 //! 64 slots, never every slot). Then the baseline and the 4-slot binder
 //! again with every other core kept busy by a spinning thread (report-only:
-//! what a connect costs on a loaded host).
+//! what a connect costs on a loaded host). Then each `--steer` mode toward
+//! a 32-CPU receiver from a host with a 16-CPU NIC: `remote`, `local` and
+//! `both` (goal: `both` adds at most 1.2× what `remote` adds).
 //!
 //! The settings take turns: each binder is attached to a cgroup of its own
 //! for the whole run, and every sample criterion takes, of any setting, is
@@ -32,9 +34,9 @@ use std::{
 use criterion::{Criterion, criterion_group, criterion_main};
 use srap_common::{
     binder::{CONNECT4_PROGRAM, RELEASE_PROGRAM},
-    rss::{RssDescription, RssModel, embedded_default},
+    rss::{End, RssDescription, RssModel, embedded_default},
 };
-use srap_daemon::sender::{self, SenderOptions};
+use srap_daemon::sender::{self, SenderOptions, ends::Steer};
 use srap_lab::binder::InCgroup;
 use srap_tests::{TwoHosts, cgroup::CgroupDir, require_privileged, unique_name};
 
@@ -177,27 +179,52 @@ struct Attached {
 }
 
 impl Attached {
+    /// Toward a `cpus`-CPU receiver.
     fn new(cpus: u32, server: SocketAddr) -> Self {
+        let model = RssModel::from_description(&receiver_with(cpus)).expect("model");
+        let targets = sender::Target::all(&model, &[server.ip()]);
+        Self::attach(format!("{cpus} slots"), targets, None)
+    }
+
+    /// `--steer steer` toward a 32-CPU receiver (the embedded description:
+    /// 128 entries) from a host whose NIC has 16 queues over 128 entries: a
+    /// joint map of 7 + 7 bits, 4 ports per pair of entries.
+    fn steering(steer: Steer, server: SocketAddr) -> Self {
+        let remote = RssModel::from_description(&embedded_default()).expect("model");
+        let local = this_hosts_nic();
+        let (targets, local) = match steer {
+            Steer::Remote => (sender::Target::all(&remote, &[server.ip()]), None),
+            Steer::Local => (sender::Target::all(&local, &[server.ip()]), None),
+            Steer::Both => (
+                sender::Target::all(&remote, &[server.ip()]),
+                Some(std::sync::Arc::new(local)),
+            ),
+        };
+        Self::attach(format!("--steer {steer}"), targets, local)
+    }
+
+    fn attach(
+        label: String,
+        targets: Vec<sender::Target>,
+        local: Option<std::sync::Arc<RssModel>>,
+    ) -> Self {
         let cgroup = CgroupDir::unique().expect("cgroup path");
         cgroup.create().expect("create cgroup");
         let pin_dir = PathBuf::from(format!("/sys/fs/bpf/srap-bench-{}", unique_name("p")));
         let options = SenderOptions {
-            targets: sender::Target::all(
-                &RssModel::from_description(&receiver_with(cpus)).expect("model"),
-                &[server.ip()],
-            ),
+            targets,
             ports: Vec::new(),
             cgroup: Some(cgroup.path().to_path_buf()),
             pin_dir: pin_dir.clone(),
             pacing_rate: None,
             port_range: None,
-            local: None,
+            local,
         };
         sender::start(&options, srap_daemon::ebpf_object()).expect("attach the binder");
         Self {
             cgroup,
             pin_dir,
-            label: format!("{cpus} slots"),
+            label,
         }
     }
 
@@ -244,9 +271,14 @@ fn connect_accept(c: &mut Criterion) {
     plain.create().expect("create cgroup");
     // The kernel's accounting of each program's run time, on for the run.
     let stats_on = aya::sys::enable_stats(aya::sys::Stats::RunTime);
-    let binders = hosts
+    let (binders, steered) = hosts
         .sender
-        .run(|| [Attached::new(4, server), Attached::new(512, server)])
+        .run(|| {
+            (
+                [Attached::new(4, server), Attached::new(512, server)],
+                [Steer::Remote, Steer::Local, Steer::Both].map(|s| Attached::steering(s, server)),
+            )
+        })
         .expect("sender netns");
     // The client side runs on this thread, in the sender's namespace; it
     // leaves each setting's cgroup for its own after every turn.
@@ -261,6 +293,22 @@ fn connect_accept(c: &mut Criterion) {
     let mut figures = bench_in_turns(c, "connect_accept", &settings, cgroups, &listener, server);
     if stats_on.is_ok() {
         binders.iter().for_each(|b| b.report(""));
+    }
+
+    let modes = ["baseline", "binder_remote", "binder_local", "binder_both"];
+    let cgroups = std::iter::once(plain.path())
+        .chain(steered.iter().map(|b| b.cgroup.path()))
+        .collect();
+    figures.extend(bench_in_turns(
+        c,
+        "connect_accept_steer",
+        &modes,
+        cgroups,
+        &listener,
+        server,
+    ));
+    if stats_on.is_ok() {
+        steered.iter().for_each(|b| b.report(""));
     }
 
     let spinning = Spinners::start();
@@ -280,6 +328,7 @@ fn connect_accept(c: &mut Criterion) {
     write_paired(&figures);
     drop(inside);
     drop(binders);
+    drop(steered);
     drop(plain);
 }
 
@@ -323,6 +372,22 @@ fn receiver_with(cpus: u32) -> RssDescription {
     description.indir = (0..1024).map(|i| i % cpus).collect();
     description.queue_cpu = Some((0..cpus).collect());
     description
+}
+
+/// A 16-queue NIC of this host (each queue its own CPU, 128 entries), as
+/// the binder's model of it faces it: hashing the reverse tuple.
+fn this_hosts_nic() -> RssModel {
+    let description = RssDescription {
+        indir: (0..128).map(|i| i % 16).collect(),
+        queue_cpu: Some((0..16).collect()),
+        key: "3c:3c:a1:59:07:ee:12:40:88:7d:d0:2b:61:f3:9a:c4:25:5e:b0:13:\
+              77:c8:0d:e9:42:6a:1f:95:38:b7:cc:04:5d:e1:8a:26:f0:33:9b:70"
+            .into(),
+        ..embedded_default()
+    };
+    RssModel::from_description(&description)
+        .expect("model")
+        .facing(End::Local)
 }
 
 criterion_group!(benches, connect_accept);

@@ -26,6 +26,9 @@ enum Goal {
     AddedBelowNs(f64),
     /// Only print `first − second`.
     AddedNs,
+    /// `(first − base) / (second − base)` must be at most this: one added
+    /// cost against another, over the same run's baseline `base`.
+    AddedRatioAtMost(&'static str, f64),
 }
 
 /// (label, benchmark id, second id — the faster one for ratios, goal).
@@ -105,6 +108,33 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
         "connect_paired_busy/binder_4_slots",
         "connect_paired_busy/baseline",
         Goal::AddedNs,
+    ),
+    // Each --steer mode toward a 32-CPU receiver from a 16-CPU host, same
+    // run: both NICs planned may add at most 1.2× what the receiver's alone
+    // adds.
+    (
+        "--steer remote: added per connect",
+        "connect_paired_steer/binder_remote",
+        "connect_paired_steer/baseline",
+        Goal::AddedNs,
+    ),
+    (
+        "--steer local: added per connect",
+        "connect_paired_steer/binder_local",
+        "connect_paired_steer/baseline",
+        Goal::AddedNs,
+    ),
+    (
+        "--steer both: added per connect",
+        "connect_paired_steer/binder_both",
+        "connect_paired_steer/baseline",
+        Goal::AddedNs,
+    ),
+    (
+        "--steer both / remote, added cost",
+        "connect_paired_steer/binder_both",
+        "connect_paired_steer/binder_remote",
+        Goal::AddedRatioAtMost("connect_paired_steer/baseline", 1.2),
     ),
     // The receive verifier against a bare program of the same hook. The
     // socket hook (the default off veth) runs per connection, never per
@@ -215,6 +245,27 @@ fn print_goals(means: &BTreeMap<String, f64>) -> usize {
                     ),
                     _ => (shown, "-".to_owned(), None),
                 }
+            }
+            Goal::AddedRatioAtMost(base, max) => {
+                let (Some(&b), Some(&base)) = (means.get(*second), means.get(*base)) else {
+                    println!("{label:<44} {:>14} {:>12}  not run", "-", "-");
+                    continue;
+                };
+                // Noise can make an added cost non-positive: then there is
+                // no ratio to speak of.
+                if b - base <= 0.0 {
+                    println!(
+                        "{label:<44} {:>14} {:>12}  no added cost to compare",
+                        "-", "-"
+                    );
+                    continue;
+                }
+                let ratio = (a - base) / (b - base);
+                (
+                    format!("{ratio:.2}x"),
+                    format!("<= {max:.2}x"),
+                    Some(ratio <= *max),
+                )
             }
             Goal::RatioAtLeast(_) | Goal::RatioAtMost(_) | Goal::Ratio => {
                 let Some(&b) = means.get(*second) else {
