@@ -57,6 +57,16 @@ macro_rules! declare_maps {
 
 srap_common::binder_pinned_maps!(declare_maps);
 
+/// Where [`tuple_holder`] builds its lookup tuple: one per CPU, not on the
+/// stack. The kernel allows 512 bytes of stack along a call chain and
+/// Linux 6.1 rounds every frame up to 32 bytes: with a 36-byte tuple (and
+/// the `memset` subprogram zeroing it) on the stack, the chain hook →
+/// `bind_jointly` → `tuple_holder` came to 544 and 6.1 refused the binder.
+/// Not pinned: it holds nothing between runs, and a connect hook runs to
+/// its end on one CPU.
+#[map]
+static SRAP_TUPLE_SCRATCH: PerCpuArray<bpf_sock_tuple> = PerCpuArray::with_max_entries(1, 0);
+
 const SOCK_STREAM: u32 = 1;
 const SOL_SOCKET: i32 = 1;
 const SO_REUSEADDR: i32 = 2;
@@ -878,36 +888,36 @@ enum Holder {
 
 /// Looks the exact tuple up as the kernel's `connect()` will check it:
 /// binding onto a taken tuple would succeed and make the connect fail.
-/// Not inlined: its tuple stays out of the callers' frames (the kernel
-/// allows 512 bytes of stack along a call chain).
+/// Not inlined, so its frame stays out of the callers' (the kernel allows
+/// 512 bytes of stack along a call chain).
 #[inline(never)]
 fn tuple_holder(ctx: &SockAddrContext, table: &TableRow, peer: &Peer, port: u16) -> Holder {
+    let Some(tuple) = SRAP_TUPLE_SCRATCH.get_ptr_mut(0) else {
+        // Cannot look: the port counts as taken, the next one is tried.
+        return Holder::Tuple;
+    };
     // The lookup is the receive path's: "source" is the remote end.
-    // SAFETY: all-zero is a valid tuple.
-    let mut tuple: bpf_sock_tuple = unsafe { core::mem::zeroed() };
-    let size = if peer.v4 {
-        tuple.__bindgen_anon_1.ipv4.saddr = peer.addr[0];
-        tuple.__bindgen_anon_1.ipv4.daddr = table.src_addr[0];
-        tuple.__bindgen_anon_1.ipv4.sport = peer.port.to_be();
-        tuple.__bindgen_anon_1.ipv4.dport = port.to_be();
-        size_of::<Tuple4>()
-    } else {
-        tuple.__bindgen_anon_1.ipv6.saddr = peer.addr;
-        tuple.__bindgen_anon_1.ipv6.daddr = table.src_addr6;
-        tuple.__bindgen_anon_1.ipv6.sport = peer.port.to_be();
-        tuple.__bindgen_anon_1.ipv6.dport = port.to_be();
-        size_of::<Tuple6>()
+    // SAFETY: `tuple` is this CPU's scratch row, valid for this run; each
+    // branch writes every byte the lookup reads (the size it passes).
+    let size = unsafe {
+        let fields = &mut (*tuple).__bindgen_anon_1;
+        if peer.v4 {
+            fields.ipv4.saddr = peer.addr[0];
+            fields.ipv4.daddr = table.src_addr[0];
+            fields.ipv4.sport = peer.port.to_be();
+            fields.ipv4.dport = port.to_be();
+            size_of::<Tuple4>()
+        } else {
+            fields.ipv6.saddr = peer.addr;
+            fields.ipv6.daddr = table.src_addr6;
+            fields.ipv6.sport = peer.port.to_be();
+            fields.ipv6.dport = port.to_be();
+            size_of::<Tuple6>()
+        }
     };
-    // SAFETY: a valid tuple of the size given, on this program's stack.
-    let sk = unsafe {
-        bpf_skc_lookup_tcp(
-            ctx.sock_addr.cast(),
-            &raw mut tuple,
-            size as u32,
-            CURRENT_NETNS,
-            0,
-        )
-    };
+    // SAFETY: a tuple of the size given, in a map value.
+    let sk =
+        unsafe { bpf_skc_lookup_tcp(ctx.sock_addr.cast(), tuple, size as u32, CURRENT_NETNS, 0) };
     if sk.is_null() {
         return Holder::Nobody;
     }
