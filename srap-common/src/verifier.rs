@@ -91,9 +91,18 @@ pub struct FlowStats {
     pub last_seen_ns: u64,
     /// Packets that arrived on another (queue, CPU) than the packet before.
     pub moves: u32,
-    /// Always zero; makes the padding explicit.
-    pub pad: u32,
+    /// The NIC's own RSS hash (`skb->hash`) of the packet that created the
+    /// record (a flow's first packet, its SYN), or [`NIC_HASH_NONE`]. Only
+    /// the tc program reads it: a plain load of `__sk_buff.hash`, the value
+    /// the driver stored from the rx descriptor (`skb_get_hash()` would
+    /// replace an L3-marked hardware hash, as igb's is, by a software one).
+    /// Written once, when the record is created: no per-packet cost.
+    pub nic_hash: u32,
 }
+
+/// [`FlowStats::nic_hash`] when there is no hash: the hook does not read it
+/// (XDP, the socket hook), or the driver hands none over (`rxhash off`).
+pub const NIC_HASH_NONE: u32 = 0;
 
 /// What the socket verifier saw of one accepted TCP connection: written
 /// when the handshake completes and when the connection closes, never per
@@ -132,7 +141,7 @@ pub struct SockFlow {
 mod user {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-    use super::{FlowKey, FlowStats, RX_QUEUE_UNKNOWN, SockFlow};
+    use super::{FlowKey, FlowStats, NIC_HASH_NONE, RX_QUEUE_UNKNOWN, SockFlow};
     use crate::family::Family;
 
     // SAFETY: both are `#[repr(C)]`, `Copy`, made only of integers and byte
@@ -197,6 +206,12 @@ mod user {
         /// The receive queue, or `None` when the hook could not tell it.
         pub fn rx_queue(&self) -> Option<u32> {
             (self.rx_queue != RX_QUEUE_UNKNOWN).then_some(self.rx_queue)
+        }
+
+        /// The NIC's hash of the flow's first packet, or `None` when there
+        /// is none ([`NIC_HASH_NONE`]).
+        pub fn nic_hash(&self) -> Option<u32> {
+            (self.nic_hash != NIC_HASH_NONE).then_some(self.nic_hash)
         }
     }
 

@@ -29,8 +29,8 @@ use aya::{
     },
 };
 use srap_common::verifier::{
-    FLOWS_MAP, FlowKey, FlowStats, RX_QUEUE_UNKNOWN, SOCK_FLOWS_MAP, SockFlow, VERIFY_SOCK_PROGRAM,
-    VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
+    FLOWS_MAP, FlowKey, FlowStats, NIC_HASH_NONE, RX_QUEUE_UNKNOWN, SOCK_FLOWS_MAP, SockFlow,
+    VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
 };
 
 use crate::sock_diag::{SockDiag, TcpCounters};
@@ -61,6 +61,16 @@ impl fmt::Display for Hook {
             Self::ClsactIngress => "tc ingress (clsact)",
             Self::SockOps => "sock_ops (cgroup)",
         })
+    }
+}
+
+impl Hook {
+    /// Whether the hook records the NIC's own RSS hash (`skb->hash`,
+    /// [`FlowStats::nic_hash`]): only tc ingress sees the skb with it. XDP
+    /// has no skb (the `bpf_xdp_metadata_rx_hash` kfunc is beyond aya 0.14),
+    /// and the socket hook's `sk_rxhash` passed through RPS/RFS first.
+    pub fn reads_nic_hash(self) -> bool {
+        matches!(self, Self::TcxIngress | Self::ClsactIngress)
     }
 }
 
@@ -556,7 +566,7 @@ fn socket_stats(
         first_seen_ns: flow.established_ns,
         last_seen_ns,
         moves: 0,
-        pad: 0,
+        nic_hash: NIC_HASH_NONE,
     })
 }
 
@@ -577,7 +587,7 @@ fn handshake_stats(flow: &SockFlow, now_ns: u64, queues: QueueReading) -> FlowSt
         first_seen_ns: flow.established_ns,
         last_seen_ns,
         moves: 0,
-        pad: 0,
+        nic_hash: NIC_HASH_NONE,
     }
 }
 

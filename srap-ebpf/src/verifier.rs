@@ -15,7 +15,7 @@ use aya_ebpf::{
     maps::LruHashMap,
     programs::{TcContext, XdpContext},
 };
-use srap_common::verifier::{FLOWS_MAX_ENTRIES, FlowKey, FlowStats};
+use srap_common::verifier::{FLOWS_MAX_ENTRIES, FlowKey, FlowStats, NIC_HASH_NONE};
 
 use crate::packet::{MAX_HEADER_LEN, parse_tcp_flow};
 
@@ -29,7 +29,15 @@ static SRAP_FLOWS: LruHashMap<FlowKey, FlowStats> =
 pub fn srap_verify(ctx: XdpContext) -> u32 {
     let (data, data_end) = (ctx.data(), ctx.data_end());
     if let Some(key) = parse_tcp_flow(data, data_end) {
-        record(&key, ctx.rx_queue_index(), (data_end - data) as u64);
+        // XDP has no skb and so no `skb->hash`; on 6.3+ drivers the
+        // `bpf_xdp_metadata_rx_hash` kfunc would give it, which aya 0.14
+        // cannot call. Only the tc program records the NIC's hash.
+        record(
+            &key,
+            ctx.rx_queue_index(),
+            (data_end - data) as u64,
+            NIC_HASH_NONE,
+        );
     }
     xdp_action::XDP_PASS
 }
@@ -50,17 +58,25 @@ pub fn srap_verify_tc(ctx: TcContext) -> i32 {
         // store queue + 1, veth the sending side's tx queue), which user
         // space knows and this program does not.
         let rx_queue = queue_mapping;
-        record(&key, rx_queue, u64::from(ctx.len()));
+        // SAFETY: as above. `__sk_buff.hash` is a plain load of `skb->hash`,
+        // the driver's own RSS hash (0 with `rxhash off`). Read it, not
+        // `bpf_get_hash_recalc`, which replaces an L3-marked hardware hash
+        // (igb's) by a software jhash.
+        let nic_hash = unsafe { (*ctx.skb.skb).hash };
+        record(&key, rx_queue, u64::from(ctx.len()), nic_hash);
     }
     TC_ACT_OK
 }
 
 /// Adds one packet of `bytes` to `key`'s record, creating it if needed.
+/// `nic_hash` is stored only when the record is created (the flow's first
+/// packet, its SYN): every packet of a flow carries the same hash, and
+/// storing it once keeps the per-packet path as it was.
 ///
 /// Plain read-modify-write, not atomics: see [`FlowStats`] for why that is
 /// exact when one flow is handled by one CPU at a time, as RSS arranges.
 #[inline(always)]
-fn record(key: &FlowKey, rx_queue: u32, bytes: u64) {
+fn record(key: &FlowKey, rx_queue: u32, bytes: u64, nic_hash: u32) {
     // SAFETY: helpers without preconditions.
     let cpu = unsafe { bpf_get_smp_processor_id() };
     // SAFETY: as above.
@@ -77,7 +93,7 @@ fn record(key: &FlowKey, rx_queue: u32, bytes: u64) {
         first_seen_ns: now,
         last_seen_ns: now,
         moves: 0,
-        pad: 0,
+        nic_hash,
     };
     if SRAP_FLOWS
         .insert(key, fresh, u64::from(BPF_NOEXIST))

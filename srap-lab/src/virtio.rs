@@ -53,6 +53,9 @@ pub struct GuestRun {
     /// each with the queue the device's real key and `ethtool -x`'s table
     /// give it ([`truth::device_model`]).
     pub accepted: Vec<(u16, u32)>,
+    /// The receiver agent's status behind `srap`, taken while the flows
+    /// were still active (their NIC hashes, say).
+    pub status: Status,
 }
 
 impl GuestRun {
@@ -191,13 +194,14 @@ impl<'n> VirtioLab<'n> {
         let accepted = iperf3_result(&mut self.guest, port)?;
         let model = truth::device_model(&mut self.guest)?;
         let accepted = truth::guest_queues(&model, self.net, &accepted, |sport| (sport, port))?;
-        let srap = self.srap_view(port)?;
+        let (srap, status) = self.srap_view(port)?;
         let rx_queue_packets = truth::delta(&before, &after);
         Ok(GuestRun {
             busy_queues: truth::busy_queues(&rx_queue_packets, accepted.len()),
             srap,
             rx_queue_packets,
             accepted,
+            status,
         })
     }
 
@@ -224,10 +228,13 @@ impl<'n> VirtioLab<'n> {
 
     /// The receiver agent's verdict on the flows toward `port`, sampled
     /// after the run (it samples every second).
-    fn srap_view(&mut self, port: u16) -> anyhow::Result<RunReport> {
+    fn srap_view(&mut self, port: u16) -> anyhow::Result<(RunReport, Status)> {
         std::thread::sleep(Duration::from_millis(1500));
         let status = self.status()?;
-        Ok(RunReport::from_status(&status, port, MIN_DATA_BYTES))
+        Ok((
+            RunReport::from_status(&status, port, MIN_DATA_BYTES),
+            status,
+        ))
     }
 }
 

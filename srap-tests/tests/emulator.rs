@@ -1,7 +1,8 @@
 //! The lab's RSS-NIC emulator on a real kernel: with it on the sender's veth,
 //! every TCP flow arrives on the receive queue that srap-common's model
 //! predicts for its 4-tuple — as observed by the receive verifier (XDP), for
-//! source ports the kernel chose at random.
+//! source ports the kernel chose at random. At tc ingress the verifier also
+//! records the hash the emulator set: the skb->hash a veth delivers.
 
 use std::{
     io::{Read as _, Write as _},
@@ -10,7 +11,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use srap_common::rss::{FlowTuple, RssDescription, RssModel, embedded_default};
+use srap_common::{
+    emulator::EmulatorConfig,
+    rss::{FlowTuple, RssDescription, RssModel, embedded_default},
+};
 use srap_daemon::verifier::{HookChoice, Verifier};
 use srap_lab::emulator::Emulator;
 use srap_tests::{TwoHosts, VethConfig, require_privileged};
@@ -96,6 +100,7 @@ fn flows_land_where_the_model_says(hook: HookChoice, v6: bool, subnet: u8) {
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     });
     let flows = verifier.flows().expect("read the verifier's map");
+    let reads_hash = verifier.hook().reads_nic_hash();
     drop(verifier);
     drop(inside);
 
@@ -113,6 +118,23 @@ fn flows_land_where_the_model_says(hook: HookChoice, v6: bool, subnet: u8) {
             predicted.hash,
             predicted.index
         );
+        // The hash the emulator set on the sender's egress (the one that
+        // makes veth pick the predicted queue) reaches the receiver's tc
+        // hook in skb->hash: what the verifier records as the NIC's hash.
+        // It is not the Toeplitz hash (a veth has no RSS), so a real NIC's
+        // agreement can only be shown on one (guest_nics.rs).
+        let set_by_the_emulator = EmulatorConfig {
+            indir_len: model.indir().len() as u32,
+            queues: QUEUES,
+        }
+        .hash_for_queue(predicted.queue);
+        let expected = reads_hash.then_some(set_by_the_emulator);
+        assert_eq!(
+            flow.stats.nic_hash(),
+            expected,
+            "{client} -> {server}: the hash recorded at the receiver"
+        );
+        assert_ne!(Some(predicted.hash), expected, "a veth's hash is not RSS");
         // Not `moves`: it also counts CPU changes, and on a veth XDP runs
         // on whichever CPU the sending thread is on.
         queues_seen.insert(predicted.queue);

@@ -9,12 +9,12 @@
 //! Each test boots its own guests (10 to 15 s each under software
 //! emulation); they run one at a time.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, net::SocketAddr};
 
-use srap_common::rss::RssDescription;
+use srap_common::rss::{FlowTuple, RssDescription};
 use srap_lab::{
     guest::{Guest, GuestFiles, GuestImage, GuestKernel, GuestNet, GuestNic, GuestShape, truth},
-    virtio::VirtioLab,
+    virtio::{GUEST_CONTROL, GuestRun, VirtioLab},
 };
 use srap_tests::{built_binary, require_privileged};
 
@@ -180,7 +180,47 @@ fn steered_flows_on(nic: GuestNic, sock_diag: bool, subnet: u8) -> srap_host::st
         seen, run.busy_queues,
         "SRAP's verifier vs ethtool -S\n{report}"
     );
+    if !sock_diag {
+        // tc ingress, the one hook that reads the NIC's hash.
+        assert!(run.status.nic_hash.read, "{:?}", run.status.verifier);
+        nic_hashes_are_the_devices(&mut lab, &run, &report);
+    }
     lab.status().expect("receiver status")
+}
+
+/// Each accepted data stream's NIC hash, as SRAP's tc hook recorded it from
+/// the guest driver's skb->hash, equals Toeplitz of its tuple under the key
+/// the device really uses (the kernel's, for igb), and the receiver counts
+/// every hashed flow as agreeing with the served key.
+fn nic_hashes_are_the_devices(lab: &mut VirtioLab<'_>, run: &GuestRun, report: &str) {
+    let device = truth::device_model(&mut lab.guest).expect("the device's key and table");
+    let host = lab.net.host_ip;
+    for &(sport, _) in &run.accepted {
+        let flow = run
+            .status
+            .flows
+            .iter()
+            .find(|f| f.src == SocketAddr::from((host, sport)))
+            .unwrap_or_else(|| panic!("no status row of port {sport}\n{report}"));
+        let tuple = FlowTuple::from_sockets(flow.src, flow.dst).expect("tuple");
+        assert_eq!(
+            flow.nic_hash,
+            Some(device.hash(&tuple)),
+            "{} -> {}: the NIC's hash vs the device's Toeplitz\n{report}",
+            flow.src,
+            flow.dst
+        );
+        assert_eq!(flow.nic_hash_agrees, Some(true), "{flow:?}");
+    }
+    let counts = run.status.nic_hash;
+    // What `srap status` says of it in the guest (docs/devices.md shows it).
+    let shown = lab
+        .guest
+        .run(&format!("srap status --control {GUEST_CONTROL} --once"))
+        .unwrap_or_default();
+    eprintln!("srap status in the guest:\n{shown}");
+    assert_eq!(counts.differ, 0, "{counts:?}\n{report}");
+    assert!(counts.agree >= run.accepted.len(), "{counts:?}\n{report}");
 }
 
 /// igb under 6.12 (netlink; no key reported: the kernel's default key).
@@ -195,7 +235,9 @@ fn steered_flows_land_on_distinct_igb_queues() {
 
 /// A guest kernel without sock_diag for TCP (`inet_diag`/`tcp_diag` gone):
 /// the verifier says so and what it costs, moves to tc ingress, and still
-/// reports every steered flow on the queue the guest's counters show.
+/// reports every steered flow on the queue the guest's counters show. At
+/// tc ingress it also records igb's own RSS hash of every flow, which must
+/// equal Toeplitz under the kernel's key (the one igb uses).
 #[test]
 fn a_guest_without_tcp_diag_still_verifies_every_flow() {
     if !require_privileged("a_guest_without_tcp_diag_still_verifies_every_flow") {

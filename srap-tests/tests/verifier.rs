@@ -207,6 +207,7 @@ fn assert_xdp_flow(v6: bool, subnet: u8) {
     assert_eq!(exchange.hook, Hook::XdpDriver, "veth takes native XDP");
     let flow = assert_single_flow(&exchange);
     let queue = flow.stats.rx_queue().expect("XDP knows the rx queue");
+    assert_eq!(flow.stats.nic_hash(), None, "XDP does not read the hash");
     assert!(queue < QUEUES, "rx queue {queue} < {QUEUES}");
 }
 
@@ -238,7 +239,14 @@ fn tcx_records_the_flow() {
         "tc hook: {}",
         exchange.hook
     );
-    assert_single_flow(&exchange);
+    let flow = assert_single_flow(&exchange);
+    // What a veth delivers as skb->hash: no NIC hashed the packet, but TCP
+    // stamps every segment with its socket's random tx hash (never 0), and
+    // crossing the veth keeps it.
+    assert!(
+        flow.stats.nic_hash().is_some(),
+        "the sending socket's tx hash: {flow:?}"
+    );
 }
 
 #[test]

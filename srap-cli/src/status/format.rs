@@ -123,6 +123,42 @@ pub fn summary(status: &Status) -> String {
     )
 }
 
+/// What the NIC's own RSS hash of the active flows says of the served
+/// key, in one line: how many agree, how many differ, or why there is none.
+pub fn nic_hash(status: &Status) -> String {
+    let n = status.nic_hash;
+    if !n.read {
+        return "NIC hash: not read (only the tc ingress hook reads it: --hook tc)".to_owned();
+    }
+    let judged = n.agree + n.differ;
+    let without = if n.none > 0 && judged > 0 {
+        format!("; {} without a hash", n.none)
+    } else {
+        String::new()
+    };
+    if judged == 0 && n.none > 0 {
+        let iface = &status.iface;
+        return format!(
+            "NIC hash: no hash from the NIC ({} flows; `ethtool -K {iface} rxhash on` hands it over)",
+            n.none
+        );
+    }
+    if judged == 0 {
+        return "NIC hash: no active flows".to_owned();
+    }
+    if n.differ == 0 {
+        format!(
+            "NIC hash: {} of {judged} flows agree with the key{without}",
+            n.agree
+        )
+    } else {
+        format!(
+            "NIC hash: {} of {judged} flows DIFFER from the key (not the one the device uses){without}",
+            n.differ
+        )
+    }
+}
+
 /// Who may connect: `keys …; from …`, or OPEN in capitals for `--open`.
 pub fn access(status: &Status) -> String {
     let a = &status.access;

@@ -27,8 +27,8 @@ use srap_host::status::{ControlError, FlowRow, ReceiveCpu, Status, request_statu
 use super::{
     columns::{Align, Column, cut, render},
     format::{
-        access, ago, bold, cov, cpu_title, gbps, granted, green, header, landings, opt, ratio, red,
-        verifier,
+        access, ago, bold, cov, cpu_title, gbps, granted, green, header, landings, nic_hash, opt,
+        ratio, red, verifier,
     },
     list::{Scroll, range_text},
     live::{Page, pack},
@@ -315,6 +315,14 @@ fn verdict_lines(status: &Status, width: usize) -> Vec<Line<'static>> {
             ratio(status.accuracy.plan)
         ))],
         vec![Span::styled(landings(status), verdict_style)],
+        vec![Span::styled(
+            nic_hash(status),
+            if status.nic_hash.differ > 0 {
+                red()
+            } else {
+                Style::new()
+            },
+        )],
     ];
     pack(pieces, width, 2)
 }
@@ -577,6 +585,8 @@ mod tests {
             bytes: 1 << 30,
             moves: 182,
             agent_link: false,
+            nic_hash: None,
+            nic_hash_agrees: None,
         };
         let mut flows: Vec<FlowRow> = (1..=16).map(|q| flow(10_000 + q as u16, q)).collect();
         flows.extend((0..extra).map(|i| flow(20_000 + i, 5)));

@@ -4,7 +4,9 @@ use std::fmt::Write as _;
 
 use srap_host::status::{CpuRow, Status};
 
-use super::format::{access, ago, cov, cpu_title, gbps, granted, landings, opt, summary, verifier};
+use super::format::{
+    access, ago, cov, cpu_title, gbps, granted, landings, nic_hash, opt, summary, verifier,
+};
 
 const MARK: &str = "  << collision";
 
@@ -20,7 +22,8 @@ pub fn render(status: &Status) -> String {
         landings(status),
         access(status)
     );
-    let _ = writeln!(out, "{}\n", summary(status));
+    let _ = writeln!(out, "{}", summary(status));
+    let _ = writeln!(out, "{}\n", nic_hash(status));
 
     let _ = writeln!(
         out,

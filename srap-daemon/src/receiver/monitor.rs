@@ -13,7 +13,7 @@
 
 use std::{sync::Arc, time::Duration};
 
-use srap_common::rss::RssModel;
+use srap_common::rss::{FlowTuple, RssModel};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -50,7 +50,17 @@ pub struct Monitor {
     /// Which CPU is a flow's receive CPU ([`receive_cpu_of`]).
     receive_cpu: ReceiveCpu,
     learning: Learning,
+    /// What the NIC's own hash said, logged once ([`NicHashNotes`]).
+    nic_hash: NicHashNotes,
     board: watch::Sender<Arc<Status>>,
+}
+
+/// The NIC-hash warnings already given: a differing hash once per
+/// description version, a missing one once.
+#[derive(Debug, Default)]
+struct NicHashNotes {
+    differ_version: Option<u64>,
+    none_said: bool,
 }
 
 /// The receive CPU of `iface`'s flows: the CPU the verifier runs on,
@@ -157,6 +167,7 @@ impl Monitor {
                 judge: AgreementJudge::default(),
                 receive_cpu: ReceiveCpu::Observed,
                 learning: Learning::new(learned),
+                nic_hash: NicHashNotes::default(),
                 board,
             },
             rx,
@@ -232,6 +243,16 @@ impl Monitor {
         status.peers = peers;
         status.access = server.access();
         status.learning = self.learning.observe(published, model, &records);
+        status.nic_hash.read = self
+            .verifier
+            .as_ref()
+            .is_some_and(|v| v.hook().reads_nic_hash());
+        self.nic_hash.say(
+            &self.iface,
+            self.driver.as_deref(),
+            (published.version, model),
+            &status,
+        );
         status.landings = self.judge_landings(published.version, &status.flows);
         let mut report = self.judge.report();
         if learning::unknown_key(published) {
@@ -272,6 +293,63 @@ impl Monitor {
             matched: report.matched,
             judged: report.judged,
         }
+    }
+}
+
+impl NicHashNotes {
+    /// Says once what the NIC's own hash shows: a flow whose hash differs
+    /// from the model's (the key or the hashed fields are not the device's),
+    /// or a tc hook that gets no hash at all (the driver hands none over).
+    fn say(
+        &mut self,
+        iface: &str,
+        driver: Option<&str>,
+        (version, model): (u64, Option<&RssModel>),
+        status: &Status,
+    ) {
+        let counts = status.nic_hash;
+        if counts.read && counts.agree + counts.differ == 0 && counts.none > 0 {
+            if !std::mem::replace(&mut self.none_said, true) {
+                warn!(
+                    "no hash from the NIC: {iface} hands the verifier skb->hash 0, so the \
+                     NIC's own hash cannot check the key; `ethtool -K {iface} rxhash on` \
+                     hands it over (SRAP observes and does not change the device)"
+                );
+            }
+            return;
+        }
+        let differing = status
+            .flows
+            .iter()
+            .find(|f| f.nic_hash_agrees == Some(false));
+        let (Some(flow), Some(model)) = (differing, model) else {
+            return;
+        };
+        if self.differ_version.replace(version) == Some(version) {
+            return;
+        }
+        let ours = FlowTuple::from_sockets(flow.src, flow.dst)
+            .map(|tuple| format!("{:#010x}", model.hash(&tuple)))
+            .unwrap_or_else(|_| "-".to_owned());
+        let why = match driver.filter(|d| agreement::NO_RSS_DRIVERS.contains(d)) {
+            Some(driver) => format!(
+                "{iface} is a {driver} device, which does no RSS: the hash it carries was set \
+                 by the sending side (its socket's tx hash, or the lab's emulator), not by a NIC"
+            ),
+            None => format!(
+                "the key (or the hashed fields) of description version {version} is not what \
+                 {iface} hashes with"
+            ),
+        };
+        warn!(
+            "the NIC's own hash contradicts the RSS description: {} of {} flows differ; \
+             {} -> {}: NIC {:#010x}, the key gives {ours}; {why}",
+            counts.differ,
+            counts.agree + counts.differ,
+            flow.src,
+            flow.dst,
+            flow.nic_hash.unwrap_or_default(),
+        );
     }
 }
 

@@ -162,6 +162,9 @@ impl LocalEnd {
             bytes: 0,
             moves: 0,
             agent_link: false,
+            // The socket hook reads no NIC hash.
+            nic_hash: None,
+            nic_hash_agrees: None,
         })
     }
 

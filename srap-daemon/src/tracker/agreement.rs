@@ -147,6 +147,8 @@ mod tests {
             bytes: 60,
             moves: 0,
             agent_link: false,
+            nic_hash: None,
+            nic_hash_agrees: None,
         }
     }
 

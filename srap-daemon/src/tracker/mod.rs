@@ -26,7 +26,9 @@ use std::{
 
 use srap_common::rss::{FlowTuple, RssModel};
 
-use srap_host::status::{Accuracy, Collisions, CpuRow, FlowRow, QueueRow, ReceiveCpu, Status};
+use srap_host::status::{
+    Accuracy, Collisions, CpuRow, FlowRow, NicHashCounts, QueueRow, ReceiveCpu, Status,
+};
 
 pub use self::plan_index::PlanIndex;
 use crate::verifier::FlowRecord;
@@ -186,6 +188,11 @@ fn flow_row(
         bytes: stats.bytes,
         moves: stats.moves,
         agent_link: false,
+        nic_hash: stats.nic_hash(),
+        nic_hash_agrees: stats
+            .nic_hash()
+            .zip(predicted)
+            .map(|(nic, model)| nic == model.hash),
     }
 }
 
@@ -294,6 +301,7 @@ impl Tracker {
             active_flows: flows.len(),
             gbps: flows.iter().map(|f| f.gbps).sum(),
             accuracy: accuracy(&flows, receive_cpu),
+            nic_hash: nic_hash_counts(&flows),
             queues,
             cpus,
             rss_cpus,
@@ -376,6 +384,20 @@ fn accuracy(flows: &[FlowRow], basis: ReceiveCpu) -> Accuracy {
     accuracy
 }
 
+/// The active flows by what their NIC hash says of the model. A hash with
+/// no model to judge it by counts as none: nothing was compared.
+fn nic_hash_counts(flows: &[FlowRow]) -> NicHashCounts {
+    let mut counts = NicHashCounts::default();
+    for flow in flows {
+        match flow.nic_hash_agrees {
+            Some(true) => counts.agree += 1,
+            Some(false) => counts.differ += 1,
+            None => counts.none += 1,
+        }
+    }
+    counts
+}
+
 /// σ/μ (population σ) of `rates`; None with fewer than two or a zero mean.
 pub fn coefficient_of_variation(rates: &VecDeque<f64>) -> Option<f64> {
     if rates.len() < 2 {
@@ -393,7 +415,7 @@ pub fn coefficient_of_variation(rates: &VecDeque<f64>) -> Option<f64> {
 /// Helpers to build this module's inputs; shared with the receiver's tests.
 #[cfg(test)]
 pub(crate) mod fixtures {
-    use srap_common::verifier::{FlowKey, FlowStats};
+    use srap_common::verifier::{FlowKey, FlowStats, NIC_HASH_NONE};
 
     use super::*;
 
@@ -421,7 +443,7 @@ pub(crate) mod fixtures {
                 first_seen_ns: 1,
                 last_seen_ns,
                 moves: 0,
-                pad: 0,
+                nic_hash: NIC_HASH_NONE,
             },
         }
     }
@@ -431,6 +453,7 @@ pub(crate) mod fixtures {
 mod tests {
     use srap_common::{
         rss::{RssDescription, embedded_default},
+        verifier::NIC_HASH_NONE,
         wire::{CpuPorts, PlanReport, PlannedTable},
     };
 
@@ -465,6 +488,15 @@ mod tests {
 
     const DST: &str = "10.0.0.2:5201";
     static NO_LINKS: BTreeSet<SocketAddr> = BTreeSet::new();
+
+    /// The status row of the flow from `src`.
+    fn row_of<'a>(status: &'a Status, src: &str) -> &'a FlowRow {
+        status
+            .flows
+            .iter()
+            .find(|f| f.src.to_string() == src)
+            .expect("row")
+    }
 
     /// A source port of 10.0.0.1 that the model sends to `queue`.
     fn port_on(model: &RssModel, queue: u32, skip: usize) -> String {
@@ -534,6 +566,60 @@ mod tests {
         );
     }
 
+    /// The NIC's hash is judged against the model's full 32-bit Toeplitz
+    /// hash of the tuple, not its queue: a hash on the right queue but with
+    /// one bit off differs.
+    #[test]
+    fn nic_hashes_are_counted_against_the_models_toeplitz_hash() {
+        let model = model();
+        let plans = PlanIndex::default();
+        let tuple = |s: &str| {
+            FlowTuple::from_sockets(s.parse().expect("src"), DST.parse().expect("dst"))
+                .expect("tuple")
+        };
+        let (right, wrong, none) = (
+            port_on(&model, 0, 0),
+            port_on(&model, 1, 0),
+            port_on(&model, 2, 0),
+        );
+        let with_hash = |src: &str, queue: u32, hash: u32| {
+            let mut r = record(src, DST, queue, 0, 1000, SEC);
+            r.stats.nic_hash = hash;
+            r
+        };
+        let true_hash = model.hash(&tuple(&right));
+        // Bit 31 is above the 2 bits that pick one of 4 entries: same queue.
+        let off_by_a_high_bit = model.hash(&tuple(&wrong)) ^ 0x8000_0000;
+        let records = [
+            with_hash(&right, 0, true_hash),
+            with_hash(&wrong, 1, off_by_a_high_bit),
+            with_hash(&none, 2, NIC_HASH_NONE),
+        ];
+        let status = Tracker::default().sample(&observe(SEC, &records, &model, &plans));
+        assert_eq!(
+            status.nic_hash,
+            NicHashCounts {
+                read: false,
+                agree: 1,
+                differ: 1,
+                none: 1
+            }
+        );
+        let row = |s: &str| row_of(&status, s);
+        assert_eq!(row(&right).nic_hash, Some(true_hash));
+        assert_eq!(row(&right).nic_hash_agrees, Some(true));
+        assert_eq!(row(&wrong).nic_hash_agrees, Some(false));
+        assert_eq!(
+            row(&wrong).predicted_queue,
+            Some(1),
+            "the queue alone agrees"
+        );
+        assert_eq!(
+            (row(&none).nic_hash, row(&none).nic_hash_agrees),
+            (None, None)
+        );
+    }
+
     #[test]
     fn accuracy_compares_with_the_model_and_with_the_plan() {
         let model = model();
@@ -581,13 +667,7 @@ mod tests {
                 total: 2
             }
         );
-        let row = |s: &str| {
-            status
-                .flows
-                .iter()
-                .find(|f| f.src.to_string() == s)
-                .expect("row")
-        };
+        let row = |s: &str| row_of(&status, s);
         assert_eq!(row(&good).planned_cpu, Some(1));
         assert_eq!(row(&moved).predicted_queue, Some(2));
         assert_eq!(row(&moved).rss_cpu, Some(0));

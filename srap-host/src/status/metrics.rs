@@ -11,7 +11,8 @@
 //! `srap_prediction_accuracy{kind}`, `srap_description_contradicted`,
 //! `srap_rss_version`, `srap_peers`, `srap_listen_open`, `srap_psk_keys`,
 //! `srap_key_source{source}`, `srap_key_model_revision`,
-//! `srap_key_confidence{count}`, `srap_flow_cpu{src,dst,kind}`.
+//! `srap_key_confidence{count}`, `srap_flow_cpu{src,dst,kind}`,
+//! `srap_nic_hash_flows{result}`.
 
 use std::{fmt::Write as _, io, sync::Arc, time::Duration};
 
@@ -105,6 +106,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "srap_key_confidence",
         "gauge",
         "How far the landings back the served key: tested (recent landings), agreeing (of them on the queue it computes), rank (independent GF(2) equations they gave), needed (key-bit combinations planning the flow groups seen needs), known (of those, determined by the landings)",
+    ),
+    (
+        "srap_nic_hash_flows",
+        "gauge",
+        "Active flows whose NIC's own RSS hash (skb->hash, tc hook only) equals the served key's Toeplitz hash of their tuple (result=agree), does not (result=differ: the key or hashed fields are not the device's), or who have none (result=none: another hook, or the driver hands none over: ethtool -K DEV rxhash on)",
     ),
     ("srap_peers", "gauge", "Sender agents connected"),
     (
@@ -206,6 +212,13 @@ pub fn render(status: &Status) -> String {
                     ("known", c.known),
                 ] {
                     sample(&format!("{{count=\"{count}\"}}"), f64::from(n));
+                }
+            }
+            "srap_nic_hash_flows" => {
+                let n = status.nic_hash;
+                for (result, count) in [("agree", n.agree), ("differ", n.differ), ("none", n.none)]
+                {
+                    sample(&format!("{{result=\"{result}\"}}"), count as f64);
                 }
             }
             "srap_peers" => sample("", status.peers.len() as f64),
@@ -335,7 +348,7 @@ fn response(status: &str, body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{Collisions, FlowRow, QueueRow, Ratio, VerifierState};
+    use crate::status::{Collisions, FlowRow, NicHashCounts, QueueRow, Ratio, VerifierState};
 
     fn status() -> Status {
         let mut status = Status {
@@ -379,12 +392,20 @@ mod tests {
                 bytes: 3000,
                 moves: 0,
                 agent_link: false,
+                nic_hash: None,
+                nic_hash_agrees: None,
             }],
             ..Status::default()
         };
         status.accuracy.queue = Ratio {
             matched: 1,
             total: 2,
+        };
+        status.nic_hash = NicHashCounts {
+            read: true,
+            agree: 1,
+            differ: 1,
+            none: 0,
         };
         status
     }
@@ -411,6 +432,9 @@ mod tests {
             "srap_key_confidence{count=\"needed\"} 0",
             "srap_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"planned\"} 4",
             "srap_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"seen\"} 4",
+            "srap_nic_hash_flows{result=\"agree\"} 1",
+            "srap_nic_hash_flows{result=\"differ\"} 1",
+            "srap_nic_hash_flows{result=\"none\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

@@ -57,6 +57,25 @@ pub struct Status {
     /// Where the served key comes from, and what the landings taught.
     #[serde(default)]
     pub learning: LearningRow,
+    /// The NIC's own hash of the active flows against the served key.
+    #[serde(default)]
+    pub nic_hash: NicHashCounts,
+}
+
+/// Active flows by what the NIC's own RSS hash (`skb->hash`, read by the tc
+/// hook only) says of the served description: the hash `agree`s with the
+/// model's Toeplitz hash of the flow's tuple, `differ`s from it (the key or
+/// the hashed fields are not what the device uses), or there is `none`
+/// (the hook does not read it, or the driver hands none over: `ethtool -K
+/// DEV rxhash on`). Exact per flow, whatever the table, IRQs and CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicHashCounts {
+    /// Whether the verifier's hook reads the NIC's hash at all (tc ingress
+    /// does; XDP and the socket hook do not).
+    pub read: bool,
+    pub agree: usize,
+    pub differ: usize,
+    pub none: usize,
 }
 
 /// Who the receiver serves.
@@ -232,6 +251,14 @@ pub struct FlowRow {
     /// collisions, which are about the workload's flows.
     #[serde(default)]
     pub agent_link: bool,
+    /// The NIC's own RSS hash of the flow's first packet (tc hook only;
+    /// None: no hash, see [`NicHashCounts`]).
+    #[serde(default)]
+    pub nic_hash: Option<u32>,
+    /// Whether `nic_hash` equals the model's Toeplitz hash of the 4-tuple
+    /// (None: no hash or no model).
+    #[serde(default)]
+    pub nic_hash_agrees: Option<bool>,
 }
 
 /// CPUs and queues with more than one active flow.
