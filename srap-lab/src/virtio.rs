@@ -149,18 +149,14 @@ impl<'n> VirtioLab<'n> {
 
     /// The receiver agent's output so far (inside the guest).
     pub fn receiver_log(&mut self) -> String {
-        self.guest
-            .run("cat /tmp/receiver.log")
-            .unwrap_or_else(|err| format!("(unreadable: {err:#})"))
+        self.guest.read_or_why("/tmp/receiver.log")
     }
 
     /// The receiver agent's status, as `srap status --once --json` prints it
     /// in the guest.
     pub fn status(&mut self) -> anyhow::Result<Status> {
-        let json = self.guest.run(&format!(
-            "srap status --control {GUEST_CONTROL} --once --json"
-        ))?;
-        serde_json::from_str(&json).context("the guest's srap status --json")
+        self.guest
+            .srap_status(&format!("--control {GUEST_CONTROL}"))
     }
 
     /// Runs `workload` (words, with `{server}`, `{port}`, `{flows}`,

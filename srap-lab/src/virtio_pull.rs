@@ -137,17 +137,13 @@ impl<'n> PullLab<'n> {
 
     /// The sender agent's output so far (inside the guest).
     pub fn sender_log(&mut self) -> String {
-        self.guest
-            .run(&format!("cat {GUEST_SENDER_LOG}"))
-            .unwrap_or_else(|err| format!("(unreadable: {err:#})"))
+        self.guest.read_or_why(GUEST_SENDER_LOG)
     }
 
     /// The guest's sender agent's status.
     pub fn status(&mut self) -> anyhow::Result<SenderStatus> {
-        let json = self.guest.run(&format!(
-            "srap status --sender --control {GUEST_SENDER_CONTROL} --once --json"
-        ))?;
-        serde_json::from_str(&json).context("the guest's srap status --sender --json")
+        self.guest
+            .srap_status(&format!("--sender --control {GUEST_SENDER_CONTROL}"))
     }
 
     /// `flows` parallel downloads of `duration` s from the host's iperf3,

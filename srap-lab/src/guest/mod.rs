@@ -230,6 +230,21 @@ impl Guest {
         self.shell.run(line, COMMAND_TIMEOUT)
     }
 
+    /// A file of the guest (an agent's log), or why it could not be read:
+    /// for failure reports, so never an error.
+    pub fn read_or_why(&mut self, path: &str) -> String {
+        self.run(&format!("cat {path}"))
+            .unwrap_or_else(|err| format!("(unreadable: {err:#})"))
+    }
+
+    /// An agent's status in the guest: `srap status ARGS --once --json`,
+    /// parsed.
+    pub fn srap_status<T: serde::de::DeserializeOwned>(&mut self, args: &str) -> anyhow::Result<T> {
+        let json = self.run(&format!("srap status {args} --once --json"))?;
+        serde_json::from_str(&json)
+            .with_context(|| format!("the guest's srap status {args} --json"))
+    }
+
     /// Keeps the console log and QEMU's output after the guest is gone.
     pub fn keep_dir(&mut self) -> &Path {
         self.keep_dir = true;
