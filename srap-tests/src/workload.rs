@@ -55,6 +55,7 @@ pub fn serve_if_asked() {
         let ports: Vec<u16> = match cmd {
             "churn" => churn(dst, number(0), Duration::from_secs(number(1).into())),
             "hot" => (0..number(0)).map(|_| object(dst)).collect(),
+            "lingering" => (0..number(0)).map(|_| object_to_time_wait(dst)).collect(),
             "openat" => {
                 let ip: IpAddr = args
                     .first()
@@ -88,6 +89,26 @@ fn object(dst: SocketAddr) -> u16 {
     };
     let port = stream.local_addr().map_or(0, |a| a.port());
     if stream.write_all(GREETING).is_err() {
+        return 0;
+    }
+    port
+}
+
+/// [`object`], then waits (at most [`OBJECT_CONNECT`]) for the server to
+/// close too before the next: the client closed first, so its side of the
+/// tuple is in TIME_WAIT, not still in FIN_WAIT2 behind a slow server, when
+/// a later connect comes round to it. Its port, or 0 if it failed.
+fn object_to_time_wait(dst: SocketAddr) -> u16 {
+    let Ok(mut stream) = TcpStream::connect_timeout(&dst, OBJECT_CONNECT) else {
+        return 0;
+    };
+    let port = stream.local_addr().map_or(0, |a| a.port());
+    let sent = stream.write_all(GREETING).is_ok()
+        && stream.shutdown(std::net::Shutdown::Write).is_ok()
+        && stream.set_read_timeout(Some(OBJECT_CONNECT)).is_ok();
+    let mut rest = [0u8; 64];
+    // The server sends nothing: a read of 0 bytes is its close.
+    if !sent || !matches!(std::io::Read::read(&mut stream, &mut rest), Ok(0)) {
         return 0;
     }
     port
