@@ -61,21 +61,14 @@ pub struct GuestRun {
 impl GuestRun {
     /// Distinct queues of the accepted flows, by the device's own config.
     pub fn distinct_queues(&self) -> usize {
-        self.accepted
-            .iter()
-            .map(|&(_, q)| q)
-            .collect::<BTreeSet<_>>()
-            .len()
+        truth::distinct_queues(&self.accepted)
     }
 
     pub fn render(&self, title: &str, seconds: f64) -> String {
         let mut out = self.srap.render(title, seconds);
         let _ = writeln!(out, "  the guest's own view:");
-        let counters: Vec<String> = (0..)
-            .zip(&self.rx_queue_packets)
-            .map(|(q, p)| format!("rx-{q} {p}"))
-            .collect();
-        let _ = writeln!(out, "    per-queue rx counts  {}", counters.join(", "));
+        let counts = truth::queue_counts(&self.rx_queue_packets);
+        let _ = writeln!(out, "    per-queue rx counts  {counts}");
         let _ = writeln!(
             out,
             "    {} flows accepted, on {} distinct queues by the device's key and table; {} queues busy by the guest's counters",

@@ -61,11 +61,7 @@ pub struct PlannedSeen {
 impl PullRun {
     /// Distinct queues of the accepted streams, by the device's own config.
     pub fn distinct_queues(&self) -> usize {
-        self.accepted
-            .iter()
-            .map(|&(_, q)| q)
-            .collect::<BTreeSet<_>>()
-            .len()
+        truth::distinct_queues(&self.accepted)
     }
 
     pub fn render(&self, title: &str) -> String {
@@ -87,11 +83,8 @@ impl PullRun {
                 });
             let _ = writeln!(out, "  {port:<8} {queue:>18} {srap:>18}");
         }
-        let counters: Vec<String> = (0..)
-            .zip(&self.rx_queue_packets)
-            .map(|(q, p)| format!("rx-{q} {p}"))
-            .collect();
-        let _ = writeln!(out, "  ethtool -S packets   {}", counters.join(", "));
+        let counts = truth::queue_counts(&self.rx_queue_packets);
+        let _ = writeln!(out, "  ethtool -S packets   {counts}");
         let _ = writeln!(
             out,
             "  {} streams accepted, on {} distinct guest queues by ethtool -x; {} queues busy by ethtool -S",

@@ -114,6 +114,24 @@ pub fn busy_queues(delta: &[u64], flows: usize) -> BTreeSet<u32> {
         .collect()
 }
 
+/// How many distinct queues the `(port, queue)` pairs of a run reach.
+pub fn distinct_queues(accepted: &[(u16, u32)]) -> usize {
+    accepted
+        .iter()
+        .map(|&(_, q)| q)
+        .collect::<BTreeSet<_>>()
+        .len()
+}
+
+/// Per-queue packet counts as `rx-0 N, rx-1 M, …`, for a run's report.
+pub fn queue_counts(packets: &[u64]) -> String {
+    let counters: Vec<String> = (0..)
+        .zip(packets)
+        .map(|(q, p)| format!("rx-{q} {p}"))
+        .collect();
+    counters.join(", ")
+}
+
 /// The RSS configuration as `ethtool -x` prints it (the guest driver's
 /// key and table; Toeplitz over addresses and ports).
 pub fn ethtool_rss(guest: &mut Guest) -> anyhow::Result<RssDescription> {
