@@ -4,6 +4,7 @@
 //! machine and can install what the rest of the workspace needs.
 
 mod bench;
+mod disk;
 mod exec;
 mod guest_files;
 mod labbench;
@@ -110,6 +111,7 @@ fn build() -> Result<()> {
 
 /// Stops at the first failing step; the error names it.
 fn test() -> Result<()> {
+    disk::ensure_room_for_test_run(&exec::target_dir())?;
     setup::ensure()?;
     let steps = [
         Step::new("fmt", cargo(&["fmt", "--all", "--", "--check"])),
