@@ -772,13 +772,13 @@ async fn a_changed_rss_file_is_a_new_version_and_a_broken_one_is_not() {
         source::watch(Source::File(path.clone()), Duration::from_millis(100)).expect("readable");
     assert_eq!(rx.borrow_and_update().version, 1);
 
+    // Within WAIT, not a timed bound: the poll interval's promptness is
+    // not a property worth a flaky assertion on a loaded CI machine.
     write_json(&path, &changed_description());
-    let changed = Instant::now();
     timeout(WAIT, rx.changed())
         .await
         .expect("in time")
         .expect("watcher alive");
-    assert!(changed.elapsed() < Duration::from_secs(1));
     assert_eq!(*rx.borrow_and_update(), published(2, changed_description()));
 
     // Rewritten unchanged, then broken: no new version either time.
