@@ -226,8 +226,26 @@ impl Guest {
     }
 
     /// Runs `line` in the guest (see [`GuestShell::run`]).
+    /// A failure carries the console's last lines: a guest that stopped
+    /// answering (an oops, a hung driver, a storm of messages) says why
+    /// there, and its directory is gone once the test drops it.
     pub fn run(&mut self, line: &str) -> anyhow::Result<String> {
-        self.shell.run(line, COMMAND_TIMEOUT)
+        self.shell
+            .run(line, COMMAND_TIMEOUT)
+            .map_err(|err| anyhow::anyhow!("{err:#}\n{}", self.console_tail()))
+    }
+
+    /// The console log's last lines, for failure reports.
+    fn console_tail(&self) -> String {
+        const LINES: usize = 30;
+        let path = self.dir.join("console.log");
+        let text = fs::read_to_string(&path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(LINES)..].join("\n");
+        format!(
+            "the guest console's last {LINES} lines ({}):\n{tail}",
+            path.display()
+        )
     }
 
     /// A file of the guest (an agent's log), or why it could not be read:
