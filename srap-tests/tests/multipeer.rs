@@ -362,6 +362,17 @@ fn one_sender_steers_toward_two_receivers_each_by_its_own_description() {
         assert_row(&status, r, "connected", r.cpus() as u64);
     }
     assert_eq!(counter(&status, "steered"), opened as u64);
+    // The log says each receiver's grant, the one that came before the
+    // binder existed as well as a later one.
+    for r in &receivers {
+        let from = format!(" from {}: ", r.peer());
+        agent
+            .agent()
+            .wait_for_log("the receiver's grant line", |l| {
+                l.starts_with("grant ") && l.contains(&from)
+            })
+            .expect("a grant line per receiver");
+    }
 
     // Receiver 0's agent goes away: both keep steering.
     receivers[0].agent.stop();

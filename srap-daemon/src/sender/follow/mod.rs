@@ -145,6 +145,7 @@ pub async fn run(
     }
     println!("{}", summary::describe(&steering));
     follower.after_replan(&mut steering);
+    follower.announce_grants(&mut steering);
     if args.once {
         follower.wait_reported().await;
         return Ok(());
@@ -386,6 +387,17 @@ impl Follower {
                 })
             })
             .collect()
+    }
+
+    /// The grants that came before the binder existed (`after_replan`
+    /// applied them), said as the later ones are: one `grant` line per
+    /// receiver, whichever answered first.
+    fn announce_grants(&self, steering: &mut RunningBinder) {
+        for receiver in &self.receivers {
+            if let Some(grant) = &receiver.granted {
+                receiver.take_grant(steering, grant);
+            }
+        }
     }
 
     /// After a new plan (slots may be renumbered): paused receivers' dests
