@@ -29,8 +29,8 @@ use aya::{
     },
 };
 use srap_common::verifier::{
-    FLOWS_MAP, FlowKey, FlowStats, NIC_HASH_NONE, RX_QUEUE_UNKNOWN, SOCK_FLOWS_MAP, SockFlow,
-    VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
+    FLOWS_MAP, FLOWS_MAX_ENTRIES, FlowKey, FlowStats, NIC_HASH_NONE, RX_QUEUE_UNKNOWN,
+    SOCK_FLOWS_MAP, SockFlow, VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
 };
 
 use crate::sock_diag::{SockDiag, TcpCounters};
@@ -215,6 +215,8 @@ pub struct Verifier {
     forget_after: Option<Duration>,
     /// Records in the map at the last read, stale ones included.
     held: usize,
+    /// Whether the map is near full: said once each way.
+    fill: MapFill,
 }
 
 /// Something the verifier runs without, and what that costs: said in the
@@ -304,6 +306,7 @@ impl Verifier {
                         limits,
                         forget_after: None,
                         held: 0,
+                        fill: MapFill::default(),
                     });
                 }
                 Err(AttachFailure::Fatal(err)) => return Err(err),
@@ -370,6 +373,7 @@ impl Verifier {
         let cutoff = now_ns.saturating_sub(u64::try_from(after.as_nanos()).unwrap_or(u64::MAX));
         let read = self.read(now_ns, |last_ns| last_ns < cutoff)?;
         self.held = read.held;
+        self.fill.note(read.held, &self.iface);
         self.forget(&read.stale);
         Ok(read.records)
     }
@@ -829,9 +833,71 @@ pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
     text
 }
 
+/// The flow map's fill, said when it nears full and when it has room
+/// again. The map is LRU: past [`FLOWS_MAX_ENTRIES`] records the kernel
+/// evicts the least recently used flow to record a new one, so a receiver
+/// with more flows open (or closed within the forget window) than that
+/// judges only some of them; `srap status` still counts what it sees.
+#[derive(Debug, Default)]
+struct MapFill {
+    near_full: bool,
+}
+
+impl MapFill {
+    /// Percent of [`FLOWS_MAX_ENTRIES`] from which the map is near full.
+    const NEAR_FULL_PERCENT: usize = 90;
+    /// Percent under which it has room again (apart from the above, so a
+    /// map hovering at the mark is not said at every sample).
+    const ROOM_PERCENT: usize = 75;
+
+    /// Notes `held` records; true when that changed whether it is near full.
+    fn note(&mut self, held: usize, iface: &str) -> bool {
+        let max = FLOWS_MAX_ENTRIES as usize;
+        let percent = held * 100 / max;
+        let near_full = if self.near_full {
+            percent >= Self::ROOM_PERCENT
+        } else {
+            percent >= Self::NEAR_FULL_PERCENT
+        };
+        if near_full == self.near_full {
+            return false;
+        }
+        self.near_full = near_full;
+        if near_full {
+            warn!(
+                iface,
+                "the verifier's flow map holds {held} of {max} records: past {max} the kernel \
+                 evicts the least recently used flow, so some flows go unjudged (more flows \
+                 open, or closed within the forget window, than the map holds)"
+            );
+        } else {
+            info!(
+                iface,
+                "the verifier's flow map has room again ({held} of {max} records)"
+            );
+        }
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_map_nearing_full_is_said_once_each_way() {
+        let max = FLOWS_MAX_ENTRIES as usize;
+        let mut fill = MapFill::default();
+        assert!(!fill.note(max / 2, "eth0"), "half full: nothing to say");
+        assert!(fill.note(max * 95 / 100, "eth0"), "95 %: near full");
+        assert!(!fill.note(max, "eth0"), "said once");
+        assert!(!fill.note(max * 80 / 100, "eth0"), "80 %: still near full");
+        assert!(fill.note(max * 70 / 100, "eth0"), "70 %: room again");
+        assert!(
+            !fill.note(max * 85 / 100, "eth0"),
+            "85 %: not yet near full"
+        );
+    }
 
     #[test]
     fn queue_readings_per_hook_and_driver() {
