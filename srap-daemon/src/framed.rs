@@ -123,13 +123,15 @@ pub fn printable(text: &str) -> String {
         .collect()
 }
 
-/// Writes one plain frame (the handshake) within `limit`.
+/// Writes one plain frame (the handshake) under the header of protocol
+/// `version` within `limit`.
 pub async fn write<W: AsyncWrite + Unpin>(
     writer: &mut W,
     message: &Message,
+    version: u16,
     limit: Duration,
 ) -> Result<(), FrameError> {
-    let frame = wire::encode(message)?;
+    let frame = wire::encode_for(message, version)?;
     write_frame(writer, &frame, limit).await
 }
 
@@ -145,20 +147,23 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// The two directions of a session once the handshake is over: sealed with
-/// keys from the PSK and both nonces, or plain when there is no PSK.
+/// The two directions of a session of protocol `version` once the
+/// handshake is over: sealed with keys from the PSK and both nonces, or
+/// plain when there is no PSK.
 pub fn session(
     psk: Option<&Psk>,
     role: Role,
+    version: u16,
     sender_nonce: &Nonce,
     receiver_nonce: &Nonce,
 ) -> (Inbound, Outbound) {
     match psk {
         Some(psk) => {
-            let (sealer, opener) = wire::seal::session(psk, role, sender_nonce, receiver_nonce);
-            (Inbound(Some(opener)), Outbound(Some(sealer)))
+            let (sealer, opener) =
+                wire::seal::session(psk, role, version, sender_nonce, receiver_nonce);
+            (Inbound(Some(opener)), Outbound::sealed_by(sealer, version))
         }
-        None => (Inbound(None), Outbound(None)),
+        None => (Inbound(None), Outbound::plain(version)),
     }
 }
 
@@ -192,11 +197,42 @@ impl Inbound {
     }
 }
 
-/// Writes a session's frames after the handshake.
-#[derive(Debug, Default)]
-pub struct Outbound(Option<Sealer>);
+/// Writes a session's frames after the handshake, under the header of the
+/// protocol version the session speaks.
+#[derive(Debug)]
+pub struct Outbound {
+    sealer: Option<Sealer>,
+    version: u16,
+}
+
+impl Default for Outbound {
+    /// Plain frames of this build's version (before a handshake settled one).
+    fn default() -> Self {
+        Self::plain(wire::PROTOCOL_VERSION)
+    }
+}
 
 impl Outbound {
+    /// Plain frames of protocol `version`.
+    pub fn plain(version: u16) -> Self {
+        Self {
+            sealer: None,
+            version,
+        }
+    }
+
+    fn sealed_by(sealer: Sealer, version: u16) -> Self {
+        Self {
+            sealer: Some(sealer),
+            version,
+        }
+    }
+
+    /// The protocol version of the session: what the peer can read.
+    pub fn version(&self) -> u16 {
+        self.version
+    }
+
     /// Writes one frame (sealed, when the session has keys) within `limit`.
     pub async fn write<W: AsyncWrite + Unpin>(
         &mut self,
@@ -210,15 +246,15 @@ impl Outbound {
 
     /// The next frame for `message`, to be written whole.
     pub fn frame(&mut self, message: &Message) -> Result<Vec<u8>, EncodeError> {
-        match &mut self.0 {
+        match &mut self.sealer {
             Some(sealer) => sealer.seal(message),
-            None => wire::encode(message),
+            None => wire::encode_for(message, self.version),
         }
     }
 
     /// Whether frames carry a MAC.
     pub fn sealed(&self) -> bool {
-        self.0.is_some()
+        self.sealer.is_some()
     }
 }
 
@@ -238,8 +274,15 @@ mod tests {
         let (mut a, mut b) = tokio::io::duplex(64);
         let message = Message::Error(ErrorReport::new("bye"));
         let sent = message.clone();
-        let writer =
-            tokio::spawn(async move { write(&mut a, &sent, Duration::from_secs(1)).await });
+        let writer = tokio::spawn(async move {
+            write(
+                &mut a,
+                &sent,
+                wire::PROTOCOL_VERSION,
+                Duration::from_secs(1),
+            )
+            .await
+        });
         assert_eq!(read(&mut b, LIMITS).await.expect("a frame"), message);
         writer.await.expect("join").expect("written");
         assert!(matches!(
@@ -252,8 +295,8 @@ mod tests {
         let psk = Psk::new(b"framed test key, 16+ bytes").expect("psk");
         let (s, r) = (Nonce([1; 32]), Nonce([2; 32]));
         (
-            session(Some(&psk), Role::Sender, &s, &r),
-            session(Some(&psk), Role::Receiver, &s, &r),
+            session(Some(&psk), Role::Sender, wire::PROTOCOL_VERSION, &s, &r),
+            session(Some(&psk), Role::Receiver, wire::PROTOCOL_VERSION, &s, &r),
         )
     }
 
@@ -271,9 +314,14 @@ mod tests {
             Message::Keepalive
         );
         // A plain frame in a sealed session.
-        write(&mut a, &Message::Error(ErrorReport::new("injected")), limit)
-            .await
-            .expect("written");
+        write(
+            &mut a,
+            &Message::Error(ErrorReport::new("injected")),
+            wire::PROTOCOL_VERSION,
+            limit,
+        )
+        .await
+        .expect("written");
         let err = from_sender.read(&mut b, LIMITS).await.unwrap_err();
         assert!(err.to_string().contains("failed authentication"), "{err}");
         // The receiver's own frame reflected back to it.

@@ -69,14 +69,15 @@ impl Greedy {
             Message::Challenge(challenge) => challenge,
             other => bail!("the receiver answered {other:?}, not a challenge"),
         };
-        if !psk.verify_receiver(&nonce, &challenge.nonce, &challenge.proof) {
+        let v = PROTOCOL_VERSION;
+        if !psk.verify_receiver(v, &nonce, &challenge.nonce, &challenge.proof) {
             bail!("the receiver could not prove the key");
         }
         let response = Message::Response(Response {
-            proof: psk.sender_proof(&nonce, &challenge.nonce),
+            proof: psk.sender_proof(v, &nonce, &challenge.nonce),
         });
         stream.write_all(&wire::encode(&response)?)?;
-        let (sealer, _) = wire::seal::session(psk, Role::Sender, &nonce, &challenge.nonce);
+        let (sealer, _) = wire::seal::session(psk, Role::Sender, v, &nonce, &challenge.nonce);
         stream.set_read_timeout(None)?;
         let stop = Arc::new(AtomicBool::new(false));
         let sent = Arc::new(AtomicU64::new(0));

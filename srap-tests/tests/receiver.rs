@@ -13,8 +13,8 @@ use std::{
 use srap_common::{
     rss::{RssDescription, embedded_default},
     wire::{
-        self, CpuCount, CpuPorts, DemandReport, Hello, MAGIC, MAX_FRAME, Message, Nonce,
-        PROTOCOL_VERSION, PlanReport, PlannedTable, Psk, Response, Role,
+        self, CpuCount, CpuPorts, DemandReport, Hello, MAGIC, MAX_FRAME, MIN_PROTOCOL_VERSION,
+        Message, Nonce, PROTOCOL_VERSION, PlanReport, PlannedTable, Psk, Response, Role,
     },
 };
 use srap_daemon::{
@@ -265,8 +265,8 @@ async fn wrong_protocol_version_is_refused() {
     assert_eq!(
         reason,
         format!(
-            "protocol version 1 is not supported (this agent speaks version \
-             {PROTOCOL_VERSION}); run the same SRAP release on both hosts"
+            "protocol version 1 is not supported (this agent speaks versions \
+             {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}); run the same SRAP release on both hosts"
         )
     );
     // A well-formed message of the wrong kind for the moment.
@@ -365,31 +365,51 @@ async fn rogue_receiver() -> String {
 /// can then send what no agent would: the session's two directions after
 /// the first (sealed) description.
 async fn raw_sealed_session(addr: &str, key: &Psk) -> (TcpStream, wire::Sealer, wire::Opener) {
+    raw_sealed_session_of(addr, key, PROTOCOL_VERSION).await
+}
+
+/// [`raw_sealed_session`] as a sender of protocol `version` makes it: its
+/// Hello under that header and naming it; the receiver's challenge must
+/// come under it too, with a proof for it.
+async fn raw_sealed_session_of(
+    addr: &str,
+    key: &Psk,
+    version: u16,
+) -> (TcpStream, wire::Sealer, wire::Opener) {
     let mut stream = TcpStream::connect(addr).await.expect("connect");
     let nonce = Nonce::random().expect("random");
     let hello = Message::Hello(Hello {
-        version: PROTOCOL_VERSION,
+        version,
         agent: "test".into(),
         nonce,
         key: Some(key.id()),
     });
-    stream.write_all(&frame(&hello)).await.expect("hello");
-    let Message::Challenge(challenge) = read_payload(&mut stream, None).await else {
-        panic!("no challenge");
+    let hello = wire::encode_for(&hello, version).expect("encodes");
+    stream.write_all(&hello).await.expect("hello");
+    let (header, challenge) = read_versioned(&mut stream, None).await;
+    assert_eq!(header, version, "the challenge's header");
+    let Message::Challenge(challenge) = challenge else {
+        panic!("no challenge: {challenge:?}");
     };
-    assert!(key.verify_receiver(&nonce, &challenge.nonce, &challenge.proof));
+    let v = version;
+    assert!(key.verify_receiver(v, &nonce, &challenge.nonce, &challenge.proof));
     let response = Message::Response(Response {
-        proof: key.sender_proof(&nonce, &challenge.nonce),
+        proof: key.sender_proof(v, &nonce, &challenge.nonce),
     });
-    stream.write_all(&frame(&response)).await.expect("response");
-    let (sealer, mut opener) = wire::seal::session(key, Role::Sender, &nonce, &challenge.nonce);
-    let first = read_payload(&mut stream, Some(&mut opener)).await;
+    let response = wire::encode_for(&response, version).expect("encodes");
+    stream.write_all(&response).await.expect("response");
+    let (sealer, mut opener) = wire::seal::session(key, Role::Sender, v, &nonce, &challenge.nonce);
+    let (header, first) = read_versioned(&mut stream, Some(&mut opener)).await;
+    assert_eq!(header, version, "the first description's header");
     assert!(matches!(first, Message::RssUpdate(_)), "{first:?}");
     (stream, sealer, opener)
 }
 
-/// One frame from `stream`, opened with `opener` when given.
-async fn read_payload(stream: &mut TcpStream, opener: Option<&mut wire::Opener>) -> Message {
+/// One frame from `stream` and the protocol version in its header.
+async fn read_versioned(
+    stream: &mut TcpStream,
+    opener: Option<&mut wire::Opener>,
+) -> (u16, Message) {
     let mut prefix = [0u8; 4];
     timeout(WAIT, stream.read_exact(&mut prefix))
         .await
@@ -398,10 +418,91 @@ async fn read_payload(stream: &mut TcpStream, opener: Option<&mut wire::Opener>)
     let len = wire::payload_len(prefix, MAX_FRAME).expect("length");
     let mut payload = vec![0u8; len];
     stream.read_exact(&mut payload).await.expect("payload");
-    match opener {
+    let version = wire::version_of(&payload).expect("a header");
+    let message = match opener {
         Some(opener) => opener.open(&payload).expect("a genuine sealed frame"),
         None => wire::decode_payload(&payload).expect("a plain frame"),
+    };
+    (version, message)
+}
+
+/// A sender of protocol 6 (the release before `SeenFlows`) is served in
+/// protocol 6 — header, proofs and sealed frames — and is never sent a
+/// `SeenFlows`, which it could not decode; a sender of this release is
+/// sent one (empty here: no verifier) right after its first description.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_of_protocol_6_is_served_in_protocol_6() {
+    let key = psk("right key, 16+ bytes");
+    let fx = Fixture::start(psk_config("right key, 16+ bytes")).await;
+    for version in [6, PROTOCOL_VERSION] {
+        let (mut stream, _, mut opener) = raw_sealed_session_of(&fx.addr(), &key, version).await;
+        // The grant, then keepalives (one a second): two keepalives mean
+        // everything sent on connecting has come.
+        let mut kinds = Vec::new();
+        while kinds.iter().filter(|k| **k == "Keepalive").count() < 2 {
+            let (header, message) = read_versioned(&mut stream, Some(&mut opener)).await;
+            assert_eq!(header, version, "{message:?}");
+            kinds.push(message.kind());
+        }
+        assert_eq!(
+            kinds.contains(&"SeenFlows"),
+            version >= 7,
+            "protocol {version}: {kinds:?}"
+        );
     }
+}
+
+/// This release's sender toward a receiver of protocol 6: its Hello comes
+/// under header 6 (what such a receiver reads), the session runs in 6, and
+/// the sender knows the receiver will say nothing of its flows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_of_protocol_6_is_spoken_to_in_protocol_6() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    let old = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await.expect("accept");
+        let (header, hello) = read_versioned(&mut stream, None).await;
+        let update = Message::RssUpdate(wire::RssUpdate {
+            version: 1,
+            description: (&embedded_default()).into(),
+            key: srap_common::rss::KeyProvenance::default(),
+        });
+        let reply = wire::encode_for(&update, 6).expect("encodes");
+        stream.write_all(&reply).await.expect("reply");
+        // Held open until the sender has read the description.
+        let mut rest = Vec::new();
+        let _ = timeout(WAIT, stream.read_to_end(&mut rest)).await;
+        (header, hello)
+    });
+    let handle = upstream::watch(client_config(&addr, None));
+    let mut seen = handle.seen();
+    timeout(
+        WAIT,
+        seen.wait_for(|s| *s == upstream::SeenReport::Unsupported(6)),
+    )
+    .await
+    .expect("in time")
+    .expect("the client runs");
+    drop(handle);
+    let (header, hello) = old.await.expect("join");
+    assert_eq!(header, MIN_PROTOCOL_VERSION);
+    assert!(
+        matches!(
+            hello,
+            Message::Hello(Hello {
+                version: PROTOCOL_VERSION,
+                ..
+            })
+        ),
+        "{hello:?}"
+    );
+}
+
+/// One frame from `stream`, opened with `opener` when given.
+async fn read_payload(stream: &mut TcpStream, opener: Option<&mut wire::Opener>) -> Message {
+    read_versioned(stream, opener).await.1
 }
 
 /// The reason of the sealed error the receiver sends before closing.
@@ -849,9 +950,9 @@ fn write_json(path: &Path, description: &RssDescription) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_names_a_receiver_of_an_older_release() {
-    // What a receiver of the release before answers our Hello: an error
-    // under its own header.
-    const OLDER: u16 = PROTOCOL_VERSION - 1;
+    // What a receiver of a release this one no longer speaks with answers
+    // our Hello: an error under its own header.
+    const OLDER: u16 = MIN_PROTOCOL_VERSION - 1;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -878,8 +979,8 @@ async fn a_sender_names_a_receiver_of_an_older_release() {
     );
     assert!(
         err.to_string().starts_with(&format!(
-            "the receiver speaks protocol version {OLDER} and this agent {PROTOCOL_VERSION}; \
-             run the same SRAP release on both hosts"
+            "the receiver speaks protocol version {OLDER} and this agent versions \
+             {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}; run a newer SRAP release on the receiver"
         )),
         "{err}"
     );

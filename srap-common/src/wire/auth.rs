@@ -9,8 +9,6 @@ use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 use thiserror::Error;
 
-use super::PROTOCOL_VERSION;
-
 pub const NONCE_LEN: usize = 32;
 pub const MAC_LEN: usize = 32;
 /// Bytes of a [`KeyId`].
@@ -122,20 +120,32 @@ impl Psk {
         &self.0
     }
 
-    fn mac(&self, label: &[u8], sender_nonce: &Nonce, receiver_nonce: &Nonce) -> Hmac<Sha256> {
+    fn mac(
+        &self,
+        label: &[u8],
+        version: u16,
+        sender_nonce: &Nonce,
+        receiver_nonce: &Nonce,
+    ) -> Hmac<Sha256> {
         // HMAC takes keys of any length: this cannot fail.
         let mut mac = <Hmac<Sha256> as hmac::Mac>::new_from_slice(&self.0)
             .expect("HMAC accepts keys of any length");
         mac.update(label);
-        mac.update(&PROTOCOL_VERSION.to_be_bytes());
+        mac.update(&version.to_be_bytes());
         mac.update(&sender_nonce.0);
         mac.update(&receiver_nonce.0);
         mac
     }
 
-    fn proof(&self, label: &[u8], sender_nonce: &Nonce, receiver_nonce: &Nonce) -> Mac {
+    fn proof(
+        &self,
+        label: &[u8],
+        version: u16,
+        sender_nonce: &Nonce,
+        receiver_nonce: &Nonce,
+    ) -> Mac {
         Mac(self
-            .mac(label, sender_nonce, receiver_nonce)
+            .mac(label, version, sender_nonce, receiver_nonce)
             .finalize()
             .into_bytes()
             .into())
@@ -144,37 +154,52 @@ impl Psk {
     fn verify(
         &self,
         label: &[u8],
+        version: u16,
         sender_nonce: &Nonce,
         receiver_nonce: &Nonce,
         proof: &Mac,
     ) -> bool {
         // `verify_slice` compares in constant time.
-        self.mac(label, sender_nonce, receiver_nonce)
+        self.mac(label, version, sender_nonce, receiver_nonce)
             .verify_slice(&proof.0)
             .is_ok()
     }
 
-    /// What the receiver sends in its [`super::Challenge`].
-    pub fn receiver_proof(&self, sender_nonce: &Nonce, receiver_nonce: &Nonce) -> Mac {
-        self.proof(RECEIVER_LABEL, sender_nonce, receiver_nonce)
+    /// What the receiver sends in its [`super::Challenge`] in a session
+    /// of protocol `version` (the one both sides speak: a proof made for
+    /// another version does not verify).
+    pub fn receiver_proof(
+        &self,
+        version: u16,
+        sender_nonce: &Nonce,
+        receiver_nonce: &Nonce,
+    ) -> Mac {
+        self.proof(RECEIVER_LABEL, version, sender_nonce, receiver_nonce)
     }
 
     /// What the sender sends in its [`super::Response`].
-    pub fn sender_proof(&self, sender_nonce: &Nonce, receiver_nonce: &Nonce) -> Mac {
-        self.proof(SENDER_LABEL, sender_nonce, receiver_nonce)
+    pub fn sender_proof(&self, version: u16, sender_nonce: &Nonce, receiver_nonce: &Nonce) -> Mac {
+        self.proof(SENDER_LABEL, version, sender_nonce, receiver_nonce)
     }
 
     pub fn verify_receiver(
         &self,
+        version: u16,
         sender_nonce: &Nonce,
         receiver_nonce: &Nonce,
         proof: &Mac,
     ) -> bool {
-        self.verify(RECEIVER_LABEL, sender_nonce, receiver_nonce, proof)
+        self.verify(RECEIVER_LABEL, version, sender_nonce, receiver_nonce, proof)
     }
 
-    pub fn verify_sender(&self, sender_nonce: &Nonce, receiver_nonce: &Nonce, proof: &Mac) -> bool {
-        self.verify(SENDER_LABEL, sender_nonce, receiver_nonce, proof)
+    pub fn verify_sender(
+        &self,
+        version: u16,
+        sender_nonce: &Nonce,
+        receiver_nonce: &Nonce,
+        proof: &Mac,
+    ) -> bool {
+        self.verify(SENDER_LABEL, version, sender_nonce, receiver_nonce, proof)
     }
 }
 

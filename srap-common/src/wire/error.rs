@@ -16,8 +16,9 @@ pub enum DecodeError {
     #[error("not an SRAP peer: it sent \"{}\" where \"SRAP\" belongs", .found.escape_ascii())]
     NotSrap { found: [u8; 4] },
     #[error(
-        "protocol version {got} is not supported (this agent speaks version {supported}); \
-         run the same SRAP release on both hosts"
+        "protocol version {got} is not supported (this agent speaks versions {} to \
+         {supported}); run the same SRAP release on both hosts",
+        super::MIN_PROTOCOL_VERSION
     )]
     WrongVersion { got: u16, supported: u16 },
     #[error("malformed message: {reason}")]

@@ -1,7 +1,9 @@
 //! Framing: a big-endian `u32` length, then the payload: magic, protocol
 //! version, bincode body. The length is checked before the caller allocates.
 
-use super::{DecodeError, EncodeError, ErrorReport, Message, PROTOCOL_VERSION};
+use super::{
+    DecodeError, EncodeError, ErrorReport, MIN_PROTOCOL_VERSION, Message, PROTOCOL_VERSION,
+};
 
 /// First bytes of every payload: tells an SRAP peer from anything else that
 /// happens to connect (an HTTP probe, a port scanner).
@@ -33,6 +35,14 @@ pub fn encode_error_for(version: u16, report: &ErrorReport) -> Result<Vec<u8>, E
     encode_as(&Message::Error(report.clone()), version)
 }
 
+/// The whole frame for `message` under the header of `version`, the
+/// version a session speaks with a peer of an older release (from
+/// [`MIN_PROTOCOL_VERSION`] on). The caller sends such a peer only the
+/// messages its version has.
+pub fn encode_for(message: &Message, version: u16) -> Result<Vec<u8>, EncodeError> {
+    encode_as(message, version)
+}
+
 fn encode_as(message: &Message, version: u16) -> Result<Vec<u8>, EncodeError> {
     let mut frame = unfinished(message, version, &[])?;
     let len = frame.len() - PREFIX_LEN;
@@ -47,10 +57,14 @@ fn encode_as(message: &Message, version: u16) -> Result<Vec<u8>, EncodeError> {
     Ok(frame)
 }
 
-/// A frame of this version with `extra` between the header and the body,
+/// A frame of `version` with `extra` between the header and the body,
 /// its length prefix still zero: [`super::seal`] fills it in.
-pub(super) fn encode_unfinished(message: &Message, extra: &[u8]) -> Result<Vec<u8>, EncodeError> {
-    unfinished(message, PROTOCOL_VERSION, extra)
+pub(super) fn encode_unfinished(
+    message: &Message,
+    version: u16,
+    extra: &[u8],
+) -> Result<Vec<u8>, EncodeError> {
+    unfinished(message, version, extra)
 }
 
 fn unfinished(message: &Message, version: u16, extra: &[u8]) -> Result<Vec<u8>, EncodeError> {
@@ -98,7 +112,9 @@ pub fn decode_payload(payload: &[u8]) -> Result<Message, DecodeError> {
 }
 
 /// The bytes after the header of `payload`, if the header is this
-/// protocol's magic and version.
+/// protocol's magic and a version this build speaks
+/// ([`MIN_PROTOCOL_VERSION`] to [`PROTOCOL_VERSION`]: a newer version only
+/// adds messages, so one decoder reads them all).
 pub(super) fn check_header(payload: &[u8]) -> Result<&[u8], DecodeError> {
     let Some((header, body)) = payload.split_first_chunk::<HEADER_LEN>() else {
         return Err(DecodeError::TooShort {
@@ -113,7 +129,7 @@ pub(super) fn check_header(payload: &[u8]) -> Result<&[u8], DecodeError> {
         return Err(DecodeError::NotSrap { found });
     }
     let version = u16::from_be_bytes([version[0], version[1]]);
-    if version != PROTOCOL_VERSION {
+    if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) {
         return Err(DecodeError::WrongVersion {
             got: version,
             supported: PROTOCOL_VERSION,
@@ -131,6 +147,16 @@ pub(super) fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
         });
     }
     Ok(message)
+}
+
+/// The protocol version in `payload`'s header (it says which version the
+/// peer speaks in this session), if the payload is long enough to have one.
+pub fn version_of(payload: &[u8]) -> Option<u16> {
+    let (header, _) = payload.split_first_chunk::<HEADER_LEN>()?;
+    Some(u16::from_be_bytes([
+        header[MAGIC.len()],
+        header[MAGIC.len() + 1],
+    ]))
 }
 
 /// The report in an [`Message::Error`] payload of any protocol version

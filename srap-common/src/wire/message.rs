@@ -2,7 +2,7 @@
 //! travels as [`WireDescription`], a field-for-field mirror of
 //! [`RssDescription`] (whose serde attributes suit JSON, not bincode).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use bincode::{Decode, Encode};
 
@@ -29,6 +29,9 @@ pub enum Message {
     Demand(DemandReport),
     /// Receiver → sender: the CPUs its new flows may use (protocol 4).
     Grant(CpuGrant),
+    /// Receiver → sender: that sender's flows as the receiver's verifier
+    /// saw them (protocol 7; never sent in a session of an older version).
+    SeenFlows(SeenFlows),
 }
 
 impl Message {
@@ -45,6 +48,7 @@ impl Message {
             Self::Landings(_) => "Landings",
             Self::Demand(_) => "Demand",
             Self::Grant(_) => "Grant",
+            Self::SeenFlows(_) => "SeenFlows",
         }
     }
 }
@@ -80,6 +84,64 @@ pub struct LandingReport {
     pub verdict: LandingVerdict,
     pub matched: u32,
     pub judged: u32,
+}
+
+/// Most flows one [`SeenFlows`] carries. A receiver that sees more of one
+/// sender's active flows sends the first this many in (destination,
+/// source) order; the sender shows the others' receiver CPU as unknown.
+/// A longer list is a decode error, refused before anything is allocated.
+pub const MAX_SEEN_FLOWS: usize = 512;
+
+/// [`Message::SeenFlows`]: the part of the receiver's landing report that
+/// is one sender's own: its active flows (those whose source address is the
+/// address the sender's session comes from, never another sender's) as the
+/// receiver's verifier saw them. Sent whenever the list changes, at most
+/// once per verifier sample.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Encode)]
+pub struct SeenFlows {
+    /// At most [`MAX_SEEN_FLOWS`].
+    pub flows: Vec<SeenFlow>,
+}
+
+impl<Context> Decode<Context> for SeenFlows {
+    /// The layout of a `Vec` (a length, then the flows), with the length
+    /// checked against [`MAX_SEEN_FLOWS`] before anything is allocated.
+    fn decode<D: bincode::de::Decoder<Context = Context>>(
+        decoder: &mut D,
+    ) -> Result<Self, bincode::error::DecodeError> {
+        let len = u64::decode(decoder)?;
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|n| *n <= MAX_SEEN_FLOWS)
+            .ok_or_else(|| {
+                bincode::error::DecodeError::OtherString(format!(
+                    "a SeenFlows report claims {len} flows; at most {MAX_SEEN_FLOWS} are allowed"
+                ))
+            })?;
+        decoder.claim_container_read::<SeenFlow>(len)?;
+        let mut flows = Vec::with_capacity(len);
+        for _ in 0..len {
+            decoder.unclaim_bytes_read(core::mem::size_of::<SeenFlow>());
+            flows.push(SeenFlow::decode(decoder)?);
+        }
+        Ok(Self { flows })
+    }
+}
+bincode::impl_borrow_decode!(SeenFlows);
+
+/// One flow as the receiver saw it: the tuple as it arrived (a NAT on the
+/// way shows here as a source the sender never bound) and where it landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+pub struct SeenFlow {
+    /// The sender's address and port, as the receiver sees them.
+    pub src: SocketAddr,
+    /// The receiver's address and port.
+    pub dst: SocketAddr,
+    /// The receive queue (`None`: the verifier's hook cannot tell).
+    pub queue: Option<u32>,
+    /// The receive CPU, on the basis the receiver counts by (`None`: it
+    /// cannot tell, e.g. an emulated queue with no CPU in the description).
+    pub cpu: Option<u32>,
 }
 
 /// The sender's first message.

@@ -62,12 +62,12 @@ pub use auth::{
 pub use error::{DecodeError, EncodeError};
 pub use frame::{
     HEADER_LEN, MAGIC, MAX_FRAME, MAX_HANDSHAKE_FRAME, PREFIX_LEN, decode_error_any_version,
-    decode_frame, decode_payload, encode, encode_error_for, payload_len,
+    decode_frame, decode_payload, encode, encode_error_for, encode_for, payload_len, version_of,
 };
 pub use message::{
     Challenge, CpuCount, CpuGrant, CpuPorts, DemandReport, ErrorReport, Hello, LandingReport,
-    LandingVerdict, MAX_GRANT_CPUS, MAX_REASON_LEN, Message, PlanReport, PlannedTable, Response,
-    RssUpdate, WireDescription,
+    LandingVerdict, MAX_GRANT_CPUS, MAX_REASON_LEN, MAX_SEEN_FLOWS, Message, PlanReport,
+    PlannedTable, Response, RssUpdate, SeenFlow, SeenFlows, WireDescription,
 };
 pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 
@@ -80,7 +80,25 @@ pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 /// accepts two during a rollover proves the one the sender holds.
 /// Version 6: [`RssUpdate::key`] says where the key comes from, which
 /// learned model it is and how far the landings back it.
-pub const PROTOCOL_VERSION: u16 = 6;
+/// Version 7: [`Message::SeenFlows`], the sender's own flows as the
+/// receiver's verifier saw them, added at the end of [`Message`] (every
+/// other message keeps its version-6 layout).
+pub const PROTOCOL_VERSION: u16 = 7;
+
+/// The oldest version this build still speaks: a session runs at the
+/// lower of the two sides' versions. The sender offers its own in
+/// [`Hello::version`] under this version's header (which every receiver
+/// from version 6 on reads); the receiver answers under the version of the
+/// session, and never sends a message that version lacks. Older peers are
+/// refused with an error they can read ([`encode_error_for`]).
+pub const MIN_PROTOCOL_VERSION: u16 = 6;
+
+/// The version a session with a peer that speaks `theirs` runs at, if this
+/// build speaks one in common with it.
+pub fn session_version(theirs: u16) -> Option<u16> {
+    let version = theirs.min(PROTOCOL_VERSION);
+    (version >= MIN_PROTOCOL_VERSION).then_some(version)
+}
 
 #[cfg(test)]
 mod tests;

@@ -127,9 +127,12 @@ fn direction_key(
 
 /// The two halves of an authenticated session: what this side writes with
 /// and what it reads with.
+/// `version` is the protocol both sides speak in this session: the
+/// sealer's frames carry it in their header.
 pub fn session(
     psk: &Psk,
     role: Role,
+    version: u16,
     sender_nonce: &Nonce,
     receiver_nonce: &Nonce,
 ) -> (Sealer, Opener) {
@@ -138,6 +141,7 @@ pub fn session(
     let sealer = Sealer {
         mac: key(out),
         dir: out,
+        version,
         next: 0,
     };
     let opener = Opener {
@@ -153,6 +157,8 @@ pub fn session(
 pub struct Sealer {
     mac: HmacSha256,
     dir: Direction,
+    /// The protocol version of the session, in every frame's header.
+    version: u16,
     next: u64,
 }
 
@@ -166,7 +172,7 @@ impl Sealer {
     /// The whole frame for `message` (length prefix included), numbered
     /// with the next sequence number.
     pub fn seal(&mut self, message: &Message) -> Result<Vec<u8>, EncodeError> {
-        let mut frame = frame::encode_unfinished(message, &self.next.to_be_bytes())?;
+        let mut frame = frame::encode_unfinished(message, self.version, &self.next.to_be_bytes())?;
         let len = frame.len() - PREFIX_LEN + MAC_LEN;
         if len > MAX_FRAME {
             return Err(EncodeError::TooLarge {

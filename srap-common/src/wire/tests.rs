@@ -1,4 +1,4 @@
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use proptest::prelude::*;
 
@@ -51,7 +51,22 @@ fn every_message() -> Vec<Message> {
             epoch: 3,
             cpus: vec![CpuCount { cpu: 4, count: 0 }, CpuCount { cpu: 5, count: 1 }],
         }),
+        Message::SeenFlows(seen_flows(2)),
     ]
+}
+
+/// `n` flows of one sender toward one receiver, the last with no queue.
+fn seen_flows(n: u16) -> SeenFlows {
+    SeenFlows {
+        flows: (0..n)
+            .map(|i| SeenFlow {
+                src: SocketAddr::new("10.0.0.1".parse().expect("address"), 40000 + i),
+                dst: "[fd00::2]:5201".parse().expect("address"),
+                queue: (i + 1 < n).then_some(u32::from(i)),
+                cpu: Some(u32::from(i) * 2),
+            })
+            .collect(),
+    }
 }
 
 /// A key learned from 30 landings (model 3): every bit planning needs known.
@@ -333,8 +348,18 @@ fn error_reasons_are_cut_on_a_character_boundary() {
 fn both_proofs_verify_with_the_same_key() {
     let psk = Psk::new(b"0123456789abcdef").expect("psk");
     let (s, r) = (nonce(1), nonce(2));
-    assert!(psk.verify_receiver(&s, &r, &psk.receiver_proof(&s, &r)));
-    assert!(psk.verify_sender(&s, &r, &psk.sender_proof(&s, &r)));
+    assert!(psk.verify_receiver(
+        PROTOCOL_VERSION,
+        &s,
+        &r,
+        &psk.receiver_proof(PROTOCOL_VERSION, &s, &r)
+    ));
+    assert!(psk.verify_sender(
+        PROTOCOL_VERSION,
+        &s,
+        &r,
+        &psk.sender_proof(PROTOCOL_VERSION, &s, &r)
+    ));
 }
 
 #[test]
@@ -342,19 +367,34 @@ fn a_wrong_key_fails() {
     let psk = Psk::new(b"0123456789abcdef").expect("psk");
     let other = Psk::new(b"0123456789abcdeF").expect("psk");
     let (s, r) = (nonce(1), nonce(2));
-    assert!(!psk.verify_sender(&s, &r, &other.sender_proof(&s, &r)));
-    assert!(!psk.verify_receiver(&s, &r, &other.receiver_proof(&s, &r)));
+    assert!(!psk.verify_sender(
+        PROTOCOL_VERSION,
+        &s,
+        &r,
+        &other.sender_proof(PROTOCOL_VERSION, &s, &r)
+    ));
+    assert!(!psk.verify_receiver(
+        PROTOCOL_VERSION,
+        &s,
+        &r,
+        &other.receiver_proof(PROTOCOL_VERSION, &s, &r)
+    ));
 }
 
 #[test]
 fn proofs_neither_replay_nor_reflect() {
     let psk = Psk::new(b"0123456789abcdef").expect("psk");
     let (s, r) = (nonce(1), nonce(2));
-    let recorded = psk.sender_proof(&s, &r);
+    let recorded = psk.sender_proof(PROTOCOL_VERSION, &s, &r);
     // Replayed against a fresh receiver nonce.
-    assert!(!psk.verify_sender(&s, &nonce(3), &recorded));
+    assert!(!psk.verify_sender(PROTOCOL_VERSION, &s, &nonce(3), &recorded));
     // The receiver's own proof reflected back as the sender's.
-    assert!(!psk.verify_sender(&s, &r, &psk.receiver_proof(&s, &r)));
+    assert!(!psk.verify_sender(
+        PROTOCOL_VERSION,
+        &s,
+        &r,
+        &psk.receiver_proof(PROTOCOL_VERSION, &s, &r)
+    ));
 }
 
 #[test]
@@ -416,8 +456,8 @@ fn key() -> Psk {
 /// Both ends of one session: (sender's sealer, sender's opener, receiver's
 /// sealer, receiver's opener).
 fn sessions(psk: &Psk, s: Nonce, r: Nonce) -> (Sealer, Opener, Sealer, Opener) {
-    let (s_seal, s_open) = seal::session(psk, Role::Sender, &s, &r);
-    let (r_seal, r_open) = seal::session(psk, Role::Receiver, &s, &r);
+    let (s_seal, s_open) = seal::session(psk, Role::Sender, PROTOCOL_VERSION, &s, &r);
+    let (r_seal, r_open) = seal::session(psk, Role::Receiver, PROTOCOL_VERSION, &s, &r);
     (s_seal, s_open, r_seal, r_open)
 }
 
@@ -756,4 +796,74 @@ fn hkdf_sha256_gives_the_rfc_5869_vectors() {
              9d201395faa4b61a96c8"
         )
     );
+}
+
+#[test]
+fn seen_flows_round_trip_up_to_the_cap() {
+    for n in [0, 1, MAX_SEEN_FLOWS as u16] {
+        let message = Message::SeenFlows(seen_flows(n));
+        let frame = encode(&message).expect("encodes");
+        assert_eq!(decode_frame(&frame, MAX_FRAME), Ok((message, frame.len())));
+    }
+}
+
+/// The variant index of [`Message::SeenFlows`] (the tenth).
+const SEEN_FLOWS_KIND: u8 = 10;
+
+#[test]
+fn a_hostile_seen_flows_count_is_an_error_not_an_allocation() {
+    // One more than the cap, and a count near u64::MAX (bincode varint:
+    // 0xfd = a u64 follows), with no flows behind either.
+    let over = u16::try_from(MAX_SEEN_FLOWS + 1).expect("fits");
+    let mut body = vec![SEEN_FLOWS_KIND, 0xfb];
+    body.extend_from_slice(&over.to_le_bytes());
+    let err = decode_payload(&payload(&body)).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains(&format!("claims {over} flows; at most {MAX_SEEN_FLOWS}")),
+        "{err}"
+    );
+    let mut body = vec![SEEN_FLOWS_KIND, 0xfd];
+    body.extend_from_slice(&(u64::MAX - 1).to_le_bytes());
+    assert!(matches!(
+        decode_payload(&payload(&body)),
+        Err(DecodeError::Malformed { .. })
+    ));
+}
+
+#[test]
+fn truncated_seen_flows_are_refused() {
+    let frame = encode(&Message::SeenFlows(seen_flows(3))).expect("encodes");
+    let payload = &frame[PREFIX_LEN..];
+    for cut in HEADER_LEN..payload.len() {
+        assert!(
+            matches!(
+                decode_payload(&payload[..cut]),
+                Err(DecodeError::Malformed { .. })
+            ),
+            "cut at {cut}"
+        );
+    }
+}
+
+#[test]
+fn a_version_6_peer_is_spoken_to_in_version_6() {
+    assert_eq!(session_version(6), Some(6));
+    assert_eq!(session_version(PROTOCOL_VERSION), Some(PROTOCOL_VERSION));
+    assert_eq!(
+        session_version(PROTOCOL_VERSION + 1),
+        Some(PROTOCOL_VERSION)
+    );
+    assert_eq!(session_version(MIN_PROTOCOL_VERSION - 1), None);
+    // A version-6 frame decodes (its messages are this version's), and one
+    // encoded for version 6 carries its header.
+    let message = Message::Keepalive;
+    let frame = encode_for(&message, 6).expect("encodes");
+    assert_eq!(version_of(&frame[PREFIX_LEN..]), Some(6));
+    assert_eq!(decode_frame(&frame, MAX_FRAME), Ok((message, frame.len())));
+    // Proofs are made for the version of the session.
+    let (s, r) = (nonce(1), nonce(2));
+    let psk = key();
+    assert!(!psk.verify_receiver(6, &s, &r, &psk.receiver_proof(PROTOCOL_VERSION, &s, &r)));
+    assert!(psk.verify_receiver(6, &s, &r, &psk.receiver_proof(6, &s, &r)));
 }

@@ -19,6 +19,7 @@ pub mod learning;
 pub mod monitor;
 mod pace;
 mod rewrite;
+mod seen;
 mod session;
 pub mod source;
 
@@ -145,6 +146,8 @@ struct Shared {
     updates: session::Updates,
     /// The closed loop's latest verdict, sent to every sender.
     landings: watch::Sender<LandingReport>,
+    /// The latest sample's flows: each session sends its peer its own.
+    seen: watch::Sender<seen::SeenBoard>,
     plans: Plans,
     peers: Peers,
     grants: Grants,
@@ -193,6 +196,7 @@ impl Server {
             config,
             updates,
             landings: watch::channel(LandingReport::default()).0,
+            seen: watch::channel(seen::SeenBoard::default()).0,
             plans: Plans::default(),
             peers: Peers::default(),
             grants: Grants::default(),
@@ -228,6 +232,20 @@ impl Server {
             let changed = (last.version, last.verdict) != (report.version, report.verdict);
             if changed {
                 *last = report;
+            }
+            changed
+        });
+    }
+
+    /// Tells every sender of protocol 7 or later which of its flows the
+    /// verifier saw in `status` and where (each session sends its own
+    /// peer's, when they changed).
+    pub fn publish_seen(&self, status: &srap_host::status::Status) {
+        let board = seen::board(status);
+        self.shared.seen.send_if_modified(|last| {
+            let changed = *last != board;
+            if changed {
+                *last = board;
             }
             changed
         });

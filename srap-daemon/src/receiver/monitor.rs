@@ -261,6 +261,7 @@ impl Monitor {
             status.landings.verdict = LandingVerdict::Contradicted;
         }
         server.publish_landings(report);
+        server.publish_seen(&status);
         self.board.send_replace(Arc::new(status));
     }
 }

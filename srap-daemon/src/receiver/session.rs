@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 
 use srap_common::wire::{
     self, Challenge, DecodeError, DemandReport, ErrorReport, Hello, KeyId, LandingReport,
-    LandingVerdict, MAX_FRAME, MAX_HANDSHAKE_FRAME, Message, Nonce, PROTOCOL_VERSION, Role,
-    RssUpdate,
+    LandingVerdict, MAX_FRAME, MAX_HANDSHAKE_FRAME, MIN_PROTOCOL_VERSION, Message, Nonce,
+    PROTOCOL_VERSION, Role, RssUpdate, SeenFlows,
 };
 use thiserror::Error;
 use tokio::{
@@ -21,7 +21,7 @@ use tokio::{
 };
 use tracing::{debug, info, warn};
 
-use super::{Shared, pace::DemandPace, rewrite, source::Published};
+use super::{Shared, pace::DemandPace, rewrite, seen, source::Published};
 use crate::framed::{self, FrameError, Inbound, Outbound, ReadLimits, printable};
 
 /// Why a session ended early.
@@ -56,6 +56,11 @@ pub(super) enum SessionError {
     Shutdown,
     #[error("{0}")]
     BadDemand(String),
+    #[error(
+        "the sender speaks protocol version {0}; this receiver speaks versions \
+         {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}: run a newer SRAP release on the sender"
+    )]
+    OldSender(u16),
 }
 
 impl SessionError {
@@ -81,7 +86,7 @@ impl SessionError {
         let report = ErrorReport::new(self.report()?);
         let older = match self {
             Self::Frame(FrameError::Decode(DecodeError::WrongVersion { got, .. })) => {
-                Some(*got).filter(|v| (1..PROTOCOL_VERSION).contains(v))
+                Some(*got).filter(|v| (1..MIN_PROTOCOL_VERSION).contains(v))
             }
             _ => None,
         };
@@ -131,6 +136,10 @@ async fn converse(
         Message::Hello(hello) => hello,
         other => return Err(unexpected("Hello", &other)),
     };
+    // The lower of the two versions: its frames are what the peer reads.
+    let version =
+        wire::session_version(hello.version).ok_or(SessionError::OldSender(hello.version))?;
+    *outbound = Outbound::plain(version);
     let (mut inbound, key) = authenticate(rd, wr, outbound, &hello, handshake, shared).await?;
     let agent = printable(&hello.agent);
     shared.peers.connected(peer, &agent, key);
@@ -163,6 +172,18 @@ async fn converse(
         landings.mark_unchanged();
     } else {
         landings.mark_changed();
+    }
+
+    // This peer's own flows as the verifier saw them (protocol 7 on):
+    // the latest sample's go out at once, then each sample that changes them.
+    let mut seen_board = shared.seen.subscribe();
+    seen_board.mark_changed();
+    let mut told = None::<SeenFlows>;
+    if version < 7 {
+        info!(
+            "{peer}: speaks protocol {version}, so it is not told where its flows land \
+             (SeenFlows needs 7)"
+        );
     }
 
     // Set by a plan report whose source address is not where this peer's
@@ -251,6 +272,16 @@ async fn converse(
                 let report = overridden(report, *rewritten.borrow());
                 outbound.write(wr, &Message::Landings(report), t.write).await?;
                 debug!("{peer}: sent landings {:?} for version {}", report.verdict, report.version);
+            }
+            changed = seen_board.changed(), if version >= 7 => {
+                if changed.is_err() {
+                    return Err(SessionError::Shutdown);
+                }
+                let mine = seen::of_peer(&seen_board.borrow_and_update(), peer.ip());
+                if told.as_ref() != Some(&mine) {
+                    outbound.write(wr, &Message::SeenFlows(mine.clone()), t.write).await?;
+                    told = Some(mine);
+                }
             }
             changed = rewritten.changed() => {
                 if changed.is_err() {
@@ -354,14 +385,16 @@ async fn authenticate(
         id,
         ours: keys.to_string(),
     })?;
+    let version = outbound.version();
     let nonce = Nonce::random().map_err(SessionError::Random)?;
     let challenge = Challenge {
         nonce,
-        proof: psk.receiver_proof(&hello.nonce, &nonce),
+        proof: psk.receiver_proof(version, &hello.nonce, &nonce),
     };
     framed::write(
         wr,
         &Message::Challenge(challenge),
+        version,
         shared.config.timeouts.write,
     )
     .await?;
@@ -369,10 +402,11 @@ async fn authenticate(
         Message::Response(response) => response,
         other => return Err(unexpected("Response", &other)),
     };
-    if !psk.verify_sender(&hello.nonce, &nonce, &response.proof) {
+    if !psk.verify_sender(version, &hello.nonce, &nonce, &response.proof) {
         return Err(SessionError::WrongKey);
     }
-    let (inbound, sealed) = framed::session(Some(psk), Role::Receiver, &hello.nonce, &nonce);
+    let (inbound, sealed) =
+        framed::session(Some(psk), Role::Receiver, version, &hello.nonce, &nonce);
     *outbound = sealed;
     Ok((inbound, Some(id)))
 }

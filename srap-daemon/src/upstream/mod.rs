@@ -32,7 +32,7 @@ use std::{path::PathBuf, time::Duration};
 
 use srap_common::{
     rss::{KeyProvenance, RssDescription},
-    wire::{CpuGrant, DemandReport, LandingReport, PlanReport, Psk},
+    wire::{self, CpuGrant, DemandReport, LandingReport, PlanReport, Psk, SeenFlows},
 };
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{debug, info, warn};
@@ -155,10 +155,33 @@ pub enum PeerStatus {
     Away(String),
 }
 
+/// What the receiver says of this sender's own flows (protocol 7).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum SeenReport {
+    /// Not connected yet.
+    #[default]
+    NotConnected,
+    /// Connected in protocol 7 or later; no report yet.
+    Waiting,
+    /// The receiver speaks this older version: it says nothing of flows.
+    Unsupported(u16),
+    /// Its latest report.
+    Flows(SeenFlows),
+}
+
+/// The receiver's reports on landings, from a session to the handle.
+pub struct Reports {
+    /// Its verdict on its description.
+    pub landings: watch::Sender<Option<LandingReport>>,
+    /// This sender's flows as it saw them.
+    pub seen: watch::Sender<SeenReport>,
+}
+
 /// A running client. Dropping it disconnects.
 pub struct PeerHandle {
     updates: watch::Receiver<Option<Update>>,
     landings: watch::Receiver<Option<LandingReport>>,
+    seen: watch::Receiver<SeenReport>,
     plan: watch::Sender<Option<PlanReport>>,
     status: watch::Receiver<PeerStatus>,
     reported: watch::Receiver<Option<u64>>,
@@ -178,6 +201,12 @@ impl PeerHandle {
     /// receiver has made one).
     pub fn landings(&self) -> watch::Receiver<Option<LandingReport>> {
         self.landings.clone()
+    }
+
+    /// What the receiver last said of this sender's own flows (kept while
+    /// it is away).
+    pub fn seen(&self) -> watch::Receiver<SeenReport> {
+        self.seen.clone()
     }
 
     /// Sends `report` now if connected, and again after every reconnection.
@@ -222,6 +251,7 @@ impl Drop for PeerHandle {
 pub fn watch(config: PeerConfig) -> PeerHandle {
     let (updates_tx, updates) = watch::channel(None);
     let (landings_tx, landings) = watch::channel(None);
+    let (seen_tx, seen) = watch::channel(SeenReport::default());
     let (plan, plan_rx) = watch::channel(None);
     let (status_tx, status) = watch::channel(PeerStatus::Connecting);
     let (reported_tx, reported) = watch::channel(None);
@@ -229,7 +259,10 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
     let (demand, demand_rx) = watch::channel(None);
     let channels = Channels {
         updates: updates_tx,
-        landings: landings_tx,
+        reports: Reports {
+            landings: landings_tx,
+            seen: seen_tx,
+        },
         plan: plan_rx,
         status: status_tx,
         reported: reported_tx,
@@ -242,6 +275,7 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
     PeerHandle {
         updates,
         landings,
+        seen,
         plan,
         status,
         reported,
@@ -261,7 +295,7 @@ pub struct GrantChannels {
 /// The client task's ends of the handle's channels.
 struct Channels {
     updates: watch::Sender<Option<Update>>,
-    landings: watch::Sender<Option<LandingReport>>,
+    reports: Reports,
     plan: watch::Receiver<Option<PlanReport>>,
     status: watch::Sender<PeerStatus>,
     reported: watch::Sender<Option<u64>>,
@@ -271,7 +305,7 @@ struct Channels {
 async fn run(mut config: PeerConfig, channels: Channels) {
     let Channels {
         updates,
-        landings,
+        reports,
         plan,
         status,
         reported,
@@ -285,12 +319,21 @@ async fn run(mut config: PeerConfig, channels: Channels) {
         let outcome = match Session::connect(&config).await {
             Ok(session) => {
                 info!("connected to receiver {}", config.addr);
+                if session.version() < wire::PROTOCOL_VERSION {
+                    info!(
+                        "receiver {} speaks protocol {}: it will not say where this \
+                         sender's flows land (protocol {} does)",
+                        config.addr,
+                        session.version(),
+                        wire::PROTOCOL_VERSION
+                    );
+                }
                 last_error = None;
                 status.send_replace(PeerStatus::Connected);
                 session
                     .run(
                         &updates,
-                        &landings,
+                        &reports,
                         plan.clone(),
                         &reported,
                         grants.clone(),

@@ -4,7 +4,7 @@
 use srap_common::{
     rss::{RssDescription, RssModel},
     wire::{
-        self, DecodeError, ErrorReport, Hello, LandingReport, MAX_FRAME, Message, Nonce,
+        self, DecodeError, ErrorReport, Hello, MAX_FRAME, MIN_PROTOCOL_VERSION, Message, Nonce,
         PROTOCOL_VERSION, PlanReport, Psk, Response, Role, RssUpdate,
     },
 };
@@ -16,7 +16,7 @@ use tokio::{
 };
 use tracing::{info, warn};
 
-use super::{GrantChannels, PeerConfig, Update, backoff::Delays};
+use super::{GrantChannels, PeerConfig, Reports, SeenReport, Update, backoff::Delays};
 use crate::framed::{self, FrameError, Inbound, Outbound, ReadLimits, printable};
 
 /// Why a connection to the receiver failed or ended.
@@ -49,8 +49,9 @@ pub enum PeerError {
     #[error("cannot make a challenge: {0}")]
     Random(getrandom::Error),
     #[error(
-        "the receiver speaks protocol version {version} and this agent {PROTOCOL_VERSION}; \
-         run the same SRAP release on both hosts (the receiver said: {reason})"
+        "the receiver speaks protocol version {version} and this agent versions \
+         {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}; run a newer SRAP release on the receiver \
+         (the receiver said: {reason})"
     )]
     OtherVersion { version: u16, reason: String },
 }
@@ -63,6 +64,8 @@ pub struct Session {
     outbound: Outbound,
     config: PeerConfig,
     first: Update,
+    /// The protocol version of the session (the receiver's, when older).
+    version: u16,
 }
 
 impl Session {
@@ -78,7 +81,10 @@ impl Session {
             nonce,
             key: config.psk.as_ref().map(Psk::id),
         });
-        framed::write(&mut stream, &hello, t.write).await?;
+        // Under the oldest header this agent speaks, which every receiver
+        // it can work with reads; the receiver answers in the version of
+        // the session.
+        framed::write(&mut stream, &hello, MIN_PROTOCOL_VERSION, t.write).await?;
         let limits = ReadLimits {
             max: MAX_FRAME,
             idle: t.frame,
@@ -86,18 +92,20 @@ impl Session {
         };
         let payload = framed::read_payload(&mut stream, limits).await?;
         let reply = plain_reply(&payload)?;
+        // `plain_reply` accepted the header: a version both sides speak.
+        let version = wire::version_of(&payload).unwrap_or(MIN_PROTOCOL_VERSION);
         let (inbound, outbound, reply) = match (&reply, &config.psk) {
             (Message::Challenge(challenge), Some(psk)) => {
-                if !psk.verify_receiver(&nonce, &challenge.nonce, &challenge.proof) {
+                if !psk.verify_receiver(version, &nonce, &challenge.nonce, &challenge.proof) {
                     let _ = refuse(&mut stream, "authentication failed", config).await;
                     return Err(PeerError::WrongKey);
                 }
                 let response = Message::Response(Response {
-                    proof: psk.sender_proof(&nonce, &challenge.nonce),
+                    proof: psk.sender_proof(version, &nonce, &challenge.nonce),
                 });
-                framed::write(&mut stream, &response, t.write).await?;
+                framed::write(&mut stream, &response, version, t.write).await?;
                 let (mut inbound, outbound) =
-                    framed::session(Some(psk), Role::Sender, &nonce, &challenge.nonce);
+                    framed::session(Some(psk), Role::Sender, version, &nonce, &challenge.nonce);
                 let payload = framed::read_payload(&mut stream, limits).await?;
                 let reply = first_sealed(&mut inbound, &payload)?;
                 (inbound, outbound, reply)
@@ -107,7 +115,7 @@ impl Session {
                 let _ = refuse(&mut stream, "this sender requires a pre-shared key", config).await;
                 return Err(PeerError::Unauthenticated);
             }
-            _ => (Inbound::default(), Outbound::default(), reply),
+            _ => (Inbound::default(), Outbound::plain(version), reply),
         };
         let first = match reply {
             Message::RssUpdate(update) => validate(update).map_err(|reason| {
@@ -127,7 +135,13 @@ impl Session {
             outbound,
             config: config.clone(),
             first,
+            version,
         })
+    }
+
+    /// The protocol version of the session.
+    pub fn version(&self) -> u16 {
+        self.version
     }
 
     /// The description the receiver sent on connecting.
@@ -142,7 +156,7 @@ impl Session {
     pub async fn run(
         self,
         updates: &watch::Sender<Option<Update>>,
-        landings: &watch::Sender<Option<LandingReport>>,
+        reports: &Reports,
         mut plan: watch::Receiver<Option<PlanReport>>,
         reported: &watch::Sender<Option<u64>>,
         grant_channels: GrantChannels,
@@ -155,10 +169,16 @@ impl Session {
             mut outbound,
             config,
             first,
+            version,
         } = self;
         let t = config.timeouts;
         delays.reset();
         publish(updates, first);
+        reports.seen.send_replace(if version >= 7 {
+            SeenReport::Waiting
+        } else {
+            SeenReport::Unsupported(version)
+        });
         let (mut rd, mut wr) = stream.split();
         // The current plan (if any) goes out first: the receiver lost it
         // with the last connection.
@@ -185,7 +205,10 @@ impl Session {
                         }
                     }
                     Message::Landings(report) => {
-                        landings.send_replace(Some(report));
+                        reports.landings.send_replace(Some(report));
+                    }
+                    Message::SeenFlows(flows) => {
+                        reports.seen.send_replace(SeenReport::Flows(flows));
                     }
                     Message::Grant(grant) => {
                         if let Err(reason) = grant.check() {
@@ -200,7 +223,7 @@ impl Session {
                     }
                     other => {
                         return Err(PeerError::Unexpected {
-                            expected: "RssUpdate, Landings, Grant or Keepalive",
+                            expected: "RssUpdate, Landings, SeenFlows, Grant or Keepalive",
                             got: other.kind(),
                         });
                     }
@@ -327,7 +350,14 @@ async fn refuse(
     config: &PeerConfig,
 ) -> Result<(), FrameError> {
     let message = Message::Error(ErrorReport::new(reason));
-    framed::write(stream, &message, config.timeouts.write).await
+    // Every version reads an Error under any header.
+    framed::write(
+        stream,
+        &message,
+        MIN_PROTOCOL_VERSION,
+        config.timeouts.write,
+    )
+    .await
 }
 
 /// A description from the receiver, if SRAP can model it.
