@@ -40,14 +40,14 @@ pub fn render(status: &SenderStatus) -> String {
         receiver_lines(&mut out, r);
     }
     if let Some(local) = &status.local {
-        local_lines(&mut out, local, &status.flows);
+        local_lines(&mut out, local);
     }
+    flow_lines(&mut out, &status.flows);
     out
 }
 
-/// This host's NIC (`--steer local|both`) and each open connection's CPU
-/// at both ends, planned and seen.
-fn local_lines(out: &mut String, local: &LocalRow, flows: &[SenderFlowRow]) {
+/// This host's NIC (`--steer local|both`) and its landings verdict.
+fn local_lines(out: &mut String, local: &LocalRow) {
     let verdict = if local.watching {
         format!(
             "landings {} ({} of {} on the planned queue){}",
@@ -74,12 +74,18 @@ this host's NIC {} (--steer {}): CPUs {}; {verdict}",
         local.steer,
         srap_host::cpulist::format(local.cpus.iter().copied())
     );
+}
+
+/// Each open connection's CPU at both ends, planned/seen; `!` marks a
+/// receiver CPU seen other than planned, and why a seen CPU is unknown
+/// follows the table (once per reason).
+fn flow_lines(out: &mut String, flows: &[SenderFlowRow]) {
     if flows.is_empty() {
         return;
     }
     let _ = writeln!(
         out,
-        "{:<26} {:<26} {:>17} {:>14}",
+        "\n{:<26} {:<26} {:>17} {:>14}",
         "flow", "to", "receiver CPU p/s", "local CPU p/s"
     );
     let cpu = |c: Option<u32>| c.map_or("-".to_owned(), |c| c.to_string());
@@ -91,12 +97,34 @@ this host's NIC {} (--steer {}): CPUs {}; {verdict}",
             addr(f.src),
             addr(f.dst),
             format!(
-                "{}/{}",
+                "{}{}/{}",
+                if f.receiver_cpu_off_plan { "!" } else { "" },
                 cpu(f.receiver_cpu_planned),
                 cpu(f.receiver_cpu_seen)
             ),
             format!("{}/{}", cpu(f.local_cpu_planned), cpu(f.local_cpu_seen)),
         );
+    }
+    let off = flows.iter().filter(|f| f.receiver_cpu_off_plan).count();
+    if off > 0 {
+        let _ = writeln!(
+            out,
+            "! {off} of {} flows seen on another receiver CPU than planned",
+            flows.len()
+        );
+    }
+    let mut reasons: Vec<(&str, usize)> = Vec::new();
+    for why in flows
+        .iter()
+        .filter_map(|f| f.receiver_seen_unknown.as_deref())
+    {
+        match reasons.iter_mut().find(|(r, _)| *r == why) {
+            Some((_, n)) => *n += 1,
+            None => reasons.push((why, 1)),
+        }
+    }
+    for (why, n) in reasons {
+        let _ = writeln!(out, "receiver CPU seen unknown for {n} flow(s): {why}");
     }
 }
 
@@ -287,5 +315,50 @@ mod tests {
             .find(|l| l.starts_with("10.0.0.1:40001"))
             .expect("the flow's line");
         assert!(flow.contains(" -/- ") && flow.ends_with(" 3/3"), "{flow}");
+    }
+
+    #[test]
+    fn each_flow_with_its_receiver_cpu_planned_and_seen() {
+        let flow = |port: u16, planned, seen| SenderFlowRow {
+            src: format!("10.0.0.1:{port}").parse().ok(),
+            dst: "10.0.0.2:5201".parse().ok(),
+            receiver_cpu_planned: Some(planned),
+            receiver_cpu_seen: seen,
+            receiver_cpu_off_plan: seen.is_some_and(|s| s != planned),
+            receiver_seen_unknown: seen
+                .is_none()
+                .then(|| "the receiver speaks protocol 6, which reports no flows (7 does)".into()),
+            ..SenderFlowRow::default()
+        };
+        let status = SenderStatus {
+            pin_dir: "/sys/fs/bpf/srap".into(),
+            flows: vec![
+                flow(40001, 3, Some(3)),
+                flow(40002, 4, Some(5)),
+                flow(40003, 6, None),
+            ],
+            ..SenderStatus::default()
+        };
+        let text = render(&status);
+        let line = |port: &str| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("10.0.0.1:{port}")))
+                .expect("the flow's line")
+                .to_owned()
+        };
+        assert!(line("40001").contains(" 3/3 "), "{text}");
+        assert!(line("40002").contains(" !4/5 "), "{text}");
+        assert!(line("40003").contains(" 6/- "), "{text}");
+        assert!(
+            text.contains("! 1 of 3 flows seen on another receiver CPU than planned"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "receiver CPU seen unknown for 1 flow(s): the receiver speaks protocol 6, \
+                 which reports no flows (7 does)"
+            ),
+            "{text}"
+        );
     }
 }

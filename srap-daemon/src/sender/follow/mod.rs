@@ -41,6 +41,7 @@ use super::{
     args::SenderArgs,
     ends::{LocalNic, Steer},
     grant,
+    landings::LocalLandings,
     local_end::LocalEnd,
     maps, replan, summary,
 };
@@ -77,6 +78,10 @@ struct Follower {
     /// This host's NIC's model with `--steer both` (out of `options` while
     /// local steering is paused).
     both: Option<Arc<RssModel>>,
+    /// With `--steer remote`: the socket hook listing the connections the
+    /// steered cgroup opens, so the status can show each one's receiver CPU
+    /// planned and seen (`local` lists them otherwise).
+    opened: Option<LocalLandings>,
 }
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
@@ -128,6 +133,7 @@ pub async fn run(
         published,
         resolver,
         local: None,
+        opened: None,
     };
     follower.publish(None);
     let limit = Duration::from_secs(args.peer_wait());
@@ -142,6 +148,9 @@ pub async fn run(
         let toward: Vec<IpAddr> = follower.options.targets.iter().map(|t| t.addr).collect();
         follower.local =
             local.map(|nic| LocalEnd::start(nic, Steer::Both, &steering.cgroup, &toward));
+        if follower.local.is_none() {
+            follower.opened = watch_opened(&steering.cgroup);
+        }
     }
     println!("{}", summary::describe(&steering));
     follower.after_replan(&mut steering);
@@ -158,6 +167,16 @@ pub async fn run(
         steering.layout.dir().display()
     );
     Ok(())
+}
+
+/// The socket hook on `cgroup`, only to list its connections; without it
+/// (an old kernel) the status lists no flows, and says so in the log.
+fn watch_opened(cgroup: &std::path::Path) -> Option<LocalLandings> {
+    LocalLandings::attach(cgroup, None)
+        .inspect_err(|err| {
+            warn!("{err}; `srap status --sender` will list no flows");
+        })
+        .ok()
 }
 
 /// How to reach receiver `peer`: with its key (read now, so a bad key

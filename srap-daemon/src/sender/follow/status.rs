@@ -4,7 +4,7 @@
 
 use std::{path::Path, sync::Arc};
 
-use srap_common::{binder::outcome, rss::FlowTuple};
+use srap_common::{binder::outcome, rss::FlowTuple, wire::MAX_SEEN_FLOWS};
 use srap_host::status::{
     ControlSocket, SenderStatus,
     control::serve,
@@ -15,8 +15,11 @@ use tracing::{info, warn};
 
 use super::{Follower, receivers::Receiver};
 use crate::{
-    sender::{RunningBinder, Target, local_end::LocalEnd, read_occupancy, read_stats},
-    upstream::PeerStatus,
+    sender::{
+        RunningBinder, Target, landings::LocalLandings, local_end::LocalEnd, read_occupancy,
+        read_stats,
+    },
+    upstream::{PeerStatus, SeenReport},
 };
 
 /// The control socket and the latest snapshot it serves.
@@ -63,8 +66,88 @@ impl Follower {
             .collect();
         if let Some(local) = &self.local {
             add_local(&mut status, local, &self.options.targets);
+        } else if let Some(opened) = &self.opened {
+            add_opened(&mut status, opened, &self.options.targets);
+        }
+        for flow in &mut status.flows {
+            seen_at_receiver(flow, &self.receivers);
         }
         status
+    }
+}
+
+/// The steered cgroup's open connections toward the receivers with
+/// `--steer remote` (no local NIC planned): each with the receiver CPU
+/// its target's model plans for it.
+fn add_opened(status: &mut SenderStatus, opened: &LocalLandings, targets: &[Target]) {
+    let open = match opened.read() {
+        Ok(open) => open,
+        Err(err) => {
+            warn!("reading the steered cgroup's connections: {err}");
+            return;
+        }
+    };
+    status.flows = open
+        .iter()
+        .filter(|o| !o.closed)
+        .filter_map(|o| {
+            let target = targets.iter().find(|t| t.addr == o.dst.ip())?;
+            let tuple = FlowTuple::from_sockets(o.src, o.dst).ok()?;
+            Some(SenderFlowRow {
+                src: Some(o.src),
+                dst: Some(o.dst),
+                receiver_cpu_planned: Some(target.model.landing(&tuple).cpu),
+                ..SenderFlowRow::default()
+            })
+        })
+        .collect();
+}
+
+/// Fills in where the receiver's verifier saw `flow` (protocol 7), matched
+/// by its whole tuple as this host sees it: a receiver that sees another
+/// source (a NAT rewrote it) reports a flow that matches none of ours.
+fn seen_at_receiver(flow: &mut SenderFlowRow, receivers: &[Receiver]) {
+    let (Some(src), Some(dst)) = (flow.src, flow.dst) else {
+        return;
+    };
+    let receiver = receivers
+        .iter()
+        .find(|r| r.rows.iter().any(|(_, addr)| *addr == dst.ip()));
+    let seen = match receiver {
+        Some(r) => match &*r.handle.seen().borrow() {
+            SeenReport::Flows(report) => report
+                .flows
+                .iter()
+                .find(|f| f.src == src && f.dst == dst)
+                .copied()
+                .ok_or_else(|| {
+                    format!(
+                        "not among the {} flows the receiver reports (not seen by its verifier \
+                         yet, its tuple rewritten on the way, or past the first {MAX_SEEN_FLOWS})",
+                        report.flows.len()
+                    )
+                }),
+            SeenReport::Unsupported(version) => Err(format!(
+                "the receiver speaks protocol {version}, which reports no flows (7 does)"
+            )),
+            SeenReport::Waiting => Err("the receiver has not reported flows yet".to_owned()),
+            SeenReport::NotConnected => Err("the receiver agent is not connected".to_owned()),
+        },
+        None => Err(format!("no receiver agent for {}", dst.ip())),
+    };
+    match seen {
+        Ok(seen) => {
+            flow.receiver_cpu_seen = seen.cpu;
+            flow.receiver_queue_seen = seen.queue;
+            flow.receiver_cpu_off_plan = matches!(
+                (flow.receiver_cpu_planned, seen.cpu),
+                (Some(planned), Some(cpu)) if planned != cpu
+            );
+            if seen.cpu.is_none() {
+                flow.receiver_seen_unknown = Some("the receiver cannot tell its CPU".to_owned());
+            }
+        }
+        Err(why) => flow.receiver_seen_unknown = Some(why),
     }
 }
 
@@ -120,6 +203,9 @@ pub fn add_local(status: &mut SenderStatus, local: &LocalEnd, targets: &[Target]
                 dst: Some(row.dst),
                 receiver_cpu_planned,
                 receiver_cpu_seen: None,
+                receiver_queue_seen: None,
+                receiver_cpu_off_plan: false,
+                receiver_seen_unknown: None,
                 local_queue_planned: row.predicted_queue,
                 local_cpu_planned: row.predicted_cpu,
                 local_queue_seen: row.queue,
