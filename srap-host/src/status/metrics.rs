@@ -12,7 +12,7 @@
 //! `srap_rss_version`, `srap_peers`, `srap_listen_open`, `srap_psk_keys`,
 //! `srap_key_source{source}`, `srap_key_model_revision`,
 //! `srap_key_confidence{count}`, `srap_flow_cpu{src,dst,kind}`,
-//! `srap_nic_hash_flows{result}`.
+//! `srap_nic_hash_flows{result}`, `srap_sender_flows{sender,cpu}`.
 
 use std::{fmt::Write as _, io, sync::Arc, time::Duration};
 
@@ -128,6 +128,11 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "gauge",
         "The receiver CPU of each active flow: planned by its sender (kind=planned, where it reported its plan) and seen (kind=seen: the queue's CPU in the RSS description, else the CPU the verifier ran on)",
     ),
+    (
+        "srap_sender_flows",
+        "gauge",
+        "Active flows of each sender (by source address) that its plan names, seen on the receive CPU it planned (cpu=planned) or on another (cpu=other); one series pair per sender, not per flow",
+    ),
 ];
 
 /// The exposition text of `status`.
@@ -224,6 +229,16 @@ pub fn render(status: &Status) -> String {
             "srap_peers" => sample("", status.peers.len() as f64),
             "srap_listen_open" => sample("", f64::from(u8::from(status.access.open))),
             "srap_psk_keys" => sample("", status.access.keys.len() as f64),
+            "srap_sender_flows" => {
+                for (sender, planned, other) in sender_flows(status) {
+                    for (cpu, count) in [("planned", planned), ("other", other)] {
+                        sample(
+                            &format!("{{sender=\"{sender}\",cpu=\"{cpu}\"}}"),
+                            count as f64,
+                        );
+                    }
+                }
+            }
             "srap_flow_cpu" => {
                 for f in status.flows.iter().filter(|f| !f.agent_link) {
                     let labels =
@@ -238,6 +253,27 @@ pub fn render(status: &Status) -> String {
         }
     }
     out
+}
+
+/// Per sender address (in order), its planned flows on the planned receive
+/// CPU and on another, on the basis the receiver counts by.
+fn sender_flows(status: &Status) -> Vec<(std::net::IpAddr, usize, usize)> {
+    let mut senders = std::collections::BTreeMap::new();
+    for f in status.flows.iter().filter(|f| !f.agent_link) {
+        let Some(planned) = f.planned_cpu else {
+            continue;
+        };
+        let counts = senders.entry(f.src.ip().to_canonical()).or_insert((0, 0));
+        if f.receive_cpu(status.receive_cpu) == Some(planned) {
+            counts.0 += 1;
+        } else {
+            counts.1 += 1;
+        }
+    }
+    senders
+        .into_iter()
+        .map(|(sender, (planned, other))| (sender, planned, other))
+        .collect()
 }
 
 /// Serves scrapes on `listener` until the task is dropped or aborted.
@@ -432,6 +468,9 @@ mod tests {
             "srap_key_confidence{count=\"needed\"} 0",
             "srap_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"planned\"} 4",
             "srap_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"seen\"} 4",
+            // Observed basis: the verifier's CPU 1, planned 4.
+            "srap_sender_flows{sender=\"10.0.0.1\",cpu=\"planned\"} 0",
+            "srap_sender_flows{sender=\"10.0.0.1\",cpu=\"other\"} 1",
             "srap_nic_hash_flows{result=\"agree\"} 1",
             "srap_nic_hash_flows{result=\"differ\"} 1",
             "srap_nic_hash_flows{result=\"none\"} 0",
