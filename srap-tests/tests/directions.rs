@@ -21,7 +21,7 @@ use srap_lab::emulator::Emulator;
 use srap_tests::{
     TwoHosts, VethConfig, built_binary,
     flows::Server,
-    harness::{SenderAgent, SenderOpts},
+    harness::{Listener, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings},
     require_privileged,
     workload::Workload,
 };
@@ -571,4 +571,137 @@ fn local_cpus_restrict_this_hosts_cpus() {
         "two flows on each of CPUs 0-7"
     );
     workload.finish();
+}
+
+// ---------------------------------------------------------------------------
+// The receiver CPU seen: a receiver agent whose verifier watches its veth
+// (the receiver's NIC emulated on the sender's egress) tells the sender
+// where each of its flows landed (protocol 7), and `srap status --sender
+// --json` shows it beside the CPU planned.
+
+/// `srap status --sender --json` from the sender agent's control socket.
+fn sender_status_json(agent: &SenderAgent) -> Option<srap_host::status::SenderStatus> {
+    let out = std::process::Command::new(built_binary("srap"))
+        .args(["status", "--sender", "--once", "--json", "--control"])
+        .arg(agent.control())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run srap status --sender");
+    out.status.success().then(|| {
+        serde_json::from_slice(&out.stdout).expect("srap status --sender --json is a SenderStatus")
+    })
+}
+
+/// 16 flows steered toward a receiver agent (`--peer`, `--steer remote` or
+/// `both`): every flow's receiver CPU seen is in the sender's status and
+/// is the CPU the receiver's model computes for the tuple the server
+/// accepted (the receiver's own view, not the sender's plan); planned and
+/// seen agree.
+fn receiver_cpu_seen_in_the_senders_status(subnet: u8, both: bool) {
+    let hosts = TwoHosts::new(VethConfig {
+        tx_queues: VETH_QUEUES,
+        rx_queues: VETH_QUEUES,
+        subnet,
+    })
+    .expect("two namespaces joined by a multi-queue veth");
+    let remote = RssModel::from_description(&embedded_default()).expect("model");
+    let _receiver_nic = hosts
+        .sender
+        .run(|| Emulator::attach(&hosts.sender_end.ifname, &remote, VETH_QUEUES))
+        .expect("enter the sender's namespace")
+        .expect("the receiver's NIC emulated on the sender's egress");
+    let dir = std::env::temp_dir().join(srap_tests::unique_name("-seen"));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let local_rss = dir.join("local-rss.json");
+    std::fs::write(&local_rss, sender_nic(KEY).to_json_pretty()).expect("write");
+    let _sender_nic = both.then(|| {
+        let model = RssModel::from_description(&sender_nic(KEY)).expect("model");
+        hosts
+            .receiver
+            .run(|| Emulator::attach(&hosts.receiver_end.ifname, &model, VETH_QUEUES))
+            .expect("enter the receiver's namespace")
+            .expect("the sender's NIC emulated on the receiver's egress")
+    });
+    let receiver_ip = hosts.receiver_end.ip(false);
+    let opts = ReceiverOpts::new(
+        built_binary("srap-agent"),
+        &hosts.receiver_end.ifname,
+        SocketAddr::new(receiver_ip, 7447),
+    )
+    .rss(embedded_default())
+    .arg("--open");
+    let receiver = ReceiverAgent::start(&hosts.receiver, opts).expect("the receiver agent");
+    let mut opts = SenderOpts::new(built_binary("srap-agent"))
+        .peer(receiver.peer())
+        .report_port(DPORT)
+        .args(["--receiver", &receiver_ip.to_string()])
+        .arg("--steer")
+        .arg(if both { "both" } else { "remote" });
+    if both {
+        opts = opts.arg("--local-rss").arg(&local_rss);
+    }
+    let sender = SenderAgent::start(&hosts.sender, opts).expect("the sender agent steers");
+
+    let server = hosts.receiver_addr(DPORT, false);
+    let mut listener = Listener::bind(&hosts.receiver, server, TIMEOUT).expect("listen");
+    let mut workload = Workload::spawn(&hosts.sender, Some(sender.cgroup()), server);
+    workload.open(16);
+    let accepted = listener.accept(16).expect("16 connections");
+    let truth = landings(&remote, &accepted, server).expect("tuples");
+
+    // The receiver's verifier lists a flow while packets come: the server
+    // writes a byte now and then, and the client's ACKs keep it active.
+    let deadline = Instant::now() + TIMEOUT;
+    let status = loop {
+        for (stream, _) in listener.accepted() {
+            let _ = std::io::Write::write_all(stream, b".");
+        }
+        let status = sender_status_json(&sender);
+        let all_seen = status.as_ref().is_some_and(|s| {
+            accepted.iter().all(|a| {
+                s.flows
+                    .iter()
+                    .any(|f| f.src == Some(*a) && f.receiver_cpu_seen.is_some())
+            })
+        });
+        if all_seen {
+            break status.expect("a status");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every flow's receiver CPU seen within {TIMEOUT:?}: {status:#?}\n{}",
+            sender.log().text()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    for (client, landing) in accepted.iter().zip(&truth) {
+        let flow = status
+            .flows
+            .iter()
+            .find(|f| f.src == Some(*client) && f.dst == Some(server))
+            .unwrap_or_else(|| panic!("no row for {client}: {status:#?}"));
+        assert_eq!(flow.receiver_cpu_seen, Some(landing.cpu), "{flow:?}");
+        assert_eq!(flow.receiver_queue_seen, Some(landing.queue), "{flow:?}");
+        assert_eq!(flow.receiver_cpu_planned, Some(landing.cpu), "{flow:?}");
+        assert!(!flow.receiver_cpu_off_plan, "{flow:?}");
+        assert_eq!(flow.receiver_seen_unknown, None, "{flow:?}");
+    }
+    workload.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_receiver_cpu_seen_under_steer_remote() {
+    if !require_privileged("the receiver CPU seen, --steer remote") {
+        return;
+    }
+    receiver_cpu_seen_in_the_senders_status(171, false);
+}
+
+#[test]
+fn the_receiver_cpu_seen_under_steer_both() {
+    if !require_privileged("the receiver CPU seen, --steer both") {
+        return;
+    }
+    receiver_cpu_seen_in_the_senders_status(172, true);
 }
