@@ -113,6 +113,14 @@ fn flow_lines(out: &mut String, flows: &[SenderFlowRow]) {
             flows.len()
         );
     }
+    for (why, n) in unknown_reasons(flows) {
+        let _ = writeln!(out, "receiver CPU seen unknown for {n} flow(s): {why}");
+    }
+}
+
+/// Why receiver CPUs seen are unknown, each reason once with its count, in
+/// the order first met.
+pub(super) fn unknown_reasons(flows: &[SenderFlowRow]) -> Vec<(&str, usize)> {
     let mut reasons: Vec<(&str, usize)> = Vec::new();
     for why in flows
         .iter()
@@ -123,9 +131,7 @@ fn flow_lines(out: &mut String, flows: &[SenderFlowRow]) {
             None => reasons.push((why, 1)),
         }
     }
-    for (why, n) in reasons {
-        let _ = writeln!(out, "receiver CPU seen unknown for {n} flow(s): {why}");
-    }
+    reasons
 }
 
 fn receiver_lines(out: &mut String, r: &ReceiverRow) {
@@ -175,6 +181,29 @@ pub fn steering(r: &ReceiverRow) -> &'static str {
         (Some(_), true) => "paused",
         (Some(_), false) => "yes",
     }
+}
+
+/// Three open flows toward one receiver: on the planned CPU, on another,
+/// and one the receiver (protocol 6) did not report. For this module's
+/// tests and the live view's.
+#[cfg(test)]
+pub(super) fn three_flows() -> Vec<SenderFlowRow> {
+    let flow = |port: u16, planned, seen: Option<u32>| SenderFlowRow {
+        src: format!("10.0.0.1:{port}").parse().ok(),
+        dst: "10.0.0.2:5201".parse().ok(),
+        receiver_cpu_planned: Some(planned),
+        receiver_cpu_seen: seen,
+        receiver_cpu_off_plan: seen.is_some_and(|s| s != planned),
+        receiver_seen_unknown: seen
+            .is_none()
+            .then(|| "the receiver speaks protocol 6, which reports no flows (7 does)".into()),
+        ..SenderFlowRow::default()
+    };
+    vec![
+        flow(40001, 3, Some(3)),
+        flow(40002, 4, Some(5)),
+        flow(40003, 6, None),
+    ]
 }
 
 /// A sender with two receivers, one away: for this module's tests and the
@@ -319,24 +348,9 @@ mod tests {
 
     #[test]
     fn each_flow_with_its_receiver_cpu_planned_and_seen() {
-        let flow = |port: u16, planned, seen| SenderFlowRow {
-            src: format!("10.0.0.1:{port}").parse().ok(),
-            dst: "10.0.0.2:5201".parse().ok(),
-            receiver_cpu_planned: Some(planned),
-            receiver_cpu_seen: seen,
-            receiver_cpu_off_plan: seen.is_some_and(|s| s != planned),
-            receiver_seen_unknown: seen
-                .is_none()
-                .then(|| "the receiver speaks protocol 6, which reports no flows (7 does)".into()),
-            ..SenderFlowRow::default()
-        };
         let status = SenderStatus {
             pin_dir: "/sys/fs/bpf/srap".into(),
-            flows: vec![
-                flow(40001, 3, Some(3)),
-                flow(40002, 4, Some(5)),
-                flow(40003, 6, None),
-            ],
+            flows: three_flows(),
             ..SenderStatus::default()
         };
         let text = render(&status);

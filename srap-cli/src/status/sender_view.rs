@@ -2,7 +2,9 @@
 //! the binder's counters with their rates, and every receiver followed —
 //! its link, the description version the plan was made with, whether
 //! steering toward it is on, its addresses and open flows, its grant —
-//! scrollable like the receiver's flows. Counters are shown as the agent
+//! scrollable like the receiver's flows — and every open flow of the
+//! steered cgroup with its CPU at both ends, planned and seen (Tab moves
+//! the scrolling between the two tables). Counters are shown as the agent
 //! names them, so new ones appear without a change here.
 
 use std::{path::Path, time::Instant};
@@ -15,7 +17,7 @@ use ratatui::{
     text::{Line, Span},
     widgets::Paragraph,
 };
-use srap_host::status::{ControlError, SenderStatus, request_sender_status};
+use srap_host::status::{ControlError, SenderStatus, request_sender_status, sender::SenderFlowRow};
 
 use super::{
     columns::{Align, Column, cut, render},
@@ -29,8 +31,64 @@ use super::{
 #[derive(Debug, Default)]
 pub struct SenderPage {
     scroll: Scroll,
+    flows: Scroll,
+    /// The table the scrolling keys move.
+    focus: Focus,
     /// The binder's counters at the last two answers, to make rates.
     counters: Vec<(Instant, Vec<(String, u64)>)>,
+}
+
+/// Which table scrolls.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Focus {
+    #[default]
+    Receivers,
+    Flows,
+}
+
+/// One row per open flow: where it goes and its CPU at both ends.
+struct FlowLine {
+    cells: [String; 4],
+    off_plan: bool,
+}
+
+fn flow_lines(flows: &[SenderFlowRow]) -> Vec<FlowLine> {
+    let cpu = |c: Option<u32>| c.map_or("-".to_owned(), |c| c.to_string());
+    let addr = |a: Option<std::net::SocketAddr>| a.map_or("-".to_owned(), |a| a.to_string());
+    flows
+        .iter()
+        .map(|f| FlowLine {
+            cells: [
+                addr(f.src),
+                addr(f.dst),
+                format!(
+                    "{}{}/{}",
+                    if f.receiver_cpu_off_plan { "!" } else { "" },
+                    cpu(f.receiver_cpu_planned),
+                    cpu(f.receiver_cpu_seen)
+                ),
+                format!("{}/{}", cpu(f.local_cpu_planned), cpu(f.local_cpu_seen)),
+            ],
+            off_plan: f.receiver_cpu_off_plan,
+        })
+        .collect()
+}
+
+fn flow_columns(lines: &[FlowLine]) -> Vec<Column> {
+    let column = |title: &str, align, priority, i: usize| {
+        Column::new(
+            title,
+            align,
+            priority,
+            lines.iter().map(|l| l.cells[i].clone()).collect(),
+        )
+    };
+    vec![
+        column("flow", Align::Left, 0, 0),
+        column("to", Align::Left, 3, 1),
+        column("receiver CPU p/s", Align::Right, 1, 2),
+        column("local CPU p/s", Align::Right, 2, 3),
+    ]
 }
 
 /// One row per receiver address.
@@ -192,35 +250,44 @@ impl Page for SenderPage {
             .iter()
             .map(|r| format!("{}>{}", r.cells[0], r.cells[4]))
             .collect();
-        let away = away_lines(status, width).len();
-        let page = height.saturating_sub(lines.len() + 2 + away);
-        let range = self.scroll.place(&ids, page);
-        lines.push(Line::from(Span::styled(
-            cut(
-                &format!("receivers {}", range_text(&range, rows.len())),
-                width,
-            ),
-            bold(),
-        )));
+        let away = away_lines(status, width);
+        let flows = flow_lines(&status.flows);
+        let room = height.saturating_sub(lines.len() + away.len());
+        let (receiver_page, flow_page) = split_room(room, rows.len(), flows.len());
+        let range = self.scroll.place(&ids, receiver_page);
+        lines.push(self.table_title("receivers", &range, rows.len(), Focus::Receivers, width));
         let styled = range.map(|i| {
             let style = if rows[i].away { red() } else { Style::new() };
-            (i, self.scroll.style(i, style))
+            (i, self.focused_style(Focus::Receivers, i, style))
         });
         lines.extend(render(&receiver_columns(&rows), width, header(), styled));
-        lines.extend(away_lines(status, width));
+        lines.extend(away);
+        if !flows.is_empty() {
+            lines.extend(self.flow_table(&status.flows, &flows, flow_page, width));
+        }
         frame.render_widget(Paragraph::new(lines), area);
     }
 
     fn key(&mut self, code: KeyCode, status: &SenderStatus) {
-        let len = address_lines(status).len();
-        self.scroll.key(code, len);
+        if code == KeyCode::Tab {
+            self.focus = match self.focus {
+                Focus::Receivers if !status.flows.is_empty() => Focus::Flows,
+                _ => Focus::Receivers,
+            };
+            return;
+        }
+        match self.focus {
+            Focus::Receivers => self.scroll.key(code, address_lines(status).len()),
+            Focus::Flows => self.flows.key(code, status.flows.len()),
+        };
     }
 
     fn keys(&self) -> Vec<(&'static str, &'static str)> {
         vec![
             ("↑↓", "scroll"),
             ("PgUp PgDn", "page up, down"),
-            ("Home End", "first, last receiver"),
+            ("Home End", "first, last row"),
+            ("Tab", "receivers / flows"),
         ]
     }
 
@@ -228,8 +295,85 @@ impl Page for SenderPage {
         vec![
             "Binder counters: how the binder's connect hook ended, in total and per second since the last refresh (steered: bound to a planned port; the others: why the kernel chose the port).".into(),
             "Receivers: one row per receiver address. link: connected, connecting or away; desc v: the description version the plan toward it was made with; steering: yes, paused (its landings contradict its description) or no (no description yet); flows: steered flows open toward it; slots: CPU slots planned; grant: its epoch and the receiver CPUs granted (every CPU without a grant); key: where its description's key comes from (reported: by the driver or a file, kernel: net.core.netdev_rss_key, learned mN: model N learned from landings) and how many of the bits planning needs its landings determine.".into(),
+            "Flows: every open connection of the steered cgroup. receiver CPU p/s: the receiver CPU its description plans for the flow / the one the receiver's verifier saw (! when they differ; - when unknown, the reason under the table); local CPU p/s: the same for this host's own NIC and the reverse tuple (--steer local|both).".into(),
         ]
     }
+}
+
+impl SenderPage {
+    /// A table's title line: its name, the rows in view, and whether the
+    /// scrolling keys move it.
+    fn table_title(
+        &self,
+        name: &str,
+        range: &std::ops::Range<usize>,
+        len: usize,
+        table: Focus,
+        width: usize,
+    ) -> Line<'static> {
+        let mark = if self.focus == table { " ◂" } else { "" };
+        let text = format!("{name} {}{mark}", range_text(range, len));
+        Line::from(Span::styled(cut(&text, width), bold()))
+    }
+
+    /// Row `i`'s style: reversed when it is the focused table's selection.
+    fn focused_style(&self, table: Focus, i: usize, style: Style) -> Style {
+        match (self.focus == table, table) {
+            (false, _) => style,
+            (true, Focus::Receivers) => self.scroll.style(i, style),
+            (true, Focus::Flows) => self.flows.style(i, style),
+        }
+    }
+
+    /// The flows table in `page` rows, then why any receiver CPU is unknown.
+    fn flow_table(
+        &mut self,
+        rows: &[SenderFlowRow],
+        lines: &[FlowLine],
+        page: usize,
+        width: usize,
+    ) -> Vec<Line<'static>> {
+        let ids: Vec<String> = lines
+            .iter()
+            .map(|l| format!("{}>{}", l.cells[0], l.cells[1]))
+            .collect();
+        let range = self.flows.place(&ids, page);
+        let mut out = vec![self.table_title("flows", &range, lines.len(), Focus::Flows, width)];
+        let styled = range.map(|i| {
+            let style = if lines[i].off_plan {
+                red()
+            } else {
+                Style::new()
+            };
+            (i, self.focused_style(Focus::Flows, i, style))
+        });
+        out.extend(render(&flow_columns(lines), width, header(), styled));
+        out.extend(unknown_reasons(rows, width));
+        out
+    }
+}
+
+/// Rows for the receivers' table and the flows' from `room` lines (each
+/// table also takes a title and a header line): the receivers first, as
+/// many as fit in half, the flows the rest.
+fn split_room(room: usize, receivers: usize, flows: usize) -> (usize, usize) {
+    if flows == 0 {
+        return (room.saturating_sub(2), 0);
+    }
+    let tables = room.saturating_sub(4);
+    let receiver_rows = receivers.min(tables / 2).max(usize::from(tables > 0));
+    (receiver_rows, tables.saturating_sub(receiver_rows))
+}
+
+/// Why a receiver CPU seen is unknown, once per reason (yellow: not an
+/// error, a view with a gap).
+fn unknown_reasons(flows: &[SenderFlowRow], width: usize) -> Vec<Line<'static>> {
+    let yellow = Style::new().fg(Color::Yellow);
+    super::sender::unknown_reasons(flows)
+        .into_iter()
+        .flat_map(|(why, n)| wrap(&format!("receiver CPU unknown for {n}: {why}"), width))
+        .map(|line| Line::from(Span::styled(line, yellow)))
+        .collect()
 }
 
 #[cfg(test)]
@@ -239,7 +383,7 @@ mod tests {
     use super::*;
     use crate::status::{
         live::{Chrome, Feed, draw},
-        sender::two_receivers,
+        sender::{three_flows, two_receivers},
     };
     use ratatui::{Terminal, backend::TestBackend};
 
@@ -286,10 +430,66 @@ mod tests {
         );
     }
 
+    /// The page drawn at `w`×`h` after `keys`, as text.
+    fn drawn(status: SenderStatus, keys: &[KeyCode], (w, h): (u16, u16)) -> String {
+        let mut page = SenderPage::default();
+        for &key in keys {
+            page.key(key, &status);
+        }
+        let feed = Feed::new(status, Duration::from_secs(1));
+        let mut terminal = Terminal::new(TestBackend::new(w, h)).expect("terminal");
+        let chrome = Chrome {
+            control: Path::new("/run/srap/sender.sock"),
+            interval: Duration::from_secs(1),
+            help: false,
+        };
+        terminal
+            .draw(|frame| draw(frame, &mut page, &feed, &chrome))
+            .expect("draw");
+        let buffer = terminal.backend().buffer();
+        (0..h)
+            .map(|y| (0..w).map(|x| buffer[(x, y)].symbol()).collect::<String>() + "\n")
+            .collect()
+    }
+
+    #[test]
+    fn each_flow_at_both_ends_planned_and_seen_at_80_columns() {
+        let status = SenderStatus {
+            flows: three_flows(),
+            ..status(3)
+        };
+        let text = drawn(status.clone(), &[], (80, 24));
+        assert!(text.contains("receivers 1–2 of 2 ◂"), "{text}");
+        assert!(text.contains("flows 1–3 of 3"), "{text}");
+        assert!(text.contains("receiver CPU p/s"), "{text}");
+        let row = |port: &str| {
+            text.lines()
+                .find(|l| l.starts_with(&format!("10.0.0.1:{port}")))
+                .unwrap_or_else(|| panic!("flow {port} in view: {text}"))
+                .to_owned()
+        };
+        assert!(row("40001").contains(" 3/3 "), "{text}");
+        assert!(row("40002").contains(" !4/5 "), "{text}");
+        assert!(row("40003").contains(" 6/- "), "{text}");
+        assert!(
+            text.contains("receiver CPU unknown for 1: the receiver speaks"),
+            "{text}"
+        );
+        // Tab: the scrolling keys now move the flows.
+        let text = drawn(status, &[KeyCode::Tab, KeyCode::End], (80, 24));
+        assert!(text.contains("flows 1–3 of 3 ◂"), "{text}");
+        assert!(!text.contains("of 2 ◂"), "{text}");
+    }
+
     #[test]
     fn any_terminal_size_draws_without_a_panic() {
         let mut page = SenderPage::default();
-        let feed = Feed::new(status(1), Duration::from_secs(1));
+        let with_flows = SenderStatus {
+            flows: three_flows(),
+            ..status(1)
+        };
+        page.key(KeyCode::Tab, &with_flows);
+        let feed = Feed::new(with_flows, Duration::from_secs(1));
         for (w, h) in [(1, 1), (20, 5), (79, 23), (300, 100)] {
             let mut terminal = Terminal::new(TestBackend::new(w, h)).expect("terminal");
             let chrome = Chrome {
