@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{FlowTuple, HashFields, HashInput, InputXfrm, ToeplitzKey};
+use super::{End, FlowTuple, HashFields, HashInput, InputXfrm, ToeplitzKey};
 
 /// Key bits a row can name: a 40-byte key (IPv6 4-tuples need all of it).
 const KEY_BITS: usize = 320;
@@ -129,6 +129,9 @@ pub struct KeyLearner {
     fields: (HashFields, HashFields),
     xfrm: InputXfrm,
     candidate: Vec<u8>,
+    /// Which end of the flows it is given the device is (see
+    /// [`KeyLearner::facing`]).
+    end: End,
     /// Independent equations, each with its own pivot bit (lowest set).
     rows: BTreeMap<usize, Row>,
     landings: u32,
@@ -180,10 +183,23 @@ impl KeyLearner {
             fields,
             xfrm,
             candidate: candidate.to_vec(),
+            end: End::Remote,
             rows: BTreeMap::new(),
             landings: 0,
             conflicts: 0,
         })
+    }
+
+    /// The same learner for the device at `end` of the flows it is given,
+    /// as an [`RssModel`] faces one: with [`End::Local`] (the connecting
+    /// host's own NIC) each flow is taken as that host opened it and its
+    /// reverse tuple is hashed, so [`KeyLearner::covers`] and
+    /// [`KeyLearner::needs`] vary the port that host chose, at either end.
+    ///
+    /// [`RssModel`]: super::RssModel
+    pub fn facing(mut self, end: End) -> Self {
+        self.end = end;
+        self
     }
 
     /// The hash input of `tuple` as the device builds it.
@@ -193,7 +209,7 @@ impl KeyLearner {
         } else {
             self.fields.1
         };
-        HashInput::new(tuple, fields, self.xfrm)
+        HashInput::new(&self.end.tuple(tuple), fields, self.xfrm)
     }
 
     /// The equation's left side for hash bit `j` of `tuple`.
@@ -545,5 +561,49 @@ mod tests {
         let (needed, known) = kernel.needs([&group]);
         assert_eq!(needed, 19);
         assert!((15..19).contains(&known), "{known} of {needed}");
+    }
+
+    /// This host's own NIC (virtio-net on 6.12 in a guest that downloads):
+    /// learned from the flows as this host opened them, each landing on
+    /// the queue the device gives its reverse tuple. The learned key puts
+    /// every port this host may choose toward that server where the device
+    /// does, judged by a model facing the same end; a key learned facing
+    /// the other end (the forward tuple) is no key of this NIC.
+    #[test]
+    fn this_hosts_own_nic_is_learned_over_the_reverse_tuple() {
+        let reported = embedded_default().key;
+        let indir: Vec<u32> = (0..128).map(|i| i % 4).collect();
+        let truth = device(&shifted(&reported), indir.clone()).facing(End::Local);
+        let candidate = ToeplitzKey::parse_hex(&reported).unwrap();
+        let fields = (HashFields::default(), HashFields::default());
+        let learner = KeyLearner::new(&indir, fields, InputXfrm::None, candidate.as_bytes())
+            .unwrap()
+            .facing(End::Local);
+        let mut local = learner.clone();
+        let mut remote = learner.facing(End::Remote);
+        for &sport in &ports(31, 48) {
+            let t = tuple(1, sport, 443);
+            local.observe(&t, truth.landing(&t).queue);
+            remote.observe(&t, truth.landing(&t).queue);
+        }
+        let learned = local.solve();
+        assert_eq!((learned.conflicts, learned.candidate_agrees), (0, false));
+        let covered = local.covers(&tuple(1, 0, 443));
+        assert!(covered.below_32768 && covered.from_32768, "{covered:?}");
+        let group = tuple(1, 0, 443);
+        let (needed, known) = local.needs([&group]);
+        assert_eq!(known, needed, "every bit planning needs");
+        let model = device(&learned.key.to_string(), indir.clone()).facing(End::Local);
+        let wrong_end = device(&remote.solve().key.to_string(), indir).facing(End::Local);
+        let mut misplaced = 0;
+        for &sport in &ports(37, 200) {
+            let t = tuple(1, sport, 443);
+            assert_eq!(model.landing(&t).queue, truth.landing(&t).queue, "{sport}");
+            misplaced += u32::from(wrong_end.landing(&t).queue != truth.landing(&t).queue);
+        }
+        assert!(
+            misplaced > 80,
+            "learned over the forward tuple: {misplaced}/200 off"
+        );
     }
 }
