@@ -15,7 +15,6 @@ pub mod allow;
 pub mod args;
 pub mod downstream;
 pub mod grants;
-pub mod learning;
 pub mod monitor;
 mod pace;
 mod rewrite;

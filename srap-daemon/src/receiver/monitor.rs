@@ -13,23 +13,20 @@
 
 use std::{sync::Arc, time::Duration};
 
-use srap_common::rss::{FlowTuple, RssModel};
+use srap_common::rss::{End, FlowTuple, RssModel};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::{
-    LearnedKey, Published, Server,
-    downstream::unix_ms,
-    learning::{self, Learning},
-};
+use super::{LearnedKey, Published, Server, downstream::unix_ms};
 use srap_host::status::{FlowRow, Landings, ReceiveCpu, Status, VerifierLimit, VerifierState};
 
 use crate::{
     tracker::{
         Observation, PlanIndex, Tracker, TrackerConfig,
         agreement::{self, AgreementJudge, Change, LandingVerdict},
+        learning::{Landed, Learning},
     },
-    verifier::{HookChoice, Verifier, monotonic_ns},
+    verifier::{FlowRecord, HookChoice, Verifier, monotonic_ns},
 };
 
 /// Samples the verifier and publishes the status.
@@ -166,7 +163,7 @@ impl Monitor {
                 model: None,
                 judge: AgreementJudge::default(),
                 receive_cpu: ReceiveCpu::Observed,
-                learning: Learning::new(learned),
+                learning: Learning::new(learned, End::Remote, ""),
                 nic_hash: NicHashNotes::default(),
                 board,
             },
@@ -242,7 +239,9 @@ impl Monitor {
         status.interval_ms = millis(self.interval);
         status.peers = peers;
         status.access = server.access();
-        status.learning = self.learning.observe(published, model, &records);
+        status.learning = self
+            .learning
+            .observe(&published.served(), model, &landed(&records));
         status.nic_hash.read = self
             .verifier
             .as_ref()
@@ -255,7 +254,7 @@ impl Monitor {
         );
         status.landings = self.judge_landings(published.version, &status.flows);
         let mut report = self.judge.report();
-        if learning::unknown_key(published) {
+        if published.key_unknown() {
             // A placeholder key: no sender steers by it until it is learned.
             report.verdict = LandingVerdict::Contradicted;
             status.landings.verdict = LandingVerdict::Contradicted;
@@ -264,6 +263,21 @@ impl Monitor {
         server.publish_seen(&status);
         self.board.send_replace(Arc::new(status));
     }
+}
+
+/// The records whose receive queue the verifier saw, as the learner
+/// takes them.
+fn landed(records: &[FlowRecord]) -> Vec<Landed> {
+    records
+        .iter()
+        .filter_map(|r| {
+            Some(Landed {
+                src: r.src,
+                dst: r.dst,
+                queue: r.stats.rx_queue()?,
+            })
+        })
+        .collect()
 }
 
 impl Monitor {

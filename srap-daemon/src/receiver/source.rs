@@ -2,20 +2,17 @@
 //! every interval (≤ 1 s) and publishes a new version only when it really
 //! changed, so senders replan only when they must.
 
-use std::{
-    path::PathBuf,
-    sync::{Arc, Mutex, PoisonError},
-    time::Duration,
-};
+use std::{path::PathBuf, time::Duration};
 
-use srap_common::rss::{
-    DescriptionFileError, KeyConfidence, KeyProvenance, KeySource, RssDescription,
-};
+use srap_common::rss::{DescriptionFileError, KeyProvenance, KeySource, RssDescription};
 use thiserror::Error;
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{info, warn};
 
 use srap_host::discovery::{self, DiscoveryError};
+
+pub use crate::tracker::learning::LearnedKey;
+use crate::tracker::learning::Served;
 
 /// The description senders are given, and its version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,64 +38,21 @@ impl Published {
             key: KeyProvenance::default(),
         }
     }
-}
 
-/// What the receiver's learner (see `super::learning`) hands the
-/// description watcher.
-#[derive(Debug, Clone, Default)]
-struct Lesson {
-    /// A learned key and the candidate it replaces.
-    key: Option<(String, String)>,
-    /// Grows with every change of `key`: the learned model's revision.
-    revision: u32,
-    /// How far the landings back a key, and that key: a description
-    /// with another key (a new one, just read) is not tested yet.
-    confidence: Option<(String, KeyConfidence)>,
-}
-
-/// A key learned from landings for one candidate, served in its place
-/// while discovery still gives that candidate, and the landings' backing
-/// of whatever key is served.
-#[derive(Debug, Clone, Default)]
-pub struct LearnedKey(Arc<Mutex<Lesson>>);
-
-impl LearnedKey {
-    /// Serve `key` instead of `candidate` (None: serve the candidate); a
-    /// change is a new revision of the learned model.
-    pub fn set(&self, learned: Option<(String, String)>) {
-        let mut lesson = self.lock();
-        if lesson.key != learned {
-            lesson.key = learned;
-            lesson.revision += 1;
+    /// What its learner starts from and judges.
+    pub fn served(&self) -> Served<'_> {
+        Served {
+            description: &self.description,
+            key: self.key,
+            candidate_key: &self.candidate_key,
         }
     }
 
-    /// How far the landings back `key`, the key served now.
-    pub fn set_confidence(&self, key: &str, confidence: KeyConfidence) {
-        self.lock().confidence = Some((key.to_owned(), confidence));
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Lesson> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Puts a learned key (if it is for this candidate) into `description`
-    /// and says so, with the model's revision and confidence, in `key`.
-    pub(super) fn applied(&self, description: &mut RssDescription, key: &mut KeyProvenance) {
-        let lesson = self.lock();
-        if let Some((candidate, learned)) = lesson.key.as_ref()
-            && *candidate == description.key
-        {
-            description.key.clone_from(learned);
-            key.source = KeySource::Learned;
-        }
-        key.revision = lesson.revision;
-        key.confidence = lesson
-            .confidence
-            .as_ref()
-            .filter(|(tested, _)| *tested == description.key)
-            .map(|(_, confidence)| *confidence)
-            .unwrap_or_default();
+    /// Its key is one senders must not steer by until the landings
+    /// taught it (a placeholder: the driver reports none and the kernel's
+    /// default is unavailable).
+    pub fn key_unknown(&self) -> bool {
+        self.key.source == KeySource::Unknown
     }
 }
 

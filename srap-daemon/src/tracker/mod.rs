@@ -16,6 +16,7 @@
 //! * a collision is a queue or CPU with more than one active flow.
 
 pub mod agreement;
+pub mod learning;
 pub mod plan_index;
 
 use std::{

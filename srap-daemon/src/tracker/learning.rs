@@ -1,54 +1,135 @@
-//! Learning the key the device really hashes with, from the landings the
-//! verifier sees (the math: [`srap_common::rss::KeyLearner`]).
+//! Learning the key a device really hashes with, from the landings seen
+//! (the math: [`srap_common::rss::KeyLearner`]). One home for both ends
+//! that learn: the receiver agent's NIC, from what its verifier sees of
+//! senders' flows (`crate::receiver::monitor`), and the sender's own NIC
+//! with `--steer local|both`, from what its socket hook sees of the
+//! connections the steered cgroup opens (`crate::sender::local_end`, a
+//! learner facing [`End::Local`]: the device hashes the reverse tuple).
 //!
 //! What is learned: the Toeplitz key, starting from the candidate discovery
 //! gives (the driver's key, or the kernel's default when the driver reports
 //! none), with exactly the bits the landings force changed. Per what: the
 //! address pairs and destination ports of the flows seen; the learned key is
-//! exact for every source port of a (sender, receiver, port) whose landings
-//! span the source port's 16 bits (about 20 flows with kernel-chosen ports:
-//! the sender agents' probe connections when steering is paused, or any
-//! workload), and [`KeyLearner::covers`] says which. From how much: at
-//! least [`MIN_LANDINGS`] landings on at least two queues, none
-//! contradicting another.
+//! exact for every port the connecting host may choose toward a (connecting
+//! host, server, port) whose landings span that port's 16 bits (about 20
+//! flows with kernel-chosen ports: the sender agents' probe connections or
+//! a paused sender's own connections, or any workload), and
+//! [`KeyLearner::covers`] says which. From how much: at least
+//! [`MIN_LANDINGS`] landings on at least two queues, none contradicting
+//! another.
 //!
 //! Served: a learned key that differs from the candidate becomes a new
-//! description version (key source `learned`), which the closed loop then
-//! judges like any other; the status says from how many landings, at what
-//! rank, for which flows. Every sample also counts how far the landings back
-//! the key being served ([`KeyConfidence`]: recent landings on the queue it
-//! computes, the rank, and what planning the flow groups seen needs against
-//! what the landings determine), which senders get with the description. Invalidated: when discovery's candidate, table,
-//! fields or transform change (learning starts over), and when landings
-//! contradict each other (a device that stopped hashing so, or RSS turned
-//! off and on: the history is dropped and learning starts over).
+//! description (key source `learned`, a new revision of the learned model:
+//! [`LearnedKey`]), which the closed loop then judges like any other; the
+//! status says from how many landings, at what rank, for which flows. Every
+//! sample also counts how far the landings back the key being served
+//! ([`KeyConfidence`]: recent landings on the queue it computes, the rank,
+//! and what planning the flow groups seen needs against what the landings
+//! determine). Invalidated: when discovery's candidate, table, fields or
+//! transform change (learning starts over), and when landings contradict
+//! each other (a device that stopped hashing so, or RSS turned off and on:
+//! the history is dropped and learning starts over).
 
 use std::{
     collections::{BTreeSet, HashSet, VecDeque},
     net::SocketAddr,
+    sync::{Arc, Mutex, PoisonError},
 };
 
-use srap_common::{
-    rss::{
-        FlowTuple, HashFields, InputXfrm, KeyConfidence, KeyLearner, KeySource, RssDescription,
-        RssModel, ToeplitzKey,
-    },
-    verifier::RX_QUEUE_UNKNOWN,
+use srap_common::rss::{
+    End, FlowTuple, HashFields, InputXfrm, KeyConfidence, KeyLearner, KeyProvenance, KeySource,
+    RssDescription, RssModel, ToeplitzKey,
 };
 use srap_host::status::LearningRow;
 use tracing::{info, warn};
-
-use super::source::{LearnedKey, Published};
-use crate::verifier::FlowRecord;
 
 /// Landings needed before anything learned is served.
 pub const MIN_LANDINGS: u32 = 20;
 /// Flows remembered as already taken (a flow is taken once).
 const MAX_SEEN: usize = 65_536;
-/// (sender, receiver, port) triples whose coverage the status lists.
+/// (connecting host, server, port) triples whose coverage the status lists.
 const MAX_COVERED: usize = 16;
 /// Landings the served key is tested against (the most recent).
 const MAX_TESTED: usize = 1024;
+
+/// One flow and the receive queue it landed on, given as the connecting
+/// host opened it (`src` is that host and the port it chose), whichever
+/// end the learning device is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Landed {
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    pub queue: u32,
+}
+
+/// What is served now: the description (with a learned key, if one is
+/// applied), where its key comes from, and discovery's own key (the
+/// candidate learning starts from).
+#[derive(Debug, Clone, Copy)]
+pub struct Served<'a> {
+    pub description: &'a RssDescription,
+    pub key: KeyProvenance,
+    pub candidate_key: &'a str,
+}
+
+/// What a learner hands whoever serves the description.
+#[derive(Debug, Clone, Default)]
+struct Lesson {
+    /// A learned key and the candidate it replaces.
+    key: Option<(String, String)>,
+    /// Grows with every change of `key`: the learned model's revision.
+    revision: u32,
+    /// How far the landings back a key, and that key: a description
+    /// with another key (a new one, just read) is not tested yet.
+    confidence: Option<(String, KeyConfidence)>,
+}
+
+/// A key learned from landings for one candidate, served in its place
+/// while discovery still gives that candidate, and the landings' backing
+/// of whatever key is served. Shared between the learner and whoever
+/// applies it (the receiver's description watcher, the sender's own end).
+#[derive(Debug, Clone, Default)]
+pub struct LearnedKey(Arc<Mutex<Lesson>>);
+
+impl LearnedKey {
+    /// Serve `key` instead of `candidate` (None: serve the candidate); a
+    /// change is a new revision of the learned model.
+    pub fn set(&self, learned: Option<(String, String)>) {
+        let mut lesson = self.lock();
+        if lesson.key != learned {
+            lesson.key = learned;
+            lesson.revision += 1;
+        }
+    }
+
+    /// How far the landings back `key`, the key served now.
+    pub fn set_confidence(&self, key: &str, confidence: KeyConfidence) {
+        self.lock().confidence = Some((key.to_owned(), confidence));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Lesson> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Puts a learned key (if it is for this candidate) into `description`
+    /// and says so, with the model's revision and confidence, in `key`.
+    pub fn applied(&self, description: &mut RssDescription, key: &mut KeyProvenance) {
+        let lesson = self.lock();
+        if let Some((candidate, learned)) = lesson.key.as_ref()
+            && *candidate == description.key
+        {
+            description.key.clone_from(learned);
+            key.source = KeySource::Learned;
+        }
+        key.revision = lesson.revision;
+        key.confidence = lesson
+            .confidence
+            .as_ref()
+            .filter(|(tested, _)| *tested == description.key)
+            .map(|(_, confidence)| *confidence)
+            .unwrap_or_default();
+    }
+}
 
 /// What learning starts from: discovery's description but for a learned key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,17 +141,17 @@ struct Basis {
 }
 
 impl Basis {
-    fn of(published: &Published) -> Self {
-        let d = &published.description;
+    fn of(served: &Served<'_>) -> Self {
+        let d = served.description;
         Self {
-            candidate: published.candidate_key.clone(),
+            candidate: served.candidate_key.to_owned(),
             indir: d.indir.clone(),
             fields: (d.fields.tcp4.clone(), d.fields.tcp6.clone()),
             xfrm: d.input_xfrm.clone(),
         }
     }
 
-    fn learner(&self) -> Result<KeyLearner, String> {
+    fn learner(&self, end: End) -> Result<KeyLearner, String> {
         let fields = |f: &str| f.parse::<HashFields>();
         let xfrm: InputXfrm = self.xfrm.parse()?;
         let key = ToeplitzKey::parse_hex(&self.candidate).map_err(|e| e.to_string())?;
@@ -80,13 +161,19 @@ impl Basis {
             xfrm,
             key.as_bytes(),
         )
+        .map(|learner| learner.facing(end))
         .map_err(|e| e.to_string())
     }
 }
 
-/// The receiver's learner, fed every sample.
-#[derive(Debug, Default)]
+/// A device's learner, fed every sample.
+#[derive(Debug)]
 pub struct Learning {
+    /// Which end of the flows the device is.
+    end: End,
+    /// What the log adds to `the RSS key`: nothing for the receiver's
+    /// NIC, ` of this host's NIC eth0` for the sender's own.
+    of: String,
     basis: Option<Basis>,
     learner: Option<KeyLearner>,
     /// Why there is no learner for this basis.
@@ -103,46 +190,70 @@ pub struct Learning {
 }
 
 impl Learning {
-    /// A learner that serves what it learns through `learned` (the handle
-    /// the description watcher applies).
-    pub fn new(learned: LearnedKey) -> Self {
+    /// A learner for the device at `end` of the flows it is shown, which
+    /// serves what it learns through `learned` (the handle whoever serves
+    /// the description applies); its log says whose key with `of` (see
+    /// [`Learning::of_this_host`]).
+    pub fn new(learned: LearnedKey, end: End, of: impl Into<String>) -> Self {
         Self {
+            end,
+            of: of.into(),
+            basis: None,
+            learner: None,
+            unable: None,
+            seen: HashSet::new(),
+            tested: VecDeque::new(),
+            queues: BTreeSet::new(),
+            triples: BTreeSet::new(),
+            served: None,
+            said: None,
             learned,
-            ..Self::default()
         }
     }
 
-    /// Takes a sample's flow records, judged against what is published
-    /// (`model`: the published description's model, if valid), and hands
-    /// the watcher how far they back the served key.
+    /// What the log adds for this host's own NIC `nic`.
+    pub fn of_this_host(nic: &str) -> String {
+        format!(" of this host's NIC {nic}")
+    }
+
+    /// Takes a sample's landings, judged against what is served (`model`:
+    /// the served description's model facing this learner's end, if
+    /// valid), and hands the server how far they back the served key.
     pub fn observe(
         &mut self,
-        published: &Published,
+        served: &Served<'_>,
         model: Option<&RssModel>,
-        records: &[FlowRecord],
+        landed: &[Landed],
     ) -> LearningRow {
-        let basis = Basis::of(published);
+        let basis = Basis::of(served);
         if self.basis.as_ref() != Some(&basis) {
             self.restart(basis);
         }
-        for record in records {
-            self.take(record);
+        for landing in landed {
+            self.take(*landing);
         }
-        self.decide(published);
-        // The key served from now on: what was published, unless this
+        self.decide(served);
+        // The key served from now on: what was served, unless this
         // sample's decision changed it.
-        let serving = self.served.as_ref().unwrap_or(&published.candidate_key);
-        let confidence = if *serving == published.description.key {
+        let serving = self
+            .served
+            .as_deref()
+            .unwrap_or(served.candidate_key)
+            .to_owned();
+        let confidence = if serving == served.description.key {
             self.confidence(model)
         } else {
             let description = RssDescription {
                 key: serving.clone(),
-                ..published.description.clone()
+                ..served.description.clone()
             };
-            self.confidence(RssModel::from_description(&description).ok().as_ref())
+            let model = RssModel::from_description(&description)
+                .ok()
+                .map(|m| m.facing(self.end));
+            self.confidence(model.as_ref())
         };
-        self.learned.set_confidence(serving, confidence);
-        self.row(published, confidence)
+        self.learned.set_confidence(&serving, confidence);
+        self.row(served, confidence)
     }
 
     /// How far the landings back the served key: how many of the recent
@@ -174,7 +285,7 @@ impl Learning {
     }
 
     fn restart(&mut self, basis: Basis) {
-        match basis.learner() {
+        match basis.learner(self.end) {
             Ok(learner) => {
                 self.learner = Some(learner);
                 self.unable = None;
@@ -197,19 +308,19 @@ impl Learning {
         self.queues.clear();
         self.triples.clear();
         if let (Some(basis), Some(_)) = (&self.basis, &self.learner) {
-            self.learner = basis.learner().ok();
+            self.learner = basis.learner(self.end).ok();
         }
     }
 
-    fn take(&mut self, record: &FlowRecord) {
-        let queue = record.stats.rx_queue;
-        if queue == RX_QUEUE_UNKNOWN || !self.seen.insert((record.src, record.dst)) {
+    fn take(&mut self, landed: Landed) {
+        let Landed { src, dst, queue } = landed;
+        if !self.seen.insert((src, dst)) {
             return;
         }
         if self.seen.len() > MAX_SEEN {
             self.seen.clear();
         }
-        let Ok(tuple) = FlowTuple::from_sockets(record.src, record.dst) else {
+        let Ok(tuple) = FlowTuple::from_sockets(src, dst) else {
             return;
         };
         if self.tested.len() == MAX_TESTED {
@@ -221,10 +332,7 @@ impl Learning {
         };
         if learner.observe(&tuple, queue) {
             self.queues.insert(queue);
-            let pair = (
-                SocketAddr::new(record.src.ip(), 0),
-                SocketAddr::new(record.dst.ip(), record.dst.port()),
-            );
+            let pair = (SocketAddr::new(src.ip(), 0), dst);
             if self.triples.len() < MAX_COVERED || self.triples.contains(&pair) {
                 self.triples.insert(pair);
             }
@@ -232,7 +340,7 @@ impl Learning {
     }
 
     /// Serves a learned key once the landings are enough and agree.
-    fn decide(&mut self, published: &Published) {
+    fn decide(&mut self, served: &Served<'_>) {
         let Some(learner) = self.learner.as_ref() else {
             return;
         };
@@ -263,16 +371,16 @@ impl Learning {
             }
             self.say(format!(
                 "{} landings confirm the key ({})",
-                learned.landings, published.key.source
+                learned.landings, served.key.source
             ));
         } else if self.served.as_deref() != Some(key.as_str()) {
             info!(
-                "the landings of {} flows (rank {}) contradict the key ({}); serving the key they \
-                 teach: {key}",
-                learned.landings, learned.rank, published.key.source
+                "the landings of {} flows (rank {}) contradict the key{} ({}); serving the key \
+                 they teach: {key}",
+                learned.landings, learned.rank, self.of, served.key.source
             );
             self.learned
-                .set(Some((published.candidate_key.clone(), key.clone())));
+                .set(Some((served.candidate_key.to_owned(), key.clone())));
             self.served = Some(key);
         }
     }
@@ -281,20 +389,20 @@ impl Learning {
     fn say(&mut self, text: String) {
         if self.said.as_deref() != Some(text.as_str()) {
             if text.contains("contradict") || text.contains("off") {
-                warn!("learning the RSS key: {text}");
+                warn!("learning the RSS key{}: {text}", self.of);
             } else {
-                info!("learning the RSS key: {text}");
+                info!("learning the RSS key{}: {text}", self.of);
             }
             self.said = Some(text);
         }
     }
 
-    fn row(&self, published: &Published, confidence: KeyConfidence) -> LearningRow {
+    fn row(&self, served: &Served<'_>, confidence: KeyConfidence) -> LearningRow {
         let Some(learner) = self.learner.as_ref() else {
             return LearningRow {
-                key_source: published.key.source.to_string(),
-                source: published.key.source,
-                revision: published.key.revision,
+                key_source: served.key.source.to_string(),
+                source: served.key.source,
+                revision: served.key.revision,
                 confidence,
                 note: self.unable.clone().unwrap_or_default(),
                 ..LearningRow::default()
@@ -316,13 +424,13 @@ impl Learning {
             })
             .collect();
         LearningRow {
-            key_source: published.key.source.to_string(),
-            source: published.key.source,
+            key_source: served.key.source.to_string(),
+            source: served.key.source,
             landings: learned.landings,
             conflicts: learned.conflicts,
             rank: u32::try_from(learned.rank).unwrap_or(u32::MAX),
             candidate_agrees: learned.candidate_agrees,
-            revision: published.key.revision,
+            revision: served.key.revision,
             confidence,
             covered,
             note: self.said.clone().unwrap_or_default(),
@@ -330,34 +438,37 @@ impl Learning {
     }
 }
 
-/// Whether a published description's key is one senders must not steer
-/// by until the landings taught it.
-pub fn unknown_key(published: &Published) -> bool {
-    published.key.source == KeySource::Unknown
-}
-
 #[cfg(test)]
 mod tests {
     use std::net::{IpAddr, Ipv4Addr};
 
-    use srap_common::{
-        rss::{KeyProvenance, embedded_default},
-        verifier::{FlowKey, FlowStats},
-    };
+    use srap_common::rss::embedded_default;
 
     use super::*;
 
-    fn record(sport: u16, dport: u16, queue: u32) -> FlowRecord {
-        let src = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), sport);
-        let dst = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), dport);
-        FlowRecord {
-            src,
-            dst,
-            key: FlowKey::from_addrs(src, dst).expect("same family"),
-            stats: FlowStats {
-                rx_queue: queue,
-                ..FlowStats::default()
-            },
+    fn record(sport: u16, dport: u16, queue: u32) -> Landed {
+        Landed {
+            src: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), sport),
+            dst: SocketAddr::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)), dport),
+            queue,
+        }
+    }
+
+    /// A description as its server holds it.
+    #[derive(Clone)]
+    struct Published {
+        description: RssDescription,
+        key: KeyProvenance,
+        candidate_key: String,
+    }
+
+    impl Published {
+        fn view(&self) -> Served<'_> {
+            Served {
+                description: &self.description,
+                key: self.key,
+                candidate_key: &self.candidate_key,
+            }
         }
     }
 
@@ -367,13 +478,17 @@ mod tests {
             indir: (0..128).map(|i| i % 4).collect(),
             ..embedded_default()
         };
-        Published::new(1, description)
+        Published {
+            candidate_key: description.key.clone(),
+            description,
+            key: KeyProvenance::default(),
+        }
     }
 
     /// `n` flows from random source ports (xorshift from `seed`, from
     /// `low` up, over 28232 ports) to port 5201, each on the queue the
     /// `device` puts it.
-    fn landed(device: &RssModel, seed: u32, n: usize, low: u16) -> Vec<FlowRecord> {
+    fn landed(device: &RssModel, seed: u32, n: usize, low: u16) -> Vec<Landed> {
         let mut x = seed;
         (0..n)
             .map(|_| {
@@ -419,16 +534,16 @@ mod tests {
         })
         .expect("model");
         let handle = LearnedKey::default();
-        let mut learning = Learning::new(handle.clone());
+        let mut learning = Learning::new(handle.clone(), End::Remote, "");
         // Kernel-chosen ports: random over 32768-60999.
         let records = landed(&device, 2_463_534_242, 24, 32_768);
-        let row = learning.observe(&published, Some(&believed), &records[..10]);
+        let row = learning.observe(&published.view(), Some(&believed), &records[..10]);
         assert_eq!(row.landings, 10);
         assert!(learning.served.is_none(), "too few landings to serve");
         let wrong = after(&handle, &published).1.confidence;
         assert_eq!(wrong.tested, 10);
         assert!(wrong.agreeing < 8, "the served key is wrong: {wrong:?}");
-        let row = learning.observe(&published, Some(&believed), &records);
+        let row = learning.observe(&published.view(), Some(&believed), &records);
         assert_eq!(row.landings, 24, "each flow is taken once");
         assert!(!row.candidate_agrees);
         let (description, key) = after(&handle, &published);
@@ -449,17 +564,16 @@ mod tests {
         // Served: the same landings, judged by the learned key, and 16
         // more from ports a sender binds itself.
         let republished = Published {
-            version: 2,
             description: description.clone(),
             key,
             candidate_key: published.candidate_key.clone(),
         };
         let learned = RssModel::from_description(&description).expect("model");
         let more = landed(&device, 88_675_123, 16, 1024);
-        learning.observe(&republished, Some(&learned), &more);
+        learning.observe(&republished.view(), Some(&learned), &more);
         let (description, key) = after(&handle, &republished);
         let learned = RssModel::from_description(&description).expect("model");
-        let row = learning.observe(&republished, Some(&learned), &[]);
+        let row = learning.observe(&republished.view(), Some(&learned), &[]);
         let c = key.confidence;
         assert_eq!((c.tested, c.agreeing), (40, 40), "{c:?}");
         assert!(c.complete(), "{c:?}");
@@ -471,11 +585,11 @@ mod tests {
     fn all_landings_on_one_queue_teach_nothing() {
         let published = served(&embedded_default().key);
         let handle = LearnedKey::default();
-        let mut learning = Learning::new(handle.clone());
-        let records: Vec<FlowRecord> = (0..30u16)
+        let mut learning = Learning::new(handle.clone(), End::Remote, "");
+        let records: Vec<Landed> = (0..30u16)
             .map(|i| record(40_000 + i * 7, 5201, 0))
             .collect();
-        let row = learning.observe(&published, None, &records);
+        let row = learning.observe(&published.view(), None, &records);
         assert!(row.note.contains("RSS looks off"), "{row:?}");
         let (_, key) = after(&handle, &published);
         assert_eq!((key.source, key.revision), (KeySource::Reported, 0));
