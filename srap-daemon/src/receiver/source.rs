@@ -80,7 +80,7 @@ impl Source {
     }
 
     /// The description, where its key comes from, and discovery's warnings.
-    fn read_with_origin(
+    pub(crate) fn read_with_origin(
         &self,
         warnings: &mut Vec<String>,
     ) -> Result<(RssDescription, KeySource), SourceError> {

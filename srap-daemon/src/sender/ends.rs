@@ -7,7 +7,7 @@
 use std::{collections::BTreeSet, fmt, path::PathBuf, str::FromStr, sync::Arc};
 
 use clap::ValueEnum as _;
-use srap_common::rss::{End, RssDescription, RssModel};
+use srap_common::rss::{End, KeyProvenance, KeySource, RssDescription, RssModel};
 use srap_host::{
     cpulist,
     cpus::{self, Offer},
@@ -15,7 +15,10 @@ use srap_host::{
 use thiserror::Error;
 
 use super::args::LocalArgs;
-use crate::receiver::source::{Source, SourceError};
+use crate::{
+    receiver::source::{Source, SourceError},
+    tracker::learning::{LearnedKey, Served},
+};
 
 /// `--steer`: whose CPUs a steered flow is placed on.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -75,7 +78,16 @@ pub enum LocalNicError {
 #[derive(Debug, Clone)]
 pub struct LocalNic {
     pub source: Source,
+    /// The description planned with: discovery's, or with a key learned
+    /// from where this host's connections land ([`LocalNic::relearn`]).
     pub description: RssDescription,
+    /// Discovery's key (the candidate a learned key replaces) and where it
+    /// comes from (the driver, the kernel's default, …).
+    pub candidate_key: String,
+    pub discovered: KeySource,
+    /// Where the key planned with comes from, the learned model's revision
+    /// and how far the landings back it.
+    pub key: KeyProvenance,
     /// The model facing [`End::Local`]: it takes flows as this host opens
     /// them and hashes their reverse tuple.
     pub model: Arc<RssModel>,
@@ -94,8 +106,15 @@ impl LocalNic {
             (None, Some(file)) => Source::File(file.clone()),
             (None, None) => return Ok(None),
         };
-        let description = source.read()?;
-        Self::new(source, description, args.local_cpus.as_ref()).map(Some)
+        let mut warnings = Vec::new();
+        let (description, discovered) = source.read_with_origin(&mut warnings)?;
+        for warning in &warnings {
+            tracing::warn!("this host's NIC: {warning}");
+        }
+        let mut nic = Self::new(source, description, args.local_cpus.as_ref())?;
+        nic.discovered = discovered;
+        nic.key.source = discovered;
+        Ok(Some(nic))
     }
 
     /// The NIC of `description`, offering `only` (every CPU a queue
@@ -132,10 +151,48 @@ impl LocalNic {
         }
         Ok(Self {
             source,
+            candidate_key: description.key.clone(),
             description,
+            discovered: KeySource::Reported,
+            key: KeyProvenance::default(),
             model: Arc::new(model.facing(End::Local)),
             tiers,
         })
+    }
+
+    /// What this host's learner starts from and judges.
+    pub fn served(&self) -> Served<'_> {
+        Served {
+            description: &self.description,
+            key: self.key,
+            candidate_key: &self.candidate_key,
+        }
+    }
+
+    /// Takes what `learned` holds: the key's provenance (revision,
+    /// confidence) always, and a learned key (or the candidate again, once
+    /// one is withdrawn) as a new model; true when the model changed.
+    pub fn relearn(&mut self, learned: &LearnedKey) -> Result<bool, LocalNicError> {
+        let mut description = RssDescription {
+            key: self.candidate_key.clone(),
+            ..self.description.clone()
+        };
+        let mut key = KeyProvenance {
+            source: self.discovered,
+            ..KeyProvenance::default()
+        };
+        learned.applied(&mut description, &mut key);
+        self.key = key;
+        if description.key == self.description.key {
+            return Ok(false);
+        }
+        let model = RssModel::from_description(&description).map_err(|e| LocalNicError::Model {
+            name: self.source.to_string(),
+            problem: e.to_string(),
+        })?;
+        self.model = Arc::new(model.facing(End::Local));
+        self.description = description;
+        Ok(true)
     }
 
     /// Every offered CPU.
@@ -202,5 +259,29 @@ mod tests {
         let none: BTreeSet<u32> = [100].into_iter().collect();
         let err = LocalNic::new(file, embedded_default(), Some(&none)).unwrap_err();
         assert!(err.to_string().contains("--local-cpus 100"), "{err}");
+    }
+
+    /// A key learned for this host's NIC becomes its model (facing this
+    /// host's end, the CPU offer kept) and its provenance says so, with the
+    /// learned model's revision; withdrawn, the candidate comes back.
+    #[test]
+    fn a_learned_key_becomes_this_hosts_model_and_a_withdrawn_one_goes() {
+        let file = Source::File("/etc/srap/local.json".into());
+        let mut nic = LocalNic::new(file, embedded_default(), None).unwrap();
+        let learned = LearnedKey::default();
+        assert!(!nic.relearn(&learned).unwrap(), "nothing learned yet");
+        let shifted = "00:".to_owned() + &nic.candidate_key[..(39 * 3 - 1)];
+        learned.set(Some((nic.candidate_key.clone(), shifted.clone())));
+        assert!(nic.relearn(&learned).unwrap());
+        assert_eq!(nic.description.key, shifted);
+        assert_eq!(nic.model.key().to_string(), shifted);
+        assert_eq!(nic.model.end(), End::Local);
+        assert_eq!((nic.key.source, nic.key.revision), (KeySource::Learned, 1));
+        assert_eq!(nic.cpus().len(), 32);
+        assert!(!nic.relearn(&learned).unwrap(), "the same key again");
+        learned.set(None);
+        assert!(nic.relearn(&learned).unwrap());
+        assert_eq!(nic.description.key, nic.candidate_key);
+        assert_eq!((nic.key.source, nic.key.revision), (KeySource::Reported, 2));
     }
 }

@@ -7,11 +7,21 @@
 //! not planned: fail open), and it resumes once they agree again. Flows
 //! are judged whatever port they got, so the loop keeps watching while
 //! paused.
+//!
+//! It also learns, as the receiver agent does for its NIC
+//! ([`crate::tracker::learning`], facing [`End::Local`]): the same
+//! landings teach the key the device really hashes with when the driver
+//! hides or misreports it (virtio_net on 6.12). A learned key that differs
+//! from discovery's is a new model of this NIC — a new local description
+//! version, which the judge starts over for and the binder is re-planned
+//! with — and local steering resumes once the landings agree with it.
+//! Paused steering leaves connections the kernel's ports, whose spread is
+//! what the learner needs (as the receiver learns from probe connections).
 
-use std::{collections::BTreeSet, net::IpAddr, path::Path};
+use std::{collections::BTreeSet, net::IpAddr, path::Path, sync::Arc};
 
 use srap_common::{
-    rss::FlowTuple,
+    rss::{End, FlowTuple, KeySource, RssModel},
     wire::{LandingReport, LandingVerdict},
 };
 use srap_host::status::FlowRow;
@@ -23,12 +33,11 @@ use super::{
 };
 use crate::{
     receiver::source::Source,
-    tracker::agreement::{AgreementJudge, Change, likely_causes},
+    tracker::{
+        agreement::{AgreementJudge, likely_causes},
+        learning::{Landed, LearnedKey, Learning},
+    },
 };
-
-/// The version the judge counts this host's description under (it is
-/// read once per run).
-const VERSION: u64 = 1;
 
 /// This host's NIC, its landings and the verdict on them.
 pub struct LocalEnd {
@@ -36,6 +45,11 @@ pub struct LocalEnd {
     pub steer: Steer,
     landings: Option<LocalLandings>,
     judge: AgreementJudge,
+    /// The version of this host's description the judge counts under: 1,
+    /// then +1 for every model a learned key makes.
+    version: u64,
+    learning: Learning,
+    learned: LearnedKey,
     /// Local steering is paused: the landings contradict the description.
     pub paused: bool,
     /// The connections of the last sample.
@@ -57,7 +71,9 @@ impl LocalEnd {
             Ok(landings) => {
                 info!(
                     cgroup = %cgroup.display(),
-                    "watching where steered connections land on {}", nic.name()
+                    "watching where steered connections land on {} (description version 1, {})",
+                    nic.name(),
+                    nic.key
                 );
                 Some(landings)
             }
@@ -66,46 +82,106 @@ impl LocalEnd {
                 None
             }
         };
+        let learned = LearnedKey::default();
+        let learning = Learning::new(
+            learned.clone(),
+            End::Local,
+            Learning::of_this_host(&nic.name()),
+        );
         Self {
             nic,
             steer,
             landings,
             judge: AgreementJudge::default(),
+            version: 1,
+            learning,
+            learned,
             paused: false,
             seen: Vec::new(),
         }
     }
 
-    /// Reads the landings and judges the connections toward `steered`
-    /// addresses against this host's description; the new pause state when
-    /// the verdict changes it.
-    pub fn sample(&mut self, steered: &BTreeSet<IpAddr>) -> Option<bool> {
-        let landings = self.landings.as_ref()?;
+    /// Reads the landings of the connections toward `steered` addresses,
+    /// learns from them, and judges them against this host's description:
+    /// a new model when the learned key changed it, and the new pause state
+    /// when the verdict changes it.
+    pub fn sample(&mut self, steered: &BTreeSet<IpAddr>) -> Sampled {
+        let Some(landings) = self.landings.as_ref() else {
+            return Sampled::default();
+        };
         self.seen = match landings.read() {
             Ok(seen) => seen,
             Err(err) => {
                 warn!("reading where steered connections land: {err}");
-                return None;
+                return Sampled::default();
             }
         };
+        let model = self.learn(steered);
         let rows: Vec<FlowRow> = self
             .seen
             .iter()
             .filter(|o| steered.contains(&o.dst.ip()))
             .filter_map(|o| self.row(o))
             .collect();
-        let Change::To(verdict) = self.judge.observe(VERSION, &rows) else {
-            return None;
-        };
-        let pause = match verdict {
+        self.judge.observe(self.version, &rows);
+        let pause = match self.judge.report().verdict {
+            // A placeholder key (unknown to discovery) is never steered by.
+            _ if self.nic.key.source == KeySource::Unknown => true,
             LandingVerdict::Contradicted | LandingVerdict::TupleRewritten => true,
             LandingVerdict::Agreed => false,
-            LandingVerdict::Unknown => return None,
+            LandingVerdict::Unknown => self.paused,
         };
-        (pause != self.paused).then(|| {
+        let pause = (pause != self.paused).then(|| {
             self.say(pause);
             pause
-        })
+        });
+        Sampled { model, pause }
+    }
+
+    /// Feeds the learner this sample's landings; the new model of this
+    /// host's NIC when what it serves changed the key.
+    fn learn(&mut self, steered: &BTreeSet<IpAddr>) -> Option<Arc<RssModel>> {
+        let landed: Vec<Landed> = self
+            .seen
+            .iter()
+            .filter(|o| steered.contains(&o.dst.ip()))
+            .filter_map(|o| {
+                Some(Landed {
+                    src: o.src,
+                    dst: o.dst,
+                    queue: o.queue?,
+                })
+            })
+            .collect();
+        self.learning
+            .observe(&self.nic.served(), Some(&self.nic.model), &landed);
+        match self.nic.relearn(&self.learned) {
+            Ok(false) => None,
+            Ok(true) => {
+                self.version += 1;
+                info!(
+                    "{}: planning with {} (local description version {}{})",
+                    self.nic.name(),
+                    self.nic.key,
+                    self.version,
+                    if self.nic.key.confidence.complete() {
+                        ""
+                    } else {
+                        "; not every bit planning needs is known yet: its landings will tell"
+                    }
+                );
+                Some(self.nic.model.clone())
+            }
+            Err(err) => {
+                warn!("{err}; planning on with the last model");
+                None
+            }
+        }
+    }
+
+    /// The version of this host's description now.
+    pub fn version(&self) -> u64 {
+        self.version
     }
 
     /// Records the pause state the binder now has.
@@ -186,6 +262,15 @@ impl LocalEnd {
             .filter(|o| !o.closed)
             .filter_map(|o| self.row(o))
     }
+}
+
+/// What a sample of this host's landings changed.
+#[derive(Debug, Default)]
+pub struct Sampled {
+    /// This host's NIC's new model (a learned key): plan with it.
+    pub model: Option<Arc<RssModel>>,
+    /// Local steering is to pause (true) or resume (false).
+    pub pause: Option<bool>,
 }
 
 /// The interface the route toward `dst` leaves from.

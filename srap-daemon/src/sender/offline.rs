@@ -187,8 +187,15 @@ impl Offline {
     /// refreshes the status.
     fn sample(&mut self, steering: &mut RunningBinder) {
         let steered: BTreeSet<IpAddr> = self.options.targets.iter().map(|t| t.addr).collect();
-        let change = self.local.as_mut().and_then(|local| local.sample(&steered));
-        if let Some(pause) = change
+        let sampled = self
+            .local
+            .as_mut()
+            .map(|local| local.sample(&steered))
+            .unwrap_or_default();
+        if let Some(model) = sampled.model {
+            self.plan_with(steering, model);
+        }
+        if let Some(pause) = sampled.pause
             && self.set_local_paused(steering, pause)
             && let Some(local) = &mut self.local
         {
@@ -201,6 +208,27 @@ impl Offline {
             }
             published.update(snapshot);
         }
+    }
+
+    /// Plans with this host's NIC's new `model` (a learned key): the
+    /// targets' model with `--steer local`, this host's end of the joint
+    /// plan with `both` (in force unless local steering is paused).
+    fn plan_with(&mut self, steering: &mut RunningBinder, model: Arc<RssModel>) {
+        if self.both.is_some() {
+            if self.options.local.is_some() {
+                self.options.local = Some(model.clone());
+            }
+            self.both = Some(model);
+        } else {
+            for target in &mut self.options.targets {
+                target.model = model.clone();
+            }
+        }
+        match super::replan(steering, &self.options) {
+            Ok(()) => println!("{}", super::summary::describe(steering)),
+            Err(err) => warn!("cannot re-plan with this host's learned key: {err}"),
+        }
+        self.reapply(steering);
     }
 
     /// After a re-plan: the grant again, and the pause if one is in force.

@@ -438,10 +438,21 @@ impl Follower {
     /// and, when the verdict changes, plans again without (or with) it.
     fn sample_local(&mut self, steering: &mut RunningBinder) {
         let steered: BTreeSet<IpAddr> = self.options.targets.iter().map(|t| t.addr).collect();
-        let Some(pause) = self.local.as_mut().and_then(|l| l.sample(&steered)) else {
+        let Some(sampled) = self.local.as_mut().map(|l| l.sample(&steered)) else {
             return;
         };
-        let Some(model) = self.both.clone() else {
+        if let Some(learned) = sampled.model {
+            // A learned key: this host's end of the plan, when in force.
+            if self.options.local.is_some() {
+                self.options.local = Some(learned.clone());
+                if let Err(err) = replan(steering, &self.options) {
+                    warn!("cannot re-plan with this host's learned key: {err}");
+                }
+                self.after_replan(steering);
+            }
+            self.both = Some(learned);
+        }
+        let (Some(pause), Some(model)) = (sampled.pause, self.both.clone()) else {
             return;
         };
         self.options.local = (!pause).then_some(model);
