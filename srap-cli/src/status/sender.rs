@@ -74,6 +74,9 @@ this host's NIC {} (--steer {}): CPUs {}; {verdict}",
         local.steer,
         srap_host::cpulist::format(local.cpus.iter().copied())
     );
+    if let Some(key) = &local.key {
+        let _ = writeln!(out, "  description version {}, {key}", local.version);
+    }
 }
 
 /// Each open connection's CPU at both ends, planned/seen; `!` marks a
@@ -322,6 +325,18 @@ mod tests {
                 matched: 16,
                 judged: 16,
                 paused: false,
+                key: Some(srap_common::rss::KeyProvenance {
+                    source: KeySource::Learned,
+                    revision: 1,
+                    confidence: srap_common::rss::KeyConfidence {
+                        tested: 40,
+                        agreeing: 40,
+                        rank: 19,
+                        needed: 19,
+                        known: 19,
+                    },
+                }),
+                version: 2,
             }),
             flows: vec![SenderFlowRow {
                 src: "10.0.0.1:40001".parse().ok(),
@@ -336,6 +351,13 @@ mod tests {
         assert!(
             text.contains(
                 "this host's NIC eth0 (--steer local): CPUs 0-3,8; landings agreed (16 of 16"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  description version 2, key learned from landings, model 1: 40 of 40 landings \
+                 agree, rank 19, 19 of 19 bits planning needs"
             ),
             "{text}"
         );

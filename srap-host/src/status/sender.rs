@@ -59,6 +59,16 @@ pub struct LocalRow {
     pub judged: u32,
     /// Local steering is paused (the landings contradict the description).
     pub paused: bool,
+    /// Where the key planned with comes from (the driver, the kernel's
+    /// default, learned from this host's own landings), the learned
+    /// model's revision and how far the landings back it: the receiver's
+    /// protocol 6 fields, for this host's NIC (`None`: an older agent).
+    #[serde(default)]
+    pub key: Option<srap_common::rss::KeyProvenance>,
+    /// The version of this host's description the landings are judged
+    /// against: 1, then +1 for every model a learned key made.
+    #[serde(default)]
+    pub version: u64,
 }
 
 /// One open connection of the steered cgroup at both ends: the CPU each

@@ -187,6 +187,8 @@ pub fn add_local(status: &mut SenderStatus, local: &LocalEnd, targets: &[Target]
         matched: report.matched,
         judged: report.judged,
         paused: local.paused,
+        key: Some(local.nic.key),
+        version: local.version(),
     });
     status.flows = local
         .open()
