@@ -15,7 +15,8 @@ use std::{
 
 use srap_common::{
     binder::outcome,
-    rss::{End, FlowTuple, RssDescription, RssModel, embedded_default},
+    rss::{End, FlowTuple, KeySource, RssDescription, RssModel, embedded_default},
+    wire::LandingVerdict,
 };
 use srap_lab::emulator::Emulator;
 use srap_tests::{
@@ -77,6 +78,18 @@ impl Lab {
     /// description) emulated on the sender's veth too and the agent given
     /// it (`--steer both --rss`).
     fn steering(subnet: u8, truth_key: &str, described_key: &str, v6: bool, both: bool) -> Self {
+        Self::with_ports(subnet, (truth_key, described_key), v6, both, None)
+    }
+
+    /// [`Lab::steering`], the agent choosing ports from `port_range` (its
+    /// harness default, 32768-60999, when `None`).
+    fn with_ports(
+        subnet: u8,
+        (truth_key, described_key): (&str, &str),
+        v6: bool,
+        both: bool,
+        port_range: Option<&str>,
+    ) -> Self {
         let hosts = TwoHosts::new(VethConfig {
             tx_queues: VETH_QUEUES,
             rx_queues: VETH_QUEUES,
@@ -94,6 +107,9 @@ impl Lab {
             .arg("--local-rss")
             .arg(&file)
             .args(["--receiver", &receiver, "--port", &DPORT.to_string()]);
+        if let Some(range) = port_range {
+            opts = opts.port_range(range);
+        }
         let receiver_nic = both.then(|| {
             opts = opts.clone().rss(embedded_default());
             let model = RssModel::from_description(&embedded_default()).expect("model");
@@ -277,6 +293,81 @@ fn contradicting_landings_pause_local_steering_until_they_agree() {
         s.counts[outcome::STEERED as usize] + s.counts[outcome::RETRIED as usize]
     };
     assert_eq!(steered(&after) - steered(&before), 2, "steered again");
+    workload.finish();
+}
+
+/// The sender's NIC hashes with another key than its description says
+/// (as virtio_net on 6.12 misreports its key): the landings contradict the
+/// description and local steering pauses; the connections it leaves the
+/// kernel's ports teach the sender's own learner the key the NIC really
+/// uses (a new local description version, `learned`); the landings agree
+/// with it and steering resumes. Then 16 steered flows land on 16 distinct
+/// CPUs by the tuples the server accepted hashed with the key the NIC
+/// really uses (the emulator's), never with SRAP's own.
+#[test]
+fn a_key_the_nic_does_not_use_is_learned_and_local_steering_resumes() {
+    if !require_privileged("the sender learning its own NIC's key") {
+        return;
+    }
+    // Planned ports below the kernel's (as in the lab): with both halves
+    // of the port space landed, every bit planning needs is learned.
+    let mut lab = Lab::with_ports(151, (OTHER_KEY, KEY), false, false, Some("10000-32767"));
+    lab.agent.launch().expect("steering active");
+    let server = lab.server(false);
+    let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
+    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
+    // Rounds of 8 connections (at most 16 rounds) until the sender plans
+    // with a key it learned and two rounds in a row land where it says
+    // (steered ones too: they are what the key is judged by from then on).
+    let mut learned = None;
+    let mut agreeing_rounds = 0;
+    for _ in 0..16 {
+        workload.open(8);
+        listener.accept(8);
+        std::thread::sleep(Duration::from_millis(1500));
+        let status = lab.agent.status().expect("status");
+        let local = status.local.expect("a local row");
+        let key = local.key.expect("the key's provenance");
+        let agrees = key.source == KeySource::Learned
+            && key.confidence.agreeing == key.confidence.tested
+            && local.verdict == LandingVerdict::Agreed
+            && !local.paused;
+        agreeing_rounds = if agrees { agreeing_rounds + 1 } else { 0 };
+        if agreeing_rounds == 2 {
+            learned = Some((local.version, key));
+            break;
+        }
+    }
+    let log = lab.agent.log().text();
+    let (version, key) = learned.unwrap_or_else(|| panic!("not learned:\n{log}"));
+    assert!(log.contains("pausing local steering"), "{log}");
+    assert!(log.contains("local steering resumes"), "{log}");
+    assert!(version >= 2, "a new local description version: {version}");
+    assert!(key.revision >= 1, "{key:?}");
+
+    let before = lab.agent.stats().expect("counters");
+    workload.open(16);
+    let clients = listener.accept_peers(16);
+    let after = lab.agent.stats().expect("counters");
+    let steered = |s: &srap_daemon::sender::BinderStats| {
+        s.counts[outcome::STEERED as usize] + s.counts[outcome::RETRIED as usize]
+    };
+    assert_eq!(steered(&after) - steered(&before), 16, "steered again");
+    let cpus = local_cpus(OTHER_KEY, &clients, server);
+    let distinct: BTreeSet<u32> = cpus.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        16,
+        "{clients:?} land on {cpus:?} by the NIC's real key\n{log}"
+    );
+    // What `srap status --sender` says of it (docs/both-ends.md shows it).
+    let shown = std::process::Command::new(built_binary("srap"))
+        .args(["status", "--sender", "--once", "--control"])
+        .arg(lab.agent.control())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    eprintln!("{shown}");
     workload.finish();
 }
 
