@@ -158,31 +158,13 @@ impl<'n> PullLab<'n> {
             Stdio::from(std::fs::File::create(&report)?),
         )?;
         let before = truth::rx_queue_packets(&mut self.guest)?;
-        let exec = if steered {
-            format!("srap exec --cgroup {GUEST_CGROUP} -- ")
-        } else {
-            String::new()
-        };
-        self.guest.run(&format!(
-            "rm -f /tmp/client.rc; ({exec}iperf3 -c {host} -p {port} -R -P {flows} -t {duration}; \
-             echo $? > /tmp/client.rc) > /tmp/client.log 2>&1 &",
-            host = self.net.host_ip
-        ))?;
+        self.start_client(&format!("-R -P {flows} -t {duration}"), port, steered)?;
         let srap = if steered {
             Some(self.steered_streams(flows, Duration::from_secs(duration + 20))?)
         } else {
             None
         };
-        self.wait(
-            "test -e /tmp/client.rc",
-            "the guest's iperf3 -c -R",
-            Duration::from_secs(duration + 60),
-        )?;
-        let rc = self.guest.run("cat /tmp/client.rc")?;
-        if rc.trim() != "0" {
-            let log = self.guest.run("cat /tmp/client.log").unwrap_or_default();
-            bail!("iperf3 -c -R in the guest exited with {}: {log}", rc.trim());
-        }
+        self.client_done(Duration::from_secs(duration + 60))?;
         server
             .wait(Duration::from_secs(10))
             .context("the host's iperf3 -s")?;
@@ -198,6 +180,67 @@ impl<'n> PullLab<'n> {
             rx_queue_packets,
             accepted,
         })
+    }
+
+    /// Starts `iperf3 -c HOST -p port {args}` in the guest, in the
+    /// background, under `srap exec` when `steered`.
+    fn start_client(&mut self, args: &str, port: u16, steered: bool) -> anyhow::Result<()> {
+        let exec = if steered {
+            format!("srap exec --cgroup {GUEST_CGROUP} -- ")
+        } else {
+            String::new()
+        };
+        self.guest.run(&format!(
+            "rm -f /tmp/client.rc; ({exec}iperf3 -c {host} -p {port} {args}; \
+             echo $? > /tmp/client.rc) > /tmp/client.log 2>&1 &",
+            host = self.net.host_ip
+        ))?;
+        Ok(())
+    }
+
+    /// Waits (up to `within`) for the guest's client to finish; an error
+    /// when it failed.
+    fn client_done(&mut self, within: Duration) -> anyhow::Result<()> {
+        self.wait("test -e /tmp/client.rc", "the guest's iperf3 -c -R", within)?;
+        let rc = self.guest.run("cat /tmp/client.rc")?;
+        if rc.trim() != "0" {
+            let log = self.guest.run("cat /tmp/client.log").unwrap_or_default();
+            bail!("iperf3 -c -R in the guest exited with {}: {log}", rc.trim());
+        }
+        Ok(())
+    }
+
+    /// Rounds of short steered downloads (`iperf3 -c -R -P flows -n 256K`
+    /// under `srap exec`, at most `rounds`) until two rounds in a row land
+    /// where the guest's sender agent's key says, steering on: at once for
+    /// a device that reports its key, after learning it from its own
+    /// landings for one that misreports it (virtio_net on 6.12: paused, the
+    /// streams get the kernel's ports, which the learner learns from). The
+    /// last status, agreeing or not (the caller judges it).
+    pub fn drive_until_agreed(
+        &mut self,
+        flows: usize,
+        rounds: usize,
+    ) -> anyhow::Result<SenderStatus> {
+        let mut agreeing = 0;
+        let mut status = self.status()?;
+        for _ in 0..rounds {
+            let _server = iperf3_server_with(&self.net.ns, SRAP_PORT, &[], Stdio::null())?;
+            self.start_client(&format!("-R -P {flows} -n 256K"), SRAP_PORT, true)?;
+            self.client_done(Duration::from_secs(60))?;
+            // The agent samples its landings every second.
+            std::thread::sleep(Duration::from_millis(1500));
+            status = self.status()?;
+            agreeing = if status.local.as_ref().is_some_and(landings_agree) {
+                agreeing + 1
+            } else {
+                0
+            };
+            if agreeing == 2 || interrupted() {
+                break;
+            }
+        }
+        Ok(status)
     }
 
     /// The steered streams the guest agent's status shows while they run
@@ -251,6 +294,16 @@ impl<'n> PullLab<'n> {
     }
 }
 
+/// This host's NIC's landings agree with the key planned with (every one
+/// tested), and local steering is on.
+pub fn landings_agree(local: &srap_host::status::sender::LocalRow) -> bool {
+    local
+        .key
+        .is_some_and(|k| k.confidence.tested > 0 && k.confidence.agreeing == k.confidence.tested)
+        && local.verdict == srap_common::wire::LandingVerdict::Agreed
+        && !local.paused
+}
+
 /// Removes a file when dropped.
 struct RemoveOnDrop<'a>(&'a Path);
 
@@ -275,6 +328,19 @@ pub fn run(args: &super::LabArgs, nic: GuestNic, queues: u32, flows: usize) -> a
             nic.device(),
             shape.cpus,
             net.host_ip
+        );
+    }
+    // A key the driver misreports is learned from the first downloads'
+    // landings before the runs (as the push lab does at the receiver).
+    let status = lab.drive_until_agreed(8, 10)?;
+    if !args.json
+        && let Some(local) = &status.local
+    {
+        let key = local.key.map_or_else(String::new, |k| k.to_string());
+        println!(
+            "sender (guest): description version {}, {key}; landings {:?} ({} of {} on the \
+             planned queue)\n",
+            local.version, local.verdict, local.matched, local.judged
         );
     }
     let mut runs = Vec::new();
