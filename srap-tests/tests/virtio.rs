@@ -25,17 +25,15 @@ use srap_tests::{built_binary, require_privileged};
 static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn image() -> GuestImage {
+    image_of(GuestKernel::V6_1)
+}
+
+fn image_of(kernel: GuestKernel) -> GuestImage {
     let agent = built_binary("srap-agent");
     let cache = GuestImage::default_cache(&agent);
     let files = GuestFiles::locate(None, &agent).expect("the guest files");
-    GuestImage::prepare(
-        &files,
-        GuestKernel::V6_1,
-        &cache,
-        &agent,
-        &built_binary("srap"),
-    )
-    .expect("the guest image")
+    GuestImage::prepare(&files, kernel, &cache, &agent, &built_binary("srap"))
+        .expect("the guest image")
 }
 
 /// A guest with `queues` queues on `net`, RSS on, both agents running.
@@ -148,23 +146,94 @@ fn downloads_land_on_distinct_guest_queues() {
         let net = GuestNet::new(subnet).expect("namespace with a tap");
         let shape = GuestShape::new(queues, None).expect("shape");
         let mut lab = PullLab::start(&net, &image, shape).expect("guest with its sender agent");
-        let run = lab
-            .download(queues as usize, true, 2)
-            .expect("steered download");
-        let report = run.render(&format!("{queues} queues, downloads steered"));
-        assert_eq!(run.accepted.len(), queues as usize, "{report}");
-        assert_eq!(run.distinct_queues(), queues as usize, "{report}");
-        let planned: BTreeSet<u32> = run.accepted.iter().map(|&(_, q)| q).collect();
-        assert_eq!(run.busy_queues, planned, "{report}");
-        let seen = run.srap.as_ref().expect("the agent's view");
-        for (port, queue) in &run.accepted {
-            let flow = seen.iter().find(|f| f.port == *port);
-            assert!(
-                flow.is_some_and(|f| f.planned == Some(*queue) && f.seen == Some(*queue)),
-                "{port}: {flow:?}\n{report}"
-            );
-        }
+        downloads_on_distinct_queues(&mut lab, queues);
     }
+}
+
+/// `queues` steered downloads land on `queues` distinct guest queues: by
+/// the ports the host's server accepted, hashed over the reverse tuple with
+/// the key the device really uses and its table, and by the guest's own
+/// per-queue counters; the agent's socket hook saw each where it planned.
+fn downloads_on_distinct_queues(lab: &mut PullLab<'_>, queues: u32) {
+    let run = lab
+        .download(queues as usize, true, 2)
+        .expect("steered download");
+    let report = format!(
+        "{}\nthe guest's sender log:\n{}",
+        run.render(&format!("{queues} queues, downloads steered")),
+        lab.sender_log()
+    );
+    assert_eq!(run.accepted.len(), queues as usize, "{report}");
+    assert_eq!(run.distinct_queues(), queues as usize, "{report}");
+    let planned: BTreeSet<u32> = run.accepted.iter().map(|&(_, q)| q).collect();
+    assert_eq!(run.busy_queues, planned, "{report}");
+    let seen = run.srap.as_ref().expect("the agent's view");
+    for (port, queue) in &run.accepted {
+        let flow = seen.iter().find(|f| f.port == *port);
+        assert!(
+            flow.is_some_and(|f| f.planned == Some(*queue) && f.seen == Some(*queue)),
+            "{port}: {flow:?}\n{report}"
+        );
+    }
+    let ports: BTreeSet<u16> = run.accepted.iter().map(|&(p, _)| p).collect();
+    assert!(
+        ports.iter().all(|&p| p < 32_768),
+        "SRAP-chosen ports, not kernel ones: {report}"
+    );
+}
+
+/// The guest downloads on a NIC whose driver misreports its key: virtio-net
+/// under 6.12 (the device hashes with `00 || reported[0:39]`). The guest's
+/// sender agent (`--steer local --local-iface eth0`) sees its first
+/// downloads land off its description and pauses; the kernel ports those
+/// then get teach its own learner the key; it plans with the learned key (a
+/// new local description version) and resumes once the landings agree.
+/// Then 4 downloads land on 4 distinct guest queues, by the guest's own
+/// counters and by the accepted tuples hashed with the device's real key.
+#[test]
+fn downloads_on_a_misreported_key_are_learned_and_land_on_distinct_guest_queues() {
+    if !require_privileged(
+        "downloads_on_a_misreported_key_are_learned_and_land_on_distinct_guest_queues",
+    ) {
+        return;
+    }
+    use srap_common::rss::KeySource;
+
+    let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    let image = image_of(GuestKernel::V6_12);
+    let net = GuestNet::new(87).expect("namespace with a tap");
+    let shape = GuestShape::new(4, None).expect("shape");
+    let mut lab = PullLab::start(&net, &image, shape).expect("guest with its sender agent");
+    let started = Instant::now();
+    let status = lab.drive_until_agreed(8, 10).expect("rounds of downloads");
+    let log = lab.sender_log();
+    let local = status
+        .local
+        .as_ref()
+        .expect("this host's NIC in the status");
+    assert!(
+        srap_lab::virtio_pull::landings_agree(local),
+        "not agreed after the rounds: {local:?}\n{log}"
+    );
+    let key = local.key.expect("the key's provenance");
+    assert_eq!(key.source, KeySource::Learned, "{local:?}\n{log}");
+    assert!(local.version >= 2, "a new local description: {local:?}");
+    assert!(log.contains("pausing local steering"), "{log}");
+    assert!(log.contains("local steering resumes"), "{log}");
+    eprintln!("learned in {:?}", started.elapsed());
+    for line in log
+        .lines()
+        .filter(|l| l.contains("local_end") || l.contains("learning"))
+    {
+        eprintln!("{line}");
+    }
+    // What `srap status --sender` says of it in the guest (docs show it).
+    let shown = lab
+        .guest
+        .run("srap status --sender --once --control /tmp/sender.sock")
+        .unwrap_or_default();
+    eprintln!("srap status --sender in the guest:\n{shown}");
+    downloads_on_distinct_queues(&mut lab, 4);
 }
 
 /// A table changed in the guest (`ethtool -X weight 1 1 0 0`) reaches the
