@@ -31,23 +31,30 @@ pub fn render(status: &SenderStatus) -> String {
     if !counters.is_empty() {
         let _ = writeln!(out, "binder: {}", counters.join(" "));
     }
-    let _ = writeln!(
-        out,
-        "\n{:<22} {:<10} {:>7} {:<16} {:>3} {:>5} {:>5}  {:<8} grant",
-        "receiver", "link", "version", "address", "row", "slots", "flows", "steering"
-    );
+    // `--steer local` follows no receiver agent: no table to head.
+    if !status.receivers.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n{:<22} {:<10} {:>7} {:<16} {:>3} {:>5} {:>5}  {:<8} grant",
+            "receiver", "link", "version", "address", "row", "slots", "flows", "steering"
+        );
+    }
     for r in &status.receivers {
         receiver_lines(&mut out, r);
     }
     if let Some(local) = &status.local {
-        local_lines(&mut out, local);
+        let _ = writeln!(out);
+        for line in local_summary(local) {
+            let _ = writeln!(out, "{line}");
+        }
     }
     flow_lines(&mut out, &status.flows);
     out
 }
 
-/// This host's NIC (`--steer local|both`) and its landings verdict.
-fn local_lines(out: &mut String, local: &LocalRow) {
+/// This host's NIC (`--steer local|both`), its landings verdict and its
+/// key: the text's lines and the live page's.
+pub(super) fn local_summary(local: &LocalRow) -> Vec<String> {
     let verdict = if local.watching {
         format!(
             "landings {} ({} of {} on the planned queue){}",
@@ -66,17 +73,16 @@ fn local_lines(out: &mut String, local: &LocalRow) {
     } else {
         "landings not watched (no socket hook)".to_owned()
     };
-    let _ = writeln!(
-        out,
-        "
-this host's NIC {} (--steer {}): CPUs {}; {verdict}",
+    let mut lines = vec![format!(
+        "this host's NIC {} (--steer {}): CPUs {}; {verdict}",
         local.nic,
         local.steer,
         srap_host::cpulist::format(local.cpus.iter().copied())
-    );
+    )];
     if let Some(key) = &local.key {
-        let _ = writeln!(out, "  description version {}, {key}", local.version);
+        lines.push(format!("  description version {}, {key}", local.version));
     }
+    lines
 }
 
 /// Each open connection's CPU at both ends, planned/seen; `!` marks a
@@ -183,6 +189,34 @@ pub fn steering(r: &ReceiverRow) -> &'static str {
         (None, _) => "no",
         (Some(_), true) => "paused",
         (Some(_), false) => "yes",
+    }
+}
+
+/// This host's NIC under `--steer local`, its key learned and agreeing:
+/// for this module's tests and the live view's.
+#[cfg(test)]
+pub(super) fn learned_local() -> LocalRow {
+    LocalRow {
+        steer: "local".into(),
+        nic: "eth0".into(),
+        cpus: vec![0, 1, 2, 3, 8],
+        watching: true,
+        verdict: srap_common::wire::LandingVerdict::Agreed,
+        matched: 16,
+        judged: 16,
+        paused: false,
+        key: Some(srap_common::rss::KeyProvenance {
+            source: KeySource::Learned,
+            revision: 1,
+            confidence: srap_common::rss::KeyConfidence {
+                tested: 40,
+                agreeing: 40,
+                rank: 19,
+                needed: 19,
+                known: 19,
+            },
+        }),
+        version: 2,
     }
 }
 
@@ -316,28 +350,7 @@ mod tests {
     fn this_hosts_nic_and_each_flow_at_both_ends() {
         let status = SenderStatus {
             pin_dir: "/sys/fs/bpf/srap".into(),
-            local: Some(LocalRow {
-                steer: "local".into(),
-                nic: "eth0".into(),
-                cpus: vec![0, 1, 2, 3, 8],
-                watching: true,
-                verdict: srap_common::wire::LandingVerdict::Agreed,
-                matched: 16,
-                judged: 16,
-                paused: false,
-                key: Some(srap_common::rss::KeyProvenance {
-                    source: KeySource::Learned,
-                    revision: 1,
-                    confidence: srap_common::rss::KeyConfidence {
-                        tested: 40,
-                        agreeing: 40,
-                        rank: 19,
-                        needed: 19,
-                        known: 19,
-                    },
-                }),
-                version: 2,
-            }),
+            local: Some(learned_local()),
             flows: vec![SenderFlowRow {
                 src: "10.0.0.1:40001".parse().ok(),
                 dst: "10.0.0.2:5201".parse().ok(),

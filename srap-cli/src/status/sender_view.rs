@@ -202,6 +202,24 @@ impl SenderPage {
     }
 }
 
+/// This host's NIC (`--steer local|both`), its verdict and key, wrapped;
+/// yellow while local steering is paused.
+fn local_lines(status: &SenderStatus, width: usize) -> Vec<Line<'static>> {
+    let Some(local) = &status.local else {
+        return Vec::new();
+    };
+    let style = if local.paused {
+        Style::new().fg(Color::Yellow)
+    } else {
+        Style::new()
+    };
+    super::sender::local_summary(local)
+        .iter()
+        .flat_map(|line| wrap(line, width))
+        .map(|line| Line::from(Span::styled(line, style)))
+        .collect()
+}
+
 /// Why each receiver away is, wrapped under the table.
 fn away_lines(status: &SenderStatus, width: usize) -> Vec<Line<'static>> {
     let red = Style::new().fg(Color::Red);
@@ -251,8 +269,9 @@ impl Page for SenderPage {
             .map(|r| format!("{}>{}", r.cells[0], r.cells[4]))
             .collect();
         let away = away_lines(status, width);
+        let local = local_lines(status, width);
         let flows = flow_lines(&status.flows);
-        let room = height.saturating_sub(lines.len() + away.len());
+        let room = height.saturating_sub(lines.len() + away.len() + local.len());
         let (receiver_page, flow_page) = split_room(room, rows.len(), flows.len());
         let range = self.scroll.place(&ids, receiver_page);
         lines.push(self.table_title("receivers", &range, rows.len(), Focus::Receivers, width));
@@ -262,6 +281,7 @@ impl Page for SenderPage {
         });
         lines.extend(render(&receiver_columns(&rows), width, header(), styled));
         lines.extend(away);
+        lines.extend(local);
         if !flows.is_empty() {
             lines.extend(self.flow_table(&status.flows, &flows, flow_page, width));
         }
@@ -383,7 +403,7 @@ mod tests {
     use super::*;
     use crate::status::{
         live::{Chrome, Feed, draw},
-        sender::{three_flows, two_receivers},
+        sender::{learned_local, three_flows, two_receivers},
     };
     use ratatui::{Terminal, backend::TestBackend};
 
@@ -456,9 +476,18 @@ mod tests {
     fn each_flow_at_both_ends_planned_and_seen_at_80_columns() {
         let status = SenderStatus {
             flows: three_flows(),
+            local: Some(learned_local()),
             ..status(3)
         };
         let text = drawn(status.clone(), &[], (80, 24));
+        assert!(
+            text.contains("this host's NIC eth0 (--steer local): CPUs 0-3,8; landings"),
+            "{text}"
+        );
+        assert!(
+            text.contains("description version 2, key learned"),
+            "{text}"
+        );
         assert!(text.contains("receivers 1–2 of 2 ◂"), "{text}");
         assert!(text.contains("flows 1–3 of 3"), "{text}");
         assert!(text.contains("receiver CPU p/s"), "{text}");
