@@ -41,12 +41,13 @@ pub struct PullRun {
     /// The guest's sender agent: each steered stream's queue planned and
     /// seen by its socket hook (`None` for kernel ports: nothing watched).
     pub srap: Option<Vec<PlannedSeen>>,
-    /// Packets per receive queue of the guest during the run (`ethtool -S`).
+    /// What the guest counted per receive queue during the run
+    /// ([`truth::rx_queue_packets`]: `ethtool -S` packets, or interrupts).
     pub rx_queue_packets: Vec<u64>,
     /// Queues that carried at least a quarter of a flow's fair share.
     pub busy_queues: BTreeSet<u32>,
     /// The data streams' ports as the host's server accepted them, each
-    /// with the queue `ethtool -x`'s key and table give its reverse tuple.
+    /// with the queue the device's key and table give its reverse tuple.
     pub accepted: Vec<(u16, u32)>,
 }
 
@@ -69,7 +70,7 @@ impl PullRun {
         let _ = writeln!(
             out,
             "  {:<8} {:>18} {:>18}",
-            "port", "queue (ethtool -x)", "SRAP planned/seen"
+            "port", "queue (device)", "SRAP planned/seen"
         );
         for (port, queue) in &self.accepted {
             let srap = self
@@ -84,10 +85,10 @@ impl PullRun {
             let _ = writeln!(out, "  {port:<8} {queue:>18} {srap:>18}");
         }
         let counts = truth::queue_counts(&self.rx_queue_packets);
-        let _ = writeln!(out, "  ethtool -S packets   {counts}");
+        let _ = writeln!(out, "  per-queue rx counts  {counts}");
         let _ = writeln!(
             out,
-            "  {} streams accepted, on {} distinct guest queues by ethtool -x; {} queues busy by ethtool -S",
+            "  {} streams accepted, on {} distinct guest queues by the device's key and table; {} queues busy by the guest's counters",
             self.accepted.len(),
             self.distinct_queues(),
             self.busy_queues.len()
