@@ -23,6 +23,7 @@ pub mod guest;
 pub mod harness;
 pub mod keyfile;
 pub mod netns;
+pub mod orphans;
 pub mod plot;
 pub mod report;
 pub mod subnet;

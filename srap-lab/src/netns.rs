@@ -7,7 +7,7 @@ use std::{
     marker::PhantomData,
     os::fd::AsFd as _,
     process::{Command, Output},
-    sync::{Arc, Once},
+    sync::Arc,
 };
 
 use anyhow::{Context as _, bail};
@@ -35,8 +35,7 @@ struct Owned {
 impl NetNs {
     /// Creates a fresh namespace with a unique name and `lo` up.
     pub fn new() -> anyhow::Result<Self> {
-        static SWEPT: Once = Once::new();
-        SWEPT.call_once(remove_orphans);
+        super::orphans::sweep_once();
         let name = unique_name("n");
         run(Command::new("ip").args(["netns", "add", &name]))?;
         // From here on the guard owns it: an error below still deletes it.
@@ -114,39 +113,6 @@ impl NetNs {
     }
 }
 
-/// Deletes the namespaces (`s<PID>x<N>n`, [`unique_name`]) of SRAP's
-/// tests and labs whose process is gone: a process killed outright
-/// (SIGKILL, a machine restart) runs no drop guard, and its namespaces
-/// would stay forever. Done once per process, before its first namespace.
-fn remove_orphans() {
-    let Ok(entries) = std::fs::read_dir("/run/netns") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = owner_pid(&name) else {
-            continue;
-        };
-        if pid == std::process::id() || std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        match run(Command::new("ip").args(["netns", "del", &name])) {
-            Ok(_) => eprintln!("removed namespace {name}: process {pid}, which made it, is gone"),
-            Err(err) => eprintln!("cleanup: namespace {name} of gone process {pid}: {err:#}"),
-        }
-    }
-}
-
-/// The PID in a namespace name [`NetNs::new`] makes (`s<PID>x<N>n`).
-fn owner_pid(name: &str) -> Option<u32> {
-    let (pid, rest) = name.strip_prefix('s')?.split_once('x')?;
-    let n = rest.strip_suffix('n')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    (digits(pid) && digits(n))
-        .then(|| pid.parse().ok())
-        .flatten()
-}
-
 impl Drop for Owned {
     fn drop(&mut self) {
         if let Err(err) = run(Command::new("ip").args(["netns", "del", &self.name])) {
@@ -194,20 +160,4 @@ pub fn run(cmd: &mut Command) -> anyhow::Result<Output> {
         );
     }
     Ok(output)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_namespace_names_of_this_form_name_an_owner() {
-        assert_eq!(owner_pid("s934x1n"), Some(934));
-        assert_eq!(owner_pid(&unique_name("n")), Some(std::process::id()));
-        for other in [
-            "s934x1", "s934x1t", "sx1n", "s934xn", "s9a4x1n", "prod", "s934x1nn",
-        ] {
-            assert_eq!(owner_pid(other), None, "{other}");
-        }
-    }
 }
