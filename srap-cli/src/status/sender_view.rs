@@ -271,7 +271,8 @@ impl Page for SenderPage {
         let away = away_lines(status, width);
         let local = local_lines(status, width);
         let flows = flow_lines(&status.flows);
-        let room = height.saturating_sub(lines.len() + away.len() + local.len());
+        let reasons = unknown_reasons(&status.flows, width);
+        let room = height.saturating_sub(lines.len() + away.len() + local.len() + reasons.len());
         let (receiver_page, flow_page) = split_room(room, rows.len(), flows.len());
         let range = self.scroll.place(&ids, receiver_page);
         lines.push(self.table_title("receivers", &range, rows.len(), Focus::Receivers, width));
@@ -283,7 +284,8 @@ impl Page for SenderPage {
         lines.extend(away);
         lines.extend(local);
         if !flows.is_empty() {
-            lines.extend(self.flow_table(&status.flows, &flows, flow_page, width));
+            lines.extend(self.flow_table(&flows, flow_page, width));
+            lines.extend(reasons);
         }
         frame.render_widget(Paragraph::new(lines), area);
     }
@@ -345,14 +347,8 @@ impl SenderPage {
         }
     }
 
-    /// The flows table in `page` rows, then why any receiver CPU is unknown.
-    fn flow_table(
-        &mut self,
-        rows: &[SenderFlowRow],
-        lines: &[FlowLine],
-        page: usize,
-        width: usize,
-    ) -> Vec<Line<'static>> {
+    /// The flows table in `page` rows.
+    fn flow_table(&mut self, lines: &[FlowLine], page: usize, width: usize) -> Vec<Line<'static>> {
         let ids: Vec<String> = lines
             .iter()
             .map(|l| format!("{}>{}", l.cells[0], l.cells[1]))
@@ -368,7 +364,6 @@ impl SenderPage {
             (i, self.focused_style(Focus::Flows, i, style))
         });
         out.extend(render(&flow_columns(lines), width, header(), styled));
-        out.extend(unknown_reasons(rows, width));
         out
     }
 }
@@ -508,6 +503,24 @@ mod tests {
         let text = drawn(status, &[KeyCode::Tab, KeyCode::End], (80, 24));
         assert!(text.contains("flows 1–3 of 3 ◂"), "{text}");
         assert!(!text.contains("of 2 ◂"), "{text}");
+    }
+
+    #[test]
+    fn more_flows_than_fit_still_leave_room_for_why_one_is_unknown() {
+        let mut flows = three_flows();
+        let known = flows[0].clone();
+        flows.extend((0..40).map(|_| known.clone()));
+        let status = SenderStatus {
+            flows,
+            local: Some(learned_local()),
+            ..status(3)
+        };
+        let text = drawn(status, &[], (80, 24));
+        assert!(text.contains("of 43"), "{text}");
+        assert!(
+            text.contains("receiver CPU unknown for 1: the receiver speaks"),
+            "{text}"
+        );
     }
 
     #[test]
