@@ -122,8 +122,9 @@ fn seen_at_receiver(flow: &mut SenderFlowRow, receivers: &[Receiver]) {
                 .copied()
                 .ok_or_else(|| {
                     format!(
-                        "not among the {} flows the receiver reports (not seen by its verifier \
-                         yet, its tuple rewritten on the way, or past the first {MAX_SEEN_FLOWS})",
+                        "not among the {} active flows the receiver reports (idle there, not \
+                         seen by its verifier yet, its tuple rewritten on the way, or past the \
+                         first {MAX_SEEN_FLOWS})",
                         report.flows.len()
                     )
                 }),
