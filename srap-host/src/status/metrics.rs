@@ -246,7 +246,12 @@ pub fn render(status: &Status) -> String {
                     if let Some(planned) = f.planned_cpu {
                         sample(&labels("planned"), f64::from(planned));
                     }
-                    sample(&labels("seen"), f64::from(f.rss_cpu.unwrap_or(f.cpu)));
+                    // On the basis every other view counts by (the
+                    // receiver's own CPU, or the description's CPU of the
+                    // queue on a device without RSS), as senders are told.
+                    if let Some(seen) = f.receive_cpu(status.receive_cpu) {
+                        sample(&labels("seen"), f64::from(seen));
+                    }
                 }
             }
             _ => {}
@@ -467,8 +472,9 @@ mod tests {
             "srap_key_model_revision 0",
             "srap_key_confidence{count=\"needed\"} 0",
             "srap_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"planned\"} 4",
-            "srap_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"seen\"} 4",
-            // Observed basis: the verifier's CPU 1, planned 4.
+            // Observed basis: the verifier's CPU 1, planned 4; the flow's
+            // seen CPU and the per-sender count say the same.
+            "srap_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"seen\"} 1",
             "srap_sender_flows{sender=\"10.0.0.1\",cpu=\"planned\"} 0",
             "srap_sender_flows{sender=\"10.0.0.1\",cpu=\"other\"} 1",
             "srap_nic_hash_flows{result=\"agree\"} 1",
