@@ -18,7 +18,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use serde::Serialize;
-use srap_host::status::SenderStatus;
+use srap_host::status::{SenderStatus, sender::LocalRow};
 
 use super::{
     LAB_PORT_RANGE,
@@ -213,10 +213,12 @@ impl<'n> PullLab<'n> {
 
     /// Rounds of short steered downloads (`iperf3 -c -R -P flows -n 256K`
     /// under `srap exec`, at most `rounds`) until two rounds in a row land
-    /// where the guest's sender agent's key says, steering on: at once for
-    /// a device that reports its key, after learning it from its own
-    /// landings for one that misreports it (virtio_net on 6.12: paused, the
-    /// streams get the kernel's ports, which the learner learns from). The
+    /// where the guest's sender agent's key says, steering on, each under
+    /// the description it began with: at once for a device that reports its
+    /// key; for one that misreports or hides it, after learning it from its
+    /// own landings (paused, the streams get the kernel's ports, which the
+    /// learner learns from; then the steered ports teach it more, each newly
+    /// learned key a new description the binder is re-planned with). The
     /// last status, agreeing or not (the caller judges it).
     pub fn drive_until_agreed(
         &mut self,
@@ -225,14 +227,19 @@ impl<'n> PullLab<'n> {
     ) -> anyhow::Result<SenderStatus> {
         let mut agreeing = 0;
         let mut status = self.status()?;
+        let version = |status: &SenderStatus| status.local.as_ref().map(|l| l.version);
         for _ in 0..rounds {
+            let before = version(&status);
             let _server = iperf3_server_with(&self.net.ns, SRAP_PORT, &[], Stdio::null())?;
             self.start_client(&format!("-R -P {flows} -n 256K"), SRAP_PORT, true)?;
             self.client_done(Duration::from_secs(60))?;
             // The agent samples its landings every second.
             std::thread::sleep(Duration::from_millis(1500));
             status = self.status()?;
-            agreeing = if status.local.as_ref().is_some_and(landings_agree) {
+            // Settled: agreeing with the description the round began with
+            // (a newly learned key re-plans the binder mid-round).
+            let settled = version(&status) == before;
+            agreeing = if settled && status.local.as_ref().is_some_and(landings_agree) {
                 agreeing + 1
             } else {
                 0
@@ -297,7 +304,7 @@ impl<'n> PullLab<'n> {
 
 /// This host's NIC's landings agree with the key planned with (every one
 /// tested), and local steering is on.
-pub fn landings_agree(local: &srap_host::status::sender::LocalRow) -> bool {
+pub fn landings_agree(local: &LocalRow) -> bool {
     local
         .key
         .is_some_and(|k| k.confidence.tested > 0 && k.confidence.agreeing == k.confidence.tested)
@@ -333,7 +340,7 @@ pub fn run(args: &super::LabArgs, nic: GuestNic, queues: u32, flows: usize) -> a
     }
     // A key the driver misreports is learned from the first downloads'
     // landings before the runs (as the push lab does at the receiver).
-    let status = lab.drive_until_agreed(8, 10)?;
+    let status = lab.drive_until_agreed(8, 16)?;
     if !args.json
         && let Some(local) = &status.local
     {

@@ -15,7 +15,7 @@ use std::{
 
 use srap_common::rss::RssDescription;
 use srap_lab::{
-    guest::{Guest, GuestFiles, GuestImage, GuestKernel, GuestNet, GuestShape, truth},
+    guest::{Guest, GuestFiles, GuestImage, GuestKernel, GuestNet, GuestNic, GuestShape, truth},
     virtio::VirtioLab,
     virtio_pull::PullLab,
 };
@@ -197,15 +197,43 @@ fn downloads_on_a_misreported_key_are_learned_and_land_on_distinct_guest_queues(
     ) {
         return;
     }
+    let shape = GuestShape::new(4, None).expect("shape");
+    downloads_after_learning(shape, 87, "pausing local steering");
+}
+
+/// The same on a second driver whose key nothing reports: igb (Intel
+/// 82576) under 6.12 with `net.core.netdev_rss_key` hidden, so the guest's
+/// discovery has no key at all (source `unknown`). Local steering stays
+/// paused from the start — kernel ports, which teach the learner — and
+/// starts once the learned key's landings agree; then 4 downloads on 4
+/// distinct igb queues by its own `rx_queue_N_packets` and by the accepted
+/// tuples hashed with the key igb really uses (the kernel's).
+#[test]
+fn downloads_on_igb_with_no_key_known_are_learned_and_land_on_distinct_queues() {
+    if !require_privileged(
+        "downloads_on_igb_with_no_key_known_are_learned_and_land_on_distinct_queues",
+    ) {
+        return;
+    }
+    let shape = GuestShape::with_nic(GuestNic::Igb, 4, None)
+        .expect("shape")
+        .without_kernel_key();
+    downloads_after_learning(shape, 86, "local steering");
+}
+
+/// A 6.12 guest of `shape` on `subnet` downloads until its sender agent
+/// has learned its NIC's key and the landings agree (its log says `paused`
+/// as it should), then 4 downloads land on 4 distinct queues
+/// ([`downloads_on_distinct_queues`]).
+fn downloads_after_learning(shape: GuestShape, subnet: u8, paused: &str) {
     use srap_common::rss::KeySource;
 
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = image_of(GuestKernel::V6_12);
-    let net = GuestNet::new(87).expect("namespace with a tap");
-    let shape = GuestShape::new(4, None).expect("shape");
+    let net = GuestNet::new(subnet).expect("namespace with a tap");
     let mut lab = PullLab::start(&net, &image, shape).expect("guest with its sender agent");
     let started = Instant::now();
-    let status = lab.drive_until_agreed(8, 10).expect("rounds of downloads");
+    let status = lab.drive_until_agreed(8, 16).expect("rounds of downloads");
     let log = lab.sender_log();
     let local = status
         .local
@@ -218,7 +246,7 @@ fn downloads_on_a_misreported_key_are_learned_and_land_on_distinct_guest_queues(
     let key = local.key.expect("the key's provenance");
     assert_eq!(key.source, KeySource::Learned, "{local:?}\n{log}");
     assert!(local.version >= 2, "a new local description: {local:?}");
-    assert!(log.contains("pausing local steering"), "{log}");
+    assert!(log.contains(paused), "{log}");
     assert!(log.contains("local steering resumes"), "{log}");
     eprintln!("learned in {:?}", started.elapsed());
     for line in log
