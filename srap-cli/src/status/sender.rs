@@ -97,22 +97,9 @@ fn flow_lines(out: &mut String, flows: &[SenderFlowRow]) {
         "\n{:<26} {:<26} {:>17} {:>14}",
         "flow", "to", "receiver CPU p/s", "local CPU p/s"
     );
-    let cpu = |c: Option<u32>| c.map_or("-".to_owned(), |c| c.to_string());
-    let addr = |a: Option<std::net::SocketAddr>| a.map_or("-".to_owned(), |a| a.to_string());
     for f in flows {
-        let _ = writeln!(
-            out,
-            "{:<26} {:<26} {:>17} {:>14}",
-            addr(f.src),
-            addr(f.dst),
-            format!(
-                "{}{}/{}",
-                if f.receiver_cpu_off_plan { "!" } else { "" },
-                cpu(f.receiver_cpu_planned),
-                cpu(f.receiver_cpu_seen)
-            ),
-            format!("{}/{}", cpu(f.local_cpu_planned), cpu(f.local_cpu_seen)),
-        );
+        let [src, dst, receiver, local] = flow_cells(f);
+        let _ = writeln!(out, "{src:<26} {dst:<26} {receiver:>17} {local:>14}");
     }
     let off = flows.iter().filter(|f| f.receiver_cpu_off_plan).count();
     if off > 0 {
@@ -125,6 +112,25 @@ fn flow_lines(out: &mut String, flows: &[SenderFlowRow]) {
     for (why, n) in unknown_reasons(flows) {
         let _ = writeln!(out, "receiver CPU seen unknown for {n} flow(s): {why}");
     }
+}
+
+/// A flow's cells: its address, the server's, its receiver CPU planned/seen
+/// (`!` first when they differ) and its local CPU planned/seen (`-`:
+/// unknown). The text's and the live page's.
+pub(super) fn flow_cells(f: &SenderFlowRow) -> [String; 4] {
+    let cpu = |c: Option<u32>| c.map_or("-".to_owned(), |c| c.to_string());
+    let addr = |a: Option<std::net::SocketAddr>| a.map_or("-".to_owned(), |a| a.to_string());
+    let off = if f.receiver_cpu_off_plan { "!" } else { "" };
+    [
+        addr(f.src),
+        addr(f.dst),
+        format!(
+            "{off}{}/{}",
+            cpu(f.receiver_cpu_planned),
+            cpu(f.receiver_cpu_seen)
+        ),
+        format!("{}/{}", cpu(f.local_cpu_planned), cpu(f.local_cpu_seen)),
+    ]
 }
 
 /// Why receiver CPUs seen are unknown, each reason once with its count, in

@@ -53,42 +53,41 @@ struct FlowLine {
 }
 
 fn flow_lines(flows: &[SenderFlowRow]) -> Vec<FlowLine> {
-    let cpu = |c: Option<u32>| c.map_or("-".to_owned(), |c| c.to_string());
-    let addr = |a: Option<std::net::SocketAddr>| a.map_or("-".to_owned(), |a| a.to_string());
     flows
         .iter()
         .map(|f| FlowLine {
-            cells: [
-                addr(f.src),
-                addr(f.dst),
-                format!(
-                    "{}{}/{}",
-                    if f.receiver_cpu_off_plan { "!" } else { "" },
-                    cpu(f.receiver_cpu_planned),
-                    cpu(f.receiver_cpu_seen)
-                ),
-                format!("{}/{}", cpu(f.local_cpu_planned), cpu(f.local_cpu_seen)),
-            ],
+            cells: super::sender::flow_cells(f),
             off_plan: f.receiver_cpu_off_plan,
         })
         .collect()
 }
 
 fn flow_columns(lines: &[FlowLine]) -> Vec<Column> {
-    let column = |title: &str, align, priority, i: usize| {
-        Column::new(
-            title,
-            align,
-            priority,
-            lines.iter().map(|l| l.cells[i].clone()).collect(),
-        )
-    };
-    vec![
-        column("flow", Align::Left, 0, 0),
-        column("to", Align::Left, 3, 1),
-        column("receiver CPU p/s", Align::Right, 1, 2),
-        column("local CPU p/s", Align::Right, 2, 3),
-    ]
+    let cells: Vec<&[String]> = lines.iter().map(|l| &l.cells[..]).collect();
+    columns_of(
+        &cells,
+        &[
+            ("flow", Align::Left, 0),
+            ("to", Align::Left, 3),
+            ("receiver CPU p/s", Align::Right, 1),
+            ("local CPU p/s", Align::Right, 2),
+        ],
+    )
+}
+
+/// The `i`-th column of `rows` for each (title, align, priority) of
+/// `spec`, in order.
+fn columns_of(rows: &[&[String]], spec: &[(&str, Align, u8)]) -> Vec<Column> {
+    spec.iter()
+        .enumerate()
+        .map(|(i, &(title, align, priority))| {
+            let cells = rows
+                .iter()
+                .map(|row| row.get(i).cloned().unwrap_or_default())
+                .collect();
+            Column::new(title, align, priority, cells)
+        })
+        .collect()
 }
 
 /// One row per receiver address.
@@ -130,25 +129,21 @@ fn address_lines(status: &SenderStatus) -> Vec<AddressLine> {
 }
 
 fn receiver_columns(lines: &[AddressLine]) -> Vec<Column> {
-    let column = |title: &str, align, priority, i: usize| {
-        Column::new(
-            title,
-            align,
-            priority,
-            lines.iter().map(|l| l.cells[i].clone()).collect(),
-        )
-    };
-    vec![
-        column("receiver", Align::Left, 0, 0),
-        column("link", Align::Left, 1, 1),
-        column("desc v", Align::Right, 2, 2),
-        column("steering", Align::Left, 3, 3),
-        column("address", Align::Left, 6, 4),
-        column("flows", Align::Right, 4, 5),
-        column("slots", Align::Right, 7, 6),
-        column("grant: CPUs", Align::Left, 5, 7),
-        column("key", Align::Left, 8, 8),
-    ]
+    let cells: Vec<&[String]> = lines.iter().map(|l| &l.cells[..]).collect();
+    columns_of(
+        &cells,
+        &[
+            ("receiver", Align::Left, 0),
+            ("link", Align::Left, 1),
+            ("desc v", Align::Right, 2),
+            ("steering", Align::Left, 3),
+            ("address", Align::Left, 6),
+            ("flows", Align::Right, 4),
+            ("slots", Align::Right, 7),
+            ("grant: CPUs", Align::Left, 5),
+            ("key", Align::Left, 8),
+        ],
+    )
 }
 
 impl SenderPage {
@@ -421,20 +416,7 @@ mod tests {
             (t0, status(10).binder),
             (t0 + Duration::from_secs(2), status(24).binder),
         ];
-        let feed = Feed::new(status(24), Duration::from_secs(1));
-        let mut terminal = Terminal::new(TestBackend::new(80, 24)).expect("terminal");
-        let chrome = Chrome {
-            control: Path::new("/run/srap/sender.sock"),
-            interval: Duration::from_secs(1),
-            help: false,
-        };
-        terminal
-            .draw(|frame| draw(frame, &mut page, &feed, &chrome))
-            .expect("draw");
-        let buffer = terminal.backend().buffer();
-        let text: String = (0..24)
-            .map(|y| (0..80).map(|x| buffer[(x, y)].symbol()).collect::<String>() + "\n")
-            .collect();
+        let text = drawn_page(&mut page, status(24), (80, 24));
         assert!(text.contains("steered 24 +7.0/s"), "{text}");
         assert!(text.contains("port_in_use_by_app 3 +0.0/s"), "{text}");
         assert!(text.contains("receivers 1–2 of 2"), "{text}");
@@ -446,11 +428,16 @@ mod tests {
     }
 
     /// The page drawn at `w`×`h` after `keys`, as text.
-    fn drawn(status: SenderStatus, keys: &[KeyCode], (w, h): (u16, u16)) -> String {
+    fn drawn(status: SenderStatus, keys: &[KeyCode], size: (u16, u16)) -> String {
         let mut page = SenderPage::default();
         for &key in keys {
             page.key(key, &status);
         }
+        drawn_page(&mut page, status, size)
+    }
+
+    /// `page` drawn at `w`×`h` with `status`, as text.
+    fn drawn_page(page: &mut SenderPage, status: SenderStatus, (w, h): (u16, u16)) -> String {
         let feed = Feed::new(status, Duration::from_secs(1));
         let mut terminal = Terminal::new(TestBackend::new(w, h)).expect("terminal");
         let chrome = Chrome {
@@ -459,7 +446,7 @@ mod tests {
             help: false,
         };
         terminal
-            .draw(|frame| draw(frame, &mut page, &feed, &chrome))
+            .draw(|frame| draw(frame, page, &feed, &chrome))
             .expect("draw");
         let buffer = terminal.backend().buffer();
         (0..h)
