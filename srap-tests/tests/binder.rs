@@ -405,6 +405,33 @@ fn closed_flows_free_their_cpus() {
     workload.finish();
 }
 
+/// A fresh binder starts each slot's port rotation at a random turn: the
+/// same plan, attached twice from nothing (detached in between: new maps),
+/// puts 16 flows on 16 CPUs both times with other ports (16 random starts
+/// giving the same 16 first ports is vanishingly unlikely), so SRAP's
+/// ports are no more predictable than its plan makes them.
+#[test]
+fn a_fresh_binder_starts_its_rotations_at_random_turns() {
+    if !privileged("binder: random rotation starts") {
+        return;
+    }
+    let lab = Lab::new(false, 99);
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        lab.attach_once();
+        let mut server = lab.listen();
+        let mut workload = lab.workload(true);
+        workload.open(16);
+        let ports = server.accept(16);
+        assert_distinct_cpus(&lab, &ports);
+        workload.finish();
+        let out = lab.detach();
+        assert!(out.status.success(), "{out:?}");
+        runs.push(ports.into_iter().collect::<BTreeSet<u16>>());
+    }
+    assert_ne!(runs[0], runs[1], "the same ports from fresh maps");
+}
+
 /// A port another socket holds without sharing it (here a listener) is
 /// skipped for the slot's next port, on the same CPU.
 #[test]

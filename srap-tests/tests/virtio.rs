@@ -218,7 +218,7 @@ fn downloads_on_igb_with_no_key_known_are_learned_and_land_on_distinct_queues() 
     let shape = GuestShape::with_nic(GuestNic::Igb, 4, None)
         .expect("shape")
         .without_kernel_key();
-    downloads_after_learning(shape, 86, "local steering");
+    downloads_after_learning(shape, 98, "local steering");
 }
 
 /// A 6.12 guest of `shape` on `subnet` downloads until its sender agent

@@ -156,7 +156,9 @@ pub fn slot_flows<T: Borrow<MapData>>(
 /// hooks' slot words) are never written here, so flows still open keep
 /// theirs.
 fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
-    let flows: Vec<Option<Vec<u32>>> = {
+    // Per row: its slots' open flows when its count changes, and whether
+    // no hook can claim in it yet (no slots before).
+    let changes: Vec<Option<(Vec<u32>, bool)>> = {
         let map = ebpf
             .map(SLOT_STATE_MAP)
             .ok_or(SenderError::Missing(SLOT_STATE_MAP))?;
@@ -174,14 +176,20 @@ fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
                 if now.slots == receiver.slots {
                     return Ok(None);
                 }
-                slot_flows(&words, receiver.index, receiver.slots).map(Some)
+                let flows = slot_flows(&words, receiver.index, receiver.slots)?;
+                Ok(Some((flows, now.slots == 0)))
             })
             .collect::<Result<_, SenderError>>()?
     };
+    for (receiver, change) in plan.rows().zip(&changes) {
+        if change.as_ref().is_some_and(|(_, unclaimable)| *unclaimable) {
+            scatter_turns(ebpf, receiver.index, receiver.slots)?;
+        }
+    }
     let mut array: Array<_, ReceiverSlots> =
         Array::try_from(map_mut(ebpf, RECEIVERS_MAP)?).map_err(map_error(RECEIVERS_MAP))?;
-    for (receiver, flows) in plan.rows().zip(flows) {
-        let Some(flows) = flows else {
+    for (receiver, change) in plan.rows().zip(changes) {
+        let Some((flows, _)) = change else {
             continue;
         };
         let now = array
@@ -191,6 +199,35 @@ fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
         array
             .set(receiver.index, rebuilt, 0)
             .map_err(map_error(RECEIVERS_MAP))?;
+    }
+    Ok(())
+}
+
+/// Starts each unused slot's port rotation (a word still 0: no flow, no
+/// turn taken) of binder row `receiver`, which no hook can claim in yet (it
+/// had no slots), at a random turn, before its slot count is set. From one plan, two hosts or two
+/// runs then take different ports first: SRAP's ports are no more
+/// predictable than its plan makes them (RFC 6056: an off-path attacker
+/// must guess a connection's port), and a key learner sees more of a
+/// rotation sooner. A word in use is left alone: it counts open flows.
+fn scatter_turns(ebpf: &mut Ebpf, receiver: u32, slots: u32) -> Result<(), SenderError> {
+    let mut words: Array<_, u64> =
+        Array::try_from(map_mut(ebpf, SLOT_STATE_MAP)?).map_err(map_error(SLOT_STATE_MAP))?;
+    let mut random = vec![0u8; 4 * slots.min(MAX_SLOTS) as usize];
+    if getrandom::fill(&mut random).is_err() {
+        // Predictable rotations still steer: nothing to stop for.
+        return Ok(());
+    }
+    for (slot, bytes) in (0..).zip(random.chunks_exact(4)) {
+        let index = receiver * MAX_SLOTS + slot;
+        let word = words.get(&index, 0).map_err(map_error(SLOT_STATE_MAP))?;
+        if word != 0 {
+            continue;
+        }
+        let turn = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        words
+            .set(index, u64::from(turn) * slot_word::TURN, 0)
+            .map_err(map_error(SLOT_STATE_MAP))?;
     }
     Ok(())
 }
