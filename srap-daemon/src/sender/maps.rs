@@ -314,6 +314,17 @@ pub fn read_occupancy(layout: &PinLayout, receiver: u32) -> Result<Vec<u32>, Sen
     slot_flows(&words, receiver, row.slots)
 }
 
+/// The next turn of slot `slot`'s port rotation in binder row `receiver`
+/// (a fresh row's rotations start at random turns: [`scatter_turns`]).
+pub fn read_turn(layout: &PinLayout, receiver: u32, slot: u32) -> Result<u32, SenderError> {
+    let words: Array<_, u64> =
+        Array::try_from(open_pinned(layout, SLOT_STATE_MAP)?).map_err(map_error(SLOT_STATE_MAP))?;
+    words
+        .get(&(receiver * MAX_SLOTS + slot.min(MAX_SLOTS - 1)), 0)
+        .map(slot_word::turn)
+        .map_err(map_error(SLOT_STATE_MAP))
+}
+
 /// Receiver `receiver`'s row: its slot count and the connects that found
 /// their slot dry.
 pub fn read_receiver(layout: &PinLayout, receiver: u32) -> Result<ReceiverSlots, SenderError> {

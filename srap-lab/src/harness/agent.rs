@@ -699,6 +699,12 @@ impl SenderAgent {
         Ok(srap_daemon::sender::read_stats(&self.layout())?)
     }
 
+    /// The next turn of `slot`'s port rotation toward receiver `index`,
+    /// from the binder's map (fresh rotations start at random turns).
+    pub fn turn(&self, index: u32, slot: u32) -> anyhow::Result<u32> {
+        Ok(srap_daemon::sender::read_turn(&self.layout(), index, slot)?)
+    }
+
     /// The grant pinned for receiver `index`, from the binder's map.
     pub fn grant(&self, index: u32) -> anyhow::Result<SlotGrant> {
         Ok(srap_daemon::sender::read_grant(&self.layout(), index)?)
