@@ -252,11 +252,20 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
     let status = verdict_after(&mut Vec::new(), LandingVerdict::Contradicted);
     assert!(status.rss_version >= 2, "{status:?}");
     wait_for_log(&agents, "steering paused");
-    // Paused: new connections keep the kernel's ephemeral ports.
+    // Paused: new connections keep the kernel's ephemeral ports. The pause
+    // can be short: the probes and the steered flows' landings (their
+    // rotations start at random turns, so they vary many port bits) can
+    // teach the receiver the key within a second or two, and the sender
+    // then steers with it; a burst that began after that may be steered.
     let kernel = burst(&net, &agents, PORT, 4);
+    let learned_meanwhile = agents
+        .sender
+        .log()
+        .text()
+        .contains("planning with a key it learned from landings");
     assert!(
-        kernel.iter().all(|p| *p >= 32768),
-        "kernel ports: {kernel:?}"
+        learned_meanwhile || kernel.iter().all(|p| *p >= 32768),
+        "paused, yet SRAP's ports: {kernel:?}"
     );
 
     // The sender's probes teach the receiver the emulated device's key:
