@@ -116,13 +116,23 @@ impl LocalEnd {
                 return Sampled::default();
             }
         };
-        let model = self.learn(steered);
-        let rows: Vec<FlowRow> = self
+        let toward: Vec<&Opened> = self
             .seen
             .iter()
             .filter(|o| steered.contains(&o.dst.ip()))
-            .filter_map(|o| self.row(o))
             .collect();
+        let landed: Vec<Landed> = toward
+            .iter()
+            .filter_map(|o| {
+                Some(Landed {
+                    src: o.src,
+                    dst: o.dst,
+                    queue: o.queue?,
+                })
+            })
+            .collect();
+        let rows: Vec<FlowRow> = toward.iter().filter_map(|o| self.row(o)).collect();
+        let model = self.learn(&landed);
         self.judge.observe(self.version, &rows);
         let pause = match self.judge.report().verdict {
             // A placeholder key (unknown to discovery) is never steered by.
@@ -138,23 +148,11 @@ impl LocalEnd {
         Sampled { model, pause }
     }
 
-    /// Feeds the learner this sample's landings; the new model of this
+    /// Feeds the learner this sample's `landed`; the new model of this
     /// host's NIC when what it serves changed the key.
-    fn learn(&mut self, steered: &BTreeSet<IpAddr>) -> Option<Arc<RssModel>> {
-        let landed: Vec<Landed> = self
-            .seen
-            .iter()
-            .filter(|o| steered.contains(&o.dst.ip()))
-            .filter_map(|o| {
-                Some(Landed {
-                    src: o.src,
-                    dst: o.dst,
-                    queue: o.queue?,
-                })
-            })
-            .collect();
+    fn learn(&mut self, landed: &[Landed]) -> Option<Arc<RssModel>> {
         self.learning
-            .observe(&self.nic.served(), Some(&self.nic.model), &landed);
+            .observe(&self.nic.served(), Some(&self.nic.model), landed);
         match self.nic.relearn(&self.learned) {
             Ok(false) => None,
             Ok(true) => {

@@ -153,8 +153,7 @@ pub async fn run(
         }
     }
     println!("{}", summary::describe(&steering));
-    follower.after_replan(&mut steering);
-    follower.announce_grants(&mut steering);
+    follower.planned(&mut steering, true);
     if args.once {
         follower.wait_reported().await;
         return Ok(());
@@ -408,23 +407,18 @@ impl Follower {
             .collect()
     }
 
-    /// The grants that came before the binder existed (`after_replan`
-    /// applied them), said as the later ones are: one `grant` line per
-    /// receiver, whichever answered first.
-    fn announce_grants(&self, steering: &mut RunningBinder) {
-        for receiver in &self.receivers {
-            if let Some(grant) = &receiver.granted {
-                receiver.take_grant(steering, grant);
-            }
-        }
-    }
-
     /// After a new plan (slots may be renumbered): paused receivers' dests
     /// out again, every grant re-applied, every plan reported.
     fn after_replan(&mut self, steering: &mut RunningBinder) {
+        self.planned(steering, false);
+    }
+
+    /// [`Follower::after_replan`]; `first`: the binder's first plan, whose
+    /// grants (they came before it existed) get their `grant` lines here.
+    fn planned(&mut self, steering: &mut RunningBinder, first: bool) {
         self.refill_dests(steering);
         for receiver in &self.receivers {
-            receiver.reapply(steering);
+            receiver.reapply(steering, first);
             receiver.report(steering, &self.dports);
         }
         if let Some(local) = &self.local

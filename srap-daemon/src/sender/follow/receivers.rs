@@ -66,22 +66,7 @@ impl Receiver {
         let rows = self.row_set();
         let keep = |i| rows.contains(&i);
         match grant::apply_to(&mut steering.ebpf, &steering.plan, keep, Some(grant)) {
-            Ok(applied) => {
-                println!(
-                    "grant {} from {}: {} receiver CPUs [{}]",
-                    grant.epoch,
-                    self.addr,
-                    applied.slots,
-                    grant_cpus(grant)
-                );
-                if applied.unknown > 0 {
-                    warn!(
-                        "grant {} from {}: {} granted CPUs are not reached by any queue of \
-                         the description this sender planned with",
-                        grant.epoch, self.addr, applied.unknown
-                    );
-                }
-            }
+            Ok(applied) => self.say_grant(grant, &applied),
             Err(err) => warn!(
                 "grant {} from {}: cannot apply it: {err}",
                 grant.epoch, self.addr
@@ -89,23 +74,45 @@ impl Receiver {
         }
     }
 
-    /// After a re-plan (slots may be renumbered): its grant again.
-    pub fn reapply(&self, steering: &mut RunningBinder) {
+    /// The `grant` line of an applied grant (and a warning for granted
+    /// CPUs no queue reaches).
+    fn say_grant(&self, grant: &CpuGrant, applied: &grant::Applied) {
+        println!(
+            "grant {} from {}: {} receiver CPUs [{}]",
+            grant.epoch,
+            self.addr,
+            applied.slots,
+            grant_cpus(grant)
+        );
+        if applied.unknown > 0 {
+            warn!(
+                "grant {} from {}: {} granted CPUs are not reached by any queue of \
+                 the description this sender planned with",
+                grant.epoch, self.addr, applied.unknown
+            );
+        }
+    }
+
+    /// After a re-plan (slots may be renumbered): its grant again; `say`
+    /// it (the first plan: a grant that came before the binder existed
+    /// gets its `grant` line as later ones do).
+    pub fn reapply(&self, steering: &mut RunningBinder, say: bool) {
         if self.model.is_none() {
             return;
         }
         let rows = self.row_set();
         let keep = |i| rows.contains(&i);
-        if let Err(err) = grant::apply_to(
-            &mut steering.ebpf,
-            &steering.plan,
-            keep,
-            self.granted.as_ref(),
-        ) {
-            warn!(
+        let granted = self.granted.as_ref();
+        match grant::apply_to(&mut steering.ebpf, &steering.plan, keep, granted) {
+            Ok(applied) => {
+                if let (true, Some(grant)) = (say, granted) {
+                    self.say_grant(grant, &applied);
+                }
+            }
+            Err(err) => warn!(
                 "receiver {}: cannot re-apply its grant after a re-plan: {err}",
                 self.addr
-            );
+            ),
         }
     }
 
