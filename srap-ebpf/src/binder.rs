@@ -87,6 +87,11 @@ const RELEASE_ATTEMPTS: u32 = 4;
 /// Compare-and-exchange tries of one update of a slot word that others
 /// keep changing.
 const WORD_ATTEMPTS: u32 = 3;
+/// A receiver slot's turns this many bits apart pair it with the next CPU
+/// of this host ([`claim_local`]).
+const LOCAL_PAIRING_SHIFT: u32 = 7;
+/// [`claim_slot`]'s search starts at the row's cursor.
+const FROM_CURSOR: u32 = u32::MAX;
 /// Word 2 of an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`), as the kernel's
 /// `user_ip6` holds it (network byte order).
 const V4_MAPPED_WORD: u32 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
@@ -426,7 +431,7 @@ fn bind_steered(
     let Some(grant) = SRAP_GRANTS.get(dest.receiver) else {
         return outcome::ERROR;
     };
-    let Some((slot, turn)) = claim_slot(state, grant, dest.receiver) else {
+    let Some((slot, turn)) = claim_slot(state, grant, dest.receiver, FROM_CURSOR) else {
         return outcome::ERROR;
     };
     // Past this layout's slots only while a re-plan shrinks the receiver:
@@ -446,7 +451,7 @@ fn bind_steered(
         word,
     };
     let (result, local) = match port_sharing(ctx) {
-        Some(sharing) => bind_for_ends(ctx, family, dest, &steering, peer, turn, sharing),
+        Some(sharing) => bind_for_ends(ctx, family, dest, &steering, peer, (slot, turn), sharing),
         None => (outcome::ERROR, SocketSlot::NONE),
     };
     if result == outcome::STEERED || result == outcome::RETRIED {
@@ -485,9 +490,9 @@ struct Joint<'a> {
 /// (`--steer both`), one from the joint map for a claimed CPU of this host
 /// first ([`bind_jointly`]); without, or when none of those binds (the
 /// receiver's placement is kept: `local_missed`), one of the slot's own
-/// rotation (from `turn`; `sharing`: the application's own,
-/// [`port_sharing`]). Returns the outcome and this host's slot now held
-/// ([`SocketSlot::NONE`] without one).
+/// rotation (`claimed`: the receiver slot and its turn; `sharing`: the
+/// application's own, [`port_sharing`]). Returns the outcome and this
+/// host's slot now held ([`SocketSlot::NONE`] without one).
 #[inline(always)]
 fn bind_for_ends(
     ctx: &SockAddrContext,
@@ -495,10 +500,10 @@ fn bind_for_ends(
     dest: &DestValue,
     steering: &Steering<'_>,
     peer: Peer,
-    turn: u32,
+    (slot, turn): (u32, u32),
     sharing: u32,
 ) -> (u32, u32) {
-    if let Some(side) = claim_local(dest) {
+    if let Some(side) = claim_local(dest, slot, turn) {
         let joint = Joint {
             remote: steering,
             peer: &peer,
@@ -518,12 +523,12 @@ fn bind_for_ends(
 }
 
 /// This host's side of a both-ends destination: its table, layout and
-/// joint row, and its slot once claimed.
+/// joint row, and its slot once claimed. Its slot's own rotation is not
+/// used: the receiver slot's turn enumerates the pairs ([`joint_port`]).
 struct LocalSide<'a> {
     steering: Steering<'a>,
     joint: &'a JointRow,
     slot: u32,
-    turn: u32,
 }
 
 /// [`bind_jointly`] bound nothing.
@@ -549,17 +554,15 @@ fn bind_jointly(
     // each time, the hook passes the verifier's million instructions).
     let sharing = joint.sharing;
     let mut reuse_set = false;
-    let (mut turn, mut local_turn) = (joint.turn, local.turn);
+    let mut turn = joint.turn;
     for attempt in 0..JOINT_ATTEMPTS {
         if attempt > 0 {
-            let (Some(next), Some(next_local)) =
-                (take_turn(remote.word), take_turn(local.steering.word))
-            else {
+            let Some(next) = take_turn(remote.word) else {
                 continue;
             };
-            (turn, local_turn) = (next, next_local);
+            turn = next;
         }
-        let Some(port) = joint_port(remote, local, turn, local_turn, peer.port) else {
+        let Some(port) = joint_port(remote, local, turn, peer.port) else {
             continue;
         };
         match bind_one(
@@ -579,9 +582,16 @@ fn bind_jointly(
 }
 
 /// The local table, layout and joint row of `dest`, and a claimed slot of
-/// this host's CPUs; `None` for a destination planned for one NIC.
+/// this host's CPUs for receiver slot `slot` at its `turn`; `None` for a
+/// destination planned for one NIC. The search for the least-occupied CPU
+/// starts at `slot + turn / 128`, not at this row's cursor: connects that
+/// come one at a time move both cursors by one, so receiver CPU `s` would
+/// always meet this host's CPU `s mod n`, and come back to the ports of
+/// those few pairs. From `slot + turn / 128`, a receiver slot's turns walk
+/// every pair of entries and member with one CPU of this host (4 × 8 × 4 =
+/// 128 for 128-entry tables of 32 and 16 CPUs), then with the next.
 #[inline(always)]
-fn claim_local(dest: &DestValue) -> Option<LocalSide<'static>> {
+fn claim_local(dest: &DestValue, slot: u32, turn: u32) -> Option<LocalSide<'static>> {
     if dest.local_table == DestValue::NO_LOCAL {
         return None;
     }
@@ -594,7 +604,8 @@ fn claim_local(dest: &DestValue) -> Option<LocalSide<'static>> {
     if slots == 0 || slots > MAX_SLOTS || joint.kernel_len == 0 {
         return None;
     }
-    let (slot, turn) = claim_slot(state, grant, LOCAL_ROW)?;
+    let start = slot.wrapping_add(turn >> LOCAL_PAIRING_SHIFT) % MAX_SLOTS;
+    let (slot, _) = claim_slot(state, grant, LOCAL_ROW, start)?;
     let rows = (
         SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot % slots)),
         slot_word_of(LOCAL_ROW, slot),
@@ -612,29 +623,27 @@ fn claim_local(dest: &DestValue) -> Option<LocalSide<'static>> {
         },
         joint,
         slot,
-        turn,
     })
 }
 
 /// The port, toward destination port `dport`, of the receiver slot's
-/// `turn`-th entry whose local value is that of the local slot's
-/// `local_turn`-th entry: within the receiver entry's coset, the members
-/// `j` with `K(j) = δ` (one solution, then its kernel's span), the first in
-/// the port range from the rotation's round. `None` when the pair has no
-/// member in the range (a rank-deficient map, a narrow range).
+/// `turn`-th combination of its entry, the local slot's entry and a member
+/// of their pair: within the receiver entry's coset, the members `j` with
+/// `K(j) = δ` (one solution, then its kernel's span), the first in the port
+/// range from the member's round. One rotation walks all three, receiver
+/// entry fastest, so a receiver slot's turns visit every port that lands on
+/// its CPU and the local one before coming back to one (a rotation of its
+/// own per side repeated after as few as 512 connects). `None` when the
+/// pair has no member in the range (a rank-deficient map, a narrow range).
 #[inline(always)]
-fn joint_port(
-    remote: &Steering<'_>,
-    local: &LocalSide<'_>,
-    turn: u32,
-    local_turn: u32,
-    dport: u16,
-) -> Option<u16> {
+fn joint_port(remote: &Steering<'_>, local: &LocalSide<'_>, turn: u32, dport: u16) -> Option<u16> {
     let (row, layout) = (remote.row, remote.layout);
-    if row.count == 0 || local.steering.row.count == 0 {
+    let local_row = local.steering.row;
+    if row.count == 0 || local_row.count == 0 {
         return None;
     }
-    let (position, round) = slot_turn(turn, row.count);
+    let (position, pairing) = slot_turn(turn, row.count);
+    let (local_position, round) = slot_turn(pairing, local_row.count);
     let entry = *SRAP_ENTRIES.get(
         layout
             .entry_base
@@ -649,12 +658,12 @@ fn joint_port(
     if coset.count == 0 {
         return None;
     }
-    let (local_row, local_layout) = (local.steering.row, local.steering.layout);
+    let local_layout = local.steering.layout;
     let local_entry = *SRAP_ENTRIES.get(
         local_layout
             .entry_base
             .wrapping_add(local_row.first)
-            .wrapping_add(local_turn % local_row.count),
+            .wrapping_add(local_position),
     )?;
     let local_value = local_layout.value_for(local.steering.table.base, local_entry, dport);
     let joint = local.joint;
@@ -1058,14 +1067,27 @@ fn unlock(word: *mut u64) {
 /// a slot while a free one exists.
 ///
 /// Only slots of the receiver agent's grant are candidates, each at the
-/// level of its own flows plus the flows other senders hold there.
-fn claim_slot(state: *mut ReceiverSlots, grant: &SlotGrant, receiver: u32) -> Option<(u32, u32)> {
+/// level of its own flows plus the flows other senders hold there. The
+/// search starts at the row's cursor ([`FROM_CURSOR`]) or at `start` (this
+/// host's row under `--steer both`: see [`claim_local`]). One `u32`, not an
+/// `Option`: a BPF function takes at most five registers.
+fn claim_slot(
+    state: *mut ReceiverSlots,
+    grant: &SlotGrant,
+    receiver: u32,
+    start: u32,
+) -> Option<(u32, u32)> {
     // SAFETY: valid map memory; a lost cursor update only changes the rotation.
     let (slots, turn) = unsafe {
         let slots = read_volatile(&raw const (*state).slots);
         let turn = read_volatile(&raw const (*state).cursor);
         (*state).cursor = turn.wrapping_add(1);
-        (slots, turn as u32)
+        let from = if start == FROM_CURSOR {
+            turn as u32
+        } else {
+            start
+        };
+        (slots, from)
     };
     if slots == 0 || slots > MAX_SLOTS {
         return None;
