@@ -7,7 +7,9 @@
 //! again with every other core kept busy by a spinning thread (report-only:
 //! what a connect costs on a loaded host). Then each `--steer` mode toward
 //! a 32-CPU receiver from a host with a 16-CPU NIC: `remote`, `local` and
-//! `both` (goal: `both` adds at most 1.2× what `remote` adds).
+//! `both` (goal: `both` adds at most 1.2× what `remote` adds), and
+//! `remote` and `both` again with every core streaming through memory, as
+//! on a host moving data (report-only).
 //!
 //! The settings take turns: each binder is attached to a cgroup of its own
 //! for the whole run, and every sample criterion takes, of any setting, is
@@ -228,24 +230,38 @@ impl Attached {
         }
     }
 
-    /// The hooks' mean run time per call so far (the kernel's
-    /// `BPF_STATS_RUN_TIME` accounting: the hooks alone, apart from the
-    /// noisy wall clock) and the binder's counters.
-    fn report(&self, note: &str) {
+    /// Each hook's total run time and run count so far (the kernel's
+    /// `BPF_STATS_RUN_TIME` accounting), for [`Attached::report`].
+    fn hook_totals(&self) -> [(Duration, u64); 2] {
         let layout = sender::PinLayout::new(&self.pin_dir);
+        [CONNECT4_PROGRAM, RELEASE_PROGRAM].map(|name| {
+            aya::programs::ProgramInfo::from_pin(layout.program(name))
+                .map_or((Duration::ZERO, 0), |info| {
+                    (info.run_time(), info.run_count())
+                })
+        })
+    }
+
+    /// The hooks' mean run time per call since `since` (their
+    /// [`Attached::hook_totals`] then: the hooks alone, apart from the
+    /// noisy wall clock) and the binder's counters.
+    fn report(&self, note: &str, since: [(Duration, u64); 2]) {
         let label = format!("{}{note}", self.label);
-        for name in [CONNECT4_PROGRAM, RELEASE_PROGRAM] {
-            match aya::programs::ProgramInfo::from_pin(layout.program(name)) {
-                Ok(info) if info.run_count() > 0 => eprintln!(
-                    "hook time ({label}): {name} {:.0} ns per call over {} calls",
-                    info.run_time().as_nanos() as f64 / info.run_count() as f64,
-                    info.run_count()
-                ),
-                Ok(_) => eprintln!("hook time ({label}): {name} never ran"),
-                Err(err) => eprintln!("hook time ({label}): {name}: {err}"),
+        let now = self.hook_totals();
+        for ((name, (time, count)), (time0, count0)) in [CONNECT4_PROGRAM, RELEASE_PROGRAM]
+            .into_iter()
+            .zip(now)
+            .zip(since)
+        {
+            let calls = count.saturating_sub(count0);
+            if calls == 0 {
+                eprintln!("hook time ({label}): {name} never ran");
+                continue;
             }
+            let ns = time.saturating_sub(time0).as_nanos() as f64 / calls as f64;
+            eprintln!("hook time ({label}): {name} {ns:.0} ns per call over {calls} calls");
         }
-        let stats = sender::read_stats(&layout);
+        let stats = sender::read_stats(&sender::PinLayout::new(&self.pin_dir));
         eprintln!(
             "binder counters ({label}): {}",
             stats.map_or_else(|e| e.to_string(), |s| s.to_string())
@@ -290,9 +306,10 @@ fn connect_accept(c: &mut Criterion) {
         binders[0].cgroup.path(),
         binders[1].cgroup.path(),
     ];
+    let zero = [(Duration::ZERO, 0); 2];
     let mut figures = bench_in_turns(c, "connect_accept", &settings, cgroups, &listener, server);
     if stats_on.is_ok() {
-        binders.iter().for_each(|b| b.report(""));
+        binders.iter().for_each(|b| b.report("", zero));
     }
 
     let modes = ["baseline", "binder_remote", "binder_local", "binder_both"];
@@ -308,10 +325,37 @@ fn connect_accept(c: &mut Criterion) {
         server,
     ));
     if stats_on.is_ok() {
-        steered.iter().for_each(|b| b.report(""));
+        steered.iter().for_each(|b| b.report("", zero));
     }
 
-    let spinning = Spinners::start();
+    // `remote` and `both` again on a host that moves data: every core
+    // (the bench's too) streams through memory, so each connect finds
+    // little of what the last one left in the caches, and `both`'s extra
+    // map rows cost what they cost there (report-only).
+    let before = [&steered[0], &steered[2]].map(Attached::hook_totals);
+    let streaming = Load::start(Work::Stream);
+    let cgroups = vec![
+        plain.path(),
+        steered[0].cgroup.path(),
+        steered[2].cgroup.path(),
+    ];
+    figures.extend(bench_in_turns(
+        c,
+        "connect_accept_steer_streaming",
+        &["baseline", "binder_remote", "binder_both"],
+        cgroups,
+        &listener,
+        server,
+    ));
+    drop(streaming);
+    if stats_on.is_ok() {
+        for (binder, since) in [&steered[0], &steered[2]].into_iter().zip(before) {
+            binder.report(", every core streaming memory", since);
+        }
+    }
+
+    let before = binders[0].hook_totals();
+    let spinning = Load::start(Work::Spin);
     let cgroups = vec![plain.path(), binders[0].cgroup.path()];
     figures.extend(bench_in_turns(
         c,
@@ -323,7 +367,7 @@ fn connect_accept(c: &mut Criterion) {
     ));
     drop(spinning);
     if stats_on.is_ok() {
-        binders[0].report(", other core busy, all calls");
+        binders[0].report(", other core busy", before);
     }
     write_paired(&figures);
     drop(inside);
@@ -332,24 +376,42 @@ fn connect_accept(c: &mut Criterion) {
     drop(plain);
 }
 
-/// Threads that keep every core but one busy while they live.
-struct Spinners {
+/// What the load threads of [`Load`] do.
+#[derive(Clone, Copy)]
+enum Work {
+    /// Spin in registers: the other cores are taken, memory is not.
+    Spin,
+    /// Write through a buffer far larger than a core's caches, as a host
+    /// moving data does: whatever a connect left in a cache is gone by the
+    /// next one that time-shares its core.
+    Stream,
+}
+
+/// Bytes each streaming thread writes through, over and over.
+const STREAM_BYTES: usize = 64 << 20;
+
+/// Threads that keep cores busy while they live: [`Work::Spin`] on every
+/// core but one, [`Work::Stream`] on every core (one shares the bench's).
+struct Load {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
-impl Spinners {
-    fn start() -> Self {
+impl Load {
+    fn start(work: Work) -> Self {
         use std::sync::{Arc, atomic::AtomicBool};
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let count = match work {
+            Work::Spin => cores.max(2) - 1,
+            Work::Stream => cores,
+        };
         let stop = Arc::new(AtomicBool::new(false));
-        let threads = (1..cores.max(2))
+        let threads = (0..count)
             .map(|_| {
                 let stop = Arc::clone(&stop);
-                std::thread::spawn(move || {
-                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                        std::hint::spin_loop();
-                    }
+                std::thread::spawn(move || match work {
+                    Work::Spin => spin(&stop),
+                    Work::Stream => stream(&stop),
                 })
             })
             .collect();
@@ -357,7 +419,23 @@ impl Spinners {
     }
 }
 
-impl Drop for Spinners {
+fn spin(stop: &std::sync::atomic::AtomicBool) {
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::hint::spin_loop();
+    }
+}
+
+fn stream(stop: &std::sync::atomic::AtomicBool) {
+    let mut buffer = vec![0u8; STREAM_BYTES];
+    let mut pass = 0u8;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        pass = pass.wrapping_add(1);
+        buffer.fill(pass);
+        std::hint::black_box(&buffer);
+    }
+}
+
+impl Drop for Load {
     fn drop(&mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         for thread in self.threads.drain(..) {
