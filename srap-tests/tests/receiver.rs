@@ -393,6 +393,12 @@ async fn raw_sealed_session_of(
     };
     let v = version;
     assert!(key.verify_receiver(v, &nonce, &challenge.nonce, &challenge.proof));
+    // Below its own version the receiver marks its nonce (a sender that
+    // offered more would refuse: a downgrade); a sender of 6 ignores it.
+    assert_eq!(
+        wire::downgrade::marked_version(&challenge.nonce),
+        (version < PROTOCOL_VERSION).then_some(PROTOCOL_VERSION)
+    );
     let response = Message::Response(Response {
         proof: key.sender_proof(v, &nonce, &challenge.nonce),
     });
@@ -427,7 +433,9 @@ async fn read_versioned(
 }
 
 /// A sender of protocol 6 (the release before `SeenFlows`) is served in
-/// protocol 6 — header, proofs and sealed frames — and is never sent a
+/// protocol 6 — header, proofs and sealed frames; the challenge's nonce
+/// marked as run below 7, which such a sender takes as random bytes like
+/// any other — and is never sent a
 /// `SeenFlows`, which it could not decode; a sender of this release is
 /// sent one (empty here: no verifier) right after its first description.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -452,52 +460,79 @@ async fn a_sender_of_protocol_6_is_served_in_protocol_6() {
     }
 }
 
-/// This release's sender toward a receiver of protocol 6: its Hello comes
-/// under header 6 (what such a receiver reads), the session runs in 6, and
-/// the sender knows the receiver will say nothing of its flows.
+/// This release's sender toward a receiver of protocol 6, without and
+/// with a key: its Hello comes under header 6 (what such a receiver reads),
+/// the session runs in 6 (the old receiver's proof is for 6 and its nonce
+/// is plain random bytes: not a downgrade), and the sender knows the
+/// receiver will say nothing of its flows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_receiver_of_protocol_6_is_spoken_to_in_protocol_6() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+    for key in [None, Some(psk("right key, 16+ bytes"))] {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let old = tokio::spawn(old_receiver(listener, key.clone()));
+        let handle = upstream::watch(client_config(&addr, key.clone()));
+        let mut seen = handle.seen();
+        timeout(
+            WAIT,
+            seen.wait_for(|s| *s == upstream::SeenReport::Unsupported(6)),
+        )
         .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr").to_string();
-    let old = tokio::spawn(async move {
-        let (mut stream, _) = listener.accept().await.expect("accept");
-        let (header, hello) = read_versioned(&mut stream, None).await;
-        let update = Message::RssUpdate(wire::RssUpdate {
-            version: 1,
-            description: (&embedded_default()).into(),
-            key: srap_common::rss::KeyProvenance::default(),
-        });
-        let reply = wire::encode_for(&update, 6).expect("encodes");
-        stream.write_all(&reply).await.expect("reply");
-        // Held open until the sender has read the description.
-        let mut rest = Vec::new();
-        let _ = timeout(WAIT, stream.read_to_end(&mut rest)).await;
-        (header, hello)
+        .expect("in time")
+        .expect("the client runs");
+        drop(handle);
+        let (header, hello) = old.await.expect("join");
+        assert_eq!(header, MIN_PROTOCOL_VERSION);
+        assert!(
+            matches!(
+                hello,
+                Message::Hello(Hello {
+                    version: PROTOCOL_VERSION,
+                    ..
+                })
+            ),
+            "{hello:?}"
+        );
+    }
+}
+
+/// A receiver of protocol 6 serving one sender: with `key`, the challenge
+/// as protocol 6 makes it (an unmarked random nonce, a proof for 6), then
+/// its first description (sealed with a key). Returns the header and the
+/// message of the sender's Hello.
+async fn old_receiver(listener: tokio::net::TcpListener, key: Option<Psk>) -> (u16, Message) {
+    let (mut stream, _) = listener.accept().await.expect("accept");
+    let (header, hello) = read_versioned(&mut stream, None).await;
+    let update = Message::RssUpdate(wire::RssUpdate {
+        version: 1,
+        description: (&embedded_default()).into(),
+        key: srap_common::rss::KeyProvenance::default(),
     });
-    let handle = upstream::watch(client_config(&addr, None));
-    let mut seen = handle.seen();
-    timeout(
-        WAIT,
-        seen.wait_for(|s| *s == upstream::SeenReport::Unsupported(6)),
-    )
-    .await
-    .expect("in time")
-    .expect("the client runs");
-    drop(handle);
-    let (header, hello) = old.await.expect("join");
-    assert_eq!(header, MIN_PROTOCOL_VERSION);
-    assert!(
-        matches!(
-            hello,
-            Message::Hello(Hello {
-                version: PROTOCOL_VERSION,
-                ..
-            })
-        ),
-        "{hello:?}"
-    );
+    let reply = match (&key, &hello) {
+        (Some(key), Message::Hello(hello)) => {
+            let nonce = Nonce::random().expect("random");
+            let challenge = Message::Challenge(wire::Challenge {
+                nonce,
+                proof: key.receiver_proof(6, &hello.nonce, &nonce),
+            });
+            let challenge = wire::encode_for(&challenge, 6).expect("encodes");
+            stream.write_all(&challenge).await.expect("challenge");
+            let Message::Response(response) = read_payload(&mut stream, None).await else {
+                panic!("no response");
+            };
+            assert!(key.verify_sender(6, &hello.nonce, &nonce, &response.proof));
+            let (mut sealer, _) = wire::seal::session(key, Role::Receiver, 6, &hello.nonce, &nonce);
+            sealer.seal(&update).expect("seals")
+        }
+        _ => wire::encode_for(&update, 6).expect("encodes"),
+    };
+    stream.write_all(&reply).await.expect("reply");
+    // Held open until the sender has read the description.
+    let mut rest = Vec::new();
+    let _ = timeout(WAIT, stream.read_to_end(&mut rest)).await;
+    (header, hello)
 }
 
 /// One frame from `stream`, opened with `opener` when given.

@@ -39,7 +39,9 @@
 //! plans) and senders refuse a receiver that cannot prove the key, so a rogue
 //! receiver cannot steer their flows. A recorded handshake cannot be replayed
 //! (the other side's nonce is new each time) nor reflected (the two proofs
-//! carry different labels). After the handshake every frame is
+//! carry different labels), and a version rewritten on the path to force
+//! the session below what both sides speak is detected ([`downgrade`]).
+//! After the handshake every frame is
 //! authenticated with per-direction session keys and a sequence number
 //! ([`seal`], protocol 4), so an on-path attacker cannot alter, inject,
 //! replay, reorder or reflect messages either. It does **not** encrypt: the
@@ -51,6 +53,7 @@
 //! allow-list (`--allow CIDR`) is the only gate.
 
 pub mod auth;
+pub mod downgrade;
 mod error;
 mod frame;
 mod message;
@@ -59,6 +62,7 @@ pub mod seal;
 pub use auth::{
     KEY_ID_LEN, KeyId, MAC_LEN, MAX_PSK_LEN, MIN_PSK_LEN, Mac, NONCE_LEN, Nonce, Psk, PskError,
 };
+pub use downgrade::{ChallengeError, Downgrade};
 pub use error::{DecodeError, EncodeError};
 pub use frame::{
     HEADER_LEN, MAGIC, MAX_FRAME, MAX_HANDSHAKE_FRAME, PREFIX_LEN, decode_error_any_version,

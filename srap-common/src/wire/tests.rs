@@ -867,3 +867,109 @@ fn a_version_6_peer_is_spoken_to_in_version_6() {
     assert!(!psk.verify_receiver(6, &s, &r, &psk.receiver_proof(PROTOCOL_VERSION, &s, &r)));
     assert!(psk.verify_receiver(6, &s, &r, &psk.receiver_proof(6, &s, &r)));
 }
+
+/// A receiver's challenge for a session of `session` when it speaks
+/// `own`: the nonce marked as [`downgrade::receiver_nonce`] marks it, the
+/// proof for `session`.
+fn challenge_of(psk: &Psk, s: &Nonce, session: u16, own: u16) -> Challenge {
+    let nonce = downgrade::mark(nonce(2), session, own);
+    Challenge {
+        nonce,
+        proof: psk.receiver_proof(session, s, &nonce),
+    }
+}
+
+#[test]
+fn a_receiver_below_its_version_marks_its_nonce_and_only_then() {
+    let marked = downgrade::mark(nonce(2), 6, 7);
+    assert_eq!(downgrade::marked_version(&marked), Some(7));
+    // The first 24 bytes stay the random ones.
+    assert_eq!(marked.0[..24], nonce(2).0[..24]);
+    assert_eq!(&marked.0[24..30], b"SRAPDG");
+    assert_eq!(downgrade::mark(nonce(2), 7, 7), nonce(2));
+    assert_eq!(downgrade::marked_version(&nonce(2)), None);
+    let at_6 = downgrade::receiver_nonce(6).expect("OS randomness");
+    let at_own = downgrade::receiver_nonce(PROTOCOL_VERSION).expect("OS randomness");
+    assert_eq!(downgrade::marked_version(&at_6), Some(PROTOCOL_VERSION));
+    assert_eq!(downgrade::marked_version(&at_own), None);
+}
+
+#[test]
+fn a_rewritten_version_is_a_downgrade_and_a_real_older_peer_is_not() {
+    use downgrade::check_challenge;
+    let psk = key();
+    let s = nonce(1);
+    // 7 and 7, untouched.
+    let honest = challenge_of(&psk, &s, 7, 7);
+    assert_eq!(check_challenge(&psk, 7, 7, &s, &honest), Ok(()));
+    // The sender's Hello rewritten from 7 to 6: the receiver runs at 6 and
+    // marks its nonce, which its proof covers.
+    let rewritten = challenge_of(&psk, &s, 6, 7);
+    let err = check_challenge(&psk, 7, 6, &s, &rewritten).expect_err("a downgrade");
+    assert_eq!(
+        err,
+        ChallengeError::Downgrade(Downgrade::HelloRewritten {
+            offered: 7,
+            receiver: 7,
+            session: 6
+        })
+    );
+    // A version-6 receiver marks nothing: the session runs at 6.
+    let old_receiver = challenge_of(&psk, &s, 6, 6);
+    assert_eq!(check_challenge(&psk, 7, 6, &s, &old_receiver), Ok(()));
+    // A version-6 sender offered 6: the mark is just nonce bytes to it, and
+    // its old check of the proof passes.
+    assert_eq!(check_challenge(&psk, 6, 6, &s, &rewritten), Ok(()));
+    assert!(psk.verify_receiver(6, &s, &rewritten.nonce, &rewritten.proof));
+    // The receiver's answer put under header 6 when it proved 7.
+    assert_eq!(
+        check_challenge(&psk, 7, 6, &s, &honest),
+        Err(ChallengeError::Downgrade(Downgrade::HeaderRewritten {
+            header: 6,
+            proved: 7
+        }))
+    );
+    // A newer receiver (8) runs at 7 with this sender: no downgrade.
+    assert_eq!(
+        check_challenge(&psk, 7, 7, &s, &challenge_of(&psk, &s, 7, 8)),
+        Ok(())
+    );
+    // Another key proves no version at all.
+    let other = Psk::new(b"another key, 16+ bytes").expect("psk");
+    assert_eq!(
+        check_challenge(&other, 7, 7, &s, &honest),
+        Err(ChallengeError::WrongKey)
+    );
+}
+
+#[test]
+fn a_downgrade_names_what_happened_and_what_to_do() {
+    let text = Downgrade::HelloRewritten {
+        offered: 7,
+        receiver: 7,
+        session: 6,
+    }
+    .to_string();
+    assert!(
+        text.starts_with("protocol downgrade by something on the path"),
+        "{text}"
+    );
+    assert!(text.contains("(WireGuard, IPsec)"), "{text}");
+    let header = Downgrade::HeaderRewritten {
+        header: 6,
+        proved: 7,
+    }
+    .to_string();
+    assert!(
+        header.contains("rewritten by something on the path"),
+        "{header}"
+    );
+    // Whole in the receiver's log, which keeps 200 characters of a peer's
+    // error, even with versions of five digits.
+    let longest = Downgrade::HelloRewritten {
+        offered: u16::MAX,
+        receiver: u16::MAX,
+        session: u16::MAX,
+    };
+    assert!(longest.to_string().chars().count() <= 200, "{longest}");
+}

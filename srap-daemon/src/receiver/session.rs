@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use srap_common::wire::{
     self, Challenge, DecodeError, DemandReport, ErrorReport, Hello, KeyId, LandingReport,
-    LandingVerdict, MAX_FRAME, MAX_HANDSHAKE_FRAME, MIN_PROTOCOL_VERSION, Message, Nonce,
+    LandingVerdict, MAX_FRAME, MAX_HANDSHAKE_FRAME, MIN_PROTOCOL_VERSION, Message,
     PROTOCOL_VERSION, Role, RssUpdate, SeenFlows,
 };
 use thiserror::Error;
@@ -386,7 +386,9 @@ async fn authenticate(
         ours: keys.to_string(),
     })?;
     let version = outbound.version();
-    let nonce = Nonce::random().map_err(SessionError::Random)?;
+    // Marked when the session runs below this build's version, so a sender
+    // that offered more detects a Hello rewritten on the way.
+    let nonce = wire::downgrade::receiver_nonce(version).map_err(SessionError::Random)?;
     let challenge = Challenge {
         nonce,
         proof: psk.receiver_proof(version, &hello.nonce, &nonce),
@@ -400,6 +402,9 @@ async fn authenticate(
     .await?;
     let response = match framed::read(rd, limits).await? {
         Message::Response(response) => response,
+        // The sender refused the challenge (a wrong proof, a downgrade on
+        // the path): its reason is what the log should say.
+        Message::Error(report) => return Err(SessionError::PeerError(printable(&report.reason))),
         other => return Err(unexpected("Response", &other)),
     };
     if !psk.verify_sender(version, &hello.nonce, &nonce, &response.proof) {

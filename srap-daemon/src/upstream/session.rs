@@ -41,6 +41,8 @@ pub enum PeerError {
     Unauthenticated,
     #[error("the receiver could not prove the pre-shared key: wrong key, or not our receiver")]
     WrongKey,
+    #[error(transparent)]
+    Downgrade(#[from] wire::Downgrade),
     #[error("the receiver sent {got} where {expected} was expected")]
     Unexpected {
         expected: &'static str,
@@ -96,9 +98,11 @@ impl Session {
         let version = wire::version_of(&payload).unwrap_or(MIN_PROTOCOL_VERSION);
         let (inbound, outbound, reply) = match (&reply, &config.psk) {
             (Message::Challenge(challenge), Some(psk)) => {
-                if !psk.verify_receiver(version, &nonce, &challenge.nonce, &challenge.proof) {
-                    let _ = refuse(&mut stream, "authentication failed", config).await;
-                    return Err(PeerError::WrongKey);
+                let offered = PROTOCOL_VERSION;
+                if let Err(err) =
+                    wire::downgrade::check_challenge(psk, offered, version, &nonce, challenge)
+                {
+                    return Err(refuse_challenge(&mut stream, err, config).await);
                 }
                 let response = Message::Response(Response {
                     proof: psk.sender_proof(version, &nonce, &challenge.nonce),
@@ -341,6 +345,26 @@ async fn connect_any(addr: &str, limit: std::time::Duration) -> Result<TcpStream
         .map_err(|_| PeerError::Connect {
             reason: format!("no answer within {limit:?}"),
         })?
+}
+
+/// Tells the receiver why its challenge is refused (best effort) and
+/// returns the error: a downgrade is named to both sides, since the
+/// receiver has no other way to learn of it.
+async fn refuse_challenge(
+    stream: &mut TcpStream,
+    err: wire::ChallengeError,
+    config: &PeerConfig,
+) -> PeerError {
+    match err {
+        wire::ChallengeError::WrongKey => {
+            let _ = refuse(stream, "authentication failed", config).await;
+            PeerError::WrongKey
+        }
+        wire::ChallengeError::Downgrade(downgrade) => {
+            let _ = refuse(stream, &downgrade.to_string(), config).await;
+            downgrade.into()
+        }
+    }
 }
 
 /// Tells the receiver why we leave (best effort, bounded).
