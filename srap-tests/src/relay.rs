@@ -2,7 +2,8 @@
 //! inside a namespace it created, between a real sender agent and a real
 //! receiver agent. It forwards whole frames and, when told, attacks one
 //! frame from the receiver: flips a byte of it, or puts an earlier frame of
-//! the session in its place.
+//! the session in its place; or rewrites the version negotiation of every
+//! session from then on ([`Rewrite`]).
 //!
 //! New sessions wait for a permit ([`Relay::allow`]) before the relay
 //! connects on, so a test can look at the sender between a dropped
@@ -21,6 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use srap_common::wire::{self, Message};
 use srap_lab::NetNs;
 
 /// Frames from the receiver longer than this are descriptions (RssUpdate);
@@ -40,12 +42,25 @@ pub enum Attack {
     ReplayFirst,
 }
 
+/// A rewrite of the version negotiation: the session is forced down to
+/// [`wire::MIN_PROTOCOL_VERSION`] between two agents that speak more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rewrite {
+    /// The sender's `Hello` offers the oldest version instead of its own.
+    HelloVersion,
+    /// The receiver's first answer comes under the oldest version's header.
+    AnswerHeader,
+}
+
 #[derive(Default)]
 struct Shared {
     stop: AtomicBool,
     attack: Mutex<Option<Attack>>,
     /// Attacks carried out.
     done: AtomicU32,
+    rewrite: Mutex<Option<Rewrite>>,
+    /// Versions rewritten.
+    rewritten: AtomicU32,
     permits: AtomicU32,
     /// Both ends of every session, to shut down on drop.
     sockets: Mutex<Vec<TcpStream>>,
@@ -105,6 +120,16 @@ impl Relay {
     /// How many attacks were carried out.
     pub fn attacks(&self) -> u32 {
         self.shared.done.load(Ordering::SeqCst)
+    }
+
+    /// Rewrites the version negotiation of every session from now on.
+    pub fn rewrite(&self, rewrite: Rewrite) {
+        *lock(&self.shared.rewrite) = Some(rewrite);
+    }
+
+    /// How many versions were rewritten.
+    pub fn rewrites(&self) -> u32 {
+        self.shared.rewritten.load(Ordering::SeqCst)
     }
 }
 
@@ -171,33 +196,83 @@ fn start_session(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) 
     client.set_nodelay(true)?;
     lock(&shared.sockets).push(server.try_clone()?);
     let (mut up_from, mut up_to) = (client.try_clone()?, server.try_clone()?);
+    let rewrite = *lock(&shared.rewrite);
+    let inner = Arc::clone(shared);
     let upward = thread::spawn(move || {
+        if rewrite == Some(Rewrite::HelloVersion) {
+            let _ = forward_hello(&mut up_from, &mut up_to, &inner);
+        }
         let _ = io::copy(&mut up_from, &mut up_to);
         let _ = up_to.shutdown(Shutdown::Write);
     });
     let inner = Arc::clone(shared);
     let downward = thread::spawn(move || {
         let (mut from, mut to) = (server, client);
-        let _ = forward_frames(&mut from, &mut to, &inner);
+        let _ = forward_frames(&mut from, &mut to, rewrite, &inner);
         let _ = to.shutdown(Shutdown::Write);
     });
     lock(&shared.threads).extend([upward, downward]);
     Ok(())
 }
 
+/// One whole frame, length prefix included.
+fn read_frame(from: &mut TcpStream) -> io::Result<Vec<u8>> {
+    let mut frame = vec![0u8; wire::PREFIX_LEN];
+    from.read_exact(&mut frame)?;
+    let len = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
+    if len > MAX_PAYLOAD {
+        return Err(io::Error::other("frame too large to relay"));
+    }
+    frame.resize(wire::PREFIX_LEN + len, 0);
+    from.read_exact(&mut frame[wire::PREFIX_LEN..])?;
+    Ok(frame)
+}
+
+/// Forwards the sender's first frame, its `Hello` offering the oldest
+/// version (under the header it came with).
+fn forward_hello(from: &mut TcpStream, to: &mut TcpStream, shared: &Shared) -> io::Result<()> {
+    let mut frame = read_frame(from)?;
+    let payload = &frame[wire::PREFIX_LEN..];
+    let header = wire::version_of(payload);
+    if let (Ok(Message::Hello(mut hello)), Some(header)) = (wire::decode_payload(payload), header)
+        && hello.version > wire::MIN_PROTOCOL_VERSION
+    {
+        hello.version = wire::MIN_PROTOCOL_VERSION;
+        frame = wire::encode_for(&Message::Hello(hello), header).map_err(io::Error::other)?;
+        shared.rewritten.fetch_add(1, Ordering::SeqCst);
+    }
+    to.write_all(&frame)
+}
+
+/// The receiver's first frame under the oldest version's header.
+fn rewrite_header(frame: &mut [u8], shared: &Shared) {
+    let at = wire::PREFIX_LEN + wire::MAGIC.len();
+    let oldest = wire::MIN_PROTOCOL_VERSION.to_be_bytes();
+    if let Some(version) = frame.get_mut(at..at + 2)
+        && *version != oldest
+    {
+        version.copy_from_slice(&oldest);
+        shared.rewritten.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 /// Forwards the receiver's frames one by one, attacking the next
-/// description when armed.
-fn forward_frames(from: &mut TcpStream, to: &mut TcpStream, shared: &Shared) -> io::Result<()> {
+/// description when armed, and the first frame's header when `rewrite`
+/// says so.
+fn forward_frames(
+    from: &mut TcpStream,
+    to: &mut TcpStream,
+    rewrite: Option<Rewrite>,
+    shared: &Shared,
+) -> io::Result<()> {
     let mut first_description: Option<Vec<u8>> = None;
+    let mut first = true;
     loop {
-        let mut frame = vec![0u8; 4];
-        from.read_exact(&mut frame)?;
-        let len = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]) as usize;
-        if len > MAX_PAYLOAD {
-            return Err(io::Error::other("frame too large to relay"));
+        let mut frame = read_frame(from)?;
+        let len = frame.len() - wire::PREFIX_LEN;
+        if std::mem::take(&mut first) && rewrite == Some(Rewrite::AnswerHeader) {
+            rewrite_header(&mut frame, shared);
         }
-        frame.resize(4 + len, 0);
-        from.read_exact(&mut frame[4..])?;
         if len > DESCRIPTION_MIN {
             // The session's first description always passes: the attacks
             // are on a session that is under way.

@@ -35,7 +35,7 @@ use srap_tests::{
     TwoHosts, VethConfig, built_binary,
     flows::Server,
     harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts},
-    relay::{Attack, Relay},
+    relay::{Attack, Relay, Rewrite},
     require_privileged, unique_name,
     workload::Workload,
 };
@@ -577,6 +577,79 @@ fn a_replayed_frame_drops_the_connection_and_keeps_the_plan() {
         return;
     }
     attacked_session_keeps_the_plan(75, Attack::ReplayFirst, "a replay of an earlier frame");
+}
+
+/// A man in the middle rewrites the version negotiation between two agents
+/// of this release to force the session down to protocol 6: the sender
+/// finds it in the receiver's authenticated challenge, refuses the session
+/// with an error naming the downgrade, tells the receiver (whose log says
+/// it), and sets nothing up; a connection from its host goes through
+/// untouched.
+fn a_downgrade_is_refused(subnet: u8, rewrite: Rewrite, cause: &str) {
+    let mut peer = Peer::new(subnet);
+    peer.start_receiver();
+    let upstream = SocketAddr::new(peer.receiver_ip(), PEER_PORT);
+    let relay = Relay::start(&peer.hosts.sender, upstream).expect("relay in the sender netns");
+    relay.rewrite(rewrite);
+    // Every retry within the wait.
+    relay.allow(1000);
+    let sender = peer.sender_agent(&relay.addr().to_string(), &peer.psk_path);
+    // `--once`: an agent that took the downgrade exits too (and fails
+    // the test) instead of steering on.
+    let out = sender
+        .command(&["--peer-wait", "2", "--once"])
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run srap-agent sender");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(relay.rewrites() >= 1, "the relay rewrote nothing");
+    assert!(stderr.contains(cause), "{stderr}");
+    assert!(
+        stderr.contains("or tunnel it (WireGuard, IPsec)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was set up"), "{stderr}");
+    peer.receiver()
+        .wait_for_log("the sender's report of the downgrade", |l| {
+            l.contains("the peer reported an error")
+                && l.contains(cause)
+                && l.contains("(WireGuard, IPsec)")
+        })
+        .expect("the receiver hears why, whole");
+    assert!(!sender.pin_dir().exists(), "no pins for a refused session");
+    assert!(!sender.cgroup().exists(), "no cgroup for a refused session");
+    // Fails open: the sender's host connects as if SRAP were not there.
+    let mut server = peer.listen();
+    let mut workload = Workload::spawn(&peer.hosts.sender, None, peer.server_addr());
+    open_flows(&mut workload, &mut server, 2);
+    drop(relay);
+}
+
+#[test]
+fn a_hello_rewritten_to_protocol_6_is_a_refused_downgrade() {
+    if !require_privileged("peer: a Hello rewritten to protocol 6 on the path") {
+        return;
+    }
+    a_downgrade_is_refused(
+        78,
+        Rewrite::HelloVersion,
+        "protocol downgrade by something on the path: the Hello offering 7 reached the \
+         receiver (of 7) as 6",
+    );
+}
+
+#[test]
+fn an_answer_rewritten_to_protocol_6_is_a_refused_downgrade() {
+    if !require_privileged("peer: the receiver's answer rewritten to protocol 6 on the path") {
+        return;
+    }
+    a_downgrade_is_refused(
+        79,
+        Rewrite::AnswerHeader,
+        "protocol version rewritten by something on the path: the receiver proved 7 but its \
+         answer came as 6",
+    );
 }
 
 /// An expected failure — a receiver that does not answer — is one line
