@@ -65,6 +65,28 @@ impl PortRange {
     pub fn is_empty(&self) -> bool {
         false
     }
+
+    /// Port bit masks whose span over GF(2) is every difference (XOR) of
+    /// two ports of the range: the directions a port chosen from it can
+    /// vary in. What a hash linear in the port needs to be known for to
+    /// place every port of the range is its value at [`PortRange::start`]
+    /// and how these flip it. The difference of two ports is the XOR of
+    /// the steps between them, and the step from `q − 1` to `q` flips the
+    /// bits up to `q`'s lowest set bit; so the masks are `2^(t+1) − 1` for
+    /// every `t` some `q` of `start+1..=end` has as its lowest set bit. The
+    /// kernel's 32768-60999 never flips bit 15 alone: its ports all have
+    /// it set, and how bit 15 flips the hash is never needed for them.
+    pub fn directions(&self) -> impl Iterator<Item = u16> + '_ {
+        (0..16u32).filter_map(|t| {
+            let (start, step) = (u32::from(self.start), 1u32 << t);
+            // The least q above start with q's lowest set bit at t.
+            let mut q = (start >> (t + 1) << (t + 1)) | step;
+            if q <= start {
+                q += step << 1;
+            }
+            (q <= u32::from(self.end)).then(|| u16::try_from((step << 1) - 1).unwrap_or(u16::MAX))
+        })
+    }
 }
 
 impl Default for PortRange {
@@ -453,6 +475,42 @@ impl PortSpan {
 mod tests {
     use super::*;
     use crate::rss::embedded_default;
+
+    /// The directions span exactly the differences of the range's ports,
+    /// checked against every pair's XOR by elimination.
+    #[test]
+    fn a_ranges_directions_span_its_ports_differences() {
+        fn rank(vectors: impl IntoIterator<Item = u16>) -> (u32, Vec<u16>) {
+            let mut basis: Vec<u16> = Vec::new();
+            for mut v in vectors {
+                for b in &basis {
+                    v = v.min(v ^ b);
+                }
+                if v != 0 {
+                    basis.push(v);
+                    basis.sort_unstable_by(|a, b| b.cmp(a));
+                }
+            }
+            (basis.len() as u32, basis)
+        }
+        for (start, end, free) in [
+            (1024, 65535, 16),
+            (32768, 60999, 15),
+            (10000, 32767, 15),
+            (7, 8, 1),
+            (6, 8, 2),
+            (5000, 5000, 0),
+        ] {
+            let range = PortRange::new(start, end).unwrap();
+            let (n, basis) = rank(range.directions());
+            assert_eq!(n, free, "{range}");
+            let (all, _) = rank((start..=end).map(|p| p ^ start).chain(basis));
+            assert_eq!(all, n, "{range}: a difference outside the span");
+        }
+        // The kernel's range never flips bit 15.
+        let kernel = PortRange::new(32768, 60999).unwrap();
+        assert!(kernel.directions().all(|m| m & 0x8000 == 0));
+    }
 
     #[test]
     fn port_ranges_parse_like_sysctl() {

@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 
 use super::{End, FlowTuple, HashFields, HashInput, InputXfrm, ToeplitzKey};
+use crate::solver::PortRange;
 
 /// Key bits a row can name: a 40-byte key (IPv6 4-tuples need all of it).
 const KEY_BITS: usize = 320;
@@ -132,6 +133,8 @@ pub struct KeyLearner {
     /// Which end of the flows it is given the device is (see
     /// [`KeyLearner::facing`]).
     end: End,
+    /// The ports planning chooses from (see [`KeyLearner::choosing`]).
+    ports: PortRange,
     /// Independent equations, each with its own pivot bit (lowest set).
     rows: BTreeMap<usize, Row>,
     landings: u32,
@@ -184,6 +187,7 @@ impl KeyLearner {
             xfrm,
             candidate: candidate.to_vec(),
             end: End::Remote,
+            ports: PortRange::DEFAULT,
             rows: BTreeMap::new(),
             landings: 0,
             conflicts: 0,
@@ -199,6 +203,19 @@ impl KeyLearner {
     /// [`RssModel`]: super::RssModel
     pub fn facing(mut self, end: End) -> Self {
         self.end = end;
+        self
+    }
+
+    /// The same learner for a planner that chooses ports from `ports` only
+    /// (a sender's `--port-range`), so [`KeyLearner::needs`] counts what
+    /// placing those ports needs. Without it, every port: what a receiver
+    /// learns for senders whose ranges it does not know. A range within
+    /// one half of the port space (the kernel's 32768-60999) never needs
+    /// how bit 15 alone flips the hash: landings of ports of that half
+    /// teach only its sum with port 0's hash, which is what placing them
+    /// needs.
+    pub fn choosing(mut self, ports: PortRange) -> Self {
+        self.ports = ports;
         self
     }
 
@@ -297,19 +314,22 @@ impl KeyLearner {
     /// What planning the flow groups of `tuples` (each a sender →
     /// receiver:port; its source port is ignored) needs of the key, and how
     /// much of it the landings determine: `(needed, known)`, both ranks over
-    /// GF(2). Per group, planning needs the queue-deciding hash bits of
-    /// source port 0 and how each of the 16 port bits flips them; `needed`
-    /// is the rank of those combinations, `known` the rank of their span's
-    /// intersection with the landings' (`needed + rank − rank of both`).
+    /// GF(2). Per group, planning ports of [`KeyLearner::choosing`]'s range
+    /// needs the queue-deciding hash bits of the range's first port and how
+    /// each of the range's [`PortRange::directions`] flips them (every
+    /// port, all 16 port bits, unless told the range); `needed` is the rank
+    /// of those combinations, `known` the rank of their span's intersection
+    /// with the landings' (`needed + rank − rank of both`).
     pub fn needs<'a>(&self, tuples: impl IntoIterator<Item = &'a FlowTuple>) -> (u32, u32) {
         let mut needed = BTreeMap::new();
         let mut both = self.rows.clone();
+        let first = self.ports.start();
         for tuple in tuples {
-            let base = tuple.with_sport(0);
+            let anchor = tuple.with_sport(first);
             for &j in &self.table.bits {
-                let zero = self.row_bits(&base, j);
-                let units = (0..16).map(|b| {
-                    let mut column = self.row_bits(&tuple.with_sport(1 << b), j);
+                let zero = self.row_bits(&anchor, j);
+                let units = self.ports.directions().map(|mask| {
+                    let mut column = self.row_bits(&tuple.with_sport(first ^ mask), j);
                     column.xor(&zero);
                     column
                 });
@@ -561,6 +581,13 @@ mod tests {
         let (needed, known) = kernel.needs([&group]);
         assert_eq!(needed, 19);
         assert!((15..19).contains(&known), "{known} of {needed}");
+        // Planning the kernel's range only, the ports of that half are all
+        // it needs: how bit 15 alone flips the hash is not.
+        let upper = kernel.choosing(PortRange::new(32768, 60999).unwrap());
+        assert_eq!(upper.needs([&group]), (18, 18));
+        let lower = upper.choosing(PortRange::new(10000, 32767).unwrap());
+        let (needed, known) = lower.needs([&group]);
+        assert!(needed == 18 && known < 18, "{known} of {needed}");
     }
 
     /// This host's own NIC (virtio-net on 6.12 in a guest that downloads):

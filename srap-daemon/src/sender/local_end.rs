@@ -18,7 +18,7 @@
 //! Paused steering leaves connections the kernel's ports, whose spread is
 //! what the learner needs (as the receiver learns from probe connections).
 
-use std::{collections::BTreeSet, net::IpAddr, path::Path, sync::Arc};
+use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
 use srap_common::{
     rss::{End, FlowTuple, KeySource, RssModel},
@@ -28,6 +28,7 @@ use srap_host::status::FlowRow;
 use tracing::{info, warn};
 
 use super::{
+    RunningBinder,
     ends::{LocalNic, Steer},
     landings::{LocalLandings, Opened},
 };
@@ -57,10 +58,12 @@ pub struct LocalEnd {
 }
 
 impl LocalEnd {
-    /// Watches the connections `cgroup` opens toward `toward`. Without the
-    /// socket hook (an old kernel, no cgroup2) steering goes on unverified,
-    /// and says so.
-    pub fn start(nic: LocalNic, steer: Steer, cgroup: &Path, toward: &[IpAddr]) -> Self {
+    /// Watches the connections `binder`'s cgroup opens toward `toward`;
+    /// learning this NIC's key counts what placing the ports `binder`
+    /// chooses from needs ([`Learning::choosing`]). Without the socket hook
+    /// (an old kernel, no cgroup2) steering goes on unverified, and says so.
+    pub fn start(nic: LocalNic, steer: Steer, binder: &RunningBinder, toward: &[IpAddr]) -> Self {
+        let cgroup = binder.cgroup.as_path();
         let iface = match &nic.source {
             Source::Iface(iface) => Some(iface.clone()),
             // Described by a file: the device the replies arrive on is the
@@ -87,7 +90,8 @@ impl LocalEnd {
             learned.clone(),
             End::Local,
             Learning::of_this_host(&nic.name()),
-        );
+        )
+        .choosing(binder.port_range);
         Self {
             nic,
             steer,

@@ -64,7 +64,7 @@ pub async fn run(
         None => None,
     };
     // Watching before `steering active`: no connection it steers is missed.
-    let local = local.map(|nic| LocalEnd::start(nic, steer, &steering.cgroup, &receivers));
+    let local = local.map(|nic| LocalEnd::start(nic, steer, &steering, &receivers));
     println!("{}", super::summary::describe(&steering));
     let mut run = Offline {
         both: options.local.clone(),

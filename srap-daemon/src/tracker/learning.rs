@@ -36,9 +36,12 @@ use std::{
     sync::{Arc, Mutex, PoisonError},
 };
 
-use srap_common::rss::{
-    End, FlowTuple, HashFields, InputXfrm, KeyConfidence, KeyLearner, KeyProvenance, KeySource,
-    RssDescription, RssModel, ToeplitzKey,
+use srap_common::{
+    rss::{
+        End, FlowTuple, HashFields, InputXfrm, KeyConfidence, KeyLearner, KeyProvenance, KeySource,
+        RssDescription, RssModel, ToeplitzKey,
+    },
+    solver::PortRange,
 };
 use srap_host::status::LearningRow;
 use tracing::{info, warn};
@@ -151,7 +154,7 @@ impl Basis {
         }
     }
 
-    fn learner(&self, end: End) -> Result<KeyLearner, String> {
+    fn learner(&self, end: End, ports: PortRange) -> Result<KeyLearner, String> {
         let fields = |f: &str| f.parse::<HashFields>();
         let xfrm: InputXfrm = self.xfrm.parse()?;
         let key = ToeplitzKey::parse_hex(&self.candidate).map_err(|e| e.to_string())?;
@@ -161,7 +164,7 @@ impl Basis {
             xfrm,
             key.as_bytes(),
         )
-        .map(|learner| learner.facing(end))
+        .map(|learner| learner.facing(end).choosing(ports))
         .map_err(|e| e.to_string())
     }
 }
@@ -171,6 +174,9 @@ impl Basis {
 pub struct Learning {
     /// Which end of the flows the device is.
     end: End,
+    /// The ports planning for the device chooses from (see
+    /// [`Learning::choosing`]).
+    ports: PortRange,
     /// What the log adds to `the RSS key`: nothing for the receiver's
     /// NIC, ` of this host's NIC eth0` for the sender's own.
     of: String,
@@ -197,6 +203,7 @@ impl Learning {
     pub fn new(learned: LearnedKey, end: End, of: impl Into<String>) -> Self {
         Self {
             end,
+            ports: PortRange::DEFAULT,
             of: of.into(),
             basis: None,
             learner: None,
@@ -209,6 +216,16 @@ impl Learning {
             said: None,
             learned,
         }
+    }
+
+    /// The same learning for a planner that chooses ports from `ports`
+    /// only (the sender's own NIC: its `--port-range`), so how far the
+    /// landings back a key counts what placing those ports needs
+    /// ([`KeyLearner::choosing`]). A receiver does not know its senders'
+    /// ranges and counts every port.
+    pub fn choosing(mut self, ports: PortRange) -> Self {
+        self.ports = ports;
+        self
     }
 
     /// What the log adds for this host's own NIC `nic`.
@@ -285,7 +302,7 @@ impl Learning {
     }
 
     fn restart(&mut self, basis: Basis) {
-        match basis.learner(self.end) {
+        match basis.learner(self.end, self.ports) {
             Ok(learner) => {
                 self.learner = Some(learner);
                 self.unable = None;
@@ -308,7 +325,7 @@ impl Learning {
         self.queues.clear();
         self.triples.clear();
         if let (Some(basis), Some(_)) = (&self.basis, &self.learner) {
-            self.learner = basis.learner(self.end).ok();
+            self.learner = basis.learner(self.end, self.ports).ok();
         }
     }
 
@@ -579,6 +596,23 @@ mod tests {
         assert!(c.complete(), "{c:?}");
         assert_eq!(row.confidence, c);
         assert_eq!(row.revision, key.revision);
+    }
+
+    /// A planner that chooses from the kernel's 32768-60999 only (a
+    /// sender's own NIC under its default `--port-range`): random ports of
+    /// that half determine everything placing them needs, one combination
+    /// fewer than every port needs (how bit 15 alone flips the hash).
+    #[test]
+    fn what_planning_needs_is_counted_for_the_ports_it_chooses_from() {
+        let published = served(&embedded_default().key);
+        let handle = LearnedKey::default();
+        let kernel = PortRange::new(32_768, 60_999).expect("range");
+        let mut learning = Learning::new(handle.clone(), End::Remote, "").choosing(kernel);
+        let device = RssModel::from_description(&published.description).expect("model");
+        let records = landed(&device, 2_463_534_242, 24, 32_768);
+        learning.observe(&published.view(), Some(&device), &records);
+        let c = after(&handle, &published).1.confidence;
+        assert_eq!((c.needed, c.known), (18, 18), "{c:?}");
     }
 
     #[test]

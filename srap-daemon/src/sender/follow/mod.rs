@@ -146,8 +146,7 @@ pub async fn run(
     if !args.once {
         // Watching before `steering active`: no connection it steers is missed.
         let toward: Vec<IpAddr> = follower.options.targets.iter().map(|t| t.addr).collect();
-        follower.local =
-            local.map(|nic| LocalEnd::start(nic, Steer::Both, &steering.cgroup, &toward));
+        follower.local = local.map(|nic| LocalEnd::start(nic, Steer::Both, &steering, &toward));
         if follower.local.is_none() {
             follower.opened = watch_opened(&steering.cgroup);
         }
