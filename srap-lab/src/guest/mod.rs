@@ -28,7 +28,9 @@ pub use files::{GuestFiles, GuestKernel};
 pub use image::GuestImage;
 pub use shell::GuestShell;
 
-use super::{NetNs, harness::in_netns, interrupted, unique_name, workload::ChildGuard};
+use super::{
+    NetNs, harness::in_netns, interrupted, subnet::SubnetLock, unique_name, workload::ChildGuard,
+};
 
 /// The guest's NIC, inside the guest.
 pub const GUEST_IFACE: &str = "eth0";
@@ -149,12 +151,16 @@ pub struct GuestNet {
     pub tap: String,
     pub host_ip: Ipv4Addr,
     pub guest_ip: Ipv4Addr,
+    /// Held until the namespace is gone ([`SubnetLock`]): the host's cgroup
+    /// hooks see the guest's flows by address, as they see any test's.
+    _subnet: SubnetLock,
 }
 
 impl GuestNet {
     /// The namespace and tap, with `10.199.SUBNET.1/24` on the tap; the
     /// guest takes `.2`.
     pub fn new(subnet: u8) -> anyhow::Result<Self> {
+        let lock = SubnetLock::take(subnet)?;
         let ns = NetNs::new()?;
         let tap = unique_name("t");
         ns.ip(["tuntap", "add", "dev", &tap, "mode", "tap", "multi_queue"])?;
@@ -176,6 +182,7 @@ impl GuestNet {
             tap,
             host_ip,
             guest_ip: Ipv4Addr::new(10, 199, subnet, 2),
+            _subnet: lock,
         })
     }
 }
