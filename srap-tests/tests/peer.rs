@@ -652,6 +652,51 @@ fn an_answer_rewritten_to_protocol_6_is_a_refused_downgrade() {
     );
 }
 
+/// A sender that already steers and meets a downgrade when it reconnects
+/// refuses each forced-down session, saying why, and steers on with the
+/// plan it has, as after any failed reconnection: connections stay steered,
+/// nothing of the refused sessions is applied.
+#[test]
+fn a_downgrade_on_reconnection_keeps_the_plan() {
+    if !require_privileged("peer: a downgrade when a steering sender reconnects") {
+        return;
+    }
+    let mut peer = Peer::new(76);
+    peer.start_receiver();
+    let upstream = SocketAddr::new(peer.receiver_ip(), PEER_PORT);
+    let relay = Relay::start(&peer.hosts.sender, upstream).expect("relay in the sender netns");
+    relay.allow(1);
+    peer.start_sender_via(&relay.addr().to_string());
+    peer.receiver()
+        .wait_for_log("the plan for version 1", |l| {
+            l.contains("plan for version 1:")
+        })
+        .expect("the receiver hears the plan");
+    let planned = peer.pinned_slots();
+
+    // The session is cut (a flipped byte), and every one after it is
+    // forced down to protocol 6.
+    relay.rewrite(Rewrite::HelloVersion);
+    relay.allow(1000);
+    relay.arm(Attack::FlipByte);
+    peer.write_rss(&description(Some(second_table())));
+    peer.sender()
+        .wait_for_log("the refused downgrade", |l| {
+            l.contains("protocol downgrade by something on the path")
+        })
+        .expect("the sender refuses the forced-down session");
+    assert!(relay.rewrites() >= 1, "the relay rewrote nothing");
+    assert_eq!(peer.pinned_slots(), planned, "the pinned plan changed");
+    let mut server = peer.listen();
+    let mut workload = peer.workload();
+    let ports = open_flows(&mut workload, &mut server, FLOWS);
+    peer.assert_steered(&ports);
+    assert!(
+        !peer.sender().exited(),
+        "the sender agent keeps running and retrying"
+    );
+}
+
 /// An expected failure — a receiver that does not answer — is one line
 /// naming the receiver once and what happened, with no backtrace whatever
 /// RUST_BACKTRACE says; nothing is set up.
