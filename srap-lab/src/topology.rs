@@ -2,7 +2,7 @@
 //! multi-queue veth, the RSS-NIC emulator on the sender's end (so the
 //! receiver's RX queue follows Toeplitz exactly as a NIC's would), per-queue
 //! RPS CPUs, and the receive verifier on the receiver's end. With a sender
-//! NIC ([`LabNetConfig::sender_nic`], `--direction pull|both`) the same
+//! NIC ([`lab_sender_nic`], `--direction pull|both`) the same
 //! again the other way: the emulator on the receiver's end hashes what the
 //! receiver sends with the sender's description, per-queue RPS on the
 //! sender, and a verifier on the sender's end sees where it lands.

@@ -44,7 +44,7 @@ impl Greedy {
     /// Connects from `ns` to the receiver agent at `peer`, authenticates
     /// with `psk` as `agent`, then claims `per_cpu` flows on every CPU of
     /// `cpus` (and every other time one fewer on the first), as fast as
-    /// [`BURST`] and [`PAUSE`] allow.
+    /// `BURST` and `PAUSE` allow.
     pub fn start(
         ns: &NetNs,
         peer: SocketAddr,

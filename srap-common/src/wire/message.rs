@@ -164,11 +164,11 @@ pub struct Hello {
 pub struct Challenge {
     /// The receiver's half: the sender's proof covers it.
     pub nonce: Nonce,
-    /// [`super::auth::receiver_proof`]: shows the receiver knows the PSK.
+    /// [`super::auth::Psk::receiver_proof`]: shows the receiver knows the PSK.
     pub proof: Mac,
 }
 
-/// The sender's proof of the PSK, [`super::auth::sender_proof`].
+/// The sender's proof of the PSK, [`super::auth::Psk::sender_proof`].
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct Response {
     pub proof: Mac,

@@ -131,7 +131,7 @@ pub fn watch(
     watch_learning(source, interval, LearnedKey::default())
 }
 
-/// [`watch`], serving the key in `learned` in place of the candidate it
+/// [`watch()`], serving the key in `learned` in place of the candidate it
 /// was learned for (a new version when it is set or cleared). Discovery's
 /// warnings are logged when they change, not on every re-read.
 pub fn watch_learning(

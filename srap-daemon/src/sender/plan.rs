@@ -14,7 +14,7 @@
 //! the flows toward every receiver. With `--steer local` alone the
 //! targets' models face the local end and their row is [`LOCAL_ROW`].
 //!
-//! Pure computation on the RSS models; [`super::maps`] writes the result.
+//! Pure computation on the RSS models; `super::maps` writes the result.
 
 use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 

@@ -1,6 +1,6 @@
 //! `--metrics ADDR`: the status as Prometheus text exposition (format
 //! 0.0.4) on `GET /metrics`, over a deliberately tiny HTTP/1.x server: one
-//! request per connection, a head of at most [`MAX_HEAD`] bytes, a deadline
+//! request per connection, a head of at most `MAX_HEAD` bytes, a deadline
 //! per connection, a bounded number of connections at once. Anything else
 //! gets a short error status. No web framework: a scrape endpoint needs none.
 //!
