@@ -323,10 +323,15 @@ pub fn read_occupancy(layout: &PinLayout, receiver: u32) -> Result<Vec<u32>, Sen
 /// The next turn of slot `slot`'s port rotation in binder row `receiver`
 /// (a fresh row's rotations start at one random turn: `start_rotations`).
 pub fn read_turn(layout: &PinLayout, receiver: u32, slot: u32) -> Result<u32, SenderError> {
+    if slot >= MAX_SLOTS {
+        return Err(SenderError::Input(format!(
+            "slot {slot} is past the binder's {MAX_SLOTS} slots per receiver"
+        )));
+    }
     let words: Array<_, u64> =
         Array::try_from(open_pinned(layout, SLOT_STATE_MAP)?).map_err(map_error(SLOT_STATE_MAP))?;
     words
-        .get(&(receiver * MAX_SLOTS + slot.min(MAX_SLOTS - 1)), 0)
+        .get(&(receiver * MAX_SLOTS + slot), 0)
         .map(slot_word::turn)
         .map_err(map_error(SLOT_STATE_MAP))
 }
