@@ -44,7 +44,7 @@ pub struct PullRun {
     /// What the guest counted per receive queue during the run
     /// ([`truth::rx_queue_packets`]: `ethtool -S` packets, or interrupts).
     pub rx_queue_packets: Vec<u64>,
-    /// Queues that carried at least a quarter of a flow's fair share.
+    /// Queues that carried at least an eighth of a flow's fair share.
     pub busy_queues: BTreeSet<u32>,
     /// The data streams' ports as the host's server accepted them, each
     /// with the queue the device's key and table give its reverse tuple.
