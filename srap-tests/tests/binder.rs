@@ -405,13 +405,11 @@ fn closed_flows_free_their_cpus() {
     workload.finish();
 }
 
-/// A fresh binder starts its port rotations at a random turn: the same
-/// plan, attached three times from nothing (detached in between: new
-/// maps), puts 16 flows on 16 CPUs each time, and not on the same ports
-/// every time. One start serves all of a row's slots, and a slot's
-/// rotation comes back to its first port after its ~880 ports, so two
-/// fresh binders take the same 16 ports about once in 220; three in a row,
-/// about once in 50 000.
+/// A fresh binder starts each slot's port rotation at a random turn: the
+/// same plan, attached twice from nothing (detached in between: new maps),
+/// puts 16 flows on 16 CPUs both times with other ports (16 random starts
+/// giving the same 16 first ports is vanishingly unlikely), so SRAP's
+/// ports are no more predictable than its plan makes them.
 #[test]
 fn a_fresh_binder_starts_its_rotations_at_random_turns() {
     if !privileged("binder: random rotation starts") {
@@ -419,7 +417,7 @@ fn a_fresh_binder_starts_its_rotations_at_random_turns() {
     }
     let lab = Lab::new(false, 99);
     let mut runs = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..2 {
         lab.attach_once();
         let mut server = lab.listen();
         let mut workload = lab.workload(true);
@@ -431,10 +429,7 @@ fn a_fresh_binder_starts_its_rotations_at_random_turns() {
         assert!(out.status.success(), "{out:?}");
         runs.push(ports.into_iter().collect::<BTreeSet<u16>>());
     }
-    assert!(
-        runs.iter().any(|ports| *ports != runs[0]),
-        "the same ports from fresh maps three times: {runs:?}"
-    );
+    assert_ne!(runs[0], runs[1], "the same ports from fresh maps");
 }
 
 /// A port another socket holds without sharing it (here a listener) is

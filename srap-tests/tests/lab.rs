@@ -253,9 +253,9 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
     assert!(status.rss_version >= 2, "{status:?}");
     wait_for_log(&agents, "steering paused");
     // Paused: new connections keep the kernel's ephemeral ports. The pause
-    // can be short: the probes (from random source ports) and the steered
-    // flows' landings can teach the receiver the key within a second or
-    // two, and the sender
+    // can be short: the probes and the steered flows' landings (their
+    // rotations start at random turns, so they vary many port bits) can
+    // teach the receiver the key within a second or two, and the sender
     // then steers with it; a burst that began after that may be steered.
     let kernel = burst(&net, &agents, PORT, 4);
     let learned_meanwhile = agents

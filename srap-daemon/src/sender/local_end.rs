@@ -23,19 +23,15 @@
 //! `--port-range`): they come one after another (low bits vary first), all
 //! of one parity, and a range in the other half of the port space (the
 //! lab's 10000-32767) shares no port with them. Steering resumes once the
-//! landings agree with the learned key all the same, and the steered
-//! connections determine the rest as the rotations reach the directions
-//! the kernel's ports left unknown. A row's slots walk their entries first
-//! and all start at one turn (`maps::start_rotations`, which keeps the
-//! kernel's bind cheap), so the directions a slot's cosets share change
-//! only as its rounds advance: in the 6.12 virtio guest of `virtio.rs`, 11
-//! of 18 known on resuming, 16 of 18 one sample later, and every one of
-//! the 60 steered landings on its planned queue. A direction the guess got
-//! wrong moves every port of a round alike; the closed loop judges those
-//! landings and the learner takes the direction from them. Holding
-//! steering until the key were complete would never end for such a range,
-//! and planning only the ports whose landing the known part decides would
-//! plan none of it.
+//! landings agree with the learned key all the same, and its first round
+//! of steered connections is the probe that determines the rest: each
+//! fresh slot's rotation starts at a random turn (`maps::scatter_turns`),
+//! so those ports vary every direction of the range at once (measured:
+//! 11–16 of 18 known on resuming, 18 of 18 one sample later, in the 6.12
+//! guests of `virtio.rs`). Holding steering until the key were complete
+//! would never end for such a range, and planning only the ports whose
+//! landing the known part decides would plan none of it; a connection of
+//! that round the guessed part misplaces is judged by the closed loop.
 
 use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 

@@ -183,7 +183,7 @@ fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
     };
     for (receiver, change) in plan.rows().zip(&changes) {
         if change.as_ref().is_some_and(|(_, unclaimable)| *unclaimable) {
-            start_rotations(ebpf, receiver.index, receiver.slots)?;
+            scatter_turns(ebpf, receiver.index, receiver.slots)?;
         }
     }
     let mut array: Array<_, ReceiverSlots> =
@@ -203,36 +203,36 @@ fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
     Ok(())
 }
 
-/// Starts every unused slot's port rotation (a word still 0: no flow, no
+/// Starts each unused slot's port rotation (a word still 0: no flow, no
 /// turn taken) of binder row `receiver`, which no hook can claim in yet (it
-/// had no slots), at one random turn, before its slot count is set. From
-/// one plan, two hosts or two runs then take different ports first: SRAP's
+/// had no slots), at a random turn, before its slot count is set. From one
+/// plan, two hosts or two runs then take different ports first: SRAP's
 /// ports are no more predictable than its plan makes them (RFC 6056: an
-/// off-path attacker must guess a connection's port; the kernel too keeps
-/// one secret offset per destination and counts up from it). One turn for
-/// all the row's slots, not one each: the slots then walk their cosets in
-/// step, so the ports of connects in a row stay close together, and the
-/// kernel's bind finds its hash buckets still in the cache — a turn of its
-/// own per slot made each connect's bind ~280 ns slower (the connect hook's
-/// run time, 850 against 579 ns, toward a 32-CPU receiver). A word in use
-/// is left alone: it counts open flows.
-fn start_rotations(ebpf: &mut Ebpf, receiver: u32, slots: u32) -> Result<(), SenderError> {
+/// off-path attacker must guess a connection's port). A turn of its own per
+/// slot, not one per row: the first round of connects then varies many
+/// port directions, so a closed loop catches a wrong key at once and a
+/// learner sees more of a rotation sooner (with one turn per row a
+/// misreported virtio key agreed on 10 of 10 landings and went unlearned).
+/// It costs the kernel's bind ~280 ns per connect in cold hash buckets
+/// (docs/binder.md, "What it costs"). A word in use is left alone: it
+/// counts open flows.
+fn scatter_turns(ebpf: &mut Ebpf, receiver: u32, slots: u32) -> Result<(), SenderError> {
     let mut words: Array<_, u64> =
         Array::try_from(map_mut(ebpf, SLOT_STATE_MAP)?).map_err(map_error(SLOT_STATE_MAP))?;
-    let mut random = [0u8; 4];
+    let mut random = vec![0u8; 4 * slots.min(MAX_SLOTS) as usize];
     if getrandom::fill(&mut random).is_err() {
         // Predictable rotations still steer: nothing to stop for.
         return Ok(());
     }
-    let start = u64::from(u32::from_ne_bytes(random)) * slot_word::TURN;
-    for slot in 0..slots.min(MAX_SLOTS) {
+    for (slot, bytes) in (0..).zip(random.chunks_exact(4)) {
         let index = receiver * MAX_SLOTS + slot;
         let word = words.get(&index, 0).map_err(map_error(SLOT_STATE_MAP))?;
         if word != 0 {
             continue;
         }
+        let turn = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         words
-            .set(index, start, 0)
+            .set(index, u64::from(turn) * slot_word::TURN, 0)
             .map_err(map_error(SLOT_STATE_MAP))?;
     }
     Ok(())
@@ -321,7 +321,7 @@ pub fn read_occupancy(layout: &PinLayout, receiver: u32) -> Result<Vec<u32>, Sen
 }
 
 /// The next turn of slot `slot`'s port rotation in binder row `receiver`
-/// (a fresh row's rotations start at one random turn: `start_rotations`).
+/// (a fresh row's rotations start at random turns: `scatter_turns`).
 pub fn read_turn(layout: &PinLayout, receiver: u32, slot: u32) -> Result<u32, SenderError> {
     if slot >= MAX_SLOTS {
         return Err(SenderError::Input(format!(

@@ -700,7 +700,7 @@ impl SenderAgent {
     }
 
     /// The next turn of `slot`'s port rotation toward receiver `index`,
-    /// from the binder's map (a fresh row's rotations start at one random turn).
+    /// from the binder's map (fresh rotations start at random turns).
     pub fn turn(&self, index: u32, slot: u32) -> anyhow::Result<u32> {
         Ok(srap_daemon::sender::read_turn(&self.layout(), index, slot)?)
     }
