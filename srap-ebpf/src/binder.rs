@@ -87,11 +87,6 @@ const RELEASE_ATTEMPTS: u32 = 4;
 /// Compare-and-exchange tries of one update of a slot word that others
 /// keep changing.
 const WORD_ATTEMPTS: u32 = 3;
-/// A receiver slot's turns this many bits apart pair it with the next CPU
-/// of this host ([`claim_local`]).
-const LOCAL_PAIRING_SHIFT: u32 = 7;
-/// [`claim_slot`]'s search starts at the row's cursor.
-const FROM_CURSOR: u32 = u32::MAX;
 /// Word 2 of an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`), as the kernel's
 /// `user_ip6` holds it (network byte order).
 const V4_MAPPED_WORD: u32 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
@@ -431,7 +426,7 @@ fn bind_steered(
     let Some(grant) = SRAP_GRANTS.get(dest.receiver) else {
         return outcome::ERROR;
     };
-    let Some((slot, turn)) = claim_slot(state, grant, dest.receiver, FROM_CURSOR) else {
+    let Some((slot, turn)) = claim_slot(state, grant, dest.receiver) else {
         return outcome::ERROR;
     };
     // Past this layout's slots only while a re-plan shrinks the receiver:
@@ -451,7 +446,7 @@ fn bind_steered(
         word,
     };
     let (result, local) = match port_sharing(ctx) {
-        Some(sharing) => bind_for_ends(ctx, family, dest, &steering, peer, (slot, turn), sharing),
+        Some(sharing) => bind_for_ends(ctx, family, dest, &steering, peer, turn, sharing),
         None => (outcome::ERROR, SocketSlot::NONE),
     };
     if result == outcome::STEERED || result == outcome::RETRIED {
@@ -490,9 +485,9 @@ struct Joint<'a> {
 /// (`--steer both`), one from the joint map for a claimed CPU of this host
 /// first ([`bind_jointly`]); without, or when none of those binds (the
 /// receiver's placement is kept: `local_missed`), one of the slot's own
-/// rotation (`claimed`: the receiver slot and its turn; `sharing`: the
-/// application's own, [`port_sharing`]). Returns the outcome and this
-/// host's slot now held ([`SocketSlot::NONE`] without one).
+/// rotation (from `turn`; `sharing`: the application's own,
+/// [`port_sharing`]). Returns the outcome and this host's slot now held
+/// ([`SocketSlot::NONE`] without one).
 #[inline(always)]
 fn bind_for_ends(
     ctx: &SockAddrContext,
@@ -500,10 +495,10 @@ fn bind_for_ends(
     dest: &DestValue,
     steering: &Steering<'_>,
     peer: Peer,
-    (slot, turn): (u32, u32),
+    turn: u32,
     sharing: u32,
 ) -> (u32, u32) {
-    if let Some(side) = claim_local(dest, slot, turn) {
+    if let Some(side) = claim_local(dest) {
         let joint = Joint {
             remote: steering,
             peer: &peer,
@@ -582,16 +577,9 @@ fn bind_jointly(
 }
 
 /// The local table, layout and joint row of `dest`, and a claimed slot of
-/// this host's CPUs for receiver slot `slot` at its `turn`; `None` for a
-/// destination planned for one NIC. The search for the least-occupied CPU
-/// starts at `slot + turn / 128`, not at this row's cursor: connects that
-/// come one at a time move both cursors by one, so receiver CPU `s` would
-/// always meet this host's CPU `s mod n`, and come back to the ports of
-/// those few pairs. From `slot + turn / 128`, a receiver slot's turns walk
-/// every pair of entries and member with one CPU of this host (4 × 8 × 4 =
-/// 128 for 128-entry tables of 32 and 16 CPUs), then with the next.
+/// this host's CPUs; `None` for a destination planned for one NIC.
 #[inline(always)]
-fn claim_local(dest: &DestValue, slot: u32, turn: u32) -> Option<LocalSide<'static>> {
+fn claim_local(dest: &DestValue) -> Option<LocalSide<'static>> {
     if dest.local_table == DestValue::NO_LOCAL {
         return None;
     }
@@ -604,8 +592,7 @@ fn claim_local(dest: &DestValue, slot: u32, turn: u32) -> Option<LocalSide<'stat
     if slots == 0 || slots > MAX_SLOTS || joint.kernel_len == 0 {
         return None;
     }
-    let start = slot.wrapping_add(turn >> LOCAL_PAIRING_SHIFT) % MAX_SLOTS;
-    let (slot, _) = claim_slot(state, grant, LOCAL_ROW, start)?;
+    let (slot, _) = claim_slot(state, grant, LOCAL_ROW)?;
     let rows = (
         SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot % slots)),
         slot_word_of(LOCAL_ROW, slot),
@@ -1067,27 +1054,14 @@ fn unlock(word: *mut u64) {
 /// a slot while a free one exists.
 ///
 /// Only slots of the receiver agent's grant are candidates, each at the
-/// level of its own flows plus the flows other senders hold there. The
-/// search starts at the row's cursor ([`FROM_CURSOR`]) or at `start` (this
-/// host's row under `--steer both`: see [`claim_local`]). One `u32`, not an
-/// `Option`: a BPF function takes at most five registers.
-fn claim_slot(
-    state: *mut ReceiverSlots,
-    grant: &SlotGrant,
-    receiver: u32,
-    start: u32,
-) -> Option<(u32, u32)> {
+/// level of its own flows plus the flows other senders hold there.
+fn claim_slot(state: *mut ReceiverSlots, grant: &SlotGrant, receiver: u32) -> Option<(u32, u32)> {
     // SAFETY: valid map memory; a lost cursor update only changes the rotation.
     let (slots, turn) = unsafe {
         let slots = read_volatile(&raw const (*state).slots);
         let turn = read_volatile(&raw const (*state).cursor);
         (*state).cursor = turn.wrapping_add(1);
-        let from = if start == FROM_CURSOR {
-            turn as u32
-        } else {
-            start
-        };
-        (slots, from)
+        (slots, turn as u32)
     };
     if slots == 0 || slots > MAX_SLOTS {
         return None;
