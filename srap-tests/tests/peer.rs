@@ -509,12 +509,10 @@ fn wrong_key_sets_nothing_up() {
     assert_eq!(peer.sysctl("ip_local_reserved_ports"), reserved);
 }
 
-/// A man in the middle attacks the next description the receiver agent
-/// sends (after the sender steers with the first): the sender drops the
-/// connection naming the cause, tells the receiver, keeps its pinned plan,
-/// and once the relay lets it through again reconnects and follows the
-/// genuine description.
-fn attacked_session_keeps_the_plan(subnet: u8, attack: Attack, cause: &str) {
+/// A receiver and a sender steering through a relay in the sender's
+/// namespace (one session let through), once the receiver heard the first
+/// plan; and the plan the sender pinned.
+fn steering_through_relay(subnet: u8) -> (Peer, Relay, Vec<(SlotRow, Vec<u32>)>) {
     let mut peer = Peer::new(subnet);
     peer.start_receiver();
     let upstream = SocketAddr::new(peer.receiver_ip(), PEER_PORT);
@@ -527,6 +525,16 @@ fn attacked_session_keeps_the_plan(subnet: u8, attack: Attack, cause: &str) {
         })
         .expect("the receiver hears the plan");
     let planned = peer.pinned_slots();
+    (peer, relay, planned)
+}
+
+/// A man in the middle attacks the next description the receiver agent
+/// sends (after the sender steers with the first): the sender drops the
+/// connection naming the cause, tells the receiver, keeps its pinned plan,
+/// and once the relay lets it through again reconnects and follows the
+/// genuine description.
+fn attacked_session_keeps_the_plan(subnet: u8, attack: Attack, cause: &str) {
+    let (peer, relay, planned) = steering_through_relay(subnet);
 
     relay.arm(attack);
     peer.write_rss(&description(Some(second_table())));
@@ -661,18 +669,7 @@ fn a_downgrade_on_reconnection_keeps_the_plan() {
     if !require_privileged("peer: a downgrade when a steering sender reconnects") {
         return;
     }
-    let mut peer = Peer::new(76);
-    peer.start_receiver();
-    let upstream = SocketAddr::new(peer.receiver_ip(), PEER_PORT);
-    let relay = Relay::start(&peer.hosts.sender, upstream).expect("relay in the sender netns");
-    relay.allow(1);
-    peer.start_sender_via(&relay.addr().to_string());
-    peer.receiver()
-        .wait_for_log("the plan for version 1", |l| {
-            l.contains("plan for version 1:")
-        })
-        .expect("the receiver hears the plan");
-    let planned = peer.pinned_slots();
+    let (peer, relay, planned) = steering_through_relay(76);
 
     // The session is cut (a flipped byte), and every one after it is
     // forced down to protocol 6.
