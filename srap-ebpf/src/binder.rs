@@ -517,11 +517,14 @@ fn bind_for_ends(
     (result, SocketSlot::NONE)
 }
 
-/// This host's side of a both-ends destination: its table, layout and
-/// joint row, and its slot once claimed. Its slot's own rotation is not
-/// used: the receiver slot's turn enumerates the pairs ([`joint_port`]).
+/// This host's side of a both-ends destination: its table, layout, joint
+/// row, and its claimed slot and that slot's row. Not the slot's word: its
+/// rotation is not used, the receiver slot's turn enumerates the pairs
+/// ([`joint_port`]).
 struct LocalSide<'a> {
-    steering: Steering<'a>,
+    table: &'a TableRow,
+    layout: &'a LayoutRow,
+    row: &'a SlotRow,
     joint: &'a JointRow,
     slot: u32,
 }
@@ -593,21 +596,14 @@ fn claim_local(dest: &DestValue) -> Option<LocalSide<'static>> {
         return None;
     }
     let (slot, _) = claim_slot(state, grant, LOCAL_ROW)?;
-    let rows = (
-        SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot % slots)),
-        slot_word_of(LOCAL_ROW, slot),
-    );
-    let (Some(row), Some(word)) = rows else {
+    let Some(row) = SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot % slots)) else {
         release_slot(LOCAL_ROW, slot);
         return None;
     };
     Some(LocalSide {
-        steering: Steering {
-            table,
-            layout,
-            row,
-            word,
-        },
+        table,
+        layout,
+        row,
         joint,
         slot,
     })
@@ -625,7 +621,7 @@ fn claim_local(dest: &DestValue) -> Option<LocalSide<'static>> {
 #[inline(always)]
 fn joint_port(remote: &Steering<'_>, local: &LocalSide<'_>, turn: u32, dport: u16) -> Option<u16> {
     let (row, layout) = (remote.row, remote.layout);
-    let local_row = local.steering.row;
+    let local_row = local.row;
     if row.count == 0 || local_row.count == 0 {
         return None;
     }
@@ -645,14 +641,14 @@ fn joint_port(remote: &Steering<'_>, local: &LocalSide<'_>, turn: u32, dport: u1
     if coset.count == 0 {
         return None;
     }
-    let local_layout = local.steering.layout;
+    let local_layout = local.layout;
     let local_entry = *SRAP_ENTRIES.get(
         local_layout
             .entry_base
             .wrapping_add(local_row.first)
             .wrapping_add(local_position),
     )?;
-    let local_value = local_layout.value_for(local.steering.table.base, local_entry, dport);
+    let local_value = local_layout.value_for(local.table.base, local_entry, dport);
     let joint = local.joint;
     let delta = joint.delta(coset.port0 as u16, local_value);
     let j0 = *SRAP_SOLUTIONS.get(joint.solution_base.wrapping_add(delta))?;
