@@ -63,10 +63,9 @@ fn flow_lines(flows: &[SenderFlowRow]) -> Vec<FlowLine> {
 }
 
 fn flow_columns(lines: &[FlowLine]) -> Vec<Column> {
-    let cells: Vec<&[String]> = lines.iter().map(|l| &l.cells[..]).collect();
     columns_of(
-        &cells,
-        &[
+        lines.iter().map(|l| &l.cells),
+        [
             ("flow", Align::Left, 0),
             ("to", Align::Left, 3),
             ("receiver CPU p/s", Align::Right, 1),
@@ -75,16 +74,16 @@ fn flow_columns(lines: &[FlowLine]) -> Vec<Column> {
     )
 }
 
-/// The `i`-th column of `rows` for each (title, align, priority) of
-/// `spec`, in order.
-fn columns_of(rows: &[&[String]], spec: &[(&str, Align, u8)]) -> Vec<Column> {
-    spec.iter()
-        .enumerate()
-        .map(|(i, &(title, align, priority))| {
-            let cells = rows
-                .iter()
-                .map(|row| row.get(i).cloned().unwrap_or_default())
-                .collect();
+/// The `i`-th column of `rows` for the `i`-th (title, align, priority) of
+/// `spec`: one spec per cell of a row, by type.
+fn columns_of<'a, const N: usize>(
+    rows: impl Iterator<Item = &'a [String; N]> + Clone,
+    spec: [(&str, Align, u8); N],
+) -> Vec<Column> {
+    (0..N)
+        .zip(spec)
+        .map(|(i, (title, align, priority))| {
+            let cells = rows.clone().map(|row| row[i].clone()).collect();
             Column::new(title, align, priority, cells)
         })
         .collect()
@@ -129,10 +128,9 @@ fn address_lines(status: &SenderStatus) -> Vec<AddressLine> {
 }
 
 fn receiver_columns(lines: &[AddressLine]) -> Vec<Column> {
-    let cells: Vec<&[String]> = lines.iter().map(|l| &l.cells[..]).collect();
     columns_of(
-        &cells,
-        &[
+        lines.iter().map(|l| &l.cells),
+        [
             ("receiver", Align::Left, 0),
             ("link", Align::Left, 1),
             ("desc v", Align::Right, 2),
