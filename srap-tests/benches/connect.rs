@@ -14,7 +14,8 @@
 //! The settings take turns: each binder is attached to a cgroup of its own
 //! for the whole run, and every sample criterion takes, of any setting, is
 //! one round in which this process joins each setting's cgroup in turn and
-//! times the same number of connects there ([`Rounds`]). Criterion reports
+//! times the same number of connects there ([`Rounds`]), each round
+//! starting one setting later than the last. Criterion reports
 //! each setting's own samples; the bench also pairs the settings round by
 //! round (the median of each setting's difference to the baseline of the
 //! same round) and writes them to `<target>/criterion/paired.json` as
@@ -79,9 +80,16 @@ impl<'a> Rounds<'a> {
     }
 
     /// One round of `iters` connects per setting; the time of `setting`'s.
+    /// Each round starts one setting later than the last, so every setting
+    /// runs in every place of the order equally often: no setting's figure
+    /// depends on which one ran just before it (whose sockets, ports and
+    /// map rows are what the caches hold when it starts).
     fn sample(&mut self, setting: usize, iters: u64) -> Duration {
         let mut asked = Duration::ZERO;
-        for (s, cgroup) in self.cgroups.iter().enumerate() {
+        let settings = self.cgroups.len();
+        let round = self.log[0].len();
+        for s in (0..settings).map(|i| (i + round) % settings) {
+            let cgroup = self.cgroups[s];
             let joined = InCgroup::enter(cgroup).expect("join the setting's cgroup");
             let started = Instant::now();
             for _ in 0..iters {
