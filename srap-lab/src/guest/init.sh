@@ -41,11 +41,14 @@ if grep -qw srap.nokey /proc/cmdline; then
   cat /proc/sys/net/core/netdev_rss_key > /run/netdev_rss_key
   mount --bind /dev/null /proc/sys/net/core/netdev_rss_key
 fi
-echo SRAP-GUEST-READY
-# One descriptor for the whole session: closing the tty between commands
-# would drop what the host sends meanwhile.
+# One descriptor for the whole session, opened and in raw mode before the
+# host hears READY: a UART drops what arrives while nothing holds it open,
+# and `stty` may flush what cooked mode queued. The host sends its first
+# command as soon as it reads READY; a slow guest that opened the port
+# after that lost the line and left the host waiting out its timeout.
 exec 3<>/dev/ttyS1
 stty -F /dev/ttyS1 raw -echo
+echo SRAP-GUEST-READY
 while true; do
   IFS= read -r line <&3 || continue
   if [ "$line" != SRAP-RESEND ]; then
