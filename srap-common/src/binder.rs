@@ -518,7 +518,10 @@ impl JointRow {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReceiverSlots {
-    /// Rotates where the search starts, so ties spread over slots.
+    /// Rotates where the search starts, so ties spread over slots: past the
+    /// last slot claimed; in [`LOCAL_ROW`], claims made (the hook moves its
+    /// start one slot more every [`MAX_SLOTS`] claims, so this host's CPUs
+    /// do not pair with receiver CPUs in step).
     pub cursor: u64,
     /// Slots in use: bits at or past it are never set.
     pub slots: u32,

@@ -1062,14 +1062,18 @@ fn claim_slot(state: *mut ReceiverSlots, grant: &SlotGrant, receiver: u32) -> Op
     if slots == 0 || slots > MAX_SLOTS {
         return None;
     }
+    let local = receiver == LOCAL_ROW;
+    let turn = if local { local_start(turn) } else { turn };
     for attempt in 0..CLAIM_ATTEMPTS {
         let start = turn.wrapping_add(attempt) % slots;
         if let Some((slot, turn)) = try_claim(state, grant, receiver, slots, start) {
-            // The next search starts past this slot: among equally occupied
-            // slots, connects take turns (a slot right after a run of fuller
-            // ones is not favoured).
-            // SAFETY: valid map memory.
-            unsafe { (*state).cursor = u64::from(slot) + 1 };
+            // A receiver's next search starts past this slot: among equally
+            // occupied slots, connects take turns (a slot right after a run
+            // of fuller ones is not favoured). This host's row counts on.
+            if !local {
+                // SAFETY: valid map memory.
+                unsafe { (*state).cursor = u64::from(slot) + 1 };
+            }
             return Some((slot, turn));
         }
     }
@@ -1078,6 +1082,18 @@ fn claim_slot(state: *mut ReceiverSlots, grant: &SlotGrant, receiver: u32) -> Op
     let slot = granted_from(grant, turn % slots, slots);
     let word = bump(slot_word_of(receiver, slot)?, 1 + slot_word::TURN)?;
     Some((slot, slot_word::turn(word)))
+}
+
+/// Where this host's row ([`LOCAL_ROW`]) starts its `count`-th search: one
+/// slot on per claim, and one more every [`MAX_SLOTS`] claims. A both-ends
+/// connect claims a receiver slot first, and a receiver's search goes one
+/// slot on per claim too: in step, receiver CPU `s` would meet this host's
+/// CPU `s mod 16` every time (32 and 16 CPUs: 32 of the 512 pairs, and
+/// their ~1 800 ports of the range, for connects made one at a time). The
+/// extra step moves the pairing on, so every pair comes round.
+#[inline(always)]
+fn local_start(count: u32) -> u32 {
+    count.wrapping_add(count / MAX_SLOTS)
 }
 
 /// The first granted slot at or after `start` (below `slots`); `start`

@@ -515,6 +515,52 @@ fn both_ends_give_each_of_600_connects_in_a_row_a_port_of_its_own() {
     workload.finish();
 }
 
+/// 2 048 objects one after another (each left open by the server, so its
+/// port stays taken): the receiver CPUs and this host's CPUs do not pair
+/// in step. In step, receiver CPU `s` met this host's CPU `s mod 16` every
+/// time: 32 of the 512 pairs, whose ~1 800 ports of the range could not
+/// give 2 048 connects a port each. Judged by the accepted tuples hashed
+/// with each side's model.
+#[test]
+fn both_ends_pair_every_receiver_cpu_with_more_than_one_cpu_of_this_host() {
+    if !require_privileged("--steer both, 2 048 connects one at a time") {
+        return;
+    }
+    let lab = Modes::new(153, true, embedded_default(), sender_nic(KEY));
+    let server = lab.hosts.receiver_addr(DPORT, false);
+    let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
+    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
+    let mut clients = Vec::new();
+    for _ in 0..16 {
+        let ports = workload.ask("hot 128");
+        assert!(ports.iter().all(|p| *p != 0), "failed connects: {ports:?}");
+        clients.extend(listener.accept_peers(128));
+    }
+    let stats = lab.agent.stats().expect("binder counters");
+    let ports: BTreeSet<u16> = clients.iter().map(SocketAddr::port).collect();
+    assert_eq!(ports.len(), 2048, "ports used again: {stats}");
+    assert_eq!(stats.get(outcome::JOINT), 2048, "{stats}");
+    assert_eq!(stats.get(outcome::LOCAL_MISSED), 0, "{stats}");
+    let pairs: BTreeSet<(u32, u32)> = clients
+        .iter()
+        .map(|c| {
+            let tuple = FlowTuple::new(c.ip(), c.port(), server.ip(), DPORT).expect("tuple");
+            (
+                lab.remote.landing(&tuple).cpu,
+                lab.local.landing(&tuple).cpu,
+            )
+        })
+        .collect();
+    // The pairing moves on every 512 claims: 4 × 32 pairs in 2 048 (in
+    // step: 32).
+    assert!(
+        pairs.len() >= 96,
+        "{} pairs of CPUs: {pairs:?}",
+        pairs.len()
+    );
+    workload.finish();
+}
+
 // ---------------------------------------------------------------------------
 // What the binder did for one NIC keeps working with this host's NIC
 // planned too: dual-stack sockets, the application's own address,
