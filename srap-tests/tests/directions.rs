@@ -494,25 +494,38 @@ fn both_ends_give_each_of_600_connects_in_a_row_a_port_of_its_own() {
     if !require_privileged("--steer both, 600 connects one at a time") {
         return;
     }
-    let lab = Modes::new(152, true, embedded_default(), sender_nic(KEY));
+    let (_lab, _, stats) = objects_one_after_another(152, 6, 100);
+    assert_eq!(stats.get(outcome::RETRIED), 0, "{stats}");
+}
+
+/// `batches` × `each` objects one after another under `--steer both` on
+/// `subnet`, each left open by the server (in batches the listen backlog
+/// holds), so every port stays taken (FIN_WAIT2) for the rest of the test;
+/// every one placed from the joint map on a port of its own. The lab, the
+/// clients the server accepted and the binder's counters.
+fn objects_one_after_another(
+    subnet: u8,
+    batches: usize,
+    each: usize,
+) -> (Modes, Vec<SocketAddr>, srap_daemon::sender::BinderStats) {
+    let lab = Modes::new(subnet, true, embedded_default(), sender_nic(KEY));
     let server = lab.hosts.receiver_addr(DPORT, false);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
     let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
     let mut clients = Vec::new();
-    // In batches the listen backlog holds; the server keeps each open, so
-    // every port stays taken (FIN_WAIT2) for the rest of the test.
-    for _ in 0..6 {
-        let ports = workload.ask("hot 100");
+    for _ in 0..batches {
+        let ports = workload.ask(&format!("hot {each}"));
         assert!(ports.iter().all(|p| *p != 0), "failed connects: {ports:?}");
-        clients.extend(listener.accept_peers(100));
+        clients.extend(listener.accept_peers(each));
     }
-    let ports: BTreeSet<u16> = clients.iter().map(SocketAddr::port).collect();
-    let stats = lab.agent.stats().expect("binder counters");
-    assert_eq!(ports.len(), 600, "ports used again: {stats}");
-    assert_eq!(stats.get(outcome::JOINT), 600, "{stats}");
-    assert_eq!(stats.get(outcome::RETRIED), 0, "{stats}");
-    assert_eq!(stats.get(outcome::LOCAL_MISSED), 0, "{stats}");
     workload.finish();
+    let stats = lab.agent.stats().expect("binder counters");
+    let ports: BTreeSet<u16> = clients.iter().map(SocketAddr::port).collect();
+    let objects = (batches * each) as u64;
+    assert_eq!(ports.len() as u64, objects, "ports used again: {stats}");
+    assert_eq!(stats.get(outcome::JOINT), objects, "{stats}");
+    assert_eq!(stats.get(outcome::LOCAL_MISSED), 0, "{stats}");
+    (lab, clients, stats)
 }
 
 /// 2 048 objects one after another (each left open by the server, so its
@@ -526,21 +539,8 @@ fn both_ends_pair_every_receiver_cpu_with_more_than_one_cpu_of_this_host() {
     if !require_privileged("--steer both, 2 048 connects one at a time") {
         return;
     }
-    let lab = Modes::new(153, true, embedded_default(), sender_nic(KEY));
+    let (lab, clients, _) = objects_one_after_another(153, 16, 128);
     let server = lab.hosts.receiver_addr(DPORT, false);
-    let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
-    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
-    let mut clients = Vec::new();
-    for _ in 0..16 {
-        let ports = workload.ask("hot 128");
-        assert!(ports.iter().all(|p| *p != 0), "failed connects: {ports:?}");
-        clients.extend(listener.accept_peers(128));
-    }
-    let stats = lab.agent.stats().expect("binder counters");
-    let ports: BTreeSet<u16> = clients.iter().map(SocketAddr::port).collect();
-    assert_eq!(ports.len(), 2048, "ports used again: {stats}");
-    assert_eq!(stats.get(outcome::JOINT), 2048, "{stats}");
-    assert_eq!(stats.get(outcome::LOCAL_MISSED), 0, "{stats}");
     let pairs: BTreeSet<(u32, u32)> = clients
         .iter()
         .map(|c| {
@@ -558,7 +558,6 @@ fn both_ends_pair_every_receiver_cpu_with_more_than_one_cpu_of_this_host() {
         "{} pairs of CPUs: {pairs:?}",
         pairs.len()
     );
-    workload.finish();
 }
 
 // ---------------------------------------------------------------------------
