@@ -1042,12 +1042,13 @@ fn unlock(word: *mut u64) {
 
 /// Claims the least-occupied slot of a receiver for one new flow; returns
 /// it and its rotation's turn. The slot is found in the lowest non-empty
-/// level bitmap, from just past the last slot claimed; one
+/// level bitmap, from just past the last slot claimed (this host's row:
+/// from its claim count, [`local_start`]); one
 /// compare-and-exchange of its word then checks its count is still what
 /// the bitmap said, adds the flow, takes the lock and a turn. Under the
-/// lock the slot's bit moves up a level. A claim that finds the slot locked or changed looks again, a
-/// bounded number of times, so two connects at the same moment never share
-/// a slot while a free one exists.
+/// lock the slot's bit moves up a level. A claim that finds the slot
+/// locked or changed looks again, a bounded number of times, so two
+/// connects at the same moment never share a slot while a free one exists.
 ///
 /// Only slots of the receiver agent's grant are candidates, each at the
 /// level of its own flows plus the flows other senders hold there.
