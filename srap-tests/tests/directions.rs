@@ -483,12 +483,12 @@ fn both_ends_put_sixteen_flows_on_sixteen_cpus_of_each_host() {
 
 /// Connections made one after another (a connection per object, each
 /// left open by the server) under `--steer both` each get a port of their
-/// own, first try: one rotation walks every pair of entries and member, and
-/// this host's CPU is not tied to the receiver's by the cursors moving in
-/// step. Both rotations of their own, with the cursors in step, came back
-/// to a port in use after 512 connects (222 distinct ports of 28 232 in
-/// the bench), and the connects after were retried or lost this host's
-/// placement.
+/// own, first try: the receiver slot's one rotation walks every pair of
+/// entries and member of its CPU with this host's. A rotation of its own
+/// per side came back to a port in use after 512 connects (222 distinct
+/// ports of 28 232 in the bench), and the connects after were retried or
+/// lost this host's placement. (Which CPUs of the two hosts meet at all:
+/// the 2 048-object test below.)
 #[test]
 fn both_ends_give_each_of_600_connects_in_a_row_a_port_of_its_own() {
     if !require_privileged("--steer both, 600 connects one at a time") {
