@@ -24,7 +24,6 @@ use super::{
     LAB_PORT_RANGE, LabArgs, MIN_DATA_BYTES,
     guest::{GUEST_IFACE, Guest, GuestFiles, GuestImage, GuestNet, GuestNic, GuestShape, truth},
     harness::{SenderAgent, SenderOpts},
-    interrupted,
     report::RunReport,
     workload::{ChildGuard, client_via, srap_binary},
 };
@@ -273,17 +272,10 @@ fn iperf3_result(guest: &mut Guest, port: u16) -> anyhow::Result<Vec<u16>> {
 /// build's receiver agent loads its eBPF programs slowly under software
 /// emulation on a busy machine).
 fn wait_in_guest(guest: &mut Guest, check: &str, what: &str) -> anyhow::Result<()> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let (code, _) = guest.shell().status(check, super::guest::COMMAND_TIMEOUT)?;
-        if code == 0 {
-            return Ok(());
-        }
-        if interrupted() || std::time::Instant::now() > deadline {
-            bail!("{what} did not come up within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    if !guest.poll_until(check, Duration::from_secs(60))? {
+        bail!("{what} did not come up within 60 s");
     }
+    Ok(())
 }
 
 /// `srap-agent lab --nic virtio|igb`.

@@ -284,21 +284,11 @@ impl<'n> PullLab<'n> {
 
     /// Polls `check` in the guest until it succeeds (up to `within`).
     fn wait(&mut self, check: &str, what: &str, within: Duration) -> anyhow::Result<()> {
-        let deadline = Instant::now() + within;
-        loop {
-            let (code, _) = self
-                .guest
-                .shell()
-                .status(check, super::guest::COMMAND_TIMEOUT)?;
-            if code == 0 {
-                return Ok(());
-            }
-            if interrupted() || Instant::now() > deadline {
-                let log = self.sender_log();
-                bail!("{what} did not come up within {within:?}; the guest's sender log:\n{log}");
-            }
-            std::thread::sleep(Duration::from_millis(200));
+        if !self.guest.poll_until(check, within)? {
+            let log = self.sender_log();
+            bail!("{what} did not come up within {within:?}; the guest's sender log:\n{log}");
         }
+        Ok(())
     }
 }
 

@@ -45,6 +45,10 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 /// say so in the console tail a failure carries.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// How long one poll of [`Guest::poll_until`] is waited for before it is
+/// asked again.
+const POLL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The tap's rate toward the guest. A guest under software emulation
 /// drains its receive rings slowly; when a packet QEMU's RSS redirects to
 /// another queue finds that queue's ring full, QEMU 7.2 stops reading the tap
@@ -244,6 +248,34 @@ impl Guest {
         self.shell
             .run(line, COMMAND_TIMEOUT)
             .map_err(|err| anyhow::anyhow!("{err:#}\n{}", self.console_tail()))
+    }
+
+    /// Runs `check` (a command without effects) every 200 ms until it
+    /// exits 0 (true) or `within` has passed (false). A poll the guest does
+    /// not answer within `POLL_TIMEOUT` (30 s) is asked again until then: under
+    /// emulation on a busy host a `test -e` once went unanswered for 180 s
+    /// while the guest went on, and one lost exchange should cost a poll,
+    /// not the run. A late answer to it is passed over as an earlier line's
+    /// ([`GuestShell::status`]), or taken for the next identical poll.
+    pub fn poll_until(&mut self, check: &str, within: Duration) -> anyhow::Result<bool> {
+        let deadline = Instant::now() + within;
+        loop {
+            match self.shell.status(check, POLL_TIMEOUT) {
+                Ok((0, _)) => return Ok(true),
+                Ok(_) => {}
+                Err(err) if Instant::now() < deadline => {
+                    tracing::warn!(
+                        check,
+                        "the guest did not answer a poll, asking again: {err:#}"
+                    );
+                }
+                Err(err) => bail!("{err:#}\n{}", self.console_tail()),
+            }
+            if interrupted() || Instant::now() > deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 
     /// The console log's last lines, for failure reports.
