@@ -39,7 +39,8 @@
 //! 3 or more flows); the hook takes the first slot set in the lowest
 //! non-empty level, from a rotating start. Each slot's flow count, claim
 //! lock and port rotation share one word ([`slot_word`]), changed only by
-//! atomic compare-and-exchange.
+//! atomic compare-and-exchange. The claim and release themselves live in
+//! [`crate::occupancy`], one implementation for the hook and the tests.
 //!
 //! **Both ends** (`--steer both`, see `crate::ends`): a destination may
 //! also name a *local table* — the same kind of [`TableRow`], built from
@@ -157,6 +158,11 @@ macro_rules! binder_pinned_maps {
             /// Per-CPU array of `u64`, index = [`outcome`].
             STATS_MAP = SRAP_STATS: PerCpuArray<u32, u64>
                 [$crate::binder::outcome::COUNT, 0];
+            /// Per-CPU array of `u64`, index = the errno of a bind the
+            /// kernel refused ([`outcome::BIND_REFUSED`]; the last entry
+            /// counts every errno at or past it).
+            BIND_ERRNOS_MAP = SRAP_BIND_ERRNOS: PerCpuArray<u32, u64>
+                [$crate::binder::BIND_ERRNOS, 0];
             /// Array of one [`BinderConfig`].
             CONFIG_MAP = SRAP_CONFIG: Array<u32, $crate::binder::BinderConfig>[1, 0];
             /// Array of [`SlotGrant`], index = receiver.
@@ -210,10 +216,10 @@ pub const BIND6_PROGRAM: &str = "srap_bind6";
 pub const RELEASE_PROGRAM: &str = "srap_sock_release";
 
 /// Outcomes of the binder's hooks, as indexes into [`STATS_MAP`]. Every
-/// connect of a TCP socket in the cgroup counts exactly one of `steered`,
-/// `retried`, `no_free_port`, `app_bound`, `miss`, `error`,
-/// `port_at_bind` and `source_unplanned`; the others count events within
-/// one (ports skipped, a kept address, a closed socket).
+/// connect of a TCP socket in the cgroup counts exactly one of
+/// [`outcome::VERDICTS`]: steered, or left to the kernel for a named reason.
+/// The others count events within one (ports skipped, a kept address, a
+/// contended claim, a closed socket).
 pub mod outcome {
     /// Bound on the first attempt.
     pub const STEERED: u32 = 0;
@@ -229,47 +235,68 @@ pub mod outcome {
     pub const APP_BOUND: u32 = 3;
     /// The destination is not steered.
     pub const MISS: u32 = 4;
-    /// A map or helper failed: the kernel chose.
-    pub const ERROR: u32 = 5;
     /// A steered socket closed and freed its slot.
-    pub const RELEASED: u32 = 6;
+    pub const RELEASED: u32 = 5;
     /// The application called `bind(addr, 0)` before `connect()`: the kernel
     /// chose the port at bind time, before the destination was known, and a
     /// bind hook cannot defer it (the kernel's `bpf_setsockopt` does not
     /// offer `IP_BIND_ADDRESS_NO_PORT`). Left alone.
-    pub const PORT_AT_BIND: u32 = 7;
+    pub const PORT_AT_BIND: u32 = 6;
     /// The application bound a source address SRAP has no table for (an
     /// address added after the plan, or of no interface): left alone.
-    pub const SOURCE_UNPLANNED: u32 = 8;
+    pub const SOURCE_UNPLANNED: u32 = 7;
     /// A steered connect kept the source address the application had bound.
-    pub const SOURCE_KEPT: u32 = 9;
+    pub const SOURCE_KEPT: u32 = 8;
     /// A port skipped because its exact 4-tuple toward this destination is
     /// in use (established, connecting, or TIME_WAIT without a timestamp):
     /// the port stays shared with every other destination.
-    pub const TUPLE_TAKEN: u32 = 10;
+    pub const TUPLE_TAKEN: u32 = 9;
     /// A port skipped because a socket that cannot share it holds it (an
     /// application's own port, a listener).
-    pub const PORT_HELD: u32 = 11;
+    pub const PORT_HELD: u32 = 10;
     /// A port whose tuple toward this destination was in TIME_WAIT with a
     /// TCP timestamp, taken over: the kernel lets an explicitly bound
     /// socket do so (`tcp_twsk_unique`), so a slot that cycles through its
     /// ports faster than TIME_WAIT lasts never runs dry.
-    pub const TIME_WAIT_REUSED: u32 = 12;
+    pub const TIME_WAIT_REUSED: u32 = 11;
     /// A both-ends connect placed on a receiver CPU and a CPU of this host
     /// with one port from the joint map.
-    pub const JOINT: u32 = 13;
+    pub const JOINT: u32 = 12;
     /// A both-ends connect that found no port of its receiver slot for a
     /// CPU of this host (the joint map rank-deficient there, or the range
     /// too narrow): it kept the receiver's placement only.
-    pub const LOCAL_MISSED: u32 = 14;
-    pub const COUNT: u32 = 15;
+    pub const LOCAL_MISSED: u32 = 13;
+    /// The destination is steered but a row its plan names is missing or
+    /// empty (table, layout, receiver, slot, slot count out of range): the
+    /// agent has not finished writing the plan, or the maps were changed
+    /// behind it. The kernel chose.
+    pub const MAPS_UNFILLED: u32 = 14;
+    /// No slot could be claimed: the chosen slot's word kept changing
+    /// under every try (many connects toward one receiver at one moment).
+    /// The kernel chose.
+    pub const CLAIM_FAILED: u32 = 15;
+    /// A claim whose every search found its slot taken meanwhile, which
+    /// took the rotation's granted slot without the search (steered all
+    /// the same; two flows may then share a CPU while another is free).
+    pub const CLAIM_CONTENDED: u32 = 16;
+    /// The socket's own `SO_REUSEADDR`/`SO_REUSEPORT` could not be read:
+    /// the kernel chose.
+    pub const OPTION_UNREADABLE: u32 = 17;
+    /// The kernel refused `SO_REUSEADDR` on the socket, needed to share a
+    /// port in use by tuple: the kernel chose.
+    pub const OPTION_REFUSED: u32 = 18;
+    /// The kernel refused the bind for another reason than a port in use
+    /// (which errno: [`crate::binder::BIND_ERRNOS_MAP`]), e.g. the table's
+    /// source address is gone from the host (`EADDRNOTAVAIL`): the kernel
+    /// chose.
+    pub const BIND_REFUSED: u32 = 19;
+    pub const COUNT: u32 = 20;
     pub const NAMES: [&str; COUNT as usize] = [
         "steered",
         "retried",
         "no_free_port",
         "app_bound",
         "miss",
-        "error",
         "released",
         "port_at_bind",
         "source_unplanned",
@@ -279,8 +306,44 @@ pub mod outcome {
         "time_wait_reused",
         "joint",
         "local_missed",
+        "maps_unfilled",
+        "claim_failed",
+        "claim_contended",
+        "option_unreadable",
+        "option_refused",
+        "bind_refused",
+    ];
+    /// What a connect came to: each counts exactly one of these.
+    pub const VERDICTS: [u32; 12] = [
+        STEERED,
+        RETRIED,
+        NO_FREE_PORT,
+        APP_BOUND,
+        MISS,
+        PORT_AT_BIND,
+        SOURCE_UNPLANNED,
+        MAPS_UNFILLED,
+        CLAIM_FAILED,
+        OPTION_UNREADABLE,
+        OPTION_REFUSED,
+        BIND_REFUSED,
+    ];
+    /// The verdicts that mean SRAP could not do what the plan asked (a bug
+    /// or a changed host, never the application's choice): each is named
+    /// in docs/troubleshooting.md with what to do.
+    pub const FAILURES: [u32; 6] = [
+        NO_FREE_PORT,
+        MAPS_UNFILLED,
+        CLAIM_FAILED,
+        OPTION_UNREADABLE,
+        OPTION_REFUSED,
+        BIND_REFUSED,
     ];
 }
+
+/// Entries of [`BIND_ERRNOS_MAP`]: errno values below it count apart, the
+/// last counts every larger one.
+pub const BIND_ERRNOS: u32 = 128;
 
 /// A steered destination: receiver address and port (0: every port), and
 /// the source address the socket was bound to (zero: none; the table of
@@ -598,43 +661,6 @@ pub fn level_of(flows: u32) -> usize {
     }
 }
 
-/// Index of the lowest set bit of a non-zero word (64 for 0): the bits
-/// below it, counted without branches (BPF has no count-trailing-zeros
-/// instruction, and branches multiply the paths the kernel's verifier walks).
-#[inline(always)]
-pub fn lowest_bit(word: u64) -> u32 {
-    let below = (word & word.wrapping_neg()).wrapping_sub(1);
-    let mut v = below - ((below >> 1) & 0x5555_5555_5555_5555);
-    v = (v & 0x3333_3333_3333_3333) + ((v >> 2) & 0x3333_3333_3333_3333);
-    v = (v + (v >> 4)) & 0x0f0f_0f0f_0f0f_0f0f;
-    (v.wrapping_mul(0x0101_0101_0101_0101) >> 56) as u32
-}
-
-/// The first slot set in `words` at or after `start`, wrapping around;
-/// always reads every word once, so the cost does not depend on the slot
-/// count.
-#[inline(always)]
-pub fn first_set_from(words: &[u64; SLOT_WORDS], start: u32) -> Option<u32> {
-    let start = start % MAX_SLOTS;
-    let (first, shift) = (start / 64, start % 64);
-    let mut i = 0;
-    while i <= SLOT_WORDS as u32 {
-        let w = (first + i) % SLOT_WORDS as u32;
-        let mut word = words[w as usize];
-        if i == 0 {
-            word &= u64::MAX << shift;
-        } else if i == SLOT_WORDS as u32 {
-            // Back at the first word: the bits before `start`.
-            word &= !(u64::MAX << shift);
-        }
-        if word != 0 {
-            return Some(w * 64 + lowest_bit(word));
-        }
-        i += 1;
-    }
-    None
-}
-
 /// The slots a receiver agent granted this sender toward one receiver, and
 /// how many flows other senders hold on each. Kept apart from
 /// [`ReceiverSlots`] so the agent can replace a grant without writing over
@@ -790,41 +816,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lowest_bit_is_trailing_zeros() {
-        for word in [
-            1u64,
-            2,
-            3,
-            0x80,
-            0x100,
-            1 << 63,
-            0xf0f0_0000_0000_0000,
-            u64::MAX,
-        ] {
-            assert_eq!(lowest_bit(word), word.trailing_zeros(), "{word:#x}");
-        }
-        assert_eq!(lowest_bit(0), 64);
-    }
-
-    #[test]
-    fn first_set_from_wraps_and_starts_where_told() {
-        let mut words = [0u64; SLOT_WORDS];
-        assert_eq!(first_set_from(&words, 7), None);
-        words[0] = 1 << 3;
-        words[5] = 1 << 9;
-        assert_eq!(first_set_from(&words, 0), Some(3));
-        assert_eq!(first_set_from(&words, 3), Some(3));
-        assert_eq!(first_set_from(&words, 4), Some(5 * 64 + 9));
-        assert_eq!(first_set_from(&words, 5 * 64 + 10), Some(3), "wraps");
-        words[0] = 1 << 40;
-        assert_eq!(first_set_from(&words, 5 * 64 + 10), Some(40));
-        // Bits before the start in its own word are found last.
-        words = [0; SLOT_WORDS];
-        words[2] = 1 << 1;
-        assert_eq!(first_set_from(&words, 2 * 64 + 5), Some(2 * 64 + 1));
-    }
-
-    #[test]
     fn a_grant_files_each_slot_under_its_base() {
         let grant = SlotGrant::of([(1, 0), (70, 2), (5, 9), (600, 0)]);
         assert!(grant.allows(1) && grant.allows(70) && grant.allows(5));
@@ -840,6 +831,9 @@ mod tests {
 
     #[test]
     fn rebuilt_state_puts_each_slot_in_its_level() {
+        let first_set_from = |words: &[u64; SLOT_WORDS], start| {
+            crate::occupancy::first_set_where(start, |w| words[w])
+        };
         let mut flows = [0u32; MAX_SLOTS as usize];
         flows[1] = 1;
         flows[2] = 7;

@@ -18,6 +18,7 @@ pub mod greedy;
 pub mod privilege;
 pub mod promtool;
 pub mod relay;
+pub mod socket_patterns;
 pub mod workload;
 
 pub use binaries::built_binary;

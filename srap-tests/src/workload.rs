@@ -18,7 +18,7 @@ use std::{
 use socket2::{Domain, Protocol, Socket, Type};
 use srap_lab::harness::srap_exec;
 
-use crate::{NetNs, built_binary, cgroup::ChildGuard, flows::line_channel};
+use crate::{NetNs, built_binary, cgroup::ChildGuard, flows::line_channel, socket_patterns};
 
 /// `ip:port` of the receiver: set for the workload process only.
 pub const WORKLOAD_ENV: &str = "SRAP_TEST_WORKLOAD";
@@ -32,7 +32,11 @@ const GREETING: &[u8] = b"srap test workload";
 /// The workload's side. Commands on stdin: `open N`, `burst N` (N threads
 /// connecting at once), `close N` (the oldest N), `bind PORT` (connect from
 /// a port it binds itself, as an application may), `openat IP N` (N to
-/// another receiver address, same port), `churn RATE SECONDS` (a
+/// another receiver address, same port), `ownaddr IP N` (N bound to source
+/// address IP first, port 0, `IP_BIND_ADDRESS_NO_PORT`), `retry N` (N that
+/// each connect again after a refused connect on the same socket),
+/// `forkhold SECONDS` (every open connection handed to a forked child that
+/// holds it that long; the workload's own copies closed), `churn RATE SECONDS` (a
 /// connection per object: connect, send, close, RATE a second), `hot N` (N
 /// of those back to back); each is answered with one `SRAPWL ports P,P,…`
 /// line (0: a connect that failed); EOF ends it.
@@ -68,6 +72,39 @@ pub fn serve_if_asked() {
                         greet(stream, &mut open)
                     })
                     .collect()
+            }
+            "ownaddr" => {
+                let ip: IpAddr = args
+                    .first()
+                    .and_then(|a| a.parse().ok())
+                    .expect("an address");
+                (0..number(1))
+                    .map(|_| {
+                        greet(
+                            socket_patterns::from_own_address(dst, ip, TIMEOUT),
+                            &mut open,
+                        )
+                    })
+                    .collect()
+            }
+            "retry" => (0..number(0))
+                .map(|_| {
+                    greet(
+                        socket_patterns::after_a_refused_connect(dst, TIMEOUT),
+                        &mut open,
+                    )
+                })
+                .collect(),
+            "forkhold" => {
+                let ports = open
+                    .iter()
+                    .map(|s| s.local_addr().map_or(0, |a| a.port()))
+                    .collect();
+                socket_patterns::share_with_a_child(
+                    &mut open,
+                    Duration::from_secs(number(0).into()),
+                );
+                ports
             }
             _ => legacy(cmd, number(0), dst, &mut open),
         };
@@ -249,6 +286,12 @@ impl Workload {
 
     pub fn close(&mut self, n: usize) -> Vec<u16> {
         self.ask(&format!("close {n}"))
+    }
+
+    /// SIGKILL: the process dies with its connections open, and the kernel
+    /// closes them.
+    pub fn kill(mut self) {
+        self.child.kill();
     }
 
     /// Closes stdin and waits for a clean exit.

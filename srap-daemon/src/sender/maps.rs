@@ -7,9 +7,10 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, PerCpuArray},
 };
 use srap_common::binder::{
-    BinderConfig, CONFIG_MAP, COSETS_MAP, DESTS_MAP, DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP,
-    JOINTS_MAP, LAYOUTS_MAP, MAX_SLOTS, RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP,
-    SOLUTIONS_MAP, STATS_MAP, SlotGrant, TABLES_MAP, outcome, slot_word,
+    BIND_ERRNOS, BIND_ERRNOS_MAP, BinderConfig, CONFIG_MAP, COSETS_MAP, DESTS_MAP, DestKey,
+    DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, MAX_SLOTS, RECEIVERS_MAP,
+    ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP, SOCKETS_MAP, SOLUTIONS_MAP, STATS_MAP, SlotGrant,
+    SocketRow, TABLES_MAP, outcome, slot_word,
 };
 
 use tracing::warn;
@@ -274,14 +275,22 @@ pub fn fill_dests_except(
 }
 
 /// The binder's outcome counters, summed over CPUs, by [`outcome`] index.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BinderStats {
     pub counts: [u64; outcome::COUNT as usize],
+    /// The binds the kernel refused ([`outcome::BIND_REFUSED`]) by errno,
+    /// those that happened only, in errno order.
+    pub bind_errnos: Vec<(u32, u64)>,
 }
 
 impl BinderStats {
     pub fn get(&self, outcome: u32) -> u64 {
         self.counts.get(outcome as usize).copied().unwrap_or(0)
+    }
+
+    /// Connects SRAP could not steer as planned ([`outcome::FAILURES`]).
+    pub fn failures(&self) -> u64 {
+        outcome::FAILURES.iter().map(|&o| self.get(o)).sum()
     }
 }
 
@@ -290,6 +299,9 @@ impl std::fmt::Display for BinderStats {
         for (i, (name, count)) in outcome::NAMES.iter().zip(self.counts).enumerate() {
             let sep = if i == 0 { "" } else { " " };
             write!(f, "{sep}{name}={count}")?;
+        }
+        for (errno, count) in &self.bind_errnos {
+            write!(f, " bind_errno_{errno}={count}")?;
         }
         Ok(())
     }
@@ -309,6 +321,23 @@ pub fn read_stats(layout: &PinLayout) -> Result<BinderStats, SenderError> {
         let per_cpu = stats.get(&(i as u32), 0).map_err(map_error(STATS_MAP))?;
         *count = per_cpu.iter().sum();
     }
+    out.bind_errnos = read_bind_errnos(layout)?;
+    Ok(out)
+}
+
+/// The nonzero counts of [`BIND_ERRNOS_MAP`], by errno.
+fn read_bind_errnos(layout: &PinLayout) -> Result<Vec<(u32, u64)>, SenderError> {
+    let map = open_pinned(layout, BIND_ERRNOS_MAP)?;
+    let errnos: PerCpuArray<_, u64> =
+        PerCpuArray::try_from(map).map_err(map_error(BIND_ERRNOS_MAP))?;
+    let mut out = Vec::new();
+    for errno in 0..BIND_ERRNOS {
+        let per_cpu = errnos.get(&errno, 0).map_err(map_error(BIND_ERRNOS_MAP))?;
+        let count: u64 = per_cpu.iter().sum();
+        if count > 0 {
+            out.push((errno, count));
+        }
+    }
     Ok(out)
 }
 
@@ -318,6 +347,21 @@ pub fn read_occupancy(layout: &PinLayout, receiver: u32) -> Result<Vec<u32>, Sen
     let words: Array<_, u64> =
         Array::try_from(open_pinned(layout, SLOT_STATE_MAP)?).map_err(map_error(SLOT_STATE_MAP))?;
     slot_flows(&words, receiver, row.slots)
+}
+
+/// The socket table's records in use (a row whose cookie is not zero): the
+/// slots each steered socket holds, or that it was bound with port 0.
+pub fn read_socket_records(layout: &PinLayout) -> Result<Vec<SocketRow>, SenderError> {
+    let rows: Array<_, SocketRow> =
+        Array::try_from(open_pinned(layout, SOCKETS_MAP)?).map_err(map_error(SOCKETS_MAP))?;
+    let mut out = Vec::new();
+    for row in rows.iter() {
+        let row = row.map_err(map_error(SOCKETS_MAP))?;
+        if row.cookie != 0 {
+            out.push(row);
+        }
+    }
+    Ok(out)
 }
 
 /// The next turn of slot `slot`'s port rotation in binder row `receiver`

@@ -86,7 +86,7 @@ fn client_steers(subnet: u8, program: &Path, args: impl FnOnce(&Lab) -> Vec<Stri
 }
 
 /// Adds `cidr` to the sender's veth end.
-fn add_sender_address(lab: &Lab, cidr: &str) {
+pub(super) fn add_sender_address(lab: &Lab, cidr: &str) {
     let added = lab
         .hosts
         .sender

@@ -1,0 +1,492 @@
+//! Step 5: bind the slot's port unless that would make the connect fail,
+//! sharing a port in use by 4-tuple as the kernel's own `connect()` does:
+//! any port of the slot whose tuple toward this destination is free,
+//! shared with every other destination (`SO_REUSEADDR`). The exact tuple
+//! is looked up before the bind, because a bind that succeeds onto a tuple
+//! in use would make the `connect()` itself fail.
+
+use core::ptr::read_volatile;
+
+use aya_ebpf::{
+    bindings::{
+        bpf_sock, bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1 as Tuple4,
+        bpf_sock_tuple__bindgen_ty_1__bindgen_ty_2 as Tuple6,
+    },
+    helpers::{
+        bpf_bind, bpf_getsockopt, bpf_setsockopt,
+        generated::{
+            bpf_probe_read_kernel, bpf_sk_release, bpf_skc_lookup_tcp, bpf_skc_to_tcp_timewait_sock,
+        },
+    },
+    programs::SockAddrContext,
+};
+use srap_common::{
+    binder::{
+        BIND_ERRNOS, DestValue, JOINT_ATTEMPTS, LOCAL_ROW, MAX_BIND_ATTEMPTS, SocketSlot, TableRow,
+        outcome,
+    },
+    family::Family,
+};
+
+use super::{
+    claim::{LocalSide, claim_local, release_slot, take_turn},
+    context::Peer,
+    count,
+    maps::{SRAP_BIND_ERRNOS, SRAP_CONFIG, SRAP_TUPLE_SCRATCH},
+    ports::{joint_port, port_at},
+    steer::Steering,
+};
+
+pub(super) const SOL_SOCKET: i32 = 1;
+
+pub(super) const SO_REUSEADDR: i32 = 2;
+
+pub(super) const SO_REUSEPORT: i32 = 15;
+
+pub(super) const SO_MAX_PACING_RATE: i32 = 47;
+
+pub(super) const EADDRINUSE: i64 = 98;
+
+/// `bpf_sock.state` of a socket in TIME_WAIT and of a listening one.
+pub(super) const TCP_TIME_WAIT: u32 = 6;
+
+pub(super) const TCP_LISTEN: u32 = 10;
+
+/// `BPF_F_CURRENT_NETNS`: look the tuple up in the socket's own namespace.
+pub(super) const CURRENT_NETNS: u64 = u64::MAX;
+
+#[repr(C)]
+pub(super) struct SockaddrIn {
+    family: u16,
+    port_be: u16,
+    addr: u32,
+    zero: [u8; 8],
+}
+
+#[repr(C)]
+pub(super) struct SockaddrIn6 {
+    family: u16,
+    port_be: u16,
+    flowinfo: u32,
+    addr: [u32; 4],
+    scope_id: u32,
+}
+
+/// A both-ends connect's claimed receiver slot and what binding its ports
+/// needs, for [`bind_jointly`].
+pub(super) struct Joint<'a> {
+    remote: &'a Steering<'a>,
+    peer: &'a Peer,
+    /// The receiver slot's turn.
+    turn: u32,
+    /// The application's own port sharing ([`port_sharing`]).
+    sharing: u32,
+}
+
+/// Binds a port of the receiver slot. With this host's NIC planned too
+/// (`--steer both`), one from the joint map for a claimed CPU of this host
+/// first ([`bind_jointly`]); without, or when none of those binds (the
+/// receiver's placement is kept: `local_missed`), one of the slot's own
+/// rotation (from `turn`; `sharing`: the application's own,
+/// [`port_sharing`]). Returns the outcome and this host's slot now held
+/// ([`SocketSlot::NONE`] without one).
+#[inline(always)]
+pub(super) fn bind_for_ends(
+    ctx: &SockAddrContext,
+    family: Family,
+    dest: &DestValue,
+    steering: &Steering<'_>,
+    peer: Peer,
+    turn: u32,
+    sharing: u32,
+) -> (u32, u32) {
+    if let Some(side) = claim_local(dest) {
+        let joint = Joint {
+            remote: steering,
+            peer: &peer,
+            turn,
+            sharing,
+        };
+        let result = bind_jointly(ctx, family, &joint, &side);
+        if result != NOT_BOUND {
+            count(outcome::JOINT);
+            return (result, side.slot);
+        }
+        release_slot(LOCAL_ROW, side.slot);
+        count(outcome::LOCAL_MISSED);
+    }
+    let result = bind_free_port(ctx, family, steering, peer, turn, sharing);
+    (result, SocketSlot::NONE)
+}
+
+/// [`bind_jointly`] bound nothing.
+pub(super) const NOT_BOUND: u32 = u32::MAX;
+
+/// Binds a port that lands on the receiver slot's entry and on this host's
+/// claimed CPU, from the joint map (no scan): the receiver entry's coset,
+/// the local entry's value, one solution and its members, each tried as
+/// [`bind_one`] tries a port. Returns the outcome, [`NOT_BOUND`] when none
+/// bound within the attempts (the caller gives the local claim back). Not
+/// inlined: its frame stands apart from the hook's (the kernel allows 512
+/// bytes along a call chain).
+#[inline(never)]
+pub(super) fn bind_jointly(
+    ctx: &SockAddrContext,
+    family: Family,
+    joint: &Joint<'_>,
+    local: &LocalSide<'_>,
+) -> u32 {
+    let (remote, peer) = (joint.remote, joint.peer);
+    // In a register: the verifier then knows it from the first attempt on
+    // and walks each later attempt one way, not both (read from `joint`
+    // each time, the hook passes the verifier's million instructions).
+    let sharing = joint.sharing;
+    let mut reuse_set = false;
+    let mut turn = joint.turn;
+    for attempt in 0..JOINT_ATTEMPTS {
+        if attempt > 0 {
+            let Some(next) = take_turn(remote.word) else {
+                continue;
+            };
+            turn = next;
+        }
+        let Some(port) = joint_port(remote, local, turn, peer.port) else {
+            continue;
+        };
+        match bind_one(
+            ctx,
+            family,
+            (remote.table, peer, sharing),
+            port,
+            &mut reuse_set,
+        ) {
+            Bind::Bound => return turn_outcome(attempt),
+            Bind::Skipped => {}
+            Bind::Failed => break,
+        }
+    }
+    restore_sharing(ctx, reuse_set, sharing);
+    NOT_BOUND
+}
+
+/// Tries the slot's ports in its rotation, from `turn`, until one binds
+/// ([`bind_one`]).
+#[inline(always)]
+pub(super) fn bind_free_port(
+    ctx: &SockAddrContext,
+    family: Family,
+    steering: &Steering<'_>,
+    peer: Peer,
+    first_turn: u32,
+    sharing: u32,
+) -> u32 {
+    let mut reuse_set = false;
+    let mut turn = first_turn;
+    let mut result = outcome::NO_FREE_PORT;
+    for attempt in 0..MAX_BIND_ATTEMPTS {
+        if attempt > 0 {
+            let Some(next) = take_turn(steering.word) else {
+                continue;
+            };
+            turn = next;
+        }
+        let Some(port) = port_at(steering, turn, peer.port) else {
+            continue;
+        };
+        match bind_one(
+            ctx,
+            family,
+            (steering.table, &peer, sharing),
+            port,
+            &mut reuse_set,
+        ) {
+            Bind::Bound => return turn_outcome(attempt),
+            Bind::Skipped => {}
+            Bind::Failed => {
+                result = COUNTED;
+                break;
+            }
+        }
+    }
+    restore_sharing(ctx, reuse_set, sharing);
+    result
+}
+
+/// What trying one port came to.
+pub(super) enum Bind {
+    Bound,
+    /// Its tuple is taken or another socket holds it: try the next.
+    Skipped,
+    Failed,
+}
+
+/// Binds `port` unless that would make the connect fail. A port nobody
+/// holds is bound at once: a bind without `SO_REUSEADDR` succeeds only
+/// then, and then no socket can have its tuple, so no lookup is needed
+/// (the common case, ~100 ns saved). A port in use is shared by tuple: its
+/// exact tuple is looked up, skipped when taken, and bound with
+/// `SO_REUSEADDR` otherwise (set once per connect: `reuse_set`). A steered
+/// socket keeps `SO_REUSEADDR` set, so later connects to other
+/// destinations may share its port.
+#[inline(always)]
+pub(super) fn bind_one(
+    ctx: &SockAddrContext,
+    family: Family,
+    (table, peer, sharing): (&TableRow, &Peer, u32),
+    port: u16,
+    reuse_set: &mut bool,
+) -> Bind {
+    // An application that lets its socket share ports: even a bind that
+    // succeeds may share one, so every port is looked up.
+    if sharing == 0 && !*reuse_set {
+        match bind_port(ctx, family, table, port) {
+            0 => {
+                // Failing leaves the port unshared, nothing worse.
+                let _ = set_socket_option(ctx, SO_REUSEADDR, 1);
+                return Bind::Bound;
+            }
+            e if e == -EADDRINUSE => {}
+            e => return refused(e),
+        }
+    }
+    let reused = match tuple_holder(ctx, table, peer, port) {
+        Holder::Nobody => false,
+        Holder::TimeWait => true,
+        Holder::Tuple => {
+            count(outcome::TUPLE_TAKEN);
+            return Bind::Skipped;
+        }
+        Holder::Listener => {
+            count(outcome::PORT_HELD);
+            return Bind::Skipped;
+        }
+    };
+    if !*reuse_set {
+        if set_socket_option(ctx, SO_REUSEADDR, 1) != 0 {
+            count(outcome::OPTION_REFUSED);
+            return Bind::Failed;
+        }
+        *reuse_set = true;
+    }
+    match bind_port(ctx, family, table, port) {
+        0 => {
+            if reused {
+                count(outcome::TIME_WAIT_REUSED);
+            }
+            Bind::Bound
+        }
+        e if e == -EADDRINUSE => {
+            count(outcome::PORT_HELD);
+            Bind::Skipped
+        }
+        e => refused(e),
+    }
+}
+
+/// The application's own port sharing on the connecting socket: bit 0
+/// `SO_REUSEADDR`, bit 1 `SO_REUSEPORT` (`None`: unreadable).
+#[inline(always)]
+pub(super) fn port_sharing(ctx: &SockAddrContext) -> Option<u32> {
+    let addr = socket_option(ctx, SO_REUSEADDR)?;
+    let port = socket_option(ctx, SO_REUSEPORT)?;
+    Some(u32::from(addr != 0) | (u32::from(port != 0) << 1))
+}
+
+/// When no port bound: `SO_REUSEADDR` back off if this connect set it and
+/// the application had not. Failing leaves it set, which only lets later
+/// explicit binds share the port.
+#[inline(always)]
+pub(super) fn restore_sharing(ctx: &SockAddrContext, reuse_set: bool, sharing: u32) {
+    if reuse_set && sharing & 1 == 0 {
+        let _ = set_socket_option(ctx, SO_REUSEADDR, 0);
+    }
+}
+
+/// A bind on attempt `attempt`: steered at the first port tried, else
+/// retried.
+#[inline(always)]
+pub(super) fn turn_outcome(attempt: u32) -> u32 {
+    if attempt == 0 {
+        outcome::STEERED
+    } else {
+        outcome::RETRIED
+    }
+}
+
+/// A `SOL_SOCKET` option of the connecting socket (`None`: unreadable).
+#[inline(always)]
+pub(super) fn socket_option(ctx: &SockAddrContext, name: i32) -> Option<u32> {
+    let mut value = 0u32;
+    // SAFETY: a valid u32 of the size given.
+    let read = unsafe {
+        bpf_getsockopt(
+            ctx.sock_addr.cast(),
+            SOL_SOCKET,
+            name,
+            core::ptr::from_mut(&mut value).cast(),
+            size_of::<u32>() as i32,
+        )
+    };
+    (read == 0).then_some(value)
+}
+
+/// Sets a `SOL_SOCKET` option of the connecting socket.
+#[inline(always)]
+pub(super) fn set_socket_option(ctx: &SockAddrContext, name: i32, value: u32) -> i64 {
+    let mut value = value;
+    // SAFETY: a valid u32 of the size given.
+    unsafe {
+        bpf_setsockopt(
+            ctx.sock_addr.cast(),
+            SOL_SOCKET,
+            name,
+            core::ptr::from_mut(&mut value).cast(),
+            size_of::<u32>() as i32,
+        )
+    }
+}
+
+/// Who, if anyone, has the tuple (source address, `port`, receiver).
+pub(super) enum Holder {
+    Nobody,
+    /// A TIME_WAIT socket with a TCP timestamp: the `connect()` of a socket
+    /// bound to the port takes the tuple over.
+    TimeWait,
+    /// A socket with this exact tuple: established, connecting, a request,
+    /// or TIME_WAIT without a timestamp.
+    Tuple,
+    /// A listener on the port (the lookup falls back to listeners).
+    Listener,
+}
+
+/// Looks the exact tuple up as the kernel's `connect()` will check it:
+/// binding onto a taken tuple would succeed and make the connect fail.
+/// Not inlined, so its frame stays out of the callers' (the kernel allows
+/// 512 bytes of stack along a call chain).
+#[inline(never)]
+pub(super) fn tuple_holder(
+    ctx: &SockAddrContext,
+    table: &TableRow,
+    peer: &Peer,
+    port: u16,
+) -> Holder {
+    let Some(tuple) = SRAP_TUPLE_SCRATCH.get_ptr_mut(0) else {
+        // Cannot look: the port counts as taken, the next one is tried.
+        return Holder::Tuple;
+    };
+    // The lookup is the receive path's: "source" is the remote end.
+    // SAFETY: `tuple` is this CPU's scratch row, valid for this run; each
+    // branch writes every byte the lookup reads (the size it passes).
+    let size = unsafe {
+        let fields = &mut (*tuple).__bindgen_anon_1;
+        if peer.v4 {
+            fields.ipv4.saddr = peer.addr[0];
+            fields.ipv4.daddr = table.src_addr[0];
+            fields.ipv4.sport = peer.port.to_be();
+            fields.ipv4.dport = port.to_be();
+            size_of::<Tuple4>()
+        } else {
+            fields.ipv6.saddr = peer.addr;
+            fields.ipv6.daddr = table.src_addr6;
+            fields.ipv6.sport = peer.port.to_be();
+            fields.ipv6.dport = port.to_be();
+            size_of::<Tuple6>()
+        }
+    };
+    // SAFETY: a tuple of the size given, in a map value.
+    let sk =
+        unsafe { bpf_skc_lookup_tcp(ctx.sock_addr.cast(), tuple, size as u32, CURRENT_NETNS, 0) };
+    if sk.is_null() {
+        return Holder::Nobody;
+    }
+    // SAFETY: a socket the lookup returned, released once read.
+    let state = unsafe { read_volatile(&raw const (*sk).state) };
+    let holder = match state {
+        TCP_LISTEN => Holder::Listener,
+        TCP_TIME_WAIT if has_timestamp(sk) => Holder::TimeWait,
+        _ => Holder::Tuple,
+    };
+    // SAFETY: as above.
+    unsafe { bpf_sk_release(sk.cast()) };
+    holder
+}
+
+/// Whether a TIME_WAIT socket's connection carried TCP timestamps
+/// (`tw_ts_recent_stamp` non-zero, read at the offset the agent found in
+/// the kernel's BTF): then the kernel lets a bound socket reuse its tuple.
+#[inline(always)]
+pub(super) fn has_timestamp(sk: *mut bpf_sock) -> bool {
+    let offset = match SRAP_CONFIG.get(0) {
+        Some(config) if config.tw_stamp_offset != 0 => config.tw_stamp_offset,
+        _ => return false,
+    };
+    // SAFETY: `sk` is a live socket the caller holds a reference to.
+    let tw = unsafe { bpf_skc_to_tcp_timewait_sock(sk.cast()) };
+    if tw.is_null() {
+        return false;
+    }
+    let mut stamp = 0u32;
+    // SAFETY: a kernel read of four bytes inside the TIME_WAIT socket
+    // (the offset is its field's, from BTF); a failed read leaves zero.
+    let read = unsafe {
+        bpf_probe_read_kernel(
+            core::ptr::from_mut(&mut stamp).cast(),
+            size_of::<u32>() as u32,
+            tw.cast::<u8>().wrapping_add(offset as usize).cast(),
+        )
+    };
+    read == 0 && stamp != 0
+}
+
+/// `bpf_bind()` to the table's source address (the route's, or the one the
+/// application bound) and `port`. Not inlined: its address stays out of
+/// the callers' frames (a both-ends connect binds from [`bind_jointly`]'s,
+/// and the kernel allows 512 bytes of stack along a call chain).
+#[inline(never)]
+pub(super) fn bind_port(ctx: &SockAddrContext, family: Family, table: &TableRow, port: u16) -> i64 {
+    if family == Family::Inet {
+        let mut addr = SockaddrIn {
+            family: Family::Inet.as_u16(),
+            port_be: port.to_be(),
+            addr: table.src_addr[0],
+            zero: [0; 8],
+        };
+        // SAFETY: a valid sockaddr_in of the size given.
+        unsafe {
+            bpf_bind(
+                ctx.sock_addr.cast(),
+                core::ptr::from_mut(&mut addr).cast(),
+                size_of::<SockaddrIn>() as i32,
+            )
+        }
+    } else {
+        let mut addr = SockaddrIn6 {
+            family: Family::Inet6.as_u16(),
+            port_be: port.to_be(),
+            flowinfo: 0,
+            addr: table.src_addr6,
+            scope_id: 0,
+        };
+        // SAFETY: a valid sockaddr_in6 of the size given.
+        unsafe {
+            bpf_bind(
+                ctx.sock_addr.cast(),
+                core::ptr::from_mut(&mut addr).cast(),
+                size_of::<SockaddrIn6>() as i32,
+            )
+        }
+    }
+}
+
+pub(super) const COUNTED: u32 = u32::MAX - 1;
+
+#[inline(always)]
+pub(super) fn refused(errno: i64) -> Bind {
+    let index = errno.unsigned_abs().min(u64::from(BIND_ERRNOS - 1)) as u32;
+    if let Some(counter) = SRAP_BIND_ERRNOS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot, valid map memory.
+        unsafe { *counter += 1 };
+    }
+    count(outcome::BIND_REFUSED);
+    Bind::Failed
+}

@@ -1,0 +1,201 @@
+//! Step 3: claim a CPU slot — `srap_common::occupancy`, the one claim and
+//! release the host's tests interleave, run over the maps' memory with the
+//! kernel's atomic instructions.
+
+use core::{
+    intrinsics::{AtomicOrdering, atomic_cxchg, atomic_xadd},
+    ptr::{addr_of_mut, read_volatile},
+};
+
+use srap_common::{
+    binder::{
+        DestValue, JointRow, LEVELS, LOCAL_ROW, LayoutRow, MAX_SLOTS, ReceiverSlots, SLOT_WORDS,
+        SlotGrant, SlotRow, TableRow, outcome,
+    },
+    occupancy::{self, Unclaimed, masked},
+};
+
+use super::{
+    count,
+    maps::{
+        SRAP_GRANTS, SRAP_JOINTS, SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOT_STATE, SRAP_SLOTS,
+        SRAP_TABLES,
+    },
+};
+
+/// The word of a receiver's slot in `SRAP_SLOT_STATE`.
+#[inline(always)]
+pub(super) fn slot_word_of(receiver: u32, slot: u32) -> Option<*mut u64> {
+    if slot >= MAX_SLOTS {
+        return None;
+    }
+    SRAP_SLOT_STATE.get_ptr_mut(receiver.wrapping_mul(MAX_SLOTS).wrapping_add(slot))
+}
+
+/// Compare-and-exchange on a word of map memory.
+#[inline(always)]
+pub(super) fn exchange(word: *mut u64, old: u64, new: u64) -> bool {
+    // SAFETY: valid, aligned map memory.
+    unsafe {
+        atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(word, old, new)
+    }
+    .1
+}
+
+/// One receiver's occupancy row over the maps: its `SRAP_RECEIVERS` entry
+/// (cursor, level bitmaps) and its words in `SRAP_SLOT_STATE`.
+pub(super) struct MapRow {
+    state: *mut ReceiverSlots,
+    receiver: u32,
+}
+
+/// A word of map memory, changed with the kernel's atomic instructions.
+#[derive(Clone, Copy)]
+pub(super) struct MapWord(*mut u64);
+
+impl occupancy::Word for MapWord {
+    #[inline(always)]
+    fn load(self) -> u64 {
+        // SAFETY: valid map memory.
+        unsafe { read_volatile(self.0) }
+    }
+    #[inline(always)]
+    fn compare_exchange(self, old: u64, new: u64) -> bool {
+        exchange(self.0, old, new)
+    }
+    #[inline(always)]
+    fn add(self, delta: u64) {
+        // SAFETY: valid map memory.
+        unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(self.0, delta) };
+    }
+}
+
+impl occupancy::Row for MapRow {
+    type Word<'a> = MapWord;
+    #[inline(always)]
+    fn slots(&self) -> u32 {
+        // SAFETY: valid map memory.
+        unsafe { read_volatile(&raw const (*self.state).slots) }
+    }
+    #[inline(always)]
+    fn cursor(&self) -> u64 {
+        // SAFETY: valid map memory.
+        unsafe { read_volatile(&raw const (*self.state).cursor) }
+    }
+    #[inline(always)]
+    fn set_cursor(&self, cursor: u64) {
+        // SAFETY: valid map memory.
+        unsafe { (*self.state).cursor = cursor };
+    }
+    #[inline(always)]
+    fn slot_word(&self, slot: u32) -> Option<MapWord> {
+        slot_word_of(self.receiver, slot).map(MapWord)
+    }
+    #[inline(always)]
+    fn level_word(&self, level: usize, w: usize) -> MapWord {
+        const WORDS: u32 = (LEVELS * SLOT_WORDS) as u32;
+        let index = masked(level as u32 * SLOT_WORDS as u32 + w as u32, WORDS);
+        // SAFETY: `levels` is WORDS contiguous u64s and `index` is below WORDS.
+        MapWord(unsafe { addr_of_mut!((*self.state).levels).cast::<u64>().add(index) })
+    }
+}
+
+/// Claims the least-occupied granted slot of `receiver`'s row (or of this
+/// host's, [`LOCAL_ROW`]): its slot and turn. A receiver's failed claim is
+/// counted here (`maps_unfilled`, `claim_failed`), as a contended one is;
+/// this host's is not, its connect keeps the receiver's placement. The
+/// row goes in by registers and the claim stays a subprogram of its own,
+/// as the kernel's verifier walks it cheapest.
+pub(super) fn claim_slot(
+    state: *mut ReceiverSlots,
+    grant: &SlotGrant,
+    receiver: u32,
+) -> Option<(u32, u32)> {
+    let row = MapRow { state, receiver };
+    let local = receiver == LOCAL_ROW;
+    match occupancy::claim(&row, grant, local) {
+        Ok(claimed) => {
+            if claimed.contended {
+                count(outcome::CLAIM_CONTENDED);
+            }
+            Some((claimed.slot, claimed.turn))
+        }
+        Err(why) => {
+            if !local {
+                count(match why {
+                    Unclaimed::NoSlots => outcome::MAPS_UNFILLED,
+                    Unclaimed::Contention => outcome::CLAIM_FAILED,
+                });
+            }
+            None
+        }
+    }
+}
+
+/// Frees one flow of a receiver's slot (`srap_common::occupancy::release`).
+pub(super) fn release_slot(receiver: u32, slot: u32) {
+    let Some(state) = SRAP_RECEIVERS.get_ptr_mut(receiver) else {
+        return;
+    };
+    let row = MapRow { state, receiver };
+    let _ = occupancy::release(&row, slot);
+}
+
+/// Counts a connect that found no free port in its slot, and which slot:
+/// the agent warns about it.
+#[inline(always)]
+pub(super) fn note_dry(state: *mut ReceiverSlots, slot: u32) {
+    // SAFETY: valid, aligned map memory.
+    unsafe {
+        atomic_xadd::<u32, u32, { AtomicOrdering::Relaxed }>(addr_of_mut!((*state).dry), 1);
+        (*state).dry_slot = slot;
+    }
+}
+
+/// This host's side of a both-ends destination: its table, layout, joint
+/// row, and its claimed slot and that slot's row. Not the slot's word: its
+/// rotation is not used, the receiver slot's turn enumerates the pairs
+/// ([`joint_port`]).
+pub(super) struct LocalSide<'a> {
+    pub table: &'a TableRow,
+    pub layout: &'a LayoutRow,
+    pub row: &'a SlotRow,
+    pub joint: &'a JointRow,
+    pub slot: u32,
+}
+
+/// The local table, layout and joint row of `dest`, and a claimed slot of
+/// this host's CPUs; `None` for a destination planned for one NIC.
+#[inline(always)]
+pub(super) fn claim_local(dest: &DestValue) -> Option<LocalSide<'static>> {
+    if dest.local_table == DestValue::NO_LOCAL {
+        return None;
+    }
+    let table = SRAP_TABLES.get(dest.local_table)?;
+    let layout = SRAP_LAYOUTS.get(table.layout)?;
+    let joint = SRAP_JOINTS.get(dest.joint)?;
+    let state = SRAP_RECEIVERS.get_ptr_mut(LOCAL_ROW)?;
+    let grant = SRAP_GRANTS.get(LOCAL_ROW)?;
+    let slots = layout.slots;
+    if slots == 0 || slots > MAX_SLOTS || joint.kernel_len == 0 {
+        return None;
+    }
+    let (slot, _) = claim_slot(state, grant, LOCAL_ROW)?;
+    let Some(row) = SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot % slots)) else {
+        release_slot(LOCAL_ROW, slot);
+        return None;
+    };
+    Some(LocalSide {
+        table,
+        layout,
+        row,
+        joint,
+        slot,
+    })
+}
+
+/// Takes the next turn of a slot's port rotation.
+#[inline(always)]
+pub(super) fn take_turn(word: *mut u64) -> Option<u32> {
+    occupancy::take_turn(MapWord(word))
+}

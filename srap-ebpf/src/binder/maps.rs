@@ -1,0 +1,35 @@
+//! The binder's maps: the pinned ones from the one list in
+//! `srap_common::binder_pinned_maps!`, and the hook's scratch row.
+
+use aya_ebpf::{
+    bindings::bpf_sock_tuple,
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray},
+};
+
+/// The eBPF-side expansion of `srap_common::binder_pinned_maps!`: one
+/// `#[map]` static per pinned map, typed and sized from that one list.
+macro_rules! declare_maps {
+    ($($(#[$doc:meta])* $constant:ident = $name:ident: $kind:ident<$key:ty, $value:ty>
+        [$entries:expr, $flags:expr];)*) => {
+        $($(#[$doc])* #[map]
+        pub(super) static $name: declare_maps!(@type $kind, $key, $value) =
+            $kind::with_max_entries($entries, $flags);)*
+    };
+    (@type Array, $key:ty, $value:ty) => { Array<$value> };
+    (@type PerCpuArray, $key:ty, $value:ty) => { PerCpuArray<$value> };
+    (@type HashMap, $key:ty, $value:ty) => { HashMap<$key, $value> };
+}
+
+srap_common::binder_pinned_maps!(declare_maps);
+
+/// Where [`tuple_holder`] builds its lookup tuple: one per CPU, not on the
+/// stack. The kernel allows 512 bytes of stack along a call chain and
+/// Linux 6.1 rounds every frame up to 32 bytes: with a 36-byte tuple (and
+/// the `memset` subprogram zeroing it) on the stack, the chain hook →
+/// `bind_jointly` → `tuple_holder` came to 544 and 6.1 refused the binder.
+/// Not pinned: it holds nothing between runs, and a connect hook runs to
+/// its end on one CPU.
+#[map]
+pub(super) static SRAP_TUPLE_SCRATCH: PerCpuArray<bpf_sock_tuple> =
+    PerCpuArray::with_max_entries(1, 0);

@@ -1,0 +1,105 @@
+//! The port binder: on `connect()` of a steered workload's TCP socket, bind a
+//! source port that the receiver's RSS puts on its least-occupied CPU.
+//!
+//! The tables and the arithmetic are described in `srap_common::binder`,
+//! the claim and release of a CPU slot in `srap_common::occupancy`. Every
+//! path returns 1 ("allow"): when anything is missing or fails, the socket
+//! is left as it was and the kernel picks the port, so SRAP never fails a
+//! connect. Each connect counts one verdict in `SRAP_STATS`
+//! (`srap_common::binder::outcome`), each failure under its own name.
+//!
+//! A connect goes through named steps, one file each, in the order
+//! [`steer`] runs them:
+//!
+//! 1. [`context`]: read what the kernel hands the hook (destination, bound
+//!    source address and port);
+//! 2. [`classify`]: is the destination steered, and is the port SRAP's to
+//!    choose;
+//! 3. [`claim`]: claim the least-occupied CPU slot of the receiver (and of
+//!    this host, `--steer both`);
+//! 4. [`ports`]: the slot's next port, from the plan's tables;
+//! 5. [`bind`]: bind it unless its tuple is taken, sharing ports by tuple;
+//! 6. [`record`]: remember the socket's slots, so closing it
+//!    (`srap_sock_release`) releases exactly what it claimed.
+//!
+//! [`maps`] declares the maps. Which functions are inlined and which stay
+//! subprograms is part of the design: the kernel's verifier walks every
+//! path of `connect6` within a million instructions (540 000 now), and
+//! moving a step's data into a struct, or a lookup into every way a bind
+//! can end, doubled that. `cargo run -p srap-tests --example
+//! verifier_walk` prints what each program costs it.
+//!
+//! # Glossary
+//!
+//! * **slot**: one CPU of a receiver (or of this host), an index into its
+//!   occupancy row; its **word** holds its open flows, a claim lock and its
+//!   port rotation's turn.
+//! * **level**: 0, 1, 2 or 3-or-more flows; one bitmap of slots per level
+//!   finds a least-occupied slot in constant time.
+//! * **grant**: the slots a receiver agent lets this sender use, with the
+//!   flows other senders hold on each (their **base** level).
+//! * **turn**: a slot's count of ports handed out; it selects an entry of
+//!   the slot and, every **round** through the slot's entries, the next
+//!   member of that entry's coset.
+//! * **entry**: an indirection-table index that lands on the slot's CPU.
+//! * **coset**: the source ports whose hash selects one entry toward one
+//!   destination port (a coset of the hash's kernel over GF(2)); its
+//!   **members** are its ports, ascending.
+//! * **joint**: one port placed on a receiver entry and on an entry of
+//!   this host's NIC at once (`--steer both`).
+//! * **record**: the socket table's row for one socket: the slots it holds.
+
+mod bind;
+mod claim;
+mod classify;
+mod context;
+mod maps;
+mod ports;
+mod record;
+mod steer;
+
+use aya_ebpf::{
+    macros::{cgroup_sock, cgroup_sock_addr},
+    programs::{SockAddrContext, SockContext},
+};
+use srap_common::family::Family;
+
+#[cgroup_sock_addr(connect4)]
+pub fn srap_connect4(ctx: SockAddrContext) -> i32 {
+    count(steer::steer(&ctx, Family::Inet));
+    1
+}
+
+#[cgroup_sock_addr(connect6)]
+pub fn srap_connect6(ctx: SockAddrContext) -> i32 {
+    count(steer::steer(&ctx, Family::Inet6));
+    1
+}
+
+#[cgroup_sock_addr(bind4)]
+pub fn srap_bind4(ctx: SockAddrContext) -> i32 {
+    record::note_port_zero_bind(&ctx);
+    1
+}
+
+#[cgroup_sock_addr(bind6)]
+pub fn srap_bind6(ctx: SockAddrContext) -> i32 {
+    record::note_port_zero_bind(&ctx);
+    1
+}
+
+/// Frees the slots of a steered socket when it is closed, and forgets it.
+#[cgroup_sock(sock_release)]
+pub fn srap_sock_release(ctx: SockContext) -> i32 {
+    record::release_socket(&ctx);
+    1
+}
+
+/// Counts one outcome; a verdict counted where it happened
+/// ([`bind::COUNTED`]) is past the map and counts nothing here.
+fn count(what: u32) {
+    if let Some(counter) = maps::SRAP_STATS.get_ptr_mut(what) {
+        // SAFETY: per-CPU slot, valid map memory.
+        unsafe { *counter += 1 };
+    }
+}

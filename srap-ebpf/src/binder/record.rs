@@ -1,0 +1,145 @@
+//! Step 6: the socket table — each steered socket's record of the slots it
+//! claimed, so that closing it releases exactly those.
+//!
+//! One record per socket, whatever path brought it to `connect()`. A
+//! socket its application bound with port 0 first (its own address,
+//! `IP_BIND_ADDRESS_NO_PORT`) has a record from the bind hook
+//! ([`SocketSlot::BOUND_AT_BIND`]); a steered connect takes it out before
+//! it claims ([`drop_bind_record`]) and makes the socket's one record
+//! ([`hold`]). Two records for one socket leaked: closing forgot the first
+//! it found, and the claim in the other stayed counted for good.
+
+use core::{
+    ffi::c_void,
+    ptr::{addr_of_mut, read_volatile},
+};
+
+use aya_ebpf::{
+    helpers::bpf_get_socket_cookie,
+    programs::{SockAddrContext, SockContext},
+};
+use srap_common::binder::{
+    LOCAL_ROW, SOCKET_PROBES, SOCKET_ROWS, SocketRow, SocketSlot, outcome, socket_home,
+};
+
+use super::{
+    bind::{SO_MAX_PACING_RATE, set_socket_option},
+    claim::{exchange, release_slot},
+    context::{SOCK_STREAM, cookie_of, field},
+    count,
+    maps::{SRAP_CONFIG, SRAP_SOCKETS},
+};
+
+/// The row of `cookie`'s `probe`-th place in the socket table.
+#[inline(always)]
+pub(super) fn socket_row(cookie: u64, probe: u32) -> Option<*mut SocketRow> {
+    let index = socket_home(cookie).wrapping_add(probe) & (SOCKET_ROWS - 1);
+    SRAP_SOCKETS.get_ptr_mut(index)
+}
+
+/// Records `held` for the socket `cookie`: the first free row of its places,
+/// taken with one compare-and-exchange. False when all are taken.
+#[inline(always)]
+pub(super) fn remember(cookie: u64, held: SocketSlot) -> bool {
+    for probe in 0..SOCKET_PROBES {
+        let Some(row) = socket_row(cookie, probe) else {
+            return false;
+        };
+        // SAFETY: valid, aligned map memory.
+        let cookie_word = unsafe { addr_of_mut!((*row).cookie) };
+        if exchange(cookie_word, 0, cookie) {
+            // SAFETY: the row is this socket's now; only its own hooks
+            // touch it until it is freed.
+            unsafe { (*row).held = held };
+            return true;
+        }
+    }
+    false
+}
+
+/// The record of socket `cookie`, if any.
+#[inline(always)]
+pub(super) fn recalled(cookie: u64) -> Option<(*mut SocketRow, SocketSlot)> {
+    for probe in 0..SOCKET_PROBES {
+        let row = socket_row(cookie, probe)?;
+        // SAFETY: valid map memory.
+        if unsafe { read_volatile(&raw const (*row).cookie) } == cookie {
+            // SAFETY: as above.
+            return Some((row, unsafe { read_volatile(&raw const (*row).held) }));
+        }
+    }
+    None
+}
+
+#[inline(never)]
+pub(super) fn drop_bind_record(ctx: &SockAddrContext) {
+    let _ = forget(cookie_of(ctx));
+}
+
+/// Takes the record of socket `cookie` out of the table.
+#[inline(always)]
+pub(super) fn forget(cookie: u64) -> Option<SocketSlot> {
+    let (row, held) = recalled(cookie)?;
+    // SAFETY: valid, aligned map memory.
+    exchange(unsafe { addr_of_mut!((*row).cookie) }, cookie, 0).then_some(held)
+}
+
+/// Records a TCP socket the application binds with port 0: the kernel
+/// chooses its port now, before any destination is known, so its connect
+/// is counted as [`outcome::PORT_AT_BIND`], not as an application's port.
+#[inline(always)]
+pub(super) fn note_port_zero_bind(ctx: &SockAddrContext) {
+    let sa = ctx.sock_addr;
+    // SAFETY: field addresses within the context.
+    let (sock_type, user_port) = unsafe {
+        (
+            field(&raw const (*sa).type_),
+            field(&raw const (*sa).user_port),
+        )
+    };
+    if sock_type != SOCK_STREAM || user_port != 0 {
+        return;
+    }
+    let _ = remember(cookie_of(ctx), SocketSlot::BOUND_AT_BIND);
+}
+
+/// Remembers the socket's slots so closing it frees them; with the map
+/// full, frees them now (the flow goes uncounted rather than leaked).
+pub(super) fn hold(ctx: &SockAddrContext, held: SocketSlot) {
+    if !remember(cookie_of(ctx), held) {
+        release_slot(held.receiver, held.slot);
+        if held.local != SocketSlot::NONE {
+            release_slot(LOCAL_ROW, held.local);
+        }
+    }
+}
+
+/// Applies the configured pacing rate, if any; failure only loses pacing.
+pub(super) fn pace(ctx: &SockAddrContext) {
+    let Some(config) = SRAP_CONFIG.get(0) else {
+        return;
+    };
+    if config.pacing_rate == 0 {
+        return;
+    }
+    // The kernel takes an int here: rates above 4 GB/s (34 Gbit/s) saturate.
+    let rate = config.pacing_rate.min(u64::from(u32::MAX)) as u32;
+    let _ = set_socket_option(ctx, SO_MAX_PACING_RATE, rate);
+}
+
+/// Frees the slots of a closing socket, and forgets it.
+#[inline(always)]
+pub(super) fn release_socket(ctx: &SockContext) {
+    // SAFETY: the context pointer is the kernel's socket.
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.sock.cast::<c_void>()) };
+    let Some(held) = forget(cookie) else {
+        return;
+    };
+    if held.receiver != SocketSlot::NONE {
+        release_slot(held.receiver, held.slot);
+        count(outcome::RELEASED);
+    }
+    if held.local != SocketSlot::NONE {
+        release_slot(LOCAL_ROW, held.local);
+    }
+}

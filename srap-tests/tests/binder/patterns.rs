@@ -1,0 +1,196 @@
+//! The binder's state stays true: after every way an application may come
+//! to `connect()` and go away — plain, dual-stack, its own address bound
+//! first (`IP_BIND_ADDRESS_NO_PORT`), a connect retried after a refusal on
+//! the same socket, sockets shared with a forked child, a killed process,
+//! an agent restarted with flows open, a re-plan with flows open — and all
+//! sockets closed, the pinned occupancy is zero and the socket table
+//! empty; then 64 connects at once land on 64 distinct CPUs. Judged from
+//! the kernel's side: the pinned maps read back, and the source ports the
+//! receiver accepted hashed with the RSS model.
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    time::{Duration, Instant},
+};
+
+use srap_common::rss::embedded_default;
+use srap_daemon::sender::{read_occupancy, read_socket_records};
+use srap_tests::workload::Workload;
+
+use super::{DPORT, Lab, assert_distinct_cpus, privileged};
+
+/// Up to this long for closes to reach the release hook.
+const DRAIN: Duration = Duration::from_secs(10);
+
+/// A lab whose receiver has 64 CPUs (so 64 flows at once can each have
+/// one), its agent running as a daemon (restarted and re-planned below).
+fn lab64(v6: bool, subnet: u8) -> Lab {
+    let mut description = embedded_default();
+    description.indir = (0..128).map(|i| i % 64).collect();
+    description.queue_cpu = Some((0..64).collect());
+    let mut lab = Lab::with_description(v6, subnet, description);
+    lab.start_agent();
+    lab
+}
+
+/// Waits until no slot counts a flow and no socket has a record; fails
+/// naming `pattern` and what is left.
+#[track_caller]
+fn assert_drained(lab: &Lab, pattern: &str) {
+    let layout = lab.agent.layout();
+    let deadline = Instant::now() + DRAIN;
+    loop {
+        let flows = read_occupancy(&layout, 0).expect("the pinned occupancy");
+        let records = read_socket_records(&layout).expect("the pinned socket table");
+        let held: u32 = flows.iter().sum();
+        if held == 0 && records.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{pattern}: all sockets closed, yet {held} flows still counted \
+             ({flows:?}) and {} socket records left: {records:?}",
+            records.len()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// 64 connects at once land on 64 distinct CPUs; then they close and the
+/// binder drains again.
+#[track_caller]
+fn sixty_four_at_once(lab: &Lab, server: &mut super::Server, pattern: &str) {
+    let mut workload = lab.workload(true);
+    let opened = workload.ask("burst 64");
+    assert_eq!(opened.len(), 64, "{pattern}");
+    let accepted = server.accept(64);
+    assert_distinct_cpus(lab, &accepted);
+    let closed = workload.close(64);
+    server.await_closed(&closed);
+    workload.finish();
+    assert_drained(lab, &format!("{pattern}, then 64 at once"));
+}
+
+/// One pattern: `open` brings `n` connections up through the workload (and
+/// returns it), then the workload ends (closing them), and the binder must
+/// be drained and still place 64 flows on 64 CPUs.
+fn check(
+    lab: &mut Lab,
+    server: &mut super::Server,
+    pattern: &str,
+    n: usize,
+    open: impl FnOnce(&mut Lab, &mut Workload) -> Vec<u16>,
+) {
+    let mut workload = lab.workload(true);
+    let ports = open(lab, &mut workload);
+    assert_eq!(ports.len(), n, "{pattern}: connections opened");
+    let accepted = server.accept(n);
+    assert_distinct_cpus(lab, &accepted);
+    workload.finish();
+    server.await_closed(&accepted);
+    assert_drained(lab, pattern);
+    sixty_four_at_once(lab, server, pattern);
+}
+
+#[test]
+fn every_socket_pattern_releases_exactly_what_it_claimed() {
+    if !privileged("binder: the socket-pattern matrix drains the occupancy") {
+        return;
+    }
+    let mut lab = lab64(false, 61);
+    let own = lab.sender_ip();
+    let mut server = lab.listen();
+    check(&mut lab, &mut server, "plain connects", 16, |_, w| {
+        w.open(16)
+    });
+    check(
+        &mut lab,
+        &mut server,
+        "own address, port 0, IP_BIND_ADDRESS_NO_PORT",
+        8,
+        |_, w| w.ask(&format!("ownaddr {own} 8")),
+    );
+    check(
+        &mut lab,
+        &mut server,
+        "a connect retried after a refusal",
+        8,
+        |_, w| w.ask("retry 8"),
+    );
+    check(
+        &mut lab,
+        &mut server,
+        "sockets shared with a forked child",
+        8,
+        |_, w| {
+            let ports = w.open(8);
+            w.ask("forkhold 1");
+            ports
+        },
+    );
+    check(
+        &mut lab,
+        &mut server,
+        "an agent restarted with flows open",
+        8,
+        |lab, w| {
+            let ports = w.open(8);
+            lab.kill_agent();
+            lab.start_agent();
+            ports
+        },
+    );
+    check(
+        &mut lab,
+        &mut server,
+        "a re-plan with flows open",
+        8,
+        |lab, w| {
+            let ports = w.open(8);
+            super::clients::add_sender_address(lab, "10.199.61.21/24");
+            lab.await_agent_line("local addresses or routes changed: replanned");
+            ports
+        },
+    );
+    // A killed process: its sockets close without it.
+    let mut workload = lab.workload(true);
+    let ports = workload.open(8);
+    let accepted = server.accept(8);
+    assert_eq!(ports.len(), 8);
+    assert_distinct_cpus(&lab, &accepted);
+    workload.kill();
+    server.await_closed(&accepted);
+    assert_drained(&lab, "a killed process");
+    sixty_four_at_once(&lab, &mut server, "a killed process");
+}
+
+/// The same for dual-stack sockets (an `AF_INET6` socket toward the IPv4
+/// receiver as `::ffff:a.b.c.d`) and for IPv6.
+#[test]
+fn dual_stack_and_ipv6_sockets_release_exactly_what_they_claimed() {
+    if !privileged("binder: dual-stack and IPv6 sockets drain the occupancy") {
+        return;
+    }
+    let lab = lab64(false, 62);
+    let IpAddr::V4(receiver) = lab.receiver_ip() else {
+        panic!("an IPv4 lab");
+    };
+    let mapped = SocketAddr::new(IpAddr::V6(receiver.to_ipv6_mapped()), DPORT);
+    open_close_and_drain(&lab, mapped, "dual-stack connects");
+    let lab = lab64(true, 63);
+    open_close_and_drain(&lab, lab.server_addr(), "IPv6 connects");
+}
+
+/// 16 connections toward `dst` on 16 CPUs, closed, drained; then 64 at
+/// once.
+fn open_close_and_drain(lab: &Lab, dst: SocketAddr, pattern: &str) {
+    let mut server = lab.listen();
+    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), dst);
+    workload.open(16);
+    let accepted = server.accept(16);
+    assert_distinct_cpus(lab, &accepted);
+    workload.finish();
+    server.await_closed(&accepted);
+    assert_drained(lab, pattern);
+    sixty_four_at_once(lab, &mut server, pattern);
+}
