@@ -23,13 +23,14 @@ pub fn render(status: &SenderStatus) -> String {
             status.cgroup, status.pin_dir
         );
     }
-    let counters: Vec<String> = status
-        .binder
-        .iter()
+    let counters: Vec<String> = shown_counters(status)
         .map(|(name, count)| format!("{name}={count}"))
         .collect();
     if !counters.is_empty() {
-        let _ = writeln!(out, "binder: {}", counters.join(" "));
+        let _ = writeln!(out, "binder: {} (the rest 0)", counters.join(" "));
+    }
+    for (errno, count) in &status.bind_errnos {
+        let _ = writeln!(out, "  bind refused: {errno} ×{count}");
     }
     // `--steer local` follows no receiver agent: no table to head.
     if !status.receivers.is_empty() {
@@ -200,6 +201,17 @@ pub fn steering(r: &ReceiverRow) -> &'static str {
 
 /// This host's NIC under `--steer local`, its key learned and agreeing:
 /// for this module's tests and the live view's.
+/// The binder's counters worth a line: `steered` always, the others once
+/// they happened (most outcomes stay zero on a healthy host, and a wall of
+/// zeros hides the one that is not).
+pub(super) fn shown_counters(status: &SenderStatus) -> impl Iterator<Item = (&str, u64)> {
+    status
+        .binder
+        .iter()
+        .filter(|(name, count)| *count > 0 || name == "steered")
+        .map(|(name, count)| (name.as_str(), *count))
+}
+
 #[cfg(test)]
 pub(super) fn learned_local() -> LocalRow {
     LocalRow {
@@ -297,7 +309,10 @@ mod tests {
     fn every_receiver_with_its_version_grant_and_counters() {
         let status = two_receivers();
         let text = render(&status);
-        assert!(text.contains("binder: steered=24 miss=1"), "{text}");
+        assert!(
+            text.contains("binder: steered=24 miss=1 (the rest 0)"),
+            "{text}"
+        );
         assert!(text.contains("epoch 2: 5 CPUs 0-3,7"), "{text}");
         assert!(
             text.contains("away: cannot connect: Connection refused"),

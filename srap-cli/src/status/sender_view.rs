@@ -148,9 +148,7 @@ impl SenderPage {
     /// `name total (+rate/s)` for every counter, packed into lines.
     fn counter_lines(&self, status: &SenderStatus, width: usize) -> Vec<Line<'static>> {
         let rates = self.rates();
-        let pieces = status
-            .binder
-            .iter()
+        let mut pieces: Vec<Vec<Span<'static>>> = super::sender::shown_counters(status)
             .map(|(name, total)| {
                 let rate = rates
                     .iter()
@@ -162,14 +160,20 @@ impl SenderPage {
                     Style::new().fg(Color::Yellow)
                 };
                 vec![
-                    Span::styled(name.clone(), Style::new().fg(Color::Cyan)),
+                    Span::styled(name.to_owned(), Style::new().fg(Color::Cyan)),
                     Span::raw(format!(" {total}")),
                     Span::styled(rate, style),
                 ]
             })
             .collect();
+        pieces.extend(status.bind_errnos.iter().map(|(errno, count)| {
+            vec![
+                Span::styled("bind refused: ", Style::new().fg(Color::Yellow)),
+                Span::raw(format!("{errno} ×{count}")),
+            ]
+        }));
         let mut lines = vec![Line::from(Span::styled(
-            "binder counters (total, per second)",
+            "binder counters (total, per second; the rest 0)",
             bold(),
         ))];
         lines.extend(pack(pieces, width, 4));

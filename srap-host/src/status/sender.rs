@@ -21,8 +21,13 @@ pub struct SenderStatus {
     pub cgroup: String,
     /// The binder's pin directory.
     pub pin_dir: String,
-    /// The binder's outcome counters, by name, in the binder's order.
+    /// The binder's outcome counters, by name, in the binder's order
+    /// (every one, zero or not).
     pub binder: Vec<(String, u64)>,
+    /// The binds the kernel refused (`bind_refused`), by errno: what the
+    /// kernel said, e.g. `Cannot assign requested address (os error 99)`.
+    #[serde(default)]
+    pub bind_errnos: Vec<(String, u64)>,
     /// Source ports reserved for the plan: 0 since the binder chooses by
     /// 4-tuple among the whole range (kept for older `srap` clients).
     pub reserved_ports: usize,

@@ -167,10 +167,23 @@ pub fn binder_status(steering: &RunningBinder) -> SenderStatus {
                 .zip(stats.counts)
                 .map(|(name, count)| ((*name).to_owned(), count))
                 .collect();
+            status.bind_errnos = stats
+                .bind_errnos
+                .iter()
+                .map(|&(errno, count)| (errno_text(errno), count))
+                .collect();
         }
         Err(err) => warn!("reading the binder's counters: {err}"),
     }
     status
+}
+
+/// What the kernel says an errno means, and its number.
+fn errno_text(errno: u32) -> String {
+    i32::try_from(errno).map_or_else(
+        |_| format!("errno {errno}"),
+        |n| std::io::Error::from_raw_os_error(n).to_string(),
+    )
 }
 
 /// This host's end in a snapshot: its NIC and verdict, and each open
