@@ -150,7 +150,7 @@ pub fn srap_sock_release(ctx: SockContext) -> i32 {
     1
 }
 
-fn count(what: u32) {
+pub(crate) fn count(what: u32) {
     if let Some(counter) = SRAP_STATS.get_ptr_mut(what) {
         // SAFETY: per-CPU slot, valid map memory.
         unsafe { *counter += 1 };
@@ -183,7 +183,7 @@ fn socket_row(cookie: u64, probe: u32) -> Option<*mut SocketRow> {
 /// Records `held` for the socket `cookie`: the first free row of its places,
 /// taken with one compare-and-exchange. False when all are taken.
 #[inline(always)]
-fn remember(cookie: u64, held: SocketSlot) -> bool {
+pub(crate) fn remember(cookie: u64, held: SocketSlot) -> bool {
     for probe in 0..SOCKET_PROBES {
         let Some(row) = socket_row(cookie, probe) else {
             return false;
@@ -216,7 +216,7 @@ fn recalled(cookie: u64) -> Option<(*mut SocketRow, SocketSlot)> {
 
 /// Takes the record of socket `cookie` out of the table.
 #[inline(always)]
-fn forget(cookie: u64) -> Option<SocketSlot> {
+pub(crate) fn forget(cookie: u64) -> Option<SocketSlot> {
     let (row, held) = recalled(cookie)?;
     // SAFETY: valid, aligned map memory.
     exchange(unsafe { addr_of_mut!((*row).cookie) }, cookie, 0).then_some(held)
@@ -994,7 +994,7 @@ fn bind_port(ctx: &SockAddrContext, family: Family, table: &TableRow, port: u16)
 
 /// The word of a receiver's slot in `SRAP_SLOT_STATE`.
 #[inline(always)]
-fn slot_word_of(receiver: u32, slot: u32) -> Option<*mut u64> {
+pub(crate) fn slot_word_of(receiver: u32, slot: u32) -> Option<*mut u64> {
     if slot >= MAX_SLOTS {
         return None;
     }
@@ -1003,7 +1003,7 @@ fn slot_word_of(receiver: u32, slot: u32) -> Option<*mut u64> {
 
 /// Compare-and-exchange on a word of map memory.
 #[inline(always)]
-fn exchange(word: *mut u64, old: u64, new: u64) -> bool {
+pub(crate) fn exchange(word: *mut u64, old: u64, new: u64) -> bool {
     // SAFETY: valid, aligned map memory.
     unsafe {
         atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(word, old, new)
@@ -1033,7 +1033,7 @@ fn take_turn(word: *mut u64) -> Option<u32> {
 
 /// Clears a slot's lock, which the caller holds.
 #[inline(always)]
-fn unlock(word: *mut u64) {
+pub(crate) fn unlock(word: *mut u64) {
     // SAFETY: valid, aligned map memory.
     unsafe {
         atomic_xadd::<u64, u64, { AtomicOrdering::SeqCst }>(word, slot_word::LOCK.wrapping_neg())
@@ -1241,7 +1241,7 @@ fn level_word(state: *mut ReceiverSlots, level: usize, slot: u32) -> *mut u64 {
 /// the slot's lock changes its bits, so reading a bit then adding to its
 /// word is safe; the adds never carry into other slots' bits.
 #[inline(always)]
-fn move_bit(state: *mut ReceiverSlots, slot: u32, from: usize, to: usize) {
+pub(crate) fn move_bit(state: *mut ReceiverSlots, slot: u32, from: usize, to: usize) {
     if from == to || from >= LEVELS || to >= LEVELS || slot >= MAX_SLOTS {
         return;
     }
@@ -1259,10 +1259,17 @@ fn move_bit(state: *mut ReceiverSlots, slot: u32, from: usize, to: usize) {
     }
 }
 
+/// Receiver `receiver`'s row of level bitmaps (for the occupancy audit's
+/// repair, which moves a slot's bit as a claim or a release does).
+#[inline(always)]
+pub(crate) fn receiver_row(receiver: u32) -> Option<*mut ReceiverSlots> {
+    SRAP_RECEIVERS.get_ptr_mut(receiver)
+}
+
 /// Frees one flow of a slot: under the slot's lock when it can be had, so
 /// the level bitmaps follow; else the count alone (the next claim that
 /// finds the slot's bit wrong repairs it).
-fn release_slot(receiver: u32, slot: u32) {
+pub(crate) fn release_slot(receiver: u32, slot: u32) {
     let (Some(state), Some(word)) = (
         SRAP_RECEIVERS.get_ptr_mut(receiver),
         slot_word_of(receiver, slot),

@@ -737,5 +737,7 @@ fn iperf3_stream_ports(lab: &Lab, extra: &[&str]) -> Vec<u16> {
 
 #[path = "binder/clients.rs"]
 mod clients;
+#[path = "binder/occupancy.rs"]
+mod occupancy;
 #[path = "binder/ports.rs"]
 mod ports;

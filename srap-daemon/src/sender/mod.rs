@@ -12,6 +12,7 @@
 
 pub mod args;
 mod attach;
+pub mod audit;
 pub mod config;
 pub mod ends;
 pub mod follow;

@@ -1,0 +1,181 @@
+//! The occupancy audit's repairs, in kernel context (see
+//! `srap_common::occupancy`): XDP programs never attached to a device, run
+//! by the sender agent through `BPF_PROG_TEST_RUN` on a packet that is one
+//! `RepairRequest`, which they answer in place.
+//!
+//! Why not a map update from user space: the hooks change slot words and
+//! socket records by compare-and-exchange only, and a plain update would
+//! overwrite a claim or release made between the agent's read and its
+//! write. These programs change them the way the hooks do, with the hooks'
+//! own functions ([`binder::forget`], [`binder::release_slot`],
+//! [`binder::exchange`]), so a repair and a live connect or close never
+//! undo each other: whichever takes a record first frees its slot, once.
+
+use core::ptr::read_volatile;
+
+use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
+use srap_common::{
+    binder::{SocketSlot, level_of, slot_word},
+    occupancy::{RepairRequest, op, result},
+};
+
+use crate::binder;
+
+/// Repairs one finding of the occupancy audit: forgets a stale socket
+/// record and frees its slots ([`op::FORGET`]), or sets a slot's flow count
+/// if its word is still what the agent read ([`op::SET_FLOWS`]). Returns
+/// `XDP_PASS` when the request was read, `XDP_ABORTED` when not.
+#[xdp]
+pub fn srap_occupancy_repair(ctx: XdpContext) -> u32 {
+    let Some(request) = request_of(&ctx) else {
+        return xdp_action::XDP_ABORTED;
+    };
+    // SAFETY: `request_of` checked the packet holds a whole request.
+    let (what, outcome) = unsafe {
+        let op = read_volatile(&raw const (*request).op);
+        match op {
+            op::FORGET => forget_record(read_volatile(&raw const (*request).cookie)),
+            op::SET_FLOWS => set_flows(
+                read_volatile(&raw const (*request).receiver),
+                read_volatile(&raw const (*request).slot),
+                read_volatile(&raw const (*request).expected),
+                read_volatile(&raw const (*request).value),
+            ),
+            _ => (result::NONE, 0),
+        }
+    };
+    // SAFETY: as above; the packet is the program's to write.
+    unsafe {
+        (*request).result = what;
+        (*request).before = outcome;
+    }
+    xdp_action::XDP_PASS
+}
+
+/// Tests only: makes a drift on purpose ([`op::INJECT`]): claims one flow
+/// of a slot and records it for a cookie that is no socket, as a connect
+/// that never closes would. The agent never runs it.
+#[xdp]
+pub fn srap_occupancy_inject(ctx: XdpContext) -> u32 {
+    let Some(request) = request_of(&ctx) else {
+        return xdp_action::XDP_ABORTED;
+    };
+    // SAFETY: `request_of` checked the packet holds a whole request.
+    unsafe {
+        let (what, before) = if read_volatile(&raw const (*request).op) == op::INJECT {
+            inject(
+                read_volatile(&raw const (*request).receiver),
+                read_volatile(&raw const (*request).slot),
+                read_volatile(&raw const (*request).cookie),
+            )
+        } else {
+            (result::NONE, 0)
+        };
+        (*request).result = what;
+        (*request).before = before;
+    }
+    xdp_action::XDP_PASS
+}
+
+/// The request the packet holds, when it holds a whole one.
+#[inline(always)]
+fn request_of(ctx: &XdpContext) -> Option<*mut RepairRequest> {
+    let (start, end) = (ctx.data(), ctx.data_end());
+    if start + size_of::<RepairRequest>() > end {
+        return None;
+    }
+    Some(start as *mut RepairRequest)
+}
+
+/// Forgets socket `cookie`'s record and frees the slots it holds, as
+/// `srap_sock_release` does for a closed socket; returns the result and
+/// the freed record's receiver (low half) and slot. A record already gone
+/// (the socket's own close took it first) is [`result::CHANGED`].
+#[inline(always)]
+fn forget_record(cookie: u64) -> (u32, u64) {
+    let Some(held) = binder::forget(cookie) else {
+        return (result::CHANGED, 0);
+    };
+    if held.receiver != SocketSlot::NONE {
+        binder::release_slot(held.receiver, held.slot);
+    }
+    if held.local != SocketSlot::NONE {
+        binder::release_slot(srap_common::binder::LOCAL_ROW, held.local);
+    }
+    (
+        result::DONE,
+        u64::from(held.receiver) | (u64::from(held.slot) << 32),
+    )
+}
+
+/// Sets slot (`receiver`, `slot`)'s flow count to `value` when its word is
+/// still `expected` (not locked): one compare-and-exchange that also takes
+/// the slot's lock, so the level bitmaps follow as a claim moves them.
+#[inline(always)]
+fn set_flows(receiver: u32, slot: u32, expected: u64, value: u64) -> (u32, u64) {
+    let (Some(state), Some(word)) = (
+        binder::receiver_row(receiver),
+        binder::slot_word_of(receiver, slot),
+    ) else {
+        return (result::MISSING, 0);
+    };
+    if expected & slot_word::LOCK != 0 {
+        return (result::CHANGED, expected);
+    }
+    let flows = value & slot_word::FLOWS;
+    let new = (expected & !slot_word::FLOWS) | flows;
+    if !binder::exchange(word, expected, new | slot_word::LOCK) {
+        return (result::CHANGED, expected);
+    }
+    // SAFETY: valid map memory.
+    let slots = unsafe { read_volatile(&raw const (*state).slots) };
+    if slot < slots {
+        binder::move_bit(
+            state,
+            slot,
+            level_of(slot_word::flows(expected)),
+            level_of(flows as u32),
+        );
+    }
+    binder::unlock(word);
+    (result::DONE, expected)
+}
+
+/// Claims one flow of slot (`receiver`, `slot`) and records it for
+/// `cookie` (see [`srap_occupancy_inject`]).
+#[inline(always)]
+fn inject(receiver: u32, slot: u32, cookie: u64) -> (u32, u64) {
+    let (Some(state), Some(word)) = (
+        binder::receiver_row(receiver),
+        binder::slot_word_of(receiver, slot),
+    ) else {
+        return (result::MISSING, 0);
+    };
+    // SAFETY: valid map memory.
+    let seen = unsafe { read_volatile(word) };
+    if seen & slot_word::LOCK != 0 {
+        return (result::CHANGED, seen);
+    }
+    let claimed = seen.wrapping_add(1 + slot_word::TURN) | slot_word::LOCK;
+    if !binder::exchange(word, seen, claimed) {
+        return (result::CHANGED, seen);
+    }
+    // SAFETY: valid map memory.
+    let slots = unsafe { read_volatile(&raw const (*state).slots) };
+    let flows = slot_word::flows(seen);
+    if slot < slots {
+        binder::move_bit(state, slot, level_of(flows), level_of(flows + 1));
+    }
+    binder::unlock(word);
+    let held = SocketSlot {
+        receiver,
+        slot,
+        local: SocketSlot::NONE,
+        _pad: 0,
+    };
+    if !binder::remember(cookie, held) {
+        binder::release_slot(receiver, slot);
+        return (result::MISSING, seen);
+    }
+    (result::DONE, seen)
+}
