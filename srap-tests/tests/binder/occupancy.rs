@@ -23,6 +23,8 @@ use super::{Lab, TIMEOUT, privileged};
 
 /// The churn's own port (its objects close first; a sink takes them).
 const CHURN_DPORT: u16 = 5203;
+/// Rounds of long flows opened and closed during the churn.
+const ROUNDS: usize = 8;
 /// A cookie no socket has: the kernel counts cookies up from 1.
 const NO_SOCKET: u64 = u64::MAX - 0x5a5a;
 
@@ -102,15 +104,17 @@ fn steered_connects_under_churn_leave_nothing_to_repair() {
     let mut server = lab.listen();
     let mut long = lab.workload(true);
     churn.send("churn 100 5");
-    let started = Instant::now();
+    // Rounds over the churn's 5 s (the test's server keeps what it
+    // accepted: a bounded number of rounds).
     let mut open = 0usize;
-    while started.elapsed() < Duration::from_secs(5) {
+    for _ in 0..ROUNDS {
         long.open(16);
         server.accept(16);
         open += 16;
         let closed = long.close(12);
         server.await_closed(&closed);
         open -= 12;
+        std::thread::sleep(Duration::from_millis(600));
     }
     let objects = churn.answer(TIMEOUT);
     churn_sink.finish(Duration::from_millis(300));

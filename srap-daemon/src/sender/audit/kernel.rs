@@ -15,8 +15,8 @@ use srap_common::binder::{MAX_SLOTS, SLOT_STATE_MAP, SOCKETS_MAP, SocketSlot};
 use super::super::PinLayout;
 use crate::sock_diag::{SockDiag, SocketSeen};
 
-/// Bytes of one socket-table row: cookie, receiver, slot, local, pad.
-const SOCKET_ROW_LEN: usize = 32;
+/// Bytes of one socket-table row: cookie, then receiver, slot, local, pad.
+const SOCKET_ROW_LEN: usize = size_of::<srap_common::binder::SocketRow>();
 
 /// Why an audit could not run, or a repair could not be asked.
 #[derive(Debug, thiserror::Error)]
@@ -42,7 +42,7 @@ pub enum AuditError {
     Answer(&'static str),
     #[error("loading the binder: {0}")]
     Load(String),
-    #[error("the sockets of namespace {ns}: {detail}")]
+    #[error("the sockets of network namespace {ns} cannot be read ({detail})")]
     Namespace { ns: String, detail: String },
 }
 
@@ -234,6 +234,6 @@ mod tests {
             (2, 9, SocketSlot::NONE)
         );
         assert_eq!(parse_row(&[0u8; SOCKET_ROW_LEN]), None, "a free row");
-        assert_eq!(size_of::<srap_common::binder::SocketRow>(), SOCKET_ROW_LEN);
+        assert_eq!(SOCKET_ROW_LEN, 24);
     }
 }

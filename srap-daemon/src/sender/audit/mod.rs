@@ -34,12 +34,16 @@ use crate::sock_diag::SocketSeen;
 pub struct OccupancyAudit {
     stability: Stability,
     counts: OccupancyRow,
-    /// Cookies the last audit found in two records at once.
+    /// Cookies found in two records at once, while a record of theirs is
+    /// left.
     doubled: HashSet<u64>,
     /// Finding kinds already logged at warn level.
     warned: HashSet<&'static str>,
     /// Why the last audit could not run, logged once until it runs again.
     failing: Option<String>,
+    /// Why the last audit judged no record stale (a namespace of the
+    /// steered cgroup it could not read), logged once until it can again.
+    blind: Option<String>,
 }
 
 impl OccupancyAudit {
@@ -67,18 +71,36 @@ impl OccupancyAudit {
     }
 
     fn audit(&mut self, steering: &mut RunningBinder) -> Result<(), AuditError> {
-        let (snapshot, seen) = take_snapshot(steering)?;
+        let (snapshot, seen, blind) = take_snapshot(steering)?;
         self.counts.audits += 1;
+        if blind != self.blind {
+            match &blind {
+                Some(why) => warn!(
+                    "occupancy audit: no socket record is checked against the kernel's \
+                     sockets while {why} (slot counts still are)"
+                ),
+                None => warn!("occupancy audit: socket records are checked again"),
+            }
+            self.blind = blind;
+        }
         let found = core::examine(&snapshot);
         let stable = self.stability.confirm(&found);
-        let doubled = doubled_cookies(&snapshot.records);
+        self.remember_doubled(&snapshot.records);
         if stable != Findings::default() {
             self.repair(steering, &stable, &seen)?;
             // What the repairs touched must be seen twice afresh.
             self.stability.clear();
         }
-        self.doubled = doubled;
         Ok(())
+    }
+
+    /// Keeps the cookies ever found in two records at once while any
+    /// record of theirs is left: when the socket closes, one is forgotten
+    /// and the other goes stale, and its log line says where it came from.
+    fn remember_doubled(&mut self, records: &[(u32, u64, SocketSlot)]) {
+        let present: HashSet<u64> = records.iter().map(|(_, cookie, _)| *cookie).collect();
+        self.doubled.retain(|cookie| present.contains(cookie));
+        self.doubled.extend(doubled_cookies(records));
     }
 
     /// Repairs the stable findings (stale records first: freeing one moves
@@ -145,7 +167,7 @@ impl OccupancyAudit {
 /// listed, for the log.
 fn take_snapshot(
     steering: &RunningBinder,
-) -> Result<(Snapshot, BTreeMap<u64, SocketSeen>), AuditError> {
+) -> Result<(Snapshot, BTreeMap<u64, SocketSeen>, Option<String>), AuditError> {
     let layout = &steering.layout;
     let mut plan_rows: Vec<u32> = steering.plan.receivers.iter().map(|r| r.index).collect();
     if steering.plan.local.is_some() {
@@ -157,19 +179,16 @@ fn take_snapshot(
     let records = read_records(layout)?;
     let sockets = open_sockets(&steering.cgroup);
     let after = read_words(layout, &rows)?;
-    let (open, seen) = match sockets {
+    let (open, seen, blind) = match sockets {
         Ok(seen) => {
             let open = seen
                 .iter()
                 .filter(|(_, s)| s.open)
                 .map(|(c, _)| *c)
                 .collect();
-            (Some(open), seen)
+            (Some(open), seen, None)
         }
-        Err(err) => {
-            debug!("occupancy audit: no record judged stale this time: {err}");
-            (None, BTreeMap::new())
-        }
+        Err(err) => (None, BTreeMap::new(), Some(err.to_string())),
     };
     let snapshot = Snapshot {
         before,
@@ -177,7 +196,7 @@ fn take_snapshot(
         records,
         open,
     };
-    Ok((snapshot, seen))
+    Ok((snapshot, seen, blind))
 }
 
 /// Cookies two rows of the table hold at once.
