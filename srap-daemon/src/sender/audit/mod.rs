@@ -71,7 +71,11 @@ impl OccupancyAudit {
     }
 
     fn audit(&mut self, steering: &mut RunningBinder) -> Result<(), AuditError> {
-        let (snapshot, seen, blind) = take_snapshot(steering)?;
+        let Read {
+            snapshot,
+            seen,
+            blind,
+        } = take_snapshot(steering)?;
         self.counts.audits += 1;
         if blind != self.blind {
             match &blind {
@@ -163,11 +167,8 @@ impl OccupancyAudit {
 }
 
 /// Reads one snapshot: the slot words, the socket table, the kernel's
-/// sockets, the slot words again. Also returns every socket the kernel
-/// listed, for the log.
-fn take_snapshot(
-    steering: &RunningBinder,
-) -> Result<(Snapshot, BTreeMap<u64, SocketSeen>, Option<String>), AuditError> {
+/// sockets, the slot words again.
+fn take_snapshot(steering: &RunningBinder) -> Result<Read, AuditError> {
     let layout = &steering.layout;
     let mut plan_rows: Vec<u32> = steering.plan.receivers.iter().map(|r| r.index).collect();
     if steering.plan.local.is_some() {
@@ -196,7 +197,19 @@ fn take_snapshot(
         records,
         open,
     };
-    Ok((snapshot, seen, blind))
+    Ok(Read {
+        snapshot,
+        seen,
+        blind,
+    })
+}
+
+/// What one audit read: the snapshot judged, every socket the kernel
+/// listed (for the log), and why no record could be judged stale.
+struct Read {
+    snapshot: Snapshot,
+    seen: BTreeMap<u64, SocketSeen>,
+    blind: Option<String>,
 }
 
 /// Cookies two rows of the table hold at once.
