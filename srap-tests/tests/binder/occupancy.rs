@@ -29,7 +29,7 @@ const ROUNDS: usize = 8;
 const NO_SOCKET: u64 = u64::MAX - 0x5a5a;
 
 /// Open flows the pinned occupancy counts toward receiver row 0.
-fn occupied(lab: &Lab) -> u32 {
+pub(super) fn occupied(lab: &Lab) -> u32 {
     srap_daemon::sender::read_occupancy(&lab.agent.layout(), 0)
         .expect("the binder's occupancy")
         .iter()
@@ -37,7 +37,7 @@ fn occupied(lab: &Lab) -> u32 {
 }
 
 /// The agent's audit once it has run `n` audits or more.
-fn after_audits(lab: &Lab, n: u64) -> OccupancyRow {
+pub(super) fn after_audits(lab: &Lab, n: u64) -> OccupancyRow {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let audit = lab.agent.status().expect("the sender's status").occupancy;
