@@ -30,7 +30,8 @@ pub mod op {
     /// since the agent read it.
     pub const SET_FLOWS: u32 = 2;
     /// Tests only ([`super::INJECT_PROGRAM`]): claim one flow of slot
-    /// (`receiver`, `slot`) and record it for `cookie`, as a connect does.
+    /// (`receiver`, `slot`) and record it for `cookie`, as a connect does
+    /// (cookie 0: record nothing, a count no record holds).
     pub const INJECT: u32 = 3;
 }
 

@@ -54,7 +54,8 @@ pub fn srap_occupancy_repair(ctx: XdpContext) -> u32 {
 
 /// Tests only: makes a drift on purpose ([`op::INJECT`]): claims one flow
 /// of a slot and records it for a cookie that is no socket, as a connect
-/// that never closes would. The agent never runs it.
+/// that never closes would (with cookie 0, records nothing: a count no
+/// record holds). The agent never runs it.
 #[xdp]
 pub fn srap_occupancy_inject(ctx: XdpContext) -> u32 {
     let Some(request) = request_of(&ctx) else {
@@ -142,7 +143,7 @@ fn set_flows(receiver: u32, slot: u32, expected: u64, value: u64) -> (u32, u64) 
 }
 
 /// Claims one flow of slot (`receiver`, `slot`) and records it for
-/// `cookie` (see [`srap_occupancy_inject`]).
+/// `cookie`, or records nothing for cookie 0 (see [`srap_occupancy_inject`]).
 #[inline(always)]
 fn inject(receiver: u32, slot: u32, cookie: u64) -> (u32, u64) {
     let (Some(state), Some(word)) = (
@@ -167,6 +168,10 @@ fn inject(receiver: u32, slot: u32, cookie: u64) -> (u32, u64) {
         binder::move_bit(state, slot, level_of(flows), level_of(flows + 1));
     }
     binder::unlock(word);
+    if cookie == 0 {
+        // A count with no record at all.
+        return (result::DONE, seen);
+    }
     let held = SocketSlot {
         receiver,
         slot,

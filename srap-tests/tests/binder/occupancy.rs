@@ -64,13 +64,56 @@ fn repair_lines(lab: &Lab) -> Vec<String> {
         .collect()
 }
 
-/// The sender's `/metrics` text passes promtool, and says `want` repairs.
-fn check_metrics(lab: &Lab, want: u64) {
-    let status = lab.agent.status().expect("the sender's status");
-    let text = srap_host::status::metrics::render_sender(&status);
+/// The sender's `/metrics` text passes promtool, and says `want` repairs
+/// of `kind`: scraped from the agent's `--metrics` in its namespace when
+/// it serves one, else as the agent would render its status.
+fn check_metrics(lab: &Lab, kind: &str, want: u64) {
+    let text = match scrape(lab) {
+        Some(text) => text,
+        None => {
+            let status = lab.agent.status().expect("the sender's status");
+            srap_host::status::metrics::render_sender(&status)
+        }
+    };
     srap_tests::promtool::check_metrics("the sender agent's /metrics", &text);
-    let stale = format!("srap_sender_occupancy_repaired_total{{kind=\"stale_record\"}} {want}");
-    assert!(text.lines().any(|l| l == stale), "{text}");
+    let repaired = format!("srap_sender_occupancy_repaired_total{{kind=\"{kind}\"}} {want}");
+    assert!(text.lines().any(|l| l == repaired), "{text}");
+}
+
+/// `GET /metrics` from the agent's `--metrics` ([`METRICS`]) in the
+/// sender's namespace, the body; `None` when nothing listens there.
+fn scrape(lab: &Lab) -> Option<String> {
+    use std::io::{Read as _, Write as _};
+    let reply = lab
+        .hosts
+        .sender
+        .run(|| -> std::io::Result<String> {
+            let mut stream = std::net::TcpStream::connect(METRICS)?;
+            stream.set_read_timeout(Some(TIMEOUT))?;
+            stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: srap\r\n\r\n")?;
+            let mut reply = String::new();
+            stream.read_to_string(&mut reply)?;
+            Ok(reply)
+        })
+        .expect("sender netns")
+        .ok()?;
+    let (head, body) = reply.split_once("\r\n\r\n")?;
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    Some(body.to_owned())
+}
+
+/// Where the drift tests' agent serves `/metrics`, in its namespace.
+const METRICS: &str = "127.0.0.1:9448";
+
+/// A lab whose agent serves `/metrics` on [`METRICS`].
+fn lab_with_metrics(subnet: u8) -> Lab {
+    Lab::with_options(
+        false,
+        subnet,
+        srap_common::rss::embedded_default(),
+        super::PORT_RANGE,
+        |opts| opts.args(["--metrics", METRICS]),
+    )
 }
 
 fn sink(lab: &Lab, port: u16) -> Sink {
@@ -135,7 +178,8 @@ fn steered_connects_under_churn_leave_nothing_to_repair() {
     assert_eq!(audit.repaired, 0, "{audit:?}");
     assert_eq!(repair_lines(&lab), Vec::<String>::new());
     assert_eq!(occupied(&lab) as usize, open, "occupancy = open flows");
-    check_metrics(&lab, 0);
+    check_metrics(&lab, "stale_record", 0);
+    check_metrics(&lab, "count_mismatch", 0);
     long.finish();
 }
 
@@ -148,7 +192,7 @@ fn a_drift_made_on_purpose_is_repaired_once_within_two_intervals() {
     if !privileged("binder: occupancy audit repairs a drift") {
         return;
     }
-    let mut lab = Lab::new(false, 87);
+    let mut lab = lab_with_metrics(87);
     lab.start_agent();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -213,12 +257,76 @@ fn a_drift_made_on_purpose_is_repaired_once_within_two_intervals() {
     );
     assert_eq!(records.len(), 4, "one record per open socket: {records:?}");
     assert_eq!(occupied(&lab), 4);
-    check_metrics(&lab, 1);
+    assert!(scrape(&lab).is_some(), "the agent serves --metrics");
+    check_metrics(&lab, "stale_record", 1);
 
     let closed = workload.close(4);
     server.await_closed(&closed);
     let done = after_audits(&lab, later.audits + 2);
     assert_eq!(done.repaired, 1, "{done:?}");
     assert_eq!(occupied(&lab), 0, "all closed: nothing occupied");
+    workload.finish();
+}
+
+/// A flow count no record holds (a slot claimed and never released, the
+/// other drift the audit checks): its word unchanged over two audits, the
+/// audit sets the count back to the records, once, and says so.
+#[test]
+fn a_count_no_record_holds_is_set_back_to_the_records() {
+    if !privileged("binder: occupancy audit repairs a count mismatch") {
+        return;
+    }
+    let mut lab = lab_with_metrics(89);
+    lab.start_agent();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    workload.open(2);
+    server.accept(2);
+    let before = after_audits(&lab, 1);
+    srap_daemon::sender::audit::inject_stale_record(
+        &lab.agent.layout(),
+        srap_daemon::ebpf_object(),
+        0,
+        5,
+        0,
+    )
+    .expect("raise a count with no record");
+    let injected = Instant::now();
+    assert_eq!(occupied(&lab), 3, "the drift: one flow more than records");
+    let deadline = injected + TIMEOUT;
+    let repaired = loop {
+        let audit = lab.agent.status().expect("status").occupancy;
+        if audit.repaired > 0 {
+            break audit;
+        }
+        assert!(Instant::now() < deadline, "no repair: {audit:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let took = injected.elapsed();
+    eprintln!(
+        "count mismatch repaired {took:?} after it was made (audit {} then, {} before)",
+        repaired.audits, before.audits
+    );
+    // Two audits agreeing on the word (the first may straddle the change).
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert_eq!(
+        occupied(&lab),
+        2,
+        "occupancy = open sockets after the repair"
+    );
+    let later = after_audits(&lab, repaired.audits + 3);
+    assert_eq!(
+        (later.repaired, later.stale_records, later.count_mismatches),
+        (1, 0, 1),
+        "counted once: {later:?}"
+    );
+    let lines = repair_lines(&lab);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("a count mismatch") && lines[0].contains("CPU slot 5"),
+        "{}",
+        lines[0]
+    );
+    check_metrics(&lab, "count_mismatch", 1);
     workload.finish();
 }

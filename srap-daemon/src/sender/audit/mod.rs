@@ -340,7 +340,8 @@ fn run(
 /// (loaded from `object` with the binder's pinned maps): a record for
 /// `cookie`, which must be no socket, holding slot (`receiver`, `slot`),
 /// whose count goes up by one with it, as a socket that closed without
-/// freeing its record leaves them. The audit must find and repair it.
+/// freeing its record leaves them; with cookie 0, the count alone (a
+/// count mismatch). The audit must find and repair it.
 pub fn inject_stale_record(
     layout: &PinLayout,
     object: &[u8],
