@@ -13,7 +13,10 @@
 pub mod core;
 mod kernel;
 
-use std::collections::{BTreeMap, HashSet};
+use std::{
+    collections::{BTreeMap, HashSet},
+    os::fd::AsFd as _,
+};
 
 use aya::{Ebpf, programs::Xdp};
 use srap_common::{
@@ -278,8 +281,9 @@ fn describe_stale(
 
 fn describe_mismatch(steering: &RunningBinder, m: &CountMismatch) -> String {
     format!(
-        "a count mismatch: {} counted {} flow(s) while {} open socket record(s) hold it, \
-         unchanged over two audits; its count is now {}",
+        "a count mismatch: {} counted {} flow(s) while {} socket record(s) hold it, \
+         unchanged over two audits (a claim never recorded nor released, or a release \
+         lost); its count is now {}",
         slot_name(steering, m.receiver, m.slot),
         m.flows(),
         m.records,
@@ -322,7 +326,6 @@ fn run(
     let fd = xdp
         .fd()
         .map_err(|source| AuditError::Program { program, source })?;
-    use std::os::fd::AsFd as _;
     let out = srap_host::bpf_sys::prog_test_run(fd.as_fd(), &request.to_bytes(), 256).map_err(
         |source| AuditError::Io {
             what: "BPF_PROG_TEST_RUN",
