@@ -150,7 +150,7 @@ pub fn srap_sock_release(ctx: SockContext) -> i32 {
     1
 }
 
-pub(crate) fn count(what: u32) {
+fn count(what: u32) {
     if let Some(counter) = SRAP_STATS.get_ptr_mut(what) {
         // SAFETY: per-CPU slot, valid map memory.
         unsafe { *counter += 1 };
