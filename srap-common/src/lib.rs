@@ -12,6 +12,7 @@ pub mod binder;
 pub mod emulator;
 pub mod family;
 pub mod occupancy;
+pub mod repair;
 pub mod verifier;
 
 #[cfg(feature = "user")]

@@ -252,6 +252,33 @@ pub fn release<R: Row>(row: &R, slot: u32) -> Released {
     Released::Failed
 }
 
+/// Sets `slot`'s flow count to `flows` if its word is still `expected`
+/// (unlocked): one compare-and-exchange that also takes the lock, so the
+/// level bitmaps follow as a claim moves them. The occupancy audit's
+/// repair (and the tests' drift injector): false when the word changed
+/// since the caller read it (a hook got there first), or is past the map.
+#[inline(always)]
+pub fn set_flows<R: Row>(row: &R, slot: u32, expected: u64, flows: u32) -> bool {
+    let Some(word) = row.slot_word(slot) else {
+        return false;
+    };
+    let flows = flows & slot_word::FLOWS as u32;
+    let new = (expected & !slot_word::FLOWS) | u64::from(flows);
+    if expected & slot_word::LOCK != 0 || !word.compare_exchange(expected, new | slot_word::LOCK) {
+        return false;
+    }
+    if slot < row.slots() {
+        move_bit(
+            row,
+            slot,
+            level_of(slot_word::flows(expected)),
+            level_of(flows),
+        );
+    }
+    unlock(word);
+    true
+}
+
 /// Takes the next turn of a slot's port rotation.
 #[inline(always)]
 pub fn take_turn<W: Word>(word: W) -> Option<u32> {

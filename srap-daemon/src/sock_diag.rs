@@ -79,6 +79,105 @@ impl SockDiag {
     }
 }
 
+/// One TCP socket as the occupancy audit needs it: whether a socket
+/// record may name it, and its addresses for the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SocketSeen {
+    /// A full socket an application still holds: not in TIME_WAIT (which
+    /// keeps the cookie of the socket it was, closed), not orphaned (closed
+    /// by the application, still finishing its FIN exchange: inode 0).
+    pub open: bool,
+    /// The kernel's `TCP_*` state.
+    pub state: u8,
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+}
+
+/// Every TCP socket of a namespace, by cookie.
+pub type SocketsByCookie = HashMap<u64, SocketSeen>;
+
+/// `TCP_NEW_SYN_RECV`: a listener's request socket, never a steered one.
+const TCP_NEW_SYN_RECV: u32 = 12;
+/// `TCP_TIME_WAIT`.
+const TCP_TIME_WAIT: u8 = 6;
+/// Offsets in `struct inet_diag_msg`: the cookie (two `u32`, low first)
+/// at the end of the sockid, and the inode.
+const DIAG_COOKIE: usize = 44;
+const DIAG_INODE: usize = 68;
+
+impl SockDiag {
+    /// Every TCP socket of the namespace but a listener's request sockets,
+    /// by cookie; on Linux 6.7+ also those bound and not connected (a
+    /// connect that failed and is still held), which older kernels do not
+    /// list.
+    pub fn sockets_by_cookie(&self) -> Result<SocketsByCookie, NetlinkError> {
+        let mut socket = self
+            .socket
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out = HashMap::new();
+        for family in [libc::AF_INET, libc::AF_INET6] {
+            socket.dump(SOCK_DIAG_BY_FAMILY, &cookie_request(family as u8), |msg| {
+                if msg.kind == SOCK_DIAG_BY_FAMILY
+                    && let Some((cookie, seen)) = parse_socket(msg.payload)
+                {
+                    out.insert(cookie, seen);
+                }
+                Ok(())
+            })?;
+        }
+        Ok(out)
+    }
+}
+
+/// `struct inet_diag_req_v2` for every TCP socket of `family` but request
+/// sockets (bit 13, `TCP_BOUND_INACTIVE`, is ignored by kernels before 6.7).
+fn cookie_request(family: u8) -> Vec<u8> {
+    let mut body = Vec::with_capacity(DIAG_REQ_LEN);
+    body.extend_from_slice(&[family, libc::IPPROTO_TCP as u8, 0, 0]);
+    let states: u32 = !(1u32 << TCP_NEW_SYN_RECV);
+    body.extend_from_slice(&states.to_ne_bytes());
+    body.resize(DIAG_REQ_LEN, 0);
+    body
+}
+
+/// The cookie and what the audit needs of one `inet_diag_msg`.
+fn parse_socket(body: &[u8]) -> Option<(u64, SocketSeen)> {
+    let state = *body.get(1)?;
+    let (local, remote) = addresses(body)?;
+    let cookie =
+        u64::from(u32_at(body, DIAG_COOKIE)?) | (u64::from(u32_at(body, DIAG_COOKIE + 4)?) << 32);
+    let inode = u32_at(body, DIAG_INODE)?;
+    let seen = SocketSeen {
+        open: state != TCP_TIME_WAIT && inode != 0,
+        state,
+        local,
+        remote,
+    };
+    Some((cookie, seen))
+}
+
+/// The (local, remote) addresses of an `inet_diag_msg`'s sockid.
+fn addresses(body: &[u8]) -> Option<(SocketAddr, SocketAddr)> {
+    let family = *body.first()?;
+    // sockid at 4: sport, dport (network order), src[16], dst[16].
+    let sport = u16::from_be_bytes(body.get(4..6)?.try_into().ok()?);
+    let dport = u16::from_be_bytes(body.get(6..8)?.try_into().ok()?);
+    let src: [u8; 16] = body.get(8..24)?.try_into().ok()?;
+    let dst: [u8; 16] = body.get(24..40)?.try_into().ok()?;
+    let ip = |bytes: [u8; 16]| -> Option<IpAddr> {
+        match i32::from(family) {
+            libc::AF_INET => Some(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]).into()),
+            libc::AF_INET6 => Some(Ipv6Addr::from(bytes).into()),
+            _ => None,
+        }
+    };
+    Some((
+        SocketAddr::new(ip(src)?, sport),
+        SocketAddr::new(ip(dst)?, dport),
+    ))
+}
+
 /// `struct inet_diag_req_v2` for every non-listening TCP socket of
 /// `family`, with `tcp_info`.
 fn request(family: u8) -> Vec<u8> {
@@ -205,6 +304,32 @@ mod tests {
         assert!(connections(&buf[..buf.len() - 10]).is_err());
         // Even a cut inside the header is an error now, not an empty read.
         assert!(connections(&buf[..5]).is_err());
+    }
+
+    /// The kernel's cookies: a connected socket is listed open by its
+    /// cookie (the one `SO_COOKIE` gives), and once closed by its owner it
+    /// is listed no longer open (orphaned or in TIME_WAIT: same cookie).
+    #[test]
+    fn the_kernel_lists_sockets_by_cookie() {
+        use std::os::fd::AsFd as _;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let client =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        let cookie = rustix::net::sockopt::socket_cookie(client.as_fd()).expect("SO_COOKIE");
+        let diag = SockDiag::open().expect("sock_diag socket");
+        let seen = diag.sockets_by_cookie().expect("dump");
+        let entry = seen.get(&cookie).expect("the client socket is listed");
+        assert!(entry.open, "{entry:?}");
+        assert_eq!(entry.local, client.local_addr().expect("addr"));
+        drop(client);
+        drop(server);
+        let after = diag.sockets_by_cookie().expect("dump");
+        assert!(
+            after.get(&cookie).is_none_or(|e| !e.open),
+            "{:?}",
+            after.get(&cookie)
+        );
     }
 
     /// The kernel itself: a dump of this namespace's TCP sockets finds a

@@ -10,6 +10,9 @@
 //!   `sock_ops` on a cgroup (`srap_verify_sock`), and its sender side on the
 //!   steered cgroup (`srap_verify_local`: where opened connections land on
 //!   this host's own NIC).
+//! * [`repair`]: the sender agent's occupancy audit repairs, XDP run only
+//!   through `BPF_PROG_TEST_RUN` (`srap_occupancy_repair`, and the tests'
+//!   `srap_occupancy_inject`), with the binder's own functions.
 //! * [`bare`]: do-nothing programs of the same hooks, the benchmarks' baselines.
 #![no_std]
 #![no_main]
@@ -21,6 +24,7 @@ mod bare;
 mod binder;
 mod emulator;
 mod packet;
+mod repair;
 mod sock_verifier;
 mod verifier;
 

@@ -19,6 +19,7 @@
 //!   client, and its Prometheus text;
 //! * [`report`]: how the binaries print the error that ends them.
 
+pub mod bpf_sys;
 pub mod bpffs;
 pub mod btf;
 pub mod cgroup;

@@ -737,6 +737,8 @@ fn iperf3_stream_ports(lab: &Lab, extra: &[&str]) -> Vec<u16> {
 
 #[path = "binder/clients.rs"]
 mod clients;
+#[path = "binder/occupancy.rs"]
+mod occupancy;
 #[path = "binder/patterns.rs"]
 mod patterns;
 #[path = "binder/ports.rs"]

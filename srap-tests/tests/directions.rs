@@ -946,3 +946,48 @@ fn the_receiver_cpu_seen_under_steer_both() {
     }
     receiver_cpu_seen_in_the_senders_status(172, true);
 }
+
+/// `--steer both`: every steered socket holds a receiver slot and a slot
+/// of this host's row too. Over several audits, with flows opened and
+/// closed between them, the occupancy audit finds both rows as the open
+/// sockets say: nothing repaired, and the pinned occupancy of this host's
+/// row is the flows left open.
+#[test]
+fn both_ends_leave_the_occupancy_audit_nothing_to_repair() {
+    if !require_privileged("--steer both: occupancy audit") {
+        return;
+    }
+    let mut lab = Lab::steering(154, KEY, KEY, false, true);
+    lab.agent.launch().expect("steering active");
+    let server = lab.server(false);
+    let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
+    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
+    let audits = |n: u64| {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let audit = lab.agent.status().expect("status").occupancy;
+            if audit.audits >= n || Instant::now() > deadline {
+                return audit;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    for _ in 0..3 {
+        workload.open(16);
+        listener.accept(16);
+        let closed = workload.close(8);
+        listener.await_closed(&closed);
+        let seen = audits(0).audits;
+        audits(seen + 1);
+    }
+    let audit = audits(audits(0).audits + 2);
+    let local: u32 =
+        srap_daemon::sender::read_occupancy(&lab.agent.layout(), srap_common::binder::LOCAL_ROW)
+            .expect("this host's occupancy")
+            .iter()
+            .sum();
+    assert!(audit.audits >= 5, "{audit:?}");
+    assert_eq!(audit.repaired, 0, "{audit:?}");
+    assert_eq!(local, 24, "this host's row counts the 24 open flows");
+    workload.finish();
+}

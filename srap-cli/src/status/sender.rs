@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use srap_common::rss::KeySource;
 use srap_host::status::{
     SenderStatus,
-    sender::{LocalRow, ReceiverRow, SenderFlowRow},
+    sender::{LocalRow, OccupancyRow, ReceiverRow, SenderFlowRow},
 };
 
 pub fn render(status: &SenderStatus) -> String {
@@ -32,6 +32,9 @@ pub fn render(status: &SenderStatus) -> String {
     for (errno, count) in &status.bind_errnos {
         let _ = writeln!(out, "  bind refused: {errno} ×{count}");
     }
+    for line in occupancy_lines(&status.occupancy) {
+        let _ = writeln!(out, "{line}");
+    }
     // `--steer local` follows no receiver agent: no table to head.
     if !status.receivers.is_empty() {
         let _ = writeln!(
@@ -51,6 +54,23 @@ pub fn render(status: &SenderStatus) -> String {
     }
     flow_lines(&mut out, &status.flows);
     out
+}
+
+/// The occupancy audit's repairs, only when it made any: each is a bug
+/// report (docs/troubleshooting.md). The text's lines and the live page's.
+pub(super) fn occupancy_lines(audit: &OccupancyRow) -> Vec<String> {
+    if audit.repaired == 0 {
+        return Vec::new();
+    }
+    let mut lines = vec![format!(
+        "occupancy_repaired={} (stale records {}, count mismatches {}) in {} audits: a bug, \
+         please report it with the agent's log",
+        audit.repaired, audit.stale_records, audit.count_mismatches, audit.audits
+    )];
+    if let Some(last) = &audit.last {
+        lines.push(format!("  last: {last}"));
+    }
+    lines
 }
 
 /// This host's NIC (`--steer local|both`), its landings verdict and its
@@ -400,6 +420,32 @@ mod tests {
             .find(|l| l.starts_with("10.0.0.1:40001"))
             .expect("the flow's line");
         assert!(flow.contains(" -/- ") && flow.ends_with(" 3/3"), "{flow}");
+    }
+
+    #[test]
+    fn occupancy_repairs_show_only_when_there_are_any() {
+        let mut status = SenderStatus {
+            pin_dir: "/sys/fs/bpf/srap".into(),
+            ..SenderStatus::default()
+        };
+        status.occupancy.audits = 40;
+        assert!(
+            !render(&status).contains("occupancy"),
+            "{}",
+            render(&status)
+        );
+        status.occupancy.repaired = 2;
+        status.occupancy.stale_records = 1;
+        status.occupancy.count_mismatches = 1;
+        status.occupancy.last = Some("a count mismatch: …".into());
+        let text = render(&status);
+        assert!(
+            text.contains(
+                "occupancy_repaired=2 (stale records 1, count mismatches 1) in 40 audits: a bug"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("  last: a count mismatch: …"), "{text}");
     }
 
     #[test]

@@ -260,6 +260,12 @@ impl Page for SenderPage {
         ];
         let mut lines = pack(title, width, 1);
         lines.extend(self.counter_lines(status, width));
+        lines.extend(
+            super::sender::occupancy_lines(&status.occupancy)
+                .iter()
+                .flat_map(|line| wrap(line, width))
+                .map(|line| Line::from(Span::styled(line, red()))),
+        );
         let rows = address_lines(status);
         let ids: Vec<String> = rows
             .iter()

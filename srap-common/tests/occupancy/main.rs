@@ -179,6 +179,21 @@ fn a_claim_repairs_a_stale_bit_before_trusting_it() {
     row.check(&[2, 1], true);
 }
 
+/// The audit's repair sets a count back only from the word it read, and
+/// the bitmaps follow.
+#[test]
+fn a_count_is_set_only_from_the_word_read() {
+    let row = TestRow::<AtomicU64>::new(3, &[0, 2, 0], 0);
+    let seen = u64::from(2u32);
+    assert!(
+        !occupancy::set_flows(&row, 1, seen + 1, 0),
+        "a changed word"
+    );
+    row.check(&[0, 2, 0], true);
+    assert!(occupancy::set_flows(&row, 1, seen, 0));
+    row.check(&[0, 0, 0], true);
+}
+
 /// Runs `body` under loom, every interleaving with up to `preemptions`
 /// preemptions.
 fn every_interleaving(preemptions: usize, body: impl Fn() + Send + Sync + 'static) {

@@ -101,7 +101,13 @@ pub struct SenderArgs {
     /// [default: /run/srap/sender.sock].
     #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
-    /// Seconds between counter reports while running [default: 10].
+    /// Serve Prometheus metrics (the binder's counters, the occupancy
+    /// audit's repairs) on http://ADDR/metrics, e.g. `127.0.0.1:9448`
+    /// (with the control socket: not with --once).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Seconds between counter reports (and occupancy audits) while
+    /// running [default: 10].
     #[arg(long, value_name = "SECONDS")]
     pub interval: Option<u64>,
     #[command(flatten)]

@@ -9,8 +9,8 @@ use aya::{
 use srap_common::binder::{
     BIND_ERRNOS, BIND_ERRNOS_MAP, BinderConfig, CONFIG_MAP, COSETS_MAP, DESTS_MAP, DestKey,
     DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, MAX_SLOTS, RECEIVERS_MAP,
-    ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP, SOCKETS_MAP, SOLUTIONS_MAP, STATS_MAP, SlotGrant,
-    SocketRow, TABLES_MAP, outcome, slot_word,
+    ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP, SOLUTIONS_MAP, STATS_MAP, SlotGrant, TABLES_MAP,
+    outcome, slot_word,
 };
 
 use tracing::warn;
@@ -347,21 +347,6 @@ pub fn read_occupancy(layout: &PinLayout, receiver: u32) -> Result<Vec<u32>, Sen
     let words: Array<_, u64> =
         Array::try_from(open_pinned(layout, SLOT_STATE_MAP)?).map_err(map_error(SLOT_STATE_MAP))?;
     slot_flows(&words, receiver, row.slots)
-}
-
-/// The socket table's records in use (a row whose cookie is not zero): the
-/// slots each steered socket holds, or that it was bound with port 0.
-pub fn read_socket_records(layout: &PinLayout) -> Result<Vec<SocketRow>, SenderError> {
-    let rows: Array<_, SocketRow> =
-        Array::try_from(open_pinned(layout, SOCKETS_MAP)?).map_err(map_error(SOCKETS_MAP))?;
-    let mut out = Vec::new();
-    for row in rows.iter() {
-        let row = row.map_err(map_error(SOCKETS_MAP))?;
-        if row.cookie != 0 {
-            out.push(row);
-        }
-    }
-    Ok(out)
 }
 
 /// The next turn of slot `slot`'s port rotation in binder row `receiver`

@@ -12,6 +12,7 @@
 
 pub mod args;
 mod attach;
+pub mod audit;
 pub mod config;
 pub mod ends;
 pub mod follow;
@@ -52,10 +53,7 @@ use tracing::{info, warn};
 
 pub use attach::{Attachment, check_bpffs};
 pub use layout::{DEFAULT_PIN_DIR, PinLayout};
-pub use maps::{
-    BinderStats, read_grant, read_occupancy, read_receiver, read_socket_records, read_stats,
-    read_turn,
-};
+pub use maps::{BinderStats, read_grant, read_occupancy, read_receiver, read_stats, read_turn};
 pub use plan::Plan;
 pub use rate::PacingRate;
 pub use replan::{replan, replan_if_sources_changed};

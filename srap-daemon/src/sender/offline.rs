@@ -59,10 +59,19 @@ pub async fn run(
         println!("{}", super::summary::describe(&steering));
         return Ok(());
     }
-    let published = match &local {
+    // With this host's NIC planned the status is the closed loop's only
+    // view: its socket is needed. Without, it shows the binder's counters
+    // and the occupancy audit, and a socket in use (another agent's) costs
+    // only that view.
+    let mut published = match &local {
         Some(_) => Some(Published::bind(&args.control()).context("the sender's control socket")?),
-        None => None,
+        None => Published::bind(&args.control())
+            .inspect_err(|err| warn!("no `srap status --sender` for this agent: {err:#}"))
+            .ok(),
     };
+    if let (Some(published), Some(addr)) = (&mut published, args.metrics) {
+        published.serve_metrics(addr)?;
+    }
     // Watching before `steering active`: no connection it steers is missed.
     let local = local.map(|nic| LocalEnd::start(nic, steer, &steering, &receivers));
     println!("{}", super::summary::describe(&steering));
@@ -71,6 +80,7 @@ pub async fn run(
         options,
         local,
         published,
+        audit: super::audit::OccupancyAudit::default(),
     };
     run.until_stopped(&mut steering, Duration::from_secs(args.interval().max(1)))
         .await
@@ -148,6 +158,8 @@ struct Offline {
     both: Option<Arc<RssModel>>,
     local: Option<LocalEnd>,
     published: Option<Published>,
+    /// The occupancy audit, run at every `--interval`.
+    audit: super::audit::OccupancyAudit,
 }
 
 impl Offline {
@@ -170,6 +182,7 @@ impl Offline {
                     if !watch.tick(steering) {
                         return Ok(());
                     }
+                    self.audit.tick(steering);
                     if super::replan_if_sources_changed(steering, &self.options) {
                         self.reapply(steering);
                     }
@@ -203,6 +216,7 @@ impl Offline {
         }
         if let Some(published) = &self.published {
             let mut snapshot = status::binder_status(steering);
+            snapshot.occupancy = self.audit.row();
             if let Some(local) = &self.local {
                 status::add_local(&mut snapshot, local, &self.options.targets);
             }

@@ -44,14 +44,23 @@ pub(super) fn exchange(word: *mut u64, old: u64, new: u64) -> bool {
 
 /// One receiver's occupancy row over the maps: its `SRAP_RECEIVERS` entry
 /// (cursor, level bitmaps) and its words in `SRAP_SLOT_STATE`.
-pub(super) struct MapRow {
+pub(crate) struct MapRow {
     state: *mut ReceiverSlots,
     receiver: u32,
 }
 
+impl MapRow {
+    /// The row of `receiver`; `None` past the map.
+    #[inline(always)]
+    pub(crate) fn of(receiver: u32) -> Option<Self> {
+        let state = SRAP_RECEIVERS.get_ptr_mut(receiver)?;
+        Some(Self { state, receiver })
+    }
+}
+
 /// A word of map memory, changed with the kernel's atomic instructions.
 #[derive(Clone, Copy)]
-pub(super) struct MapWord(*mut u64);
+pub(crate) struct MapWord(*mut u64);
 
 impl occupancy::Word for MapWord {
     #[inline(always)]
@@ -133,7 +142,7 @@ pub(super) fn claim_slot(
 }
 
 /// Frees one flow of a receiver's slot (`srap_common::occupancy::release`).
-pub(super) fn release_slot(receiver: u32, slot: u32) {
+pub(crate) fn release_slot(receiver: u32, slot: u32) {
     let Some(state) = SRAP_RECEIVERS.get_ptr_mut(receiver) else {
         return;
     };

@@ -64,6 +64,11 @@ use aya_ebpf::{
 };
 use srap_common::family::Family;
 
+/// What the occupancy audit's repair programs (`crate::repair`) do as the
+/// hooks do.
+pub(crate) use claim::{MapRow, release_slot};
+pub(crate) use record::{forget, remember};
+
 #[cgroup_sock_addr(connect4)]
 pub fn srap_connect4(ctx: SockAddrContext) -> i32 {
     count(steer::steer(&ctx, Family::Inet));

@@ -40,7 +40,7 @@ pub(super) fn socket_row(cookie: u64, probe: u32) -> Option<*mut SocketRow> {
 /// Records `held` for the socket `cookie`: the first free row of its places,
 /// taken with one compare-and-exchange. False when all are taken.
 #[inline(always)]
-pub(super) fn remember(cookie: u64, held: SocketSlot) -> bool {
+pub(crate) fn remember(cookie: u64, held: SocketSlot) -> bool {
     for probe in 0..SOCKET_PROBES {
         let Some(row) = socket_row(cookie, probe) else {
             return false;
@@ -78,7 +78,7 @@ pub(super) fn drop_bind_record(ctx: &SockAddrContext) {
 
 /// Takes the record of socket `cookie` out of the table.
 #[inline(always)]
-pub(super) fn forget(cookie: u64) -> Option<SocketSlot> {
+pub(crate) fn forget(cookie: u64) -> Option<SocketSlot> {
     let (row, held) = recalled(cookie)?;
     // SAFETY: valid, aligned map memory.
     exchange(unsafe { addr_of_mut!((*row).cookie) }, cookie, 0).then_some(held)

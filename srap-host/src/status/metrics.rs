@@ -26,7 +26,7 @@ use tracing::{debug, warn};
 
 use srap_common::wire::LandingVerdict;
 
-use super::Status;
+use super::{SenderStatus, Status};
 
 /// Longest request head read.
 const MAX_HEAD: usize = 8192;
@@ -281,8 +281,73 @@ fn sender_flows(status: &Status) -> Vec<(std::net::IpAddr, usize, usize)> {
         .collect()
 }
 
+/// A snapshot served as Prometheus text: the receiver's [`Status`] or the
+/// sender's [`SenderStatus`], so both agents share one tiny server.
+pub trait Exposition: Send + Sync + 'static {
+    fn exposition(&self) -> String;
+}
+
+impl Exposition for Status {
+    fn exposition(&self) -> String {
+        render(self)
+    }
+}
+
+impl Exposition for SenderStatus {
+    fn exposition(&self) -> String {
+        render_sender(self)
+    }
+}
+
+/// (name, type, help) of every metric of the sender agent, in exposition
+/// order.
+pub const SENDER_METRICS: &[(&str, &str, &str)] = &[
+    (
+        "srap_sender_binder_total",
+        "counter",
+        "The binder's counters by outcome (steered, retried, no_free_port, …, released; see docs/binder.md)",
+    ),
+    (
+        "srap_sender_occupancy_audits_total",
+        "counter",
+        "Occupancy audits run since the agent started (one per --interval)",
+    ),
+    (
+        "srap_sender_occupancy_repaired_total",
+        "counter",
+        "Occupancy repairs by kind (kind=stale_record: a socket record whose socket was closed, forgotten and its slot freed; kind=count_mismatch: a slot count set to the records that hold it). A repair is a bug report: expected 0",
+    ),
+];
+
+/// The sender agent's exposition text: the binder's counters and the
+/// occupancy audit.
+pub fn render_sender(status: &SenderStatus) -> String {
+    let mut out = String::new();
+    for &(name, kind, help) in SENDER_METRICS {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        let mut sample = |labels: &str, value: u64| {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        };
+        match name {
+            "srap_sender_binder_total" => {
+                for (outcome, count) in &status.binder {
+                    sample(&format!("{{outcome=\"{outcome}\"}}"), *count);
+                }
+            }
+            "srap_sender_occupancy_audits_total" => sample("", status.occupancy.audits),
+            "srap_sender_occupancy_repaired_total" => {
+                let o = &status.occupancy;
+                sample("{kind=\"stale_record\"}", o.stale_records);
+                sample("{kind=\"count_mismatch\"}", o.count_mismatches);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// Serves scrapes on `listener` until the task is dropped or aborted.
-pub async fn serve(listener: TcpListener, status: watch::Receiver<Arc<Status>>) {
+pub async fn serve<T: Exposition>(listener: TcpListener, status: watch::Receiver<Arc<T>>) {
     let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -308,7 +373,10 @@ pub async fn serve(listener: TcpListener, status: watch::Receiver<Arc<Status>>) 
     }
 }
 
-async fn exchange(mut stream: TcpStream, status: &watch::Receiver<Arc<Status>>) -> io::Result<()> {
+async fn exchange<T: Exposition>(
+    mut stream: TcpStream,
+    status: &watch::Receiver<Arc<T>>,
+) -> io::Result<()> {
     let reply = match read_head(&mut stream).await? {
         Some(head) => respond(&head, status),
         None => response(
@@ -357,7 +425,7 @@ async fn read_head(stream: &mut TcpStream) -> io::Result<Option<String>> {
     }
 }
 
-fn respond(head: &str, status: &watch::Receiver<Arc<Status>>) -> String {
+fn respond<T: Exposition>(head: &str, status: &watch::Receiver<Arc<T>>) -> String {
     let mut parts = head.lines().next().unwrap_or("").split_whitespace();
     let (method, target, version) = (parts.next(), parts.next(), parts.next());
     if !version.is_some_and(|v| v.starts_with("HTTP/1.")) {
@@ -366,7 +434,7 @@ fn respond(head: &str, status: &watch::Receiver<Arc<Status>>) -> String {
     let path = target.unwrap_or("").split('?').next().unwrap_or("");
     match (method, path) {
         (Some("GET"), "/metrics") => {
-            let body = render(&status.borrow());
+            let body = status.borrow().exposition();
             format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
                  Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -449,6 +517,27 @@ mod tests {
             none: 0,
         };
         status
+    }
+
+    #[test]
+    fn the_sender_exposes_its_counters_and_occupancy_repairs() {
+        let mut status = SenderStatus {
+            binder: vec![("steered".into(), 16), ("released".into(), 8)],
+            ..SenderStatus::default()
+        };
+        status.occupancy.audits = 12;
+        status.occupancy.repaired = 1;
+        status.occupancy.stale_records = 1;
+        let text = render_sender(&status);
+        for line in [
+            "# TYPE srap_sender_occupancy_repaired_total counter",
+            "srap_sender_binder_total{outcome=\"steered\"} 16",
+            "srap_sender_occupancy_audits_total 12",
+            "srap_sender_occupancy_repaired_total{kind=\"stale_record\"} 1",
+            "srap_sender_occupancy_repaired_total{kind=\"count_mismatch\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
     }
 
     #[test]

@@ -41,6 +41,32 @@ pub struct SenderStatus {
     /// them).
     #[serde(default)]
     pub flows: Vec<SenderFlowRow>,
+    /// The occupancy audit: what it checked and repaired since the agent
+    /// started.
+    #[serde(default)]
+    pub occupancy: OccupancyRow,
+}
+
+/// The occupancy audit of a sender agent: at every interval it compares
+/// the binder's per-CPU flow counts with its socket records and the
+/// kernel's open sockets, and repairs what stays wrong. A repair is a bug
+/// report: on a healthy binder `repaired` stays 0.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OccupancyRow {
+    /// Audits run.
+    pub audits: u64,
+    /// Repairs made (`occupancy_repaired`): `stale_records` +
+    /// `count_mismatches`.
+    pub repaired: u64,
+    /// Socket records whose socket was closed, forgotten and their slots
+    /// freed.
+    pub stale_records: u64,
+    /// Slot counts set to the records that hold them.
+    pub count_mismatches: u64,
+    /// The last repair, as the agent logged it.
+    #[serde(default)]
+    pub last: Option<String>,
 }
 
 /// This host's own NIC as the plan and the closed loop see it.

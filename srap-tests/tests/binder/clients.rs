@@ -278,3 +278,54 @@ fn an_address_added_while_running_is_planned() {
     lab.await_agent_line("local addresses or routes changed: replanned");
     bound_clients_keep(&lab, &python, Ipv4Addr::new(10, 199, 48, 12).into(), 4);
 }
+
+/// Sockets bound to their address with `IP_BIND_ADDRESS_NO_PORT` and port
+/// 0 before `connect()`, as a real client binds them (issue 32: the bind
+/// hook's record and the connect's were two, and closing left the second
+/// with its CPU counted): each is recorded once, and once they are closed
+/// the pinned occupancy is zero with nothing for the audit to repair.
+#[test]
+fn sockets_bound_before_connect_are_recorded_once_and_leave_nothing_to_repair() {
+    if !privileged("clients: occupancy after IP_BIND_ADDRESS_NO_PORT sockets close") {
+        return;
+    }
+    let Some(python) = tool("python3") else {
+        return;
+    };
+    let mut lab = Lab::new(false, 88);
+    lab.start_agent();
+    let mut server = lab.listen();
+    let args = [
+        client_source("connect.py").display().to_string(),
+        "inet".into(),
+        lab.receiver_ip().to_string(),
+        DPORT.to_string(),
+        "4".into(),
+        lab.sender_ip().to_string(),
+    ];
+    let mut client = spawn_client(&lab, &python, &args);
+    let peers = accepts_on_distinct_cpus(&lab, &mut server, 4);
+    let records =
+        srap_daemon::sender::audit::read_records(&lab.agent.layout()).expect("the socket table");
+    let mut rows = std::collections::BTreeMap::<u64, usize>::new();
+    for (_, cookie, _) in &records {
+        *rows.entry(*cookie).or_default() += 1;
+    }
+    let doubled = rows.values().filter(|n| **n > 1).count() as u64;
+    assert_eq!(super::occupancy::occupied(&lab), 4);
+    let before = super::occupancy::after_audits(&lab, 1);
+    client.kill();
+    server.await_closed(&peers.iter().map(SocketAddr::port).collect::<Vec<_>>());
+    let after = super::occupancy::after_audits(&lab, before.audits + 3);
+    eprintln!(
+        "4 sockets bound before connect: {} records ({doubled} sockets recorded twice); \
+         after they closed: occupancy {}, repaired {} ({:?})",
+        records.len(),
+        super::occupancy::occupied(&lab),
+        after.repaired,
+        after.last
+    );
+    assert_eq!(doubled, 0, "sockets recorded twice: {records:?}");
+    assert_eq!(super::occupancy::occupied(&lab), 0, "{after:?}");
+    assert_eq!(after.repaired, 0, "{after:?}");
+}

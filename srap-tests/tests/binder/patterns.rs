@@ -14,7 +14,7 @@ use std::{
 };
 
 use srap_common::rss::embedded_default;
-use srap_daemon::sender::{read_occupancy, read_socket_records};
+use srap_daemon::sender::{audit::read_records, read_occupancy};
 use srap_tests::workload::Workload;
 
 use super::{DPORT, Lab, assert_distinct_cpus, privileged};
@@ -34,16 +34,19 @@ fn lab64(v6: bool, subnet: u8) -> Lab {
 }
 
 /// Waits until no slot counts a flow and no socket has a record; fails
-/// naming `pattern` and what is left.
+/// naming `pattern` and what is left, or when the agent's occupancy audit
+/// had to repair anything (the binder alone must get it right).
 #[track_caller]
 fn assert_drained(lab: &Lab, pattern: &str) {
     let layout = lab.agent.layout();
     let deadline = Instant::now() + DRAIN;
     loop {
         let flows = read_occupancy(&layout, 0).expect("the pinned occupancy");
-        let records = read_socket_records(&layout).expect("the pinned socket table");
+        let records = read_records(&layout).expect("the pinned socket table");
         let held: u32 = flows.iter().sum();
         if held == 0 && records.is_empty() {
+            let audit = lab.agent.status().expect("the agent's status").occupancy;
+            assert_eq!(audit.repaired, 0, "{pattern}: the audit repaired {audit:?}");
             return;
         }
         assert!(

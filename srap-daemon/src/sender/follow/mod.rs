@@ -82,6 +82,8 @@ struct Follower {
     /// steered cgroup opens, so the status can show each one's receiver CPU
     /// planned and seen (`local` lists them otherwise).
     opened: Option<LocalLandings>,
+    /// The occupancy audit, run at every `--interval`.
+    audit: super::audit::OccupancyAudit,
 }
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
@@ -102,7 +104,12 @@ pub async fn run(
     let published = if args.once {
         None
     } else {
-        Some(status::Published::bind(&args.control()).context("the sender's control socket")?)
+        let mut published =
+            status::Published::bind(&args.control()).context("the sender's control socket")?;
+        if let Some(addr) = args.metrics {
+            published.serve_metrics(addr)?;
+        }
+        Some(published)
     };
     let (tx, mut events) = mpsc::unbounded_channel();
     let mut receivers = Vec::new();
@@ -134,6 +141,7 @@ pub async fn run(
         resolver,
         local: None,
         opened: None,
+        audit: super::audit::OccupancyAudit::default(),
     };
     follower.publish(None);
     let limit = Duration::from_secs(args.peer_wait());
@@ -272,6 +280,7 @@ impl Follower {
                     if !watch.tick(steering) {
                         return Ok(());
                     }
+                    self.audit.tick(steering);
                     if super::replan_if_sources_changed(steering, &self.options) {
                         self.after_replan(steering);
                     }

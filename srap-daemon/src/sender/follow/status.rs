@@ -27,6 +27,8 @@ pub struct Published {
     _socket: ControlSocket,
     tx: watch::Sender<Arc<SenderStatus>>,
     task: tokio::task::JoinHandle<()>,
+    /// `--metrics`: the same snapshot as Prometheus text.
+    metrics: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Published {
@@ -41,7 +43,23 @@ impl Published {
             _socket: socket,
             tx,
             task,
+            metrics: None,
         })
+    }
+
+    /// Also serves the snapshot on http://`addr`/metrics (`--metrics`).
+    pub fn serve_metrics(&mut self, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+        use anyhow::Context as _;
+        let listener = std::net::TcpListener::bind(addr)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .and_then(tokio::net::TcpListener::from_std)
+            .with_context(|| format!("serving metrics on {addr} (--metrics)"))?;
+        self.metrics = Some(tokio::spawn(srap_host::status::metrics::serve(
+            listener,
+            self.tx.subscribe(),
+        )));
+        info!("metrics on http://{addr}/metrics");
+        Ok(())
     }
 
     pub fn update(&self, status: SenderStatus) {
@@ -52,6 +70,9 @@ impl Published {
 impl Drop for Published {
     fn drop(&mut self) {
         self.task.abort();
+        if let Some(metrics) = &self.metrics {
+            metrics.abort();
+        }
     }
 }
 
@@ -59,6 +80,7 @@ impl Follower {
     /// The snapshot of every receiver and the binder.
     pub(super) fn status(&self, steering: Option<&RunningBinder>) -> SenderStatus {
         let mut status = steering.map(binder_status).unwrap_or_default();
+        status.occupancy = self.audit.row();
         status.receivers = self
             .receivers
             .iter()

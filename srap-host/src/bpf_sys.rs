@@ -1,0 +1,165 @@
+//! Two `bpf(2)` commands aya 0.14 does not offer, called directly:
+//! `BPF_PROG_TEST_RUN` (run a loaded program once on a packet of ours,
+//! which is how the sender agent repairs the binder's occupancy in kernel
+//! context) and `BPF_MAP_LOOKUP_BATCH` (read a whole array map in a few
+//! calls: the binder's socket table has 2^18 rows, which one lookup per row
+//! would read in as many system calls).
+
+use std::{io, os::fd::BorrowedFd};
+
+/// `BPF_PROG_TEST_RUN`.
+const BPF_PROG_TEST_RUN: libc::c_long = 10;
+/// `BPF_MAP_LOOKUP_BATCH`.
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+/// Bytes of `union bpf_attr` passed: more than either command's part, the
+/// rest zero (the kernel accepts a longer attr whose tail is zero).
+const ATTR_LEN: usize = 128;
+/// Rows asked per `BPF_MAP_LOOKUP_BATCH` call.
+const BATCH_ROWS: u32 = 8192;
+
+/// What one test run of a program returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestRun {
+    /// The program's return value.
+    pub retval: u32,
+    /// The packet as the program left it.
+    pub data_out: Vec<u8>,
+}
+
+/// `union bpf_attr` as bytes, filled in field by field.
+struct Attr([u64; ATTR_LEN / 8]);
+
+impl Attr {
+    fn new() -> Self {
+        Self([0; ATTR_LEN / 8])
+    }
+
+    /// Sets the `u32` at byte offset `at` (a multiple of 4).
+    fn set_u32(&mut self, at: usize, value: u32) {
+        let word = &mut self.0[at / 8];
+        let shift = if cfg!(target_endian = "little") {
+            (at % 8) * 8
+        } else {
+            32 - (at % 8) * 8
+        };
+        *word = (*word & !(0xffff_ffffu64 << shift)) | (u64::from(value) << shift);
+    }
+
+    fn u32_at(&self, at: usize) -> u32 {
+        let shift = if cfg!(target_endian = "little") {
+            (at % 8) * 8
+        } else {
+            32 - (at % 8) * 8
+        };
+        (self.0[at / 8] >> shift) as u32
+    }
+
+    fn set_u64(&mut self, at: usize, value: u64) {
+        self.0[at / 8] = value;
+    }
+
+    /// `bpf(cmd, attr, size)`.
+    fn call(&mut self, cmd: libc::c_long) -> io::Result<()> {
+        // SAFETY: the attr is ATTR_LEN valid, aligned bytes that live across
+        // the call; every pointer in it points at a buffer the caller keeps
+        // alive and sized as the attr says.
+        let ret = unsafe { libc::syscall(libc::SYS_bpf, cmd, self.0.as_mut_ptr(), ATTR_LEN) };
+        if ret < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+/// Runs the loaded program `prog` once on `data` (`BPF_PROG_TEST_RUN`);
+/// `out_len` bytes are room for the packet it leaves.
+pub fn prog_test_run(prog: BorrowedFd<'_>, data: &[u8], out_len: usize) -> io::Result<TestRun> {
+    use std::os::fd::AsRawFd as _;
+    let mut data_in = data.to_vec();
+    let mut data_out = vec![0u8; out_len];
+    let len = |n: usize| {
+        u32::try_from(n).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "packet too long"))
+    };
+    let mut attr = Attr::new();
+    // struct { prog_fd, retval, data_size_in, data_size_out, data_in,
+    // data_out, repeat, duration, … } test;
+    attr.set_u32(0, prog.as_raw_fd() as u32);
+    attr.set_u32(8, len(data_in.len())?);
+    attr.set_u32(12, len(data_out.len())?);
+    attr.set_u64(16, data_in.as_mut_ptr() as u64);
+    attr.set_u64(24, data_out.as_mut_ptr() as u64);
+    attr.set_u32(32, 1);
+    attr.call(BPF_PROG_TEST_RUN)?;
+    let written = (attr.u32_at(12) as usize).min(data_out.len());
+    data_out.truncate(written);
+    Ok(TestRun {
+        retval: attr.u32_at(4),
+        data_out,
+    })
+}
+
+/// Values `start..start + count` of the array map `map` (`u32` keys,
+/// `value_size` bytes each), in key order, read with
+/// `BPF_MAP_LOOKUP_BATCH` (Linux 5.6+); fewer when the map ends first.
+pub fn array_values(
+    map: BorrowedFd<'_>,
+    value_size: usize,
+    start: u32,
+    count: u32,
+) -> io::Result<Vec<u8>> {
+    use std::os::fd::AsRawFd as _;
+    let rows = count as usize;
+    let mut values = vec![0u8; rows * value_size];
+    let mut keys = vec![0u32; BATCH_ROWS as usize];
+    let mut done = 0usize;
+    // The batch starts after `in_batch`: the key before the first wanted.
+    let mut cursor: Option<u32> = start.checked_sub(1);
+    while done < rows {
+        let ask = BATCH_ROWS.min((rows - done) as u32);
+        let mut attr = Attr::new();
+        // struct { in_batch, out_batch, keys, values, count, map_fd,
+        // elem_flags, flags } batch;
+        let mut in_batch = cursor.unwrap_or(0);
+        let mut out_batch: u32 = 0;
+        if cursor.is_some() {
+            attr.set_u64(0, std::ptr::from_mut(&mut in_batch) as u64);
+        }
+        attr.set_u64(8, std::ptr::from_mut(&mut out_batch) as u64);
+        attr.set_u64(16, keys.as_mut_ptr() as u64);
+        attr.set_u64(24, values[done * value_size..].as_mut_ptr() as u64);
+        attr.set_u32(32, ask);
+        attr.set_u32(36, map.as_raw_fd() as u32);
+        let result = attr.call(BPF_MAP_LOOKUP_BATCH);
+        let got = (attr.u32_at(32) as usize).min(rows - done);
+        done += got;
+        match result {
+            Ok(()) => {}
+            Err(err) if err.raw_os_error() == Some(libc::ENOENT) => break,
+            Err(err) => return Err(err),
+        }
+        if got == 0 {
+            break;
+        }
+        cursor = Some(out_batch);
+    }
+    values.truncate(done * value_size);
+    Ok(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attr_fields_land_at_their_offsets() {
+        let mut attr = Attr::new();
+        attr.set_u32(0, 7);
+        attr.set_u32(4, 9);
+        attr.set_u32(36, 0xdead_beef);
+        attr.set_u64(16, 0x1122_3344_5566_7788);
+        assert_eq!((attr.u32_at(0), attr.u32_at(4)), (7, 9));
+        assert_eq!(attr.u32_at(36), 0xdead_beef);
+        assert_eq!(attr.u32_at(32), 0);
+        assert_eq!(attr.0[2], 0x1122_3344_5566_7788);
+    }
+}
