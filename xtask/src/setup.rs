@@ -67,6 +67,12 @@ const PACKAGE_TOOLS: &[(&str, &str)] = &[
     // The agents' capabilities are decoded from /proc (and the privilege
     // test names them).
     ("capsh", "libcap2-bin"),
+    // The .rpm is installed and erased with `rpm --root`, and linted.
+    ("rpm", "rpm"),
+    ("rpmlint", "rpmlint"),
+    // The scratch root's scriptlets run in the static busybox (also the
+    // lab guests' initramfs, in APT_PACKAGES).
+    ("busybox", "busybox-static"),
 ];
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -80,6 +86,9 @@ enum Missing {
         name: &'static str,
     },
     AptPackages(Vec<&'static str>),
+    /// The Rust target of the packages' static binaries
+    /// (`crate::package::portable`).
+    Target(String),
     BpfLinker,
     CargoFuzz,
     /// The lab guests' QEMU and kernels (`crate::guest_files`).
@@ -110,6 +119,12 @@ fn missing() -> Vec<Missing> {
                 missing.push(Missing::Component { toolchain, name });
             }
         }
+    }
+    let targets = stdout_of(Command::new("rustup").args(["target", "list", "--installed"]))
+        .unwrap_or_default();
+    let portable = crate::package::portable::target();
+    if !targets.lines().any(|line| line.trim() == portable) {
+        missing.push(Missing::Target(portable));
     }
     let client_packages = CLIENT_TOOLS
         .iter()
@@ -166,7 +181,7 @@ pub fn run() -> Result<()> {
     // bpf-linker.
     missing.sort_by_key(|item| match item {
         Missing::NightlyToolchain => 0,
-        Missing::Component { .. } => 1,
+        Missing::Component { .. } | Missing::Target(_) => 1,
         Missing::AptPackages(_) => 2,
         Missing::BpfLinker => 3,
         Missing::CargoFuzz => 4,
@@ -204,6 +219,12 @@ fn install(item: &Missing) -> Result<()> {
             let mut command = Command::new("rustup");
             command.args(["component", "add", name, "--toolchain", toolchain]);
             run_step(Step::new(&format!("rustup: {name} ({toolchain})"), command))
+        }
+        Missing::Target(target) => {
+            println!("setup: installing the Rust target {target} (the packages' static binaries)");
+            let mut command = Command::new("rustup");
+            command.args(["target", "add", target]);
+            run_step(Step::new(&format!("rustup: {target}"), command))
         }
         Missing::AptPackages(packages) => {
             println!("setup: installing apt packages: {}", packages.join(" "));
