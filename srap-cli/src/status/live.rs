@@ -143,9 +143,7 @@ fn clock(at: SystemTime) -> String {
     let secs = at
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    // `time_t` by inference from localtime_r: naming `libc::time_t` is
-    // deprecated on musl (the packages' binaries), whose width changes.
-    let t = secs.try_into().unwrap_or(0);
+    let t = libc::time_t::try_from(secs).unwrap_or(0);
     // SAFETY: `tm` is plain old data that localtime_r fills in; both
     // pointers are valid for the call.
     let tm = unsafe {

@@ -7,7 +7,10 @@
 //! written from that tree, and the RPM check compares the two packages'
 //! listings against [`entries`] of it.
 
-use std::{fs, path::Path};
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
 
 use anyhow::{Context as _, Result};
 
@@ -63,12 +66,23 @@ pub const COMPLETIONS: &[(&str, &str, &str, &str, &str)] = &[
     ),
 ];
 
+/// The C library's package, on Debian and on the RHEL family: the
+/// binaries' one dependency of their own (`elf::glibc_required`).
+pub const GLIBC: (&str, &str) = ("libc6", "glibc");
 /// What the package needs besides the binaries' libraries, by its name on
 /// Debian and on the RHEL family: `ip` for the lab.
 pub const REQUIRES: &[(&str, &str)] = &[("iproute2", "iproute")];
 /// What it is better with: `srap rss show` checks against ethtool, the
 /// lab's workload is iperf3.
 pub const RECOMMENDS: &[(&str, &str)] = &[("ethtool", "ethtool"), ("iperf3", "iperf3")];
+
+/// The staged binaries' paths.
+pub fn binaries_in(stage: &Path) -> Vec<PathBuf> {
+    BINARIES
+        .iter()
+        .map(|(bin, _)| stage.join("usr/bin").join(bin))
+        .collect()
+}
 
 /// A package format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

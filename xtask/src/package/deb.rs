@@ -10,9 +10,7 @@ use std::{
 
 use anyhow::{Context as _, Result, ensure};
 
-use super::{
-    BINARIES, CONFFILES, command_line, contents, elf, read, scripts, version_of, walk, write,
-};
+use super::{CONFFILES, command_line, contents, elf, read, scripts, version_of, walk, write};
 use crate::exec::{Step, run_step, stdout_of, workspace_root};
 
 /// Writes `DEBIAN/` into `stage` and builds the .deb into `out`.
@@ -36,7 +34,15 @@ fn write_control_files(stage: &Path, version: &str, arch: &str) -> Result<()> {
     let dir = stage.join("DEBIAN");
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let md5sums = md5sums(stage)?;
-    let mut depends = shared_libraries(stage)?;
+    // What the binaries' symbols need, not dpkg-shlibdeps' answer: Debian
+    // 12's libc6 symbols file lists only placeholders for libpthread.so.0
+    // and libdl.so.2 (stubs since glibc 2.34), so dpkg-shlibdeps asks for
+    // libc6 (>= 2.34) and would turn away hosts the binaries start on.
+    let glibc = elf::glibc_required(&contents::binaries_in(stage))?;
+    let mut depends: Vec<String> = glibc
+        .map(|version| format!("{} (>= {version})", contents::GLIBC.0))
+        .into_iter()
+        .collect();
     depends.extend(contents::REQUIRES.iter().map(|(deb, _)| (*deb).to_owned()));
     let recommends: Vec<&str> = contents::RECOMMENDS.iter().map(|(deb, _)| *deb).collect();
     let size_kib = installed_size_kib(stage)?;
@@ -67,47 +73,6 @@ fn write_control_files(stage: &Path, version: &str, arch: &str) -> Result<()> {
             .with_context(|| format!("setting the mode of {}", path.display()))?;
     }
     Ok(())
-}
-
-/// The shared libraries' packages as `dpkg-shlibdeps` finds them, with the
-/// lowest versions the binaries' symbols need; none for static binaries
-/// (what `portable` builds).
-fn shared_libraries(stage: &Path) -> Result<Vec<String>> {
-    let bins: Vec<PathBuf> = BINARIES
-        .iter()
-        .map(|(bin, _)| stage.join("usr/bin").join(bin))
-        .collect();
-    let mut dynamic = false;
-    for bin in &bins {
-        dynamic |= !elf::is_static(bin)?;
-    }
-    if !dynamic {
-        return Ok(Vec::new());
-    }
-    // dpkg-shlibdeps reads debian/control from its working directory; a
-    // minimal one in a scratch directory is enough.
-    let scratch = stage.with_extension("shlibdeps");
-    fs::create_dir_all(scratch.join("debian"))
-        .with_context(|| format!("creating {}", scratch.display()))?;
-    write(
-        &scratch.join("debian/control"),
-        &format!(
-            "Source: {0}\n\nPackage: {0}\nArchitecture: any\n",
-            contents::PACKAGE
-        ),
-    )?;
-    let mut command = Command::new("dpkg-shlibdeps");
-    command.arg("-O").current_dir(&scratch);
-    for bin in &bins {
-        command.arg(format!("-e{}", bin.display()));
-    }
-    let substvars = command_line(&mut command);
-    let _ = fs::remove_dir_all(&scratch);
-    let line = substvars?;
-    let depends = line
-        .strip_prefix("shlibs:Depends=")
-        .context("dpkg-shlibdeps printed no shlibs:Depends line")?;
-    Ok(depends.split(", ").map(str::to_owned).collect())
 }
 
 /// `md5sums` of the files under usr/ (dpkg keeps the conffiles' own).

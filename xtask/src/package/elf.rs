@@ -4,9 +4,12 @@
 //! symbol, the version it was linked with, and does not start where glibc
 //! is older than the newest of those (`GLIBC_2.35` on RHEL 9's 2.34).
 
-use std::{path::Path, process::Command};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
 
-use anyhow::{Result, bail};
+use anyhow::{Result, bail, ensure};
 
 use super::output_of;
 
@@ -14,10 +17,56 @@ use super::output_of;
 /// Debian 11 2.31, Ubuntu 20.04 2.31).
 pub const OLDEST_GLIBC: (u32, u32) = (2, 28);
 
+/// The libraries glibc itself is made of: what a binary linked against
+/// it may load (Debian's `libc6`, the RHEL family's `glibc`).
+const GLIBC_LIBRARIES: &[&str] = &[
+    "libc.so.6",
+    "libm.so.6",
+    "libpthread.so.0",
+    "libdl.so.2",
+    "librt.so.1",
+    "ld-linux-x86-64.so.2",
+    "ld-linux-aarch64.so.1",
+];
+
+/// The glibc version `bins` need at least (their newest symbol version),
+/// for the packages' dependency on it (`libc6 (>= …)`, `glibc >= …`);
+/// None when they load no library. Fails on a library glibc does not
+/// hold: the packages would need a dependency they do not declare.
+pub fn glibc_required(bins: &[PathBuf]) -> Result<Option<String>> {
+    let mut newest = None;
+    for bin in bins {
+        let dynamic = output_of(Command::new("readelf").arg("--dynamic").arg(bin))?;
+        for line in dynamic.lines().filter(|l| l.contains("(NEEDED)")) {
+            let library = line
+                .split_once('[')
+                .and_then(|(_, rest)| rest.split_once(']'))
+                .map_or(line, |(name, _)| name);
+            ensure!(
+                GLIBC_LIBRARIES.contains(&library),
+                "{} loads {library}, which no dependency of the packages provides",
+                bin.display()
+            );
+        }
+        newest = newest.max(newest_glibc(bin)?.map(|(version, _)| version));
+    }
+    Ok(newest.map(|(major, minor)| format!("{major}.{minor}")))
+}
+
 /// True when `bin` loads no shared library at all.
 pub fn is_static(bin: &Path) -> Result<bool> {
     let dynamic = output_of(Command::new("readelf").arg("--dynamic").arg(bin))?;
     Ok(!dynamic.contains("(NEEDED)"))
+}
+
+/// The newest glibc version a symbol of `bin` needs, with that symbol;
+/// None for a static binary or one with no versioned glibc symbol.
+pub fn newest_glibc(bin: &Path) -> Result<Option<((u32, u32), String)>> {
+    if is_static(bin)? {
+        return Ok(None);
+    }
+    let symbols = output_of(Command::new("objdump").arg("-T").arg(bin))?;
+    Ok(glibc_needs(&symbols).into_iter().max())
 }
 
 /// What `bin` needs of glibc, checked against [`OLDEST_GLIBC`]: `static`,
@@ -27,12 +76,10 @@ pub fn check_glibc(bin: &Path) -> Result<String> {
     if is_static(bin)? {
         return Ok("static".to_owned());
     }
-    let symbols = output_of(Command::new("objdump").arg("-T").arg(bin))?;
-    let needs = glibc_needs(&symbols);
-    let Some((newest, symbol)) = needs.iter().max() else {
+    let Some((newest, symbol)) = newest_glibc(bin)? else {
         return Ok("no versioned glibc symbol".to_owned());
     };
-    if *newest > OLDEST_GLIBC {
+    if newest > OLDEST_GLIBC {
         bail!(
             "{} needs GLIBC_{}.{} for `{symbol}`: newer than glibc {}.{}, the oldest \
              supported host's (RHEL 8); it would not start there",

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use ::rpm::{BuildConfig, CompressionType, Dependency, FileOptions, PackageBuilder, Scriptlet};
 use anyhow::{Context as _, Result};
 
-use super::{contents, read, scripts, version_of};
+use super::{contents, elf, read, scripts, version_of};
 use crate::exec::workspace_root;
 
 /// The release of this version's package (rpm's `-1` after the version).
@@ -42,6 +42,9 @@ pub fn build(stage: &Path, out: &Path) -> Result<PathBuf> {
         );
     add_files(&mut builder, stage)?;
     add_scriptlets(&mut builder)?;
+    if let Some(glibc) = elf::glibc_required(&contents::binaries_in(stage))? {
+        builder.requires(Dependency::greater_eq(contents::GLIBC.1, glibc));
+    }
     for (_, name) in contents::REQUIRES {
         builder.requires(Dependency::any(*name));
     }

@@ -27,6 +27,9 @@ pub enum RpmPhase {
     PostUn,
 }
 
+/// The test of a call made whatever the arguments.
+const ALWAYS: &str = "true";
+
 /// One action of the body and when each package manager runs it.
 struct Hook {
     /// A function of the body.
@@ -43,7 +46,7 @@ const HOOKS: &[Hook] = &[
     Hook {
         action: "srap_installed",
         deb: ("postinst", r#"[ "$1" = configure ]"#),
-        rpm: (RpmPhase::Post, "true"),
+        rpm: (RpmPhase::Post, ALWAYS),
     },
     Hook {
         action: "srap_removing",
@@ -91,7 +94,12 @@ fn script<'a>(calls: impl Iterator<Item = (&'a str, &'a str)>) -> Result<String>
     let mut text = read(&workspace_root().join(BODY))?;
     text.push('\n');
     for (test, action) in calls {
-        text.push_str(&format!("if {test}; then {action}; fi\n"));
+        let call = if test == ALWAYS {
+            format!("{action}\n")
+        } else {
+            format!("if {test}; then {action}; fi\n")
+        };
+        text.push_str(&call);
     }
     text.push_str("exit 0\n");
     Ok(text)
@@ -122,6 +130,6 @@ mod tests {
         let removed = postrm.find("then srap_removed").expect("removed call");
         assert!(purge < removed && postrm.ends_with("exit 0\n"));
         let post = rpm_scriptlet(RpmPhase::Post).expect("%post");
-        assert!(post.contains("if true; then srap_installed; fi"));
+        assert!(post.contains("\nsrap_installed\nexit 0\n"));
     }
 }
