@@ -56,7 +56,8 @@ enum Task {
         args: Vec<String>,
     },
     /// Build the Debian package (srap_VERSION_ARCH.deb) and, with --rpm,
-    /// the RPM beside it: both binaries (static, musl), the systemd units,
+    /// the RPM beside it: both binaries (linked against glibc 2.28), the
+    /// systemd units,
     /// example settings in /etc/srap/, man pages and completions.
     Package {
         /// Which build of the binaries to package.
@@ -234,7 +235,8 @@ fn check_packages(built: &package::Built) -> Result<()> {
     Ok(())
 }
 
-/// Both packages of static musl debug binaries (a release build would add
+/// Both packages of debug binaries linked against glibc 2.28 (a release
+/// build would add
 /// minutes to CI; the staging is the same): the .deb installed, run under
 /// systemd, verified and purged, the .rpm linted, compared with it,
 /// installed and erased in a scratch root.

@@ -4,8 +4,8 @@
 //! `rpm` crate; what they hold and what their scripts do is defined once
 //! (`contents`, `scripts`), and the RPM check compares the two.
 //!
-//! The binaries are built for musl and linked statically (`portable`
-//! says why), so one build runs on Debian and on RHEL 8 and 9 alike. The
+//! The binaries are linked against glibc 2.28 (`portable` says why), so
+//! one build runs on Debian and on RHEL 8 and 9 alike. The
 //! man pages and completions come from the built binaries themselves
 //! (`srap manpages DIR`, `srap completions SHELL`, and the same hidden
 //! commands of `srap-agent`), so xtask needs neither the agent's crates nor
