@@ -231,7 +231,11 @@ fn install(item: &Missing) -> Result<()> {
                  binaries against glibc 2.28)"
             );
             let mut command = Command::new("python3");
-            command.args(["-m", "pip", "install", &format!("ziglang=={ZIG_VERSION}")]);
+            command
+                .args(["-m", "pip", "install", &format!("ziglang=={ZIG_VERSION}")])
+                // A Debian python3 refuses pip installs (PEP 668) without
+                // it; pips that predate the option ignore the variable.
+                .env("PIP_BREAK_SYSTEM_PACKAGES", "1");
             run_step(Step::new("pip install ziglang", command))
         }
         Missing::CargoZigbuild => {
