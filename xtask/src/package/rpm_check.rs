@@ -8,8 +8,8 @@
 //! * `rpm --root` installs it into a scratch root that holds nothing but a
 //!   static busybox for the scriptlets, the binaries' shared libraries and
 //!   the system's directories, where the binaries run and `rpm -V` finds
-//!   every file as packaged; the key
-//!   `%post` made is root's, mode 600; a reinstall (rpm's upgrade path)
+//!   every file as packaged; the key `%post` made is root's, mode 600; a
+//!   reinstall (rpm's upgrade path)
 //!   keeps an edited setting and the key; the erase stops nothing (no
 //!   systemd there), leaves the edited setting as `.rpmsave`, as rpm does,
 //!   and nothing else: the scratch root is as it was before the install;
@@ -263,14 +263,36 @@ impl ScratchRoot {
             fs::remove_dir_all(&dir)?;
         }
         let root = Self { dir };
-        let bin = root.dir.join("bin");
+        root.add_busybox()?;
+        root.add_system_dirs(entries)?;
+        // What the scriptlets read and write besides files: the key's
+        // randomness, the bin for their messages.
+        for (name, minor) in [("urandom", "9"), ("null", "3")] {
+            let node = root.dir.join("dev").join(name);
+            output_of(Command::new("mknod").arg(&node).args(["c", "1", minor]))?;
+        }
+        for bin in contents::binaries_in(stage) {
+            root.copy_libraries(&bin)?;
+        }
+        root.rpm(&["--initdb"], Path::new(""))?;
+        Ok(root)
+    }
+
+    /// `/bin/busybox` and the applets the scriptlets run (`APPLETS`).
+    fn add_busybox(&self) -> Result<()> {
+        let bin = self.dir.join("bin");
         fs::create_dir_all(&bin).with_context(|| format!("creating {}", bin.display()))?;
         fs::copy("/bin/busybox", bin.join("busybox"))
             .context("copying /bin/busybox (Debian's busybox-static) into the scratch root")?;
         for applet in APPLETS {
             std::os::unix::fs::symlink("busybox", bin.join(applet))?;
         }
-        // The directories a RHEL system has before the package comes.
+        Ok(())
+    }
+
+    /// The directories a RHEL system has before the package comes: every
+    /// parent of the package's entries but its own, and what rpm uses.
+    fn add_system_dirs(&self, entries: &[Entry]) -> Result<()> {
         for entry in entries {
             let mut dir = Path::new(&entry.path).parent();
             while let Some(parent) = dir.filter(|d| *d != Path::new("/")) {
@@ -279,25 +301,15 @@ impl ScratchRoot {
                     .iter()
                     .any(|own| Path::new(own) == relative)
                 {
-                    fs::create_dir_all(root.dir.join(relative))?;
+                    fs::create_dir_all(self.dir.join(relative))?;
                 }
                 dir = parent.parent();
             }
         }
         for system in ["var/tmp", "tmp", "etc", "dev"] {
-            fs::create_dir_all(root.dir.join(system))?;
+            fs::create_dir_all(self.dir.join(system))?;
         }
-        // What the scriptlets read and write besides files: the key's
-        // randomness, the bin for their messages.
-        for (name, minor) in [("urandom", "9"), ("null", "3")] {
-            let node = root.dir.join("dev").join(name);
-            output_of(Command::new("mknod").arg(&node).args(["c", "1", minor]))?;
-        }
-        for (bin, _) in contents::BINARIES {
-            root.copy_libraries(&stage.join("usr/bin").join(bin))?;
-        }
-        root.rpm(&["--initdb"], Path::new(""))?;
-        Ok(root)
+        Ok(())
     }
 
     /// The libraries `ldd` finds for `bin` on this host, at the same paths.
