@@ -55,18 +55,27 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Build the Debian package (srap_VERSION_ARCH.deb): both binaries, the
-    /// systemd units, example settings in /etc/srap/, man pages and
-    /// completions.
+    /// Build the Debian package (srap_VERSION_ARCH.deb) and, with --rpm,
+    /// the RPM beside it: both binaries (linked against glibc 2.28), the
+    /// systemd units,
+    /// example settings in /etc/srap/, man pages and completions.
     Package {
         /// Which build of the binaries to package.
         #[arg(long, value_enum, default_value_t = package::Profile::Release)]
         profile: package::Profile,
-        /// Directory for the .deb (default: the target directory's package/).
+        /// Directory for the packages (default: the target directory's
+        /// package/).
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
-        /// Then install it with dpkg, run and verify what it installed, and
-        /// purge it again (root; what `cargo xtask test` does).
+        /// Also the RPM for the RHEL family (srap-VERSION-1.ARCH.rpm), from
+        /// the same binaries and files.
+        #[arg(long)]
+        rpm: bool,
+        /// Then install the .deb with dpkg, run and verify what it
+        /// installed, and purge it again; with --rpm, also lint the .rpm,
+        /// compare it with the .deb, install and erase it in a scratch root
+        /// with rpm --root and check its binaries' glibc needs (root; what
+        /// `cargo xtask test` does).
         #[arg(long)]
         check: bool,
     },
@@ -90,8 +99,9 @@ fn main() -> ExitCode {
         Task::Package {
             profile,
             out,
+            rpm,
             check,
-        } => package(profile, out.as_deref(), check),
+        } => package(profile, out.as_deref(), rpm, check),
     };
     // Printed here rather than returned from main: a failed step is a plain
     // message, not a backtrace (RUST_BACKTRACE is often set in CI).
@@ -207,24 +217,35 @@ fn fuzz_step(target: &str, input: &str) -> Step {
     )
 }
 
-fn package(profile: package::Profile, out: Option<&Path>, check: bool) -> Result<()> {
+fn package(profile: package::Profile, out: Option<&Path>, rpm: bool, check: bool) -> Result<()> {
     setup::ensure()?;
-    let deb = package::build(profile, out)?;
+    let built = package::build(profile, rpm, out)?;
     if check {
-        package::check::run(&deb)?;
+        check_packages(&built)?;
     }
     Ok(())
 }
 
-/// The Debian package of the debug binaries `test` just built (a release
-/// build would add minutes to CI; the staging is the same): installed, run,
-/// verified and purged.
+/// The .deb's check, then the .rpm's when there is one.
+fn check_packages(built: &package::Built) -> Result<()> {
+    package::check::run(&built.deb)?;
+    if let Some(rpm) = &built.rpm {
+        package::rpm_check::run(rpm, &built.deb)?;
+    }
+    Ok(())
+}
+
+/// Both packages of debug binaries linked against glibc 2.28 (a release
+/// build would add
+/// minutes to CI; the staging is the same): the .deb installed, run under
+/// systemd, verified and purged, the .rpm linted, compared with it,
+/// installed and erased in a scratch root.
 fn package_step() -> Result<()> {
-    const NAME: &str = "package (build, install, run, remove)";
+    const NAME: &str = "package (.deb and .rpm: build, install, run, remove)";
     println!("\n==> {NAME}");
     let started = std::time::Instant::now();
-    let deb = package::build(package::Profile::Dev, None)?;
-    package::check::run(&deb).with_context(|| format!("step '{NAME}' failed"))?;
+    let built = package::build(package::Profile::Dev, true, None)?;
+    check_packages(&built).with_context(|| format!("step '{NAME}' failed"))?;
     println!("<== {NAME}: ok in {:.1}s", started.elapsed().as_secs_f64());
     Ok(())
 }

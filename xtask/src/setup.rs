@@ -54,8 +54,9 @@ const CLIENT_TOOLS: &[(&str, &str)] = &[
 /// `cargo xtask package` and its test (`xtask/src/package.rs`): the same
 /// (command, package) pairs, installed only when the command is missing.
 const PACKAGE_TOOLS: &[(&str, &str)] = &[
-    // Depends: from the binaries' shared libraries.
-    ("dpkg-shlibdeps", "dpkg-dev"),
+    // The packages' glibc dependency and check: the binaries' version
+    // needs (`readelf`, `objdump -T`; binutils is in APT_PACKAGES too).
+    ("objdump", "binutils"),
     // The installed units are checked with `systemd-analyze verify`.
     ("systemd-analyze", "systemd"),
     // The installed man pages are rendered with `man -l`.
@@ -67,9 +68,18 @@ const PACKAGE_TOOLS: &[(&str, &str)] = &[
     // The agents' capabilities are decoded from /proc (and the privilege
     // test names them).
     ("capsh", "libcap2-bin"),
+    // The .rpm is installed and erased with `rpm --root`, and linted.
+    ("rpm", "rpm"),
+    ("rpmlint", "rpmlint"),
+    // The scratch root's scriptlets run in the static busybox (also the
+    // lab guests' initramfs, in APT_PACKAGES).
+    ("busybox", "busybox-static"),
 ];
 const LLVM_PREFIX: &str = "/usr/lib/llvm-22";
 const BPF_LINKER_VERSION: &str = "0.13.0";
+/// The packages' binaries are linked with these (`crate::package::portable`).
+const ZIG_VERSION: &str = "0.17.1";
+const CARGO_ZIGBUILD_VERSION: &str = "0.24.1";
 
 /// One missing prerequisite and how to install it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,6 +90,10 @@ enum Missing {
         name: &'static str,
     },
     AptPackages(Vec<&'static str>),
+    /// zig, from PyPI: cargo-zigbuild links the packages' binaries
+    /// against glibc 2.28 with it (`crate::package::portable`).
+    Zig,
+    CargoZigbuild,
     BpfLinker,
     CargoFuzz,
     /// The lab guests' QEMU and kernels (`crate::guest_files`).
@@ -110,6 +124,12 @@ fn missing() -> Vec<Missing> {
                 missing.push(Missing::Component { toolchain, name });
             }
         }
+    }
+    if !succeeds(Command::new("python3").args(["-m", "ziglang", "version"])) {
+        missing.push(Missing::Zig);
+    }
+    if !on_path("cargo-zigbuild") {
+        missing.push(Missing::CargoZigbuild);
     }
     let client_packages = CLIENT_TOOLS
         .iter()
@@ -169,7 +189,7 @@ pub fn run() -> Result<()> {
         Missing::Component { .. } => 1,
         Missing::AptPackages(_) => 2,
         Missing::BpfLinker => 3,
-        Missing::CargoFuzz => 4,
+        Missing::CargoFuzz | Missing::Zig | Missing::CargoZigbuild => 4,
         Missing::GuestFiles(_) => 5,
     });
     for item in missing {
@@ -204,6 +224,36 @@ fn install(item: &Missing) -> Result<()> {
             let mut command = Command::new("rustup");
             command.args(["component", "add", name, "--toolchain", toolchain]);
             run_step(Step::new(&format!("rustup: {name} ({toolchain})"), command))
+        }
+        Missing::Zig => {
+            println!(
+                "setup: installing zig {ZIG_VERSION} from PyPI (ziglang; links the packages' \
+                 binaries against glibc 2.28)"
+            );
+            let mut command = Command::new("python3");
+            command
+                .args(["-m", "pip", "install", &format!("ziglang=={ZIG_VERSION}")])
+                // A Debian python3 refuses pip installs (PEP 668) without
+                // it; pips that predate the option ignore the variable.
+                .env("PIP_BREAK_SYSTEM_PACKAGES", "1");
+            run_step(Step::new("pip install ziglang", command))
+        }
+        Missing::CargoZigbuild => {
+            println!(
+                "setup: installing cargo-zigbuild {CARGO_ZIGBUILD_VERSION} (builds the packages' \
+                 binaries with zig)"
+            );
+            let mut command = Command::new("cargo");
+            command
+                .args([
+                    "install",
+                    "cargo-zigbuild",
+                    "--locked",
+                    "--version",
+                    CARGO_ZIGBUILD_VERSION,
+                ])
+                .env_remove("RUSTUP_TOOLCHAIN");
+            run_step(Step::new("cargo install cargo-zigbuild", command))
         }
         Missing::AptPackages(packages) => {
             println!("setup: installing apt packages: {}", packages.join(" "));

@@ -13,7 +13,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-use super::{BINARIES, CONFFILES, PACKAGE, UNIT_DIR, UNITS, output_of, units};
+use super::{
+    contents::{BINARIES, CONFFILES, PACKAGE, UNIT_DIR, UNITS},
+    output_of, units,
+};
 
 /// The key postinst makes and postrm purges.
 const PSK: &str = "/etc/srap/psk";
@@ -106,7 +109,7 @@ pub fn run(deb: &Path) -> Result<()> {
     Ok(())
 }
 
-fn ensure_root() -> Result<()> {
+pub(super) fn ensure_root() -> Result<()> {
     let uid = output_of(Command::new("id").arg("-u"))?;
     if uid.trim() == "0" {
         return Ok(());

@@ -26,7 +26,10 @@ use std::{
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-use super::{UNIT_DIR, UNITS, output_of};
+use super::{
+    contents::{UNIT_DIR, UNITS},
+    output_of,
+};
 
 /// Highest overall exposure `systemd-analyze security` may give a unit.
 pub const MAX_EXPOSURE: f64 = 4.0;

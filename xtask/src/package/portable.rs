@@ -1,0 +1,49 @@
+//! The packaged binaries: linked against glibc 2.28 (RHEL 8's, the oldest
+//! supported host's) with `cargo zigbuild`, so they start on RHEL 8 and 9,
+//! Debian 10 on and Ubuntu 20.04 on. Built against this host's glibc,
+//! `srap` needs `GLIBC_2.34` and the agent `GLIBC_2.35`, and start on
+//! neither RHEL.
+//!
+//! The other way, a static musl build, was measured against this one
+//! (docs/deploying.md, "Which binaries"): the same size, but musl's
+//! `memcpy` makes the RSS model's landing of a flow, the planner's inner
+//! loop, 3.5 times slower. zig (from PyPI) and cargo-zigbuild are what
+//! `cargo xtask setup` installs for it.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use super::{Profile, elf::OLDEST_GLIBC};
+use crate::exec::{Step, cargo, run_step, target_dir};
+
+/// The Rust target the packages' binaries are built for.
+pub fn target() -> String {
+    format!("{}-unknown-linux-gnu", std::env::consts::ARCH)
+}
+
+/// Builds `srap` and `srap-agent` for [`target`] against glibc
+/// [`OLDEST_GLIBC`]; returns their directory.
+pub fn build(profile: Profile) -> Result<PathBuf> {
+    let target = target();
+    let (major, minor) = OLDEST_GLIBC;
+    let zig_target = format!("{target}.{major}.{minor}");
+    let mut args = vec![
+        "zigbuild",
+        "--bins",
+        "-p",
+        "srap-cli",
+        "-p",
+        "srap-agent",
+        "--target",
+        &zig_target,
+    ];
+    if profile == Profile::Release {
+        args.push("--release");
+    }
+    run_step(Step::new(
+        &format!("build ({}, {zig_target})", profile.dir()),
+        cargo(&args),
+    ))?;
+    Ok(target_dir().join(&target).join(profile.dir()))
+}
