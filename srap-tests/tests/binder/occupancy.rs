@@ -116,7 +116,7 @@ fn lab_with_metrics(subnet: u8) -> Lab {
     )
 }
 
-fn sink(lab: &Lab, port: u16) -> Sink {
+pub(super) fn sink(lab: &Lab, port: u16) -> Sink {
     let any = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
     let listener = lab
         .hosts

@@ -4,9 +4,12 @@
 //! the same socket, sockets shared with a forked child, a killed process,
 //! an agent restarted with flows open, a re-plan with flows open — and all
 //! sockets closed, the pinned occupancy is zero and the socket table
-//! empty; then 64 connects at once land on 64 distinct CPUs. Judged from
-//! the kernel's side: the pinned maps read back, and the source ports the
-//! receiver accepted hashed with the RSS model.
+//! empty, and the agent's occupancy audit repaired nothing; then 64
+//! connects at once land on 64 distinct CPUs. And a soak mixing them all
+//! with churn, a re-plan and an agent restart. Judged from the kernel's
+//! side: the pinned maps read back, the audit's comparison with the
+//! kernel's open sockets, and the source ports the receiver accepted
+//! hashed with the RSS model.
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -196,4 +199,98 @@ fn open_close_and_drain(lab: &Lab, dst: SocketAddr, pattern: &str) {
     server.await_closed(&accepted);
     assert_drained(lab, pattern);
     sixty_four_at_once(lab, &mut server, pattern);
+}
+
+/// The churn's own port in the soak (its objects close first; a sink
+/// takes them).
+const SOAK_CHURN_DPORT: u16 = 5204;
+/// Rounds of the soak's pattern mixer (each about a second).
+const SOAK_ROUNDS: usize = 16;
+
+/// A soak: 16 long flows, a connection-per-object churn and a process
+/// mixing the patterns above (own address, a retried connect, sockets
+/// shared with a child, bursts), with a re-plan and an agent restart in
+/// the middle. Every second the running agent's audit (the binder's
+/// occupancy against the kernel's open sockets) has repaired nothing; the
+/// long flows sit on 16 distinct CPUs (the tuples the receiver accepted)
+/// and are all that is counted at the end; then everything drains.
+#[test]
+fn a_soak_of_mixed_patterns_with_a_replan_and_a_restart_drifts_nothing() {
+    if !privileged("binder: soak of mixed socket patterns") {
+        return;
+    }
+    let mut lab = lab64(false, 64);
+    let own = lab.sender_ip();
+    let churn_sink = super::occupancy::sink(&lab, SOAK_CHURN_DPORT);
+    let mut server = lab.listen();
+    let mut long = lab.workload(true);
+    long.open(16);
+    let long_ports = server.accept(16);
+    assert_distinct_cpus(&lab, &long_ports);
+    let mut churn = Workload::spawn(
+        &lab.hosts.sender,
+        Some(lab.agent.cgroup()),
+        SocketAddr::new(lab.receiver_ip(), SOAK_CHURN_DPORT),
+    );
+    churn.send(&format!("churn 40 {SOAK_ROUNDS}"));
+    let mut mixer = lab.workload(true);
+    let started = Instant::now();
+    for round in 0..SOAK_ROUNDS {
+        let command = match round % 4 {
+            0 => format!("ownaddr {own} 4"),
+            1 => "retry 4".to_owned(),
+            2 => "burst 8".to_owned(),
+            _ => "open 4".to_owned(),
+        };
+        let opened = mixer.ask(&command);
+        server.accept(opened.len());
+        if round % 4 == 3 {
+            mixer.ask("forkhold 1");
+        } else {
+            let closed = mixer.close(opened.len());
+            server.await_closed(&closed);
+        }
+        match round {
+            5 => {
+                super::clients::add_sender_address(&lab, "10.199.64.21/24");
+                lab.await_agent_line("local addresses or routes changed: replanned");
+            }
+            10 => {
+                assert_nothing_repaired(&lab, "before the restart");
+                lab.kill_agent();
+                lab.start_agent();
+            }
+            _ => {}
+        }
+        assert_nothing_repaired(&lab, &format!("round {round}"));
+        let due = started + Duration::from_secs(round as u64 + 1);
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+    }
+    let objects = churn.answer(Duration::from_secs(30));
+    churn_sink.finish(Duration::from_millis(300));
+    mixer.finish();
+    churn.finish();
+    assert!(objects.iter().all(|p| *p != 0), "churn connects failed");
+    // Two audits after the churn and the mixer's last sockets closed.
+    let now = super::occupancy::after_audits(&lab, 0).audits;
+    let audit = super::occupancy::after_audits(&lab, now + 2);
+    assert_eq!(audit.repaired, 0, "{audit:?}");
+    assert_eq!(super::occupancy::occupied(&lab), 16, "only the long flows");
+    eprintln!(
+        "soak: {} churn objects, {SOAK_ROUNDS} mixer rounds, a re-plan and a restart in {:.0} s; \
+         binder: {}",
+        objects.len(),
+        started.elapsed().as_secs_f64(),
+        lab.stats()
+    );
+    long.finish();
+    server.await_closed(&long_ports);
+    assert_drained(&lab, "the soak");
+}
+
+/// The running agent's audit has repaired nothing.
+#[track_caller]
+fn assert_nothing_repaired(lab: &Lab, when: &str) {
+    let audit = lab.agent.status().expect("the agent's status").occupancy;
+    assert_eq!(audit.repaired, 0, "{when}: the audit repaired {audit:?}");
 }

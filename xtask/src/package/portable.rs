@@ -41,9 +41,13 @@ pub fn build(profile: Profile) -> Result<PathBuf> {
     if profile == Profile::Release {
         args.push("--release");
     }
+    let mut command = cargo(&args);
+    // The dev build only feeds the package check (`cargo xtask test`): no
+    // debug information saves CI most of its compile and link time.
+    command.env("CARGO_PROFILE_DEV_DEBUG", "0");
     run_step(Step::new(
         &format!("build ({}, {zig_target})", profile.dir()),
-        cargo(&args),
+        command,
     ))?;
     Ok(target_dir().join(&target).join(profile.dir()))
 }
