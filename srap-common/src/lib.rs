@@ -11,6 +11,7 @@
 pub mod binder;
 pub mod emulator;
 pub mod family;
+pub mod sizes;
 pub mod verifier;
 
 #[cfg(feature = "user")]

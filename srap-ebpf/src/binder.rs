@@ -34,21 +34,23 @@ use aya_ebpf::{
     programs::{SockAddrContext, SockContext},
 };
 use srap_common::binder::{
-    CosetRow, DestKey, DestValue, JOINT_ATTEMPTS, JOINT_MEMBERS, JointRow, LEVELS, LOCAL_ROW,
-    LayoutRow, MAX_BIND_ATTEMPTS, MAX_SLOTS, ReceiverSlots, SLOT_WORDS, SOCKET_PROBES, SOCKET_ROWS,
+    BinderSizes, CosetRow, DestKey, DestValue, JOINT_ATTEMPTS, JOINT_MEMBERS, JointRow, LEVELS,
+    LOCAL_ROW, LayoutRow, MAX_BIND_ATTEMPTS, MAX_SLOTS, ReceiverSlots, SLOT_WORDS, SOCKET_PROBES,
     SlotGrant, SlotRow, SocketRow, SocketSlot, TableRow, level_of, outcome, slot_turn, slot_word,
     socket_home,
 };
 use srap_common::family::Family;
 
 /// The eBPF-side expansion of `srap_common::binder_pinned_maps!`: one
-/// `#[map]` static per pinned map, typed and sized from that one list.
+/// `#[map]` static per pinned map, typed from that one list and declared
+/// at the default sizes (the agent sets each map's size at load, from its
+/// `--max-*` settings).
 macro_rules! declare_maps {
     ($($(#[$doc:meta])* $constant:ident = $name:ident: $kind:ident<$key:ty, $value:ty>
-        [$entries:expr, $flags:expr];)*) => {
+        [$entries:path, $flags:expr];)*) => {
         $($(#[$doc])* #[map]
         static $name: declare_maps!(@type $kind, $key, $value) =
-            $kind::with_max_entries($entries, $flags);)*
+            $kind::with_max_entries($entries(&BinderSizes::DEFAULT), $flags);)*
     };
     (@type Array, $key:ty, $value:ty) => { Array<$value> };
     (@type PerCpuArray, $key:ty, $value:ty) => { PerCpuArray<$value> };
@@ -173,19 +175,29 @@ fn sock_of(ctx: &SockAddrContext) -> *mut bpf_sock {
     unsafe { read_volatile(&raw const (*ctx.sock_addr).__bindgen_anon_1.sk) }
 }
 
-/// The row of `cookie`'s `probe`-th place in the socket table.
+/// The row of `cookie`'s `probe`-th place in the socket table of
+/// `mask + 1` rows ([`socket_mask`]).
 #[inline(always)]
-fn socket_row(cookie: u64, probe: u32) -> Option<*mut SocketRow> {
-    let index = socket_home(cookie).wrapping_add(probe) & (SOCKET_ROWS - 1);
+fn socket_row(cookie: u64, probe: u32, mask: u32) -> Option<*mut SocketRow> {
+    let index = socket_home(cookie, mask).wrapping_add(probe) & mask;
     SRAP_SOCKETS.get_ptr_mut(index)
+}
+
+/// The socket table's rows less one, as the agent sized it
+/// (`--max-sockets`); 0 before the agent wrote its config (one row: a
+/// record then finds its row taken sooner, nothing worse).
+#[inline(always)]
+fn socket_mask() -> u32 {
+    SRAP_CONFIG.get(0).map_or(0, |config| config.socket_mask)
 }
 
 /// Records `held` for the socket `cookie`: the first free row of its places,
 /// taken with one compare-and-exchange. False when all are taken.
 #[inline(always)]
 fn remember(cookie: u64, held: SocketSlot) -> bool {
+    let mask = socket_mask();
     for probe in 0..SOCKET_PROBES {
-        let Some(row) = socket_row(cookie, probe) else {
+        let Some(row) = socket_row(cookie, probe, mask) else {
             return false;
         };
         // SAFETY: valid, aligned map memory.
@@ -203,8 +215,9 @@ fn remember(cookie: u64, held: SocketSlot) -> bool {
 /// The record of socket `cookie`, if any.
 #[inline(always)]
 fn recalled(cookie: u64) -> Option<(*mut SocketRow, SocketSlot)> {
+    let mask = socket_mask();
     for probe in 0..SOCKET_PROBES {
-        let row = socket_row(cookie, probe)?;
+        let row = socket_row(cookie, probe, mask)?;
         // SAFETY: valid map memory.
         if unsafe { read_volatile(&raw const (*row).cookie) } == cookie {
             // SAFETY: as above.
@@ -992,13 +1005,15 @@ fn bind_port(ctx: &SockAddrContext, family: Family, table: &TableRow, port: u16)
     }
 }
 
-/// The word of a receiver's slot in `SRAP_SLOT_STATE`.
+/// The word of a receiver's slot in `SRAP_SLOT_STATE`: `row_slots` words
+/// per binder row, as the agent sized the map (`--max-cpus`).
 #[inline(always)]
 fn slot_word_of(receiver: u32, slot: u32) -> Option<*mut u64> {
-    if slot >= MAX_SLOTS {
+    let row_slots = SRAP_CONFIG.get(0)?.row_slots;
+    if slot >= MAX_SLOTS || slot >= row_slots {
         return None;
     }
-    SRAP_SLOT_STATE.get_ptr_mut(receiver.wrapping_mul(MAX_SLOTS).wrapping_add(slot))
+    SRAP_SLOT_STATE.get_ptr_mut(receiver.wrapping_mul(row_slots).wrapping_add(slot))
 }
 
 /// Compare-and-exchange on a word of map memory.

@@ -229,6 +229,7 @@ impl Attached {
             pacing_rate: None,
             port_range: None,
             local,
+            sizes: srap_common::binder::BinderSizes::DEFAULT,
         };
         sender::start(&options, srap_daemon::ebpf_object()).expect("attach the binder");
         Self {
