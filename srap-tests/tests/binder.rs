@@ -740,5 +740,7 @@ fn iperf3_stream_ports(lab: &Lab, extra: &[&str]) -> Vec<u16> {
 
 #[path = "binder/clients.rs"]
 mod clients;
+#[path = "binder/memory.rs"]
+mod memory;
 #[path = "binder/ports.rs"]
 mod ports;

@@ -1,6 +1,10 @@
 //! Writing the plan into the binder's maps, and reading its counters back.
 
-use std::{borrow::Borrow, collections::BTreeSet};
+use std::{
+    borrow::Borrow,
+    collections::BTreeSet,
+    os::fd::{AsFd as _, AsRawFd as _},
+};
 
 use aya::{
     Ebpf,
@@ -8,8 +12,8 @@ use aya::{
 };
 use srap_common::binder::{
     BinderConfig, BinderSizes, CONFIG_MAP, COSETS_MAP, DESTS_MAP, DestKey, DestValue, ENTRIES_MAP,
-    GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP,
-    SOLUTIONS_MAP, STATS_MAP, SlotGrant, TABLES_MAP, outcome, slot_word,
+    GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, PINNED_MAPS, RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP,
+    SLOTS_MAP, SOLUTIONS_MAP, STATS_MAP, SlotGrant, TABLES_MAP, outcome, slot_word,
 };
 
 use tracing::warn;
@@ -310,6 +314,32 @@ impl std::fmt::Display for BinderStats {
 fn open_pinned(layout: &PinLayout, name: &'static str) -> Result<Map, SenderError> {
     let data = MapData::from_pin(layout.map(name)).map_err(map_error(name))?;
     Map::from_map_data(data).map_err(map_error(name))
+}
+
+/// What each pinned map takes in kernel memory, as the kernel charges it:
+/// the `memlock` line of its fdinfo, which `bpftool map show` prints
+/// (`BinderSizes::pinned_bytes` is the formula for it).
+pub fn pinned_memory(layout: &PinLayout) -> Result<Vec<(&'static str, u64)>, SenderError> {
+    PINNED_MAPS
+        .iter()
+        .map(|spec| {
+            let data = MapData::from_pin(layout.map(spec.name)).map_err(map_error(spec.name))?;
+            let fd = data.fd().as_fd().as_raw_fd();
+            let fdinfo = format!("/proc/self/fdinfo/{fd}");
+            let text = std::fs::read_to_string(&fdinfo).map_err(|source| SenderError::Io {
+                what: format!("reading {fdinfo} ({})", spec.name),
+                source,
+            })?;
+            let memlock = text
+                .lines()
+                .find_map(|l| l.strip_prefix("memlock:"))
+                .and_then(|v| v.trim().parse().ok())
+                .ok_or_else(|| {
+                    SenderError::Input(format!("{fdinfo} ({}) has no memlock line", spec.name))
+                })?;
+            Ok((spec.name, memlock))
+        })
+        .collect()
 }
 
 /// Reads the pinned stats map (works from any process, agent or not).

@@ -52,7 +52,10 @@ use tracing::{info, warn};
 
 pub use attach::{Attachment, check_bpffs};
 pub use layout::{DEFAULT_PIN_DIR, PinLayout};
-pub use maps::{BinderStats, read_grant, read_occupancy, read_receiver, read_stats, read_turn};
+pub use maps::{
+    BinderStats, pinned_memory, read_config, read_grant, read_occupancy, read_receiver, read_stats,
+    read_turn,
+};
 pub use plan::Plan;
 pub use rate::PacingRate;
 pub use replan::{replan, replan_if_sources_changed};

@@ -853,7 +853,7 @@ mod tests {
             .into_iter()
             .enumerate()
             .map(|(i, sources)| ReceiverInput {
-                index: i as u32,
+                index: FIRST_RECEIVER_ROW + i as u32,
                 model: remote.clone(),
                 sources,
             })
@@ -908,7 +908,7 @@ mod tests {
         }];
         assert!(Plan::build_each(&wrong, &[], PortRange::DEFAULT).is_err());
         let wrong = [ReceiverInput {
-            index: 0,
+            index: FIRST_RECEIVER_ROW,
             model: local,
             sources: v4(),
         }];
