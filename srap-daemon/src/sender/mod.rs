@@ -50,7 +50,7 @@ use srap_host::{
 };
 use tracing::{info, warn};
 
-pub use attach::{Attachment, check_bpffs};
+pub use attach::{Attachment, check_bpffs, settings_text};
 pub use layout::{DEFAULT_PIN_DIR, PinLayout};
 pub use maps::{
     BinderStats, pinned_memory, read_config, read_grant, read_occupancy, read_receiver, read_stats,
@@ -391,6 +391,20 @@ fn record_state(
         )?;
     }
     Ok(())
+}
+
+/// Creates the binder's maps sized by `sizes` and pins them under
+/// `pin_dir` (or opens those pinned there already), attaching nothing: what
+/// an agent would pin, for measuring it ([`pinned_memory`]). Undo with
+/// [`remove_pins`].
+pub fn create_maps(pin_dir: &Path, object: &[u8], sizes: &BinderSizes) -> Result<(), SenderError> {
+    attach::load(&PinLayout::new(pin_dir), object, sizes).map(drop)
+}
+
+/// Removes every pin the binder makes under `pin_dir` (links first), and
+/// the directory when nothing else is in it; returns the pins removed.
+pub fn remove_pins(pin_dir: &Path) -> Result<usize, SenderError> {
+    attach::remove_pins(&PinLayout::new(pin_dir))
 }
 
 /// What [`detach`] removed.
