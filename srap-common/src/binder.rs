@@ -66,28 +66,11 @@ pub const MAX_VALUES: u32 = 1 << 16;
 /// Ports a listed layout (an indirection table whose size is not a power of
 /// two) keeps per slot.
 pub const LISTED_PORTS_PER_SLOT: usize = 512;
-/// Layouts the binder holds.
-pub const MAX_LAYOUTS: u32 = 4096;
-/// Rows of the shared slot pool (slots of every layout).
-pub const SLOT_ROWS: u32 = 1 << 17;
-/// Rows of the shared entry pool (every layout's entries, slot by slot).
-pub const ENTRY_ROWS: u32 = 1 << 18;
-/// Rows of the shared coset pool (values of every layout).
-pub const COSET_ROWS: u32 = 1 << 18;
-/// Steering tables the binder holds (receivers × local source addresses).
-pub const MAX_TABLES: u32 = 1 << 16;
-/// Receivers whose CPU occupancy the binder tracks.
+/// Receivers `--max-receivers` may ask for (binder rows 1 to 4096).
 pub const MAX_RECEIVERS: u32 = 4096;
-/// Steered destinations (receiver address, port or any, source or any).
-pub const MAX_DESTS: u32 = 1 << 16;
 /// Ports a connect tries (tuple taken, port held) before the kernel is left
 /// to choose: the slot has run dry.
 pub const MAX_BIND_ATTEMPTS: u32 = 16;
-/// Rows of the socket table ([`SocketRow`]). An array claimed with one
-/// compare-and-exchange: measured on the connect path, a hash map insert
-/// took ~300 ns and socket storage (allocated per socket) ~370 ns, this a
-/// few dozen.
-pub const SOCKET_ROWS: u32 = 1 << 18;
 /// Rows a socket's record may take, from its home row on. With every row of
 /// them taken (a quarter of the table in use: each is then taken with odds
 /// 1/4^8) the socket is steered all the same and its slot freed at once, so
@@ -97,11 +80,11 @@ pub const SOCKET_PROBES: u32 = 8;
 pub const NO_PREALLOC: u32 = 1;
 /// The occupancy row of this host's own CPUs (`--steer local|both`): one
 /// row, whatever the receiver, so flows toward every receiver share them.
-pub const LOCAL_ROW: u32 = MAX_RECEIVERS - 1;
-/// (receiver layout, local layout) pairs the binder holds.
-pub const MAX_JOINTS: u32 = 1024;
-/// Rows of the shared pool of joint solutions (2^k₂ per pair).
-pub const SOLUTION_ROWS: u32 = 1 << 20;
+/// Row 0, so that it stays where it is whatever `--max-receivers` makes the
+/// rows: receivers take rows from [`FIRST_RECEIVER_ROW`] on.
+pub const LOCAL_ROW: u32 = 0;
+/// The first receiver's binder row.
+pub const FIRST_RECEIVER_ROW: u32 = 1;
 /// Members of one (receiver coset, local value) pair a connect tries
 /// before it turns to the next pair.
 pub const JOINT_MEMBERS: u32 = 4;
@@ -110,99 +93,115 @@ pub const JOINT_MEMBERS: u32 = 4;
 /// can walk the hook: each attempt may bind).
 pub const JOINT_ATTEMPTS: u32 = 4;
 
+pub use crate::sizes::{BinderSizes, MapKind, SizeSetting};
+
 /// The binder's pinned maps, written down once. `binder_pinned_maps!(m)`
 /// calls the macro `m` with the whole list: for each map its name constant,
 /// its static's name (the name it is pinned under), its aya map type with
-/// key and value, its capacity and its flags. This crate expands it into
-/// the name constants and [`PINNED_MAPS`] (what the agent pins, checks and
-/// fills); `srap-ebpf` expands it into its `#[map]` statics. Adding,
-/// resizing or retyping a pinned map is an edit of this list alone (the
-/// eBPF code and the agent then use it by name).
+/// key and value, its capacity (a `const fn` of [`BinderSizes`]: the
+/// agent's `--max-*` settings) and its flags. This crate expands it into
+/// the name constants and [`PINNED_MAPS`] (what the agent sizes, pins,
+/// checks and fills); `srap-ebpf` expands it into its `#[map]` statics,
+/// declared at [`BinderSizes::DEFAULT`] (the agent sets each map's size at
+/// load). Adding, resizing or retyping a pinned map is an edit of this list
+/// alone (the eBPF code and the agent then use it by name).
 #[macro_export]
 macro_rules! binder_pinned_maps {
     ($m:ident) => {
         $m! {
             /// Hash: [`DestKey`] → [`DestValue`].
             DESTS_MAP = SRAP_DESTS: HashMap<$crate::binder::DestKey, $crate::binder::DestValue>
-                [$crate::binder::MAX_DESTS, $crate::binder::NO_PREALLOC];
+                [$crate::binder::BinderSizes::dests, $crate::binder::NO_PREALLOC];
             /// Array of [`TableRow`], index = table.
             TABLES_MAP = SRAP_TABLES: Array<u32, $crate::binder::TableRow>
-                [$crate::binder::MAX_TABLES, 0];
+                [$crate::binder::BinderSizes::tables, 0];
             /// Array of [`LayoutRow`], index = layout.
             LAYOUTS_MAP = SRAP_LAYOUTS: Array<u32, $crate::binder::LayoutRow>
-                [$crate::binder::MAX_LAYOUTS, 0];
+                [$crate::binder::BinderSizes::layout_rows, 0];
             /// Array of [`SlotRow`], index `layout.slot_base + slot`.
             SLOTS_MAP = SRAP_SLOTS: Array<u32, $crate::binder::SlotRow>
-                [$crate::binder::SLOT_ROWS, 0];
+                [$crate::binder::BinderSizes::slot_rows, 0];
             /// Array of indirection entries (or listed values), index
             /// `layout.entry_base + slot.first + i`.
             ENTRIES_MAP = SRAP_ENTRIES: Array<u32, u32>
-                [$crate::binder::ENTRY_ROWS, 0];
+                [$crate::binder::BinderSizes::entry_rows, 0];
             /// Array of [`CosetRow`], index `layout.coset_base + value`.
             COSETS_MAP = SRAP_COSETS: Array<u32, $crate::binder::CosetRow>
-                [$crate::binder::COSET_ROWS, 0];
+                [$crate::binder::BinderSizes::coset_rows, 0];
             /// Array of [`ReceiverSlots`], index = receiver.
             RECEIVERS_MAP = SRAP_RECEIVERS: Array<u32, $crate::binder::ReceiverSlots>
-                [$crate::binder::MAX_RECEIVERS, 0];
-            /// Array of [`slot_word`]s, index `receiver * MAX_SLOTS + slot`:
+                [$crate::binder::BinderSizes::receiver_rows, 0];
+            /// Array of [`slot_word`]s, index `receiver * row_slots + slot`
+            /// ([`BinderConfig::row_slots`]):
             /// written by the hooks only (the agent rebuilds the level
             /// bitmaps from them, never them).
             SLOT_STATE_MAP = SRAP_SLOT_STATE: Array<u32, u64>
-                [$crate::binder::MAX_RECEIVERS * $crate::binder::MAX_SLOTS, 0];
+                [$crate::binder::BinderSizes::slot_words, 0];
             /// Array of [`SocketRow`], an open-addressed table keyed by socket
             /// cookie ([`socket_home`]): the slot of a steered socket (so
             /// closing it frees the slot), or that a socket was bound with
             /// port 0; cleared when the socket closes.
             SOCKETS_MAP = SRAP_SOCKETS: Array<u32, $crate::binder::SocketRow>
-                [$crate::binder::SOCKET_ROWS, 0];
+                [$crate::binder::BinderSizes::socket_rows, 0];
             /// Per-CPU array of `u64`, index = [`outcome`].
             STATS_MAP = SRAP_STATS: PerCpuArray<u32, u64>
-                [$crate::binder::outcome::COUNT, 0];
+                [$crate::binder::BinderSizes::outcomes, 0];
             /// Per-CPU array of `u64`, index = the errno of a bind the
             /// kernel refused ([`outcome::BIND_REFUSED`]; the last entry
             /// counts every errno at or past it).
             BIND_ERRNOS_MAP = SRAP_BIND_ERRNOS: PerCpuArray<u32, u64>
-                [$crate::binder::BIND_ERRNOS, 0];
+                [$crate::binder::BinderSizes::bind_errnos, 0];
             /// Array of one [`BinderConfig`].
-            CONFIG_MAP = SRAP_CONFIG: Array<u32, $crate::binder::BinderConfig>[1, 0];
+            CONFIG_MAP = SRAP_CONFIG: Array<u32, $crate::binder::BinderConfig>
+                [$crate::binder::BinderSizes::one, 0];
             /// Array of [`SlotGrant`], index = receiver.
             GRANTS_MAP = SRAP_GRANTS: Array<u32, $crate::binder::SlotGrant>
-                [$crate::binder::MAX_RECEIVERS, 0];
+                [$crate::binder::BinderSizes::receiver_rows, 0];
             /// Array of [`JointRow`], index = [`DestValue::joint`].
             JOINTS_MAP = SRAP_JOINTS: Array<u32, $crate::binder::JointRow>
-                [$crate::binder::MAX_JOINTS, 0];
+                [$crate::binder::BinderSizes::joints, 0];
             /// Array of joint solutions, index `joint.solution_base + δ`: the
             /// least coset member `j` with local value δ, or
             /// [`JointRow::NONE`].
             SOLUTIONS_MAP = SRAP_SOLUTIONS: Array<u32, u32>
-                [$crate::binder::SOLUTION_ROWS, 0];
+                [$crate::binder::BinderSizes::solution_rows, 0];
         }
     };
 }
 
 /// One pinned binder map as both sides must agree on it (from
 /// [`binder_pinned_maps!`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct MapSpec {
     pub name: &'static str,
+    pub kind: MapKind,
     pub key_size: usize,
     pub value_size: usize,
-    pub max_entries: u32,
+    /// Its entries for the given sizes.
+    pub entries: fn(&BinderSizes) -> u32,
+}
+
+impl MapSpec {
+    /// Its entries under `sizes`.
+    pub fn max_entries(&self, sizes: &BinderSizes) -> u32 {
+        (self.entries)(sizes)
+    }
 }
 
 /// The user-side expansion of [`binder_pinned_maps!`]: a name constant per
 /// map and the table of them all.
 macro_rules! map_table {
     ($($(#[$doc:meta])* $constant:ident = $name:ident: $kind:ident<$key:ty, $value:ty>
-        [$entries:expr, $flags:expr];)*) => {
+        [$entries:path, $flags:expr];)*) => {
         $($(#[$doc])* pub const $constant: &str = stringify!($name);)*
 
         /// Every map the binder pins.
         pub const PINNED_MAPS: &[MapSpec] = &[$(MapSpec {
             name: $constant,
+            kind: MapKind::$kind,
             key_size: size_of::<$key>(),
             value_size: size_of::<$value>(),
-            max_entries: $entries,
+            entries: $entries,
         }),*];
     };
 }
@@ -760,9 +759,11 @@ pub struct SocketRow {
 /// another, in cache lines and pages the hook touched a moment ago;
 /// scattered rows cost a cache and TLB miss per connect (measured here:
 /// ~300 ns of the hook in a 4 MB table, ~60 ns in a 16 KB one).
+/// `mask` is the table's rows less one ([`BinderConfig::socket_mask`]: the
+/// rows are a power of two set by `--max-sockets`).
 #[inline(always)]
-pub fn socket_home(cookie: u64) -> u32 {
-    (cookie & u64::from(SOCKET_ROWS - 1)) as u32
+pub fn socket_home(cookie: u64, mask: u32) -> u32 {
+    (cookie & u64::from(mask)) as u32
 }
 
 /// Global binder settings (one entry).
@@ -777,7 +778,15 @@ pub struct BinderConfig {
     /// (`tcp_twsk_unique`), so the hook reuses it; one without, or with the
     /// offset unknown, counts as taken.
     pub tw_stamp_offset: u32,
+    /// The socket table's rows less one ([`socket_home`]).
+    pub socket_mask: u32,
+    /// Slot words per binder row in `SRAP_SLOT_STATE`: a slot's word is
+    /// `row * row_slots + slot` ([`BinderSizes::cpus`]).
+    pub row_slots: u32,
     pub _pad: u32,
+    /// The settings the maps were sized by: a restarted agent compares its
+    /// own with them ([`BinderSizes`]).
+    pub sizes: BinderSizes,
 }
 
 #[cfg(feature = "user")]
@@ -805,7 +814,7 @@ mod pod {
     unsafe impl aya::Pod for SocketSlot {}
     // SAFETY: as above (8 + 4 + 4 bytes).
     unsafe impl aya::Pod for SocketRow {}
-    // SAFETY: as above.
+    // SAFETY: as above (8 + 4 × 4 + 4 × 4 bytes, no padding).
     unsafe impl aya::Pod for BinderConfig {}
     // SAFETY: as above (4 + 4 + 4 × 8 × 8 bytes, no padding).
     unsafe impl aya::Pod for SlotGrant {}
@@ -859,9 +868,9 @@ mod tests {
 
     #[test]
     fn consecutive_cookies_take_consecutive_rows() {
-        let base = 7 * u64::from(SOCKET_ROWS) - 3;
-        let homes: Vec<u32> = (base..base + 6).map(socket_home).collect();
-        let rows = SOCKET_ROWS;
+        let rows = BinderSizes::DEFAULT.socket_rows();
+        let base = 7 * u64::from(rows) - 3;
+        let homes: Vec<u32> = (base..base + 6).map(|c| socket_home(c, rows - 1)).collect();
         assert_eq!(homes, [rows - 3, rows - 2, rows - 1, 0, 1, 2]);
     }
 

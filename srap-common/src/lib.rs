@@ -13,6 +13,7 @@ pub mod emulator;
 pub mod family;
 pub mod occupancy;
 pub mod repair;
+pub mod sizes;
 pub mod verifier;
 
 #[cfg(feature = "user")]

@@ -36,7 +36,7 @@ use std::{
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use srap_common::{
-    binder::{CONNECT4_PROGRAM, RELEASE_PROGRAM},
+    binder::{BinderSizes, CONNECT4_PROGRAM, RELEASE_PROGRAM},
     rss::{End, RssDescription, RssModel, embedded_default},
 };
 use srap_daemon::sender::{self, SenderOptions, ends::Steer};
@@ -126,6 +126,11 @@ impl<'a> Rounds<'a> {
 /// Writes `(id, mean ns)` pairs to `<target>/criterion/paired.json`, where
 /// `cargo xtask bench` reads them with criterion's results.
 fn write_paired(figures: &[(String, f64)]) {
+    write_figures("paired.json", figures);
+}
+
+/// Writes `(id, value)` pairs to `<target>/criterion/<file>`.
+fn write_figures(file: &str, figures: &[(String, f64)]) {
     // The bench runs as <target>/release/deps/connect-<hash>.
     let Some(target) = std::env::current_exe()
         .ok()
@@ -133,7 +138,7 @@ fn write_paired(figures: &[(String, f64)]) {
     else {
         return;
     };
-    let path = target.join("criterion").join("paired.json");
+    let path = target.join("criterion").join(file);
     let map: serde_json::Map<String, serde_json::Value> = figures
         .iter()
         .map(|(id, ns)| (id.clone(), serde_json::json!(ns)))
@@ -229,6 +234,7 @@ impl Attached {
             pacing_rate: None,
             port_range: None,
             local,
+            sizes: BinderSizes::DEFAULT,
         };
         sender::start(&options, srap_daemon::ebpf_object()).expect("attach the binder");
         Self {
@@ -285,10 +291,49 @@ impl Drop for Attached {
     }
 }
 
+/// Receiver counts whose pinned maps the bench reports (issue 32).
+const PINNED_RECEIVERS: [u32; 3] = [1, 100, 4096];
+
+/// The kernel memory the binder's maps take for 1, 100 and 4 096
+/// receivers (the other settings at their defaults): the formula
+/// (`BinderSizes::pinned_bytes`) and the kernel's own count of the maps
+/// created and pinned with those sizes (before any plan: no destination
+/// yet), written to `<target>/criterion/pinned.json` for `cargo xtask
+/// bench`.
+fn write_pinned() {
+    let cpus = aya::util::nr_cpus().map_or(1, |n| n as u32);
+    let mut figures = Vec::new();
+    for receivers in PINNED_RECEIVERS {
+        let sizes = BinderSizes::for_receivers(receivers);
+        let formula = sizes.pinned_bytes(cpus, 0);
+        let dir = PathBuf::from(format!("/sys/fs/bpf/srap-bench-{}", unique_name("m")));
+        let kernel = sender::create_maps(&dir, srap_daemon::ebpf_object(), &sizes)
+            .and_then(|()| sender::pinned_memory(&sender::PinLayout::new(&dir)));
+        if let Err(err) = sender::remove_pins(&dir) {
+            eprintln!("cleanup: {}: {err}", dir.display());
+        }
+        let kernel: u64 = match kernel {
+            Ok(by_map) => by_map.iter().map(|(_, bytes)| bytes).sum(),
+            Err(err) => {
+                eprintln!("pinned maps for {receivers} receivers: {err}");
+                continue;
+            }
+        };
+        eprintln!(
+            "pinned maps, {receivers} receivers ({}): formula {formula} bytes, kernel {kernel}",
+            srap_daemon::sender::settings_text(&sizes)
+        );
+        figures.push((format!("pinned/{receivers}/formula"), formula as f64));
+        figures.push((format!("pinned/{receivers}/kernel"), kernel as f64));
+    }
+    write_figures("pinned.json", &figures);
+}
+
 fn connect_accept(c: &mut Criterion) {
     if !require_privileged("connect benchmark") {
         return;
     }
+    write_pinned();
     let hosts = TwoHosts::pair(50).expect("two namespaces joined by a veth");
     let (listener, server) = hosts.listen(5201).expect("listen");
     let plain = CgroupDir::unique().expect("cgroup path");

@@ -66,7 +66,9 @@ impl Sender {
     /// The grant pinned for receiver 0 (this set-up's only receiver
     /// address), read from the binder's `SRAP_GRANTS` map.
     pub fn pinned_grant(&self) -> Option<SlotGrant> {
-        self.agent.grant(0).ok()
+        self.agent
+            .grant(srap_common::binder::FIRST_RECEIVER_ROW)
+            .ok()
     }
 
     /// Stops the workload and the agent, detaches its binder and removes

@@ -444,7 +444,10 @@ fn a_held_port_is_skipped() {
     // The hook's first choice on a fresh binder: slot 0, at the turn its
     // rotation starts (a random one).
     let table = lab.table();
-    let turn = lab.agent.turn(0, 0).expect("slot 0's turn");
+    let turn = lab
+        .agent
+        .turn(srap_common::binder::FIRST_RECEIVER_ROW, 0)
+        .expect("slot 0's turn");
     let first = table.port_for(0, turn, DPORT).expect("slot 0 has a port");
     let src = SocketAddr::new(lab.sender_ip(), first);
     let _blocker = lab
@@ -737,6 +740,8 @@ fn iperf3_stream_ports(lab: &Lab, extra: &[&str]) -> Vec<u16> {
 
 #[path = "binder/clients.rs"]
 mod clients;
+#[path = "binder/memory.rs"]
+mod memory;
 #[path = "binder/occupancy.rs"]
 mod occupancy;
 #[path = "binder/patterns.rs"]

@@ -211,7 +211,8 @@ pub fn run(args: &[String]) -> Result<()> {
     for (id, mean) in &means {
         println!("{id:<44} {:>14}", format_ns(*mean));
     }
-    let missed = print_goals(&means);
+    let mut missed = print_goals(&means);
+    missed += print_pinned(&read_paired(&criterion_dir.join("pinned.json"), started)?);
     if lab {
         labbench::run()?;
     }
@@ -311,6 +312,55 @@ fn print_goals(means: &BTreeMap<String, f64>) -> usize {
             None => "",
         };
         println!("{label:<44} {value:>14} {target:>12}  {result}");
+    }
+    missed
+}
+
+/// Receiver counts the connect bench reports pinned maps for.
+const PINNED_RECEIVERS: [u32; 3] = [1, 100, 4096];
+/// The bound on what one 32-CPU receiver pins (53.7 MiB before
+/// the maps were sized from the settings).
+const PINNED_ONE_RECEIVER_MAX: f64 = 8.0 * 1024.0 * 1024.0;
+
+/// The binder's pinned maps for 1, 100 and 4 096 receivers, from the
+/// formula and as the kernel counts them (`pinned/N/{formula,kernel}`,
+/// written by the connect bench); returns 1 when one receiver's kernel
+/// figure is over its bound or the formula is off the kernel's figure.
+fn print_pinned(figures: &BTreeMap<String, f64>) -> usize {
+    if figures.is_empty() {
+        return 0;
+    }
+    println!(
+        "\n{:<44} {:>14} {:>14}",
+        "pinned maps (default settings)", "formula", "kernel"
+    );
+    let mib = |bytes: f64| format!("{:.2} MiB", bytes / (1024.0 * 1024.0));
+    let mut missed = 0;
+    for receivers in PINNED_RECEIVERS {
+        let get = |what: &str| figures.get(&format!("pinned/{receivers}/{what}")).copied();
+        let (Some(formula), Some(kernel)) = (get("formula"), get("kernel")) else {
+            continue;
+        };
+        let agrees = formula == kernel;
+        println!(
+            "{:<44} {:>14} {:>14}{}",
+            format!("{receivers} receiver(s)"),
+            mib(formula),
+            mib(kernel),
+            if agrees { "" } else { "  formula OFF" }
+        );
+        missed += usize::from(!agrees);
+        if receivers == 1 {
+            let met = kernel <= PINNED_ONE_RECEIVER_MAX;
+            println!(
+                "{:<44} {:>14} {:>12}  {}",
+                "pinned by one receiver's binder (kernel)",
+                mib(kernel),
+                "<= 8 MiB",
+                if met { "met" } else { "MISSED" }
+            );
+            missed += usize::from(!met);
+        }
     }
     missed
 }

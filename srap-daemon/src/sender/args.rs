@@ -7,7 +7,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use srap_common::solver::PortRange;
+use srap_common::{binder::BinderSizes, solver::PortRange};
 
 use super::{
     DEFAULT_PIN_DIR, PacingRate,
@@ -112,6 +112,59 @@ pub struct SenderArgs {
     pub interval: Option<u64>,
     #[command(flatten)]
     pub local: LocalArgs,
+    #[command(flatten)]
+    pub sizes: SizeArgs,
+}
+
+/// What the binder's pinned maps are sized for: the kernel memory they
+/// take grows with each (docs/binder.md gives the formula). A plan that
+/// needs more stops with an error naming the flag to raise; a binder
+/// already attached keeps the sizes it was made with (change them after
+/// `srap-agent detach`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SizeArgs {
+    /// Receiver addresses steered toward (each --receiver, or each address
+    /// of a --peer) [default: 64].
+    #[arg(long, value_name = "N")]
+    pub max_receivers: Option<u32>,
+    /// CPUs of one receiver its RSS reaches, and of this host with --steer
+    /// local|both [default: 512, the most SRAP steers].
+    #[arg(long, value_name = "N")]
+    pub max_cpus: Option<u32>,
+    /// Steered sockets open at once (the socket table has twice as many
+    /// rows, rounded up to a power of two) [default: 32768].
+    #[arg(long, value_name = "N")]
+    pub max_sockets: Option<u32>,
+    /// Distinct RSS layouts: one per receiver address family and
+    /// description, one per --port of a receiver whose hash is not linear
+    /// in the ports, and this host's NIC's [default: --max-receivers + 1].
+    #[arg(long, value_name = "N")]
+    pub max_layouts: Option<u32>,
+}
+
+impl SizeArgs {
+    /// The sizes these settings give, the rest at their defaults; a
+    /// setting that is 0 or past its limit is an error naming it.
+    pub fn sizes(&self) -> anyhow::Result<BinderSizes> {
+        let receivers = self.max_receivers.unwrap_or(BinderSizes::DEFAULT.receivers);
+        let defaults = BinderSizes::for_receivers(receivers);
+        let sizes = BinderSizes {
+            receivers,
+            cpus: self.max_cpus.unwrap_or(defaults.cpus),
+            sockets: self.max_sockets.unwrap_or(defaults.sockets),
+            layouts: self.max_layouts.unwrap_or(defaults.layouts),
+        };
+        match sizes.out_of_range() {
+            Some(setting) => anyhow::bail!(
+                "--{} {} is out of range: 1 to {} (`{}` in the --config file)",
+                setting.key(),
+                sizes.get(setting),
+                setting.limit(),
+                setting.key()
+            ),
+            None => Ok(sizes),
+        }
+    }
 }
 
 /// Which NIC the ports are chosen for, and this host's own NIC when it is
@@ -278,6 +331,10 @@ impl SenderArgs {
             self.local.local_rss = config.local_rss;
         }
         fill(&mut self.local.local_cpus, local_cpus);
+        fill(&mut self.sizes.max_receivers, config.max_receivers);
+        fill(&mut self.sizes.max_cpus, config.max_cpus);
+        fill(&mut self.sizes.max_sockets, config.max_sockets);
+        fill(&mut self.sizes.max_layouts, config.max_layouts);
         Ok(self)
     }
 
@@ -363,6 +420,8 @@ mod tests {
         steer = "both"
         local-iface = "eth0"
         local-cpus = "0-7"
+        max-receivers = 200
+        max-sockets = 1000
     "#;
 
     #[test]
@@ -395,6 +454,17 @@ mod tests {
         assert_eq!(merged.local.steer, Some(Steer::Both));
         assert_eq!(merged.local.local_iface.as_deref(), Some("eth0"));
         assert_eq!(merged.local.local_cpus, Some((0..8).collect()));
+        let sizes = merged.sizes.sizes().expect("sizes");
+        assert_eq!(
+            sizes,
+            BinderSizes {
+                receivers: 200,
+                sockets: 1000,
+                layouts: 201,
+                ..BinderSizes::DEFAULT
+            },
+            "layouts follow receivers unless set"
+        );
 
         // --peer on the command line replaces the file's peers.
         let merged = args(&["--peer", "10.0.0.9:7447"])
@@ -452,6 +522,30 @@ mod tests {
             text.contains("sender.toml") && text.contains("peer-wait"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn sizes_default_for_a_data_transfer_node_and_refuse_zero_or_too_many() {
+        assert_eq!(
+            args(&[]).sizes.sizes().expect("defaults"),
+            BinderSizes::DEFAULT
+        );
+        let set = args(&["--max-cpus", "64", "--max-layouts", "3"]);
+        let sizes = set.sizes.sizes().expect("set");
+        assert_eq!((sizes.cpus, sizes.layouts, sizes.receivers), (64, 3, 64));
+        for (flags, says) in [
+            (
+                &["--max-receivers", "0"][..],
+                "--max-receivers 0 is out of range: 1 to 4096",
+            ),
+            (
+                &["--max-cpus", "513"][..],
+                "--max-cpus 513 is out of range: 1 to 512",
+            ),
+        ] {
+            let err = args(flags).sizes.sizes().expect_err("refused");
+            assert!(err.to_string().contains(says), "{flags:?}: {err}");
+        }
     }
 
     #[test]

@@ -10,18 +10,20 @@ use std::{fs, io, os::fd::AsFd, path::Path};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::MapInfo,
+    maps::{Array, Map, MapData, MapInfo},
     programs::{
         CgroupAttachMode, CgroupSock, CgroupSockAddr,
         links::{FdLink, PinnedLink},
     },
 };
-use srap_common::binder::{PINNED_MAPS, RELEASE_PROGRAM};
+use srap_common::binder::{
+    BinderConfig, BinderSizes, CONFIG_MAP, PINNED_MAPS, RELEASE_PROGRAM, SizeSetting,
+};
 use tracing::{debug, info, warn};
 
 use super::{
     SenderError,
-    layout::{MAPS, PROGRAMS, PinLayout},
+    layout::{PROGRAMS, PinLayout},
 };
 
 /// Fails unless `dir` (or its nearest existing ancestor) is on bpffs, after
@@ -44,9 +46,15 @@ pub fn check_bpffs(dir: &Path) -> Result<(), SenderError> {
     Ok(())
 }
 
-/// Refuses pinned maps whose layout differs from this agent's (left by
-/// another SRAP version): reusing them would misread every entry.
-fn check_pinned_maps(layout: &PinLayout) -> Result<(), SenderError> {
+/// Checks the maps pinned under `layout` against this agent's: a map whose
+/// key or value differs was left by another SRAP version (reusing it would
+/// misread every entry) and is refused. A map of another size than `sizes`
+/// make it is re-created while no program is attached (nothing claims in
+/// it then), and refused under an attached binder, naming the settings the
+/// pins were made with: the occupancy maps hold the open flows' slots, and
+/// the attached programs keep using the maps they were loaded with.
+fn check_pinned_maps(layout: &PinLayout, sizes: &BinderSizes) -> Result<(), SenderError> {
+    let mut resized = Vec::new();
     for spec in PINNED_MAPS {
         let path = layout.map(spec.name);
         if !path.exists() {
@@ -58,33 +66,78 @@ fn check_pinned_maps(layout: &PinLayout) -> Result<(), SenderError> {
         })?;
         let found = (info.key_size() as usize, info.value_size() as usize);
         let wanted = (spec.key_size, spec.value_size);
-        if found != wanted || info.max_entries() != spec.max_entries {
+        if found != wanted {
             return Err(SenderError::StalePins {
                 dir: layout.dir().to_path_buf(),
                 detail: format!(
-                    "{} has key/value sizes {found:?} and {} entries, this agent uses \
-                     {wanted:?} and {}",
+                    "{} has key/value sizes {found:?}, this agent uses {wanted:?}",
                     spec.name,
-                    info.max_entries(),
-                    spec.max_entries
                 ),
             });
         }
+        if info.max_entries() != spec.max_entries(sizes) {
+            resized.push((spec.name, info.max_entries(), spec.max_entries(sizes)));
+        }
     }
+    if resized.is_empty() {
+        return Ok(());
+    }
+    let maps: Vec<String> = resized
+        .iter()
+        .map(|(name, pinned, wanted)| format!("{name} {pinned} → {wanted} entries"))
+        .collect();
+    if PROGRAMS.iter().any(|p| layout.link(p).exists()) {
+        return Err(SenderError::PinnedSizes {
+            dir: layout.dir().to_path_buf(),
+            pinned: pinned_sizes(layout)
+                .map_or_else(|| "other settings".into(), |s| settings_text(&s)),
+            wanted: settings_text(sizes),
+            maps: maps.join(", "),
+        });
+    }
+    for (name, ..) in &resized {
+        remove_if_present(&layout.map(name))?;
+    }
+    info!(
+        "no binder attached under {}: re-created its maps for {} ({})",
+        layout.dir().display(),
+        settings_text(sizes),
+        maps.join(", ")
+    );
     Ok(())
 }
 
-/// Loads the object with every binder map opened from, or created at, its pin.
-pub fn load(layout: &PinLayout, object: &[u8]) -> Result<Ebpf, SenderError> {
+/// The settings the pinned maps were sized by, from the pinned config (an
+/// agent writes them there with its first plan).
+pub fn pinned_sizes(layout: &PinLayout) -> Option<BinderSizes> {
+    let data = MapData::from_pin(layout.map(CONFIG_MAP)).ok()?;
+    let config: Array<_, BinderConfig> = Array::try_from(Map::from_map_data(data).ok()?).ok()?;
+    let sizes = config.get(&0, 0).ok()?.sizes;
+    (sizes.out_of_range().is_none()).then_some(sizes)
+}
+
+/// `sizes` as the flags that set them.
+pub fn settings_text(sizes: &BinderSizes) -> String {
+    let flags: Vec<String> = SizeSetting::ALL
+        .iter()
+        .map(|s| format!("--{} {}", s.key(), sizes.get(*s)))
+        .collect();
+    flags.join(" ")
+}
+
+/// Loads the object with every binder map opened from, or created at, its
+/// pin, each created with the entries `sizes` give it.
+pub fn load(layout: &PinLayout, object: &[u8], sizes: &BinderSizes) -> Result<Ebpf, SenderError> {
     check_bpffs(layout.dir())?;
     fs::create_dir_all(layout.dir()).map_err(|source| SenderError::Io {
         what: format!("creating pin directory {}", layout.dir().display()),
         source,
     })?;
-    check_pinned_maps(layout)?;
+    check_pinned_maps(layout, sizes)?;
     let mut loader = EbpfLoader::new();
-    for name in MAPS {
-        loader.map_pin_path(name, layout.map(name));
+    for spec in PINNED_MAPS {
+        loader.map_pin_path(spec.name, layout.map(spec.name));
+        loader.map_max_entries(spec.name, spec.max_entries(sizes));
     }
     loader.load(object).map_err(SenderError::Load)
 }

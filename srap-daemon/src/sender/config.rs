@@ -52,6 +52,10 @@ pub struct SenderConfig {
     pub local_iface: Option<String>,
     pub local_rss: Option<PathBuf>,
     pub local_cpus: Option<String>,
+    pub max_receivers: Option<u32>,
+    pub max_cpus: Option<u32>,
+    pub max_sockets: Option<u32>,
+    pub max_layouts: Option<u32>,
     /// `[[peer]]` tables: receivers named one by one, each with its own
     /// key if it has one.
     #[serde(default)]
@@ -191,7 +195,7 @@ mod tests {
         assert!(all.peer[0].psk_file.is_some());
         assert_eq!(
             uncommented.lines().count(),
-            19,
+            23,
             "one line per key, and a [[peer]] table: {uncommented}"
         );
     }

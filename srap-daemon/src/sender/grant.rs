@@ -14,7 +14,11 @@ use srap_common::{
     wire::{CpuCount, CpuGrant},
 };
 
-use super::{SenderError, maps::slot_flows, plan::Plan};
+use super::{
+    SenderError,
+    maps::{row_slots, slot_flows},
+    plan::Plan,
+};
 
 fn map_error(map: &'static str) -> impl Fn(aya::maps::MapError) -> SenderError {
     move |source| SenderError::Map { map, source }
@@ -108,6 +112,7 @@ pub fn demand(
     plan: &Plan,
     keep: impl Fn(u32) -> bool,
 ) -> Result<Vec<CpuCount>, SenderError> {
+    let row_slots = row_slots(ebpf)?;
     let map = ebpf
         .map(SLOT_STATE_MAP)
         .ok_or(SenderError::Missing(SLOT_STATE_MAP))?;
@@ -115,7 +120,7 @@ pub fn demand(
     let mut per_cpu: BTreeMap<u32, u32> = BTreeMap::new();
     for (index, cpus) in slots_by_cpu(plan, keep) {
         let slots = cpus.values().max().map_or(0, |s| s + 1);
-        let flows = slot_flows(&words, index, slots)?;
+        let flows = slot_flows(&words, (index, row_slots), slots)?;
         for (cpu, slot) in &cpus {
             let flows = flows.get(*slot as usize).copied().unwrap_or(0);
             if flows > 0 {

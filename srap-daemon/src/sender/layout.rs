@@ -101,7 +101,11 @@ mod tests {
                     map.value_size() as usize,
                     map.max_entries()
                 ),
-                (spec.key_size, spec.value_size, spec.max_entries),
+                (
+                    spec.key_size,
+                    spec.value_size,
+                    spec.max_entries(&srap_common::binder::BinderSizes::DEFAULT)
+                ),
                 "{}",
                 spec.name
             );

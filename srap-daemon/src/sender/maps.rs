@@ -1,16 +1,20 @@
 //! Writing the plan into the binder's maps, and reading its counters back.
 
-use std::{borrow::Borrow, collections::BTreeSet};
+use std::{
+    borrow::Borrow,
+    collections::BTreeSet,
+    os::fd::{AsFd as _, AsRawFd as _},
+};
 
 use aya::{
     Ebpf,
     maps::{Array, HashMap, Map, MapData, PerCpuArray},
 };
 use srap_common::binder::{
-    BIND_ERRNOS, BIND_ERRNOS_MAP, BinderConfig, CONFIG_MAP, COSETS_MAP, DESTS_MAP, DestKey,
-    DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, MAX_SLOTS, RECEIVERS_MAP,
-    ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP, SOLUTIONS_MAP, STATS_MAP, SlotGrant, TABLES_MAP,
-    outcome, slot_word,
+    BIND_ERRNOS, BIND_ERRNOS_MAP, BinderConfig, BinderSizes, CONFIG_MAP, COSETS_MAP, DESTS_MAP,
+    DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, PINNED_MAPS,
+    RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP, SOLUTIONS_MAP, STATS_MAP, SlotGrant,
+    TABLES_MAP, outcome, slot_word,
 };
 
 use tracing::warn;
@@ -25,11 +29,25 @@ fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Map, Se
     ebpf.map_mut(name).ok_or(SenderError::Missing(name))
 }
 
-/// Writes layouts, pools, tables and receivers first and the destinations
-/// last, so a connect() racing with an update never finds a destination
-/// whose table is not there yet; destinations no longer in the plan are
-/// removed.
-pub fn fill(ebpf: &mut Ebpf, plan: &Plan, pacing_rate: u64) -> Result<(), SenderError> {
+/// Writes the config (the maps' sizes the hook indexes by) first, then
+/// layouts, pools, tables and receivers, and the destinations last, so a
+/// connect() racing with an update never finds a destination whose table
+/// is not there yet; destinations no longer in the plan are removed.
+pub fn fill(
+    ebpf: &mut Ebpf,
+    plan: &Plan,
+    pacing_rate: u64,
+    sizes: &BinderSizes,
+) -> Result<(), SenderError> {
+    let config = BinderConfig {
+        pacing_rate,
+        tw_stamp_offset: time_wait_stamp_offset(),
+        socket_mask: sizes.socket_rows() - 1,
+        row_slots: sizes.cpus,
+        _pad: 0,
+        sizes: *sizes,
+    };
+    write_rows(ebpf, CONFIG_MAP, [(0, config)])?;
     fill_layouts(ebpf, plan)?;
     fill_joints(ebpf, plan)?;
     write_rows(
@@ -40,13 +58,7 @@ pub fn fill(ebpf: &mut Ebpf, plan: &Plan, pacing_rate: u64) -> Result<(), Sender
             .enumerate()
             .map(|(t, table)| (t as u32, table.table)),
     )?;
-    fill_receivers(ebpf, plan)?;
-    let config = BinderConfig {
-        pacing_rate,
-        tw_stamp_offset: time_wait_stamp_offset(),
-        _pad: 0,
-    };
-    write_rows(ebpf, CONFIG_MAP, [(0, config)])?;
+    fill_receivers(ebpf, plan, sizes.cpus)?;
     fill_dests(ebpf, plan)
 }
 
@@ -136,16 +148,16 @@ fn pool_rows<T: Copy>(base: u32, rows: &[T]) -> impl Iterator<Item = (u32, T)> +
 }
 
 /// Open flows of a receiver's first `slots` slots, from the hooks' slot
-/// words (one read per slot in use).
+/// words (one read per slot in use; `row_slots` words per binder row).
 pub fn slot_flows<T: Borrow<MapData>>(
     words: &Array<T, u64>,
-    receiver: u32,
+    (receiver, row_slots): (u32, u32),
     slots: u32,
 ) -> Result<Vec<u32>, SenderError> {
-    (0..slots.min(MAX_SLOTS))
+    (0..slots.min(row_slots))
         .map(|slot| {
             words
-                .get(&(receiver * MAX_SLOTS + slot), 0)
+                .get(&(receiver * row_slots + slot), 0)
                 .map(slot_word::flows)
                 .map_err(map_error(SLOT_STATE_MAP))
         })
@@ -156,7 +168,7 @@ pub fn slot_flows<T: Borrow<MapData>>(
 /// slots' counts only when the count changed; the counts themselves (the
 /// hooks' slot words) are never written here, so flows still open keep
 /// theirs.
-fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
+fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan, row_slots: u32) -> Result<(), SenderError> {
     // Per row: its slots' open flows when its count changes, and whether
     // no hook can claim in it yet (no slots before).
     let changes: Vec<Option<(Vec<u32>, bool)>> = {
@@ -177,14 +189,14 @@ fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
                 if now.slots == receiver.slots {
                     return Ok(None);
                 }
-                let flows = slot_flows(&words, receiver.index, receiver.slots)?;
+                let flows = slot_flows(&words, (receiver.index, row_slots), receiver.slots)?;
                 Ok(Some((flows, now.slots == 0)))
             })
             .collect::<Result<_, SenderError>>()?
     };
     for (receiver, change) in plan.rows().zip(&changes) {
         if change.as_ref().is_some_and(|(_, unclaimable)| *unclaimable) {
-            scatter_turns(ebpf, receiver.index, receiver.slots)?;
+            scatter_turns(ebpf, (receiver.index, row_slots), receiver.slots)?;
         }
     }
     let mut array: Array<_, ReceiverSlots> =
@@ -217,16 +229,20 @@ fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
 /// It costs the kernel's bind ~280 ns per connect in cold hash buckets
 /// (docs/binder.md, "What it costs"). A word in use is left alone: it
 /// counts open flows.
-fn scatter_turns(ebpf: &mut Ebpf, receiver: u32, slots: u32) -> Result<(), SenderError> {
+fn scatter_turns(
+    ebpf: &mut Ebpf,
+    (receiver, row_slots): (u32, u32),
+    slots: u32,
+) -> Result<(), SenderError> {
     let mut words: Array<_, u64> =
         Array::try_from(map_mut(ebpf, SLOT_STATE_MAP)?).map_err(map_error(SLOT_STATE_MAP))?;
-    let mut random = vec![0u8; 4 * slots.min(MAX_SLOTS) as usize];
+    let mut random = vec![0u8; 4 * slots.min(row_slots) as usize];
     if getrandom::fill(&mut random).is_err() {
         // Predictable rotations still steer: nothing to stop for.
         return Ok(());
     }
     for (slot, bytes) in (0..).zip(random.chunks_exact(4)) {
-        let index = receiver * MAX_SLOTS + slot;
+        let index = receiver * row_slots + slot;
         let word = words.get(&index, 0).map_err(map_error(SLOT_STATE_MAP))?;
         if word != 0 {
             continue;
@@ -319,6 +335,32 @@ fn open_pinned(layout: &PinLayout, name: &'static str) -> Result<Map, SenderErro
     Map::from_map_data(data).map_err(map_error(name))
 }
 
+/// What each pinned map takes in kernel memory, as the kernel charges it:
+/// the `memlock` line of its fdinfo, which `bpftool map show` prints
+/// (`BinderSizes::pinned_bytes` is the formula for it).
+pub fn pinned_memory(layout: &PinLayout) -> Result<Vec<(&'static str, u64)>, SenderError> {
+    PINNED_MAPS
+        .iter()
+        .map(|spec| {
+            let data = MapData::from_pin(layout.map(spec.name)).map_err(map_error(spec.name))?;
+            let fd = data.fd().as_fd().as_raw_fd();
+            let fdinfo = format!("/proc/self/fdinfo/{fd}");
+            let text = std::fs::read_to_string(&fdinfo).map_err(|source| SenderError::Io {
+                what: format!("reading {fdinfo} ({})", spec.name),
+                source,
+            })?;
+            let memlock = text
+                .lines()
+                .find_map(|l| l.strip_prefix("memlock:"))
+                .and_then(|v| v.trim().parse().ok())
+                .ok_or_else(|| {
+                    SenderError::Input(format!("{fdinfo} ({}) has no memlock line", spec.name))
+                })?;
+            Ok((spec.name, memlock))
+        })
+        .collect()
+}
+
 /// Reads the pinned stats map (works from any process, agent or not).
 pub fn read_stats(layout: &PinLayout) -> Result<BinderStats, SenderError> {
     let map = open_pinned(layout, STATS_MAP)?;
@@ -351,23 +393,42 @@ fn read_bind_errnos(layout: &PinLayout) -> Result<Vec<(u32, u64)>, SenderError> 
 /// Open flows per slot of receiver `receiver` (its slots in use).
 pub fn read_occupancy(layout: &PinLayout, receiver: u32) -> Result<Vec<u32>, SenderError> {
     let row = read_receiver(layout, receiver)?;
+    let row_slots = read_config(layout)?.row_slots;
     let words: Array<_, u64> =
         Array::try_from(open_pinned(layout, SLOT_STATE_MAP)?).map_err(map_error(SLOT_STATE_MAP))?;
-    slot_flows(&words, receiver, row.slots)
+    slot_flows(&words, (receiver, row_slots), row.slots)
+}
+
+/// The binder's config as the agent last wrote it (pacing, the maps'
+/// sizes).
+pub fn read_config(layout: &PinLayout) -> Result<BinderConfig, SenderError> {
+    let config: Array<_, BinderConfig> =
+        Array::try_from(open_pinned(layout, CONFIG_MAP)?).map_err(map_error(CONFIG_MAP))?;
+    config.get(&0, 0).map_err(map_error(CONFIG_MAP))
+}
+
+/// Slot words per binder row of a loaded binder (its config's).
+pub fn row_slots(ebpf: &Ebpf) -> Result<u32, SenderError> {
+    let map = ebpf
+        .map(CONFIG_MAP)
+        .ok_or(SenderError::Missing(CONFIG_MAP))?;
+    let config: Array<_, BinderConfig> = Array::try_from(map).map_err(map_error(CONFIG_MAP))?;
+    Ok(config.get(&0, 0).map_err(map_error(CONFIG_MAP))?.row_slots)
 }
 
 /// The next turn of slot `slot`'s port rotation in binder row `receiver`
 /// (a fresh row's rotations start at random turns: `scatter_turns`).
 pub fn read_turn(layout: &PinLayout, receiver: u32, slot: u32) -> Result<u32, SenderError> {
-    if slot >= MAX_SLOTS {
+    let row_slots = read_config(layout)?.row_slots;
+    if slot >= row_slots {
         return Err(SenderError::Input(format!(
-            "slot {slot} is past the binder's {MAX_SLOTS} slots per receiver"
+            "slot {slot} is past the binder's {row_slots} slots per receiver"
         )));
     }
     let words: Array<_, u64> =
         Array::try_from(open_pinned(layout, SLOT_STATE_MAP)?).map_err(map_error(SLOT_STATE_MAP))?;
     words
-        .get(&(receiver * MAX_SLOTS + slot), 0)
+        .get(&(receiver * row_slots + slot), 0)
         .map(slot_word::turn)
         .map_err(map_error(SLOT_STATE_MAP))
 }

@@ -39,7 +39,7 @@ use std::{
 
 use aya::Ebpf;
 use srap_common::{
-    binder::LOCAL_ROW,
+    binder::{BinderSizes, FIRST_RECEIVER_ROW, LOCAL_ROW, SizeSetting},
     rss::{End, RssModel},
     solver::PortRange,
     steering::SteeringError,
@@ -51,9 +51,12 @@ use srap_host::{
 };
 use tracing::{info, warn};
 
-pub use attach::{Attachment, check_bpffs};
+pub use attach::{Attachment, check_bpffs, settings_text};
 pub use layout::{DEFAULT_PIN_DIR, PinLayout};
-pub use maps::{BinderStats, read_grant, read_occupancy, read_receiver, read_stats, read_turn};
+pub use maps::{
+    BinderStats, pinned_memory, read_config, read_grant, read_occupancy, read_receiver, read_stats,
+    read_turn,
+};
 pub use plan::Plan;
 pub use rate::PacingRate;
 pub use replan::{replan, replan_if_sources_changed};
@@ -82,6 +85,35 @@ pub enum SenderError {
     NotBpffs { dir: PathBuf },
     #[error("pins under {dir} do not match this agent ({detail}): run `srap-agent detach --pin-dir {}` first", dir.display())]
     StalePins { dir: PathBuf, detail: String },
+    #[error(
+        "the binder pinned under {dir} is attached with maps sized by {pinned}, and this agent's \
+         settings size them by {wanted} ({maps}): its occupancy maps hold the slots of the flows \
+         open now, so they are not re-created under a running binder. Start the agent with the \
+         pinned settings ({pinned}, in the --config file or as flags), or run `srap-agent detach \
+         --pin-dir {}` first (flows open then keep their ports, but their CPUs are no longer \
+         counted)",
+        dir.display()
+    )]
+    PinnedSizes {
+        dir: PathBuf,
+        pinned: String,
+        wanted: String,
+        maps: String,
+    },
+    #[error(
+        "{what}: these receivers need {needed}, the binder is sized for {sized} (--{key} {value}): \
+         raise --{key} (`{key}` in the --config file){hint}",
+        key = setting.key(),
+        value = sizes.get(*setting)
+    )]
+    Capacity {
+        what: &'static str,
+        needed: u64,
+        sized: u64,
+        setting: SizeSetting,
+        sizes: BinderSizes,
+        hint: &'static str,
+    },
     #[error(
         "the binder pinned under {pin_dir} is attached to {attached}, not {requested}: \
          run `srap-agent detach --pin-dir {}` first, or use another --pin-dir",
@@ -133,7 +165,7 @@ pub struct Target {
 }
 
 impl Target {
-    /// `receivers` (rows 0, 1, ...), all on one receiver host's `model`;
+    /// `receivers` (rows 1, 2, ...), all on one receiver host's `model`;
     /// with a model of this host's own NIC (`--steer local`), all on its
     /// one row, [`LOCAL_ROW`].
     pub fn all(model: &RssModel, receivers: &[IpAddr]) -> Vec<Target> {
@@ -143,7 +175,7 @@ impl Target {
             .enumerate()
             .map(|(index, addr)| Target {
                 index: match model.end() {
-                    End::Remote => index as u32,
+                    End::Remote => FIRST_RECEIVER_ROW + index as u32,
                     End::Local => LOCAL_ROW,
                 },
                 addr: *addr,
@@ -171,6 +203,8 @@ pub struct SenderOptions {
     /// is placed on both NICs (`--steer both`); `None`: the targets' NICs
     /// only.
     pub local: Option<Arc<RssModel>>,
+    /// What the binder's maps are sized for (`--max-*`).
+    pub sizes: BinderSizes,
 }
 
 /// A running binder, as set up by [`start`].
@@ -184,16 +218,21 @@ pub struct RunningBinder {
     pub attachment: Attachment,
     /// The source ports the binder chooses from.
     pub port_range: PortRange,
+    /// What its maps are sized for.
+    pub sizes: BinderSizes,
 }
 
 /// The plan of `options`: for the targets' NICs, and this host's too when
-/// both ends are planned.
+/// both ends are planned. A plan the maps' sizes cannot hold is an error
+/// naming the setting to raise, never a plan cut short.
 pub fn plan_for(options: &SenderOptions, range: PortRange) -> Result<Plan, SenderError> {
     let receivers = receiver_inputs(&options.targets)?;
-    match &options.local {
+    let plan = match &options.local {
         Some(local) => Plan::build_both(&receivers, &options.ports, range, local),
         None => Plan::build_each(&receivers, &options.ports, range),
-    }
+    }?;
+    plan.check_fits(&options.sizes)?;
+    Ok(plan)
 }
 
 /// Each target with its model and where flows to it may come from.
@@ -268,9 +307,9 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
         );
     }
 
-    let mut ebpf = attach::load(&layout, object)?;
+    let mut ebpf = attach::load(&layout, object, &options.sizes)?;
     let pacing = options.pacing_rate.map_or(0, |r| r.0);
-    maps::fill(&mut ebpf, &plan, pacing)?;
+    maps::fill(&mut ebpf, &plan, pacing, &options.sizes)?;
 
     record_state(&state_path, previous.as_ref(), &cgroup)?;
 
@@ -288,6 +327,7 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
         plan,
         attachment,
         port_range,
+        sizes: options.sizes,
     })
 }
 
@@ -352,6 +392,20 @@ fn record_state(
         )?;
     }
     Ok(())
+}
+
+/// Creates the binder's maps sized by `sizes` and pins them under
+/// `pin_dir` (or opens those pinned there already), attaching nothing: what
+/// an agent would pin, for measuring it ([`pinned_memory`]). Undo with
+/// [`remove_pins`].
+pub fn create_maps(pin_dir: &Path, object: &[u8], sizes: &BinderSizes) -> Result<(), SenderError> {
+    attach::load(&PinLayout::new(pin_dir), object, sizes).map(drop)
+}
+
+/// Removes every pin the binder makes under `pin_dir` (links first), and
+/// the directory when nothing else is in it; returns the pins removed.
+pub fn remove_pins(pin_dir: &Path) -> Result<usize, SenderError> {
+    attach::remove_pins(&PinLayout::new(pin_dir))
 }
 
 /// What [`detach`] removed.

@@ -49,7 +49,7 @@ pub async fn run(
         (Some(model), _, _) => (Target::all(model, &receivers), None),
         (None, _, _) => anyhow::bail!("no description of the receiver's NIC: give --rss FILE"),
     };
-    let mut options = follow::options(args, targets);
+    let mut options = follow::options(args, targets)?;
     options.local = both;
     let mut steering = super::start(&options, object)
         .map_err(with_flag_hint)

@@ -20,8 +20,7 @@ use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
 use srap_common::{
     binder::{
-        COSET_ROWS, DestKey, DestValue, ENTRY_ROWS, LOCAL_ROW, MAX_DESTS, MAX_JOINTS, MAX_LAYOUTS,
-        MAX_RECEIVERS, MAX_TABLES, SLOT_ROWS, SOLUTION_ROWS,
+        BinderSizes, DestKey, DestValue, FIRST_RECEIVER_ROW, LOCAL_ROW, MAX_RECEIVERS, SizeSetting,
     },
     ends::JointTables,
     rss::{End, RssModel},
@@ -118,7 +117,7 @@ impl Plan {
             .iter()
             .enumerate()
             .map(|(index, sources)| ReceiverInput {
-                index: index as u32,
+                index: FIRST_RECEIVER_ROW + index as u32,
                 model: model.clone(),
                 sources: sources.clone(),
             })
@@ -181,28 +180,21 @@ impl Plan {
         for input in receivers {
             plan.add_receiver(&mut shared, both.as_mut(), input, &ports, range)?;
         }
-        plan.place_layouts()?;
+        plan.place_layouts();
         if let Some(both) = both {
-            plan.place_joints(both)?;
+            plan.place_joints(both);
         }
-        plan.check_capacity()?;
         Ok(plan)
     }
 
     /// The joints' solution rows, and this host's occupancy row.
-    fn place_joints(&mut self, both: LocalEnd) -> Result<(), SenderError> {
+    fn place_joints(&mut self, both: LocalEnd) {
         let mut base = 0u64;
         for (_, _, joint) in both.joints {
             let mut joint = (*joint).clone();
             joint.row.solution_base = base as u32;
             base += joint.solutions.len() as u64;
             self.joints.push(Arc::new(joint));
-        }
-        if base > u64::from(SOLUTION_ROWS) {
-            return Err(SenderError::Input(format!(
-                "these receivers and this host's NIC need {base} joint solutions; the binder \
-                 holds {SOLUTION_ROWS}: steer fewer receivers with --steer both"
-            )));
         }
         let first_local = self
             .dests
@@ -216,7 +208,6 @@ impl Plan {
             tables: vec![t as usize],
             slots: self.tables[t as usize].layout.slots.len() as u32,
         });
-        Ok(())
     }
 
     /// Every occupancy row of the plan: the receivers', then this host's.
@@ -386,7 +377,7 @@ impl Plan {
 
     /// Gives each distinct layout its index and pool rows, and each table
     /// its layout's index.
-    fn place_layouts(&mut self) -> Result<(), SenderError> {
+    fn place_layouts(&mut self) {
         let (mut slot_rows, mut entry_rows, mut coset_rows) = (0u64, 0u64, 0u64);
         // The tables' own Arcs, by layout index.
         let mut placed: Vec<Arc<LayoutPlan>> = Vec::new();
@@ -409,34 +400,106 @@ impl Plan {
             };
             table.table.layout = index as u32;
         }
-        if slot_rows > u64::from(SLOT_ROWS)
-            || entry_rows > u64::from(ENTRY_ROWS)
-            || coset_rows > u64::from(COSET_ROWS)
-        {
-            return Err(SenderError::Input(format!(
-                "these receivers need {slot_rows} CPU slots, {entry_rows} indirection entries \
-                 and {coset_rows} port cosets over their distinct RSS configurations; the \
-                 binder holds {SLOT_ROWS}, {ENTRY_ROWS} and {COSET_ROWS}: steer fewer \
-                 receivers or name --port on fewer ports"
-            )));
-        }
-        Ok(())
     }
 
-    fn check_capacity(&self) -> Result<(), SenderError> {
-        let over = |what: &str, n: usize, max: u32| {
-            (n > max as usize).then(|| {
-                SenderError::Input(format!(
-                    "these receivers, ports and local addresses need {n} {what}; the binder \
-                     holds {max}: steer fewer ports or receivers"
-                ))
-            })
-        };
-        let problem = over("layouts", self.layouts.len(), MAX_LAYOUTS)
-            .or_else(|| over("steering tables", self.tables.len(), MAX_TABLES))
-            .or_else(|| over("joint rows", self.joints.len(), MAX_JOINTS))
-            .or_else(|| over("destinations", self.dests.len(), MAX_DESTS));
-        problem.map_or(Ok(()), Err)
+    /// Fails, naming the setting to raise, unless the binder's maps sized
+    /// by `sizes` hold this plan: its binder rows, each layout's CPU slots,
+    /// the layouts and their pools, the tables, destinations and joint rows.
+    pub fn check_fits(&self, sizes: &BinderSizes) -> Result<(), SenderError> {
+        let sum = |rows: &mut dyn Iterator<Item = usize>| rows.map(|n| n as u64).sum::<u64>();
+        let layouts = || self.layouts.iter();
+        let per_layout = ": the pools hold 512 indirection entries per layout on average";
+        let per_row = ": 16 steering tables per receiver, one per local source address";
+        let checks: [(&str, u64, u32, SizeSetting, &str); 10] = [
+            (
+                "receiver rows",
+                self.receivers
+                    .iter()
+                    .map(|r| u64::from(r.index))
+                    .max()
+                    .unwrap_or(0),
+                sizes.receivers,
+                SizeSetting::Receivers,
+                "",
+            ),
+            (
+                "CPU slots of one receiver",
+                sum(&mut layouts().map(|l| l.slots.len()).max().into_iter()),
+                sizes.cpus,
+                SizeSetting::Cpus,
+                "",
+            ),
+            (
+                "RSS layouts",
+                self.layouts.len() as u64,
+                sizes.layout_rows(),
+                SizeSetting::Layouts,
+                "",
+            ),
+            (
+                "CPU slots of all layouts",
+                sum(&mut layouts().map(|l| l.slots.len())),
+                sizes.slot_rows(),
+                SizeSetting::Layouts,
+                "",
+            ),
+            (
+                "indirection entries of all layouts",
+                sum(&mut layouts().map(|l| l.entries.len())),
+                sizes.entry_rows(),
+                SizeSetting::Layouts,
+                per_layout,
+            ),
+            (
+                "port cosets of all layouts",
+                sum(&mut layouts().map(|l| l.cosets.len())),
+                sizes.coset_rows(),
+                SizeSetting::Layouts,
+                per_layout,
+            ),
+            (
+                "steering tables",
+                self.tables.len() as u64,
+                sizes.tables(),
+                SizeSetting::Receivers,
+                per_row,
+            ),
+            (
+                "destinations",
+                self.dests.len() as u64,
+                sizes.dests(),
+                SizeSetting::Receivers,
+                per_row,
+            ),
+            (
+                "joint rows",
+                self.joints.len() as u64,
+                sizes.joints(),
+                SizeSetting::Layouts,
+                "",
+            ),
+            (
+                "joint solutions",
+                sum(&mut self.joints.iter().map(|j| j.solutions.len())),
+                sizes.solution_rows(),
+                SizeSetting::Layouts,
+                per_layout,
+            ),
+        ];
+        match checks
+            .into_iter()
+            .find(|(_, needed, sized, ..)| *needed > u64::from(*sized))
+        {
+            Some((what, needed, sized, setting, hint)) => Err(SenderError::Capacity {
+                what,
+                needed,
+                sized: u64::from(sized),
+                setting,
+                sizes: *sizes,
+                hint,
+            }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -485,11 +548,10 @@ fn check_receivers(receivers: &[ReceiverInput]) -> Result<(), SenderError> {
         .iter()
         .filter(|r| r.model.end() == End::Remote)
         .count();
-    if remote > LOCAL_ROW as usize || receivers.len() > MAX_DESTS as usize {
+    if remote > MAX_RECEIVERS as usize {
         return Err(SenderError::Input(format!(
-            "{} receivers given; the binder tracks at most {LOCAL_ROW} (its last row is this \
-             host's own CPUs)",
-            receivers.len()
+            "{remote} receivers given; the binder tracks at most {MAX_RECEIVERS} (rows \
+             {FIRST_RECEIVER_ROW} to {MAX_RECEIVERS}; row {LOCAL_ROW} is this host's own CPUs)"
         )));
     }
     let mut seen = BTreeSet::new();
@@ -511,9 +573,9 @@ fn check_receivers(receivers: &[ReceiverInput]) -> Result<(), SenderError> {
                 }
             )));
         }
-        if input.index >= MAX_RECEIVERS || (!local && !rows.insert(input.index)) {
+        if input.index > MAX_RECEIVERS || (!local && !rows.insert(input.index)) {
             return Err(SenderError::Input(format!(
-                "receiver {}: binder row {} is taken or beyond the {MAX_RECEIVERS} rows",
+                "receiver {}: binder row {} is taken or beyond row {MAX_RECEIVERS}",
                 sources.receiver, input.index
             )));
         }
@@ -605,17 +667,17 @@ mod tests {
         for (key, value) in &plan.dests {
             assert_eq!(key.port == 0, value.table == DestValue::BY_PORT, "{key:?}");
         }
-        assert_eq!(plan.receivers[1].index, 1);
+        assert_eq!(plan.receivers[1].index, 2, "rows from 1 on");
         assert!(
             plan.dests[6..]
                 .iter()
-                .all(|(_, v)| v.receiver == 1 && (v.table == 1 || v.table == DestValue::BY_PORT))
+                .all(|(_, v)| v.receiver == 2 && (v.table == 1 || v.table == DestValue::BY_PORT))
         );
     }
 
     #[test]
     fn four_thousand_receivers_share_one_layout() {
-        let receivers: Vec<ReceiverSources> = (0..LOCAL_ROW)
+        let receivers: Vec<ReceiverSources> = (0..MAX_RECEIVERS)
             .map(|i| {
                 let [_, _, a, b] = i.to_be_bytes();
                 ReceiverSources::routed(
@@ -625,16 +687,71 @@ mod tests {
             })
             .collect();
         let plan = Plan::build(&model(), &receivers, &[], PortRange::DEFAULT).unwrap();
-        assert_eq!(plan.receivers.len(), 4095);
-        assert_eq!(plan.tables.len(), 4095);
+        assert_eq!(plan.receivers.len(), 4096);
+        assert_eq!(plan.tables.len(), 4096);
         assert_eq!(plan.layouts.len(), 1);
+        assert_eq!(plan.receivers[4095].index, 4096, "the last row");
+        plan.check_fits(&BinderSizes {
+            layouts: 1,
+            ..BinderSizes::for_receivers(4096)
+        })
+        .expect("4096 receivers of one layout fit their settings");
         let mut more = receivers;
         more.push(ReceiverSources::routed(
             IpAddr::V4(Ipv4Addr::new(10, 201, 0, 1)),
             IpAddr::V4(Ipv4Addr::new(10, 199, 9, 1)),
         ));
         let err = Plan::build(&model(), &more, &[], PortRange::DEFAULT).unwrap_err();
-        assert!(err.to_string().contains("at most 4095"), "{err}");
+        assert!(err.to_string().contains("at most 4096"), "{err}");
+    }
+
+    /// A plan the maps cannot hold names the setting to raise (never a
+    /// plan cut short): receivers past `--max-receivers`, a receiver with
+    /// more CPUs than `--max-cpus`, more layouts than `--max-layouts`.
+    #[test]
+    fn a_plan_past_the_sizes_names_the_setting_to_raise() {
+        let two: Vec<ReceiverSources> = (0..2u8)
+            .map(|i| {
+                ReceiverSources::routed(
+                    IpAddr::V4(Ipv4Addr::new(10, 200, 0, i)),
+                    IpAddr::V4(Ipv4Addr::new(10, 199, 9, 1)),
+                )
+            })
+            .collect();
+        let plan = Plan::build(&model(), &two, &[], PortRange::DEFAULT).unwrap();
+        plan.check_fits(&BinderSizes::DEFAULT)
+            .expect("fits the defaults");
+        for (sizes, says) in [
+            (BinderSizes::for_receivers(1), "--max-receivers 1"),
+            (
+                BinderSizes {
+                    cpus: 16,
+                    ..BinderSizes::DEFAULT
+                },
+                "raise --max-cpus (`max-cpus` in the --config file)",
+            ),
+        ] {
+            let err = plan.check_fits(&sizes).expect_err("too small");
+            assert!(err.to_string().contains(says), "{err}");
+        }
+        let v6 = ReceiverSources {
+            receiver: IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 2)),
+            route: IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 1)),
+            others: vec![],
+        };
+        let plan = Plan::build(&model(), &[v4(), v6], &[], PortRange::DEFAULT).unwrap();
+        let err = plan
+            .check_fits(&BinderSizes {
+                layouts: 1,
+                ..BinderSizes::DEFAULT
+            })
+            .expect_err("two layouts");
+        let text = err.to_string();
+        assert!(
+            text.contains("RSS layouts: these receivers need 2, the binder is sized for 1")
+                && text.contains("raise --max-layouts"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -736,7 +853,7 @@ mod tests {
             .into_iter()
             .enumerate()
             .map(|(i, sources)| ReceiverInput {
-                index: i as u32,
+                index: FIRST_RECEIVER_ROW + i as u32,
                 model: remote.clone(),
                 sources,
             })
@@ -791,7 +908,7 @@ mod tests {
         }];
         assert!(Plan::build_each(&wrong, &[], PortRange::DEFAULT).is_err());
         let wrong = [ReceiverInput {
-            index: 0,
+            index: FIRST_RECEIVER_ROW,
             model: local,
             sources: v4(),
         }];

@@ -11,6 +11,11 @@ use super::{RunningBinder, SenderError, SenderOptions, maps, state};
 /// On error before the maps are written, the old plan keeps steering
 /// untouched.
 pub fn replan(steering: &mut RunningBinder, options: &SenderOptions) -> Result<(), SenderError> {
+    // The maps keep the sizes they were made with.
+    let options = &SenderOptions {
+        sizes: steering.sizes,
+        ..options.clone()
+    };
     let plan = super::plan_for(options, steering.port_range)?;
     let state_path = state::path_for(steering.layout.dir());
     if state::load(&state_path)?.is_none() {
@@ -20,7 +25,7 @@ pub fn replan(steering: &mut RunningBinder, options: &SenderOptions) -> Result<(
         });
     }
     let pacing = options.pacing_rate.map_or(0, |r| r.0);
-    maps::fill(&mut steering.ebpf, &plan, pacing)?;
+    maps::fill(&mut steering.ebpf, &plan, pacing, &steering.sizes)?;
     steering.plan = plan;
     Ok(())
 }

@@ -18,18 +18,20 @@ use srap_common::{
 use super::{
     count,
     maps::{
-        SRAP_GRANTS, SRAP_JOINTS, SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOT_STATE, SRAP_SLOTS,
-        SRAP_TABLES,
+        SRAP_CONFIG, SRAP_GRANTS, SRAP_JOINTS, SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOT_STATE,
+        SRAP_SLOTS, SRAP_TABLES,
     },
 };
 
-/// The word of a receiver's slot in `SRAP_SLOT_STATE`.
+/// The word of a receiver's slot in `SRAP_SLOT_STATE`: `row_slots` words
+/// per binder row, as the agent sized the map (`--max-cpus`).
 #[inline(always)]
 pub(super) fn slot_word_of(receiver: u32, slot: u32) -> Option<*mut u64> {
-    if slot >= MAX_SLOTS {
+    let row_slots = SRAP_CONFIG.get(0)?.row_slots;
+    if slot >= MAX_SLOTS || slot >= row_slots {
         return None;
     }
-    SRAP_SLOT_STATE.get_ptr_mut(receiver.wrapping_mul(MAX_SLOTS).wrapping_add(slot))
+    SRAP_SLOT_STATE.get_ptr_mut(receiver.wrapping_mul(row_slots).wrapping_add(slot))
 }
 
 /// Compare-and-exchange on a word of map memory.

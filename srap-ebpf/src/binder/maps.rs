@@ -1,6 +1,8 @@
 //! The binder's maps: the pinned ones from the one list in
 //! `srap_common::binder_pinned_maps!`, and the hook's scratch row.
 
+use srap_common::binder::BinderSizes;
+
 use aya_ebpf::{
     bindings::bpf_sock_tuple,
     macros::map,
@@ -8,13 +10,15 @@ use aya_ebpf::{
 };
 
 /// The eBPF-side expansion of `srap_common::binder_pinned_maps!`: one
-/// `#[map]` static per pinned map, typed and sized from that one list.
+/// `#[map]` static per pinned map, typed from that one list and declared
+/// at the default sizes (the agent sets each map's size at load, from its
+/// `--max-*` settings).
 macro_rules! declare_maps {
     ($($(#[$doc:meta])* $constant:ident = $name:ident: $kind:ident<$key:ty, $value:ty>
-        [$entries:expr, $flags:expr];)*) => {
+        [$entries:path, $flags:expr];)*) => {
         $($(#[$doc])* #[map]
         pub(super) static $name: declare_maps!(@type $kind, $key, $value) =
-            $kind::with_max_entries($entries, $flags);)*
+            $kind::with_max_entries($entries(&BinderSizes::DEFAULT), $flags);)*
     };
     (@type Array, $key:ty, $value:ty) => { Array<$value> };
     (@type PerCpuArray, $key:ty, $value:ty) => { PerCpuArray<$value> };

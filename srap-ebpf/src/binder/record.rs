@@ -18,9 +18,7 @@ use aya_ebpf::{
     helpers::bpf_get_socket_cookie,
     programs::{SockAddrContext, SockContext},
 };
-use srap_common::binder::{
-    LOCAL_ROW, SOCKET_PROBES, SOCKET_ROWS, SocketRow, SocketSlot, outcome, socket_home,
-};
+use srap_common::binder::{LOCAL_ROW, SOCKET_PROBES, SocketRow, SocketSlot, outcome, socket_home};
 
 use super::{
     bind::{SO_MAX_PACING_RATE, set_socket_option},
@@ -30,19 +28,29 @@ use super::{
     maps::{SRAP_CONFIG, SRAP_SOCKETS},
 };
 
-/// The row of `cookie`'s `probe`-th place in the socket table.
+/// The row of `cookie`'s `probe`-th place in the socket table of
+/// `mask + 1` rows ([`socket_mask`]).
 #[inline(always)]
-pub(super) fn socket_row(cookie: u64, probe: u32) -> Option<*mut SocketRow> {
-    let index = socket_home(cookie).wrapping_add(probe) & (SOCKET_ROWS - 1);
+fn socket_row(cookie: u64, probe: u32, mask: u32) -> Option<*mut SocketRow> {
+    let index = socket_home(cookie, mask).wrapping_add(probe) & mask;
     SRAP_SOCKETS.get_ptr_mut(index)
+}
+
+/// The socket table's rows less one, as the agent sized it
+/// (`--max-sockets`); 0 before the agent wrote its config (one row: a
+/// record then finds its row taken sooner, nothing worse).
+#[inline(always)]
+fn socket_mask() -> u32 {
+    SRAP_CONFIG.get(0).map_or(0, |config| config.socket_mask)
 }
 
 /// Records `held` for the socket `cookie`: the first free row of its places,
 /// taken with one compare-and-exchange. False when all are taken.
 #[inline(always)]
 pub(crate) fn remember(cookie: u64, held: SocketSlot) -> bool {
+    let mask = socket_mask();
     for probe in 0..SOCKET_PROBES {
-        let Some(row) = socket_row(cookie, probe) else {
+        let Some(row) = socket_row(cookie, probe, mask) else {
             return false;
         };
         // SAFETY: valid, aligned map memory.
@@ -60,8 +68,9 @@ pub(crate) fn remember(cookie: u64, held: SocketSlot) -> bool {
 /// The record of socket `cookie`, if any.
 #[inline(always)]
 pub(super) fn recalled(cookie: u64) -> Option<(*mut SocketRow, SocketSlot)> {
+    let mask = socket_mask();
     for probe in 0..SOCKET_PROBES {
-        let row = socket_row(cookie, probe)?;
+        let row = socket_row(cookie, probe, mask)?;
         // SAFETY: valid map memory.
         if unsafe { read_volatile(&raw const (*row).cookie) } == cookie {
             // SAFETY: as above.

@@ -16,6 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use srap_common::binder::FIRST_RECEIVER_ROW;
 use srap_host::status::sender::OccupancyRow;
 use srap_tests::flows::{Sink, listen_deep};
 
@@ -28,9 +29,9 @@ const ROUNDS: usize = 8;
 /// A cookie no socket has: the kernel counts cookies up from 1.
 const NO_SOCKET: u64 = u64::MAX - 0x5a5a;
 
-/// Open flows the pinned occupancy counts toward receiver row 0.
+/// Open flows the pinned occupancy counts toward the first receiver row.
 pub(super) fn occupied(lab: &Lab) -> u32 {
-    srap_daemon::sender::read_occupancy(&lab.agent.layout(), 0)
+    srap_daemon::sender::read_occupancy(&lab.agent.layout(), FIRST_RECEIVER_ROW)
         .expect("the binder's occupancy")
         .iter()
         .sum()
@@ -205,7 +206,7 @@ fn a_drift_made_on_purpose_is_repaired_once_within_two_intervals() {
     srap_daemon::sender::audit::inject_stale_record(
         &lab.agent.layout(),
         srap_daemon::ebpf_object(),
-        0,
+        FIRST_RECEIVER_ROW,
         0,
         NO_SOCKET,
     )
@@ -286,7 +287,7 @@ fn a_count_no_record_holds_is_set_back_to_the_records() {
     srap_daemon::sender::audit::inject_stale_record(
         &lab.agent.layout(),
         srap_daemon::ebpf_object(),
-        0,
+        FIRST_RECEIVER_ROW,
         5,
         0,
     )

@@ -16,7 +16,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use srap_common::rss::embedded_default;
+use srap_common::{binder::FIRST_RECEIVER_ROW, rss::embedded_default};
 use srap_daemon::sender::{audit::read_records, read_occupancy};
 use srap_tests::workload::Workload;
 
@@ -44,7 +44,7 @@ fn assert_drained(lab: &Lab, pattern: &str) {
     let layout = lab.agent.layout();
     let deadline = Instant::now() + DRAIN;
     loop {
-        let flows = read_occupancy(&layout, 0).expect("the pinned occupancy");
+        let flows = read_occupancy(&layout, FIRST_RECEIVER_ROW).expect("the pinned occupancy");
         let records = read_records(&layout).expect("the pinned socket table");
         let held: u32 = flows.iter().sum();
         if held == 0 && records.is_empty() {

@@ -266,6 +266,9 @@ fn one_sender_steers_a_hundred_receivers_sharing_ports() {
         .map(|host| IpAddr::V4(Ipv4Addr::new(10, 199, 83, host)))
         .collect();
     let lab = Lab::with_options(false, 83, embedded_default(), "40000-40511", |opts| {
+        // 101 receiver addresses, the lab's own and these: past the
+        // default 64 binder rows.
+        let opts = opts.args(["--max-receivers", "128"]);
         receivers.iter().fold(opts, |opts, receiver| {
             opts.args(["--receiver".to_owned(), receiver.to_string()])
         })

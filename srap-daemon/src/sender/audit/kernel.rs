@@ -95,13 +95,15 @@ pub fn read_words(
     rows: &[u32],
 ) -> Result<BTreeMap<(u32, u32), u64>, AuditError> {
     let map = pinned(layout, SLOT_STATE_MAP)?;
+    // Words per binder row, as the agent sized the map (`--max-cpus`).
+    let row_slots = crate::sender::attach::pinned_sizes(layout).map_or(MAX_SLOTS, |s| s.cpus);
     let mut out = BTreeMap::new();
     for &row in rows {
         let bytes = srap_host::bpf_sys::array_values(
             map.fd().as_fd(),
             size_of::<u64>(),
-            row * MAX_SLOTS,
-            MAX_SLOTS,
+            row * row_slots,
+            row_slots,
         )
         .map_err(|source| AuditError::Io {
             what: "BPF_MAP_LOOKUP_BATCH of the slot words",

@@ -20,6 +20,7 @@ use std::{
 
 use aya::{Ebpf, programs::Xdp};
 use srap_common::{
+    binder::BinderSizes,
     binder::{LOCAL_ROW, SocketSlot},
     repair::{INJECT_PROGRAM, REPAIR_PROGRAM, RepairRequest, op, result},
 };
@@ -352,8 +353,10 @@ pub fn inject_stale_record(
     slot: u32,
     cookie: u64,
 ) -> Result<(), AuditError> {
+    // The maps at the sizes the running binder pinned them with.
+    let sizes = super::attach::pinned_sizes(layout).unwrap_or(BinderSizes::DEFAULT);
     let mut ebpf =
-        super::attach::load(layout, object).map_err(|e| AuditError::Load(e.to_string()))?;
+        super::attach::load(layout, object, &sizes).map_err(|e| AuditError::Load(e.to_string()))?;
     let request = RepairRequest {
         op: op::INJECT,
         receiver,

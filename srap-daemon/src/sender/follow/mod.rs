@@ -113,7 +113,7 @@ pub async fn run(
     };
     let (tx, mut events) = mpsc::unbounded_channel();
     let mut receivers = Vec::new();
-    let mut row = 0u32;
+    let mut row = srap_common::binder::FIRST_RECEIVER_ROW;
     for (n, (peer, addrs)) in peers.iter().zip(addresses).enumerate() {
         let handle = upstream::watch(peer_config(args, peer)?);
         events::forward(n, &handle, tx.clone());
@@ -129,7 +129,7 @@ pub async fn run(
         receivers.push(receiver);
     }
     drop(tx);
-    let mut options = options(args, Vec::new());
+    let mut options = options(args, Vec::new())?;
     // --steer both: this host's NIC in every plan.
     options.local = local.as_ref().map(|nic| nic.model.clone());
     let mut follower = Follower {
@@ -679,9 +679,10 @@ async fn peer_ips(peer_addr: &str, resolver: &resolve::Resolve) -> anyhow::Resul
     Ok(addrs)
 }
 
-/// The binder's options for `targets`, the rest from the command line.
-pub fn options(args: &SenderArgs, targets: Vec<Target>) -> SenderOptions {
-    SenderOptions {
+/// The binder's options for `targets`, the rest from the command line
+/// (the maps' sizes checked: a setting out of range is an error naming it).
+pub fn options(args: &SenderArgs, targets: Vec<Target>) -> anyhow::Result<SenderOptions> {
+    Ok(SenderOptions {
         targets,
         ports: args.ports.clone(),
         cgroup: args.cgroup.clone(),
@@ -689,7 +690,8 @@ pub fn options(args: &SenderArgs, targets: Vec<Target>) -> SenderOptions {
         pacing_rate: args.pacing_rate,
         port_range: args.port_range,
         local: None,
-    }
+        sizes: args.sizes.sizes()?,
+    })
 }
 
 /// The grant's CPUs as `cpu` or `cpu+flows`.

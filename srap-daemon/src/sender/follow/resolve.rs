@@ -63,7 +63,9 @@ pub fn reassign(
         used.remove(row);
     }
     for addr in now.iter().filter(|a| !had.contains(a)) {
-        let free = (0..).find(|r| !used.contains(r)).unwrap_or(u32::MAX);
+        let free = (srap_common::binder::FIRST_RECEIVER_ROW..)
+            .find(|r| !used.contains(r))
+            .unwrap_or(u32::MAX);
         used.insert(free);
         next.push((free, *addr));
     }
@@ -91,9 +93,9 @@ mod tests {
 
     #[test]
     fn kept_addresses_keep_their_rows_and_new_ones_take_free_rows() {
-        let rows = [(0, ip("10.0.0.1")), (2, ip("10.0.0.2"))];
-        // Another peer uses row 1.
-        let taken: BTreeSet<u32> = [0, 1, 2].into();
+        let rows = [(1, ip("10.0.0.1")), (3, ip("10.0.0.2"))];
+        // Another peer uses row 2 (row 0 is this host's CPUs').
+        let taken: BTreeSet<u32> = [1, 2, 3].into();
         assert_eq!(
             reassign(&rows, &[ip("10.0.0.2"), ip("10.0.0.1")], &taken),
             None,
@@ -105,8 +107,8 @@ mod tests {
             "no address: keep the last"
         );
         let next = reassign(&rows, &[ip("10.0.0.2"), ip("10.0.0.3")], &taken).expect("changed");
-        // 10.0.0.1 left: its row 0 is free again for 10.0.0.3.
-        assert_eq!(next, [(0, ip("10.0.0.3")), (2, ip("10.0.0.2"))]);
+        // 10.0.0.1 left: its row 1 is free again for 10.0.0.3.
+        assert_eq!(next, [(1, ip("10.0.0.3")), (3, ip("10.0.0.2"))]);
         let next = reassign(
             &rows,
             &[ip("10.0.0.1"), ip("10.0.0.2"), ip("fd00::9")],
@@ -115,7 +117,7 @@ mod tests {
         .expect("changed");
         assert_eq!(
             next,
-            [(0, ip("10.0.0.1")), (2, ip("10.0.0.2")), (3, ip("fd00::9"))]
+            [(1, ip("10.0.0.1")), (3, ip("10.0.0.2")), (4, ip("fd00::9"))]
         );
     }
 
@@ -144,7 +146,7 @@ mod tests {
         let rows: Vec<(u32, IpAddr)> = first
             .iter()
             .enumerate()
-            .map(|(i, a)| (i as u32, *a))
+            .map(|(i, a)| (i as u32 + 1, *a))
             .collect();
         *answer.lock().expect("lock") = vec![ip("10.0.0.2"), ip("10.0.0.7")];
         let now = resolve("receiver.example:7447".into())
@@ -153,7 +155,7 @@ mod tests {
         let taken: BTreeSet<u32> = rows.iter().map(|(r, _)| *r).collect();
         assert_eq!(
             reassign(&rows, &now, &taken),
-            Some(vec![(0, ip("10.0.0.7")), (1, ip("10.0.0.2"))])
+            Some(vec![(1, ip("10.0.0.7")), (2, ip("10.0.0.2"))])
         );
     }
 
