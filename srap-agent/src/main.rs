@@ -46,7 +46,8 @@ enum Command {
     /// pins it, then reports its counters until stopped (steering goes on
     /// after the agent exits). Ports are chosen by 4-tuple among the whole
     /// port range and shared across destinations; none is reserved.
-    Sender(SenderArgs),
+    // Boxed: its flags outgrew the other commands' many times over.
+    Sender(Box<SenderArgs>),
     /// Remove everything `srap-agent sender` attached, pinned or reserved.
     Detach(DetachArgs),
     /// SRAP on one machine: two namespaces joined by a veth that emulates a
