@@ -83,7 +83,20 @@ pub const OTHER_TOOLS: &[(&str, &str)] = &[
         "dpkg-deb",
         "Debian's tool that reads the .deb's fields and files",
     ),
+    (
+        "dnf",
+        "the RHEL family's package manager (installs the .rpm)",
+    ),
     ("$EDITOR", "the administrator's editor"),
+    (
+        "firewall-cmd",
+        "firewalld on RHEL-family hosts, opening the receiver's peer port",
+    ),
+    ("ls", "lists a file the package made, with its mode"),
+    (
+        "rpm",
+        "the RHEL family's package tool (installs, queries the .rpm)",
+    ),
     ("systemctl", "systemd, starting a packaged agent"),
     (
         "systemd-analyze",
