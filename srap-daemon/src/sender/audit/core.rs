@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use srap_common::binder::{LOCAL_ROW, SocketSlot, slot_word};
+use srap_common::binder::{FIRST_RECEIVER_ROW, LOCAL_ROW, SocketSlot, slot_word};
 
 /// What one audit read.
 #[derive(Debug, Clone, Default)]
@@ -290,7 +290,15 @@ mod tests {
         snap.before.insert((LOCAL_ROW, 7), 1);
         snap.after.insert((LOCAL_ROW, 7), 1);
         assert_eq!(examine(&snap), Findings::default());
-        assert_eq!(rows_to_read(&[0], &snap.records), vec![0, LOCAL_ROW]);
+        // A receiver's row (rows from 1) and this host's (row 0) are read.
+        let toward_first = SocketSlot {
+            receiver: FIRST_RECEIVER_ROW,
+            ..both
+        };
+        assert_eq!(
+            rows_to_read(&[FIRST_RECEIVER_ROW], &[(10, 100, toward_first)]),
+            vec![LOCAL_ROW, FIRST_RECEIVER_ROW]
+        );
         // A record bound at `bind(addr, 0)` holds no slot.
         assert_eq!(
             rows_to_read(&[], &[(1, 2, SocketSlot::BOUND_AT_BIND)]),
