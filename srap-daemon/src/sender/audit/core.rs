@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use srap_common::binder::{FIRST_RECEIVER_ROW, LOCAL_ROW, SocketSlot, slot_word};
+use srap_common::binder::{LOCAL_ROW, SocketSlot, slot_word};
 
 /// What one audit read.
 #[derive(Debug, Clone, Default)]
@@ -192,6 +192,7 @@ fn key(s: &StaleRecord) -> (u32, u64, u32, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use srap_common::binder::FIRST_RECEIVER_ROW;
 
     const TURN: u64 = slot_word::TURN;
 
