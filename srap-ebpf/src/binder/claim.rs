@@ -23,11 +23,22 @@ use super::{
     },
 };
 
-/// The word of a receiver's slot in `SRAP_SLOT_STATE`: `row_slots` words
-/// per binder row, as the agent sized the map (`--max-cpus`).
+/// The words per binder row in `SRAP_SLOT_STATE`, as the agent sized the
+/// map (`--max-cpus`); 0 before it wrote its config (no word is then had).
+#[inline(always)]
+fn row_slots() -> u32 {
+    SRAP_CONFIG.get(0).map_or(0, |config| config.row_slots)
+}
+
+/// The word of a receiver's slot in `SRAP_SLOT_STATE`.
 #[inline(always)]
 pub(super) fn slot_word_of(receiver: u32, slot: u32) -> Option<*mut u64> {
-    let row_slots = SRAP_CONFIG.get(0)?.row_slots;
+    slot_word_in(receiver, slot, row_slots())
+}
+
+/// The word of a receiver's slot in rows of `row_slots` words.
+#[inline(always)]
+fn slot_word_in(receiver: u32, slot: u32, row_slots: u32) -> Option<*mut u64> {
     if slot >= MAX_SLOTS || slot >= row_slots {
         return None;
     }
@@ -46,9 +57,12 @@ pub(super) fn exchange(word: *mut u64, old: u64, new: u64) -> bool {
 
 /// One receiver's occupancy row over the maps: its `SRAP_RECEIVERS` entry
 /// (cursor, level bitmaps) and its words in `SRAP_SLOT_STATE`.
+/// The config's row stride is read once per row, not once per word: a
+/// claim looks up several words.
 pub(crate) struct MapRow {
     state: *mut ReceiverSlots,
     receiver: u32,
+    row_slots: u32,
 }
 
 impl MapRow {
@@ -56,7 +70,17 @@ impl MapRow {
     #[inline(always)]
     pub(crate) fn of(receiver: u32) -> Option<Self> {
         let state = SRAP_RECEIVERS.get_ptr_mut(receiver)?;
-        Some(Self { state, receiver })
+        Some(Self::at(state, receiver))
+    }
+
+    /// The row whose `SRAP_RECEIVERS` entry is `state`.
+    #[inline(always)]
+    fn at(state: *mut ReceiverSlots, receiver: u32) -> Self {
+        Self {
+            state,
+            receiver,
+            row_slots: row_slots(),
+        }
     }
 }
 
@@ -100,7 +124,7 @@ impl occupancy::Row for MapRow {
     }
     #[inline(always)]
     fn slot_word(&self, slot: u32) -> Option<MapWord> {
-        slot_word_of(self.receiver, slot).map(MapWord)
+        slot_word_in(self.receiver, slot, self.row_slots).map(MapWord)
     }
     #[inline(always)]
     fn level_word(&self, level: usize, w: usize) -> MapWord {
@@ -122,7 +146,7 @@ pub(super) fn claim_slot(
     grant: &SlotGrant,
     receiver: u32,
 ) -> Option<(u32, u32)> {
-    let row = MapRow { state, receiver };
+    let row = MapRow::at(state, receiver);
     let local = receiver == LOCAL_ROW;
     match occupancy::claim(&row, grant, local) {
         Ok(claimed) => {
@@ -145,11 +169,9 @@ pub(super) fn claim_slot(
 
 /// Frees one flow of a receiver's slot (`srap_common::occupancy::release`).
 pub(crate) fn release_slot(receiver: u32, slot: u32) {
-    let Some(state) = SRAP_RECEIVERS.get_ptr_mut(receiver) else {
-        return;
-    };
-    let row = MapRow { state, receiver };
-    let _ = occupancy::release(&row, slot);
+    if let Some(row) = MapRow::of(receiver) {
+        let _ = occupancy::release(&row, slot);
+    }
 }
 
 /// Counts a connect that found no free port in its slot, and which slot:
