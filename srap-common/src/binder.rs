@@ -214,11 +214,40 @@ pub const BIND4_PROGRAM: &str = "srap_bind4";
 pub const BIND6_PROGRAM: &str = "srap_bind6";
 pub const RELEASE_PROGRAM: &str = "srap_sock_release";
 
-/// Outcomes of the binder's hooks, as indexes into [`STATS_MAP`]. Every
-/// connect of a TCP socket in the cgroup counts exactly one of
+/// The binder's counters in [`STATS_MAP`]: every connect counts one
+/// [`outcome`] (what it came to), and some also count [`event`]s within it.
+/// One index space for both, [`COUNTERS`] entries named by
+/// [`COUNTER_NAMES`] (the `outcome` label of `/metrics`, the keys of the
+/// status JSON).
+pub const COUNTERS: u32 = 20;
+
+/// The counters' names, by index.
+pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
+    "steered",
+    "retried",
+    "no_free_port",
+    "app_bound",
+    "miss",
+    "released",
+    "port_at_bind",
+    "source_unplanned",
+    "source_kept",
+    "tuple_taken",
+    "port_held",
+    "time_wait_reused",
+    "joint",
+    "local_missed",
+    "maps_unfilled",
+    "claim_failed",
+    "claim_contended",
+    "option_unreadable",
+    "option_refused",
+    "bind_refused",
+];
+
+/// Verdicts of the binder's `connect` hooks, as indexes into [`STATS_MAP`].
+/// Every connect of a TCP socket in the cgroup counts exactly one of
 /// [`outcome::VERDICTS`]: steered, or left to the kernel for a named reason.
-/// The others count events within one (ports skipped, a kept address, a
-/// contended claim, a closed socket).
 pub mod outcome {
     /// Bound on the first attempt.
     pub const STEERED: u32 = 0;
@@ -234,8 +263,6 @@ pub mod outcome {
     pub const APP_BOUND: u32 = 3;
     /// The destination is not steered.
     pub const MISS: u32 = 4;
-    /// A steered socket closed and freed its slot.
-    pub const RELEASED: u32 = 5;
     /// The application called `bind(addr, 0)` before `connect()`: the kernel
     /// chose the port at bind time, before the destination was known, and a
     /// bind hook cannot defer it (the kernel's `bpf_setsockopt` does not
@@ -244,27 +271,6 @@ pub mod outcome {
     /// The application bound a source address SRAP has no table for (an
     /// address added after the plan, or of no interface): left alone.
     pub const SOURCE_UNPLANNED: u32 = 7;
-    /// A steered connect kept the source address the application had bound.
-    pub const SOURCE_KEPT: u32 = 8;
-    /// A port skipped because its exact 4-tuple toward this destination is
-    /// in use (established, connecting, or TIME_WAIT without a timestamp):
-    /// the port stays shared with every other destination.
-    pub const TUPLE_TAKEN: u32 = 9;
-    /// A port skipped because a socket that cannot share it holds it (an
-    /// application's own port, a listener).
-    pub const PORT_HELD: u32 = 10;
-    /// A port whose tuple toward this destination was in TIME_WAIT with a
-    /// TCP timestamp, taken over: the kernel lets an explicitly bound
-    /// socket do so (`tcp_twsk_unique`), so a slot that cycles through its
-    /// ports faster than TIME_WAIT lasts never runs dry.
-    pub const TIME_WAIT_REUSED: u32 = 11;
-    /// A both-ends connect placed on a receiver CPU and a CPU of this host
-    /// with one port from the joint map.
-    pub const JOINT: u32 = 12;
-    /// A both-ends connect that found no port of its receiver slot for a
-    /// CPU of this host (the joint map rank-deficient there, or the range
-    /// too narrow): it kept the receiver's placement only.
-    pub const LOCAL_MISSED: u32 = 13;
     /// The destination is steered but a row its plan names is missing or
     /// empty (table, layout, receiver, slot, slot count out of range): the
     /// agent has not finished writing the plan, or the maps were changed
@@ -274,10 +280,6 @@ pub mod outcome {
     /// under every try (many connects toward one receiver at one moment).
     /// The kernel chose.
     pub const CLAIM_FAILED: u32 = 15;
-    /// A claim whose every search found its slot taken meanwhile, which
-    /// took the rotation's granted slot without the search (steered all
-    /// the same; two flows may then share a CPU while another is free).
-    pub const CLAIM_CONTENDED: u32 = 16;
     /// The socket's own `SO_REUSEADDR`/`SO_REUSEPORT` could not be read:
     /// the kernel chose.
     pub const OPTION_UNREADABLE: u32 = 17;
@@ -289,29 +291,6 @@ pub mod outcome {
     /// source address is gone from the host (`EADDRNOTAVAIL`): the kernel
     /// chose.
     pub const BIND_REFUSED: u32 = 19;
-    pub const COUNT: u32 = 20;
-    pub const NAMES: [&str; COUNT as usize] = [
-        "steered",
-        "retried",
-        "no_free_port",
-        "app_bound",
-        "miss",
-        "released",
-        "port_at_bind",
-        "source_unplanned",
-        "source_kept",
-        "tuple_taken",
-        "port_held",
-        "time_wait_reused",
-        "joint",
-        "local_missed",
-        "maps_unfilled",
-        "claim_failed",
-        "claim_contended",
-        "option_unreadable",
-        "option_refused",
-        "bind_refused",
-    ];
     /// What a connect came to: each counts exactly one of these.
     pub const VERDICTS: [u32; 12] = [
         STEERED,
@@ -340,6 +319,40 @@ pub mod outcome {
     ];
 }
 
+/// Events within a connect or a socket's life, as indexes into
+/// [`STATS_MAP`] beside the [`outcome`]s: ports skipped, a kept address, a
+/// contended claim, a closed socket. Each counts alongside a verdict (or on
+/// close), never instead of one.
+pub mod event {
+    /// A steered socket closed and freed its slot.
+    pub const RELEASED: u32 = 5;
+    /// A steered connect kept the source address the application had bound.
+    pub const SOURCE_KEPT: u32 = 8;
+    /// A port skipped because its exact 4-tuple toward this destination is
+    /// in use (established, connecting, or TIME_WAIT without a timestamp):
+    /// the port stays shared with every other destination.
+    pub const TUPLE_TAKEN: u32 = 9;
+    /// A port skipped because a socket that cannot share it holds it (an
+    /// application's own port, a listener).
+    pub const PORT_HELD: u32 = 10;
+    /// A port whose tuple toward this destination was in TIME_WAIT with a
+    /// TCP timestamp, taken over: the kernel lets an explicitly bound
+    /// socket do so (`tcp_twsk_unique`), so a slot that cycles through its
+    /// ports faster than TIME_WAIT lasts never runs dry.
+    pub const TIME_WAIT_REUSED: u32 = 11;
+    /// A both-ends connect placed on a receiver CPU and a CPU of this host
+    /// with one port from the joint map.
+    pub const JOINT: u32 = 12;
+    /// A both-ends connect that found no port of its receiver slot for a
+    /// CPU of this host (the joint map rank-deficient there, or the range
+    /// too narrow): it kept the receiver's placement only.
+    pub const LOCAL_MISSED: u32 = 13;
+    /// A claim whose every search found its slot taken meanwhile, which
+    /// took the rotation's granted slot without the search (steered all
+    /// the same; two flows may then share a CPU while another is free).
+    pub const CLAIM_CONTENDED: u32 = 16;
+}
+
 /// Entries of [`BIND_ERRNOS_MAP`]: errno values below it count apart, the
 /// last counts every larger one.
 pub const BIND_ERRNOS: u32 = 128;
@@ -359,7 +372,7 @@ pub struct DestKey {
     pub src: [u32; 4],
 }
 
-/// Where a destination's steering data lives.
+/// Where a destination's plan data lives.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DestValue {
@@ -721,17 +734,17 @@ impl SlotGrant {
 /// frees the slot, or that it was bound with port 0.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SocketSlot {
-    /// [`SocketSlot::NONE`]: holds no slot.
+pub struct SocketRecord {
+    /// [`SocketRecord::NONE`]: holds no slot.
     pub receiver: u32,
     pub slot: u32,
     /// The slot of this host's CPUs it holds too (both ends planned), or
-    /// [`SocketSlot::NONE`].
+    /// [`SocketRecord::NONE`].
     pub local: u32,
     pub _pad: u32,
 }
 
-impl SocketSlot {
+impl SocketRecord {
     /// No receiver: the socket holds no slot (its slot was freed, or it was
     /// only bound with port 0).
     pub const NONE: u32 = u32::MAX;
@@ -750,7 +763,7 @@ impl SocketSlot {
 pub struct SocketRow {
     /// The socket's cookie (never 0); 0: the row is free.
     pub cookie: u64,
-    pub held: SocketSlot,
+    pub held: SocketRecord,
 }
 
 /// The first row of the socket table a socket with `cookie` may take: the
@@ -811,7 +824,7 @@ mod pod {
     // SAFETY: as above.
     unsafe impl aya::Pod for CosetRow {}
     // SAFETY: as above.
-    unsafe impl aya::Pod for SocketSlot {}
+    unsafe impl aya::Pod for SocketRecord {}
     // SAFETY: as above (8 + 4 + 4 bytes).
     unsafe impl aya::Pod for SocketRow {}
     // SAFETY: as above (8 + 4 × 4 + 4 × 4 bytes, no padding).

@@ -18,7 +18,7 @@
 //!
 //! A model says which end it stands for ([`End`], [`RssModel::facing`]):
 //! every flow is given as the connecting host sees it, and a model of that
-//! host's own NIC hashes the reverse. So the solver and the steering tables
+//! host's own NIC hashes the reverse. So the solver and the port tables
 //! plan for either NIC unchanged.
 
 use std::{

@@ -25,10 +25,10 @@ pub mod odds;
 #[cfg(feature = "user")]
 pub mod planner;
 #[cfg(feature = "user")]
+pub mod port_tables;
+#[cfg(feature = "user")]
 pub mod rss;
 #[cfg(feature = "user")]
 pub mod solver;
-#[cfg(feature = "user")]
-pub mod steering;
 #[cfg(feature = "user")]
 pub mod wire;

@@ -10,7 +10,7 @@
 //! following a few receivers pins a few MiB; one following thousands says
 //! so in its settings.
 
-use crate::binder::{MAX_RECEIVERS, MAX_SLOTS, outcome};
+use crate::binder::{COUNTERS, MAX_RECEIVERS, MAX_SLOTS};
 
 /// Rows of the entry, coset and solution pools per layout, on average over
 /// layouts: a layout takes as many as its receiver's indirection table has
@@ -21,7 +21,7 @@ pub const POOL_ROWS_PER_LAYOUT: u32 = 512;
 /// application may bind toward the receiver (and its twin with both ends
 /// planned).
 pub const TABLES_PER_ROW: u32 = 16;
-/// Destination keys per steering table (bound to its source or to none,
+/// Destination keys per port table (bound to its source or to none,
 /// any port or a few named ones).
 pub const DESTS_PER_TABLE: u32 = 4;
 /// The most `--max-sockets` may ask for (a table of 2^23 rows, 192 MiB).
@@ -201,7 +201,7 @@ impl BinderSizes {
     }
 
     pub const fn outcomes(&self) -> u32 {
-        outcome::COUNT
+        COUNTERS
     }
 
     /// The refused binds' errno counters (`BIND_ERRNOS_MAP`).

@@ -11,9 +11,9 @@ use proptest::prelude::*;
 use serde_json::Value;
 use srap_common::{
     ends::{End, JointMap, JointTables, plan_both},
+    port_tables::{LayoutPlan, TablePlan},
     rss::{FlowTuple, InputXfrm, RssDescription, RssModel, embedded_default},
     solver::{PortHash, PortRange},
-    steering::{LayoutPlan, TablePlan},
 };
 
 const VECTORS: &str = include_str!("vectors/toeplitz-ms.json");

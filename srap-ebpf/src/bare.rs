@@ -1,5 +1,5 @@
-//! Bare programs of each hook the verifier uses: they only let the packet
-//! (or socket) through. `cargo xtask bench` runs them next to the verifier
+//! Bare programs of each hook the receive verifier uses: they only let the packet
+//! (or socket) through. `cargo xtask bench` runs them next to the receive verifier
 //! in the same run, so the verifier's cost is reported as what it adds over
 //! the hook itself, not over nothing.
 

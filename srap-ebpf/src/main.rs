@@ -28,7 +28,7 @@ mod repair;
 mod sock_verifier;
 mod verifier;
 
-/// eBPF programs cannot unwind; the verifier rejects any path that would reach
+/// eBPF programs cannot unwind; the kernel's verifier rejects any path that would reach
 /// this, so it is never executed.
 #[cfg(not(test))]
 #[panic_handler]

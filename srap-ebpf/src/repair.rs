@@ -16,7 +16,7 @@ use core::ptr::read_volatile;
 
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use srap_common::{
-    binder::{LOCAL_ROW, SocketSlot, slot_word},
+    binder::{LOCAL_ROW, SocketRecord, slot_word},
     occupancy::{self, Row as _, Word as _},
     repair::{RepairRequest, op, result},
 };
@@ -99,10 +99,10 @@ fn forget_record(cookie: u64) -> (u32, u64) {
     let Some(held) = forget(cookie) else {
         return (result::CHANGED, 0);
     };
-    if held.receiver != SocketSlot::NONE {
+    if held.receiver != SocketRecord::NONE {
         release_slot(held.receiver, held.slot);
     }
-    if held.local != SocketSlot::NONE {
+    if held.local != SocketRecord::NONE {
         release_slot(LOCAL_ROW, held.local);
     }
     (
@@ -147,10 +147,10 @@ fn inject(receiver: u32, slot: u32, cookie: u64) -> (u32, u64) {
         // A count with no record at all.
         return (result::DONE, seen);
     }
-    let held = SocketSlot {
+    let held = SocketRecord {
         receiver,
         slot,
-        local: SocketSlot::NONE,
+        local: SocketRecord::NONE,
         _pad: 0,
     };
     if !remember(cookie, held) {

@@ -23,10 +23,10 @@ use aya::programs::{
 };
 
 use srap_common::{
-    binder::outcome,
+    binder::{event, outcome},
+    port_tables::TablePlan,
     rss::{RssDescription, RssModel, embedded_default},
     solver::PortRange,
-    steering::TablePlan,
 };
 use srap_daemon::sender::BinderStats;
 use srap_lab::{guest::truth::iperf3_accepted_ports, workload::iperf3_server_with};
@@ -167,7 +167,7 @@ impl Lab {
             None,
             range,
         )
-        .expect("steering table")
+        .expect("port table")
     }
 
     fn stats(&self) -> BinderStats {
@@ -401,7 +401,7 @@ fn closed_flows_free_their_cpus() {
         .collect();
     assert_eq!(open.len(), 16);
     assert_distinct_cpus(&lab, &open);
-    assert_eq!(lab.stats().get(outcome::RELEASED), 8, "{}", lab.stats());
+    assert_eq!(lab.stats().get(event::RELEASED), 8, "{}", lab.stats());
     workload.finish();
 }
 
@@ -468,7 +468,7 @@ fn a_held_port_is_skipped() {
     );
     let stats = lab.stats();
     assert_eq!(stats.get(outcome::RETRIED), 1, "{stats}");
-    assert_eq!(stats.get(outcome::PORT_HELD), 1, "{stats}");
+    assert_eq!(stats.get(event::PORT_HELD), 1, "{stats}");
     workload.finish();
 }
 

@@ -14,7 +14,7 @@ use std::{
 };
 
 use srap_common::{
-    binder::outcome,
+    binder::{event, outcome},
     rss::{End, FlowTuple, KeySource, RssDescription, RssModel, embedded_default},
     wire::LandingVerdict,
 };
@@ -471,8 +471,8 @@ fn both_ends_put_sixteen_flows_on_sixteen_cpus_of_each_host() {
         "{clients:?}: receiver CPUs {receiver_cpus:?}, local CPUs {local_cpus:?}"
     );
     let stats = lab.agent.stats().expect("binder counters");
-    assert_eq!(stats.get(outcome::JOINT), 16, "{stats}");
-    assert_eq!(stats.get(outcome::LOCAL_MISSED), 0, "{stats}");
+    assert_eq!(stats.get(event::JOINT), 16, "{stats}");
+    assert_eq!(stats.get(event::LOCAL_MISSED), 0, "{stats}");
     let status = wait_for_flows(&lab.agent, 16);
     for flow in &status.flows {
         assert_eq!(flow.local_queue_seen, flow.local_queue_planned, "{flow:?}");
@@ -523,8 +523,8 @@ fn objects_one_after_another(
     let ports: BTreeSet<u16> = clients.iter().map(SocketAddr::port).collect();
     let objects = (batches * each) as u64;
     assert_eq!(ports.len() as u64, objects, "ports used again: {stats}");
-    assert_eq!(stats.get(outcome::JOINT), objects, "{stats}");
-    assert_eq!(stats.get(outcome::LOCAL_MISSED), 0, "{stats}");
+    assert_eq!(stats.get(event::JOINT), objects, "{stats}");
+    assert_eq!(stats.get(event::LOCAL_MISSED), 0, "{stats}");
     (lab, clients, stats)
 }
 
@@ -722,7 +722,7 @@ fn dual_stack_and_concurrent_connects_in_every_mode() {
         assert!(peers.iter().all(|p| p.ip() == bound), "{peers:?}");
         lab.assert_distinct(&peers, server);
         let stats = lab.agent.stats().expect("counters");
-        assert_eq!(stats.get(outcome::SOURCE_KEPT), 16, "{stats}");
+        assert_eq!(stats.get(event::SOURCE_KEPT), 16, "{stats}");
     }
 }
 
@@ -771,7 +771,7 @@ fn five_hundred_and_twelve_cpus_in_every_mode() {
             assert_eq!(local.len(), 16, "every CPU of this host: {local:?}");
             let stats = lab.agent.stats().expect("counters");
             assert_eq!(
-                stats.get(outcome::JOINT) + stats.get(outcome::LOCAL_MISSED),
+                stats.get(event::JOINT) + stats.get(event::LOCAL_MISSED),
                 512,
                 "{stats}"
             );

@@ -176,7 +176,7 @@ impl RssModel {
     /// The same NIC standing for `end` of the flows it is given: with
     /// [`End::Local`], this host's own NIC, hashing the reverse of each
     /// flow this host opens. Everything built on [`RssModel::hash`] (the
-    /// solver, the steering tables) then plans for that NIC unchanged.
+    /// solver, the port tables) then plans for that NIC unchanged.
     pub fn facing(mut self, end: End) -> Self {
         self.end = end;
         self

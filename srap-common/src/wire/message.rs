@@ -244,7 +244,7 @@ pub struct PlanReport {
     pub tables: Vec<PlannedTable>,
 }
 
-/// One steering table of the sender's plan.
+/// One port table of the sender's plan.
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct PlannedTable {
     /// The receiver address flows go to.

@@ -11,10 +11,10 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, PerCpuArray},
 };
 use srap_common::binder::{
-    BIND_ERRNOS, BIND_ERRNOS_MAP, BinderConfig, BinderSizes, CONFIG_MAP, COSETS_MAP, DESTS_MAP,
-    DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, PINNED_MAPS,
-    RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP, SOLUTIONS_MAP, STATS_MAP, SlotGrant,
-    TABLES_MAP, outcome, slot_word,
+    BIND_ERRNOS, BIND_ERRNOS_MAP, BinderConfig, BinderSizes, CONFIG_MAP, COSETS_MAP, COUNTER_NAMES,
+    COUNTERS, DESTS_MAP, DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP,
+    PINNED_MAPS, RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP, SOLUTIONS_MAP, STATS_MAP,
+    SlotGrant, TABLES_MAP, outcome, slot_word,
 };
 
 use tracing::warn;
@@ -293,7 +293,7 @@ pub fn fill_dests_except(
 /// The binder's outcome counters, summed over CPUs, by [`outcome`] index.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BinderStats {
-    pub counts: [u64; outcome::COUNT as usize],
+    pub counts: [u64; COUNTERS as usize],
     /// The binds the kernel refused ([`outcome::BIND_REFUSED`]) by errno,
     /// those that happened only, in errno order.
     pub bind_errnos: Vec<(u32, u64)>,
@@ -315,7 +315,7 @@ impl BinderStats {
 /// zeros hides the one that is not.
 impl std::fmt::Display for BinderStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let shown = outcome::NAMES
+        let shown = COUNTER_NAMES
             .iter()
             .zip(self.counts)
             .enumerate()

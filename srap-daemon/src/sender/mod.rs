@@ -1,6 +1,6 @@
 //! The sender side of SRAP: the transparent port binder.
 //!
-//! [`start`] computes steering tables for each receiver from its RSS model,
+//! [`start`] computes port tables for each receiver from its RSS model,
 //! writes them into the binder's maps, and attaches the `connect()` hooks to
 //! a cgroup through pinned links; the pins keep steering running whether or
 //! not the agent does. [`detach`] undoes all of it. No port is reserved: the
@@ -40,9 +40,9 @@ use std::{
 use aya::Ebpf;
 use srap_common::{
     binder::{BinderSizes, FIRST_RECEIVER_ROW, LOCAL_ROW, SizeSetting},
+    port_tables::PortTableError,
     rss::{End, RssModel},
     solver::PortRange,
-    steering::SteeringError,
 };
 use srap_host::{
     cgroup, local,
@@ -72,10 +72,10 @@ pub enum SenderError {
     #[error(transparent)]
     Host(#[from] srap_host::HostError),
     #[error("steering toward {receiver}{}: {source}", dport.map(|p| format!(" port {p}")).unwrap_or_default())]
-    Steering {
+    PortTables {
         receiver: IpAddr,
         dport: Option<u16>,
-        source: SteeringError,
+        source: PortTableError,
     },
     #[error("state file {path} is unreadable ({problem}): remove it, then run `srap-agent detach`")]
     State { path: PathBuf, problem: String },

@@ -294,8 +294,8 @@ impl Offline {
 fn with_flag_hint(err: super::SenderError) -> anyhow::Error {
     let needs_port = matches!(
         &err,
-        super::SenderError::Steering {
-            source: srap_common::steering::SteeringError::NeedsPort { .. },
+        super::SenderError::PortTables {
+            source: srap_common::port_tables::PortTableError::NeedsPort { .. },
             ..
         }
     );

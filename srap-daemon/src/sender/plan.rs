@@ -1,5 +1,5 @@
 //! What goes into the binder's maps: for each receiver address, one
-//! steering table per local source address (the route's, and every other
+//! port table per local source address (the route's, and every other
 //! address of the family an application may bind), their shared layouts,
 //! and the destinations that point at them.
 //!
@@ -23,9 +23,9 @@ use srap_common::{
         BinderSizes, DestKey, DestValue, FIRST_RECEIVER_ROW, LOCAL_ROW, MAX_RECEIVERS, SizeSetting,
     },
     ends::JointTables,
+    port_tables::{LayoutPlan, PortTableError, TablePlan, addr_words},
     rss::{End, RssModel},
     solver::PortRange,
-    steering::{LayoutPlan, SteeringError, TablePlan, addr_words},
 };
 
 use super::SenderError;
@@ -226,7 +226,7 @@ impl Plan {
         let (index, model, sources) = (input.index, &*input.model, &input.sources);
         let receiver = sources.receiver;
         let steering_error = |dport| {
-            move |source| SenderError::Steering {
+            move |source| SenderError::PortTables {
                 receiver,
                 dport,
                 source,
@@ -409,7 +409,7 @@ impl Plan {
         let sum = |rows: &mut dyn Iterator<Item = usize>| rows.map(|n| n as u64).sum::<u64>();
         let layouts = || self.layouts.iter();
         let per_layout = ": the pools hold 512 indirection entries per layout on average";
-        let per_row = ": 16 steering tables per receiver, one per local source address";
+        let per_row = ": 16 port tables per receiver, one per local source address";
         let checks: [(&str, u64, u32, SizeSetting, &str); 10] = [
             (
                 "receiver rows",
@@ -458,7 +458,7 @@ impl Plan {
                 per_layout,
             ),
             (
-                "steering tables",
+                "port tables",
                 self.tables.len() as u64,
                 sizes.tables(),
                 SizeSetting::Receivers,
@@ -523,7 +523,7 @@ impl SharedLayouts {
         model: &Arc<RssModel>,
         receiver: IpAddr,
         range: PortRange,
-    ) -> Result<Option<Arc<LayoutPlan>>, SteeringError> {
+    ) -> Result<Option<Arc<LayoutPlan>>, PortTableError> {
         let v4 = receiver.is_ipv4();
         let known = self
             .built

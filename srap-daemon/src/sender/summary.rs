@@ -3,11 +3,11 @@
 
 use std::fmt::Write as _;
 
-use srap_common::steering::Scope;
+use srap_common::port_tables::Scope;
 
 use super::{Attachment, RunningBinder};
 
-/// One line per steering table, the port range, and where the binder is.
+/// One line per port table, the port range, and where the binder is.
 pub fn describe(steering: &RunningBinder) -> String {
     let mut out = String::new();
     for receiver in &steering.plan.receivers {

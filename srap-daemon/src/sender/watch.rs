@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use srap_common::{binder::outcome, solver::PortRange};
+use srap_common::{binder::event, solver::PortRange};
 use srap_host::reserved;
 
 use super::{RunningBinder, plan::ReceiverPlan};
@@ -30,7 +30,7 @@ impl CounterWatch {
     /// counted dry slots under an earlier agent, which warned then).
     pub fn new(steering: &RunningBinder) -> Self {
         let reused =
-            super::read_stats(&steering.layout).map_or(0, |s| s.get(outcome::TIME_WAIT_REUSED));
+            super::read_stats(&steering.layout).map_or(0, |s| s.get(event::TIME_WAIT_REUSED));
         let mut watch = Self {
             reused_at_start: Some(reused),
             ..Self::default()
@@ -56,7 +56,7 @@ impl CounterWatch {
             Ok(stats) => {
                 tracing::info!("binder: {stats}");
                 if let Some(warning) =
-                    self.full_range_warning(steering, stats.get(outcome::TIME_WAIT_REUSED))
+                    self.full_range_warning(steering, stats.get(event::TIME_WAIT_REUSED))
                 {
                     tracing::warn!("{warning}");
                 }

@@ -4,7 +4,7 @@
 //! port of the range: each is some CPU's).
 
 use srap_common::{
-    steering::{Scope, TablePlan},
+    port_tables::{Scope, TablePlan},
     wire::{CpuPorts, PlanReport, PlannedTable},
 };
 

@@ -22,8 +22,8 @@ use aya_ebpf::{
 };
 use srap_common::{
     binder::{
-        BIND_ERRNOS, DestValue, JOINT_ATTEMPTS, LOCAL_ROW, MAX_BIND_ATTEMPTS, SocketSlot, TableRow,
-        outcome,
+        BIND_ERRNOS, DestValue, JOINT_ATTEMPTS, LOCAL_ROW, MAX_BIND_ATTEMPTS, SocketRecord,
+        TableRow, event, outcome,
     },
     family::Family,
 };
@@ -34,7 +34,7 @@ use super::{
     count,
     maps::{SRAP_BIND_ERRNOS, SRAP_CONFIG, SRAP_TUPLE_SCRATCH},
     ports::{joint_port, port_at},
-    steer::Steering,
+    steer::PlanRows,
 };
 
 pub(super) const SOL_SOCKET: i32 = 1;
@@ -75,7 +75,7 @@ pub(super) struct SockaddrIn6 {
 /// A both-ends connect's claimed receiver slot and what binding its ports
 /// needs, for [`bind_jointly`].
 pub(super) struct Joint<'a> {
-    remote: &'a Steering<'a>,
+    remote: &'a PlanRows<'a>,
     peer: &'a Peer,
     /// The receiver slot's turn.
     turn: u32,
@@ -89,34 +89,34 @@ pub(super) struct Joint<'a> {
 /// receiver's placement is kept: `local_missed`), one of the slot's own
 /// rotation (from `turn`; `sharing`: the application's own,
 /// [`port_sharing`]). Returns the outcome and this host's slot now held
-/// ([`SocketSlot::NONE`] without one).
+/// ([`SocketRecord::NONE`] without one).
 #[inline(always)]
 pub(super) fn bind_for_ends(
     ctx: &SockAddrContext,
     family: Family,
     dest: &DestValue,
-    steering: &Steering<'_>,
+    rows: &PlanRows<'_>,
     peer: Peer,
     turn: u32,
     sharing: u32,
 ) -> (u32, u32) {
     if let Some(side) = claim_local(dest) {
         let joint = Joint {
-            remote: steering,
+            remote: rows,
             peer: &peer,
             turn,
             sharing,
         };
         let result = bind_jointly(ctx, family, &joint, &side);
         if result != NOT_BOUND {
-            count(outcome::JOINT);
+            count(event::JOINT);
             return (result, side.slot);
         }
         release_slot(LOCAL_ROW, side.slot);
-        count(outcome::LOCAL_MISSED);
+        count(event::LOCAL_MISSED);
     }
-    let result = bind_free_port(ctx, family, steering, peer, turn, sharing);
-    (result, SocketSlot::NONE)
+    let result = bind_free_port(ctx, family, rows, peer, turn, sharing);
+    (result, SocketRecord::NONE)
 }
 
 /// [`bind_jointly`] bound nothing.
@@ -137,9 +137,9 @@ pub(super) fn bind_jointly(
     local: &LocalSide<'_>,
 ) -> u32 {
     let (remote, peer) = (joint.remote, joint.peer);
-    // In a register: the verifier then knows it from the first attempt on
+    // In a register: the kernel's verifier then knows it from the first attempt on
     // and walks each later attempt one way, not both (read from `joint`
-    // each time, the hook passes the verifier's million instructions).
+    // each time, the hook passes the kernel verifier's million instructions).
     let sharing = joint.sharing;
     let mut reuse_set = false;
     let mut turn = joint.turn;
@@ -175,7 +175,7 @@ pub(super) fn bind_jointly(
 pub(super) fn bind_free_port(
     ctx: &SockAddrContext,
     family: Family,
-    steering: &Steering<'_>,
+    rows: &PlanRows<'_>,
     peer: Peer,
     first_turn: u32,
     sharing: u32,
@@ -185,18 +185,18 @@ pub(super) fn bind_free_port(
     let mut result = outcome::NO_FREE_PORT;
     for attempt in 0..MAX_BIND_ATTEMPTS {
         if attempt > 0 {
-            let Some(next) = take_turn(steering.word) else {
+            let Some(next) = take_turn(rows.word) else {
                 continue;
             };
             turn = next;
         }
-        let Some(port) = port_at(steering, turn, peer.port) else {
+        let Some(port) = port_at(rows, turn, peer.port) else {
             continue;
         };
         match bind_one(
             ctx,
             family,
-            (steering.table, &peer, sharing),
+            (rows.table, &peer, sharing),
             port,
             &mut reuse_set,
         ) {
@@ -253,11 +253,11 @@ pub(super) fn bind_one(
         Holder::Nobody => false,
         Holder::TimeWait => true,
         Holder::Tuple => {
-            count(outcome::TUPLE_TAKEN);
+            count(event::TUPLE_TAKEN);
             return Bind::Skipped;
         }
         Holder::Listener => {
-            count(outcome::PORT_HELD);
+            count(event::PORT_HELD);
             return Bind::Skipped;
         }
     };
@@ -271,12 +271,12 @@ pub(super) fn bind_one(
     match bind_port(ctx, family, table, port) {
         0 => {
             if reused {
-                count(outcome::TIME_WAIT_REUSED);
+                count(event::TIME_WAIT_REUSED);
             }
             Bind::Bound
         }
         e if e == -EADDRINUSE => {
-            count(outcome::PORT_HELD);
+            count(event::PORT_HELD);
             Bind::Skipped
         }
         e => refused(e),

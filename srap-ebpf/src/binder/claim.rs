@@ -10,7 +10,7 @@ use core::{
 use srap_common::{
     binder::{
         DestValue, JointRow, LEVELS, LOCAL_ROW, LayoutRow, MAX_SLOTS, ReceiverSlots, SLOT_WORDS,
-        SlotGrant, SlotRow, TableRow, outcome,
+        SlotGrant, SlotRow, TableRow, event, outcome,
     },
     occupancy::{self, Unclaimed, masked},
 };
@@ -151,7 +151,7 @@ pub(super) fn claim_slot(
     match occupancy::claim(&row, grant, local) {
         Ok(claimed) => {
             if claimed.contended {
-                count(outcome::CLAIM_CONTENDED);
+                count(event::CLAIM_CONTENDED);
             }
             Some((claimed.slot, claimed.turn))
         }

@@ -6,7 +6,8 @@
 //! path returns 1 ("allow"): when anything is missing or fails, the socket
 //! is left as it was and the kernel picks the port, so SRAP never fails a
 //! connect. Each connect counts one verdict in `SRAP_STATS`
-//! (`srap_common::binder::outcome`), each failure under its own name.
+//! (`srap_common::binder::outcome`), each failure under its own name, and
+//! what happened on the way counts as an `event` beside it.
 //!
 //! A connect goes through named steps, one file each, in the order
 //! [`steer`] runs them:
@@ -27,7 +28,7 @@
 //! path of `connect6` within a million instructions (540 000 now), and
 //! moving a step's data into a struct, or a lookup into every way a bind
 //! can end, doubled that. `cargo run -p srap-tests --example
-//! verifier_walk` prints what each program costs it.
+//! kernel_verifier_walk` prints what each program costs it.
 //!
 //! # Glossary
 //!

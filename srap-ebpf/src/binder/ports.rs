@@ -7,14 +7,14 @@ use srap_common::binder::{CosetRow, JOINT_MEMBERS, JointRow, slot_turn};
 use super::{
     claim::LocalSide,
     maps::{SRAP_COSETS, SRAP_ENTRIES, SRAP_SOLUTIONS},
-    steer::Steering,
+    steer::PlanRows,
 };
 
 /// The slot's `turn`-th port toward destination port `dport`; `None` when
 /// that entry's coset has no port in the range.
 #[inline(always)]
-pub(super) fn port_at(steering: &Steering<'_>, turn: u32, dport: u16) -> Option<u16> {
-    let (row, layout) = (steering.row, steering.layout);
+pub(super) fn port_at(rows: &PlanRows<'_>, turn: u32, dport: u16) -> Option<u16> {
+    let (row, layout) = (rows.row, rows.layout);
     if row.count == 0 {
         return None;
     }
@@ -24,7 +24,7 @@ pub(super) fn port_at(steering: &Steering<'_>, turn: u32, dport: u16) -> Option<
         .wrapping_add(row.first)
         .wrapping_add(position);
     let entry = *SRAP_ENTRIES.get(index)?;
-    let value = layout.value_for(steering.table.base, entry, dport);
+    let value = layout.value_for(rows.table.base, entry, dport);
     if value >= layout.values {
         return None;
     }
@@ -43,7 +43,7 @@ pub(super) fn port_at(steering: &Steering<'_>, turn: u32, dport: u16) -> Option<
 /// pair has no member in the range (a rank-deficient map, a narrow range).
 #[inline(always)]
 pub(super) fn joint_port(
-    remote: &Steering<'_>,
+    remote: &PlanRows<'_>,
     local: &LocalSide<'_>,
     turn: u32,
     dport: u16,

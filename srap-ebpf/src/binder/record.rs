@@ -4,7 +4,7 @@
 //! One record per socket, whatever path brought it to `connect()`. A
 //! socket its application bound with port 0 first (its own address,
 //! `IP_BIND_ADDRESS_NO_PORT`) has a record from the bind hook
-//! ([`SocketSlot::BOUND_AT_BIND`]); a steered connect takes it out before
+//! ([`SocketRecord::BOUND_AT_BIND`]); a steered connect takes it out before
 //! it claims ([`drop_bind_record`]) and makes the socket's one record
 //! ([`hold`]). Two records for one socket leaked: closing forgot the first
 //! it found, and the claim in the other stayed counted for good.
@@ -18,7 +18,7 @@ use aya_ebpf::{
     helpers::bpf_get_socket_cookie,
     programs::{SockAddrContext, SockContext},
 };
-use srap_common::binder::{LOCAL_ROW, SOCKET_PROBES, SocketRow, SocketSlot, outcome, socket_home};
+use srap_common::binder::{LOCAL_ROW, SOCKET_PROBES, SocketRecord, SocketRow, event, socket_home};
 
 use super::{
     bind::{SO_MAX_PACING_RATE, set_socket_option},
@@ -47,7 +47,7 @@ fn socket_mask() -> u32 {
 /// Records `held` for the socket `cookie`: the first free row of its places,
 /// taken with one compare-and-exchange. False when all are taken.
 #[inline(always)]
-pub(crate) fn remember(cookie: u64, held: SocketSlot) -> bool {
+pub(crate) fn remember(cookie: u64, held: SocketRecord) -> bool {
     let mask = socket_mask();
     for probe in 0..SOCKET_PROBES {
         let Some(row) = socket_row(cookie, probe, mask) else {
@@ -67,7 +67,7 @@ pub(crate) fn remember(cookie: u64, held: SocketSlot) -> bool {
 
 /// The record of socket `cookie`, if any.
 #[inline(always)]
-pub(super) fn recalled(cookie: u64) -> Option<(*mut SocketRow, SocketSlot)> {
+pub(super) fn recalled(cookie: u64) -> Option<(*mut SocketRow, SocketRecord)> {
     let mask = socket_mask();
     for probe in 0..SOCKET_PROBES {
         let row = socket_row(cookie, probe, mask)?;
@@ -87,7 +87,7 @@ pub(super) fn drop_bind_record(ctx: &SockAddrContext) {
 
 /// Takes the record of socket `cookie` out of the table.
 #[inline(always)]
-pub(crate) fn forget(cookie: u64) -> Option<SocketSlot> {
+pub(crate) fn forget(cookie: u64) -> Option<SocketRecord> {
     let (row, held) = recalled(cookie)?;
     // SAFETY: valid, aligned map memory.
     exchange(unsafe { addr_of_mut!((*row).cookie) }, cookie, 0).then_some(held)
@@ -109,15 +109,15 @@ pub(super) fn note_port_zero_bind(ctx: &SockAddrContext) {
     if sock_type != SOCK_STREAM || user_port != 0 {
         return;
     }
-    let _ = remember(cookie_of(ctx), SocketSlot::BOUND_AT_BIND);
+    let _ = remember(cookie_of(ctx), SocketRecord::BOUND_AT_BIND);
 }
 
 /// Remembers the socket's slots so closing it frees them; with the map
 /// full, frees them now (the flow goes uncounted rather than leaked).
-pub(super) fn hold(ctx: &SockAddrContext, held: SocketSlot) {
+pub(super) fn hold(ctx: &SockAddrContext, held: SocketRecord) {
     if !remember(cookie_of(ctx), held) {
         release_slot(held.receiver, held.slot);
-        if held.local != SocketSlot::NONE {
+        if held.local != SocketRecord::NONE {
             release_slot(LOCAL_ROW, held.local);
         }
     }
@@ -144,11 +144,11 @@ pub(super) fn release_socket(ctx: &SockContext) {
     let Some(held) = forget(cookie) else {
         return;
     };
-    if held.receiver != SocketSlot::NONE {
+    if held.receiver != SocketRecord::NONE {
         release_slot(held.receiver, held.slot);
-        count(outcome::RELEASED);
+        count(event::RELEASED);
     }
-    if held.local != SocketSlot::NONE {
+    if held.local != SocketRecord::NONE {
         release_slot(LOCAL_ROW, held.local);
     }
 }

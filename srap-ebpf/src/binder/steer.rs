@@ -5,7 +5,9 @@
 
 use aya_ebpf::programs::SockAddrContext;
 use srap_common::{
-    binder::{DestKey, DestValue, LayoutRow, MAX_SLOTS, SlotRow, SocketSlot, TableRow, outcome},
+    binder::{
+        DestKey, DestValue, LayoutRow, MAX_SLOTS, SlotRow, SocketRecord, TableRow, event, outcome,
+    },
     family::Family,
 };
 
@@ -97,13 +99,13 @@ pub(super) fn steer(ctx: &SockAddrContext, family: Family) -> u32 {
     // Steps 3 to 6.
     let result = bind_steered(ctx, family, &dest, peer, bound_addr);
     if bound_addr && (result == outcome::STEERED || result == outcome::RETRIED) {
-        count(outcome::SOURCE_KEPT);
+        count(event::SOURCE_KEPT);
     }
     result
 }
 
 /// The maps' rows one steered connect works with.
-pub(super) struct Steering<'a> {
+pub(super) struct PlanRows<'a> {
     pub table: &'a TableRow,
     pub layout: &'a LayoutRow,
     pub row: &'a SlotRow,
@@ -145,26 +147,26 @@ pub(super) fn bind_steered(
     };
     // Past this layout's slots only while a re-plan shrinks the receiver:
     // the ports of another slot, the claim's count kept where it was made.
-    let rows = (
+    let found = (
         SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot % slots)),
         slot_word_of(dest.receiver, slot),
     );
-    let (Some(row), Some(word)) = rows else {
+    let (Some(row), Some(word)) = found else {
         release_slot(dest.receiver, slot);
         return outcome::MAPS_UNFILLED;
     };
-    let steering = Steering {
+    let rows = PlanRows {
         table,
         layout,
         row,
         word,
     };
     let (result, local) = match port_sharing(ctx) {
-        Some(sharing) => bind_for_ends(ctx, family, dest, &steering, peer, turn, sharing),
-        None => (outcome::OPTION_UNREADABLE, SocketSlot::NONE),
+        Some(sharing) => bind_for_ends(ctx, family, dest, &rows, peer, turn, sharing),
+        None => (outcome::OPTION_UNREADABLE, SocketRecord::NONE),
     };
     if result == outcome::STEERED || result == outcome::RETRIED {
-        let held = SocketSlot {
+        let held = SocketRecord {
             receiver: dest.receiver,
             slot,
             local,

@@ -9,7 +9,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use srap_common::binder::outcome;
+use srap_common::binder::{event, outcome};
 use srap_tests::{built_binary, cgroup::ChildGuard, harness::landings, harness::srap_exec};
 
 use super::{DPORT, Lab, TIMEOUT, privileged};
@@ -241,7 +241,7 @@ fn bound_clients_keep(lab: &Lab, python: &Path, addr: IpAddr, n: usize) {
     );
     let stats = lab.stats();
     assert_eq!(steered(lab), n as u64, "{stats}");
-    assert_eq!(stats.get(outcome::SOURCE_KEPT), n as u64, "{stats}");
+    assert_eq!(stats.get(event::SOURCE_KEPT), n as u64, "{stats}");
 }
 
 /// A socket bound to a second local address with IP_BIND_ADDRESS_NO_PORT

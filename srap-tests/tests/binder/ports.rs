@@ -15,7 +15,7 @@ use std::{
 };
 
 use srap_common::{
-    binder::outcome,
+    binder::{event, outcome},
     rss::{FlowTuple, embedded_default},
 };
 use srap_tests::flows::{Accepted, Server, Sink, listen_deep};
@@ -238,7 +238,7 @@ fn a_hot_loop_of_connects_never_fails_at_the_kernels_pace() {
     );
     assert!(rotation >= 0.9, "only {:.1} % rotated", 100.0 * rotation);
     assert!(
-        stats.get(outcome::TIME_WAIT_REUSED) > 0,
+        stats.get(event::TIME_WAIT_REUSED) > 0,
         "the slots came round to their TIME_WAIT tuples: {stats}"
     );
     assert!(ratio >= 0.9, "steered at {ratio:.2}x the kernel's rate");
@@ -383,7 +383,7 @@ fn time_wait_tuples_with_timestamps_are_reused() {
         "kernel ports or failures"
     );
     assert_eq!(accepted.len(), 1000);
-    assert!(stats.get(outcome::TIME_WAIT_REUSED) >= 700, "{stats}");
+    assert!(stats.get(event::TIME_WAIT_REUSED) >= 700, "{stats}");
     assert_eq!(stats.get(outcome::NO_FREE_PORT), 0, "{stats}");
     assert!(rotation >= 0.9, "only {:.1} % rotated", 100.0 * rotation);
     workload.finish();
@@ -417,8 +417,8 @@ fn a_slot_that_runs_dry_falls_back_and_the_agent_warns_once() {
         .count();
     assert!(kernel >= 300, "{kernel} connects took kernel ports");
     assert_eq!(stats.get(outcome::NO_FREE_PORT), kernel as u64, "{stats}");
-    assert!(stats.get(outcome::TUPLE_TAKEN) >= kernel as u64, "{stats}");
-    assert_eq!(stats.get(outcome::TIME_WAIT_REUSED), 0, "{stats}");
+    assert!(stats.get(event::TUPLE_TAKEN) >= kernel as u64, "{stats}");
+    assert_eq!(stats.get(event::TIME_WAIT_REUSED), 0, "{stats}");
     let warning = lab
         .agent
         .wait_for_log("the dry-slot warning", |l| l.contains("ran dry"))

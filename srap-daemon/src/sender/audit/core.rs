@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use srap_common::binder::{LOCAL_ROW, SocketSlot, slot_word};
+use srap_common::binder::{LOCAL_ROW, SocketRecord, slot_word};
 
 /// What one audit read.
 #[derive(Debug, Clone, Default)]
@@ -29,7 +29,7 @@ pub struct Snapshot {
     /// The same words read again after the kernel's sockets.
     pub after: BTreeMap<(u32, u32), u64>,
     /// The socket table's rows in use: (row index, cookie, slots held).
-    pub records: Vec<(u32, u64, SocketSlot)>,
+    pub records: Vec<(u32, u64, SocketRecord)>,
     /// Cookies of the open sockets (full, held by an application) of every
     /// namespace the steered cgroup uses; `None` when some namespace could
     /// not be read (then no record is judged stale).
@@ -42,7 +42,7 @@ pub struct StaleRecord {
     /// Its row in the socket table.
     pub index: u32,
     pub cookie: u64,
-    pub held: SocketSlot,
+    pub held: SocketRecord,
 }
 
 /// A slot whose flow count differs from the records that hold it.
@@ -109,13 +109,13 @@ pub fn examine(snapshot: &Snapshot) -> Findings {
 
 /// Records holding each (binder row, slot): a receiver slot, and this
 /// host's slot (row [`LOCAL_ROW`]) with both ends planned.
-fn holders(records: &[(u32, u64, SocketSlot)]) -> HashMap<(u32, u32), u32> {
+fn holders(records: &[(u32, u64, SocketRecord)]) -> HashMap<(u32, u32), u32> {
     let mut out = HashMap::new();
     for (_, _, held) in records {
-        if held.receiver != SocketSlot::NONE {
+        if held.receiver != SocketRecord::NONE {
             *out.entry((held.receiver, held.slot)).or_default() += 1;
         }
-        if held.local != SocketSlot::NONE {
+        if held.local != SocketRecord::NONE {
             *out.entry((LOCAL_ROW, held.local)).or_default() += 1;
         }
     }
@@ -124,13 +124,13 @@ fn holders(records: &[(u32, u64, SocketSlot)]) -> HashMap<(u32, u32), u32> {
 
 /// The binder rows an audit reads: the plan's, and every row a record
 /// names.
-pub fn rows_to_read(plan_rows: &[u32], records: &[(u32, u64, SocketSlot)]) -> Vec<u32> {
+pub fn rows_to_read(plan_rows: &[u32], records: &[(u32, u64, SocketRecord)]) -> Vec<u32> {
     let mut rows: std::collections::BTreeSet<u32> = plan_rows.iter().copied().collect();
     for (_, _, held) in records {
-        if held.receiver != SocketSlot::NONE {
+        if held.receiver != SocketRecord::NONE {
             rows.insert(held.receiver);
         }
-        if held.local != SocketSlot::NONE {
+        if held.local != SocketRecord::NONE {
             rows.insert(LOCAL_ROW);
         }
     }
@@ -196,11 +196,11 @@ mod tests {
 
     const TURN: u64 = slot_word::TURN;
 
-    fn held(receiver: u32, slot: u32) -> SocketSlot {
-        SocketSlot {
+    fn held(receiver: u32, slot: u32) -> SocketRecord {
+        SocketRecord {
             receiver,
             slot,
-            local: SocketSlot::NONE,
+            local: SocketRecord::NONE,
             _pad: 0,
         }
     }
@@ -212,7 +212,7 @@ mod tests {
             .collect()
     }
 
-    fn snapshot(flows: [u64; 4], records: Vec<(u32, u64, SocketSlot)>, open: &[u64]) -> Snapshot {
+    fn snapshot(flows: [u64; 4], records: Vec<(u32, u64, SocketRecord)>, open: &[u64]) -> Snapshot {
         Snapshot {
             before: words(flows),
             after: words(flows),
@@ -281,7 +281,7 @@ mod tests {
 
     #[test]
     fn this_hosts_slots_count_their_records_too() {
-        let both = SocketSlot {
+        let both = SocketRecord {
             receiver: 0,
             slot: 1,
             local: 7,
@@ -292,7 +292,7 @@ mod tests {
         snap.after.insert((LOCAL_ROW, 7), 1);
         assert_eq!(examine(&snap), Findings::default());
         // A receiver's row (rows from 1) and this host's (row 0) are read.
-        let toward_first = SocketSlot {
+        let toward_first = SocketRecord {
             receiver: FIRST_RECEIVER_ROW,
             ..both
         };
@@ -302,7 +302,7 @@ mod tests {
         );
         // A record bound at `bind(addr, 0)` holds no slot.
         assert_eq!(
-            rows_to_read(&[], &[(1, 2, SocketSlot::BOUND_AT_BIND)]),
+            rows_to_read(&[], &[(1, 2, SocketRecord::BOUND_AT_BIND)]),
             Vec::<u32>::new()
         );
     }

@@ -10,7 +10,7 @@ use std::{
 };
 
 use aya::maps::MapData;
-use srap_common::binder::{MAX_SLOTS, SLOT_STATE_MAP, SOCKETS_MAP, SocketSlot};
+use srap_common::binder::{MAX_SLOTS, SLOT_STATE_MAP, SOCKETS_MAP, SocketRecord};
 
 use super::super::PinLayout;
 use crate::sock_diag::{SockDiag, SocketSeen};
@@ -51,7 +51,7 @@ fn pinned(layout: &PinLayout, map: &'static str) -> Result<MapData, AuditError> 
 }
 
 /// The socket table's rows in use: (row, cookie, slots held).
-pub fn read_records(layout: &PinLayout) -> Result<Vec<(u32, u64, SocketSlot)>, AuditError> {
+pub fn read_records(layout: &PinLayout) -> Result<Vec<(u32, u64, SocketRecord)>, AuditError> {
     let map = pinned(layout, SOCKETS_MAP)?;
     let rows = map
         .info()
@@ -72,7 +72,7 @@ pub fn read_records(layout: &PinLayout) -> Result<Vec<(u32, u64, SocketSlot)>, A
 }
 
 /// One row's cookie and slots, when it is in use (cookie not 0).
-fn parse_row(row: &[u8]) -> Option<(u64, SocketSlot)> {
+fn parse_row(row: &[u8]) -> Option<(u64, SocketRecord)> {
     let u32_at = |at: usize| -> Option<u32> {
         Some(u32::from_ne_bytes(row.get(at..at + 4)?.try_into().ok()?))
     };
@@ -80,7 +80,7 @@ fn parse_row(row: &[u8]) -> Option<(u64, SocketSlot)> {
     if cookie == 0 {
         return None;
     }
-    let held = SocketSlot {
+    let held = SocketRecord {
         receiver: u32_at(8)?,
         slot: u32_at(12)?,
         local: u32_at(16)?,
@@ -228,12 +228,12 @@ mod tests {
         row[0..8].copy_from_slice(&77u64.to_ne_bytes());
         row[8..12].copy_from_slice(&2u32.to_ne_bytes());
         row[12..16].copy_from_slice(&9u32.to_ne_bytes());
-        row[16..20].copy_from_slice(&SocketSlot::NONE.to_ne_bytes());
+        row[16..20].copy_from_slice(&SocketRecord::NONE.to_ne_bytes());
         let (cookie, held) = parse_row(&row).expect("a row in use");
         assert_eq!(cookie, 77);
         assert_eq!(
             (held.receiver, held.slot, held.local),
-            (2, 9, SocketSlot::NONE)
+            (2, 9, SocketRecord::NONE)
         );
         assert_eq!(parse_row(&[0u8; SOCKET_ROW_LEN]), None, "a free row");
         assert_eq!(SOCKET_ROW_LEN, 24);

@@ -21,7 +21,7 @@ use std::{
 use aya::{Ebpf, programs::Xdp};
 use srap_common::{
     binder::BinderSizes,
-    binder::{LOCAL_ROW, SocketSlot},
+    binder::{LOCAL_ROW, SocketRecord},
     repair::{INJECT_PROGRAM, REPAIR_PROGRAM, RepairRequest, op, result},
 };
 use srap_host::status::sender::OccupancyRow;
@@ -105,7 +105,7 @@ impl OccupancyAudit {
     /// Keeps the cookies ever found in two records at once while any
     /// record of theirs is left: when the socket closes, one is forgotten
     /// and the other goes stale, and its log line says where it came from.
-    fn remember_doubled(&mut self, records: &[(u32, u64, SocketSlot)]) {
+    fn remember_doubled(&mut self, records: &[(u32, u64, SocketRecord)]) {
         let present: HashSet<u64> = records.iter().map(|(_, cookie, _)| *cookie).collect();
         self.doubled.retain(|cookie| present.contains(cookie));
         self.doubled.extend(doubled_cookies(records));
@@ -217,7 +217,7 @@ struct Read {
 }
 
 /// Cookies two rows of the table hold at once.
-fn doubled_cookies(records: &[(u32, u64, SocketSlot)]) -> HashSet<u64> {
+fn doubled_cookies(records: &[(u32, u64, SocketRecord)]) -> HashSet<u64> {
     let mut once = HashSet::new();
     records
         .iter()
@@ -249,11 +249,11 @@ fn describe_stale(
     seen: Option<&SocketSeen>,
     doubled: &HashSet<u64>,
 ) -> String {
-    let held = if stale.held.receiver == SocketSlot::NONE {
+    let held = if stale.held.receiver == SocketRecord::NONE {
         "no slot (a bind(addr, 0) mark)".to_owned()
     } else {
         let mut held = slot_name(steering, stale.held.receiver, stale.held.slot);
-        if stale.held.local != SocketSlot::NONE {
+        if stale.held.local != SocketRecord::NONE {
             held.push_str(&format!(" and this host's CPU slot {}", stale.held.local));
         }
         held

@@ -4,7 +4,7 @@
 
 use std::{path::Path, sync::Arc};
 
-use srap_common::{binder::outcome, rss::FlowTuple, wire::MAX_SEEN_FLOWS};
+use srap_common::{binder::COUNTER_NAMES, rss::FlowTuple, wire::MAX_SEEN_FLOWS};
 use srap_host::status::{
     ControlSocket, SenderStatus,
     control::serve,
@@ -184,7 +184,7 @@ pub fn binder_status(steering: &RunningBinder) -> SenderStatus {
     };
     match read_stats(&steering.layout) {
         Ok(stats) => {
-            status.binder = outcome::NAMES
+            status.binder = COUNTER_NAMES
                 .iter()
                 .zip(stats.counts)
                 .map(|(name, count)| ((*name).to_owned(), count))

@@ -1,4 +1,4 @@
-//! Builds the binder's steering tables (see [`crate::binder`]) from the RSS
+//! Builds the binder's port tables (see [`crate::binder`]) from the RSS
 //! model: what the sender agent writes into the maps.
 
 use std::{
@@ -17,7 +17,7 @@ use crate::{
 };
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum SteeringError {
+pub enum PortTableError {
     #[error(transparent)]
     Tuple(#[from] TupleError),
     #[error(
@@ -57,7 +57,7 @@ pub struct LayoutPlan {
     pub cpus_left_out: usize,
 }
 
-/// One steering table: a source address toward a receiver address, with
+/// One port table: a source address toward a receiver address, with
 /// its layout.
 #[derive(Debug, Clone)]
 pub struct TablePlan {
@@ -122,7 +122,7 @@ impl LayoutPlan {
         model: &RssModel,
         family_of: IpAddr,
         range: PortRange,
-    ) -> Result<Option<Self>, SteeringError> {
+    ) -> Result<Option<Self>, PortTableError> {
         if nonlinear_reason(model).is_some() {
             return Ok(None);
         }
@@ -195,19 +195,19 @@ impl LayoutPlan {
         template: &FlowTuple,
         dport: u16,
         range: PortRange,
-    ) -> Result<(Self, u32), SteeringError> {
+    ) -> Result<(Self, u32), PortTableError> {
         let flow = template.with_dport(dport);
         if let Some(bits) = model.index_bits() {
             let sport = PortHash::new(model, &flow);
             let plan = Self::linear(model, &sport, range, Scope::Port(dport));
             if plan.cosets.iter().all(|c| c.count == 0) {
-                return Err(SteeringError::NoPorts { range });
+                return Err(PortTableError::NoPorts { range });
             }
             return Ok((plan, sport.base() & ((1u32 << bits) - 1)));
         }
         let by_cpu = PortSolver::new(model, &flow).ports_by_cpu(range);
         if by_cpu.is_empty() {
-            return Err(SteeringError::NoPorts { range });
+            return Err(PortTableError::NoPorts { range });
         }
         // Value v is the v-th listed port, a coset of one; a slot's entries
         // are the values of its ports.
@@ -272,11 +272,11 @@ impl TablePlan {
         dst: IpAddr,
         dport: Option<u16>,
         range: PortRange,
-    ) -> Result<Self, SteeringError> {
+    ) -> Result<Self, PortTableError> {
         match (LayoutPlan::any_port(model, dst, range)?, dport) {
             (Some(layout), _) => Self::with_layout(model, Arc::new(layout), src, dst),
             (None, Some(dport)) => Self::one_port(model, src, dst, dport, range),
-            (None, None) => Err(SteeringError::NeedsPort {
+            (None, None) => Err(PortTableError::NeedsPort {
                 reason: nonlinear_reason(model).unwrap_or_default(),
             }),
         }
@@ -288,7 +288,7 @@ impl TablePlan {
         layout: Arc<LayoutPlan>,
         src: IpAddr,
         dst: IpAddr,
-    ) -> Result<Self, SteeringError> {
+    ) -> Result<Self, PortTableError> {
         let template = FlowTuple::new(src, 0, dst, 0)?;
         let mask = layout.layout.values.saturating_sub(1);
         let table = TableRow {
@@ -310,7 +310,7 @@ impl TablePlan {
         dst: IpAddr,
         dport: u16,
         range: PortRange,
-    ) -> Result<Self, SteeringError> {
+    ) -> Result<Self, PortTableError> {
         let template = FlowTuple::new(src, 0, dst, dport)?;
         let (layout, base) = LayoutPlan::one_port(model, &template, dport, range)?;
         Ok(Self {

@@ -8,9 +8,9 @@ use std::{collections::BTreeSet, net::IpAddr};
 use proptest::prelude::*;
 use srap_common::{
     binder::{LISTED_PORTS_PER_SLOT, MAX_SLOTS},
+    port_tables::{PortTableError, Scope, TablePlan},
     rss::{FieldsDescription, FlowTuple, RssDescription, RssModel, embedded_default},
     solver::PortRange,
-    steering::{Scope, SteeringError, TablePlan},
 };
 
 prop_compose! {
@@ -107,7 +107,7 @@ proptest! {
                     }
                 }
             }
-            Err(SteeringError::NeedsPort { reason }) => {
+            Err(PortTableError::NeedsPort { reason }) => {
                 let linear = model.index_bits().is_some()
                     && model.xfrm().to_string() != "sym-or-xor";
                 prop_assert!(!linear, "linear receiver refused: {}", reason);

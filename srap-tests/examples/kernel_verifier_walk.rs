@@ -1,9 +1,9 @@
 //! How much of its budget the kernel's verifier spends on each program of
 //! an eBPF object: loads every program of `OBJECT` (default: the object the
 //! agent embeds) into the running kernel, prints the instructions the
-//! verifier walked (`verified_insns`, of its 1 000 000 limit), and unloads
+//! kernel's verifier walked (`verified_insns`, of its 1 000 000 limit), and unloads
 //! them. Root. For comparing a change of the hooks against the build before
-//! it: `cargo run -p srap-tests --example verifier_walk -- [OBJECT]`.
+//! it: `cargo run -p srap-tests --example kernel_verifier_walk -- [OBJECT]`.
 
 use anyhow::{Context as _, Result};
 use aya::{Ebpf, programs::Program};
@@ -29,7 +29,7 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// Loads one program; the instructions the verifier walked.
+/// Loads one program; the instructions the kernel's verifier walked.
 fn load(program: &mut Program) -> Result<u32> {
     macro_rules! each {
         ($($kind:ident),*) => {
