@@ -13,7 +13,7 @@ use aya_ebpf::{
         bpf_sock_tuple__bindgen_ty_1__bindgen_ty_2 as Tuple6,
     },
     helpers::{
-        bpf_bind, bpf_getsockopt, bpf_setsockopt,
+        bpf_bind,
         generated::{
             bpf_probe_read_kernel, bpf_sk_release, bpf_skc_lookup_tcp, bpf_skc_to_tcp_timewait_sock,
         },
@@ -33,17 +33,9 @@ use super::{
     context::Peer,
     count,
     maps::{SRAP_BIND_ERRNOS, SRAP_CONFIG, SRAP_TUPLE_SCRATCH},
-    ports::{joint_port, port_at},
-    steer::PlanRows,
+    ports::{PlanRows, joint_port, port_at},
+    sockopt::{SO_REUSEADDR, SO_REUSEPORT, set_socket_option, socket_option},
 };
-
-pub(super) const SOL_SOCKET: i32 = 1;
-
-pub(super) const SO_REUSEADDR: i32 = 2;
-
-pub(super) const SO_REUSEPORT: i32 = 15;
-
-pub(super) const SO_MAX_PACING_RATE: i32 = 47;
 
 pub(super) const EADDRINUSE: i64 = 98;
 
@@ -310,39 +302,6 @@ pub(super) fn turn_outcome(attempt: u32) -> u32 {
         outcome::STEERED
     } else {
         outcome::RETRIED
-    }
-}
-
-/// A `SOL_SOCKET` option of the connecting socket (`None`: unreadable).
-#[inline(always)]
-pub(super) fn socket_option(ctx: &SockAddrContext, name: i32) -> Option<u32> {
-    let mut value = 0u32;
-    // SAFETY: a valid u32 of the size given.
-    let read = unsafe {
-        bpf_getsockopt(
-            ctx.sock_addr.cast(),
-            SOL_SOCKET,
-            name,
-            core::ptr::from_mut(&mut value).cast(),
-            size_of::<u32>() as i32,
-        )
-    };
-    (read == 0).then_some(value)
-}
-
-/// Sets a `SOL_SOCKET` option of the connecting socket.
-#[inline(always)]
-pub(super) fn set_socket_option(ctx: &SockAddrContext, name: i32, value: u32) -> i64 {
-    let mut value = value;
-    // SAFETY: a valid u32 of the size given.
-    unsafe {
-        bpf_setsockopt(
-            ctx.sock_addr.cast(),
-            SOL_SOCKET,
-            name,
-            core::ptr::from_mut(&mut value).cast(),
-            size_of::<u32>() as i32,
-        )
     }
 }
 

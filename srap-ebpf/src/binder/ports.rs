@@ -2,13 +2,22 @@
 //! entry of the slot, the coset of that entry's value toward the
 //! destination port, a member of it (no scan, no per-port state).
 
-use srap_common::binder::{CosetRow, JOINT_MEMBERS, JointRow, slot_turn};
+use srap_common::binder::{
+    CosetRow, JOINT_MEMBERS, JointRow, LayoutRow, SlotRow, TableRow, slot_turn,
+};
 
 use super::{
     claim::LocalSide,
     maps::{SRAP_COSETS, SRAP_ENTRIES, SRAP_SOLUTIONS},
-    steer::PlanRows,
 };
+
+/// The maps' rows one steered connect works with.
+pub(super) struct PlanRows<'a> {
+    pub table: &'a TableRow,
+    pub layout: &'a LayoutRow,
+    pub row: &'a SlotRow,
+    pub word: *mut u64,
+}
 
 /// The slot's `turn`-th port toward destination port `dport`; `None` when
 /// that entry's coset has no port in the range.

@@ -21,11 +21,11 @@ use aya_ebpf::{
 use srap_common::binder::{LOCAL_ROW, SOCKET_PROBES, SocketRecord, SocketRow, event, socket_home};
 
 use super::{
-    bind::{SO_MAX_PACING_RATE, set_socket_option},
     claim::{exchange, release_slot},
     context::{SOCK_STREAM, cookie_of, field},
     count,
     maps::{SRAP_CONFIG, SRAP_SOCKETS},
+    sockopt::{SO_MAX_PACING_RATE, set_socket_option},
 };
 
 /// The row of `cookie`'s `probe`-th place in the socket table of

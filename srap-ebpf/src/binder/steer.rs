@@ -5,9 +5,7 @@
 
 use aya_ebpf::programs::SockAddrContext;
 use srap_common::{
-    binder::{
-        DestKey, DestValue, LayoutRow, MAX_SLOTS, SlotRow, SocketRecord, TableRow, event, outcome,
-    },
+    binder::{DestKey, DestValue, MAX_SLOTS, SocketRecord, event, outcome},
     family::Family,
 };
 
@@ -18,6 +16,7 @@ use super::{
     context::{Peer, SOCK_STREAM, V4_MAPPED_WORD, bound_source, field},
     count,
     maps::{SRAP_GRANTS, SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOTS, SRAP_TABLES},
+    ports::PlanRows,
     record::{drop_bind_record, hold, pace},
 };
 
@@ -102,14 +101,6 @@ pub(super) fn steer(ctx: &SockAddrContext, family: Family) -> u32 {
         count(event::SOURCE_KEPT);
     }
     result
-}
-
-/// The maps' rows one steered connect works with.
-pub(super) struct PlanRows<'a> {
-    pub table: &'a TableRow,
-    pub layout: &'a LayoutRow,
-    pub row: &'a SlotRow,
-    pub word: *mut u64,
 }
 
 /// Claims a slot of the destination's receiver (step 3), binds a port of it
