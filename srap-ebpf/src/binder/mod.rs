@@ -29,9 +29,9 @@
 //! million instructions (550 000 now), and moving a step's data into a
 //! struct, or a lookup into every way a bind can end, doubled that. The
 //! steps import downwards only (`steer` → `bind` → `ports`, `claim`,
-//! `sockopt`; `classify` → `record` → `sockopt`). `cargo run -p srap-tests
-//! --example
-//! kernel_verifier_walk` prints what each program costs it.
+//! `sockopt`; `classify` → `record` → `sockopt`). `cargo run -p
+//! srap-tests --example kernel_verifier_walk` prints what each program
+//! costs it.
 //!
 //! # Glossary
 //!
