@@ -13,7 +13,7 @@ use std::{
     time::Duration,
 };
 
-use srap_host::netlink::{Message, NetlinkError, Protocol, Socket, parse_attrs};
+use srap_host::netlink::{NetlinkError, Protocol, Socket, parse_attrs};
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 /// `struct inet_diag_msg`: family, state, timer, retrans, sockid (48), then
@@ -64,6 +64,17 @@ impl SockDiag {
     /// Every non-listening TCP socket of the namespace, keyed by (remote,
     /// local) address: the remote end is the sender of what this host receives.
     pub fn tcp_connections(&self) -> Result<Connections, NetlinkError> {
+        self.dump_tcp(request, parse_diag_msg)
+    }
+
+    /// Dumps the TCP sockets of both families that `request` asks for,
+    /// keeping what `parse` reads of each message (a message it cannot
+    /// read is skipped).
+    fn dump_tcp<K: std::hash::Hash + Eq, V>(
+        &self,
+        request: fn(u8) -> Vec<u8>,
+        parse: fn(&[u8]) -> Option<(K, V)>,
+    ) -> Result<HashMap<K, V>, NetlinkError> {
         let mut socket = self
             .socket
             .lock()
@@ -71,7 +82,11 @@ impl SockDiag {
         let mut out = HashMap::new();
         for family in [libc::AF_INET, libc::AF_INET6] {
             socket.dump(SOCK_DIAG_BY_FAMILY, &request(family as u8), |msg| {
-                record(msg, &mut out);
+                if msg.kind == SOCK_DIAG_BY_FAMILY
+                    && let Some((key, value)) = parse(msg.payload)
+                {
+                    out.insert(key, value);
+                }
                 Ok(())
             })?;
         }
@@ -111,22 +126,7 @@ impl SockDiag {
     /// connect that failed and is still held), which older kernels do not
     /// list.
     pub fn sockets_by_cookie(&self) -> Result<SocketsByCookie, NetlinkError> {
-        let mut socket = self
-            .socket
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut out = HashMap::new();
-        for family in [libc::AF_INET, libc::AF_INET6] {
-            socket.dump(SOCK_DIAG_BY_FAMILY, &cookie_request(family as u8), |msg| {
-                if msg.kind == SOCK_DIAG_BY_FAMILY
-                    && let Some((cookie, seen)) = parse_socket(msg.payload)
-                {
-                    out.insert(cookie, seen);
-                }
-                Ok(())
-            })?;
-        }
-        Ok(out)
+        self.dump_tcp(cookie_request, parse_socket)
     }
 }
 
@@ -192,16 +192,6 @@ fn request(family: u8) -> Vec<u8> {
     body
 }
 
-/// Adds the connection one message of the dump describes to `out`.
-fn record(msg: &Message<'_>, out: &mut Connections) {
-    if msg.kind != SOCK_DIAG_BY_FAMILY {
-        return;
-    }
-    if let Some((key, counters)) = parse_diag_msg(msg.payload) {
-        out.insert(key, counters);
-    }
-}
-
 fn u32_at(buf: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(buf.get(at..at + 4)?.try_into().ok()?))
 }
@@ -212,21 +202,7 @@ fn u64_at(buf: &[u8], at: usize) -> Option<u64> {
 
 /// One `inet_diag_msg` and its `INET_DIAG_INFO` attribute.
 fn parse_diag_msg(body: &[u8]) -> Option<((SocketAddr, SocketAddr), TcpCounters)> {
-    let family = *body.first()?;
-    // sockid at 4: sport, dport (network order), src[16], dst[16].
-    let sport = u16::from_be_bytes(body.get(4..6)?.try_into().ok()?);
-    let dport = u16::from_be_bytes(body.get(6..8)?.try_into().ok()?);
-    let src: [u8; 16] = body.get(8..24)?.try_into().ok()?;
-    let dst: [u8; 16] = body.get(24..40)?.try_into().ok()?;
-    let ip = |bytes: [u8; 16]| -> Option<IpAddr> {
-        match i32::from(family) {
-            libc::AF_INET => Some(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3]).into()),
-            libc::AF_INET6 => Some(Ipv6Addr::from(bytes).into()),
-            _ => None,
-        }
-    };
-    let local = SocketAddr::new(ip(src)?, sport);
-    let remote = SocketAddr::new(ip(dst)?, dport);
+    let (local, remote) = addresses(body)?;
     let attrs = parse_attrs(body.get(DIAG_MSG_LEN..)?).ok()?;
     let info = attrs.iter().find(|a| a.kind == INET_DIAG_INFO)?.payload;
     let counters = TcpCounters {
@@ -275,7 +251,11 @@ mod tests {
                 srap_host::netlink::check_done(&msg)?;
                 done = true;
             }
-            record(&msg, &mut out);
+            if msg.kind == SOCK_DIAG_BY_FAMILY
+                && let Some((key, counters)) = parse_diag_msg(msg.payload)
+            {
+                out.insert(key, counters);
+            }
         }
         Ok((out, done))
     }
