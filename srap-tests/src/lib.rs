@@ -22,7 +22,7 @@ pub mod socket_patterns;
 pub mod workload;
 
 pub use binaries::built_binary;
-pub use privilege::require_privileged;
+pub use privilege::{privileged_or_skip, require_privileged};
 pub use srap_lab::{
     NetNs, NsGuard, TwoHosts, VethConfig, VethEnd, harness, netns, unique_name, veth,
 };
