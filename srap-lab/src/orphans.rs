@@ -18,7 +18,7 @@ use std::{
     sync::Once,
 };
 
-use super::netns::run;
+use crate::command::run;
 
 /// Sweeps once per process.
 pub fn sweep_once() {
