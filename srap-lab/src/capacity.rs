@@ -12,7 +12,7 @@ use std::{fmt, process::Command, str::FromStr};
 
 use anyhow::Context as _;
 
-use super::netns;
+use super::command;
 
 /// A rate in bits per second, written as tc writes rates: `200mbit`,
 /// `1.5gbit`, `800kbit`, `64000bit`, or a bare number of bit/s. Decimal
@@ -200,13 +200,13 @@ impl Drop for QueueCapacity {
 }
 
 fn tc<const N: usize>(netns: &str, args: [&str; N]) -> anyhow::Result<std::process::Output> {
-    netns::run(Command::new("tc").args(["-n", netns]).args(args))
+    command::run(Command::new("tc").args(["-n", netns]).args(args))
 }
 
 /// The interface's MTU, from `ip -o link show`.
 fn link_mtu(netns: &str, ifname: &str) -> anyhow::Result<u32> {
     let out =
-        netns::run(Command::new("ip").args(["-n", netns, "-o", "link", "show", "dev", ifname]))?;
+        command::run(Command::new("ip").args(["-n", netns, "-o", "link", "show", "dev", ifname]))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut words = text.split_whitespace();
     words

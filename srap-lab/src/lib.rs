@@ -17,6 +17,7 @@
 pub mod agents;
 pub mod binder;
 pub mod capacity;
+pub mod command;
 pub mod emulator;
 pub mod experiment;
 pub mod guest;

@@ -10,9 +10,9 @@ use std::{
     sync::Arc,
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 
-use super::unique_name;
+use crate::{command::run, unique_name};
 
 /// A named network namespace (`/run/netns/<name>`), deleted when the last
 /// handle to it drops.
@@ -147,17 +147,4 @@ fn setns(ns: &File) -> anyhow::Result<()> {
     )
     .map_err(std::io::Error::from)
     .context("setns(CLONE_NEWNET)")
-}
-
-/// Runs `cmd`, returning its output, or an error with its stderr.
-pub fn run(cmd: &mut Command) -> anyhow::Result<Output> {
-    let output = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    if !output.status.success() {
-        bail!(
-            "{cmd:?} failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        );
-    }
-    Ok(output)
 }

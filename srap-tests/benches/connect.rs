@@ -41,7 +41,7 @@ use srap_common::{
 };
 use srap_daemon::sender::{self, SenderOptions, ends::Steer};
 use srap_lab::binder::InCgroup;
-use srap_tests::{TwoHosts, cgroup::CgroupDir, require_privileged, unique_name};
+use srap_tests::{TwoHosts, cgroup::CgroupDir, privileged_or_skip, unique_name};
 
 /// Closes with RST (SO_LINGER 0): no TIME_WAIT, so steered ports are free
 /// again at once and every iteration measures the same path.
@@ -330,7 +330,7 @@ fn write_pinned() {
 }
 
 fn connect_accept(c: &mut Criterion) {
-    if !require_privileged("connect benchmark") {
+    if !privileged_or_skip("connect benchmark") {
         return;
     }
     write_pinned();

@@ -18,13 +18,13 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
-use srap_tests::{grants::Cluster, require_privileged};
+use srap_tests::{grants::Cluster, privileged_or_skip};
 
 const SUBNET: u8 = 86;
 const POLL: Duration = Duration::from_millis(5);
 
 fn fourth_sender_join(c: &mut Criterion) {
-    if !require_privileged("grants benchmark") {
+    if !privileged_or_skip("grants benchmark") {
         return;
     }
     let mut cluster = Cluster::new(SUBNET);

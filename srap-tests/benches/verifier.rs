@@ -27,7 +27,7 @@ use srap_common::verifier::{
     BARE_SOCK_PROGRAM, BARE_TC_PROGRAM, BARE_XDP_PROGRAM, VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM,
     VERIFY_XDP_PROGRAM,
 };
-use srap_tests::{TwoHosts, require_privileged};
+use srap_tests::{TwoHosts, privileged_or_skip};
 
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
 
@@ -122,7 +122,7 @@ fn program_fd(ebpf: &mut Ebpf, name: &str) -> Option<i32> {
 }
 
 fn per_packet(c: &mut Criterion) {
-    if !require_privileged("verifier benchmark") {
+    if !privileged_or_skip("verifier benchmark") {
         return;
     }
     let mut ebpf = Ebpf::load(srap_daemon::ebpf_object()).expect("load the SRAP object");
@@ -197,7 +197,7 @@ fn run_stats(ebpf: &Ebpf, name: &str) -> (u64, u64) {
 }
 
 fn per_connection(c: &mut Criterion) {
-    if !require_privileged("verifier benchmark") {
+    if !privileged_or_skip("verifier benchmark") {
         return;
     }
     let hosts = TwoHosts::pair(65).expect("two namespaces joined by a veth");

@@ -9,19 +9,14 @@
 
 use std::collections::BTreeSet;
 
-use srap_tests::{built_binary, grants::Cluster, require_privileged, workload};
+use srap_tests::{built_binary, grants::Cluster, privileged_or_skip};
 
 const SUBNET: u8 = 87;
 const SENDERS: usize = 3;
 const FLOWS: usize = 5;
 
 fn main() {
-    // Re-run as a sender's workload (see `srap_tests::workload`).
-    if std::env::var(workload::WORKLOAD_ENV).is_ok() {
-        workload::serve_if_asked();
-        return;
-    }
-    if !require_privileged("the three-sender grants example") {
+    if !privileged_or_skip("the three-sender grants example") {
         return;
     }
     let mut cluster = Cluster::new(SUBNET);

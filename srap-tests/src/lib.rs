@@ -1,7 +1,9 @@
 //! Helpers for SRAP's integration tests, beside the harness they share with
 //! the lab ([`harness`]: hosts in network namespaces, agents, workloads,
-//! ground truth): the test workload, the privilege check, cgroups, a man in
-//! the middle, all real kernel objects behind drop guards.
+//! ground truth): the test workload (run as the helper binary
+//! `srap-test-workload`, never shipped), the privilege check that fails a
+//! kernel test run without root (they are `#[ignore]`d unless asked for),
+//! cgroups, a man in the middle, all real kernel objects behind drop guards.
 //!
 //! Every object gets a name unique to this process and test (pid + counter), so
 //! tests run in parallel, and is removed on drop, so a failing test (a panic
@@ -22,7 +24,7 @@ pub mod socket_patterns;
 pub mod workload;
 
 pub use binaries::built_binary;
-pub use privilege::require_privileged;
+pub use privilege::{privileged_or_skip, require_privileged};
 pub use srap_lab::{
     NetNs, NsGuard, TwoHosts, VethConfig, VethEnd, harness, netns, unique_name, veth,
 };

@@ -1,20 +1,50 @@
-//! The check that gates tests needing root, bpffs and network namespaces.
+//! The checks that gate tests needing root, bpffs, network namespaces or an
+//! outside program (a client runtime, `iperf3`, `tmux`, QEMU).
+//!
+//! Such tests are `#[ignore = "<what they need>"]`: a plain `cargo test`
+//! (as any user) reports them `ignored`; `cargo xtask test` as root (and
+//! always in CI) runs them with `--include-ignored`. These checks are the
+//! second line of defence and never let a test pass without running: a test
+//! that runs has been asked to (or lost its `#[ignore]`), so a missing
+//! precondition fails it with a message naming what is missing, whether or
+//! not `CI=true`. Only the benchmarks and examples, whose output is not
+//! captured, skip with a visible line ([`privileged_or_skip`]).
 
-use std::{path::Path, process::Command, sync::OnceLock};
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    sync::OnceLock,
+};
 
 use srap_host::bpffs::{self, BPFFS_ROOT};
 
 use crate::NetNs;
 
-/// True when this process can run privileged tests (root, `ip` from iproute2,
-/// network namespaces, bpffs at `/sys/fs/bpf`).
+/// How a test that needs more than a plain `cargo test` offers is run: said
+/// in every failure, so whoever reads it knows the way.
+const HOW_TO_RUN: &str = "kernel tests run as root: `cargo xtask test`, or \
+                          `cargo test -- --include-ignored`; a plain `cargo test` leaves them ignored";
+
+/// Checks that this process can run privileged tests (root, `ip` from
+/// iproute2, network namespaces, bpffs at `/sys/fs/bpf`) and panics naming
+/// what is missing when it cannot: a test that ran and returned early would
+/// report `ok` for something it never checked.
 ///
-/// When something is missing: panics if `CI=true` (CI must never skip
-/// silently), otherwise prints a loud SKIP line naming `what` and returns
-/// false so the test can return early.
+/// Returns `true` (never `false`), so a test reads `if
+/// !require_privileged(..) { return; }` like a benchmark's
+/// [`privileged_or_skip`].
 pub fn require_privileged(what: &str) -> bool {
-    static MISSING: OnceLock<Option<String>> = OnceLock::new();
-    let Some(missing) = MISSING.get_or_init(missing_privileges) else {
+    if let Some(missing) = missing() {
+        panic!("{what} cannot run: {missing} ({HOW_TO_RUN})");
+    }
+    true
+}
+
+/// For benchmarks and examples: true when privileged; otherwise a loud SKIP
+/// line naming `what` and false (their output reaches the terminal). With
+/// `CI=true` a missing privilege panics: CI must never skip silently.
+pub fn privileged_or_skip(what: &str) -> bool {
+    let Some(missing) = missing() else {
         return true;
     };
     if std::env::var("CI").is_ok_and(|ci| ci == "true") {
@@ -22,6 +52,25 @@ pub fn require_privileged(what: &str) -> bool {
     }
     eprintln!("\n*** SKIP {what}: {missing} ***\n");
     false
+}
+
+/// The path of `program` on `PATH` (or in one of `also`), or a panic that
+/// names it and how to install it: the test needs it and was asked to run.
+pub fn require_program(program: &str, also: &[&Path], install: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(also.iter().map(|dir| dir.to_path_buf()))
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!("`{program}` is not installed and this test needs it ({install}; {HOW_TO_RUN})")
+        })
+}
+
+/// What is missing (computed once per process), or `None`.
+fn missing() -> Option<&'static str> {
+    static MISSING: OnceLock<Option<String>> = OnceLock::new();
+    MISSING.get_or_init(missing_privileges).as_deref()
 }
 
 /// What is missing, or `None` when everything is there.

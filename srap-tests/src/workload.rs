@@ -1,10 +1,13 @@
-//! The test workload: the test binary itself, re-run (under `srap exec` or
+//! The test workload: the helper binary `srap-test-workload IP:PORT`
+//! ([`serve`], `src/bin/srap-test-workload.rs`), run (under `srap exec` or
 //! not) inside the sender's namespace, that opens and closes connections on
 //! command so a test sees exactly the source ports a real application got.
 //!
-//! Each test crate that uses it has a `#[test] fn workload_process()` that
-//! calls [`serve_if_asked`]: a no-op in a normal run, the workload when
-//! [`Workload::spawn`] re-runs the binary with [`WORKLOAD_ENV`] set.
+//! A binary of its own, not a re-run of the test binary: a `#[test]` that
+//! only served when re-run would report `ok` in every normal run. Cargo
+//! builds it beside the tests (`cargo test -p srap-tests`, `cargo build
+//! --bins`); [`Workload::spawn`] finds it with [`built_binary`]. The
+//! packages ship only `srap` and `srap-agent`, never this.
 
 use std::{
     io::Write as _,
@@ -20,8 +23,8 @@ use srap_lab::harness::srap_exec;
 
 use crate::{NetNs, built_binary, cgroup::ChildGuard, flows::line_channel, socket_patterns};
 
-/// `ip:port` of the receiver: set for the workload process only.
-pub const WORKLOAD_ENV: &str = "SRAP_TEST_WORKLOAD";
+/// The helper binary's name (`target/<profile>/srap-test-workload`).
+pub const WORKLOAD_BINARY: &str = "srap-test-workload";
 /// Prefix of the workload's answers (the test harness prints too).
 const ANSWER: &str = "SRAPWL ports ";
 /// Upper bound on every connect and every wait for an answer.
@@ -39,12 +42,8 @@ const GREETING: &[u8] = b"srap test workload";
 /// holds it that long; the workload's own copies closed), `churn RATE SECONDS` (a
 /// connection per object: connect, send, close, RATE a second), `hot N` (N
 /// of those back to back); each is answered with one `SRAPWL ports P,P,…`
-/// line (0: a connect that failed); EOF ends it.
-pub fn serve_if_asked() {
-    let Ok(dst) = std::env::var(WORKLOAD_ENV) else {
-        return;
-    };
-    let dst: SocketAddr = dst.parse().expect("the workload's receiver is ip:port");
+/// line (0: a connect that failed); EOF ends it. Connects to `dst`.
+pub fn serve(dst: SocketAddr) {
     let mut open: Vec<TcpStream> = Vec::new();
     for line in std::io::stdin().lines() {
         let line = line.expect("stdin");
@@ -220,20 +219,13 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// Re-runs this test binary's `workload_process` in `ns`, toward `dst`;
-    /// under `srap exec --cgroup` when `cgroup` is given.
+    /// Runs `srap-test-workload dst` in `ns`; under `srap exec --cgroup`
+    /// when `cgroup` is given.
     pub fn spawn(ns: &NetNs, cgroup: Option<&Path>, dst: SocketAddr) -> Self {
-        let exe = std::env::current_exe().expect("current exe");
+        let exe = built_binary(WORKLOAD_BINARY);
         let mut cmd = srap_exec(ns, &built_binary("srap"), cgroup, exe);
         let mut child = cmd
-            .args([
-                "workload_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads",
-                "1",
-            ])
-            .env(WORKLOAD_ENV, dst.to_string())
+            .arg(dst.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -269,7 +261,7 @@ impl Workload {
                 .lines
                 .recv_timeout(left)
                 .unwrap_or_else(|_| panic!("no answer from the workload to `{command}`"));
-            // The harness may have printed `test workload_process ... ` first.
+            // Only answer lines count (a panic's message is not one).
             if let Some((_, list)) = line.split_once(ANSWER) {
                 return list
                     .split(',')

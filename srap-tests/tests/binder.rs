@@ -6,8 +6,8 @@
 //!
 //! The binaries come from the target directory (`cargo test` at the
 //! workspace root builds them; `cargo build --bins` otherwise), or from
-//! `SRAP_BIN_DIR`. The workload is this test binary itself, re-run with
-//! `SRAP_BINDER_WORKLOAD` set (see [`workload_process`]).
+//! `SRAP_BIN_DIR`. The workload is the helper binary `srap-test-workload`
+//! (`srap_tests::workload`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -44,16 +44,6 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 const DPORT: u16 = 5201;
 /// Given to the agent explicitly so the test can rebuild its tables.
 const PORT_RANGE: &str = "32768-60999";
-
-// ---------------------------------------------------------------------------
-// The workload: this binary, re-run under `srap exec` (tests/support/workload.rs).
-
-/// Not a test on its own: the workload process when a test re-runs this
-/// binary (`Workload::spawn`).
-#[test]
-fn workload_process() {
-    srap_tests::workload::serve_if_asked();
-}
 
 // ---------------------------------------------------------------------------
 // The lab: two namespaces, the agent, the receiver's listener.
@@ -258,6 +248,7 @@ fn sixteen_distinct_toward(lab: &Lab, dst: SocketAddr) {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn sixteen_flows_land_on_sixteen_cpus() {
     if !privileged("binder: 16 flows on 16 CPUs") {
         return;
@@ -266,6 +257,7 @@ fn sixteen_flows_land_on_sixteen_cpus() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn ipv6_sixteen_flows_land_on_sixteen_cpus() {
     if !privileged("binder: IPv6, 16 flows on 16 CPUs") {
         return;
@@ -278,6 +270,7 @@ fn ipv6_sixteen_flows_land_on_sixteen_cpus() {
 /// it is steered with the receiver's IPv4 plan: 16 flows on 16 CPUs, judged
 /// by the ports the IPv4 receiver accepted.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn dual_stack_sockets_to_an_ipv4_receiver_are_steered() {
     if !privileged("binder: dual-stack sockets to an IPv4 receiver") {
         return;
@@ -294,6 +287,7 @@ fn dual_stack_sockets_to_an_ipv4_receiver_are_steered() {
 /// rounds: every round's flows land on 64 distinct CPUs (judged by the ports
 /// the receiver accepted), so no two connects took the same slot.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn sixty_four_concurrent_connects_take_distinct_cpus() {
     if !privileged("binder: 64 concurrent connects") {
         return;
@@ -327,6 +321,7 @@ fn sixty_four_concurrent_connects_take_distinct_cpus() {
 /// ones (the slot choice reads one bitmap word per 64 slots, never every
 /// slot).
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_512_cpu_receiver_gets_a_flow_on_every_cpu() {
     if !privileged("binder: 512-CPU receiver") {
         return;
@@ -358,6 +353,7 @@ fn a_512_cpu_receiver_gets_a_flow_on_every_cpu() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn forty_flows_spread_within_one() {
     if !privileged("binder: 40 flows spread evenly") {
         return;
@@ -378,6 +374,7 @@ fn forty_flows_spread_within_one() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn closed_flows_free_their_cpus() {
     if !privileged("binder: close 8, open 8") {
         return;
@@ -411,6 +408,7 @@ fn closed_flows_free_their_cpus() {
 /// giving the same 16 first ports is vanishingly unlikely), so SRAP's
 /// ports are no more predictable than its plan makes them.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_fresh_binder_starts_its_rotations_at_random_turns() {
     if !privileged("binder: random rotation starts") {
         return;
@@ -435,6 +433,7 @@ fn a_fresh_binder_starts_its_rotations_at_random_turns() {
 /// A port another socket holds without sharing it (here a listener) is
 /// skipped for the slot's next port, on the same CPU.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_held_port_is_skipped() {
     if !privileged("binder: a port held by another socket") {
         return;
@@ -473,6 +472,7 @@ fn a_held_port_is_skipped() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn app_bound_socket_keeps_its_port() {
     if !privileged("binder: an application-bound socket") {
         return;
@@ -492,6 +492,7 @@ fn app_bound_socket_keeps_its_port() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn killed_agent_keeps_steering_and_is_adopted() {
     if !privileged("binder: kill -9 of the agent") {
         return;
@@ -515,6 +516,7 @@ fn killed_agent_keeps_steering_and_is_adopted() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn detach_leaves_nothing_behind() {
     if !privileged("binder: detach") {
         return;
@@ -602,6 +604,7 @@ fn still_loaded(ours: &BTreeSet<(u32, u32)>) -> BTreeSet<(u32, u32)> {
 /// itself and says so, instead of failing on its first pin. Run in a private
 /// mount namespace whose bpffs is unmounted, so the host's stays as it is.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn agent_mounts_bpffs_when_none_is_mounted() {
     if !privileged("binder: bpffs mount") {
         return;
@@ -644,6 +647,7 @@ fn agent_mounts_bpffs_when_none_is_mounted() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn process_outside_the_cgroup_is_untouched() {
     if !privileged("binder: a process outside the cgroup") {
         return;
@@ -660,6 +664,7 @@ fn process_outside_the_cgroup_is_untouched() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns, bpffs and iperf3; run as root by `cargo xtask test`"]
 fn iperf3_parallel_streams_land_on_distinct_cpus() {
     if !privileged("binder: iperf3 -P 16") || !iperf3_installed() {
         return;
@@ -675,6 +680,7 @@ fn iperf3_parallel_streams_land_on_distinct_cpus() {
 /// picks the port at bind time, so these flows are not steered, and the
 /// binder says why (its own outcome, not `app_bound`).
 #[test]
+#[ignore = "kernel: needs root, netns, bpffs and iperf3; run as root by `cargo xtask test`"]
 fn iperf3_bind_address_is_counted_as_port_at_bind() {
     if !privileged("binder: iperf3 -B") || !iperf3_installed() {
         return;
@@ -691,16 +697,13 @@ fn iperf3_bind_address_is_counted_as_port_at_bind() {
     assert_eq!(stats.get(outcome::STEERED), 0, "{stats}");
 }
 
+/// True, or a failure naming iperf3 (see `srap_tests::privilege`).
 fn iperf3_installed() -> bool {
-    if Command::new("iperf3").arg("--version").output().is_ok() {
-        return true;
-    }
     assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "CI=true and iperf3 is not installed (apt-get install iperf3)"
+        Command::new("iperf3").arg("--version").output().is_ok(),
+        "iperf3 is not installed and this test needs it (apt-get install iperf3)"
     );
-    eprintln!("\n*** SKIP binder iperf3 test: iperf3 is not installed ***\n");
-    false
+    true
 }
 
 /// Runs a one-second `iperf3 -c` with `extra` under `srap exec` against a

@@ -36,11 +36,6 @@ const QUEUES: u32 = 16;
 /// description) has 32.
 const VETH_QUEUES: u32 = 32;
 
-#[test]
-fn workload_process() {
-    srap_tests::workload::serve_if_asked();
-}
-
 /// A 16-queue NIC with `key`: the sender's own.
 fn sender_nic(key: &str) -> RssDescription {
     RssDescription {
@@ -205,6 +200,7 @@ fn sixteen_on_sixteen_local_cpus(subnet: u8, v6: bool) {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn local_steering_puts_sixteen_flows_on_sixteen_local_cpus() {
     if !require_privileged("--steer local") {
         return;
@@ -213,6 +209,7 @@ fn local_steering_puts_sixteen_flows_on_sixteen_local_cpus() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn local_steering_over_ipv6() {
     if !require_privileged("--steer local over IPv6") {
         return;
@@ -242,6 +239,7 @@ fn wait_for_flows(agent: &SenderAgent, n: usize) -> SenderStatus {
 /// connections keep the kernel's ports); once the NIC hashes as described
 /// again, the loop sees agreement and steering resumes.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn contradicting_landings_pause_local_steering_until_they_agree() {
     if !require_privileged("the local closed loop") {
         return;
@@ -306,6 +304,7 @@ fn contradicting_landings_pause_local_steering_until_they_agree() {
 /// CPUs by the tuples the server accepted hashed with the key the NIC
 /// really uses (the emulator's), never with SRAP's own.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_key_the_nic_does_not_use_is_learned_and_local_steering_resumes() {
     if !require_privileged("the sender learning its own NIC's key") {
         return;
@@ -410,6 +409,7 @@ fn learn_local_key(
 /// bit 15 alone flips the hash would stay unknown for good (`22 of 23`),
 /// though no planned port needs it.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_key_learned_in_the_kernels_port_range_is_complete_for_it() {
     if !require_privileged("the sender learning its own NIC's key in its range") {
         return;
@@ -447,6 +447,7 @@ fn a_key_learned_in_the_kernels_port_range_is_complete_for_it() {
 /// accepted tuples hashed with each side's model; every one placed from
 /// the joint map; the sender's socket hook saw each on its planned queue.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn both_ends_put_sixteen_flows_on_sixteen_cpus_of_each_host() {
     if !require_privileged("--steer both") {
         return;
@@ -490,6 +491,7 @@ fn both_ends_put_sixteen_flows_on_sixteen_cpus_of_each_host() {
 /// lost this host's placement. (Which CPUs of the two hosts meet at all:
 /// the 2 048-object test below.)
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn both_ends_give_each_of_600_connects_in_a_row_a_port_of_its_own() {
     if !require_privileged("--steer both, 600 connects one at a time") {
         return;
@@ -535,6 +537,7 @@ fn objects_one_after_another(
 /// give 2 048 connects a port each. Judged by the accepted tuples hashed
 /// with each side's model.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn both_ends_pair_every_receiver_cpu_with_more_than_one_cpu_of_this_host() {
     if !require_privileged("--steer both, 2 048 connects one at a time") {
         return;
@@ -674,6 +677,7 @@ impl Drop for Modes {
 /// Dual-stack sockets toward the IPv4 receiver (`::ffff:a.b.c.d`) and 16
 /// threads connecting at once, in both modes.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn dual_stack_and_concurrent_connects_in_every_mode() {
     if !require_privileged("dual-stack and concurrent connects, --steer local|both") {
         return;
@@ -731,6 +735,7 @@ fn dual_stack_and_concurrent_connects_in_every_mode() {
 /// 10 + 7 bits, rank-deficient: not every pair is reached) every flow
 /// keeps a receiver CPU of its own and this host's 16 CPUs all take flows.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn five_hundred_and_twelve_cpus_in_every_mode() {
     if !require_privileged("512 CPUs, --steer local|both") {
         return;
@@ -785,6 +790,7 @@ fn five_hundred_and_twelve_cpus_in_every_mode() {
 /// `--local-cpus 0-7`: 16 flows take only those of this host's CPUs, two
 /// each (one occupancy row, every flow counted).
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn local_cpus_restrict_this_hosts_cpus() {
     if !require_privileged("--local-cpus") {
         return;
@@ -932,6 +938,7 @@ fn receiver_cpu_seen_in_the_senders_status(subnet: u8, both: bool) {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn the_receiver_cpu_seen_under_steer_remote() {
     if !require_privileged("the receiver CPU seen, --steer remote") {
         return;
@@ -940,6 +947,7 @@ fn the_receiver_cpu_seen_under_steer_remote() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn the_receiver_cpu_seen_under_steer_both() {
     if !require_privileged("the receiver CPU seen, --steer both") {
         return;
@@ -953,6 +961,7 @@ fn the_receiver_cpu_seen_under_steer_both() {
 /// sockets say: nothing repaired, and the pinned occupancy of this host's
 /// row is the flows left open.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn both_ends_leave_the_occupancy_audit_nothing_to_repair() {
     if !require_privileged("--steer both: occupancy audit") {
         return;

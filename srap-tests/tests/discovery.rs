@@ -40,6 +40,7 @@ fn assert_no_rss(output: &Output, iface: &str) {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn veth_and_lo_have_no_rss_and_say_so() {
     if !require_privileged("srap rss show on a veth and lo") {
         return;
@@ -63,6 +64,7 @@ fn veth_and_lo_have_no_rss_and_say_so() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_missing_interface_is_named() {
     if !require_privileged("srap rss show on a missing interface") {
         return;
@@ -136,6 +138,7 @@ fn sysfs_rx_queues(name: &str) -> usize {
 /// the kernel shows them through the namespace's own `/sys` (`ip netns
 /// exec`), and no RPS mask or NUMA node read from the host's device.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn discovery_entered_into_a_namespace_reports_the_namespaces_device() {
     if !require_privileged("discovery in a namespace entered with setns") {
         return;

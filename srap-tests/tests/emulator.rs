@@ -146,6 +146,7 @@ fn flows_land_where_the_model_says(hook: HookChoice, v6: bool, subnet: u8) {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn ipv4_flows_arrive_on_the_predicted_queue() {
     if !require_privileged("ipv4_flows_arrive_on_the_predicted_queue") {
         return;
@@ -154,6 +155,7 @@ fn ipv4_flows_arrive_on_the_predicted_queue() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn ipv6_flows_arrive_on_the_predicted_queue() {
     if !require_privileged("ipv6_flows_arrive_on_the_predicted_queue") {
         return;
@@ -164,6 +166,7 @@ fn ipv6_flows_arrive_on_the_predicted_queue() {
 /// The default hook (tc ingress) reads veth's queue from the skb, where it
 /// differs from a real driver's (no `+ 1`): still the predicted queue.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn tc_verifier_sees_the_predicted_queue_on_veth() {
     if !require_privileged("tc_verifier_sees_the_predicted_queue_on_veth") {
         return;

@@ -25,12 +25,6 @@ const GREEDY_SUBNET: u8 = 68;
 const PEER_PORT: u16 = 7447;
 const FLOWS: usize = 5;
 
-/// Not a test on its own: the workload process (tests/support/workload.rs).
-#[test]
-fn workload_process() {
-    srap_tests::workload::serve_if_asked();
-}
-
 /// Flows per CPU over all 16 CPUs (CPUs without flows count as 0).
 fn per_cpu(cpus: &[u32]) -> BTreeMap<u32, u32> {
     let mut load: BTreeMap<u32, u32> = (0..QUEUES).map(|c| (c, 0)).collect();
@@ -46,6 +40,7 @@ fn granted_cpus(peer: &serde_json::Value) -> BTreeSet<u32> {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn three_senders_land_on_fifteen_cpus_and_a_fourth_stays_balanced() {
     if !require_privileged("grants across sender namespaces") {
         return;
@@ -154,6 +149,7 @@ fn honest_steady(cluster: &Cluster) -> Vec<u64> {
 /// without the flood (printed: a shared 2-core machine makes it a report,
 /// not an assertion).
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_greedy_sender_leaves_two_honest_ones_their_fair_share() {
     if !require_privileged("a greedy sender beside two honest ones") {
         return;

@@ -79,6 +79,7 @@ fn proc_cpu(guest: &mut Guest, queue: u32) -> u32 {
 /// the first 40 bytes of the kernel's `netdev_rss_key` for igb, whose driver
 /// reports none (said so in the output).
 #[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn discovery_agrees_with_ethtool_and_proc_on_igb_and_virtio() {
     if !require_privileged("discovery_agrees_with_ethtool_and_proc_on_igb_and_virtio") {
         return;
@@ -225,6 +226,7 @@ fn nic_hashes_are_the_devices(lab: &mut VirtioLab<'_>, run: &GuestRun, report: &
 
 /// igb under 6.12 (netlink; no key reported: the kernel's default key).
 #[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn steered_flows_land_on_distinct_igb_queues() {
     if !require_privileged("steered_flows_land_on_distinct_igb_queues") {
         return;
@@ -239,6 +241,7 @@ fn steered_flows_land_on_distinct_igb_queues() {
 /// tc ingress it also records igb's own RSS hash of every flow, which must
 /// equal Toeplitz under the kernel's key (the one igb uses).
 #[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn a_guest_without_tcp_diag_still_verifies_every_flow() {
     if !require_privileged("a_guest_without_tcp_diag_still_verifies_every_flow") {
         return;
@@ -272,6 +275,7 @@ fn a_guest_without_tcp_diag_still_verifies_every_flow() {
 /// then agree, steering resumes, and 4 steered flows land on 4 distinct
 /// queues by the guest's own counters and by the device's real key.
 #[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn a_hidden_or_misreported_key_is_learned_from_landings() {
     if !require_privileged("a_hidden_or_misreported_key_is_learned_from_landings") {
         return;

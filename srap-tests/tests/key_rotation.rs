@@ -35,12 +35,6 @@ const DPORT: u16 = 5201;
 const PEER_PORT: u16 = 7447;
 const TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Not a test on its own: the workload process (`Workload::spawn`).
-#[test]
-fn workload_process() {
-    srap_tests::workload::serve_if_asked();
-}
-
 /// A 16-queue NIC, one CPU per queue.
 fn description() -> RssDescription {
     RssDescription {
@@ -94,6 +88,7 @@ impl Flows {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn rotating_the_key_with_flows_running_loses_no_steering() {
     if !require_privileged("key rotation with flows running") {
         return;

@@ -19,6 +19,7 @@ use srap_tests::require_privileged;
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn experiment_is_collision_free_with_srap_and_leaves_nothing_behind() {
     if !require_privileged("experiment_is_collision_free_with_srap_and_leaves_nothing_behind") {
         return;
@@ -56,6 +57,7 @@ fn experiment_is_collision_free_with_srap_and_leaves_nothing_behind() {
 /// sender with `--peer`): steered flows show up in `srap status --once
 /// --json` on the queue the model predicts and on the CPU the sender planned.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn status_shows_steered_flows_on_their_planned_cpus() {
     use srap_lab::{agents::LabAgents, topology::Watch};
 
@@ -77,6 +79,7 @@ fn status_shows_steered_flows_on_their_planned_cpus() {
 /// by the receiver agent's own verifier against the emulated NIC).
 /// `tests/least_privilege.rs` takes each capability away in turn.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn agents_with_only_their_units_capabilities_steer_and_verify() {
     use srap_lab::{
         agents::{LabAgents, Privileges},
@@ -208,6 +211,7 @@ fn assert_steered_flows_land_as_planned(
 /// (new connections get kernel ports); with the true description back, the
 /// receiver agrees again and the sender steers again.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn closed_loop_catches_a_lying_description_and_recovers() {
     use std::time::{Duration, Instant};
 
@@ -314,6 +318,7 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
 /// is contradicted (its tuples are rewritten), and the sender stops
 /// steering: new connections get kernel ports.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_nat_rewriting_the_tuple_stops_steering() {
     use srap_lab::{agents::LabAgents, topology::Watch};
 
@@ -485,6 +490,7 @@ fn open_steered(
 /// the sender's NIC, by the verifier there, and the emulated NIC follows
 /// the sender's description for kernel ports too.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_pull_experiment_is_collision_free_at_the_senders_own_nic() {
     if !require_privileged("a_pull_experiment_is_collision_free_at_the_senders_own_nic") {
         return;

@@ -43,12 +43,6 @@ const PEER_PORT: u16 = 7447;
 /// This test's subnets: receiver `r` is on `10.199.SUBNETS[r].0/24`.
 const SUBNETS: [u8; 2] = [89, 90];
 
-/// Not a test on its own: the workload process (`Workload::spawn`).
-#[test]
-fn workload_process() {
-    srap_tests::workload::serve_if_asked();
-}
-
 /// Receiver 0: the embedded description's key, 16 queues round robin.
 /// Receiver 1: another NIC — its own key, 8 queues — so ports planned with
 /// one receiver's model land anywhere on the other. One CPU per queue.
@@ -305,6 +299,7 @@ fn assert_even(receiver: &Receiver, ports: &[u16], per: usize, what: &str) {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn one_sender_steers_toward_two_receivers_each_by_its_own_description() {
     if !require_privileged("multipeer: one sender, two receiver agents") {
         return;

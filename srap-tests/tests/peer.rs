@@ -7,8 +7,8 @@
 //! plan the sender reports.
 //!
 //! The agents are processes killed by PID in drop guards; the binder is
-//! detached on every path. The workload is this test binary, re-run with
-//! `SRAP_PEER_WORKLOAD` set (see [`workload_process`]).
+//! detached on every path. The workload is the helper binary
+//! `srap-test-workload` (`srap_tests::workload`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -55,16 +55,6 @@ const PORT_RANGE: &str = "32768-60999";
 /// are not SRAP's, so they must survive every re-plan and the detach (and
 /// they make the sysctl longer than one small read).
 const FOREIGN_RESERVED: &str = "1000,1002,1004,1006,1008,1010,1012,1014,1016,1018,1020";
-
-// ---------------------------------------------------------------------------
-// The workload: this binary, re-run under `srap exec` (tests/support/workload.rs).
-
-/// Not a test on its own: the workload process when a test re-runs this
-/// binary (`Workload::spawn`).
-#[test]
-fn workload_process() {
-    srap_tests::workload::serve_if_asked();
-}
 
 // ---------------------------------------------------------------------------
 // The fixture.
@@ -388,6 +378,7 @@ fn open_flows(workload: &mut Workload, server: &mut Server, n: usize) -> Vec<u16
 // The tests.
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn sender_follows_the_receiver_agent() {
     if !require_privileged("peer: sender follows the receiver agent") {
         return;
@@ -452,6 +443,7 @@ fn sender_follows_the_receiver_agent() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn receiver_gone_keeps_the_last_plan() {
     if !require_privileged("peer: the receiver agent killed") {
         return;
@@ -477,6 +469,7 @@ fn receiver_gone_keeps_the_last_plan() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn wrong_key_sets_nothing_up() {
     if !require_privileged("peer: a sender with the wrong key") {
         return;
@@ -572,6 +565,7 @@ fn attacked_session_keeps_the_plan(subnet: u8, attack: Attack, cause: &str) {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_flipped_byte_mid_session_drops_the_connection_and_keeps_the_plan() {
     if !require_privileged("peer: a byte flipped by a man in the middle") {
         return;
@@ -580,6 +574,7 @@ fn a_flipped_byte_mid_session_drops_the_connection_and_keeps_the_plan() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_replayed_frame_drops_the_connection_and_keeps_the_plan() {
     if !require_privileged("peer: a frame replayed by a man in the middle") {
         return;
@@ -635,6 +630,7 @@ fn a_downgrade_is_refused(subnet: u8, rewrite: Rewrite, cause: &str) {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_hello_rewritten_to_protocol_6_is_a_refused_downgrade() {
     if !require_privileged("peer: a Hello rewritten to protocol 6 on the path") {
         return;
@@ -648,6 +644,7 @@ fn a_hello_rewritten_to_protocol_6_is_a_refused_downgrade() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn an_answer_rewritten_to_protocol_6_is_a_refused_downgrade() {
     if !require_privileged("peer: the receiver's answer rewritten to protocol 6 on the path") {
         return;
@@ -665,6 +662,7 @@ fn an_answer_rewritten_to_protocol_6_is_a_refused_downgrade() {
 /// plan it has, as after any failed reconnection: connections stay steered,
 /// nothing of the refused sessions is applied.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_downgrade_on_reconnection_keeps_the_plan() {
     if !require_privileged("peer: a downgrade when a steering sender reconnects") {
         return;

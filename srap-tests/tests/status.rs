@@ -120,6 +120,7 @@ fn http_get(addr: &str, path: &str) -> String {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
     if !require_privileged("status_shows_flows_on_their_predicted_queues_and_counts_collisions") {
         return;

@@ -21,6 +21,7 @@ const QUEUES: u32 = 8;
 const TRIALS: usize = 2;
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn srap_reaches_the_ideal_throughput_and_the_plots_are_written() {
     if !require_privileged("srap_reaches_the_ideal_throughput_and_the_plots_are_written") {
         return;
@@ -68,6 +69,7 @@ const OFF_SUBNET: u8 = 93;
 /// asking the lab for flows is an error that names `--verifier off`. On
 /// queues of 100 Mbit/s, so it leaves the CPUs to the test beside it.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn without_a_verifier_the_rates_are_measured_and_the_queues_unknown() {
     if !require_privileged("without_a_verifier_the_rates_are_measured_and_the_queues_unknown") {
         return;

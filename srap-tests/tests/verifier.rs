@@ -212,6 +212,7 @@ fn assert_xdp_flow(v6: bool, subnet: u8) {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn xdp_verifier_records_the_ipv4_flow() {
     if !require_privileged("xdp_verifier_records_the_ipv4_flow") {
         return;
@@ -220,6 +221,7 @@ fn xdp_verifier_records_the_ipv4_flow() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn xdp_verifier_records_the_ipv6_flow() {
     if !require_privileged("xdp_verifier_records_the_ipv6_flow") {
         return;
@@ -228,6 +230,7 @@ fn xdp_verifier_records_the_ipv6_flow() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn tcx_records_the_flow() {
     if !require_privileged("tcx_records_the_flow") {
         return;
@@ -250,6 +253,7 @@ fn tcx_records_the_flow() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn the_socket_hook_records_the_flow_and_auto_keeps_tc_on_veth() {
     if !require_privileged("the_socket_hook_records_the_flow_and_auto_keeps_tc_on_veth") {
         return;
@@ -267,6 +271,7 @@ fn the_socket_hook_records_the_flow_and_auto_keeps_tc_on_veth() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn clsact_fallback_records_the_ipv6_flow() {
     if !require_privileged("clsact_fallback_records_the_ipv6_flow") {
         return;
@@ -323,6 +328,7 @@ fn assert_socket_hook_agrees_with_tc(v6: bool, subnet: u8) {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn socket_hook_agrees_with_tc_ipv4() {
     if !require_privileged("socket_hook_agrees_with_tc_ipv4") {
         return;
@@ -331,6 +337,7 @@ fn socket_hook_agrees_with_tc_ipv4() {
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn socket_hook_agrees_with_tc_ipv6() {
     if !require_privileged("socket_hook_agrees_with_tc_ipv6") {
         return;
@@ -345,6 +352,7 @@ fn socket_hook_agrees_with_tc_ipv6() {
 /// open keeps its record on the socket hook (its queue and CPU are known
 /// from the handshake only), and comes back on tc with its next packet.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn samples_forget_closed_and_idle_flows_and_keep_open_ones() {
     if !require_privileged("samples_forget_closed_and_idle_flows_and_keep_open_ones") {
         return;

@@ -53,6 +53,7 @@ fn iperf3(flows: usize) -> Vec<String> {
 /// the key and table of `ethtool -x`, the queue count of `ethtool -l`, and
 /// for each queue the CPU its IRQ is bound to.
 #[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn discovery_in_the_guest_matches_its_own_tools() {
     if !require_privileged("discovery_in_the_guest_matches_its_own_tools") {
         return;
@@ -104,6 +105,7 @@ fn discovery_in_the_guest_matches_its_own_tools() {
 /// guest's counters show exactly those N queues busy. Afterwards nothing of
 /// the sender is left.
 #[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn steered_flows_land_on_distinct_guest_queues() {
     if !require_privileged("steered_flows_land_on_distinct_guest_queues") {
         return;
@@ -136,6 +138,7 @@ fn steered_flows_land_on_distinct_guest_queues() {
 /// reverse tuple with the guest's `ethtool -x`, and by the guest's own
 /// `ethtool -S` counters; the agent's socket hook saw each where it planned.
 #[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn downloads_land_on_distinct_guest_queues() {
     if !require_privileged("downloads_land_on_distinct_guest_queues") {
         return;
@@ -194,6 +197,7 @@ fn downloads_on_distinct_queues(lab: &mut PullLab<'_>, queues: u32) {
 /// Then 4 downloads land on 4 distinct guest queues, by the guest's own
 /// counters and by the accepted tuples hashed with the device's real key.
 #[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn downloads_on_a_misreported_key_are_learned_and_land_on_distinct_guest_queues() {
     if !require_privileged(
         "downloads_on_a_misreported_key_are_learned_and_land_on_distinct_guest_queues",
@@ -212,6 +216,7 @@ fn downloads_on_a_misreported_key_are_learned_and_land_on_distinct_guest_queues(
 /// distinct igb queues by its own `rx_queue_N_packets` and by the accepted
 /// tuples hashed with the key igb really uses (the kernel's).
 #[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn downloads_on_igb_with_no_key_known_are_learned_and_land_on_distinct_queues() {
     if !require_privileged(
         "downloads_on_igb_with_no_key_known_are_learned_and_land_on_distinct_queues",
@@ -271,6 +276,7 @@ fn downloads_after_learning(shape: GuestShape, subnet: u8, paused: &str) {
 /// sender as a new description, and the next flows land only on queues 0
 /// and 1, one each, by the guest's counters.
 #[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn a_changed_table_in_the_guest_is_followed() {
     if !require_privileged("a_changed_table_in_the_guest_is_followed") {
         return;
@@ -311,6 +317,7 @@ fn wait_for(lab: &VirtioLab<'_>, text: &str) {
 /// sender stops steering (kernel ports). Re-sending the table (`ethtool -X`)
 /// turns RSS back on; the landings agree again and steering resumes.
 #[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn a_lying_device_is_caught_and_steering_resumes_when_it_is_fixed() {
     use srap_common::wire::LandingVerdict;
 

@@ -67,10 +67,14 @@ pub fn run_step(step: Step) -> Result<()> {
     Ok(())
 }
 
+/// True when xtask runs as root (`id -u` is 0).
+pub fn is_root() -> bool {
+    stdout_of(Command::new("id").arg("-u")).is_some_and(|uid| uid.trim() == "0")
+}
+
 /// `program` run as root: directly when we are root, else through sudo.
 pub fn as_root(program: impl AsRef<std::ffi::OsStr>) -> Command {
-    let is_root = stdout_of(Command::new("id").arg("-u")).is_some_and(|uid| uid.trim() == "0");
-    if is_root {
+    if is_root() {
         Command::new(program)
     } else {
         let mut sudo = Command::new("sudo");
@@ -79,9 +83,28 @@ pub fn as_root(program: impl AsRef<std::ffi::OsStr>) -> Command {
     }
 }
 
+/// What the `test result:` lines of a `cargo test` add up to.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TestCounts {
+    pub passed: u64,
+    pub failed: u64,
+    /// Tests `#[ignore]`d and not asked for: the kernel tests when not run
+    /// with `--include-ignored`.
+    pub ignored: u64,
+}
+
+impl TestCounts {
+    /// Adds one `test result:` summary (`ok. 12 passed; 0 failed; 3 ignored; …`).
+    fn add(&mut self, summary: &str) {
+        self.passed += count_of(summary, " passed");
+        self.failed += count_of(summary, " failed");
+        self.ignored += count_of(summary, " ignored");
+    }
+}
+
 /// Like [`run_step`] for `cargo test`: passes its output through and adds up
-/// the `test result:` lines, returning (passed, failed).
-pub fn run_test_step(step: Step) -> Result<(u64, u64)> {
+/// the `test result:` lines.
+pub fn run_test_step(step: Step) -> Result<TestCounts> {
     use std::io::{BufRead as _, BufReader};
 
     let Step { name, mut command } = step;
@@ -91,23 +114,29 @@ pub fn run_test_step(step: Step) -> Result<(u64, u64)> {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .with_context(|| format!("step '{name}': could not start {}", describe(&command)))?;
-    let (mut passed, mut failed) = (0, 0);
+    let mut counts = TestCounts::default();
     if let Some(stdout) = child.stdout.take() {
         for line in BufReader::new(stdout).lines() {
             let line = line.context("reading the test output")?;
             println!("{line}");
-            if let Some(counts) = line.trim().strip_prefix("test result: ") {
-                passed += count_of(counts, " passed");
-                failed += count_of(counts, " failed");
+            if let Some(summary) = line.trim().strip_prefix("test result: ") {
+                counts.add(summary);
             }
         }
     }
     let status = child.wait().context("waiting for the tests")?;
     if !status.success() {
-        bail!("step '{name}' failed ({status}): {passed} passed, {failed} failed");
+        let TestCounts {
+            passed,
+            failed,
+            ignored,
+        } = counts;
+        bail!(
+            "step '{name}' failed ({status}): {passed} passed, {failed} failed, {ignored} ignored"
+        );
     }
     println!("<== {name}: ok in {:.1}s", started.elapsed().as_secs_f64());
-    Ok((passed, failed))
+    Ok(counts)
 }
 
 /// The number before `label` in a libtest summary (`ok. 12 passed; 0 failed; …`).
@@ -148,7 +177,7 @@ pub fn describe(command: &Command) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::count_of;
+    use super::{TestCounts, count_of};
 
     #[test]
     fn libtest_summaries_are_counted() {
@@ -158,5 +187,24 @@ mod tests {
         assert_eq!(count_of(summary, " failed"), 3);
         assert_eq!(count_of("FAILED. 0 passed; 1 failed;", " failed"), 1);
         assert_eq!(count_of("garbage", " passed"), 0);
+    }
+
+    #[test]
+    fn ignored_tests_are_counted_across_summaries() {
+        let mut counts = TestCounts::default();
+        counts.add(
+            "ok. 1 passed; 0 failed; 8 ignored; 0 measured; 0 filtered out; finished in 1.01s",
+        );
+        counts.add(
+            "ok. 30 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.2s",
+        );
+        assert_eq!(
+            counts,
+            TestCounts {
+                passed: 31,
+                failed: 0,
+                ignored: 8
+            }
+        );
     }
 }

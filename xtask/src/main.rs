@@ -157,14 +157,44 @@ fn test() -> Result<()> {
     }
     layering::check()?;
     package_step()?;
-    let (passed, failed) = exec::run_test_step(Step::new("test", cargo(&["test"])))?;
+    let kernel_tests = runs_kernel_tests();
+    let counts = exec::run_test_step(Step::new("test", test_command(kernel_tests)))?;
     for (target, input) in FUZZ_TARGETS {
         run_step(fuzz_step(target, input))?;
     }
     println!("\nxtask test: all {count} steps passed");
+    let exec::TestCounts {
+        passed,
+        failed,
+        ignored,
+    } = counts;
     // One plain closing line for whoever reads the log last.
-    println!("tests: {passed} passed, {failed} failed");
+    println!("tests: {passed} passed, {failed} failed, {ignored} ignored");
+    if !kernel_tests && ignored > 0 {
+        println!(
+            "{ignored} tests were ignored because they need root (kernel, QEMU and client-runtime \
+             tests): run `cargo xtask test` as root, or `cargo test -- --include-ignored` as root"
+        );
+    }
     Ok(())
+}
+
+/// Whether `cargo test` runs the `#[ignore]`d kernel tests: as root, and
+/// always in CI (`CI=true`), where a test whose precondition is missing
+/// fails rather than being left out.
+fn runs_kernel_tests() -> bool {
+    exec::is_root() || std::env::var("CI").is_ok_and(|ci| ci == "true")
+}
+
+/// `cargo test`, with `-- --include-ignored` when the kernel tests run (the
+/// tests that need root are `#[ignore = "<what they need>"]`, so a plain
+/// `cargo test` reports them ignored instead of passing them unrun).
+fn test_command(kernel_tests: bool) -> std::process::Command {
+    if kernel_tests {
+        cargo(&["test", "--", "--include-ignored"])
+    } else {
+        cargo(&["test"])
+    }
 }
 
 /// `cargo doc` of the library crates with every rustdoc warning an error:

@@ -127,7 +127,7 @@ impl GuestFiles {
 
     pub fn kernel(&self, kernel: GuestKernel) -> anyhow::Result<KernelFiles> {
         let (dir, stamp) = self.part(&format!("kernel-{}", kernel.series()))?;
-        let vmlinuz = super::image::find_one(&dir.join("boot"), "vmlinuz-")?;
+        let vmlinuz = find_one(&dir.join("boot"), "vmlinuz-")?;
         let release = vmlinuz
             .file_name()
             .and_then(|n| n.to_str())
@@ -147,4 +147,19 @@ impl GuestFiles {
             package: stamp.trim().to_owned(),
         })
     }
+}
+
+/// The one entry of `dir` whose name starts with `prefix`.
+fn find_one(dir: &Path, prefix: &str) -> anyhow::Result<PathBuf> {
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    for entry in entries {
+        let path = entry?.path();
+        if path
+            .file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+        {
+            return Ok(path);
+        }
+    }
+    bail!("no {prefix}* in {}", dir.display())
 }

@@ -13,7 +13,7 @@ use std::{
 use anyhow::{Context as _, bail};
 
 use super::files::{GuestFiles, GuestKernel, KernelFiles, Qemu};
-use crate::netns::run;
+use crate::command::run;
 
 /// Modules the guest loads at boot, from its kernel's package: virtio-net
 /// with its PCI transport, igb with what it needs (dca, i2c-algo-bit), and
@@ -97,21 +97,6 @@ impl GuestImage {
             package: kernel_files.package,
         })
     }
-}
-
-/// The one entry of `dir` whose name starts with `prefix`.
-pub(super) fn find_one(dir: &Path, prefix: &str) -> anyhow::Result<PathBuf> {
-    let entries = fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
-    for entry in entries {
-        let path = entry?.path();
-        if path
-            .file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
-        {
-            return Ok(path);
-        }
-    }
-    bail!("no {prefix}* in {}", dir.display())
 }
 
 fn is_stale(product: &Path, inputs: &[&Path]) -> anyhow::Result<bool> {

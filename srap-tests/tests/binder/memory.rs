@@ -18,6 +18,7 @@ const ONE_RECEIVER_LIMIT: u64 = 8 << 20;
 /// kernel counts them, and the formula of docs/binder.md says what the
 /// kernel charges.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn one_32_cpu_receiver_pins_at_most_8_mib() {
     if !privileged("binder: pinned memory of one receiver") {
         return;
@@ -51,6 +52,7 @@ fn one_32_cpu_receiver_pins_at_most_8_mib() {
 /// socket table), naming the pinned settings and `srap-agent detach`; the
 /// pinned settings adopt it again.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_plan_or_pins_past_the_settings_are_refused_naming_the_setting() {
     if !privileged("binder: map sizes refused by name") {
         return;

@@ -99,6 +99,7 @@ fn check(
 }
 
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn every_socket_pattern_releases_exactly_what_it_claimed() {
     if !privileged("binder: the socket-pattern matrix drains the occupancy") {
         return;
@@ -173,6 +174,7 @@ fn every_socket_pattern_releases_exactly_what_it_claimed() {
 /// The same for dual-stack sockets (an `AF_INET6` socket toward the IPv4
 /// receiver as `::ffff:a.b.c.d`) and for IPv6.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn dual_stack_and_ipv6_sockets_release_exactly_what_they_claimed() {
     if !privileged("binder: dual-stack and IPv6 sockets drain the occupancy") {
         return;
@@ -215,6 +217,7 @@ const SOAK_ROUNDS: usize = 16;
 /// long flows sit on 16 distinct CPUs (the tuples the receiver accepted)
 /// and are all that is counted at the end; then everything drains.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_soak_of_mixed_patterns_with_a_replan_and_a_restart_drifts_nothing() {
     if !privileged("binder: soak of mixed socket patterns") {
         return;

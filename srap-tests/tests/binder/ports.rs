@@ -82,6 +82,7 @@ fn rotation_share(lab: &Lab, accepted: &[Accepted]) -> f64 {
 /// * ≥ 90 % of the objects opened once the long flows were up landed on a
 ///   CPU no long flow holds (kernel ports would: half the time).
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn connection_per_object_churn_is_steered_beside_long_flows_and_another_application() {
     if !privileged("binder: connection-per-object churn") {
         return;
@@ -189,6 +190,7 @@ fn hot_round(workload: &mut srap_tests::workload::Workload, connects: u32) -> (V
 /// keeps every port of its range bound, which the kernel then hands to no
 /// other application: the running agent warns once, saying what to change.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_hot_loop_of_connects_never_fails_at_the_kernels_pace() {
     if !privileged("binder: a hot loop of connects") {
         return;
@@ -258,6 +260,7 @@ fn a_hot_loop_of_connects_never_fails_at_the_kernels_pace() {
 /// receivers, every tuple distinct. Each receiver's 16 flows land on 16
 /// distinct CPUs by the tuples it accepted.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn one_sender_steers_a_hundred_receivers_sharing_ports() {
     if !privileged("binder: a hundred receivers sharing ports") {
         return;
@@ -362,6 +365,7 @@ fn narrow_lab(subnet: u8, range: &str) -> Lab {
 /// rotation goes on. (Without waiting for the server, a sink slowed by a
 /// loaded machine leaves tuples in FIN_WAIT2, which no one may take.)
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn time_wait_tuples_with_timestamps_are_reused() {
     if !privileged("binder: TIME_WAIT tuples reused") {
         return;
@@ -396,6 +400,7 @@ fn time_wait_tuples_with_timestamps_are_reused() {
 /// fails, the counters say why, and the running agent warns once, saying
 /// what to change.
 #[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_slot_that_runs_dry_falls_back_and_the_agent_warns_once() {
     if !privileged("binder: a dry slot") {
         return;
