@@ -1,15 +1,17 @@
 //! `srap-agent`: the SRAP daemon: the receive verifier and the sender-side
-//! port binder. Arguments here, one module per command in `cmd/`.
+//! port binder. The commands here, their flags in `args/` (clap stays in
+//! this binary), one module per command in `cmd/`.
 use std::{io::IsTerminal as _, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 use clap::{CommandFactory as _, Parser, Subcommand};
-use srap_daemon::{
-    receiver::args::HookArg,
-    sender::args::{DetachArgs, SenderArgs},
-};
 use tracing_subscriber::EnvFilter;
 
+use crate::args::{
+    detach::DetachArgs, receiver::ReceiverArgs, sender::SenderArgs, verify::VerifyArgs,
+};
+
+mod args;
 mod cmd;
 // The completion and man page generator `srap` uses (see its doc comment).
 #[path = "../../srap-cli/src/docs.rs"]
@@ -26,21 +28,7 @@ struct Cli {
 enum Command {
     /// Attach the receive verifier to an interface and print, every second,
     /// which receive queue and CPU each TCP flow lands on.
-    Verify {
-        /// Receiving interface.
-        #[arg(long)]
-        iface: String,
-        /// Hook to attach to.
-        #[arg(long, value_enum, default_value_t = HookArg::Auto)]
-        hook: HookArg,
-        /// cgroup2 directory whose TCP servers the socket hook watches
-        /// (default: the cgroup2 root).
-        #[arg(long, value_name = "DIR")]
-        verify_cgroup: Option<std::path::PathBuf>,
-        /// Stop after this many seconds (default: until Ctrl-C).
-        #[arg(long)]
-        duration: Option<u64>,
-    },
+    Verify(VerifyArgs),
     /// Steer the connections of workloads in a cgroup (`srap exec`) so each
     /// lands on its own receiver CPU: fills the binder's maps, attaches and
     /// pins it, then reports its counters until stopped (steering goes on
@@ -55,7 +43,7 @@ enum Command {
     Lab(srap_lab::LabArgs),
     /// Serve this host's RSS description to sender agents (`sender --peer`)
     /// and push every change to them.
-    Receiver(srap_daemon::receiver::args::ReceiverArgs),
+    Receiver(ReceiverArgs),
     /// Print a shell completion script to stdout (for packaging).
     #[command(hide = true)]
     Completions(docs::CompletionsArgs),
@@ -84,18 +72,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .build()
         .context("starting the async runtime")?;
     match cli.command {
-        Command::Verify {
-            iface,
-            hook,
-            verify_cgroup,
-            duration,
-        } => runtime.block_on(cmd::verify::run(
-            &iface,
-            hook.into(),
-            verify_cgroup.as_deref(),
-            duration.map(Duration::from_secs),
+        Command::Verify(args) => runtime.block_on(cmd::verify::run(
+            &args.iface,
+            args.hook.into(),
+            args.verify_cgroup.as_deref(),
+            args.duration.map(Duration::from_secs),
         )),
-        Command::Sender(args) => cmd::sender::run(&args, &runtime),
+        Command::Sender(args) => cmd::sender::run(&(*args).into(), &runtime),
         Command::Detach(args) => cmd::detach::run(&args),
         Command::Lab(args) => srap_lab::run(&args),
         Command::Receiver(args) => runtime.block_on(cmd::receiver::run(&args)),

@@ -25,7 +25,8 @@ use aya::{
     Ebpf,
     maps::{HashMap as BpfHashMap, MapError},
     programs::{
-        CgroupAttachMode, ProgramError, SchedClassifier, SockOps, TcAttachType, Xdp, XdpMode,
+        CgroupAttachMode, Program, ProgramError, SchedClassifier, SockOps, TcAttachType, Xdp,
+        XdpMode,
     },
 };
 use srap_common::verifier::{
@@ -644,55 +645,61 @@ enum AttachFailure {
     Fatal(VerifierError),
 }
 
-fn load_xdp(ebpf: &mut Ebpf) -> Result<&mut Xdp, AttachFailure> {
-    let program: &mut Xdp = ebpf
-        .program_mut(VERIFY_XDP_PROGRAM)
-        .ok_or(AttachFailure::Fatal(VerifierError::Missing("XDP program")))?
+/// The verifier's three programs (XDP, tc, `sock_ops`), found and loaded
+/// the same way: [`loaded`] is their one home.
+trait VerifierProgram {
+    /// Loads the program unless a hook tried before already did (the
+    /// automatic choice may try tc, say, after the socket hook failed).
+    fn load_once(&mut self) -> Result<(), ProgramError>;
+}
+
+macro_rules! verifier_program {
+    ($($program:ty),+) => {$(
+        impl VerifierProgram for $program {
+            fn load_once(&mut self) -> Result<(), ProgramError> {
+                if self.fd().is_err() {
+                    self.load()?;
+                }
+                Ok(())
+            }
+        }
+    )+};
+}
+
+verifier_program!(Xdp, SchedClassifier, SockOps);
+
+/// The program `name` of the object (`what`, for the error if the object
+/// lacks it) as a `P`, loaded. A program of another type, or one the
+/// kernel's verifier rejects, is fatal: no other hook would do better.
+fn loaded<'e, P>(
+    ebpf: &'e mut Ebpf,
+    name: &'static str,
+    what: &'static str,
+) -> Result<&'e mut P, AttachFailure>
+where
+    P: VerifierProgram + 'e,
+    &'e mut P: TryFrom<&'e mut Program, Error = ProgramError>,
+{
+    let fatal = |source| {
+        AttachFailure::Fatal(VerifierError::Program {
+            program: name,
+            source,
+        })
+    };
+    let program: &mut P = ebpf
+        .program_mut(name)
+        .ok_or(AttachFailure::Fatal(VerifierError::Missing(what)))?
         .try_into()
-        .map_err(|source| {
-            AttachFailure::Fatal(VerifierError::Program {
-                program: VERIFY_XDP_PROGRAM,
-                source,
-            })
-        })?;
-    if program.fd().is_err() {
-        program.load().map_err(|source| {
-            AttachFailure::Fatal(VerifierError::Program {
-                program: VERIFY_XDP_PROGRAM,
-                source,
-            })
-        })?;
-    }
+        .map_err(fatal)?;
+    program.load_once().map_err(fatal)?;
     Ok(program)
 }
 
 fn attach_xdp(ebpf: &mut Ebpf, iface: &str, mode: XdpMode) -> Result<(), AttachFailure> {
-    load_xdp(ebpf)?
+    loaded::<Xdp>(ebpf, VERIFY_XDP_PROGRAM, "XDP program")?
         .attach(iface, mode)
         .map(drop)
         .map_err(|err| AttachFailure::Refused(error_chain(&err)))
-}
-
-fn load_tc(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, AttachFailure> {
-    let program: &mut SchedClassifier = ebpf
-        .program_mut(VERIFY_TC_PROGRAM)
-        .ok_or(AttachFailure::Fatal(VerifierError::Missing("tc program")))?
-        .try_into()
-        .map_err(|source| {
-            AttachFailure::Fatal(VerifierError::Program {
-                program: VERIFY_TC_PROGRAM,
-                source,
-            })
-        })?;
-    if program.fd().is_err() {
-        program.load().map_err(|source| {
-            AttachFailure::Fatal(VerifierError::Program {
-                program: VERIFY_TC_PROGRAM,
-                source,
-            })
-        })?;
-    }
-    Ok(program)
 }
 
 /// The socket hook on `cgroup` (default: the cgroup2 root), with the
@@ -748,26 +755,7 @@ fn attach_sock(
     let file = std::fs::File::open(&cgroup).map_err(|err| {
         AttachFailure::Refused(format!("opening cgroup {}: {err}", cgroup.display()))
     })?;
-    let program: &mut SockOps = ebpf
-        .program_mut(VERIFY_SOCK_PROGRAM)
-        .ok_or(AttachFailure::Fatal(VerifierError::Missing(
-            "sock_ops program",
-        )))?
-        .try_into()
-        .map_err(|source| {
-            AttachFailure::Fatal(VerifierError::Program {
-                program: VERIFY_SOCK_PROGRAM,
-                source,
-            })
-        })?;
-    if program.fd().is_err() {
-        program.load().map_err(|source| {
-            AttachFailure::Fatal(VerifierError::Program {
-                program: VERIFY_SOCK_PROGRAM,
-                source,
-            })
-        })?;
-    }
+    let program = loaded::<SockOps>(ebpf, VERIFY_SOCK_PROGRAM, "sock_ops program")?;
     // A BPF link (Linux ≥ 5.7) coexists with every other program and link
     // on the cgroup whatever the mode; link_create refuses the multi flag.
     program
@@ -815,7 +803,7 @@ fn sock_diag_for_tcp() -> Result<SockDiag, String> {
 
 /// tc ingress through tcx, or through a `clsact` qdisc filter.
 fn attach_tc(ebpf: &mut Ebpf, iface: &str, mode: TcMode) -> Result<(), AttachFailure> {
-    let program = load_tc(ebpf)?;
+    let program = loaded::<SchedClassifier>(ebpf, VERIFY_TC_PROGRAM, "tc program")?;
     crate::tc::attach(program, iface, TcAttachType::Ingress, mode)
         .map_err(|err| AttachFailure::Refused(error_chain(&err)))
 }

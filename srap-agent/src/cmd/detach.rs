@@ -2,7 +2,9 @@
 //! pinned (and ports an older agent reserved).
 
 use anyhow::Context as _;
-use srap_daemon::sender::{self, args::DetachArgs};
+use srap_daemon::sender;
+
+use crate::args::detach::DetachArgs;
 
 /// Detaches and says what it removed.
 pub fn run(args: &DetachArgs) -> anyhow::Result<()> {

@@ -13,13 +13,14 @@ use srap_daemon::{
     receiver::{
         AllowList, LearnedKey, Offer, Server, ServerConfig, Source, Timeouts,
         access::{Exposure, exposure},
-        args::ReceiverArgs,
         grants,
         monitor::{self, Monitor},
         source,
     },
 };
 use srap_host::status::{ControlSocket, DEFAULT_CONTROL_PATH, control, metrics};
+
+use crate::args::receiver::ReceiverArgs;
 
 /// How often the description is re-read: a file is cheap to re-read; a
 /// discovery is a few netlink and /proc reads. Both within the 1 s promise.

@@ -5,14 +5,18 @@
 use super::usage_error;
 use anyhow::Context as _;
 use srap_common::rss::RssDescription;
-use srap_daemon::sender::{self, args::SenderArgs, ends::LocalNic, ends::Steer};
+use srap_daemon::sender::{
+    self,
+    ends::{LocalNic, Steer},
+    settings::SenderSettings,
+};
 
 /// Sets up (or adopts) the binder, prints what it steers, then reports its
 /// counters until Ctrl-C, SIGTERM or `srap-agent detach`. With `--peer` the
 /// description comes from the receiver agent and is followed
 /// ([`sender::follow`]); with `--rss`, or only this host's NIC planned, it
 /// is planned once ([`sender::offline`]).
-pub fn run(args: &SenderArgs, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
+pub fn run(args: &SenderSettings, runtime: &tokio::runtime::Runtime) -> anyhow::Result<()> {
     // The packaged sender.toml names a key: that one goes unused with
     // --rss, a --psk-file flag beside it is a mistake.
     let psk_flag = args.psk_file.is_some();

@@ -12,7 +12,6 @@
 
 pub mod access;
 pub mod allow;
-pub mod args;
 pub mod downstream;
 pub mod grants;
 pub mod monitor;

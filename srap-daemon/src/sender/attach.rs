@@ -6,13 +6,17 @@
 //! one is created and pinned. A link already pinned is left attached: the
 //! restarted agent adopts it, and steering never stops.
 
-use std::{fs, io, os::fd::AsFd, path::Path};
+use std::{
+    fs, io,
+    os::fd::{AsFd, BorrowedFd},
+    path::Path,
+};
 
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, Map, MapData, MapInfo},
     programs::{
-        CgroupAttachMode, CgroupSock, CgroupSockAddr,
+        CgroupAttachMode, CgroupSock, CgroupSockAddr, Program, ProgramError,
         links::{FdLink, PinnedLink},
     },
 };
@@ -189,43 +193,79 @@ pub fn ensure_attached(
     }
 }
 
+/// The binder's two types of cgroup program (`sock_release` is a
+/// [`CgroupSock`], the connect and bind hooks are [`CgroupSockAddr`]s):
+/// loaded, attached and their link taken alike.
+trait CgroupHook {
+    /// Loads program `name`, attaches it to `cgroup` and takes its link
+    /// out of the program, so that the pin alone keeps it attached.
+    fn link_to(
+        &mut self,
+        name: &'static str,
+        cgroup: BorrowedFd<'_>,
+    ) -> Result<FdLink, SenderError>;
+}
+
+macro_rules! cgroup_hook {
+    ($($program:ty),+) => {$(
+        impl CgroupHook for $program {
+            fn link_to(
+                &mut self,
+                name: &'static str,
+                cgroup: BorrowedFd<'_>,
+            ) -> Result<FdLink, SenderError> {
+                let program_error = |source| SenderError::Program {
+                    program: name,
+                    source,
+                };
+                self.load().map_err(program_error)?;
+                let id = self
+                    .attach(cgroup, CgroupAttachMode::Single)
+                    .map_err(program_error)?;
+                let link = self.take_link(id).map_err(program_error)?;
+                link.try_into().map_err(|source| SenderError::Link {
+                    program: name,
+                    source,
+                })
+            }
+        }
+    )+};
+}
+
+cgroup_hook!(CgroupSock, CgroupSockAddr);
+
+/// Program `name` of `ebpf` as a `P`, linked to `cgroup`.
+fn link_to_cgroup<P>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    cgroup: BorrowedFd<'_>,
+) -> Result<FdLink, SenderError>
+where
+    P: CgroupHook,
+    for<'p> &'p mut P: TryFrom<&'p mut Program, Error = ProgramError>,
+{
+    let program = ebpf.program_mut(name).ok_or(SenderError::Missing(name))?;
+    let program: &mut P = program.try_into().map_err(|source| SenderError::Program {
+        program: name,
+        source,
+    })?;
+    program.link_to(name, cgroup)
+}
+
 fn attach_one(
     ebpf: &mut Ebpf,
     layout: &PinLayout,
     name: &'static str,
     cgroup: &Path,
 ) -> Result<(), SenderError> {
-    let program_error = |source| SenderError::Program {
-        program: name,
-        source,
-    };
     let cgroup_fd = fs::File::open(cgroup).map_err(|source| SenderError::Io {
         what: format!("opening cgroup {}", cgroup.display()),
         source,
     })?;
-    let program = ebpf.program_mut(name).ok_or(SenderError::Missing(name))?;
-    let link: FdLink = if name == RELEASE_PROGRAM {
-        let program: &mut CgroupSock = program.try_into().map_err(program_error)?;
-        program.load().map_err(program_error)?;
-        let id = program
-            .attach(cgroup_fd.as_fd(), CgroupAttachMode::Single)
-            .map_err(program_error)?;
-        let link = program.take_link(id).map_err(program_error)?;
-        link.try_into().map_err(|err| SenderError::Link {
-            program: name,
-            source: err,
-        })?
+    let link = if name == RELEASE_PROGRAM {
+        link_to_cgroup::<CgroupSock>(ebpf, name, cgroup_fd.as_fd())?
     } else {
-        let program: &mut CgroupSockAddr = program.try_into().map_err(program_error)?;
-        program.load().map_err(program_error)?;
-        let id = program
-            .attach(cgroup_fd.as_fd(), CgroupAttachMode::Single)
-            .map_err(program_error)?;
-        let link = program.take_link(id).map_err(program_error)?;
-        link.try_into().map_err(|err| SenderError::Link {
-            program: name,
-            source: err,
-        })?
+        link_to_cgroup::<CgroupSockAddr>(ebpf, name, cgroup_fd.as_fd())?
     };
     let pin_error = |source| SenderError::Pin {
         path: layout.link(name),

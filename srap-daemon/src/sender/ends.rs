@@ -2,11 +2,11 @@
 //! CPUs a steered flow is placed on (`--steer`), and this host's own NIC
 //! when it is one of them (`--local-iface` or `--local-rss`,
 //! `--local-cpus`), described exactly as a receiver agent describes its
-//! own.
+//! own. The settings that choose them ([`LocalSettings`]) live here too,
+//! so the sender's settings depend on this module and not the reverse.
 
 use std::{collections::BTreeSet, fmt, path::PathBuf, str::FromStr, sync::Arc};
 
-use clap::ValueEnum as _;
 use srap_common::rss::{End, KeyProvenance, KeySource, RssDescription, RssModel};
 use srap_host::{
     cpulist,
@@ -14,14 +14,13 @@ use srap_host::{
 };
 use thiserror::Error;
 
-use super::args::LocalArgs;
 use crate::{
     receiver::source::{Source, SourceError},
     tracker::learning::{LearnedKey, Served},
 };
 
 /// `--steer`: whose CPUs a steered flow is placed on.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum Steer {
     /// The receiver's (the data this host sends).
     #[default]
@@ -42,21 +41,79 @@ impl Steer {
     pub fn local(self) -> bool {
         self != Self::Remote
     }
+
+    /// The name `--steer` and the `steer` key take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Remote => "remote",
+            Self::Local => "local",
+            Self::Both => "both",
+        }
+    }
 }
 
 impl FromStr for Steer {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        <Self as clap::ValueEnum>::from_str(text, false)
-            .map_err(|_| format!("`{text}` is not remote, local or both"))
+        [Self::Remote, Self::Local, Self::Both]
+            .into_iter()
+            .find(|steer| steer.name() == text)
+            .ok_or_else(|| format!("`{text}` is not remote, local or both"))
     }
 }
 
 impl fmt::Display for Steer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let value = self.to_possible_value();
-        f.write_str(value.as_ref().map_or("?", |v| v.get_name()))
+        f.write_str(self.name())
+    }
+}
+
+/// Which NIC the ports are chosen for, and this host's own NIC when it is
+/// one of them (see `docs/directions.md`): `--steer`, `--local-iface`,
+/// `--local-rss` and `--local-cpus`.
+#[derive(Debug, Clone, Default)]
+pub struct LocalSettings {
+    /// Whose CPUs each steered flow is placed on (`None`: `remote`).
+    pub steer: Option<Steer>,
+    /// This host's NIC, discovered as the receiver agent discovers its own.
+    pub local_iface: Option<String>,
+    /// This host's NIC described in a file (`srap rss show --json`).
+    pub local_rss: Option<PathBuf>,
+    /// Only these CPUs of this host take steered flows (`None`: every CPU
+    /// a receive queue reaches, those on the NIC's NUMA node first).
+    pub local_cpus: Option<BTreeSet<u32>>,
+}
+
+impl LocalSettings {
+    /// `--steer`, `remote` unless given.
+    pub fn steer(&self) -> Steer {
+        self.steer.unwrap_or_default()
+    }
+
+    /// Checks the local settings go together: a description of this
+    /// host's NIC for `local` and `both`, and none of them for `remote`.
+    /// Checked after the `--config` file is merged, so the messages name
+    /// both the flag and the key.
+    pub fn check(&self) -> anyhow::Result<()> {
+        let described = self.local_iface.is_some() || self.local_rss.is_some();
+        match self.steer() {
+            Steer::Remote if described || self.local_cpus.is_some() => anyhow::bail!(
+                "--local-iface, --local-rss and --local-cpus go with --steer local or both \
+                 (`steer` in the --config file)"
+            ),
+            Steer::Local | Steer::Both if !described => anyhow::bail!(
+                "--steer {} needs this host's NIC: give --local-iface DEV (discovered) or \
+                 --local-rss FILE (`local-iface` or `local-rss` in the --config file)",
+                self.steer()
+            ),
+            Steer::Local | Steer::Both
+                if self.local_iface.is_some() && self.local_rss.is_some() =>
+            {
+                anyhow::bail!("give one of --local-iface and --local-rss, not both")
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -100,7 +157,7 @@ impl LocalNic {
     /// Reads this host's NIC as `args` name it (`None` with `--steer
     /// remote`): discovered (blocking: netlink and /proc) or read from the
     /// file.
-    pub fn load(args: &LocalArgs) -> Result<Option<Self>, LocalNicError> {
+    pub fn load(args: &LocalSettings) -> Result<Option<Self>, LocalNicError> {
         let source = match (&args.local_iface, &args.local_rss) {
             (Some(iface), _) => Source::Iface(iface.clone()),
             (None, Some(file)) => Source::File(file.clone()),

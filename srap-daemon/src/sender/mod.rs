@@ -10,7 +10,6 @@
 //! `--peer`, [`follow`] fetches the description from the receiver agent and
 //! [`replan`] refills the maps whenever it changes.
 
-pub mod args;
 mod attach;
 pub mod audit;
 pub mod config;
@@ -25,6 +24,7 @@ pub mod offline;
 pub mod plan;
 pub mod rate;
 mod replan;
+pub mod settings;
 pub mod state;
 pub mod summary;
 pub mod watch;

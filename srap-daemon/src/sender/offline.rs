@@ -14,12 +14,12 @@ use tracing::{info, warn};
 
 use super::{
     RunningBinder, SenderOptions, Target,
-    args::SenderArgs,
     ends::{LocalNic, Steer},
     follow::{self, Published, status},
     grant,
     local_end::LocalEnd,
     maps,
+    settings::SenderSettings,
 };
 use srap_common::{
     binder::{LEVELS, LOCAL_ROW},
@@ -34,7 +34,7 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 /// receiver's from `--rss`, or none with `--steer local`) and this host's
 /// NIC `local` (none with `--steer remote`).
 pub async fn run(
-    args: &SenderArgs,
+    args: &SenderSettings,
     remote: Option<&RssModel>,
     local: Option<LocalNic>,
     object: &[u8],
@@ -87,7 +87,7 @@ pub async fn run(
 }
 
 /// The destinations: `--receiver`, else every address of every `--peer`.
-async fn destinations(args: &SenderArgs) -> anyhow::Result<Vec<IpAddr>> {
+async fn destinations(args: &SenderSettings) -> anyhow::Result<Vec<IpAddr>> {
     if !args.receivers.is_empty() {
         return Ok(args.receivers.clone());
     }

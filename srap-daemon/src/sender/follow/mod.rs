@@ -38,12 +38,13 @@ use self::{
 };
 use super::{
     RunningBinder, SenderOptions, Target,
-    args::SenderArgs,
     ends::{LocalNic, Steer},
     grant,
     landings::LocalLandings,
     local_end::LocalEnd,
-    maps, replan, summary,
+    maps, replan,
+    settings::SenderSettings,
+    summary,
 };
 use crate::{
     psk::read_psk_file,
@@ -88,7 +89,7 @@ struct Follower {
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
 pub async fn run(
-    args: &SenderArgs,
+    args: &SenderSettings,
     peers: &[String],
     local: Option<LocalNic>,
     object: &[u8],
@@ -187,7 +188,7 @@ fn watch_opened(cgroup: &std::path::Path) -> Option<LocalLandings> {
 
 /// How to reach receiver `peer`: with its key (read now, so a bad key
 /// file stops the agent before anything is set up).
-fn peer_config(args: &SenderArgs, peer: &str) -> anyhow::Result<PeerConfig> {
+fn peer_config(args: &SenderSettings, peer: &str) -> anyhow::Result<PeerConfig> {
     let config = PeerConfig::new(peer, None);
     Ok(match args.psk_file_for(peer) {
         Some(path) => {
@@ -621,7 +622,7 @@ fn replan_for(steering: &mut RunningBinder, options: &SenderOptions, version: u6
 }
 
 /// The destination ports the plan is reported for.
-fn report_ports(args: &SenderArgs) -> anyhow::Result<Vec<u16>> {
+fn report_ports(args: &SenderSettings) -> anyhow::Result<Vec<u16>> {
     let ports = if args.report_ports.is_empty() {
         &args.ports
     } else {
@@ -642,7 +643,7 @@ fn report_ports(args: &SenderArgs) -> anyhow::Result<Vec<u16>> {
 /// The addresses steered toward for each peer: `--receiver` with one
 /// `--peer`, otherwise each peer's own address.
 async fn receiver_addresses(
-    args: &SenderArgs,
+    args: &SenderSettings,
     peers: &[String],
     resolver: &resolve::Resolve,
 ) -> anyhow::Result<Vec<Vec<IpAddr>>> {
@@ -681,7 +682,7 @@ async fn peer_ips(peer_addr: &str, resolver: &resolve::Resolve) -> anyhow::Resul
 
 /// The binder's options for `targets`, the rest from the command line
 /// (the maps' sizes checked: a setting out of range is an error naming it).
-pub fn options(args: &SenderArgs, targets: Vec<Target>) -> anyhow::Result<SenderOptions> {
+pub fn options(args: &SenderSettings, targets: Vec<Target>) -> anyhow::Result<SenderOptions> {
     Ok(SenderOptions {
         targets,
         ports: args.ports.clone(),

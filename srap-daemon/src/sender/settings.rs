@@ -1,36 +1,36 @@
-//! Command-line arguments of `srap-agent sender` and `srap-agent detach`
-//! (parsed here so the flags and their docs sit next to what they set).
+//! What `srap-agent sender` is told: its flags (parsed in the binary,
+//! which keeps every flag's name, help and parser) over the `--config`
+//! file ([`super::config`]), and the rules they must follow together.
+//! No clap here: the library takes plain settings, so it can be driven
+//! without a command line (and the flags can change without it).
 
 use std::{
-    collections::BTreeSet,
     net::IpAddr,
     path::{Path, PathBuf},
 };
 
 use srap_common::{binder::BinderSizes, solver::PortRange};
+use srap_host::cpulist;
 
 use super::{
     DEFAULT_PIN_DIR, PacingRate,
     config::{ConfigError, SenderConfig},
-    ends::Steer,
+    ends::{LocalSettings, Steer},
 };
 
 /// Where the receiver's RSS description comes from: exactly one of
-/// `--rss` and `--peer` (clap's group says so when both are given; with
-/// neither, `rss` or `peers` of `--config` — [`SenderArgs::resolved`]).
-#[derive(clap::Args, Debug, Clone)]
-#[group(id = "description", required = false, multiple = false)]
+/// `--rss` and `--peer` (the command line refuses both; with neither,
+/// `rss` or `peers` of `--config` — [`SenderSettings::resolved`]).
+#[derive(Debug, Clone, Default)]
 pub struct DescriptionSource {
     /// The receiver's RSS description (JSON, as `srap rss show --json`
     /// prints): offline mode, planned once.
-    #[arg(long, value_name = "FILE")]
     pub rss: Option<PathBuf>,
     /// A receiver agent (`srap-agent receiver --listen`) to fetch the
     /// description from: the agent follows every change of it, keeps the
     /// last plan while the receiver is away, and reports its plan back.
     /// Repeat for more receivers: each is planned with its own description
     /// and gets its own grant; one away does not disturb the others.
-    #[arg(long, value_name = "HOST:PORT")]
     pub peer: Vec<String>,
 }
 
@@ -39,81 +39,66 @@ pub const DEFAULT_PEER_WAIT: u64 = 60;
 /// `--interval` unless set.
 pub const DEFAULT_INTERVAL: u64 = 10;
 
-#[derive(clap::Args, Debug, Clone)]
-pub struct SenderArgs {
+/// Every setting of `srap-agent sender`, as the flags gave it: `None` (or
+/// empty) is "not given", so [`SenderSettings::under_config`] can tell
+/// what the `--config` file may fill in; the accessors give the defaults.
+#[derive(Debug, Clone, Default)]
+pub struct SenderSettings {
     /// A TOML file with any of these settings (keys named as the flags,
     /// lists in the plural: `peers`, `receivers`, `ports`,
     /// `report-ports`); flags given here win over it. An unknown key is an
     /// error.
-    #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    #[command(flatten)]
     pub source: DescriptionSource,
     /// Pre-shared key the receiver agent must prove (and we prove to it).
     /// Read again before every connection, so a rotated key is used from
     /// the next one on.
-    #[arg(long, value_name = "FILE")]
     pub psk_file: Option<PathBuf>,
     /// Keys of single receivers (`psk-file` of a `[[peer]]` table in
     /// `--config`), by their `--peer`; the others use `--psk-file`.
-    #[arg(skip)]
     pub peer_psk_files: std::collections::BTreeMap<String, PathBuf>,
     /// With --peer: seconds to wait for the first description before
     /// giving up (nothing is set up until one arrives) [default: 60].
-    #[arg(long, value_name = "SECONDS")]
     pub peer_wait: Option<u64>,
     /// With --peer, when every destination port is steered: report the plan
     /// for these destination ports (repeat; a source port's CPU depends on
     /// the destination port). With --port, those ports are reported.
-    #[arg(long = "report-port", value_name = "P")]
     pub report_ports: Vec<u16>,
     /// A receiver address to steer toward (repeat for more receivers;
     /// with one --peer, default: the peer's address; with several --peer,
     /// each receiver is steered at its own peer's address).
-    #[arg(long = "receiver", value_name = "IP")]
     pub receivers: Vec<IpAddr>,
     /// Steer only this destination port (repeat for more; default: every port).
-    #[arg(long = "port", value_name = "P")]
     pub ports: Vec<u16>,
     /// The cgroup whose connections are steered (default `<cgroup2>/srap`;
     /// relative paths are below the cgroup2 mount).
-    #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
     /// SO_MAX_PACING_RATE for steered sockets, e.g. `25gbit` or `3gbps`.
-    #[arg(long, value_name = "RATE")]
     pub pacing_rate: Option<PacingRate>,
     /// bpffs directory for the pinned programs, links and maps
     /// [default: /sys/fs/bpf/srap].
-    #[arg(long, value_name = "DIR")]
     pub pin_dir: Option<PathBuf>,
     /// Source ports SRAP may bind, every one of them, shared with other
     /// destinations by 4-tuple (default: the kernel's ip_local_port_range).
-    #[arg(long, value_name = "START-END")]
     pub port_range: Option<PortRange>,
     /// Set up (or adopt) and exit; the pins keep steering running. With
     /// --peer: fetch the description once, set up, report the plan, exit
     /// (later changes on the receiver are not followed).
-    #[arg(long)]
     pub once: bool,
     /// With --peer: the sender agent's control socket, where `srap status
     /// --sender` reads every receiver, its description version, its grant
     /// and the binder's counters (not made with --once)
     /// [default: /run/srap/sender.sock].
-    #[arg(long, value_name = "PATH")]
     pub control: Option<PathBuf>,
     /// Serve Prometheus metrics (the binder's counters, the occupancy
     /// audit's repairs) on http://ADDR/metrics, e.g. `127.0.0.1:9448`
     /// (with the control socket: not with --once).
-    #[arg(long, value_name = "ADDR")]
     pub metrics: Option<std::net::SocketAddr>,
     /// Seconds between counter reports (and occupancy audits) while
     /// running [default: 10].
-    #[arg(long, value_name = "SECONDS")]
     pub interval: Option<u64>,
-    #[command(flatten)]
-    pub local: LocalArgs,
-    #[command(flatten)]
-    pub sizes: SizeArgs,
+    pub local: LocalSettings,
+    pub sizes: SizeSettings,
 }
 
 /// What the binder's pinned maps are sized for: the kernel memory they
@@ -121,28 +106,24 @@ pub struct SenderArgs {
 /// needs more stops with an error naming the flag to raise; a binder
 /// already attached keeps the sizes it was made with (change them after
 /// `srap-agent detach`).
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct SizeArgs {
+#[derive(Debug, Clone, Default)]
+pub struct SizeSettings {
     /// Receiver addresses steered toward (each --receiver, or each address
     /// of a --peer) [default: 64].
-    #[arg(long, value_name = "N")]
     pub max_receivers: Option<u32>,
     /// CPUs of one receiver its RSS reaches, and of this host with --steer
     /// local|both [default: 512, the most SRAP steers].
-    #[arg(long, value_name = "N")]
     pub max_cpus: Option<u32>,
     /// Steered sockets open at once (the socket table has twice as many
     /// rows, rounded up to a power of two) [default: 32768].
-    #[arg(long, value_name = "N")]
     pub max_sockets: Option<u32>,
     /// Distinct RSS layouts: one per receiver address family and
     /// description, one per --port of a receiver whose hash is not linear
     /// in the ports, and this host's NIC's [default: --max-receivers + 1].
-    #[arg(long, value_name = "N")]
     pub max_layouts: Option<u32>,
 }
 
-impl SizeArgs {
+impl SizeSettings {
     /// The sizes these settings give, the rest at their defaults; a
     /// setting that is 0 or past its limit is an error naming it.
     pub fn sizes(&self) -> anyhow::Result<BinderSizes> {
@@ -167,69 +148,7 @@ impl SizeArgs {
     }
 }
 
-/// Which NIC the ports are chosen for, and this host's own NIC when it is
-/// one of them (see `docs/directions.md`).
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct LocalArgs {
-    /// Whose CPUs each steered flow is placed on: `remote`, the
-    /// receiver's (its NIC hashes the data this host sends: uploads);
-    /// `local`, this host's own (its NIC hashes the reverse tuple: the data
-    /// of downloads over connections this host opens, the ACKs of
-    /// uploads), which needs no agent on the server; `both`, one port for
-    /// both NICs [default: remote].
-    #[arg(long, value_enum, value_name = "WHICH")]
-    pub steer: Option<Steer>,
-    /// With --steer local|both: this host's NIC, discovered as the
-    /// receiver agent discovers its own (key, table, hashed fields,
-    /// transform, queue → CPU, RPS, NUMA node).
-    #[arg(long, value_name = "DEV", conflicts_with = "local_rss")]
-    pub local_iface: Option<String>,
-    /// With --steer local|both: this host's NIC described in a file (the
-    /// JSON `srap rss show --json` prints), offline.
-    #[arg(long, value_name = "FILE")]
-    pub local_rss: Option<PathBuf>,
-    /// With --steer local|both: only these CPUs of this host take steered
-    /// flows, as a cpulist (`0-7,16-23`) [default: every CPU a receive
-    /// queue reaches, those on the NIC's NUMA node first].
-    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
-    pub local_cpus: Option<BTreeSet<u32>>,
-}
-
-impl LocalArgs {
-    /// `--steer`, `remote` unless given.
-    pub fn steer(&self) -> Steer {
-        self.steer.unwrap_or_default()
-    }
-
-    /// Checks the local flags go together: a description of this host's
-    /// NIC for `local` and `both`, and none of them for `remote`.
-    fn check(&self) -> anyhow::Result<()> {
-        let described = self.local_iface.is_some() || self.local_rss.is_some();
-        match self.steer() {
-            Steer::Remote if described || self.local_cpus.is_some() => anyhow::bail!(
-                "--local-iface, --local-rss and --local-cpus go with --steer local or both \
-                 (`steer` in the --config file)"
-            ),
-            Steer::Local | Steer::Both if !described => anyhow::bail!(
-                "--steer {} needs this host's NIC: give --local-iface DEV (discovered) or \
-                 --local-rss FILE (`local-iface` or `local-rss` in the --config file)",
-                self.steer()
-            ),
-            Steer::Local | Steer::Both
-                if self.local_iface.is_some() && self.local_rss.is_some() =>
-            {
-                anyhow::bail!("give one of --local-iface and --local-rss, not both")
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-fn parse_cpus(text: &str) -> Result<BTreeSet<u32>, srap_host::cpulist::CpuListError> {
-    srap_host::cpulist::parse_some(text)
-}
-
-impl SenderArgs {
+impl SenderSettings {
     /// The flags over `--config`'s file, checked for a description source
     /// (none is needed with `--steer local`: the destinations are enough).
     pub fn resolved(&self) -> anyhow::Result<Self> {
@@ -312,7 +231,7 @@ impl SenderArgs {
             .transpose()?;
         let local_cpus = config
             .local_cpus
-            .map(|c| parse_cpus(&c).map_err(|e| value("local-cpus")(e.to_string())))
+            .map(|c| cpulist::parse_some(&c).map_err(|e| value("local-cpus")(e.to_string())))
             .transpose()?;
         fill_vec(&mut self.report_ports, config.report_ports);
         fill_vec(&mut self.receivers, config.receivers);
@@ -368,13 +287,6 @@ impl SenderArgs {
     }
 }
 
-#[derive(clap::Args, Debug, Clone)]
-pub struct DetachArgs {
-    /// The pin directory `srap-agent sender` used.
-    #[arg(long, value_name = "DIR", default_value = DEFAULT_PIN_DIR)]
-    pub pin_dir: PathBuf,
-}
-
 fn fill<T>(flag: &mut Option<T>, file: Option<T>) {
     if flag.is_none() {
         *flag = file;
@@ -389,19 +301,24 @@ fn fill_vec<T>(flag: &mut Vec<T>, file: Vec<T>) {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser as _;
-
     use super::*;
 
-    #[derive(clap::Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: SenderArgs,
+    /// The settings a `--config` file of `text` gives when no flag is
+    /// given: the same as the flags of the same names (the binary's tests
+    /// check each flag lands in its field).
+    fn settings(text: &str) -> SenderSettings {
+        let path = Path::new("sender.toml");
+        let config = SenderConfig::parse(path, text).expect("valid");
+        SenderSettings::default()
+            .under_config(path, config)
+            .expect("merged")
     }
 
-    fn args(flags: &[&str]) -> SenderArgs {
-        let argv = std::iter::once("srap-agent-sender").chain(flags.iter().copied());
-        Cli::try_parse_from(argv).expect("flags").args
+    fn peers(peers: &[&str]) -> DescriptionSource {
+        DescriptionSource {
+            rss: None,
+            peer: peers.iter().map(|p| p.to_string()).collect(),
+        }
     }
 
     const FILE: &str = r#"
@@ -428,9 +345,12 @@ mod tests {
     fn every_key_sets_its_flag_and_flags_win() {
         let path = Path::new("/etc/srap/sender.toml");
         let config = SenderConfig::parse(path, FILE).expect("valid");
-        let merged = args(&["--peer-wait", "9", "--port", "80"])
-            .under_config(path, config.clone())
-            .expect("merged");
+        let flags = SenderSettings {
+            peer_wait: Some(9),
+            ports: vec![80],
+            ..SenderSettings::default()
+        };
+        let merged = flags.under_config(path, config.clone()).expect("merged");
         assert_eq!(merged.source.peer, ["10.199.89.2:7447", "r2.example:7447"]);
         assert_eq!(merged.psk_file.as_deref(), Some(Path::new("/etc/srap/psk")));
         assert_eq!(merged.peer_wait, Some(9), "the flag wins");
@@ -467,9 +387,11 @@ mod tests {
         );
 
         // --peer on the command line replaces the file's peers.
-        let merged = args(&["--peer", "10.0.0.9:7447"])
-            .under_config(path, config)
-            .expect("merged");
+        let flags = SenderSettings {
+            source: peers(&["10.0.0.9:7447"]),
+            ..SenderSettings::default()
+        };
+        let merged = flags.under_config(path, config).expect("merged");
         assert_eq!(merged.source.peer, ["10.0.0.9:7447"]);
     }
 
@@ -479,7 +401,7 @@ mod tests {
         let text = "peers = [\"a:7447\"]\npsk-file = \"/etc/srap/psk\"\n\
                     [[peer]]\naddress = \"b:7447\"\npsk-file = \"/etc/srap/psk-b\"\n";
         let config = SenderConfig::parse(path, text).expect("valid");
-        let merged = args(&[])
+        let merged = SenderSettings::default()
             .under_config(path, config.clone())
             .expect("merged");
         assert_eq!(merged.source.peer, ["a:7447", "b:7447"]);
@@ -492,9 +414,11 @@ mod tests {
             Some(Path::new("/etc/srap/psk-b"))
         );
         // A --peer on the command line still finds its table's key.
-        let merged = args(&["--peer", "b:7447"])
-            .under_config(path, config)
-            .expect("merged");
+        let flags = SenderSettings {
+            source: peers(&["b:7447"]),
+            ..SenderSettings::default()
+        };
+        let merged = flags.under_config(path, config).expect("merged");
         assert_eq!(merged.source.peer, ["b:7447"]);
         assert_eq!(
             merged.psk_file_for("b:7447"),
@@ -512,7 +436,9 @@ mod tests {
             ("local-cpus = \"3-1\"\n", "local-cpus"),
         ] {
             let config = SenderConfig::parse(path, text).expect("parses");
-            let err = args(&[]).under_config(path, config).expect_err("bad value");
+            let err = SenderSettings::default()
+                .under_config(path, config)
+                .expect_err("bad value");
             let text = err.to_string();
             assert!(text.contains("sender.toml") && text.contains(key), "{text}");
         }
@@ -527,92 +453,76 @@ mod tests {
     #[test]
     fn sizes_default_for_a_data_transfer_node_and_refuse_zero_or_too_many() {
         assert_eq!(
-            args(&[]).sizes.sizes().expect("defaults"),
+            SizeSettings::default().sizes().expect("defaults"),
             BinderSizes::DEFAULT
         );
-        let set = args(&["--max-cpus", "64", "--max-layouts", "3"]);
-        let sizes = set.sizes.sizes().expect("set");
+        let set = SizeSettings {
+            max_cpus: Some(64),
+            max_layouts: Some(3),
+            ..SizeSettings::default()
+        };
+        let sizes = set.sizes().expect("set");
         assert_eq!((sizes.cpus, sizes.layouts, sizes.receivers), (64, 3, 64));
-        for (flags, says) in [
+        for (set, says) in [
             (
-                &["--max-receivers", "0"][..],
+                SizeSettings {
+                    max_receivers: Some(0),
+                    ..SizeSettings::default()
+                },
                 "--max-receivers 0 is out of range: 1 to 4096",
             ),
             (
-                &["--max-cpus", "513"][..],
+                SizeSettings {
+                    max_cpus: Some(513),
+                    ..SizeSettings::default()
+                },
                 "--max-cpus 513 is out of range: 1 to 512",
             ),
         ] {
-            let err = args(flags).sizes.sizes().expect_err("refused");
-            assert!(err.to_string().contains(says), "{flags:?}: {err}");
+            let err = set.sizes().expect_err("refused");
+            assert!(err.to_string().contains(says), "{set:?}: {err}");
         }
     }
 
     #[test]
     fn local_steering_needs_this_hosts_nic_and_the_destinations_only() {
-        let ok = args(&[
-            "--steer",
-            "local",
-            "--local-iface",
-            "eth0",
-            "--receiver",
-            "10.0.0.2",
-        ]);
+        let ok = settings("steer = \"local\"\nlocal-iface = \"eth0\"\nreceivers = [\"10.0.0.2\"]");
         let resolved = ok.resolved().expect("no receiver description needed");
         assert_eq!(resolved.local.steer(), Steer::Local);
-        let peer = args(&[
-            "--steer",
-            "local",
-            "--local-rss",
-            "l.json",
-            "--peer",
-            "r:7447",
-        ]);
+        let peer = settings("steer = \"local\"\nlocal-rss = \"l.json\"\npeers = [\"r:7447\"]");
         assert!(peer.resolved().is_ok(), "--peer names the destinations");
-        for (flags, says) in [
+        for (text, says) in [
             (
-                &["--steer", "local", "--receiver", "10.0.0.2"][..],
+                "steer = \"local\"\nreceivers = [\"10.0.0.2\"]",
                 "--local-iface",
             ),
+            ("steer = \"local\"\nlocal-iface = \"eth0\"", "destinations"),
             (
-                &["--steer", "local", "--local-iface", "eth0"][..],
-                "destinations",
-            ),
-            (
-                &[
-                    "--steer",
-                    "local",
-                    "--local-iface",
-                    "e",
-                    "--rss",
-                    "r.json",
-                    "--receiver",
-                    "1.2.3.4",
-                ][..],
+                "steer = \"local\"\nlocal-iface = \"e\"\nrss = \"r.json\"\n\
+                 receivers = [\"1.2.3.4\"]",
                 "leave --rss out",
             ),
             (
-                &["--local-iface", "eth0", "--peer", "r:7447"][..],
+                "local-iface = \"eth0\"\npeers = [\"r:7447\"]",
                 "--steer local or both",
             ),
             (
-                &["--steer", "both", "--local-iface", "eth0"][..],
+                "steer = \"both\"\nlocal-iface = \"eth0\"",
                 "description source",
             ),
-            (&["--steer", "both", "--peer", "r:7447"][..], "--local-rss"),
+            ("steer = \"both\"\npeers = [\"r:7447\"]", "--local-rss"),
+            (
+                "steer = \"both\"\nlocal-iface = \"e\"\nlocal-rss = \"l.json\"\n\
+                 peers = [\"r:7447\"]",
+                "not both",
+            ),
         ] {
-            let err = args(flags).resolved().expect_err("refused");
-            assert!(err.to_string().contains(says), "{flags:?}: {err}");
+            let err = settings(text).resolved().expect_err("refused");
+            assert!(err.to_string().contains(says), "{text:?}: {err}");
         }
-        let both = args(&[
-            "--steer",
-            "both",
-            "--local-iface",
-            "eth0",
-            "--peer",
-            "r:7447",
-        ]);
+        let both = settings("steer = \"both\"\nlocal-iface = \"eth0\"\npeers = [\"r:7447\"]");
         assert_eq!(both.resolved().expect("both").local.steer(), Steer::Both);
-        assert_eq!(args(&[]).local.steer(), Steer::Remote, "the default");
+        let none = SenderSettings::default();
+        assert_eq!(none.local.steer(), Steer::Remote, "the default");
     }
 }

@@ -1,11 +1,10 @@
-//! Command-line arguments of `srap-agent receiver`.
+//! The flags of `srap-agent receiver`, and `--hook` (which `verify` takes
+//! too).
 
 use std::{net::SocketAddr, path::PathBuf};
 
 use ipnet::IpNet;
-
-use super::DEFAULT_MAX_PEERS;
-use crate::verifier::HookChoice;
+use srap_daemon::{receiver::DEFAULT_MAX_PEERS, verifier::HookChoice};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReceiverArgs {
@@ -39,7 +38,7 @@ pub struct ReceiverArgs {
     /// every CPU a receive queue reaches, those on DEV's NUMA node first
     /// (the others only when those are all taken). Leave out the CPUs the
     /// application's own threads use.
-    #[arg(long, value_name = "LIST", value_parser = parse_cpus)]
+    #[arg(long, value_name = "LIST", value_parser = super::parse_cpus)]
     pub cpus: Option<std::collections::BTreeSet<u32>>,
     /// Do not attach the receive verifier to DEV (then `srap status` shows
     /// peers and versions but no flows).
@@ -92,8 +91,31 @@ impl From<HookArg> for HookChoice {
     }
 }
 
-fn parse_cpus(
-    text: &str,
-) -> Result<std::collections::BTreeSet<u32>, srap_host::cpulist::CpuListError> {
-    srap_host::cpulist::parse_some(text)
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum as _;
+
+    use super::*;
+
+    /// `--hook`'s words stay what README.md and docs/ show, each to its
+    /// own choice.
+    #[test]
+    fn hook_values_map_one_to_one() {
+        let names: Vec<_> = HookArg::value_variants()
+            .iter()
+            .map(|h| {
+                let name = h.to_possible_value().expect("shown");
+                (name.get_name().to_owned(), HookChoice::from(*h))
+            })
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("auto".to_owned(), HookChoice::Auto),
+                ("xdp".to_owned(), HookChoice::Xdp),
+                ("tc".to_owned(), HookChoice::Tc),
+                ("sock".to_owned(), HookChoice::Sock),
+            ]
+        );
+    }
 }
