@@ -50,9 +50,6 @@ enum Command {
     Sender(Box<SenderArgs>),
     /// Remove everything `srap-agent sender` attached, pinned or reserved.
     Detach(DetachArgs),
-    /// SRAP on one machine: two namespaces joined by a veth that emulates a
-    /// 32-queue RSS NIC, a workload with kernel ports and with SRAP's.
-    Lab(srap_lab::LabArgs),
     /// Serve this host's RSS description to sender agents (`sender --peer`)
     /// and push every change to them.
     Receiver(srap_daemon::receiver::args::ReceiverArgs),
@@ -97,7 +94,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         )),
         Command::Sender(args) => cmd::sender::run(&args, &runtime),
         Command::Detach(args) => cmd::detach::run(&args),
-        Command::Lab(args) => srap_lab::run(&args),
         Command::Receiver(args) => runtime.block_on(cmd::receiver::run(&args)),
         Command::Completions(args) => docs::completions(Cli::command(), &args),
         Command::Manpages(args) => docs::manpages(Cli::command(), &args),
@@ -107,7 +103,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     // Every `srap-agent` command line README.md and docs/ show (and every
-    // `cargo xtask lab -- ARGS`, which runs `srap-agent lab ARGS`) parses as
+    // `cargo xtask run -- ARGS`, which runs `srap-agent ARGS`) parses as
     // they show it: a renamed flag or subcommand fails here, naming the page.
     doc_commands::parse_test!(doc_commands::Program::Agent, super::Cli);
 }

@@ -1,4 +1,4 @@
-//! `srap-agent lab`: SRAP's main job on one machine. Two hosts made of
+//! `srap-lab`: SRAP's main job on one machine. Two hosts made of
 //! network namespaces, a multi-queue veth whose sender side emulates a
 //! receiver NIC's RSS, the binder on the sender, the verifier on the
 //! receiver, and a workload run twice — with kernel-chosen ports and with
@@ -309,8 +309,8 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         direction: args.direction,
         ..LabNetConfig::new(queues, Watch::Agent)
     })?;
-    // The lab runs the agents it is part of.
-    let exe = std::env::current_exe().context("locating srap-agent")?;
+    // The lab runs the agents built beside it.
+    let exe = workload::agent_binary()?;
     let agents = LabAgents::start_for(&net, &exe, SRAP_PORT, args.direction)?;
     if !args.json {
         let srap = workload::srap_command();

@@ -48,9 +48,9 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// SRAP's main job on one machine (`srap-agent lab`): two namespaces, an
+    /// SRAP's main job on one machine (`srap-lab`): two namespaces, an
     /// emulated 32-queue RSS NIC, a workload with kernel and SRAP ports.
-    /// Arguments go to `srap-agent lab` (e.g. `-- --experiment --trials 20`).
+    /// Arguments go to `srap-lab` (e.g. `-- --experiment --trials 20`).
     Lab {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -250,9 +250,29 @@ fn package_step() -> Result<()> {
     Ok(())
 }
 
+/// Builds the release binaries (`srap-lab` runs the `srap-agent` and `srap`
+/// built beside it), then runs `srap-lab ARGS…` as root (it makes
+/// namespaces and loads eBPF).
 fn lab(args: &[String]) -> Result<()> {
-    agent(&["lab"], args)
+    setup::ensure()?;
+    run_step(Step::new("build (release)", cargo(&LAB_BUILD)))?;
+    let mut command = exec::as_root(exec::workspace_root().join("target/release/srap-lab"));
+    command.args(args);
+    run_step(Step::new("srap-lab", command))
 }
+
+/// The release build the lab runs: its own binary and the two it drives.
+pub(crate) const LAB_BUILD: [&str; 9] = [
+    "build",
+    "--release",
+    "--bins",
+    "-p",
+    "srap-lab",
+    "-p",
+    "srap-agent",
+    "-p",
+    "srap-cli",
+];
 
 /// Builds the release binaries, then runs `srap-agent FIRST… ARGS…` as root
 /// (the agent loads eBPF, makes namespaces, writes sysctls).
