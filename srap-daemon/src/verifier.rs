@@ -32,6 +32,7 @@ use srap_common::verifier::{
     FLOWS_MAP, FLOWS_MAX_ENTRIES, FlowKey, FlowStats, NIC_HASH_NONE, RX_QUEUE_UNKNOWN,
     SOCK_FLOWS_MAP, SockFlow, VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
 };
+use srap_host::report::Chain;
 
 use crate::sock_diag::{SockDiag, TcpCounters};
 use crate::tc::TcMode;
@@ -670,7 +671,7 @@ fn attach_xdp(ebpf: &mut Ebpf, iface: &str, mode: XdpMode) -> Result<(), AttachF
     load_xdp(ebpf)?
         .attach(iface, mode)
         .map(drop)
-        .map_err(|err| AttachFailure::Refused(error_chain(&err)))
+        .map_err(|err| AttachFailure::Refused(Chain(&err).to_string()))
 }
 
 fn load_tc(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, AttachFailure> {
@@ -772,7 +773,7 @@ fn attach_sock(
     // on the cgroup whatever the mode; link_create refuses the multi flag.
     program
         .attach(file, CgroupAttachMode::Single)
-        .map_err(|err| AttachFailure::Refused(error_chain(&err)))?;
+        .map_err(|err| AttachFailure::Refused(Chain(&err).to_string()))?;
     debug!(iface, cgroup = %cgroup.display(), "socket verifier on the cgroup");
     Ok(SocketView { diag, local })
 }
@@ -817,20 +818,7 @@ fn sock_diag_for_tcp() -> Result<SockDiag, String> {
 fn attach_tc(ebpf: &mut Ebpf, iface: &str, mode: TcMode) -> Result<(), AttachFailure> {
     let program = load_tc(ebpf)?;
     crate::tc::attach(program, iface, TcAttachType::Ingress, mode)
-        .map_err(|err| AttachFailure::Refused(error_chain(&err)))
-}
-
-/// `err` and its sources on one line: aya's errors keep the useful part
-/// (the errno) in the source chain.
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
+        .map_err(|err| AttachFailure::Refused(Chain(&err).to_string()))
 }
 
 /// The flow map's fill, said when it nears full and when it has room
