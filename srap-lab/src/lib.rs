@@ -8,6 +8,12 @@
 //! agents, workloads, ground truth) is also what the integration tests and
 //! benchmarks build on.
 //!
+//! The `srap-lab` binary (`src/main.rs`, what `cargo xtask lab` runs) is
+//! thin over [`run`]. Nothing here may be linked into `srap-agent`, the
+//! root daemon the packages ship (`cargo xtask test` checks its dependency
+//! graph); and nothing the agents need at run time may live only here: the
+//! lab drives the agents, it is not one.
+//!
 //! Every object gets a name unique to this process (pid + counter) and is
 //! removed on drop, so a failing run (a panic unwinds through the guards)
 //! leaves nothing behind. Traffic stays inside namespaces made here:

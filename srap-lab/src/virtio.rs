@@ -28,7 +28,7 @@ use super::{
     workload::{ChildGuard, agent_binary, client_via, srap_binary},
 };
 use srap_common::wire::LandingVerdict;
-use srap_host::status::Status;
+use srap_status::Status;
 
 /// The lab's own subnet (inside its namespace): 10.199.77.0/24.
 pub(crate) const SUBNET: u8 = 77;

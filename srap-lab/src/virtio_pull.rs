@@ -18,7 +18,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use serde::Serialize;
-use srap_host::status::{SenderStatus, sender::LocalRow};
+use srap_status::{SenderStatus, sender::LocalRow};
 
 use super::{
     LAB_PORT_RANGE,

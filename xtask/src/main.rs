@@ -180,6 +180,8 @@ fn library_docs() -> std::process::Command {
         "-p",
         "srap-host",
         "-p",
+        "srap-status",
+        "-p",
         "srap-daemon",
         "-p",
         "srap-lab",

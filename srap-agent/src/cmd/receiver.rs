@@ -19,7 +19,7 @@ use srap_daemon::{
         source,
     },
 };
-use srap_host::status::{ControlSocket, DEFAULT_CONTROL_PATH, control, metrics};
+use srap_status::{ControlSocket, DEFAULT_CONTROL_PATH, control, metrics};
 
 /// How often the description is re-read: a file is cheap to re-read; a
 /// discovery is a few netlink and /proc reads. Both within the 1 s promise.

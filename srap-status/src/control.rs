@@ -23,12 +23,14 @@ use thiserror::Error;
 use tokio::{
     io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _},
     net::{UnixListener, UnixStream},
-    sync::{Semaphore, watch},
-    time::timeout,
+    sync::watch,
 };
-use tracing::{debug, warn};
+use tracing::warn;
 
-use super::Status;
+use crate::{
+    Status,
+    bounded::{self, Bounds},
+};
 
 /// Where the receiver agent listens unless told otherwise (`--control`).
 pub const DEFAULT_CONTROL_PATH: &str = "/run/srap/receiver.sock";
@@ -178,29 +180,16 @@ pub async fn serve<T>(listener: UnixListener, status: watch::Receiver<Arc<T>>)
 where
     T: Serialize + Send + Sync + 'static,
 {
-    let clients = Arc::new(Semaphore::new(MAX_CLIENTS));
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(err) => {
-                warn!("control socket: accepting: {err}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = Arc::clone(&clients).acquire_owned().await else {
-            return;
-        };
+    let bounds = Bounds {
+        name: "control socket",
+        at_once: MAX_CLIENTS,
+        deadline: CLIENT_DEADLINE,
+    };
+    bounded::serve(listener, bounds, |stream| {
         let status = status.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            match timeout(CLIENT_DEADLINE, answer(stream, &status)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => debug!("control client: {err}"),
-                Err(_) => debug!("control client: too slow, dropped"),
-            }
-        });
-    }
+        async move { answer(stream, &status).await }
+    })
+    .await;
 }
 
 async fn answer<T: Serialize>(
