@@ -1,6 +1,6 @@
 //! `srap-agent`: the SRAP daemon: the receive verifier and the sender-side
 //! port binder. Arguments here, one module per command in `cmd/`.
-use std::{io::IsTerminal as _, process::ExitCode, time::Duration};
+use std::{process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 use clap::{CommandFactory as _, Parser, Subcommand};
@@ -8,7 +8,6 @@ use srap_daemon::{
     receiver::args::HookArg,
     sender::args::{DetachArgs, SenderArgs},
 };
-use tracing_subscriber::EnvFilter;
 
 mod cmd;
 // The completion and man page generator `srap` uses (see its doc comment).
@@ -62,13 +61,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    srap_host::report::init_logs();
     let cli = Cli::parse();
     // Printed here, not returned from main: an expected failure is one line
     // whatever RUST_BACKTRACE says (panics keep their backtrace).

@@ -5,10 +5,9 @@
 //! [`srap_lab::run`]; logs and the error that ends it are printed as
 //! `srap-agent` prints them. It runs the `srap-agent` and `srap` built
 //! beside it (`cargo build --release --bins`; `cargo xtask lab` does).
-use std::{io::IsTerminal as _, process::ExitCode};
+use std::process::ExitCode;
 
 use clap::Parser;
-use tracing_subscriber::EnvFilter;
 
 /// SRAP on one machine: two namespaces joined by a veth that emulates a
 /// 32-queue RSS NIC, a workload with kernel ports and with SRAP's.
@@ -20,13 +19,7 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    srap_host::report::init_logs();
     let cli = Cli::parse();
     // Printed here, not returned from main: an expected failure is one line
     // whatever RUST_BACKTRACE says (panics keep their backtrace).

@@ -9,7 +9,7 @@ use std::{fmt, future::Future, io, sync::Arc, time::Duration};
 
 use tokio::{
     net::{TcpListener, TcpStream, UnixListener, UnixStream},
-    sync::Semaphore,
+    sync::{Semaphore, watch},
     time::timeout,
 };
 use tracing::{debug, warn};
@@ -101,6 +101,22 @@ where
             }
         });
     }
+}
+
+/// [`serve`] for the agents' two servers: each connection is answered from
+/// the latest of `status` (the control socket's JSON line, `/metrics`'
+/// text), read when the connection is, not when it was accepted.
+pub async fn serve_latest<L, T, H, F>(
+    listener: L,
+    bounds: Bounds,
+    status: watch::Receiver<Arc<T>>,
+    exchange: H,
+) where
+    L: Listener,
+    H: Fn(L::Stream, watch::Receiver<Arc<T>>) -> F,
+    F: Future<Output = io::Result<()>> + Send + 'static,
+{
+    serve(listener, bounds, |stream| exchange(stream, status.clone())).await;
 }
 
 #[cfg(test)]

@@ -38,10 +38,13 @@ pub const DEFAULT_CONTROL_PATH: &str = "/run/srap/receiver.sock";
 const MAX_REQUEST: u64 = 4096;
 /// Longest reply a client reads (a status with tens of thousands of flows).
 const MAX_REPLY: u64 = 64 << 20;
-/// Clients served at once; more wait in the kernel's backlog.
-const MAX_CLIENTS: usize = 16;
-/// For a client to send its request and take the reply.
-const CLIENT_DEADLINE: Duration = Duration::from_secs(5);
+/// Clients served at once (more wait in the kernel's backlog), and how long
+/// one has to send its request and take the reply.
+const BOUNDS: Bounds = Bounds {
+    name: "control socket",
+    at_once: 16,
+    deadline: Duration::from_secs(5),
+};
 
 /// A request on the control socket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -180,14 +183,8 @@ pub async fn serve<T>(listener: UnixListener, status: watch::Receiver<Arc<T>>)
 where
     T: Serialize + Send + Sync + 'static,
 {
-    let bounds = Bounds {
-        name: "control socket",
-        at_once: MAX_CLIENTS,
-        deadline: CLIENT_DEADLINE,
-    };
-    bounded::serve(listener, bounds, |stream| {
-        let status = status.clone();
-        async move { answer(stream, &status).await }
+    bounded::serve_latest(listener, BOUNDS, status, |stream, status| async move {
+        answer(stream, &status).await
     })
     .await;
 }
@@ -257,8 +254,8 @@ fn request<T: serde::de::DeserializeOwned>(
             _ => io_error(path)(err),
         })?;
     stream
-        .set_read_timeout(Some(CLIENT_DEADLINE))
-        .and_then(|()| stream.set_write_timeout(Some(CLIENT_DEADLINE)))
+        .set_read_timeout(Some(BOUNDS.deadline))
+        .and_then(|()| stream.set_write_timeout(Some(BOUNDS.deadline)))
         .map_err(io_error(path))?;
     let request = Request {
         get: "status".into(),

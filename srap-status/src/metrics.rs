@@ -32,10 +32,13 @@ use crate::{
 
 /// Longest request head read.
 const MAX_HEAD: usize = 8192;
-/// Connections served at once.
-const MAX_CONNECTIONS: usize = 16;
-/// For a scraper to send its request and take the reply.
-const DEADLINE: Duration = Duration::from_secs(5);
+/// Connections served at once, and how long a scraper has to send its
+/// request and take the reply.
+const BOUNDS: Bounds = Bounds {
+    name: "metrics",
+    at_once: 16,
+    deadline: Duration::from_secs(5),
+};
 
 /// (name, type, help) of every metric, in exposition order.
 pub const METRICS: &[(&str, &str, &str)] = &[
@@ -350,14 +353,8 @@ pub fn render_sender(status: &SenderStatus) -> String {
 
 /// Serves scrapes on `listener` until the task is dropped or aborted.
 pub async fn serve<T: Exposition>(listener: TcpListener, status: watch::Receiver<Arc<T>>) {
-    let bounds = Bounds {
-        name: "metrics",
-        at_once: MAX_CONNECTIONS,
-        deadline: DEADLINE,
-    };
-    bounded::serve(listener, bounds, |stream| {
-        let status = status.clone();
-        async move { exchange(stream, &status).await }
+    bounded::serve_latest(listener, BOUNDS, status, |stream, status| async move {
+        exchange(stream, &status).await
     })
     .await;
 }
