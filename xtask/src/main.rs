@@ -95,7 +95,7 @@ fn main() -> ExitCode {
         Task::Test => test(),
         Task::Bench { args } => bench::run(&args),
         Task::Lab { args } => lab(&args),
-        Task::Run { args } => agent(&[], &args),
+        Task::Run { args } => agent(&args),
         Task::Package {
             profile,
             out,
@@ -146,8 +146,9 @@ fn test() -> Result<()> {
             ]),
         ),
         Step::new("docs (libraries: links resolve)", library_docs()),
-        // The kernel tests run `srap` and `srap-agent` as processes; `cargo
-        // test` builds a binary only for its own package's tests.
+        // The kernel tests run `srap` and `srap-agent` as processes (and the
+        // lab's, `srap-lab`); `cargo test` builds a binary only for its own
+        // package's tests.
         Step::new("build (binaries)", cargo(&["build", "--bins"])),
     ];
     let count = steps.len() + 3 + FUZZ_TARGETS.len();
@@ -276,18 +277,17 @@ pub(crate) const LAB_BUILD: [&str; 9] = [
     "srap-cli",
 ];
 
-/// Builds the release binaries, then runs `srap-agent FIRST… ARGS…` as root
-/// (the agent loads eBPF, makes namespaces, writes sysctls).
-fn agent(first: &[&str], args: &[String]) -> Result<()> {
+/// Builds the release binaries, then runs `srap-agent ARGS…` as root (the
+/// agent loads eBPF, makes namespaces, writes sysctls).
+fn agent(args: &[String]) -> Result<()> {
     setup::ensure()?;
     run_step(Step::new(
         "build (release)",
         cargo(&["build", "--release", "-p", "srap-agent", "-p", "srap-cli"]),
     ))?;
     let mut command = exec::as_root(exec::workspace_root().join("target/release/srap-agent"));
-    command.args(first).args(args);
-    let name = [&["srap-agent"][..], first].concat().join(" ");
-    run_step(Step::new(&name, command))
+    command.args(args);
+    run_step(Step::new("srap-agent", command))
 }
 
 #[cfg(test)]
