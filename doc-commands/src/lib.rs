@@ -7,7 +7,7 @@
 //! the shell would and takes off what only says where it runs ([`shell`]),
 //! and says which binary it is for. [`check`] parses those of one binary with
 //! that binary's own clap definition: each binary crate (`srap`,
-//! `srap-agent`, `cargo xtask`) runs it in a unit test against its `Cli`, so
+//! `srap-agent`, `srap-lab`, `cargo xtask`) runs it in a unit test against its `Cli`, so
 //! the failure names the file, the line and clap's message.
 //!
 //! A command clap itself refuses in the documentation (its output starts with
@@ -51,6 +51,8 @@ pub enum Program {
     Srap,
     /// `srap-agent`.
     Agent,
+    /// `srap-lab` (the lab, its own binary: not in the root daemon).
+    Lab,
     /// `cargo xtask`.
     Xtask,
 }
@@ -61,6 +63,7 @@ impl Program {
         match self {
             Self::Srap => "srap",
             Self::Agent => "srap-agent",
+            Self::Lab => "srap-lab",
             Self::Xtask => "cargo xtask",
         }
     }
@@ -108,7 +111,7 @@ pub const OTHER_TOOLS: &[(&str, &str)] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Runs {
     /// SRAP's programs with these arguments (`argv[0]` is the program's
-    /// name). `cargo xtask lab -- ARGS` is also `srap-agent lab ARGS`, and
+    /// name). `cargo xtask lab -- ARGS` is also `srap-lab ARGS`, and
     /// `cargo xtask run -- ARGS` is `srap-agent ARGS`.
     Ours(Vec<(Program, Vec<String>)>),
     /// A tool of [`OTHER_TOOLS`], with the reason it is not checked.
@@ -224,6 +227,7 @@ fn runs(words: &[String]) -> Runs {
     match program {
         "srap" => Runs::Ours(vec![(Program::Srap, argv(Program::Srap, rest()))]),
         "srap-agent" => Runs::Ours(vec![(Program::Agent, argv(Program::Agent, rest()))]),
+        "srap-lab" => Runs::Ours(vec![(Program::Lab, argv(Program::Lab, rest()))]),
         "cargo" if words.get(1).is_some_and(|w| w == "xtask") => xtask(&words[2..]),
         _ => match OTHER_TOOLS.iter().find(|(name, _)| *name == program) {
             Some((_, reason)) => Runs::Other {
@@ -235,7 +239,8 @@ fn runs(words: &[String]) -> Runs {
     }
 }
 
-/// `cargo xtask ARGS`, and the agent's command line when it runs one.
+/// `cargo xtask ARGS`, and the agent's or the lab's command line when it
+/// runs one.
 fn xtask(args: &[String]) -> Runs {
     let mut runs = vec![(Program::Xtask, argv(Program::Xtask, args.to_vec()))];
     let passed = |from: usize| {
@@ -245,11 +250,7 @@ fn xtask(args: &[String]) -> Runs {
             .to_vec()
     };
     match args.first().map(String::as_str) {
-        Some("lab") => {
-            let mut agent = vec!["lab".to_owned()];
-            agent.extend(passed(1));
-            runs.push((Program::Agent, argv(Program::Agent, agent)));
-        }
+        Some("lab") => runs.push((Program::Lab, argv(Program::Lab, passed(1)))),
         Some("run") => runs.push((Program::Agent, argv(Program::Agent, passed(1)))),
         _ => {}
     }

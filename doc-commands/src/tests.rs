@@ -11,7 +11,7 @@ fn strings(items: &[&str]) -> Vec<String> {
 }
 
 #[test]
-fn the_lab_through_xtask_is_also_the_agents_command_line() {
+fn the_lab_through_xtask_is_also_the_labs_command_line() {
     assert_eq!(
         runs(&words("cargo xtask lab -- --experiment --trials 10")),
         Runs::Ours(vec![
@@ -20,8 +20,8 @@ fn the_lab_through_xtask_is_also_the_agents_command_line() {
                 strings(&["cargo xtask", "lab", "--", "--experiment", "--trials", "10"])
             ),
             (
-                Program::Agent,
-                strings(&["srap-agent", "lab", "--experiment", "--trials", "10"])
+                Program::Lab,
+                strings(&["srap-lab", "--experiment", "--trials", "10"])
             ),
         ])
     );

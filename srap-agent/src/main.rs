@@ -1,11 +1,10 @@
 //! `srap-agent`: the SRAP daemon: the receive verifier and the sender-side
 //! port binder. The commands here, their flags in `args/` (clap stays in
 //! this binary), one module per command in `cmd/`.
-use std::{io::IsTerminal as _, process::ExitCode, time::Duration};
+use std::{process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 use clap::{CommandFactory as _, Parser, Subcommand};
-use tracing_subscriber::EnvFilter;
 
 use crate::args::{
     detach::DetachArgs, receiver::ReceiverArgs, sender::SenderArgs, verify::VerifyArgs,
@@ -38,9 +37,6 @@ enum Command {
     Sender(Box<SenderArgs>),
     /// Remove everything `srap-agent sender` attached, pinned or reserved.
     Detach(DetachArgs),
-    /// SRAP on one machine: two namespaces joined by a veth that emulates a
-    /// 32-queue RSS NIC, a workload with kernel ports and with SRAP's.
-    Lab(srap_lab::LabArgs),
     /// Serve this host's RSS description to sender agents (`sender --peer`)
     /// and push every change to them.
     Receiver(ReceiverArgs),
@@ -53,13 +49,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    srap_host::report::init_logs();
     let cli = Cli::parse();
     // Printed here, not returned from main: an expected failure is one line
     // whatever RUST_BACKTRACE says (panics keep their backtrace).
@@ -80,7 +70,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         )),
         Command::Sender(args) => cmd::sender::run(&(*args).into(), &runtime),
         Command::Detach(args) => cmd::detach::run(&args),
-        Command::Lab(args) => srap_lab::run(&args),
         Command::Receiver(args) => runtime.block_on(cmd::receiver::run(&args)),
         Command::Completions(args) => docs::completions(Cli::command(), &args),
         Command::Manpages(args) => docs::manpages(Cli::command(), &args),
@@ -90,7 +79,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     // Every `srap-agent` command line README.md and docs/ show (and every
-    // `cargo xtask lab -- ARGS`, which runs `srap-agent lab ARGS`) parses as
+    // `cargo xtask run -- ARGS`, which runs `srap-agent ARGS`) parses as
     // they show it: a renamed flag or subcommand fails here, naming the page.
     doc_commands::parse_test!(doc_commands::Program::Agent, super::Cli);
 }

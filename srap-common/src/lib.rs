@@ -6,6 +6,12 @@
 //! The crate root is `no_std` so the eBPF programs can use the `#[repr(C)]` map
 //! types in [`binder`], [`verifier`] and [`emulator`] exactly as user space
 //! sees them.
+//!
+//! It must NOT hold what only one side uses (the receiver's CPU-grant
+//! allocator is `srap_daemon::receiver::grants`), kernel access or
+//! sockets (`srap-host`, `srap-status` and `srap-daemon` do those; reading
+//! a description file is the most I/O here), nor anything the `no_std`
+//! root cannot build.
 #![cfg_attr(not(feature = "user"), no_std)]
 
 pub mod binder;
@@ -18,8 +24,6 @@ pub mod verifier;
 
 #[cfg(feature = "user")]
 pub mod ends;
-#[cfg(feature = "user")]
-pub mod grants;
 #[cfg(feature = "user")]
 pub mod odds;
 #[cfg(feature = "user")]

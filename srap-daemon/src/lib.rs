@@ -1,11 +1,18 @@
 //! The SRAP daemon (`srap-agent`'s library): loads SRAP's eBPF object and
 //! drives its programs.
 //!
+//! It must NOT hold the lab (namespaces, QEMU, plots, the test harness:
+//! `srap-lab`, which the root daemon never links), command-line parsing
+//! (clap structs belong in the binaries; the library takes options
+//! structs), nor the status types and servers (`srap-status`) or plain
+//! kernel access `srap` needs too (`srap-host`).
+//!
 //! The receive verifier ([`verifier`]) and the sender-side port binder
 //! ([`sender`]); the receiver's RSS service ([`receiver`]) and the sender's
-//! client of it ([`upstream`]: the receiver is upstream of the sender, the senders are a receiver's `downstream`), speaking [`srap_common::wire`] through
+//! client of it ([`upstream`]: the receiver is upstream of the sender, the
+//! senders are a receiver's `downstream`), speaking [`srap_common::wire`] through
 //! [`framed`]; the receiver's account of where flows land ([`tracker`],
-//! reported as [`srap_host::status::Status`]).
+//! reported as [`srap_status::Status`]).
 
 pub mod framed;
 pub mod psk;

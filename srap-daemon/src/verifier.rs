@@ -33,6 +33,7 @@ use srap_common::verifier::{
     FLOWS_MAP, FLOWS_MAX_ENTRIES, FlowKey, FlowStats, NIC_HASH_NONE, RX_QUEUE_UNKNOWN,
     SOCK_FLOWS_MAP, SockFlow, VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
 };
+use srap_host::report::Chain;
 
 use crate::sock_diag::{SockDiag, TcpCounters};
 use crate::tc::TcMode;
@@ -699,7 +700,7 @@ fn attach_xdp(ebpf: &mut Ebpf, iface: &str, mode: XdpMode) -> Result<(), AttachF
     loaded::<Xdp>(ebpf, VERIFY_XDP_PROGRAM, "XDP program")?
         .attach(iface, mode)
         .map(drop)
-        .map_err(|err| AttachFailure::Refused(error_chain(&err)))
+        .map_err(|err| AttachFailure::Refused(Chain(&err).to_string()))
 }
 
 /// The socket hook on `cgroup` (default: the cgroup2 root), with the
@@ -760,7 +761,7 @@ fn attach_sock(
     // on the cgroup whatever the mode; link_create refuses the multi flag.
     program
         .attach(file, CgroupAttachMode::Single)
-        .map_err(|err| AttachFailure::Refused(error_chain(&err)))?;
+        .map_err(|err| AttachFailure::Refused(Chain(&err).to_string()))?;
     debug!(iface, cgroup = %cgroup.display(), "socket verifier on the cgroup");
     Ok(SocketView { diag, local })
 }
@@ -805,20 +806,7 @@ fn sock_diag_for_tcp() -> Result<SockDiag, String> {
 fn attach_tc(ebpf: &mut Ebpf, iface: &str, mode: TcMode) -> Result<(), AttachFailure> {
     let program = loaded::<SchedClassifier>(ebpf, VERIFY_TC_PROGRAM, "tc program")?;
     crate::tc::attach(program, iface, TcAttachType::Ingress, mode)
-        .map_err(|err| AttachFailure::Refused(error_chain(&err)))
-}
-
-/// `err` and its sources on one line: aya's errors keep the useful part
-/// (the errno) in the source chain.
-pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(inner) = source {
-        text.push_str(": ");
-        text.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    text
+        .map_err(|err| AttachFailure::Refused(Chain(&err).to_string()))
 }
 
 /// The flow map's fill, said when it nears full and when it has room

@@ -1,5 +1,6 @@
-//! SRAP's eBPF programs, built into one object (`srap`) that `srap-agent`
-//! embeds and loads.
+//! SRAP's eBPF programs, built into one object (`srap`) by
+//! `srap-daemon/build.rs`; `srap-daemon` embeds it and `srap-agent` loads
+//! it through that library.
 //!
 //! * [`binder`]: the port binder, `cgroup/connect4` and `connect6`
 //!   (`srap_connect4`, `srap_connect6`) and `cgroup/sock_release`.

@@ -1,5 +1,10 @@
-//! SRAP's host-side library: what both `srap` and the daemon need of the
-//! local host, without the eBPF build (so `srap` builds on stable alone).
+//! SRAP's host-side library: the kernel access both `srap` and the daemon
+//! need of the local host, without the eBPF build (so `srap` builds on
+//! stable alone).
+//!
+//! It must NOT hold the agents' status (snapshot, control socket,
+//! `/metrics`: that is `srap-status`) nor daemon logic (loading or driving
+//! eBPF programs, the receiver's service, the sender's loop: `srap-daemon`).
 //!
 //! * [`discovery`]: this host's RSS configuration (ethtool ioctls, netlink,
 //!   IRQ affinity, RPS) as an [`srap_common::rss::RssDescription`];
@@ -15,8 +20,6 @@
 //! * [`link`] and [`netlink`]: network devices as the caller's namespace
 //!   has them, and the netlink layer every kernel conversation goes through;
 //! * [`bpffs`]: the BPF filesystem the daemon pins to;
-//! * [`status`]: the receiver's status snapshot, its control socket and
-//!   client, and its Prometheus text;
 //! * [`report`]: how the binaries print the error that ends them.
 
 pub mod bpf_sys;
@@ -33,6 +36,5 @@ pub mod netlink;
 pub mod report;
 pub mod reserved;
 pub mod route;
-pub mod status;
 
 pub use error::HostError;

@@ -1,5 +1,6 @@
-//! How `srap` and `srap-agent` print the error that ends them: each thing
-//! once, and never a backtrace.
+//! How `srap`, `srap-agent` and `srap-lab` print the error that ends them:
+//! each thing once, and never a backtrace; and the daemons' log set-up
+//! ([`init_logs`]), one for both.
 //!
 //! Most of SRAP's errors write their cause into their own message (`"{path}:
 //! {source}"`) *and* chain it as their `source()`, so anyhow's `{:#}`
@@ -31,6 +32,22 @@ impl fmt::Display for Chain<'_> {
         }
         f.write_str(&said)
     }
+}
+
+/// The daemons' logs (`srap-agent`, `srap-lab`): tracing on stderr at
+/// `info` unless `RUST_LOG` says otherwise, coloured only on a terminal, so
+/// stdout stays the commands' own output (JSON reports, tables).
+pub fn init_logs() {
+    use std::io::IsTerminal as _;
+    use tracing_subscriber::EnvFilter;
+
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
 }
 
 /// `Ok` → success; `Err` → `PROGRAM: error: …` on stderr and failure.

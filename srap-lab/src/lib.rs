@@ -1,4 +1,4 @@
-//! `srap-agent lab`: SRAP's main job on one machine. Two hosts made of
+//! `srap-lab`: SRAP's main job on one machine. Two hosts made of
 //! network namespaces, a multi-queue veth whose sender side emulates a
 //! receiver NIC's RSS, the binder on the sender, the verifier on the
 //! receiver, and a workload run twice — with kernel-chosen ports and with
@@ -7,6 +7,12 @@
 //! queue). Its harness for agents in network namespaces ([`harness`]: hosts,
 //! agents, workloads, ground truth) is also what the integration tests and
 //! benchmarks build on.
+//!
+//! The `srap-lab` binary (`src/main.rs`, what `cargo xtask lab` runs) is
+//! thin over [`run`]. Nothing here may be linked into `srap-agent`, the
+//! root daemon the packages ship (`cargo xtask test` checks its dependency
+//! graph); and nothing the agents need at run time may live only here: the
+//! lab drives the agents, it is not one.
 //!
 //! Every object gets a name unique to this process (pid + counter) and is
 //! removed on drop, so a failing run (a panic unwinds through the guards)
@@ -310,8 +316,8 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         direction: args.direction,
         ..LabNetConfig::new(queues, Watch::Agent)
     })?;
-    // The lab runs the agents it is part of.
-    let exe = std::env::current_exe().context("locating srap-agent")?;
+    // The lab runs the agents built beside it.
+    let exe = workload::agent_binary()?;
     let agents = LabAgents::start_for(&net, &exe, SRAP_PORT, args.direction)?;
     if !args.json {
         let srap = workload::srap_command();

@@ -71,7 +71,7 @@ impl RunReport {
     }
 
     /// Judges the flows toward `port` in the receiver agent's status.
-    pub fn from_status(status: &srap_host::status::Status, port: u16, min_bytes: u64) -> Self {
+    pub fn from_status(status: &srap_status::Status, port: u16, min_bytes: u64) -> Self {
         let flows = status
             .flows
             .iter()

@@ -1,4 +1,4 @@
-//! `srap-agent lab --nic virtio`: the lab with a real RSS device. The
+//! `srap-lab --nic virtio`: the lab with a real RSS device. The
 //! receiver is a QEMU guest (see [`super::guest`]) running the receiver
 //! agent with real discovery; the sender agent runs in a namespace made
 //! here and follows it with `--peer`; the workload runs with kernel ports,
@@ -16,7 +16,7 @@ use std::{
     time::Duration,
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::bail;
 use serde::Serialize;
 use srap_common::rss::KeySource;
 
@@ -25,10 +25,10 @@ use super::{
     guest::{GUEST_IFACE, Guest, GuestFiles, GuestImage, GuestNet, GuestNic, GuestShape, truth},
     harness::{SenderAgent, SenderOpts},
     report::RunReport,
-    workload::{ChildGuard, client_via, srap_binary},
+    workload::{ChildGuard, agent_binary, client_via, srap_binary},
 };
 use srap_common::wire::LandingVerdict;
-use srap_host::status::Status;
+use srap_status::Status;
 
 /// The lab's own subnet (inside its namespace): 10.199.77.0/24.
 pub(crate) const SUBNET: u8 = 77;
@@ -95,7 +95,7 @@ impl<'n> VirtioLab<'n> {
     /// Boots the guest, turns its RSS on, starts the receiver agent in it and
     /// the sender agent beside the tap.
     pub fn start(net: &'n GuestNet, image: &GuestImage, shape: GuestShape) -> anyhow::Result<Self> {
-        let exe = std::env::current_exe().context("locating srap-agent")?;
+        let exe = agent_binary()?;
         Self::start_with(net, image, shape, &exe)
     }
 
@@ -278,11 +278,11 @@ fn wait_in_guest(guest: &mut Guest, check: &str, what: &str) -> anyhow::Result<(
     Ok(())
 }
 
-/// `srap-agent lab --nic virtio|igb`.
+/// `srap-lab --nic virtio|igb`.
 /// The guest's image as `args` say (`--guest-files`, `--guest-kernel`,
-/// `--guest-cache`), holding this `srap-agent` and `srap`.
+/// `--guest-cache`), holding the `srap-agent` and `srap` built beside this binary.
 pub(crate) fn prepare_image(args: &LabArgs) -> anyhow::Result<GuestImage> {
-    let exe = std::env::current_exe().context("locating srap-agent")?;
+    let exe = agent_binary()?;
     let cache = match &args.guest_cache {
         Some(dir) => dir.clone(),
         None => GuestImage::default_cache(&exe),

@@ -1,4 +1,4 @@
-//! `srap-agent lab --nic virtio --direction pull`: the guest downloads. The
+//! `srap-lab --nic virtio --direction pull`: the guest downloads. The
 //! QEMU guest is the client: it runs the sender agent with `--steer local`
 //! on its own virtio NIC (really discovered: key, table, queue → CPU), and
 //! `iperf3 -c -R` under `srap exec`, so the data the host serves arrives on
@@ -18,7 +18,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use serde::Serialize;
-use srap_host::status::{SenderStatus, sender::LocalRow};
+use srap_status::{SenderStatus, sender::LocalRow};
 
 use super::{
     LAB_PORT_RANGE,
@@ -311,7 +311,7 @@ impl Drop for RemoveOnDrop<'_> {
     }
 }
 
-/// `srap-agent lab --nic virtio --direction pull`.
+/// `srap-lab --nic virtio --direction pull`.
 pub fn run(args: &super::LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::Result<()> {
     let shape = GuestShape::with_nic(nic, queues, args.smp)?;
     let image = super::virtio::prepare_image(args)?;

@@ -104,15 +104,27 @@ impl Drop for ChildGuard {
 
 /// The `srap` binary beside this one (cargo builds both into one directory).
 pub fn srap_binary() -> anyhow::Result<PathBuf> {
+    built_beside("srap")
+}
+
+/// The `srap-agent` binary beside this one: the lab is its own binary
+/// (`srap-lab`) and runs the agent it drives as a separate process.
+pub fn agent_binary() -> anyhow::Result<PathBuf> {
+    built_beside("srap-agent")
+}
+
+/// `name` in this executable's directory, where `cargo build --bins` puts
+/// every binary of the workspace.
+fn built_beside(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe().context("locating this executable")?;
-    let srap = exe.with_file_name("srap");
-    if !srap.exists() {
+    let path = exe.with_file_name(name);
+    if !path.exists() {
         bail!(
-            "{} not found: build it (`cargo xtask build`)",
-            srap.display()
+            "{} not found: build it (`cargo build --release --bins`; `cargo xtask lab` does)",
+            path.display()
         );
     }
-    Ok(srap)
+    Ok(path)
 }
 
 /// `srap` as a user types it in a new shell to reach this build: `srap`

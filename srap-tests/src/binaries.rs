@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-/// `srap` or `srap-agent` as cargo built it beside the test binary
+/// `srap`, `srap-agent` or `srap-lab` as cargo built it beside the test binary
 /// (`target/<profile>/deps/<test>` → `target/<profile>/<name>`), or in
 /// `SRAP_BIN_DIR`. `cargo test` at the workspace root builds them.
 pub fn built_binary(name: &str) -> PathBuf {

@@ -26,13 +26,13 @@ use std::{
     time::{Duration, Instant},
 };
 
-use srap_host::status::{FlowRow, Status, control::request_status};
 use srap_lab::{
     agents::LabAgents,
     harness::srap_exec,
     topology::{LabNet, Watch},
     workload::{ChildGuard, iperf3_server},
 };
+use srap_status::{FlowRow, Status, control::request_status};
 use srap_tests::{built_binary, require_privileged, unique_name};
 
 const PORT: u16 = 5321;

@@ -18,8 +18,8 @@ use srap_common::{
     rss::{End, FlowTuple, KeySource, RssDescription, RssModel, embedded_default},
     wire::LandingVerdict,
 };
-use srap_host::status::{SenderStatus, sender::LocalRow};
 use srap_lab::emulator::Emulator;
+use srap_status::{SenderStatus, sender::LocalRow};
 use srap_tests::{
     TwoHosts, VethConfig, built_binary,
     flows::Server,
@@ -827,7 +827,7 @@ fn local_cpus_restrict_this_hosts_cpus() {
 // --json` shows it beside the CPU planned.
 
 /// `srap status --sender --json` from the sender agent's control socket.
-fn sender_status_json(agent: &SenderAgent) -> Option<srap_host::status::SenderStatus> {
+fn sender_status_json(agent: &SenderAgent) -> Option<srap_status::SenderStatus> {
     let out = std::process::Command::new(built_binary("srap"))
         .args(["status", "--sender", "--once", "--json", "--control"])
         .arg(agent.control())

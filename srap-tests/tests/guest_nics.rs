@@ -153,7 +153,7 @@ fn discovery_agrees_with_ethtool_and_proc_on_igb_and_virtio() {
 /// on 4 distinct queues by the device's real key and table, exactly those
 /// queues busy by `ethtool -S`, and SRAP's own verifier reporting each
 /// flow on the queue the guest's counters show.
-fn steered_flows_on(nic: GuestNic, sock_diag: bool, subnet: u8) -> srap_host::status::Status {
+fn steered_flows_on(nic: GuestNic, sock_diag: bool, subnet: u8) -> srap_status::Status {
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let net = GuestNet::new(subnet).expect("namespace with a tap");
     let mut shape = GuestShape::with_nic(nic, 4, None).expect("shape");

@@ -133,14 +133,14 @@ const STATUS_PORT: u16 = 5311;
 fn assert_steered_flows_land_as_planned(
     net: &LabNet,
     agents: &srap_lab::agents::LabAgents,
-) -> srap_host::status::Status {
+) -> srap_status::Status {
     use std::{
         io::{Read as _, Write as _},
         net::SocketAddr,
         time::{Duration, Instant},
     };
 
-    use srap_host::status::{ReceiveCpu, Status};
+    use srap_status::{ReceiveCpu, Status};
 
     const FLOWS: usize = 8;
     let server = SocketAddr::new(net.receiver_ip(), STATUS_PORT);
@@ -216,8 +216,8 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
     use std::time::{Duration, Instant};
 
     use srap_common::{rss::KeySource, wire::LandingVerdict};
-    use srap_host::status::Status;
     use srap_lab::{agents::LabAgents, topology::Watch};
+    use srap_status::Status;
 
     if !require_privileged("closed_loop_catches_a_lying_description_and_recovers") {
         return;
@@ -368,7 +368,7 @@ fn learned_and_agreed(
     net: &LabNet,
     agents: &srap_lab::agents::LabAgents,
     port: u16,
-) -> srap_host::status::Status {
+) -> srap_status::Status {
     use std::{
         collections::BTreeSet,
         time::{Duration, Instant},

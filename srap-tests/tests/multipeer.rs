@@ -27,8 +27,8 @@ use srap_common::{
     rss::{RssDescription, RssModel, embedded_default},
     wire::Psk,
 };
-use srap_host::status::{SenderStatus, sender::ReceiverRow};
 use srap_lab::keyfile::KeyFile;
+use srap_status::{SenderStatus, sender::ReceiverRow};
 use srap_tests::{
     NetNs, VethConfig, VethEnd, built_binary,
     flows::Server,

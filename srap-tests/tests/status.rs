@@ -22,8 +22,8 @@ use std::{
 };
 
 use srap_common::rss::{FlowTuple, RssDescription, RssModel, embedded_default};
-use srap_host::status::Status;
 use srap_lab::emulator::Emulator;
+use srap_status::Status;
 use srap_tests::{
     TwoHosts, VethConfig, built_binary,
     harness::{ReceiverAgent, ReceiverOpts},

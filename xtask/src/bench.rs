@@ -180,10 +180,11 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
 pub fn run(args: &[String]) -> Result<()> {
     let started = SystemTime::now();
     // The grants benchmark runs the real agents, found beside the bench
-    // binary (target/release): build them with the same profile first.
+    // binary (target/release), and the lab step runs `srap-lab`: build them
+    // with the same profile first.
     run_step(Step::new(
-        "build the agents (release)",
-        cargo(&["build", "--release", "-p", "srap-agent", "-p", "srap-cli"]),
+        "build the agents and the lab (release)",
+        cargo(&crate::LAB_BUILD),
     ))?;
     // `cargo xtask bench lab_verifier` runs the lab step alone; any other
     // filter leaves it out.

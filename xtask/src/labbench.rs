@@ -27,7 +27,6 @@ const ROUNDS: usize = 2;
 /// The experiment each setting runs: 4 flows on 8 queues, 2 trials per
 /// port mode of 3 s (the first second of each is warm-up), no queue rate.
 const LAB_ARGS: &[&str] = &[
-    "lab",
     "--experiment",
     "throughput",
     "--flows",
@@ -68,15 +67,15 @@ impl Measured {
     }
 }
 
-/// Runs the release `srap-agent lab` [`ROUNDS`] times per setting, the
+/// Runs the release `srap-lab` [`ROUNDS`] times per setting, the
 /// settings taking turns (about 75 s in all), and prints the table.
 pub fn run() -> Result<()> {
-    let agent = target_dir().join("release").join("srap-agent");
+    let lab = target_dir().join("release").join("srap-lab");
     println!("\n==> lab throughput, verifier off / tc / sock ({FILTER})");
     let mut results: Vec<Measured> = Vec::new();
     for round in 1..=ROUNDS {
         for (index, setting) in SETTINGS.into_iter().enumerate() {
-            let mut command = as_root(&agent);
+            let mut command = as_root(&lab);
             command
                 .args(LAB_ARGS)
                 .args(["--verifier", setting])

@@ -1,7 +1,12 @@
-//! Checks the crate graph keeps its promises: `srap` (srap-cli) must build
-//! on stable alone, so nothing it depends on (normal or build) may be the
-//! daemon, whose build script compiles the eBPF programs with nightly and
-//! bpf-linker, or the eBPF crate itself.
+//! Checks the crate graph keeps its promises:
+//!
+//! * `srap` (srap-cli) must build on stable alone, so nothing it depends on
+//!   (normal or build) may be the daemon, whose build script compiles the
+//!   eBPF programs with nightly and bpf-linker, or the eBPF crate itself.
+//! * `srap-agent`, the daemon the packages run as root with `CAP_BPF` and
+//!   `CAP_NET_ADMIN`, must not carry the lab: no `srap-lab` (QEMU control,
+//!   the test harness, the experiments) and none of the plotting crates the
+//!   lab draws its figures with. The lab is its own binary, `srap-lab`.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -14,9 +19,49 @@ use serde_json::Value;
 /// Packages that need the eBPF toolchain to build.
 const NEEDS_EBPF_TOOLCHAIN: [&str; 2] = ["srap-daemon", "srap-ebpf"];
 
-/// Fails when `srap-cli` reaches a package of [`NEEDS_EBPF_TOOLCHAIN`].
+/// Packages only the lab needs: the lab itself (QEMU control lives in it)
+/// and its plots with what renders them (`plotters*`, fonts, PNG encoding).
+/// A trailing `*` matches every package whose name starts so.
+const LAB_ONLY: [&str; 6] = [
+    "srap-lab",
+    "plotters*",
+    "ab_glyph*",
+    "*ttf_parser",
+    "ttf-parser",
+    "image",
+];
+
+/// Fails when `srap-cli` reaches a package of [`NEEDS_EBPF_TOOLCHAIN`], or
+/// `srap-agent` one of [`LAB_ONLY`].
 pub fn check() -> Result<()> {
     println!("\n==> layering (srap builds without the eBPF toolchain)");
+    let metadata = metadata()?;
+    let reached = reachable(&metadata, "srap-cli")?;
+    let bad = matching(&reached, &NEEDS_EBPF_TOOLCHAIN);
+    if !bad.is_empty() {
+        bail!("srap-cli depends on {bad:?}: `srap` would need nightly and bpf-linker to build");
+    }
+    println!(
+        "srap-cli reaches {} packages, none of {NEEDS_EBPF_TOOLCHAIN:?}",
+        reached.len()
+    );
+    let reached = reachable(&metadata, "srap-agent")?;
+    let bad = matching(&reached, &LAB_ONLY);
+    if !bad.is_empty() {
+        bail!(
+            "srap-agent depends on {bad:?}: the root daemon would ship the lab's code \
+             (it belongs in the srap-lab binary)"
+        );
+    }
+    println!(
+        "srap-agent reaches {} packages, none of {LAB_ONLY:?}",
+        reached.len()
+    );
+    Ok(())
+}
+
+/// The workspace's `cargo metadata`.
+fn metadata() -> Result<Value> {
     let output = Command::new(env!("CARGO"))
         .args(["metadata", "--format-version", "1"])
         .current_dir(crate::exec::workspace_root())
@@ -28,20 +73,23 @@ pub fn check() -> Result<()> {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let metadata: Value = serde_json::from_slice(&output.stdout).context("cargo metadata JSON")?;
-    let reached = reachable(&metadata, "srap-cli")?;
-    let bad: Vec<&str> = NEEDS_EBPF_TOOLCHAIN
-        .into_iter()
-        .filter(|name| reached.contains(*name))
-        .collect();
-    if !bad.is_empty() {
-        bail!("srap-cli depends on {bad:?}: `srap` would need nightly and bpf-linker to build");
-    }
-    println!(
-        "srap-cli reaches {} packages, none of {NEEDS_EBPF_TOOLCHAIN:?}",
-        reached.len()
-    );
-    Ok(())
+    serde_json::from_slice(&output.stdout).context("cargo metadata JSON")
+}
+
+/// The names of `reached` that one of `patterns` matches (`name`, `prefix*`
+/// or `*suffix`).
+fn matching<'a>(reached: &'a BTreeSet<String>, patterns: &[&str]) -> Vec<&'a str> {
+    let matches =
+        |name: &str, pattern: &str| match (pattern.strip_suffix('*'), pattern.strip_prefix('*')) {
+            (Some(prefix), _) => name.starts_with(prefix),
+            (_, Some(suffix)) => name.ends_with(suffix),
+            _ => name == pattern,
+        };
+    reached
+        .iter()
+        .map(String::as_str)
+        .filter(|name| patterns.iter().any(|p| matches(name, p)))
+        .collect()
 }
 
 /// Names of the packages `root` reaches through normal and build
@@ -129,7 +177,28 @@ mod tests {
     }
 
     #[test]
-    fn this_workspace_keeps_srap_off_the_ebpf_toolchain() {
-        check().expect("srap-cli must not depend on the daemon or the eBPF crate");
+    fn lab_only_packages_match_by_name_prefix_or_suffix() {
+        let reached: BTreeSet<String> = [
+            "srap-lab",
+            "plotters-svg",
+            "owned_ttf_parser",
+            "image",
+            "imagesize",
+            "srap-daemon",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(
+            matching(&reached, &LAB_ONLY),
+            ["image", "owned_ttf_parser", "plotters-svg", "srap-lab"]
+        );
+        assert!(matching(&reached, &NEEDS_EBPF_TOOLCHAIN) == ["srap-daemon"]);
+    }
+
+    #[test]
+    fn this_workspace_keeps_srap_off_the_ebpf_toolchain_and_the_agent_off_the_lab() {
+        check().expect(
+            "srap-cli must not depend on the daemon or the eBPF crate, nor srap-agent on the lab",
+        );
     }
 }

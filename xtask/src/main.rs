@@ -48,9 +48,9 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// SRAP's main job on one machine (`srap-agent lab`): two namespaces, an
+    /// SRAP's main job on one machine (`srap-lab`): two namespaces, an
     /// emulated 32-queue RSS NIC, a workload with kernel and SRAP ports.
-    /// Arguments go to `srap-agent lab` (e.g. `-- --experiment --trials 20`).
+    /// Arguments go to `srap-lab` (e.g. `-- --experiment --trials 20`).
     Lab {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -95,7 +95,7 @@ fn main() -> ExitCode {
         Task::Test => test(),
         Task::Bench { args } => bench::run(&args),
         Task::Lab { args } => lab(&args),
-        Task::Run { args } => agent(&[], &args),
+        Task::Run { args } => agent(&args),
         Task::Package {
             profile,
             out,
@@ -146,8 +146,9 @@ fn test() -> Result<()> {
             ]),
         ),
         Step::new("docs (libraries: links resolve)", library_docs()),
-        // The kernel tests run `srap` and `srap-agent` as processes; `cargo
-        // test` builds a binary only for its own package's tests.
+        // The kernel tests run `srap` and `srap-agent` as processes (and the
+        // lab's, `srap-lab`); `cargo test` builds a binary only for its own
+        // package's tests.
         Step::new("build (binaries)", cargo(&["build", "--bins"])),
     ];
     let count = steps.len() + 3 + FUZZ_TARGETS.len();
@@ -209,6 +210,8 @@ fn library_docs() -> std::process::Command {
         "srap-common",
         "-p",
         "srap-host",
+        "-p",
+        "srap-status",
         "-p",
         "srap-daemon",
         "-p",
@@ -280,22 +283,41 @@ fn package_step() -> Result<()> {
     Ok(())
 }
 
+/// Builds the release binaries (`srap-lab` runs the `srap-agent` and `srap`
+/// built beside it), then runs `srap-lab ARGS…` as root (it makes
+/// namespaces and loads eBPF).
 fn lab(args: &[String]) -> Result<()> {
-    agent(&["lab"], args)
+    setup::ensure()?;
+    run_step(Step::new("build (release)", cargo(&LAB_BUILD)))?;
+    let mut command = exec::as_root(exec::workspace_root().join("target/release/srap-lab"));
+    command.args(args);
+    run_step(Step::new("srap-lab", command))
 }
 
-/// Builds the release binaries, then runs `srap-agent FIRST… ARGS…` as root
-/// (the agent loads eBPF, makes namespaces, writes sysctls).
-fn agent(first: &[&str], args: &[String]) -> Result<()> {
+/// The release build the lab runs: its own binary and the two it drives.
+pub(crate) const LAB_BUILD: [&str; 9] = [
+    "build",
+    "--release",
+    "--bins",
+    "-p",
+    "srap-lab",
+    "-p",
+    "srap-agent",
+    "-p",
+    "srap-cli",
+];
+
+/// Builds the release binaries, then runs `srap-agent ARGS…` as root (the
+/// agent loads eBPF, makes namespaces, writes sysctls).
+fn agent(args: &[String]) -> Result<()> {
     setup::ensure()?;
     run_step(Step::new(
         "build (release)",
         cargo(&["build", "--release", "-p", "srap-agent", "-p", "srap-cli"]),
     ))?;
     let mut command = exec::as_root(exec::workspace_root().join("target/release/srap-agent"));
-    command.args(first).args(args);
-    let name = [&["srap-agent"][..], first].concat().join(" ");
-    run_step(Step::new(&name, command))
+    command.args(args);
+    run_step(Step::new("srap-agent", command))
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use srap_daemon::{
         source,
     },
 };
-use srap_host::status::{ControlSocket, DEFAULT_CONTROL_PATH, control, metrics};
+use srap_status::{ControlSocket, DEFAULT_CONTROL_PATH, control, metrics};
 
 use crate::args::receiver::ReceiverArgs;
 

@@ -5,7 +5,7 @@ use srap_common::{
     rss::{KeyProvenance, KeySource},
     wire::LandingVerdict,
 };
-use srap_host::status::{PeerRow, Ratio, ReceiveCpu, Status};
+use srap_status::{PeerRow, Ratio, ReceiveCpu, Status};
 
 pub fn opt<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| v.to_string())

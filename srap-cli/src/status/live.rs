@@ -22,7 +22,8 @@ use ratatui::{
     text::{Line, Span},
     widgets::{Block, Clear, Paragraph},
 };
-use srap_host::{report::Chain, status::ControlError};
+use srap_host::report::Chain;
+use srap_status::ControlError;
 
 use super::columns::{cut, width};
 

@@ -20,7 +20,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use srap_host::status::{DEFAULT_CONTROL_PATH, DEFAULT_SENDER_CONTROL_PATH};
+use srap_status::{DEFAULT_CONTROL_PATH, DEFAULT_SENDER_CONTROL_PATH};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -22,7 +22,7 @@ use ratatui::{
     widgets::Paragraph,
 };
 use srap_common::wire::LandingVerdict;
-use srap_host::status::{ControlError, FlowRow, ReceiveCpu, Status, request_status};
+use srap_status::{ControlError, FlowRow, ReceiveCpu, Status, request_status};
 
 use super::{
     columns::{Align, Column, cut, render},
@@ -234,7 +234,7 @@ fn flow_columns(status: &Status, lines: &[FlowLine<'_>]) -> Vec<Column> {
 fn sender_columns(status: &Status) -> Vec<Column> {
     let peers = &status.peers;
     let cells =
-        |f: &dyn Fn(&srap_host::status::PeerRow) -> String| peers.iter().map(f).collect::<Vec<_>>();
+        |f: &dyn Fn(&srap_status::PeerRow) -> String| peers.iter().map(f).collect::<Vec<_>>();
     vec![
         Column::new("sender", Align::Left, 0, cells(&|p| p.addr.clone())),
         Column::new("flows", Align::Right, 1, cells(&|p| p.flows.to_string())),
@@ -562,7 +562,7 @@ mod tests {
     use std::path::Path;
 
     use ratatui::{Terminal, backend::TestBackend, style::Modifier};
-    use srap_host::status::{Accuracy, Collisions, CpuRow, Landings, PeerRow, QueueRow, Ratio};
+    use srap_status::{Accuracy, Collisions, CpuRow, Landings, PeerRow, QueueRow, Ratio};
 
     use super::*;
     use crate::status::live::{Chrome, Feed, draw};
@@ -616,7 +616,7 @@ mod tests {
         let colliding = usize::from(extra > 0);
         Status {
             iface: "s2977x3r".into(),
-            verifier: srap_host::status::VerifierState {
+            verifier: srap_status::VerifierState {
                 hook: Some("tc ingress (tcx)".into()),
                 error: None,
                 limits: Vec::new(),
@@ -678,7 +678,7 @@ mod tests {
                 key: Some("4998e76a915e5ab5".into()),
             }],
             receive_cpu: ReceiveCpu::Emulated,
-            access: srap_host::status::Access {
+            access: srap_status::Access {
                 keys: vec!["4998e76a915e5ab5".into()],
                 ..Default::default()
             },
@@ -720,7 +720,7 @@ mod tests {
         let wide = screen(&mut ReceiverPage::default(), &feed, (200, 40)).join("\n");
         assert!(!wide.contains("key 4998e76a915e5ab5"), "{wide}");
         let open = Status {
-            access: srap_host::status::Access {
+            access: srap_status::Access {
                 open: true,
                 ..Default::default()
             },

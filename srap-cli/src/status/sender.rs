@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use srap_common::rss::KeySource;
-use srap_host::status::{
+use srap_status::{
     SenderStatus,
     sender::{LocalRow, OccupancyRow, ReceiverRow, SenderFlowRow},
 };
@@ -285,7 +285,7 @@ pub(super) fn three_flows() -> Vec<SenderFlowRow> {
 /// live view's.
 #[cfg(test)]
 pub(super) fn two_receivers() -> SenderStatus {
-    use srap_host::status::sender::{AddressRow, GrantRow};
+    use srap_status::sender::{AddressRow, GrantRow};
 
     SenderStatus {
         cgroup: "/sys/fs/cgroup/srap".into(),

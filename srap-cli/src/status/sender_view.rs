@@ -17,7 +17,7 @@ use ratatui::{
     text::{Line, Span},
     widgets::Paragraph,
 };
-use srap_host::status::{ControlError, SenderStatus, request_sender_status, sender::SenderFlowRow};
+use srap_status::{ControlError, SenderStatus, request_sender_status, sender::SenderFlowRow};
 
 use super::{
     columns::{Align, Column, cut, render},

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use srap_host::status::{CpuRow, Status};
+use srap_status::{CpuRow, Status};
 
 use super::format::{
     access, ago, cov, cpu_title, gbps, granted, landings, nic_hash, opt, summary, verifier,
@@ -125,7 +125,7 @@ fn cpu_table(out: &mut String, title: &str, rows: &[CpuRow]) {
 
 #[cfg(test)]
 mod tests {
-    use srap_host::status::PeerRow;
+    use srap_status::PeerRow;
 
     use super::*;
 
@@ -171,7 +171,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("granted CPUs -; key bb\n"), "{text}");
-        status.access = srap_host::status::Access {
+        status.access = srap_status::Access {
             open: true,
             ..Default::default()
         };

@@ -9,7 +9,7 @@ use std::{
 };
 
 use srap_common::wire::KeyId;
-use srap_host::status::PeerRow;
+use srap_status::PeerRow;
 
 /// Connected (authenticated) peers, by address.
 #[derive(Debug, Default)]

@@ -238,7 +238,7 @@ impl Server {
     /// Tells every sender of protocol 7 or later which of its flows the
     /// verifier saw in `status` and where (each session sends its own
     /// peer's, when they changed).
-    pub fn publish_seen(&self, status: &srap_host::status::Status) {
+    pub fn publish_seen(&self, status: &srap_status::Status) {
         let board = seen::board(status);
         self.shared.seen.send_if_modified(|last| {
             let changed = *last != board;
@@ -260,7 +260,7 @@ impl Server {
     }
 
     /// The senders connected now (after their handshake).
-    pub fn peers(&self) -> Vec<srap_host::status::PeerRow> {
+    pub fn peers(&self) -> Vec<srap_status::PeerRow> {
         let grants = self.shared.grants.snapshot();
         let mut peers = self.shared.peers.snapshot();
         for peer in &mut peers {
@@ -288,8 +288,8 @@ impl Server {
     }
 
     /// Who may connect, for the status.
-    pub fn access(&self) -> srap_host::status::Access {
-        srap_host::status::Access {
+    pub fn access(&self) -> srap_status::Access {
+        srap_status::Access {
             keys: self
                 .shared
                 .keys

@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{LearnedKey, Published, Server, downstream::unix_ms};
-use srap_host::status::{FlowRow, Landings, ReceiveCpu, Status, VerifierLimit, VerifierState};
+use srap_status::{FlowRow, Landings, ReceiveCpu, Status, VerifierLimit, VerifierState};
 
 use crate::{
     tracker::{

@@ -7,7 +7,7 @@
 use std::{net::IpAddr, sync::Arc};
 
 use srap_common::wire::{MAX_SEEN_FLOWS, SeenFlow, SeenFlows};
-use srap_host::status::Status;
+use srap_status::Status;
 
 /// Every active workload flow of one sample (agent links left out), in
 /// (destination, source) order.

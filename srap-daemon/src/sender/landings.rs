@@ -15,8 +15,9 @@ use aya::{
     programs::{CgroupAttachMode, SockOps},
 };
 use srap_common::verifier::{FlowKey, LOCAL_FLOWS_MAP, SockFlow, VERIFY_LOCAL_PROGRAM};
+use srap_host::report::Chain;
 
-use crate::verifier::{Hook, QueueReading, VerifierError, driver, error_chain};
+use crate::verifier::{Hook, QueueReading, VerifierError, driver};
 
 /// One connection the steered cgroup opened, as this host's NIC received
 /// its handshake's answer.
@@ -78,7 +79,7 @@ impl LocalLandings {
         // A link: coexists with the binder's and any other program there.
         program
             .attach(file, CgroupAttachMode::Single)
-            .map_err(|err| refused(error_chain(&err)))?;
+            .map_err(|err| refused(Chain(&err).to_string()))?;
         let driver = iface.and_then(driver);
         Ok(Self {
             ebpf,

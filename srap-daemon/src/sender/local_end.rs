@@ -39,7 +39,7 @@ use srap_common::{
     rss::{End, FlowTuple, KeySource, RssModel},
     wire::{LandingReport, LandingVerdict},
 };
-use srap_host::status::FlowRow;
+use srap_status::FlowRow;
 use tracing::{info, warn};
 
 use super::{

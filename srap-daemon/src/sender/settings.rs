@@ -283,7 +283,7 @@ impl SenderSettings {
     pub fn control(&self) -> PathBuf {
         self.control
             .clone()
-            .unwrap_or_else(|| PathBuf::from(srap_host::status::DEFAULT_SENDER_CONTROL_PATH))
+            .unwrap_or_else(|| PathBuf::from(srap_status::DEFAULT_SENDER_CONTROL_PATH))
     }
 }
 

@@ -43,7 +43,7 @@ use srap_common::{
     },
     solver::PortRange,
 };
-use srap_host::status::LearningRow;
+use srap_status::LearningRow;
 use tracing::{info, warn};
 
 /// Landings needed before anything learned is served.

@@ -27,7 +27,7 @@ use std::{
 
 use srap_common::rss::{FlowTuple, RssModel};
 
-use srap_host::status::{
+use srap_status::{
     Accuracy, Collisions, CpuRow, FlowRow, NicHashCounts, QueueRow, ReceiveCpu, Status,
 };
 
@@ -459,7 +459,7 @@ mod tests {
     };
 
     use super::{fixtures::*, *};
-    use srap_host::status::Ratio;
+    use srap_status::Ratio;
 
     /// 4 queues; queues 2 and 3 share CPU 2.
     fn model() -> RssModel {

@@ -28,7 +28,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use srap_common::{binder::SlotGrant, rss::RssDescription};
 use srap_daemon::sender::{BinderStats, PinLayout};
-use srap_host::status::{SenderStatus, Status, control};
+use srap_status::{SenderStatus, Status, control};
 
 use super::exec::{in_netns, in_netns_bounded};
 use crate::{NetNs, interrupted, unique_name, workload::ChildGuard};

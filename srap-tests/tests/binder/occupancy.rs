@@ -17,7 +17,7 @@ use std::{
 };
 
 use srap_common::binder::FIRST_RECEIVER_ROW;
-use srap_host::status::sender::OccupancyRow;
+use srap_status::sender::OccupancyRow;
 use srap_tests::flows::{Sink, listen_deep};
 
 use super::{Lab, TIMEOUT, privileged};
@@ -73,7 +73,7 @@ fn check_metrics(lab: &Lab, kind: &str, want: u64) {
         Some(text) => text,
         None => {
             let status = lab.agent.status().expect("the sender's status");
-            srap_host::status::metrics::render_sender(&status)
+            srap_status::metrics::render_sender(&status)
         }
     };
     srap_tests::promtool::check_metrics("the sender agent's /metrics", &text);

@@ -181,7 +181,20 @@ fn check_binaries(files: &[PathBuf]) -> Result<()> {
             path.display()
         );
     }
+    let lab: Vec<&PathBuf> = files.iter().filter(|f| is_the_labs(f)).collect();
+    ensure!(
+        lab.is_empty(),
+        "the package ships the lab (its own binary, never the root daemon's): {lab:?}"
+    );
     Ok(())
+}
+
+/// `srap-lab` or a page of it (`srap-lab.1`, the old `srap-agent-lab.8`):
+/// QEMU control, plots and the test harness stay out of the package.
+fn is_the_labs(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.starts_with("srap-lab") || name.contains("-lab."))
 }
 
 /// Each page renders with `man -l`, and each binary and subcommand has one.
@@ -308,4 +321,27 @@ fn check_units() -> Result<()> {
         output.status
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_labs_binary_and_pages_are_told_from_the_agents() {
+        for lab in [
+            "/usr/bin/srap-lab",
+            "/usr/share/man/man8/srap-agent-lab.8.gz",
+            "/usr/share/man/man1/srap-lab.1.gz",
+        ] {
+            assert!(is_the_labs(Path::new(lab)), "{lab}");
+        }
+        for ours in [
+            "/usr/bin/srap-agent",
+            "/usr/share/man/man8/srap-agent-receiver.8.gz",
+            "/etc/srap/receiver.conf",
+        ] {
+            assert!(!is_the_labs(Path::new(ours)), "{ours}");
+        }
+    }
 }

@@ -24,7 +24,7 @@ use srap_common::{
     binder::{LOCAL_ROW, SocketRecord},
     repair::{INJECT_PROGRAM, REPAIR_PROGRAM, RepairRequest, op, result},
 };
-use srap_host::status::sender::OccupancyRow;
+use srap_status::sender::OccupancyRow;
 use tracing::{debug, warn};
 
 use self::core::{CountMismatch, Findings, Snapshot, Stability, StaleRecord};

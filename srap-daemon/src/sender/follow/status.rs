@@ -5,7 +5,7 @@
 use std::{path::Path, sync::Arc};
 
 use srap_common::{binder::COUNTER_NAMES, rss::FlowTuple, wire::MAX_SEEN_FLOWS};
-use srap_host::status::{
+use srap_status::{
     ControlSocket, SenderStatus,
     control::serve,
     sender::{AddressRow, GrantRow, LocalRow, ReceiverRow, SenderFlowRow},
@@ -54,7 +54,7 @@ impl Published {
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .and_then(tokio::net::TcpListener::from_std)
             .with_context(|| format!("serving metrics on {addr} (--metrics)"))?;
-        self.metrics = Some(tokio::spawn(srap_host::status::metrics::serve(
+        self.metrics = Some(tokio::spawn(srap_status::metrics::serve(
             listener,
             self.tx.subscribe(),
         )));

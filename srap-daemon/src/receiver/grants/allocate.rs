@@ -1,8 +1,8 @@
 //! How a receiver agent shares its CPUs between the senders connected to it.
 //!
 //! Every sender reports the flows it has open per receiver CPU
-//! ([`crate::wire::DemandReport`]); from those, [`allocate`] grants each
-//! sender a set of CPUs ([`crate::wire::CpuGrant`]):
+//! ([`srap_common::wire::DemandReport`]); from those, [`allocate`] grants each
+//! sender a set of CPUs ([`srap_common::wire::CpuGrant`]):
 //!
 //! * **While the flows fit** (each sender's demand, or its equal share of the
 //!   offered CPUs when it has fewer flows, sums to no more than the offered

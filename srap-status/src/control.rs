@@ -23,12 +23,14 @@ use thiserror::Error;
 use tokio::{
     io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _},
     net::{UnixListener, UnixStream},
-    sync::{Semaphore, watch},
-    time::timeout,
+    sync::watch,
 };
-use tracing::{debug, warn};
+use tracing::warn;
 
-use super::Status;
+use crate::{
+    Status,
+    bounded::{self, Bounds},
+};
 
 /// Where the receiver agent listens unless told otherwise (`--control`).
 pub const DEFAULT_CONTROL_PATH: &str = "/run/srap/receiver.sock";
@@ -36,10 +38,13 @@ pub const DEFAULT_CONTROL_PATH: &str = "/run/srap/receiver.sock";
 const MAX_REQUEST: u64 = 4096;
 /// Longest reply a client reads (a status with tens of thousands of flows).
 const MAX_REPLY: u64 = 64 << 20;
-/// Clients served at once; more wait in the kernel's backlog.
-const MAX_CLIENTS: usize = 16;
-/// For a client to send its request and take the reply.
-const CLIENT_DEADLINE: Duration = Duration::from_secs(5);
+/// Clients served at once (more wait in the kernel's backlog), and how long
+/// one has to send its request and take the reply.
+const BOUNDS: Bounds = Bounds {
+    name: "control socket",
+    at_once: 16,
+    deadline: Duration::from_secs(5),
+};
 
 /// A request on the control socket.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -178,29 +183,10 @@ pub async fn serve<T>(listener: UnixListener, status: watch::Receiver<Arc<T>>)
 where
     T: Serialize + Send + Sync + 'static,
 {
-    let clients = Arc::new(Semaphore::new(MAX_CLIENTS));
-    loop {
-        let stream = match listener.accept().await {
-            Ok((stream, _)) => stream,
-            Err(err) => {
-                warn!("control socket: accepting: {err}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = Arc::clone(&clients).acquire_owned().await else {
-            return;
-        };
-        let status = status.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            match timeout(CLIENT_DEADLINE, answer(stream, &status)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => debug!("control client: {err}"),
-                Err(_) => debug!("control client: too slow, dropped"),
-            }
-        });
-    }
+    bounded::serve_latest(listener, BOUNDS, status, |stream, status| async move {
+        answer(stream, &status).await
+    })
+    .await;
 }
 
 async fn answer<T: Serialize>(
@@ -268,8 +254,8 @@ fn request<T: serde::de::DeserializeOwned>(
             _ => io_error(path)(err),
         })?;
     stream
-        .set_read_timeout(Some(CLIENT_DEADLINE))
-        .and_then(|()| stream.set_write_timeout(Some(CLIENT_DEADLINE)))
+        .set_read_timeout(Some(BOUNDS.deadline))
+        .and_then(|()| stream.set_write_timeout(Some(BOUNDS.deadline)))
         .map_err(io_error(path))?;
     let request = Request {
         get: "status".into(),

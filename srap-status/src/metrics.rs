@@ -19,21 +19,26 @@ use std::{fmt::Write as _, io, sync::Arc, time::Duration};
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::{TcpListener, TcpStream},
-    sync::{Semaphore, watch},
+    sync::watch,
     time::timeout,
 };
-use tracing::{debug, warn};
 
 use srap_common::wire::LandingVerdict;
 
-use super::{SenderStatus, Status};
+use crate::{
+    SenderStatus, Status,
+    bounded::{self, Bounds},
+};
 
 /// Longest request head read.
 const MAX_HEAD: usize = 8192;
-/// Connections served at once.
-const MAX_CONNECTIONS: usize = 16;
-/// For a scraper to send its request and take the reply.
-const DEADLINE: Duration = Duration::from_secs(5);
+/// Connections served at once, and how long a scraper has to send its
+/// request and take the reply.
+const BOUNDS: Bounds = Bounds {
+    name: "metrics",
+    at_once: 16,
+    deadline: Duration::from_secs(5),
+};
 
 /// (name, type, help) of every metric, in exposition order.
 pub const METRICS: &[(&str, &str, &str)] = &[
@@ -348,29 +353,10 @@ pub fn render_sender(status: &SenderStatus) -> String {
 
 /// Serves scrapes on `listener` until the task is dropped or aborted.
 pub async fn serve<T: Exposition>(listener: TcpListener, status: watch::Receiver<Arc<T>>) {
-    let connections = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(err) => {
-                warn!("metrics: accepting: {err}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = Arc::clone(&connections).acquire_owned().await else {
-            return;
-        };
-        let status = status.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            match timeout(DEADLINE, exchange(stream, &status)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(err)) => debug!("metrics: {peer}: {err}"),
-                Err(_) => debug!("metrics: {peer}: too slow, dropped"),
-            }
-        });
-    }
+    bounded::serve_latest(listener, BOUNDS, status, |stream, status| async move {
+        exchange(stream, &status).await
+    })
+    .await;
 }
 
 async fn exchange<T: Exposition>(
@@ -457,7 +443,7 @@ fn response(status: &str, body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::status::{Collisions, FlowRow, NicHashCounts, QueueRow, Ratio, VerifierState};
+    use crate::{Collisions, FlowRow, NicHashCounts, QueueRow, Ratio, VerifierState};
 
     fn status() -> Status {
         let mut status = Status {

@@ -1,6 +1,7 @@
 //! The receiver's CPUs, shared between the senders connected to it: which
 //! CPUs it offers (`--cpus`, the NIC's NUMA node first), each sender's
-//! demand, and the grant each one holds ([`srap_common::grants`] decides).
+//! demand, and the grant each one holds ([`allocate`](mod@allocate) decides:
+//! the pure allocator, here with its one user rather than in `srap-common`).
 //!
 //! A sender is granted CPUs the moment its session starts (from the CPUs
 //! no one else holds), so its first flows already follow a grant; every
@@ -16,15 +17,16 @@ use std::{
     time::{Duration, Instant},
 };
 
-use srap_common::{
-    grants::{Held, SenderDemand, allocate},
-    wire::{CpuCount, CpuGrant, DemandReport},
-};
+use srap_common::wire::{CpuCount, CpuGrant, DemandReport};
 /// Moved to `srap_host::cpus` (so `srap rss show` can show the offer);
 /// kept here under their old paths.
 pub use srap_host::cpus::{Offer, local_cpus};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
+
+pub mod allocate;
+
+pub use self::allocate::{Allocation, Grant, Held, SenderDemand, allocate, simulate_binders};
 
 /// How long a sender that went beyond its fair share (while others were
 /// within theirs) stays held to it after its demand falls back.
