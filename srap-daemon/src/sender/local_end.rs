@@ -35,9 +35,11 @@
 
 use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
+use anyhow::Context as _;
 use srap_common::{
+    binder::{LEVELS, LOCAL_ROW},
     rss::{End, FlowTuple, KeySource, RssModel},
-    wire::{LandingReport, LandingVerdict},
+    wire::{CpuCount, CpuGrant, LandingReport, LandingVerdict},
 };
 use srap_host::status::FlowRow;
 use tracing::{info, warn};
@@ -45,6 +47,7 @@ use tracing::{info, warn};
 use super::{
     RunningBinder,
     ends::{LocalNic, Steer},
+    grant,
     landings::{LocalLandings, Opened},
 };
 use crate::{
@@ -201,6 +204,11 @@ impl LocalEnd {
         self.version
     }
 
+    /// This host's CPU offer in its occupancy row (again after a re-plan).
+    pub fn apply_grant(&self, steering: &mut RunningBinder) -> anyhow::Result<()> {
+        apply_local_grant(steering, &self.nic)
+    }
+
     /// Records the pause state the binder now has.
     pub fn set_paused(&mut self, paused: bool) {
         self.paused = paused;
@@ -288,6 +296,37 @@ pub struct Sampled {
     pub model: Option<Arc<RssModel>>,
     /// Local steering is to pause (true) or resume (false).
     pub pause: Option<bool>,
+}
+
+/// This host's CPU offer in its occupancy row.
+pub fn apply_local_grant(steering: &mut RunningBinder, nic: &LocalNic) -> anyhow::Result<()> {
+    let grant = local_grant(nic);
+    grant::apply_to(
+        &mut steering.ebpf,
+        &steering.plan,
+        |row| row == LOCAL_ROW,
+        Some(&grant),
+    )
+    .context("writing this host's CPU offer")?;
+    Ok(())
+}
+
+/// This host's CPU offer as a grant: the first tier at base 0, the others
+/// at the top level, taken only once the first tier's CPUs fill up.
+pub fn local_grant(nic: &LocalNic) -> CpuGrant {
+    let cpus = nic
+        .tiers
+        .iter()
+        .enumerate()
+        .flat_map(|(tier, cpus)| {
+            let base = if tier == 0 { 0 } else { LEVELS as u32 - 1 };
+            cpus.iter().map(move |cpu| CpuCount {
+                cpu: *cpu,
+                count: base,
+            })
+        })
+        .collect();
+    CpuGrant { epoch: 0, cpus }
 }
 
 /// The interface the route toward `dst` leaves from.

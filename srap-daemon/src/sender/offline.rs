@@ -18,14 +18,10 @@ use super::{
     ends::{LocalNic, Steer},
     follow::{self, Published, status},
     grant,
-    local_end::LocalEnd,
+    local_end::{LocalEnd, apply_local_grant},
     maps,
 };
-use srap_common::{
-    binder::{LEVELS, LOCAL_ROW},
-    rss::RssModel,
-    wire::{CpuCount, CpuGrant},
-};
+use srap_common::{binder::LOCAL_ROW, rss::RssModel};
 
 /// How often this host's landings are judged and the status refreshed.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
@@ -118,37 +114,6 @@ fn apply_grant(steering: &mut RunningBinder, local: Option<&LocalNic>) -> anyhow
         apply_local_grant(steering, nic)?;
     }
     Ok(())
-}
-
-/// This host's CPU offer in its occupancy row.
-pub fn apply_local_grant(steering: &mut RunningBinder, nic: &LocalNic) -> anyhow::Result<()> {
-    let grant = local_grant(nic);
-    grant::apply_to(
-        &mut steering.ebpf,
-        &steering.plan,
-        |row| row == LOCAL_ROW,
-        Some(&grant),
-    )
-    .context("writing this host's CPU offer")?;
-    Ok(())
-}
-
-/// This host's CPU offer as a grant: the first tier at base 0, the others
-/// at the top level, taken only once the first tier's CPUs fill up.
-pub fn local_grant(nic: &LocalNic) -> CpuGrant {
-    let cpus = nic
-        .tiers
-        .iter()
-        .enumerate()
-        .flat_map(|(tier, cpus)| {
-            let base = if tier == 0 { 0 } else { LEVELS as u32 - 1 };
-            cpus.iter().map(move |cpu| CpuCount {
-                cpu: *cpu,
-                count: base,
-            })
-        })
-        .collect();
-    CpuGrant { epoch: 0, cpus }
 }
 
 struct Offline {
