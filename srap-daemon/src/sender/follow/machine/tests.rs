@@ -474,9 +474,13 @@ fn a_name_that_resolves_elsewhere_is_planned_for() {
         machine.peers[0].rows,
         vec![(1, ip("10.0.2.1")), (2, ip("10.0.1.1"))]
     );
-    let mut rows = target_rows(&machine);
-    rows.sort_unstable();
-    assert_eq!(rows, vec![1, 2]);
+    let targets: Vec<(u32, IpAddr)> = machine
+        .options
+        .targets
+        .iter()
+        .map(|t| (t.index, t.addr))
+        .collect();
+    assert_eq!(targets, machine.peers[0].rows, "the plan follows the name");
 }
 
 #[test]
