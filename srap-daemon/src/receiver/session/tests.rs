@@ -165,7 +165,9 @@ fn a_plan_from_another_source_is_a_rewritten_tuple() {
         rewritten_plan(ip("10.0.0.9"), Some(ip("10.0.0.2")), &plan),
         None
     );
-    assert_eq!(rewritten_plan(ip("10.0.0.1"), None, &plan), None);
+    // The connection's own end unknown: nothing to compare with.
+    let toward_peer = plan_from("10.0.0.9", "10.0.0.1");
+    assert_eq!(rewritten_plan(ip("10.0.0.1"), None, &toward_peer), None);
 }
 
 #[test]
