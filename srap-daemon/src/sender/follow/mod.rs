@@ -10,6 +10,11 @@
 //! plan keeps steering, and the others are not touched: the maps do not
 //! depend on the connections, and each client reconnects with backoff on
 //! its own.
+//!
+//! What each event changes and what must then be done is decided by
+//! [`machine`] (no I/O, unit-tested); this module is its shell: it waits
+//! for events and timers and carries the machine's actions out on the
+//! binder's maps, the receivers' clients and stdout.
 
 mod events;
 mod machine;
