@@ -12,7 +12,7 @@
 //! its own.
 //!
 //! What each event changes and what must then be done is decided by
-//! [`machine`] (no I/O, unit-tested); this module is its shell: it waits
+//! `machine` (no I/O, unit-tested); this module is its shell: it waits
 //! for events and timers and carries the machine's actions out on the
 //! binder's maps, the receivers' clients and stdout.
 
