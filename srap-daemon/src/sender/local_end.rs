@@ -300,7 +300,7 @@ pub struct Sampled {
 
 /// This host's CPU offer in its occupancy row.
 pub fn apply_local_grant(steering: &mut RunningBinder, nic: &LocalNic) -> anyhow::Result<()> {
-    let grant = local_grant(nic);
+    let grant = local_grant(&nic.tiers);
     grant::apply_to(
         &mut steering.ebpf,
         &steering.plan,
@@ -313,9 +313,8 @@ pub fn apply_local_grant(steering: &mut RunningBinder, nic: &LocalNic) -> anyhow
 
 /// This host's CPU offer as a grant: the first tier at base 0, the others
 /// at the top level, taken only once the first tier's CPUs fill up.
-pub fn local_grant(nic: &LocalNic) -> CpuGrant {
-    let cpus = nic
-        .tiers
+pub fn local_grant(tiers: &[Vec<u32>]) -> CpuGrant {
+    let cpus = tiers
         .iter()
         .enumerate()
         .flat_map(|(tier, cpus)| {
@@ -333,4 +332,20 @@ pub fn local_grant(nic: &LocalNic) -> CpuGrant {
 fn route_iface(dst: IpAddr) -> Option<String> {
     let source = srap_host::route::source_toward(dst).ok()?;
     srap_host::local::interface_of(source).ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use srap_common::binder::LEVELS;
+
+    use super::local_grant;
+
+    #[test]
+    fn the_first_tier_is_offered_first_and_the_others_only_when_full() {
+        let grant = local_grant(&[vec![0, 1], vec![8]]);
+        let offered: Vec<(u32, u32)> = grant.cpus.iter().map(|c| (c.cpu, c.count)).collect();
+        let top = LEVELS as u32 - 1;
+        assert_eq!(offered, vec![(0, 0), (1, 0), (8, top)]);
+        assert_eq!(grant.epoch, 0, "no receiver granted it");
+    }
 }
