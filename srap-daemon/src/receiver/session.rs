@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use srap_common::wire::{
     self, Challenge, DecodeError, DemandReport, ErrorReport, Hello, KeyId, LandingReport,
     LandingVerdict, MAX_FRAME, MAX_HANDSHAKE_FRAME, MIN_PROTOCOL_VERSION, Message,
-    PROTOCOL_VERSION, Role, RssUpdate, SeenFlows,
+    PROTOCOL_VERSION, PlanReport, Psk, Response, Role, RssUpdate, SeenFlows,
 };
 use thiserror::Error;
 use tokio::{
@@ -22,7 +22,10 @@ use tokio::{
 use tracing::{debug, info, warn};
 
 use super::{Shared, pace::DemandPace, rewrite, seen, source::Published};
-use crate::framed::{self, FrameError, Inbound, Outbound, ReadLimits, printable};
+use crate::{
+    framed::{self, FrameError, Inbound, Outbound, ReadLimits, printable},
+    psk::Keys,
+};
 
 /// Why a session ended early.
 #[derive(Debug, Error)]
@@ -132,13 +135,7 @@ async fn converse(
         idle: t.handshake,
         frame: t.handshake,
     };
-    let hello = match framed::read(rd, handshake).await? {
-        Message::Hello(hello) => hello,
-        other => return Err(unexpected("Hello", &other)),
-    };
-    // The lower of the two versions: its frames are what the peer reads.
-    let version =
-        wire::session_version(hello.version).ok_or(SessionError::OldSender(hello.version))?;
+    let (hello, version) = greeted(framed::read(rd, handshake).await?)?;
     *outbound = Outbound::plain(version);
     let (mut inbound, key) = authenticate(rd, wr, outbound, &hello, handshake, shared).await?;
     let agent = printable(&hello.agent);
@@ -167,11 +164,10 @@ async fn converse(
     let first = grant.borrow_and_update().clone();
     outbound.write(wr, &Message::Grant(first), t.write).await?;
     let mut landings = shared.landings.subscribe();
-    // A verdict already made goes out at once; Unknown is the default.
-    if landings.borrow_and_update().verdict == LandingVerdict::Unknown {
-        landings.mark_unchanged();
-    } else {
+    if tell_at_once(&landings.borrow_and_update()) {
         landings.mark_changed();
+    } else {
+        landings.mark_unchanged();
     }
 
     // This peer's own flows as the verifier saw them (protocol 7 on):
@@ -203,9 +199,9 @@ async fn converse(
     // cut in half by a write taking its turn.
     let reads = async {
         loop {
-            match inbound.read(rd, limits).await? {
-                Message::Keepalive => {}
-                Message::PlanReport(report) => {
+            match received(inbound.read(rd, limits).await?)? {
+                Received::Nothing => {}
+                Received::Plan(report) => {
                     let ports: usize = report
                         .tables
                         .iter()
@@ -218,26 +214,14 @@ async fn converse(
                         report.tables.len()
                     );
                     shared.peers.reported(peer, report.version);
-                    let planned_from = local
-                        .and_then(|local| rewrite::rewritten_source(peer.ip(), local, &report));
-                    rewritten_tx.send_if_modified(|now| {
-                        let next = planned_from.map(|source| RewrittenPlan {
-                            source,
-                            version: report.version,
-                        });
-                        std::mem::replace(now, next) != next
-                    });
+                    let next = rewritten_plan(peer.ip(), local, &report);
+                    rewritten_tx.send_if_modified(|now| std::mem::replace(now, next) != next);
                     shared.plans.insert(peer, report);
                 }
-                Message::Demand(report) => {
-                    report.check().map_err(SessionError::BadDemand)?;
+                Received::Demand(report) => {
                     demands_read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     demand_tx.send_replace(Some(report));
                 }
-                Message::Error(report) => {
-                    return Err(SessionError::PeerError(printable(&report.reason)));
-                }
-                other => return Err(unexpected("PlanReport, Demand or Keepalive", &other)),
             }
         }
     };
@@ -278,9 +262,8 @@ async fn converse(
                     return Err(SessionError::Shutdown);
                 }
                 let mine = seen::of_peer(&seen_board.borrow_and_update(), peer.ip());
-                if told.as_ref() != Some(&mine) {
-                    outbound.write(wr, &Message::SeenFlows(mine.clone()), t.write).await?;
-                    told = Some(mine);
+                if let Some(news) = seen_news(&mut told, mine) {
+                    outbound.write(wr, &Message::SeenFlows(news), t.write).await?;
                 }
             }
             changed = rewritten.changed() => {
@@ -328,8 +311,8 @@ async fn converse(
                 if changed.is_err() {
                     return Err(SessionError::Shutdown);
                 }
-                if let Some(key) = key.filter(|k| !keys.borrow_and_update().contains(*k)) {
-                    return Err(SessionError::KeyWithdrawn(key));
+                if let Some(err) = withdrawn(key, &keys.borrow_and_update()) {
+                    return Err(err);
                 }
             }
             _ = keepalive.tick() => {
@@ -377,14 +360,9 @@ async fn authenticate(
     shared: &Shared,
 ) -> Result<(Inbound, Option<KeyId>), SessionError> {
     let keys = shared.keys.borrow().clone();
-    if keys.is_empty() {
+    let Some((id, psk)) = key_for(&keys, hello)? else {
         return Ok((Inbound::default(), None));
-    }
-    let id = hello.key.ok_or(SessionError::NoKey)?;
-    let psk = keys.find(id).ok_or_else(|| SessionError::UnknownKey {
-        id,
-        ours: keys.to_string(),
-    })?;
+    };
     let version = outbound.version();
     // Marked when the session runs below this build's version, so a sender
     // that offered more detects a Hello rewritten on the way.
@@ -400,13 +378,7 @@ async fn authenticate(
         shared.config.timeouts.write,
     )
     .await?;
-    let response = match framed::read(rd, limits).await? {
-        Message::Response(response) => response,
-        // The sender refused the challenge (a wrong proof, a downgrade on
-        // the path): its reason is what the log should say.
-        Message::Error(report) => return Err(SessionError::PeerError(printable(&report.reason))),
-        other => return Err(unexpected("Response", &other)),
-    };
+    let response = answered(framed::read(rd, limits).await?)?;
     if !psk.verify_sender(version, &hello.nonce, &nonce, &response.proof) {
         return Err(SessionError::WrongKey);
     }
@@ -414,6 +386,105 @@ async fn authenticate(
         framed::session(Some(psk), Role::Receiver, version, &hello.nonce, &nonce);
     *outbound = sealed;
     Ok((inbound, Some(id)))
+}
+
+/// A sender's first frame: its Hello and the version of the session (the
+/// lower of the two: its frames are what the peer reads).
+fn greeted(message: Message) -> Result<(Hello, u16), SessionError> {
+    let hello = match message {
+        Message::Hello(hello) => hello,
+        other => return Err(unexpected("Hello", &other)),
+    };
+    let version =
+        wire::session_version(hello.version).ok_or(SessionError::OldSender(hello.version))?;
+    Ok((hello, version))
+}
+
+/// The key the sender's [`Hello::key`] names, when this receiver has keys
+/// (`None`: it has none, the session stays plain).
+fn key_for<'k>(keys: &'k Keys, hello: &Hello) -> Result<Option<(KeyId, &'k Psk)>, SessionError> {
+    if keys.is_empty() {
+        return Ok(None);
+    }
+    let id = hello.key.ok_or(SessionError::NoKey)?;
+    let psk = keys.find(id).ok_or_else(|| SessionError::UnknownKey {
+        id,
+        ours: keys.to_string(),
+    })?;
+    Ok(Some((id, psk)))
+}
+
+/// The sender's answer to the challenge.
+fn answered(message: Message) -> Result<Response, SessionError> {
+    match message {
+        Message::Response(response) => Ok(response),
+        // The sender refused the challenge (a wrong proof, a downgrade on
+        // the path): its reason is what the log should say.
+        Message::Error(report) => Err(SessionError::PeerError(printable(&report.reason))),
+        other => Err(unexpected("Response", &other)),
+    }
+}
+
+/// What a sender's frame after the handshake asks of the session.
+#[derive(Debug, PartialEq)]
+enum Received {
+    /// A keepalive: nothing but the proof the sender is there.
+    Nothing,
+    /// Its plan for a description version.
+    Plan(PlanReport),
+    /// The flows it holds per granted CPU (checked).
+    Demand(DemandReport),
+}
+
+/// Sorts a sender's frame: what it carries, or why the session ends.
+fn received(message: Message) -> Result<Received, SessionError> {
+    match message {
+        Message::Keepalive => Ok(Received::Nothing),
+        Message::PlanReport(report) => Ok(Received::Plan(report)),
+        Message::Demand(report) => {
+            report.check().map_err(SessionError::BadDemand)?;
+            Ok(Received::Demand(report))
+        }
+        Message::Error(report) => Err(SessionError::PeerError(printable(&report.reason))),
+        other => Err(unexpected("PlanReport, Demand or Keepalive", &other)),
+    }
+}
+
+/// The plan `report` when it is made from another source address than
+/// `peer`, the one its connection to `local` arrives from.
+fn rewritten_plan(
+    peer: std::net::IpAddr,
+    local: Option<std::net::IpAddr>,
+    report: &PlanReport,
+) -> Option<RewrittenPlan> {
+    let source = rewrite::rewritten_source(peer, local?, report)?;
+    Some(RewrittenPlan {
+        source,
+        version: report.version,
+    })
+}
+
+/// Whether the landings verdict a session finds goes out at once: one
+/// already made does; Unknown is the default the sender assumes.
+fn tell_at_once(report: &LandingReport) -> bool {
+    report.verdict != LandingVerdict::Unknown
+}
+
+/// The peer's flows `mine` when they differ from what it was `told` last
+/// (then they are what it was told).
+fn seen_news(told: &mut Option<SeenFlows>, mine: SeenFlows) -> Option<SeenFlows> {
+    if told.as_ref() == Some(&mine) {
+        return None;
+    }
+    *told = Some(mine.clone());
+    Some(mine)
+}
+
+/// The error that ends a session whose key (`key`) is no longer among
+/// `keys` (key rotation).
+fn withdrawn(key: Option<KeyId>, keys: &Keys) -> Option<SessionError> {
+    key.filter(|k| !keys.contains(*k))
+        .map(SessionError::KeyWithdrawn)
 }
 
 async fn send_update(
@@ -490,3 +561,6 @@ pub(super) async fn drain<R: tokio::io::AsyncRead + Unpin>(
 
 /// The receiver's watch channel type, named for [`super`].
 pub(super) type Updates = watch::Receiver<Published>;
+
+#[cfg(test)]
+mod tests;

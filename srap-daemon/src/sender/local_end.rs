@@ -35,9 +35,11 @@
 
 use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
+use anyhow::Context as _;
 use srap_common::{
+    binder::{LEVELS, LOCAL_ROW},
     rss::{End, FlowTuple, KeySource, RssModel},
-    wire::{LandingReport, LandingVerdict},
+    wire::{CpuCount, CpuGrant, LandingReport, LandingVerdict},
 };
 use srap_status::FlowRow;
 use tracing::{info, warn};
@@ -45,6 +47,7 @@ use tracing::{info, warn};
 use super::{
     RunningBinder,
     ends::{LocalNic, Steer},
+    grant,
     landings::{LocalLandings, Opened},
 };
 use crate::{
@@ -201,6 +204,11 @@ impl LocalEnd {
         self.version
     }
 
+    /// This host's CPU offer in its occupancy row (again after a re-plan).
+    pub fn apply_grant(&self, steering: &mut RunningBinder) -> anyhow::Result<()> {
+        apply_local_grant(steering, &self.nic)
+    }
+
     /// Records the pause state the binder now has.
     pub fn set_paused(&mut self, paused: bool) {
         self.paused = paused;
@@ -290,8 +298,54 @@ pub struct Sampled {
     pub pause: Option<bool>,
 }
 
+/// This host's CPU offer in its occupancy row.
+pub fn apply_local_grant(steering: &mut RunningBinder, nic: &LocalNic) -> anyhow::Result<()> {
+    let grant = local_grant(&nic.tiers);
+    grant::apply_to(
+        &mut steering.ebpf,
+        &steering.plan,
+        |row| row == LOCAL_ROW,
+        Some(&grant),
+    )
+    .context("writing this host's CPU offer")?;
+    Ok(())
+}
+
+/// This host's CPU offer as a grant: the first tier at base 0, the others
+/// at the top level, taken only once the first tier's CPUs fill up.
+pub fn local_grant(tiers: &[Vec<u32>]) -> CpuGrant {
+    let cpus = tiers
+        .iter()
+        .enumerate()
+        .flat_map(|(tier, cpus)| {
+            let base = if tier == 0 { 0 } else { LEVELS as u32 - 1 };
+            cpus.iter().map(move |cpu| CpuCount {
+                cpu: *cpu,
+                count: base,
+            })
+        })
+        .collect();
+    CpuGrant { epoch: 0, cpus }
+}
+
 /// The interface the route toward `dst` leaves from.
 fn route_iface(dst: IpAddr) -> Option<String> {
     let source = srap_host::route::source_toward(dst).ok()?;
     srap_host::local::interface_of(source).ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use srap_common::binder::LEVELS;
+
+    use super::local_grant;
+
+    #[test]
+    fn the_first_tier_is_offered_first_and_the_others_only_when_full() {
+        let grant = local_grant(&[vec![0, 1], vec![8]]);
+        let offered: Vec<(u32, u32)> = grant.cpus.iter().map(|c| (c.cpu, c.count)).collect();
+        let top = LEVELS as u32 - 1;
+        assert_eq!(offered, vec![(0, 0), (1, 0), (8, top)]);
+        assert_eq!(grant.epoch, 0, "no receiver granted it");
+    }
 }

@@ -270,24 +270,36 @@ pub fn fill_dests_except(
 ) -> Result<(), SenderError> {
     let mut dests: HashMap<_, DestKey, DestValue> =
         HashMap::try_from(map_mut(ebpf, DESTS_MAP)?).map_err(map_error(DESTS_MAP))?;
-    let active = || {
-        plan.dests
-            .iter()
-            .filter(|(_, v)| !paused.contains(&v.receiver))
-    };
-    let wanted: BTreeSet<DestKey> = active().map(|(k, _)| *k).collect();
-    let stale: Vec<DestKey> = dests
-        .keys()
-        .filter_map(Result::ok)
-        .filter(|k| !wanted.contains(k))
-        .collect();
-    for (key, value) in active() {
+    let present: Vec<DestKey> = dests.keys().filter_map(Result::ok).collect();
+    let (active, stale) = dest_changes(&plan.dests, paused, present);
+    for (key, value) in active {
         dests.insert(key, value, 0).map_err(map_error(DESTS_MAP))?;
     }
     for key in &stale {
         dests.remove(key).map_err(map_error(DESTS_MAP))?;
     }
     Ok(())
+}
+
+/// What [`fill_dests_except`] writes into a map holding `present`: the
+/// plan's destinations toward receivers not `paused` (each written, so a
+/// re-plan's new values replace the old), and the keys to take out (every
+/// other one there: a paused receiver's, a destination the plan dropped).
+fn dest_changes<'p>(
+    dests: &'p [(DestKey, DestValue)],
+    paused: &BTreeSet<u32>,
+    present: impl IntoIterator<Item = DestKey>,
+) -> (Vec<&'p (DestKey, DestValue)>, Vec<DestKey>) {
+    let active: Vec<_> = dests
+        .iter()
+        .filter(|(_, v)| !paused.contains(&v.receiver))
+        .collect();
+    let wanted: BTreeSet<DestKey> = active.iter().map(|(k, _)| *k).collect();
+    let stale = present
+        .into_iter()
+        .filter(|k| !wanted.contains(k))
+        .collect();
+    (active, stale)
 }
 
 /// The binder's outcome counters, summed over CPUs, by [`outcome`] index.
@@ -452,3 +464,6 @@ pub fn read_grant(layout: &PinLayout, receiver: u32) -> Result<SlotGrant, Sender
     let grants: Array<_, SlotGrant> = Array::try_from(map).map_err(map_error(GRANTS_MAP))?;
     grants.get(&receiver, 0).map_err(map_error(GRANTS_MAP))
 }
+
+#[cfg(test)]
+mod tests;

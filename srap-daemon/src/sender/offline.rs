@@ -17,15 +17,11 @@ use super::{
     ends::{LocalNic, Steer},
     follow::{self, Published, status},
     grant,
-    local_end::LocalEnd,
+    local_end::{LocalEnd, apply_local_grant},
     maps,
     settings::SenderSettings,
 };
-use srap_common::{
-    binder::{LEVELS, LOCAL_ROW},
-    rss::RssModel,
-    wire::{CpuCount, CpuGrant},
-};
+use srap_common::{binder::LOCAL_ROW, rss::RssModel};
 
 /// How often this host's landings are judged and the status refreshed.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
@@ -76,8 +72,10 @@ pub async fn run(
     let local = local.map(|nic| LocalEnd::start(nic, steer, &steering, &receivers));
     println!("{}", super::summary::describe(&steering));
     let mut run = Offline {
-        both: options.local.clone(),
-        options,
+        plan: LocalPlan {
+            both: options.local.clone(),
+            options,
+        },
         local,
         published,
         audit: super::audit::OccupancyAudit::default(),
@@ -120,46 +118,80 @@ fn apply_grant(steering: &mut RunningBinder, local: Option<&LocalNic>) -> anyhow
     Ok(())
 }
 
-/// This host's CPU offer in its occupancy row.
-pub fn apply_local_grant(steering: &mut RunningBinder, nic: &LocalNic) -> anyhow::Result<()> {
-    let grant = local_grant(nic);
-    grant::apply_to(
-        &mut steering.ebpf,
-        &steering.plan,
-        |row| row == LOCAL_ROW,
-        Some(&grant),
-    )
-    .context("writing this host's CPU offer")?;
-    Ok(())
-}
-
-/// This host's CPU offer as a grant: the first tier at base 0, the others
-/// at the top level, taken only once the first tier's CPUs fill up.
-pub fn local_grant(nic: &LocalNic) -> CpuGrant {
-    let cpus = nic
-        .tiers
-        .iter()
-        .enumerate()
-        .flat_map(|(tier, cpus)| {
-            let base = if tier == 0 { 0 } else { LEVELS as u32 - 1 };
-            cpus.iter().map(move |cpu| CpuCount {
-                cpu: *cpu,
-                count: base,
-            })
-        })
-        .collect();
-    CpuGrant { epoch: 0, cpus }
-}
-
 struct Offline {
-    options: SenderOptions,
-    /// This host's NIC with `--steer both` (out of `options` while local
-    /// steering is paused).
-    both: Option<Arc<RssModel>>,
+    plan: LocalPlan,
     local: Option<LocalEnd>,
     published: Option<Published>,
     /// The occupancy audit, run at every `--interval`.
     audit: super::audit::OccupancyAudit,
+}
+
+/// What this host's closed loop changes in the plan, without I/O (the
+/// binder's maps are [`Offline`]'s): a learned key, local steering paused
+/// or resumed.
+struct LocalPlan {
+    options: SenderOptions,
+    /// This host's NIC with `--steer both` (out of `options` while local
+    /// steering is paused).
+    both: Option<Arc<RssModel>>,
+}
+
+/// How local steering is paused or resumed ([`LocalPlan::pause`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Toggle {
+    /// `--steer both`: plan again with the options as they now are.
+    Replan,
+    /// `--steer local`: every destination but these rows (this host's row
+    /// out: connects miss and keep the kernel's port).
+    Dests(BTreeSet<u32>),
+}
+
+impl LocalPlan {
+    /// Takes this host's NIC's new `model` (a learned key): the targets'
+    /// model with `--steer local`, this host's end of the joint plan with
+    /// `both` (in force unless local steering is paused).
+    fn learned(&mut self, model: Arc<RssModel>) {
+        if self.both.is_some() {
+            if self.options.local.is_some() {
+                self.options.local = Some(model.clone());
+            }
+            self.both = Some(model);
+        } else {
+            for target in &mut self.options.targets {
+                target.model = model.clone();
+            }
+        }
+    }
+
+    /// Pauses (or resumes) steering for this host's NIC. With `--steer
+    /// local` that is every destination out of the binder: connects miss
+    /// and keep the kernel's port. With `--steer both` the plan is made
+    /// again without (or with) this host's NIC: connects keep the
+    /// receiver's placement.
+    fn pause(&mut self, pause: bool) -> Toggle {
+        match &self.both {
+            Some(model) => {
+                self.options.local = (!pause).then(|| model.clone());
+                Toggle::Replan
+            }
+            None if pause => Toggle::Dests([LOCAL_ROW].into_iter().collect()),
+            None => Toggle::Dests(BTreeSet::new()),
+        }
+    }
+
+    /// [`Self::pause`] failed: the plan is as it was.
+    fn failed(&mut self, pause: bool) {
+        if let Some(model) = &self.both {
+            self.options.local = pause.then(|| model.clone());
+        }
+    }
+
+    /// After a re-plan (which refilled every destination): whether a pause
+    /// in force must be put back (only `--steer local` pauses in the
+    /// destinations).
+    fn repause(&self, paused: bool) -> bool {
+        self.both.is_none() && paused
+    }
 }
 
 impl Offline {
@@ -183,7 +215,7 @@ impl Offline {
                         return Ok(());
                     }
                     self.audit.tick(steering);
-                    if super::replan_if_sources_changed(steering, &self.options) {
+                    if super::replan_if_sources_changed(steering, &self.plan.options) {
                         self.reapply(steering);
                     }
                 }
@@ -199,7 +231,7 @@ impl Offline {
     /// Judges this host's landings, pauses or resumes local steering, and
     /// refreshes the status.
     fn sample(&mut self, steering: &mut RunningBinder) {
-        let steered: BTreeSet<IpAddr> = self.options.targets.iter().map(|t| t.addr).collect();
+        let steered: BTreeSet<IpAddr> = self.plan.options.targets.iter().map(|t| t.addr).collect();
         let sampled = self
             .local
             .as_mut()
@@ -218,27 +250,16 @@ impl Offline {
             let mut snapshot = status::binder_status(steering);
             snapshot.occupancy = self.audit.row();
             if let Some(local) = &self.local {
-                status::add_local(&mut snapshot, local, &self.options.targets);
+                status::add_local(&mut snapshot, local, &self.plan.options.targets);
             }
             published.update(snapshot);
         }
     }
 
-    /// Plans with this host's NIC's new `model` (a learned key): the
-    /// targets' model with `--steer local`, this host's end of the joint
-    /// plan with `both` (in force unless local steering is paused).
+    /// Plans with this host's NIC's new `model` (a learned key).
     fn plan_with(&mut self, steering: &mut RunningBinder, model: Arc<RssModel>) {
-        if self.both.is_some() {
-            if self.options.local.is_some() {
-                self.options.local = Some(model.clone());
-            }
-            self.both = Some(model);
-        } else {
-            for target in &mut self.options.targets {
-                target.model = model.clone();
-            }
-        }
-        match super::replan(steering, &self.options) {
+        self.plan.learned(model);
+        match super::replan(steering, &self.plan.options) {
             Ok(()) => println!("{}", super::summary::describe(steering)),
             Err(err) => warn!("cannot re-plan with this host's learned key: {err}"),
         }
@@ -250,45 +271,32 @@ impl Offline {
         if let Err(err) = apply_grant(steering, self.local.as_ref().map(|l| &l.nic)) {
             warn!("{err:#}");
         }
-        if self.both.is_none()
-            && let Some(local) = &self.local
-            && local.paused
+        if self
+            .plan
+            .repause(self.local.as_ref().is_some_and(|l| l.paused))
         {
             self.set_local_paused(steering, true);
         }
     }
 
-    /// Pauses (or resumes) steering for this host's NIC; true when the
-    /// binder now says so. With `--steer local` that is every destination
-    /// out of the binder: connects miss and keep the kernel's port. With
-    /// `--steer both` the plan is made again without (or with) this host's
-    /// NIC: connects keep the receiver's placement.
+    /// Pauses (or resumes) steering for this host's NIC ([`LocalPlan::pause`]);
+    /// true when the binder now says so.
     fn set_local_paused(&mut self, steering: &mut RunningBinder, pause: bool) -> bool {
-        if let Some(model) = &self.both {
-            self.options.local = (!pause).then(|| model.clone());
-            return match super::replan(steering, &self.options) {
-                Ok(()) => true,
-                Err(err) => {
-                    warn!("cannot re-plan for this host's NIC: {err}");
-                    self.options.local = pause.then(|| model.clone());
-                    false
-                }
-            };
-        }
-        let out = if pause {
-            [LOCAL_ROW].into_iter().collect()
-        } else {
-            BTreeSet::new()
+        let done = match self.plan.pause(pause) {
+            Toggle::Replan => super::replan(steering, &self.plan.options)
+                .map_err(|err| warn!("cannot re-plan for this host's NIC: {err}")),
+            Toggle::Dests(out) => maps::fill_dests_except(&mut steering.ebpf, &steering.plan, &out)
+                .map_err(|err| warn!("cannot update the binder's destinations: {err}")),
         };
-        match maps::fill_dests_except(&mut steering.ebpf, &steering.plan, &out) {
-            Ok(()) => true,
-            Err(err) => {
-                warn!("cannot update the binder's destinations: {err}");
-                false
-            }
+        if done.is_err() {
+            self.plan.failed(pause);
         }
+        done.is_ok()
     }
 }
+
+#[cfg(test)]
+mod tests;
 
 /// Names the flag that fixes an error the library can only describe.
 fn with_flag_hint(err: super::SenderError) -> anyhow::Error {

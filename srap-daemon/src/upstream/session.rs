@@ -4,8 +4,9 @@
 use srap_common::{
     rss::{RssDescription, RssModel},
     wire::{
-        self, DecodeError, ErrorReport, Hello, MAX_FRAME, MIN_PROTOCOL_VERSION, Message, Nonce,
-        PROTOCOL_VERSION, PlanReport, Psk, Response, Role, RssUpdate,
+        self, CpuGrant, DecodeError, ErrorReport, Hello, LandingReport, MAX_FRAME,
+        MIN_PROTOCOL_VERSION, Message, Nonce, PROTOCOL_VERSION, PlanReport, Psk, Response, Role,
+        RssUpdate, SeenFlows,
     },
 };
 use thiserror::Error;
@@ -96,8 +97,9 @@ impl Session {
         let reply = plain_reply(&payload)?;
         // `plain_reply` accepted the header: a version both sides speak.
         let version = wire::version_of(&payload).unwrap_or(MIN_PROTOCOL_VERSION);
-        let (inbound, outbound, reply) = match (&reply, &config.psk) {
-            (Message::Challenge(challenge), Some(psk)) => {
+        let answer = answer_to(&reply, config.psk.is_some());
+        let (inbound, outbound, reply) = match (answer, &reply, &config.psk) {
+            (Answer::Prove, Message::Challenge(challenge), Some(psk)) => {
                 let offered = PROTOCOL_VERSION;
                 if let Err(err) =
                     wire::downgrade::check_challenge(psk, offered, version, &nonce, challenge)
@@ -114,25 +116,14 @@ impl Session {
                 let reply = first_sealed(&mut inbound, &payload)?;
                 (inbound, outbound, reply)
             }
-            (Message::Challenge(_), None) => return Err(PeerError::NeedPsk),
-            (Message::RssUpdate(_), Some(_)) => {
+            (Answer::NeedPsk, ..) => return Err(PeerError::NeedPsk),
+            (Answer::RefuseUnauthenticated, ..) => {
                 let _ = refuse(&mut stream, "this sender requires a pre-shared key", config).await;
                 return Err(PeerError::Unauthenticated);
             }
             _ => (Inbound::default(), Outbound::plain(version), reply),
         };
-        let first = match reply {
-            Message::RssUpdate(update) => validate(update).map_err(|reason| {
-                PeerError::Refused(format!("invalid first description: {reason}"))
-            })?,
-            Message::Error(report) => return Err(PeerError::Refused(printable(&report.reason))),
-            other => {
-                return Err(PeerError::Unexpected {
-                    expected: "RssUpdate",
-                    got: other.kind(),
-                });
-            }
-        };
+        let first = first_update(reply)?;
         Ok(Self {
             stream,
             inbound,
@@ -178,11 +169,7 @@ impl Session {
         let t = config.timeouts;
         delays.reset();
         publish(updates, first);
-        reports.seen.send_replace(if version >= 7 {
-            SeenReport::Waiting
-        } else {
-            SeenReport::Unsupported(version)
-        });
+        reports.seen.send_replace(seen_at_start(version));
         let (mut rd, mut wr) = stream.split();
         // The current plan (if any) goes out first: the receiver lost it
         // with the last connection.
@@ -196,40 +183,21 @@ impl Session {
         };
         let reads = async {
             loop {
-                match inbound.read(&mut rd, limits).await? {
-                    Message::Keepalive => {}
-                    Message::RssUpdate(update) => {
-                        let version = update.version;
-                        match validate(update) {
-                            Ok(update) => publish(updates, update),
-                            Err(reason) => warn!(
-                                "receiver {}: ignoring version {version}: {reason}; keeping the last good description",
-                                config.addr
-                            ),
-                        }
-                    }
-                    Message::Landings(report) => {
+                match received(inbound.read(&mut rd, limits).await?)? {
+                    Received::Nothing => {}
+                    Received::Update(update) => publish(updates, update),
+                    Received::BadUpdate { version, reason } => warn!(
+                        "receiver {}: ignoring version {version}: {reason}; keeping the last good description",
+                        config.addr
+                    ),
+                    Received::Landings(report) => {
                         reports.landings.send_replace(Some(report));
                     }
-                    Message::SeenFlows(flows) => {
+                    Received::Seen(flows) => {
                         reports.seen.send_replace(SeenReport::Flows(flows));
                     }
-                    Message::Grant(grant) => {
-                        if let Err(reason) = grant.check() {
-                            return Err(PeerError::Refused(format!(
-                                "the receiver sent a bad grant: {reason}"
-                            )));
-                        }
+                    Received::Grant(grant) => {
                         grants.send_replace(Some(grant));
-                    }
-                    Message::Error(report) => {
-                        return Err(PeerError::Refused(printable(&report.reason)));
-                    }
-                    other => {
-                        return Err(PeerError::Unexpected {
-                            expected: "RssUpdate, Landings, SeenFlows, Grant or Keepalive",
-                            got: other.kind(),
-                        });
                     }
                 }
             }
@@ -271,6 +239,101 @@ impl Session {
                 }
             }
         }
+    }
+}
+
+/// What the sender answers the receiver's first reply with.
+#[derive(Debug, PartialEq, Eq)]
+enum Answer {
+    /// A challenge, and this sender has a key: prove it.
+    Prove,
+    /// A challenge, and this sender has no key.
+    NeedPsk,
+    /// A description without a challenge, and this sender has a key: the
+    /// receiver cannot prove it is ours, so its description is not trusted.
+    RefuseUnauthenticated,
+    /// Neither side has a key (or the reply is an error): a plain session,
+    /// whose first message [`first_update`] judges.
+    Plain,
+}
+
+fn answer_to(reply: &Message, has_psk: bool) -> Answer {
+    match (reply, has_psk) {
+        (Message::Challenge(_), true) => Answer::Prove,
+        (Message::Challenge(_), false) => Answer::NeedPsk,
+        (Message::RssUpdate(_), true) => Answer::RefuseUnauthenticated,
+        _ => Answer::Plain,
+    }
+}
+
+/// The receiver's first message after the handshake: its description,
+/// which must be one SRAP can model.
+fn first_update(reply: Message) -> Result<Update, PeerError> {
+    match reply {
+        Message::RssUpdate(update) => validate(update)
+            .map_err(|reason| PeerError::Refused(format!("invalid first description: {reason}"))),
+        Message::Error(report) => Err(PeerError::Refused(printable(&report.reason))),
+        other => Err(PeerError::Unexpected {
+            expected: "RssUpdate",
+            got: other.kind(),
+        }),
+    }
+}
+
+/// What a receiver's frame in a running session carries.
+#[derive(Debug, PartialEq)]
+enum Received {
+    /// A keepalive.
+    Nothing,
+    /// A description SRAP can model.
+    Update(Update),
+    /// A description it cannot: ignored, the last good one kept.
+    BadUpdate {
+        version: u64,
+        reason: String,
+    },
+    Landings(LandingReport),
+    Seen(SeenFlows),
+    /// A grant (checked).
+    Grant(CpuGrant),
+}
+
+/// Sorts a receiver's frame: what it carries, or why the session ends.
+fn received(message: Message) -> Result<Received, PeerError> {
+    Ok(match message {
+        Message::Keepalive => Received::Nothing,
+        Message::RssUpdate(update) => {
+            let version = update.version;
+            match validate(update) {
+                Ok(update) => Received::Update(update),
+                Err(reason) => Received::BadUpdate { version, reason },
+            }
+        }
+        Message::Landings(report) => Received::Landings(report),
+        Message::SeenFlows(flows) => Received::Seen(flows),
+        Message::Grant(grant) => {
+            grant.check().map_err(|reason| {
+                PeerError::Refused(format!("the receiver sent a bad grant: {reason}"))
+            })?;
+            Received::Grant(grant)
+        }
+        Message::Error(report) => return Err(PeerError::Refused(printable(&report.reason))),
+        other => {
+            return Err(PeerError::Unexpected {
+                expected: "RssUpdate, Landings, SeenFlows, Grant or Keepalive",
+                got: other.kind(),
+            });
+        }
+    })
+}
+
+/// What the status says of the receiver's view of this sender's flows
+/// when a session starts: they come from protocol 7 on.
+fn seen_at_start(version: u16) -> SeenReport {
+    if version >= 7 {
+        SeenReport::Waiting
+    } else {
+        SeenReport::Unsupported(version)
     }
 }
 
@@ -409,3 +472,6 @@ fn publish(updates: &watch::Sender<Option<Update>>, update: Update) {
         true
     });
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,20 +10,23 @@
 //! plan keeps steering, and the others are not touched: the maps do not
 //! depend on the connections, and each client reconnects with backoff on
 //! its own.
+//!
+//! What each event changes and what must then be done is decided by
+//! `machine` (no I/O, unit-tested); this module is its shell: it waits
+//! for events and timers and carries the machine's actions out on the
+//! binder's maps, the receivers' clients and stdout.
 
 mod events;
+mod machine;
 mod probe;
 mod receivers;
 pub mod resolve;
 pub(crate) mod status;
 
-use std::{collections::BTreeSet, net::IpAddr, sync::Arc, time::Duration};
+use std::{collections::BTreeSet, net::IpAddr, time::Duration};
 
 use anyhow::{Context as _, bail};
-use srap_common::{
-    rss::{KeySource, RssModel},
-    wire::{CpuGrant, DemandReport, LandingReport, LandingVerdict},
-};
+use srap_common::wire::{CpuGrant, DemandReport};
 use tokio::{
     signal::unix::{Signal, SignalKind, signal},
     sync::mpsc,
@@ -33,8 +36,9 @@ use tracing::{info, warn};
 
 pub use self::status::Published;
 use self::{
-    events::{Event, What},
-    receivers::Receiver,
+    events::Event as PeerEvent,
+    machine::{Action, Event, Machine, Peer, Undo, Why},
+    receivers::Link,
 };
 use super::{
     RunningBinder, SenderOptions, Target,
@@ -48,7 +52,7 @@ use super::{
 };
 use crate::{
     psk::read_psk_file,
-    upstream::{self, PeerConfig, Update},
+    upstream::{self, PeerConfig, PeerHandle},
 };
 
 /// How often the wait for the first description says it is still waiting.
@@ -65,20 +69,18 @@ const STATUS_EVERY: Duration = Duration::from_secs(1);
 /// How often a `--peer` given as a name is resolved again.
 const RESOLVE_EVERY: Duration = Duration::from_secs(30);
 
-/// The follow loop's state: the receivers, the options they make, and the
-/// running binder.
+/// The follow loop's shell: the receivers' clients, what it serves, this
+/// host's closed loop, and the [`Machine`] that decides what to do.
 struct Follower {
-    receivers: Vec<Receiver>,
-    options: SenderOptions,
+    machine: Machine,
+    /// Each receiver's client, in `--peer` order (as `machine.peers`).
+    handles: Vec<PeerHandle>,
     dports: Vec<u16>,
     /// The control socket (`None` with `--once`).
     published: Option<status::Published>,
     resolver: resolve::Resolve,
     /// This host's own NIC and its closed loop, with `--steer both`.
     local: Option<LocalEnd>,
-    /// This host's NIC's model with `--steer both` (out of `options` while
-    /// local steering is paused).
-    both: Option<Arc<RssModel>>,
     /// With `--steer remote`: the socket hook listing the connections the
     /// steered cgroup opens, so the status can show each one's receiver CPU
     /// planned and seen (`local` lists them otherwise).
@@ -113,7 +115,8 @@ pub async fn run(
         Some(published)
     };
     let (tx, mut events) = mpsc::unbounded_channel();
-    let mut receivers = Vec::new();
+    let mut states = Vec::new();
+    let mut handles = Vec::new();
     let mut row = srap_common::binder::FIRST_RECEIVER_ROW;
     for (n, (peer, addrs)) in peers.iter().zip(addresses).enumerate() {
         let handle = upstream::watch(peer_config(args, peer)?);
@@ -125,18 +128,18 @@ pub async fn run(
                 (row - 1, a)
             })
             .collect();
-        let mut receiver = Receiver::new(peer.clone(), handle, rows);
-        receiver.follows_name = by_name && resolve::is_name(peer);
-        receivers.push(receiver);
+        let mut state = Peer::new(peer.clone(), rows);
+        state.follows_name = by_name && resolve::is_name(peer);
+        states.push(state);
+        handles.push(handle);
     }
     drop(tx);
     let mut options = options(args, Vec::new())?;
     // --steer both: this host's NIC in every plan.
     options.local = local.as_ref().map(|nic| nic.model.clone());
     let mut follower = Follower {
-        receivers,
-        both: options.local.clone(),
-        options,
+        machine: Machine::new(states, options),
+        handles,
         dports,
         published,
         resolver,
@@ -151,17 +154,24 @@ pub async fn run(
         return Ok(());
     }
     let mut steering =
-        super::start(&follower.options, object).context("setting up the port binder")?;
+        super::start(&follower.machine.options, object).context("setting up the port binder")?;
     if !args.once {
         // Watching before `steering active`: no connection it steers is missed.
-        let toward: Vec<IpAddr> = follower.options.targets.iter().map(|t| t.addr).collect();
+        let toward: Vec<IpAddr> = follower
+            .machine
+            .options
+            .targets
+            .iter()
+            .map(|t| t.addr)
+            .collect();
         follower.local = local.map(|nic| LocalEnd::start(nic, Steer::Both, &steering, &toward));
         if follower.local.is_none() {
             follower.opened = watch_opened(&steering.cgroup);
         }
     }
     println!("{}", summary::describe(&steering));
-    follower.planned(&mut steering, true);
+    let first = follower.machine.start();
+    follower.execute(&mut steering, first);
     if args.once {
         follower.wait_reported().await;
         return Ok(());
@@ -206,58 +216,46 @@ impl Follower {
     /// what it is waiting on.
     async fn wait_first(
         &mut self,
-        events: &mut mpsc::UnboundedReceiver<Event>,
+        events: &mut mpsc::UnboundedReceiver<PeerEvent>,
         limit: Duration,
         term: &mut Signal,
     ) -> anyhow::Result<bool> {
-        let names = self.names();
+        let names = self.machine.names();
         info!("waiting up to {limit:?} for the first RSS description from {names}");
         let deadline = Instant::now() + limit;
         let mut notice = tokio::time::interval(WAIT_NOTICE);
         notice.tick().await;
-        while self.options.targets.is_empty() {
+        while self.machine.options.targets.is_empty() {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => return Ok(false),
                 _ = term.recv() => return Ok(false),
                 event = events.recv() => {
                     let event = event.context("the receiver clients stopped")?;
-                    self.before_start(event);
+                    // Before the binder exists the machine only says lines.
+                    for action in self.machine.on(Event::Peer(event)) {
+                        if let Action::Say(line) = action {
+                            println!("{line}");
+                        }
+                    }
                     self.publish(None);
                 }
                 _ = tokio::time::sleep_until(deadline) => bail!(
                     "no RSS description within {limit:?} ({}); nothing was set up",
-                    self.statuses()
+                    self.machine.statuses()
                 ),
                 _ = notice.tick() => info!(
-                    "still waiting: {}", self.statuses()
+                    "still waiting: {}", self.machine.statuses()
                 ),
             }
         }
         Ok(true)
     }
 
-    /// An event before the binder exists: descriptions and grants are kept.
-    fn before_start(&mut self, event: Event) {
-        let Some(receiver) = self.receivers.get_mut(event.peer) else {
-            return;
-        };
-        match event.what {
-            What::Update(update) => {
-                if self.take_description(event.peer, update) {
-                    self.options.targets = self.targets();
-                }
-            }
-            What::Grant(grant) => receiver.granted = Some(grant),
-            What::Status(status) => receiver.status = status,
-            What::Landing(_) => {}
-        }
-    }
-
     /// Runs until a signal or the binder's links are gone.
     async fn follow(
         &mut self,
         steering: &mut RunningBinder,
-        events: &mut mpsc::UnboundedReceiver<Event>,
+        events: &mut mpsc::UnboundedReceiver<PeerEvent>,
         interval: u64,
         term: &mut Signal,
     ) -> anyhow::Result<()> {
@@ -270,7 +268,11 @@ impl Follower {
         let mut watch = super::watch::CounterWatch::new(steering);
         loop {
             tokio::select! {
-                _ = resolve_tick.tick() => self.re_resolve(steering).await,
+                _ = resolve_tick.tick() => {
+                    let answers = self.re_resolve().await;
+                    let actions = self.machine.on(Event::Resolved(answers));
+                    self.execute(steering, actions);
+                }
                 _ = status_tick.tick() => {
                     self.sample_local(steering);
                     self.publish(Some(steering));
@@ -282,205 +284,152 @@ impl Follower {
                         return Ok(());
                     }
                     self.audit.tick(steering);
-                    if super::replan_if_sources_changed(steering, &self.options) {
-                        self.after_replan(steering);
+                    if super::replan_if_sources_changed(steering, &self.machine.options) {
+                        self.planned(steering, false);
                     }
                 }
                 _ = demand_tick.tick() => {
-                    for n in 0..self.receivers.len() {
-                        self.report_demand(steering, n);
-                    }
+                    let actions = self.machine.on(Event::DemandTick);
+                    self.execute(steering, actions);
                 }
                 event = events.recv() => {
                     let event = event.context("the receiver clients stopped")?;
-                    self.on_event(steering, event);
+                    let actions = self.machine.on(Event::Peer(event));
+                    self.execute(steering, actions);
                     self.publish(Some(steering));
                 }
             }
         }
     }
 
-    fn on_event(&mut self, steering: &mut RunningBinder, event: Event) {
-        let n = event.peer;
-        match event.what {
-            What::Update(update) => self.on_update(steering, n, update),
-            What::Grant(grant) => {
-                let Some(receiver) = self.receivers.get_mut(n) else {
-                    return;
-                };
-                if receiver.granted.as_ref() != Some(&grant) {
-                    receiver.take_grant(steering, &grant);
-                    receiver.granted = Some(grant);
-                }
-                self.report_demand(steering, n);
-            }
-            What::Landing(report) => self.on_landing(steering, n, report),
-            What::Status(status) => {
-                if let Some(receiver) = self.receivers.get_mut(n) {
-                    receiver.on_status(status);
-                }
+    /// Carries out `actions` in order; one that fails has the machine take
+    /// back what it changed, and the rest are dropped.
+    fn execute(&mut self, steering: &mut RunningBinder, actions: Vec<Action>) {
+        for action in actions {
+            if let Err(undo) = self.act(steering, action) {
+                self.machine.undo(undo);
+                return;
             }
         }
     }
 
-    /// A description from receiver `n`: re-planned when it changed (or is
-    /// its first), reported either way.
-    fn on_update(&mut self, steering: &mut RunningBinder, n: usize, update: Update) {
-        let version = update.version;
-        let key = update.key;
-        if self.take_description(n, update) {
-            self.options.targets = self.targets();
-            let name = self.receivers[n].addr.clone();
-            if key.source == KeySource::Learned {
-                info!(
-                    "receiver {name} version {version}: planning with a key it learned from \
-                     landings (model {}; {}{})",
-                    key.revision,
-                    key.confidence,
-                    if key.confidence.complete() {
-                        ""
-                    } else {
-                        "; not every bit planning needs is known yet: its landings will tell"
+    fn act(&mut self, steering: &mut RunningBinder, action: Action) -> Result<(), Undo> {
+        match action {
+            Action::Say(line) => println!("{line}"),
+            Action::Replan(why) => self.replan(steering, why),
+            Action::PlanLocal { pause } => {
+                if let Err(err) = replan(steering, &self.machine.options) {
+                    warn!("cannot re-plan for this host's NIC: {err}");
+                    return Err(Undo::LocalPause { pause });
+                }
+            }
+            Action::SetLocalPaused(pause) => {
+                if let Some(local) = &mut self.local {
+                    local.set_paused(pause);
+                }
+            }
+            Action::AfterReplan { first } => self.planned(steering, first),
+            Action::Dests { undo } => {
+                if !self.refill_dests(steering) {
+                    return Err(undo);
+                }
+            }
+            Action::ApplyGrant(n) => {
+                if let Some(grant) = self.machine.peers[n].granted.clone() {
+                    self.link(n).take_grant(steering, &grant);
+                }
+            }
+            Action::ReportPlan(n) => self.link(n).report(steering, &self.dports),
+            Action::ReportDemand(n) => self.link(n).report_demand(steering),
+            Action::SayLanding { peer, report } => self.link(peer).say_landing(&report),
+            Action::Probe(n) => probe::spawn(self.machine.peers[n].addr.clone()),
+        }
+        Ok(())
+    }
+
+    /// Receiver `n`'s state with its client.
+    fn link(&self, n: usize) -> Link<'_> {
+        Link {
+            peer: &self.machine.peers[n],
+            handle: &self.handles[n],
+        }
+    }
+
+    /// Plans the binder again with the machine's options; a failure keeps
+    /// the last plan steering.
+    fn replan(&self, steering: &mut RunningBinder, why: Why) {
+        let options = &self.machine.options;
+        match why {
+            Why::Description { peer, version } => {
+                replan_for(steering, options, version, &self.machine.peers[peer].addr);
+            }
+            Why::LocalKey => {
+                if let Err(err) = replan(steering, options) {
+                    warn!("cannot re-plan with this host's learned key: {err}");
+                }
+            }
+            Why::Addresses => {
+                let started = std::time::Instant::now();
+                match replan(steering, options) {
+                    Ok(()) => {
+                        println!(
+                            "replanned for the new addresses in {} ms",
+                            started.elapsed().as_millis()
+                        );
+                        println!("{}", summary::describe(steering));
                     }
-                );
-            }
-            replan_for(steering, &self.options, version, &name);
-            // The refilled maps steer toward `n` again: its new
-            // description gets its own verdict.
-            self.receivers[n].paused = false;
-            self.after_replan(steering);
-        } else {
-            info!(
-                "receiver {} version {version}: same description, plan unchanged ({key})",
-                self.receivers[n].addr
-            );
-            self.receivers[n].report(steering, &self.dports);
-        }
-    }
-
-    /// Records receiver `n`'s description; true when its model changed (a
-    /// new plan is needed). A description equal to another receiver's
-    /// shares that receiver's model, so their layouts are shared too.
-    fn take_description(&mut self, n: usize, update: Update) -> bool {
-        let same = self.receivers[n]
-            .current
-            .as_ref()
-            .is_some_and(|c| c.description == update.description);
-        if same {
-            self.receivers[n].current = Some(update);
-            return false;
-        }
-        let shared = self
-            .receivers
-            .iter()
-            .filter(|r| r.current.as_ref().map(|c| &c.description) == Some(&update.description))
-            .find_map(|r| r.model.clone());
-        let model = match shared {
-            Some(model) => model,
-            None => match RssModel::from_description(&update.description) {
-                Ok(model) => Arc::new(model),
-                Err(err) => {
-                    warn!(
-                        "receiver {} version {}: {err}; keeping its last plan",
-                        self.receivers[n].addr, update.version
-                    );
-                    return false;
+                    Err(err) => {
+                        warn!("cannot re-plan for the new addresses ({err}); keeping the plan");
+                    }
                 }
-            },
-        };
-        let receiver = &mut self.receivers[n];
-        if receiver.current.is_none() {
-            println!(
-                "receiver description version {} from {}",
-                update.version, receiver.addr
-            );
+            }
         }
-        receiver.model = Some(model);
-        receiver.current = Some(update);
-        true
-    }
-
-    /// Every receiver with a model, at each of its addresses.
-    fn targets(&self) -> Vec<Target> {
-        self.receivers
-            .iter()
-            .flat_map(|r| {
-                r.model.iter().flat_map(|model| {
-                    r.rows.iter().map(|(index, addr)| Target {
-                        index: *index,
-                        addr: *addr,
-                        model: model.clone(),
-                    })
-                })
-            })
-            .collect()
     }
 
     /// After a new plan (slots may be renumbered): paused receivers' dests
-    /// out again, every grant re-applied, every plan reported.
-    fn after_replan(&mut self, steering: &mut RunningBinder) {
-        self.planned(steering, false);
-    }
-
-    /// [`Follower::after_replan`]; `first`: the binder's first plan, whose
-    /// grants (they came before it existed) get their `grant` lines here.
+    /// out again, every grant re-applied, every plan reported; `first`: the
+    /// binder's first plan, whose grants (they came before it existed) get
+    /// their `grant` lines here.
     fn planned(&mut self, steering: &mut RunningBinder, first: bool) {
         self.refill_dests(steering);
-        for receiver in &self.receivers {
-            receiver.reapply(steering, first);
-            receiver.report(steering, &self.dports);
+        for n in 0..self.handles.len() {
+            let link = self.link(n);
+            link.reapply(steering, first);
+            link.report(steering, &self.dports);
         }
         if let Some(local) = &self.local
-            && let Err(err) = super::offline::apply_local_grant(steering, &local.nic)
+            && let Err(err) = local.apply_grant(steering)
         {
             warn!("{err:#}");
         }
     }
 
     /// This host's closed loop: judges where connections land on its NIC
-    /// and, when the verdict changes, plans again without (or with) it.
+    /// and hands the machine a learned key or a changed verdict.
     fn sample_local(&mut self, steering: &mut RunningBinder) {
-        let steered: BTreeSet<IpAddr> = self.options.targets.iter().map(|t| t.addr).collect();
+        let steered: BTreeSet<IpAddr> = self
+            .machine
+            .options
+            .targets
+            .iter()
+            .map(|t| t.addr)
+            .collect();
         let Some(sampled) = self.local.as_mut().map(|l| l.sample(&steered)) else {
             return;
         };
         if let Some(learned) = sampled.model {
-            // A learned key: this host's end of the plan, when in force.
-            if self.options.local.is_some() {
-                self.options.local = Some(learned.clone());
-                if let Err(err) = replan(steering, &self.options) {
-                    warn!("cannot re-plan with this host's learned key: {err}");
-                }
-                self.after_replan(steering);
-            }
-            self.both = Some(learned);
+            let actions = self.machine.on(Event::LocalKey(learned));
+            self.execute(steering, actions);
         }
-        let (Some(pause), Some(model)) = (sampled.pause, self.both.clone()) else {
-            return;
-        };
-        self.options.local = (!pause).then_some(model);
-        match replan(steering, &self.options) {
-            Ok(()) => {
-                if let Some(local) = &mut self.local {
-                    local.set_paused(pause);
-                }
-                self.after_replan(steering);
-            }
-            Err(err) => {
-                warn!("cannot re-plan for this host's NIC: {err}");
-                self.options.local = if pause { self.both.clone() } else { None };
-            }
+        if let Some(pause) = sampled.pause {
+            let actions = self.machine.on(Event::LocalVerdict(pause));
+            self.execute(steering, actions);
         }
     }
 
     /// The destinations of every receiver not paused.
     fn refill_dests(&self, steering: &mut RunningBinder) -> bool {
-        let paused: BTreeSet<u32> = self
-            .receivers
-            .iter()
-            .filter(|r| r.paused)
-            .flat_map(|r| r.rows.iter().map(|(i, _)| *i))
-            .collect();
+        let paused = self.machine.paused_rows();
         match maps::fill_dests_except(&mut steering.ebpf, &steering.plan, &paused) {
             Ok(()) => true,
             Err(err) => {
@@ -490,82 +439,23 @@ impl Follower {
         }
     }
 
-    /// The closed loop, sender side: stops steering toward a receiver whose
-    /// landings contradict the description it planned with (new connections
-    /// to it get kernel ports; the others steer on), and steers toward it
-    /// again when it reports agreement.
-    fn on_landing(&mut self, steering: &mut RunningBinder, n: usize, report: LandingReport) {
-        let Some(receiver) = self.receivers.get_mut(n) else {
-            return;
-        };
-        if receiver.current.as_ref().map(|c| c.version) != Some(report.version) {
-            return;
-        }
-        let was = receiver.paused;
-        let wanted = match report.verdict {
-            LandingVerdict::Contradicted | LandingVerdict::TupleRewritten => true,
-            LandingVerdict::Agreed => false,
-            _ => was,
-        };
-        if wanted == was {
-            return;
-        }
-        receiver.paused = wanted;
-        if self.refill_dests(steering) {
-            self.receivers[n].say_landing(&report);
-            if report.verdict == LandingVerdict::Contradicted {
-                // Landings teach the receiver its device's real key.
-                probe::spawn(self.receivers[n].addr.clone());
-            }
-        } else {
-            self.receivers[n].paused = was;
-        }
-    }
-
-    /// Resolves every peer given as a name again; a changed address set
-    /// is planned for (kept addresses keep their binder rows). A failed or
-    /// empty answer keeps the last addresses.
-    async fn re_resolve(&mut self, steering: &mut RunningBinder) {
-        let mut changed = false;
-        for n in 0..self.receivers.len() {
-            if !self.receivers[n].follows_name {
+    /// Resolves every peer given as a name again; a failed answer keeps
+    /// the last addresses (it is left out).
+    async fn re_resolve(&self) -> Vec<(usize, Vec<IpAddr>)> {
+        let mut answers = Vec::new();
+        for (n, peer) in self.machine.peers.iter().enumerate() {
+            if !peer.follows_name {
                 continue;
             }
-            let peer = self.receivers[n].addr.clone();
-            let now = match (self.resolver)(peer.clone()).await {
-                Ok(now) => now,
-                Err(err) => {
-                    warn!("resolving {peer} again: {err}; steering on toward its last addresses");
-                    continue;
-                }
-            };
-            let taken: BTreeSet<u32> = self
-                .receivers
-                .iter()
-                .flat_map(|r| r.rows.iter().map(|(i, _)| *i))
-                .collect();
-            if let Some(rows) = resolve::reassign(&self.receivers[n].rows, &now, &taken) {
-                let addrs: Vec<String> = rows.iter().map(|(_, a)| a.to_string()).collect();
-                println!("{peer} now resolves to {}", addrs.join(" "));
-                self.receivers[n].rows = rows;
-                changed = true;
+            match (self.resolver)(peer.addr.clone()).await {
+                Ok(now) => answers.push((n, now)),
+                Err(err) => warn!(
+                    "resolving {} again: {err}; steering on toward its last addresses",
+                    peer.addr
+                ),
             }
         }
-        if changed {
-            self.options.targets = self.targets();
-            let started = std::time::Instant::now();
-            match replan(steering, &self.options) {
-                Ok(()) => {
-                    println!(
-                        "replanned for the new addresses in {} ms",
-                        started.elapsed().as_millis()
-                    );
-                    println!("{}", summary::describe(steering));
-                }
-                Err(err) => warn!("cannot re-plan for the new addresses ({err}); keeping the plan"),
-            }
-            self.after_replan(steering);
-        }
+        answers
     }
 
     /// Refreshes what `srap status --sender` shows.
@@ -575,31 +465,11 @@ impl Follower {
         }
     }
 
-    fn report_demand(&self, steering: &RunningBinder, n: usize) {
-        if let Some(receiver) = self.receivers.get(n) {
-            receiver.report_demand(steering);
-        }
-    }
-
     /// `--once`: leaves only after every plan went out (bounded).
     async fn wait_reported(&self) {
-        for receiver in &self.receivers {
-            receiver.wait_reported(REPORT_FLUSH).await;
+        for n in 0..self.handles.len() {
+            self.link(n).wait_reported(REPORT_FLUSH).await;
         }
-    }
-
-    fn names(&self) -> String {
-        let names: Vec<&str> = self.receivers.iter().map(|r| r.addr.as_str()).collect();
-        names.join(", ")
-    }
-
-    fn statuses(&self) -> String {
-        let texts: Vec<String> = self
-            .receivers
-            .iter()
-            .map(|r| format!("receiver {}: {}", r.addr, receivers::status_text(&r.status)))
-            .collect();
-        texts.join("; ")
     }
 }
 

@@ -1,75 +1,37 @@
-//! One followed receiver agent: its client, the binder rows of its
-//! addresses, and its own description, model, grant and landing verdict.
+//! One followed receiver agent's I/O: its rows of the binder's maps (its
+//! grant, its part of the plan and its demand) and its client; what it
+//! holds is the loop's [`Peer`] state.
 
-use std::{collections::BTreeSet, net::IpAddr, sync::Arc, time::Duration};
+use std::time::Duration;
 
-use srap_common::{
-    rss::RssModel,
-    wire::{CpuGrant, LandingReport, LandingVerdict, PlanReport},
-};
+use srap_common::wire::{CpuGrant, LandingReport, LandingVerdict, PlanReport};
 use tracing::{info, warn};
 
-use super::{demand_of, grant_cpus};
+use super::{demand_of, grant_cpus, machine::Peer};
 use crate::{
     sender::{RunningBinder, grant},
-    upstream::{self, PeerHandle, PeerStatus, Update},
+    upstream::{self, PeerHandle},
 };
 
-pub struct Receiver {
-    /// `HOST:PORT` as given to `--peer`.
-    pub addr: String,
-    pub handle: PeerHandle,
-    /// Binder row and address of each receiver address steered for it.
-    pub rows: Vec<(u32, IpAddr)>,
-    /// Its last description (`None` until the first).
-    pub current: Option<Update>,
-    pub model: Option<Arc<RssModel>>,
-    pub granted: Option<CpuGrant>,
-    /// Its landings contradict its description: its destinations are out.
-    pub paused: bool,
-    pub status: PeerStatus,
-    /// Away since its last session ended (reconnection attempts do not
-    /// change it; a new session does).
-    pub away: bool,
-    /// Why its last session or attempt ended.
-    pub last_reason: Option<String>,
-    /// Its `--peer` is a name, resolved again periodically.
-    pub follows_name: bool,
+/// Receiver `peer`'s I/O: the binder's maps and its client.
+pub struct Link<'a> {
+    pub peer: &'a Peer,
+    pub handle: &'a PeerHandle,
 }
 
-impl Receiver {
-    pub fn new(addr: String, handle: PeerHandle, rows: Vec<(u32, IpAddr)>) -> Self {
-        Self {
-            addr,
-            handle,
-            rows,
-            current: None,
-            model: None,
-            granted: None,
-            paused: false,
-            status: PeerStatus::Connecting,
-            away: false,
-            last_reason: None,
-            follows_name: false,
-        }
-    }
-
-    fn row_set(&self) -> BTreeSet<u32> {
-        self.rows.iter().map(|(i, _)| *i).collect()
-    }
-
+impl Link<'_> {
     /// Puts a new grant from this receiver into its rows of the grant map.
     pub fn take_grant(&self, steering: &mut RunningBinder, grant: &CpuGrant) {
-        if self.model.is_none() {
+        if self.peer.model.is_none() {
             return;
         }
-        let rows = self.row_set();
+        let rows = self.peer.row_set();
         let keep = |i| rows.contains(&i);
         match grant::apply_to(&mut steering.ebpf, &steering.plan, keep, Some(grant)) {
             Ok(applied) => self.say_grant(grant, &applied),
             Err(err) => warn!(
                 "grant {} from {}: cannot apply it: {err}",
-                grant.epoch, self.addr
+                grant.epoch, self.peer.addr
             ),
         }
     }
@@ -80,7 +42,7 @@ impl Receiver {
         println!(
             "grant {} from {}: {} receiver CPUs [{}]",
             grant.epoch,
-            self.addr,
+            self.peer.addr,
             applied.slots,
             grant_cpus(grant)
         );
@@ -88,7 +50,7 @@ impl Receiver {
             warn!(
                 "grant {} from {}: {} granted CPUs are not reached by any queue of \
                  the description this sender planned with",
-                grant.epoch, self.addr, applied.unknown
+                grant.epoch, self.peer.addr, applied.unknown
             );
         }
     }
@@ -97,12 +59,12 @@ impl Receiver {
     /// it (the first plan: a grant that came before the binder existed
     /// gets its `grant` line as later ones do).
     pub fn reapply(&self, steering: &mut RunningBinder, say: bool) {
-        if self.model.is_none() {
+        if self.peer.model.is_none() {
             return;
         }
-        let rows = self.row_set();
+        let rows = self.peer.row_set();
         let keep = |i| rows.contains(&i);
-        let granted = self.granted.as_ref();
+        let granted = self.peer.granted.as_ref();
         match grant::apply_to(&mut steering.ebpf, &steering.plan, keep, granted) {
             Ok(applied) => {
                 if let (true, Some(grant)) = (say, granted) {
@@ -111,7 +73,7 @@ impl Receiver {
             }
             Err(err) => warn!(
                 "receiver {}: cannot re-apply its grant after a re-plan: {err}",
-                self.addr
+                self.peer.addr
             ),
         }
     }
@@ -119,17 +81,17 @@ impl Receiver {
     /// Hands its part of the plan to its client, which sends it now and
     /// after reconnecting.
     pub fn report(&self, steering: &RunningBinder, dports: &[u16]) {
-        let Some(version) = self.current.as_ref().map(|c| c.version) else {
+        let Some(version) = self.peer.current.as_ref().map(|c| c.version) else {
             return;
         };
-        let rows = self.row_set();
+        let rows = self.peer.row_set();
         let report: PlanReport =
             upstream::plan_report_for(version, &steering.plan, dports, |i| rows.contains(&i));
         if report.tables.is_empty() {
             warn!(
                 "the plan for {} version {version} is reported without ports: every \
                  destination port is steered; name the ports to report with --report-port P",
-                self.addr
+                self.peer.addr
             );
         }
         self.handle.report_plan(report);
@@ -138,48 +100,24 @@ impl Receiver {
     /// Tells it the flows the binder holds toward it per CPU (the client
     /// sends it only when it changed).
     pub fn report_demand(&self, steering: &RunningBinder) {
-        if self.model.is_none() {
+        if self.peer.model.is_none() {
             return;
         }
-        if let Some(report) = demand_of(steering, &self.row_set(), self.granted.as_ref()) {
+        if let Some(report) = demand_of(steering, &self.peer.row_set(), self.peer.granted.as_ref())
+        {
             self.handle.report_demand(report);
         }
     }
 
-    /// Says once when it goes away (not at every failed reconnection) and
-    /// when it is back.
-    pub fn on_status(&mut self, now: PeerStatus) {
-        match &now {
-            PeerStatus::Away(reason) if !self.away => match &self.current {
-                Some(current) => warn!(
-                    "receiver {} is away ({reason}): steering on with the plan for version {}",
-                    self.addr, current.version
-                ),
-                None => warn!("receiver {} is away ({reason})", self.addr),
-            },
-            PeerStatus::Connected if self.away => info!("receiver {} is back", self.addr),
-            _ => {}
-        }
-        match &now {
-            PeerStatus::Away(reason) => {
-                self.away = true;
-                self.last_reason = Some(reason.clone());
-            }
-            PeerStatus::Connected => self.away = false,
-            PeerStatus::Connecting => {}
-        }
-        self.status = now;
-    }
-
     /// Says what a landing verdict just changed (its `paused` is set).
     pub fn say_landing(&self, report: &LandingReport) {
-        let addr = &self.addr;
+        let addr = &self.peer.addr;
         let version = report.version;
         let counts = format!(
             "{} of its last {} flows on the predicted queue",
             report.matched, report.judged
         );
-        match (report.verdict, self.paused) {
+        match (report.verdict, self.peer.paused) {
             (LandingVerdict::TupleRewritten, true) => {
                 warn!(
                     "receiver {addr}: this sender's connection reaches it from another address \
@@ -210,7 +148,7 @@ impl Receiver {
 
     /// `--once`: waits (at most `limit`) until its plan went out.
     pub async fn wait_reported(&self, limit: Duration) {
-        let Some(version) = self.current.as_ref().map(|c| c.version) else {
+        let Some(version) = self.peer.current.as_ref().map(|c| c.version) else {
             return;
         };
         let mut reported = self.handle.reported();
@@ -220,19 +158,11 @@ impl Receiver {
         )
         .await;
         match sent {
-            Ok(Ok(_)) => info!("plan for {} version {version} reported", self.addr),
+            Ok(Ok(_)) => info!("plan for {} version {version} reported", self.peer.addr),
             _ => warn!(
                 "the plan for {} version {version} was not reported within {limit:?}",
-                self.addr
+                self.peer.addr
             ),
         }
-    }
-}
-
-pub fn status_text(status: &PeerStatus) -> String {
-    match status {
-        PeerStatus::Connecting => "connecting".into(),
-        PeerStatus::Connected => "connected, no description yet".into(),
-        PeerStatus::Away(reason) => format!("last attempt: {reason}"),
     }
 }

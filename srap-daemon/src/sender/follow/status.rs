@@ -13,13 +13,13 @@ use srap_status::{
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::{Follower, receivers::Receiver};
+use super::{Follower, machine::Peer};
 use crate::{
     sender::{
         RunningBinder, Target, landings::LocalLandings, local_end::LocalEnd, read_occupancy,
         read_stats,
     },
-    upstream::{PeerStatus, SeenReport},
+    upstream::{PeerHandle, PeerStatus, SeenReport},
 };
 
 /// The control socket and the latest snapshot it serves.
@@ -82,17 +82,18 @@ impl Follower {
         let mut status = steering.map(binder_status).unwrap_or_default();
         status.occupancy = self.audit.row();
         status.receivers = self
-            .receivers
+            .machine
+            .peers
             .iter()
             .map(|r| receiver_row(r, steering))
             .collect();
         if let Some(local) = &self.local {
-            add_local(&mut status, local, &self.options.targets);
+            add_local(&mut status, local, &self.machine.options.targets);
         } else if let Some(opened) = &self.opened {
-            add_opened(&mut status, opened, &self.options.targets);
+            add_opened(&mut status, opened, &self.machine.options.targets);
         }
         for flow in &mut status.flows {
-            seen_at_receiver(flow, &self.receivers);
+            seen_at_receiver(flow, &self.machine.peers, &self.handles);
         }
         status
     }
@@ -128,15 +129,16 @@ fn add_opened(status: &mut SenderStatus, opened: &LocalLandings, targets: &[Targ
 /// Fills in where the receiver's verifier saw `flow` (protocol 7), matched
 /// by its whole tuple as this host sees it: a receiver that sees another
 /// source (a NAT rewrote it) reports a flow that matches none of ours.
-fn seen_at_receiver(flow: &mut SenderFlowRow, receivers: &[Receiver]) {
+fn seen_at_receiver(flow: &mut SenderFlowRow, receivers: &[Peer], handles: &[PeerHandle]) {
     let (Some(src), Some(dst)) = (flow.src, flow.dst) else {
         return;
     };
     let receiver = receivers
         .iter()
-        .find(|r| r.rows.iter().any(|(_, addr)| *addr == dst.ip()));
+        .position(|r| r.rows.iter().any(|(_, addr)| *addr == dst.ip()))
+        .and_then(|n| handles.get(n));
     let seen = match receiver {
-        Some(r) => match &*r.handle.seen().borrow() {
+        Some(handle) => match &*handle.seen().borrow() {
             SeenReport::Flows(report) => report
                 .flows
                 .iter()
@@ -254,7 +256,7 @@ pub fn add_local(status: &mut SenderStatus, local: &LocalEnd, targets: &[Target]
         .collect();
 }
 
-fn receiver_row(receiver: &Receiver, steering: Option<&RunningBinder>) -> ReceiverRow {
+fn receiver_row(receiver: &Peer, steering: Option<&RunningBinder>) -> ReceiverRow {
     let link = match &receiver.status {
         _ if receiver.away => "away",
         PeerStatus::Connected => "connected",

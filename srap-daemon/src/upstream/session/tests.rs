@@ -1,0 +1,170 @@
+//! What the sender's session does with each frame its receiver sends,
+//! judged without a socket.
+
+use srap_common::{
+    rss::{KeyProvenance, KeySource, RssDescription, embedded_default},
+    wire::{
+        Challenge, CpuCount, CpuGrant, ErrorReport, LandingReport, LandingVerdict, Mac, Message,
+        Nonce, RssUpdate, SeenFlows,
+    },
+};
+
+use super::{Answer, PeerError, Received, answer_to, first_update, received, seen_at_start};
+use crate::upstream::{SeenReport, Update};
+
+fn rss_update(version: u64, description: &RssDescription) -> Message {
+    Message::RssUpdate(RssUpdate {
+        version,
+        description: description.into(),
+        key: KeyProvenance {
+            source: KeySource::KernelDefault,
+            ..KeyProvenance::default()
+        },
+    })
+}
+
+/// A description no model can be made of (no indirection table).
+fn broken() -> RssDescription {
+    let mut description = embedded_default();
+    description.indir.clear();
+    description
+}
+
+fn challenge() -> Message {
+    Message::Challenge(Challenge {
+        nonce: Nonce([1; 32]),
+        proof: Mac([2; 32]),
+    })
+}
+
+fn grant(cpus: &[u32]) -> CpuGrant {
+    CpuGrant {
+        epoch: 3,
+        cpus: cpus
+            .iter()
+            .map(|cpu| CpuCount {
+                cpu: *cpu,
+                count: 0,
+            })
+            .collect(),
+    }
+}
+
+fn error(reason: &str) -> Message {
+    Message::Error(ErrorReport::new(reason))
+}
+
+#[test]
+fn a_challenge_is_proved_only_with_a_key() {
+    assert_eq!(answer_to(&challenge(), true), Answer::Prove);
+    assert_eq!(answer_to(&challenge(), false), Answer::NeedPsk);
+}
+
+#[test]
+fn a_sender_with_a_key_trusts_no_unauthenticated_description() {
+    let update = rss_update(1, &embedded_default());
+    assert_eq!(answer_to(&update, true), Answer::RefuseUnauthenticated);
+    assert_eq!(answer_to(&update, false), Answer::Plain);
+    assert_eq!(answer_to(&error("no"), true), Answer::Plain);
+}
+
+#[test]
+fn the_first_description_must_make_a_model() {
+    let first = first_update(rss_update(1, &embedded_default())).expect("valid");
+    assert_eq!(
+        first,
+        Update {
+            version: 1,
+            description: embedded_default(),
+            key: KeyProvenance {
+                source: KeySource::KernelDefault,
+                ..KeyProvenance::default()
+            },
+        }
+    );
+    let invalid = first_update(rss_update(1, &broken()));
+    assert!(matches!(
+        invalid,
+        Err(PeerError::Refused(reason)) if reason.starts_with("invalid first description")
+    ));
+}
+
+#[test]
+fn a_first_error_or_stray_message_ends_the_connection() {
+    assert!(matches!(
+        first_update(error("pre-shared key required")),
+        Err(PeerError::Refused(reason)) if reason == "pre-shared key required"
+    ));
+    assert!(matches!(
+        first_update(Message::Keepalive),
+        Err(PeerError::Unexpected {
+            expected: "RssUpdate",
+            got: "Keepalive"
+        })
+    ));
+}
+
+#[test]
+fn a_bad_later_description_is_ignored_not_fatal() {
+    assert_eq!(
+        received(rss_update(2, &embedded_default())).ok(),
+        Some(Received::Update(
+            first_update(rss_update(2, &embedded_default())).expect("valid")
+        ))
+    );
+    let ignored = received(rss_update(3, &broken()));
+    assert!(matches!(
+        ignored,
+        Ok(Received::BadUpdate { version: 3, .. })
+    ));
+}
+
+#[test]
+fn landings_flows_grants_and_keepalives_are_taken() {
+    assert_eq!(received(Message::Keepalive).ok(), Some(Received::Nothing));
+    let landings = LandingReport {
+        version: 2,
+        verdict: LandingVerdict::Contradicted,
+        matched: 1,
+        judged: 10,
+    };
+    assert_eq!(
+        received(Message::Landings(landings)).ok(),
+        Some(Received::Landings(landings))
+    );
+    let seen = SeenFlows { flows: Vec::new() };
+    assert_eq!(
+        received(Message::SeenFlows(seen.clone())).ok(),
+        Some(Received::Seen(seen))
+    );
+    assert_eq!(
+        received(Message::Grant(grant(&[0, 1]))).ok(),
+        Some(Received::Grant(grant(&[0, 1])))
+    );
+}
+
+#[test]
+fn a_bad_grant_an_error_or_a_stray_message_ends_the_session() {
+    assert!(matches!(
+        received(Message::Grant(grant(&[2, 2]))),
+        Err(PeerError::Refused(reason)) if reason.starts_with("the receiver sent a bad grant")
+    ));
+    assert!(matches!(
+        received(error("shutting down")),
+        Err(PeerError::Refused(reason)) if reason == "shutting down"
+    ));
+    assert!(matches!(
+        received(challenge()),
+        Err(PeerError::Unexpected {
+            got: "Challenge",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn flows_are_awaited_from_protocol_7_on() {
+    assert_eq!(seen_at_start(7), SeenReport::Waiting);
+    assert_eq!(seen_at_start(8), SeenReport::Waiting);
+    assert_eq!(seen_at_start(6), SeenReport::Unsupported(6));
+}
