@@ -205,8 +205,8 @@ impl LocalEnd {
     }
 
     /// This host's CPU offer in its occupancy row (again after a re-plan).
-    pub fn apply_grant(&self, steering: &mut RunningBinder) -> anyhow::Result<()> {
-        apply_local_grant(steering, &self.nic)
+    pub fn apply_grant(&self, binder: &mut RunningBinder) -> anyhow::Result<()> {
+        apply_local_grant(binder, &self.nic)
     }
 
     /// Records the pause state the binder now has.
@@ -299,11 +299,11 @@ pub struct Sampled {
 }
 
 /// This host's CPU offer in its occupancy row.
-pub fn apply_local_grant(steering: &mut RunningBinder, nic: &LocalNic) -> anyhow::Result<()> {
+pub fn apply_local_grant(binder: &mut RunningBinder, nic: &LocalNic) -> anyhow::Result<()> {
     let grant = local_grant(&nic.tiers);
     grant::apply_to(
-        &mut steering.ebpf,
-        &steering.plan,
+        &mut binder.ebpf,
+        &binder.plan,
         |row| row == LOCAL_ROW,
         Some(&grant),
     )

@@ -267,12 +267,9 @@ pub fn receiver_sources(receivers: &[IpAddr]) -> Result<Vec<plan::ReceiverSource
 /// True when a receiver's route source or the host's addresses toward it
 /// are no longer what `steering` planned for (an address added or removed,
 /// a route changed): then [`replan`] plans for the new ones.
-pub fn sources_changed(
-    steering: &RunningBinder,
-    receivers: &[IpAddr],
-) -> Result<bool, SenderError> {
+pub fn sources_changed(binder: &RunningBinder, receivers: &[IpAddr]) -> Result<bool, SenderError> {
     let now = receiver_sources(receivers)?;
-    let plan = &steering.plan;
+    let plan = &binder.plan;
     if now.len() != plan.receivers.len() {
         return Ok(true);
     }

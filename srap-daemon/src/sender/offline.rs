@@ -47,12 +47,12 @@ pub async fn run(
     };
     let mut options = follow::options(args, targets)?;
     options.local = both;
-    let mut steering = super::start(&options, object)
+    let mut binder = super::start(&options, object)
         .map_err(with_flag_hint)
         .context("setting up the port binder")?;
-    apply_grant(&mut steering, local.as_ref())?;
+    apply_grant(&mut binder, local.as_ref())?;
     if args.once {
-        println!("{}", super::summary::describe(&steering));
+        println!("{}", super::summary::describe(&binder));
         return Ok(());
     }
     // With this host's NIC planned the status is the closed loop's only
@@ -69,8 +69,8 @@ pub async fn run(
         published.serve_metrics(addr)?;
     }
     // Watching before `steering active`: no connection it steers is missed.
-    let local = local.map(|nic| LocalEnd::start(nic, steer, &steering, &receivers));
-    println!("{}", super::summary::describe(&steering));
+    let local = local.map(|nic| LocalEnd::start(nic, steer, &binder, &receivers));
+    println!("{}", super::summary::describe(&binder));
     let mut run = Offline {
         plan: LocalPlan {
             both: options.local.clone(),
@@ -80,7 +80,7 @@ pub async fn run(
         published,
         audit: super::audit::OccupancyAudit::default(),
     };
-    run.until_stopped(&mut steering, Duration::from_secs(args.interval().max(1)))
+    run.until_stopped(&mut binder, Duration::from_secs(args.interval().max(1)))
         .await
 }
 
@@ -108,12 +108,12 @@ async fn destinations(args: &SenderSettings) -> anyhow::Result<Vec<IpAddr>> {
 /// earlier `--peer` run pinned is cleared); with this host's NIC planned,
 /// its CPUs are offered as `--local-cpus` and its NUMA node say: the
 /// node's first, the others only once those hold flows.
-fn apply_grant(steering: &mut RunningBinder, local: Option<&LocalNic>) -> anyhow::Result<()> {
+fn apply_grant(binder: &mut RunningBinder, local: Option<&LocalNic>) -> anyhow::Result<()> {
     let receivers = |row: u32| row != LOCAL_ROW;
-    grant::apply_to(&mut steering.ebpf, &steering.plan, receivers, None)
+    grant::apply_to(&mut binder.ebpf, &binder.plan, receivers, None)
         .context("clearing the receiver grant")?;
     if let Some(nic) = local {
-        apply_local_grant(steering, nic)?;
+        apply_local_grant(binder, nic)?;
     }
     Ok(())
 }
@@ -197,40 +197,40 @@ impl LocalPlan {
 impl Offline {
     async fn until_stopped(
         &mut self,
-        steering: &mut RunningBinder,
+        binder: &mut RunningBinder,
         interval: Duration,
     ) -> anyhow::Result<()> {
         let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
         let mut tick = tokio::time::interval(interval);
         tick.tick().await;
         let mut sample = tokio::time::interval(SAMPLE_EVERY);
-        let mut watch = super::watch::CounterWatch::new(steering);
+        let mut watch = super::watch::CounterWatch::new(binder);
         loop {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => break,
                 _ = term.recv() => break,
-                _ = sample.tick() => self.sample(steering),
+                _ = sample.tick() => self.sample(binder),
                 _ = tick.tick() => {
-                    if !watch.tick(steering) {
+                    if !watch.tick(binder) {
                         return Ok(());
                     }
-                    self.audit.tick(steering);
-                    if super::replan_if_sources_changed(steering, &self.plan.options) {
-                        self.reapply(steering);
+                    self.audit.tick(binder);
+                    if super::replan_if_sources_changed(binder, &self.plan.options) {
+                        self.reapply(binder);
                     }
                 }
             }
         }
         info!(
             "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",
-            steering.layout.dir().display()
+            binder.layout.dir().display()
         );
         Ok(())
     }
 
     /// Judges this host's landings, pauses or resumes local steering, and
     /// refreshes the status.
-    fn sample(&mut self, steering: &mut RunningBinder) {
+    fn sample(&mut self, binder: &mut RunningBinder) {
         let steered: BTreeSet<IpAddr> = self.plan.options.targets.iter().map(|t| t.addr).collect();
         let sampled = self
             .local
@@ -238,16 +238,16 @@ impl Offline {
             .map(|local| local.sample(&steered))
             .unwrap_or_default();
         if let Some(model) = sampled.model {
-            self.plan_with(steering, model);
+            self.plan_with(binder, model);
         }
         if let Some(pause) = sampled.pause
-            && self.set_local_paused(steering, pause)
+            && self.set_local_paused(binder, pause)
             && let Some(local) = &mut self.local
         {
             local.set_paused(pause);
         }
         if let Some(published) = &self.published {
-            let mut snapshot = status::binder_status(steering);
+            let mut snapshot = status::binder_status(binder);
             snapshot.occupancy = self.audit.row();
             if let Some(local) = &self.local {
                 status::add_local(&mut snapshot, local, &self.plan.options.targets);
@@ -257,35 +257,35 @@ impl Offline {
     }
 
     /// Plans with this host's NIC's new `model` (a learned key).
-    fn plan_with(&mut self, steering: &mut RunningBinder, model: Arc<RssModel>) {
+    fn plan_with(&mut self, binder: &mut RunningBinder, model: Arc<RssModel>) {
         self.plan.learned(model);
-        match super::replan(steering, &self.plan.options) {
-            Ok(()) => println!("{}", super::summary::describe(steering)),
+        match super::replan(binder, &self.plan.options) {
+            Ok(()) => println!("{}", super::summary::describe(binder)),
             Err(err) => warn!("cannot re-plan with this host's learned key: {err}"),
         }
-        self.reapply(steering);
+        self.reapply(binder);
     }
 
     /// After a re-plan: the grant again, and the pause if one is in force.
-    fn reapply(&mut self, steering: &mut RunningBinder) {
-        if let Err(err) = apply_grant(steering, self.local.as_ref().map(|l| &l.nic)) {
+    fn reapply(&mut self, binder: &mut RunningBinder) {
+        if let Err(err) = apply_grant(binder, self.local.as_ref().map(|l| &l.nic)) {
             warn!("{err:#}");
         }
         if self
             .plan
             .repause(self.local.as_ref().is_some_and(|l| l.paused))
         {
-            self.set_local_paused(steering, true);
+            self.set_local_paused(binder, true);
         }
     }
 
     /// Pauses (or resumes) steering for this host's NIC ([`LocalPlan::pause`]);
     /// true when the binder now says so.
-    fn set_local_paused(&mut self, steering: &mut RunningBinder, pause: bool) -> bool {
+    fn set_local_paused(&mut self, binder: &mut RunningBinder, pause: bool) -> bool {
         let done = match self.plan.pause(pause) {
-            Toggle::Replan => super::replan(steering, &self.plan.options)
+            Toggle::Replan => super::replan(binder, &self.plan.options)
                 .map_err(|err| warn!("cannot re-plan for this host's NIC: {err}")),
-            Toggle::Dests(out) => maps::fill_dests_except(&mut steering.ebpf, &steering.plan, &out)
+            Toggle::Dests(out) => maps::fill_dests_except(&mut binder.ebpf, &binder.plan, &out)
                 .map_err(|err| warn!("cannot update the binder's destinations: {err}")),
         };
         if done.is_err() {

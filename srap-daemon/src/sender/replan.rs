@@ -10,14 +10,14 @@ use super::{RunningBinder, SenderError, SenderOptions, maps, state};
 /// ports and pacing; the port range `start` chose) and refills its maps.
 /// On error before the maps are written, the old plan keeps steering
 /// untouched.
-pub fn replan(steering: &mut RunningBinder, options: &SenderOptions) -> Result<(), SenderError> {
+pub fn replan(binder: &mut RunningBinder, options: &SenderOptions) -> Result<(), SenderError> {
     // The maps keep the sizes they were made with.
     let options = &SenderOptions {
-        sizes: steering.sizes,
+        sizes: binder.sizes,
         ..options.clone()
     };
-    let plan = super::plan_for(options, steering.port_range)?;
-    let state_path = state::path_for(steering.layout.dir());
+    let plan = super::plan_for(options, binder.port_range)?;
+    let state_path = state::path_for(binder.layout.dir());
     if state::load(&state_path)?.is_none() {
         return Err(SenderError::State {
             path: state_path,
@@ -25,8 +25,8 @@ pub fn replan(steering: &mut RunningBinder, options: &SenderOptions) -> Result<(
         });
     }
     let pacing = options.pacing_rate.map_or(0, |r| r.0);
-    maps::fill(&mut steering.ebpf, &plan, pacing, &steering.sizes)?;
-    steering.plan = plan;
+    maps::fill(&mut binder.ebpf, &plan, pacing, &binder.sizes)?;
+    binder.plan = plan;
     Ok(())
 }
 
@@ -34,14 +34,14 @@ pub fn replan(steering: &mut RunningBinder, options: &SenderOptions) -> Result<(
 /// toward the receivers changed since the plan (an address added for an
 /// application to bind, say); returns true if it did. Failures are logged
 /// and the old plan keeps steering.
-pub fn replan_if_sources_changed(steering: &mut RunningBinder, options: &SenderOptions) -> bool {
+pub fn replan_if_sources_changed(binder: &mut RunningBinder, options: &SenderOptions) -> bool {
     let addrs: Vec<_> = options.targets.iter().map(|t| t.addr).collect();
-    match super::sources_changed(steering, &addrs) {
+    match super::sources_changed(binder, &addrs) {
         Ok(false) => false,
-        Ok(true) => match replan(steering, options) {
+        Ok(true) => match replan(binder, options) {
             Ok(()) => {
                 println!("local addresses or routes changed: replanned");
-                println!("{}", super::summary::describe(steering));
+                println!("{}", super::summary::describe(binder));
                 true
             }
             Err(err) => {

@@ -8,13 +8,13 @@ use srap_common::port_tables::Scope;
 use super::{Attachment, RunningBinder};
 
 /// One line per port table, the port range, and where the binder is.
-pub fn describe(steering: &RunningBinder) -> String {
+pub fn describe(binder: &RunningBinder) -> String {
     let mut out = String::new();
-    for receiver in &steering.plan.receivers {
+    for receiver in &binder.plan.receivers {
         for table in receiver
             .tables
             .iter()
-            .filter_map(|&t| steering.plan.tables.get(t))
+            .filter_map(|&t| binder.plan.tables.get(t))
         {
             let scope = match table.scope() {
                 Scope::AnyPort => "any port".to_owned(),
@@ -33,17 +33,17 @@ pub fn describe(steering: &RunningBinder) -> String {
     let _ = writeln!(
         out,
         "source ports {}, chosen by 4-tuple and shared across destinations (none reserved)",
-        steering.port_range
+        binder.port_range
     );
-    let how = match steering.attachment {
+    let how = match binder.attachment {
         Attachment::Attached => "attached",
         Attachment::Adopted => "adopted",
     };
     let _ = write!(
         out,
         "steering active ({how}): cgroup {}, pins {}",
-        steering.cgroup.display(),
-        steering.layout.dir().display()
+        binder.cgroup.display(),
+        binder.layout.dir().display()
     );
     out
 }

@@ -28,15 +28,15 @@ pub struct CounterWatch {
 impl CounterWatch {
     /// Starts from what the binder holds now (an adopted binder may have
     /// counted dry slots under an earlier agent, which warned then).
-    pub fn new(steering: &RunningBinder) -> Self {
+    pub fn new(binder: &RunningBinder) -> Self {
         let reused =
-            super::read_stats(&steering.layout).map_or(0, |s| s.get(event::TIME_WAIT_REUSED));
+            super::read_stats(&binder.layout).map_or(0, |s| s.get(event::TIME_WAIT_REUSED));
         let mut watch = Self {
             reused_at_start: Some(reused),
             ..Self::default()
         };
-        for receiver in &steering.plan.receivers {
-            if let Ok(row) = super::read_receiver(&steering.layout, receiver.index) {
+        for receiver in &binder.plan.receivers {
+            if let Ok(row) = super::read_receiver(&binder.layout, receiver.index) {
                 watch.dry_seen.insert(receiver.index, row.dry);
             }
         }
@@ -46,8 +46,8 @@ impl CounterWatch {
     /// Logs the counters and warns about dry slots; returns false once the
     /// binder's links are gone (`srap-agent detach` ran), when the agent
     /// should stop.
-    pub fn tick(&mut self, steering: &RunningBinder) -> bool {
-        let layout = &steering.layout;
+    pub fn tick(&mut self, binder: &RunningBinder) -> bool {
+        let layout = &binder.layout;
         if !layout.links_pinned() {
             tracing::info!("the binder's links were unpinned (srap-agent detach): exiting");
             return false;
@@ -56,15 +56,15 @@ impl CounterWatch {
             Ok(stats) => {
                 tracing::info!("binder: {stats}");
                 if let Some(warning) =
-                    self.full_range_warning(steering, stats.get(event::TIME_WAIT_REUSED))
+                    self.full_range_warning(binder, stats.get(event::TIME_WAIT_REUSED))
                 {
                     tracing::warn!("{warning}");
                 }
             }
             Err(err) => tracing::warn!("reading the binder's counters: {err}"),
         }
-        for receiver in &steering.plan.receivers {
-            if let Some(warning) = self.dry_warning(steering, receiver) {
+        for receiver in &binder.plan.receivers {
+            if let Some(warning) = self.dry_warning(binder, receiver) {
                 tracing::warn!("{warning}");
             }
         }
@@ -72,8 +72,8 @@ impl CounterWatch {
     }
 
     /// The warning for `receiver`, the first time its dry count grows.
-    fn dry_warning(&mut self, steering: &RunningBinder, receiver: &ReceiverPlan) -> Option<String> {
-        let row = super::read_receiver(&steering.layout, receiver.index).ok()?;
+    fn dry_warning(&mut self, binder: &RunningBinder, receiver: &ReceiverPlan) -> Option<String> {
+        let row = super::read_receiver(&binder.layout, receiver.index).ok()?;
         let seen = self.dry_seen.insert(receiver.index, row.dry).unwrap_or(0);
         if row.dry <= seen || !self.warned.insert(receiver.index) {
             return None;
@@ -81,13 +81,13 @@ impl CounterWatch {
         let cpu = receiver
             .tables
             .first()
-            .and_then(|t| steering.plan.tables.get(*t))
+            .and_then(|t| binder.plan.tables.get(*t))
             .and_then(|t| t.slots().get(row.dry_slot as usize))
             .map_or_else(
                 || format!("slot {}", row.dry_slot),
                 |s| format!("CPU {}", s.cpu),
             );
-        let range = steering.port_range;
+        let range = binder.port_range;
         Some(format!(
             "receiver {}: the ports of its {cpu} ran dry ({} connect(s) found every port they \
              tried toward it in use, or in TIME_WAIT without TCP timestamps, and took a kernel \
@@ -110,14 +110,14 @@ impl CounterWatch {
     /// overlaps the kernel's `ip_local_port_range`: every port of the
     /// overlap is then bound to a steered socket, live or in TIME_WAIT, and
     /// the kernel never hands such a port to another socket's `connect()`.
-    fn full_range_warning(&mut self, steering: &RunningBinder, reused: u64) -> Option<String> {
+    fn full_range_warning(&mut self, binder: &RunningBinder, reused: u64) -> Option<String> {
         let at_start = self.reused_at_start?;
         if reused <= at_start {
             return None;
         }
         self.reused_at_start = None;
         let kernel = reserved::local_port_range().ok()?;
-        let shared = overlap(steering.port_range, kernel);
+        let shared = overlap(binder.port_range, kernel);
         if shared == 0 {
             return None;
         }
@@ -134,7 +134,7 @@ impl CounterWatch {
              (e.g. 10000-32767 beside 32768-60999), or narrow ip_local_port_range for the \
              others. Said once.",
             reused - at_start,
-            steering.port_range,
+            binder.port_range,
         ))
     }
 }

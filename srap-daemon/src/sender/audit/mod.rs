@@ -57,8 +57,8 @@ impl OccupancyAudit {
     }
 
     /// One audit: read, judge, repair what is stable.
-    pub fn tick(&mut self, steering: &mut RunningBinder) {
-        match self.audit(steering) {
+    pub fn tick(&mut self, binder: &mut RunningBinder) {
+        match self.audit(binder) {
             Ok(()) => {
                 if self.failing.take().is_some() {
                     warn!("occupancy audit: running again");
@@ -74,12 +74,12 @@ impl OccupancyAudit {
         }
     }
 
-    fn audit(&mut self, steering: &mut RunningBinder) -> Result<(), AuditError> {
+    fn audit(&mut self, binder: &mut RunningBinder) -> Result<(), AuditError> {
         let Read {
             snapshot,
             seen,
             blind,
-        } = take_snapshot(steering)?;
+        } = take_snapshot(binder)?;
         self.counts.audits += 1;
         if blind != self.blind {
             match &blind {
@@ -95,7 +95,7 @@ impl OccupancyAudit {
         let stable = self.stability.confirm(&found);
         self.remember_doubled(&snapshot.records);
         if stable != Findings::default() {
-            self.repair(steering, &stable, &seen)?;
+            self.repair(binder, &stable, &seen)?;
             // What the repairs touched must be seen twice afresh.
             self.stability.clear();
         }
@@ -115,7 +115,7 @@ impl OccupancyAudit {
     /// its slot's word, so a mismatch there waits for the next audits).
     fn repair(
         &mut self,
-        steering: &mut RunningBinder,
+        binder: &mut RunningBinder,
         stable: &Findings,
         seen: &BTreeMap<u64, SocketSeen>,
     ) -> Result<(), AuditError> {
@@ -126,11 +126,11 @@ impl OccupancyAudit {
                 cookie: stale.cookie,
                 ..RepairRequest::default()
             };
-            if run(&mut steering.ebpf, REPAIR_PROGRAM, request)?.result == result::DONE {
+            if run(&mut binder.ebpf, REPAIR_PROGRAM, request)?.result == result::DONE {
                 self.counts.stale_records += 1;
                 self.counts.repaired += 1;
                 touched.insert((stale.held.receiver, stale.held.slot));
-                let what = describe_stale(steering, stale, seen.get(&stale.cookie), &self.doubled);
+                let what = describe_stale(binder, stale, seen.get(&stale.cookie), &self.doubled);
                 self.say("stale", what);
             }
         }
@@ -146,10 +146,10 @@ impl OccupancyAudit {
                 value: u64::from(mismatch.records),
                 ..RepairRequest::default()
             };
-            if run(&mut steering.ebpf, REPAIR_PROGRAM, request)?.result == result::DONE {
+            if run(&mut binder.ebpf, REPAIR_PROGRAM, request)?.result == result::DONE {
                 self.counts.count_mismatches += 1;
                 self.counts.repaired += 1;
-                self.say("count", describe_mismatch(steering, mismatch));
+                self.say("count", describe_mismatch(binder, mismatch));
             }
         }
         Ok(())
@@ -172,17 +172,17 @@ impl OccupancyAudit {
 
 /// Reads one snapshot: the slot words, the socket table, the kernel's
 /// sockets, the slot words again.
-fn take_snapshot(steering: &RunningBinder) -> Result<Read, AuditError> {
-    let layout = &steering.layout;
-    let mut plan_rows: Vec<u32> = steering.plan.receivers.iter().map(|r| r.index).collect();
-    if steering.plan.local.is_some() {
+fn take_snapshot(binder: &RunningBinder) -> Result<Read, AuditError> {
+    let layout = &binder.layout;
+    let mut plan_rows: Vec<u32> = binder.plan.receivers.iter().map(|r| r.index).collect();
+    if binder.plan.local.is_some() {
         plan_rows.push(LOCAL_ROW);
     }
     let early = read_records(layout)?;
     let rows = core::rows_to_read(&plan_rows, &early);
     let before = read_words(layout, &rows)?;
     let records = read_records(layout)?;
-    let sockets = open_sockets(&steering.cgroup);
+    let sockets = open_sockets(&binder.cgroup);
     let after = read_words(layout, &rows)?;
     let (open, seen, blind) = match sockets {
         Ok(seen) => {
@@ -227,24 +227,24 @@ fn doubled_cookies(records: &[(u32, u64, SocketRecord)]) -> HashSet<u64> {
 }
 
 /// A slot as the log names it: its receiver, and the CPU the plan gives it.
-fn slot_name(steering: &RunningBinder, receiver: u32, slot: u32) -> String {
+fn slot_name(binder: &RunningBinder, receiver: u32, slot: u32) -> String {
     if receiver == LOCAL_ROW {
         return format!("this host's CPU slot {slot}");
     }
-    let Some(plan) = steering.plan.receivers.iter().find(|r| r.index == receiver) else {
+    let Some(plan) = binder.plan.receivers.iter().find(|r| r.index == receiver) else {
         return format!("binder row {receiver} (no receiver planned there now), CPU slot {slot}");
     };
     let cpu = plan
         .tables
         .first()
-        .and_then(|t| steering.plan.tables.get(*t))
+        .and_then(|t| binder.plan.tables.get(*t))
         .and_then(|t| t.slots().get(slot as usize))
         .map_or_else(String::new, |s| format!(" (its CPU {})", s.cpu));
     format!("receiver {} CPU slot {slot}{cpu}", plan.receiver)
 }
 
 fn describe_stale(
-    steering: &RunningBinder,
+    binder: &RunningBinder,
     stale: &StaleRecord,
     seen: Option<&SocketSeen>,
     doubled: &HashSet<u64>,
@@ -252,7 +252,7 @@ fn describe_stale(
     let held = if stale.held.receiver == SocketRecord::NONE {
         "no slot (a bind(addr, 0) mark)".to_owned()
     } else {
-        let mut held = slot_name(steering, stale.held.receiver, stale.held.slot);
+        let mut held = slot_name(binder, stale.held.receiver, stale.held.slot);
         if stale.held.local != SocketRecord::NONE {
             held.push_str(&format!(" and this host's CPU slot {}", stale.held.local));
         }
@@ -280,12 +280,12 @@ fn describe_stale(
     )
 }
 
-fn describe_mismatch(steering: &RunningBinder, m: &CountMismatch) -> String {
+fn describe_mismatch(binder: &RunningBinder, m: &CountMismatch) -> String {
     format!(
         "a count mismatch: {} counted {} flow(s) while {} socket record(s) hold it, \
          unchanged over two audits (a claim never recorded nor released, or a release \
          lost); its count is now {}",
-        slot_name(steering, m.receiver, m.slot),
+        slot_name(binder, m.receiver, m.slot),
         m.flows(),
         m.records,
         m.records

@@ -153,7 +153,7 @@ pub async fn run(
         info!("stopped before the first description: nothing was set up");
         return Ok(());
     }
-    let mut steering =
+    let mut binder =
         super::start(&follower.machine.options, object).context("setting up the port binder")?;
     if !args.once {
         // Watching before `steering active`: no connection it steers is missed.
@@ -164,24 +164,24 @@ pub async fn run(
             .iter()
             .map(|t| t.addr)
             .collect();
-        follower.local = local.map(|nic| LocalEnd::start(nic, Steer::Both, &steering, &toward));
+        follower.local = local.map(|nic| LocalEnd::start(nic, Steer::Both, &binder, &toward));
         if follower.local.is_none() {
-            follower.opened = watch_opened(&steering.cgroup);
+            follower.opened = watch_opened(&binder.cgroup);
         }
     }
-    println!("{}", summary::describe(&steering));
+    println!("{}", summary::describe(&binder));
     let first = follower.machine.start();
-    follower.execute(&mut steering, first);
+    follower.execute(&mut binder, first);
     if args.once {
         follower.wait_reported().await;
         return Ok(());
     }
     follower
-        .follow(&mut steering, &mut events, args.interval(), &mut term)
+        .follow(&mut binder, &mut events, args.interval(), &mut term)
         .await?;
     info!(
         "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",
-        steering.layout.dir().display()
+        binder.layout.dir().display()
     );
     Ok(())
 }
@@ -254,7 +254,7 @@ impl Follower {
     /// Runs until a signal or the binder's links are gone.
     async fn follow(
         &mut self,
-        steering: &mut RunningBinder,
+        binder: &mut RunningBinder,
         events: &mut mpsc::UnboundedReceiver<PeerEvent>,
         interval: u64,
         term: &mut Signal,
@@ -265,38 +265,38 @@ impl Follower {
         let mut status_tick = tokio::time::interval(STATUS_EVERY);
         let mut resolve_tick = tokio::time::interval(RESOLVE_EVERY);
         resolve_tick.tick().await;
-        let mut watch = super::watch::CounterWatch::new(steering);
+        let mut watch = super::watch::CounterWatch::new(binder);
         loop {
             tokio::select! {
                 _ = resolve_tick.tick() => {
                     let answers = self.re_resolve().await;
                     let actions = self.machine.on(Event::Resolved(answers));
-                    self.execute(steering, actions);
+                    self.execute(binder, actions);
                 }
                 _ = status_tick.tick() => {
-                    self.sample_local(steering);
-                    self.publish(Some(steering));
+                    self.sample_local(binder);
+                    self.publish(Some(binder));
                 }
                 _ = tokio::signal::ctrl_c() => return Ok(()),
                 _ = term.recv() => return Ok(()),
                 _ = tick.tick() => {
-                    if !watch.tick(steering) {
+                    if !watch.tick(binder) {
                         return Ok(());
                     }
-                    self.audit.tick(steering);
-                    if super::replan_if_sources_changed(steering, &self.machine.options) {
-                        self.planned(steering, false);
+                    self.audit.tick(binder);
+                    if super::replan_if_sources_changed(binder, &self.machine.options) {
+                        self.planned(binder, false);
                     }
                 }
                 _ = demand_tick.tick() => {
                     let actions = self.machine.on(Event::DemandTick);
-                    self.execute(steering, actions);
+                    self.execute(binder, actions);
                 }
                 event = events.recv() => {
                     let event = event.context("the receiver clients stopped")?;
                     let actions = self.machine.on(Event::Peer(event));
-                    self.execute(steering, actions);
-                    self.publish(Some(steering));
+                    self.execute(binder, actions);
+                    self.publish(Some(binder));
                 }
             }
         }
@@ -304,21 +304,21 @@ impl Follower {
 
     /// Carries out `actions` in order; one that fails has the machine take
     /// back what it changed, and the rest are dropped.
-    fn execute(&mut self, steering: &mut RunningBinder, actions: Vec<Action>) {
+    fn execute(&mut self, binder: &mut RunningBinder, actions: Vec<Action>) {
         for action in actions {
-            if let Err(undo) = self.act(steering, action) {
+            if let Err(undo) = self.act(binder, action) {
                 self.machine.undo(undo);
                 return;
             }
         }
     }
 
-    fn act(&mut self, steering: &mut RunningBinder, action: Action) -> Result<(), Undo> {
+    fn act(&mut self, binder: &mut RunningBinder, action: Action) -> Result<(), Undo> {
         match action {
             Action::Say(line) => println!("{line}"),
-            Action::Replan(why) => self.replan(steering, why),
+            Action::Replan(why) => self.replan(binder, why),
             Action::PlanLocal { pause } => {
-                if let Err(err) = replan(steering, &self.machine.options) {
+                if let Err(err) = replan(binder, &self.machine.options) {
                     warn!("cannot re-plan for this host's NIC: {err}");
                     return Err(Undo::LocalPause { pause });
                 }
@@ -328,19 +328,19 @@ impl Follower {
                     local.set_paused(pause);
                 }
             }
-            Action::AfterReplan { first } => self.planned(steering, first),
+            Action::AfterReplan { first } => self.planned(binder, first),
             Action::Dests { undo } => {
-                if !self.refill_dests(steering) {
+                if !self.refill_dests(binder) {
                     return Err(undo);
                 }
             }
             Action::ApplyGrant(n) => {
                 if let Some(grant) = self.machine.peers[n].granted.clone() {
-                    self.link(n).take_grant(steering, &grant);
+                    self.link(n).take_grant(binder, &grant);
                 }
             }
-            Action::ReportPlan(n) => self.link(n).report(steering, &self.dports),
-            Action::ReportDemand(n) => self.link(n).report_demand(steering),
+            Action::ReportPlan(n) => self.link(n).report(binder, &self.dports),
+            Action::ReportDemand(n) => self.link(n).report_demand(binder),
             Action::SayLanding { peer, report } => self.link(peer).say_landing(&report),
             Action::Probe(n) => probe::spawn(self.machine.peers[n].addr.clone()),
         }
@@ -357,26 +357,26 @@ impl Follower {
 
     /// Plans the binder again with the machine's options; a failure keeps
     /// the last plan steering.
-    fn replan(&self, steering: &mut RunningBinder, why: Why) {
+    fn replan(&self, binder: &mut RunningBinder, why: Why) {
         let options = &self.machine.options;
         match why {
             Why::Description { peer, version } => {
-                replan_for(steering, options, version, &self.machine.peers[peer].addr);
+                replan_for(binder, options, version, &self.machine.peers[peer].addr);
             }
             Why::LocalKey => {
-                if let Err(err) = replan(steering, options) {
+                if let Err(err) = replan(binder, options) {
                     warn!("cannot re-plan with this host's learned key: {err}");
                 }
             }
             Why::Addresses => {
                 let started = std::time::Instant::now();
-                match replan(steering, options) {
+                match replan(binder, options) {
                     Ok(()) => {
                         println!(
                             "replanned for the new addresses in {} ms",
                             started.elapsed().as_millis()
                         );
-                        println!("{}", summary::describe(steering));
+                        println!("{}", summary::describe(binder));
                     }
                     Err(err) => {
                         warn!("cannot re-plan for the new addresses ({err}); keeping the plan");
@@ -390,15 +390,15 @@ impl Follower {
     /// out again, every grant re-applied, every plan reported; `first`: the
     /// binder's first plan, whose grants (they came before it existed) get
     /// their `grant` lines here.
-    fn planned(&mut self, steering: &mut RunningBinder, first: bool) {
-        self.refill_dests(steering);
+    fn planned(&mut self, binder: &mut RunningBinder, first: bool) {
+        self.refill_dests(binder);
         for n in 0..self.handles.len() {
             let link = self.link(n);
-            link.reapply(steering, first);
-            link.report(steering, &self.dports);
+            link.reapply(binder, first);
+            link.report(binder, &self.dports);
         }
         if let Some(local) = &self.local
-            && let Err(err) = local.apply_grant(steering)
+            && let Err(err) = local.apply_grant(binder)
         {
             warn!("{err:#}");
         }
@@ -406,7 +406,7 @@ impl Follower {
 
     /// This host's closed loop: judges where connections land on its NIC
     /// and hands the machine a learned key or a changed verdict.
-    fn sample_local(&mut self, steering: &mut RunningBinder) {
+    fn sample_local(&mut self, binder: &mut RunningBinder) {
         let steered: BTreeSet<IpAddr> = self
             .machine
             .options
@@ -419,18 +419,18 @@ impl Follower {
         };
         if let Some(learned) = sampled.model {
             let actions = self.machine.on(Event::LocalKey(learned));
-            self.execute(steering, actions);
+            self.execute(binder, actions);
         }
         if let Some(pause) = sampled.pause {
             let actions = self.machine.on(Event::LocalVerdict(pause));
-            self.execute(steering, actions);
+            self.execute(binder, actions);
         }
     }
 
     /// The destinations of every receiver not paused.
-    fn refill_dests(&self, steering: &mut RunningBinder) -> bool {
+    fn refill_dests(&self, binder: &mut RunningBinder) -> bool {
         let paused = self.machine.paused_rows();
-        match maps::fill_dests_except(&mut steering.ebpf, &steering.plan, &paused) {
+        match maps::fill_dests_except(&mut binder.ebpf, &binder.plan, &paused) {
             Ok(()) => true,
             Err(err) => {
                 warn!("cannot update the binder's destinations: {err}");
@@ -459,9 +459,9 @@ impl Follower {
     }
 
     /// Refreshes what `srap status --sender` shows.
-    fn publish(&self, steering: Option<&RunningBinder>) {
+    fn publish(&self, binder: Option<&RunningBinder>) {
         if let Some(published) = &self.published {
-            published.update(self.status(steering));
+            published.update(self.status(binder));
         }
     }
 
@@ -475,15 +475,15 @@ impl Follower {
 
 /// Re-plans for a new description of receiver `name`; on failure the old
 /// plan keeps steering.
-fn replan_for(steering: &mut RunningBinder, options: &SenderOptions, version: u64, name: &str) {
+fn replan_for(binder: &mut RunningBinder, options: &SenderOptions, version: u64, name: &str) {
     let started = std::time::Instant::now();
-    match replan(steering, options) {
+    match replan(binder, options) {
         Ok(()) => {
             println!(
                 "replanned for version {version} of {name} in {} ms",
                 started.elapsed().as_millis()
             );
-            println!("{}", summary::describe(steering));
+            println!("{}", summary::describe(binder));
         }
         Err(err) => warn!(
             "receiver {name} version {version}: cannot re-plan ({err}); keeping the last plan"
@@ -583,11 +583,11 @@ fn grant_cpus(grant: &CpuGrant) -> String {
 
 /// The demand report of the flows the binder holds toward `rows`.
 fn demand_of(
-    steering: &RunningBinder,
+    binder: &RunningBinder,
     rows: &BTreeSet<u32>,
     grant: Option<&CpuGrant>,
 ) -> Option<DemandReport> {
-    match grant::demand(&steering.ebpf, &steering.plan, |i| rows.contains(&i)) {
+    match grant::demand(&binder.ebpf, &binder.plan, |i| rows.contains(&i)) {
         Ok(flows) => Some(DemandReport {
             applied: grant.map_or(0, |g| g.epoch),
             flows,

@@ -21,13 +21,13 @@ pub struct Link<'a> {
 
 impl Link<'_> {
     /// Puts a new grant from this receiver into its rows of the grant map.
-    pub fn take_grant(&self, steering: &mut RunningBinder, grant: &CpuGrant) {
+    pub fn take_grant(&self, binder: &mut RunningBinder, grant: &CpuGrant) {
         if self.peer.model.is_none() {
             return;
         }
         let rows = self.peer.row_set();
         let keep = |i| rows.contains(&i);
-        match grant::apply_to(&mut steering.ebpf, &steering.plan, keep, Some(grant)) {
+        match grant::apply_to(&mut binder.ebpf, &binder.plan, keep, Some(grant)) {
             Ok(applied) => self.say_grant(grant, &applied),
             Err(err) => warn!(
                 "grant {} from {}: cannot apply it: {err}",
@@ -58,14 +58,14 @@ impl Link<'_> {
     /// After a re-plan (slots may be renumbered): its grant again; `say`
     /// it (the first plan: a grant that came before the binder existed
     /// gets its `grant` line as later ones do).
-    pub fn reapply(&self, steering: &mut RunningBinder, say: bool) {
+    pub fn reapply(&self, binder: &mut RunningBinder, say: bool) {
         if self.peer.model.is_none() {
             return;
         }
         let rows = self.peer.row_set();
         let keep = |i| rows.contains(&i);
         let granted = self.peer.granted.as_ref();
-        match grant::apply_to(&mut steering.ebpf, &steering.plan, keep, granted) {
+        match grant::apply_to(&mut binder.ebpf, &binder.plan, keep, granted) {
             Ok(applied) => {
                 if let (true, Some(grant)) = (say, granted) {
                     self.say_grant(grant, &applied);
@@ -80,13 +80,13 @@ impl Link<'_> {
 
     /// Hands its part of the plan to its client, which sends it now and
     /// after reconnecting.
-    pub fn report(&self, steering: &RunningBinder, dports: &[u16]) {
+    pub fn report(&self, binder: &RunningBinder, dports: &[u16]) {
         let Some(version) = self.peer.current.as_ref().map(|c| c.version) else {
             return;
         };
         let rows = self.peer.row_set();
         let report: PlanReport =
-            upstream::plan_report_for(version, &steering.plan, dports, |i| rows.contains(&i));
+            upstream::plan_report_for(version, &binder.plan, dports, |i| rows.contains(&i));
         if report.tables.is_empty() {
             warn!(
                 "the plan for {} version {version} is reported without ports: every \
@@ -99,12 +99,11 @@ impl Link<'_> {
 
     /// Tells it the flows the binder holds toward it per CPU (the client
     /// sends it only when it changed).
-    pub fn report_demand(&self, steering: &RunningBinder) {
+    pub fn report_demand(&self, binder: &RunningBinder) {
         if self.peer.model.is_none() {
             return;
         }
-        if let Some(report) = demand_of(steering, &self.peer.row_set(), self.peer.granted.as_ref())
-        {
+        if let Some(report) = demand_of(binder, &self.peer.row_set(), self.peer.granted.as_ref()) {
             self.handle.report_demand(report);
         }
     }

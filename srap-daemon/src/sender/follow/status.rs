@@ -78,14 +78,14 @@ impl Drop for Published {
 
 impl Follower {
     /// The snapshot of every receiver and the binder.
-    pub(super) fn status(&self, steering: Option<&RunningBinder>) -> SenderStatus {
-        let mut status = steering.map(binder_status).unwrap_or_default();
+    pub(super) fn status(&self, binder: Option<&RunningBinder>) -> SenderStatus {
+        let mut status = binder.map(binder_status).unwrap_or_default();
         status.occupancy = self.audit.row();
         status.receivers = self
             .machine
             .peers
             .iter()
-            .map(|r| receiver_row(r, steering))
+            .map(|r| receiver_row(r, binder))
             .collect();
         if let Some(local) = &self.local {
             add_local(&mut status, local, &self.machine.options.targets);
@@ -178,13 +178,13 @@ fn seen_at_receiver(flow: &mut SenderFlowRow, receivers: &[Peer], handles: &[Pee
 
 /// The binder's part of a snapshot: where it steers, its reservation and
 /// its counters.
-pub fn binder_status(steering: &RunningBinder) -> SenderStatus {
+pub fn binder_status(binder: &RunningBinder) -> SenderStatus {
     let mut status = SenderStatus {
-        cgroup: steering.cgroup.display().to_string(),
-        pin_dir: steering.layout.dir().display().to_string(),
+        cgroup: binder.cgroup.display().to_string(),
+        pin_dir: binder.layout.dir().display().to_string(),
         ..SenderStatus::default()
     };
-    match read_stats(&steering.layout) {
+    match read_stats(&binder.layout) {
         Ok(stats) => {
             status.binder = COUNTER_NAMES
                 .iter()
@@ -256,7 +256,7 @@ pub fn add_local(status: &mut SenderStatus, local: &LocalEnd, targets: &[Target]
         .collect();
 }
 
-fn receiver_row(receiver: &Peer, steering: Option<&RunningBinder>) -> ReceiverRow {
+fn receiver_row(receiver: &Peer, binder: Option<&RunningBinder>) -> ReceiverRow {
     let link = match &receiver.status {
         _ if receiver.away => "away",
         PeerStatus::Connected => "connected",
@@ -271,7 +271,7 @@ fn receiver_row(receiver: &Peer, steering: Option<&RunningBinder>) -> ReceiverRo
         addresses: receiver
             .rows
             .iter()
-            .map(|(row, addr)| address_row(*row, *addr, steering.filter(|_| planned)))
+            .map(|(row, addr)| address_row(*row, *addr, binder.filter(|_| planned)))
             .collect(),
         grant: receiver.granted.as_ref().map(|g| GrantRow {
             epoch: g.epoch,
@@ -282,22 +282,22 @@ fn receiver_row(receiver: &Peer, steering: Option<&RunningBinder>) -> ReceiverRo
     }
 }
 
-fn address_row(row: u32, addr: std::net::IpAddr, steering: Option<&RunningBinder>) -> AddressRow {
+fn address_row(row: u32, addr: std::net::IpAddr, binder: Option<&RunningBinder>) -> AddressRow {
     let mut out = AddressRow {
         addr: Some(addr),
         row,
         ..AddressRow::default()
     };
-    let Some(steering) = steering else {
+    let Some(binder) = binder else {
         return out;
     };
-    out.slots = steering
+    out.slots = binder
         .plan
         .receivers
         .iter()
         .find(|r| r.index == row)
         .map_or(0, |r| r.slots);
-    match read_occupancy(&steering.layout, row) {
+    match read_occupancy(&binder.layout, row) {
         Ok(flows) => out.open_flows = flows.iter().map(|f| u64::from(*f)).sum(),
         Err(err) => warn!("reading the binder's open flows: {err}"),
     }

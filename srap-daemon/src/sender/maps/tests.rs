@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use srap_common::binder::{DestKey, DestValue, outcome};
+use srap_common::binder::{COUNTERS, DestKey, DestValue, outcome};
 
 use super::{BinderStats, dest_changes};
 
@@ -77,5 +77,5 @@ fn the_counters_show_steered_and_what_is_not_zero() {
         1,
         "a miss is the application's, not a failure"
     );
-    assert_eq!(stats.get(outcome::COUNT), 0, "past the last counter");
+    assert_eq!(stats.get(COUNTERS), 0, "past the last counter");
 }
