@@ -41,7 +41,7 @@ use self::{
     receivers::Link,
 };
 use super::{
-    RunningBinder, SenderOptions, Target,
+    RunningBinder, SenderError, SenderOptions, Target,
     ends::{LocalNic, Steer},
     grant,
     landings::LocalLandings,
@@ -361,7 +361,14 @@ impl Follower {
         let options = &self.machine.options;
         match why {
             Why::Description { peer, version } => {
-                replan_for(binder, options, version, &self.machine.peers[peer].addr);
+                let name = &self.machine.peers[peer].addr;
+                if let Err(err) =
+                    timed_replan(binder, options, &format!("version {version} of {name}"))
+                {
+                    warn!(
+                        "receiver {name} version {version}: cannot re-plan ({err}); keeping the last plan"
+                    );
+                }
             }
             Why::LocalKey => {
                 if let Err(err) = replan(binder, options) {
@@ -369,18 +376,8 @@ impl Follower {
                 }
             }
             Why::Addresses => {
-                let started = std::time::Instant::now();
-                match replan(binder, options) {
-                    Ok(()) => {
-                        println!(
-                            "replanned for the new addresses in {} ms",
-                            started.elapsed().as_millis()
-                        );
-                        println!("{}", summary::describe(binder));
-                    }
-                    Err(err) => {
-                        warn!("cannot re-plan for the new addresses ({err}); keeping the plan");
-                    }
+                if let Err(err) = timed_replan(binder, options, "the new addresses") {
+                    warn!("cannot re-plan for the new addresses ({err}); keeping the plan");
                 }
             }
         }
@@ -473,22 +470,22 @@ impl Follower {
     }
 }
 
-/// Re-plans for a new description of receiver `name`; on failure the old
-/// plan keeps steering.
-fn replan_for(binder: &mut RunningBinder, options: &SenderOptions, version: u64, name: &str) {
+/// Re-plans and says so, with the time it took and the new plan's
+/// summary (`for_what`: "version 3 of NAME", "the new addresses"); a
+/// failure keeps the old plan steering, for the caller to report.
+fn timed_replan(
+    binder: &mut RunningBinder,
+    options: &SenderOptions,
+    for_what: &str,
+) -> Result<(), SenderError> {
     let started = std::time::Instant::now();
-    match replan(binder, options) {
-        Ok(()) => {
-            println!(
-                "replanned for version {version} of {name} in {} ms",
-                started.elapsed().as_millis()
-            );
-            println!("{}", summary::describe(binder));
-        }
-        Err(err) => warn!(
-            "receiver {name} version {version}: cannot re-plan ({err}); keeping the last plan"
-        ),
-    }
+    replan(binder, options)?;
+    println!(
+        "replanned for {for_what} in {} ms",
+        started.elapsed().as_millis()
+    );
+    println!("{}", summary::describe(binder));
+    Ok(())
 }
 
 /// The destination ports the plan is reported for.
