@@ -3,7 +3,7 @@
 //!
 //! It must NOT hold the lab (namespaces, QEMU, plots, the test harness:
 //! `srap-lab`, which the root daemon never links), command-line parsing
-//! (clap structs belong in the binaries; the library takes options
+//! (clap structs belong in the binaries; the library takes settings
 //! structs), nor the status types and servers (`srap-status`) or plain
 //! kernel access `srap` needs too (`srap-host`).
 //!
