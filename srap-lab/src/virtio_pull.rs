@@ -315,7 +315,7 @@ impl Drop for RemoveOnDrop<'_> {
 pub fn run(args: &super::LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::Result<()> {
     let shape = GuestShape::with_nic(nic, queues, args.smp)?;
     let image = super::virtio::prepare_image(args)?;
-    let net = GuestNet::new(super::virtio::SUBNET)?;
+    let net = GuestNet::on(super::subnet::Subnet::take(super::virtio::SUBNET)?)?;
     let mut lab = PullLab::start(&net, &image, shape)?;
     if !args.json {
         println!(

@@ -6,7 +6,7 @@
 //!
 //! Agents and workloads are processes killed by PID in drop guards; every
 //! sender's binder is detached; the namespaces (and the bridge and veths in
-//! them) go last. Addresses are `10.199.<subnet>.0/24` on the bridge: the
+//! them) go last. Addresses are a leased `10.199.<subnet>.0/24` on the bridge: the
 //! receiver is `.1`, sender `i` is `.10 + i`.
 
 use std::{
@@ -107,9 +107,11 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// The receiver namespace on `10.199.<subnet>.1`, its agent listening.
-    pub fn new(subnet: u8) -> Self {
-        let bridge = Bridge::new(subnet).expect("the receiver's namespace and bridge");
+    /// The receiver namespace on a leased subnet's `.1`, its agent
+    /// listening. Not a `Default`: it makes namespaces and starts an agent.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        let bridge = Bridge::new().expect("the receiver's namespace and bridge");
         let desc = description();
         let key = KeyFile::create(
             std::env::temp_dir().join(format!("srap-test-{}.psk", unique_name("g"))),
@@ -156,6 +158,11 @@ impl Cluster {
     /// Sender host `i`'s namespace.
     pub fn host(&self, i: usize) -> &srap_lab::NetNs {
         self.bridge.host(i)
+    }
+
+    /// Sender host `i`'s address on the bridge.
+    pub fn host_ip(&self, i: usize) -> IpAddr {
+        self.bridge.host_ip(i)
     }
 
     /// The receiver's address on the bridge.

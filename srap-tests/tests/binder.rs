@@ -70,30 +70,29 @@ struct Lab {
 }
 
 impl Lab {
-    fn new(v6: bool, subnet: u8) -> Self {
-        Self::with_description(v6, subnet, embedded_default())
+    fn new(v6: bool) -> Self {
+        Self::with_description(v6, embedded_default())
     }
 
-    fn with_description(v6: bool, subnet: u8, description: RssDescription) -> Self {
-        Self::with_options(v6, subnet, description, PORT_RANGE, |opts| opts)
+    fn with_description(v6: bool, description: RssDescription) -> Self {
+        Self::with_options(v6, description, PORT_RANGE, |opts, _| opts)
     }
 
     /// A lab whose agent takes `range` and whatever `more` adds.
     fn with_options(
         v6: bool,
-        subnet: u8,
         description: RssDescription,
         range: &str,
-        more: impl FnOnce(SenderOpts) -> SenderOpts,
+        more: impl FnOnce(SenderOpts, &TwoHosts) -> SenderOpts,
     ) -> Self {
-        let hosts = TwoHosts::pair(subnet).expect("two namespaces joined by a veth");
+        let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
         let receiver = hosts.receiver_end.ip(v6).to_string();
         let opts = SenderOpts::new(built_binary("srap-agent"))
             .rss(description.clone())
             .args(["--receiver", &receiver])
             .port_range(range);
         Self {
-            agent: SenderAgent::new(&hosts.sender, more(opts)).expect("a sender agent"),
+            agent: SenderAgent::new(&hosts.sender, more(opts, &hosts)).expect("a sender agent"),
             model: RssModel::from_description(&description).expect("model"),
             v6,
             port_range: range.to_owned(),
@@ -226,8 +225,8 @@ fn assert_distinct_cpus(lab: &Lab, ports: &[u16]) {
 // ---------------------------------------------------------------------------
 // The tests.
 
-fn sixteen_distinct(v6: bool, subnet: u8) {
-    let lab = Lab::new(v6, subnet);
+fn sixteen_distinct(v6: bool) {
+    let lab = Lab::new(v6);
     sixteen_distinct_toward(&lab, lab.server_addr());
 }
 
@@ -262,7 +261,7 @@ fn sixteen_flows_land_on_sixteen_cpus() {
     if !privileged("binder: 16 flows on 16 CPUs") {
         return;
     }
-    sixteen_distinct(false, 31);
+    sixteen_distinct(false);
 }
 
 #[test]
@@ -270,7 +269,7 @@ fn ipv6_sixteen_flows_land_on_sixteen_cpus() {
     if !privileged("binder: IPv6, 16 flows on 16 CPUs") {
         return;
     }
-    sixteen_distinct(true, 32);
+    sixteen_distinct(true);
 }
 
 /// A dual-stack `AF_INET6` socket connecting to an IPv4 receiver as
@@ -282,7 +281,7 @@ fn dual_stack_sockets_to_an_ipv4_receiver_are_steered() {
     if !privileged("binder: dual-stack sockets to an IPv4 receiver") {
         return;
     }
-    let lab = Lab::new(false, 46);
+    let lab = Lab::new(false);
     let IpAddr::V4(receiver) = lab.receiver_ip() else {
         panic!("an IPv4 lab");
     };
@@ -301,7 +300,7 @@ fn sixty_four_concurrent_connects_take_distinct_cpus() {
     let mut description = embedded_default();
     description.indir = (0..128).map(|i| i % 64).collect();
     description.queue_cpu = Some((0..64).collect());
-    let lab = Lab::with_description(false, 47, description);
+    let lab = Lab::with_description(false, description);
     lab.attach_once();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -334,7 +333,7 @@ fn a_512_cpu_receiver_gets_a_flow_on_every_cpu() {
     let mut description = embedded_default();
     description.indir = (0..1024).map(|i| i % 512).collect();
     description.queue_cpu = Some((0..512).collect());
-    let lab = Lab::with_description(false, 59, description);
+    let lab = Lab::with_description(false, description);
     lab.attach_once();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -362,7 +361,7 @@ fn forty_flows_spread_within_one() {
     if !privileged("binder: 40 flows spread evenly") {
         return;
     }
-    let lab = Lab::new(false, 33);
+    let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -382,7 +381,7 @@ fn closed_flows_free_their_cpus() {
     if !privileged("binder: close 8, open 8") {
         return;
     }
-    let lab = Lab::new(false, 34);
+    let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -415,7 +414,7 @@ fn a_fresh_binder_starts_its_rotations_at_random_turns() {
     if !privileged("binder: random rotation starts") {
         return;
     }
-    let lab = Lab::new(false, 99);
+    let lab = Lab::new(false);
     let mut runs = Vec::new();
     for _ in 0..2 {
         lab.attach_once();
@@ -439,7 +438,7 @@ fn a_held_port_is_skipped() {
     if !privileged("binder: a port held by another socket") {
         return;
     }
-    let lab = Lab::new(false, 35);
+    let lab = Lab::new(false);
     lab.attach_once();
     // The hook's first choice on a fresh binder: slot 0, at the turn its
     // rotation starts (a random one).
@@ -477,7 +476,7 @@ fn app_bound_socket_keeps_its_port() {
     if !privileged("binder: an application-bound socket") {
         return;
     }
-    let lab = Lab::new(false, 36);
+    let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -496,7 +495,7 @@ fn killed_agent_keeps_steering_and_is_adopted() {
     if !privileged("binder: kill -9 of the agent") {
         return;
     }
-    let mut lab = Lab::new(false, 37);
+    let mut lab = Lab::new(false);
     let line = lab.start_agent();
     assert!(line.contains("(attached)"), "{line}");
     lab.kill_agent();
@@ -519,7 +518,7 @@ fn detach_leaves_nothing_behind() {
     if !privileged("binder: detach") {
         return;
     }
-    let lab = Lab::new(false, 38);
+    let lab = Lab::new(false);
     let before = lab.reserved_ports();
     lab.attach_once();
     assert_eq!(lab.reserved_ports(), before, "SRAP reserves no port");
@@ -606,7 +605,7 @@ fn agent_mounts_bpffs_when_none_is_mounted() {
     if !privileged("binder: bpffs mount") {
         return;
     }
-    let lab = Lab::new(false, 41);
+    let lab = Lab::new(false);
     let before = lab.reserved_ports();
     let script = r#"
         while umount /sys/fs/bpf 2>/dev/null; do :; done
@@ -648,7 +647,7 @@ fn process_outside_the_cgroup_is_untouched() {
     if !privileged("binder: a process outside the cgroup") {
         return;
     }
-    let lab = Lab::new(false, 39);
+    let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();
     let mut workload = lab.workload(false);
@@ -664,7 +663,7 @@ fn iperf3_parallel_streams_land_on_distinct_cpus() {
     if !privileged("binder: iperf3 -P 16") || !iperf3_installed() {
         return;
     }
-    let lab = Lab::new(false, 40);
+    let lab = Lab::new(false);
     lab.attach_once();
     let ports = iperf3_stream_ports(&lab, &["-P", "16"]);
     assert_eq!(ports.len(), 16);
@@ -679,7 +678,7 @@ fn iperf3_bind_address_is_counted_as_port_at_bind() {
     if !privileged("binder: iperf3 -B") || !iperf3_installed() {
         return;
     }
-    let lab = Lab::new(false, 58);
+    let lab = Lab::new(false);
     lab.attach_once();
     let sender = lab.sender_ip().to_string();
     let ports = iperf3_stream_ports(&lab, &["-B", &sender, "-P", "4"]);

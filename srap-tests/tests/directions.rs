@@ -71,21 +71,20 @@ impl Lab {
     /// Two hosts on a 16-queue veth; the emulator on the receiver's end
     /// makes the sender's queues follow `truth_key`; the sender agent plans
     /// with `described_key` (`--steer local --local-rss`).
-    fn new(subnet: u8, truth_key: &str, described_key: &str, v6: bool) -> Self {
-        Self::steering(subnet, truth_key, described_key, v6, false)
+    fn new(truth_key: &str, described_key: &str, v6: bool) -> Self {
+        Self::steering(truth_key, described_key, v6, false)
     }
 
     /// [`Lab::new`]; with `both`, the receiver's NIC (the embedded 32-queue
     /// description) emulated on the sender's veth too and the agent given
     /// it (`--steer both --rss`).
-    fn steering(subnet: u8, truth_key: &str, described_key: &str, v6: bool, both: bool) -> Self {
-        Self::with_ports(subnet, (truth_key, described_key), v6, both, None)
+    fn steering(truth_key: &str, described_key: &str, v6: bool, both: bool) -> Self {
+        Self::with_ports((truth_key, described_key), v6, both, None)
     }
 
     /// [`Lab::steering`], the agent choosing ports from `port_range` (its
     /// harness default, 32768-60999, when `None`).
     fn with_ports(
-        subnet: u8,
         (truth_key, described_key): (&str, &str),
         v6: bool,
         both: bool,
@@ -94,7 +93,7 @@ impl Lab {
         let hosts = TwoHosts::new(VethConfig {
             tx_queues: VETH_QUEUES,
             rx_queues: VETH_QUEUES,
-            subnet,
+            ..VethConfig::default()
         })
         .expect("two namespaces joined by a multi-queue veth");
         let dir = std::env::temp_dir().join(srap_tests::unique_name("-dirs"));
@@ -177,8 +176,8 @@ fn local_cpus(key: &str, clients: &[SocketAddr], server: SocketAddr) -> Vec<u32>
         .collect()
 }
 
-fn sixteen_on_sixteen_local_cpus(subnet: u8, v6: bool) {
-    let mut lab = Lab::new(subnet, KEY, KEY, v6);
+fn sixteen_on_sixteen_local_cpus(v6: bool) {
+    let mut lab = Lab::new(KEY, KEY, v6);
     lab.agent.launch().expect("steering active");
     let server = lab.server(v6);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
@@ -209,7 +208,7 @@ fn local_steering_puts_sixteen_flows_on_sixteen_local_cpus() {
     if !require_privileged("--steer local") {
         return;
     }
-    sixteen_on_sixteen_local_cpus(141, false);
+    sixteen_on_sixteen_local_cpus(false);
 }
 
 #[test]
@@ -217,7 +216,7 @@ fn local_steering_over_ipv6() {
     if !require_privileged("--steer local over IPv6") {
         return;
     }
-    sixteen_on_sixteen_local_cpus(142, true);
+    sixteen_on_sixteen_local_cpus(true);
 }
 
 /// The sender's status once its socket hook has seen `n` open flows.
@@ -246,7 +245,7 @@ fn contradicting_landings_pause_local_steering_until_they_agree() {
     if !require_privileged("the local closed loop") {
         return;
     }
-    let mut lab = Lab::new(143, OTHER_KEY, KEY, false);
+    let mut lab = Lab::new(OTHER_KEY, KEY, false);
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
@@ -312,7 +311,7 @@ fn a_key_the_nic_does_not_use_is_learned_and_local_steering_resumes() {
     }
     // Planned ports below the kernel's (as in the lab): with both halves
     // of the port space landed, every bit planning needs is learned.
-    let mut lab = Lab::with_ports(151, (OTHER_KEY, KEY), false, false, Some("10000-32767"));
+    let mut lab = Lab::with_ports((OTHER_KEY, KEY), false, false, Some("10000-32767"));
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
@@ -414,7 +413,7 @@ fn a_key_learned_in_the_kernels_port_range_is_complete_for_it() {
     if !require_privileged("the sender learning its own NIC's key in its range") {
         return;
     }
-    let mut lab = Lab::with_ports(152, (OTHER_KEY, KEY), false, false, None);
+    let mut lab = Lab::with_ports((OTHER_KEY, KEY), false, false, None);
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
@@ -451,7 +450,7 @@ fn both_ends_put_sixteen_flows_on_sixteen_cpus_of_each_host() {
     if !require_privileged("--steer both") {
         return;
     }
-    let mut lab = Lab::steering(145, KEY, KEY, false, true);
+    let mut lab = Lab::steering(KEY, KEY, false, true);
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
@@ -494,21 +493,20 @@ fn both_ends_give_each_of_600_connects_in_a_row_a_port_of_its_own() {
     if !require_privileged("--steer both, 600 connects one at a time") {
         return;
     }
-    let (_lab, _, stats) = objects_one_after_another(152, 6, 100);
+    let (_lab, _, stats) = objects_one_after_another(6, 100);
     assert_eq!(stats.get(outcome::RETRIED), 0, "{stats}");
 }
 
 /// `batches` × `each` objects one after another under `--steer both` on
-/// `subnet`, each left open by the server (in batches the listen backlog
+/// a subnet of their own, each left open by the server (in batches the listen backlog
 /// holds), so every port stays taken (FIN_WAIT2) for the rest of the test;
 /// every one placed from the joint map on a port of its own. The lab, the
 /// clients the server accepted and the binder's counters.
 fn objects_one_after_another(
-    subnet: u8,
     batches: usize,
     each: usize,
 ) -> (Modes, Vec<SocketAddr>, srap_daemon::sender::BinderStats) {
-    let lab = Modes::new(subnet, true, embedded_default(), sender_nic(KEY));
+    let lab = Modes::new(true, embedded_default(), sender_nic(KEY));
     let server = lab.hosts.receiver_addr(DPORT, false);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
     let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
@@ -539,7 +537,7 @@ fn both_ends_pair_every_receiver_cpu_with_more_than_one_cpu_of_this_host() {
     if !require_privileged("--steer both, 2 048 connects one at a time") {
         return;
     }
-    let (lab, clients, _) = objects_one_after_another(153, 16, 128);
+    let (lab, clients, _) = objects_one_after_another(16, 128);
     let server = lab.hosts.receiver_addr(DPORT, false);
     let pairs: BTreeSet<(u32, u32)> = clients
         .iter()
@@ -578,20 +576,19 @@ struct Modes {
 }
 
 impl Modes {
-    fn new(subnet: u8, both: bool, remote: RssDescription, local: RssDescription) -> Self {
-        Self::with_args(subnet, both, remote, local, &[])
+    fn new(both: bool, remote: RssDescription, local: RssDescription) -> Self {
+        Self::with_args(both, remote, local, &[])
     }
 
     fn with_args(
-        subnet: u8,
         both: bool,
         remote: RssDescription,
         local: RssDescription,
         extra: &[&str],
     ) -> Self {
-        let hosts = TwoHosts::pair(subnet).expect("two namespaces");
+        let hosts = TwoHosts::pair().expect("two namespaces");
         // A second address an application may bind: planned from the start.
-        let second = format!("{}/24", Modes::second_address(subnet));
+        let second = format!("{}/24", Modes::second_address(&hosts));
         let added = hosts
             .sender
             .exec(
@@ -629,8 +626,9 @@ impl Modes {
         }
     }
 
-    fn second_address(subnet: u8) -> IpAddr {
-        IpAddr::V4(std::net::Ipv4Addr::new(10, 199, subnet, 11))
+    /// Host .11 of the sender's subnet.
+    fn second_address(hosts: &TwoHosts) -> IpAddr {
+        IpAddr::V4(hosts.subnet().ipv4(11))
     }
 
     /// Asserts `clients` (toward `server`) are on distinct CPUs of this
@@ -678,8 +676,8 @@ fn dual_stack_and_concurrent_connects_in_every_mode() {
     if !require_privileged("dual-stack and concurrent connects, --steer local|both") {
         return;
     }
-    for (both, subnet) in [(false, 146u8), (true, 147)] {
-        let lab = Modes::new(subnet, both, embedded_default(), sender_nic(KEY));
+    for both in [false, true] {
+        let lab = Modes::new(both, embedded_default(), sender_nic(KEY));
         let IpAddr::V4(receiver) = lab.hosts.receiver_end.ip(false) else {
             panic!("an IPv4 receiver");
         };
@@ -697,7 +695,7 @@ fn dual_stack_and_concurrent_connects_in_every_mode() {
         workload.finish();
         burst.finish();
         // The application's own address (IP_BIND_ADDRESS_NO_PORT), kept.
-        let bound = Modes::second_address(subnet);
+        let bound = Modes::second_address(&lab.hosts);
         let script =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/connect.py");
         let client = srap_tests::harness::srap_exec(
@@ -744,11 +742,11 @@ fn five_hundred_and_twelve_cpus_in_every_mode() {
         key: KEY.into(),
         ..wide.clone()
     };
-    for (both, subnet, remote, local) in [
-        (false, 148u8, embedded_default(), local_wide),
-        (true, 149, wide, sender_nic(KEY)),
+    for (both, remote, local) in [
+        (false, embedded_default(), local_wide),
+        (true, wide, sender_nic(KEY)),
     ] {
-        let lab = Modes::new(subnet, both, remote, local);
+        let lab = Modes::new(both, remote, local);
         let server = lab.hosts.receiver_addr(DPORT, false);
         let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
         let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
@@ -790,7 +788,6 @@ fn local_cpus_restrict_this_hosts_cpus() {
         return;
     }
     let lab = Modes::with_args(
-        150,
         false,
         embedded_default(),
         sender_nic(KEY),
@@ -838,11 +835,11 @@ fn sender_status_json(agent: &SenderAgent) -> Option<srap_host::status::SenderSt
 /// is the CPU the receiver's model computes for the tuple the server
 /// accepted (the receiver's own view, not the sender's plan); planned and
 /// seen agree.
-fn receiver_cpu_seen_in_the_senders_status(subnet: u8, both: bool) {
+fn receiver_cpu_seen_in_the_senders_status(both: bool) {
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: VETH_QUEUES,
         rx_queues: VETH_QUEUES,
-        subnet,
+        ..VethConfig::default()
     })
     .expect("two namespaces joined by a multi-queue veth");
     let remote = RssModel::from_description(&embedded_default()).expect("model");
@@ -936,7 +933,7 @@ fn the_receiver_cpu_seen_under_steer_remote() {
     if !require_privileged("the receiver CPU seen, --steer remote") {
         return;
     }
-    receiver_cpu_seen_in_the_senders_status(171, false);
+    receiver_cpu_seen_in_the_senders_status(false);
 }
 
 #[test]
@@ -944,7 +941,7 @@ fn the_receiver_cpu_seen_under_steer_both() {
     if !require_privileged("the receiver CPU seen, --steer both") {
         return;
     }
-    receiver_cpu_seen_in_the_senders_status(172, true);
+    receiver_cpu_seen_in_the_senders_status(true);
 }
 
 /// `--steer both`: every steered socket holds a receiver slot and a slot
@@ -957,7 +954,7 @@ fn both_ends_leave_the_occupancy_audit_nothing_to_repair() {
     if !require_privileged("--steer both: occupancy audit") {
         return;
     }
-    let mut lab = Lab::steering(154, KEY, KEY, false, true);
+    let mut lab = Lab::steering(KEY, KEY, false, true);
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);

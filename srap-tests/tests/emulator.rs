@@ -73,12 +73,12 @@ fn accept_all(listener: &TcpListener) {
     }
 }
 
-fn flows_land_where_the_model_says(hook: HookChoice, v6: bool, subnet: u8) {
+fn flows_land_where_the_model_says(hook: HookChoice, v6: bool) {
     let model = eight_queue_nic();
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: QUEUES,
         rx_queues: QUEUES,
-        subnet,
+        ..VethConfig::default()
     })
     .expect("two namespaces joined by a veth");
     let server = SocketAddr::new(hosts.receiver_end.ip(v6), PORT);
@@ -150,7 +150,7 @@ fn ipv4_flows_arrive_on_the_predicted_queue() {
     if !require_privileged("ipv4_flows_arrive_on_the_predicted_queue") {
         return;
     }
-    flows_land_where_the_model_says(HookChoice::Xdp, false, 31);
+    flows_land_where_the_model_says(HookChoice::Xdp, false);
 }
 
 #[test]
@@ -158,7 +158,7 @@ fn ipv6_flows_arrive_on_the_predicted_queue() {
     if !require_privileged("ipv6_flows_arrive_on_the_predicted_queue") {
         return;
     }
-    flows_land_where_the_model_says(HookChoice::Xdp, true, 32);
+    flows_land_where_the_model_says(HookChoice::Xdp, true);
 }
 
 /// The default hook (tc ingress) reads veth's queue from the skb, where it
@@ -168,7 +168,7 @@ fn tc_verifier_sees_the_predicted_queue_on_veth() {
     if !require_privileged("tc_verifier_sees_the_predicted_queue_on_veth") {
         return;
     }
-    flows_land_where_the_model_says(HookChoice::Auto, false, 30);
+    flows_land_where_the_model_says(HookChoice::Auto, false);
 }
 
 #[test]

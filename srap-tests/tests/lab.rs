@@ -492,7 +492,7 @@ fn a_pull_experiment_is_collision_free_at_the_senders_own_nic() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let net = LabNet::with_config(LabNetConfig {
         direction: Direction::Pull,
-        subnet: 144,
+        subnet: None,
         ..LabNetConfig::new(32, Watch::Here)
     })
     .expect("lab network with the sender's NIC");

@@ -33,15 +33,15 @@ use srap_tests::{
     NetNs, VethConfig, VethEnd, built_binary,
     flows::Server,
     harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings},
-    require_privileged, unique_name, veth,
+    require_privileged,
+    subnet::Subnet,
+    unique_name, veth,
     workload::Workload,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 const DPORT: u16 = 5201;
 const PEER_PORT: u16 = 7447;
-/// This test's subnets: receiver `r` is on `10.199.SUBNETS[r].0/24`.
-const SUBNETS: [u8; 2] = [89, 90];
 
 /// Not a test on its own: the workload process (`Workload::spawn`).
 #[test]
@@ -76,16 +76,18 @@ struct Receiver {
     /// The sender's end of the wire (`.1`) and the receiver's (`.2`).
     wire: (VethEnd, VethEnd),
     ns: NetNs,
+    /// The wire's subnet, leased until the namespace is gone.
+    _subnet: Subnet,
 }
 
 impl Receiver {
     /// Its namespace, joined to `sender` by a veth on its subnet.
     fn new(sender: &NetNs, r: usize) -> Self {
         let ns = NetNs::new().expect("receiver netns");
-        let subnet = SUBNETS[r];
+        let subnet = Subnet::lease().expect("a subnet for the wire");
         let (ours, theirs) = (
-            VethEnd::on_subnet(subnet, 1, "m"),
-            VethEnd::on_subnet(subnet, 2, "n"),
+            VethEnd::on_subnet(&subnet, 1, "m"),
+            VethEnd::on_subnet(&subnet, 2, "n"),
         );
         veth::link(sender, &ours, &ns, &theirs, VethConfig::default(), false).expect("veth");
         let desc = description(r);
@@ -108,6 +110,7 @@ impl Receiver {
             model: RssModel::from_description(&desc).expect("model"),
             wire: (ours, theirs),
             ns,
+            _subnet: subnet,
         }
     }
 

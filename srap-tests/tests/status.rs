@@ -128,7 +128,7 @@ fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: QUEUES,
         rx_queues: QUEUES,
-        subnet: 51,
+        ..VethConfig::default()
     })
     .expect("two namespaces joined by a veth");
     let server = SocketAddr::new(hosts.receiver_end.ip(false), PORT);

@@ -14,8 +14,6 @@ use srap_lab::{
 };
 use srap_tests::{built_binary, require_privileged};
 
-/// `10.199.61.0/24`: this test's own subnet.
-const SUBNET: u8 = 61;
 const FLOWS: usize = 4;
 const QUEUES: u32 = 8;
 const TRIALS: usize = 2;
@@ -60,9 +58,6 @@ fn srap_reaches_the_ideal_throughput_and_the_plots_are_written() {
     check_plots(&report);
 }
 
-/// `10.199.93.0/24`: the verifier-off trial's subnet.
-const OFF_SUBNET: u8 = 93;
-
 /// One trial per mode of 2 flows for 2 s, with no verifier on the lab: the
 /// receiver's rates are there, every queue is unknown (`null`, not 0), and
 /// asking the lab for flows is an error that names `--verifier off`. On
@@ -74,7 +69,7 @@ fn without_a_verifier_the_rates_are_measured_and_the_queues_unknown() {
     }
     let rate: Rate = "100mbit".parse().expect("rate");
     let net = LabNet::with_config(LabNetConfig {
-        subnet: OFF_SUBNET,
+        subnet: None,
         queue_rate: Some(rate),
         verifier: LabVerifier::Off,
         ..LabNetConfig::new(QUEUES, Watch::Here)
@@ -127,7 +122,7 @@ fn without_a_verifier_the_rates_are_measured_and_the_queues_unknown() {
 
 fn run_experiment(rate: Rate) -> ThroughputReport {
     let net = LabNet::with_config(LabNetConfig {
-        subnet: SUBNET,
+        subnet: None,
         queue_rate: Some(rate),
         ..LabNetConfig::new(QUEUES, Watch::Here)
     })

@@ -58,7 +58,7 @@ fn discovery_in_the_guest_matches_its_own_tools() {
         return;
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let net = GuestNet::new(81).expect("namespace with a tap");
+    let net = GuestNet::new().expect("namespace with a tap");
     let shape = GuestShape::new(4, None).expect("shape");
     let mut guest = Guest::boot(&net, &image(), shape).expect("guest boots");
     guest.enable_rss().expect("ethtool -X equal 4");
@@ -110,8 +110,8 @@ fn steered_flows_land_on_distinct_guest_queues() {
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = image();
-    for (queues, subnet) in [(4u32, 82u8), (8, 83)] {
-        let net = GuestNet::new(subnet).expect("namespace with a tap");
+    for queues in [4u32, 8] {
+        let net = GuestNet::new().expect("namespace with a tap");
         let (pin_dir, cgroup) = {
             let mut lab = lab_on(&net, &image, queues);
             let run = lab
@@ -142,8 +142,8 @@ fn downloads_land_on_distinct_guest_queues() {
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = image();
-    for (queues, subnet) in [(4u32, 88u8), (8, 89)] {
-        let net = GuestNet::new(subnet).expect("namespace with a tap");
+    for queues in [4u32, 8] {
+        let net = GuestNet::new().expect("namespace with a tap");
         let shape = GuestShape::new(queues, None).expect("shape");
         let mut lab = PullLab::start(&net, &image, shape).expect("guest with its sender agent");
         downloads_on_distinct_queues(&mut lab, queues);
@@ -201,7 +201,7 @@ fn downloads_on_a_misreported_key_are_learned_and_land_on_distinct_guest_queues(
         return;
     }
     let shape = GuestShape::new(4, None).expect("shape");
-    downloads_after_learning(shape, 87, "pausing local steering");
+    downloads_after_learning(shape, "pausing local steering");
 }
 
 /// The same on a second driver whose key nothing reports: igb (Intel
@@ -221,19 +221,19 @@ fn downloads_on_igb_with_no_key_known_are_learned_and_land_on_distinct_queues() 
     let shape = GuestShape::with_nic(GuestNic::Igb, 4, None)
         .expect("shape")
         .without_kernel_key();
-    downloads_after_learning(shape, 98, "local steering");
+    downloads_after_learning(shape, "local steering");
 }
 
-/// A 6.12 guest of `shape` on `subnet` downloads until its sender agent
+/// A 6.12 guest of `shape` downloads until its sender agent
 /// has learned its NIC's key and the landings agree (its log says `paused`
 /// as it should), then 4 downloads land on 4 distinct queues
 /// ([`downloads_on_distinct_queues`]).
-fn downloads_after_learning(shape: GuestShape, subnet: u8, paused: &str) {
+fn downloads_after_learning(shape: GuestShape, paused: &str) {
     use srap_common::rss::KeySource;
 
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = image_of(GuestKernel::V6_12);
-    let net = GuestNet::new(subnet).expect("namespace with a tap");
+    let net = GuestNet::new().expect("namespace with a tap");
     let mut lab = PullLab::start(&net, &image, shape).expect("guest with its sender agent");
     let started = Instant::now();
     let status = lab.drive_until_agreed(8, 16).expect("rounds of downloads");
@@ -276,7 +276,7 @@ fn a_changed_table_in_the_guest_is_followed() {
         return;
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let net = GuestNet::new(84).expect("namespace with a tap");
+    let net = GuestNet::new().expect("namespace with a tap");
     let mut lab = lab_on(&net, &image(), 4);
     lab.guest
         .run("ethtool -X eth0 weight 1 1 0 0")
@@ -318,7 +318,7 @@ fn a_lying_device_is_caught_and_steering_resumes_when_it_is_fixed() {
         return;
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let net = GuestNet::new(85).expect("namespace with a tap");
+    let net = GuestNet::new().expect("namespace with a tap");
     let mut lab = lab_on(&net, &image(), 4);
     lab.guest
         .run("srap-agent verify --iface eth0 --hook xdp --duration 1")

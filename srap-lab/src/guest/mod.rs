@@ -29,7 +29,7 @@ pub use image::GuestImage;
 pub use shell::GuestShell;
 
 use super::{
-    NetNs, harness::in_netns, interrupted, subnet::SubnetLock, unique_name, workload::ChildGuard,
+    NetNs, harness::in_netns, interrupted, subnet::Subnet, unique_name, workload::ChildGuard,
 };
 
 /// The guest's NIC, inside the guest.
@@ -155,20 +155,24 @@ pub struct GuestNet {
     pub tap: String,
     pub host_ip: Ipv4Addr,
     pub guest_ip: Ipv4Addr,
-    /// Held until the namespace is gone ([`SubnetLock`]): the host's cgroup
+    /// Held until the namespace is gone ([`Subnet`]): the host's cgroup
     /// hooks see the guest's flows by address, as they see any test's.
-    _subnet: SubnetLock,
+    _subnet: Subnet,
 }
 
 impl GuestNet {
-    /// The namespace and tap, with `10.199.SUBNET.1/24` on the tap; the
-    /// guest takes `.2`.
-    pub fn new(subnet: u8) -> anyhow::Result<Self> {
-        let lock = SubnetLock::take(subnet)?;
+    /// The namespace and tap on a leased subnet: `10.199.<n>.1/24` on the
+    /// tap; the guest takes `.2`.
+    pub fn new() -> anyhow::Result<Self> {
+        Self::on(Subnet::lease()?)
+    }
+
+    /// The same on `subnet` (a fixed one, for a documented address).
+    pub fn on(subnet: Subnet) -> anyhow::Result<Self> {
         let ns = NetNs::new()?;
         let tap = unique_name("t");
         ns.ip(["tuntap", "add", "dev", &tap, "mode", "tap", "multi_queue"])?;
-        let host_ip = Ipv4Addr::new(10, 199, subnet, 1);
+        let host_ip = subnet.ipv4(1);
         ns.ip(["addr", "add", &format!("{host_ip}/24"), "dev", &tap])?;
         ns.ip(["link", "set", &tap, "up"])?;
         // The wire runs no faster than the emulated guest drains its rings
@@ -185,8 +189,8 @@ impl GuestNet {
             ns,
             tap,
             host_ip,
-            guest_ip: Ipv4Addr::new(10, 199, subnet, 2),
-            _subnet: lock,
+            guest_ip: subnet.ipv4(2),
+            _subnet: subnet,
         })
     }
 }

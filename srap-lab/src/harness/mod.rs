@@ -2,7 +2,8 @@
 //! integration tests and the benchmarks alike:
 //!
 //! * **hosts**: namespaces joined by a veth ([`TwoHosts`], [`veth::link`])
-//!   or a bridge ([`Bridge`]);
+//!   or a bridge ([`Bridge`]), each wire on a subnet leased for it
+//!   ([`Subnet::lease`]: no test picks an address);
 //! * **agents**: `srap-agent receiver` and `srap-agent sender` started in a
 //!   namespace ([`ReceiverAgent`], [`SenderAgent`]) from options that take
 //!   any further flag ([`AgentOpts::arg`]), each
@@ -31,5 +32,6 @@ pub use agent::{
     SenderRole,
 };
 pub use exec::{in_netns, in_netns_bounded, srap_exec};
+pub use crate::subnet::Subnet;
 pub use hosts::Bridge;
 pub use truth::{Listener, landings};

@@ -107,13 +107,12 @@ fn scrape(lab: &Lab) -> Option<String> {
 const METRICS: &str = "127.0.0.1:9448";
 
 /// A lab whose agent serves `/metrics` on [`METRICS`].
-fn lab_with_metrics(subnet: u8) -> Lab {
+fn lab_with_metrics() -> Lab {
     Lab::with_options(
         false,
-        subnet,
         srap_common::rss::embedded_default(),
         super::PORT_RANGE,
-        |opts| opts.args(["--metrics", METRICS]),
+        |opts, _| opts.args(["--metrics", METRICS]),
     )
 }
 
@@ -137,7 +136,7 @@ fn steered_connects_under_churn_leave_nothing_to_repair() {
     if !privileged("binder: occupancy audit under churn") {
         return;
     }
-    let mut lab = Lab::new(false, 86);
+    let mut lab = Lab::new(false);
     lab.start_agent();
     let churn_sink = sink(&lab, CHURN_DPORT);
     let mut churn = srap_tests::workload::Workload::spawn(
@@ -193,7 +192,7 @@ fn a_drift_made_on_purpose_is_repaired_once_within_two_intervals() {
     if !privileged("binder: occupancy audit repairs a drift") {
         return;
     }
-    let mut lab = lab_with_metrics(87);
+    let mut lab = lab_with_metrics();
     lab.start_agent();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -277,7 +276,7 @@ fn a_count_no_record_holds_is_set_back_to_the_records() {
     if !privileged("binder: occupancy audit repairs a count mismatch") {
         return;
     }
-    let mut lab = lab_with_metrics(89);
+    let mut lab = lab_with_metrics();
     lab.start_agent();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
