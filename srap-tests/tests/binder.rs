@@ -13,8 +13,9 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     io::Read as _,
     net::{IpAddr, SocketAddr, TcpListener},
+    ops::ControlFlow,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use aya::programs::{
@@ -33,7 +34,7 @@ use srap_lab::{guest::truth::iperf3_accepted_ports, workload::iperf3_server_with
 use srap_tests::{
     TwoHosts, built_binary,
     flows::Server,
-    harness::{SenderAgent, SenderOpts, in_netns, landings, srap_exec},
+    harness::{SenderAgent, SenderOpts, in_netns, landings, poll_until, srap_exec},
     require_privileged,
     workload::Workload,
 };
@@ -550,17 +551,16 @@ fn detach_leaves_nothing_behind() {
     // No SRAP program left attached: the links the agent pinned and their
     // programs are gone from the kernel's lists (freeing is deferred a
     // little after the last pin goes: wait for it, bounded).
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    let gone = poll_until(Duration::from_secs(5), Duration::from_millis(50), || {
         let left = still_loaded(&attached);
         if left.is_empty() {
-            break;
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(left)
         }
-        assert!(
-            Instant::now() < deadline,
-            "links or programs still loaded after detach: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    });
+    if let Err(left) = gone {
+        panic!("links or programs still loaded after detach: {left:?}");
     }
 }
 

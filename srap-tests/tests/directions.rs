@@ -9,6 +9,7 @@
 use std::{
     collections::BTreeSet,
     net::{IpAddr, SocketAddr},
+    ops::ControlFlow,
     path::PathBuf,
     time::{Duration, Instant},
 };
@@ -23,7 +24,9 @@ use srap_lab::emulator::Emulator;
 use srap_tests::{
     TwoHosts, VethConfig, built_binary,
     flows::Server,
-    harness::{Listener, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings},
+    harness::{
+        Listener, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings, poll_until,
+    },
     require_privileged,
     workload::Workload,
 };
@@ -221,19 +224,20 @@ fn local_steering_over_ipv6() {
 
 /// The sender's status once its socket hook has seen `n` open flows.
 fn wait_for_flows(agent: &SenderAgent, n: usize) -> SenderStatus {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
+    poll_until(TIMEOUT, Duration::from_millis(200), || {
         let status = agent.status().expect("the sender's status");
         if status.flows.len() >= n {
-            return status;
+            ControlFlow::Break(status)
+        } else {
+            ControlFlow::Continue(status)
         }
-        assert!(
-            Instant::now() < deadline,
+    })
+    .unwrap_or_else(|status| {
+        panic!(
             "the sender's status shows {} flows, not {n}: {status:?}",
             status.flows.len()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        )
+    })
 }
 
 /// The sender's NIC hashes with another key than the sender describes:
@@ -889,8 +893,7 @@ fn receiver_cpu_seen_in_the_senders_status(both: bool) {
 
     // The receiver's verifier lists a flow while packets come: the server
     // writes a byte now and then, and the client's ACKs keep it active.
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
+    let status = poll_until(TIMEOUT, Duration::from_millis(300), || {
         for (stream, _) in listener.accepted() {
             let _ = std::io::Write::write_all(stream, b".");
         }
@@ -902,16 +905,17 @@ fn receiver_cpu_seen_in_the_senders_status(both: bool) {
                     .any(|f| f.src == Some(*a) && f.receiver_cpu_seen.is_some())
             })
         });
-        if all_seen {
-            break status.expect("a status");
+        match status {
+            Some(status) if all_seen => ControlFlow::Break(status),
+            status => ControlFlow::Continue(status),
         }
-        assert!(
-            Instant::now() < deadline,
+    })
+    .unwrap_or_else(|status| {
+        panic!(
             "not every flow's receiver CPU seen within {TIMEOUT:?}: {status:#?}\n{}",
             sender.log().text()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    };
+        )
+    });
     for (client, landing) in accepted.iter().zip(&truth) {
         let flow = status
             .flows
@@ -960,14 +964,15 @@ fn both_ends_leave_the_occupancy_audit_nothing_to_repair() {
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
     let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
     let audits = |n: u64| {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
+        poll_until(TIMEOUT, Duration::from_millis(100), || {
             let audit = lab.agent.status().expect("status").occupancy;
-            if audit.audits >= n || Instant::now() > deadline {
-                return audit;
+            if audit.audits >= n {
+                ControlFlow::Break(audit)
+            } else {
+                ControlFlow::Continue(audit)
             }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        })
+        .unwrap_or_else(|audit| audit)
     };
     for _ in 0..3 {
         workload.open(16);

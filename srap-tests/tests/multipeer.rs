@@ -18,8 +18,9 @@
 use std::{
     collections::BTreeMap,
     net::{IpAddr, SocketAddr},
+    ops::ControlFlow,
     path::PathBuf,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use srap_common::{
@@ -32,7 +33,7 @@ use srap_lab::keyfile::KeyFile;
 use srap_tests::{
     NetNs, VethConfig, VethEnd, built_binary,
     flows::Server,
-    harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings},
+    harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings, poll_until},
     require_privileged,
     subnet::Subnet,
     unique_name, veth,
@@ -206,18 +207,15 @@ impl SenderHost {
     /// The status once `done` holds for it (bounded).
     #[track_caller]
     fn status_when(&self, what: &str, done: impl Fn(&SenderStatus) -> bool) -> SenderStatus {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
+        poll_until(TIMEOUT, Duration::from_millis(100), || {
             let status = self.status();
             if done(&status) {
-                return status;
+                ControlFlow::Break(status)
+            } else {
+                ControlFlow::Continue(status)
             }
-            assert!(
-                Instant::now() < deadline,
-                "no {what} within {TIMEOUT:?}: {status:#?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        })
+        .unwrap_or_else(|status| panic!("no {what} within {TIMEOUT:?}: {status:#?}"))
     }
 
     fn steered(&self) -> u64 {

@@ -30,7 +30,10 @@ use srap_common::{binder::SlotGrant, rss::RssDescription};
 use srap_daemon::sender::{BinderStats, PinLayout};
 use srap_host::status::{SenderStatus, Status, control};
 
-use super::exec::{in_netns, in_netns_bounded};
+use super::{
+    exec::{in_netns, in_netns_bounded},
+    support::remove_cgroup,
+};
 use crate::{NetNs, interrupted, unique_name, workload::ChildGuard};
 
 /// Bound on an agent's start and on every wait for its log.
@@ -747,23 +750,6 @@ impl Drop for SenderAgent {
 /// `srap-lab-s<pid>x<n>`.
 fn lab_name() -> String {
     format!("srap-lab-{}", unique_name(""))
-}
-
-/// Removes `cgroup` if it is still there (detach removes one the agent
-/// made); a process that just exited may linger in it for a moment.
-fn remove_cgroup(cgroup: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match fs::remove_dir(cgroup) {
-            Ok(()) => return,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return,
-            Err(err) if Instant::now() >= deadline => {
-                eprintln!("cleanup: removing cgroup {}: {err}", cgroup.display());
-                return;
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
 }
 
 #[cfg(test)]

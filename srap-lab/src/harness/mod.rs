@@ -17,7 +17,9 @@
 //!   hashed with the receiver's model ([`landings`]), never SRAP's own
 //!   report;
 //! * **cleanup**: every agent is killed by PID, its binder detached and its
-//!   files removed when it drops; a namespace goes when its last handle does.
+//!   files removed when it drops; a namespace goes when its last handle does;
+//! * **support**: the one bounded wait ([`poll_until`]), scratch directory
+//!   ([`TempDir`]) and cgroup removal ([`remove_cgroup`]) of every test.
 //!
 //! [`TwoHosts`]: super::TwoHosts
 //! [`veth::link`]: super::veth::link
@@ -25,13 +27,15 @@
 mod agent;
 mod exec;
 mod hosts;
+mod support;
 mod truth;
 
+pub use crate::subnet::Subnet;
 pub use agent::{
     AgentLog, AgentOpts, ReceiverAgent, ReceiverOpts, ReceiverRole, SenderAgent, SenderOpts,
     SenderRole,
 };
 pub use exec::{in_netns, in_netns_bounded, srap_exec};
-pub use crate::subnet::Subnet;
 pub use hosts::Bridge;
+pub use support::{TempDir, poll_until, remove_cgroup};
 pub use truth::{Listener, landings};

@@ -13,12 +13,16 @@
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
+    ops::ControlFlow,
     time::{Duration, Instant},
 };
 
 use srap_common::binder::FIRST_RECEIVER_ROW;
 use srap_host::status::sender::OccupancyRow;
-use srap_tests::flows::{Sink, listen_deep};
+use srap_tests::{
+    flows::{Sink, listen_deep},
+    harness::poll_until,
+};
 
 use super::{Lab, TIMEOUT, privileged};
 
@@ -39,19 +43,15 @@ pub(super) fn occupied(lab: &Lab) -> u32 {
 
 /// The agent's audit once it has run `n` audits or more.
 pub(super) fn after_audits(lab: &Lab, n: u64) -> OccupancyRow {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
+    poll_until(TIMEOUT, Duration::from_millis(100), || {
         let audit = lab.agent.status().expect("the sender's status").occupancy;
         if audit.audits >= n {
-            return audit;
+            ControlFlow::Break(audit)
+        } else {
+            ControlFlow::Continue(audit)
         }
-        assert!(
-            Instant::now() < deadline,
-            "the agent ran {} audits, not {n}",
-            audit.audits
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    })
+    .unwrap_or_else(|audit| panic!("the agent ran {} audits, not {n}", audit.audits))
 }
 
 /// Repair lines in the agent's log.
@@ -213,15 +213,15 @@ fn a_drift_made_on_purpose_is_repaired_once_within_two_intervals() {
     let injected = Instant::now();
     assert_eq!(occupied(&lab), 5, "the drift: one flow more than sockets");
 
-    let deadline = injected + TIMEOUT;
-    let repaired = loop {
+    let repaired = poll_until(TIMEOUT, Duration::from_millis(50), || {
         let audit = lab.agent.status().expect("status").occupancy;
         if audit.repaired > 0 {
-            break audit;
+            ControlFlow::Break(audit)
+        } else {
+            ControlFlow::Continue(audit)
         }
-        assert!(Instant::now() < deadline, "no repair: {audit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    })
+    .unwrap_or_else(|audit| panic!("no repair: {audit:?}"));
     let took = injected.elapsed();
     // Seen in two consecutive audits 1 s apart, then repaired; the status
     // is refreshed every second, which may add one.
@@ -293,15 +293,15 @@ fn a_count_no_record_holds_is_set_back_to_the_records() {
     .expect("raise a count with no record");
     let injected = Instant::now();
     assert_eq!(occupied(&lab), 3, "the drift: one flow more than records");
-    let deadline = injected + TIMEOUT;
-    let repaired = loop {
+    let repaired = poll_until(TIMEOUT, Duration::from_millis(50), || {
         let audit = lab.agent.status().expect("status").occupancy;
         if audit.repaired > 0 {
-            break audit;
+            ControlFlow::Break(audit)
+        } else {
+            ControlFlow::Continue(audit)
         }
-        assert!(Instant::now() < deadline, "no repair: {audit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    })
+    .unwrap_or_else(|audit| panic!("no repair: {audit:?}"));
     let took = injected.elapsed();
     eprintln!(
         "count mismatch repaired {took:?} after it was made (audit {} then, {} before)",

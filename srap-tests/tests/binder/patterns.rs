@@ -13,12 +13,13 @@
 
 use std::{
     net::{IpAddr, SocketAddr},
+    ops::ControlFlow,
     time::{Duration, Instant},
 };
 
 use srap_common::{binder::FIRST_RECEIVER_ROW, rss::embedded_default};
 use srap_daemon::sender::{audit::read_records, read_occupancy};
-use srap_tests::workload::Workload;
+use srap_tests::{harness::poll_until, workload::Workload};
 
 use super::{DPORT, Lab, assert_distinct_cpus, privileged};
 
@@ -42,24 +43,25 @@ fn lab64(v6: bool) -> Lab {
 #[track_caller]
 fn assert_drained(lab: &Lab, pattern: &str) {
     let layout = lab.agent.layout();
-    let deadline = Instant::now() + DRAIN;
-    loop {
+    let drained = poll_until(DRAIN, Duration::from_millis(50), || {
         let flows = read_occupancy(&layout, FIRST_RECEIVER_ROW).expect("the pinned occupancy");
         let records = read_records(&layout).expect("the pinned socket table");
         let held: u32 = flows.iter().sum();
         if held == 0 && records.is_empty() {
-            let audit = lab.agent.status().expect("the agent's status").occupancy;
-            assert_eq!(audit.repaired, 0, "{pattern}: the audit repaired {audit:?}");
-            return;
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue((held, flows, records))
         }
-        assert!(
-            Instant::now() < deadline,
+    });
+    if let Err((held, flows, records)) = drained {
+        panic!(
             "{pattern}: all sockets closed, yet {held} flows still counted \
              ({flows:?}) and {} socket records left: {records:?}",
             records.len()
         );
-        std::thread::sleep(Duration::from_millis(50));
     }
+    let audit = lab.agent.status().expect("the agent's status").occupancy;
+    assert_eq!(audit.repaired, 0, "{pattern}: the audit repaired {audit:?}");
 }
 
 /// 64 connects at once land on 64 distinct CPUs; then they close and the
