@@ -32,9 +32,9 @@ use srap_common::{
 use srap_daemon::sender::BinderStats;
 use srap_lab::{guest::truth::iperf3_accepted_ports, workload::iperf3_server_with};
 use srap_tests::{
-    TwoHosts, built_binary,
+    TwoHosts, VethConfig, built_binary,
     flows::Server,
-    harness::{SenderAgent, SenderOpts, in_netns, landings, poll_until, srap_exec},
+    harness::{SenderOpts, SenderPair, in_netns, landings, poll_until, srap_exec},
     require_privileged,
     workload::Workload,
 };
@@ -59,15 +59,29 @@ fn workload_process() {
 // ---------------------------------------------------------------------------
 // The lab: two namespaces, the agent, the receiver's listener.
 
-/// Field order is drop order: the agent (killed, its binder detached)
-/// before the namespaces go.
+/// The harness's two hosts with a sender agent ([`SenderPair`], reached
+/// through `Deref`: `lab.agent`, `lab.hosts`), and what the tests judge it
+/// by.
 struct Lab {
-    agent: SenderAgent,
+    pair: SenderPair,
     model: RssModel,
     v6: bool,
     /// The agent's `--port-range`.
     port_range: String,
-    hosts: TwoHosts,
+}
+
+impl std::ops::Deref for Lab {
+    type Target = SenderPair;
+
+    fn deref(&self) -> &SenderPair {
+        &self.pair
+    }
+}
+
+impl std::ops::DerefMut for Lab {
+    fn deref_mut(&mut self) -> &mut SenderPair {
+        &mut self.pair
+    }
 }
 
 impl Lab {
@@ -86,18 +100,20 @@ impl Lab {
         range: &str,
         more: impl FnOnce(SenderOpts, &TwoHosts) -> SenderOpts,
     ) -> Self {
-        let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
-        let receiver = hosts.receiver_end.ip(v6).to_string();
-        let opts = SenderOpts::new(built_binary("srap-agent"))
-            .rss(description.clone())
-            .args(["--receiver", &receiver])
-            .port_range(range);
+        let pair = SenderPair::new(VethConfig::default(), |hosts, _| {
+            let receiver = hosts.receiver_end.ip(v6).to_string();
+            let opts = SenderOpts::new(built_binary("srap-agent"))
+                .rss(description.clone())
+                .args(["--receiver", &receiver])
+                .port_range(range);
+            Ok(more(opts, hosts))
+        })
+        .expect("two namespaces joined by a veth, a sender agent");
         Self {
-            agent: SenderAgent::new(&hosts.sender, more(opts, &hosts)).expect("a sender agent"),
+            pair,
             model: RssModel::from_description(&description).expect("model"),
             v6,
             port_range: range.to_owned(),
-            hosts,
         }
     }
 
@@ -176,12 +192,7 @@ impl Lab {
 
     /// Sets a sysctl in the sender's namespace (`net.ipv4.tcp_tw_reuse`, …).
     fn sender_sysctl(&self, name: &str, value: &str) {
-        let out = self
-            .hosts
-            .sender
-            .exec("sysctl", ["-qw", &format!("{name}={value}")])
-            .expect("sysctl");
-        assert!(out.status.success(), "sysctl {name}={value}: {out:?}");
+        self.pair.sender_sysctl(name, value).expect("sysctl");
     }
 
     fn reserved_ports(&self) -> String {

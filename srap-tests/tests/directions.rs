@@ -10,7 +10,6 @@ use std::{
     collections::BTreeSet,
     net::{IpAddr, SocketAddr},
     ops::ControlFlow,
-    path::PathBuf,
     time::{Duration, Instant},
 };
 
@@ -25,7 +24,8 @@ use srap_tests::{
     TwoHosts, VethConfig, built_binary,
     flows::Server,
     harness::{
-        Listener, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings, poll_until,
+        Listener, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, SenderPair, TempDir,
+        landings, poll_until,
     },
     require_privileged,
     workload::Workload,
@@ -59,15 +59,28 @@ const KEY: &str = "3c:3c:a1:59:07:ee:12:40:88:7d:d0:2b:61:f3:9a:c4:25:5e:b0:13:\
 const OTHER_KEY: &str = "6d:5a:56:da:25:5b:0e:c2:41:67:25:3d:43:a3:8f:b0:d0:ca:2b:cb:\
                          ae:7b:30:b4:77:cb:2d:a3:80:30:f2:0c:6a:42:b7:3b:be:ac:01:fa";
 
-/// Field order is drop order: the agent and the emulators before the
-/// namespaces.
+/// The harness's two hosts with a sender agent ([`SenderPair`], reached
+/// through `Deref`: `lab.agent`, `lab.hosts`) and the NICs emulated on the
+/// veth. Field order is drop order: the emulators before the namespaces.
 struct Lab {
-    agent: SenderAgent,
     emulator: Option<Emulator>,
     /// With both ends: the receiver's NIC on the sender's veth egress.
     _receiver_nic: Option<Emulator>,
-    hosts: TwoHosts,
-    dir: PathBuf,
+    pair: SenderPair,
+}
+
+impl std::ops::Deref for Lab {
+    type Target = SenderPair;
+
+    fn deref(&self) -> &SenderPair {
+        &self.pair
+    }
+}
+
+impl std::ops::DerefMut for Lab {
+    fn deref_mut(&mut self) -> &mut SenderPair {
+        &mut self.pair
+    }
 }
 
 impl Lab {
@@ -93,42 +106,38 @@ impl Lab {
         both: bool,
         port_range: Option<&str>,
     ) -> Self {
-        let hosts = TwoHosts::new(VethConfig {
+        let shape = VethConfig {
             tx_queues: VETH_QUEUES,
             rx_queues: VETH_QUEUES,
             ..VethConfig::default()
+        };
+        let pair = SenderPair::new(shape, |hosts, files| {
+            let file = files.write("local-rss.json", sender_nic(described_key).to_json_pretty())?;
+            let receiver = hosts.receiver_end.ip(v6).to_string();
+            let mut opts = SenderOpts::new(built_binary("srap-agent"))
+                .arg("--steer")
+                .arg(if both { "both" } else { "local" })
+                .arg("--local-rss")
+                .arg(&file)
+                .args(["--receiver", &receiver, "--port", &DPORT.to_string()]);
+            if let Some(range) = port_range {
+                opts = opts.port_range(range);
+            }
+            if both {
+                opts = opts.rss(embedded_default());
+            }
+            Ok(opts)
         })
-        .expect("two namespaces joined by a multi-queue veth");
-        let dir = std::env::temp_dir().join(srap_tests::unique_name("-dirs"));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let file = dir.join("local-rss.json");
-        std::fs::write(&file, sender_nic(described_key).to_json_pretty()).expect("write");
-        let receiver = hosts.receiver_end.ip(v6).to_string();
-        let mut opts = SenderOpts::new(built_binary("srap-agent"))
-            .arg("--steer")
-            .arg(if both { "both" } else { "local" })
-            .arg("--local-rss")
-            .arg(&file)
-            .args(["--receiver", &receiver, "--port", &DPORT.to_string()]);
-        if let Some(range) = port_range {
-            opts = opts.port_range(range);
-        }
+        .expect("two namespaces joined by a multi-queue veth, a sender agent");
         let receiver_nic = both.then(|| {
-            opts = opts.clone().rss(embedded_default());
             let model = RssModel::from_description(&embedded_default()).expect("model");
-            hosts
-                .sender
-                .run(|| Emulator::attach(&hosts.sender_end.ifname, &model, VETH_QUEUES))
-                .expect("enter the sender's namespace")
+            pair.emulate_receiver_nic(&model)
                 .expect("the receiver's NIC emulated on the sender's egress")
         });
-        let agent = SenderAgent::new(&hosts.sender, opts).expect("a sender agent");
         let mut lab = Self {
-            agent,
             emulator: None,
             _receiver_nic: receiver_nic,
-            hosts,
-            dir,
+            pair,
         };
         lab.emulate(truth_key);
         lab
@@ -139,22 +148,14 @@ impl Lab {
         self.emulator = None;
         let model = RssModel::from_description(&sender_nic(key)).expect("model");
         let emulator = self
-            .hosts
-            .receiver
-            .run(|| Emulator::attach(&self.hosts.receiver_end.ifname, &model, VETH_QUEUES))
-            .expect("enter the receiver's namespace")
+            .pair
+            .emulate_sender_nic(&model)
             .expect("the emulator on the receiver's egress");
         self.emulator = Some(emulator);
     }
 
     fn server(&self, v6: bool) -> SocketAddr {
         self.hosts.receiver_addr(DPORT, v6)
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -571,9 +572,7 @@ fn both_ends_pair_every_receiver_cpu_with_more_than_one_cpu_of_this_host() {
 /// An agent set up with `--once` for `steer` (`local` or `both`), this
 /// host's NIC `local`, the receiver's NIC `remote` (with `both`).
 struct Modes {
-    agent: SenderAgent,
-    hosts: TwoHosts,
-    dir: PathBuf,
+    pair: SenderPair,
     local: RssModel,
     remote: RssModel,
     both: bool,
@@ -590,38 +589,32 @@ impl Modes {
         local: RssDescription,
         extra: &[&str],
     ) -> Self {
-        let hosts = TwoHosts::pair().expect("two namespaces");
-        // A second address an application may bind: planned from the start.
-        let second = format!("{}/24", Modes::second_address(&hosts));
-        let added = hosts
-            .sender
-            .exec(
+        let pair = SenderPair::new(VethConfig::default(), |hosts, files| {
+            // A second address an application may bind: planned from the start.
+            let second = format!("{}/24", Modes::second_address(hosts));
+            let added = hosts.sender.exec(
                 "ip",
                 ["addr", "add", &second, "dev", &hosts.sender_end.ifname],
-            )
-            .expect("ip addr add");
-        assert!(added.status.success(), "{added:?}");
-        let dir = std::env::temp_dir().join(srap_tests::unique_name("-modes"));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let file = dir.join("local-rss.json");
-        std::fs::write(&file, local.to_json_pretty()).expect("write");
-        let receiver = hosts.receiver_end.ip(false).to_string();
-        let mut opts = SenderOpts::new(built_binary("srap-agent"))
-            .arg("--steer")
-            .arg(if both { "both" } else { "local" })
-            .arg("--local-rss")
-            .arg(&file)
-            .args(["--receiver", &receiver])
-            .args(extra.iter().copied());
-        if both {
-            opts = opts.rss(remote.clone());
-        }
-        let agent = SenderAgent::new(&hosts.sender, opts).expect("a sender agent");
-        agent.once().expect("srap-agent sender --once");
+            )?;
+            assert!(added.status.success(), "{added:?}");
+            let file = files.write("local-rss.json", local.to_json_pretty())?;
+            let receiver = hosts.receiver_end.ip(false).to_string();
+            let mut opts = SenderOpts::new(built_binary("srap-agent"))
+                .arg("--steer")
+                .arg(if both { "both" } else { "local" })
+                .arg("--local-rss")
+                .arg(&file)
+                .args(["--receiver", &receiver])
+                .args(extra.iter().copied());
+            if both {
+                opts = opts.rss(remote.clone());
+            }
+            Ok(opts)
+        })
+        .expect("two namespaces, a sender agent");
+        pair.agent.once().expect("srap-agent sender --once");
         Self {
-            agent,
-            hosts,
-            dir,
+            pair,
             local: RssModel::from_description(&local)
                 .expect("model")
                 .facing(End::Local),
@@ -667,9 +660,11 @@ impl Modes {
     }
 }
 
-impl Drop for Modes {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+impl std::ops::Deref for Modes {
+    type Target = SenderPair;
+
+    fn deref(&self) -> &SenderPair {
+        &self.pair
     }
 }
 
@@ -852,10 +847,10 @@ fn receiver_cpu_seen_in_the_senders_status(both: bool) {
         .run(|| Emulator::attach(&hosts.sender_end.ifname, &remote, VETH_QUEUES))
         .expect("enter the sender's namespace")
         .expect("the receiver's NIC emulated on the sender's egress");
-    let dir = std::env::temp_dir().join(srap_tests::unique_name("-seen"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let local_rss = dir.join("local-rss.json");
-    std::fs::write(&local_rss, sender_nic(KEY).to_json_pretty()).expect("write");
+    let dir = TempDir::new("seen").expect("temp dir");
+    let local_rss = dir
+        .write("local-rss.json", sender_nic(KEY).to_json_pretty())
+        .expect("write");
     let _sender_nic = both.then(|| {
         let model = RssModel::from_description(&sender_nic(KEY)).expect("model");
         hosts
@@ -929,7 +924,6 @@ fn receiver_cpu_seen_in_the_senders_status(both: bool) {
         assert_eq!(flow.receiver_seen_unknown, None, "{flow:?}");
     }
     workload.finish();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

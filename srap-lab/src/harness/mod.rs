@@ -2,7 +2,8 @@
 //! integration tests and the benchmarks alike:
 //!
 //! * **hosts**: namespaces joined by a veth ([`TwoHosts`], [`veth::link`])
-//!   or a bridge ([`Bridge`]), each wire on a subnet leased for it
+//!   or a bridge ([`Bridge`]), or two hosts with a sender agent prepared
+//!   on one ([`SenderPair`]), each wire on a subnet leased for it
 //!   ([`Subnet::lease`]: no test picks an address);
 //! * **agents**: `srap-agent receiver` and `srap-agent sender` started in a
 //!   namespace ([`ReceiverAgent`], [`SenderAgent`]) from options that take
@@ -27,6 +28,7 @@
 mod agent;
 mod exec;
 mod hosts;
+mod pair;
 mod support;
 mod truth;
 
@@ -37,5 +39,6 @@ pub use agent::{
 };
 pub use exec::{in_netns, in_netns_bounded, srap_exec};
 pub use hosts::Bridge;
+pub use pair::SenderPair;
 pub use support::{TempDir, poll_until, remove_cgroup};
 pub use truth::{Listener, landings};
