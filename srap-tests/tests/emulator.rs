@@ -7,8 +7,9 @@
 use std::{
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
+    ops::ControlFlow,
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use srap_common::{
@@ -17,7 +18,7 @@ use srap_common::{
 };
 use srap_daemon::verifier::{HookChoice, Verifier};
 use srap_lab::emulator::Emulator;
-use srap_tests::{TwoHosts, VethConfig, require_privileged};
+use srap_tests::{TwoHosts, VethConfig, harness::poll_until, require_privileged};
 
 const QUEUES: u32 = 8;
 const FLOWS: usize = 24;
@@ -50,26 +51,27 @@ fn connect_all(server: SocketAddr) -> Vec<SocketAddr> {
 /// Server side: accept `FLOWS` connections (bounded wait), read each to EOF.
 fn accept_all(listener: &TcpListener) {
     listener.set_nonblocking(true).expect("nonblocking");
-    let deadline = Instant::now() + TIMEOUT;
     let mut accepted = 0;
-    while accepted < FLOWS {
-        match listener.accept() {
-            Ok((mut stream, _)) => {
-                stream.set_nonblocking(false).expect("blocking");
-                stream.set_read_timeout(Some(TIMEOUT)).expect("timeout");
-                let mut sink = Vec::new();
-                let _ = stream.read_to_end(&mut sink);
-                accepted += 1;
+    let all = poll_until(TIMEOUT, Duration::from_millis(5), || {
+        while accepted < FLOWS {
+            match listener.accept() {
+                Ok((mut stream, _)) => {
+                    stream.set_nonblocking(false).expect("blocking");
+                    stream.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+                    let mut sink = Vec::new();
+                    let _ = stream.read_to_end(&mut sink);
+                    accepted += 1;
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                    return ControlFlow::Continue(accepted);
+                }
+                Err(err) => panic!("accept: {err}"),
             }
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                assert!(
-                    Instant::now() < deadline,
-                    "only {accepted} of {FLOWS} connections"
-                );
-                thread::sleep(Duration::from_millis(5));
-            }
-            Err(err) => panic!("accept: {err}"),
         }
+        ControlFlow::Break(())
+    });
+    if let Err(accepted) = all {
+        panic!("only {accepted} of {FLOWS} connections");
     }
 }
 

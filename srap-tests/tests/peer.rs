@@ -701,8 +701,7 @@ fn an_unreachable_receiver_is_one_line_without_a_backtrace() {
 
     // Port 1 of loopback: nothing listens, the kernel refuses at once.
     let peer = "127.0.0.1:1";
-    let dir = std::env::temp_dir().join(unique_name("unreach"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = srap_tests::harness::TempDir::new("unreach").expect("temp dir");
     let name = unique_name("u");
     let out = Command::new(built_binary("srap-agent"))
         .args(["sender", "--peer", peer, "--peer-wait", "1"])
@@ -716,7 +715,7 @@ fn an_unreachable_receiver_is_one_line_without_a_backtrace() {
         .stdin(Stdio::null())
         .output()
         .expect("run srap-agent sender");
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");

@@ -924,7 +924,6 @@ async fn a_changed_rss_file_is_a_new_version_and_a_broken_one_is_not() {
     assert!(!rx.has_changed().expect("watcher alive"));
     assert_eq!(rx.borrow().version, 2);
     task.abort();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -937,7 +936,6 @@ fn a_missing_or_invalid_file_is_a_clear_startup_error() {
     std::fs::write(&bad, r#"{"key": "zz", "indir": [0]}"#).expect("write");
     let err = Source::File(bad).read().unwrap_err();
     assert!(err.to_string().contains("key"), "{err}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 async fn next_update(handle: &PeerHandle, pred: impl Fn(&Update) -> bool) -> Update {
@@ -970,10 +968,8 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn tempdir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(srap_tests::unique_name("rcv"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+fn tempdir() -> srap_tests::harness::TempDir {
+    srap_tests::harness::TempDir::new("rcv").expect("temp dir")
 }
 
 fn write_json(path: &Path, description: &RssDescription) {

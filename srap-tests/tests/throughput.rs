@@ -10,9 +10,8 @@ use srap_lab::{
     plot,
     throughput::{self, ThroughputPlan, ThroughputReport},
     topology::{LabNet, LabNetConfig, LabVerifier, Watch},
-    unique_name,
 };
-use srap_tests::{built_binary, require_privileged};
+use srap_tests::{built_binary, harness::TempDir, require_privileged};
 
 const FLOWS: usize = 4;
 const QUEUES: u32 = 8;
@@ -177,8 +176,8 @@ fn check_json(report: &ThroughputReport) {
 
 /// Six files, PNGs that are PNGs and SVGs with the charts' text in them.
 fn check_plots(report: &ThroughputReport) {
-    let dir = std::env::temp_dir().join(format!("srap-plots-{}", unique_name("")));
-    let written = plot::write_all(report, &dir);
+    let dir = TempDir::new("plots").expect("temp dir");
+    let written = plot::write_all(report, dir.path());
     let files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
         .map(|entries| {
             entries
@@ -190,7 +189,7 @@ fn check_plots(report: &ThroughputReport) {
                 .collect()
         })
         .unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     let written = written.expect("plots");
     assert_eq!(written.len(), 6, "{written:?}");
     let mut names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();

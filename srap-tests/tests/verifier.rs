@@ -5,12 +5,13 @@
 use std::{
     io::{Read as _, Write as _},
     net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
+    ops::ControlFlow,
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use srap_daemon::verifier::{FlowRecord, Hook, HookChoice, Verifier};
-use srap_tests::{TwoHosts, VethConfig, require_privileged};
+use srap_tests::{TwoHosts, VethConfig, harness::poll_until, require_privileged};
 
 /// Bytes the client sends: a few segments' worth.
 const PAYLOAD: usize = 16 * 1024;
@@ -151,20 +152,14 @@ fn receive(listener: &TcpListener) -> usize {
     listener
         .set_nonblocking(true)
         .expect("nonblocking listener");
-    let deadline = Instant::now() + TIMEOUT;
-    let mut stream = loop {
+    let mut stream = poll_until(TIMEOUT, Duration::from_millis(10), || {
         match listener.accept() {
-            Ok((stream, _)) => break stream,
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                assert!(
-                    Instant::now() < deadline,
-                    "no connection within {TIMEOUT:?}"
-                );
-                thread::sleep(Duration::from_millis(10));
-            }
+            Ok((stream, _)) => ControlFlow::Break(stream),
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => ControlFlow::Continue(()),
             Err(err) => panic!("accept: {err}"),
         }
-    };
+    })
+    .unwrap_or_else(|()| panic!("no connection within {TIMEOUT:?}"));
     stream.set_nonblocking(false).expect("blocking stream");
     stream
         .set_read_timeout(Some(TIMEOUT))

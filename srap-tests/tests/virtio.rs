@@ -10,6 +10,7 @@
 
 use std::{
     collections::BTreeSet,
+    ops::ControlFlow,
     time::{Duration, Instant},
 };
 
@@ -19,7 +20,7 @@ use srap_lab::{
     virtio::VirtioLab,
     virtio_pull::PullLab,
 };
-use srap_tests::{built_binary, require_privileged};
+use srap_tests::{built_binary, harness::poll_until, require_privileged};
 
 /// One guest at a time: two cores cannot emulate two guests well.
 static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -293,14 +294,16 @@ fn a_changed_table_in_the_guest_is_followed() {
 }
 
 fn wait_for(lab: &VirtioLab<'_>, text: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !lab.sender_log().contains(text) {
-        assert!(
-            Instant::now() < deadline,
-            "the sender never logged {text:?}:\n{}",
-            lab.sender_log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
+    let logged = poll_until(Duration::from_secs(30), Duration::from_millis(200), || {
+        let log = lab.sender_log();
+        if log.contains(text) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(log)
+        }
+    });
+    if let Err(log) = logged {
+        panic!("the sender never logged {text:?}:\n{log}");
     }
 }
 
