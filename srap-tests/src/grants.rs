@@ -12,8 +12,9 @@
 use std::{
     collections::BTreeSet,
     net::{IpAddr, SocketAddr},
+    ops::ControlFlow,
     path::PathBuf,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use srap_common::{
@@ -21,7 +22,7 @@ use srap_common::{
     rss::{RssDescription, RssModel, embedded_default},
 };
 use srap_lab::{
-    harness::{Bridge, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings},
+    harness::{Bridge, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings, poll_until},
     keyfile::KeyFile,
     unique_name,
 };
@@ -263,8 +264,7 @@ impl Cluster {
         n: usize,
         flows: u64,
     ) -> Vec<serde_json::Value> {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
+        poll_until(TIMEOUT, Duration::from_millis(20), || {
             let peers: Vec<serde_json::Value> = self.peers().into_iter().filter(&among).collect();
             let settled = peers.len() == n
                 && peers.iter().all(|p| p["grant_applied"] == true)
@@ -274,17 +274,15 @@ impl Cluster {
                     .sum::<u64>()
                     == flows;
             if settled {
-                return peers;
+                ControlFlow::Break(peers)
+            } else {
+                ControlFlow::Continue(peers)
             }
-            if Instant::now() >= deadline {
-                self.print_sender_logs();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "grants did not settle for {n} senders and {flows} flows: {peers:#?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        })
+        .unwrap_or_else(|peers| {
+            self.print_sender_logs();
+            panic!("grants did not settle for {n} senders and {flows} flows: {peers:#?}")
+        })
     }
 
     /// Waits (polling every `poll`, at most [`TIMEOUT`]) until the pinned
@@ -293,8 +291,7 @@ impl Cluster {
     /// 16 CPUs, sizes within one of each other. Every sender plans from the
     /// same description, so a slot names the same CPU in each.
     pub fn wait_pinned_balanced(&self, running: &[usize], poll: Duration) {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
+        let done = poll_until(TIMEOUT, poll, || {
             let grants: Vec<BTreeSet<u32>> = running
                 .iter()
                 .map(|i| {
@@ -305,13 +302,14 @@ impl Cluster {
                 })
                 .collect();
             if balanced(&grants) {
-                return;
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(grants)
             }
-            if Instant::now() >= deadline {
-                self.print_sender_logs();
-                panic!("pinned grants of senders {running:?} not balanced: {grants:?}");
-            }
-            std::thread::sleep(poll);
+        });
+        if let Err(grants) = done {
+            self.print_sender_logs();
+            panic!("pinned grants of senders {running:?} not balanced: {grants:?}");
         }
     }
 
