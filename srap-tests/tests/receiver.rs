@@ -95,11 +95,7 @@ impl Fixture {
     }
 
     async fn wait_idle(&self) {
-        let deadline = Instant::now() + WAIT;
-        while self.server.active_peers() > 0 {
-            assert!(Instant::now() < deadline, "sessions did not end");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.wait_for_peers(0).await;
     }
 }
 
@@ -726,11 +722,7 @@ async fn peers_beyond_the_cap_are_refused_until_one_leaves() {
 
 impl Fixture {
     async fn wait_for_peers(&self, n: usize) {
-        let deadline = Instant::now() + WAIT;
-        while self.server.active_peers() > n {
-            assert!(Instant::now() < deadline, "sessions did not end");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_until("sessions did not end", || self.server.active_peers() <= n).await;
     }
 }
 
@@ -949,9 +941,16 @@ async fn next_update(handle: &PeerHandle, pred: impl Fn(&Update) -> bool) -> Upd
 }
 
 async fn wait_for(cond: impl Fn() -> bool) {
+    wait_until("condition not met in time", cond).await;
+}
+
+/// The one wait of these async tests (the harness's `poll_until` would
+/// block a runtime thread the server under test runs on): `cond` checked
+/// every 20 ms for up to [`WAIT`], failing with `what`.
+async fn wait_until(what: &str, cond: impl Fn() -> bool) {
     let deadline = Instant::now() + WAIT;
     while !cond() {
-        assert!(Instant::now() < deadline, "condition not met in time");
+        assert!(Instant::now() < deadline, "{what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
