@@ -3,16 +3,17 @@
 //! inside the steered cgroup through `srap exec` or outside it.
 
 use std::{
+    ops::ControlFlow,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow, bail};
 
 use super::{
     NetNs,
-    harness::{in_netns, srap_exec},
+    harness::{in_netns, poll_until, srap_exec},
     interrupted,
 };
 
@@ -163,18 +164,22 @@ pub fn iperf3_server_with(
             .args(extra)
             .stdout(stdout),
     )?;
-    let deadline = Instant::now() + Duration::from_secs(5);
     let needle = format!(":{port} ");
-    loop {
-        let listening = ns.exec("ss", ["-Hltn"])?;
-        if String::from_utf8_lossy(&listening.stdout).contains(&needle) {
-            return Ok(server);
-        }
-        if server.exited() || Instant::now() > deadline {
-            bail!("iperf3 -s did not start listening on port {port}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let not_listening = || anyhow!("iperf3 -s did not start listening on port {port}");
+    let listening = poll_until(
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        || match ns.exec("ss", ["-Hltn"]) {
+            Ok(out) if String::from_utf8_lossy(&out.stdout).contains(&needle) => {
+                ControlFlow::Break(Ok(()))
+            }
+            Err(err) => ControlFlow::Break(Err(err)),
+            Ok(_) if server.exited() => ControlFlow::Break(Err(not_listening())),
+            Ok(_) => ControlFlow::Continue(()),
+        },
+    );
+    listening.unwrap_or_else(|()| Err(not_listening()))?;
+    Ok(server)
 }
 
 /// The client command: `workload` with `{server}` and `{port}` filled in,
