@@ -26,7 +26,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{Context as _, anyhow};
 use srap_common::{binder::SlotGrant, rss::RssDescription};
 use srap_daemon::sender::{BinderStats, PinLayout};
 use srap_host::status::{SenderStatus, Status, control};
