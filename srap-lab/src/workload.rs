@@ -6,7 +6,7 @@ use std::{
     ops::ControlFlow,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use anyhow::{Context as _, anyhow, bail};
@@ -56,20 +56,17 @@ impl ChildGuard {
 
     /// Waits up to `timeout` (or until Ctrl-C) for the child to exit.
     pub fn wait(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
         let child = self.child.as_mut().context("the process was killed")?;
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
+        let id = child.id();
+        let exited = poll_until(timeout, Duration::from_millis(20), || {
+            match child.try_wait() {
+                Ok(Some(status)) => ControlFlow::Break(Ok(status)),
+                Err(err) => ControlFlow::Break(Err(err.into())),
+                Ok(None) if interrupted() => ControlFlow::Break(Err(anyhow!("interrupted"))),
+                Ok(None) => ControlFlow::Continue(()),
             }
-            if interrupted() {
-                bail!("interrupted");
-            }
-            if Instant::now() > deadline {
-                bail!("process {} still running after {timeout:?}", child.id());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        });
+        exited.unwrap_or_else(|()| Err(anyhow!("process {id} still running after {timeout:?}")))
     }
 
     /// SIGTERM by PID, so the process can clean up after itself, then
