@@ -21,6 +21,7 @@ pub mod occupancy;
 pub mod repair;
 pub mod sizes;
 pub mod verifier;
+pub mod xorshift;
 
 #[cfg(feature = "user")]
 pub mod ends;

@@ -6,13 +6,16 @@
 use std::{
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
-    time::{Duration, Instant},
+    ops::ControlFlow,
+    time::Duration,
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow, bail};
 use serde::Serialize;
 
-use super::{Direction, LabNet, binder::InCgroup, interrupted, report::RunReport};
+use super::{
+    Direction, LabNet, binder::InCgroup, harness::poll_until, interrupted, report::RunReport,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -118,30 +121,36 @@ fn connect_all(server: SocketAddr, flows: usize) -> anyhow::Result<Vec<TcpStream
 /// (the TIME_WAIT lands here, not on the sender's steered ports).
 fn accept_all(listener: &TcpListener, flows: usize) -> anyhow::Result<()> {
     listener.set_nonblocking(true)?;
-    let deadline = Instant::now() + TIMEOUT;
     let mut accepted = 0;
-    while accepted < flows {
-        match listener.accept() {
-            Ok((mut stream, _)) => {
-                stream.set_nonblocking(false)?;
-                stream.set_read_timeout(Some(TIMEOUT))?;
-                let mut buf = [0u8; 64];
-                let _ = stream.read(&mut buf)?;
-                accepted += 1;
-            }
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                if interrupted() {
-                    bail!("interrupted");
+    let all = poll_until(TIMEOUT, Duration::from_millis(2), || {
+        while accepted < flows {
+            match listener.accept() {
+                Ok((mut stream, _)) => {
+                    let read = stream
+                        .set_nonblocking(false)
+                        .and_then(|()| stream.set_read_timeout(Some(TIMEOUT)))
+                        .and_then(|()| stream.read(&mut [0u8; 64]));
+                    if let Err(err) = read {
+                        return ControlFlow::Break(Err(err.into()));
+                    }
+                    accepted += 1;
                 }
-                if Instant::now() > deadline {
-                    bail!("only {accepted} of {flows} connections arrived within {TIMEOUT:?}");
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                    if interrupted() {
+                        return ControlFlow::Break(Err(anyhow!("interrupted")));
+                    }
+                    return ControlFlow::Continue(());
                 }
-                std::thread::sleep(Duration::from_millis(2));
+                Err(err) => return ControlFlow::Break(Err(err).context("accepting")),
             }
-            Err(err) => return Err(err).context("accepting"),
         }
-    }
-    Ok(())
+        ControlFlow::Break(Ok(()))
+    });
+    all.unwrap_or_else(|()| {
+        Err(anyhow!(
+            "only {accepted} of {flows} connections arrived within {TIMEOUT:?}"
+        ))
+    })
 }
 
 /// The experiment's result, as `--json` prints it.

@@ -102,9 +102,9 @@ impl LabVerifier {
 pub struct LabNetConfig {
     pub queues: u32,
     pub watch: Watch,
-    /// Third octet of the lab's `10.199.<subnet>.0/24` (tests running beside
-    /// a lab pick their own).
-    pub subnet: u8,
+    /// Third octet of the lab's `10.199.<subnet>.0/24`, or `None` for a
+    /// leased one (tests running beside a lab).
+    pub subnet: Option<u8>,
     /// Each receive queue's capacity (`--queue-rate`), or none.
     pub queue_rate: Option<Rate>,
     /// The verifier attached with [`Watch::Here`].
@@ -120,7 +120,7 @@ impl LabNetConfig {
         Self {
             queues,
             watch,
-            subnet: LAB_SUBNET,
+            subnet: Some(LAB_SUBNET),
             queue_rate: None,
             verifier: LabVerifier::Auto,
             direction: Direction::Push,

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 
 use anyhow::Context as _;
 
-use super::{NetNs, subnet::SubnetLock, unique_name};
+use super::{NetNs, subnet::Subnet, unique_name};
 
 /// Shape of the pair.
 #[derive(Clone, Copy, Debug)]
@@ -16,8 +16,9 @@ pub struct VethConfig {
     /// many rx queues as its peer has tx queues.
     pub rx_queues: u32,
     /// Third octet of `10.199.<subnet>.0/24` and last group of
-    /// `fd00:5a:0:<subnet>::/64`.
-    pub subnet: u8,
+    /// `fd00:5a:0:<subnet>::/64` for what needs a known address; `None`
+    /// (the default): a free one of the pool ([`Subnet::lease`]).
+    pub subnet: Option<u8>,
 }
 
 impl Default for VethConfig {
@@ -25,7 +26,7 @@ impl Default for VethConfig {
         Self {
             tx_queues: 1,
             rx_queues: 1,
-            subnet: 1,
+            subnet: None,
         }
     }
 }
@@ -56,7 +57,7 @@ impl VethEnd {
 ///
 /// Field order is drop order: nothing to undo for the veth (deleting a
 /// namespace destroys its end, and the pair goes with it), then the
-/// namespaces, then the subnet's lock.
+/// namespaces, then the subnet.
 #[derive(Debug)]
 pub struct TwoHosts {
     /// The sender's end (host `.1` / `::1`).
@@ -69,18 +70,21 @@ pub struct TwoHosts {
     pub receiver: NetNs,
     /// How the pair was made.
     pub config: VethConfig,
-    /// Held until the namespaces are gone ([`SubnetLock`]).
-    _subnet: SubnetLock,
+    /// Held until the namespaces are gone ([`Subnet`]).
+    subnet: Subnet,
 }
 
 impl TwoHosts {
     /// Makes both namespaces and the pair, with addresses and links up.
     pub fn new(config: VethConfig) -> anyhow::Result<Self> {
-        let subnet = SubnetLock::take(config.subnet)?;
+        let subnet = match config.subnet {
+            Some(fixed) => Subnet::take(fixed)?,
+            None => Subnet::lease()?,
+        };
         let sender = NetNs::new()?;
         let receiver = NetNs::new()?;
-        let sender_end = VethEnd::on_subnet(config.subnet, 1, "t");
-        let receiver_end = VethEnd::on_subnet(config.subnet, 2, "r");
+        let sender_end = VethEnd::on_subnet(&subnet, 1, "t");
+        let receiver_end = VethEnd::on_subnet(&subnet, 2, "r");
         link(&sender, &sender_end, &receiver, &receiver_end, config, true)
             .context("creating the veth pair")?;
         Ok(Self {
@@ -89,16 +93,18 @@ impl TwoHosts {
             sender,
             receiver,
             config,
-            _subnet: subnet,
+            subnet,
         })
     }
 
-    /// Two hosts on `10.199.<subnet>.0/24` over a one-queue veth.
-    pub fn pair(subnet: u8) -> anyhow::Result<Self> {
-        Self::new(VethConfig {
-            subnet,
-            ..VethConfig::default()
-        })
+    /// Two hosts on a leased subnet over a one-queue veth.
+    pub fn pair() -> anyhow::Result<Self> {
+        Self::new(VethConfig::default())
+    }
+
+    /// The subnet of the wire (a test that adds an address takes it here).
+    pub fn subnet(&self) -> &Subnet {
+        &self.subnet
     }
 
     /// The receiver's address (of the family asked for) with `port`.
@@ -119,13 +125,13 @@ impl TwoHosts {
 }
 
 impl VethEnd {
-    /// Host `host` of `10.199.<subnet>.0/24` and `fd00:5a:0:<subnet>::/64`,
-    /// on an interface name of its own ending in `suffix`.
-    pub fn on_subnet(subnet: u8, host: u8, suffix: &str) -> Self {
+    /// Host `host` of `subnet` (IPv4 and IPv6), on an interface name of its
+    /// own ending in `suffix`.
+    pub fn on_subnet(subnet: &Subnet, host: u8, suffix: &str) -> Self {
         VethEnd {
             ifname: unique_name(suffix),
-            ipv4: Ipv4Addr::new(10, 199, subnet, host),
-            ipv6: Ipv6Addr::new(0xfd00, 0x5a, 0, u16::from(subnet), 0, 0, 0, u16::from(host)),
+            ipv4: subnet.ipv4(host),
+            ipv6: subnet.ipv6(host),
         }
     }
 }

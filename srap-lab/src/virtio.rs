@@ -294,7 +294,7 @@ pub(crate) fn prepare_image(args: &LabArgs) -> anyhow::Result<GuestImage> {
 pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::Result<()> {
     let shape = GuestShape::with_nic(nic, queues, args.smp)?;
     let image = prepare_image(args)?;
-    let net = GuestNet::new(SUBNET)?;
+    let net = GuestNet::on(super::subnet::Subnet::take(SUBNET)?)?;
     let mut lab = VirtioLab::start(&net, &image, shape)?;
     if !args.json {
         let device = nic.device();

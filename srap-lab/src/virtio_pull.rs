@@ -9,20 +9,18 @@
 //! hook, in the guest).
 
 use std::{
-    collections::BTreeSet,
-    fmt::Write as _,
-    path::Path,
-    process::Stdio,
-    time::{Duration, Instant},
+    collections::BTreeSet, fmt::Write as _, ops::ControlFlow, path::Path, process::Stdio,
+    time::Duration,
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow, bail};
 use serde::Serialize;
 use srap_status::{SenderStatus, sender::LocalRow};
 
 use super::{
     LAB_PORT_RANGE,
     guest::{GUEST_IFACE, Guest, GuestImage, GuestNet, GuestNic, GuestShape, truth},
+    harness::poll_until,
     interrupted,
     workload::iperf3_server_with,
 };
@@ -258,28 +256,26 @@ impl<'n> PullLab<'n> {
         flows: usize,
         within: Duration,
     ) -> anyhow::Result<Vec<PlannedSeen>> {
-        let deadline = Instant::now() + within;
-        loop {
-            let status = self.status()?;
+        let shown = poll_until(within, Duration::from_millis(300), || match self.status() {
             // The data streams and iperf3's control connection.
-            if status.flows.len() > flows || Instant::now() > deadline {
-                return Ok(status
-                    .flows
-                    .iter()
-                    .filter_map(|f| {
-                        Some(PlannedSeen {
-                            port: f.src?.port(),
-                            planned: f.local_queue_planned,
-                            seen: f.local_queue_seen,
-                        })
-                    })
-                    .collect());
-            }
-            if interrupted() {
-                bail!("interrupted");
-            }
-            std::thread::sleep(Duration::from_millis(300));
-        }
+            Ok(status) if status.flows.len() > flows => ControlFlow::Break(Ok(status)),
+            Err(err) => ControlFlow::Break(Err(err)),
+            Ok(_) if interrupted() => ControlFlow::Break(Err(anyhow!("interrupted"))),
+            Ok(status) => ControlFlow::Continue(status),
+        });
+        // After `within`, what the last status showed.
+        let status = shown.unwrap_or_else(Ok)?;
+        Ok(status
+            .flows
+            .iter()
+            .filter_map(|f| {
+                Some(PlannedSeen {
+                    port: f.src?.port(),
+                    planned: f.local_queue_planned,
+                    seen: f.local_queue_seen,
+                })
+            })
+            .collect())
     }
 
     /// Polls `check` in the guest until it succeeds (up to `within`).
@@ -315,7 +311,7 @@ impl Drop for RemoveOnDrop<'_> {
 pub fn run(args: &super::LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::Result<()> {
     let shape = GuestShape::with_nic(nic, queues, args.smp)?;
     let image = super::virtio::prepare_image(args)?;
-    let net = GuestNet::new(super::virtio::SUBNET)?;
+    let net = GuestNet::on(super::subnet::Subnet::take(super::virtio::SUBNET)?)?;
     let mut lab = PullLab::start(&net, &image, shape)?;
     if !args.json {
         println!(

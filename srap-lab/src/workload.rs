@@ -3,16 +3,17 @@
 //! inside the steered cgroup through `srap exec` or outside it.
 
 use std::{
+    ops::ControlFlow,
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow, bail};
 
 use super::{
     NetNs,
-    harness::{in_netns, srap_exec},
+    harness::{in_netns, poll_until, srap_exec},
     interrupted,
 };
 
@@ -55,20 +56,17 @@ impl ChildGuard {
 
     /// Waits up to `timeout` (or until Ctrl-C) for the child to exit.
     pub fn wait(&mut self, timeout: Duration) -> anyhow::Result<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
         let child = self.child.as_mut().context("the process was killed")?;
-        loop {
-            if let Some(status) = child.try_wait()? {
-                return Ok(status);
+        let id = child.id();
+        let exited = poll_until(timeout, Duration::from_millis(20), || {
+            match child.try_wait() {
+                Ok(Some(status)) => ControlFlow::Break(Ok(status)),
+                Err(err) => ControlFlow::Break(Err(err.into())),
+                Ok(None) if interrupted() => ControlFlow::Break(Err(anyhow!("interrupted"))),
+                Ok(None) => ControlFlow::Continue(()),
             }
-            if interrupted() {
-                bail!("interrupted");
-            }
-            if Instant::now() > deadline {
-                bail!("process {} still running after {timeout:?}", child.id());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        });
+        exited.unwrap_or_else(|()| Err(anyhow!("process {id} still running after {timeout:?}")))
     }
 
     /// SIGTERM by PID, so the process can clean up after itself, then
@@ -175,18 +173,22 @@ pub fn iperf3_server_with(
             .args(extra)
             .stdout(stdout),
     )?;
-    let deadline = Instant::now() + Duration::from_secs(5);
     let needle = format!(":{port} ");
-    loop {
-        let listening = ns.exec("ss", ["-Hltn"])?;
-        if String::from_utf8_lossy(&listening.stdout).contains(&needle) {
-            return Ok(server);
-        }
-        if server.exited() || Instant::now() > deadline {
-            bail!("iperf3 -s did not start listening on port {port}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let not_listening = || anyhow!("iperf3 -s did not start listening on port {port}");
+    let listening = poll_until(
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        || match ns.exec("ss", ["-Hltn"]) {
+            Ok(out) if String::from_utf8_lossy(&out.stdout).contains(&needle) => {
+                ControlFlow::Break(Ok(()))
+            }
+            Err(err) => ControlFlow::Break(Err(err)),
+            Ok(_) if server.exited() => ControlFlow::Break(Err(not_listening())),
+            Ok(_) => ControlFlow::Continue(()),
+        },
+    );
+    listening.unwrap_or_else(|()| Err(not_listening()))?;
+    Ok(server)
 }
 
 /// The client command: `workload` with `{server}` and `{port}` filled in,

@@ -334,7 +334,7 @@ fn connect_accept(c: &mut Criterion) {
         return;
     }
     write_pinned();
-    let hosts = TwoHosts::pair(50).expect("two namespaces joined by a veth");
+    let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
     let (listener, server) = hosts.listen(5201).expect("listen");
     let plain = CgroupDir::unique().expect("cgroup path");
     plain.create().expect("create cgroup");

@@ -6,7 +6,7 @@
 //! its session with the receiver, the receiver's re-allocation and every
 //! sender applying its new grant. Goal: under 1 s.
 //!
-//! The set-up is the grants test's (`srap_tests::grants`, subnet 86): each
+//! The set-up is the grants test's (`srap_tests::grants`): each
 //! iteration starts the fourth agent in its prepared namespace, polls the
 //! four pinned maps every 5 ms (bounded by the harness's timeout), then,
 //! untimed, stops it, detaches its binder and waits for the three to be
@@ -20,14 +20,13 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
 use srap_tests::{grants::Cluster, privileged_or_skip};
 
-const SUBNET: u8 = 86;
 const POLL: Duration = Duration::from_millis(5);
 
 fn fourth_sender_join(c: &mut Criterion) {
     if !privileged_or_skip("grants benchmark") {
         return;
     }
-    let mut cluster = Cluster::new(SUBNET);
+    let mut cluster = Cluster::new();
     for _ in 0..3 {
         let i = cluster.add_host();
         cluster.start_agent(i);

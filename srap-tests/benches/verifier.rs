@@ -200,7 +200,7 @@ fn per_connection(c: &mut Criterion) {
     if !privileged_or_skip("verifier benchmark") {
         return;
     }
-    let hosts = TwoHosts::pair(65).expect("two namespaces joined by a veth");
+    let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
     let (listener, server) = hosts.listen(5201).expect("listen");
     let mut ebpf = Ebpf::load(srap_daemon::ebpf_object()).expect("load the SRAP object");
     let stats_on = aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("BPF run-time stats");

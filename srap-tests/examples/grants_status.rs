@@ -1,5 +1,5 @@
 //! The three-sender run of docs/how-it-works.md, reproducible: the grants test's set-up
-//! (`srap_tests::grants`, subnet 87) with three sender agents opening 5
+//! (`srap_tests::grants`) with three sender agents opening 5
 //! flows each, then `srap status --once` on the receiver's control socket,
 //! printed as captured. Every namespace, agent, pin and cgroup goes when it
 //! ends, as in the test.
@@ -11,7 +11,6 @@ use std::collections::BTreeSet;
 
 use srap_tests::{built_binary, grants::Cluster, privileged_or_skip};
 
-const SUBNET: u8 = 87;
 const SENDERS: usize = 3;
 const FLOWS: usize = 5;
 
@@ -19,7 +18,7 @@ fn main() {
     if !privileged_or_skip("the three-sender grants example") {
         return;
     }
-    let mut cluster = Cluster::new(SUBNET);
+    let mut cluster = Cluster::new();
     for _ in 0..SENDERS {
         cluster.add_sender();
     }
@@ -28,8 +27,8 @@ fn main() {
         let cpus = cluster.open(i, FLOWS);
         let distinct: BTreeSet<u32> = cpus.iter().copied().collect();
         println!(
-            "sender {i} (10.199.{SUBNET}.{}): {FLOWS} flows on receiver CPUs {distinct:?}",
-            10 + i
+            "sender {i} ({}): {FLOWS} flows on receiver CPUs {distinct:?}",
+            cluster.host_ip(i)
         );
     }
     cluster.wait_settled(SENDERS, (SENDERS * FLOWS) as u64);

@@ -32,7 +32,7 @@ fn main() -> anyhow::Result<()> {
         &agent,
         &built_binary("srap"),
     )?;
-    let net = GuestNet::new(86)?;
+    let net = GuestNet::new()?;
     let started = std::time::Instant::now();
     let mut guest = Guest::boot(&net, &image, shape)?;
     eprintln!("booted in {:.1} s", started.elapsed().as_secs_f64());

@@ -1,18 +1,13 @@
 //! cgroup2 directories for tests, removed on drop.
 
-use std::{
-    io,
-    path::{Path, PathBuf},
-    thread,
-    time::{Duration, Instant},
-};
+use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 
 use crate::unique_name;
 
 pub use srap_host::cgroup::cgroup2_mount;
-pub use srap_lab::workload::ChildGuard;
+pub use srap_lab::{harness::remove_cgroup, workload::ChildGuard};
 
 /// A cgroup path unique to this test (not created: the code under test may
 /// create it); removed on drop if it exists and is empty.
@@ -42,18 +37,6 @@ impl CgroupDir {
 
 impl Drop for CgroupDir {
     fn drop(&mut self) {
-        // A process that just exited may linger in cgroup.procs for a moment.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            match std::fs::remove_dir(&self.path) {
-                Ok(()) => return,
-                Err(err) if err.kind() == io::ErrorKind::NotFound => return,
-                Err(err) if Instant::now() >= deadline => {
-                    eprintln!("cleanup: removing cgroup {}: {err}", self.path.display());
-                    return;
-                }
-                Err(_) => thread::sleep(Duration::from_millis(50)),
-            }
-        }
+        remove_cgroup(&self.path);
     }
 }

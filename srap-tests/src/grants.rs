@@ -6,14 +6,15 @@
 //!
 //! Agents and workloads are processes killed by PID in drop guards; every
 //! sender's binder is detached; the namespaces (and the bridge and veths in
-//! them) go last. Addresses are `10.199.<subnet>.0/24` on the bridge: the
+//! them) go last. Addresses are a leased `10.199.<subnet>.0/24` on the bridge: the
 //! receiver is `.1`, sender `i` is `.10 + i`.
 
 use std::{
     collections::BTreeSet,
     net::{IpAddr, SocketAddr},
+    ops::ControlFlow,
     path::PathBuf,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use srap_common::{
@@ -21,7 +22,7 @@ use srap_common::{
     rss::{RssDescription, RssModel, embedded_default},
 };
 use srap_lab::{
-    harness::{Bridge, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings},
+    harness::{Bridge, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings, poll_until},
     keyfile::KeyFile,
     unique_name,
 };
@@ -107,9 +108,11 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    /// The receiver namespace on `10.199.<subnet>.1`, its agent listening.
-    pub fn new(subnet: u8) -> Self {
-        let bridge = Bridge::new(subnet).expect("the receiver's namespace and bridge");
+    /// The receiver namespace on a leased subnet's `.1`, its agent
+    /// listening. Not a `Default`: it makes namespaces and starts an agent.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        let bridge = Bridge::new().expect("the receiver's namespace and bridge");
         let desc = description();
         let key = KeyFile::create(
             std::env::temp_dir().join(format!("srap-test-{}.psk", unique_name("g"))),
@@ -156,6 +159,11 @@ impl Cluster {
     /// Sender host `i`'s namespace.
     pub fn host(&self, i: usize) -> &srap_lab::NetNs {
         self.bridge.host(i)
+    }
+
+    /// Sender host `i`'s address on the bridge.
+    pub fn host_ip(&self, i: usize) -> IpAddr {
+        self.bridge.host_ip(i)
     }
 
     /// The receiver's address on the bridge.
@@ -256,8 +264,7 @@ impl Cluster {
         n: usize,
         flows: u64,
     ) -> Vec<serde_json::Value> {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
+        poll_until(TIMEOUT, Duration::from_millis(20), || {
             let peers: Vec<serde_json::Value> = self.peers().into_iter().filter(&among).collect();
             let settled = peers.len() == n
                 && peers.iter().all(|p| p["grant_applied"] == true)
@@ -267,17 +274,15 @@ impl Cluster {
                     .sum::<u64>()
                     == flows;
             if settled {
-                return peers;
+                ControlFlow::Break(peers)
+            } else {
+                ControlFlow::Continue(peers)
             }
-            if Instant::now() >= deadline {
-                self.print_sender_logs();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "grants did not settle for {n} senders and {flows} flows: {peers:#?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        })
+        .unwrap_or_else(|peers| {
+            self.print_sender_logs();
+            panic!("grants did not settle for {n} senders and {flows} flows: {peers:#?}")
+        })
     }
 
     /// Waits (polling every `poll`, at most [`TIMEOUT`]) until the pinned
@@ -286,8 +291,7 @@ impl Cluster {
     /// 16 CPUs, sizes within one of each other. Every sender plans from the
     /// same description, so a slot names the same CPU in each.
     pub fn wait_pinned_balanced(&self, running: &[usize], poll: Duration) {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
+        let done = poll_until(TIMEOUT, poll, || {
             let grants: Vec<BTreeSet<u32>> = running
                 .iter()
                 .map(|i| {
@@ -298,13 +302,14 @@ impl Cluster {
                 })
                 .collect();
             if balanced(&grants) {
-                return;
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(grants)
             }
-            if Instant::now() >= deadline {
-                self.print_sender_logs();
-                panic!("pinned grants of senders {running:?} not balanced: {grants:?}");
-            }
-            std::thread::sleep(poll);
+        });
+        if let Err(grants) = done {
+            self.print_sender_logs();
+            panic!("pinned grants of senders {running:?} not balanced: {grants:?}");
         }
     }
 

@@ -9,7 +9,9 @@
 //! tests run in parallel, and is removed on drop, so a failing test (a panic
 //! unwinds through the guards) leaves nothing behind. Traffic stays inside
 //! namespaces the test made: addresses are `10.199.<subnet>.0/24` and
-//! `fd00:5a:0:<subnet>::/64`, configured only on the test's own veth ends.
+//! `fd00:5a:0:<subnet>::/64` of a subnet leased for the test
+//! ([`subnet::Subnet::lease`]), configured only on the test's own veth
+//! ends.
 
 pub mod binaries;
 pub mod caps;
@@ -26,5 +28,5 @@ pub mod workload;
 pub use binaries::built_binary;
 pub use privilege::{privileged_or_skip, require_privileged};
 pub use srap_lab::{
-    NetNs, NsGuard, TwoHosts, VethConfig, VethEnd, harness, netns, unique_name, veth,
+    NetNs, NsGuard, TwoHosts, VethConfig, VethEnd, harness, netns, subnet, unique_name, veth,
 };

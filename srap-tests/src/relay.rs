@@ -13,17 +13,18 @@ use std::{
     fs::File,
     io::{self, Read as _, Write as _},
     net::{Shutdown, SocketAddr, TcpListener, TcpStream},
+    ops::ControlFlow,
     os::fd::AsFd as _,
     sync::{
         Arc, Mutex,
         atomic::{AtomicBool, AtomicU32, Ordering},
     },
     thread::{self, JoinHandle},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use srap_common::wire::{self, Message};
-use srap_lab::NetNs;
+use srap_lab::{NetNs, harness::poll_until};
 
 /// Frames from the receiver longer than this are descriptions (RssUpdate);
 /// the handshake, keepalives and landings are far shorter.
@@ -178,18 +179,21 @@ fn accept_loop(listener: &TcpListener, upstream: SocketAddr, shared: &Arc<Shared
 fn start_session(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) -> io::Result<()> {
     client.set_nonblocking(false)?;
     lock(&shared.sockets).push(client.try_clone()?);
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if shared.stop.load(Ordering::SeqCst) || Instant::now() > deadline {
-            return Err(io::Error::other("no permit"));
+    let permit = poll_until(WAIT, Duration::from_millis(20), || {
+        if shared.stop.load(Ordering::SeqCst) {
+            return ControlFlow::Break(false);
         }
         let taken = shared
             .permits
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
         if taken.is_ok() {
-            break;
+            ControlFlow::Break(true)
+        } else {
+            ControlFlow::Continue(())
         }
-        thread::sleep(Duration::from_millis(20));
+    });
+    if permit != Ok(true) {
+        return Err(io::Error::other("no permit"));
     }
     let server = TcpStream::connect_timeout(&upstream, WAIT)?;
     server.set_nodelay(true)?;

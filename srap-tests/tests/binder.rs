@@ -13,8 +13,9 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     io::Read as _,
     net::{IpAddr, SocketAddr, TcpListener},
+    ops::ControlFlow,
     process::{Command, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use aya::programs::{
@@ -31,9 +32,9 @@ use srap_common::{
 use srap_daemon::sender::BinderStats;
 use srap_lab::{guest::truth::iperf3_accepted_ports, workload::iperf3_server_with};
 use srap_tests::{
-    TwoHosts, built_binary,
+    TwoHosts, VethConfig, built_binary,
     flows::Server,
-    harness::{SenderAgent, SenderOpts, in_netns, landings, srap_exec},
+    harness::{SenderOpts, SenderPair, in_netns, landings, poll_until, srap_exec},
     require_privileged,
     workload::Workload,
 };
@@ -48,46 +49,61 @@ const PORT_RANGE: &str = "32768-60999";
 // ---------------------------------------------------------------------------
 // The lab: two namespaces, the agent, the receiver's listener.
 
-/// Field order is drop order: the agent (killed, its binder detached)
-/// before the namespaces go.
+/// The harness's two hosts with a sender agent ([`SenderPair`], reached
+/// through `Deref`: `lab.agent`, `lab.hosts`), and what the tests judge it
+/// by.
 struct Lab {
-    agent: SenderAgent,
+    pair: SenderPair,
     model: RssModel,
     v6: bool,
     /// The agent's `--port-range`.
     port_range: String,
-    hosts: TwoHosts,
+}
+
+impl std::ops::Deref for Lab {
+    type Target = SenderPair;
+
+    fn deref(&self) -> &SenderPair {
+        &self.pair
+    }
+}
+
+impl std::ops::DerefMut for Lab {
+    fn deref_mut(&mut self) -> &mut SenderPair {
+        &mut self.pair
+    }
 }
 
 impl Lab {
-    fn new(v6: bool, subnet: u8) -> Self {
-        Self::with_description(v6, subnet, embedded_default())
+    fn new(v6: bool) -> Self {
+        Self::with_description(v6, embedded_default())
     }
 
-    fn with_description(v6: bool, subnet: u8, description: RssDescription) -> Self {
-        Self::with_options(v6, subnet, description, PORT_RANGE, |opts| opts)
+    fn with_description(v6: bool, description: RssDescription) -> Self {
+        Self::with_options(v6, description, PORT_RANGE, |opts, _| opts)
     }
 
     /// A lab whose agent takes `range` and whatever `more` adds.
     fn with_options(
         v6: bool,
-        subnet: u8,
         description: RssDescription,
         range: &str,
-        more: impl FnOnce(SenderOpts) -> SenderOpts,
+        more: impl FnOnce(SenderOpts, &TwoHosts) -> SenderOpts,
     ) -> Self {
-        let hosts = TwoHosts::pair(subnet).expect("two namespaces joined by a veth");
-        let receiver = hosts.receiver_end.ip(v6).to_string();
-        let opts = SenderOpts::new(built_binary("srap-agent"))
-            .rss(description.clone())
-            .args(["--receiver", &receiver])
-            .port_range(range);
+        let pair = SenderPair::new(VethConfig::default(), |hosts, _| {
+            let receiver = hosts.receiver_end.ip(v6).to_string();
+            let opts = SenderOpts::new(built_binary("srap-agent"))
+                .rss(description.clone())
+                .args(["--receiver", &receiver])
+                .port_range(range);
+            Ok(more(opts, hosts))
+        })
+        .expect("two namespaces joined by a veth, a sender agent");
         Self {
-            agent: SenderAgent::new(&hosts.sender, more(opts)).expect("a sender agent"),
+            pair,
             model: RssModel::from_description(&description).expect("model"),
             v6,
             port_range: range.to_owned(),
-            hosts,
         }
     }
 
@@ -166,12 +182,7 @@ impl Lab {
 
     /// Sets a sysctl in the sender's namespace (`net.ipv4.tcp_tw_reuse`, …).
     fn sender_sysctl(&self, name: &str, value: &str) {
-        let out = self
-            .hosts
-            .sender
-            .exec("sysctl", ["-qw", &format!("{name}={value}")])
-            .expect("sysctl");
-        assert!(out.status.success(), "sysctl {name}={value}: {out:?}");
+        self.pair.sender_sysctl(name, value).expect("sysctl");
     }
 
     fn reserved_ports(&self) -> String {
@@ -216,8 +227,8 @@ fn assert_distinct_cpus(lab: &Lab, ports: &[u16]) {
 // ---------------------------------------------------------------------------
 // The tests.
 
-fn sixteen_distinct(v6: bool, subnet: u8) {
-    let lab = Lab::new(v6, subnet);
+fn sixteen_distinct(v6: bool) {
+    let lab = Lab::new(v6);
     sixteen_distinct_toward(&lab, lab.server_addr());
 }
 
@@ -253,7 +264,7 @@ fn sixteen_flows_land_on_sixteen_cpus() {
     if !privileged("binder: 16 flows on 16 CPUs") {
         return;
     }
-    sixteen_distinct(false, 31);
+    sixteen_distinct(false);
 }
 
 #[test]
@@ -262,7 +273,7 @@ fn ipv6_sixteen_flows_land_on_sixteen_cpus() {
     if !privileged("binder: IPv6, 16 flows on 16 CPUs") {
         return;
     }
-    sixteen_distinct(true, 32);
+    sixteen_distinct(true);
 }
 
 /// A dual-stack `AF_INET6` socket connecting to an IPv4 receiver as
@@ -275,7 +286,7 @@ fn dual_stack_sockets_to_an_ipv4_receiver_are_steered() {
     if !privileged("binder: dual-stack sockets to an IPv4 receiver") {
         return;
     }
-    let lab = Lab::new(false, 46);
+    let lab = Lab::new(false);
     let IpAddr::V4(receiver) = lab.receiver_ip() else {
         panic!("an IPv4 lab");
     };
@@ -295,7 +306,7 @@ fn sixty_four_concurrent_connects_take_distinct_cpus() {
     let mut description = embedded_default();
     description.indir = (0..128).map(|i| i % 64).collect();
     description.queue_cpu = Some((0..64).collect());
-    let lab = Lab::with_description(false, 47, description);
+    let lab = Lab::with_description(false, description);
     lab.attach_once();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -329,7 +340,7 @@ fn a_512_cpu_receiver_gets_a_flow_on_every_cpu() {
     let mut description = embedded_default();
     description.indir = (0..1024).map(|i| i % 512).collect();
     description.queue_cpu = Some((0..512).collect());
-    let lab = Lab::with_description(false, 59, description);
+    let lab = Lab::with_description(false, description);
     lab.attach_once();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -358,7 +369,7 @@ fn forty_flows_spread_within_one() {
     if !privileged("binder: 40 flows spread evenly") {
         return;
     }
-    let lab = Lab::new(false, 33);
+    let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -379,7 +390,7 @@ fn closed_flows_free_their_cpus() {
     if !privileged("binder: close 8, open 8") {
         return;
     }
-    let lab = Lab::new(false, 34);
+    let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -413,7 +424,7 @@ fn a_fresh_binder_starts_its_rotations_at_random_turns() {
     if !privileged("binder: random rotation starts") {
         return;
     }
-    let lab = Lab::new(false, 99);
+    let lab = Lab::new(false);
     let mut runs = Vec::new();
     for _ in 0..2 {
         lab.attach_once();
@@ -438,7 +449,7 @@ fn a_held_port_is_skipped() {
     if !privileged("binder: a port held by another socket") {
         return;
     }
-    let lab = Lab::new(false, 35);
+    let lab = Lab::new(false);
     lab.attach_once();
     // The hook's first choice on a fresh binder: slot 0, at the turn its
     // rotation starts (a random one).
@@ -477,7 +488,7 @@ fn app_bound_socket_keeps_its_port() {
     if !privileged("binder: an application-bound socket") {
         return;
     }
-    let lab = Lab::new(false, 36);
+    let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -497,7 +508,7 @@ fn killed_agent_keeps_steering_and_is_adopted() {
     if !privileged("binder: kill -9 of the agent") {
         return;
     }
-    let mut lab = Lab::new(false, 37);
+    let mut lab = Lab::new(false);
     let line = lab.start_agent();
     assert!(line.contains("(attached)"), "{line}");
     lab.kill_agent();
@@ -521,7 +532,7 @@ fn detach_leaves_nothing_behind() {
     if !privileged("binder: detach") {
         return;
     }
-    let lab = Lab::new(false, 38);
+    let lab = Lab::new(false);
     let before = lab.reserved_ports();
     lab.attach_once();
     assert_eq!(lab.reserved_ports(), before, "SRAP reserves no port");
@@ -553,17 +564,16 @@ fn detach_leaves_nothing_behind() {
     // No SRAP program left attached: the links the agent pinned and their
     // programs are gone from the kernel's lists (freeing is deferred a
     // little after the last pin goes: wait for it, bounded).
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    let gone = poll_until(Duration::from_secs(5), Duration::from_millis(50), || {
         let left = still_loaded(&attached);
         if left.is_empty() {
-            break;
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(left)
         }
-        assert!(
-            Instant::now() < deadline,
-            "links or programs still loaded after detach: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+    });
+    if let Err(left) = gone {
+        panic!("links or programs still loaded after detach: {left:?}");
     }
 }
 
@@ -609,7 +619,7 @@ fn agent_mounts_bpffs_when_none_is_mounted() {
     if !privileged("binder: bpffs mount") {
         return;
     }
-    let lab = Lab::new(false, 41);
+    let lab = Lab::new(false);
     let before = lab.reserved_ports();
     let script = r#"
         while umount /sys/fs/bpf 2>/dev/null; do :; done
@@ -652,7 +662,7 @@ fn process_outside_the_cgroup_is_untouched() {
     if !privileged("binder: a process outside the cgroup") {
         return;
     }
-    let lab = Lab::new(false, 39);
+    let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();
     let mut workload = lab.workload(false);
@@ -669,7 +679,7 @@ fn iperf3_parallel_streams_land_on_distinct_cpus() {
     if !privileged("binder: iperf3 -P 16") || !iperf3_installed() {
         return;
     }
-    let lab = Lab::new(false, 40);
+    let lab = Lab::new(false);
     lab.attach_once();
     let ports = iperf3_stream_ports(&lab, &["-P", "16"]);
     assert_eq!(ports.len(), 16);
@@ -685,7 +695,7 @@ fn iperf3_bind_address_is_counted_as_port_at_bind() {
     if !privileged("binder: iperf3 -B") || !iperf3_installed() {
         return;
     }
-    let lab = Lab::new(false, 58);
+    let lab = Lab::new(false);
     lab.attach_once();
     let sender = lab.sender_ip().to_string();
     let ports = iperf3_stream_ports(&lab, &["-B", &sender, "-P", "4"]);

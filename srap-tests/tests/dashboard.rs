@@ -20,9 +20,9 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::SocketAddr,
+    ops::ControlFlow,
     path::Path,
     process::{Command, Stdio},
-    thread,
     time::{Duration, Instant},
 };
 
@@ -33,7 +33,7 @@ use srap_lab::{
     workload::{ChildGuard, iperf3_server},
 };
 use srap_status::{FlowRow, Status, control::request_status};
-use srap_tests::{built_binary, require_privileged, unique_name};
+use srap_tests::{built_binary, harness::poll_until, require_privileged, unique_name};
 
 const PORT: u16 = 5321;
 const FLOWS: usize = 16;
@@ -93,19 +93,20 @@ impl Tmux {
         what: &str,
         ready: impl Fn(&[String]) -> bool,
     ) -> Vec<String> {
-        let deadline = Instant::now() + WAIT;
-        loop {
+        poll_until(WAIT, Duration::from_millis(100), || {
             let screen = self.screen(name);
             if ready(&screen) {
-                return screen;
+                ControlFlow::Break(screen)
+            } else {
+                ControlFlow::Continue(screen)
             }
-            assert!(
-                Instant::now() < deadline,
+        })
+        .unwrap_or_else(|screen| {
+            panic!(
                 "{name}: {what} not seen within {WAIT:?}:\n{}",
                 screen.join("\n")
-            );
-            thread::sleep(Duration::from_millis(100));
-        }
+            )
+        })
     }
 }
 
@@ -284,8 +285,7 @@ fn keep(what: &str, name: &str, screen: &[String]) {
 
 /// The steered workload's data flows as the agent sees them.
 fn data_flows(control: &Path) -> Status {
-    let deadline = Instant::now() + WAIT;
-    loop {
+    poll_until(WAIT, Duration::from_millis(200), || {
         let (status, _) = request_status(control).expect("the receiver agent's status");
         let data = status
             .flows
@@ -293,14 +293,12 @@ fn data_flows(control: &Path) -> Status {
             .filter(|f| f.dst.port() == PORT && f.bytes > 1 << 20 && f.gbps > 0.0)
             .count();
         if data == FLOWS {
-            return status;
+            ControlFlow::Break(status)
+        } else {
+            ControlFlow::Continue((data, status))
         }
-        assert!(
-            Instant::now() < deadline,
-            "{data} of {FLOWS} data flows active: {status:#?}"
-        );
-        thread::sleep(Duration::from_millis(200));
-    }
+    })
+    .unwrap_or_else(|(data, status)| panic!("{data} of {FLOWS} data flows active: {status:#?}"))
 }
 
 #[test]

@@ -9,7 +9,7 @@
 use std::{
     collections::BTreeSet,
     net::{IpAddr, SocketAddr},
-    path::PathBuf,
+    ops::ControlFlow,
     time::{Duration, Instant},
 };
 
@@ -23,7 +23,10 @@ use srap_status::{SenderStatus, sender::LocalRow};
 use srap_tests::{
     TwoHosts, VethConfig, built_binary,
     flows::Server,
-    harness::{Listener, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings},
+    harness::{
+        Listener, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, SenderPair, TempDir,
+        landings, poll_until,
+    },
     require_privileged,
     workload::Workload,
 };
@@ -51,77 +54,85 @@ const KEY: &str = "3c:3c:a1:59:07:ee:12:40:88:7d:d0:2b:61:f3:9a:c4:25:5e:b0:13:\
 const OTHER_KEY: &str = "6d:5a:56:da:25:5b:0e:c2:41:67:25:3d:43:a3:8f:b0:d0:ca:2b:cb:\
                          ae:7b:30:b4:77:cb:2d:a3:80:30:f2:0c:6a:42:b7:3b:be:ac:01:fa";
 
-/// Field order is drop order: the agent and the emulators before the
-/// namespaces.
+/// The harness's two hosts with a sender agent ([`SenderPair`], reached
+/// through `Deref`: `lab.agent`, `lab.hosts`) and the NICs emulated on the
+/// veth. Field order is drop order: the emulators before the namespaces.
 struct Lab {
-    agent: SenderAgent,
     emulator: Option<Emulator>,
     /// With both ends: the receiver's NIC on the sender's veth egress.
     _receiver_nic: Option<Emulator>,
-    hosts: TwoHosts,
-    dir: PathBuf,
+    pair: SenderPair,
+}
+
+impl std::ops::Deref for Lab {
+    type Target = SenderPair;
+
+    fn deref(&self) -> &SenderPair {
+        &self.pair
+    }
+}
+
+impl std::ops::DerefMut for Lab {
+    fn deref_mut(&mut self) -> &mut SenderPair {
+        &mut self.pair
+    }
 }
 
 impl Lab {
     /// Two hosts on a 16-queue veth; the emulator on the receiver's end
     /// makes the sender's queues follow `truth_key`; the sender agent plans
     /// with `described_key` (`--steer local --local-rss`).
-    fn new(subnet: u8, truth_key: &str, described_key: &str, v6: bool) -> Self {
-        Self::steering(subnet, truth_key, described_key, v6, false)
+    fn new(truth_key: &str, described_key: &str, v6: bool) -> Self {
+        Self::steering(truth_key, described_key, v6, false)
     }
 
     /// [`Lab::new`]; with `both`, the receiver's NIC (the embedded 32-queue
     /// description) emulated on the sender's veth too and the agent given
     /// it (`--steer both --rss`).
-    fn steering(subnet: u8, truth_key: &str, described_key: &str, v6: bool, both: bool) -> Self {
-        Self::with_ports(subnet, (truth_key, described_key), v6, both, None)
+    fn steering(truth_key: &str, described_key: &str, v6: bool, both: bool) -> Self {
+        Self::with_ports((truth_key, described_key), v6, both, None)
     }
 
     /// [`Lab::steering`], the agent choosing ports from `port_range` (its
     /// harness default, 32768-60999, when `None`).
     fn with_ports(
-        subnet: u8,
         (truth_key, described_key): (&str, &str),
         v6: bool,
         both: bool,
         port_range: Option<&str>,
     ) -> Self {
-        let hosts = TwoHosts::new(VethConfig {
+        let shape = VethConfig {
             tx_queues: VETH_QUEUES,
             rx_queues: VETH_QUEUES,
-            subnet,
+            ..VethConfig::default()
+        };
+        let pair = SenderPair::new(shape, |hosts, files| {
+            let file = files.write("local-rss.json", sender_nic(described_key).to_json_pretty())?;
+            let receiver = hosts.receiver_end.ip(v6).to_string();
+            let mut opts = SenderOpts::new(built_binary("srap-agent"))
+                .arg("--steer")
+                .arg(if both { "both" } else { "local" })
+                .arg("--local-rss")
+                .arg(&file)
+                .args(["--receiver", &receiver, "--port", &DPORT.to_string()]);
+            if let Some(range) = port_range {
+                opts = opts.port_range(range);
+            }
+            if both {
+                opts = opts.rss(embedded_default());
+            }
+            Ok(opts)
         })
-        .expect("two namespaces joined by a multi-queue veth");
-        let dir = std::env::temp_dir().join(srap_tests::unique_name("-dirs"));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let file = dir.join("local-rss.json");
-        std::fs::write(&file, sender_nic(described_key).to_json_pretty()).expect("write");
-        let receiver = hosts.receiver_end.ip(v6).to_string();
-        let mut opts = SenderOpts::new(built_binary("srap-agent"))
-            .arg("--steer")
-            .arg(if both { "both" } else { "local" })
-            .arg("--local-rss")
-            .arg(&file)
-            .args(["--receiver", &receiver, "--port", &DPORT.to_string()]);
-        if let Some(range) = port_range {
-            opts = opts.port_range(range);
-        }
+        .expect("two namespaces joined by a multi-queue veth, a sender agent");
         let receiver_nic = both.then(|| {
-            opts = opts.clone().rss(embedded_default());
             let model = RssModel::from_description(&embedded_default()).expect("model");
-            hosts
-                .sender
-                .run(|| Emulator::attach(&hosts.sender_end.ifname, &model, VETH_QUEUES))
-                .expect("enter the sender's namespace")
+            pair.emulate_receiver_nic(&model)
                 .expect("the receiver's NIC emulated on the sender's egress")
         });
-        let agent = SenderAgent::new(&hosts.sender, opts).expect("a sender agent");
         let mut lab = Self {
-            agent,
             emulator: None,
             _receiver_nic: receiver_nic,
-            hosts,
-            dir,
+            pair,
         };
         lab.emulate(truth_key);
         lab
@@ -132,22 +143,14 @@ impl Lab {
         self.emulator = None;
         let model = RssModel::from_description(&sender_nic(key)).expect("model");
         let emulator = self
-            .hosts
-            .receiver
-            .run(|| Emulator::attach(&self.hosts.receiver_end.ifname, &model, VETH_QUEUES))
-            .expect("enter the receiver's namespace")
+            .pair
+            .emulate_sender_nic(&model)
             .expect("the emulator on the receiver's egress");
         self.emulator = Some(emulator);
     }
 
     fn server(&self, v6: bool) -> SocketAddr {
         self.hosts.receiver_addr(DPORT, v6)
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -172,8 +175,8 @@ fn local_cpus(key: &str, clients: &[SocketAddr], server: SocketAddr) -> Vec<u32>
         .collect()
 }
 
-fn sixteen_on_sixteen_local_cpus(subnet: u8, v6: bool) {
-    let mut lab = Lab::new(subnet, KEY, KEY, v6);
+fn sixteen_on_sixteen_local_cpus(v6: bool) {
+    let mut lab = Lab::new(KEY, KEY, v6);
     lab.agent.launch().expect("steering active");
     let server = lab.server(v6);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
@@ -205,7 +208,7 @@ fn local_steering_puts_sixteen_flows_on_sixteen_local_cpus() {
     if !require_privileged("--steer local") {
         return;
     }
-    sixteen_on_sixteen_local_cpus(141, false);
+    sixteen_on_sixteen_local_cpus(false);
 }
 
 #[test]
@@ -214,24 +217,25 @@ fn local_steering_over_ipv6() {
     if !require_privileged("--steer local over IPv6") {
         return;
     }
-    sixteen_on_sixteen_local_cpus(142, true);
+    sixteen_on_sixteen_local_cpus(true);
 }
 
 /// The sender's status once its socket hook has seen `n` open flows.
 fn wait_for_flows(agent: &SenderAgent, n: usize) -> SenderStatus {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
+    poll_until(TIMEOUT, Duration::from_millis(200), || {
         let status = agent.status().expect("the sender's status");
         if status.flows.len() >= n {
-            return status;
+            ControlFlow::Break(status)
+        } else {
+            ControlFlow::Continue(status)
         }
-        assert!(
-            Instant::now() < deadline,
+    })
+    .unwrap_or_else(|status| {
+        panic!(
             "the sender's status shows {} flows, not {n}: {status:?}",
             status.flows.len()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        )
+    })
 }
 
 /// The sender's NIC hashes with another key than the sender describes:
@@ -244,7 +248,7 @@ fn contradicting_landings_pause_local_steering_until_they_agree() {
     if !require_privileged("the local closed loop") {
         return;
     }
-    let mut lab = Lab::new(143, OTHER_KEY, KEY, false);
+    let mut lab = Lab::new(OTHER_KEY, KEY, false);
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
@@ -311,7 +315,7 @@ fn a_key_the_nic_does_not_use_is_learned_and_local_steering_resumes() {
     }
     // Planned ports below the kernel's (as in the lab): with both halves
     // of the port space landed, every bit planning needs is learned.
-    let mut lab = Lab::with_ports(151, (OTHER_KEY, KEY), false, false, Some("10000-32767"));
+    let mut lab = Lab::with_ports((OTHER_KEY, KEY), false, false, Some("10000-32767"));
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
@@ -414,7 +418,7 @@ fn a_key_learned_in_the_kernels_port_range_is_complete_for_it() {
     if !require_privileged("the sender learning its own NIC's key in its range") {
         return;
     }
-    let mut lab = Lab::with_ports(152, (OTHER_KEY, KEY), false, false, None);
+    let mut lab = Lab::with_ports((OTHER_KEY, KEY), false, false, None);
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
@@ -452,7 +456,7 @@ fn both_ends_put_sixteen_flows_on_sixteen_cpus_of_each_host() {
     if !require_privileged("--steer both") {
         return;
     }
-    let mut lab = Lab::steering(145, KEY, KEY, false, true);
+    let mut lab = Lab::steering(KEY, KEY, false, true);
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
@@ -496,21 +500,20 @@ fn both_ends_give_each_of_600_connects_in_a_row_a_port_of_its_own() {
     if !require_privileged("--steer both, 600 connects one at a time") {
         return;
     }
-    let (_lab, _, stats) = objects_one_after_another(152, 6, 100);
+    let (_lab, _, stats) = objects_one_after_another(6, 100);
     assert_eq!(stats.get(outcome::RETRIED), 0, "{stats}");
 }
 
 /// `batches` × `each` objects one after another under `--steer both` on
-/// `subnet`, each left open by the server (in batches the listen backlog
+/// a subnet of their own, each left open by the server (in batches the listen backlog
 /// holds), so every port stays taken (FIN_WAIT2) for the rest of the test;
 /// every one placed from the joint map on a port of its own. The lab, the
 /// clients the server accepted and the binder's counters.
 fn objects_one_after_another(
-    subnet: u8,
     batches: usize,
     each: usize,
 ) -> (Modes, Vec<SocketAddr>, srap_daemon::sender::BinderStats) {
-    let lab = Modes::new(subnet, true, embedded_default(), sender_nic(KEY));
+    let lab = Modes::new(true, embedded_default(), sender_nic(KEY));
     let server = lab.hosts.receiver_addr(DPORT, false);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
     let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
@@ -542,7 +545,7 @@ fn both_ends_pair_every_receiver_cpu_with_more_than_one_cpu_of_this_host() {
     if !require_privileged("--steer both, 2 048 connects one at a time") {
         return;
     }
-    let (lab, clients, _) = objects_one_after_another(153, 16, 128);
+    let (lab, clients, _) = objects_one_after_another(16, 128);
     let server = lab.hosts.receiver_addr(DPORT, false);
     let pairs: BTreeSet<(u32, u32)> = clients
         .iter()
@@ -572,58 +575,49 @@ fn both_ends_pair_every_receiver_cpu_with_more_than_one_cpu_of_this_host() {
 /// An agent set up with `--once` for `steer` (`local` or `both`), this
 /// host's NIC `local`, the receiver's NIC `remote` (with `both`).
 struct Modes {
-    agent: SenderAgent,
-    hosts: TwoHosts,
-    dir: PathBuf,
+    pair: SenderPair,
     local: RssModel,
     remote: RssModel,
     both: bool,
 }
 
 impl Modes {
-    fn new(subnet: u8, both: bool, remote: RssDescription, local: RssDescription) -> Self {
-        Self::with_args(subnet, both, remote, local, &[])
+    fn new(both: bool, remote: RssDescription, local: RssDescription) -> Self {
+        Self::with_args(both, remote, local, &[])
     }
 
     fn with_args(
-        subnet: u8,
         both: bool,
         remote: RssDescription,
         local: RssDescription,
         extra: &[&str],
     ) -> Self {
-        let hosts = TwoHosts::pair(subnet).expect("two namespaces");
-        // A second address an application may bind: planned from the start.
-        let second = format!("{}/24", Modes::second_address(subnet));
-        let added = hosts
-            .sender
-            .exec(
+        let pair = SenderPair::new(VethConfig::default(), |hosts, files| {
+            // A second address an application may bind: planned from the start.
+            let second = format!("{}/24", Modes::second_address(hosts));
+            let added = hosts.sender.exec(
                 "ip",
                 ["addr", "add", &second, "dev", &hosts.sender_end.ifname],
-            )
-            .expect("ip addr add");
-        assert!(added.status.success(), "{added:?}");
-        let dir = std::env::temp_dir().join(srap_tests::unique_name("-modes"));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let file = dir.join("local-rss.json");
-        std::fs::write(&file, local.to_json_pretty()).expect("write");
-        let receiver = hosts.receiver_end.ip(false).to_string();
-        let mut opts = SenderOpts::new(built_binary("srap-agent"))
-            .arg("--steer")
-            .arg(if both { "both" } else { "local" })
-            .arg("--local-rss")
-            .arg(&file)
-            .args(["--receiver", &receiver])
-            .args(extra.iter().copied());
-        if both {
-            opts = opts.rss(remote.clone());
-        }
-        let agent = SenderAgent::new(&hosts.sender, opts).expect("a sender agent");
-        agent.once().expect("srap-agent sender --once");
+            )?;
+            assert!(added.status.success(), "{added:?}");
+            let file = files.write("local-rss.json", local.to_json_pretty())?;
+            let receiver = hosts.receiver_end.ip(false).to_string();
+            let mut opts = SenderOpts::new(built_binary("srap-agent"))
+                .arg("--steer")
+                .arg(if both { "both" } else { "local" })
+                .arg("--local-rss")
+                .arg(&file)
+                .args(["--receiver", &receiver])
+                .args(extra.iter().copied());
+            if both {
+                opts = opts.rss(remote.clone());
+            }
+            Ok(opts)
+        })
+        .expect("two namespaces, a sender agent");
+        pair.agent.once().expect("srap-agent sender --once");
         Self {
-            agent,
-            hosts,
-            dir,
+            pair,
             local: RssModel::from_description(&local)
                 .expect("model")
                 .facing(End::Local),
@@ -632,8 +626,9 @@ impl Modes {
         }
     }
 
-    fn second_address(subnet: u8) -> IpAddr {
-        IpAddr::V4(std::net::Ipv4Addr::new(10, 199, subnet, 11))
+    /// Host .11 of the sender's subnet.
+    fn second_address(hosts: &TwoHosts) -> IpAddr {
+        IpAddr::V4(hosts.subnet().ipv4(11))
     }
 
     /// Asserts `clients` (toward `server`) are on distinct CPUs of this
@@ -668,9 +663,11 @@ impl Modes {
     }
 }
 
-impl Drop for Modes {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+impl std::ops::Deref for Modes {
+    type Target = SenderPair;
+
+    fn deref(&self) -> &SenderPair {
+        &self.pair
     }
 }
 
@@ -682,8 +679,8 @@ fn dual_stack_and_concurrent_connects_in_every_mode() {
     if !require_privileged("dual-stack and concurrent connects, --steer local|both") {
         return;
     }
-    for (both, subnet) in [(false, 146u8), (true, 147)] {
-        let lab = Modes::new(subnet, both, embedded_default(), sender_nic(KEY));
+    for both in [false, true] {
+        let lab = Modes::new(both, embedded_default(), sender_nic(KEY));
         let IpAddr::V4(receiver) = lab.hosts.receiver_end.ip(false) else {
             panic!("an IPv4 receiver");
         };
@@ -701,7 +698,7 @@ fn dual_stack_and_concurrent_connects_in_every_mode() {
         workload.finish();
         burst.finish();
         // The application's own address (IP_BIND_ADDRESS_NO_PORT), kept.
-        let bound = Modes::second_address(subnet);
+        let bound = Modes::second_address(&lab.hosts);
         let script =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/connect.py");
         let client = srap_tests::harness::srap_exec(
@@ -749,11 +746,11 @@ fn five_hundred_and_twelve_cpus_in_every_mode() {
         key: KEY.into(),
         ..wide.clone()
     };
-    for (both, subnet, remote, local) in [
-        (false, 148u8, embedded_default(), local_wide),
-        (true, 149, wide, sender_nic(KEY)),
+    for (both, remote, local) in [
+        (false, embedded_default(), local_wide),
+        (true, wide, sender_nic(KEY)),
     ] {
-        let lab = Modes::new(subnet, both, remote, local);
+        let lab = Modes::new(both, remote, local);
         let server = lab.hosts.receiver_addr(DPORT, false);
         let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
         let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
@@ -796,7 +793,6 @@ fn local_cpus_restrict_this_hosts_cpus() {
         return;
     }
     let lab = Modes::with_args(
-        150,
         false,
         embedded_default(),
         sender_nic(KEY),
@@ -844,11 +840,11 @@ fn sender_status_json(agent: &SenderAgent) -> Option<srap_status::SenderStatus> 
 /// is the CPU the receiver's model computes for the tuple the server
 /// accepted (the receiver's own view, not the sender's plan); planned and
 /// seen agree.
-fn receiver_cpu_seen_in_the_senders_status(subnet: u8, both: bool) {
+fn receiver_cpu_seen_in_the_senders_status(both: bool) {
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: VETH_QUEUES,
         rx_queues: VETH_QUEUES,
-        subnet,
+        ..VethConfig::default()
     })
     .expect("two namespaces joined by a multi-queue veth");
     let remote = RssModel::from_description(&embedded_default()).expect("model");
@@ -857,10 +853,10 @@ fn receiver_cpu_seen_in_the_senders_status(subnet: u8, both: bool) {
         .run(|| Emulator::attach(&hosts.sender_end.ifname, &remote, VETH_QUEUES))
         .expect("enter the sender's namespace")
         .expect("the receiver's NIC emulated on the sender's egress");
-    let dir = std::env::temp_dir().join(srap_tests::unique_name("-seen"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let local_rss = dir.join("local-rss.json");
-    std::fs::write(&local_rss, sender_nic(KEY).to_json_pretty()).expect("write");
+    let dir = TempDir::new("seen").expect("temp dir");
+    let local_rss = dir
+        .write("local-rss.json", sender_nic(KEY).to_json_pretty())
+        .expect("write");
     let _sender_nic = both.then(|| {
         let model = RssModel::from_description(&sender_nic(KEY)).expect("model");
         hosts
@@ -898,8 +894,7 @@ fn receiver_cpu_seen_in_the_senders_status(subnet: u8, both: bool) {
 
     // The receiver's verifier lists a flow while packets come: the server
     // writes a byte now and then, and the client's ACKs keep it active.
-    let deadline = Instant::now() + TIMEOUT;
-    let status = loop {
+    let status = poll_until(TIMEOUT, Duration::from_millis(300), || {
         for (stream, _) in listener.accepted() {
             let _ = std::io::Write::write_all(stream, b".");
         }
@@ -911,16 +906,17 @@ fn receiver_cpu_seen_in_the_senders_status(subnet: u8, both: bool) {
                     .any(|f| f.src == Some(*a) && f.receiver_cpu_seen.is_some())
             })
         });
-        if all_seen {
-            break status.expect("a status");
+        match status {
+            Some(status) if all_seen => ControlFlow::Break(status),
+            status => ControlFlow::Continue(status),
         }
-        assert!(
-            Instant::now() < deadline,
+    })
+    .unwrap_or_else(|status| {
+        panic!(
             "not every flow's receiver CPU seen within {TIMEOUT:?}: {status:#?}\n{}",
             sender.log().text()
-        );
-        std::thread::sleep(Duration::from_millis(300));
-    };
+        )
+    });
     for (client, landing) in accepted.iter().zip(&truth) {
         let flow = status
             .flows
@@ -934,7 +930,6 @@ fn receiver_cpu_seen_in_the_senders_status(subnet: u8, both: bool) {
         assert_eq!(flow.receiver_seen_unknown, None, "{flow:?}");
     }
     workload.finish();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -943,7 +938,7 @@ fn the_receiver_cpu_seen_under_steer_remote() {
     if !require_privileged("the receiver CPU seen, --steer remote") {
         return;
     }
-    receiver_cpu_seen_in_the_senders_status(171, false);
+    receiver_cpu_seen_in_the_senders_status(false);
 }
 
 #[test]
@@ -952,7 +947,7 @@ fn the_receiver_cpu_seen_under_steer_both() {
     if !require_privileged("the receiver CPU seen, --steer both") {
         return;
     }
-    receiver_cpu_seen_in_the_senders_status(172, true);
+    receiver_cpu_seen_in_the_senders_status(true);
 }
 
 /// `--steer both`: every steered socket holds a receiver slot and a slot
@@ -966,20 +961,21 @@ fn both_ends_leave_the_occupancy_audit_nothing_to_repair() {
     if !require_privileged("--steer both: occupancy audit") {
         return;
     }
-    let mut lab = Lab::steering(154, KEY, KEY, false, true);
+    let mut lab = Lab::steering(KEY, KEY, false, true);
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
     let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
     let audits = |n: u64| {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
+        poll_until(TIMEOUT, Duration::from_millis(100), || {
             let audit = lab.agent.status().expect("status").occupancy;
-            if audit.audits >= n || Instant::now() > deadline {
-                return audit;
+            if audit.audits >= n {
+                ControlFlow::Break(audit)
+            } else {
+                ControlFlow::Continue(audit)
             }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        })
+        .unwrap_or_else(|audit| audit)
     };
     for _ in 0..3 {
         workload.open(16);

@@ -48,7 +48,7 @@ fn veth_and_lo_have_no_rss_and_say_so() {
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: 4,
         rx_queues: 4,
-        subnet: 41,
+        ..VethConfig::default()
     })
     .expect("two namespaces joined by a veth");
     let ns = hosts.receiver.name();
@@ -69,11 +69,7 @@ fn a_missing_interface_is_named() {
     if !require_privileged("srap rss show on a missing interface") {
         return;
     }
-    let hosts = TwoHosts::new(VethConfig {
-        subnet: 42,
-        ..VethConfig::default()
-    })
-    .expect("two namespaces joined by a veth");
+    let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
     // The sender's end exists, but not in the receiver's namespace.
     let output = srap_in(
         hosts.receiver.name(),

@@ -7,8 +7,9 @@
 use std::{
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
+    ops::ControlFlow,
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use srap_common::{
@@ -17,7 +18,7 @@ use srap_common::{
 };
 use srap_daemon::verifier::{HookChoice, Verifier};
 use srap_lab::emulator::Emulator;
-use srap_tests::{TwoHosts, VethConfig, require_privileged};
+use srap_tests::{TwoHosts, VethConfig, harness::poll_until, require_privileged};
 
 const QUEUES: u32 = 8;
 const FLOWS: usize = 24;
@@ -50,35 +51,36 @@ fn connect_all(server: SocketAddr) -> Vec<SocketAddr> {
 /// Server side: accept `FLOWS` connections (bounded wait), read each to EOF.
 fn accept_all(listener: &TcpListener) {
     listener.set_nonblocking(true).expect("nonblocking");
-    let deadline = Instant::now() + TIMEOUT;
     let mut accepted = 0;
-    while accepted < FLOWS {
-        match listener.accept() {
-            Ok((mut stream, _)) => {
-                stream.set_nonblocking(false).expect("blocking");
-                stream.set_read_timeout(Some(TIMEOUT)).expect("timeout");
-                let mut sink = Vec::new();
-                let _ = stream.read_to_end(&mut sink);
-                accepted += 1;
+    let all = poll_until(TIMEOUT, Duration::from_millis(5), || {
+        while accepted < FLOWS {
+            match listener.accept() {
+                Ok((mut stream, _)) => {
+                    stream.set_nonblocking(false).expect("blocking");
+                    stream.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+                    let mut sink = Vec::new();
+                    let _ = stream.read_to_end(&mut sink);
+                    accepted += 1;
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                    return ControlFlow::Continue(accepted);
+                }
+                Err(err) => panic!("accept: {err}"),
             }
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                assert!(
-                    Instant::now() < deadline,
-                    "only {accepted} of {FLOWS} connections"
-                );
-                thread::sleep(Duration::from_millis(5));
-            }
-            Err(err) => panic!("accept: {err}"),
         }
+        ControlFlow::Break(())
+    });
+    if let Err(accepted) = all {
+        panic!("only {accepted} of {FLOWS} connections");
     }
 }
 
-fn flows_land_where_the_model_says(hook: HookChoice, v6: bool, subnet: u8) {
+fn flows_land_where_the_model_says(hook: HookChoice, v6: bool) {
     let model = eight_queue_nic();
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: QUEUES,
         rx_queues: QUEUES,
-        subnet,
+        ..VethConfig::default()
     })
     .expect("two namespaces joined by a veth");
     let server = SocketAddr::new(hosts.receiver_end.ip(v6), PORT);
@@ -151,7 +153,7 @@ fn ipv4_flows_arrive_on_the_predicted_queue() {
     if !require_privileged("ipv4_flows_arrive_on_the_predicted_queue") {
         return;
     }
-    flows_land_where_the_model_says(HookChoice::Xdp, false, 31);
+    flows_land_where_the_model_says(HookChoice::Xdp, false);
 }
 
 #[test]
@@ -160,7 +162,7 @@ fn ipv6_flows_arrive_on_the_predicted_queue() {
     if !require_privileged("ipv6_flows_arrive_on_the_predicted_queue") {
         return;
     }
-    flows_land_where_the_model_says(HookChoice::Xdp, true, 32);
+    flows_land_where_the_model_says(HookChoice::Xdp, true);
 }
 
 /// The default hook (tc ingress) reads veth's queue from the skb, where it
@@ -171,7 +173,7 @@ fn tc_verifier_sees_the_predicted_queue_on_veth() {
     if !require_privileged("tc_verifier_sees_the_predicted_queue_on_veth") {
         return;
     }
-    flows_land_where_the_model_says(HookChoice::Auto, false, 30);
+    flows_land_where_the_model_says(HookChoice::Auto, false);
 }
 
 #[test]

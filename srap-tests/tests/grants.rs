@@ -19,8 +19,6 @@ use srap_tests::{
     require_privileged,
 };
 
-const SUBNET: u8 = 66;
-const GREEDY_SUBNET: u8 = 68;
 /// The receiver agent's port in the cluster.
 const PEER_PORT: u16 = 7447;
 const FLOWS: usize = 5;
@@ -45,7 +43,7 @@ fn three_senders_land_on_fifteen_cpus_and_a_fourth_stays_balanced() {
     if !require_privileged("grants across sender namespaces") {
         return;
     }
-    let mut cluster = Cluster::new(SUBNET);
+    let mut cluster = Cluster::new();
     for _ in 0..3 {
         cluster.add_sender();
     }
@@ -154,7 +152,7 @@ fn a_greedy_sender_leaves_two_honest_ones_their_fair_share() {
     if !require_privileged("a greedy sender beside two honest ones") {
         return;
     }
-    let mut cluster = Cluster::new(GREEDY_SUBNET);
+    let mut cluster = Cluster::new();
     let (a, b) = (cluster.add_sender(), cluster.add_sender());
     honest_settled(&cluster, 0);
     // The baseline: one flow opened and the grants re-balanced, alone.

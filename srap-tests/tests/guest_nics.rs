@@ -85,13 +85,13 @@ fn discovery_agrees_with_ethtool_and_proc_on_igb_and_virtio() {
         return;
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    for (nic, kernel, subnet) in [
-        (GuestNic::Igb, GuestKernel::V6_1, 91u8),
-        (GuestNic::Igb, GuestKernel::V6_12, 92),
-        (GuestNic::Virtio, GuestKernel::V6_12, 93),
+    for (nic, kernel) in [
+        (GuestNic::Igb, GuestKernel::V6_1),
+        (GuestNic::Igb, GuestKernel::V6_12),
+        (GuestNic::Virtio, GuestKernel::V6_12),
     ] {
         let what = format!("{nic:?} on {kernel}");
-        let net = GuestNet::new(subnet).expect("namespace with a tap");
+        let net = GuestNet::new().expect("namespace with a tap");
         let shape = GuestShape::with_nic(nic, 4, None).expect("shape");
         let mut guest = Guest::boot(&net, &image(kernel), shape).expect("guest boots");
         guest.enable_rss().expect("RSS on");
@@ -153,9 +153,9 @@ fn discovery_agrees_with_ethtool_and_proc_on_igb_and_virtio() {
 /// on 4 distinct queues by the device's real key and table, exactly those
 /// queues busy by `ethtool -S`, and SRAP's own verifier reporting each
 /// flow on the queue the guest's counters show.
-fn steered_flows_on(nic: GuestNic, sock_diag: bool, subnet: u8) -> srap_status::Status {
+fn steered_flows_on(nic: GuestNic, sock_diag: bool) -> srap_status::Status {
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let net = GuestNet::new(subnet).expect("namespace with a tap");
+    let net = GuestNet::new().expect("namespace with a tap");
     let mut shape = GuestShape::with_nic(nic, 4, None).expect("shape");
     if !sock_diag {
         shape = shape.without_sock_diag();
@@ -231,7 +231,7 @@ fn steered_flows_land_on_distinct_igb_queues() {
     if !require_privileged("steered_flows_land_on_distinct_igb_queues") {
         return;
     }
-    let status = steered_flows_on(GuestNic::Igb, true, 94);
+    let status = steered_flows_on(GuestNic::Igb, true);
     assert!(status.verifier.limits.is_empty(), "{:?}", status.verifier);
 }
 
@@ -246,7 +246,7 @@ fn a_guest_without_tcp_diag_still_verifies_every_flow() {
     if !require_privileged("a_guest_without_tcp_diag_still_verifies_every_flow") {
         return;
     }
-    let status = steered_flows_on(GuestNic::Igb, false, 95);
+    let status = steered_flows_on(GuestNic::Igb, false);
     let limits = &status.verifier.limits;
     assert_eq!(limits.len(), 1, "{:?}", status.verifier);
     assert_eq!(limits[0].missing, "sock_diag");
@@ -284,9 +284,9 @@ fn a_hidden_or_misreported_key_is_learned_from_landings() {
 
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = image(GuestKernel::V6_12);
-    for (nic, hide_key, subnet) in [(GuestNic::Virtio, false, 96u8), (GuestNic::Igb, true, 97)] {
+    for (nic, hide_key) in [(GuestNic::Virtio, false), (GuestNic::Igb, true)] {
         let what = format!("{nic:?} on 6.12");
-        let net = GuestNet::new(subnet).expect("namespace with a tap");
+        let net = GuestNet::new().expect("namespace with a tap");
         let mut shape = GuestShape::with_nic(nic, 4, None).expect("shape");
         if hide_key {
             shape = shape.without_kernel_key();

@@ -29,7 +29,6 @@ use srap_tests::{
     workload::Workload,
 };
 
-const SUBNET: u8 = 71;
 const QUEUES: u32 = 16;
 const DPORT: u16 = 5201;
 const PEER_PORT: u16 = 7447;
@@ -93,7 +92,7 @@ fn rotating_the_key_with_flows_running_loses_no_steering() {
     if !require_privileged("key rotation with flows running") {
         return;
     }
-    let hosts = TwoHosts::pair(SUBNET).expect("two namespaces joined by a veth");
+    let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
     let dir = std::env::temp_dir();
     let name = unique_name("kr");
     let key_file = |what: &str| PathBuf::from(&dir).join(format!("srap-test-{name}-{what}"));

@@ -3,7 +3,7 @@
 //! distinct queues (judged by the verifier) while kernel-chosen ports are
 //! predicted exactly; and everything is gone afterwards.
 
-use std::path::Path;
+use std::{ops::ControlFlow, path::Path};
 
 use srap_lab::{
     Direction,
@@ -12,7 +12,7 @@ use srap_lab::{
     harness::Listener,
     topology::{LabNet, LabNetConfig, Watch},
 };
-use srap_tests::require_privileged;
+use srap_tests::{harness::poll_until, require_privileged};
 
 /// The lab tests move this process between cgroups (sockets join their
 /// creator's cgroup): one at a time.
@@ -213,7 +213,7 @@ fn assert_steered_flows_land_as_planned(
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn closed_loop_catches_a_lying_description_and_recovers() {
-    use std::time::{Duration, Instant};
+    use std::time::Duration;
 
     use srap_common::{rss::KeySource, wire::LandingVerdict};
     use srap_lab::{agents::LabAgents, topology::Watch};
@@ -229,20 +229,22 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
         LabAgents::start(&net, &srap_tests::built_binary("srap-agent"), PORT).expect("both agents");
     let truth = net.model.to_description();
     let verdict_after = |burst_ports: &mut Vec<u16>, want: LandingVerdict| -> Status {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        poll_until(Duration::from_secs(30), Duration::ZERO, || {
             burst_ports.extend(burst(&net, &agents, PORT, 6));
             let status = agents.receiver.status().expect("status");
             if status.landings.verdict == want {
-                return status;
+                ControlFlow::Break(status)
+            } else {
+                ControlFlow::Continue(status)
             }
-            assert!(
-                Instant::now() < deadline,
+        })
+        .unwrap_or_else(|status| {
+            panic!(
                 "no {want:?} verdict: {:?}; sender log:\n{}",
                 status.landings,
                 agents.sender.log().text()
-            );
-        }
+            )
+        })
     };
     let mut ports = Vec::new();
     verdict_after(&mut ports, LandingVerdict::Agreed);
@@ -294,14 +296,16 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
     agents.receiver.set_rss(&truth).expect("write the truth");
     let mut ports = Vec::new();
     verdict_after(&mut ports, LandingVerdict::Agreed);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let withdrawn = poll_until(Duration::from_secs(10), Duration::from_millis(200), || {
         let now = agents.receiver.status().expect("status").learning;
         if now.source == KeySource::Reported && now.revision > learned.learning.revision {
-            break;
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(now)
         }
-        assert!(Instant::now() < deadline, "not withdrawn: {now:?}");
-        std::thread::sleep(Duration::from_millis(200));
+    });
+    if let Err(now) = withdrawn {
+        panic!("not withdrawn: {now:?}");
     }
     let steered = burst(&net, &agents, PORT, 4);
     assert!(
@@ -369,33 +373,31 @@ fn learned_and_agreed(
     agents: &srap_lab::agents::LabAgents,
     port: u16,
 ) -> srap_status::Status {
-    use std::{
-        collections::BTreeSet,
-        time::{Duration, Instant},
-    };
+    use std::{collections::BTreeSet, time::Duration};
 
     use srap_common::{
         rss::{FlowTuple, KeySource},
         wire::LandingVerdict,
     };
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
+    let status = poll_until(Duration::from_secs(60), Duration::ZERO, || {
         let status = agents.receiver.status().expect("status");
         if status.learning.source == KeySource::Learned
             && status.landings.verdict == LandingVerdict::Agreed
         {
-            break status;
+            return ControlFlow::Break(status);
         }
-        assert!(
-            Instant::now() < deadline,
+        burst(net, agents, port, 4);
+        ControlFlow::Continue(status)
+    })
+    .unwrap_or_else(|status| {
+        panic!(
             "no learned key agreed with: {:?} {:?}; sender log:\n{}",
             status.learning,
             status.landings,
             agents.sender.log().text()
-        );
-        burst(net, agents, port, 4);
-    };
+        )
+    });
     let steered = burst(net, agents, port, 4);
     let sender = net.hosts.sender_end.ip(false);
     let queues: BTreeSet<u32> = steered
@@ -498,7 +500,7 @@ fn a_pull_experiment_is_collision_free_at_the_senders_own_nic() {
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let net = LabNet::with_config(LabNetConfig {
         direction: Direction::Pull,
-        subnet: 144,
+        subnet: None,
         ..LabNetConfig::new(32, Watch::Here)
     })
     .expect("lab network with the sender's NIC");

@@ -18,8 +18,9 @@
 use std::{
     collections::BTreeMap,
     net::{IpAddr, SocketAddr},
+    ops::ControlFlow,
     path::PathBuf,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use srap_common::{
@@ -32,16 +33,16 @@ use srap_status::{SenderStatus, sender::ReceiverRow};
 use srap_tests::{
     NetNs, VethConfig, VethEnd, built_binary,
     flows::Server,
-    harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings},
-    require_privileged, unique_name, veth,
+    harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings, poll_until},
+    require_privileged,
+    subnet::Subnet,
+    unique_name, veth,
     workload::Workload,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(20);
 const DPORT: u16 = 5201;
 const PEER_PORT: u16 = 7447;
-/// This test's subnets: receiver `r` is on `10.199.SUBNETS[r].0/24`.
-const SUBNETS: [u8; 2] = [89, 90];
 
 /// Receiver 0: the embedded description's key, 16 queues round robin.
 /// Receiver 1: another NIC — its own key, 8 queues — so ports planned with
@@ -70,16 +71,18 @@ struct Receiver {
     /// The sender's end of the wire (`.1`) and the receiver's (`.2`).
     wire: (VethEnd, VethEnd),
     ns: NetNs,
+    /// The wire's subnet, leased until the namespace is gone.
+    _subnet: Subnet,
 }
 
 impl Receiver {
     /// Its namespace, joined to `sender` by a veth on its subnet.
     fn new(sender: &NetNs, r: usize) -> Self {
         let ns = NetNs::new().expect("receiver netns");
-        let subnet = SUBNETS[r];
+        let subnet = Subnet::lease().expect("a subnet for the wire");
         let (ours, theirs) = (
-            VethEnd::on_subnet(subnet, 1, "m"),
-            VethEnd::on_subnet(subnet, 2, "n"),
+            VethEnd::on_subnet(&subnet, 1, "m"),
+            VethEnd::on_subnet(&subnet, 2, "n"),
         );
         veth::link(sender, &ours, &ns, &theirs, VethConfig::default(), false).expect("veth");
         let desc = description(r);
@@ -102,6 +105,7 @@ impl Receiver {
             model: RssModel::from_description(&desc).expect("model"),
             wire: (ours, theirs),
             ns,
+            _subnet: subnet,
         }
     }
 
@@ -197,18 +201,15 @@ impl SenderHost {
     /// The status once `done` holds for it (bounded).
     #[track_caller]
     fn status_when(&self, what: &str, done: impl Fn(&SenderStatus) -> bool) -> SenderStatus {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
+        poll_until(TIMEOUT, Duration::from_millis(100), || {
             let status = self.status();
             if done(&status) {
-                return status;
+                ControlFlow::Break(status)
+            } else {
+                ControlFlow::Continue(status)
             }
-            assert!(
-                Instant::now() < deadline,
-                "no {what} within {TIMEOUT:?}: {status:#?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        })
+        .unwrap_or_else(|status| panic!("no {what} within {TIMEOUT:?}: {status:#?}"))
     }
 
     fn steered(&self) -> u64 {

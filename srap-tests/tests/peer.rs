@@ -94,11 +94,11 @@ struct Peer {
 }
 
 impl Peer {
-    fn new(subnet: u8) -> Self {
+    fn new() -> Self {
         let hosts = TwoHosts::new(VethConfig {
             tx_queues: QUEUES,
             rx_queues: QUEUES,
-            subnet,
+            ..VethConfig::default()
         })
         .expect("two namespaces joined by a 32-queue veth");
         let name = unique_name("p");
@@ -383,7 +383,7 @@ fn sender_follows_the_receiver_agent() {
     if !require_privileged("peer: sender follows the receiver agent") {
         return;
     }
-    let mut peer = Peer::new(61);
+    let mut peer = Peer::new();
     peer.reserve_foreign();
     let foreign = peer.sysctl("ip_local_reserved_ports");
     peer.start_receiver();
@@ -448,7 +448,7 @@ fn receiver_gone_keeps_the_last_plan() {
     if !require_privileged("peer: the receiver agent killed") {
         return;
     }
-    let mut peer = Peer::new(62);
+    let mut peer = Peer::new();
     peer.start_receiver();
     peer.start_sender();
     peer.stop_receiver();
@@ -474,7 +474,7 @@ fn wrong_key_sets_nothing_up() {
     if !require_privileged("peer: a sender with the wrong key") {
         return;
     }
-    let mut peer = Peer::new(63);
+    let mut peer = Peer::new();
     let reserved = peer.sysctl("ip_local_reserved_ports");
     peer.start_receiver();
     let started = Instant::now();
@@ -505,8 +505,8 @@ fn wrong_key_sets_nothing_up() {
 /// A receiver and a sender steering through a relay in the sender's
 /// namespace (one session let through), once the receiver heard the first
 /// plan; and the plan the sender pinned.
-fn steering_through_relay(subnet: u8) -> (Peer, Relay, Vec<(SlotRow, Vec<u32>)>) {
-    let mut peer = Peer::new(subnet);
+fn steering_through_relay() -> (Peer, Relay, Vec<(SlotRow, Vec<u32>)>) {
+    let mut peer = Peer::new();
     peer.start_receiver();
     let upstream = SocketAddr::new(peer.receiver_ip(), PEER_PORT);
     let relay = Relay::start(&peer.hosts.sender, upstream).expect("relay in the sender netns");
@@ -526,8 +526,8 @@ fn steering_through_relay(subnet: u8) -> (Peer, Relay, Vec<(SlotRow, Vec<u32>)>)
 /// connection naming the cause, tells the receiver, keeps its pinned plan,
 /// and once the relay lets it through again reconnects and follows the
 /// genuine description.
-fn attacked_session_keeps_the_plan(subnet: u8, attack: Attack, cause: &str) {
-    let (peer, relay, planned) = steering_through_relay(subnet);
+fn attacked_session_keeps_the_plan(attack: Attack, cause: &str) {
+    let (peer, relay, planned) = steering_through_relay();
 
     relay.arm(attack);
     peer.write_rss(&description(Some(second_table())));
@@ -570,7 +570,7 @@ fn a_flipped_byte_mid_session_drops_the_connection_and_keeps_the_plan() {
     if !require_privileged("peer: a byte flipped by a man in the middle") {
         return;
     }
-    attacked_session_keeps_the_plan(74, Attack::FlipByte, "failed authentication");
+    attacked_session_keeps_the_plan(Attack::FlipByte, "failed authentication");
 }
 
 #[test]
@@ -579,7 +579,7 @@ fn a_replayed_frame_drops_the_connection_and_keeps_the_plan() {
     if !require_privileged("peer: a frame replayed by a man in the middle") {
         return;
     }
-    attacked_session_keeps_the_plan(75, Attack::ReplayFirst, "a replay of an earlier frame");
+    attacked_session_keeps_the_plan(Attack::ReplayFirst, "a replay of an earlier frame");
 }
 
 /// A man in the middle rewrites the version negotiation between two agents
@@ -588,8 +588,8 @@ fn a_replayed_frame_drops_the_connection_and_keeps_the_plan() {
 /// with an error naming the downgrade, tells the receiver (whose log says
 /// it), and sets nothing up; a connection from its host goes through
 /// untouched.
-fn a_downgrade_is_refused(subnet: u8, rewrite: Rewrite, cause: &str) {
-    let mut peer = Peer::new(subnet);
+fn a_downgrade_is_refused(rewrite: Rewrite, cause: &str) {
+    let mut peer = Peer::new();
     peer.start_receiver();
     let upstream = SocketAddr::new(peer.receiver_ip(), PEER_PORT);
     let relay = Relay::start(&peer.hosts.sender, upstream).expect("relay in the sender netns");
@@ -636,7 +636,6 @@ fn a_hello_rewritten_to_protocol_6_is_a_refused_downgrade() {
         return;
     }
     a_downgrade_is_refused(
-        78,
         Rewrite::HelloVersion,
         "protocol downgrade by something on the path: the Hello offering 7 reached the \
          receiver (of 7) as 6",
@@ -650,7 +649,6 @@ fn an_answer_rewritten_to_protocol_6_is_a_refused_downgrade() {
         return;
     }
     a_downgrade_is_refused(
-        79,
         Rewrite::AnswerHeader,
         "protocol version rewritten by something on the path: the receiver proved 7 but its \
          answer came as 6",
@@ -667,7 +665,7 @@ fn a_downgrade_on_reconnection_keeps_the_plan() {
     if !require_privileged("peer: a downgrade when a steering sender reconnects") {
         return;
     }
-    let (peer, relay, planned) = steering_through_relay(76);
+    let (peer, relay, planned) = steering_through_relay();
 
     // The session is cut (a flipped byte), and every one after it is
     // forced down to protocol 6.
@@ -701,8 +699,7 @@ fn an_unreachable_receiver_is_one_line_without_a_backtrace() {
 
     // Port 1 of loopback: nothing listens, the kernel refuses at once.
     let peer = "127.0.0.1:1";
-    let dir = std::env::temp_dir().join(unique_name("unreach"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
+    let dir = srap_tests::harness::TempDir::new("unreach").expect("temp dir");
     let name = unique_name("u");
     let out = Command::new(built_binary("srap-agent"))
         .args(["sender", "--peer", peer, "--peer-wait", "1"])
@@ -716,7 +713,7 @@ fn an_unreachable_receiver_is_one_line_without_a_backtrace() {
         .stdin(Stdio::null())
         .output()
         .expect("run srap-agent sender");
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");

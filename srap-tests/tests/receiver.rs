@@ -95,11 +95,7 @@ impl Fixture {
     }
 
     async fn wait_idle(&self) {
-        let deadline = Instant::now() + WAIT;
-        while self.server.active_peers() > 0 {
-            assert!(Instant::now() < deadline, "sessions did not end");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.wait_for_peers(0).await;
     }
 }
 
@@ -726,11 +722,7 @@ async fn peers_beyond_the_cap_are_refused_until_one_leaves() {
 
 impl Fixture {
     async fn wait_for_peers(&self, n: usize) {
-        let deadline = Instant::now() + WAIT;
-        while self.server.active_peers() > n {
-            assert!(Instant::now() < deadline, "sessions did not end");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_until("sessions did not end", || self.server.active_peers() <= n).await;
     }
 }
 
@@ -924,7 +916,6 @@ async fn a_changed_rss_file_is_a_new_version_and_a_broken_one_is_not() {
     assert!(!rx.has_changed().expect("watcher alive"));
     assert_eq!(rx.borrow().version, 2);
     task.abort();
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -937,7 +928,6 @@ fn a_missing_or_invalid_file_is_a_clear_startup_error() {
     std::fs::write(&bad, r#"{"key": "zz", "indir": [0]}"#).expect("write");
     let err = Source::File(bad).read().unwrap_err();
     assert!(err.to_string().contains("key"), "{err}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 async fn next_update(handle: &PeerHandle, pred: impl Fn(&Update) -> bool) -> Update {
@@ -951,9 +941,16 @@ async fn next_update(handle: &PeerHandle, pred: impl Fn(&Update) -> bool) -> Upd
 }
 
 async fn wait_for(cond: impl Fn() -> bool) {
+    wait_until("condition not met in time", cond).await;
+}
+
+/// The one wait of these async tests (the harness's `poll_until` would
+/// block a runtime thread the server under test runs on): `cond` checked
+/// every 20 ms for up to [`WAIT`], failing with `what`.
+async fn wait_until(what: &str, cond: impl Fn() -> bool) {
     let deadline = Instant::now() + WAIT;
     while !cond() {
-        assert!(Instant::now() < deadline, "condition not met in time");
+        assert!(Instant::now() < deadline, "{what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -970,10 +967,8 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-fn tempdir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(srap_tests::unique_name("rcv"));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
+fn tempdir() -> srap_tests::harness::TempDir {
+    srap_tests::harness::TempDir::new("rcv").expect("temp dir")
 }
 
 fn write_json(path: &Path, description: &RssDescription) {

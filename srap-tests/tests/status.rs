@@ -11,7 +11,8 @@ use std::{
     collections::BTreeMap,
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpListener, TcpStream},
-    path::{Path, PathBuf},
+    ops::ControlFlow,
+    path::Path,
     process::{Command, Output, Stdio},
     sync::{
         Arc,
@@ -26,8 +27,8 @@ use srap_lab::emulator::Emulator;
 use srap_status::Status;
 use srap_tests::{
     TwoHosts, VethConfig, built_binary,
-    harness::{ReceiverAgent, ReceiverOpts},
-    promtool, require_privileged, unique_name,
+    harness::{ReceiverAgent, ReceiverOpts, TempDir, poll_until},
+    promtool, require_privileged,
 };
 
 const QUEUES: u32 = 8;
@@ -43,23 +44,6 @@ fn description() -> RssDescription {
         indir: (0..64u32).map(|i| (i * 5 + i / 8) % QUEUES).collect(),
         queue_cpu: None,
         ..embedded_default()
-    }
-}
-
-/// A scratch directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> Self {
-        let dir = std::env::temp_dir().join(format!("srap-status-{}", unique_name("d")));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        Self(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -91,18 +75,13 @@ fn status_json(control: &Path) -> Option<Status> {
 
 /// Polls `srap status` until `done` holds (bounded).
 fn wait_status(control: &Path, what: &str, done: impl Fn(&Status) -> bool) -> Status {
-    let deadline = Instant::now() + WAIT;
-    let mut last = None;
-    while Instant::now() < deadline {
-        if let Some(status) = status_json(control) {
-            if done(&status) {
-                return status;
-            }
-            last = Some(status);
+    poll_until(WAIT, Duration::from_millis(200), || {
+        match status_json(control) {
+            Some(status) if done(&status) => ControlFlow::Break(status),
+            last => ControlFlow::Continue(last),
         }
-        thread::sleep(Duration::from_millis(200));
-    }
-    panic!("{what}: not seen within {WAIT:?}; last status: {last:#?}");
+    })
+    .unwrap_or_else(|last| panic!("{what}: not seen within {WAIT:?}; last status: {last:#?}"))
 }
 
 /// The body of an HTTP reply (after the blank line ending the head).
@@ -129,7 +108,7 @@ fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: QUEUES,
         rx_queues: QUEUES,
-        subnet: 51,
+        ..VethConfig::default()
     })
     .expect("two namespaces joined by a veth");
     let server = SocketAddr::new(hosts.receiver_end.ip(false), PORT);
@@ -360,8 +339,8 @@ fn keep_sending(mut clients: Vec<TcpStream>, stop: &AtomicBool) {
 
 #[test]
 fn status_without_an_agent_says_how_to_start_one() {
-    let dir = TempDir::new();
-    let control = dir.0.join("nothing-here.sock");
+    let dir = TempDir::new("status").expect("temp dir");
+    let control = dir.join("nothing-here.sock");
     for extra in [&["--once", "--json"][..], &["--once"], &[]] {
         let out = srap_status(&control, extra);
         assert!(!out.status.success());

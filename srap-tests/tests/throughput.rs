@@ -10,12 +10,9 @@ use srap_lab::{
     plot,
     throughput::{self, ThroughputPlan, ThroughputReport},
     topology::{LabNet, LabNetConfig, LabVerifier, Watch},
-    unique_name,
 };
-use srap_tests::{built_binary, require_privileged};
+use srap_tests::{built_binary, harness::TempDir, require_privileged};
 
-/// `10.199.61.0/24`: this test's own subnet.
-const SUBNET: u8 = 61;
 const FLOWS: usize = 4;
 const QUEUES: u32 = 8;
 const TRIALS: usize = 2;
@@ -61,9 +58,6 @@ fn srap_reaches_the_ideal_throughput_and_the_plots_are_written() {
     check_plots(&report);
 }
 
-/// `10.199.93.0/24`: the verifier-off trial's subnet.
-const OFF_SUBNET: u8 = 93;
-
 /// One trial per mode of 2 flows for 2 s, with no verifier on the lab: the
 /// receiver's rates are there, every queue is unknown (`null`, not 0), and
 /// asking the lab for flows is an error that names `--verifier off`. On
@@ -76,7 +70,7 @@ fn without_a_verifier_the_rates_are_measured_and_the_queues_unknown() {
     }
     let rate: Rate = "100mbit".parse().expect("rate");
     let net = LabNet::with_config(LabNetConfig {
-        subnet: OFF_SUBNET,
+        subnet: None,
         queue_rate: Some(rate),
         verifier: LabVerifier::Off,
         ..LabNetConfig::new(QUEUES, Watch::Here)
@@ -129,7 +123,7 @@ fn without_a_verifier_the_rates_are_measured_and_the_queues_unknown() {
 
 fn run_experiment(rate: Rate) -> ThroughputReport {
     let net = LabNet::with_config(LabNetConfig {
-        subnet: SUBNET,
+        subnet: None,
         queue_rate: Some(rate),
         ..LabNetConfig::new(QUEUES, Watch::Here)
     })
@@ -184,8 +178,8 @@ fn check_json(report: &ThroughputReport) {
 
 /// Six files, PNGs that are PNGs and SVGs with the charts' text in them.
 fn check_plots(report: &ThroughputReport) {
-    let dir = std::env::temp_dir().join(format!("srap-plots-{}", unique_name("")));
-    let written = plot::write_all(report, &dir);
+    let dir = TempDir::new("plots").expect("temp dir");
+    let written = plot::write_all(report, dir.path());
     let files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
         .map(|entries| {
             entries
@@ -197,7 +191,7 @@ fn check_plots(report: &ThroughputReport) {
                 .collect()
         })
         .unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     let written = written.expect("plots");
     assert_eq!(written.len(), 6, "{written:?}");
     let mut names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();

@@ -5,12 +5,13 @@
 use std::{
     io::{Read as _, Write as _},
     net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, UdpSocket},
+    ops::ControlFlow,
     thread,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use srap_daemon::verifier::{FlowRecord, Hook, HookChoice, Verifier};
-use srap_tests::{TwoHosts, VethConfig, require_privileged};
+use srap_tests::{TwoHosts, VethConfig, harness::poll_until, require_privileged};
 
 /// Bytes the client sends: a few segments' worth.
 const PAYLOAD: usize = 16 * 1024;
@@ -30,8 +31,8 @@ struct Exchange {
 /// Sets up two hosts, attaches the verifier on the receiver's end with
 /// `choice`, sends `PAYLOAD` bytes over one TCP connection from the sender,
 /// and returns the flows recorded. Everything is torn down on return.
-fn exchange(choice: HookChoice, v6: bool, subnet: u8) -> Exchange {
-    exchange_all(&[choice], v6, subnet, None)
+fn exchange(choice: HookChoice, v6: bool) -> Exchange {
+    exchange_all(&[choice], v6, None)
         .pop()
         .expect("one exchange per choice")
 }
@@ -39,16 +40,11 @@ fn exchange(choice: HookChoice, v6: bool, subnet: u8) -> Exchange {
 /// [`exchange`] with one verifier per choice, all attached at once and
 /// watching the same connection; with `rps_cpu`, every receive queue's RPS
 /// mask is that one CPU.
-fn exchange_all(
-    choices: &[HookChoice],
-    v6: bool,
-    subnet: u8,
-    rps_cpu: Option<u32>,
-) -> Vec<Exchange> {
+fn exchange_all(choices: &[HookChoice], v6: bool, rps_cpu: Option<u32>) -> Vec<Exchange> {
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: QUEUES,
         rx_queues: QUEUES,
-        subnet,
+        ..VethConfig::default()
     })
     .expect("two namespaces joined by a veth");
     let server_addr = SocketAddr::new(hosts.receiver_end.ip(v6), PORT);
@@ -156,20 +152,14 @@ fn receive(listener: &TcpListener) -> usize {
     listener
         .set_nonblocking(true)
         .expect("nonblocking listener");
-    let deadline = Instant::now() + TIMEOUT;
-    let mut stream = loop {
+    let mut stream = poll_until(TIMEOUT, Duration::from_millis(10), || {
         match listener.accept() {
-            Ok((stream, _)) => break stream,
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                assert!(
-                    Instant::now() < deadline,
-                    "no connection within {TIMEOUT:?}"
-                );
-                thread::sleep(Duration::from_millis(10));
-            }
+            Ok((stream, _)) => ControlFlow::Break(stream),
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => ControlFlow::Continue(()),
             Err(err) => panic!("accept: {err}"),
         }
-    };
+    })
+    .unwrap_or_else(|()| panic!("no connection within {TIMEOUT:?}"));
     stream.set_nonblocking(false).expect("blocking stream");
     stream
         .set_read_timeout(Some(TIMEOUT))
@@ -202,8 +192,8 @@ fn assert_single_flow(exchange: &Exchange) -> FlowRecord {
     *flow
 }
 
-fn assert_xdp_flow(v6: bool, subnet: u8) {
-    let exchange = exchange(HookChoice::Xdp, v6, subnet);
+fn assert_xdp_flow(v6: bool) {
+    let exchange = exchange(HookChoice::Xdp, v6);
     assert_eq!(exchange.hook, Hook::XdpDriver, "veth takes native XDP");
     let flow = assert_single_flow(&exchange);
     let queue = flow.stats.rx_queue().expect("XDP knows the rx queue");
@@ -217,7 +207,7 @@ fn xdp_verifier_records_the_ipv4_flow() {
     if !require_privileged("xdp_verifier_records_the_ipv4_flow") {
         return;
     }
-    assert_xdp_flow(false, 11);
+    assert_xdp_flow(false);
 }
 
 #[test]
@@ -226,7 +216,7 @@ fn xdp_verifier_records_the_ipv6_flow() {
     if !require_privileged("xdp_verifier_records_the_ipv6_flow") {
         return;
     }
-    assert_xdp_flow(true, 12);
+    assert_xdp_flow(true);
 }
 
 #[test]
@@ -235,7 +225,7 @@ fn tcx_records_the_flow() {
     if !require_privileged("tcx_records_the_flow") {
         return;
     }
-    let exchange = exchange(HookChoice::Tc, false, 13);
+    let exchange = exchange(HookChoice::Tc, false);
     // tcx needs Linux 6.6; older kernels fall through to clsact, also fine.
     assert!(
         matches!(exchange.hook, Hook::TcxIngress | Hook::ClsactIngress),
@@ -258,12 +248,12 @@ fn the_socket_hook_records_the_flow_and_auto_keeps_tc_on_veth() {
     if !require_privileged("the_socket_hook_records_the_flow_and_auto_keeps_tc_on_veth") {
         return;
     }
-    let exchange = exchange(HookChoice::Sock, false, 64);
+    let exchange = exchange(HookChoice::Sock, false);
     assert_eq!(exchange.hook, Hook::SockOps);
     assert_single_flow(&exchange);
     // A veth cannot tell the socket hook its queue 0: the default uses tc
     // there (and the socket hook on real NICs).
-    let exchange = exchange_all(&[HookChoice::Auto], false, 64, None)
+    let exchange = exchange_all(&[HookChoice::Auto], false, None)
         .pop()
         .expect("one exchange");
     assert_eq!(exchange.hook, Hook::TcxIngress);
@@ -276,7 +266,7 @@ fn clsact_fallback_records_the_ipv6_flow() {
     if !require_privileged("clsact_fallback_records_the_ipv6_flow") {
         return;
     }
-    let exchange = exchange(HookChoice::Only(Hook::ClsactIngress), true, 14);
+    let exchange = exchange(HookChoice::Only(Hook::ClsactIngress), true);
     assert_eq!(exchange.hook, Hook::ClsactIngress);
     assert_single_flow(&exchange);
 }
@@ -286,13 +276,12 @@ fn clsact_fallback_records_the_ipv6_flow() {
 /// must name the same flow, the same receive queue (the socket's
 /// `rx_queue_mapping` translated for veth) and that RPS CPU, and the socket
 /// hook must count the payload.
-fn assert_socket_hook_agrees_with_tc(v6: bool, subnet: u8) {
+fn assert_socket_hook_agrees_with_tc(v6: bool) {
     let cpus = thread::available_parallelism().map_or(1, |n| n.get() as u32);
     let rps_cpu = cpus - 1;
     let [tc, sock] = <[Exchange; 2]>::try_from(exchange_all(
         &[HookChoice::Only(Hook::TcxIngress), HookChoice::Sock],
         v6,
-        subnet,
         Some(rps_cpu),
     ))
     .unwrap_or_else(|_| panic!("two exchanges"));
@@ -333,7 +322,7 @@ fn socket_hook_agrees_with_tc_ipv4() {
     if !require_privileged("socket_hook_agrees_with_tc_ipv4") {
         return;
     }
-    assert_socket_hook_agrees_with_tc(false, 62);
+    assert_socket_hook_agrees_with_tc(false);
 }
 
 #[test]
@@ -342,7 +331,7 @@ fn socket_hook_agrees_with_tc_ipv6() {
     if !require_privileged("socket_hook_agrees_with_tc_ipv6") {
         return;
     }
-    assert_socket_hook_agrees_with_tc(true, 63);
+    assert_socket_hook_agrees_with_tc(true);
 }
 
 /// What an agent sampling for days keeps in its map: records of flows that
@@ -362,7 +351,7 @@ fn samples_forget_closed_and_idle_flows_and_keep_open_ones() {
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: QUEUES,
         rx_queues: QUEUES,
-        subnet: 147,
+        ..VethConfig::default()
     })
     .expect("two namespaces joined by a veth");
     let server = SocketAddr::new(hosts.receiver_end.ip(false), PORT);

@@ -10,6 +10,7 @@
 
 use std::{
     collections::BTreeSet,
+    ops::ControlFlow,
     time::{Duration, Instant},
 };
 
@@ -19,7 +20,7 @@ use srap_lab::{
     virtio::VirtioLab,
     virtio_pull::PullLab,
 };
-use srap_tests::{built_binary, require_privileged};
+use srap_tests::{built_binary, harness::poll_until, require_privileged};
 
 /// One guest at a time: two cores cannot emulate two guests well.
 static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -59,7 +60,7 @@ fn discovery_in_the_guest_matches_its_own_tools() {
         return;
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let net = GuestNet::new(81).expect("namespace with a tap");
+    let net = GuestNet::new().expect("namespace with a tap");
     let shape = GuestShape::new(4, None).expect("shape");
     let mut guest = Guest::boot(&net, &image(), shape).expect("guest boots");
     guest.enable_rss().expect("ethtool -X equal 4");
@@ -112,8 +113,8 @@ fn steered_flows_land_on_distinct_guest_queues() {
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = image();
-    for (queues, subnet) in [(4u32, 82u8), (8, 83)] {
-        let net = GuestNet::new(subnet).expect("namespace with a tap");
+    for queues in [4u32, 8] {
+        let net = GuestNet::new().expect("namespace with a tap");
         let (pin_dir, cgroup) = {
             let mut lab = lab_on(&net, &image, queues);
             let run = lab
@@ -145,8 +146,8 @@ fn downloads_land_on_distinct_guest_queues() {
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = image();
-    for (queues, subnet) in [(4u32, 88u8), (8, 89)] {
-        let net = GuestNet::new(subnet).expect("namespace with a tap");
+    for queues in [4u32, 8] {
+        let net = GuestNet::new().expect("namespace with a tap");
         let shape = GuestShape::new(queues, None).expect("shape");
         let mut lab = PullLab::start(&net, &image, shape).expect("guest with its sender agent");
         downloads_on_distinct_queues(&mut lab, queues);
@@ -205,7 +206,7 @@ fn downloads_on_a_misreported_key_are_learned_and_land_on_distinct_guest_queues(
         return;
     }
     let shape = GuestShape::new(4, None).expect("shape");
-    downloads_after_learning(shape, 87, "pausing local steering");
+    downloads_after_learning(shape, "pausing local steering");
 }
 
 /// The same on a second driver whose key nothing reports: igb (Intel
@@ -226,19 +227,19 @@ fn downloads_on_igb_with_no_key_known_are_learned_and_land_on_distinct_queues() 
     let shape = GuestShape::with_nic(GuestNic::Igb, 4, None)
         .expect("shape")
         .without_kernel_key();
-    downloads_after_learning(shape, 98, "local steering");
+    downloads_after_learning(shape, "local steering");
 }
 
-/// A 6.12 guest of `shape` on `subnet` downloads until its sender agent
+/// A 6.12 guest of `shape` downloads until its sender agent
 /// has learned its NIC's key and the landings agree (its log says `paused`
 /// as it should), then 4 downloads land on 4 distinct queues
 /// ([`downloads_on_distinct_queues`]).
-fn downloads_after_learning(shape: GuestShape, subnet: u8, paused: &str) {
+fn downloads_after_learning(shape: GuestShape, paused: &str) {
     use srap_common::rss::KeySource;
 
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = image_of(GuestKernel::V6_12);
-    let net = GuestNet::new(subnet).expect("namespace with a tap");
+    let net = GuestNet::new().expect("namespace with a tap");
     let mut lab = PullLab::start(&net, &image, shape).expect("guest with its sender agent");
     let started = Instant::now();
     let status = lab.drive_until_agreed(8, 16).expect("rounds of downloads");
@@ -282,7 +283,7 @@ fn a_changed_table_in_the_guest_is_followed() {
         return;
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let net = GuestNet::new(84).expect("namespace with a tap");
+    let net = GuestNet::new().expect("namespace with a tap");
     let mut lab = lab_on(&net, &image(), 4);
     lab.guest
         .run("ethtool -X eth0 weight 1 1 0 0")
@@ -299,14 +300,16 @@ fn a_changed_table_in_the_guest_is_followed() {
 }
 
 fn wait_for(lab: &VirtioLab<'_>, text: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !lab.sender_log().contains(text) {
-        assert!(
-            Instant::now() < deadline,
-            "the sender never logged {text:?}:\n{}",
-            lab.sender_log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
+    let logged = poll_until(Duration::from_secs(30), Duration::from_millis(200), || {
+        let log = lab.sender_log();
+        if log.contains(text) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(log)
+        }
+    });
+    if let Err(log) = logged {
+        panic!("the sender never logged {text:?}:\n{log}");
     }
 }
 
@@ -325,7 +328,7 @@ fn a_lying_device_is_caught_and_steering_resumes_when_it_is_fixed() {
         return;
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let net = GuestNet::new(85).expect("namespace with a tap");
+    let net = GuestNet::new().expect("namespace with a tap");
     let mut lab = lab_on(&net, &image(), 4);
     lab.guest
         .run("srap-agent verify --iface eth0 --hook xdp --duration 1")

@@ -435,16 +435,11 @@ mod tests {
         .expect("tuple")
     }
 
-    /// xorshift: deterministic ports.
+    /// Deterministic ports (xorshift from `seed`), all of 1024 and up.
     fn ports(seed: u32, n: usize) -> Vec<u16> {
-        let mut x = seed;
+        let mut rng = crate::xorshift::XorShift32::new(seed);
         (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                (x >> 8) as u16 | 1024
-            })
+            .map(|_| (rng.next_u32() >> 8) as u16 | 1024)
             .collect()
     }
 

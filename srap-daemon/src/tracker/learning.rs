@@ -506,13 +506,10 @@ mod tests {
     /// `low` up, over 28232 ports) to port 5201, each on the queue the
     /// `device` puts it.
     fn landed(device: &RssModel, seed: u32, n: usize, low: u16) -> Vec<Landed> {
-        let mut x = seed;
+        let mut rng = srap_common::xorshift::XorShift32::new(seed);
         (0..n)
             .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                let sport = low + u16::try_from(x % 28_232).unwrap_or(0);
+                let sport = rng.port(low, 28_232);
                 let tuple = FlowTuple::new(
                     IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
                     sport,

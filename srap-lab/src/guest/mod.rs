@@ -17,19 +17,25 @@ pub mod truth;
 use std::{
     fs,
     net::Ipv4Addr,
+    ops::ControlFlow,
     path::{Path, PathBuf},
     process::Stdio,
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow, bail};
 
 pub use files::{GuestFiles, GuestKernel};
 pub use image::GuestImage;
 pub use shell::GuestShell;
 
 use super::{
-    NetNs, harness::in_netns, interrupted, subnet::SubnetLock, unique_name, workload::ChildGuard,
+    NetNs,
+    harness::{in_netns, poll_until},
+    interrupted,
+    subnet::Subnet,
+    unique_name,
+    workload::ChildGuard,
 };
 
 /// The guest's NIC, inside the guest.
@@ -155,20 +161,24 @@ pub struct GuestNet {
     pub tap: String,
     pub host_ip: Ipv4Addr,
     pub guest_ip: Ipv4Addr,
-    /// Held until the namespace is gone ([`SubnetLock`]): the host's cgroup
+    /// Held until the namespace is gone ([`Subnet`]): the host's cgroup
     /// hooks see the guest's flows by address, as they see any test's.
-    _subnet: SubnetLock,
+    _subnet: Subnet,
 }
 
 impl GuestNet {
-    /// The namespace and tap, with `10.199.SUBNET.1/24` on the tap; the
-    /// guest takes `.2`.
-    pub fn new(subnet: u8) -> anyhow::Result<Self> {
-        let lock = SubnetLock::take(subnet)?;
+    /// The namespace and tap on a leased subnet: `10.199.<n>.1/24` on the
+    /// tap; the guest takes `.2`.
+    pub fn new() -> anyhow::Result<Self> {
+        Self::on(Subnet::lease()?)
+    }
+
+    /// The same on `subnet` (a fixed one, for a documented address).
+    pub fn on(subnet: Subnet) -> anyhow::Result<Self> {
         let ns = NetNs::new()?;
         let tap = unique_name("t");
         ns.ip(["tuntap", "add", "dev", &tap, "mode", "tap", "multi_queue"])?;
-        let host_ip = Ipv4Addr::new(10, 199, subnet, 1);
+        let host_ip = subnet.ipv4(1);
         ns.ip(["addr", "add", &format!("{host_ip}/24"), "dev", &tap])?;
         ns.ip(["link", "set", &tap, "up"])?;
         // The wire runs no faster than the emulated guest drains its rings
@@ -185,8 +195,8 @@ impl GuestNet {
             ns,
             tap,
             host_ip,
-            guest_ip: Ipv4Addr::new(10, 199, subnet, 2),
-            _subnet: lock,
+            guest_ip: subnet.ipv4(2),
+            _subnet: subnet,
         })
     }
 }
@@ -437,31 +447,29 @@ fn nic_args(net: &GuestNet, shape: GuestShape) -> [String; 4] {
 }
 
 fn wait_for_ready(console: &Path, dir: &Path, pending: &mut Pending) -> anyhow::Result<()> {
-    let deadline = Instant::now() + BOOT_TIMEOUT;
-    loop {
+    // What went wrong, with QEMU's own log.
+    let failed = |what: &str| {
+        let qemu = fs::read_to_string(dir.join("qemu.log")).unwrap_or_default();
+        anyhow!("{what}; logs in {}\n{}", dir.display(), qemu.trim())
+    };
+    let booted = poll_until(BOOT_TIMEOUT, Duration::from_millis(200), || {
         let text = fs::read_to_string(console).unwrap_or_default();
         if let Some(line) = text.lines().find(|l| l.contains("SRAP-GUEST-ERROR")) {
-            bail!(
+            return ControlFlow::Break(Err(anyhow!(
                 "the guest could not start: {line}; logs in {}",
                 dir.display()
-            );
+            )));
         }
         if text.contains("SRAP-GUEST-READY") {
-            return Ok(());
+            return ControlFlow::Break(Ok(()));
         }
         if interrupted() {
-            bail!("interrupted");
+            return ControlFlow::Break(Err(anyhow!("interrupted")));
         }
-        let exited = pending.qemu.as_mut().is_none_or(ChildGuard::exited);
-        if exited || Instant::now() > deadline {
-            let qemu = fs::read_to_string(dir.join("qemu.log")).unwrap_or_default();
-            let what = if exited {
-                "QEMU exited"
-            } else {
-                "the guest did not boot in time"
-            };
-            bail!("{what}; logs in {}\n{}", dir.display(), qemu.trim());
+        if pending.qemu.as_mut().is_none_or(ChildGuard::exited) {
+            return ControlFlow::Break(Err(failed("QEMU exited")));
         }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+        ControlFlow::Continue(())
+    });
+    booted.unwrap_or_else(|()| Err(failed("the guest did not boot in time")))
 }

@@ -16,21 +16,25 @@ use std::{
     fs,
     io::{Read as _, Seek as _, SeekFrom},
     net::SocketAddr,
+    ops::ControlFlow,
     path::{Path, PathBuf},
     process::{Command, ExitStatus, Output, Stdio},
     sync::{
         Mutex, MutexGuard,
         atomic::{AtomicBool, Ordering},
     },
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, SystemTime},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow};
 use srap_common::{binder::SlotGrant, rss::RssDescription};
 use srap_daemon::sender::{BinderStats, PinLayout};
 use srap_status::{SenderStatus, Status, control};
 
-use super::exec::{in_netns, in_netns_bounded};
+use super::{
+    exec::{in_netns, in_netns_bounded},
+    support::{poll_until, remove_cgroup},
+};
 use crate::{NetNs, interrupted, unique_name, workload::ChildGuard};
 
 /// Bound on an agent's start and on every wait for its log.
@@ -173,26 +177,24 @@ impl Process {
         within: Duration,
         mut ready: impl FnMut(&Self) -> bool,
     ) -> anyhow::Result<()> {
-        let deadline = Instant::now() + within;
-        loop {
+        let waited = poll_until(within, Duration::from_millis(20), || {
             if ready(self) {
-                return Ok(());
+                return ControlFlow::Break(Ok(()));
             }
             if self.exited() {
                 // What it did before it exited counts.
                 if ready(self) {
-                    return Ok(());
+                    return ControlFlow::Break(Ok(()));
                 }
-                return Err(self.failure(&format!("the {} agent exited before {what}", self.role)));
+                let exited = format!("the {} agent exited before {what}", self.role);
+                return ControlFlow::Break(Err(self.failure(&exited)));
             }
             if interrupted() {
-                bail!("interrupted");
+                return ControlFlow::Break(Err(anyhow!("interrupted")));
             }
-            if Instant::now() > deadline {
-                return Err(self.failure(&format!("no {what} within {within:?}")));
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            ControlFlow::Continue(())
+        });
+        waited.unwrap_or_else(|()| Err(self.failure(&format!("no {what} within {within:?}"))))
     }
 
     /// The first line of the log's current run that `pred` accepts,
@@ -454,17 +456,23 @@ impl ReceiverAgent {
         let since_ms = since
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let status = self.status()?;
-            if u128::from(status.unix_ms) > since_ms {
-                return Ok(status);
-            }
-            if Instant::now() > deadline || interrupted() {
-                bail!("the receiver agent published no status after {since:?}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let fresh = poll_until(
+            Duration::from_secs(5),
+            Duration::from_millis(100),
+            || match self.status() {
+                Ok(status) if u128::from(status.unix_ms) > since_ms => {
+                    ControlFlow::Break(Ok(status))
+                }
+                Err(err) => ControlFlow::Break(Err(err)),
+                Ok(_) if interrupted() => ControlFlow::Break(Err(anyhow!("interrupted"))),
+                Ok(_) => ControlFlow::Continue(()),
+            },
+        );
+        fresh.unwrap_or_else(|()| {
+            Err(anyhow!(
+                "the receiver agent published no status after {since:?}"
+            ))
+        })
     }
 
     /// SIGTERM (it removes its control socket), SIGKILL if it lingers; its
@@ -747,23 +755,6 @@ impl Drop for SenderAgent {
 /// `srap-lab-s<pid>x<n>`.
 fn lab_name() -> String {
     format!("srap-lab-{}", unique_name(""))
-}
-
-/// Removes `cgroup` if it is still there (detach removes one the agent
-/// made); a process that just exited may linger in it for a moment.
-fn remove_cgroup(cgroup: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match fs::remove_dir(cgroup) {
-            Ok(()) => return,
-            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return,
-            Err(err) if Instant::now() >= deadline => {
-                eprintln!("cleanup: removing cgroup {}: {err}", cgroup.display());
-                return;
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -3,39 +3,37 @@
 //! one receiver, say). A pair is [`crate::TwoHosts`]; one host wired to
 //! several others is [`crate::veth::link`] per wire.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 
 use anyhow::Context as _;
 
-use crate::{NetNs, subnet::SubnetLock};
+use crate::{NetNs, subnet::Subnet};
 
 /// The bridge in the hub namespace.
 const BRIDGE: &str = "br0";
 /// A host's interface, inside its own namespace.
 const HOST_IFACE: &str = "eth0";
 
-/// The hub (`10.199.<subnet>.1` on its bridge) and the hosts on it (host
-/// `i` is `10.199.<subnet>.<10 + i>`). Every namespace goes with the last
+/// The hub (`10.199.<subnet>.1` on its bridge, a leased subnet) and the
+/// hosts on it (host `i` is `10.199.<subnet>.<10 + i>`). Every namespace goes with the last
 /// handle to it, and the veths and the bridge with them.
 pub struct Bridge {
     hosts: Vec<NetNs>,
     /// The hub's namespace, which holds the bridge.
     pub hub: NetNs,
-    subnet: u8,
-    /// Held until the namespaces are gone ([`SubnetLock`]).
-    _lock: SubnetLock,
+    /// Held until the namespaces are gone ([`Subnet`]).
+    subnet: Subnet,
 }
 
 impl Bridge {
     /// The hub's namespace with its bridge up, no hosts yet.
-    pub fn new(subnet: u8) -> anyhow::Result<Self> {
-        let lock = SubnetLock::take(subnet)?;
+    pub fn new() -> anyhow::Result<Self> {
+        let subnet = Subnet::lease()?;
         let hub = NetNs::new()?;
         let bridge = Self {
             hosts: Vec::new(),
             hub,
             subnet,
-            _lock: lock,
         };
         let ip = format!("{}/24", bridge.hub_ip());
         bridge
@@ -49,7 +47,7 @@ impl Bridge {
 
     /// The hub's address on the bridge.
     pub fn hub_ip(&self) -> IpAddr {
-        IpAddr::V4(Ipv4Addr::new(10, 199, self.subnet, 1))
+        IpAddr::V4(self.subnet.ipv4(1))
     }
 
     /// A new host namespace on the bridge; returns its index.
@@ -75,7 +73,7 @@ impl Bridge {
         self.hub
             .ip(["link", "set", &port, "master", BRIDGE, "up"])
             .context("putting the veth on the bridge")?;
-        let ip = format!("10.199.{}.{last}/24", self.subnet);
+        let ip = format!("{}/24", self.subnet.ipv4(last));
         ns.ip(["addr", "add", &ip, "dev", HOST_IFACE])?;
         ns.ip(["link", "set", HOST_IFACE, "up"])?;
         self.hosts.push(ns);
@@ -90,6 +88,6 @@ impl Bridge {
     /// Host `i`'s address.
     pub fn host_ip(&self, i: usize) -> IpAddr {
         let last = u8::try_from(10 + i).unwrap_or(u8::MAX);
-        IpAddr::V4(Ipv4Addr::new(10, 199, self.subnet, last))
+        IpAddr::V4(self.subnet.ipv4(last))
     }
 }

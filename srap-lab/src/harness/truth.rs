@@ -5,12 +5,14 @@
 use std::{
     io::Read as _,
     net::{SocketAddr, TcpListener, TcpStream},
+    ops::ControlFlow,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
 use srap_common::rss::{FlowTuple, Landing, RssModel};
 
+use super::poll_until;
 use crate::NetNs;
 
 /// A listener in the receiver's namespace that keeps every connection it
@@ -44,26 +46,30 @@ impl Listener {
     /// Accepts `n` more connections; returns the addresses they came from
     /// (the tuples as the receiver saw them).
     pub fn accept(&mut self, n: usize) -> anyhow::Result<Vec<SocketAddr>> {
-        let deadline = Instant::now() + self.timeout;
         let mut peers = Vec::new();
-        while peers.len() < n {
-            match self.listener.accept() {
-                Ok((stream, peer)) => {
-                    peers.push(peer);
-                    self.accepted.push((stream, peer));
-                }
-                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        bail!(
-                            "accepted {} of {n} connections within {:?}",
-                            peers.len(),
-                            self.timeout
-                        );
+        let (listener, accepted) = (&self.listener, &mut self.accepted);
+        let all = poll_until(self.timeout, Duration::from_millis(5), || {
+            while peers.len() < n {
+                match listener.accept() {
+                    Ok((stream, peer)) => {
+                        peers.push(peer);
+                        accepted.push((stream, peer));
                     }
-                    std::thread::sleep(Duration::from_millis(5));
+                    Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                        return ControlFlow::Continue(());
+                    }
+                    Err(err) => return ControlFlow::Break(Err(err)),
                 }
-                Err(err) => return Err(err).context("accepting"),
             }
+            ControlFlow::Break(Ok(()))
+        });
+        match all {
+            Ok(done) => done.context("accepting")?,
+            Err(()) => bail!(
+                "accepted {} of {n} connections within {:?}",
+                peers.len(),
+                self.timeout
+            ),
         }
         Ok(peers)
     }

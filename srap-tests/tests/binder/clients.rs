@@ -4,7 +4,7 @@
 //! `iperf3_parallel_streams_land_on_distinct_cpus` above.)
 
 use std::{
-    net::{IpAddr, Ipv4Addr, SocketAddr},
+    net::{IpAddr, SocketAddr},
     path::{Path, PathBuf},
     process::{Command, Stdio},
 };
@@ -69,8 +69,8 @@ fn accepts_on_distinct_cpus(lab: &Lab, server: &mut super::Server, n: usize) -> 
 /// The matrix's common case: a fresh lab on `subnet` with the binder
 /// attached, the client (`args` made for that lab) run under `srap exec`,
 /// and its `n` connections on `n` distinct CPUs, all steered.
-fn client_steers(subnet: u8, program: &Path, args: impl FnOnce(&Lab) -> Vec<String>, n: usize) {
-    let lab = Lab::new(false, subnet);
+fn client_steers(program: &Path, args: impl FnOnce(&Lab) -> Vec<String>, n: usize) {
+    let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();
     let _client = spawn_client(&lab, program, &args(&lab));
@@ -79,16 +79,20 @@ fn client_steers(subnet: u8, program: &Path, args: impl FnOnce(&Lab) -> Vec<Stri
 }
 
 /// Adds `cidr` to the sender's veth end.
-pub(super) fn add_sender_address(lab: &Lab, cidr: &str) {
+/// Adds host `host` of the lab's subnet to the sender's end; returns it.
+pub(super) fn add_sender_address(lab: &Lab, host: u8) -> IpAddr {
+    let address = lab.hosts.subnet().ipv4(host);
+    let cidr = format!("{address}/24");
     let added = lab
         .hosts
         .sender
         .exec(
             "ip",
-            ["addr", "add", cidr, "dev", &lab.hosts.sender_end.ifname],
+            ["addr", "add", &cidr, "dev", &lab.hosts.sender_end.ifname],
         )
         .expect("ip addr add");
     assert!(added.status.success(), "{added:?}");
+    address.into()
 }
 
 fn steered(lab: &Lab) -> u64 {
@@ -96,7 +100,7 @@ fn steered(lab: &Lab) -> u64 {
     stats.get(outcome::STEERED) + stats.get(outcome::RETRIED)
 }
 
-fn python_clients(family: &str, subnet: u8) {
+fn python_clients(family: &str) {
     let Some(python) = tool("python3") else {
         return;
     };
@@ -109,14 +113,14 @@ fn python_clients(family: &str, subnet: u8) {
             "16".into(),
         ]
     };
-    client_steers(subnet, &python, args, 16);
+    client_steers(&python, args, 16);
 }
 
 #[test]
 #[ignore = "client runtime: needs root, netns, bpffs and python3; run as root by `cargo xtask test`"]
 fn python_af_inet_clients_are_steered() {
     if privileged("clients: python AF_INET") {
-        python_clients("inet", 52);
+        python_clients("inet");
     }
 }
 
@@ -124,7 +128,7 @@ fn python_af_inet_clients_are_steered() {
 #[ignore = "client runtime: needs root, netns, bpffs and python3; run as root by `cargo xtask test`"]
 fn python_dual_stack_af_inet6_clients_are_steered() {
     if privileged("clients: python AF_INET6 dual-stack") {
-        python_clients("inet6", 53);
+        python_clients("inet6");
     }
 }
 
@@ -146,7 +150,7 @@ fn jdk_clients_are_steered() {
             "16".into(),
         ]
     };
-    client_steers(54, &java, args, 16);
+    client_steers(&java, args, 16);
 }
 
 /// Builds the Go client once into the test target directory.
@@ -184,7 +188,7 @@ fn go_thirty_two_goroutines_take_thirty_two_cpus() {
     };
     let exe = go_client(&go);
     let args = |lab: &Lab| vec![lab.server_addr().to_string(), "32".into()];
-    client_steers(55, &exe, args, 32);
+    client_steers(&exe, args, 32);
 }
 
 /// curl with 16 parallel transfers (URL globbing); the receiver never
@@ -215,7 +219,7 @@ fn curl_parallel_transfers_are_steered() {
         .chain(["--max-time".into(), TIMEOUT.as_secs().to_string(), url])
         .collect()
     };
-    client_steers(56, &curl, args, 16);
+    client_steers(&curl, args, 16);
 }
 
 /// `n` Python connections bound to `addr` with IP_BIND_ADDRESS_NO_PORT:
@@ -254,11 +258,11 @@ fn a_bound_second_address_is_kept_and_steered() {
     let Some(python) = tool("python3") else {
         return;
     };
-    let lab = Lab::new(false, 57);
-    add_sender_address(&lab, "10.199.57.11/24");
+    let lab = Lab::new(false);
+    let second = add_sender_address(&lab, 11);
     // Planned after the address exists.
     lab.attach_once();
-    bound_clients_keep(&lab, &python, Ipv4Addr::new(10, 199, 57, 11).into(), 16);
+    bound_clients_keep(&lab, &python, second, 16);
 }
 
 /// An address added while the agent runs (a VIP moved to this host, say)
@@ -272,11 +276,11 @@ fn an_address_added_while_running_is_planned() {
     let Some(python) = tool("python3") else {
         return;
     };
-    let mut lab = Lab::new(false, 48);
+    let mut lab = Lab::new(false);
     lab.start_agent();
-    add_sender_address(&lab, "10.199.48.12/24");
+    let added = add_sender_address(&lab, 12);
     lab.await_agent_line("local addresses or routes changed: replanned");
-    bound_clients_keep(&lab, &python, Ipv4Addr::new(10, 199, 48, 12).into(), 4);
+    bound_clients_keep(&lab, &python, added, 4);
 }
 
 /// Sockets bound to their address with `IP_BIND_ADDRESS_NO_PORT` and port
@@ -293,7 +297,7 @@ fn sockets_bound_before_connect_are_recorded_once_and_leave_nothing_to_repair() 
     let Some(python) = tool("python3") else {
         return;
     };
-    let mut lab = Lab::new(false, 88);
+    let mut lab = Lab::new(false);
     lab.start_agent();
     let mut server = lab.listen();
     let args = [

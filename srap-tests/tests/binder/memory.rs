@@ -23,7 +23,7 @@ fn one_32_cpu_receiver_pins_at_most_8_mib() {
     if !privileged("binder: pinned memory of one receiver") {
         return;
     }
-    let lab = Lab::new(false, 212);
+    let lab = Lab::new(false);
     lab.attach_once();
     let by_map = pinned_memory(&lab.agent.layout()).expect("the pinned maps' memlock");
     let kernel: u64 = by_map.iter().map(|(_, bytes)| bytes).sum();
@@ -57,7 +57,7 @@ fn a_plan_or_pins_past_the_settings_are_refused_naming_the_setting() {
     if !privileged("binder: map sizes refused by name") {
         return;
     }
-    let lab = Lab::new(false, 213);
+    let lab = Lab::new(false);
     let run = |extra: &[&str]| {
         let out = lab
             .agent

@@ -13,12 +13,16 @@
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
+    ops::ControlFlow,
     time::{Duration, Instant},
 };
 
 use srap_common::binder::FIRST_RECEIVER_ROW;
 use srap_status::sender::OccupancyRow;
-use srap_tests::flows::{Sink, listen_deep};
+use srap_tests::{
+    flows::{Sink, listen_deep},
+    harness::poll_until,
+};
 
 use super::{Lab, TIMEOUT, privileged};
 
@@ -39,19 +43,15 @@ pub(super) fn occupied(lab: &Lab) -> u32 {
 
 /// The agent's audit once it has run `n` audits or more.
 pub(super) fn after_audits(lab: &Lab, n: u64) -> OccupancyRow {
-    let deadline = Instant::now() + TIMEOUT;
-    loop {
+    poll_until(TIMEOUT, Duration::from_millis(100), || {
         let audit = lab.agent.status().expect("the sender's status").occupancy;
         if audit.audits >= n {
-            return audit;
+            ControlFlow::Break(audit)
+        } else {
+            ControlFlow::Continue(audit)
         }
-        assert!(
-            Instant::now() < deadline,
-            "the agent ran {} audits, not {n}",
-            audit.audits
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    })
+    .unwrap_or_else(|audit| panic!("the agent ran {} audits, not {n}", audit.audits))
 }
 
 /// Repair lines in the agent's log.
@@ -107,13 +107,12 @@ fn scrape(lab: &Lab) -> Option<String> {
 const METRICS: &str = "127.0.0.1:9448";
 
 /// A lab whose agent serves `/metrics` on [`METRICS`].
-fn lab_with_metrics(subnet: u8) -> Lab {
+fn lab_with_metrics() -> Lab {
     Lab::with_options(
         false,
-        subnet,
         srap_common::rss::embedded_default(),
         super::PORT_RANGE,
-        |opts| opts.args(["--metrics", METRICS]),
+        |opts, _| opts.args(["--metrics", METRICS]),
     )
 }
 
@@ -138,7 +137,7 @@ fn steered_connects_under_churn_leave_nothing_to_repair() {
     if !privileged("binder: occupancy audit under churn") {
         return;
     }
-    let mut lab = Lab::new(false, 86);
+    let mut lab = Lab::new(false);
     lab.start_agent();
     let churn_sink = sink(&lab, CHURN_DPORT);
     let mut churn = srap_tests::workload::Workload::spawn(
@@ -195,7 +194,7 @@ fn a_drift_made_on_purpose_is_repaired_once_within_two_intervals() {
     if !privileged("binder: occupancy audit repairs a drift") {
         return;
     }
-    let mut lab = lab_with_metrics(87);
+    let mut lab = lab_with_metrics();
     lab.start_agent();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -216,15 +215,15 @@ fn a_drift_made_on_purpose_is_repaired_once_within_two_intervals() {
     let injected = Instant::now();
     assert_eq!(occupied(&lab), 5, "the drift: one flow more than sockets");
 
-    let deadline = injected + TIMEOUT;
-    let repaired = loop {
+    let repaired = poll_until(TIMEOUT, Duration::from_millis(50), || {
         let audit = lab.agent.status().expect("status").occupancy;
         if audit.repaired > 0 {
-            break audit;
+            ControlFlow::Break(audit)
+        } else {
+            ControlFlow::Continue(audit)
         }
-        assert!(Instant::now() < deadline, "no repair: {audit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    })
+    .unwrap_or_else(|audit| panic!("no repair: {audit:?}"));
     let took = injected.elapsed();
     // Seen in two consecutive audits 1 s apart, then repaired; the status
     // is refreshed every second, which may add one.
@@ -280,7 +279,7 @@ fn a_count_no_record_holds_is_set_back_to_the_records() {
     if !privileged("binder: occupancy audit repairs a count mismatch") {
         return;
     }
-    let mut lab = lab_with_metrics(89);
+    let mut lab = lab_with_metrics();
     lab.start_agent();
     let mut server = lab.listen();
     let mut workload = lab.workload(true);
@@ -297,15 +296,15 @@ fn a_count_no_record_holds_is_set_back_to_the_records() {
     .expect("raise a count with no record");
     let injected = Instant::now();
     assert_eq!(occupied(&lab), 3, "the drift: one flow more than records");
-    let deadline = injected + TIMEOUT;
-    let repaired = loop {
+    let repaired = poll_until(TIMEOUT, Duration::from_millis(50), || {
         let audit = lab.agent.status().expect("status").occupancy;
         if audit.repaired > 0 {
-            break audit;
+            ControlFlow::Break(audit)
+        } else {
+            ControlFlow::Continue(audit)
         }
-        assert!(Instant::now() < deadline, "no repair: {audit:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    })
+    .unwrap_or_else(|audit| panic!("no repair: {audit:?}"));
     let took = injected.elapsed();
     eprintln!(
         "count mismatch repaired {took:?} after it was made (audit {} then, {} before)",

@@ -13,12 +13,13 @@
 
 use std::{
     net::{IpAddr, SocketAddr},
+    ops::ControlFlow,
     time::{Duration, Instant},
 };
 
 use srap_common::{binder::FIRST_RECEIVER_ROW, rss::embedded_default};
 use srap_daemon::sender::{audit::read_records, read_occupancy};
-use srap_tests::workload::Workload;
+use srap_tests::{harness::poll_until, workload::Workload};
 
 use super::{DPORT, Lab, assert_distinct_cpus, privileged};
 
@@ -27,11 +28,11 @@ const DRAIN: Duration = Duration::from_secs(10);
 
 /// A lab whose receiver has 64 CPUs (so 64 flows at once can each have
 /// one), its agent running as a daemon (restarted and re-planned below).
-fn lab64(v6: bool, subnet: u8) -> Lab {
+fn lab64(v6: bool) -> Lab {
     let mut description = embedded_default();
     description.indir = (0..128).map(|i| i % 64).collect();
     description.queue_cpu = Some((0..64).collect());
-    let mut lab = Lab::with_description(v6, subnet, description);
+    let mut lab = Lab::with_description(v6, description);
     lab.start_agent();
     lab
 }
@@ -42,24 +43,25 @@ fn lab64(v6: bool, subnet: u8) -> Lab {
 #[track_caller]
 fn assert_drained(lab: &Lab, pattern: &str) {
     let layout = lab.agent.layout();
-    let deadline = Instant::now() + DRAIN;
-    loop {
+    let drained = poll_until(DRAIN, Duration::from_millis(50), || {
         let flows = read_occupancy(&layout, FIRST_RECEIVER_ROW).expect("the pinned occupancy");
         let records = read_records(&layout).expect("the pinned socket table");
         let held: u32 = flows.iter().sum();
         if held == 0 && records.is_empty() {
-            let audit = lab.agent.status().expect("the agent's status").occupancy;
-            assert_eq!(audit.repaired, 0, "{pattern}: the audit repaired {audit:?}");
-            return;
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue((held, flows, records))
         }
-        assert!(
-            Instant::now() < deadline,
+    });
+    if let Err((held, flows, records)) = drained {
+        panic!(
             "{pattern}: all sockets closed, yet {held} flows still counted \
              ({flows:?}) and {} socket records left: {records:?}",
             records.len()
         );
-        std::thread::sleep(Duration::from_millis(50));
     }
+    let audit = lab.agent.status().expect("the agent's status").occupancy;
+    assert_eq!(audit.repaired, 0, "{pattern}: the audit repaired {audit:?}");
 }
 
 /// 64 connects at once land on 64 distinct CPUs; then they close and the
@@ -104,7 +106,7 @@ fn every_socket_pattern_releases_exactly_what_it_claimed() {
     if !privileged("binder: the socket-pattern matrix drains the occupancy") {
         return;
     }
-    let mut lab = lab64(false, 61);
+    let mut lab = lab64(false);
     let own = lab.sender_ip();
     let mut server = lab.listen();
     check(&mut lab, &mut server, "plain connects", 16, |_, w| {
@@ -154,7 +156,7 @@ fn every_socket_pattern_releases_exactly_what_it_claimed() {
         8,
         |lab, w| {
             let ports = w.open(8);
-            super::clients::add_sender_address(lab, "10.199.61.21/24");
+            super::clients::add_sender_address(lab, 21);
             lab.await_agent_line("local addresses or routes changed: replanned");
             ports
         },
@@ -179,13 +181,13 @@ fn dual_stack_and_ipv6_sockets_release_exactly_what_they_claimed() {
     if !privileged("binder: dual-stack and IPv6 sockets drain the occupancy") {
         return;
     }
-    let lab = lab64(false, 62);
+    let lab = lab64(false);
     let IpAddr::V4(receiver) = lab.receiver_ip() else {
         panic!("an IPv4 lab");
     };
     let mapped = SocketAddr::new(IpAddr::V6(receiver.to_ipv6_mapped()), DPORT);
     open_close_and_drain(&lab, mapped, "dual-stack connects");
-    let lab = lab64(true, 63);
+    let lab = lab64(true);
     open_close_and_drain(&lab, lab.server_addr(), "IPv6 connects");
 }
 
@@ -222,7 +224,7 @@ fn a_soak_of_mixed_patterns_with_a_replan_and_a_restart_drifts_nothing() {
     if !privileged("binder: soak of mixed socket patterns") {
         return;
     }
-    let mut lab = lab64(false, 64);
+    let mut lab = lab64(false);
     let own = lab.sender_ip();
     let churn_sink = super::occupancy::sink(&lab, SOAK_CHURN_DPORT);
     let mut server = lab.listen();
@@ -255,7 +257,7 @@ fn a_soak_of_mixed_patterns_with_a_replan_and_a_restart_drifts_nothing() {
         }
         match round {
             5 => {
-                super::clients::add_sender_address(&lab, "10.199.64.21/24");
+                super::clients::add_sender_address(&lab, 21);
                 lab.await_agent_line("local addresses or routes changed: replanned");
             }
             10 => {

@@ -87,7 +87,7 @@ fn connection_per_object_churn_is_steered_beside_long_flows_and_another_applicat
     if !privileged("binder: connection-per-object churn") {
         return;
     }
-    let lab = Lab::new(false, 80);
+    let lab = Lab::new(false);
     lab.sender_sysctl("net.ipv4.tcp_tw_reuse", "1");
     lab.attach_once();
     let (steered_sink, other_sink) = (sink(&lab, DPORT), sink(&lab, OTHER_DPORT));
@@ -195,7 +195,7 @@ fn a_hot_loop_of_connects_never_fails_at_the_kernels_pace() {
     if !privileged("binder: a hot loop of connects") {
         return;
     }
-    let (kernel_lab, mut steered_lab) = (Lab::new(false, 81), Lab::new(false, 82));
+    let (kernel_lab, mut steered_lab) = (Lab::new(false), Lab::new(false));
     for lab in [&kernel_lab, &steered_lab] {
         lab.sender_sysctl("net.ipv4.tcp_tw_reuse", "1");
     }
@@ -265,17 +265,21 @@ fn one_sender_steers_a_hundred_receivers_sharing_ports() {
     if !privileged("binder: a hundred receivers sharing ports") {
         return;
     }
-    let receivers: Vec<IpAddr> = (10..110u8)
-        .map(|host| IpAddr::V4(Ipv4Addr::new(10, 199, 83, host)))
-        .collect();
-    let lab = Lab::with_options(false, 83, embedded_default(), "40000-40511", |opts| {
+    // Hosts .10 to .109 of the lab's subnet.
+    let hundred = |hosts: &srap_tests::TwoHosts| -> Vec<IpAddr> {
+        (10..110u8)
+            .map(|host| IpAddr::V4(hosts.subnet().ipv4(host)))
+            .collect()
+    };
+    let lab = Lab::with_options(false, embedded_default(), "40000-40511", |opts, hosts| {
         // 101 receiver addresses, the lab's own and these: past the
         // default 64 binder rows.
         let opts = opts.args(["--max-receivers", "128"]);
-        receivers.iter().fold(opts, |opts, receiver| {
+        hundred(hosts).iter().fold(opts, |opts, receiver| {
             opts.args(["--receiver".to_owned(), receiver.to_string()])
         })
     });
+    let receivers = hundred(&lab.hosts);
     let script: String = receivers
         .iter()
         .map(|ip| format!("addr add {ip}/24 dev {}\n", lab.hosts.receiver_end.ifname))
@@ -345,8 +349,8 @@ fn one_sender_steers_a_hundred_receivers_sharing_ports() {
 
 /// The lab with a port range of 256 ports (8 per CPU of the 32), checked
 /// to give every slot a port toward the receiver's service.
-fn narrow_lab(subnet: u8, range: &str) -> Lab {
-    let lab = Lab::with_options(false, subnet, embedded_default(), range, |opts| opts);
+fn narrow_lab(range: &str) -> Lab {
+    let lab = Lab::with_options(false, embedded_default(), range, |opts, _| opts);
     let table = lab.table();
     for slot in 0..table.slots().len() {
         assert!(
@@ -370,7 +374,7 @@ fn time_wait_tuples_with_timestamps_are_reused() {
     if !privileged("binder: TIME_WAIT tuples reused") {
         return;
     }
-    let lab = narrow_lab(84, "20000-20255");
+    let lab = narrow_lab("20000-20255");
     lab.attach_once();
     let sink = sink(&lab, DPORT);
     let mut workload = lab.workload(true);
@@ -405,7 +409,7 @@ fn a_slot_that_runs_dry_falls_back_and_the_agent_warns_once() {
     if !privileged("binder: a dry slot") {
         return;
     }
-    let mut lab = narrow_lab(85, "20000-20255");
+    let mut lab = narrow_lab("20000-20255");
     lab.sender_sysctl("net.ipv4.tcp_timestamps", "0");
     lab.start_agent();
     let sink = sink(&lab, DPORT);

@@ -16,6 +16,7 @@ use std::{
     time::Duration,
 };
 
+use srap_common::xorshift::XorShift32;
 use tokio::net::{TcpSocket, lookup_host};
 use tracing::{debug, info, warn};
 
@@ -88,24 +89,20 @@ async fn probe(target: SocketAddr, ports: &mut RandomPorts) -> bool {
     false
 }
 
-/// xorshift32 over [`LOWEST_PORT`]..=65535, seeded from the OS.
-struct RandomPorts(u32);
+/// Ports of [`LOWEST_PORT`]..=65535 from srap-common's xorshift, seeded
+/// from the OS.
+struct RandomPorts(XorShift32);
 
 impl RandomPorts {
     fn seeded() -> Self {
         let mut seed = [0u8; 4];
         let _ = getrandom::fill(&mut seed);
-        Self(u32::from_ne_bytes(seed) | 1)
+        Self(XorShift32::new(u32::from_ne_bytes(seed) | 1))
     }
 
     fn next(&mut self) -> u16 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        self.0 = x;
-        let span = u32::from(u16::MAX - LOWEST_PORT) + 1;
-        LOWEST_PORT + u16::try_from(x % span).unwrap_or(0)
+        self.0
+            .port(LOWEST_PORT, u32::from(u16::MAX - LOWEST_PORT) + 1)
     }
 }
 
@@ -115,7 +112,7 @@ mod tests {
 
     #[test]
     fn probe_ports_cover_both_parities_and_both_halves() {
-        let mut ports = RandomPorts(0x1234_5678);
+        let mut ports = RandomPorts(XorShift32::new(0x1234_5678));
         let drawn: Vec<u16> = (0..PROBES).map(|_| ports.next()).collect();
         assert!(drawn.iter().all(|&p| p >= LOWEST_PORT));
         assert!(drawn.iter().any(|p| p % 2 == 0) && drawn.iter().any(|p| p % 2 == 1));
