@@ -207,6 +207,14 @@ pub struct SenderOptions {
     pub sizes: BinderSizes,
 }
 
+impl SenderOptions {
+    /// The receiver addresses steered toward, as whatever collection the
+    /// caller keeps them in.
+    pub fn target_addrs<C: FromIterator<IpAddr>>(&self) -> C {
+        self.targets.iter().map(|t| t.addr).collect()
+    }
+}
+
 /// A running binder, as set up by [`start`].
 pub struct RunningBinder {
     /// The loaded object; its programs are attached through the pins, so

@@ -231,7 +231,7 @@ impl Offline {
     /// Judges this host's landings, pauses or resumes local steering, and
     /// refreshes the status.
     fn sample(&mut self, binder: &mut RunningBinder) {
-        let steered: BTreeSet<IpAddr> = self.plan.options.targets.iter().map(|t| t.addr).collect();
+        let steered: BTreeSet<IpAddr> = self.plan.options.target_addrs();
         let sampled = self
             .local
             .as_mut()

@@ -35,7 +35,7 @@ pub fn replan(binder: &mut RunningBinder, options: &SenderOptions) -> Result<(),
 /// application to bind, say); returns true if it did. Failures are logged
 /// and the old plan keeps steering.
 pub fn replan_if_sources_changed(binder: &mut RunningBinder, options: &SenderOptions) -> bool {
-    let addrs: Vec<_> = options.targets.iter().map(|t| t.addr).collect();
+    let addrs: Vec<std::net::IpAddr> = options.target_addrs();
     match super::sources_changed(binder, &addrs) {
         Ok(false) => false,
         Ok(true) => match replan(binder, options) {

@@ -157,13 +157,7 @@ pub async fn run(
         super::start(&follower.machine.options, object).context("setting up the port binder")?;
     if !args.once {
         // Watching before `steering active`: no connection it steers is missed.
-        let toward: Vec<IpAddr> = follower
-            .machine
-            .options
-            .targets
-            .iter()
-            .map(|t| t.addr)
-            .collect();
+        let toward: Vec<IpAddr> = follower.machine.options.target_addrs();
         follower.local = local.map(|nic| LocalEnd::start(nic, Steer::Both, &binder, &toward));
         if follower.local.is_none() {
             follower.opened = watch_opened(&binder.cgroup);
@@ -404,13 +398,7 @@ impl Follower {
     /// This host's closed loop: judges where connections land on its NIC
     /// and hands the machine a learned key or a changed verdict.
     fn sample_local(&mut self, binder: &mut RunningBinder) {
-        let steered: BTreeSet<IpAddr> = self
-            .machine
-            .options
-            .targets
-            .iter()
-            .map(|t| t.addr)
-            .collect();
+        let steered: BTreeSet<IpAddr> = self.machine.options.target_addrs();
         let Some(sampled) = self.local.as_mut().map(|l| l.sample(&steered)) else {
             return;
         };
