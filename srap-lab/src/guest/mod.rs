@@ -269,22 +269,28 @@ impl Guest {
     /// ([`GuestShell::status`]), or taken for the next identical poll.
     pub fn poll_until(&mut self, check: &str, within: Duration) -> anyhow::Result<bool> {
         let deadline = Instant::now() + within;
-        loop {
-            match self.shell.status(check, POLL_TIMEOUT) {
-                Ok((0, _)) => return Ok(true),
-                Ok(_) => {}
+        let shell = &mut self.shell;
+        let waited = crate::harness::poll_until(within, Duration::from_millis(200), || {
+            if interrupted() {
+                return ControlFlow::Break(Ok(false));
+            }
+            match shell.status(check, POLL_TIMEOUT) {
+                Ok((0, _)) => ControlFlow::Break(Ok(true)),
+                Ok(_) => ControlFlow::Continue(()),
                 Err(err) if Instant::now() < deadline => {
                     tracing::warn!(
                         check,
                         "the guest did not answer a poll, asking again: {err:#}"
                     );
+                    ControlFlow::Continue(())
                 }
-                Err(err) => bail!("{err:#}\n{}", self.console_tail()),
+                Err(err) => ControlFlow::Break(Err(err)),
             }
-            if interrupted() || Instant::now() > deadline {
-                return Ok(false);
-            }
-            std::thread::sleep(Duration::from_millis(200));
+        });
+        match waited {
+            Ok(Ok(passed)) => Ok(passed),
+            Ok(Err(err)) => bail!("{err:#}\n{}", self.console_tail()),
+            Err(()) => Ok(false),
         }
     }
 
