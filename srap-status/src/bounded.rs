@@ -79,6 +79,12 @@ where
     } = bounds;
     let slots = Arc::new(Semaphore::new(at_once));
     loop {
+        // A free slot first, then the accept: a connection past the bound
+        // waits in the kernel's backlog. The semaphore is never closed:
+        // this only waits.
+        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
         let (stream, peer) = match listener.next().await {
             Ok(accepted) => accepted,
             Err(err) => {
@@ -86,10 +92,6 @@ where
                 tokio::time::sleep(ACCEPT_RETRY).await;
                 continue;
             }
-        };
-        // The semaphore is never closed: this only waits for a free slot.
-        let Ok(permit) = Arc::clone(&slots).acquire_owned().await else {
-            return;
         };
         let exchange = exchange(stream);
         tokio::spawn(async move {
