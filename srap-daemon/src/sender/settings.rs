@@ -18,19 +18,15 @@ use super::{
     ends::{LocalSettings, Steer},
 };
 
-/// Where the receiver's RSS description comes from: exactly one of
-/// `--rss` and `--peer` (the command line refuses both; with neither,
-/// `rss` or `peers` of `--config` — [`SenderSettings::resolved`]).
+/// Where the receiver's RSS description comes from: `--rss` or `--peer`,
+/// exactly one (the command line refuses both; with neither, `rss` or
+/// `peers` of `--config` — [`SenderSettings::resolved`]).
 #[derive(Debug, Clone, Default)]
 pub struct DescriptionSource {
-    /// The receiver's RSS description (JSON, as `srap rss show --json`
-    /// prints): offline mode, planned once.
+    /// `--rss FILE`: offline mode, planned once.
     pub rss: Option<PathBuf>,
-    /// A receiver agent (`srap-agent receiver --listen`) to fetch the
-    /// description from: the agent follows every change of it, keeps the
-    /// last plan while the receiver is away, and reports its plan back.
-    /// Repeat for more receivers: each is planned with its own description
-    /// and gets its own grant; one away does not disturb the others.
+    /// `--peer HOST:PORT`, repeated: receiver agents to follow, each
+    /// planned with its own description.
     pub peer: Vec<String>,
 }
 
@@ -42,84 +38,52 @@ pub const DEFAULT_INTERVAL: u64 = 10;
 /// Every setting of `srap-agent sender`, as the flags gave it: `None` (or
 /// empty) is "not given", so [`SenderSettings::under_config`] can tell
 /// what the `--config` file may fill in; the accessors give the defaults.
+/// Each field is the flag of its name (the binary's `args/sender.rs` holds
+/// their help, which `srap-agent sender --help` prints); only what the
+/// library adds is said here.
 #[derive(Debug, Clone, Default)]
 pub struct SenderSettings {
-    /// A TOML file with any of these settings (keys named as the flags,
-    /// lists in the plural: `peers`, `receivers`, `ports`,
-    /// `report-ports`); flags given here win over it. An unknown key is an
-    /// error.
     pub config: Option<PathBuf>,
     pub source: DescriptionSource,
-    /// Pre-shared key the receiver agent must prove (and we prove to it).
     /// Read again before every connection, so a rotated key is used from
     /// the next one on.
     pub psk_file: Option<PathBuf>,
     /// Keys of single receivers (`psk-file` of a `[[peer]]` table in
     /// `--config`), by their `--peer`; the others use `--psk-file`.
     pub peer_psk_files: std::collections::BTreeMap<String, PathBuf>,
-    /// With --peer: seconds to wait for the first description before
-    /// giving up (nothing is set up until one arrives) [default: 60].
+    /// [`Self::peer_wait`] gives the default.
     pub peer_wait: Option<u64>,
-    /// With --peer, when every destination port is steered: report the plan
-    /// for these destination ports (repeat; a source port's CPU depends on
-    /// the destination port). With --port, those ports are reported.
+    /// `--report-port`, repeated.
     pub report_ports: Vec<u16>,
-    /// A receiver address to steer toward (repeat for more receivers;
-    /// with one --peer, default: the peer's address; with several --peer,
-    /// each receiver is steered at its own peer's address).
+    /// `--receiver`, repeated.
     pub receivers: Vec<IpAddr>,
-    /// Steer only this destination port (repeat for more; default: every port).
+    /// `--port`, repeated; empty: every destination port.
     pub ports: Vec<u16>,
-    /// The cgroup whose connections are steered (default `<cgroup2>/srap`;
-    /// relative paths are below the cgroup2 mount).
+    /// Relative paths are below the cgroup2 mount.
     pub cgroup: Option<PathBuf>,
-    /// SO_MAX_PACING_RATE for steered sockets, e.g. `25gbit` or `3gbps`.
     pub pacing_rate: Option<PacingRate>,
-    /// bpffs directory for the pinned programs, links and maps
-    /// [default: /sys/fs/bpf/srap].
+    /// [`Self::pin_dir`] gives the default.
     pub pin_dir: Option<PathBuf>,
-    /// Source ports SRAP may bind, every one of them, shared with other
-    /// destinations by 4-tuple (default: the kernel's ip_local_port_range).
+    /// `None`: the kernel's `ip_local_port_range`.
     pub port_range: Option<PortRange>,
-    /// Set up (or adopt) and exit; the pins keep steering running. With
-    /// --peer: fetch the description once, set up, report the plan, exit
-    /// (later changes on the receiver are not followed).
     pub once: bool,
-    /// With --peer: the sender agent's control socket, where `srap status
-    /// --sender` reads every receiver, its description version, its grant
-    /// and the binder's counters (not made with --once)
-    /// [default: /run/srap/sender.sock].
+    /// [`Self::control`] gives the default.
     pub control: Option<PathBuf>,
-    /// Serve Prometheus metrics (the binder's counters, the occupancy
-    /// audit's repairs) on http://ADDR/metrics, e.g. `127.0.0.1:9448`
-    /// (with the control socket: not with --once).
     pub metrics: Option<std::net::SocketAddr>,
-    /// Seconds between counter reports (and occupancy audits) while
-    /// running [default: 10].
+    /// [`Self::interval`] gives the default.
     pub interval: Option<u64>,
     pub local: LocalSettings,
     pub sizes: SizeSettings,
 }
 
-/// What the binder's pinned maps are sized for: the kernel memory they
-/// take grows with each (docs/binder.md gives the formula). A plan that
-/// needs more stops with an error naming the flag to raise; a binder
-/// already attached keeps the sizes it was made with (change them after
-/// `srap-agent detach`).
+/// `--max-receivers`, `--max-cpus`, `--max-sockets`, `--max-layouts`: what
+/// the binder's pinned maps are sized for (docs/binder.md gives the
+/// kernel memory each takes); `None`: the default [`Self::sizes`] gives.
 #[derive(Debug, Clone, Default)]
 pub struct SizeSettings {
-    /// Receiver addresses steered toward (each --receiver, or each address
-    /// of a --peer) [default: 64].
     pub max_receivers: Option<u32>,
-    /// CPUs of one receiver its RSS reaches, and of this host with --steer
-    /// local|both [default: 512, the most SRAP steers].
     pub max_cpus: Option<u32>,
-    /// Steered sockets open at once (the socket table has twice as many
-    /// rows, rounded up to a power of two) [default: 32768].
     pub max_sockets: Option<u32>,
-    /// Distinct RSS layouts: one per receiver address family and
-    /// description, one per --port of a receiver whose hash is not linear
-    /// in the ports, and this host's NIC's [default: --max-receivers + 1].
     pub max_layouts: Option<u32>,
 }
 
