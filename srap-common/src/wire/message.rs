@@ -351,6 +351,18 @@ impl DemandReport {
 }
 
 impl CpuGrant {
+    /// A grant of `cpus` that no other sender holds flows on (every base
+    /// 0).
+    pub fn uncontended(epoch: u64, cpus: impl IntoIterator<Item = u32>) -> Self {
+        Self {
+            epoch,
+            cpus: cpus
+                .into_iter()
+                .map(|cpu| CpuCount { cpu, count: 0 })
+                .collect(),
+        }
+    }
+
     /// Whether a sender may apply this grant as it is.
     pub fn check(&self) -> Result<(), String> {
         check_cpus("a Grant", &self.cpus)

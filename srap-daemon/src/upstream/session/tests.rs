@@ -4,8 +4,8 @@
 use srap_common::{
     rss::{KeyProvenance, KeySource, RssDescription, embedded_default},
     wire::{
-        Challenge, CpuCount, CpuGrant, ErrorReport, LandingReport, LandingVerdict, Mac, Message,
-        Nonce, RssUpdate, SeenFlows,
+        Challenge, CpuGrant, ErrorReport, LandingReport, LandingVerdict, Mac, Message, Nonce,
+        RssUpdate, SeenFlows,
     },
 };
 
@@ -38,16 +38,7 @@ fn challenge() -> Message {
 }
 
 fn grant(cpus: &[u32]) -> CpuGrant {
-    CpuGrant {
-        epoch: 3,
-        cpus: cpus
-            .iter()
-            .map(|cpu| CpuCount {
-                cpu: *cpu,
-                count: 0,
-            })
-            .collect(),
-    }
+    CpuGrant::uncontended(3, cpus.iter().copied())
 }
 
 fn error(reason: &str) -> Message {

@@ -6,7 +6,7 @@ use std::{net::IpAddr, sync::Arc};
 use srap_common::{
     binder::BinderSizes,
     rss::{KeyProvenance, RssDescription, RssModel, embedded_default},
-    wire::{CpuCount, CpuGrant, LandingReport, LandingVerdict},
+    wire::{CpuGrant, LandingReport, LandingVerdict},
 };
 
 use super::{Action, Event, Machine, Peer, Undo, Why};
@@ -69,16 +69,7 @@ fn model(description: &RssDescription) -> Arc<RssModel> {
 }
 
 fn grant(epoch: u64, cpus: &[u32]) -> CpuGrant {
-    CpuGrant {
-        epoch,
-        cpus: cpus
-            .iter()
-            .map(|cpu| CpuCount {
-                cpu: *cpu,
-                count: 0,
-            })
-            .collect(),
-    }
+    CpuGrant::uncontended(epoch, cpus.iter().copied())
 }
 
 fn landing(version: u64, verdict: LandingVerdict) -> LandingReport {
