@@ -240,7 +240,7 @@ fn start_receiver(guest: &mut Guest, listen: &str, sender: Ipv4Addr) -> anyhow::
         "the receiver agent's control socket",
     )
     .map_err(|err| {
-        let log = guest.run("cat /tmp/receiver.log").unwrap_or_default();
+        let log = guest.read("cat /tmp/receiver.log").unwrap_or_default();
         err.context(format!("the receiver agent's log in the guest:\n{log}"))
     })
 }
@@ -265,7 +265,7 @@ fn iperf3_result(guest: &mut Guest, port: u16) -> anyhow::Result<Vec<u16>> {
         &format!("! netstat -tln | grep -q ':{port} ' && grep -q '\"end\"' {file}"),
         "the guest's iperf3 result",
     )?;
-    truth::iperf3_accepted_ports(&guest.run(&format!("cat {file}"))?)
+    truth::iperf3_accepted_ports(&guest.read(&format!("cat {file}"))?)
 }
 
 /// Polls `check` in the guest until it succeeds (up to 60 s: a debug

@@ -20,6 +20,7 @@ use std::{
     ops::ControlFlow,
     path::{Path, PathBuf},
     process::Stdio,
+    sync::atomic::{AtomicU64, Ordering},
     time::{Duration, Instant},
 };
 
@@ -260,6 +261,40 @@ impl Guest {
             .map_err(|err| anyhow::anyhow!("{err:#}\n{}", self.console_tail()))
     }
 
+    /// Runs `line`, a command without effects (a read of the guest's
+    /// counters, tables or files): its output, or an error when it exits
+    /// non-zero. An exchange the guest does not answer within
+    /// `POLL_TIMEOUT` is asked again until `COMMAND_TIMEOUT`, as a poll
+    /// is ([`Guest::poll_until`]): a serial line lost under emulation on a
+    /// busy host costs a retry, not the run; a late answer to the lost
+    /// line is this line's (it has no effects, so either answer is good).
+    /// Each read is tagged with a shell comment of its own, so a late
+    /// answer is never taken for a later read of the same command (the
+    /// counters before a run for those after it).
+    pub fn read(&mut self, line: &str) -> anyhow::Result<String> {
+        static READS: AtomicU64 = AtomicU64::new(0);
+        let tagged = format!("{line} # read {}", READS.fetch_add(1, Ordering::Relaxed));
+        let shell = &mut self.shell;
+        let answer = crate::harness::poll_until(COMMAND_TIMEOUT, Duration::ZERO, || {
+            match shell.status(&tagged, POLL_TIMEOUT) {
+                Ok(answer) => ControlFlow::Break(answer),
+                Err(err) if interrupted() => ControlFlow::Break((-1, format!("{err:#}"))),
+                Err(err) => {
+                    tracing::warn!(line, "the guest did not answer, asking again: {err:#}");
+                    ControlFlow::Continue(err)
+                }
+            }
+        });
+        match answer {
+            Ok((0, output)) => Ok(output),
+            Ok((code, output)) => bail!(
+                "in the guest, `{line}` exited with {code}: {}",
+                output.trim()
+            ),
+            Err(err) => bail!("{err:#}\n{}", self.console_tail()),
+        }
+    }
+
     /// Runs `check` (a command without effects) every 200 ms until it
     /// exits 0 (true) or `within` has passed (false). A poll the guest does
     /// not answer within `POLL_TIMEOUT` (30 s) is asked again until then: under
@@ -310,14 +345,14 @@ impl Guest {
     /// A file of the guest (an agent's log), or why it could not be read:
     /// for failure reports, so never an error.
     pub fn read_or_why(&mut self, path: &str) -> String {
-        self.run(&format!("cat {path}"))
+        self.read(&format!("cat {path}"))
             .unwrap_or_else(|err| format!("(unreadable: {err:#})"))
     }
 
     /// An agent's status in the guest: `srap status ARGS --once --json`,
     /// parsed.
     pub fn srap_status<T: serde::de::DeserializeOwned>(&mut self, args: &str) -> anyhow::Result<T> {
-        let json = self.run(&format!("srap status {args} --once --json"))?;
+        let json = self.read(&format!("srap status {args} --once --json"))?;
         serde_json::from_str(&json)
             .with_context(|| format!("the guest's srap status {args} --json"))
     }

@@ -18,11 +18,11 @@ use super::{GUEST_IFACE, Guest, GuestKernel, GuestNet, GuestNic};
 /// CPUs; virtio has no watchdog firing them idle), which rise with the
 /// packets the queue receives.
 pub fn rx_queue_packets(guest: &mut Guest) -> anyhow::Result<Vec<u64>> {
-    let stats = guest.run(&format!("ethtool -S {GUEST_IFACE}"))?;
+    let stats = guest.read(&format!("ethtool -S {GUEST_IFACE}"))?;
     match parse_rx_queue_packets(&stats) {
         Ok(packets) => Ok(packets),
         Err(_) if guest.shape.nic == GuestNic::Virtio => {
-            parse_input_interrupts(&guest.run("cat /proc/interrupts")?)
+            parse_input_interrupts(&guest.read("cat /proc/interrupts")?)
         }
         Err(err) => Err(err),
     }
@@ -139,7 +139,7 @@ pub fn queue_counts(packets: &[u64]) -> String {
 /// The RSS configuration as `ethtool -x` prints it (the guest driver's
 /// key and table; Toeplitz over addresses and ports).
 pub fn ethtool_rss(guest: &mut Guest) -> anyhow::Result<RssDescription> {
-    parse_ethtool_x(&guest.run(&format!("ethtool -x {GUEST_IFACE}"))?)
+    parse_ethtool_x(&guest.read(&format!("ethtool -x {GUEST_IFACE}"))?)
 }
 
 pub fn parse_ethtool_x(text: &str) -> anyhow::Result<RssDescription> {
@@ -200,7 +200,7 @@ pub fn device_key(guest: &mut Guest, ethtool: &RssDescription) -> anyhow::Result
     match (guest.shape.nic, guest.kernel) {
         (GuestNic::Igb, _) => {
             // A guest that hides the sysctl kept a copy in /run.
-            let key = guest.run(
+            let key = guest.read(
                 "cat /run/netdev_rss_key 2>/dev/null || cat /proc/sys/net/core/netdev_rss_key",
             )?;
             Ok(key.trim().split(':').take(40).collect::<Vec<_>>().join(":"))
