@@ -76,6 +76,21 @@ pub const MAX_BIND_ATTEMPTS: u32 = 16;
 /// 1/4^8) the socket is steered all the same and its slot freed at once, so
 /// the occupancy undercounts rather than leaks.
 pub const SOCKET_PROBES: u32 = 8;
+/// Where a flow's local end goes (`--local-placement`), as
+/// [`BinderConfig::local_placement`] holds it.
+pub mod placement {
+    /// The least-occupied of this host's offered CPUs.
+    pub const SPREAD: u32 = 0;
+    /// The connecting CPU's own slot, else its nearest (its row of
+    /// [`super::GRANTS_MAP`]).
+    pub const READER: u32 = 1;
+}
+
+/// This host's CPUs `--local-placement reader` has a row for (CPU ids 0 to
+/// 1023); a connect on a CPU past them is placed by the spread rule and
+/// counted ([`event::READER_UNPLANNED`]). A fixed count, not a setting: a
+/// row is 264 bytes, 264 KiB in all whatever the placement.
+pub const READER_CPUS: u32 = 1024;
 /// `BPF_F_NO_PREALLOC`: hash entries are allocated as they are inserted.
 pub const NO_PREALLOC: u32 = 1;
 /// The occupancy row of this host's own CPUs (`--steer local|both`): one
@@ -154,9 +169,16 @@ macro_rules! binder_pinned_maps {
             /// Array of one [`BinderConfig`].
             CONFIG_MAP = SRAP_CONFIG: Array<u32, $crate::binder::BinderConfig>
                 [$crate::binder::BinderSizes::one, 0];
-            /// Array of [`SlotGrant`], index = receiver.
+            /// Array of [`SlotGrant`], index = receiver; then, from
+            /// index [`BinderSizes::receiver_rows`] on, one row per CPU of
+            /// this host ([`READER_CPUS`]): under `--local-placement
+            /// reader`, the slots of this host's row a connect made on that
+            /// CPU claims among (its own, else its nearest). One map, so
+            /// the hook's claim sees one kind of grant pointer whichever
+            /// row it took (two maps doubled the paths the kernel's
+            /// verifier walks, past its million instructions).
             GRANTS_MAP = SRAP_GRANTS: Array<u32, $crate::binder::SlotGrant>
-                [$crate::binder::BinderSizes::receiver_rows, 0];
+                [$crate::binder::BinderSizes::grant_rows, 0];
             /// Array of [`JointRow`], index = [`DestValue::joint`].
             JOINTS_MAP = SRAP_JOINTS: Array<u32, $crate::binder::JointRow>
                 [$crate::binder::BinderSizes::joints, 0];
@@ -219,7 +241,7 @@ pub const RELEASE_PROGRAM: &str = "srap_sock_release";
 /// One index space for both, [`COUNTERS`] entries named by
 /// [`COUNTER_NAMES`] (the `outcome` label of `/metrics`, the keys of the
 /// status JSON).
-pub const COUNTERS: u32 = 20;
+pub const COUNTERS: u32 = 22;
 
 /// The counters' names, by index.
 pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
@@ -243,6 +265,8 @@ pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
     "option_unreadable",
     "option_refused",
     "bind_refused",
+    "reader_placed",
+    "reader_unplanned",
 ];
 
 /// Verdicts of the binder's `connect` hooks, as indexes into [`STATS_MAP`].
@@ -351,6 +375,14 @@ pub mod event {
     /// took the rotation's granted slot without the search (steered all
     /// the same; two flows may then share a CPU while another is free).
     pub const CLAIM_CONTENDED: u32 = 16;
+    /// A claim of this host's CPUs under `--local-placement reader` made
+    /// by the connecting CPU's row ([`GRANTS_MAP`]): its nearest slots, or
+    /// this host's offer when no offered CPU is on its NUMA node.
+    pub const READER_PLACED: u32 = 20;
+    /// A claim of this host's CPUs under `--local-placement reader` whose
+    /// connecting CPU is past [`READER_CPUS`]: placed by this host's offer
+    /// (the spread rule).
+    pub const READER_UNPLANNED: u32 = 21;
 }
 
 /// Entries of [`BIND_ERRNOS_MAP`]: errno values below it count apart, the
@@ -796,7 +828,8 @@ pub struct BinderConfig {
     /// Slot words per binder row in `SRAP_SLOT_STATE`: a slot's word is
     /// `row * row_slots + slot` ([`BinderSizes::cpus`]).
     pub row_slots: u32,
-    pub _pad: u32,
+    /// Where a flow's local end goes ([`LocalPlacement`] as a number).
+    pub local_placement: u32,
     /// The settings the maps were sized by: a restarted agent compares its
     /// own with them ([`BinderSizes`]).
     pub sizes: BinderSizes,

@@ -204,6 +204,18 @@ impl BinderSizes {
         COUNTERS
     }
 
+    /// Grant rows: one per binder row, then one per CPU of this host that
+    /// `--local-placement reader` places by ([`Self::reader_row`]).
+    pub const fn grant_rows(&self) -> u32 {
+        self.receiver_rows() + crate::binder::READER_CPUS
+    }
+
+    /// The grant row of this host's CPU `cpu` (below
+    /// [`crate::binder::READER_CPUS`]).
+    pub const fn reader_row(&self, cpu: u32) -> u32 {
+        self.receiver_rows() + cpu
+    }
+
     /// The refused binds' errno counters (`BIND_ERRNOS_MAP`).
     pub const fn bind_errnos(&self) -> u32 {
         crate::binder::BIND_ERRNOS
@@ -302,15 +314,15 @@ mod tests {
             ("SRAP_RECEIVERS", 18_512),
             ("SRAP_SLOT_STATE", 266_552),
             ("SRAP_SOCKETS", 1_573_176),
-            ("SRAP_STATS", 792),
+            ("SRAP_STATS", 840),
             ("SRAP_BIND_ERRNOS", 3_384),
             ("SRAP_CONFIG", 352),
-            ("SRAP_GRANTS", 17_472),
+            ("SRAP_GRANTS", 287_808),
             ("SRAP_JOINTS", 134_472),
             ("SRAP_SOLUTIONS", 266_552),
         ];
         assert_eq!(by_map, reported);
-        assert_eq!(sizes.pinned_bytes(2, 2), 3_922_496, "3.74 MiB");
+        assert_eq!(sizes.pinned_bytes(2, 2), 4_192_880, "4.00 MiB");
         assert!(sizes.pinned_bytes(2, 2) <= 8 << 20);
     }
 

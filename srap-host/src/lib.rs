@@ -36,5 +36,6 @@ pub mod netlink;
 pub mod report;
 pub mod reserved;
 pub mod route;
+pub mod topology;
 
 pub use error::HostError;

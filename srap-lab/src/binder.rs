@@ -49,6 +49,7 @@ impl<'a> LabBinder<'a> {
             // Leaves the namespace's ephemeral range to the kernel's own flows.
             port_range: Some(LAB_PORT_RANGE.parse().map_err(anyhow::Error::msg)?),
             local: local.map(|l| std::sync::Arc::new(l.clone())),
+            local_placement: Default::default(),
             sizes: srap_common::binder::BinderSizes::DEFAULT,
         };
         ns.run(|| sender::start(&options, srap_daemon::ebpf_object()))?

@@ -234,6 +234,7 @@ impl Attached {
             pacing_rate: None,
             port_range: None,
             local,
+            local_placement: Default::default(),
             sizes: BinderSizes::DEFAULT,
         };
         sender::start(&options, srap_daemon::ebpf_object()).expect("attach the binder");

@@ -41,7 +41,8 @@ const GREETING: &[u8] = b"srap test workload";
 /// `forkhold SECONDS` (every open connection handed to a forked child that
 /// holds it that long; the workload's own copies closed), `churn RATE SECONDS` (a
 /// connection per object: connect, send, close, RATE a second), `hot N` (N
-/// of those back to back); each is answered with one `SRAPWL ports P,P,…`
+/// of those back to back), `pin CPU` (the connects after it run on that
+/// CPU; answered with no port); each is answered with one `SRAPWL ports P,P,…`
 /// line (0: a connect that failed); EOF ends it. Connects to `dst`.
 pub fn serve(dst: SocketAddr) {
     let mut open: Vec<TcpStream> = Vec::new();
@@ -94,6 +95,10 @@ pub fn serve(dst: SocketAddr) {
                     )
                 })
                 .collect(),
+            "pin" => {
+                pin_to(number(0));
+                Vec::new()
+            }
             "forkhold" => {
                 let ports = open
                     .iter()
@@ -110,6 +115,26 @@ pub fn serve(dst: SocketAddr) {
         let list: Vec<String> = ports.iter().map(u16::to_string).collect();
         println!("{ANSWER}{}", list.join(","));
         std::io::stdout().flush().expect("stdout");
+    }
+}
+
+/// Pins the workload's command thread (every later connect but a burst's)
+/// to `cpu`: a reader thread pinned before it connects.
+fn pin_to(cpu: u32) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes within it
+    // for cpu below CPU_SETSIZE (checked), and sched_setaffinity(0) changes
+    // only the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert!((cpu as usize) < libc::CPU_SETSIZE as usize, "CPU {cpu}");
+        libc::CPU_SET(cpu as usize, &mut set);
+        let done = libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set);
+        assert_eq!(
+            done,
+            0,
+            "pinning to CPU {cpu}: {}",
+            std::io::Error::last_os_error()
+        );
     }
 }
 
@@ -274,6 +299,12 @@ impl Workload {
 
     pub fn open(&mut self, n: usize) -> Vec<u16> {
         self.ask(&format!("open {n}"))
+    }
+
+    /// Pins the workload's connecting thread to `cpu` (`pin CPU`): the
+    /// connects after it run there.
+    pub fn pin(&mut self, cpu: u32) {
+        self.ask(&format!("pin {cpu}"));
     }
 
     pub fn close(&mut self, n: usize) -> Vec<u16> {

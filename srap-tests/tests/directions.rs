@@ -816,6 +816,85 @@ fn local_cpus_restrict_this_hosts_cpus() {
     workload.finish();
 }
 
+/// `--local-placement reader`: a thread's connects land on the queue its
+/// own CPU serves. The workload connects 4 times pinned to CPU 1, then 4
+/// times pinned to CPU 0 (not in CPU order: a placement handing out CPUs in
+/// connect order would fail); each accepted tuple, hashed as this host's
+/// NIC hashes its reverse, lands on the CPU its thread ran on. With `--steer
+/// both` the receiver's side of the same 8 flows is on 8 distinct CPUs.
+/// Under `spread` the same connects are spread over this host's CPUs, so
+/// the check tells the two apart.
+#[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
+fn reader_placement_lands_each_connect_on_its_threads_cpu() {
+    if !require_privileged("--local-placement reader") {
+        return;
+    }
+    for both in [false, true] {
+        let lab = Modes::with_args(
+            both,
+            embedded_default(),
+            sender_nic(KEY),
+            &["--local-placement", "reader"],
+        );
+        let landed = pinned_connects(&lab);
+        for (cpu, local, _) in &landed {
+            assert_eq!(local, cpu, "both: {both}; every flow: {landed:?}");
+        }
+        if both {
+            let remote: BTreeSet<u32> = landed.iter().map(|(_, _, r)| *r).collect();
+            assert_eq!(
+                remote.len(),
+                landed.len(),
+                "the receiver's CPUs: {landed:?}"
+            );
+        }
+        let stats = lab.agent.stats().expect("binder counters");
+        assert_eq!(
+            stats.counts[event::READER_PLACED as usize],
+            landed.len() as u64,
+            "{stats}"
+        );
+    }
+    let spread = Modes::new(false, embedded_default(), sender_nic(KEY));
+    let landed = pinned_connects(&spread);
+    let cpus: BTreeSet<u32> = landed.iter().map(|(_, local, _)| *local).collect();
+    assert_eq!(cpus.len(), landed.len(), "spread: one CPU each: {landed:?}");
+}
+
+/// Four connects pinned to CPU 1, then four pinned to CPU 0; per flow, the
+/// thread's CPU and the CPUs of this host and of the receiver the accepted
+/// tuple lands on by each side's model.
+fn pinned_connects(lab: &Modes) -> Vec<(u32, u32, u32)> {
+    let server = lab.hosts.receiver_addr(DPORT, false);
+    let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
+    let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
+    let mut by_port = std::collections::BTreeMap::new();
+    for cpu in [1, 0] {
+        workload.pin(cpu);
+        for port in workload.open(4) {
+            by_port.insert(port, cpu);
+        }
+    }
+    let clients = listener.accept_peers(8);
+    workload.finish();
+    clients
+        .iter()
+        .map(|c| {
+            let tuple = FlowTuple::from_sockets(*c, server).expect("tuple");
+            let cpu = by_port
+                .get(&c.port())
+                .copied()
+                .expect("a port the workload opened");
+            (
+                cpu,
+                lab.local.landing(&tuple).cpu,
+                lab.remote.landing(&tuple).cpu,
+            )
+        })
+        .collect()
+}
+
 // ---------------------------------------------------------------------------
 // The receiver CPU seen: a receiver agent whose verifier watches its veth
 // (the receiver's NIC emulated on the sender's egress) tells the sender

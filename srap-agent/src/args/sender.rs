@@ -11,7 +11,7 @@ use std::{
 use srap_common::solver::PortRange;
 use srap_daemon::sender::{
     PacingRate,
-    ends::{LocalSettings, Steer},
+    ends::{LocalPlacement, LocalSettings, Steer},
     settings::{DescriptionSource, SenderSettings, SizeSettings},
 };
 
@@ -161,6 +161,33 @@ pub struct LocalArgs {
     /// queue reaches, those on the NIC's NUMA node first].
     #[arg(long, value_name = "LIST", value_parser = super::parse_cpus)]
     pub local_cpus: Option<BTreeSet<u32>>,
+    /// With --steer local|both: which of this host's CPUs each flow's
+    /// local end goes to: `spread`, the least occupied; `reader`, the CPU
+    /// of the thread that connects (its own queue's, else the nearest:
+    /// SMT sibling, last-level cache, NUMA node), so a pinned reader gets
+    /// its data on its own CPU. Holds for the CPU at connect() [default:
+    /// spread].
+    #[arg(long, value_enum, value_name = "WHERE")]
+    pub local_placement: Option<PlacementArg>,
+}
+
+/// `--local-placement`'s values, named as [`LocalPlacement`]'s (the
+/// `local-placement` key of `--config` takes the same words).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlacementArg {
+    /// The least-occupied offered CPU.
+    Spread,
+    /// The connecting thread's CPU, else its nearest.
+    Reader,
+}
+
+impl From<PlacementArg> for LocalPlacement {
+    fn from(arg: PlacementArg) -> Self {
+        match arg {
+            PlacementArg::Spread => Self::Spread,
+            PlacementArg::Reader => Self::Reader,
+        }
+    }
 }
 
 /// `--steer`'s values, named and documented as [`Steer`]'s (the `steer`
@@ -214,6 +241,7 @@ impl From<SenderArgs> for SenderSettings {
                 local_iface: args.local.local_iface,
                 local_rss: args.local.local_rss,
                 local_cpus: args.local.local_cpus,
+                local_placement: args.local.local_placement.map(LocalPlacement::from),
             },
             sizes: SizeSettings {
                 max_receivers: args.sizes.max_receivers,
@@ -267,6 +295,7 @@ mod tests {
             "--steer=both",
             "--local-iface=eth0",
             "--local-cpus=0-3",
+            "--local-placement=reader",
             "--max-receivers=3",
             "--max-cpus=4",
             "--max-sockets=5",
@@ -298,6 +327,7 @@ mod tests {
         assert_eq!(set.local.local_iface.as_deref(), Some("eth0"));
         assert_eq!(set.local.local_rss, None);
         assert_eq!(set.local.local_cpus, Some((0..4).collect()));
+        assert_eq!(set.local.local_placement, Some(LocalPlacement::Reader));
         let sizes = &set.sizes;
         assert_eq!(
             (
@@ -328,6 +358,30 @@ mod tests {
             assert_eq!(name.parse::<Steer>(), Ok(Steer::from(*arg)), "{name}");
             assert_eq!(Steer::from(*arg).to_string(), name);
         }
+    }
+
+    /// `--local-placement` and the `local-placement` key take the same
+    /// words, and `reader` needs this host's NIC planned.
+    #[test]
+    fn placement_flag_values_are_the_config_keys_words() {
+        for arg in PlacementArg::value_variants() {
+            let name = arg
+                .to_possible_value()
+                .expect("shown")
+                .get_name()
+                .to_owned();
+            let placement = LocalPlacement::from(*arg);
+            assert_eq!(name.parse::<LocalPlacement>(), Ok(placement), "{name}");
+            assert_eq!(placement.to_string(), name);
+        }
+        let err = settings(&["--local-placement=reader"])
+            .local
+            .check()
+            .expect_err("reader without this host's NIC");
+        assert!(
+            err.to_string().contains("--local-placement reader"),
+            "{err}"
+        );
     }
 
     /// The rules of the local flags, from the command line through the

@@ -52,6 +52,7 @@ pub struct SenderConfig {
     pub local_iface: Option<String>,
     pub local_rss: Option<PathBuf>,
     pub local_cpus: Option<String>,
+    pub local_placement: Option<String>,
     pub max_receivers: Option<u32>,
     pub max_cpus: Option<u32>,
     pub max_sockets: Option<u32>,

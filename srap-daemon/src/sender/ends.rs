@@ -7,7 +7,10 @@
 
 use std::{collections::BTreeSet, fmt, path::PathBuf, str::FromStr, sync::Arc};
 
-use srap_common::rss::{End, KeyProvenance, KeySource, RssDescription, RssModel};
+use srap_common::{
+    binder::placement,
+    rss::{End, KeyProvenance, KeySource, RssDescription, RssModel},
+};
 use srap_host::{
     cpulist,
     cpus::{self, Offer},
@@ -69,9 +72,58 @@ impl fmt::Display for Steer {
     }
 }
 
+/// `--local-placement`: which of this host's CPUs a steered flow's local
+/// end (what this host receives on it) is placed on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum LocalPlacement {
+    /// The least-occupied offered CPU: flows spread over this host's CPUs.
+    #[default]
+    Spread,
+    /// The CPU of the thread that connects (the hook runs on it), else its
+    /// nearest offered CPU: SMT sibling, then last-level cache, then NUMA
+    /// node. Holds for the CPU at `connect()`: a thread that moves later
+    /// leaves its flow behind.
+    Reader,
+}
+
+impl LocalPlacement {
+    /// The name `--local-placement` and the `local-placement` key take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Spread => "spread",
+            Self::Reader => "reader",
+        }
+    }
+
+    /// As the hook's config holds it (`srap_common::binder::placement`).
+    pub fn as_config(self) -> u32 {
+        match self {
+            Self::Spread => placement::SPREAD,
+            Self::Reader => placement::READER,
+        }
+    }
+}
+
+impl FromStr for LocalPlacement {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        [Self::Spread, Self::Reader]
+            .into_iter()
+            .find(|p| p.name() == text)
+            .ok_or_else(|| format!("`{text}` is not spread or reader"))
+    }
+}
+
+impl fmt::Display for LocalPlacement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Which NIC the ports are chosen for, and this host's own NIC when it is
 /// one of them (see `docs/directions.md`): `--steer`, `--local-iface`,
-/// `--local-rss` and `--local-cpus`.
+/// `--local-rss`, `--local-cpus` and `--local-placement`.
 #[derive(Debug, Clone, Default)]
 pub struct LocalSettings {
     /// Whose CPUs each steered flow is placed on (`None`: `remote`).
@@ -83,12 +135,19 @@ pub struct LocalSettings {
     /// Only these CPUs of this host take steered flows (`None`: every CPU
     /// a receive queue reaches, those on the NIC's NUMA node first).
     pub local_cpus: Option<BTreeSet<u32>>,
+    /// Where each flow's local end goes (`None`: `spread`).
+    pub local_placement: Option<LocalPlacement>,
 }
 
 impl LocalSettings {
     /// `--steer`, `remote` unless given.
     pub fn steer(&self) -> Steer {
         self.steer.unwrap_or_default()
+    }
+
+    /// `--local-placement`, `spread` unless given.
+    pub fn local_placement(&self) -> LocalPlacement {
+        self.local_placement.unwrap_or_default()
     }
 
     /// Checks the local settings go together: a description of this
@@ -98,10 +157,16 @@ impl LocalSettings {
     pub fn check(&self) -> anyhow::Result<()> {
         let described = self.local_iface.is_some() || self.local_rss.is_some();
         match self.steer() {
-            Steer::Remote if described || self.local_cpus.is_some() => anyhow::bail!(
-                "--local-iface, --local-rss and --local-cpus go with --steer local or both \
-                 (`steer` in the --config file)"
-            ),
+            Steer::Remote
+                if described
+                    || self.local_cpus.is_some()
+                    || self.local_placement() == LocalPlacement::Reader =>
+            {
+                anyhow::bail!(
+                    "--local-iface, --local-rss, --local-cpus and --local-placement reader go \
+                     with --steer local or both (`steer` in the --config file)"
+                )
+            }
             Steer::Local | Steer::Both if !described => anyhow::bail!(
                 "--steer {} needs this host's NIC: give --local-iface DEV (discovered) or \
                  --local-rss FILE (`local-iface` or `local-rss` in the --config file)",

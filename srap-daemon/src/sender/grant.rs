@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use aya::{Ebpf, maps::Array};
 use srap_common::{
-    binder::{GRANTS_MAP, SLOT_STATE_MAP, SlotGrant},
+    binder::{GRANTS_MAP, LOCAL_ROW, SLOT_STATE_MAP, SlotGrant},
     wire::{CpuCount, CpuGrant},
 };
 
@@ -56,6 +56,15 @@ fn slots_by_cpu(plan: &Plan, keep: impl Fn(u32) -> bool) -> Vec<(u32, BTreeMap<u
             (r.index, cpus)
         })
         .collect()
+}
+
+/// This host's CPU → slot of its occupancy row ([`LOCAL_ROW`]) in `plan`.
+pub fn local_slots(plan: &Plan) -> BTreeMap<u32, u32> {
+    slots_by_cpu(plan, |row| row == LOCAL_ROW)
+        .into_iter()
+        .next()
+        .map(|(_, cpus)| cpus)
+        .unwrap_or_default()
 }
 
 /// Writes `grant` (or, with `None`, no grant: every slot usable) for every

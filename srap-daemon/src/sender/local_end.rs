@@ -33,22 +33,28 @@
 //! landing the known part decides would plan none of it; a connection of
 //! that round the guessed part misplaces is judged by the closed loop.
 
-use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+    sync::Arc,
+};
 
 use anyhow::Context as _;
 use srap_common::{
-    binder::{LEVELS, LOCAL_ROW},
+    binder::{LEVELS, LOCAL_ROW, READER_CPUS},
     rss::{End, FlowTuple, KeySource, RssModel},
     wire::{CpuCount, CpuGrant, LandingReport, LandingVerdict},
 };
+use srap_host::topology::Topology;
 use srap_status::FlowRow;
 use tracing::{info, warn};
 
 use super::{
     RunningBinder,
-    ends::{LocalNic, Steer},
+    ends::{LocalNic, LocalPlacement, Steer},
     grant,
     landings::{LocalLandings, Opened},
+    reader,
 };
 use crate::{
     receiver::source::Source,
@@ -298,7 +304,8 @@ pub struct Sampled {
     pub pause: Option<bool>,
 }
 
-/// This host's CPU offer in its occupancy row.
+/// This host's CPU offer in its occupancy row, and under
+/// `--local-placement reader` each CPU's nearest offered slots.
 pub fn apply_local_grant(binder: &mut RunningBinder, nic: &LocalNic) -> anyhow::Result<()> {
     let grant = local_grant(&nic.tiers);
     grant::apply_to(
@@ -308,6 +315,35 @@ pub fn apply_local_grant(binder: &mut RunningBinder, nic: &LocalNic) -> anyhow::
         Some(&grant),
     )
     .context("writing this host's CPU offer")?;
+    if binder.local_placement == LocalPlacement::Reader {
+        apply_reader_rows(binder, nic)?;
+    }
+    Ok(())
+}
+
+/// Writes each CPU's reader row (`super::reader`) for the slots of this
+/// plan: slots are renumbered by a re-plan, so again after every one.
+fn apply_reader_rows(binder: &mut RunningBinder, nic: &LocalNic) -> anyhow::Result<()> {
+    let offered_cpus = nic.cpus();
+    let offered: BTreeMap<u32, u32> = grant::local_slots(&binder.plan)
+        .into_iter()
+        .filter(|(cpu, _)| offered_cpus.contains(cpu))
+        .collect();
+    let topology = Topology::of_this_host();
+    let rows = reader::rows(&topology, &offered);
+    let past =
+        reader::write(&mut binder.ebpf, &binder.sizes, &rows).context("writing the reader rows")?;
+    info!(
+        "--local-placement reader: of {} CPUs, {}",
+        topology.cpus.len(),
+        reader::summary(&rows, topology.cpus.len())
+    );
+    if past > 0 {
+        warn!(
+            "{past} CPUs are past the {READER_CPUS} the reader rows hold: their connects are \
+             spread"
+        );
+    }
     Ok(())
 }
 

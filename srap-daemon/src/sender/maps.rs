@@ -11,15 +11,15 @@ use aya::{
     maps::{Array, HashMap, Map, MapData, PerCpuArray},
 };
 use srap_common::binder::{
-    BIND_ERRNOS, BIND_ERRNOS_MAP, BinderConfig, BinderSizes, CONFIG_MAP, COSETS_MAP, COUNTER_NAMES,
-    COUNTERS, DESTS_MAP, DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP,
-    PINNED_MAPS, RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP, SOLUTIONS_MAP, STATS_MAP,
-    SlotGrant, TABLES_MAP, outcome, slot_word,
+    BIND_ERRNOS, BIND_ERRNOS_MAP, BinderConfig, CONFIG_MAP, COSETS_MAP, COUNTER_NAMES, COUNTERS,
+    DESTS_MAP, DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, PINNED_MAPS,
+    RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP, SOLUTIONS_MAP, STATS_MAP, SlotGrant,
+    TABLES_MAP, outcome, slot_word,
 };
 
 use tracing::warn;
 
-use super::{SenderError, layout::PinLayout, plan::Plan};
+use super::{SenderError, SenderOptions, layout::PinLayout, plan::Plan};
 
 fn map_error(map: &'static str) -> impl Fn(aya::maps::MapError) -> SenderError {
     move |source| SenderError::Map { map, source }
@@ -33,18 +33,14 @@ fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Map, Se
 /// layouts, pools, tables and receivers, and the destinations last, so a
 /// connect() racing with an update never finds a destination whose table
 /// is not there yet; destinations no longer in the plan are removed.
-pub fn fill(
-    ebpf: &mut Ebpf,
-    plan: &Plan,
-    pacing_rate: u64,
-    sizes: &BinderSizes,
-) -> Result<(), SenderError> {
+pub fn fill(ebpf: &mut Ebpf, plan: &Plan, options: &SenderOptions) -> Result<(), SenderError> {
+    let sizes = &options.sizes;
     let config = BinderConfig {
-        pacing_rate,
+        pacing_rate: options.pacing_rate.map_or(0, |r| r.0),
         tw_stamp_offset: time_wait_stamp_offset(),
         socket_mask: sizes.socket_rows() - 1,
         row_slots: sizes.cpus,
-        _pad: 0,
+        local_placement: options.local_placement.as_config(),
         sizes: *sizes,
     };
     write_rows(ebpf, CONFIG_MAP, [(0, config)])?;

@@ -23,6 +23,7 @@ mod maps;
 pub mod offline;
 pub mod plan;
 pub mod rate;
+pub mod reader;
 mod replan;
 pub mod settings;
 pub mod state;
@@ -50,6 +51,8 @@ use srap_host::{
     route,
 };
 use tracing::{info, warn};
+
+use self::ends::LocalPlacement;
 
 pub use attach::{Attachment, check_bpffs, settings_text};
 pub use layout::{DEFAULT_PIN_DIR, PinLayout};
@@ -203,6 +206,8 @@ pub struct SenderOptions {
     /// is placed on both NICs (`--steer both`); `None`: the targets' NICs
     /// only.
     pub local: Option<Arc<RssModel>>,
+    /// Where each flow's local end goes (`--local-placement`).
+    pub local_placement: LocalPlacement,
     /// What the binder's maps are sized for (`--max-*`).
     pub sizes: BinderSizes,
 }
@@ -228,6 +233,10 @@ pub struct RunningBinder {
     pub port_range: PortRange,
     /// What its maps are sized for.
     pub sizes: BinderSizes,
+    /// Where each flow's local end goes (`--local-placement`): the hook's
+    /// config holds it, and the reader rows are written with this host's
+    /// grant.
+    pub local_placement: LocalPlacement,
 }
 
 /// The plan of `options`: for the targets' NICs, and this host's too when
@@ -313,8 +322,7 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
     }
 
     let mut ebpf = attach::load(&layout, object, &options.sizes)?;
-    let pacing = options.pacing_rate.map_or(0, |r| r.0);
-    maps::fill(&mut ebpf, &plan, pacing, &options.sizes)?;
+    maps::fill(&mut ebpf, &plan, options)?;
 
     record_state(&state_path, previous.as_ref(), &cgroup)?;
 
@@ -333,6 +341,7 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
         attachment,
         port_range,
         sizes: options.sizes,
+        local_placement: options.local_placement,
     })
 }
 

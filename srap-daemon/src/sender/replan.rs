@@ -24,8 +24,7 @@ pub fn replan(binder: &mut RunningBinder, options: &SenderOptions) -> Result<(),
             problem: "it is gone (did `srap-agent detach` run?)".into(),
         });
     }
-    let pacing = options.pacing_rate.map_or(0, |r| r.0);
-    maps::fill(&mut binder.ebpf, &plan, pacing, &binder.sizes)?;
+    maps::fill(&mut binder.ebpf, &plan, options)?;
     binder.plan = plan;
     Ok(())
 }

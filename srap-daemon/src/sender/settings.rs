@@ -15,7 +15,7 @@ use srap_host::cpulist;
 use super::{
     DEFAULT_PIN_DIR, PacingRate,
     config::{ConfigError, SenderConfig},
-    ends::{LocalSettings, Steer},
+    ends::{LocalPlacement, LocalSettings, Steer},
 };
 
 /// Where the receiver's RSS description comes from: `--rss` or `--peer`,
@@ -197,6 +197,13 @@ impl SenderSettings {
             .local_cpus
             .map(|c| cpulist::parse_some(&c).map_err(|e| value("local-cpus")(e.to_string())))
             .transpose()?;
+        let placement = config
+            .local_placement
+            .map(|p| {
+                p.parse::<LocalPlacement>()
+                    .map_err(value("local-placement"))
+            })
+            .transpose()?;
         fill_vec(&mut self.report_ports, config.report_ports);
         fill_vec(&mut self.receivers, config.receivers);
         fill_vec(&mut self.ports, config.ports);
@@ -214,6 +221,7 @@ impl SenderSettings {
             self.local.local_rss = config.local_rss;
         }
         fill(&mut self.local.local_cpus, local_cpus);
+        fill(&mut self.local.local_placement, placement);
         fill(&mut self.sizes.max_receivers, config.max_receivers);
         fill(&mut self.sizes.max_cpus, config.max_cpus);
         fill(&mut self.sizes.max_sockets, config.max_sockets);
@@ -301,6 +309,7 @@ mod tests {
         steer = "both"
         local-iface = "eth0"
         local-cpus = "0-7"
+        local-placement = "reader"
         max-receivers = 200
         max-sockets = 1000
     "#;
@@ -338,6 +347,7 @@ mod tests {
         assert_eq!(merged.local.steer, Some(Steer::Both));
         assert_eq!(merged.local.local_iface.as_deref(), Some("eth0"));
         assert_eq!(merged.local.local_cpus, Some((0..8).collect()));
+        assert_eq!(merged.local.local_placement, Some(LocalPlacement::Reader));
         let sizes = merged.sizes.sizes().expect("sizes");
         assert_eq!(
             sizes,
@@ -398,6 +408,7 @@ mod tests {
             ("port-range = \"9-3\"\n", "port-range"),
             ("steer = \"push\"\n", "steer"),
             ("local-cpus = \"3-1\"\n", "local-cpus"),
+            ("local-placement = \"near\"\n", "local-placement"),
         ] {
             let config = SenderConfig::parse(path, text).expect("parses");
             let err = SenderSettings::default()

@@ -7,10 +7,11 @@ use core::{
     ptr::{addr_of_mut, read_volatile},
 };
 
+use aya_ebpf::helpers::bpf_get_smp_processor_id;
 use srap_common::{
     binder::{
-        DestValue, JointRow, LEVELS, LOCAL_ROW, LayoutRow, MAX_SLOTS, ReceiverSlots, SLOT_WORDS,
-        SlotGrant, SlotRow, TableRow, event, outcome,
+        DestValue, JointRow, LEVELS, LOCAL_ROW, LayoutRow, MAX_SLOTS, READER_CPUS, ReceiverSlots,
+        SLOT_WORDS, SlotGrant, SlotRow, TableRow, event, outcome, placement,
     },
     occupancy::{self, Unclaimed, masked},
 };
@@ -135,19 +136,66 @@ impl occupancy::Row for MapRow {
     }
 }
 
+/// The slots a claim in `receiver`'s row may take: the receiver agent's
+/// grant ([`SRAP_GRANTS`]); in this host's row under `--local-placement
+/// reader`, the connecting CPU's row there (its own slot, else its
+/// nearest, which the agent computed: one lookup, the claim unchanged).
+/// The connect hook runs on the connecting thread, so the CPU it runs on
+/// is the reader's.
+#[inline(always)]
+fn grant_of(receiver: u32) -> Option<&'static SlotGrant> {
+    SRAP_GRANTS.get(grant_row(receiver))
+}
+
+/// The row of [`SRAP_GRANTS`] a claim in `receiver`'s row reads. Only the
+/// index depends on the placement: one lookup after it, so the kernel's
+/// verifier walks the claim once, not once per row kind.
+#[inline(always)]
+fn grant_row(receiver: u32) -> u32 {
+    if receiver != LOCAL_ROW {
+        return receiver;
+    }
+    let Some(config) = SRAP_CONFIG.get(0) else {
+        return receiver;
+    };
+    if config.local_placement != placement::READER {
+        return receiver;
+    }
+    // SAFETY: a helper without arguments.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let placed = cpu < READER_CPUS;
+    count(if placed {
+        event::READER_PLACED
+    } else {
+        event::READER_UNPLANNED
+    });
+    if placed {
+        config.sizes.reader_row(cpu)
+    } else {
+        receiver
+    }
+}
+
 /// Claims the least-occupied granted slot of `receiver`'s row (or of this
 /// host's, [`LOCAL_ROW`]): its slot and turn. A receiver's failed claim is
 /// counted here (`maps_unfilled`, `claim_failed`), as a contended one is;
 /// this host's is not, its connect keeps the receiver's placement. The
 /// row goes in by registers and the claim stays a subprogram of its own,
-/// as the kernel's verifier walks it cheapest.
-pub(super) fn claim_slot(
-    state: *mut ReceiverSlots,
-    grant: &SlotGrant,
-    receiver: u32,
-) -> Option<(u32, u32)> {
+/// as the kernel's verifier walks it cheapest. The grant is looked up in
+/// here ([`grant_of`]): the test of `receiver` that picks its row then
+/// refines `receiver` inside the subprogram only, and the caller's paths
+/// after it stay one (looked up by the caller, they were two to the end
+/// of the hook, and `connect4` went past the verifier's million).
+#[inline(never)]
+pub(super) fn claim_slot(state: *mut ReceiverSlots, receiver: u32) -> Option<(u32, u32)> {
     let row = MapRow::at(state, receiver);
     let local = receiver == LOCAL_ROW;
+    let Some(grant) = grant_of(receiver) else {
+        if !local {
+            count(outcome::MAPS_UNFILLED);
+        }
+        return None;
+    };
     match occupancy::claim(&row, grant, local) {
         Ok(claimed) => {
             if claimed.contended {
@@ -208,12 +256,11 @@ pub(super) fn claim_local(dest: &DestValue) -> Option<LocalSide<'static>> {
     let layout = SRAP_LAYOUTS.get(table.layout)?;
     let joint = SRAP_JOINTS.get(dest.joint)?;
     let state = SRAP_RECEIVERS.get_ptr_mut(LOCAL_ROW)?;
-    let grant = SRAP_GRANTS.get(LOCAL_ROW)?;
     let slots = layout.slots;
     if slots == 0 || slots > MAX_SLOTS || joint.kernel_len == 0 {
         return None;
     }
-    let (slot, _) = claim_slot(state, grant, LOCAL_ROW)?;
+    let (slot, _) = claim_slot(state, LOCAL_ROW)?;
     let Some(row) = SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot % slots)) else {
         release_slot(LOCAL_ROW, slot);
         return None;

@@ -15,7 +15,7 @@ use super::{
     classify::{bound_port_outcome, dest_of},
     context::{Peer, SOCK_STREAM, V4_MAPPED_WORD, bound_source, field},
     count,
-    maps::{SRAP_GRANTS, SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOTS, SRAP_TABLES},
+    maps::{SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOTS, SRAP_TABLES},
     ports::PlanRows,
     record::{drop_bind_record, hold, pace},
 };
@@ -130,10 +130,7 @@ pub(super) fn bind_steered(
     if slots == 0 || slots > MAX_SLOTS {
         return outcome::MAPS_UNFILLED;
     }
-    let Some(grant) = SRAP_GRANTS.get(dest.receiver) else {
-        return outcome::MAPS_UNFILLED;
-    };
-    let Some((slot, turn)) = claim_slot(state, grant, dest.receiver) else {
+    let Some((slot, turn)) = claim_slot(state, dest.receiver) else {
         return COUNTED;
     };
     // Past this layout's slots only while a re-plan shrinks the receiver:

@@ -546,6 +546,7 @@ pub fn options(args: &SenderSettings, targets: Vec<Target>) -> anyhow::Result<Se
         pacing_rate: args.pacing_rate,
         port_range: args.port_range,
         local: None,
+        local_placement: args.local.local_placement(),
         sizes: args.sizes.sizes()?,
     })
 }

@@ -31,6 +31,7 @@ fn plan(remote: &Arc<RssModel>, both: Option<Arc<RssModel>>) -> LocalPlan {
             pacing_rate: None,
             port_range: None,
             local: both.clone(),
+            local_placement: Default::default(),
             sizes: BinderSizes::default(),
         },
         both,

@@ -31,6 +31,7 @@ fn options() -> SenderOptions {
         pacing_rate: None,
         port_range: None,
         local: None,
+        local_placement: Default::default(),
         sizes: BinderSizes::default(),
     }
 }
