@@ -114,8 +114,12 @@ pub const NIC_HASH_NONE: u32 = 0;
 /// shares. Bytes and segments while the connection is open come from user
 /// space (`tcp_info` through sock_diag); at close the program stores the
 /// final counts so a short connection is still accounted.
+///
+/// On a sender's own connections (`srap_verify_local`) it also holds the
+/// CPU of the thread that called `connect()`, recorded then: against `cpu`
+/// it says whether the flow's data is received where its reader runs.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SockFlow {
     /// The socket's `rx_queue_mapping` as the kernel reports it to BPF:
     /// `u32::MAX` (-1) when the skb recorded no queue. What a recorded value
@@ -133,8 +137,29 @@ pub struct SockFlow {
     pub segs_in: u64,
     /// CPU that ran the close callback (diagnostic only).
     pub close_cpu: u32,
-    /// Always zero; makes the padding explicit.
-    pub pad: u32,
+    /// CPU of the thread that called `connect()` (a connection this host
+    /// opened), else [`CPU_UNKNOWN`]. `established_ns` 0 with it set: the
+    /// connection has not been answered yet.
+    pub connect_cpu: u32,
+}
+
+/// [`SockFlow::connect_cpu`] when no connect was seen (an accepted
+/// connection, or one opened before the hook was attached).
+pub const CPU_UNKNOWN: u32 = u32::MAX;
+
+impl Default for SockFlow {
+    fn default() -> Self {
+        Self {
+            rx_queue: 0,
+            cpu: 0,
+            established_ns: 0,
+            closed_ns: 0,
+            bytes: 0,
+            segs_in: 0,
+            close_cpu: 0,
+            connect_cpu: CPU_UNKNOWN,
+        }
+    }
 }
 
 #[cfg(feature = "user")]

@@ -17,14 +17,20 @@
 //! in the softirq that processed the SYN-ACK, on the CPU this host's RSS
 //! (and RPS) chose for the reverse tuple, after the kernel copied that
 //! skb's receive queue into the socket. That is where the flow's reverse
-//! packets land: the data of a download, the ACKs of an upload.
+//! packets land: the data of a download, the ACKs of an upload. It also
+//! records, as the SYN leaves (`BPF_SOCK_OPS_TCP_CONNECT_CB`, run inside
+//! `connect()` on the calling thread), the CPU of the thread that
+//! connected: against the CPU that processed the SYN-ACK it says whether
+//! the flow's data arrives where its reader ran at connect time. Three
+//! callbacks per opened connection, none per packet.
 
 use core::ptr::read_volatile;
 
 use aya_ebpf::{
     bindings::{
         BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB, BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB,
-        BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG, BPF_TCP_CLOSE,
+        BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG, BPF_SOCK_OPS_TCP_CONNECT_CB,
+        BPF_TCP_CLOSE,
     },
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::{map, sock_ops},
@@ -33,7 +39,7 @@ use aya_ebpf::{
 };
 use srap_common::{
     family::Family,
-    verifier::{FLOWS_MAX_ENTRIES, FlowKey, SockFlow},
+    verifier::{CPU_UNKNOWN, FLOWS_MAX_ENTRIES, FlowKey, SockFlow},
 };
 
 /// Per-connection landing records, read by user space (`srap_agent::verifier`).
@@ -81,7 +87,9 @@ fn record(ctx: &SockOpsContext, side: Side) {
         Side::Opened => BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB,
     };
     let op = ctx.op();
-    if op == established_op {
+    if side == Side::Opened && op == BPF_SOCK_OPS_TCP_CONNECT_CB {
+        connecting(ctx);
+    } else if op == established_op {
         established(ctx, side);
         // Only the state callback: no per-packet (RTT, header option,
         // data) callback is ever asked for.
@@ -173,6 +181,22 @@ fn rx_queue(ctx: &SockOpsContext) -> u32 {
     }
 }
 
+/// A connection this host opens, as its SYN leaves: the callback runs in
+/// `connect()`, on the calling thread's CPU, once the source port is bound.
+#[inline(always)]
+fn connecting(ctx: &SockOpsContext) {
+    let Some(key) = flow_key(ctx, Side::Opened) else {
+        return;
+    };
+    let flow = SockFlow {
+        rx_queue: u32::MAX,
+        // SAFETY: a helper without preconditions.
+        connect_cpu: unsafe { bpf_get_smp_processor_id() },
+        ..SockFlow::default()
+    };
+    let _ = SRAP_LOCAL_FLOWS.insert(key, flow, 0);
+}
+
 #[inline(always)]
 fn established(ctx: &SockOpsContext, side: Side) {
     let Some(key) = flow_key(ctx, side) else {
@@ -180,10 +204,20 @@ fn established(ctx: &SockOpsContext, side: Side) {
     };
     // SAFETY: helpers without preconditions.
     let (cpu, now) = unsafe { (bpf_get_smp_processor_id(), bpf_ktime_get_ns()) };
+    // The connecting CPU of the record `connecting` made for this one.
+    let connect_cpu = match side {
+        // SAFETY: a read of a live map value.
+        Side::Opened => match unsafe { SRAP_LOCAL_FLOWS.get(key) } {
+            Some(seen) if seen.established_ns == 0 => seen.connect_cpu,
+            _ => CPU_UNKNOWN,
+        },
+        Side::Accepted => CPU_UNKNOWN,
+    };
     let flow = SockFlow {
         rx_queue: rx_queue(ctx),
         cpu,
         established_ns: now,
+        connect_cpu,
         ..SockFlow::default()
     };
     // A reused 4-tuple (a new connection after the old one closed) replaces

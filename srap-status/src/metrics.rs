@@ -322,6 +322,16 @@ pub const SENDER_METRICS: &[(&str, &str, &str)] = &[
         "counter",
         "Occupancy repairs by kind (kind=stale_record: a socket record whose socket was closed, forgotten and its slot freed; kind=count_mismatch: a slot count set to the records that hold it). A repair is a bug report: expected 0",
     ),
+    (
+        "srap_sender_reader_flows",
+        "gauge",
+        "Open steered flows (--steer local|both) this host receives on the CPU of the thread that connected them (cpu=reader), on another CPU (cpu=other), or with either unknown (cpu=unknown)",
+    ),
+    (
+        "srap_sender_flow_cpu",
+        "gauge",
+        "Each open steered flow's CPU on this host: of the thread that connected it, at connect() (kind=connecting), and the one that processes what it receives (kind=receiving)",
+    ),
 ];
 
 /// The sender agent's exposition text: the binder's counters and the
@@ -345,10 +355,45 @@ pub fn render_sender(status: &SenderStatus) -> String {
                 sample("{kind=\"stale_record\"}", o.stale_records);
                 sample("{kind=\"count_mismatch\"}", o.count_mismatches);
             }
+            "srap_sender_reader_flows" => {
+                let (reader, other, unknown) = reader_flows(&status.flows);
+                sample("{cpu=\"reader\"}", reader);
+                sample("{cpu=\"other\"}", other);
+                sample("{cpu=\"unknown\"}", unknown);
+            }
+            "srap_sender_flow_cpu" => {
+                for f in &status.flows {
+                    let (Some(src), Some(dst)) = (f.src, f.dst) else {
+                        continue;
+                    };
+                    let cpus = [
+                        ("connecting", f.connecting_cpu),
+                        ("receiving", f.local_softirq_cpu),
+                    ];
+                    for (kind, cpu) in cpus {
+                        if let Some(cpu) = cpu {
+                            let labels = format!("{{src=\"{src}\",dst=\"{dst}\",kind=\"{kind}\"}}");
+                            sample(&labels, u64::from(cpu));
+                        }
+                    }
+                }
+            }
             _ => {}
         }
     }
     out
+}
+
+/// Open flows received on their connecting thread's CPU, on another, and
+/// with either unknown.
+fn reader_flows(flows: &[crate::sender::SenderFlowRow]) -> (u64, u64, u64) {
+    flows
+        .iter()
+        .fold((0, 0, 0), |(on, off, unknown), f| match f.on_reader() {
+            Some(true) => (on + 1, off, unknown),
+            Some(false) => (on, off + 1, unknown),
+            None => (on, off, unknown + 1),
+        })
 }
 
 /// Serves scrapes on `listener` until the task is dropped or aborted.
@@ -509,6 +554,13 @@ mod tests {
     fn the_sender_exposes_its_counters_and_occupancy_repairs() {
         let mut status = SenderStatus {
             binder: vec![("steered".into(), 16), ("released".into(), 8)],
+            flows: vec![crate::sender::SenderFlowRow {
+                src: "10.0.0.1:40001".parse().ok(),
+                dst: "10.0.0.2:5201".parse().ok(),
+                connecting_cpu: Some(3),
+                local_softirq_cpu: Some(3),
+                ..Default::default()
+            }],
             ..SenderStatus::default()
         };
         status.occupancy.audits = 12;
@@ -521,6 +573,11 @@ mod tests {
             "srap_sender_occupancy_audits_total 12",
             "srap_sender_occupancy_repaired_total{kind=\"stale_record\"} 1",
             "srap_sender_occupancy_repaired_total{kind=\"count_mismatch\"} 0",
+            "srap_sender_reader_flows{cpu=\"reader\"} 1",
+            "srap_sender_reader_flows{cpu=\"other\"} 0",
+            "srap_sender_reader_flows{cpu=\"unknown\"} 0",
+            "srap_sender_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"connecting\"} 3",
+            "srap_sender_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"receiving\"} 3",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }

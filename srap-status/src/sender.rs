@@ -100,6 +100,9 @@ pub struct LocalRow {
     /// against: 1, then +1 for every model a learned key made.
     #[serde(default)]
     pub version: u64,
+    /// `--local-placement`: `spread` or `reader` (empty: an older agent).
+    #[serde(default)]
+    pub placement: String,
 }
 
 /// One open connection of the steered cgroup at both ends: the CPU each
@@ -134,8 +137,21 @@ pub struct SenderFlowRow {
     /// recorded none) and that queue's CPU by the description.
     pub local_queue_seen: Option<u32>,
     pub local_cpu_seen: Option<u32>,
-    /// The CPU that processed it (after RPS).
+    /// The CPU that processed it (after RPS): where this host receives
+    /// the flow's data.
     pub local_softirq_cpu: Option<u32>,
+    /// The CPU of the thread that opened it, at `connect()` (`None`: not
+    /// recorded, an older agent).
+    #[serde(default)]
+    pub connecting_cpu: Option<u32>,
+}
+
+impl SenderFlowRow {
+    /// Received on the CPU of the thread that opened it: `None` when
+    /// either is unknown.
+    pub fn on_reader(&self) -> Option<bool> {
+        Some(self.connecting_cpu? == self.local_softirq_cpu?)
+    }
 }
 
 /// One followed receiver agent.

@@ -181,7 +181,13 @@ fn sixteen_on_sixteen_local_cpus(v6: bool) {
     let server = lab.server(v6);
     let mut listener = Server::bind(&lab.hosts.receiver, server, TIMEOUT);
     let mut workload = Workload::spawn(&lab.hosts.sender, Some(lab.agent.cgroup()), server);
-    workload.open(16);
+    // Half the connects from CPU 1, half from CPU 0: the status names each
+    // flow's connecting CPU as the workload pinned it.
+    let mut pinned = std::collections::BTreeMap::new();
+    for cpu in [1, 0] {
+        workload.pin(cpu);
+        pinned.extend(workload.open(8).into_iter().map(|port| (port, cpu)));
+    }
     let clients = listener.accept_peers(16);
     let cpus = local_cpus(KEY, &clients, server);
     let distinct: BTreeSet<u32> = cpus.iter().copied().collect();
@@ -198,6 +204,8 @@ fn sixteen_on_sixteen_local_cpus(v6: bool) {
             flow.local_queue_seen, flow.local_queue_planned,
             "the hook saw {flow:?}"
         );
+        let port = flow.src.map(|s| s.port()).unwrap_or_default();
+        assert_eq!(flow.connecting_cpu, pinned.get(&port).copied(), "{flow:?}");
     }
     workload.finish();
 }

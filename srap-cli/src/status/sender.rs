@@ -94,8 +94,13 @@ pub(super) fn local_summary(local: &LocalRow) -> Vec<String> {
     } else {
         "landings not watched (no socket hook)".to_owned()
     };
+    let placement = if local.placement.is_empty() {
+        String::new()
+    } else {
+        format!(", --local-placement {}", local.placement)
+    };
     let mut lines = vec![format!(
-        "this host's NIC {} (--steer {}): CPUs {}; {verdict}",
+        "this host's NIC {} (--steer {}{placement}): CPUs {}; {verdict}",
         local.nic,
         local.steer,
         srap_host::cpulist::format(local.cpus.iter().copied())
@@ -115,12 +120,18 @@ fn flow_lines(out: &mut String, flows: &[SenderFlowRow]) {
     }
     let _ = writeln!(
         out,
-        "\n{:<26} {:<26} {:>17} {:>14}",
-        "flow", "to", "receiver CPU p/s", "local CPU p/s"
+        "\n{:<26} {:<26} {:>17} {:>14} {:>15}",
+        "flow", "to", "receiver CPU p/s", "local CPU p/s", "reader CPU c/r"
     );
     for f in flows {
-        let [src, dst, receiver, local] = flow_cells(f);
-        let _ = writeln!(out, "{src:<26} {dst:<26} {receiver:>17} {local:>14}");
+        let [src, dst, receiver, local, reader] = flow_cells(f);
+        let _ = writeln!(
+            out,
+            "{src:<26} {dst:<26} {receiver:>17} {local:>14} {reader:>15}"
+        );
+    }
+    if let Some(line) = reader_line(flows) {
+        let _ = writeln!(out, "{line}");
     }
     let off = flows.iter().filter(|f| f.receiver_cpu_off_plan).count();
     if off > 0 {
@@ -135,10 +146,30 @@ fn flow_lines(out: &mut String, flows: &[SenderFlowRow]) {
     }
 }
 
+/// How many flows this host receives on the CPU of the thread that opened
+/// them, of those where both are known; `None` when none is.
+pub(super) fn reader_line(flows: &[SenderFlowRow]) -> Option<String> {
+    let known: Vec<bool> = flows.iter().filter_map(SenderFlowRow::on_reader).collect();
+    if known.is_empty() {
+        return None;
+    }
+    let on = known.iter().filter(|on| **on).count();
+    Some(format!(
+        "{on} of {} flows received on the CPU of the thread that connected{}",
+        known.len(),
+        if on < known.len() {
+            " (! marks the others)"
+        } else {
+            ""
+        }
+    ))
+}
+
 /// A flow's cells: its address, the server's, its receiver CPU planned/seen
-/// (`!` first when they differ) and its local CPU planned/seen (`-`:
-/// unknown). The text's and the live page's.
-pub(super) fn flow_cells(f: &SenderFlowRow) -> [String; 4] {
+/// (`!` first when they differ), its local CPU planned/seen and the CPU of
+/// the thread that connected / the CPU that receives its data (`!` first
+/// when they differ; `-`: unknown). The text's and the live page's.
+pub(super) fn flow_cells(f: &SenderFlowRow) -> [String; 5] {
     let cpu = |c: Option<u32>| c.map_or("-".to_owned(), |c| c.to_string());
     let addr = |a: Option<std::net::SocketAddr>| a.map_or("-".to_owned(), |a| a.to_string());
     let off = if f.receiver_cpu_off_plan { "!" } else { "" };
@@ -151,6 +182,16 @@ pub(super) fn flow_cells(f: &SenderFlowRow) -> [String; 4] {
             cpu(f.receiver_cpu_seen)
         ),
         format!("{}/{}", cpu(f.local_cpu_planned), cpu(f.local_cpu_seen)),
+        format!(
+            "{}{}/{}",
+            if f.on_reader() == Some(false) {
+                "!"
+            } else {
+                ""
+            },
+            cpu(f.connecting_cpu),
+            cpu(f.local_softirq_cpu)
+        ),
     ]
 }
 
@@ -219,8 +260,6 @@ pub fn steering(r: &ReceiverRow) -> &'static str {
     }
 }
 
-/// This host's NIC under `--steer local`, its key learned and agreeing:
-/// for this module's tests and the live view's.
 /// The binder's counters worth a line: `steered` always, the others once
 /// they happened (most outcomes stay zero on a healthy host, and a wall of
 /// zeros hides the one that is not).
@@ -232,6 +271,8 @@ pub(super) fn shown_counters(status: &SenderStatus) -> impl Iterator<Item = (&st
         .map(|(name, count)| (name.as_str(), *count))
 }
 
+/// This host's NIC under `--steer local`, its key learned and agreeing:
+/// for this module's tests and the live view's.
 #[cfg(test)]
 pub(super) fn learned_local() -> LocalRow {
     LocalRow {
@@ -255,6 +296,7 @@ pub(super) fn learned_local() -> LocalRow {
             },
         }),
         version: 2,
+        placement: String::new(),
     }
 }
 
@@ -387,6 +429,41 @@ mod tests {
         );
     }
 
+    /// Under `--local-placement reader` each flow shows the CPU of the
+    /// thread that connected and the CPU that receives it, `!` where they
+    /// differ, and the count of those on their reader's CPU.
+    #[test]
+    fn each_flows_connecting_and_receiving_cpu() {
+        let flow = |port: u16, connecting, receiving| SenderFlowRow {
+            src: format!("10.0.0.1:{port}").parse().ok(),
+            dst: "10.0.0.2:5201".parse().ok(),
+            local_softirq_cpu: Some(receiving),
+            connecting_cpu: Some(connecting),
+            ..SenderFlowRow::default()
+        };
+        let status = SenderStatus {
+            pin_dir: "/sys/fs/bpf/srap".into(),
+            local: Some(LocalRow {
+                placement: "reader".into(),
+                ..learned_local()
+            }),
+            flows: vec![flow(40001, 2, 2), flow(40002, 3, 1)],
+            ..SenderStatus::default()
+        };
+        let text = render(&status);
+        assert!(
+            text.contains("(--steer local, --local-placement reader)"),
+            "{text}"
+        );
+        assert!(text.contains("reader CPU c/r"), "{text}");
+        assert!(text.contains(" 2/2\n"), "{text}");
+        assert!(text.contains("!3/1\n"), "{text}");
+        assert!(
+            text.contains("1 of 2 flows received on the CPU of the thread that connected (!"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn this_hosts_nic_and_each_flow_at_both_ends() {
         let status = SenderStatus {
@@ -419,7 +496,10 @@ mod tests {
             .lines()
             .find(|l| l.starts_with("10.0.0.1:40001"))
             .expect("the flow's line");
-        assert!(flow.contains(" -/- ") && flow.ends_with(" 3/3"), "{flow}");
+        assert!(
+            flow.contains(" -/- ") && flow.contains(" 3/3 ") && flow.ends_with(" -/-"),
+            "{flow}"
+        );
     }
 
     #[test]

@@ -48,7 +48,7 @@ enum Focus {
 
 /// One row per open flow: where it goes and its CPU at both ends.
 struct FlowLine {
-    cells: [String; 4],
+    cells: [String; 5],
     off_plan: bool,
 }
 
@@ -70,6 +70,7 @@ fn flow_columns(lines: &[FlowLine]) -> Vec<Column> {
             ("to", Align::Left, 3),
             ("receiver CPU p/s", Align::Right, 1),
             ("local CPU p/s", Align::Right, 2),
+            ("reader CPU c/r", Align::Right, 4),
         ],
     )
 }

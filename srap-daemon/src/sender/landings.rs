@@ -14,7 +14,9 @@ use aya::{
     maps::HashMap as BpfHashMap,
     programs::{CgroupAttachMode, SockOps},
 };
-use srap_common::verifier::{FlowKey, LOCAL_FLOWS_MAP, SockFlow, VERIFY_LOCAL_PROGRAM};
+use srap_common::verifier::{
+    CPU_UNKNOWN, FlowKey, LOCAL_FLOWS_MAP, SockFlow, VERIFY_LOCAL_PROGRAM,
+};
 use srap_host::report::Chain;
 
 use crate::verifier::{Hook, QueueReading, VerifierError, driver};
@@ -31,6 +33,9 @@ pub struct Opened {
     pub queue: Option<u32>,
     /// The CPU that processed it.
     pub cpu: u32,
+    /// The CPU of the thread that called `connect()` (`None`: opened
+    /// before the hook was attached).
+    pub connect_cpu: Option<u32>,
     /// `bpf_ktime_get_ns()` when it was established.
     pub established_ns: u64,
     /// Closed since.
@@ -87,6 +92,12 @@ impl LocalLandings {
         })
     }
 
+    /// The CPU a record names is the one this host's NIC interrupted: not
+    /// on a veth, where the sending side's CPU processes the packet.
+    pub fn cpus_are_the_nics(&self) -> bool {
+        self.queues != QueueReading::SocketPeerTxQueue
+    }
+
     /// Every connection recorded so far (open and closed), oldest first.
     pub fn read(&self) -> Result<Vec<Opened>, VerifierError> {
         let map = self
@@ -100,8 +111,10 @@ impl LocalLandings {
             let (key, flow) = entry?;
             flows.insert(key, flow);
         }
+        // A record with no handshake yet is a connect not answered (yet).
         let mut opened: Vec<Opened> = flows
             .into_iter()
+            .filter(|(_, flow)| flow.established_ns != 0)
             .filter_map(|(key, flow)| opened(&key, &flow, self.queues))
             .collect();
         opened.sort_by_key(|o| (o.established_ns, o.src));
@@ -117,6 +130,7 @@ fn opened(key: &FlowKey, flow: &SockFlow, queues: QueueReading) -> Option<Opened
         dst: canonical(key.dst()?),
         queue: (queue != srap_common::verifier::RX_QUEUE_UNKNOWN).then_some(queue),
         cpu: flow.cpu,
+        connect_cpu: (flow.connect_cpu != CPU_UNKNOWN).then_some(flow.connect_cpu),
         established_ns: flow.established_ns,
         closed: flow.closed_ns != 0,
     })

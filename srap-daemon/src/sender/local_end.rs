@@ -59,7 +59,7 @@ use super::{
 use crate::{
     receiver::source::Source,
     tracker::{
-        agreement::{AgreementJudge, likely_causes},
+        agreement::{AgreementJudge, likely_causes, on_the_predicted_queue},
         learning::{Landed, LearnedKey, Learning},
     },
 };
@@ -68,6 +68,9 @@ use crate::{
 pub struct LocalEnd {
     pub nic: LocalNic,
     pub steer: Steer,
+    /// `--local-placement`: with `reader`, a flow is judged by the CPU
+    /// that processed its answer too (see [`LocalEnd::sample`]).
+    pub placement: LocalPlacement,
     landings: Option<LocalLandings>,
     judge: AgreementJudge,
     /// The version of this host's description the judge counts under: 1,
@@ -119,6 +122,7 @@ impl LocalEnd {
         Self {
             nic,
             steer,
+            placement: binder.local_placement,
             landings,
             judge: AgreementJudge::default(),
             version: 1,
@@ -137,6 +141,7 @@ impl LocalEnd {
         let Some(landings) = self.landings.as_ref() else {
             return Sampled::default();
         };
+        let nic_cpus = landings.cpus_are_the_nics();
         self.seen = match landings.read() {
             Ok(seen) => seen,
             Err(err) => {
@@ -161,7 +166,15 @@ impl LocalEnd {
             .collect();
         let rows: Vec<FlowRow> = toward.iter().filter_map(|o| self.row(o)).collect();
         let model = self.learn(&landed);
-        self.judge.observe(self.version, &rows);
+        // Under `reader` placement the CPU is what the plan promised: a
+        // flow on the planned queue whose answer another CPU processed (its
+        // queue's interrupt moved, RPS steered it) is misplaced too. Not on
+        // a veth, whose "queue" CPU is whoever sent the packet.
+        let by_cpu = self.placement == LocalPlacement::Reader && nic_cpus;
+        self.judge.observe_by(self.version, &rows, |row| {
+            let queue = on_the_predicted_queue(row)?;
+            Some(queue && (!by_cpu || row.cpu == row.predicted_cpu?))
+        });
         let pause = match self.judge.report().verdict {
             // A placeholder key (unknown to discovery) is never steered by.
             _ if self.nic.key.source == KeySource::Unknown => true,
@@ -286,12 +299,12 @@ impl LocalEnd {
     }
 
     /// The open connections of the last sample, each with this host's
-    /// planned and seen landing.
-    pub fn open(&self) -> impl Iterator<Item = FlowRow> + '_ {
+    /// planned and seen landing, and the CPU of the thread that opened it.
+    pub fn open(&self) -> impl Iterator<Item = (FlowRow, Option<u32>)> + '_ {
         self.seen
             .iter()
             .filter(|o| !o.closed)
-            .filter_map(|o| self.row(o))
+            .filter_map(|o| Some((self.row(o)?, o.connect_cpu)))
     }
 }
 

@@ -30,6 +30,12 @@ pub const CONTRADICTED_BELOW: f64 = 0.5;
 /// At least this share: agreed. In between, the verdict stays as it was.
 pub const AGREED_FROM: f64 = 0.9;
 
+/// The judge's rule: the flow's queue seen is the one its description
+/// computes.
+pub fn on_the_predicted_queue(flow: &FlowRow) -> Option<bool> {
+    Some(flow.queue? == flow.predicted_queue?)
+}
+
 /// What a sample changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
@@ -50,6 +56,18 @@ pub struct AgreementJudge {
 impl AgreementJudge {
     /// Takes the flows of one sample for description `version`.
     pub fn observe(&mut self, version: u64, flows: &[FlowRow]) -> Change {
+        self.observe_by(version, flows, on_the_predicted_queue)
+    }
+
+    /// [`AgreementJudge::observe`] by another rule: `landed_as_planned`
+    /// says whether a flow landed where the plan put it (`None`: not known
+    /// yet, judged at a later sample).
+    pub fn observe_by(
+        &mut self,
+        version: u64,
+        flows: &[FlowRow],
+        landed_as_planned: impl Fn(&FlowRow) -> Option<bool>,
+    ) -> Change {
         if version != self.version {
             *self = Self {
                 version,
@@ -57,14 +75,14 @@ impl AgreementJudge {
             };
         }
         for flow in flows {
-            let (Some(seen), Some(predicted)) = (flow.queue, flow.predicted_queue) else {
+            let Some(agrees) = landed_as_planned(flow) else {
                 continue;
             };
             let key = (flow.src, flow.dst);
             if !self.judged.insert(key) {
                 continue;
             }
-            self.recent.push_back((key, seen == predicted));
+            self.recent.push_back((key, agrees));
             if self.recent.len() > WINDOW
                 && let Some((old, _)) = self.recent.pop_front()
             {

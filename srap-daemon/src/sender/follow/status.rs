@@ -227,10 +227,11 @@ pub fn add_local(status: &mut SenderStatus, local: &LocalEnd, targets: &[Target]
         paused: local.paused,
         key: Some(local.nic.key),
         version: local.version(),
+        placement: local.placement.to_string(),
     });
     status.flows = local
         .open()
-        .map(|row| {
+        .map(|(row, connecting_cpu)| {
             let remote = targets
                 .iter()
                 .find(|t| t.addr == row.dst.ip() && t.model.end() == srap_common::rss::End::Remote);
@@ -251,6 +252,7 @@ pub fn add_local(status: &mut SenderStatus, local: &LocalEnd, targets: &[Target]
                 local_queue_seen: row.queue,
                 local_cpu_seen: row.rss_cpu,
                 local_softirq_cpu: Some(row.cpu),
+                connecting_cpu,
             }
         })
         .collect();
