@@ -39,7 +39,11 @@ use srap_common::{
     binder::{BinderSizes, CONNECT4_PROGRAM, RELEASE_PROGRAM},
     rss::{End, RssDescription, RssModel, embedded_default},
 };
-use srap_daemon::sender::{self, SenderOptions, ends::Steer};
+use srap_daemon::sender::{
+    self, SenderOptions,
+    ends::{LocalPlacement, Steer},
+    local_end,
+};
 use srap_lab::binder::InCgroup;
 use srap_tests::{TwoHosts, cgroup::CgroupDir, privileged_or_skip, unique_name};
 
@@ -198,7 +202,12 @@ impl Attached {
     fn new(cpus: u32, server: SocketAddr) -> Self {
         let model = RssModel::from_description(&receiver_with(cpus)).expect("model");
         let targets = sender::Target::all(&model, &[server.ip()]);
-        Self::attach(format!("{cpus} slots"), targets, None)
+        Self::attach(
+            format!("{cpus} slots"),
+            targets,
+            None,
+            LocalPlacement::Spread,
+        )
     }
 
     /// `--steer steer` toward a 32-CPU receiver (the embedded description:
@@ -215,13 +224,32 @@ impl Attached {
                 Some(std::sync::Arc::new(local)),
             ),
         };
-        Self::attach(format!("--steer {steer}"), targets, local)
+        Self::attach(
+            format!("--steer {steer}"),
+            targets,
+            local,
+            LocalPlacement::Spread,
+        )
+    }
+
+    /// `--steer local --local-placement reader`: [`Attached::steering`]'s
+    /// `local`, each CPU's reader row written as the agent writes it.
+    fn reader(server: SocketAddr) -> Self {
+        let local = this_hosts_nic();
+        let targets = sender::Target::all(&local, &[server.ip()]);
+        Self::attach(
+            "--steer local --local-placement reader".into(),
+            targets,
+            None,
+            LocalPlacement::Reader,
+        )
     }
 
     fn attach(
         label: String,
         targets: Vec<sender::Target>,
         local: Option<std::sync::Arc<RssModel>>,
+        local_placement: LocalPlacement,
     ) -> Self {
         let cgroup = CgroupDir::unique().expect("cgroup path");
         cgroup.create().expect("create cgroup");
@@ -234,10 +262,15 @@ impl Attached {
             pacing_rate: None,
             port_range: None,
             local,
-            local_placement: Default::default(),
+            local_placement,
             sizes: BinderSizes::DEFAULT,
         };
-        sender::start(&options, srap_daemon::ebpf_object()).expect("attach the binder");
+        let mut binder =
+            sender::start(&options, srap_daemon::ebpf_object()).expect("attach the binder");
+        if local_placement == LocalPlacement::Reader {
+            let cpus = this_hosts_nic().reachable_cpus();
+            local_end::apply_reader_rows(&mut binder, &cpus).expect("the reader rows");
+        }
         Self {
             cgroup,
             pin_dir,
@@ -346,7 +379,11 @@ fn connect_accept(c: &mut Criterion) {
         .run(|| {
             (
                 [Attached::new(4, server), Attached::new(512, server)],
-                [Steer::Remote, Steer::Local, Steer::Both].map(|s| Attached::steering(s, server)),
+                [Steer::Remote, Steer::Local, Steer::Both]
+                    .map(|s| Attached::steering(s, server))
+                    .into_iter()
+                    .chain([Attached::reader(server)])
+                    .collect::<Vec<_>>(),
             )
         })
         .expect("sender netns");
@@ -366,7 +403,13 @@ fn connect_accept(c: &mut Criterion) {
         binders.iter().for_each(|b| b.report("", zero));
     }
 
-    let modes = ["baseline", "binder_remote", "binder_local", "binder_both"];
+    let modes = [
+        "baseline",
+        "binder_remote",
+        "binder_local",
+        "binder_both",
+        "binder_local_reader",
+    ];
     let cgroups = std::iter::once(plain.path())
         .chain(steered.iter().map(|b| b.cgroup.path()))
         .collect();

@@ -138,6 +138,20 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
         "connect_paired_steer/binder_remote",
         Goal::AddedRatioAtMost("connect_paired_steer/baseline", 1.2),
     ),
+    // `--local-placement reader` looks up the connecting CPU's row before
+    // the same claim: within 1.1× of `spread`'s added cost, same run.
+    (
+        "--steer local, reader: added per connect",
+        "connect_paired_steer/binder_local_reader",
+        "connect_paired_steer/baseline",
+        Goal::AddedNs,
+    ),
+    (
+        "reader / spread placement, added cost",
+        "connect_paired_steer/binder_local_reader",
+        "connect_paired_steer/binder_local",
+        Goal::AddedRatioAtMost("connect_paired_steer/baseline", 1.1),
+    ),
     // The same two with every core streaming through memory, as on a host
     // moving data (report-only): `both`'s extra map rows are cache misses
     // there.

@@ -329,15 +329,18 @@ pub fn apply_local_grant(binder: &mut RunningBinder, nic: &LocalNic) -> anyhow::
     )
     .context("writing this host's CPU offer")?;
     if binder.local_placement == LocalPlacement::Reader {
-        apply_reader_rows(binder, nic)?;
+        apply_reader_rows(binder, &nic.cpus())?;
     }
     Ok(())
 }
 
 /// Writes each CPU's reader row (`super::reader`) for the slots of this
-/// plan: slots are renumbered by a re-plan, so again after every one.
-fn apply_reader_rows(binder: &mut RunningBinder, nic: &LocalNic) -> anyhow::Result<()> {
-    let offered_cpus = nic.cpus();
+/// plan whose CPUs are in `offered_cpus`: slots are renumbered by a
+/// re-plan, so again after every one.
+pub fn apply_reader_rows(
+    binder: &mut RunningBinder,
+    offered_cpus: &BTreeSet<u32>,
+) -> anyhow::Result<()> {
     let offered: BTreeMap<u32, u32> = grant::local_slots(&binder.plan)
         .into_iter()
         .filter(|(cpu, _)| offered_cpus.contains(cpu))
