@@ -32,6 +32,7 @@ pub mod keyfile;
 pub mod netns;
 pub mod orphans;
 pub mod plot;
+pub mod readers;
 pub mod report;
 pub mod subnet;
 pub mod throughput;

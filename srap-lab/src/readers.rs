@@ -1,0 +1,533 @@
+//! Reading threads, one pinned per CPU, each downloading over its own
+//! connection: the client `srap-readers` runs in the QEMU guest, and the
+//! data source ([`DataSource`]) the lab runs beside the guest's tap.
+//!
+//! What it measures is whether a flow's data arrives on the CPU of the
+//! thread that reads it. The kernel records that itself, per socket:
+//! `SO_INCOMING_CPU` (49) is the CPU that ran the protocol processing of the
+//! last packet received — the NIC queue's interrupt CPU, or the target of
+//! RPS/RFS when they steer — and `SO_INCOMING_NAPI_ID` (56) the NAPI
+//! context, i.e. the NIC queue, that delivered it (RFS does not change it).
+//! So each thread reads both after its transfer, with its own CPU.
+//!
+//! Threads are pinned *before* they connect, because SRAP's `reader`
+//! placement binds a port for the CPU the connecting thread runs on. They
+//! connect one at a time, in an order where no thread's position equals its
+//! CPU's rank: a placement that handed out CPUs in connect order would look
+//! right if threads pinned to CPU 0, 1, 2… connected in that order.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{Shutdown, SocketAddr, TcpListener, TcpStream},
+    os::fd::AsRawFd as _,
+    sync::{
+        Arc, Condvar, Mutex,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, anyhow, bail};
+use serde::{Deserialize, Serialize};
+
+use crate::NetNs;
+
+/// `SO_INCOMING_CPU` (`asm-generic/socket.h`).
+const SO_INCOMING_CPU: libc::c_int = 49;
+/// `SO_INCOMING_NAPI_ID` (`asm-generic/socket.h`).
+const SO_INCOMING_NAPI_ID: libc::c_int = 56;
+
+/// One flow as its reading thread saw it: printed by the client as one JSON
+/// line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlowReport {
+    /// The CPU the thread was pinned to.
+    pub cpu: u32,
+    /// Where the thread ran when it read the socket's options
+    /// (`sched_getcpu`): the pinned CPU, unless pinning failed silently.
+    pub ran_on: u32,
+    /// Its position in the connect order (0: first).
+    pub position: u32,
+    /// The connection's local (source) port.
+    pub port: u16,
+    /// `SO_INCOMING_CPU`: the CPU that processed its last received packet.
+    pub incoming_cpu: i32,
+    /// `SO_INCOMING_NAPI_ID`: the NAPI context (receive queue) that
+    /// delivered it; 0 when none did.
+    pub napi_id: u32,
+    /// Bytes read.
+    pub bytes: u64,
+}
+
+/// `--cpus 0,1,2,3` (or ranges, `0-3`): distinct CPUs, in the order given.
+pub fn parse_cpus(text: &str) -> anyhow::Result<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let number = |s: &str| {
+            s.trim()
+                .parse::<u32>()
+                .with_context(|| format!("{s:?} in {text:?} is not a CPU number"))
+        };
+        match part.split_once('-') {
+            Some((first, last)) => {
+                let (first, last) = (number(first)?, number(last)?);
+                if first > last {
+                    bail!("{part:?} in {text:?}: a range runs upward");
+                }
+                cpus.extend(first..=last);
+            }
+            None => cpus.push(number(part)?),
+        }
+    }
+    if cpus.is_empty() {
+        bail!("no CPUs in {text:?}");
+    }
+    let mut sorted = cpus.clone();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        bail!(
+            "CPU {} is given twice in {text:?}: one reading thread per CPU",
+            w[0]
+        );
+    }
+    Ok(cpus)
+}
+
+/// A connect order for `cpus` in which no thread's position equals its
+/// CPU's rank among them: the upper half interleaved with the lower
+/// (`2,0,3,1` for `0-3`, `4,0,5,1,6,2,7,3` for `0-7`). Position `2j`
+/// takes rank `ceil(n/2) + j` (never `2j`, since `j < n/2`), position
+/// `2j + 1` takes rank `j`, and the lower half's leftovers (odd `n`) sit
+/// past their ranks.
+pub fn default_order(cpus: &[u32]) -> Vec<u32> {
+    let mut sorted = cpus.to_vec();
+    sorted.sort_unstable();
+    let (lower, upper) = sorted.split_at(sorted.len().div_ceil(2));
+    let mut order = Vec::with_capacity(sorted.len());
+    for (j, &cpu) in upper.iter().enumerate() {
+        order.push(cpu);
+        order.push(lower[j]);
+    }
+    order.extend_from_slice(&lower[upper.len()..]);
+    order
+}
+
+/// Checks `order` (the connect order) against `cpus`: the same CPUs, and
+/// no thread at the position of its CPU's rank.
+pub fn check_order(cpus: &[u32], order: &[u32]) -> anyhow::Result<()> {
+    let mut sorted = cpus.to_vec();
+    sorted.sort_unstable();
+    let mut given = order.to_vec();
+    given.sort_unstable();
+    if given != sorted {
+        bail!("--order {order:?} must name each of --cpus {cpus:?} once");
+    }
+    if sorted.len() < 2 {
+        bail!("give at least 2 CPUs: with one, its thread connects first whatever the placement");
+    }
+    for (position, cpu) in order.iter().enumerate() {
+        let rank = sorted.iter().position(|c| c == cpu).unwrap_or(usize::MAX);
+        if rank == position {
+            bail!(
+                "--order {order:?}: CPU {cpu} connects at position {position}, its own rank; \
+                 a placement that hands out CPUs in connect order would look right"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whose turn it is to connect: the position in the order.
+struct Turn {
+    next: Mutex<usize>,
+    changed: Condvar,
+}
+
+impl Turn {
+    fn wait_for(&self, position: usize, until: Instant) -> anyhow::Result<()> {
+        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
+        while *next != position {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                bail!("the thread before it in the connect order never connected");
+            }
+            next = self
+                .changed
+                .wait_timeout(next, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        Ok(())
+    }
+
+    fn pass(&self) {
+        *self.next.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.changed.notify_all();
+    }
+}
+
+/// Runs one pinned reading thread per CPU of `order`, connecting to
+/// `server` one at a time in that order, each reading until the server
+/// closes or `seconds` have passed since its connect. One report per flow,
+/// in connect order; an error names the thread that failed.
+pub fn run_readers(
+    server: SocketAddr,
+    order: &[u32],
+    seconds: u64,
+) -> anyhow::Result<Vec<FlowReport>> {
+    let turn = Arc::new(Turn {
+        next: Mutex::new(0),
+        changed: Condvar::new(),
+    });
+    // Each thread waits at most this for its turn: everyone before it must
+    // connect, each within the connect timeout.
+    let connect_timeout = Duration::from_secs(10);
+    let turns_until = Instant::now() + connect_timeout * (order.len() as u32 + 1);
+    let threads: Vec<(u32, JoinHandle<anyhow::Result<FlowReport>>)> = order
+        .iter()
+        .enumerate()
+        .map(|(position, &cpu)| {
+            let turn = Arc::clone(&turn);
+            let handle = std::thread::spawn(move || {
+                let read = || -> anyhow::Result<FlowReport> {
+                    pin_to(cpu)?;
+                    turn.wait_for(position, turns_until)?;
+                    let connected = TcpStream::connect_timeout(&server, connect_timeout)
+                        .with_context(|| format!("connecting to {server}"));
+                    // The next thread's turn comes whether this one
+                    // connected or not: its error is reported, not waited on.
+                    turn.pass();
+                    let stream = connected?;
+                    read_flow(stream, cpu, position, seconds)
+                };
+                read().with_context(|| format!("the reading thread on CPU {cpu}"))
+            });
+            (cpu, handle)
+        })
+        .collect();
+    let mut reports = Vec::new();
+    for (cpu, handle) in threads {
+        let report = handle
+            .join()
+            .map_err(|_| anyhow!("the reading thread on CPU {cpu} panicked"))??;
+        reports.push(report);
+    }
+    Ok(reports)
+}
+
+/// Reads `stream` until the server closes it or `seconds` have passed, then
+/// reads where its data was processed.
+fn read_flow(
+    mut stream: TcpStream,
+    cpu: u32,
+    position: usize,
+    seconds: u64,
+) -> anyhow::Result<FlowReport> {
+    let port = stream.local_addr()?.port();
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let mut buf = vec![0u8; 1 << 16];
+    let mut bytes = 0u64;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => bytes += n as u64,
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break;
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err).context("reading"),
+        }
+    }
+    let incoming_cpu = socket_option(&stream, SO_INCOMING_CPU).context("SO_INCOMING_CPU")?;
+    let napi_id = socket_option(&stream, SO_INCOMING_NAPI_ID).context("SO_INCOMING_NAPI_ID")?;
+    let ran_on = u32::try_from(rustix::thread::sched_getcpu()).unwrap_or(u32::MAX);
+    let _ = stream.shutdown(Shutdown::Both);
+    Ok(FlowReport {
+        cpu,
+        ran_on,
+        position: u32::try_from(position).unwrap_or(u32::MAX),
+        port,
+        incoming_cpu,
+        // -1 would be "none", which the kernel reports as 0 anyway.
+        napi_id: u32::try_from(napi_id).unwrap_or(0),
+        bytes,
+    })
+}
+
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: u32) -> anyhow::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    let index = usize::try_from(cpu).context("CPU number")?;
+    if index >= rustix::thread::CpuSet::MAX_CPU {
+        bail!("CPU {cpu} is past the largest CPU set");
+    }
+    set.set(index);
+    rustix::thread::sched_setaffinity(None, &set)
+        .map_err(std::io::Error::from)
+        .with_context(|| format!("pinning to CPU {cpu} (sched_setaffinity)"))
+}
+
+/// `getsockopt(SOL_SOCKET, option)` of an `int` option.
+fn socket_option(stream: &TcpStream, option: libc::c_int) -> std::io::Result<i32> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the descriptor is the stream's own and open; `value` and `len`
+    // are live locals of the size `len` says, which the kernel writes at
+    // most `len` bytes of.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            std::ptr::from_mut(&mut value).cast(),
+            &raw mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(value)
+}
+
+/// Reads the client's output: one JSON [`FlowReport`] per line.
+pub fn parse_reports(text: &str) -> anyhow::Result<Vec<FlowReport>> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).with_context(|| format!("a reader's report: {l}")))
+        .collect()
+}
+
+/// The lab's data source, beside the guest's tap in the test namespace: it
+/// accepts `flows` connections and writes to each for `seconds` from its
+/// accept, then closes it. The peer ports it accepted are the ground truth
+/// of the ports the guest used (hashed with the device's key and table they
+/// give the queue the NIC chose).
+pub struct DataSource {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<anyhow::Result<Vec<u16>>>>,
+}
+
+impl DataSource {
+    /// Listens on `addr` inside `ns` (the socket is the namespace's for its
+    /// life; the threads serving it need not stay inside).
+    pub fn start(ns: &NetNs, addr: SocketAddr, flows: usize, seconds: u64) -> anyhow::Result<Self> {
+        let listener = ns.run(|| TcpListener::bind(addr))?.with_context(|| {
+            format!(
+                "listening on {addr} in namespace {} (data source)",
+                ns.name()
+            )
+        })?;
+        listener.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || serve(&listener, flows, seconds, &stopping));
+        Ok(Self {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Waits (up to `within`) until every flow was accepted and served; the
+    /// accepted peer ports, in accept order.
+    pub fn finish(mut self, within: Duration) -> anyhow::Result<Vec<u16>> {
+        let thread = self
+            .thread
+            .take()
+            .context("the data source already ended")?;
+        let until = Instant::now() + within;
+        while !thread.is_finished() {
+            if Instant::now() >= until {
+                self.stop.store(true, Ordering::Relaxed);
+                let _ = thread.join();
+                bail!("the data source did not finish within {within:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        thread
+            .join()
+            .map_err(|_| anyhow!("the data source panicked"))?
+    }
+}
+
+impl Drop for DataSource {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Accepts `flows` connections (for at most a minute) and serves each on a
+/// thread of its own until all are done; their peer ports.
+fn serve(
+    listener: &TcpListener,
+    flows: usize,
+    seconds: u64,
+    stop: &AtomicBool,
+) -> anyhow::Result<Vec<u16>> {
+    let accept_until = Instant::now() + Duration::from_secs(60);
+    std::thread::scope(|scope| {
+        let mut ports = Vec::new();
+        while ports.len() < flows {
+            if stop.load(Ordering::Relaxed) {
+                bail!("stopped");
+            }
+            if Instant::now() >= accept_until {
+                bail!(
+                    "the data source accepted {} of {flows} connections in 60 s",
+                    ports.len()
+                );
+            }
+            match listener.accept() {
+                Ok((stream, peer)) => {
+                    ports.push(peer.port());
+                    stream.set_nonblocking(false)?;
+                    scope.spawn(move || {
+                        // A flow the client ended first (a reset) is still
+                        // a flow served.
+                        if let Err(err) = write_for(stream, seconds, stop) {
+                            tracing::debug!("a data-source flow ended early: {err:#}");
+                        }
+                    });
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(err) => return Err(err).context("accepting"),
+            }
+        }
+        Ok(ports)
+    })
+}
+
+/// Writes to `stream` for `seconds`, then closes it.
+fn write_for(mut stream: TcpStream, seconds: u64, stop: &AtomicBool) -> anyhow::Result<()> {
+    let buf = vec![0x5au8; 1 << 16];
+    let until = Instant::now() + Duration::from_secs(seconds);
+    stream.set_write_timeout(Some(Duration::from_secs(1)))?;
+    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+        match stream.write(&buf) {
+            Ok(_) => {}
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(err) => return Err(err).context("writing"),
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpus_parse_lists_and_ranges_and_refuse_nonsense() {
+        assert_eq!(parse_cpus("0,1,2,3").unwrap(), [0, 1, 2, 3]);
+        assert_eq!(parse_cpus("0-3,6").unwrap(), [0, 1, 2, 3, 6]);
+        for bad in ["", "a", "3-1", "0,0", "1,0-2", "-1"] {
+            assert!(parse_cpus(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_default_order_puts_no_thread_at_its_cpus_rank() {
+        assert_eq!(default_order(&[0, 1, 2, 3]), [2, 0, 3, 1]);
+        assert_eq!(
+            default_order(&[0, 1, 2, 3, 4, 5, 6, 7]),
+            [4, 0, 5, 1, 6, 2, 7, 3]
+        );
+        for n in 2..=64u32 {
+            let cpus: Vec<u32> = (0..n).collect();
+            let order = default_order(&cpus);
+            check_order(&cpus, &order).unwrap_or_else(|e| panic!("{n}: {e:#}"));
+            // Ranks count, not numbers: CPUs 10.. behave as 0..
+            let high: Vec<u32> = cpus.iter().map(|c| c + 10).collect();
+            check_order(&high, &default_order(&high)).unwrap();
+        }
+    }
+
+    #[test]
+    fn an_order_is_checked_against_the_cpus() {
+        let cpus = [0, 1, 2, 3];
+        assert!(check_order(&cpus, &[2, 0, 3, 1]).is_ok());
+        // CPU order: every thread at its own rank.
+        assert!(check_order(&cpus, &[0, 1, 2, 3]).is_err());
+        // One thread at its rank is enough to look right by accident.
+        assert!(check_order(&cpus, &[1, 0, 2, 3]).is_err());
+        assert!(check_order(&cpus, &[2, 0, 3]).is_err());
+        assert!(check_order(&cpus, &[2, 0, 3, 3]).is_err());
+        assert!(check_order(&[0], &[0]).is_err());
+    }
+
+    #[test]
+    fn reports_round_trip_through_their_json_lines() {
+        let report = FlowReport {
+            cpu: 2,
+            ran_on: 2,
+            position: 0,
+            port: 10_042,
+            incoming_cpu: 2,
+            napi_id: 8195,
+            bytes: 1 << 20,
+        };
+        let line = serde_json::to_string(&report).unwrap();
+        assert_eq!(
+            parse_reports(&format!("{line}\n\n{line}\n")).unwrap(),
+            [report; 2]
+        );
+        assert!(parse_reports("{\"cpu\":1}").is_err());
+    }
+
+    #[test]
+    fn readers_on_loopback_read_what_the_source_writes() {
+        // Inside this process's own namespace, on loopback: nothing leaves
+        // the host. Each thread reads on its pinned CPU.
+        if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
+            eprintln!("skipped: needs 2 CPUs");
+            return;
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let stop = AtomicBool::new(false);
+        let cpus: Vec<u32> = (0..2).collect();
+        let order = default_order(&cpus);
+        let (ports, reports) = std::thread::scope(|s| {
+            let server = s.spawn(|| serve(&listener, 2, 1, &stop));
+            let reports = run_readers(addr, &order, 5).unwrap();
+            (server.join().unwrap().unwrap(), reports)
+        });
+        assert_eq!(reports.len(), 2);
+        for (report, cpu) in reports.iter().zip(&order) {
+            assert_eq!(report.cpu, *cpu);
+            assert_eq!(report.ran_on, *cpu);
+            assert!(report.bytes > 0);
+            assert!(ports.contains(&report.port));
+        }
+    }
+}
