@@ -1,8 +1,9 @@
 //! The guest's boot files: a Debian generic kernel and QEMU, unpacked under
 //! `target/guest-files` by `cargo xtask setup` (see [`super::files`]), and a
 //! busybox initramfs holding `srap-agent`, `srap`, `ethtool` and `iperf3`
-//! with the libraries `ldd` names, built here per kernel and cached (again
-//! only when a binary changed).
+//! (and `srap-readers`, the reading threads' client, when it was built
+//! beside `srap-agent`) with the libraries `ldd` names, built here per
+//! kernel and cached (again only when a binary changed).
 
 use std::{
     fs,
@@ -85,9 +86,17 @@ impl GuestImage {
         let qemu = files.qemu()?;
         let kernel_files = files.kernel(kernel)?;
         let initramfs = cache.join(format!("initramfs-{}.cpio", kernel.series()));
-        if is_stale(&initramfs, &[srap_agent, srap])? {
+        let mut ours = vec![(srap_agent, "srap-agent"), (srap, "srap")];
+        // `cargo build --bins` puts it beside the agent; an image without it
+        // serves every experiment but the reading threads' (which says so).
+        let readers = srap_agent.with_file_name(READERS);
+        if readers.is_file() {
+            ours.push((&readers, READERS));
+        }
+        let inputs: Vec<&Path> = ours.iter().map(|&(path, _)| path).collect();
+        if is_stale(&initramfs, &inputs)? || !lists(cache, &ours) {
             tracing::info!(path = %initramfs.display(), "building the guest initramfs");
-            build_initramfs(cache, &kernel_files, srap_agent, srap, &initramfs)?;
+            build_initramfs(cache, &kernel_files, &ours, &initramfs)?;
         }
         Ok(Self {
             kernel: kernel_files.vmlinuz,
@@ -114,11 +123,22 @@ fn is_stale(product: &Path, inputs: &[&Path]) -> anyhow::Result<bool> {
     Ok(false)
 }
 
+/// The reading threads' client (`srap-lab`'s `srap-readers`), in the guest
+/// as `/bin/srap-readers`.
+pub const READERS: &str = "srap-readers";
+
+/// Whether the cached tree holds exactly `ours` (a binary built since the
+/// image, or removed, makes it stale).
+fn lists(cache: &Path, ours: &[(&Path, &str)]) -> bool {
+    let bin = cache.join("initramfs/bin");
+    let has_readers = bin.join(READERS).is_file();
+    has_readers == ours.iter().any(|&(_, name)| name == READERS)
+}
+
 fn build_initramfs(
     cache: &Path,
     kernel: &KernelFiles,
-    srap_agent: &Path,
-    srap: &Path,
+    ours: &[(&Path, &str)],
     out: &Path,
 ) -> anyhow::Result<()> {
     let tree = cache.join("initramfs");
@@ -129,7 +149,7 @@ fn build_initramfs(
     for program in HOST_PROGRAMS {
         install_program(&tree, &which(program)?, program)?;
     }
-    for (binary, name) in [(srap_agent, "srap-agent"), (srap, "srap")] {
+    for &(binary, name) in ours {
         install_program(&tree, binary, name)?;
         // Debug info would make the initramfs ten times larger.
         run(Command::new("objcopy")
