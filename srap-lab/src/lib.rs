@@ -40,6 +40,7 @@ pub mod topology;
 pub mod veth;
 pub mod virtio;
 pub mod virtio_pull;
+pub mod virtio_readers;
 pub mod workload;
 
 use std::{
@@ -133,6 +134,13 @@ pub struct LabArgs {
     /// (`iperf3 --bidir`; one port for both NICs, `--steer both`).
     #[arg(long, value_enum, default_value_t = Direction::Push)]
     pub direction: Direction,
+    /// With --nic virtio --direction pull: `reader` measures, side by side
+    /// with RFS, whether each download's data arrives on the CPU of the
+    /// thread reading it (one thread pinned per vCPU; kernel ports, kernel
+    /// ports with RFS, the guest's sender agent with `--local-placement
+    /// reader`); `spread` (the default) is the plain download lab.
+    #[arg(long, value_enum)]
+    pub local_placement: Option<LocalPlacement>,
     /// Run an experiment instead: --trials trials with SRAP and as many with
     /// kernel-chosen ports. `--experiment` alone (or `placement`): short
     /// connections judged by the verifier. `--experiment throughput`: long
@@ -213,6 +221,15 @@ impl Direction {
             Self::Both => Some("--bidir"),
         }
     }
+}
+
+/// `--local-placement`: which CPU a download's port is planned for.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalPlacement {
+    /// Spread over the NIC's queues (the plain download lab).
+    Spread,
+    /// The CPU of the thread that connects (and reads).
+    Reader,
 }
 
 /// Which of the paper's experiments `--experiment` runs.
@@ -297,6 +314,15 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         }
         let queues = args.queues.unwrap_or(4);
         let flows = checked_flows(args.flows.unwrap_or(queues as usize))?;
+        if args.local_placement == Some(LocalPlacement::Reader) {
+            if args.direction != Direction::Pull || args.flows.is_some() {
+                bail!(
+                    "--local-placement reader runs with --direction pull and one flow per \
+                     queue (leave --flows out)"
+                );
+            }
+            return virtio_readers::run(args, nic, queues);
+        }
         return match args.direction {
             Direction::Push => virtio::run(args, nic, queues, flows),
             Direction::Pull => virtio_pull::run(args, nic, queues, flows),
@@ -304,6 +330,9 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
                 bail!("--nic virtio runs --direction push or pull (the guest is one end)")
             }
         };
+    }
+    if args.local_placement.is_some() {
+        bail!("--local-placement runs with --nic virtio --direction pull");
     }
     let queues = args.queues.unwrap_or(32);
     let flows = checked_flows(args.flows.unwrap_or(16))?;

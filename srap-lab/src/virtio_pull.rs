@@ -29,7 +29,7 @@ use super::{
 const GUEST_SENDER_CONTROL: &str = "/tmp/sender.sock";
 const GUEST_SENDER_LOG: &str = "/tmp/sender.log";
 /// The steered cgroup inside the guest (below its cgroup2 mount).
-const GUEST_CGROUP: &str = "srap";
+pub const GUEST_CGROUP: &str = "srap";
 const KERNEL_PORT: u16 = 5201;
 const SRAP_PORT: u16 = 5202;
 
@@ -106,18 +106,28 @@ impl<'n> PullLab<'n> {
     /// Boots the guest, turns its RSS on and starts the sender agent in it,
     /// steering toward the host.
     pub fn start(net: &'n GuestNet, image: &GuestImage, shape: GuestShape) -> anyhow::Result<Self> {
-        let mut guest = Guest::boot(net, image, shape)?;
-        guest.enable_rss()?;
-        let mut lab = Self { guest, net };
-        lab.start_sender()?;
+        let mut lab = Self::boot(net, image, shape)?;
+        lab.start_sender("")?;
         Ok(lab)
     }
 
-    fn start_sender(&mut self) -> anyhow::Result<()> {
+    /// The guest booted with its RSS on, its sender agent not yet started
+    /// ([`PullLab::start_sender`]): runs with kernel ports first measure
+    /// a guest the agent does not touch.
+    pub fn boot(net: &'n GuestNet, image: &GuestImage, shape: GuestShape) -> anyhow::Result<Self> {
+        let mut guest = Guest::boot(net, image, shape)?;
+        guest.enable_rss()?;
+        Ok(Self { guest, net })
+    }
+
+    /// Starts the guest's sender agent (`--steer local` on its NIC, toward
+    /// the host) with `extra` flags (`--local-placement reader`), and waits
+    /// until it steers.
+    pub fn start_sender(&mut self, extra: &str) -> anyhow::Result<()> {
         self.guest.run(&format!(
             "srap-agent sender --steer local --local-iface {GUEST_IFACE} --receiver {host} \
              --cgroup {GUEST_CGROUP} --control {GUEST_SENDER_CONTROL} \
-             --port-range {LAB_PORT_RANGE} --interval 1 > {GUEST_SENDER_LOG} 2>&1 &",
+             --port-range {LAB_PORT_RANGE} --interval 1 {extra} > {GUEST_SENDER_LOG} 2>&1 &",
             host = self.net.host_ip
         ))?;
         self.wait(
