@@ -375,3 +375,38 @@ fn drive_flows_until(
     }
     verdict
 }
+
+/// Reading threads, one pinned per vCPU (4 and 8 queues, each queue's IRQ
+/// on its own vCPU), each downloading over its own connection from the
+/// host's test namespace: under SRAP `reader` (the guest's sender agent
+/// with `--steer local --local-iface eth0 --local-placement reader`, the
+/// download under `srap exec`) every thread's data arrives on its own CPU
+/// by the kernel's `SO_INCOMING_CPU`, with no packet steered in software
+/// (`received_rps` unchanged); RFS gets every flow there too, by steering
+/// packets; kernel ports are printed, not judged (about 1 in N).
+#[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
+fn pinned_readers_receive_on_their_own_cpu() {
+    use srap_lab::virtio_readers::{Mode, measure};
+
+    if !require_privileged("pinned_readers_receive_on_their_own_cpu") {
+        return;
+    }
+    let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    let image = image();
+    for queues in [4u32, 8] {
+        let net = GuestNet::new().expect("namespace with a tap");
+        let report = measure(&net, &image, queues, 3).expect("the three modes");
+        let table = format!("{}\n{}", report.render(), report.render_flows());
+        eprintln!("{table}");
+        assert!(report.failed.is_none(), "{table}\n{:?}", report.failed);
+        let n = queues as usize;
+        let srap = report.run(Mode::SrapReader).expect("SRAP reader's run");
+        assert_eq!(srap.flows.len(), n, "{table}");
+        assert_eq!(srap.on_reader_by_incoming_cpu(), n, "{table}");
+        assert_eq!(srap.received_rps, 0, "{table}");
+        let rfs = report.run(Mode::Rfs).expect("RFS's run");
+        assert_eq!(rfs.on_reader_by_incoming_cpu(), n, "{table}");
+        assert!(rfs.received_rps > 0, "{table}");
+    }
+}
