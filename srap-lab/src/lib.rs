@@ -651,6 +651,25 @@ mod tests {
     }
 
     #[test]
+    fn local_placement_is_off_unless_asked() {
+        assert_eq!(parse(&[]).local_placement, None);
+        let readers = parse(&[
+            "--nic",
+            "virtio",
+            "--direction",
+            "pull",
+            "--local-placement",
+            "reader",
+        ]);
+        assert_eq!(readers.local_placement, Some(LocalPlacement::Reader));
+        assert_eq!(
+            parse(&["--local-placement", "spread"]).local_placement,
+            Some(LocalPlacement::Spread)
+        );
+        assert!(Cli::try_parse_from(["lab", "--local-placement", "nearest"]).is_err());
+    }
+
+    #[test]
     fn experiment_alone_is_placement_and_takes_a_name() {
         assert_eq!(parse(&[]).experiment, None);
         assert_eq!(
