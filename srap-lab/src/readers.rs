@@ -300,6 +300,29 @@ fn socket_option(stream: &TcpStream, option: libc::c_int) -> std::io::Result<i32
     Ok(value)
 }
 
+/// `setsockopt(SOL_SOCKET, option)` of a 64-bit option.
+fn set_socket_option_u64(
+    stream: &TcpStream,
+    option: libc::c_int,
+    value: u64,
+) -> anyhow::Result<()> {
+    // SAFETY: the descriptor is the stream's own and open; the kernel reads
+    // `size_of::<u64>()` bytes from `value`, a live local of that size.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            std::ptr::from_ref(&value).cast(),
+            std::mem::size_of::<u64>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error().into());
+    }
+    Ok(())
+}
+
 /// Reads the client's output: one JSON [`FlowReport`] per line.
 pub fn parse_reports(text: &str) -> anyhow::Result<Vec<FlowReport>> {
     text.lines()
@@ -322,8 +345,18 @@ pub struct DataSource {
 
 impl DataSource {
     /// Listens on `addr` inside `ns` (the socket is the namespace's for its
-    /// life; the threads serving it need not stay inside).
-    pub fn start(ns: &NetNs, addr: SocketAddr, flows: usize, seconds: u64) -> anyhow::Result<Self> {
+    /// life; the threads serving it need not stay inside). With `pace`
+    /// (bytes a second), each flow is paced to it (`SO_MAX_PACING_RATE`,
+    /// TCP's own pacing under any qdisc): flows that share a slower wire
+    /// evenly get about as much data each, instead of the first to connect
+    /// taking most of it while a queue builds at the wire.
+    pub fn start(
+        ns: &NetNs,
+        addr: SocketAddr,
+        flows: usize,
+        seconds: u64,
+        pace: Option<u64>,
+    ) -> anyhow::Result<Self> {
         let listener = ns.run(|| TcpListener::bind(addr))?.with_context(|| {
             format!(
                 "listening on {addr} in namespace {} (data source)",
@@ -333,7 +366,7 @@ impl DataSource {
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || serve(&listener, flows, seconds, &stopping));
+        let thread = std::thread::spawn(move || serve(&listener, flows, seconds, pace, &stopping));
         Ok(Self {
             addr,
             stop,
@@ -382,6 +415,7 @@ fn serve(
     listener: &TcpListener,
     flows: usize,
     seconds: u64,
+    pace: Option<u64>,
     stop: &AtomicBool,
 ) -> anyhow::Result<Vec<u16>> {
     let accept_until = Instant::now() + Duration::from_secs(60);
@@ -401,6 +435,10 @@ fn serve(
                 Ok((stream, peer)) => {
                     ports.push(peer.port());
                     stream.set_nonblocking(false)?;
+                    if let Some(rate) = pace {
+                        set_socket_option_u64(&stream, libc::SO_MAX_PACING_RATE, rate)
+                            .context("SO_MAX_PACING_RATE")?;
+                    }
                     scope.spawn(move || {
                         // A flow the client ended first (a reset) is still
                         // a flow served.
@@ -518,7 +556,7 @@ mod tests {
         let cpus: Vec<u32> = (0..2).collect();
         let order = default_order(&cpus);
         let (ports, reports) = std::thread::scope(|s| {
-            let server = s.spawn(|| serve(&listener, 2, 1, &stop));
+            let server = s.spawn(|| serve(&listener, 2, 1, Some(50_000_000), &stop));
             let reports = run_readers(addr, &order, 5).unwrap();
             (server.join().unwrap().unwrap(), reports)
         });

@@ -41,6 +41,11 @@ pub const RPS_SOCK_FLOW_ENTRIES: u32 = 32_768;
 /// The host's port of the data source, one per mode so no run meets the
 /// last one's TIME_WAIT.
 const SOURCE_PORT: u16 = 5301;
+/// What the data source sends, in bits a second, shared evenly by the
+/// flows: under the tap's rate toward the guest (400 Mbit/s, which keeps
+/// the emulated guest's rings from filling), so no queue builds at the
+/// wire and the last thread to connect reads as much as the first.
+const SOURCE_RATE: u64 = 320_000_000;
 /// The port of the iperf3 server that warms the queues.
 const WARM_PORT: u16 = 5300;
 
@@ -158,26 +163,31 @@ impl ReadersReport {
     /// The three-way table.
     pub fn render(&self) -> String {
         let n = self.queues;
+        let order: Vec<String> = readers::default_order(&(0..n).collect::<Vec<_>>())
+            .iter()
+            .map(u32::to_string)
+            .collect();
         let mut out = format!(
-            "{n} queues, each queue's IRQ on its own vCPU; {n} reading threads, one pinned per \
-             vCPU, {s} s each\n",
+            "{n} queues, queue i's IRQ on vCPU i; {n} reading threads, one pinned per vCPU, \
+             connecting one at a time (CPUs {order}), {s} s each\n",
+            order = order.join(","),
             s = self.seconds
         );
         let _ = writeln!(
             out,
-            "  {:<14} {:>15} {:>10} {:>10} {:>10} {:>8} {:>9} {:>7}",
-            "", "on reader's CPU", "", "RPS-", "steered", "", "CAL", "read"
+            "  {:<13} {:>26} {:>19} {:>19} {:>6}",
+            "", "flows on the reader's CPU", "steered (RPS/RFS)", "function calls", ""
         );
         let _ = writeln!(
             out,
-            "  {:<14} {:>15} {:>10} {:>10} {:>10} {:>8} {:>9} {:>7}",
-            "mode", "SO_INCOMING_CPU", "NIC queue", "steered", "per GB", "CAL", "per GB", "GB"
+            "  {:<13} {:>15} {:>10} {:>9} {:>9} {:>9} {:>9} {:>6}",
+            "", "SO_INCOMING_CPU", "NIC queue", "packets", "per GB", "CAL", "per GB", "GB"
         );
         for run in &self.runs {
             let flows = run.flows.len();
             let _ = writeln!(
                 out,
-                "  {:<14} {:>15} {:>10} {:>10} {:>10.0} {:>8} {:>9.0} {:>7.3}",
+                "  {:<13} {:>15} {:>10} {:>9} {:>9.0} {:>9} {:>9.0} {:>6.3}",
                 run.mode.label(),
                 format!("{}/{flows}", run.on_reader_by_incoming_cpu()),
                 format!("{}/{flows}", run.on_reader_by_queue()),
@@ -429,6 +439,7 @@ impl<'n> ReadersLab<'n> {
             SocketAddr::new(net.host_ip.into(), port),
             queues as usize,
             seconds,
+            Some(SOURCE_RATE / 8 / u64::from(queues)),
         )?;
         if mode == Mode::Rfs {
             Rfs::set(&mut self.lab.guest, queues)?;
