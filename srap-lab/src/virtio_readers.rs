@@ -173,11 +173,11 @@ impl ReadersReport {
             order = order.join(","),
             s = self.seconds
         );
-        let _ = writeln!(
-            out,
-            "  {:<13} {:>26} {:>19} {:>19} {:>6}",
-            "", "flows on the reader's CPU", "steered (RPS/RFS)", "function calls", ""
+        let head = format!(
+            "  {:<13} {:>26} {:>19} {:>19}",
+            "", "flows on the reader's CPU", "steered (RPS/RFS)", "function calls"
         );
+        let _ = writeln!(out, "{}", head.trim_end());
         let _ = writeln!(
             out,
             "  {:<13} {:>15} {:>10} {:>9} {:>9} {:>9} {:>9} {:>6}",
