@@ -407,6 +407,10 @@ fn pinned_readers_receive_on_their_own_cpu() {
         assert_eq!(srap.received_rps, 0, "{table}");
         let rfs = report.run(Mode::Rfs).expect("RFS's run");
         assert_eq!(rfs.on_reader_by_incoming_cpu(), n, "{table}");
-        assert!(rfs.received_rps > 0, "{table}");
+        // Unless the NIC itself put every flow on its reader (a chance of
+        // 1 in N^N), RFS got them there by steering packets.
+        if rfs.on_reader_by_queue() < n {
+            assert!(rfs.received_rps > 0, "{table}");
+        }
     }
 }
