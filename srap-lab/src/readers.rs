@@ -191,12 +191,15 @@ pub fn run_readers(
             let turn = Arc::clone(&turn);
             let handle = std::thread::spawn(move || {
                 let read = || -> anyhow::Result<FlowReport> {
-                    pin_to(cpu)?;
+                    let pinned = pin_to(cpu);
                     turn.wait_for(position, turns_until)?;
-                    let connected = TcpStream::connect_timeout(&server, connect_timeout)
-                        .with_context(|| format!("connecting to {server}"));
-                    // The next thread's turn comes whether this one
-                    // connected or not: its error is reported, not waited on.
+                    let connected = pinned.and_then(|()| {
+                        TcpStream::connect_timeout(&server, connect_timeout)
+                            .with_context(|| format!("connecting to {server}"))
+                    });
+                    // The next thread's turn comes whether this one pinned
+                    // and connected or not: its error is reported, not
+                    // waited on by the threads after it.
                     turn.pass();
                     let stream = connected?;
                     read_flow(stream, cpu, position, seconds)
@@ -539,6 +542,24 @@ mod tests {
             [report; 2]
         );
         assert!(parse_reports("{\"cpu\":1}").is_err());
+    }
+
+    #[test]
+    fn a_thread_that_cannot_pin_says_so_and_lets_the_next_connect() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let stop = AtomicBool::new(false);
+        let started = Instant::now();
+        let (served, read) = std::thread::scope(|s| {
+            let server = s.spawn(|| serve(&listener, 1, 1, None, &stop));
+            let read = run_readers(addr, &[1000, 0], 5);
+            (server.join().unwrap(), read)
+        });
+        let err = format!("{:#}", read.unwrap_err());
+        assert!(err.contains("CPU 1000"), "{err}");
+        assert_eq!(served.unwrap().len(), 1, "the thread after it connected");
+        assert!(started.elapsed() < Duration::from_secs(8));
     }
 
     #[test]
