@@ -10,6 +10,7 @@ use anyhow::bail;
 use rand::{Rng as _, SeedableRng as _, rngs::StdRng};
 use serde::Serialize;
 use srap_common::{
+    bond,
     odds::{self, TrialStats},
     planner::plan,
     rss::{FlowTuple, RssDescription, RssModel, embedded_default},
@@ -29,6 +30,11 @@ pub struct Args {
     /// Receiver CPUs that take flows. Defaults to those --rss reaches.
     #[arg(long)]
     cpus: Option<u32>,
+    /// Members of a layer3+4 bond instead of receiver CPUs: how often
+    /// random ports split the flows evenly over them (by formula; with
+    /// --trials, by the bonding driver's own hash of random ports).
+    #[arg(long, conflicts_with_all = ["cpus", "rss"])]
+    members: Option<u32>,
     /// Also simulate this many trials with real Toeplitz hashing of random ports.
     #[arg(long)]
     trials: Option<usize>,
@@ -70,6 +76,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     if args.flows == 0 {
         bail!("--flows must be at least 1");
     }
+    if let Some(members) = args.members {
+        return bond_odds(args, members);
+    }
     let model = match (&args.rss, args.cpus) {
         (Some(path), _) => Some(receiver::load(Some(path))?),
         (None, Some(cpus)) if args.trials.is_some() => Some(round_robin_nic(cpus)?),
@@ -90,12 +99,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         srap_ports: None,
     };
     if let (Some(trials), Some(model)) = (args.trials, &model) {
-        let template = FlowTuple::new(
-            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
-            0,
-            IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
-            5201,
-        )?;
+        let template = template(0)?;
         let mut rng = match args.seed {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => StdRng::from_os_rng(),
@@ -116,6 +120,94 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         print_text(&report);
     }
     Ok(())
+}
+
+/// `--members`: the even-split odds over a bond's members.
+#[derive(Serialize)]
+struct BondReport {
+    flows: u32,
+    members: u32,
+    analytic_even_split: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernel_ports: Option<BondSimulated>,
+}
+
+#[derive(Serialize)]
+struct BondSimulated {
+    trials: usize,
+    even_split_rate: f64,
+    mean_busiest: f64,
+}
+
+fn bond_odds(args: &Args, members: u32) -> anyhow::Result<()> {
+    if !(1..=64).contains(&members) {
+        bail!("--members {members}: a bond has 1 to 64 members");
+    }
+    let mut report = BondReport {
+        flows: args.flows,
+        members,
+        analytic_even_split: bond::even_split(args.flows, members),
+        kernel_ports: None,
+    };
+    if let Some(trials) = args.trials {
+        let mut rng = match args.seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => StdRng::from_os_rng(),
+        };
+        let range = args.ephemeral_range;
+        let (mut even, mut busiest) = (0usize, 0u64);
+        for _ in 0..trials {
+            let mut per_member = vec![0u32; members as usize];
+            for _ in 0..args.flows {
+                let tuple = template(rng.random_range(range.start()..=range.end()))?;
+                let index = bond::member_index(&tuple, members).unwrap_or_default();
+                per_member[index as usize] += 1;
+            }
+            let most = per_member.iter().copied().max().unwrap_or_default();
+            even += usize::from(args.flows.is_multiple_of(members) && most == args.flows / members);
+            busiest += u64::from(most);
+        }
+        report.kernel_ports = Some(BondSimulated {
+            trials,
+            even_split_rate: even as f64 / trials.max(1) as f64,
+            mean_busiest: busiest as f64 / trials.max(1) as f64,
+        });
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_bond_text(&report);
+    }
+    Ok(())
+}
+
+/// The flow the simulations vary the source port of.
+fn template(sport: u16) -> anyhow::Result<FlowTuple> {
+    Ok(FlowTuple::new(
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)),
+        sport,
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2)),
+        5201,
+    )?)
+}
+
+fn print_bond_text(r: &BondReport) {
+    println!(
+        "{} flows on {} bond members (xmit_hash_policy layer3+4)",
+        r.flows, r.members
+    );
+    println!(
+        "  random ports, formula:  {:>7.2} % split evenly",
+        r.analytic_even_split * 100.0
+    );
+    if let Some(k) = &r.kernel_ports {
+        println!(
+            "  random ports, {:>6} trials of the bonding driver's hash: {:>7.2} % split evenly, busiest member {:.2} flows",
+            k.trials,
+            k.even_split_rate * 100.0,
+            k.mean_busiest
+        );
+    }
 }
 
 fn simulated(stats: &TrialStats) -> Simulated {

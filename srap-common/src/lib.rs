@@ -24,6 +24,8 @@ pub mod verifier;
 pub mod xorshift;
 
 #[cfg(feature = "user")]
+pub mod bond;
+#[cfg(feature = "user")]
 pub mod ends;
 #[cfg(feature = "user")]
 pub mod odds;
