@@ -1,9 +1,11 @@
-//! Reading threads, one pinned per CPU, each downloading over its own
-//! connection: the client `srap-readers` runs in the QEMU guest, and the
-//! data source ([`DataSource`]) the lab runs beside the guest's tap.
+//! Reading threads, pinned to CPUs, each downloading (or, with
+//! [`Transfer::Upload`], sending) over its own connection: the client
+//! `srap-readers` runs in the QEMU guest or the veth lab's sender
+//! namespace, and the data source ([`DataSource`]) the lab runs at the
+//! other end.
 //!
 //! What it measures is whether a flow's data arrives on the CPU of the
-//! thread that reads it. The kernel records that itself, per socket:
+//! thread that reads it — or, for a sending thread, whether its ACKs do. The kernel records that itself, per socket:
 //! `SO_INCOMING_CPU` (49) is the CPU that ran the protocol processing of the
 //! last packet received — the NIC queue's interrupt CPU, or the target of
 //! RPS/RFS when they steer — and `SO_INCOMING_NAPI_ID` (56) the NAPI
@@ -13,7 +15,8 @@
 //! Threads are pinned *before* they connect, because SRAP's `reader`
 //! placement binds a port for the CPU the connecting thread runs on. They
 //! connect one at a time, in an order where no thread's position equals its
-//! CPU's rank: a placement that handed out CPUs in connect order would look
+//! CPU's rank (modulo the number of CPUs, when each CPU has several
+//! threads): a placement that handed out CPUs in connect order would look
 //! right if threads pinned to CPU 0, 1, 2… connected in that order.
 
 use std::{
@@ -60,8 +63,40 @@ pub struct FlowReport {
     pub bytes: u64,
 }
 
+/// Which way each thread's data goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transfer {
+    /// The server writes, the thread reads: `SO_INCOMING_CPU` is where its
+    /// data was processed.
+    Download,
+    /// The thread writes, the server reads: `SO_INCOMING_CPU` is where its
+    /// last ACK was processed — what a sender's own NIC receives.
+    Upload,
+}
+
 /// `--cpus 0,1,2,3` (or ranges, `0-3`): distinct CPUs, in the order given.
 pub fn parse_cpus(text: &str) -> anyhow::Result<Vec<u32>> {
+    let cpus = parse_cpu_list(text)?;
+    let mut sorted = cpus.clone();
+    sorted.sort_unstable();
+    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+        bail!(
+            "CPU {} is given twice in {text:?}: --threads puts several threads on a CPU",
+            w[0]
+        );
+    }
+    Ok(cpus)
+}
+
+/// `--order 1,0,1,0`: CPUs in connect order, one per thread, a CPU as
+/// often as it has threads (ranges allowed).
+pub fn parse_order(text: &str) -> anyhow::Result<Vec<u32>> {
+    parse_cpu_list(text)
+}
+
+/// A comma-separated list of CPU numbers and ranges, repeats kept.
+fn parse_cpu_list(text: &str) -> anyhow::Result<Vec<u32>> {
     let mut cpus = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let number = |s: &str| {
@@ -82,14 +117,6 @@ pub fn parse_cpus(text: &str) -> anyhow::Result<Vec<u32>> {
     }
     if cpus.is_empty() {
         bail!("no CPUs in {text:?}");
-    }
-    let mut sorted = cpus.clone();
-    sorted.sort_unstable();
-    if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
-        bail!(
-            "CPU {} is given twice in {text:?}: one reading thread per CPU",
-            w[0]
-        );
     }
     Ok(cpus)
 }
@@ -113,25 +140,56 @@ pub fn default_order(cpus: &[u32]) -> Vec<u32> {
     order
 }
 
-/// Checks `order` (the connect order) against `cpus`: the same CPUs, and
-/// no thread at the position of its CPU's rank.
+/// `threads` threads over `cpus`, round-robin, each CPU the same number
+/// ([`default_order`] for each round, one after the other: `1,0,1,0…` for
+/// 8 threads on `0,1`). Position `p` then takes a CPU whose rank is not
+/// `p mod n`: a placement handing out CPUs in connect order, round-robin,
+/// would be wrong for every thread.
+pub fn default_order_for(cpus: &[u32], threads: usize) -> anyhow::Result<Vec<u32>> {
+    let per_cpu = threads_per_cpu(cpus.len(), threads)?;
+    Ok(default_order(cpus).repeat(per_cpu))
+}
+
+/// How many threads each CPU gets: `threads` must be a multiple of the
+/// CPUs, so every CPU has as many readers and the placement is judged on
+/// each alike.
+pub fn threads_per_cpu(cpus: usize, threads: usize) -> anyhow::Result<usize> {
+    if cpus == 0 || threads < cpus || !threads.is_multiple_of(cpus) {
+        bail!(
+            "--threads {threads} must be a multiple of the {cpus} CPUs given (each CPU as many \
+             threads)"
+        );
+    }
+    Ok(threads / cpus)
+}
+
+/// Checks `order` (the connect order, one CPU per thread) against `cpus`:
+/// each CPU as often as every other, and no thread at a position whose
+/// rank modulo the CPUs is its CPU's rank. With one thread per CPU, no
+/// thread connects at its CPU's own rank.
 pub fn check_order(cpus: &[u32], order: &[u32]) -> anyhow::Result<()> {
     let mut sorted = cpus.to_vec();
     sorted.sort_unstable();
     let mut given = order.to_vec();
     given.sort_unstable();
-    if given != sorted {
-        bail!("--order {order:?} must name each of --cpus {cpus:?} once");
+    let per_cpu = order.len() / sorted.len().max(1);
+    let expected: Vec<u32> = sorted
+        .iter()
+        .flat_map(|&cpu| std::iter::repeat_n(cpu, per_cpu))
+        .collect();
+    if sorted.is_empty() || given != expected {
+        bail!("--order {order:?} must name each of --cpus {cpus:?} equally often (once a thread)");
     }
     if sorted.len() < 2 {
         bail!("give at least 2 CPUs: with one, its thread connects first whatever the placement");
     }
     for (position, cpu) in order.iter().enumerate() {
         let rank = sorted.iter().position(|c| c == cpu).unwrap_or(usize::MAX);
-        if rank == position {
+        if rank == position % sorted.len() {
             bail!(
-                "--order {order:?}: CPU {cpu} connects at position {position}, its own rank; \
-                 a placement that hands out CPUs in connect order would look right"
+                "--order {order:?}: CPU {cpu} connects at position {position}, its own rank \
+                 (modulo {}); a placement that hands out CPUs in connect order would look right",
+                sorted.len()
             );
         }
     }
@@ -167,14 +225,16 @@ impl Turn {
     }
 }
 
-/// Runs one pinned reading thread per CPU of `order`, connecting to
-/// `server` one at a time in that order, each reading until the server
-/// closes or `seconds` have passed since its connect. One report per flow,
-/// in connect order; an error names the thread that failed.
+/// Runs one pinned thread per entry of `order` (its CPU), connecting to
+/// `server` one at a time in that order. With [`Transfer::Download`] each
+/// reads until the server closes or `seconds` have passed since its
+/// connect; with [`Transfer::Upload`] each writes for `seconds`. One report
+/// per flow, in connect order; an error names the thread that failed.
 pub fn run_readers(
     server: SocketAddr,
     order: &[u32],
     seconds: u64,
+    transfer: Transfer,
 ) -> anyhow::Result<Vec<FlowReport>> {
     let turn = Arc::new(Turn {
         next: Mutex::new(0),
@@ -202,7 +262,10 @@ pub fn run_readers(
                     // waited on by the threads after it.
                     turn.pass();
                     let stream = connected?;
-                    read_flow(stream, cpu, position, seconds)
+                    match transfer {
+                        Transfer::Download => read_flow(stream, cpu, position, seconds),
+                        Transfer::Upload => write_flow(stream, cpu, position, seconds),
+                    }
                 };
                 read().with_context(|| format!("the reading thread on CPU {cpu}"))
             });
@@ -227,7 +290,6 @@ fn read_flow(
     position: usize,
     seconds: u64,
 ) -> anyhow::Result<FlowReport> {
-    let port = stream.local_addr()?.port();
     let until = Instant::now() + Duration::from_secs(seconds);
     let mut buf = vec![0u8; 1 << 16];
     let mut bytes = 0u64;
@@ -252,8 +314,43 @@ fn read_flow(
             Err(err) => return Err(err).context("reading"),
         }
     }
-    let incoming_cpu = socket_option(&stream, SO_INCOMING_CPU).context("SO_INCOMING_CPU")?;
-    let napi_id = socket_option(&stream, SO_INCOMING_NAPI_ID).context("SO_INCOMING_NAPI_ID")?;
+    report(&stream, cpu, position, bytes)
+}
+
+/// Writes to `stream` for `seconds`, then reads where its last ACK was
+/// processed — before closing, so the server's FIN is not what it names.
+fn write_flow(
+    mut stream: TcpStream,
+    cpu: u32,
+    position: usize,
+    seconds: u64,
+) -> anyhow::Result<FlowReport> {
+    let until = Instant::now() + Duration::from_secs(seconds);
+    let buf = vec![0xa5u8; 1 << 16];
+    let mut bytes = 0u64;
+    stream.set_write_timeout(Some(Duration::from_millis(500)))?;
+    while Instant::now() < until {
+        match stream.write(&buf) {
+            Ok(n) => bytes += n as u64,
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(err) => return Err(err).context("writing"),
+        }
+    }
+    report(&stream, cpu, position, bytes)
+}
+
+/// The flow's report: where the kernel processed its last received packet,
+/// read by the thread itself; then the connection is shut down.
+fn report(stream: &TcpStream, cpu: u32, position: usize, bytes: u64) -> anyhow::Result<FlowReport> {
+    let port = stream.local_addr()?.port();
+    let incoming_cpu = socket_option(stream, SO_INCOMING_CPU).context("SO_INCOMING_CPU")?;
+    let napi_id = socket_option(stream, SO_INCOMING_NAPI_ID).context("SO_INCOMING_NAPI_ID")?;
     let ran_on = u32::try_from(rustix::thread::sched_getcpu()).unwrap_or(u32::MAX);
     let _ = stream.shutdown(Shutdown::Both);
     Ok(FlowReport {
@@ -360,6 +457,20 @@ impl DataSource {
         seconds: u64,
         pace: Option<u64>,
     ) -> anyhow::Result<Self> {
+        Self::start_for(ns, addr, flows, seconds, pace, Transfer::Download)
+    }
+
+    /// [`DataSource::start`] for the clients' `transfer`: with
+    /// [`Transfer::Upload`] it is a sink, reading each flow until the
+    /// client closes it (`pace` then does nothing: the client sends).
+    pub fn start_for(
+        ns: &NetNs,
+        addr: SocketAddr,
+        flows: usize,
+        seconds: u64,
+        pace: Option<u64>,
+        transfer: Transfer,
+    ) -> anyhow::Result<Self> {
         let listener = ns.run(|| TcpListener::bind(addr))?.with_context(|| {
             format!(
                 "listening on {addr} in namespace {} (data source)",
@@ -369,7 +480,8 @@ impl DataSource {
         listener.set_nonblocking(true)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
-        let thread = std::thread::spawn(move || serve(&listener, flows, seconds, pace, &stopping));
+        let thread =
+            std::thread::spawn(move || serve(&listener, flows, seconds, pace, transfer, &stopping));
         Ok(Self {
             addr,
             stop,
@@ -419,6 +531,7 @@ fn serve(
     flows: usize,
     seconds: u64,
     pace: Option<u64>,
+    transfer: Transfer,
     stop: &AtomicBool,
 ) -> anyhow::Result<Vec<u16>> {
     let accept_until = Instant::now() + Duration::from_secs(60);
@@ -438,14 +551,18 @@ fn serve(
                 Ok((stream, peer)) => {
                     ports.push(peer.port());
                     stream.set_nonblocking(false)?;
-                    if let Some(rate) = pace {
+                    if let (Some(rate), Transfer::Download) = (pace, transfer) {
                         set_socket_option_u64(&stream, libc::SO_MAX_PACING_RATE, rate)
                             .context("SO_MAX_PACING_RATE")?;
                     }
                     scope.spawn(move || {
                         // A flow the client ended first (a reset) is still
                         // a flow served.
-                        if let Err(err) = write_for(stream, seconds, stop) {
+                        let served = match transfer {
+                            Transfer::Download => write_for(stream, seconds, stop),
+                            Transfer::Upload => drain(stream, seconds, stop),
+                        };
+                        if let Err(err) = served {
                             tracing::debug!("a data-source flow ended early: {err:#}");
                         }
                     });
@@ -482,6 +599,30 @@ fn write_for(mut stream: TcpStream, seconds: u64, stop: &AtomicBool) -> anyhow::
     Ok(())
 }
 
+/// Reads `stream` until the client closes it (or `seconds` and a grace of
+/// 15 s have passed, or the source is stopped), then closes it.
+fn drain(mut stream: TcpStream, seconds: u64, stop: &AtomicBool) -> anyhow::Result<()> {
+    let mut buf = vec![0u8; 1 << 16];
+    let until = Instant::now() + Duration::from_secs(seconds + 15);
+    stream.set_read_timeout(Some(Duration::from_secs(1)))?;
+    while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(err)
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(err) => return Err(err).context("reading"),
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,6 +634,8 @@ mod tests {
         for bad in ["", "a", "3-1", "0,0", "1,0-2", "-1"] {
             assert!(parse_cpus(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(parse_order("1,0,1,0").unwrap(), [1, 0, 1, 0]);
+        assert!(parse_order("1,x").is_err());
     }
 
     #[test]
@@ -526,6 +669,31 @@ mod tests {
     }
 
     #[test]
+    fn several_threads_a_cpu_connect_off_round_robin() {
+        let cpus = [0, 1];
+        let order = default_order_for(&cpus, 16).unwrap();
+        assert_eq!(order, [1, 0].repeat(8));
+        check_order(&cpus, &order).unwrap();
+        // Round-robin in thread order: every thread where a placement
+        // handing out CPUs in connect order would put it.
+        assert!(check_order(&cpus, &[0, 1].repeat(8)).is_err());
+        // One thread at its rank modulo the CPUs is enough.
+        assert!(check_order(&cpus, &[1, 0, 0, 1]).is_err());
+        // Each CPU as many threads.
+        assert!(check_order(&cpus, &[1, 0, 1]).is_err());
+        assert!(default_order_for(&cpus, 3).is_err());
+        assert!(default_order_for(&cpus, 1).is_err());
+        for n in 2..=8u32 {
+            let cpus: Vec<u32> = (0..n).collect();
+            for per_cpu in 1..=4 {
+                let order = default_order_for(&cpus, n as usize * per_cpu).unwrap();
+                check_order(&cpus, &order).unwrap_or_else(|e| panic!("{n}x{per_cpu}: {e:#}"));
+            }
+        }
+        assert_eq!(default_order_for(&[0, 1, 2, 3], 4).unwrap(), [2, 0, 3, 1]);
+    }
+
+    #[test]
     fn reports_round_trip_through_their_json_lines() {
         let report = FlowReport {
             cpu: 2,
@@ -552,8 +720,8 @@ mod tests {
         let stop = AtomicBool::new(false);
         let started = Instant::now();
         let (served, read) = std::thread::scope(|s| {
-            let server = s.spawn(|| serve(&listener, 1, 1, None, &stop));
-            let read = run_readers(addr, &[1000, 0], 5);
+            let server = s.spawn(|| serve(&listener, 1, 1, None, Transfer::Download, &stop));
+            let read = run_readers(addr, &[1000, 0], 5, Transfer::Download);
             (server.join().unwrap(), read)
         });
         let err = format!("{:#}", read.unwrap_err());
@@ -577,14 +745,39 @@ mod tests {
         let cpus: Vec<u32> = (0..2).collect();
         let order = default_order(&cpus);
         let (ports, reports) = std::thread::scope(|s| {
-            let server = s.spawn(|| serve(&listener, 2, 1, Some(50_000_000), &stop));
-            let reports = run_readers(addr, &order, 5).unwrap();
+            let server =
+                s.spawn(|| serve(&listener, 2, 1, Some(50_000_000), Transfer::Download, &stop));
+            let reports = run_readers(addr, &order, 5, Transfer::Download).unwrap();
             (server.join().unwrap().unwrap(), reports)
         });
         assert_eq!(reports.len(), 2);
         for (report, cpu) in reports.iter().zip(&order) {
             assert_eq!(report.cpu, *cpu);
             assert_eq!(report.ran_on, *cpu);
+            assert!(report.bytes > 0);
+            assert!(ports.contains(&report.port));
+        }
+    }
+
+    #[test]
+    fn senders_on_loopback_write_what_the_sink_reads() {
+        if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
+            eprintln!("skipped: needs 2 CPUs");
+            return;
+        }
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let stop = AtomicBool::new(false);
+        let order = default_order_for(&[0, 1], 4).unwrap();
+        let (ports, reports) = std::thread::scope(|s| {
+            let server = s.spawn(|| serve(&listener, 4, 1, None, Transfer::Upload, &stop));
+            let reports = run_readers(addr, &order, 1, Transfer::Upload).unwrap();
+            (server.join().unwrap().unwrap(), reports)
+        });
+        assert_eq!(reports.len(), 4);
+        for (report, cpu) in reports.iter().zip(&order) {
+            assert_eq!(report.cpu, *cpu);
             assert!(report.bytes > 0);
             assert!(ports.contains(&report.port));
         }

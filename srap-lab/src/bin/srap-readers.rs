@@ -1,34 +1,48 @@
-//! `srap-readers`: one reading thread pinned per CPU, each downloading over
-//! its own connection, then saying where its data was processed — the
-//! kernel's `SO_INCOMING_CPU` and `SO_INCOMING_NAPI_ID` beside the thread's
-//! own CPU — as one JSON line per flow. The lab copies it into its QEMU
-//! guest (`srap-lab --nic virtio --direction pull --local-placement
-//! reader`); the logic is [`srap_lab::readers`].
+//! `srap-readers`: reading threads pinned to CPUs, each downloading (or,
+//! with `--send`, uploading) over its own connection, then saying where
+//! the kernel processed what it received — `SO_INCOMING_CPU` and
+//! `SO_INCOMING_NAPI_ID` beside the thread's own CPU — as one JSON line per
+//! flow. The lab runs it in its QEMU guest (`srap-lab --nic virtio
+//! --direction pull --local-placement reader`) and in the veth lab's sender
+//! namespace (`srap-lab --direction pull|both --local-placement reader`);
+//! the logic is [`srap_lab::readers`].
 use std::{net::SocketAddr, process::ExitCode};
 
 use clap::Parser;
-use srap_lab::readers;
+use srap_lab::readers::{self, Transfer};
 
-/// One pinned reading thread per CPU, each downloading from SERVER over its
-/// own connection; prints one JSON line per flow (cpu, ran_on, position,
+/// Threads pinned to --cpus (round-robin, --threads of them), each
+/// downloading from SERVER over its own connection, or with --send
+/// uploading to it; prints one JSON line per flow (cpu, ran_on, position,
 /// port, incoming_cpu, napi_id, bytes).
 #[derive(Parser, Debug)]
 #[command(name = "srap-readers", version)]
 struct Cli {
-    /// The server to download from (it writes, then closes).
+    /// The server to download from (it writes, then closes), or with
+    /// --send to upload to (it reads until the thread closes).
     #[arg(long, value_name = "IP:PORT")]
     connect: SocketAddr,
-    /// The CPUs, one reading thread each (`0,1,2,3` or `0-3`).
+    /// The CPUs the threads are pinned to (`0,1,2,3` or `0-3`).
     #[arg(long)]
     cpus: String,
-    /// The order the threads connect in, one at a time, as CPUs; no thread
-    /// may connect at its CPU's rank among --cpus (a placement handing out
-    /// CPUs in connect order would look right). Default: the upper half
-    /// interleaved with the lower (`2,0,3,1` for `0-3`).
+    /// Threads, a multiple of the CPUs: thread i on the i-th CPU modulo
+    /// their number. Default: one per CPU.
+    #[arg(long)]
+    threads: Option<usize>,
+    /// The order the threads connect in, one at a time, as their CPUs (a
+    /// CPU as often as it has threads); no thread may connect at a
+    /// position whose rank modulo the CPUs is its CPU's rank among --cpus
+    /// (a placement handing out CPUs in connect order would look right).
+    /// Default: the upper half interleaved with the lower (`2,0,3,1` for
+    /// `0-3`), once per round of threads.
     #[arg(long)]
     order: Option<String>,
+    /// Each thread writes for --seconds, then reads `SO_INCOMING_CPU`: the
+    /// CPU that processed its last ACK.
+    #[arg(long)]
+    send: bool,
     /// Each thread reads until the server closes or this many seconds have
-    /// passed since its connect.
+    /// passed since its connect (with --send: writes this long).
     #[arg(long, default_value_t = 4)]
     seconds: u64,
 }
@@ -40,12 +54,24 @@ fn main() -> ExitCode {
 
 fn run(cli: &Cli) -> anyhow::Result<()> {
     let cpus = readers::parse_cpus(&cli.cpus)?;
+    let threads = cli.threads.unwrap_or(cpus.len());
     let order = match &cli.order {
-        Some(order) => readers::parse_cpus(order)?,
-        None => readers::default_order(&cpus),
+        Some(order) => readers::parse_order(order)?,
+        None => readers::default_order_for(&cpus, threads)?,
     };
+    if order.len() != threads {
+        anyhow::bail!(
+            "--order names {} threads, --threads is {threads}",
+            order.len()
+        );
+    }
     readers::check_order(&cpus, &order)?;
-    for report in readers::run_readers(cli.connect, &order, cli.seconds)? {
+    let transfer = if cli.send {
+        Transfer::Upload
+    } else {
+        Transfer::Download
+    };
+    for report in readers::run_readers(cli.connect, &order, cli.seconds, transfer)? {
         println!("{}", serde_json::to_string(&report)?);
     }
     Ok(())
