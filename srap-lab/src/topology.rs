@@ -47,13 +47,58 @@ pub fn lab_nic(queues: u32) -> anyhow::Result<RssModel> {
 /// the receiver's table shape over a key of its own (two hosts' NICs
 /// rarely share one), each queue its own CPU.
 pub fn lab_sender_nic(queues: u32) -> anyhow::Result<RssModel> {
+    lab_sender_nic_on(queues, SenderCpus::PerQueue)
+}
+
+/// [`lab_sender_nic`] with its queues' CPUs as `cpus` says.
+pub fn lab_sender_nic_on(queues: u32, cpus: SenderCpus) -> anyhow::Result<RssModel> {
     const SENDER_KEY: &str = "3c:3c:a1:59:07:ee:12:40:88:7d:d0:2b:61:f3:9a:c4:25:5e:b0:13:\
                               77:c8:0d:e9:42:6a:1f:95:38:b7:cc:04:5d:e1:8a:26:f0:33:9b:70";
     let receiver = lab_nic(queues)?.to_description();
+    let queue_cpu = match cpus {
+        SenderCpus::PerQueue => receiver.queue_cpu.clone(),
+        SenderCpus::Rps => {
+            let cores = rps_cores();
+            Some((0..queues).map(|q| rps_cpu(q, cores)).collect())
+        }
+    };
     Ok(RssModel::from_description(&RssDescription {
         key: SENDER_KEY.into(),
+        queue_cpu,
         ..receiver
     })?)
+}
+
+/// Which CPU the sender's description says each of its queues is on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SenderCpus {
+    /// Each queue its own CPU, as on the receiver: the lab has more
+    /// queues than this machine has cores, and spreading flows over queues
+    /// is what is judged.
+    #[default]
+    PerQueue,
+    /// Each queue on the real CPU per-queue RPS processes it on
+    /// ([`rps_cpu`]): for `--local-placement reader`, whose rows must name
+    /// the CPUs the readers are pinned to.
+    Rps,
+}
+
+/// The CPU that processes what arrives on the lab veth's queue `queue`
+/// with [`set_rps`]'s maps (`rx-i` on CPU `i mod cores`). Not `rx-queue`'s
+/// own: veth leaves the peer's transmit queue `q` in the packet's
+/// `queue_mapping`, which RPS (`get_rps_cpu`) reads as the recorded receive
+/// queue `q − 1`, and as none recorded for 0. So queue `q ≥ 1` is processed
+/// where `rx-(q−1)` says, queue 0 where `rx-0` does — seen here by
+/// `SO_INCOMING_CPU` on 6.18: a flow on queue 10 processed on CPU 1 of 2.
+pub fn rps_cpu(queue: u32, cores: u32) -> u32 {
+    queue.saturating_sub(1) % cores.max(1)
+}
+
+/// How many CPUs per-queue RPS spreads the lab's queues over: those this
+/// process may run on (at most 64, one mask word).
+pub fn rps_cores() -> u32 {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    u32::try_from(cores).unwrap_or(64).clamp(1, 64)
 }
 
 /// Who watches where flows land.
@@ -112,6 +157,8 @@ pub struct LabNetConfig {
     /// Which way the data flows: with pull and both the sender's own NIC
     /// ([`lab_sender_nic`]) is emulated on the receiver's end.
     pub direction: Direction,
+    /// The CPUs the sender NIC's description gives its queues.
+    pub sender_cpus: SenderCpus,
 }
 
 impl LabNetConfig {
@@ -124,6 +171,7 @@ impl LabNetConfig {
             queue_rate: None,
             verifier: LabVerifier::Auto,
             direction: Direction::Push,
+            sender_cpus: SenderCpus::PerQueue,
         }
     }
 }
@@ -163,6 +211,7 @@ impl LabNet {
             queue_rate,
             verifier,
             direction,
+            sender_cpus,
         } = config;
         let model = lab_nic(queues)?;
         let hosts = TwoHosts::new(VethConfig {
@@ -200,7 +249,11 @@ impl LabNet {
         }
         set_rps(&hosts.receiver, &hosts.receiver_end.ifname, queues)?;
         let sender_end = match direction.reaches_sender() {
-            true => Some(SenderEnd::attach(&hosts, lab_sender_nic(queues)?, queues)?),
+            true => Some(SenderEnd::attach(
+                &hosts,
+                lab_sender_nic_on(queues, sender_cpus)?,
+                queues,
+            )?),
             false => None,
         };
         let verifier = match (watch, verifier.hooks()) {
@@ -285,15 +338,16 @@ impl SenderEnd {
     }
 }
 
-/// Queue `q`'s packets are processed on CPU `q mod cores` (RPS), as IRQ
-/// affinity would place them on a real NIC's host.
+/// Each queue's packets are processed on one CPU (RPS, `rx-i` on CPU
+/// `i mod cores`: [`rps_cpu`] says which queue that is), as IRQ affinity
+/// would place them on a real NIC's host.
 fn set_rps(ns: &super::NetNs, ifname: &str, queues: u32) -> anyhow::Result<()> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let cores = rps_cores();
     let script: String = (0..queues)
         .map(|q| {
             format!(
                 "echo {:x} > /sys/class/net/{}/queues/rx-{q}/rps_cpus\n",
-                1u64 << (q % cores.min(64)),
+                1u64 << (q % cores),
                 ifname
             )
         })
@@ -301,4 +355,32 @@ fn set_rps(ns: &super::NetNs, ifname: &str, queues: u32) -> anyhow::Result<()> {
     ns.exec("sh", ["-c", &script])
         .context("setting per-queue RPS CPUs")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rps_processes_a_veth_queue_where_the_queue_before_it_is_mapped() {
+        // rx-i on CPU i mod 2: queue 0 unrecorded (rx-0), queue q ≥ 1 as
+        // rx-(q−1).
+        let cpus: Vec<u32> = (0..6).map(|q| rps_cpu(q, 2)).collect();
+        assert_eq!(cpus, [0, 0, 1, 0, 1, 0]);
+        assert_eq!(rps_cpu(5, 1), 0);
+        assert_eq!(rps_cpu(3, 0), 0, "no cores reads as one");
+    }
+
+    #[test]
+    fn the_sender_nic_names_real_cpus_only_when_asked() {
+        let per_queue = lab_sender_nic(32).unwrap();
+        assert_eq!(per_queue.queue_cpu(), (0..32).collect::<Vec<_>>());
+        let rps = lab_sender_nic_on(32, SenderCpus::Rps).unwrap();
+        let cores = rps_cores();
+        let expected: Vec<u32> = (0..32).map(|q| rps_cpu(q, cores)).collect();
+        assert_eq!(rps.queue_cpu(), expected);
+        // Same key and table: only the CPUs differ.
+        let (a, b) = (per_queue.to_description(), rps.to_description());
+        assert_eq!((a.key, a.indir), (b.key, b.indir));
+    }
 }
