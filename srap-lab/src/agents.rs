@@ -55,6 +55,7 @@ impl LabAgents {
             report_port,
             &Privileges::default(),
             Direction::Push,
+            &[],
         )
     }
 
@@ -65,7 +66,7 @@ impl LabAgents {
         report_port: u16,
         privileges: &Privileges,
     ) -> anyhow::Result<Self> {
-        Self::launch(net, exe, report_port, privileges, Direction::Push)
+        Self::launch(net, exe, report_port, privileges, Direction::Push, &[])
     }
 
     /// [`LabAgents::start`], the sender steering for `direction` (with a
@@ -76,7 +77,33 @@ impl LabAgents {
         report_port: u16,
         direction: Direction,
     ) -> anyhow::Result<Self> {
-        Self::launch(net, exe, report_port, &Privileges::default(), direction)
+        Self::launch(
+            net,
+            exe,
+            report_port,
+            &Privileges::default(),
+            direction,
+            &[],
+        )
+    }
+
+    /// [`LabAgents::start_for`] with `sender_args` added to the sender's
+    /// command line (`--local-placement reader`, say).
+    pub fn start_for_with(
+        net: &LabNet,
+        exe: &Path,
+        report_port: u16,
+        direction: Direction,
+        sender_args: &[&str],
+    ) -> anyhow::Result<Self> {
+        Self::launch(
+            net,
+            exe,
+            report_port,
+            &Privileges::default(),
+            direction,
+            sender_args,
+        )
     }
 
     fn launch(
@@ -85,6 +112,7 @@ impl LabAgents {
         report_port: u16,
         privileges: &Privileges,
         direction: Direction,
+        sender_args: &[&str],
     ) -> anyhow::Result<Self> {
         let key =
             KeyFile::create(std::env::temp_dir().join(format!("srap-lab-{}.psk", unique_name(""))))
@@ -119,7 +147,7 @@ impl LabAgents {
             }
             None => None,
         };
-        let sender = SenderAgent::start(&net.hosts.sender, sender)?;
+        let sender = SenderAgent::start(&net.hosts.sender, sender.args(sender_args))?;
         Ok(Self {
             sender,
             receiver,

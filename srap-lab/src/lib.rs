@@ -38,6 +38,7 @@ pub mod subnet;
 pub mod throughput;
 pub mod topology;
 pub mod veth;
+pub mod veth_readers;
 pub mod virtio;
 pub mod virtio_pull;
 pub mod virtio_readers;
@@ -134,11 +135,13 @@ pub struct LabArgs {
     /// (`iperf3 --bidir`; one port for both NICs, `--steer both`).
     #[arg(long, value_enum, default_value_t = Direction::Push)]
     pub direction: Direction,
-    /// With --nic virtio --direction pull: `reader` measures, side by side
-    /// with RFS, whether each download's data arrives on the CPU of the
-    /// thread reading it (one thread pinned per vCPU; kernel ports, kernel
-    /// ports with RFS, the guest's sender agent with `--local-placement
-    /// reader`); `spread` (the default) is the plain download lab.
+    /// `reader`: whether each flow's data arrives on the CPU of the thread
+    /// that opened it, kernel ports beside the sender agent's
+    /// `--local-placement reader`. With --nic virtio --direction pull, one
+    /// thread pinned per vCPU, RFS beside them too; on the veth lab with
+    /// --direction pull (downloads) or both (uploads, judged by where their
+    /// ACKs land), --flows threads pinned round-robin to this machine's
+    /// CPUs. `spread` (the default) is the plain lab.
     #[arg(long, value_enum)]
     pub local_placement: Option<LocalPlacement>,
     /// Run an experiment instead: --trials trials with SRAP and as many with
@@ -331,11 +334,18 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
             }
         };
     }
-    if args.local_placement.is_some() {
-        bail!("--local-placement runs with --nic virtio --direction pull");
-    }
     let queues = args.queues.unwrap_or(32);
     let flows = checked_flows(args.flows.unwrap_or(16))?;
+    match args.local_placement {
+        None => {}
+        Some(LocalPlacement::Reader) if args.direction.reaches_sender() => {
+            return veth_readers::run(args, queues, flows);
+        }
+        Some(_) => bail!(
+            "--local-placement reader runs with --direction pull or both (spread is the plain \
+             lab: leave --local-placement out)"
+        ),
+    }
     match args.experiment {
         Some(Experiment::Placement) => return run_placement(args, queues, flows),
         Some(Experiment::Throughput) => return run_throughput(args, queues, flows),
