@@ -511,3 +511,74 @@ fn a_pull_experiment_is_collision_free_at_the_senders_own_nic() {
     assert_eq!(report.srap.prediction_accuracy, 1.0, "{report:?}");
     assert_eq!(report.kernel.prediction_accuracy, 1.0, "{report:?}");
 }
+
+/// Issue 36's lab: pinned threads (16, round-robin over this machine's
+/// CPUs, connecting off round-robin order) under the sender agent's
+/// `--local-placement reader`. Each thread's own `SO_INCOMING_CPU` after
+/// its transfer must be its CPU: for a download the CPU that processed its
+/// data; for an upload (`both`) the one that processed its ACKs, while the
+/// receiver still gets every flow on a queue (CPU) of its own.
+fn readers_land_on_their_threads_cpus(direction: Direction) {
+    use srap_lab::{
+        topology::rps_cores,
+        veth_readers::{Binaries, Mode, VethReadersLab},
+    };
+
+    let cores = rps_cores() as usize;
+    if cores < 2 {
+        eprintln!("skipped: with one CPU every flow lands on its thread's");
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let agent = srap_tests::built_binary("srap-agent");
+    let binaries = Binaries::in_dir(agent.parent().expect("the binaries' directory"))
+        .expect("srap-agent, srap and srap-readers built (`cargo build --bins`)");
+    let threads = cores * (16 / cores).max(1);
+    let cgroup = {
+        let lab = VethReadersLab::start(
+            LabNetConfig {
+                direction,
+                subnet: None,
+                ..LabNetConfig::new(32, Watch::Agent)
+            },
+            binaries,
+        )
+        .expect("the lab with the sender agent's reader placement");
+        let run = lab
+            .run(Mode::SrapReader, threads, 2)
+            .expect("the pinned threads under srap exec");
+        let flows = format!("{run:#?}");
+        assert_eq!(run.flows.len(), threads, "{flows}");
+        for flow in &run.flows {
+            assert_eq!(flow.report.ran_on, flow.report.cpu, "pinned: {flows}");
+            assert!(flow.report.bytes > 0, "{flows}");
+        }
+        assert_eq!(run.on_reader_by_queue(), threads, "planned: {flows}");
+        assert_eq!(run.on_reader_by_incoming_cpu(), threads, "landed: {flows}");
+        if direction == Direction::Both {
+            assert_eq!(run.receiver_cpus(), threads, "receiver CPUs: {flows}");
+        }
+        lab.agents.sender.cgroup().to_path_buf()
+    };
+    assert!(!cgroup.exists(), "{} left behind", cgroup.display());
+}
+
+#[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
+fn reader_placement_puts_each_downloads_data_on_its_threads_cpu() {
+    if !require_privileged("reader_placement_puts_each_downloads_data_on_its_threads_cpu") {
+        return;
+    }
+    readers_land_on_their_threads_cpus(Direction::Pull);
+}
+
+#[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
+fn reader_placement_puts_each_uploads_acks_on_its_threads_cpu_and_data_on_distinct_receiver_cpus() {
+    if !require_privileged(
+        "reader_placement_puts_each_uploads_acks_on_its_threads_cpu_and_data_on_distinct_receiver_cpus",
+    ) {
+        return;
+    }
+    readers_land_on_their_threads_cpus(Direction::Both);
+}
