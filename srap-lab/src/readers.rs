@@ -156,7 +156,7 @@ pub fn default_order_for(cpus: &[u32], threads: usize) -> anyhow::Result<Vec<u32
 pub fn threads_per_cpu(cpus: usize, threads: usize) -> anyhow::Result<usize> {
     if cpus == 0 || threads < cpus || !threads.is_multiple_of(cpus) {
         bail!(
-            "--threads {threads} must be a multiple of the {cpus} CPUs given (each CPU as many \
+            "{threads} threads must be a multiple of the {cpus} CPUs given (each CPU as many \
              threads)"
         );
     }

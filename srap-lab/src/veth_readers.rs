@@ -477,7 +477,7 @@ pub fn run(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
     }
     let cores = rps_cores();
     readers::threads_per_cpu(cores as usize, flows)
-        .with_context(|| format!("--flows with --local-placement reader on {cores} CPUs"))?;
+        .with_context(|| format!("--flows {flows} with --local-placement reader"))?;
     let binaries = Binaries::beside_this()?;
     if !args.json {
         println!(

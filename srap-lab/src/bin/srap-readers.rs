@@ -8,6 +8,7 @@
 //! the logic is [`srap_lab::readers`].
 use std::{net::SocketAddr, process::ExitCode};
 
+use anyhow::Context as _;
 use clap::Parser;
 use srap_lab::readers::{self, Transfer};
 
@@ -57,7 +58,7 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     let threads = cli.threads.unwrap_or(cpus.len());
     let order = match &cli.order {
         Some(order) => readers::parse_order(order)?,
-        None => readers::default_order_for(&cpus, threads)?,
+        None => readers::default_order_for(&cpus, threads).context("--threads")?,
     };
     if order.len() != threads {
         anyhow::bail!(
