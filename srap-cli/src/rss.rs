@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 
 use srap_common::rss::KeySource;
 use srap_host::{
+    bond::{self, Bond},
     cpulist,
     cpus::{Offer, local_cpus},
     discovery::{self, Discovery, RssSource},
@@ -41,6 +42,17 @@ struct ShowArgs {
 pub fn run(args: &Args) -> anyhow::Result<()> {
     match &args.command {
         RssCommand::Show(show) => {
+            if let Some(bond) = bond::read(&show.iface) {
+                if show.json {
+                    anyhow::bail!(
+                        "{} is a bond: it has no RSS of its own; describe a member \
+                         (srap rss show --iface MEMBER --json)",
+                        show.iface
+                    );
+                }
+                print!("{}", render_bond(&bond));
+                return Ok(());
+            }
             // Discovery errors name the interface and what to do already.
             let mut found = discovery::discover(&show.iface)?;
             if show.json {
@@ -64,6 +76,55 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// A bond: its mode and policy, its members, and whether the source port
+/// decides which member a flow leaves on.
+fn render_bond(bond: &Bond) -> String {
+    let mut out = format!(
+        "{}: a bond, mode {}, xmit_hash_policy {}\n",
+        bond.name,
+        bond.mode,
+        if bond.policy_name.is_empty() {
+            "-"
+        } else {
+            &bond.policy_name
+        }
+    );
+    let members: Vec<String> = bond
+        .members
+        .iter()
+        .map(|m| format!("{} {}", m.name, if m.up { "up" } else { "down" }))
+        .collect();
+    let _ = writeln!(out, "  members (enslavement order): {}", members.join(", "));
+    let usable: Vec<&str> = bond.usable().iter().map(|m| m.name.as_str()).collect();
+    let _ = writeln!(
+        out,
+        "  usable: {} (a flow leaves on usable[hash % {}])",
+        usable.join(", "),
+        usable.len()
+    );
+    match bond.why_not_port() {
+        None => {
+            let _ = writeln!(
+                out,
+                "  the source port decides each flow's member (srap odds --members {} gives \
+                 the odds of an even split); SRAP does not place flows on members yet",
+                usable.len()
+            );
+        }
+        Some(why) => {
+            let _ = writeln!(out, "  the source port does not decide the member: {why}");
+        }
+    }
+    if let Some(first) = bond.members.first() {
+        let _ = writeln!(
+            out,
+            "  what each member receives is its own RSS: srap rss show --iface {}",
+            first.name
+        );
+    }
+    out
 }
 
 /// The human-readable report.
@@ -184,6 +245,46 @@ mod tests {
     use srap_host::discovery::placement::{CpuSource, QueuePlacement};
 
     use super::*;
+
+    #[test]
+    fn a_bond_names_its_usable_members_and_whether_the_port_decides() {
+        let member = |name: &str, up| srap_host::bond::Member {
+            name: name.into(),
+            up,
+            aggregator: None,
+        };
+        let bond = Bond {
+            name: "bond0".into(),
+            mode: "balance-xor".into(),
+            policy_name: "layer3+4".into(),
+            policy: Some(srap_common::bond::HashPolicy::Layer34),
+            active_aggregator: None,
+            members: vec![
+                member("eth1", true),
+                member("eth0", false),
+                member("eth2", true),
+            ],
+        };
+        let text = render_bond(&bond);
+        assert!(
+            text.starts_with("bond0: a bond, mode balance-xor, xmit_hash_policy layer3+4\n"),
+            "{text}"
+        );
+        assert!(text.contains("members (enslavement order): eth1 up, eth0 down, eth2 up"));
+        assert!(text.contains("usable: eth1, eth2 (a flow leaves on usable[hash % 2])"));
+        assert!(
+            text.contains("the source port decides each flow's member"),
+            "{text}"
+        );
+        let backup = render_bond(&Bond {
+            mode: "active-backup".into(),
+            ..bond
+        });
+        assert!(
+            backup.contains("does not decide the member: mode active-backup"),
+            "{backup}"
+        );
+    }
 
     #[test]
     fn table_summaries() {

@@ -22,6 +22,7 @@
 //! * [`bpffs`]: the BPF filesystem the daemon pins to;
 //! * [`report`]: how the binaries print the error that ends them.
 
+pub mod bond;
 pub mod bpf_sys;
 pub mod bpffs;
 pub mod btf;
