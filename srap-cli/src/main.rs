@@ -50,6 +50,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    die_quietly_on_a_closed_pipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Hash(args) => hash::run(&args),
@@ -62,6 +63,18 @@ fn main() -> ExitCode {
         Command::Manpages(args) => docs::manpages(Cli::command(), &args),
     };
     srap_host::report::exit_code("srap", result)
+}
+
+/// `srap … | head` ends when `head` has read enough, as other Unix tools
+/// do, instead of panicking on the write that fails: the Rust runtime
+/// ignores SIGPIPE, so `println!` meets `EPIPE`, which it turns into a
+/// panic. The default action ends the process quietly at that write.
+fn die_quietly_on_a_closed_pipe() {
+    // SAFETY: setting a signal's disposition to its default, before any
+    // thread is started.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
 }
 
 #[cfg(test)]

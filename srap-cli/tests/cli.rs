@@ -427,3 +427,33 @@ fn manpages_writes_one_page_per_command() {
         &["creating the man page directory /proc/no-such-dir/man"],
     );
 }
+
+/// `srap … | head -1`: the reader closes the pipe after one line, and srap
+/// ends at its next write as Unix tools do (SIGPIPE), without a panic.
+#[test]
+fn a_reader_that_stops_early_ends_srap_quietly() {
+    use std::{
+        io::{BufRead as _, BufReader},
+        os::unix::process::ExitStatusExt as _,
+        process::Stdio,
+    };
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_srap"))
+        .args(["predict", "--src", "10.0.0.1", "--dst", "10.0.0.2:5201"])
+        .args(["--flows", "2000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("srap runs");
+    let stdout = child.stdout.take().expect("its stdout");
+    let mut first = String::new();
+    BufReader::new(stdout)
+        .read_line(&mut first)
+        .expect("a first line");
+    // The read end is dropped here: srap's later writes meet a closed pipe.
+    let out = child.wait_with_output().expect("srap ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!first.is_empty());
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
+}
