@@ -70,11 +70,13 @@ pub const COMPLETIONS: &[(&str, &str, &str, &str, &str)] = &[
 /// binaries' one dependency of their own (`elf::glibc_required`).
 pub const GLIBC: (&str, &str) = ("libc6", "glibc");
 /// What the package needs besides the binaries' libraries, by its name on
-/// Debian and on the RHEL family: `ip` for the lab.
-pub const REQUIRES: &[(&str, &str)] = &[("iproute2", "iproute")];
-/// What it is better with: `srap rss show` checks against ethtool, the
-/// lab's workload is iperf3.
-pub const RECOMMENDS: &[(&str, &str)] = &[("ethtool", "ethtool"), ("iperf3", "iperf3")];
+/// Debian and on the RHEL family: nothing. The agents speak netlink and
+/// sysfs themselves; the lab, which ran `ip` and iperf3, is not packaged
+/// (`srap-lab` stays in the repository).
+pub const REQUIRES: &[(&str, &str)] = &[];
+/// What it is better with: `srap rss show`'s report can be checked against
+/// ethtool's own.
+pub const RECOMMENDS: &[(&str, &str)] = &[("ethtool", "ethtool")];
 
 /// The staged binaries' paths.
 pub fn binaries_in(stage: &Path) -> Vec<PathBuf> {
