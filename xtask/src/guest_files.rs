@@ -42,8 +42,9 @@ const QEMU_PACKAGES: &[&str] = &[
 ];
 
 /// What the guest kernels keep of their package: the kernel, the module
-/// lists, and the module trees the guests load from (NIC drivers, virtio,
-/// tc's ingress qdisc and BPF classifier, sock_diag for TCP).
+/// lists, and the module trees the guests load from (NIC drivers and
+/// bonding, virtio, tc's ingress qdisc and BPF classifier, sock_diag for
+/// TCP, and `tls`, which `bonding.ko` depends on).
 const KERNEL_PARTS: &[&str] = &[
     "./boot/vmlinuz-*",
     "./lib/modules/*/modules.builtin",
@@ -54,7 +55,18 @@ const KERNEL_PARTS: &[&str] = &[
     "./lib/modules/*/kernel/net/core/*",
     "./lib/modules/*/kernel/net/ipv4/*",
     "./lib/modules/*/kernel/net/sched/*",
+    "./lib/modules/*/kernel/net/tls/*",
 ];
+
+/// Beside [`STAMP`] in a kernel's directory: the [`KERNEL_PARTS`] it was
+/// unpacked with. A kernel unpacked with other parts is fetched again, so a
+/// module tree added here (bonding's `tls`) reaches machines that fetched
+/// before it was.
+const PARTS_STAMP: &str = ".parts";
+
+fn kernel_parts_stamp() -> String {
+    KERNEL_PARTS.join("\n") + "\n"
+}
 
 /// One directory of guest files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,7 +103,13 @@ pub fn missing() -> Vec<Part> {
     let root = root();
     PARTS
         .into_iter()
-        .filter(|part| !root.join(part.dir_name()).join(STAMP).is_file())
+        .filter(|part| {
+            let dir = root.join(part.dir_name());
+            let unpacked_with = |stamp| fs::read_to_string(dir.join(stamp)).ok();
+            !dir.join(STAMP).is_file()
+                || matches!(part, Part::Kernel(_))
+                    && unpacked_with(PARTS_STAMP).as_deref() != Some(kernel_parts_stamp().as_str())
+        })
         .collect()
 }
 
@@ -114,6 +132,12 @@ pub fn fetch(parts: &[Part]) -> Result<()> {
             root.join(part.dir_name()).join(STAMP),
             packages.join("\n") + "\n",
         )?;
+        if let Part::Kernel(_) = part {
+            fs::write(
+                root.join(part.dir_name()).join(PARTS_STAMP),
+                kernel_parts_stamp(),
+            )?;
+        }
     }
     // The downloads are unpacked; the lists are kept for the next fetch.
     let _ = fs::remove_dir_all(apt.root.join("archives"));

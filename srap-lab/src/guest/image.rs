@@ -39,11 +39,15 @@ const MODULES: &[&str] = &[
 
 /// Modules left for `modprobe` (with a `modules.dep`), loaded only when
 /// asked: sock_diag for TCP, which the socket verifier loads itself when
-/// its kernel has it as a module. `srap.nodiag` on the guest's command line
-/// removes them: a kernel without sock_diag for TCP.
+/// its kernel has it as a module (`srap.nodiag` on the guest's command line
+/// removes those two: a kernel without sock_diag for TCP); and bonding with
+/// what it needs (`tls`), which only the bonded guest loads
+/// ([`super::bond`]): loaded at boot it would make a `bond0` in every guest.
 const ON_DEMAND: &[(&str, &str, &[&str])] = &[
     ("inet_diag", "kernel/net/ipv4", &[]),
     ("tcp_diag", "kernel/net/ipv4", &["inet_diag"]),
+    ("tls", "kernel/net/tls", &[]),
+    ("bonding", "kernel/drivers/net/bonding", &["tls"]),
 ];
 
 /// Host programs copied into the guest, with their libraries.
@@ -94,9 +98,16 @@ impl GuestImage {
             ours.push((&readers, READERS));
         }
         let inputs: Vec<&Path> = ours.iter().map(|&(path, _)| path).collect();
-        if is_stale(&initramfs, &inputs)? || !lists(cache, &ours) {
+        let recipe_file = initramfs.with_extension("recipe");
+        let same_recipe = fs::read_to_string(&recipe_file).is_ok_and(|text| text == recipe());
+        if is_stale(&initramfs, &inputs)? || !lists(cache, &ours) || !same_recipe {
             tracing::info!(path = %initramfs.display(), "building the guest initramfs");
             build_initramfs(cache, &kernel_files, &ours, &initramfs)?;
+            // A new file (not a write into the old one, which a hard-linked
+            // copy of `target/` would share).
+            let _ = fs::remove_file(&recipe_file);
+            fs::write(&recipe_file, recipe())
+                .with_context(|| format!("writing {}", recipe_file.display()))?;
         }
         Ok(Self {
             kernel: kernel_files.vmlinuz,
@@ -106,6 +117,13 @@ impl GuestImage {
             package: kernel_files.package,
         })
     }
+}
+
+/// What an initramfs is made of besides the binaries: `/init` and the
+/// module and program lists. A cached image built from another recipe (one
+/// without bonding, say) is built again, though no binary changed.
+fn recipe() -> String {
+    format!("{INIT}\n{MODULES:?}\n{ON_DEMAND:?}\n{HOST_PROGRAMS:?}\n")
 }
 
 fn is_stale(product: &Path, inputs: &[&Path]) -> anyhow::Result<bool> {
