@@ -9,6 +9,7 @@
 //! The guest's tap lives in a namespace made here; QEMU runs in it and is
 //! killed by PID on drop, before the namespace (and the tap) go.
 
+pub mod bond;
 pub mod files;
 pub mod image;
 pub mod shell;
@@ -107,6 +108,9 @@ pub struct GuestShape {
     /// Whether `net.core.netdev_rss_key` is readable (without it, igb's key
     /// is nowhere to be read, as outside the initial network namespace).
     pub kernel_key: bool,
+    /// Bond members: that many single-queue virtio-net NICs, one per tap of
+    /// a [`GuestNet::bonded`] (0: the one multi-queue NIC of `nic`).
+    pub bond_members: u32,
 }
 
 impl GuestShape {
@@ -136,6 +140,28 @@ impl GuestShape {
             cpus,
             sock_diag: true,
             kernel_key: true,
+            bond_members: 0,
+        })
+    }
+
+    /// A guest with `members` single-queue virtio-net NICs (`eth0`…), for a
+    /// bond over them ([`bond::GuestBond`]) on a [`GuestNet::bonded`] with
+    /// as many taps. Two vCPUs: no RSS is asked of these NICs, and the
+    /// bond's member choice does not depend on the CPU that sends.
+    pub fn bonded(members: u32) -> anyhow::Result<Self> {
+        if !(2..=bond::MOST_MEMBERS).contains(&members) {
+            bail!(
+                "a bonded guest takes 2 to {} members, not {members}",
+                bond::MOST_MEMBERS
+            );
+        }
+        Ok(Self {
+            nic: GuestNic::Virtio,
+            queues: 1,
+            cpus: 2,
+            sock_diag: true,
+            kernel_key: true,
+            bond_members: members,
         })
     }
 
@@ -157,9 +183,15 @@ impl GuestShape {
 }
 
 /// A namespace holding a multi-queue tap: the host side of the guest's NIC.
+/// Or, [`GuestNet::bonded`], a bridge with one tap per bond member.
 pub struct GuestNet {
     pub ns: NetNs,
+    /// The tap with the host's address; for a bonded guest, the bridge that
+    /// holds the address and the members' taps.
     pub tap: String,
+    /// A bonded guest's taps, one per NIC in PCI order (`eth0` first);
+    /// empty for the one-NIC guest.
+    pub member_taps: Vec<String>,
     pub host_ip: Ipv4Addr,
     pub guest_ip: Ipv4Addr,
     /// Held until the namespace is gone ([`Subnet`]): the host's cgroup
@@ -195,6 +227,41 @@ impl GuestNet {
         Ok(Self {
             ns,
             tap,
+            member_taps: Vec::new(),
+            host_ip,
+            guest_ip: subnet.ipv4(2),
+            _subnet: subnet,
+        })
+    }
+
+    /// The host side of a bonded guest with `members` NICs, on a leased
+    /// subnet: a bridge with `10.199.<n>.1/24` and one tap per member in it.
+    /// A bond sends each flow on one member with the bond's one MAC, so
+    /// the host must take a packet from whichever tap it came: a bridge
+    /// does (its learning follows the last member heard, and the guest's
+    /// bond accepts replies on any member); an address on one tap of
+    /// several would not (the guest's ARP answers leave on any member).
+    /// No pacing: the test sends from the guest, and only ACKs go to it.
+    pub fn bonded(members: u32) -> anyhow::Result<Self> {
+        let subnet = Subnet::lease()?;
+        let ns = NetNs::new()?;
+        let bridge = unique_name("b");
+        ns.ip(["link", "add", &bridge, "type", "bridge"])?;
+        let host_ip = subnet.ipv4(1);
+        ns.ip(["addr", "add", &format!("{host_ip}/24"), "dev", &bridge])?;
+        ns.ip(["link", "set", &bridge, "up"])?;
+        let mut member_taps = Vec::new();
+        for _ in 0..members {
+            let tap = unique_name("t");
+            ns.ip(["tuntap", "add", "dev", &tap, "mode", "tap"])?;
+            ns.ip(["link", "set", &tap, "master", &bridge])?;
+            ns.ip(["link", "set", &tap, "up"])?;
+            member_taps.push(tap);
+        }
+        Ok(Self {
+            ns,
+            tap: bridge,
+            member_taps,
             host_ip,
             guest_ip: subnet.ipv4(2),
             _subnet: subnet,
@@ -218,6 +285,13 @@ pub struct Guest {
 impl Guest {
     /// Boots `image` on `net`'s tap and waits until its `/init` is ready.
     pub fn boot(net: &GuestNet, image: &GuestImage, shape: GuestShape) -> anyhow::Result<Self> {
+        if net.member_taps.len() != shape.bond_members as usize {
+            bail!(
+                "a guest with {} bond members needs as many taps (GuestNet::bonded), not {}",
+                shape.bond_members,
+                net.member_taps.len()
+            );
+        }
         let dir = std::env::temp_dir().join(format!("srap-guest-{}", unique_name("")));
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let log = fs::File::create(dir.join("qemu.log"))?;
@@ -453,9 +527,27 @@ fn qemu_args(net: &GuestNet, image: &GuestImage, shape: GuestShape, dir: &Path) 
     .collect()
 }
 
-/// The NIC on the namespace's tap.
-fn nic_args(net: &GuestNet, shape: GuestShape) -> [String; 4] {
+/// The NIC on the namespace's tap; a bonded guest's NICs on theirs.
+fn nic_args(net: &GuestNet, shape: GuestShape) -> Vec<String> {
     let queues = shape.queues;
+    if shape.bond_members > 0 {
+        // One plain virtio-net NIC per member tap, each with a MAC of its
+        // own (the bond gives them all its own while enslaved), in PCI
+        // order: the guest names them eth0, eth1… in this order.
+        return net
+            .member_taps
+            .iter()
+            .enumerate()
+            .flat_map(|(i, tap)| {
+                [
+                    "-netdev".into(),
+                    format!("tap,id=n{i},ifname={tap},script=no,downscript=no,vhost=off"),
+                    "-device".into(),
+                    format!("virtio-net-pci,netdev=n{i},mac=52:54:00:5a:b0:{i:02x},romfile="),
+                ]
+            })
+            .collect();
+    }
     match shape.nic {
         // rss=on: QEMU computes Toeplitz and the indirection itself, and
         // hash=on hands the hash to the driver (`rxhash on`). With the
@@ -472,7 +564,8 @@ fn nic_args(net: &GuestNet, shape: GuestShape) -> [String; 4] {
                 "virtio-net-pci,netdev=n0,mq=on,vectors={},rss=on,hash=on,rx_queue_size=1024,romfile=",
                 2 * queues + 2
             ),
-        ],
+        ]
+        .into(),
         // igb hashes and picks the ring in the device model, whatever tap
         // queue a packet came from; its transmit queues map onto the tap's.
         GuestNic::Igb => [
@@ -483,7 +576,8 @@ fn nic_args(net: &GuestNet, shape: GuestShape) -> [String; 4] {
             ),
             "-device".into(),
             "igb,netdev=n0,romfile=".into(),
-        ],
+        ]
+        .into(),
     }
 }
 
