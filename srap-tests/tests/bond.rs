@@ -1,0 +1,107 @@
+//! The bonding driver's member choice against SRAP's model of it: a QEMU
+//! guest bonds 2 or 4 virtio-net NICs (`balance-xor`,
+//! `xmit_hash_policy=layer3+4`, each NIC on its own tap of a bridge in the
+//! test namespace), sends flows one at a time with kernel-chosen source
+//! ports, and the member whose `tx_packets` rose by each flow — the guest
+//! kernel's own count — must be the one `srap_common::bond::member_index`
+//! gives the tuple the host's sink accepted. Then a member's link goes
+//! down, and the next flows must follow the model over the rest,
+//! re-indexed modulo n − 1.
+//!
+//! This machine's kernel has no bonding; the guest's Debian kernel ships
+//! it. One guest at a time.
+
+use srap_lab::guest::{
+    Guest, GuestFiles, GuestImage, GuestKernel, GuestNet, GuestShape,
+    bond::{self, BondFlow, GuestBond},
+};
+use srap_tests::{built_binary, require_privileged};
+
+/// One guest at a time: two cores cannot emulate two guests well.
+static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Flows per member count with every member up.
+const FLOWS: usize = 16;
+/// Flows after a member's link went down.
+const FLOWS_AFTER_FAILURE: usize = 8;
+
+fn image_of(kernel: GuestKernel) -> GuestImage {
+    let agent = built_binary("srap-agent");
+    let cache = GuestImage::default_cache(&agent);
+    let files = GuestFiles::locate(None, &agent).expect("the guest files");
+    GuestImage::prepare(&files, kernel, &cache, &agent, &built_binary("srap"))
+        .expect("the guest image")
+}
+
+/// `count` flows over `bond`, each judged by the guest's counters and by
+/// the model; prints their table and fails on any flow where the two
+/// differ (or the counters name no member).
+fn flows_follow_the_model(
+    guest: &mut Guest,
+    net: &GuestNet,
+    bond: &GuestBond,
+    title: &str,
+    count: usize,
+) -> Vec<BondFlow> {
+    let members = bond.slaves(guest).expect("the bond's slaves");
+    let flows: Vec<BondFlow> = (0..count)
+        .map(|_| bond.send_flow(guest, net).expect("a flow over the bond"))
+        .collect();
+    let table = bond::render(title, &members, &flows);
+    println!("{table}");
+    assert!(flows.iter().all(BondFlow::agrees), "{table}");
+    flows
+}
+
+/// With 2 and with 4 members, enslaved out of name order: every flow leaves
+/// on the member the model picks; with one member's link down, every later
+/// flow leaves on the member the model picks among the rest.
+#[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
+fn flows_leave_on_the_member_the_model_picks() {
+    if !require_privileged("flows_leave_on_the_member_the_model_picks") {
+        return;
+    }
+    let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    let image = image_of(GuestKernel::V6_1);
+    // Enslavement orders that are not the names' order.
+    for order in [&[1u32, 0][..], &[2, 0, 3, 1]] {
+        let members = order.len() as u32;
+        let net = GuestNet::bonded(members).expect("namespace with a bridge and taps");
+        let shape = GuestShape::bonded(members).expect("shape");
+        let mut guest = Guest::boot(&net, &image, shape).expect("guest boots");
+        let bond = GuestBond::create(&mut guest, &net, order).expect("bond0 in the guest");
+        let all = bond.enslaved.len();
+        flows_follow_the_model(
+            &mut guest,
+            &net,
+            &bond,
+            &format!("kernel ports: {FLOWS} flows on {all} members (balance-xor, layer3+4)"),
+            FLOWS,
+        );
+
+        // The first-enslaved member fails: every later one moves down an
+        // index, so this is where a model of the usable set shows.
+        let failed = bond.enslaved[0].clone();
+        bond.take_down(&mut guest, &failed).expect("a member down");
+        let usable = bond.usable(&mut guest).expect("the usable members");
+        let expected: Vec<String> = bond.enslaved[1..].to_vec();
+        assert_eq!(usable, expected, "usable after {failed} went down");
+        let after = flows_follow_the_model(
+            &mut guest,
+            &net,
+            &bond,
+            &format!(
+                "kernel ports: {FLOWS_AFTER_FAILURE} flows with {failed} down ({} usable of {all})",
+                all - 1
+            ),
+            FLOWS_AFTER_FAILURE,
+        );
+        assert!(
+            after
+                .iter()
+                .all(|f| f.by_counters.as_deref() != Some(failed.as_str())),
+            "a flow left on {failed}, whose link is down"
+        );
+    }
+}
