@@ -1,6 +1,7 @@
 //! A Linux bond in the guest: `bond0` over the guest's virtio-net NICs in
-//! `balance-xor` with `xmit_hash_policy=layer3+4`, each NIC on its own tap
-//! of a [`GuestNet::bonded`] bridge. The host's kernel has no bonding; the
+//! `balance-xor` or `802.3ad` with `xmit_hash_policy=layer3+4`, each NIC on
+//! its own tap of a [`GuestNet::bonded`] bridge (for `802.3ad`, with
+//! [`LacpPartner`] answering on the taps). The host's kernel has no bonding; the
 //! guest's Debian kernels ship `bonding.ko`, so this is where the bonding
 //! driver's own member choice can be seen.
 //!
@@ -13,6 +14,12 @@
 use std::{
     fmt::Write as _,
     net::{IpAddr, SocketAddr},
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::JoinHandle,
     time::Duration,
 };
 
@@ -47,11 +54,34 @@ const SINK_PORT: u16 = 7610;
 /// How long one flow may take: a connection and half a megabyte.
 const FLOW_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The bond's mode (both hash with `layer3+4`: the same member choice
+/// over their usable members).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BondMode {
+    /// `balance-xor`: usable = the slaves whose link is up.
+    BalanceXor,
+    /// `802.3ad` (LACP, `lacp_rate fast`): usable = the slaves up in the
+    /// active aggregator. Several members only with a partner on the taps
+    /// ([`LacpPartner`]).
+    Lacp,
+}
+
+impl BondMode {
+    /// As `/sys/class/net/BOND/bonding/mode` takes it.
+    pub fn sysfs(self) -> &'static str {
+        match self {
+            Self::BalanceXor => "balance-xor",
+            Self::Lacp => "802.3ad",
+        }
+    }
+}
+
 /// `bond0` in the guest, made by [`GuestBond::create`].
 #[derive(Debug)]
 pub struct GuestBond {
     /// The guest's NICs, in the order they were enslaved.
     pub enslaved: Vec<String>,
+    pub mode: BondMode,
 }
 
 /// One flow sent over the bond, and which member each judge says carried
@@ -86,7 +116,12 @@ impl GuestBond {
     /// order and moves the guest's address from `eth0` to it. Give an order
     /// that is not the names' (`[1, 0]`): the driver indexes its members in
     /// enslavement order, and a model that took name order would then fail.
-    pub fn create(guest: &mut Guest, net: &GuestNet, order: &[u32]) -> anyhow::Result<Self> {
+    pub fn create(
+        guest: &mut Guest,
+        net: &GuestNet,
+        order: &[u32],
+        mode: BondMode,
+    ) -> anyhow::Result<Self> {
         let members = guest.shape.bond_members;
         if members == 0 {
             bail!("the guest was booted without bond members (GuestShape::bonded)");
@@ -106,9 +141,16 @@ impl GuestBond {
         // refuses a mode change after); miimon makes a member whose link
         // goes down leave the usable set.
         guest.run("modprobe bonding max_bonds=0")?;
+        // `lacp_rate fast`: LACPDUs every second, so the aggregator forms
+        // (and a failed port leaves it) in seconds.
+        let lacp = match mode {
+            BondMode::BalanceXor => String::new(),
+            BondMode::Lacp => format!(" && echo fast > {sys}/lacp_rate"),
+        };
         guest.run(&format!(
-            "echo +{BOND} > /sys/class/net/bonding_masters && echo balance-xor > {sys}/mode \
-             && echo layer3+4 > {sys}/xmit_hash_policy && echo 100 > {sys}/miimon"
+            "echo +{BOND} > /sys/class/net/bonding_masters && echo {} > {sys}/mode \
+             && echo layer3+4 > {sys}/xmit_hash_policy && echo 100 > {sys}/miimon{lacp}",
+            mode.sysfs()
         ))?;
         guest.run(&format!(
             "ip addr flush dev eth0 && ip link set {BOND} up && ip addr add {}/24 dev {BOND}",
@@ -125,7 +167,7 @@ impl GuestBond {
         // 64 KB TSO frames), so a flow stands far above stray ARP. The
         // driver hashes each packet's tuple, the same for all of a flow's.
         guest.run(&format!("ethtool -K {BOND} tso off gso off"))?;
-        let bond = Self { enslaved };
+        let bond = Self { enslaved, mode };
         let slaves = bond.slaves(guest)?;
         if slaves != bond.enslaved {
             bail!(
@@ -145,6 +187,20 @@ impl GuestBond {
                 guest.read_or_why(&format!("/proc/net/bonding/{BOND}"))
             );
         }
+        // 802.3ad: until every port is in the active aggregator (with a
+        // partner answering, a few seconds), flows would use fewer members.
+        if mode == BondMode::Lacp {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            while bond.usable(guest)?.len() < bond.enslaved.len() {
+                if std::time::Instant::now() >= deadline {
+                    bail!(
+                        "the 802.3ad ports did not all join the active aggregator:\n{}",
+                        guest.read_or_why(&format!("/proc/net/bonding/{BOND}"))
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
         Ok(bond)
     }
 
@@ -155,18 +211,44 @@ impl GuestBond {
     }
 
     /// The members that can transmit: the slaves, in enslavement order,
-    /// whose MII status is up (`balance-xor`'s usable set).
+    /// whose MII status is up (`balance-xor`'s usable set) and, for
+    /// 802.3ad, that are in the active aggregator and distributing (their
+    /// actor state's bit 0x20). A port counts in the aggregator seconds
+    /// before it distributes: flows sent meanwhile all left on the first
+    /// port here, though sysfs already put four in the aggregator.
     pub fn usable(&self, guest: &mut Guest) -> anyhow::Result<Vec<String>> {
         let slaves = self.slaves(guest)?;
+        let at = "/sys/class/net/$m/bonding_slave";
         let status = guest.read(&format!(
-            "for m in {}; do echo $m $(cat /sys/class/net/$m/bonding_slave/mii_status); done",
+            "for m in {}; do echo $m $(cat {at}/mii_status) \
+             $(cat {at}/ad_aggregator_id {at}/ad_actor_oper_port_state 2>/dev/null); done",
             slaves.join(" ")
         ))?;
+        let active = match self.mode {
+            BondMode::BalanceXor => None,
+            BondMode::Lacp => Some(
+                guest
+                    .read(&format!("cat /sys/class/net/{BOND}/bonding/ad_aggregator"))?
+                    .trim()
+                    .to_owned(),
+            ),
+        };
         Ok(status
             .lines()
-            .filter_map(|line| line.split_once(' '))
-            .filter(|(_, state)| state.trim() == "up")
-            .map(|(member, _)| member.to_owned())
+            .filter_map(|line| {
+                let mut words = line.split_whitespace();
+                let (member, state) = (words.next()?, words.next()?);
+                let distributing = match &active {
+                    None => true,
+                    Some(active) => {
+                        let aggregator = words.next();
+                        let port_state = words.next().and_then(|w| w.parse::<u8>().ok());
+                        aggregator == Some(active.as_str())
+                            && port_state.is_some_and(|s| s & LACP_DISTRIBUTING != 0)
+                    }
+                };
+                (state == "up" && distributing).then(|| member.to_owned())
+            })
             .collect())
     }
 
@@ -180,6 +262,15 @@ impl GuestBond {
         let gone = format!("! grep -qx up /sys/class/net/{member}/bonding_slave/mii_status");
         if !guest.poll_until(&gone, Duration::from_secs(30))? {
             bail!("{BOND} still counts {member} up after its link went down");
+        }
+        // 802.3ad: the port leaves the aggregator's distribution as the
+        // link goes; wait until the usable set says so.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while self.usable(guest)?.iter().any(|m| m == member) {
+            if std::time::Instant::now() >= deadline {
+                bail!("{member} is still usable 30 s after its link went down");
+            }
+            std::thread::sleep(Duration::from_millis(500));
         }
         Ok(())
     }
@@ -203,7 +294,15 @@ impl GuestBond {
              {counters}; exit $rc",
             net.host_ip
         );
-        let output = guest.run(&line).context("sending a flow over the bond")?;
+        let output = match guest.run(&line) {
+            Ok(output) => output,
+            // The bond's own account says why (a port out of its
+            // aggregator, a link down).
+            Err(err) => bail!(
+                "sending a flow over the bond: {err:#}\n{}",
+                guest.read_or_why(&format!("/proc/net/bonding/{BOND}"))
+            ),
+        };
         let ports = sink.finish(FLOW_TIMEOUT)?;
         let &[port] = ports.as_slice() else {
             bail!("the sink accepted {ports:?}, not one flow");
@@ -231,6 +330,182 @@ impl GuestBond {
             tx_packets,
         })
     }
+}
+
+/// A minimal LACP partner on a bonded guest's taps: to each LACPDU the
+/// guest sends it answers with the guest's actor information as its
+/// partner's and an actor of its own, one system for all taps (so the ports
+/// aggregate together), state 0x3f (active, short timeout, aggregatable,
+/// in sync, collecting, distributing). That is all Linux's 802.3ad needs to
+/// put every port in one aggregator; a bridge never forwards LACPDUs, so
+/// nothing else answers. Stops (threads joined, sockets closed) on drop.
+pub struct LacpPartner {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+/// An LACP port state's "distributing" bit: the port sends.
+const LACP_DISTRIBUTING: u8 = 0x20;
+
+/// `ETH_P_SLOW`: LACP's ethertype.
+const ETH_P_SLOW: u16 = 0x8809;
+/// The partner's system address (locally administered).
+const PARTNER_SYSTEM: [u8; 6] = [0x02, 0, 0, 0, 0x5a, 0x01];
+/// An LACPDU's length after the Ethernet header.
+const LACPDU_LEN: usize = 110;
+
+impl LacpPartner {
+    /// Answers on each of `net`'s member taps.
+    pub fn start(net: &GuestNet) -> anyhow::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut partner = Self {
+            stop: Arc::clone(&stop),
+            threads: Vec::new(),
+        };
+        for (index, tap) in net.member_taps.iter().enumerate() {
+            let socket = net
+                .ns
+                .run(|| slow_protocols_socket(tap))?
+                .with_context(|| format!("an LACP socket on {tap}"))?;
+            let stop = Arc::clone(&stop);
+            let port = u16::try_from(index + 1).context("too many taps")?;
+            partner.threads.push(std::thread::spawn(move || {
+                answer_lacp(&socket, port, &stop);
+            }));
+        }
+        Ok(partner)
+    }
+}
+
+impl Drop for LacpPartner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A packet socket on `tap` for slow-protocol frames, with a short receive
+/// timeout so its thread sees the stop flag. Called inside the namespace
+/// (the name is looked up there).
+fn slow_protocols_socket(tap: &str) -> anyhow::Result<OwnedFd> {
+    let name = std::ffi::CString::new(tap)?;
+    // SAFETY: `name` is a valid C string for the call's duration.
+    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if ifindex == 0 {
+        return Err(std::io::Error::last_os_error()).context(format!("no interface {tap}"));
+    }
+    let protocol = ETH_P_SLOW.to_be();
+    // SAFETY: plain socket(2); the descriptor is owned at once below.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(protocol)) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error()).context("socket(AF_PACKET)");
+    }
+    // SAFETY: `fd` is a fresh descriptor nothing else owns.
+    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_ll is plain data; zero is a valid value of it.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_protocol = protocol;
+    addr.sll_ifindex = i32::try_from(ifindex)?;
+    // SAFETY: `addr` is a live sockaddr_ll of the length given.
+    let rc = unsafe {
+        libc::bind(
+            socket.as_raw_fd(),
+            std::ptr::from_ref(&addr).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context(format!("binding to {tap}"));
+    }
+    let timeout = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 200_000,
+    };
+    // SAFETY: `timeout` is a live timeval of the length given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            std::ptr::from_ref(&timeout).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error()).context("SO_RCVTIMEO");
+    }
+    Ok(socket)
+}
+
+/// Answers every LACPDU on `socket` until `stop`.
+fn answer_lacp(socket: &OwnedFd, port: u16, stop: &AtomicBool) {
+    let mut frame = [0u8; 1514];
+    while !stop.load(Ordering::Relaxed) {
+        // SAFETY: `frame` is a live buffer of the length given.
+        let got = unsafe {
+            libc::recv(
+                socket.as_raw_fd(),
+                frame.as_mut_ptr().cast(),
+                frame.len(),
+                0,
+            )
+        };
+        let Ok(got) = usize::try_from(got) else {
+            continue; // the timeout: look at the stop flag
+        };
+        let Some(reply) = lacp_reply(&frame[..got], port) else {
+            continue;
+        };
+        // SAFETY: `reply` is a live buffer of the length given.
+        let sent = unsafe { libc::send(socket.as_raw_fd(), reply.as_ptr().cast(), reply.len(), 0) };
+        if sent < 0 {
+            tracing::warn!(
+                port,
+                "sending an LACPDU: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// The answer to `frame` if it is an LACPDU (subtype 1): the guest's actor
+/// TLV as our partner TLV, our actor `port` of [`PARTNER_SYSTEM`], key 1,
+/// state 0x3f (IEEE 802.1AX's layout, Linux's `struct lacpdu`).
+fn lacp_reply(frame: &[u8], port: u16) -> Option<Vec<u8>> {
+    let payload = frame.get(14..14 + LACPDU_LEN)?;
+    let is_lacpdu = frame.get(12..14)? == ETH_P_SLOW.to_be_bytes()
+        && payload[0] == 1
+        && payload[2] == 1
+        && payload[3] == 20;
+    if !is_lacpdu {
+        return None;
+    }
+    let mut reply = Vec::with_capacity(14 + LACPDU_LEN);
+    reply.extend_from_slice(&frame[0..6]); // 01:80:c2:00:00:02
+    reply.extend_from_slice(&PARTNER_SYSTEM);
+    reply.extend_from_slice(&ETH_P_SLOW.to_be_bytes());
+    let mut pdu = [0u8; LACPDU_LEN];
+    pdu[0] = 1; // subtype LACP
+    pdu[1] = 1; // version
+    pdu[2] = 1; // actor TLV
+    pdu[3] = 20;
+    pdu[4..6].copy_from_slice(&1u16.to_be_bytes()); // system priority
+    pdu[6..12].copy_from_slice(&PARTNER_SYSTEM);
+    pdu[12..14].copy_from_slice(&1u16.to_be_bytes()); // key
+    pdu[14..16].copy_from_slice(&255u16.to_be_bytes()); // port priority
+    pdu[16..18].copy_from_slice(&port.to_be_bytes());
+    pdu[18] = 0x3f;
+    pdu[22] = 2; // partner TLV: the guest's actor, echoed
+    pdu[23] = 20;
+    pdu[24..39].copy_from_slice(&payload[4..19]);
+    pdu[42] = 3; // collector TLV
+    pdu[43] = 16;
+    // Terminator (type 0, length 0) and padding: zeros.
+    reply.extend_from_slice(&pdu);
+    Some(reply)
 }
 
 /// The rise of each of `members` counters between the two lines the flow's
@@ -341,5 +616,25 @@ mod tests {
         assert_eq!(carrier(&[50, 0]), None);
         assert!(counter_rise("12 40\n", 2).is_err());
         assert!(counter_rise("12 40\n11 40\n", 2).is_err());
+    }
+
+    #[test]
+    fn lacp_reply_echoes_the_actor_as_partner() {
+        let mut frame = vec![0x01, 0x80, 0xc2, 0, 0, 2, 0x52, 0x54, 0, 0x5a, 0xb0, 0];
+        frame.extend_from_slice(&ETH_P_SLOW.to_be_bytes());
+        let mut pdu = [0u8; LACPDU_LEN];
+        pdu[..4].copy_from_slice(&[1, 1, 1, 20]);
+        pdu[4..19].copy_from_slice(&[
+            0xff, 0xff, 0x52, 0x54, 0, 0x5a, 0xb0, 0, 0, 9, 0, 0xff, 0, 1, 0x4d,
+        ]);
+        frame.extend_from_slice(&pdu);
+        let reply = lacp_reply(&frame, 3).expect("an LACPDU");
+        assert_eq!(reply.len(), 14 + LACPDU_LEN);
+        assert_eq!(&reply[..6], &frame[..6]);
+        assert_eq!(&reply[14 + 24..14 + 39], &pdu[4..19]);
+        assert_eq!(&reply[14 + 16..14 + 19], &[0, 3, 0x3f]);
+        // Another slow protocol (a marker, subtype 2) is not answered.
+        frame[14] = 2;
+        assert!(lacp_reply(&frame, 3).is_none());
     }
 }

@@ -533,7 +533,9 @@ fn nic_args(net: &GuestNet, shape: GuestShape) -> Vec<String> {
     if shape.bond_members > 0 {
         // One plain virtio-net NIC per member tap, each with a MAC of its
         // own (the bond gives them all its own while enslaved), in PCI
-        // order: the guest names them eth0, eth1… in this order.
+        // order: the guest names them eth0, eth1… in this order. A speed
+        // and duplex of their own: 802.3ad counts a port whose speed is
+        // unknown (virtio-net's default) as down.
         return net
             .member_taps
             .iter()
@@ -543,7 +545,10 @@ fn nic_args(net: &GuestNet, shape: GuestShape) -> Vec<String> {
                     "-netdev".into(),
                     format!("tap,id=n{i},ifname={tap},script=no,downscript=no,vhost=off"),
                     "-device".into(),
-                    format!("virtio-net-pci,netdev=n{i},mac=52:54:00:5a:b0:{i:02x},romfile="),
+                    format!(
+                        "virtio-net-pci,netdev=n{i},mac=52:54:00:5a:b0:{i:02x},\
+                         speed=10000,duplex=full,romfile="
+                    ),
                 ]
             })
             .collect();
