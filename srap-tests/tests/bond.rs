@@ -84,6 +84,19 @@ fn lacp_flows_leave_on_the_member_the_model_picks() {
     members_follow_the_model(&image, &[2, 0, 3, 1], BondMode::Lacp);
 }
 
+/// `balance-xor` with 4 members on the 6.12 guest: the same driver hash
+/// (design notes: the same instructions in both kernels' `bonding.ko`).
+#[test]
+#[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
+fn flows_leave_on_the_member_the_model_picks_on_6_12() {
+    if !require_privileged("flows_leave_on_the_member_the_model_picks_on_6_12") {
+        return;
+    }
+    let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    let image = image_of(GuestKernel::V6_12);
+    members_follow_the_model(&image, &[2, 0, 3, 1], BondMode::BalanceXor);
+}
+
 /// A guest bonding its NICs in `order` in `mode`: [`FLOWS`] flows on the
 /// model's member, then, with the first-enslaved member's link down,
 /// [`FLOWS_AFTER_FAILURE`] more on the model's member among the rest.
@@ -97,11 +110,14 @@ fn members_follow_the_model(image: &GuestImage, order: &[u32], mode: BondMode) {
     let bond = GuestBond::create(&mut guest, &net, order, mode).expect("bond0 in the guest");
     let all = bond.enslaved.len();
     let mode_name = mode.sysfs();
+    let kernel = guest.kernel.series();
     flows_follow_the_model(
         &mut guest,
         &net,
         &bond,
-        &format!("kernel ports: {FLOWS} flows on {all} members ({mode_name}, layer3+4)"),
+        &format!(
+            "kernel ports: {FLOWS} flows on {all} members ({mode_name}, layer3+4; {kernel} guest)"
+        ),
         FLOWS,
     );
 
@@ -117,7 +133,7 @@ fn members_follow_the_model(image: &GuestImage, order: &[u32], mode: BondMode) {
         &net,
         &bond,
         &format!(
-            "kernel ports: {FLOWS_AFTER_FAILURE} flows with {failed} down ({} usable of {all}, {mode_name})",
+            "kernel ports: {FLOWS_AFTER_FAILURE} flows with {failed} down ({} usable of {all}, {mode_name}; {kernel} guest)",
             all - 1
         ),
         FLOWS_AFTER_FAILURE,
