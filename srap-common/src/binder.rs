@@ -376,11 +376,11 @@ pub mod event {
     /// the same; two flows may then share a CPU while another is free).
     pub const CLAIM_CONTENDED: u32 = 16;
     /// A claim of this host's CPUs under `--local-placement reader` made
-    /// by the connecting CPU's row ([`GRANTS_MAP`]): its nearest slots, or
+    /// by the connecting CPU's row ([`super::GRANTS_MAP`]): its nearest slots, or
     /// this host's offer when no offered CPU is on its NUMA node.
     pub const READER_PLACED: u32 = 20;
     /// A claim of this host's CPUs under `--local-placement reader` whose
-    /// connecting CPU is past [`READER_CPUS`]: placed by this host's offer
+    /// connecting CPU is past [`super::READER_CPUS`]: placed by this host's offer
     /// (the spread rule).
     pub const READER_UNPLANNED: u32 = 21;
 }
@@ -828,7 +828,7 @@ pub struct BinderConfig {
     /// Slot words per binder row in `SRAP_SLOT_STATE`: a slot's word is
     /// `row * row_slots + slot` ([`BinderSizes::cpus`]).
     pub row_slots: u32,
-    /// Where a flow's local end goes ([`LocalPlacement`] as a number).
+    /// Where a flow's local end goes (`--local-placement`, a [`placement`] number).
     pub local_placement: u32,
     /// The settings the maps were sized by: a restarted agent compares its
     /// own with them ([`BinderSizes`]).

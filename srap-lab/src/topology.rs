@@ -84,7 +84,7 @@ pub enum SenderCpus {
 }
 
 /// The CPU that processes what arrives on the lab veth's queue `queue`
-/// with [`set_rps`]'s maps (`rx-i` on CPU `i mod cores`). Not `rx-queue`'s
+/// with `set_rps`'s maps (`rx-i` on CPU `i mod cores`). Not `rx-queue`'s
 /// own: veth leaves the peer's transmit queue `q` in the packet's
 /// `queue_mapping`, which RPS (`get_rps_cpu`) reads as the recorded receive
 /// queue `q − 1`, and as none recorded for 0. So queue `q ≥ 1` is processed
