@@ -196,7 +196,7 @@ mod tests {
         assert!(all.peer[0].psk_file.is_some());
         assert_eq!(
             uncommented.lines().count(),
-            23,
+            24,
             "one line per key, and a [[peer]] table: {uncommented}"
         );
     }
