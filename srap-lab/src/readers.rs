@@ -332,13 +332,7 @@ fn write_flow(
     while Instant::now() < until {
         match stream.write(&buf) {
             Ok(n) => bytes += n as u64,
-            Err(err)
-                if matches!(
-                    err.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) => {}
+            Err(err) if transient(&err) => {}
             Err(err) => return Err(err).context("writing"),
         }
     }
@@ -577,6 +571,17 @@ fn serve(
     })
 }
 
+/// A timed-out or interrupted read or write: the loop looks at the clock
+/// and the stop flag, then tries again.
+fn transient(err: &std::io::Error) -> bool {
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::WouldBlock
+            | std::io::ErrorKind::TimedOut
+            | std::io::ErrorKind::Interrupted
+    )
+}
+
 /// Writes to `stream` for `seconds`, then closes it.
 fn write_for(mut stream: TcpStream, seconds: u64, stop: &AtomicBool) -> anyhow::Result<()> {
     let buf = vec![0x5au8; 1 << 16];
@@ -585,13 +590,7 @@ fn write_for(mut stream: TcpStream, seconds: u64, stop: &AtomicBool) -> anyhow::
     while Instant::now() < until && !stop.load(Ordering::Relaxed) {
         match stream.write(&buf) {
             Ok(_) => {}
-            Err(err)
-                if matches!(
-                    err.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) => {}
+            Err(err) if transient(&err) => {}
             Err(err) => return Err(err).context("writing"),
         }
     }
@@ -609,13 +608,7 @@ fn drain(mut stream: TcpStream, seconds: u64, stop: &AtomicBool) -> anyhow::Resu
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(_) => {}
-            Err(err)
-                if matches!(
-                    err.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) => {}
+            Err(err) if transient(&err) => {}
             Err(err) => return Err(err).context("reading"),
         }
     }
