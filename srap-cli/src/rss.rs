@@ -252,6 +252,7 @@ mod tests {
             name: name.into(),
             up,
             aggregator: None,
+            port_state: None,
         };
         let bond = Bond {
             name: "bond0".into(),

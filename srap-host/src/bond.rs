@@ -12,11 +12,17 @@ use srap_common::bond::HashPolicy;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
     pub name: String,
-    /// `operstate` up and `bonding_slave/mii_status` up.
+    /// `bonding_slave/mii_status` up: the bonding driver's own view of the
+    /// link.
     pub up: bool,
     /// `bonding_slave/ad_aggregator_id` (802.3ad only).
     pub aggregator: Option<u32>,
+    /// `bonding_slave/ad_actor_oper_port_state` (802.3ad only).
+    pub port_state: Option<u8>,
 }
+
+/// The actor state bit of an 802.3ad port that distributes (sends).
+pub const LACP_DISTRIBUTING: u8 = 0x20;
 
 /// A bond and its members.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,16 +53,20 @@ impl Bond {
     }
 
     /// The members that can transmit, in enslavement order: up, and in
-    /// 802.3ad in the active aggregator. A flow's member is this list at
-    /// `hash % len`.
+    /// 802.3ad in the active aggregator and distributing. A flow's member
+    /// is this list at `hash % len`. A port shows in the aggregator
+    /// seconds before it distributes; until then the driver sends nothing
+    /// on it (seen in the bonded guests: every flow left on the first
+    /// port meanwhile).
     pub fn usable(&self) -> Vec<&Member> {
         self.members
             .iter()
             .filter(|m| m.up)
             .filter(|m| {
                 self.mode != "802.3ad"
-                    || self.active_aggregator.is_none()
-                    || m.aggregator == self.active_aggregator
+                    || (m.aggregator.is_some()
+                        && m.aggregator == self.active_aggregator
+                        && m.port_state.is_some_and(|s| s & LACP_DISTRIBUTING != 0))
             })
             .collect()
     }
@@ -117,14 +127,13 @@ pub fn read_from(sys: &Path, iface: &str) -> Option<Bond> {
 }
 
 fn member(net: &Path, name: &str) -> Member {
-    let dir = net.join(name);
-    let up = first_word(&dir.join("operstate")).as_deref() == Some("up")
-        && first_word(&dir.join("bonding_slave/mii_status")).as_deref() == Some("up");
+    let dir = net.join(name).join("bonding_slave");
+    let word = |file: &str| first_word(&dir.join(file));
     Member {
         name: name.to_owned(),
-        up,
-        aggregator: first_word(&dir.join("bonding_slave/ad_aggregator_id"))
-            .and_then(|w| w.parse().ok()),
+        up: word("mii_status").as_deref() == Some("up"),
+        aggregator: word("ad_aggregator_id").and_then(|w| w.parse().ok()),
+        port_state: word("ad_actor_oper_port_state").and_then(|w| w.parse().ok()),
     }
 }
 
@@ -167,14 +176,13 @@ mod tests {
             tree.write("class/net/bond0/bonding/xmit_hash_policy", "layer3+4 1\n");
             tree.write("class/net/bond0/bonding/slaves", "eth1 eth0\n");
             tree.write("class/net/bond0/bonding/ad_aggregator", "1\n");
-            for (eth, agg) in [("eth0", "1"), ("eth1", "1")] {
+            for eth in ["eth0", "eth1"] {
                 let state = if eth == down { "down" } else { "up" };
-                tree.write(&format!("class/net/{eth}/operstate"), state);
-                tree.write(&format!("class/net/{eth}/bonding_slave/mii_status"), state);
-                tree.write(
-                    &format!("class/net/{eth}/bonding_slave/ad_aggregator_id"),
-                    agg,
-                );
+                let slave = format!("class/net/{eth}/bonding_slave");
+                tree.write(&format!("{slave}/mii_status"), state);
+                tree.write(&format!("{slave}/ad_aggregator_id"), "1");
+                // Collecting and distributing, in sync, aggregating.
+                tree.write(&format!("{slave}/ad_actor_oper_port_state"), "61");
             }
             tree
         }
@@ -194,6 +202,20 @@ mod tests {
         let bond = read_from(&tree.0, "bond0").expect("a bond");
         assert_eq!(names(&bond), ["eth0"]);
         assert_eq!(bond.active_aggregator, Some(1));
+    }
+
+    /// In 802.3ad a port in the active aggregator that does not distribute
+    /// yet sends nothing: it is not usable.
+    #[test]
+    fn an_aggregated_port_not_yet_distributing_is_not_usable() {
+        let tree = Tree::bond("joining", "802.3ad", "");
+        // In sync and collecting, not yet distributing.
+        tree.write(
+            "class/net/eth1/bonding_slave/ad_actor_oper_port_state",
+            "29",
+        );
+        let bond = read_from(&tree.0, "bond0").expect("a bond");
+        assert_eq!(names(&bond), ["eth0"]);
     }
 
     #[test]
@@ -221,7 +243,7 @@ mod tests {
     #[test]
     fn an_interface_without_bonding_is_no_bond() {
         let tree = Tree::new("plain");
-        tree.write("class/net/eth0/operstate", "up");
+        tree.write("class/net/eth0/bonding_slave/mii_status", "up");
         assert_eq!(read_from(&tree.0, "eth0"), None);
     }
 }
