@@ -723,26 +723,37 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(8));
     }
 
-    #[test]
-    fn readers_on_loopback_read_what_the_source_writes() {
-        // Inside this process's own namespace, on loopback: nothing leaves
-        // the host. Each thread reads on its pinned CPU.
-        if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
-            eprintln!("skipped: needs 2 CPUs");
-            return;
-        }
+    /// The threads of `order` against a source (or sink) on loopback, in
+    /// this process's own namespace: nothing leaves the host. The ports
+    /// the source accepted and each thread's report. Pinning to CPUs 0 and
+    /// 1 needs both: a machine without them fails here, it does not pass.
+    fn on_loopback(
+        order: &[u32],
+        seconds: u64,
+        rate: Option<u64>,
+        transfer: Transfer,
+    ) -> (Vec<u16>, Vec<FlowReport>) {
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        assert!(
+            cpus >= 2,
+            "pinning threads to CPUs 0 and 1 needs 2 CPUs, not {cpus}"
+        );
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         listener.set_nonblocking(true).unwrap();
         let stop = AtomicBool::new(false);
-        let cpus: Vec<u32> = (0..2).collect();
-        let order = default_order(&cpus);
-        let (ports, reports) = std::thread::scope(|s| {
-            let server =
-                s.spawn(|| serve(&listener, 2, 1, Some(50_000_000), Transfer::Download, &stop));
-            let reports = run_readers(addr, &order, 5, Transfer::Download).unwrap();
+        std::thread::scope(|s| {
+            let server = s.spawn(|| serve(&listener, order.len(), 1, rate, transfer, &stop));
+            let reports = run_readers(addr, order, seconds, transfer).unwrap();
             (server.join().unwrap().unwrap(), reports)
-        });
+        })
+    }
+
+    #[test]
+    fn readers_on_loopback_read_what_the_source_writes() {
+        // Each thread reads on its pinned CPU.
+        let order = default_order(&[0, 1]);
+        let (ports, reports) = on_loopback(&order, 5, Some(50_000_000), Transfer::Download);
         assert_eq!(reports.len(), 2);
         for (report, cpu) in reports.iter().zip(&order) {
             assert_eq!(report.cpu, *cpu);
@@ -754,20 +765,8 @@ mod tests {
 
     #[test]
     fn senders_on_loopback_write_what_the_sink_reads() {
-        if std::thread::available_parallelism().map_or(1, usize::from) < 2 {
-            eprintln!("skipped: needs 2 CPUs");
-            return;
-        }
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let stop = AtomicBool::new(false);
         let order = default_order_for(&[0, 1], 4).unwrap();
-        let (ports, reports) = std::thread::scope(|s| {
-            let server = s.spawn(|| serve(&listener, 4, 1, None, Transfer::Upload, &stop));
-            let reports = run_readers(addr, &order, 1, Transfer::Upload).unwrap();
-            (server.join().unwrap().unwrap(), reports)
-        });
+        let (ports, reports) = on_loopback(&order, 1, None, Transfer::Upload);
         assert_eq!(reports.len(), 4);
         for (report, cpu) in reports.iter().zip(&order) {
             assert_eq!(report.cpu, *cpu);
