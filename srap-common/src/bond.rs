@@ -104,6 +104,53 @@ pub fn index_bit_ports(members: u32) -> Option<Vec<(u32, u32)>> {
     )
 }
 
+/// Member balancing as the binder's plan does it: with a power-of-two
+/// count of usable members the member index is `bits` more linear bits of
+/// the port, stacked above the receiver's indirection bits so one port
+/// satisfies both ([`crate::port_tables`]). Each receiver CPU slot is
+/// given a member, round robin in slot order, so the flows the binder
+/// spreads over distinct receiver CPUs spread as evenly over the members.
+/// Counts that are not a power of two have no such bits (the modulo is not
+/// affine in the port): they get no plan, and the flows the receiver's
+/// placement alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MemberPlan {
+    members: u32,
+}
+
+impl MemberPlan {
+    /// The most members a plan balances: 2^3. More members would need
+    /// more value bits than a layout's pool rows hold beside a 128-entry
+    /// receiver table.
+    pub const MOST: u32 = 8;
+
+    /// The plan for `members` usable members: `None` unless a power of
+    /// two from 2 to [`MemberPlan::MOST`] (one member needs no balancing).
+    pub fn new(members: u32) -> Option<Self> {
+        (members.is_power_of_two() && (2..=Self::MOST).contains(&members))
+            .then_some(Self { members })
+    }
+
+    pub fn members(self) -> u32 {
+        self.members
+    }
+
+    /// The index bits the member adds to a port's value.
+    pub fn bits(self) -> u32 {
+        self.members.trailing_zeros()
+    }
+
+    /// The member index a slot's ports are planned for: slots round robin.
+    pub fn member_of_slot(self, slot: usize) -> u32 {
+        (slot % self.members as usize) as u32
+    }
+
+    /// The member index of `tuple` (the driver's, [`member_index`]).
+    pub fn index(self, tuple: &FlowTuple) -> u32 {
+        layer34_hash(tuple) & (self.members - 1)
+    }
+}
+
 /// P(`flows` uniformly random flows split evenly over `members`): the
 /// multinomial coefficient of the even split over `members^flows`; 0 when
 /// `flows` is not a multiple of `members`. (16 on 2: 19.6 %; on 4: 1.5 %.)

@@ -11,6 +11,7 @@ use thiserror::Error;
 
 use crate::{
     binder::{CosetRow, LISTED_PORTS_PER_SLOT, LayoutRow, MAX_SLOTS, SlotRow, TableRow, slot_turn},
+    bond::MemberPlan,
     family::Family,
     rss::{FlowTuple, InputXfrm, RssModel, TupleError},
     solver::{IndexMap, PortHash, PortRange, PortSolver},
@@ -27,6 +28,15 @@ pub enum PortTableError {
     NeedsPort { reason: String },
     #[error("no source port in {range} lands on any receiver CPU")]
     NoPorts { range: PortRange },
+    #[error(
+        "{members} bond members add {member_bits} bits to the receiver's {receiver_bits} \
+         indirection bits: more than a port's 16"
+    )]
+    MembersTooWide {
+        members: u32,
+        member_bits: u32,
+        receiver_bits: u32,
+    },
 }
 
 /// Which destination ports a table serves.
@@ -55,6 +65,11 @@ pub struct LayoutPlan {
     pub cosets: Vec<CosetRow>,
     /// Receiver CPUs beyond [`MAX_SLOTS`] that were left out.
     pub cpus_left_out: usize,
+    /// The bond members the ports are balanced over: a value's bits above
+    /// the receiver's indirection bits are its member index, and slot `s`'s
+    /// entries all ask for member [`MemberPlan::member_of_slot`]. `None`:
+    /// the receiver's CPU alone.
+    pub members: Option<MemberPlan>,
 }
 
 /// One port table: a source address toward a receiver address, with
@@ -123,14 +138,27 @@ impl LayoutPlan {
         family_of: IpAddr,
         range: PortRange,
     ) -> Result<Option<Self>, PortTableError> {
+        Self::any_port_over(model, family_of, range, None)
+    }
+
+    /// [`LayoutPlan::any_port`], each slot's ports also leaving on one
+    /// member of a bond of `members` (when given): the member's index bits
+    /// stacked above the receiver's, one coset per (entry, member) value.
+    pub fn any_port_over(
+        model: &RssModel,
+        family_of: IpAddr,
+        range: PortRange,
+        members: Option<MemberPlan>,
+    ) -> Result<Option<Self>, PortTableError> {
         if nonlinear_reason(model).is_some() {
             return Ok(None);
         }
+        let index = ValueBits::new(model, members)?;
         let any = unspecified_like(family_of);
         let template = FlowTuple::new(any, 0, any, 0)?;
-        let sport = PortHash::new(model, &template);
-        let dport = PortHash::from_fn(|port| model.hash(&template.with_dport(port)));
-        let mut plan = Self::linear(model, &sport, range, Scope::AnyPort);
+        let sport = PortHash::from_fn(|port| index.value(&template.with_sport(port)));
+        let dport = PortHash::from_fn(|port| index.value(&template.with_dport(port)));
+        let mut plan = Self::linear(model, &sport, &index, range, Scope::AnyPort);
         let mask = plan.layout.values - 1;
         let (low, high) = dport.byte_tables();
         // Masked to k ≤ 16 bits: fits a u16.
@@ -142,8 +170,14 @@ impl LayoutPlan {
     /// The layout of an index affine in the source port, `sport` (with a
     /// power-of-two table): the slots' entries, and for each value of the
     /// port's part its coset, least port first, cut to `range`.
-    fn linear(model: &RssModel, sport: &PortHash, range: PortRange, scope: Scope) -> Self {
-        let bits = model.index_bits().unwrap_or(0);
+    fn linear(
+        model: &RssModel,
+        sport: &PortHash,
+        index: &ValueBits<'_>,
+        range: PortRange,
+        scope: Scope,
+    ) -> Self {
+        let bits = index.bits();
         let map = IndexMap::new(sport, bits);
         let span = map.kernel();
         let mask = (1u32 << bits) - 1;
@@ -162,9 +196,13 @@ impl LayoutPlan {
                 },
             )
             .collect();
+        let mut slot = 0;
         let (slots, entries, cpus_left_out) = slots_by_cpu(model, |cpu| {
+            let member = index.member_bits_of_slot(slot);
+            slot += 1;
             (0..model.indir().len() as u32)
                 .filter(|entry| model.queue_cpu()[model.indir()[*entry as usize] as usize] == cpu)
+                .map(|entry| entry | member)
                 .collect()
         });
         let (span_low, span_high) = span.byte_tables();
@@ -182,6 +220,7 @@ impl LayoutPlan {
             entries,
             cosets,
             cpus_left_out,
+            members: index.members,
         }
     }
 
@@ -199,7 +238,8 @@ impl LayoutPlan {
         let flow = template.with_dport(dport);
         if let Some(bits) = model.index_bits() {
             let sport = PortHash::new(model, &flow);
-            let plan = Self::linear(model, &sport, range, Scope::Port(dport));
+            let index = ValueBits::new(model, None)?;
+            let plan = Self::linear(model, &sport, &index, range, Scope::Port(dport));
             if plan.cosets.iter().all(|c| c.count == 0) {
                 return Err(PortTableError::NoPorts { range });
             }
@@ -240,6 +280,7 @@ impl LayoutPlan {
             entries,
             cosets,
             cpus_left_out,
+            members: None,
         };
         Ok((plan, 0))
     }
@@ -290,9 +331,9 @@ impl TablePlan {
         dst: IpAddr,
     ) -> Result<Self, PortTableError> {
         let template = FlowTuple::new(src, 0, dst, 0)?;
-        let mask = layout.layout.values.saturating_sub(1);
+        let index = ValueBits::new(model, layout.members)?;
         let table = TableRow {
-            base: model.hash(&template) & mask,
+            base: index.value(&template),
             ..source_words(src)
         };
         Ok(Self {
@@ -359,6 +400,55 @@ impl TablePlan {
             })
             .flat_map(|coset| (0..coset.count).filter_map(|round| row.port_of(coset, round)))
             .collect()
+    }
+}
+
+/// What a port's value is made of: the receiver's indirection bits (the
+/// low `receiver_bits` of its hash), and above them, with a bond to
+/// balance, the member index.
+struct ValueBits<'m> {
+    model: &'m RssModel,
+    receiver_bits: u32,
+    members: Option<MemberPlan>,
+}
+
+impl<'m> ValueBits<'m> {
+    fn new(model: &'m RssModel, members: Option<MemberPlan>) -> Result<Self, PortTableError> {
+        let receiver_bits = model.index_bits().unwrap_or(0);
+        if let Some(plan) = members
+            && receiver_bits + plan.bits() > 16
+        {
+            return Err(PortTableError::MembersTooWide {
+                members: plan.members(),
+                member_bits: plan.bits(),
+                receiver_bits,
+            });
+        }
+        Ok(Self {
+            model,
+            receiver_bits,
+            members,
+        })
+    }
+
+    fn bits(&self) -> u32 {
+        self.receiver_bits + self.members.map_or(0, MemberPlan::bits)
+    }
+
+    /// The value of `flow`: its indirection entry, and its member index
+    /// above it.
+    fn value(&self, flow: &FlowTuple) -> u32 {
+        let entry = self.model.hash(flow) & ((1u32 << self.receiver_bits) - 1);
+        let member = self
+            .members
+            .map_or(0, |plan| plan.index(flow) << self.receiver_bits);
+        entry | member
+    }
+
+    /// The member bits slot `slot`'s entries carry.
+    fn member_bits_of_slot(&self, slot: usize) -> u32 {
+        self.members
+            .map_or(0, |plan| plan.member_of_slot(slot) << self.receiver_bits)
     }
 }
 

@@ -3,12 +3,13 @@
 //! resulting 4-tuple with the model, for random receivers and ports — and
 //! together cover every port of the range.
 
-use std::{collections::BTreeSet, net::IpAddr};
+use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
 use proptest::prelude::*;
 use srap_common::{
     binder::{LISTED_PORTS_PER_SLOT, MAX_SLOTS},
-    port_tables::{PortTableError, Scope, TablePlan},
+    bond::{MemberPlan, member_index},
+    port_tables::{LayoutPlan, PortTableError, Scope, TablePlan},
     rss::{FieldsDescription, FlowTuple, RssDescription, RssModel, embedded_default},
     solver::PortRange,
 };
@@ -136,6 +137,54 @@ proptest! {
                 let listed = (0..table.slots().len()).map(|slot| table.slot_ports(slot, dport).len());
                 prop_assert!(listed.max().unwrap_or(0) <= LISTED_PORTS_PER_SLOT);
             }
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// With a bond to balance, every port a slot's rotation visits lands on
+    /// the slot's receiver CPU (the model's Toeplitz) and leaves on the
+    /// slot's member by the driver's own formula ([`member_index`], the
+    /// modulo, not the linear bits the tables were built from); the slots
+    /// still cover the range between them.
+    #[test]
+    fn member_balanced_tables_put_each_slot_on_its_cpu_and_its_member(
+        model in receiver(),
+        (src, dst) in addresses(),
+        members in prop_oneof![Just(2u32), Just(4), Just(8)],
+        dport in any::<u16>(),
+    ) {
+        let plan = MemberPlan::new(members).unwrap();
+        let layout = match LayoutPlan::any_port_over(&model, dst, PortRange::DEFAULT, Some(plan)) {
+            Ok(Some(layout)) => layout,
+            // Not linear, or too many bits together: nothing to check.
+            Ok(None) | Err(PortTableError::MembersTooWide { .. }) => return Ok(()),
+            Err(other) => return Err(TestCaseError::fail(other.to_string())),
+        };
+        let table = TablePlan::with_layout(&model, Arc::new(layout), src, dst).unwrap();
+        let seen = check_table(&model, &table, src, dst, dport)?;
+        for slot in 0..table.slots().len() {
+            let want = plan.member_of_slot(slot);
+            for port in table.slot_ports(slot, dport) {
+                let tuple = FlowTuple::new(src, port, dst, dport).unwrap();
+                prop_assert_eq!(member_index(&tuple, members), Some(want), "slot {} port {}", slot, port);
+            }
+        }
+        // And every port of the range whose CPU and member are a slot's
+        // plan is in that slot's rotation: nothing the plan allows is lost.
+        if model.reachable_cpus().len() <= MAX_SLOTS as usize {
+            let slot_of: std::collections::BTreeMap<u32, usize> =
+                table.slots().iter().enumerate().map(|(s, row)| (row.cpu, s)).collect();
+            let allowed = (PortRange::DEFAULT.start()..=PortRange::DEFAULT.end())
+                .filter(|&port| {
+                    let tuple = FlowTuple::new(src, port, dst, dport).unwrap();
+                    let slot = slot_of[&model.landing(&tuple).cpu];
+                    member_index(&tuple, members) == Some(plan.member_of_slot(slot))
+                })
+                .count();
+            prop_assert_eq!(seen.len(), allowed);
         }
     }
 }

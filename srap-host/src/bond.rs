@@ -99,6 +99,19 @@ impl Bond {
     }
 }
 
+/// `iface`'s own `tx_bytes` counter (`/sys/class/net/IFACE/statistics`).
+pub fn tx_bytes(iface: &str) -> Option<u64> {
+    fs::read_to_string(
+        Path::new("/sys/class/net")
+            .join(iface)
+            .join("statistics/tx_bytes"),
+    )
+    .ok()?
+    .trim()
+    .parse()
+    .ok()
+}
+
 /// `iface` as a bond, from `/sys`; `None` when it is not one.
 pub fn read(iface: &str) -> Option<Bond> {
     read_from(Path::new("/sys"), iface)

@@ -28,6 +28,14 @@ pub fn source_toward(receiver: IpAddr) -> Result<IpAddr, HostError> {
     Ok(source)
 }
 
+/// The interface the route toward `dst` leaves from: the one that holds
+/// the route's source address (a bond's address is on the bond, not on its
+/// members). `None` when there is no route or no interface has it.
+pub fn egress_iface(dst: IpAddr) -> Option<String> {
+    let source = source_toward(dst).ok()?;
+    crate::local::interface_of(source).ok().flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

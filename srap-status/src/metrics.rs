@@ -332,6 +332,21 @@ pub const SENDER_METRICS: &[(&str, &str, &str)] = &[
         "gauge",
         "Each open steered flow's CPU on this host: of the thread that connected it, at connect() (kind=connecting), and the one that processes what it receives (kind=receiving)",
     ),
+    (
+        "srap_sender_bond_member_flows",
+        "gauge",
+        "Open steered flows the bonding driver's layer3+4 hash puts on each member of a bond the route toward a receiver leaves by (0 for a member that cannot send)",
+    ),
+    (
+        "srap_sender_bond_member_tx_bytes_total",
+        "counter",
+        "Each bond member's own tx_bytes counter: what it really sent",
+    ),
+    (
+        "srap_sender_bond_member_usable",
+        "gauge",
+        "1 when the member can send (up; in 802.3ad, distributing in the active aggregator)",
+    ),
 ];
 
 /// The sender agent's exposition text: the binder's counters and the
@@ -375,6 +390,21 @@ pub fn render_sender(status: &SenderStatus) -> String {
                             let labels = format!("{{src=\"{src}\",dst=\"{dst}\",kind=\"{kind}\"}}");
                             sample(&labels, u64::from(cpu));
                         }
+                    }
+                }
+            }
+            "srap_sender_bond_member_flows"
+            | "srap_sender_bond_member_tx_bytes_total"
+            | "srap_sender_bond_member_usable" => {
+                for bond in &status.bonds {
+                    for m in &bond.members {
+                        let labels = format!("{{bond=\"{}\",member=\"{}\"}}", bond.name, m.name);
+                        let value = match name {
+                            "srap_sender_bond_member_flows" => u64::from(m.flows),
+                            "srap_sender_bond_member_usable" => u64::from(m.usable),
+                            _ => m.tx_bytes,
+                        };
+                        sample(&labels, value);
                     }
                 }
             }

@@ -45,6 +45,46 @@ pub struct SenderStatus {
     /// started.
     #[serde(default)]
     pub occupancy: OccupancyRow,
+    /// The bonds the routes toward the receivers leave by, each member with
+    /// its flows and what its own counters say it sent.
+    #[serde(default)]
+    pub bonds: Vec<BondRow>,
+}
+
+/// A bond on the route toward a receiver.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BondRow {
+    pub name: String,
+    /// `balance-xor`, `802.3ad`, …
+    pub mode: String,
+    /// `xmit_hash_policy` as sysfs names it.
+    pub policy: String,
+    /// The plan places each flow on a member too.
+    pub balanced: bool,
+    /// Why it does not, when it does not.
+    #[serde(default)]
+    pub why_not: Option<String>,
+    /// Every member in enslavement order.
+    pub members: Vec<MemberRow>,
+}
+
+/// One member of a bond.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemberRow {
+    pub name: String,
+    /// It can send now (up; in 802.3ad, distributing in the active
+    /// aggregator).
+    pub usable: bool,
+    /// The steered cgroup's open connections the driver's hash puts on it.
+    pub flows: u32,
+    /// Its own `tx_bytes` counter.
+    pub tx_bytes: u64,
+    /// Bytes a second it sent since the agent's previous status sample
+    /// (its counter's rise), `None` on the first.
+    #[serde(default)]
+    pub tx_bytes_per_s: Option<u64>,
 }
 
 /// The occupancy audit of a sender agent: at every interval it compares

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use srap_common::rss::KeySource;
 use srap_status::{
     SenderStatus,
-    sender::{LocalRow, OccupancyRow, ReceiverRow, SenderFlowRow},
+    sender::{BondRow, LocalRow, OccupancyRow, ReceiverRow, SenderFlowRow},
 };
 
 pub fn render(status: &SenderStatus) -> String {
@@ -52,8 +52,49 @@ pub fn render(status: &SenderStatus) -> String {
             let _ = writeln!(out, "{line}");
         }
     }
+    for bond in &status.bonds {
+        bond_lines(&mut out, bond);
+    }
     flow_lines(&mut out, &status.flows);
     out
+}
+
+/// A bond on the route: whether flows are balanced over its members, and
+/// per member its flows (by the driver's hash) and what its own counters
+/// say it sent.
+fn bond_lines(out: &mut String, bond: &BondRow) {
+    let state = if bond.balanced {
+        "flows balanced over the usable members".to_owned()
+    } else {
+        format!(
+            "members not balanced: {}",
+            bond.why_not.as_deref().unwrap_or("no plan")
+        )
+    };
+    let _ = writeln!(
+        out,
+        "\nbond {} ({}, {}): {state}",
+        bond.name, bond.mode, bond.policy
+    );
+    let _ = writeln!(
+        out,
+        "  {:<12} {:<7} {:>5} {:>14} {:>12}",
+        "member", "usable", "flows", "tx bytes", "tx rate"
+    );
+    for m in &bond.members {
+        let rate = m.tx_bytes_per_s.map_or("-".to_owned(), |r| {
+            format!("{:.1} Mbit/s", r as f64 * 8.0 / 1e6)
+        });
+        let _ = writeln!(
+            out,
+            "  {:<12} {:<7} {:>5} {:>14} {:>12}",
+            m.name,
+            if m.usable { "yes" } else { "no" },
+            m.flows,
+            m.tx_bytes,
+            rate
+        );
+    }
 }
 
 /// The occupancy audit's repairs, only when it made any: each is a bug

@@ -95,7 +95,9 @@ impl LocalEnd {
             Source::Iface(iface) => Some(iface.clone()),
             // Described by a file: the device the replies arrive on is the
             // one the route toward the destinations leaves from.
-            Source::File(_) => toward.first().and_then(|dst| route_iface(*dst)),
+            Source::File(_) => toward
+                .first()
+                .and_then(|dst| srap_host::route::egress_iface(*dst)),
         };
         let landings = match LocalLandings::attach(cgroup, iface.as_deref()) {
             Ok(landings) => {
@@ -378,12 +380,6 @@ pub fn local_grant(tiers: &[Vec<u32>]) -> CpuGrant {
         })
         .collect();
     CpuGrant { epoch: 0, cpus }
-}
-
-/// The interface the route toward `dst` leaves from.
-fn route_iface(dst: IpAddr) -> Option<String> {
-    let source = srap_host::route::source_toward(dst).ok()?;
-    srap_host::local::interface_of(source).ok().flatten()
 }
 
 #[cfg(test)]

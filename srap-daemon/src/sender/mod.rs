@@ -12,6 +12,7 @@
 
 mod attach;
 pub mod audit;
+pub mod bond;
 pub mod config;
 pub mod ends;
 pub mod follow;
@@ -276,6 +277,7 @@ pub fn receiver_sources(receivers: &[IpAddr]) -> Result<Vec<plan::ReceiverSource
                 receiver: *r,
                 route: route::source_toward(*r)?,
                 others: local::addresses_toward(*r)?,
+                bond: bond::EgressBond::toward(*r),
             })
         })
         .collect()
@@ -298,7 +300,7 @@ pub fn sources_changed(binder: &RunningBinder, receivers: &[IpAddr]) -> Result<b
             .map(|t| t.source)
             .collect();
         let want: BTreeSet<IpAddr> = wanted.sources().into_iter().collect();
-        wanted.route != planned.source || had != want
+        wanted.route != planned.source || had != want || wanted.bond != planned.bond
     }))
 }
 

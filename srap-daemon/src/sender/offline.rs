@@ -79,6 +79,7 @@ pub async fn run(
         local,
         published,
         audit: super::audit::OccupancyAudit::default(),
+        member_rates: super::bond::MemberRates::default(),
     };
     run.until_stopped(&mut binder, Duration::from_secs(args.interval().max(1)))
         .await
@@ -124,6 +125,8 @@ struct Offline {
     published: Option<Published>,
     /// The occupancy audit, run at every `--interval`.
     audit: super::audit::OccupancyAudit,
+    /// Each bond member's counter at the previous status, for its rate.
+    member_rates: super::bond::MemberRates,
 }
 
 /// What this host's closed loop changes in the plan, without I/O (the
@@ -252,6 +255,7 @@ impl Offline {
             if let Some(local) = &self.local {
                 status::add_local(&mut snapshot, local, &self.plan.options.targets);
             }
+            super::bond::add_bonds(&mut snapshot, binder, &self.member_rates);
             published.update(snapshot);
         }
     }

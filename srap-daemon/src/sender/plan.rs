@@ -22,13 +22,14 @@ use srap_common::{
     binder::{
         BinderSizes, DestKey, DestValue, FIRST_RECEIVER_ROW, LOCAL_ROW, MAX_RECEIVERS, SizeSetting,
     },
+    bond::MemberPlan,
     ends::JointTables,
     port_tables::{LayoutPlan, PortTableError, TablePlan, addr_words},
     rss::{End, RssModel},
     solver::PortRange,
 };
 
-use super::SenderError;
+use super::{SenderError, bond::EgressBond};
 
 /// One receiver as the agent steers it.
 #[derive(Debug, Clone)]
@@ -42,6 +43,8 @@ pub struct ReceiverPlan {
     pub tables: Vec<usize>,
     /// CPU slots of the receiver (its layouts all have as many).
     pub slots: u32,
+    /// The bond the route toward it leaves by, as planned for.
+    pub bond: Option<EgressBond>,
 }
 
 /// Everything the maps will hold.
@@ -70,6 +73,9 @@ pub struct ReceiverSources {
     /// Other local addresses an application may bind (other families are
     /// ignored).
     pub others: Vec<IpAddr>,
+    /// The bond the route leaves by, if it is one: with a member plan, each
+    /// slot's ports also leave on one member.
+    pub bond: Option<EgressBond>,
 }
 
 /// One receiver to plan: its row in the binder, the RSS model of its host,
@@ -90,7 +96,13 @@ impl ReceiverSources {
             receiver,
             route,
             others: Vec::new(),
+            bond: None,
         }
+    }
+
+    /// The members to balance flows to this receiver over, if any.
+    pub fn members(&self) -> Option<MemberPlan> {
+        self.bond.as_ref().and_then(|b| b.plan)
     }
 
     /// Route source first, then the other addresses of its family, once each.
@@ -205,6 +217,7 @@ impl Plan {
             index: LOCAL_ROW,
             receiver: std::net::Ipv4Addr::UNSPECIFIED.into(),
             source: std::net::Ipv4Addr::UNSPECIFIED.into(),
+            bond: None,
             tables: vec![t as usize],
             slots: self.tables[t as usize].layout.slots.len() as u32,
         });
@@ -232,8 +245,11 @@ impl Plan {
                 source,
             }
         };
+        // The bond is this host's: it balances the flows a receiver's
+        // model places (not this host's own NIC's, `--steer local`).
+        let members = sources.members().filter(|_| model.end() == End::Remote);
         let layout = shared
-            .get(&input.model, receiver, range)
+            .get(&input.model, receiver, range, members)
             .map_err(steering_error(None))?;
         let mut plan = ReceiverPlan {
             index,
@@ -241,6 +257,7 @@ impl Plan {
             source: sources.route,
             tables: Vec::new(),
             slots: 0,
+            bond: sources.bond.clone(),
         };
         for (n, src) in sources.sources().into_iter().enumerate() {
             let route = n == 0;
@@ -299,7 +316,7 @@ impl Plan {
             ))
         };
         let layout = shared
-            .get(&both.model, receiver, range)
+            .get(&both.model, receiver, range, None)
             .map_err(|e| not_linear(e.to_string()))?
             .ok_or_else(|| {
                 not_linear("is not linear in the port (its table size or input transform)".into())
@@ -510,12 +527,16 @@ struct LocalEnd {
     joints: Vec<(Arc<LayoutPlan>, Arc<LayoutPlan>, Arc<JointTables>)>,
 }
 
-/// The any-port layout of each (model, address family), built once per
-/// plan: receivers of one description (the same `Arc`) share it.
+/// The any-port layout of each (model, address family, bond members),
+/// built once per plan: receivers of one description (the same `Arc`)
+/// reached over the same members share it.
 #[derive(Default)]
 struct SharedLayouts {
-    built: Vec<(Arc<RssModel>, bool, Option<Arc<LayoutPlan>>)>,
+    built: Vec<(LayoutKey, Option<Arc<LayoutPlan>>)>,
 }
+
+/// What a shared layout is built for: the model, IPv4 or not, the members.
+type LayoutKey = (Arc<RssModel>, bool, Option<MemberPlan>);
 
 impl SharedLayouts {
     fn get(
@@ -523,17 +544,18 @@ impl SharedLayouts {
         model: &Arc<RssModel>,
         receiver: IpAddr,
         range: PortRange,
+        members: Option<MemberPlan>,
     ) -> Result<Option<Arc<LayoutPlan>>, PortTableError> {
         let v4 = receiver.is_ipv4();
-        let known = self
-            .built
-            .iter()
-            .find(|(m, family, _)| Arc::ptr_eq(m, model) && *family == v4);
-        if let Some((_, _, layout)) = known {
+        let known = self.built.iter().find(|((m, family, over), _)| {
+            Arc::ptr_eq(m, model) && *family == v4 && *over == members
+        });
+        if let Some((_, layout)) = known {
             return Ok(layout.clone());
         }
-        let layout = LayoutPlan::any_port(model, receiver, range)?.map(Arc::new);
-        self.built.push((model.clone(), v4, layout.clone()));
+        let layout = LayoutPlan::any_port_over(model, receiver, range, members)?.map(Arc::new);
+        self.built
+            .push(((model.clone(), v4, members), layout.clone()));
         Ok(layout)
     }
 }
@@ -599,7 +621,7 @@ fn check_receivers(receivers: &[ReceiverInput]) -> Result<(), SenderError> {
 mod tests {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-    use srap_common::rss::{RssModel, embedded_default};
+    use srap_common::rss::{FlowTuple, RssModel, embedded_default};
 
     use super::*;
 
@@ -612,7 +634,66 @@ mod tests {
             receiver: IpAddr::V4(Ipv4Addr::new(10, 199, 9, 2)),
             route: IpAddr::V4(Ipv4Addr::new(10, 199, 9, 1)),
             others: vec![],
+            bond: None,
         }
+    }
+
+    /// `v4()` reached over a layer3+4 bond of `up.len()` members.
+    fn over_bond(up: &[bool]) -> ReceiverSources {
+        let bond = srap_host::bond::Bond {
+            name: "bond0".into(),
+            mode: "balance-xor".into(),
+            policy_name: "layer3+4 1".into(),
+            policy: srap_common::bond::HashPolicy::parse("layer3+4"),
+            active_aggregator: None,
+            members: up
+                .iter()
+                .enumerate()
+                .map(|(i, up)| srap_host::bond::Member {
+                    name: format!("eth{i}"),
+                    up: *up,
+                    aggregator: None,
+                    port_state: None,
+                })
+                .collect(),
+        };
+        ReceiverSources {
+            bond: Some(EgressBond::of(&bond)),
+            ..v4()
+        }
+    }
+
+    /// Over a bond of four, each receiver CPU's ports all leave on one
+    /// member (the driver's formula), slot after slot round robin; over
+    /// three usable the plan is the receiver's alone.
+    #[test]
+    fn a_bonded_receivers_slots_each_take_one_member() {
+        let plan =
+            Plan::build(&model(), &[over_bond(&[true; 4])], &[], PortRange::DEFAULT).expect("plan");
+        let table = &plan.tables[0];
+        assert_eq!(table.layout.cosets.len(), 128 * 4, "(entry, member) values");
+        let (src, dst) = (v4().route, v4().receiver);
+        for slot in 0..table.slots().len() {
+            let ports = table.slot_ports(slot, 5201);
+            assert!(ports.len() > 100, "slot {slot}: {} ports", ports.len());
+            for port in ports {
+                let tuple = FlowTuple::new(src, port, dst, 5201).expect("tuple");
+                assert_eq!(
+                    srap_common::bond::member_index(&tuple, 4),
+                    Some(slot as u32 % 4)
+                );
+                assert_eq!(model().landing(&tuple).cpu, table.slots()[slot].cpu);
+            }
+        }
+        let three = Plan::build(
+            &model(),
+            &[over_bond(&[true, true, false, true])],
+            &[],
+            PortRange::DEFAULT,
+        )
+        .expect("plan");
+        assert_eq!(three.tables[0].layout.cosets.len(), 128);
+        assert_eq!(three.tables[0].layout.members, None);
     }
 
     #[test]
@@ -654,6 +735,7 @@ mod tests {
             receiver: IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 2)),
             route: IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 1)),
             others: vec![],
+            bond: None,
         };
         let plan =
             Plan::build(&model(), &[v4(), v6], &[5201, 80, 5201], PortRange::DEFAULT).unwrap();
@@ -738,6 +820,7 @@ mod tests {
             receiver: IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 2)),
             route: IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 1)),
             others: vec![],
+            bond: None,
         };
         let plan = Plan::build(&model(), &[v4(), v6], &[], PortRange::DEFAULT).unwrap();
         let err = plan
@@ -847,6 +930,7 @@ mod tests {
             receiver: IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 2)),
             route: IpAddr::V6(Ipv6Addr::new(0xfd00, 0x5a, 0, 9, 0, 0, 0, 1)),
             others: vec![],
+            bond: None,
         };
         let remote = Arc::new(model());
         let inputs: Vec<ReceiverInput> = [v4(), v6]

@@ -31,7 +31,8 @@ pub fn replan(binder: &mut RunningBinder, options: &SenderOptions) -> Result<(),
 
 /// Re-plans (for the same RSS models) when the host's addresses or routes
 /// toward the receivers changed since the plan (an address added for an
-/// application to bind, say); returns true if it did. Failures are logged
+/// application to bind, say), or the bond they leave by (a member down or
+/// up, a port out of the aggregator); returns true if it did. Failures are logged
 /// and the old plan keeps steering.
 pub fn replan_if_sources_changed(binder: &mut RunningBinder, options: &SenderOptions) -> bool {
     let addrs: Vec<std::net::IpAddr> = options.target_addrs();
@@ -39,7 +40,7 @@ pub fn replan_if_sources_changed(binder: &mut RunningBinder, options: &SenderOpt
         Ok(false) => false,
         Ok(true) => match replan(binder, options) {
             Ok(()) => {
-                println!("local addresses or routes changed: replanned");
+                println!("local addresses, routes or bond members changed: replanned");
                 println!("{}", super::summary::describe(binder));
                 true
             }

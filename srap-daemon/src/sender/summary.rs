@@ -29,6 +29,9 @@ pub fn describe(binder: &RunningBinder) -> String {
                 table.layout.port_count()
             );
         }
+        if let Some(bond) = &receiver.bond {
+            let _ = writeln!(out, "receiver {}: {}", receiver.receiver, bond.describe());
+        }
     }
     let _ = writeln!(
         out,

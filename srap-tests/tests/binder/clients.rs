@@ -279,7 +279,7 @@ fn an_address_added_while_running_is_planned() {
     let mut lab = Lab::new(false);
     lab.start_agent();
     let added = add_sender_address(&lab, 12);
-    lab.await_agent_line("local addresses or routes changed: replanned");
+    lab.await_agent_line("local addresses, routes or bond members changed: replanned");
     bound_clients_keep(&lab, &python, added, 4);
 }
 

@@ -157,7 +157,7 @@ fn every_socket_pattern_releases_exactly_what_it_claimed() {
         |lab, w| {
             let ports = w.open(8);
             super::clients::add_sender_address(lab, 21);
-            lab.await_agent_line("local addresses or routes changed: replanned");
+            lab.await_agent_line("local addresses, routes or bond members changed: replanned");
             ports
         },
     );
@@ -258,7 +258,7 @@ fn a_soak_of_mixed_patterns_with_a_replan_and_a_restart_drifts_nothing() {
         match round {
             5 => {
                 super::clients::add_sender_address(&lab, 21);
-                lab.await_agent_line("local addresses or routes changed: replanned");
+                lab.await_agent_line("local addresses, routes or bond members changed: replanned");
             }
             10 => {
                 assert_nothing_repaired(&lab, "before the restart");

@@ -87,6 +87,8 @@ struct Follower {
     opened: Option<LocalLandings>,
     /// The occupancy audit, run at every `--interval`.
     audit: super::audit::OccupancyAudit,
+    /// Each bond member's counter at the previous status, for its rate.
+    member_rates: super::bond::MemberRates,
 }
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
@@ -146,6 +148,7 @@ pub async fn run(
         local: None,
         opened: None,
         audit: super::audit::OccupancyAudit::default(),
+        member_rates: super::bond::MemberRates::default(),
     };
     follower.publish(None);
     let limit = Duration::from_secs(args.peer_wait());

@@ -95,6 +95,9 @@ impl Follower {
         for flow in &mut status.flows {
             seen_at_receiver(flow, &self.machine.peers, &self.handles);
         }
+        if let Some(binder) = binder {
+            crate::sender::bond::add_bonds(&mut status, binder, &self.member_rates);
+        }
         status
     }
 }
