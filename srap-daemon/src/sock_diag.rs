@@ -26,6 +26,7 @@ const INET_DIAG_INFO: u16 = 2;
 const TCP_LISTEN: u32 = 10;
 /// Offsets in `struct tcp_info` (stable UAPI, appended to only).
 const TCPI_LAST_DATA_RECV: usize = 52;
+const TCPI_BYTES_ACKED: usize = 120;
 const TCPI_BYTES_RECEIVED: usize = 128;
 const TCPI_SEGS_IN: usize = 140;
 /// No answer for this long: the dump failed.
@@ -39,6 +40,9 @@ pub type Connections = HashMap<(SocketAddr, SocketAddr), TcpCounters>;
 pub struct TcpCounters {
     /// Payload bytes received (`tcpi_bytes_received`).
     pub bytes_received: u64,
+    /// Payload bytes sent and acknowledged (`tcpi_bytes_acked`): what the
+    /// connection really carried out of this host.
+    pub bytes_acked: u64,
     /// Segments received (`tcpi_segs_in`; GRO aggregates count per segment).
     pub segs_in: u64,
     /// Milliseconds since the last data arrived (`tcpi_last_data_recv`).
@@ -207,6 +211,7 @@ fn parse_diag_msg(body: &[u8]) -> Option<((SocketAddr, SocketAddr), TcpCounters)
     let info = attrs.iter().find(|a| a.kind == INET_DIAG_INFO)?.payload;
     let counters = TcpCounters {
         bytes_received: u64_at(info, TCPI_BYTES_RECEIVED).unwrap_or(0),
+        bytes_acked: u64_at(info, TCPI_BYTES_ACKED).unwrap_or(0),
         segs_in: u64::from(u32_at(info, TCPI_SEGS_IN).unwrap_or(0)),
         last_data_recv_ms: u32_at(info, TCPI_LAST_DATA_RECV).unwrap_or(u32::MAX),
     };

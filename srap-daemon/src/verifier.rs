@@ -924,6 +924,7 @@ mod tests {
         assert_eq!(socket_stats(&flow, None, 5_000_000, exact), None);
         let live = TcpCounters {
             bytes_received: 9_000,
+            bytes_acked: 0,
             segs_in: 7,
             last_data_recv_ms: 2,
         };

@@ -7,7 +7,12 @@
 //! and the agent re-plans ([`super::replan_if_sources_changed`]), so new
 //! connections balance over the members that can send.
 
-use std::{collections::BTreeMap, net::IpAddr, sync::Mutex, time::Instant};
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::{IpAddr, SocketAddr},
+    sync::Mutex,
+    time::Instant,
+};
 
 use srap_common::{
     bond::{MemberPlan, member_index},
@@ -17,6 +22,28 @@ use srap_host::bond::Bond;
 use srap_status::sender::{BondRow, MemberRow, SenderStatus};
 
 use super::RunningBinder;
+use crate::sock_diag::Connections;
+
+/// Bonds whose balancing the members' counters paused, with why: read by
+/// [`EgressBond::toward`], so the next interval's re-plan leaves their
+/// members out (fail open) and puts them back once cleared.
+static PAUSED: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
+
+fn paused(bond: &str) -> Option<String> {
+    PAUSED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(bond)
+        .cloned()
+}
+
+fn set_paused(bond: &str, why: Option<String>) {
+    let mut paused = PAUSED.lock().unwrap_or_else(|p| p.into_inner());
+    match why {
+        Some(why) => paused.insert(bond.to_owned(), why),
+        None => paused.remove(bond),
+    };
+}
 
 /// A bond on the route toward a receiver, as the plan was built for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,10 +60,18 @@ pub struct EgressBond {
 }
 
 impl EgressBond {
-    /// The bond the route toward `dst` leaves by, if it is one.
+    /// The bond the route toward `dst` leaves by, if it is one; its plan
+    /// left out while the members' counters have it paused.
     pub fn toward(dst: IpAddr) -> Option<Self> {
         let iface = srap_host::route::egress_iface(dst)?;
-        srap_host::bond::read(&iface).map(|bond| Self::of(&bond))
+        let mut bond = Self::of(&srap_host::bond::read(&iface)?);
+        if bond.plan.is_some()
+            && let Some(why) = paused(&bond.name)
+        {
+            bond.plan = None;
+            bond.why_not = Some(format!("paused: {why}"));
+        }
+        Some(bond)
     }
 
     /// What a plan makes of `bond`.
@@ -100,21 +135,37 @@ impl EgressBond {
     }
 }
 
-/// Each member's `tx_bytes` at the previous status sample: a member's
-/// rate is its own counter's rise, never SRAP's estimate.
+/// Each member's `tx_bytes` at the previous status sample, and the rate
+/// it gave: a member's rate is its own counter's rise, never SRAP's
+/// estimate.
 #[derive(Debug, Default)]
 pub struct MemberRates {
-    last: Mutex<BTreeMap<String, (Instant, u64)>>,
+    last: Mutex<BTreeMap<String, Sampled>>,
 }
 
+/// When a member's counter was read, what it said, and the rate it gave.
+type Sampled = (Instant, u64, Option<u64>);
+
 impl MemberRates {
-    /// `member`'s bytes a second since the previous call for it.
+    /// Samples closer together than this keep the rate they had: a status
+    /// built twice in one tick must not measure over microseconds.
+    const MIN_SPAN_S: f64 = 0.5;
+
+    /// `member`'s bytes a second since the previous sample of it.
     fn rate(&self, member: &str, tx_bytes: u64) -> Option<u64> {
         let now = Instant::now();
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        let before = last.insert(member.to_owned(), (now, tx_bytes))?;
-        let seconds = now.duration_since(before.0).as_secs_f64();
-        (seconds > 0.0).then(|| (tx_bytes.saturating_sub(before.1) as f64 / seconds) as u64)
+        let Some(&(then, bytes, rate)) = last.get(member) else {
+            last.insert(member.to_owned(), (now, tx_bytes, None));
+            return None;
+        };
+        let seconds = now.duration_since(then).as_secs_f64();
+        if seconds < Self::MIN_SPAN_S {
+            return rate;
+        }
+        let rate = Some((tx_bytes.saturating_sub(bytes) as f64 / seconds) as u64);
+        last.insert(member.to_owned(), (now, tx_bytes, rate));
+        rate
     }
 }
 
@@ -175,6 +226,153 @@ fn bond_row(bond: &EgressBond, status: &SenderStatus, rates: &MemberRates) -> Bo
     }
 }
 
+/// Bytes below which a member's share of an interval is not judged: a
+/// few idle flows' keepalives say nothing.
+const MIN_JUDGED_BYTES: u64 = 256 * 1024;
+/// Contradicting samples in a row that pause a bond's balancing.
+const PAUSE_AFTER: u32 = 2;
+/// Agreeing samples in a row (paused) that resume it.
+const RESUME_AFTER: u32 = 3;
+
+/// What a bond's members' own counters say of the driver's hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberVerdict {
+    /// Every member that should have sent much did.
+    Agreed,
+    /// A member sent far less than the flows the hash puts on it: the
+    /// driver does not choose as the model says (a policy or kernel the
+    /// model does not know, a member list read wrong).
+    Contradicted(String),
+    /// Too little was sent to judge.
+    Undecided,
+}
+
+/// Judges one interval: `expected[i]` is what the open flows the hash puts
+/// on usable member `i` sent (their own `tcpi_bytes_acked` rise),
+/// `observed[i]` what the member's own `tx_bytes` rose by. A member's
+/// counter also counts headers and other traffic, so it only ever exceeds
+/// its flows' payload when the model is right; half of it is the bar.
+pub fn judge(names: &[&str], expected: &[u64], observed: &[u64]) -> MemberVerdict {
+    let mut judged = false;
+    for ((name, want), got) in names.iter().zip(expected).zip(observed) {
+        if *want < MIN_JUDGED_BYTES {
+            continue;
+        }
+        judged = true;
+        if got.saturating_mul(2) < *want {
+            return MemberVerdict::Contradicted(format!(
+                "{name} sent {got} bytes while the flows the driver's hash puts on it sent {want}"
+            ));
+        }
+    }
+    if judged {
+        MemberVerdict::Agreed
+    } else {
+        MemberVerdict::Undecided
+    }
+}
+
+/// The closed loop over the members' counters: every status sample, each
+/// bond's verdict ([`judge`]); [`PAUSE_AFTER`] contradictions in a row
+/// pause its balancing (new connections then get the receiver's placement
+/// only), [`RESUME_AFTER`] agreements in a row resume it. Judged paused
+/// too: the hash still says where the kernel's ports go.
+#[derive(Debug, Default)]
+pub struct MemberLoop {
+    acked: HashMap<(SocketAddr, SocketAddr), u64>,
+    tx: BTreeMap<String, u64>,
+    streaks: BTreeMap<String, (u32, u32)>,
+}
+
+impl MemberLoop {
+    /// One sample of `status` (its flows and bonds filled in) and the
+    /// namespace's connections; returns the bonds whose pause changed.
+    pub fn sample(&mut self, status: &SenderStatus, connections: &Connections) -> Vec<String> {
+        let mut changed = Vec::new();
+        for bond in &status.bonds {
+            let usable: Vec<&str> = bond
+                .members
+                .iter()
+                .filter(|m| m.usable)
+                .map(|m| m.name.as_str())
+                .collect();
+            let expected = self.expected(status, connections, usable.len() as u32);
+            let observed: Vec<u64> = usable
+                .iter()
+                .map(|name| {
+                    let now = bond
+                        .members
+                        .iter()
+                        .find(|m| m.name == *name)
+                        .map_or(0, |m| m.tx_bytes);
+                    let before = self.tx.insert((*name).to_owned(), now);
+                    before.map_or(0, |b| now.saturating_sub(b))
+                })
+                .collect();
+            let verdict = judge(&usable, &expected, &observed);
+            if self.follow(&bond.name, &verdict) {
+                changed.push(bond.name.clone());
+            }
+        }
+        self.acked = status
+            .flows
+            .iter()
+            .filter_map(|f| Some((f.dst?, f.src?)))
+            .filter_map(|key| Some((key, connections.get(&key)?.bytes_acked)))
+            .collect();
+        changed
+    }
+
+    /// Per usable member, what the open flows the hash puts there sent
+    /// since the previous sample.
+    fn expected(&self, status: &SenderStatus, connections: &Connections, members: u32) -> Vec<u64> {
+        let mut expected = vec![0u64; members as usize];
+        for flow in &status.flows {
+            let (Some(src), Some(dst)) = (flow.src, flow.dst) else {
+                continue;
+            };
+            let Some(now) = connections.get(&(dst, src)).map(|c| c.bytes_acked) else {
+                continue;
+            };
+            let Some(before) = self.acked.get(&(dst, src)) else {
+                continue;
+            };
+            let index = FlowTuple::from_sockets(src, dst)
+                .ok()
+                .and_then(|t| member_index(&t, members));
+            if let Some(slot) = index.and_then(|i| expected.get_mut(i as usize)) {
+                *slot += now.saturating_sub(*before);
+            }
+        }
+        expected
+    }
+
+    /// Counts `verdict` into the bond's streaks; true when it paused or
+    /// resumed the bond.
+    fn follow(&mut self, bond: &str, verdict: &MemberVerdict) -> bool {
+        let (agreeing, contradicting) = self.streaks.entry(bond.to_owned()).or_default();
+        match verdict {
+            MemberVerdict::Agreed => (*agreeing, *contradicting) = (*agreeing + 1, 0),
+            MemberVerdict::Contradicted(_) => (*agreeing, *contradicting) = (0, *contradicting + 1),
+            MemberVerdict::Undecided => return false,
+        }
+        let is_paused = paused(bond).is_some();
+        match verdict {
+            MemberVerdict::Contradicted(why) if !is_paused && *contradicting >= PAUSE_AFTER => {
+                tracing::warn!("bond {bond}: member balancing paused: {why}");
+                set_paused(bond, Some(why.clone()));
+                true
+            }
+            MemberVerdict::Agreed if is_paused && *agreeing >= RESUME_AFTER => {
+                tracing::info!("bond {bond}: the members' counters agree again: balancing resumes");
+                set_paused(bond, None);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use srap_host::bond::{Bond, Member};
@@ -225,6 +423,44 @@ mod tests {
             &[false, true, false, true],
         ));
         assert_eq!(two.plan.map(MemberPlan::members), Some(2));
+    }
+
+    #[test]
+    fn a_member_that_sends_less_than_its_flows_contradicts_the_hash() {
+        let names = ["eth0", "eth1"];
+        let mb = 1024 * 1024;
+        assert_eq!(
+            judge(&names, &[4 * mb, 4 * mb], &[4 * mb + 9000, 5 * mb]),
+            MemberVerdict::Agreed
+        );
+        // Other traffic on a member with no flows is no contradiction.
+        assert_eq!(
+            judge(&names, &[8 * mb, 0], &[9 * mb, 3 * mb]),
+            MemberVerdict::Agreed
+        );
+        assert!(matches!(
+            judge(&names, &[4 * mb, 4 * mb], &[8 * mb, 10_000]),
+            MemberVerdict::Contradicted(why) if why.starts_with("eth1 sent 10000 bytes")
+        ));
+        assert_eq!(judge(&names, &[1000, 0], &[0, 0]), MemberVerdict::Undecided);
+    }
+
+    #[test]
+    fn two_contradictions_pause_and_three_agreements_resume() {
+        let mut member_loop = MemberLoop::default();
+        let bond = "bond-test-loop";
+        let no = MemberVerdict::Contradicted("eth1 sent nothing".into());
+        assert!(!member_loop.follow(bond, &no));
+        assert!(!member_loop.follow(bond, &MemberVerdict::Undecided));
+        assert!(member_loop.follow(bond, &no), "the second in a row pauses");
+        assert!(paused(bond).is_some_and(|why| why.contains("eth1")));
+        assert!(!member_loop.follow(bond, &MemberVerdict::Agreed));
+        assert!(!member_loop.follow(bond, &MemberVerdict::Agreed));
+        assert!(
+            member_loop.follow(bond, &MemberVerdict::Agreed),
+            "the third resumes"
+        );
+        assert_eq!(paused(bond), None);
     }
 
     #[test]

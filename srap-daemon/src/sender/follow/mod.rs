@@ -89,6 +89,10 @@ struct Follower {
     audit: super::audit::OccupancyAudit,
     /// Each bond member's counter at the previous status, for its rate.
     member_rates: super::bond::MemberRates,
+    /// The closed loop over the bond members' own counters.
+    member_loop: super::bond::MemberLoop,
+    /// This namespace's TCP sockets (`tcpi_bytes_acked`), for that loop.
+    connections: Option<crate::sock_diag::SockDiag>,
 }
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
@@ -149,6 +153,10 @@ pub async fn run(
         opened: None,
         audit: super::audit::OccupancyAudit::default(),
         member_rates: super::bond::MemberRates::default(),
+        member_loop: super::bond::MemberLoop::default(),
+        connections: crate::sock_diag::SockDiag::open()
+            .map_err(|err| warn!("bond members are not judged by their flows: {err}"))
+            .ok(),
     };
     follower.publish(None);
     let limit = Duration::from_secs(args.peer_wait());
@@ -272,6 +280,7 @@ impl Follower {
                 }
                 _ = status_tick.tick() => {
                     self.sample_local(binder);
+                    self.sample_members(binder);
                     self.publish(Some(binder));
                 }
                 _ = tokio::signal::ctrl_c() => return Ok(()),
@@ -412,6 +421,31 @@ impl Follower {
         if let Some(pause) = sampled.pause {
             let actions = self.machine.on(Event::LocalVerdict(pause));
             self.execute(binder, actions);
+        }
+    }
+
+    /// Judges the bonds' members by their own counters against what the
+    /// flows the driver's hash puts on them sent; a bond paused or resumed
+    /// is re-planned at once (its members left out or put back).
+    fn sample_members(&mut self, binder: &mut RunningBinder) {
+        if binder.plan.receivers.iter().all(|r| r.bond.is_none()) {
+            return;
+        }
+        let Some(diag) = &self.connections else {
+            return;
+        };
+        let connections = match diag.tcp_connections() {
+            Ok(connections) => connections,
+            Err(err) => {
+                warn!("reading this host's connections for the bond members: {err}");
+                return;
+            }
+        };
+        let status = self.status(Some(binder));
+        if !self.member_loop.sample(&status, &connections).is_empty()
+            && super::replan_if_sources_changed(binder, &self.machine.options)
+        {
+            self.planned(binder, false);
         }
     }
 
