@@ -104,15 +104,15 @@ pub fn index_bit_ports(members: u32) -> Option<Vec<(u32, u32)>> {
     )
 }
 
-/// Member balancing as the binder's plan does it: with a power-of-two
-/// count of usable members the member index is `bits` more linear bits of
-/// the port, stacked above the receiver's indirection bits so one port
-/// satisfies both ([`crate::port_tables`]). Each receiver CPU slot is
-/// given a member, round robin in slot order, so the flows the binder
+/// Member balancing as the binder's plan does it: each receiver CPU slot
+/// is given a member, round robin in slot order, so the flows the binder
 /// spreads over distinct receiver CPUs spread as evenly over the members.
-/// Counts that are not a power of two have no such bits (the modulo is not
-/// affine in the port): they get no plan, and the flows the receiver's
-/// placement alone.
+/// With a power-of-two count of usable members the member index is
+/// [`MemberPlan::linear_bits`] more linear bits of the port, stacked above
+/// the receiver's indirection bits so one port satisfies both, toward any
+/// destination port ([`crate::port_tables`]). Other counts (3, 5, 6, 7)
+/// take the modulo, which is not affine in the port: their ports are
+/// listed per destination port, so they balance only toward named ports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MemberPlan {
     members: u32,
@@ -124,10 +124,11 @@ impl MemberPlan {
     /// receiver table.
     pub const MOST: u32 = 8;
 
-    /// The plan for `members` usable members: `None` unless a power of
-    /// two from 2 to [`MemberPlan::MOST`] (one member needs no balancing).
+    /// The plan for `members` usable members, 2 to [`MemberPlan::MOST`]
+    /// (one member needs no balancing).
     pub fn new(members: u32) -> Option<Self> {
-        (members.is_power_of_two() && (2..=Self::MOST).contains(&members))
+        (2..=Self::MOST)
+            .contains(&members)
             .then_some(Self { members })
     }
 
@@ -135,9 +136,12 @@ impl MemberPlan {
         self.members
     }
 
-    /// The index bits the member adds to a port's value.
-    pub fn bits(self) -> u32 {
-        self.members.trailing_zeros()
+    /// The index bits the member adds to a port's value, for a power-of-two
+    /// count; `None` for another (not linear in the port).
+    pub fn linear_bits(self) -> Option<u32> {
+        self.members
+            .is_power_of_two()
+            .then(|| self.members.trailing_zeros())
     }
 
     /// The member index a slot's ports are planned for: slots round robin.
@@ -147,7 +151,7 @@ impl MemberPlan {
 
     /// The member index of `tuple` (the driver's, [`member_index`]).
     pub fn index(self, tuple: &FlowTuple) -> u32 {
-        layer34_hash(tuple) & (self.members - 1)
+        layer34_hash(tuple) % self.members
     }
 }
 

@@ -234,9 +234,12 @@ impl LayoutPlan {
         template: &FlowTuple,
         dport: u16,
         range: PortRange,
+        members: Option<MemberPlan>,
     ) -> Result<(Self, u32), PortTableError> {
         let flow = template.with_dport(dport);
-        if let Some(bits) = model.index_bits() {
+        if let Some(bits) = model.index_bits()
+            && members.is_none()
+        {
             let sport = PortHash::new(model, &flow);
             let index = ValueBits::new(model, None)?;
             let plan = Self::linear(model, &sport, &index, range, Scope::Port(dport));
@@ -250,10 +253,23 @@ impl LayoutPlan {
             return Err(PortTableError::NoPorts { range });
         }
         // Value v is the v-th listed port, a coset of one; a slot's entries
-        // are the values of its ports.
+        // are the values of its ports (with a bond to balance, those that
+        // leave on the slot's member).
         let mut cosets = Vec::new();
+        let mut slot = 0;
         let (slots, entries, cpus_left_out) = slots_by_cpu(model, |cpu| {
-            let ports = by_cpu.get(&cpu).map_or(&[][..], Vec::as_slice);
+            let all = by_cpu.get(&cpu).map_or(&[][..], Vec::as_slice);
+            let ports: Vec<u16> = match members {
+                Some(plan) => {
+                    let member = plan.member_of_slot(slot);
+                    all.iter()
+                        .copied()
+                        .filter(|port| plan.index(&flow.with_sport(*port)) == member)
+                        .collect()
+                }
+                None => all.to_vec(),
+            };
+            slot += 1;
             let step = ports.len().div_ceil(LISTED_PORTS_PER_SLOT).max(1);
             ports
                 .iter()
@@ -280,7 +296,7 @@ impl LayoutPlan {
             entries,
             cosets,
             cpus_left_out,
-            members: None,
+            members,
         };
         Ok((plan, 0))
     }
@@ -316,7 +332,7 @@ impl TablePlan {
     ) -> Result<Self, PortTableError> {
         match (LayoutPlan::any_port(model, dst, range)?, dport) {
             (Some(layout), _) => Self::with_layout(model, Arc::new(layout), src, dst),
-            (None, Some(dport)) => Self::one_port(model, src, dst, dport, range),
+            (None, Some(dport)) => Self::one_port_over(model, src, dst, dport, range, None),
             (None, None) => Err(PortTableError::NeedsPort {
                 reason: nonlinear_reason(model).unwrap_or_default(),
             }),
@@ -352,8 +368,22 @@ impl TablePlan {
         dport: u16,
         range: PortRange,
     ) -> Result<Self, PortTableError> {
+        Self::one_port_over(model, src, dst, dport, range, None)
+    }
+
+    /// [`TablePlan::one_port`] with each slot's ports listed among those
+    /// that leave on its member of a bond of `members`: how a count that
+    /// is not a power of two is balanced (the driver's modulo, per port).
+    pub fn one_port_over(
+        model: &RssModel,
+        src: IpAddr,
+        dst: IpAddr,
+        dport: u16,
+        range: PortRange,
+        members: Option<MemberPlan>,
+    ) -> Result<Self, PortTableError> {
         let template = FlowTuple::new(src, 0, dst, dport)?;
-        let (layout, base) = LayoutPlan::one_port(model, &template, dport, range)?;
+        let (layout, base) = LayoutPlan::one_port(model, &template, dport, range, members)?;
         Ok(Self {
             source: src,
             table: TableRow {
@@ -413,14 +443,18 @@ struct ValueBits<'m> {
 }
 
 impl<'m> ValueBits<'m> {
+    /// The value bits of `model` and, when their count is a power of two,
+    /// `members` (another count adds no bits: see [`MemberPlan`]).
     fn new(model: &'m RssModel, members: Option<MemberPlan>) -> Result<Self, PortTableError> {
         let receiver_bits = model.index_bits().unwrap_or(0);
+        let members = members.filter(|m| m.linear_bits().is_some());
         if let Some(plan) = members
-            && receiver_bits + plan.bits() > 16
+            && let Some(bits) = plan.linear_bits()
+            && receiver_bits + bits > 16
         {
             return Err(PortTableError::MembersTooWide {
                 members: plan.members(),
-                member_bits: plan.bits(),
+                member_bits: bits,
                 receiver_bits,
             });
         }
@@ -432,7 +466,7 @@ impl<'m> ValueBits<'m> {
     }
 
     fn bits(&self) -> u32 {
-        self.receiver_bits + self.members.map_or(0, MemberPlan::bits)
+        self.receiver_bits + self.members.and_then(MemberPlan::linear_bits).unwrap_or(0)
     }
 
     /// The value of `flow`: its indirection entry, and its member index

@@ -189,6 +189,36 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// A member count that is not a power of two, toward a named port:
+    /// every listed port of a slot lands on its CPU and leaves on its
+    /// member by the driver's modulo.
+    #[test]
+    fn listed_member_tables_put_each_port_on_its_cpu_and_its_member(
+        model in receiver(),
+        (src, dst) in addresses(),
+        members in prop_oneof![Just(3u32), Just(5), Just(6), Just(7)],
+        dport in any::<u16>(),
+    ) {
+        let plan = MemberPlan::new(members).unwrap();
+        let table = match TablePlan::one_port_over(&model, src, dst, dport, PortRange::DEFAULT, Some(plan)) {
+            Ok(table) => table,
+            Err(PortTableError::NoPorts { .. }) => return Ok(()),
+            Err(other) => return Err(TestCaseError::fail(other.to_string())),
+        };
+        let seen = check_table(&model, &table, src, dst, dport)?;
+        prop_assert!(!seen.is_empty());
+        for slot in 0..table.slots().len() {
+            for port in table.slot_ports(slot, dport) {
+                let tuple = FlowTuple::new(src, port, dst, dport).unwrap();
+                prop_assert_eq!(member_index(&tuple, members), Some(plan.member_of_slot(slot)));
+            }
+        }
+    }
+}
+
 #[test]
 fn the_default_receiver_gets_one_any_port_table_with_a_slot_per_cpu() {
     let model = RssModel::from_description(&embedded_default()).unwrap();

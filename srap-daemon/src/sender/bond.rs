@@ -81,10 +81,6 @@ impl EgressBond {
         let why_not = bond.why_not_port().or_else(|| match count {
             0 => Some("no member can send".into()),
             1 => Some("one usable member: nothing to balance".into()),
-            n if !n.is_power_of_two() => Some(format!(
-                "{n} usable members: the member index is the hash modulo {n}, not linear in \
-                 the port; flows get receiver CPUs only"
-            )),
             n if n > MemberPlan::MOST => Some(format!(
                 "{n} usable members: more than the {} a plan balances",
                 MemberPlan::MOST
@@ -119,7 +115,14 @@ impl EgressBond {
     pub fn describe(&self) -> String {
         let usable = self.usable();
         let state = match (&self.plan, &self.why_not) {
-            (Some(plan), _) => format!("flows balanced over {} members", plan.members()),
+            (Some(plan), _) if plan.linear_bits().is_some() => {
+                format!("flows balanced over {} members", plan.members())
+            }
+            (Some(plan), _) => format!(
+                "flows balanced over {n} members toward named ports (--port) only: the \
+                 member is the hash modulo {n}, not linear in the port",
+                n = plan.members()
+            ),
             (None, Some(why)) => format!("members not balanced: {why}"),
             (None, None) => "members not balanced".into(),
         };
@@ -400,7 +403,7 @@ mod tests {
     }
 
     #[test]
-    fn a_layer34_bond_of_four_is_balanced_and_of_three_is_not() {
+    fn a_layer34_bond_of_four_is_balanced_by_bits_and_of_three_by_named_ports() {
         let four = EgressBond::of(&bond("balance-xor", "layer3+4 1", &[true; 4]));
         assert_eq!(four.plan.map(MemberPlan::members), Some(4));
         assert_eq!(four.usable(), ["eth0", "eth1", "eth2", "eth3"]);
@@ -409,12 +412,12 @@ mod tests {
             "layer3+4 1",
             &[true, false, true, true],
         ));
-        assert_eq!(three.plan, None);
+        assert_eq!(three.plan.map(MemberPlan::members), Some(3));
+        assert_eq!(three.plan.and_then(MemberPlan::linear_bits), None);
         assert!(
-            three
-                .why_not
-                .as_deref()
-                .is_some_and(|w| w.contains("modulo 3"))
+            three.describe().contains("modulo 3"),
+            "{}",
+            three.describe()
         );
         assert_eq!(three.usable(), ["eth0", "eth2", "eth3"]);
         let two = EgressBond::of(&bond(

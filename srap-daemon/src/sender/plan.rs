@@ -246,11 +246,17 @@ impl Plan {
             }
         };
         // The bond is this host's: it balances the flows a receiver's
-        // model places (not this host's own NIC's, `--steer local`).
+        // model places (not this host's own NIC's, `--steer local`). A
+        // count that is not a power of two is balanced through each named
+        // port's listed ports; any-port tables then place CPUs only.
         let members = sources.members().filter(|_| model.end() == End::Remote);
-        let layout = shared
-            .get(&input.model, receiver, range, members)
-            .map_err(steering_error(None))?;
+        let listed = members.filter(|m| m.linear_bits().is_none() && !ports.is_empty());
+        let layout = match listed {
+            Some(_) => None,
+            None => shared
+                .get(&input.model, receiver, range, members)
+                .map_err(steering_error(None))?,
+        };
         let mut plan = ReceiverPlan {
             index,
             receiver,
@@ -282,8 +288,9 @@ impl Plan {
                 }
                 None => {
                     for port in ports {
-                        let table = TablePlan::one_port(model, src, receiver, *port, range)
-                            .map_err(steering_error(Some(*port)))?;
+                        let table =
+                            TablePlan::one_port_over(model, src, receiver, *port, range, listed)
+                                .map_err(steering_error(Some(*port)))?;
                         let twin =
                             self.local_twin(shared, both.as_deref_mut(), &table, receiver, range)?;
                         self.add_table(&mut plan, table, twin, &[*port], route);
@@ -694,6 +701,28 @@ mod tests {
         .expect("plan");
         assert_eq!(three.tables[0].layout.cosets.len(), 128);
         assert_eq!(three.tables[0].layout.members, None);
+        // Toward a named port, three members are balanced by listed ports.
+        let named = Plan::build(
+            &model(),
+            &[over_bond(&[true, true, false, true])],
+            &[5201],
+            PortRange::DEFAULT,
+        )
+        .expect("plan");
+        let table = &named.tables[0];
+        assert_eq!(table.scope(), srap_common::port_tables::Scope::Port(5201));
+        for slot in 0..table.slots().len() {
+            let ports = table.slot_ports(slot, 5201);
+            assert!(ports.len() > 100, "slot {slot}: {} ports", ports.len());
+            for port in ports {
+                let tuple = FlowTuple::new(src, port, dst, 5201).expect("tuple");
+                assert_eq!(
+                    srap_common::bond::member_index(&tuple, 3),
+                    Some(slot as u32 % 3)
+                );
+                assert_eq!(model().landing(&tuple).cpu, table.slots()[slot].cpu);
+            }
+        }
     }
 
     #[test]
