@@ -285,10 +285,7 @@ impl GuestBond {
         let sink = DataSource::start_for(&net.ns, sink_addr, 1, 0, None, Transfer::Upload)?;
         // One shell line: the counters, the flow, the counters — nothing
         // of the host's in between to add packets.
-        let counters = format!(
-            "for m in {}; do cat /sys/class/net/$m/statistics/tx_packets; done | tr '\\n' ' '; echo",
-            slaves.join(" ")
-        );
+        let counters = counters_line(&slaves, "tx_packets");
         let line = format!(
             "{counters}; head -c {FLOW_BYTES} /dev/zero | nc -w 20 {} {SINK_PORT}; rc=$?; \
              {counters}; exit $rc",
@@ -508,9 +505,20 @@ fn lacp_reply(frame: &[u8], port: u16) -> Option<Vec<u8>> {
     Some(reply)
 }
 
-/// The rise of each of `members` counters between the two lines the flow's
-/// command printed.
-fn counter_rise(output: &str, members: usize) -> anyhow::Result<Vec<u64>> {
+/// A guest shell command printing `counter` (a file of
+/// `/sys/class/net/DEV/statistics`) of each of `members` on one line, in
+/// their order: run before and after a workload in the same shell line, so
+/// nothing the host asks of the guest in between adds to the counts.
+pub fn counters_line(members: &[String], counter: &str) -> String {
+    format!(
+        "for m in {}; do cat /sys/class/net/$m/statistics/{counter}; done | tr '\\n' ' '; echo",
+        members.join(" ")
+    )
+}
+
+/// The rise of each of `members` counters between the two lines of
+/// [`counters_line`] the command printed (other lines are passed over).
+pub fn counter_rise(output: &str, members: usize) -> anyhow::Result<Vec<u64>> {
     let rows: Vec<Vec<u64>> = output
         .lines()
         .map(|line| {
@@ -522,14 +530,14 @@ fn counter_rise(output: &str, members: usize) -> anyhow::Result<Vec<u64>> {
         .filter(|row| row.len() == members)
         .collect();
     let [before, after] = rows.as_slice() else {
-        bail!("expected two lines of {members} tx_packets counters, got:\n{output}");
+        bail!("expected two lines of {members} counters, got:\n{output}");
     };
     before
         .iter()
         .zip(after)
         .map(|(b, a)| {
             a.checked_sub(*b)
-                .with_context(|| format!("a tx_packets counter went back: {before:?} → {after:?}"))
+                .with_context(|| format!("a member's counter went back: {before:?} → {after:?}"))
         })
         .collect()
 }
