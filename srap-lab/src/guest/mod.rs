@@ -10,6 +10,7 @@
 //! killed by PID on drop, before the namespace (and the tap) go.
 
 pub mod bond;
+pub mod bond_lab;
 pub mod files;
 pub mod image;
 pub mod shell;
