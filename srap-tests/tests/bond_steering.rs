@@ -1,0 +1,210 @@
+//! A bonded QEMU guest as a steered SRAP sender, judged by ground truth
+//! ([`srap_lab::guest::bond_lab`]): the guest bonds 2 or 4 virtio-net NICs
+//! and runs the sender agent, following a receiver agent in the host's
+//! namespace that serves the lab's described 32-CPU RSS NIC. Rounds of 16
+//! flows open at once, with kernel ports and under `srap exec`; each is
+//! judged by the members' own `tx_bytes` and by the described model's hash
+//! of the tuples the host's sink accepted — never by SRAP's status.
+//!
+//! Steered flows must land on 16 distinct receiver CPUs, with every member
+//! up and after members fail. Whether they also spread evenly over the
+//! bond's members is asserted only once the sender agent places flows on
+//! members ([`MEMBER_BALANCING`]); until then the balance is printed.
+//!
+//! One guest at a time.
+
+use std::time::Instant;
+
+use srap_lab::guest::{
+    GuestFiles, GuestImage, GuestKernel,
+    bond::BondMode,
+    bond_lab::{BondLab, BondRound, Ports, RECEIVER_CPUS, ROUND_FLOWS},
+};
+use srap_tests::{built_binary, require_privileged};
+
+/// Whether the sender agent balances flows over the bond's members as well
+/// as over the receiver's CPUs: when it does, every steered round must
+/// spread its flows evenly over the usable members.
+const MEMBER_BALANCING: bool = false;
+
+/// One guest at a time: two cores cannot emulate two guests well.
+static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn image_of(kernel: GuestKernel) -> GuestImage {
+    let agent = built_binary("srap-agent");
+    let cache = GuestImage::default_cache(&agent);
+    let files = GuestFiles::locate(None, &agent).expect("the guest files");
+    GuestImage::prepare(&files, kernel, &cache, &agent, &built_binary("srap"))
+        .expect("the guest image")
+}
+
+/// Every usable member carries the same share of the round's flows, by its
+/// own counters and by the model; a member that is down carries none.
+fn assert_members_balanced(round: &BondRound) {
+    let table = round.render();
+    let usable = round.usable.len();
+    assert!(
+        usable > 0 && round.flows.len().is_multiple_of(usable),
+        "{} flows cannot spread evenly over {usable} usable members\n{table}",
+        round.flows.len()
+    );
+    let share = round.flows.len() / usable;
+    let counted = round.by_counters();
+    let modelled = round.by_model();
+    for (i, member) in round.slaves.iter().enumerate() {
+        let want = if round.usable.contains(member) {
+            share
+        } else {
+            0
+        };
+        assert_eq!(
+            counted[i],
+            Some(want),
+            "{member} by its tx_bytes: not {want} flows\n{table}"
+        );
+        assert_eq!(
+            modelled[i], want,
+            "{member} by the model: not {want} flows\n{table}"
+        );
+    }
+}
+
+/// What holds for every round: all flows accepted and open at once, and
+/// the members' counters account for the model's members.
+fn assert_round_judged(round: &BondRound) {
+    let table = round.render();
+    assert_eq!(round.flows.len(), ROUND_FLOWS, "{table}");
+    assert_eq!(
+        round.open_at_once, ROUND_FLOWS,
+        "the flows were not all open at once\n{table}"
+    );
+    assert!(
+        round.counters_agree_with_model(),
+        "the members' tx_bytes do not account for the model's members\n{table}"
+    );
+}
+
+/// A steered round: judged, on [`ROUND_FLOWS`] distinct receiver CPUs, and
+/// balanced over the members once the agent does that.
+fn steered_round(lab: &mut BondLab, title: &str) -> BondRound {
+    let round = lab.round(Ports::Steered, title).unwrap_or_else(|err| {
+        panic!(
+            "{title}: {err:#}\nthe guest's sender log:\n{}",
+            lab.sender_log()
+        )
+    });
+    let table = round.render();
+    println!("{table}");
+    assert_round_judged(&round);
+    assert_eq!(
+        round.distinct_cpus(),
+        ROUND_FLOWS,
+        "steered flows share receiver CPUs\n{table}\nthe guest's sender log:\n{}",
+        lab.sender_log()
+    );
+    if MEMBER_BALANCING {
+        assert_members_balanced(&round);
+    } else {
+        println!(
+            "  member balance (not asserted until the agent balances members): {:?} flows \
+             by tx_bytes over {:?}\n",
+            round.by_counters(),
+            round.slaves
+        );
+    }
+    round
+}
+
+/// A guest bonding `order.len()` NICs in `mode`: a kernel-ports round
+/// (printed), a steered round, then with `down` members' links down a
+/// steered round over the rest.
+fn bonded_sender_steers(order: &[u32], mode: BondMode, down: &[&str]) {
+    let started = Instant::now();
+    let image = image_of(GuestKernel::V6_1);
+    let agent = built_binary("srap-agent");
+    let mut lab = BondLab::start(&image, &agent, order, mode).expect("the bonded guest's lab");
+    let ready = started.elapsed();
+    let all = lab.bond.enslaved.len();
+    let name = mode.sysfs();
+
+    let kernel = lab
+        .round(
+            Ports::Kernel,
+            &format!(
+                "kernel ports: {ROUND_FLOWS} flows over {all} members ({name}) to {RECEIVER_CPUS} receiver CPUs"
+            ),
+        )
+        .expect("a round with kernel ports");
+    println!("{}", kernel.render());
+    assert_round_judged(&kernel);
+
+    steered_round(
+        &mut lab,
+        &format!(
+            "SRAP ports: {ROUND_FLOWS} flows over {all} members ({name}) to {RECEIVER_CPUS} receiver CPUs"
+        ),
+    );
+
+    for member in down {
+        lab.take_down(member).expect("a member down");
+    }
+    let usable = lab.bond.usable(&mut lab.guest).expect("the usable members");
+    let expected: Vec<String> = lab
+        .bond
+        .enslaved
+        .iter()
+        .filter(|m| !down.contains(&m.as_str()))
+        .cloned()
+        .collect();
+    assert_eq!(usable, expected, "usable after {down:?} went down");
+    let after = steered_round(
+        &mut lab,
+        &format!(
+            "SRAP ports: {ROUND_FLOWS} flows with {} down ({} of {all} usable, {name})",
+            down.join(", "),
+            usable.len()
+        ),
+    );
+    for member in down {
+        let i = after
+            .slaves
+            .iter()
+            .position(|m| m == member)
+            .expect("a slave");
+        assert_eq!(
+            after.by_counters()[i],
+            Some(0),
+            "{member} is down, yet sent flows\n{}",
+            after.render()
+        );
+    }
+    println!(
+        "wall time: {:.0} s ({:.0} s to boot, bond and start the agents)",
+        started.elapsed().as_secs_f64(),
+        ready.as_secs_f64()
+    );
+}
+
+/// `balance-xor` over 2 members enslaved out of name order; then one down.
+#[test]
+#[ignore = "QEMU: needs root, QEMU and netns; run as root by `cargo xtask test`"]
+fn balance_xor_bond_sender_steers_to_distinct_cpus() {
+    if !require_privileged("balance_xor_bond_sender_steers_to_distinct_cpus") {
+        return;
+    }
+    let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    bonded_sender_steers(&[1, 0], BondMode::BalanceXor, &["eth1"]);
+}
+
+/// `802.3ad` over 4 members (an LACP partner on the taps) enslaved out of
+/// name order; then two down, the first enslaved among them, so the rest
+/// are re-indexed.
+#[test]
+#[ignore = "QEMU: needs root, QEMU and netns; run as root by `cargo xtask test`"]
+fn lacp_bond_sender_steers_to_distinct_cpus() {
+    if !require_privileged("lacp_bond_sender_steers_to_distinct_cpus") {
+        return;
+    }
+    let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    bonded_sender_steers(&[2, 0, 3, 1], BondMode::Lacp, &["eth2", "eth3"]);
+}
