@@ -360,6 +360,16 @@ impl BondRound {
         self.tx_bytes.iter().sum::<u64>() as f64 / self.flows.len().max(1) as f64
     }
 
+    /// One flow's wire bytes are its payload and at most a tenth more:
+    /// headers add about 5 % (66 bytes a 1448-byte segment), so a round
+    /// whose counters missed a flow's bytes (under the payload) or caught
+    /// a flow's worth of other traffic (over a tenth) is not judged by
+    /// them.
+    pub fn wire_bytes_plausible(&self) -> bool {
+        let payload = ROUND_FLOW_BYTES as f64;
+        (payload..=payload * 1.1).contains(&self.flow_wire_bytes())
+    }
+
     /// Flows per slave by its own `tx_bytes`: its rise divided by one
     /// flow's wire bytes; `None` for a slave whose rise is not a whole
     /// number of flows (within [`WHOLE_FLOW_SLACK`]).
@@ -386,10 +396,12 @@ impl BondRound {
     /// The counters and the model give every slave the same number of
     /// flows: the model's members, as a multiset, are the counters'.
     pub fn counters_agree_with_model(&self) -> bool {
-        self.by_counters()
-            .iter()
-            .zip(self.by_model())
-            .all(|(counted, modelled)| *counted == Some(modelled))
+        self.wire_bytes_plausible()
+            && self
+                .by_counters()
+                .iter()
+                .zip(self.by_model())
+                .all(|(counted, modelled)| *counted == Some(modelled))
     }
 
     /// The table: each flow's port, receiver CPU and member by the model;
@@ -476,20 +488,34 @@ mod tests {
         }
     }
 
+    /// One flow on the wire: the payload and 5 % of headers.
+    const FLOW: u64 = ROUND_FLOW_BYTES + ROUND_FLOW_BYTES / 20;
+
     #[test]
     fn members_count_whole_flows_of_their_bytes() {
-        // Three flows of 1000 wire bytes: two on eth1, one on eth0, a few
-        // stray bytes on each.
-        let r = round(vec![2030, 1010], &["eth1", "eth1", "eth0"]);
+        // Three flows: two on eth1, one on eth0, a few stray bytes on each.
+        let r = round(
+            vec![2 * FLOW + 3000, FLOW + 1000],
+            &["eth1", "eth1", "eth0"],
+        );
+        assert!(r.wire_bytes_plausible());
         assert_eq!(r.by_counters(), [Some(2), Some(1)]);
         assert_eq!(r.by_model(), [2, 1]);
         assert!(r.counters_agree_with_model());
         // The model puts them the other way round: they differ.
-        let r = round(vec![2030, 1010], &["eth0", "eth0", "eth1"]);
+        let r = round(vec![2 * FLOW, FLOW], &["eth0", "eth0", "eth1"]);
         assert!(!r.counters_agree_with_model());
         // A quarter of a flow's bytes over or under names no count.
-        let r = round(vec![2250, 750], &["eth1", "eth1", "eth0"]);
+        let r = round(
+            vec![2 * FLOW + FLOW / 4, FLOW - FLOW / 4],
+            &["eth1", "eth1", "eth0"],
+        );
         assert_eq!(r.by_counters(), [None, None]);
+        assert!(!r.counters_agree_with_model());
+        // The counters missed a flow: each seems to carry less than its
+        // payload, and nothing is judged by them.
+        let r = round(vec![2 * FLOW, 0], &["eth1", "eth1", "eth0"]);
+        assert!(!r.wire_bytes_plausible());
         assert!(!r.counters_agree_with_model());
     }
 
