@@ -18,7 +18,9 @@ use std::time::Instant;
 use srap_lab::guest::{
     GuestFiles, GuestImage, GuestKernel,
     bond::BondMode,
-    bond_lab::{BondLab, BondRound, Ports, RECEIVER_CPUS, ROUND_FLOWS},
+    bond_lab::{
+        BondLab, BondRound, Ports, RECEIVER_CPUS, ROUND_FLOW_BYTES, ROUND_FLOWS, RoundFlow,
+    },
 };
 use srap_tests::{built_binary, require_privileged};
 
@@ -207,4 +209,56 @@ fn lacp_bond_sender_steers_to_distinct_cpus() {
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     bonded_sender_steers(&[2, 0, 3, 1], BondMode::Lacp, &["eth2", "eth3"]);
+}
+
+/// A round made by hand: `per_member[i]` flows on the i-th of `slaves`
+/// (all usable but `down`), each flow's bytes counted on its member.
+fn round_of(slaves: &[&str], down: &[&str], per_member: &[usize]) -> BondRound {
+    let wire = ROUND_FLOW_BYTES + ROUND_FLOW_BYTES / 20;
+    let flows = slaves
+        .iter()
+        .zip(per_member)
+        .flat_map(|(m, &n)| std::iter::repeat_n(*m, n))
+        .enumerate()
+        .map(|(i, m)| RoundFlow {
+            port: 10_000 + i as u16,
+            cpu: i as u32,
+            member: m.to_owned(),
+        })
+        .collect::<Vec<_>>();
+    BondRound {
+        title: "by hand".into(),
+        ports: Ports::Steered,
+        slaves: slaves.iter().map(|m| (*m).to_owned()).collect(),
+        usable: slaves
+            .iter()
+            .filter(|m| !down.contains(m))
+            .map(|m| (*m).to_owned())
+            .collect(),
+        open_at_once: flows.len(),
+        flows,
+        tx_bytes: per_member.iter().map(|&n| n as u64 * wire).collect(),
+        seconds: 0.0,
+    }
+}
+
+/// The balance assertion that [`MEMBER_BALANCING`] turns on holds for an
+/// even split over the usable members and fails for any other, so flipping
+/// the flag asserts what it says.
+#[test]
+fn members_balanced_means_an_even_split_over_the_usable_ones() {
+    let four = ["eth2", "eth0", "eth3", "eth1"];
+    assert_members_balanced(&round_of(&four, &[], &[4, 4, 4, 4]));
+    assert_members_balanced(&round_of(&four, &["eth2", "eth3"], &[0, 8, 0, 8]));
+    assert_members_balanced(&round_of(&["eth1", "eth0"], &[], &[8, 8]));
+    for (down, split) in [
+        (&[][..], [3, 3, 5, 5]),
+        (&["eth2", "eth3"][..], [0, 7, 0, 9]),
+        // Even over all four, but two of them are down.
+        (&["eth2", "eth3"][..], [4, 4, 4, 4]),
+    ] {
+        let round = round_of(&four, down, &split);
+        let failed = std::panic::catch_unwind(|| assert_members_balanced(&round));
+        assert!(failed.is_err(), "{split:?} with {down:?} down passed");
+    }
 }
