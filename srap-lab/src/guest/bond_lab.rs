@@ -372,7 +372,7 @@ impl BondRound {
 
     /// Flows per slave by its own `tx_bytes`: its rise divided by one
     /// flow's wire bytes; `None` for a slave whose rise is not a whole
-    /// number of flows (within [`WHOLE_FLOW_SLACK`]).
+    /// number of flows (within 0.15 of one).
     pub fn by_counters(&self) -> Vec<Option<usize>> {
         let per_flow = self.flow_wire_bytes();
         self.tx_bytes
