@@ -27,6 +27,7 @@ use srap_common::{
     bond::member_index,
     rss::{FlowTuple, RssModel},
 };
+use srap_status::SenderStatus;
 
 use super::{
     Guest, GuestImage, GuestNet, GuestShape,
@@ -61,7 +62,7 @@ pub const ROUND_FLOW_BYTES: u64 = 1 << 20;
 const WHOLE_FLOW_SLACK: f64 = 0.15;
 
 /// The sink, beside the bridge in the host namespace.
-const SINK_PORT: u16 = 7620;
+pub const SINK_PORT: u16 = 7620;
 
 /// How long a round's flows may take in all (connect, gate, upload).
 const ROUND_TIMEOUT: Duration = Duration::from_secs(150);
@@ -138,6 +139,7 @@ impl BondLab {
         agent: &Path,
         order: &[u32],
         mode: BondMode,
+        sender_args: &str,
     ) -> anyhow::Result<Self> {
         let members = u32::try_from(order.len()).context("too many members")?;
         let net = GuestNet::bonded(members)?;
@@ -175,13 +177,14 @@ impl BondLab {
             net,
         };
         lab.write_round_script()?;
-        lab.start_sender()?;
+        lab.start_sender(sender_args)?;
         Ok(lab)
     }
 
     /// Copies the key into the guest and starts its sender agent toward
-    /// the receiver agent; waits for `steering active` in its log.
-    fn start_sender(&mut self) -> anyhow::Result<()> {
+    /// the receiver agent, with `extra` flags (`--port 7620`); waits for
+    /// `steering active` in its log.
+    fn start_sender(&mut self, extra: &str) -> anyhow::Result<()> {
         let key = self.key.key().context("reading the lab's key")?;
         if !key.bytes().all(|b| b.is_ascii_hexdigit()) {
             bail!("the lab's key is not hex");
@@ -191,7 +194,7 @@ impl BondLab {
         self.guest.run(&format!(
             "srap-agent sender --peer {host}:{PEER_PORT} --psk-file {GUEST_KEY} \
              --cgroup {GUEST_CGROUP} --control {GUEST_SENDER_CONTROL} \
-             --port-range {LAB_PORT_RANGE} --interval 1 > {GUEST_SENDER_LOG} 2>&1 &",
+             --port-range {LAB_PORT_RANGE} --interval 1 {extra} > {GUEST_SENDER_LOG} 2>&1 &",
             host = self.net.host_ip
         ))?;
         let within = Duration::from_secs(90);
@@ -228,6 +231,39 @@ impl BondLab {
     /// The receiver agent's log tail (for failure reports).
     pub fn receiver_log(&self) -> String {
         self.receiver.log().tail()
+    }
+
+    /// Waits (up to `within`) until the guest's sender agent plans for
+    /// exactly `usable` members of its bond, as its status says: how long
+    /// it took. The members' own counters judge the rounds after; this
+    /// only times the agent's following.
+    pub fn await_followed(
+        &mut self,
+        usable: &[String],
+        within: Duration,
+    ) -> anyhow::Result<Duration> {
+        let started = std::time::Instant::now();
+        let mut last = Vec::new();
+        while started.elapsed() < within {
+            let status: SenderStatus = self
+                .guest
+                .srap_status(&format!("--sender --control {GUEST_SENDER_CONTROL}"))?;
+            last = status
+                .bonds
+                .iter()
+                .flat_map(|b| b.members.iter().filter(|m| m.usable))
+                .map(|m| m.name.clone())
+                .collect();
+            if last == usable {
+                return Ok(started.elapsed());
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        bail!(
+            "the guest's sender agent plans for {last:?}, not {usable:?}, {within:?} after the \
+             change; its log:\n{}",
+            self.sender_log()
+        )
     }
 
     /// Takes `member`'s link down (see [`GuestBond::take_down`]).
