@@ -65,6 +65,42 @@ impl SockDiag {
         })
     }
 
+    /// A sock_diag socket that answers for TCP. A kernel whose `inet_diag` and
+    /// `tcp_diag` are modules loads them on first use only from a full system;
+    /// when the first dump fails, `modprobe tcp_diag` is tried once. The error
+    /// says exactly what is missing.
+    pub fn for_tcp() -> Result<Self, String> {
+        let diag = Self::open().map_err(|err| format!("cannot open sock_diag: {err}"))?;
+        let first = match diag.tcp_connections() {
+            Ok(_) => return Ok(diag),
+            Err(err) => err,
+        };
+        let modprobe = match std::process::Command::new("modprobe")
+            .arg("tcp_diag")
+            .output()
+        {
+            Ok(out) if out.status.success() => None,
+            Ok(out) => Some(format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+            Err(err) => Some(err.to_string()),
+        };
+        if modprobe.is_none() && diag.tcp_connections().is_ok() {
+            tracing::info!("loaded tcp_diag (sock_diag for TCP)");
+            return Ok(diag);
+        }
+        Err(format!(
+            "this kernel has no sock_diag for TCP (inet_diag and tcp_diag: reading TCP sockets \
+             through sock_diag says `{first}`; `modprobe tcp_diag` {})",
+            modprobe.map_or_else(
+                || "loaded it, but it still fails".to_owned(),
+                |e| format!("failed: {e}")
+            )
+        ))
+    }
+
     /// Every non-listening TCP socket of the namespace, keyed by (remote,
     /// local) address: the remote end is the sender of what this host receives.
     pub fn tcp_connections(&self) -> Result<Connections, NetlinkError> {

@@ -728,7 +728,7 @@ fn attach_sock(
             "{iface} has no address here, so no connection ends on it"
         )));
     }
-    let diag = match sock_diag_for_tcp() {
+    let diag = match SockDiag::for_tcp() {
         Ok(diag) => Some(diag),
         Err(missing) if choice == HookChoice::Auto => {
             limits.push(VerifierLimit {
@@ -764,42 +764,6 @@ fn attach_sock(
         .map_err(|err| AttachFailure::Refused(Chain(&err).to_string()))?;
     debug!(iface, cgroup = %cgroup.display(), "socket verifier on the cgroup");
     Ok(SocketView { diag, local })
-}
-
-/// A sock_diag socket that answers for TCP. A kernel whose `inet_diag` and
-/// `tcp_diag` are modules loads them on first use only from a full system;
-/// when the first dump fails, `modprobe tcp_diag` is tried once. The error
-/// says exactly what is missing.
-fn sock_diag_for_tcp() -> Result<SockDiag, String> {
-    let diag = SockDiag::open().map_err(|err| format!("cannot open sock_diag: {err}"))?;
-    let first = match diag.tcp_connections() {
-        Ok(_) => return Ok(diag),
-        Err(err) => err,
-    };
-    let modprobe = match std::process::Command::new("modprobe")
-        .arg("tcp_diag")
-        .output()
-    {
-        Ok(out) if out.status.success() => None,
-        Ok(out) => Some(format!(
-            "{}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-        Err(err) => Some(err.to_string()),
-    };
-    if modprobe.is_none() && diag.tcp_connections().is_ok() {
-        info!("loaded tcp_diag (sock_diag for TCP) for the socket verifier");
-        return Ok(diag);
-    }
-    Err(format!(
-        "this kernel has no sock_diag for TCP (inet_diag and tcp_diag: reading TCP sockets \
-         through sock_diag says `{first}`; `modprobe tcp_diag` {})",
-        modprobe.map_or_else(
-            || "loaded it, but it still fails".to_owned(),
-            |e| format!("failed: {e}")
-        )
-    ))
 }
 
 /// tc ingress through tcx, or through a `clsact` qdisc filter.

@@ -65,6 +65,11 @@ pub struct BondRow {
     /// Why it does not, when it does not.
     #[serde(default)]
     pub why_not: Option<String>,
+    /// The members' own counters against the driver's hash, at the last
+    /// sample that sent enough to judge: `agree`, or `contradict: …`
+    /// (which pauses the balancing); `None` before any.
+    #[serde(default)]
+    pub counters: Option<String>,
     /// Every member in enslavement order.
     pub members: Vec<MemberRow>,
 }

@@ -122,7 +122,28 @@ fn steered_round(lab: &mut BondLab, title: &str) -> BondRound {
         lab.sender_log()
     );
     assert_members_balanced(&round);
+    assert_loop_agrees(lab);
     round
+}
+
+/// The agent's own closed loop over the members' counters judged the round
+/// and found the hash right: it did not pause the balancing on a bond that
+/// does what the model says.
+fn assert_loop_agrees(lab: &mut BondLab) {
+    let status = lab.sender_status().expect("the guest's sender status");
+    let bond = status.bonds.first().expect("the agent shows its bond");
+    assert_eq!(
+        bond.counters.as_deref(),
+        Some("agree"),
+        "the agent's member loop: {bond:?}\nthe guest's sender log:\n{}",
+        lab.sender_log()
+    );
+    assert!(
+        bond.why_not
+            .as_deref()
+            .is_none_or(|why| !why.starts_with("paused")),
+        "balancing paused: {bond:?}"
+    );
 }
 
 /// How soon the sender agent must plan for the members left after a
@@ -170,6 +191,10 @@ fn bonded_sender_steers(order: &[u32], mode: BondMode, sender_args: &str, failur
         down.extend_from_slice(step);
         fails_over(&mut lab, &down, all, name);
     }
+    println!(
+        "{}",
+        lab.sender_status_text().expect("srap status in the guest")
+    );
     println!(
         "wall time: {:.0} s ({:.0} s to boot, bond and start the agents)",
         started.elapsed().as_secs_f64(),

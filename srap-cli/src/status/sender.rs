@@ -76,6 +76,12 @@ fn bond_lines(out: &mut String, bond: &BondRow) {
         "\nbond {} ({}, {}): {state}",
         bond.name, bond.mode, bond.policy
     );
+    if let Some(counters) = &bond.counters {
+        let _ = writeln!(
+            out,
+            "  members' own counters vs the driver's hash: {counters}"
+        );
+    }
     let _ = writeln!(
         out,
         "  {:<12} {:<7} {:>5} {:>14} {:>12}",

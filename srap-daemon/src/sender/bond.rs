@@ -175,14 +175,20 @@ impl MemberRates {
 /// Adds the bonds `binder`'s plan leaves by to `status`, once each: every
 /// member with the open flows (`status.flows`, already filled) the driver's
 /// hash puts on it among the usable members, and its own counters.
-pub fn add_bonds(status: &mut SenderStatus, binder: &RunningBinder, rates: &MemberRates) {
+pub fn add_bonds(
+    status: &mut SenderStatus,
+    binder: &RunningBinder,
+    rates: &MemberRates,
+    verdicts: &MemberLoop,
+) {
     let mut seen = Vec::new();
     for bond in binder.plan.receivers.iter().filter_map(|r| r.bond.as_ref()) {
         if seen.contains(&bond.name) {
             continue;
         }
         seen.push(bond.name.clone());
-        let row = bond_row(bond, status, rates);
+        let mut row = bond_row(bond, status, rates);
+        row.counters = verdicts.last.get(&bond.name).cloned();
         status.bonds.push(row);
     }
 }
@@ -225,6 +231,7 @@ fn bond_row(bond: &EgressBond, status: &SenderStatus, rates: &MemberRates) -> Bo
         policy: bond.policy.clone(),
         balanced: bond.plan.is_some(),
         why_not: bond.why_not.clone(),
+        counters: None,
         members,
     }
 }
@@ -285,6 +292,8 @@ pub struct MemberLoop {
     acked: HashMap<(SocketAddr, SocketAddr), u64>,
     tx: BTreeMap<String, u64>,
     streaks: BTreeMap<String, (u32, u32)>,
+    /// Each bond's last verdict that judged, for the status.
+    last: BTreeMap<String, String>,
 }
 
 impl MemberLoop {
@@ -300,7 +309,8 @@ impl MemberLoop {
                 .map(|m| m.name.as_str())
                 .collect();
             let expected = self.expected(status, connections, usable.len() as u32);
-            let observed: Vec<u64> = usable
+            // A member first read now has no rise yet: nothing to judge.
+            let observed: Option<Vec<u64>> = usable
                 .iter()
                 .map(|name| {
                     let now = bond
@@ -309,10 +319,23 @@ impl MemberLoop {
                         .find(|m| m.name == *name)
                         .map_or(0, |m| m.tx_bytes);
                     let before = self.tx.insert((*name).to_owned(), now);
-                    before.map_or(0, |b| now.saturating_sub(b))
+                    before.map(|b| now.saturating_sub(b))
                 })
                 .collect();
-            let verdict = judge(&usable, &expected, &observed);
+            let verdict = match observed {
+                Some(observed) => judge(&usable, &expected, &observed),
+                None => MemberVerdict::Undecided,
+            };
+            match &verdict {
+                MemberVerdict::Agreed => {
+                    self.last.insert(bond.name.clone(), "agree".into());
+                }
+                MemberVerdict::Contradicted(why) => {
+                    self.last
+                        .insert(bond.name.clone(), format!("contradict: {why}"));
+                }
+                MemberVerdict::Undecided => {}
+            }
             if self.follow(&bond.name, &verdict) {
                 changed.push(bond.name.clone());
             }
@@ -337,9 +360,9 @@ impl MemberLoop {
             let Some(now) = connections.get(&(dst, src)).map(|c| c.bytes_acked) else {
                 continue;
             };
-            let Some(before) = self.acked.get(&(dst, src)) else {
-                continue;
-            };
+            // A flow the previous sample did not list opened since: all it
+            // sent, it sent since (the list is every open steered flow).
+            let before = self.acked.get(&(dst, src)).unwrap_or(&0);
             let index = FlowTuple::from_sockets(src, dst)
                 .ok()
                 .and_then(|t| member_index(&t, members));

@@ -255,7 +255,12 @@ impl Offline {
             if let Some(local) = &self.local {
                 status::add_local(&mut snapshot, local, &self.plan.options.targets);
             }
-            super::bond::add_bonds(&mut snapshot, binder, &self.member_rates);
+            super::bond::add_bonds(
+                &mut snapshot,
+                binder,
+                &self.member_rates,
+                &super::bond::MemberLoop::default(),
+            );
             published.update(snapshot);
         }
     }

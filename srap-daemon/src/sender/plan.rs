@@ -253,9 +253,16 @@ impl Plan {
         let listed = members.filter(|m| m.linear_bits().is_none() && !ports.is_empty());
         let layout = match listed {
             Some(_) => None,
-            None => shared
-                .get(&input.model, receiver, range, members)
-                .map_err(steering_error(None))?,
+            None => match shared.get(&input.model, receiver, range, members) {
+                // Too many bits with the members: the receiver's CPUs
+                // alone (the receiver's placement comes first).
+                Err(err @ PortTableError::MembersTooWide { .. }) => {
+                    tracing::warn!("toward {receiver}: {err}; bond members are not balanced");
+                    shared.get(&input.model, receiver, range, None)
+                }
+                other => other,
+            }
+            .map_err(steering_error(None))?,
         };
         let mut plan = ReceiverPlan {
             index,
@@ -992,6 +999,43 @@ mod tests {
                 .iter()
                 .all(|(_, v)| v.local_table == DestValue::NO_LOCAL)
         );
+    }
+
+    /// `--steer both` over a bond of four: the joint map solves receiver,
+    /// member and this host's bits together; every port it gives a
+    /// receiver slot still leaves on the slot's member and lands on the
+    /// slot's CPU.
+    #[test]
+    fn both_ends_over_a_bond_keep_each_slots_member() {
+        let inputs = [ReceiverInput {
+            index: FIRST_RECEIVER_ROW,
+            model: Arc::new(model()),
+            sources: over_bond(&[true; 4]),
+        }];
+        let local = local_nic();
+        let plan = Plan::build_both(&inputs, &[], PortRange::DEFAULT, &local).expect("plan");
+        let (table, joint) = (&plan.tables[0], &plan.joints[0]);
+        let layout = &table.layout;
+        let (src, dst, dport) = (v4().route, v4().receiver, 5201);
+        let mut joint_ports = 0;
+        for slot in 0..4 {
+            for entry in layout.entries_of(slot) {
+                let value = layout.layout.value_for(table.table.base, *entry, dport);
+                let coset = &layout.cosets[value as usize];
+                for v in 0..joint.row.local_values {
+                    for port in joint.ports(&layout.layout, coset, v) {
+                        let tuple = FlowTuple::new(src, port, dst, dport).expect("tuple");
+                        assert_eq!(
+                            srap_common::bond::member_index(&tuple, 4),
+                            Some(slot as u32 % 4)
+                        );
+                        assert_eq!(model().landing(&tuple).cpu, table.slots()[slot].cpu);
+                        joint_ports += 1;
+                    }
+                }
+            }
+        }
+        assert!(joint_ports > 100, "{joint_ports} joint ports on 4 slots");
     }
 
     #[test]

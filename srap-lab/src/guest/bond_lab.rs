@@ -233,6 +233,19 @@ impl BondLab {
         self.receiver.log().tail()
     }
 
+    /// The guest's sender agent's status.
+    pub fn sender_status(&mut self) -> anyhow::Result<SenderStatus> {
+        self.guest
+            .srap_status(&format!("--sender --control {GUEST_SENDER_CONTROL}"))
+    }
+
+    /// The guest's `srap status --sender --once`, as an operator reads it.
+    pub fn sender_status_text(&mut self) -> anyhow::Result<String> {
+        self.guest.run(&format!(
+            "srap status --sender --once --control {GUEST_SENDER_CONTROL}"
+        ))
+    }
+
     /// Waits (up to `within`) until the guest's sender agent plans for
     /// exactly `usable` members of its bond, as its status says: how long
     /// it took. The members' own counters judge the rounds after; this
@@ -245,9 +258,7 @@ impl BondLab {
         let started = std::time::Instant::now();
         let mut last = Vec::new();
         while started.elapsed() < within {
-            let status: SenderStatus = self
-                .guest
-                .srap_status(&format!("--sender --control {GUEST_SENDER_CONTROL}"))?;
+            let status = self.sender_status()?;
             last = status
                 .bonds
                 .iter()

@@ -164,7 +164,7 @@ fn namespace_of(path: &Path) -> Result<u64, String> {
 }
 
 fn dump_here() -> Result<BTreeMap<u64, SocketSeen>, String> {
-    let diag = SockDiag::open().map_err(|e| e.to_string())?;
+    let diag = SockDiag::for_tcp()?;
     let seen = diag.sockets_by_cookie().map_err(|e| e.to_string())?;
     Ok(seen.into_iter().collect())
 }

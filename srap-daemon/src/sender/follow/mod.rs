@@ -91,8 +91,9 @@ struct Follower {
     member_rates: super::bond::MemberRates,
     /// The closed loop over the bond members' own counters.
     member_loop: super::bond::MemberLoop,
-    /// This namespace's TCP sockets (`tcpi_bytes_acked`), for that loop.
-    connections: Option<crate::sock_diag::SockDiag>,
+    /// This namespace's TCP sockets (`tcpi_bytes_acked`), for that loop:
+    /// opened on the first sample over a bond, or why it cannot be.
+    connections: Option<Result<crate::sock_diag::SockDiag, String>>,
 }
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
@@ -154,9 +155,7 @@ pub async fn run(
         audit: super::audit::OccupancyAudit::default(),
         member_rates: super::bond::MemberRates::default(),
         member_loop: super::bond::MemberLoop::default(),
-        connections: crate::sock_diag::SockDiag::open()
-            .map_err(|err| warn!("bond members are not judged by their flows: {err}"))
-            .ok(),
+        connections: None,
     };
     follower.publish(None);
     let limit = Duration::from_secs(args.peer_wait());
@@ -431,13 +430,18 @@ impl Follower {
         if binder.plan.receivers.iter().all(|r| r.bond.is_none()) {
             return;
         }
-        let Some(diag) = &self.connections else {
+        let diag = self.connections.get_or_insert_with(|| {
+            crate::sock_diag::SockDiag::for_tcp().inspect_err(|err| {
+                warn!("bond members are not judged by their own counters: {err}");
+            })
+        });
+        let Ok(diag) = diag else {
             return;
         };
         let connections = match diag.tcp_connections() {
             Ok(connections) => connections,
             Err(err) => {
-                warn!("reading this host's connections for the bond members: {err}");
+                tracing::debug!("reading this host's connections for the bond members: {err}");
                 return;
             }
         };
