@@ -11,6 +11,7 @@ use std::{
 use srap_common::solver::PortRange;
 use srap_daemon::sender::{
     PacingRate,
+    bond::BondMembers,
     ends::{LocalPlacement, LocalSettings, Steer},
     settings::{DescriptionSource, SenderSettings, SizeSettings},
 };
@@ -103,6 +104,13 @@ pub struct SenderArgs {
     /// running [default: 10].
     #[arg(long, value_name = "SECONDS")]
     pub interval: Option<u64>,
+    /// When the route toward a receiver leaves by a bond whose member the
+    /// port decides (`balance-xor` or `802.3ad` with `layer3+4`):
+    /// `balance`, each flow also on an even share of the usable members
+    /// (followed as members go down or up); `ignore`, the receiver's CPUs
+    /// only [default: balance].
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub bond_members: Option<BondMembersArg>,
     #[command(flatten)]
     pub local: LocalArgs,
     #[command(flatten)]
@@ -190,6 +198,25 @@ impl From<PlacementArg> for LocalPlacement {
     }
 }
 
+/// `--bond-members`' values, named as [`BondMembers`]' (the
+/// `bond-members` key of `--config` takes the same words).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BondMembersArg {
+    /// Balance flows over the bond's usable members.
+    Balance,
+    /// Leave the members to the bond's hash.
+    Ignore,
+}
+
+impl From<BondMembersArg> for BondMembers {
+    fn from(arg: BondMembersArg) -> Self {
+        match arg {
+            BondMembersArg::Balance => Self::Balance,
+            BondMembersArg::Ignore => Self::Ignore,
+        }
+    }
+}
+
 /// `--steer`'s values, named and documented as [`Steer`]'s (the `steer`
 /// key of `--config` takes the same words: a test checks they agree).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -236,6 +263,7 @@ impl From<SenderArgs> for SenderSettings {
             control: args.control,
             metrics: args.metrics,
             interval: args.interval,
+            bond_members: args.bond_members.map(BondMembers::from),
             local: LocalSettings {
                 steer: args.local.steer.map(Steer::from),
                 local_iface: args.local.local_iface,
@@ -296,6 +324,7 @@ mod tests {
             "--local-iface=eth0",
             "--local-cpus=0-3",
             "--local-placement=reader",
+            "--bond-members=ignore",
             "--max-receivers=3",
             "--max-cpus=4",
             "--max-sockets=5",
@@ -310,6 +339,7 @@ mod tests {
         assert_eq!(set.psk_file.as_deref(), Some(Path::new("/k")));
         assert!(set.peer_psk_files.is_empty(), "only --config names them");
         assert_eq!(set.peer_wait, Some(9));
+        assert_eq!(set.bond_members, Some(BondMembers::Ignore));
         assert_eq!(
             (&set.report_ports[..], &set.ports[..]),
             (&[443][..], &[5201][..])
@@ -362,6 +392,20 @@ mod tests {
 
     /// `--local-placement` and the `local-placement` key take the same
     /// words, and `reader` needs this host's NIC planned.
+    #[test]
+    fn bond_members_flag_values_are_the_config_keys_words() {
+        for arg in BondMembersArg::value_variants() {
+            let name = arg
+                .to_possible_value()
+                .expect("shown")
+                .get_name()
+                .to_owned();
+            let members = BondMembers::from(*arg);
+            assert_eq!(name.parse::<BondMembers>(), Ok(members), "{name}");
+            assert_eq!(members.to_string(), name);
+        }
+    }
+
     #[test]
     fn placement_flag_values_are_the_config_keys_words() {
         for arg in PlacementArg::value_variants() {

@@ -45,6 +45,40 @@ fn set_paused(bond: &str, why: Option<String>) {
     };
 }
 
+/// `--bond-members`: whether the plan balances flows over the members of
+/// a bond the route leaves by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BondMembers {
+    /// Each flow on an even share of the usable members, as well as on a
+    /// free receiver CPU.
+    #[default]
+    Balance,
+    /// The receiver's CPUs only; the bond is still shown, with its
+    /// members' counters.
+    Ignore,
+}
+
+impl std::str::FromStr for BondMembers {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "balance" => Ok(Self::Balance),
+            "ignore" => Ok(Self::Ignore),
+            other => Err(format!("`{other}` is not balance or ignore")),
+        }
+    }
+}
+
+impl std::fmt::Display for BondMembers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Balance => "balance",
+            Self::Ignore => "ignore",
+        })
+    }
+}
+
 /// A bond on the route toward a receiver, as the plan was built for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressBond {
@@ -61,15 +95,20 @@ pub struct EgressBond {
 
 impl EgressBond {
     /// The bond the route toward `dst` leaves by, if it is one; its plan
-    /// left out while the members' counters have it paused.
-    pub fn toward(dst: IpAddr) -> Option<Self> {
+    /// left out with `--bond-members ignore`, and while the members'
+    /// counters have it paused.
+    pub fn toward(dst: IpAddr, members: BondMembers) -> Option<Self> {
         let iface = srap_host::route::egress_iface(dst)?;
         let mut bond = Self::of(&srap_host::bond::read(&iface)?);
+        let off = match members {
+            BondMembers::Ignore => Some("--bond-members ignore".to_owned()),
+            BondMembers::Balance => paused(&bond.name).map(|why| format!("paused: {why}")),
+        };
         if bond.plan.is_some()
-            && let Some(why) = paused(&bond.name)
+            && let Some(why) = off
         {
             bond.plan = None;
-            bond.why_not = Some(format!("paused: {why}"));
+            bond.why_not = Some(why);
         }
         Some(bond)
     }

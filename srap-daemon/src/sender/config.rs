@@ -53,6 +53,7 @@ pub struct SenderConfig {
     pub local_rss: Option<PathBuf>,
     pub local_cpus: Option<String>,
     pub local_placement: Option<String>,
+    pub bond_members: Option<String>,
     pub max_receivers: Option<u32>,
     pub max_cpus: Option<u32>,
     pub max_sockets: Option<u32>,
@@ -196,7 +197,7 @@ mod tests {
         assert!(all.peer[0].psk_file.is_some());
         assert_eq!(
             uncommented.lines().count(),
-            24,
+            25,
             "one line per key, and a [[peer]] table: {uncommented}"
         );
     }

@@ -209,6 +209,9 @@ pub struct SenderOptions {
     pub local: Option<Arc<RssModel>>,
     /// Where each flow's local end goes (`--local-placement`).
     pub local_placement: LocalPlacement,
+    /// Whether a bond on the route has its members balanced
+    /// (`--bond-members`).
+    pub bond_members: bond::BondMembers,
     /// What the binder's maps are sized for (`--max-*`).
     pub sizes: BinderSizes,
 }
@@ -244,7 +247,7 @@ pub struct RunningBinder {
 /// both ends are planned. A plan the maps' sizes cannot hold is an error
 /// naming the setting to raise, never a plan cut short.
 pub fn plan_for(options: &SenderOptions, range: PortRange) -> Result<Plan, SenderError> {
-    let receivers = receiver_inputs(&options.targets)?;
+    let receivers = receiver_inputs(&options.targets, options.bond_members)?;
     let plan = match &options.local {
         Some(local) => Plan::build_both(&receivers, &options.ports, range, local),
         None => Plan::build_each(&receivers, &options.ports, range),
@@ -254,9 +257,12 @@ pub fn plan_for(options: &SenderOptions, range: PortRange) -> Result<Plan, Sende
 }
 
 /// Each target with its model and where flows to it may come from.
-pub fn receiver_inputs(targets: &[Target]) -> Result<Vec<plan::ReceiverInput>, SenderError> {
+pub fn receiver_inputs(
+    targets: &[Target],
+    members: bond::BondMembers,
+) -> Result<Vec<plan::ReceiverInput>, SenderError> {
     let addrs: Vec<IpAddr> = targets.iter().map(|t| t.addr).collect();
-    Ok(receiver_sources(&addrs)?
+    Ok(receiver_sources(&addrs, members)?
         .into_iter()
         .zip(targets)
         .map(|(sources, target)| plan::ReceiverInput {
@@ -267,9 +273,13 @@ pub fn receiver_inputs(targets: &[Target]) -> Result<Vec<plan::ReceiverInput>, S
         .collect())
 }
 
-/// Each receiver with the route's source address toward it and the other
-/// local addresses an application may bind.
-pub fn receiver_sources(receivers: &[IpAddr]) -> Result<Vec<plan::ReceiverSources>, SenderError> {
+/// Each receiver with the route's source address toward it, the other
+/// local addresses an application may bind, and the bond the route leaves
+/// by (its members balanced unless `members` says not).
+pub fn receiver_sources(
+    receivers: &[IpAddr],
+    members: bond::BondMembers,
+) -> Result<Vec<plan::ReceiverSources>, SenderError> {
     receivers
         .iter()
         .map(|r| {
@@ -277,7 +287,7 @@ pub fn receiver_sources(receivers: &[IpAddr]) -> Result<Vec<plan::ReceiverSource
                 receiver: *r,
                 route: route::source_toward(*r)?,
                 others: local::addresses_toward(*r)?,
-                bond: bond::EgressBond::toward(*r),
+                bond: bond::EgressBond::toward(*r, members),
             })
         })
         .collect()
@@ -286,8 +296,12 @@ pub fn receiver_sources(receivers: &[IpAddr]) -> Result<Vec<plan::ReceiverSource
 /// True when a receiver's route source or the host's addresses toward it
 /// are no longer what `steering` planned for (an address added or removed,
 /// a route changed): then [`replan`] plans for the new ones.
-pub fn sources_changed(binder: &RunningBinder, receivers: &[IpAddr]) -> Result<bool, SenderError> {
-    let now = receiver_sources(receivers)?;
+pub fn sources_changed(
+    binder: &RunningBinder,
+    receivers: &[IpAddr],
+    members: bond::BondMembers,
+) -> Result<bool, SenderError> {
+    let now = receiver_sources(receivers, members)?;
     let plan = &binder.plan;
     if now.len() != plan.receivers.len() {
         return Ok(true);

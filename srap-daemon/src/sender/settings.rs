@@ -14,6 +14,7 @@ use srap_host::cpulist;
 
 use super::{
     DEFAULT_PIN_DIR, PacingRate,
+    bond::BondMembers,
     config::{ConfigError, SenderConfig},
     ends::{LocalPlacement, LocalSettings, Steer},
 };
@@ -72,6 +73,8 @@ pub struct SenderSettings {
     pub metrics: Option<std::net::SocketAddr>,
     /// [`Self::interval`] gives the default.
     pub interval: Option<u64>,
+    /// `--bond-members`; [`Self::bond_members`] gives the default.
+    pub bond_members: Option<BondMembers>,
     pub local: LocalSettings,
     pub sizes: SizeSettings,
 }
@@ -222,6 +225,11 @@ impl SenderSettings {
         }
         fill(&mut self.local.local_cpus, local_cpus);
         fill(&mut self.local.local_placement, placement);
+        let members = config
+            .bond_members
+            .map(|m| m.parse::<BondMembers>().map_err(value("bond-members")))
+            .transpose()?;
+        fill(&mut self.bond_members, members);
         fill(&mut self.sizes.max_receivers, config.max_receivers);
         fill(&mut self.sizes.max_cpus, config.max_cpus);
         fill(&mut self.sizes.max_sockets, config.max_sockets);
@@ -244,6 +252,11 @@ impl SenderSettings {
 
     pub fn interval(&self) -> u64 {
         self.interval.unwrap_or(DEFAULT_INTERVAL)
+    }
+
+    /// `--bond-members`, balance unless set.
+    pub fn bond_members(&self) -> BondMembers {
+        self.bond_members.unwrap_or_default()
     }
 
     pub fn pin_dir(&self) -> PathBuf {
@@ -310,6 +323,7 @@ mod tests {
         local-iface = "eth0"
         local-cpus = "0-7"
         local-placement = "reader"
+        bond-members = "ignore"
         max-receivers = 200
         max-sockets = 1000
     "#;
@@ -348,6 +362,7 @@ mod tests {
         assert_eq!(merged.local.local_iface.as_deref(), Some("eth0"));
         assert_eq!(merged.local.local_cpus, Some((0..8).collect()));
         assert_eq!(merged.local.local_placement, Some(LocalPlacement::Reader));
+        assert_eq!(merged.bond_members(), BondMembers::Ignore);
         let sizes = merged.sizes.sizes().expect("sizes");
         assert_eq!(
             sizes,
@@ -409,6 +424,7 @@ mod tests {
             ("steer = \"push\"\n", "steer"),
             ("local-cpus = \"3-1\"\n", "local-cpus"),
             ("local-placement = \"near\"\n", "local-placement"),
+            ("bond-members = \"some\"\n", "bond-members"),
         ] {
             let config = SenderConfig::parse(path, text).expect("parses");
             let err = SenderSettings::default()

@@ -588,6 +588,7 @@ pub fn options(args: &SenderSettings, targets: Vec<Target>) -> anyhow::Result<Se
         port_range: args.port_range,
         local: None,
         local_placement: args.local.local_placement(),
+        bond_members: args.bond_members(),
         sizes: args.sizes.sizes()?,
     })
 }
