@@ -596,6 +596,23 @@ mod tests {
         status.occupancy.audits = 12;
         status.occupancy.repaired = 1;
         status.occupancy.stale_records = 1;
+        status.bonds = vec![crate::sender::BondRow {
+            name: "bond0".into(),
+            members: vec![
+                crate::sender::MemberRow {
+                    name: "eth1".into(),
+                    usable: true,
+                    flows: 8,
+                    tx_bytes: 900,
+                    tx_bytes_per_s: None,
+                },
+                crate::sender::MemberRow {
+                    name: "eth0".into(),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        }];
         let text = render_sender(&status);
         for line in [
             "# TYPE srap_sender_occupancy_repaired_total counter",
@@ -608,6 +625,9 @@ mod tests {
             "srap_sender_reader_flows{cpu=\"unknown\"} 0",
             "srap_sender_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"connecting\"} 3",
             "srap_sender_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"receiving\"} 3",
+            "srap_sender_bond_member_flows{bond=\"bond0\",member=\"eth1\"} 8",
+            "srap_sender_bond_member_tx_bytes_total{bond=\"bond0\",member=\"eth1\"} 900",
+            "srap_sender_bond_member_usable{bond=\"bond0\",member=\"eth0\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }

@@ -53,16 +53,20 @@ pub fn render(status: &SenderStatus) -> String {
         }
     }
     for bond in &status.bonds {
-        bond_lines(&mut out, bond);
+        let _ = writeln!(out);
+        for line in bond_summary(bond) {
+            let _ = writeln!(out, "{line}");
+        }
     }
     flow_lines(&mut out, &status.flows);
     out
 }
 
-/// A bond on the route: whether flows are balanced over its members, and
+/// A bond on the route: whether flows are balanced over its members (or
+/// why not), what the members' own counters said of the driver's hash, and
 /// per member its flows (by the driver's hash) and what its own counters
-/// say it sent.
-fn bond_lines(out: &mut String, bond: &BondRow) {
+/// say it sent. The plain text's and the dashboard's.
+pub(super) fn bond_summary(bond: &BondRow) -> Vec<String> {
     let state = if bond.balanced {
         "flows balanced over the usable members".to_owned()
     } else {
@@ -71,36 +75,33 @@ fn bond_lines(out: &mut String, bond: &BondRow) {
             bond.why_not.as_deref().unwrap_or("no plan")
         )
     };
-    let _ = writeln!(
-        out,
-        "\nbond {} ({}, {}): {state}",
+    let mut lines = vec![format!(
+        "bond {} ({}, {}): {state}",
         bond.name, bond.mode, bond.policy
-    );
+    )];
     if let Some(counters) = &bond.counters {
-        let _ = writeln!(
-            out,
+        lines.push(format!(
             "  members' own counters vs the driver's hash: {counters}"
-        );
+        ));
     }
-    let _ = writeln!(
-        out,
+    lines.push(format!(
         "  {:<12} {:<7} {:>5} {:>14} {:>12}",
         "member", "usable", "flows", "tx bytes", "tx rate"
-    );
+    ));
     for m in &bond.members {
         let rate = m.tx_bytes_per_s.map_or("-".to_owned(), |r| {
             format!("{:.1} Mbit/s", r as f64 * 8.0 / 1e6)
         });
-        let _ = writeln!(
-            out,
+        lines.push(format!(
             "  {:<12} {:<7} {:>5} {:>14} {:>12}",
             m.name,
             if m.usable { "yes" } else { "no" },
             m.flows,
             m.tx_bytes,
             rate
-        );
+        ));
     }
+    lines
 }
 
 /// The occupancy audit's repairs, only when it made any: each is a bug
@@ -547,6 +548,38 @@ mod tests {
             flow.contains(" -/- ") && flow.contains(" 3/3 ") && flow.ends_with(" -/-"),
             "{flow}"
         );
+    }
+
+    #[test]
+    fn a_bond_shows_each_member_its_flows_and_what_it_sent() {
+        let member = |name: &str, usable: bool, flows: u32| srap_status::sender::MemberRow {
+            name: name.into(),
+            usable,
+            flows,
+            tx_bytes: 4_400_000,
+            tx_bytes_per_s: Some(1_000_000),
+        };
+        let status = SenderStatus {
+            bonds: vec![BondRow {
+                name: "bond0".into(),
+                mode: "802.3ad".into(),
+                policy: "layer3+4".into(),
+                balanced: false,
+                why_not: Some("3 usable members: …".into()),
+                counters: Some("agree".into()),
+                members: vec![member("eth2", false, 0), member("eth0", true, 6)],
+            }],
+            ..two_receivers()
+        };
+        let text = render(&status);
+        for line in [
+            "bond bond0 (802.3ad, layer3+4): members not balanced: 3 usable members: …",
+            "  members' own counters vs the driver's hash: agree",
+            "  eth2         no          0        4400000   8.0 Mbit/s",
+            "  eth0         yes         6        4400000   8.0 Mbit/s",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
+        }
     }
 
     #[test]

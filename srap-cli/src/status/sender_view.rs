@@ -218,6 +218,27 @@ fn local_lines(status: &SenderStatus, width: usize) -> Vec<Line<'static>> {
         .collect()
 }
 
+/// Each bond on the route and its members, wrapped; yellow while its
+/// balancing is off for a reason other than the bond's own (paused by its
+/// counters, say).
+fn bond_lines(status: &SenderStatus, width: usize) -> Vec<Line<'static>> {
+    status
+        .bonds
+        .iter()
+        .flat_map(|bond| {
+            let style = if bond.counters.as_deref().is_some_and(|c| c != "agree") {
+                Style::new().fg(Color::Yellow)
+            } else {
+                Style::new()
+            };
+            super::sender::bond_summary(bond)
+                .into_iter()
+                .flat_map(move |line| wrap(&line, width))
+                .map(move |line| Line::from(Span::styled(line, style)))
+        })
+        .collect()
+}
+
 /// Why each receiver away is, wrapped under the table.
 fn away_lines(status: &SenderStatus, width: usize) -> Vec<Line<'static>> {
     let red = Style::new().fg(Color::Red);
@@ -273,7 +294,8 @@ impl Page for SenderPage {
             .map(|r| format!("{}>{}", r.cells[0], r.cells[4]))
             .collect();
         let away = away_lines(status, width);
-        let local = local_lines(status, width);
+        let mut local = local_lines(status, width);
+        local.extend(bond_lines(status, width));
         let flows = flow_lines(&status.flows);
         let reasons = unknown_reasons(&status.flows, width);
         let room = height.saturating_sub(lines.len() + away.len() + local.len() + reasons.len());
