@@ -677,6 +677,25 @@ mod tests {
         }
     }
 
+    /// Every port of every slot of `table` toward port 5201 lands on the
+    /// slot's CPU and leaves on member `slot % members` by the driver's
+    /// formula, and each slot has ports.
+    fn each_slot_on_its_cpu_and_member(table: &TablePlan, members: u32) {
+        let (src, dst) = (v4().route, v4().receiver);
+        for slot in 0..table.slots().len() {
+            let ports = table.slot_ports(slot, 5201);
+            assert!(ports.len() > 100, "slot {slot}: {} ports", ports.len());
+            for port in ports {
+                let tuple = FlowTuple::new(src, port, dst, 5201).expect("tuple");
+                assert_eq!(
+                    srap_common::bond::member_index(&tuple, members),
+                    Some(slot as u32 % members)
+                );
+                assert_eq!(model().landing(&tuple).cpu, table.slots()[slot].cpu);
+            }
+        }
+    }
+
     /// Over a bond of four, each receiver CPU's ports all leave on one
     /// member (the driver's formula), slot after slot round robin; over
     /// three usable the plan is the receiver's alone.
@@ -686,19 +705,7 @@ mod tests {
             Plan::build(&model(), &[over_bond(&[true; 4])], &[], PortRange::DEFAULT).expect("plan");
         let table = &plan.tables[0];
         assert_eq!(table.layout.cosets.len(), 128 * 4, "(entry, member) values");
-        let (src, dst) = (v4().route, v4().receiver);
-        for slot in 0..table.slots().len() {
-            let ports = table.slot_ports(slot, 5201);
-            assert!(ports.len() > 100, "slot {slot}: {} ports", ports.len());
-            for port in ports {
-                let tuple = FlowTuple::new(src, port, dst, 5201).expect("tuple");
-                assert_eq!(
-                    srap_common::bond::member_index(&tuple, 4),
-                    Some(slot as u32 % 4)
-                );
-                assert_eq!(model().landing(&tuple).cpu, table.slots()[slot].cpu);
-            }
-        }
+        each_slot_on_its_cpu_and_member(table, 4);
         let three = Plan::build(
             &model(),
             &[over_bond(&[true, true, false, true])],
@@ -718,18 +725,7 @@ mod tests {
         .expect("plan");
         let table = &named.tables[0];
         assert_eq!(table.scope(), srap_common::port_tables::Scope::Port(5201));
-        for slot in 0..table.slots().len() {
-            let ports = table.slot_ports(slot, 5201);
-            assert!(ports.len() > 100, "slot {slot}: {} ports", ports.len());
-            for port in ports {
-                let tuple = FlowTuple::new(src, port, dst, 5201).expect("tuple");
-                assert_eq!(
-                    srap_common::bond::member_index(&tuple, 3),
-                    Some(slot as u32 % 3)
-                );
-                assert_eq!(model().landing(&tuple).cpu, table.slots()[slot].cpu);
-            }
-        }
+        each_slot_on_its_cpu_and_member(table, 3);
     }
 
     #[test]
