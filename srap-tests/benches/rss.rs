@@ -1,16 +1,20 @@
 //! RSS model benchmarks: the Toeplitz definition against the lookup tables,
-//! and the full 65 536-port → CPU table of one destination, hashing every
-//! port against the affine port tables. `cargo xtask bench` prints the ratios.
+//! the full 65 536-port → CPU table of one destination, hashing every port
+//! against the affine port tables, and the binder's layout of a receiver
+//! alone and over a bond's members (what a member going down re-plans).
+//! `cargo xtask bench` prints the ratios.
 
 use std::{hint::black_box, time::Duration};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use srap_common::{
+    bond::MemberPlan,
+    port_tables::{LayoutPlan, TablePlan},
     rss::{
         FlowTuple, HashFields, HashInput, InputXfrm, RssModel, ToeplitzTable, embedded_default,
         hash_naive,
     },
-    solver::PortSolver,
+    solver::{PortRange, PortSolver},
 };
 
 fn tuples() -> [(&'static str, FlowTuple); 2] {
@@ -120,12 +124,34 @@ fn port_table(c: &mut Criterion) {
     group.finish();
 }
 
+/// The receiver's any-port layout alone, over 4 bond members (the member
+/// bits stacked above the entry's: 4 times the cosets), and a named port's
+/// listed table over 3 members (the driver's modulo per port).
+fn member_layout(c: &mut Criterion) {
+    let model = RssModel::from_description(&embedded_default()).unwrap();
+    let template = tuples()[0].1;
+    let (src, dst) = (template.src(), template.dst());
+    let range = PortRange::DEFAULT;
+    let mut group = c.benchmark_group("member_layout");
+    for (name, members) in [("plain", None), ("bond4", MemberPlan::new(4))] {
+        group.bench_function(BenchmarkId::new("any_port", name), |b| {
+            b.iter(|| LayoutPlan::any_port_over(&model, black_box(dst), range, members))
+        });
+    }
+    group.bench_function(BenchmarkId::new("named_port", "bond3"), |b| {
+        b.iter(|| {
+            TablePlan::one_port_over(&model, src, black_box(dst), 5201, range, MemberPlan::new(3))
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2))
         .sample_size(30);
-    targets = toeplitz, port_table
+    targets = toeplitz, port_table, member_layout
 }
 criterion_main!(benches);

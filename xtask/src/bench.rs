@@ -59,6 +59,26 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
         "port_table/65536/linear",
         Goal::Ratio,
     ),
+    // A bond's members stacked above the receiver's entries: what a member
+    // going down or up re-plans, far below the agent's 1 s interval.
+    (
+        "layout over 4 bond members",
+        "member_layout/any_port/bond4",
+        "",
+        Goal::MeanBelowNs(1e6),
+    ),
+    (
+        "layout over 4 bond members / receiver alone",
+        "member_layout/any_port/bond4",
+        "member_layout/any_port/plain",
+        Goal::Ratio,
+    ),
+    (
+        "named port's table over 3 bond members",
+        "member_layout/named_port/bond3",
+        "",
+        Goal::MeanBelowNs(50e6),
+    ),
     // The connect benchmark's settings take turns, round by round; these
     // are its paired figures (`connect_paired/*`, see benches/connect.rs).
     (
