@@ -1,5 +1,6 @@
 //! A Linux bond in the guest: `bond0` over the guest's virtio-net NICs in
-//! `balance-xor` or `802.3ad` with `xmit_hash_policy=layer3+4`, each NIC on
+//! `balance-xor` or `802.3ad` with `xmit_hash_policy=layer3+4` (or another
+//! policy, [`GuestBond::create_with_policy`]), each NIC on
 //! its own tap of a [`GuestNet::bonded`] bridge (for `802.3ad`, with
 //! [`LacpPartner`] answering on the taps). The host's kernel has no bonding; the
 //! guest's Debian kernels ship `bonding.ko`, so this is where the bonding
@@ -15,6 +16,7 @@ use std::{
     fmt::Write as _,
     net::{IpAddr, SocketAddr},
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    process::Stdio,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -24,10 +26,16 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
-use srap_common::{bond::member_index, rss::FlowTuple};
+use srap_common::{
+    bond::{HashPolicy, member_index},
+    rss::FlowTuple,
+};
 
-use super::{Guest, GuestNet};
-use crate::readers::{DataSource, Transfer};
+use super::{Guest, GuestNet, truth::iperf3_accepted_ports};
+use crate::{
+    readers::{DataSource, Transfer},
+    workload::iperf3_server_with,
+};
 
 /// The most members a bonded guest takes (each a PCI NIC of its own).
 pub const MOST_MEMBERS: u32 = 8;
@@ -50,6 +58,9 @@ const MOST_STRAY_PACKETS: u64 = 20;
 
 /// The host's sink for the flows, in the test namespace.
 const SINK_PORT: u16 = 7610;
+
+/// The host's `iperf3 -s` for flows from a given source port.
+const IPERF_PORT: u16 = 7611;
 
 /// How long one flow may take: a connection and half a megabyte.
 const FLOW_TIMEOUT: Duration = Duration::from_secs(60);
@@ -76,12 +87,29 @@ impl BondMode {
     }
 }
 
+/// `xmit_hash_policy` as `/sys/class/net/BOND/bonding/xmit_hash_policy`
+/// takes it (the inverse of [`HashPolicy::parse`]).
+pub fn policy_sysfs(policy: HashPolicy) -> &'static str {
+    match policy {
+        HashPolicy::Layer2 => "layer2",
+        HashPolicy::Layer23 => "layer2+3",
+        HashPolicy::Layer34 => "layer3+4",
+        HashPolicy::Encap23 => "encap2+3",
+        HashPolicy::Encap34 => "encap3+4",
+        HashPolicy::VlanSrcMac => "vlan+srcmac",
+    }
+}
+
 /// `bond0` in the guest, made by [`GuestBond::create`].
 #[derive(Debug)]
 pub struct GuestBond {
     /// The guest's NICs, in the order they were enslaved.
     pub enslaved: Vec<String>,
     pub mode: BondMode,
+    /// Its `xmit_hash_policy`. A flow's [`BondFlow::by_model`] is the
+    /// `layer3+4` model's member whatever the policy: under another one it
+    /// is what the counters are compared with, not a prediction.
+    pub policy: HashPolicy,
 }
 
 /// One flow sent over the bond, and which member each judge says carried
@@ -122,6 +150,17 @@ impl GuestBond {
         order: &[u32],
         mode: BondMode,
     ) -> anyhow::Result<Self> {
+        Self::create_with_policy(guest, net, order, mode, HashPolicy::Layer34)
+    }
+
+    /// [`GuestBond::create`] with another `xmit_hash_policy`.
+    pub fn create_with_policy(
+        guest: &mut Guest,
+        net: &GuestNet,
+        order: &[u32],
+        mode: BondMode,
+        policy: HashPolicy,
+    ) -> anyhow::Result<Self> {
         let members = guest.shape.bond_members;
         if members == 0 {
             bail!("the guest was booted without bond members (GuestShape::bonded)");
@@ -149,8 +188,9 @@ impl GuestBond {
         };
         guest.run(&format!(
             "echo +{BOND} > /sys/class/net/bonding_masters && echo {} > {sys}/mode \
-             && echo layer3+4 > {sys}/xmit_hash_policy && echo 100 > {sys}/miimon{lacp}",
-            mode.sysfs()
+             && echo {} > {sys}/xmit_hash_policy && echo 100 > {sys}/miimon{lacp}",
+            mode.sysfs(),
+            policy_sysfs(policy)
         ))?;
         guest.run(&format!(
             "ip addr flush dev eth0 && ip link set {BOND} up && ip addr add {}/24 dev {BOND}",
@@ -167,7 +207,19 @@ impl GuestBond {
         // 64 KB TSO frames), so a flow stands far above stray ARP. The
         // driver hashes each packet's tuple, the same for all of a flow's.
         guest.run(&format!("ethtool -K {BOND} tso off gso off"))?;
-        let bond = Self { enslaved, mode };
+        let bond = Self {
+            enslaved,
+            mode,
+            policy,
+        };
+        let set = guest.read(&format!("cat {sys}/xmit_hash_policy"))?;
+        if HashPolicy::parse(&set) != Some(policy) {
+            bail!(
+                "{sys}/xmit_hash_policy says {:?}, not {}",
+                set.trim(),
+                policy_sysfs(policy)
+            );
+        }
         let slaves = bond.slaves(guest)?;
         if slaves != bond.enslaved {
             bail!(
@@ -252,6 +304,26 @@ impl GuestBond {
             .collect())
     }
 
+    /// Runs one flow's shell line; a failure carries the bond's own account
+    /// (a port out of its aggregator, a link down).
+    fn run_flow(&self, guest: &mut Guest, line: &str) -> anyhow::Result<String> {
+        match guest.run(line) {
+            Ok(output) => Ok(output),
+            Err(err) => bail!(
+                "sending a flow over the bond: {err:#}\n{}",
+                guest.read_or_why(&format!("/proc/net/bonding/{BOND}"))
+            ),
+        }
+    }
+
+    /// No TIME_WAIT in the guest (`net.ipv4.tcp_max_tw_buckets=0`: a
+    /// closed connection's socket is freed at once), so a flow's 4-tuple
+    /// can be sent again from the same source port right after.
+    pub fn no_time_wait(guest: &mut Guest) -> anyhow::Result<()> {
+        guest.run("echo 0 > /proc/sys/net/ipv4/tcp_max_tw_buckets")?;
+        Ok(())
+    }
+
     /// Takes `member`'s link down in the guest (`ip link set … down`) and
     /// waits until the bond counts it out.
     pub fn take_down(&self, guest: &mut Guest, member: &str) -> anyhow::Result<()> {
@@ -279,38 +351,75 @@ impl GuestBond {
     /// as the sink accepted it, the members' `tx_packets` around it, and the
     /// member the model picks among the members usable now.
     pub fn send_flow(&self, guest: &mut Guest, net: &GuestNet) -> anyhow::Result<BondFlow> {
+        self.send_flow_from(guest, net, None)
+    }
+
+    /// [`GuestBond::send_flow`] from the source port `sport` if given, else
+    /// one the kernel picks. Busybox `nc` binds no source port, so a given
+    /// port's flow is the guest's `iperf3 -c --cport` to an `iperf3 -s` in
+    /// the test namespace (its data connection is the flow; the control
+    /// connection's dozen packets are strays). The same port twice is the
+    /// same 4-tuple twice: call [`GuestBond::no_time_wait`] first, or the
+    /// guest's TIME_WAIT holds the tuple.
+    pub fn send_flow_from(
+        &self,
+        guest: &mut Guest,
+        net: &GuestNet,
+        sport: Option<u16>,
+    ) -> anyhow::Result<BondFlow> {
         let usable = self.usable(guest)?;
         let slaves = self.slaves(guest)?;
-        let sink_addr = SocketAddr::new(IpAddr::V4(net.host_ip), SINK_PORT);
-        let sink = DataSource::start_for(&net.ns, sink_addr, 1, 0, None, Transfer::Upload)?;
         // One shell line: the counters, the flow, the counters — nothing
         // of the host's in between to add packets.
         let counters = counters_line(&slaves, "tx_packets");
-        let line = format!(
-            "{counters}; head -c {FLOW_BYTES} /dev/zero | nc -w 20 {} {SINK_PORT}; rc=$?; \
-             {counters}; exit $rc",
-            net.host_ip
-        );
-        let output = match guest.run(&line) {
-            Ok(output) => output,
-            // The bond's own account says why (a port out of its
-            // aggregator, a link down).
-            Err(err) => bail!(
-                "sending a flow over the bond: {err:#}\n{}",
-                guest.read_or_why(&format!("/proc/net/bonding/{BOND}"))
-            ),
-        };
-        let ports = sink.finish(FLOW_TIMEOUT)?;
-        let &[port] = ports.as_slice() else {
-            bail!("the sink accepted {ports:?}, not one flow");
+        let host = net.host_ip;
+        let (output, port, dport) = match sport {
+            None => {
+                let sink_addr = SocketAddr::new(IpAddr::V4(host), SINK_PORT);
+                let sink = DataSource::start_for(&net.ns, sink_addr, 1, 0, None, Transfer::Upload)?;
+                let output = self.run_flow(
+                    guest,
+                    &format!(
+                        "{counters}; head -c {FLOW_BYTES} /dev/zero | nc -w 20 {host} {SINK_PORT}; \
+                         rc=$?; {counters}; exit $rc"
+                    ),
+                )?;
+                let ports = sink.finish(FLOW_TIMEOUT)?;
+                let &[port] = ports.as_slice() else {
+                    bail!("the sink accepted {ports:?}, not one flow");
+                };
+                (output, port, SINK_PORT)
+            }
+            Some(sport) => {
+                let report =
+                    std::env::temp_dir().join(format!("srap-bond-{}.json", crate::unique_name("")));
+                let _remove = RemoveOnDrop(&report);
+                let mut server = iperf3_server_with(
+                    &net.ns,
+                    IPERF_PORT,
+                    &["-J"],
+                    Stdio::from(std::fs::File::create(&report)?),
+                )?;
+                let output = self.run_flow(
+                    guest,
+                    &format!(
+                        "{counters}; iperf3 -c {host} -p {IPERF_PORT} --cport {sport} \
+                         -n {FLOW_BYTES} > /dev/null; rc=$?; {counters}; exit $rc"
+                    ),
+                )?;
+                server.wait(FLOW_TIMEOUT).context("the host's iperf3 -s")?;
+                let ports = iperf3_accepted_ports(&std::fs::read_to_string(&report)?)?;
+                let &[port] = ports.as_slice() else {
+                    bail!("iperf3 -s accepted {ports:?}, not one stream");
+                };
+                if port != sport {
+                    bail!("iperf3 -s accepted a stream from port {port}, not {sport}");
+                }
+                (output, port, IPERF_PORT)
+            }
         };
         let tx_packets = counter_rise(&output, slaves.len())?;
-        let tuple = FlowTuple::new(
-            IpAddr::V4(net.guest_ip),
-            port,
-            IpAddr::V4(net.host_ip),
-            SINK_PORT,
-        )?;
+        let tuple = FlowTuple::new(IpAddr::V4(net.guest_ip), port, IpAddr::V4(host), dport)?;
         let pick = |members: &[String]| -> anyhow::Result<String> {
             let index = member_index(&tuple, members.len() as u32)
                 .context("the bond has no usable member")?;
@@ -326,6 +435,15 @@ impl GuestBond {
             tuple,
             tx_packets,
         })
+    }
+}
+
+/// Removes a file of the test's when dropped.
+struct RemoveOnDrop<'a>(&'a std::path::Path);
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
     }
 }
 
