@@ -434,7 +434,45 @@ pub fn parse_reports(text: &str) -> anyhow::Result<Vec<FlowReport>> {
 pub struct DataSource {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<anyhow::Result<Vec<u16>>>>,
+    thread: Option<JoinHandle<anyhow::Result<Vec<SinkFlow>>>>,
+}
+
+/// One flow as the data source served it, by its own clock: when it was
+/// accepted, when its first and last data moved (read as a sink, written
+/// as a source) and how many bytes. A receiver's measure of a transfer,
+/// independent of what the other end claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SinkFlow {
+    /// The peer's port.
+    pub port: u16,
+    pub accepted: Instant,
+    /// `None` when no byte moved.
+    pub first_byte: Option<Instant>,
+    pub last_byte: Option<Instant>,
+    pub bytes: u64,
+}
+
+impl SinkFlow {
+    fn new(port: u16) -> Self {
+        Self {
+            port,
+            accepted: Instant::now(),
+            first_byte: None,
+            last_byte: None,
+            bytes: 0,
+        }
+    }
+
+    /// Counts `n` bytes moved now.
+    fn moved(&mut self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let now = Instant::now();
+        self.first_byte.get_or_insert(now);
+        self.last_byte = Some(now);
+        self.bytes += n as u64;
+    }
 }
 
 impl DataSource {
@@ -489,7 +527,17 @@ impl DataSource {
 
     /// Waits (up to `within`) until every flow was accepted and served; the
     /// accepted peer ports, in accept order.
-    pub fn finish(mut self, within: Duration) -> anyhow::Result<Vec<u16>> {
+    pub fn finish(self, within: Duration) -> anyhow::Result<Vec<u16>> {
+        Ok(self
+            .finish_flows(within)?
+            .into_iter()
+            .map(|f| f.port)
+            .collect())
+    }
+
+    /// [`DataSource::finish`] with each flow's times and bytes, in accept
+    /// order.
+    pub fn finish_flows(mut self, within: Duration) -> anyhow::Result<Vec<SinkFlow>> {
         let thread = self
             .thread
             .take()
@@ -519,7 +567,8 @@ impl Drop for DataSource {
 }
 
 /// Accepts `flows` connections (for at most a minute) and serves each on a
-/// thread of its own until all are done; their peer ports.
+/// thread of its own until all are done; each flow's record, in accept
+/// order.
 fn serve(
     listener: &TcpListener,
     flows: usize,
@@ -527,39 +576,40 @@ fn serve(
     pace: Option<u64>,
     transfer: Transfer,
     stop: &AtomicBool,
-) -> anyhow::Result<Vec<u16>> {
+) -> anyhow::Result<Vec<SinkFlow>> {
     let accept_until = Instant::now() + Duration::from_secs(60);
     std::thread::scope(|scope| {
-        let mut ports = Vec::new();
-        while ports.len() < flows {
+        let mut served = Vec::new();
+        while served.len() < flows {
             if stop.load(Ordering::Relaxed) {
                 bail!("stopped");
             }
             if Instant::now() >= accept_until {
                 bail!(
                     "the data source accepted {} of {flows} connections in 60 s",
-                    ports.len()
+                    served.len()
                 );
             }
             match listener.accept() {
                 Ok((stream, peer)) => {
-                    ports.push(peer.port());
+                    let mut flow = SinkFlow::new(peer.port());
                     stream.set_nonblocking(false)?;
                     if let (Some(rate), Transfer::Download) = (pace, transfer) {
                         set_socket_option_u64(&stream, libc::SO_MAX_PACING_RATE, rate)
                             .context("SO_MAX_PACING_RATE")?;
                     }
-                    scope.spawn(move || {
+                    served.push(scope.spawn(move || {
                         // A flow the client ended first (a reset) is still
                         // a flow served.
-                        let served = match transfer {
-                            Transfer::Download => write_for(stream, seconds, stop),
-                            Transfer::Upload => drain(stream, seconds, stop),
+                        let outcome = match transfer {
+                            Transfer::Download => write_for(stream, seconds, stop, &mut flow),
+                            Transfer::Upload => drain(stream, seconds, stop, &mut flow),
                         };
-                        if let Err(err) = served {
+                        if let Err(err) = outcome {
                             tracing::debug!("a data-source flow ended early: {err:#}");
                         }
-                    });
+                        flow
+                    }));
                 }
                 Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
                     std::thread::sleep(Duration::from_millis(5));
@@ -567,7 +617,13 @@ fn serve(
                 Err(err) => return Err(err).context("accepting"),
             }
         }
-        Ok(ports)
+        served
+            .into_iter()
+            .map(|flow| {
+                flow.join()
+                    .map_err(|_| anyhow!("a data-source flow's thread panicked"))
+            })
+            .collect()
     })
 }
 
@@ -582,14 +638,19 @@ fn transient(err: &std::io::Error) -> bool {
     )
 }
 
-/// Writes to `stream` for `seconds`, then closes it.
-fn write_for(mut stream: TcpStream, seconds: u64, stop: &AtomicBool) -> anyhow::Result<()> {
+/// Writes to `stream` for `seconds`, then closes it; counts into `flow`.
+fn write_for(
+    mut stream: TcpStream,
+    seconds: u64,
+    stop: &AtomicBool,
+    flow: &mut SinkFlow,
+) -> anyhow::Result<()> {
     let buf = vec![0x5au8; 1 << 16];
     let until = Instant::now() + Duration::from_secs(seconds);
     stream.set_write_timeout(Some(Duration::from_secs(1)))?;
     while Instant::now() < until && !stop.load(Ordering::Relaxed) {
         match stream.write(&buf) {
-            Ok(_) => {}
+            Ok(n) => flow.moved(n),
             Err(err) if transient(&err) => {}
             Err(err) => return Err(err).context("writing"),
         }
@@ -599,15 +660,21 @@ fn write_for(mut stream: TcpStream, seconds: u64, stop: &AtomicBool) -> anyhow::
 }
 
 /// Reads `stream` until the client closes it (or `seconds` and a grace of
-/// 15 s have passed, or the source is stopped), then closes it.
-fn drain(mut stream: TcpStream, seconds: u64, stop: &AtomicBool) -> anyhow::Result<()> {
+/// 15 s have passed, or the source is stopped), then closes it; counts into
+/// `flow`.
+fn drain(
+    mut stream: TcpStream,
+    seconds: u64,
+    stop: &AtomicBool,
+    flow: &mut SinkFlow,
+) -> anyhow::Result<()> {
     let mut buf = vec![0u8; 1 << 16];
     let until = Instant::now() + Duration::from_secs(seconds + 15);
     stream.set_read_timeout(Some(Duration::from_secs(1)))?;
     while Instant::now() < until && !stop.load(Ordering::Relaxed) {
         match stream.read(&mut buf) {
             Ok(0) => break,
-            Ok(_) => {}
+            Ok(n) => flow.moved(n),
             Err(err) if transient(&err) => {}
             Err(err) => return Err(err).context("reading"),
         }
@@ -619,6 +686,23 @@ fn drain(mut stream: TcpStream, seconds: u64, stop: &AtomicBool) -> anyhow::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sink_flow_times_its_first_and_last_bytes_and_counts_them() {
+        let mut flow = SinkFlow::new(4242);
+        flow.moved(0);
+        assert_eq!(
+            (flow.first_byte, flow.last_byte, flow.bytes),
+            (None, None, 0)
+        );
+        flow.moved(100);
+        let first = flow.first_byte.expect("a first byte");
+        flow.moved(50);
+        assert_eq!(flow.first_byte, Some(first));
+        assert!(flow.last_byte.is_some_and(|last| last >= first));
+        assert!(flow.accepted <= first);
+        assert_eq!(flow.bytes, 150);
+    }
 
     #[test]
     fn cpus_parse_lists_and_ranges_and_refuse_nonsense() {
@@ -724,15 +808,15 @@ mod tests {
     }
 
     /// The threads of `order` against a source (or sink) on loopback, in
-    /// this process's own namespace: nothing leaves the host. The ports
-    /// the source accepted and each thread's report. Pinning to CPUs 0 and
+    /// this process's own namespace: nothing leaves the host. The flows
+    /// the source served and each thread's report. Pinning to CPUs 0 and
     /// 1 needs both: a machine without them fails here, it does not pass.
     fn on_loopback(
         order: &[u32],
         seconds: u64,
         rate: Option<u64>,
         transfer: Transfer,
-    ) -> (Vec<u16>, Vec<FlowReport>) {
+    ) -> (Vec<SinkFlow>, Vec<FlowReport>) {
         let cpus = std::thread::available_parallelism().map_or(1, usize::from);
         assert!(
             cpus >= 2,
@@ -753,7 +837,8 @@ mod tests {
     fn readers_on_loopback_read_what_the_source_writes() {
         // Each thread reads on its pinned CPU.
         let order = default_order(&[0, 1]);
-        let (ports, reports) = on_loopback(&order, 5, Some(50_000_000), Transfer::Download);
+        let (served, reports) = on_loopback(&order, 5, Some(50_000_000), Transfer::Download);
+        let ports: Vec<u16> = served.iter().map(|f| f.port).collect();
         assert_eq!(reports.len(), 2);
         for (report, cpu) in reports.iter().zip(&order) {
             assert_eq!(report.cpu, *cpu);
@@ -766,12 +851,16 @@ mod tests {
     #[test]
     fn senders_on_loopback_write_what_the_sink_reads() {
         let order = default_order_for(&[0, 1], 4).unwrap();
-        let (ports, reports) = on_loopback(&order, 1, None, Transfer::Upload);
+        let (served, reports) = on_loopback(&order, 1, None, Transfer::Upload);
         assert_eq!(reports.len(), 4);
         for (report, cpu) in reports.iter().zip(&order) {
             assert_eq!(report.cpu, *cpu);
             assert!(report.bytes > 0);
-            assert!(ports.contains(&report.port));
+            // The sink counted, and timed, what each thread wrote.
+            let flow = served.iter().find(|f| f.port == report.port);
+            let flow = flow.expect("the sink served the thread's flow");
+            assert_eq!(flow.bytes, report.bytes);
+            assert!(flow.first_byte.is_some() && flow.last_byte >= flow.first_byte);
         }
     }
 }
