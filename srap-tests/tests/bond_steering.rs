@@ -305,6 +305,8 @@ fn round_of(slaves: &[&str], down: &[&str], per_member: &[usize]) -> BondRound {
         flows,
         tx_bytes: per_member.iter().map(|&n| n as u64 * wire).collect(),
         seconds: 0.0,
+        flow_bytes: ROUND_FLOW_BYTES,
+        received: Vec::new(),
     }
 }
 

@@ -38,7 +38,7 @@ use crate::{
     agents::PEER_PORT,
     harness::{ReceiverAgent, ReceiverOpts},
     keyfile::KeyFile,
-    readers::{DataSource, Transfer},
+    readers::{DataSource, SinkFlow, Transfer},
     topology::lab_nic,
     unique_name,
 };
@@ -286,6 +286,21 @@ impl BondLab {
     /// sink with `ports`, each uploading [`ROUND_FLOW_BYTES`]; judged by
     /// the members' `tx_bytes` and the described model.
     pub fn round(&mut self, ports: Ports, title: &str) -> anyhow::Result<BondRound> {
+        self.round_of(ports, title, ROUND_FLOW_BYTES)
+    }
+
+    /// [`BondLab::round`] with each flow uploading `flow_bytes` (at least
+    /// [`ROUND_FLOW_BYTES`], so a member's counter still counts whole
+    /// flows): a capacity experiment sizes its flows to its links' rate.
+    pub fn round_of(
+        &mut self,
+        ports: Ports,
+        title: &str,
+        flow_bytes: u64,
+    ) -> anyhow::Result<BondRound> {
+        if flow_bytes < ROUND_FLOW_BYTES {
+            bail!("a round's flows upload at least {ROUND_FLOW_BYTES} bytes, not {flow_bytes}");
+        }
         let started = Instant::now();
         let slaves = self.bond.slaves(&mut self.guest)?;
         let usable = self.bond.usable(&mut self.guest)?;
@@ -305,21 +320,21 @@ impl BondLab {
         let counters = counters_line(&slaves, "tx_bytes");
         // One shell line: the counters, the flows, the counters.
         let line = format!(
-            "{counters}; {exec}sh {GUEST_ROUND_SCRIPT} {host} {SINK_PORT} {ROUND_FLOW_BYTES} \
+            "{counters}; {exec}sh {GUEST_ROUND_SCRIPT} {host} {SINK_PORT} {flow_bytes} \
              {ROUND_FLOWS} {pattern}; rc=$?; {counters}; exit $rc",
             pattern = proc_net_tcp_addr(host, SINK_PORT)
         );
         let output = self.guest.run(&line)?;
-        let accepted = sink.finish(ROUND_TIMEOUT)?;
+        let received = sink.finish_flows(ROUND_TIMEOUT)?;
         let open_at_once = output
             .lines()
             .find_map(|l| l.strip_prefix("open "))
             .and_then(|n| n.trim().parse::<usize>().ok())
             .with_context(|| format!("the round printed no `open N`:\n{output}"))?;
         let tx_bytes = counter_rise(&output, slaves.len())?;
-        let flows = accepted
+        let flows = received
             .iter()
-            .map(|&port| self.judge(port, &usable))
+            .map(|flow| self.judge(flow.port, &usable))
             .collect::<anyhow::Result<Vec<_>>>()?;
         Ok(BondRound {
             title: title.to_owned(),
@@ -330,6 +345,8 @@ impl BondLab {
             tx_bytes,
             open_at_once,
             seconds: started.elapsed().as_secs_f64(),
+            flow_bytes,
+            received,
         })
     }
 
@@ -391,6 +408,11 @@ pub struct BondRound {
     pub open_at_once: usize,
     /// The round's wall time, setup to verdict.
     pub seconds: f64,
+    /// What each flow uploaded.
+    pub flow_bytes: u64,
+    /// Each flow as the sink received it (its bytes and their times), in
+    /// accept order: the receiver's own measure of the round.
+    pub received: Vec<SinkFlow>,
 }
 
 impl BondRound {
@@ -415,7 +437,7 @@ impl BondRound {
     /// retransmissions here: it shows as members' counts that are not whole
     /// numbers ([`BondRound::by_counters`]).
     pub fn wire_bytes_plausible(&self) -> bool {
-        let payload = ROUND_FLOW_BYTES as f64;
+        let payload = self.flow_bytes as f64;
         (payload..=payload * 1.2).contains(&self.flow_wire_bytes())
     }
 
@@ -534,6 +556,8 @@ mod tests {
             tx_bytes,
             open_at_once: members.len(),
             seconds: 1.0,
+            flow_bytes: ROUND_FLOW_BYTES,
+            received: Vec::new(),
         }
     }
 
