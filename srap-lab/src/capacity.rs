@@ -199,12 +199,15 @@ impl Drop for QueueCapacity {
     }
 }
 
-fn tc<const N: usize>(netns: &str, args: [&str; N]) -> anyhow::Result<std::process::Output> {
+pub(crate) fn tc<const N: usize>(
+    netns: &str,
+    args: [&str; N],
+) -> anyhow::Result<std::process::Output> {
     command::run(Command::new("tc").args(["-n", netns]).args(args))
 }
 
 /// The interface's MTU, from `ip -o link show`.
-fn link_mtu(netns: &str, ifname: &str) -> anyhow::Result<u32> {
+pub(crate) fn link_mtu(netns: &str, ifname: &str) -> anyhow::Result<u32> {
     let out =
         command::run(Command::new("ip").args(["-n", netns, "-o", "link", "show", "dev", ifname]))?;
     let text = String::from_utf8_lossy(&out.stdout);

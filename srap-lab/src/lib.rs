@@ -22,6 +22,7 @@
 
 pub mod agents;
 pub mod binder;
+pub mod bond_throughput;
 pub mod capacity;
 pub mod command;
 pub mod emulator;
