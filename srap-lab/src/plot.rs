@@ -1,6 +1,8 @@
 //! Plots of `--experiment throughput` (`--plot DIR`), as PNG and SVG: each
 //! flow's rate over time in one kernel-port trial and one SRAP trial (the
-//! paper's Figures 1 and 3), and every trial's aggregate for both modes.
+//! paper's Figures 1 and 3), and every trial's aggregate for both modes;
+//! and of `--bond` ([`write_bond`]): every trial's aggregate over the
+//! capped members, each kernel trial marked with its split.
 //!
 //! Text is drawn with `ab_glyph` from a TTF read at run time (DejaVu Sans,
 //! Debian's `fonts-dejavu-core`), so nothing needs fontconfig or freetype.
@@ -16,7 +18,10 @@ use plotters::{
     style::{FontStyle, register_font},
 };
 
-use super::throughput::{ModeReport, ThroughputReport, TrialResult};
+use super::{
+    bond_throughput::{BondThroughputReport, PortMode, split_text},
+    throughput::{ModeReport, ThroughputReport, TrialResult},
+};
 
 /// Why a plot was not written.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +86,23 @@ pub fn write_all(report: &ThroughputReport, dir: &Path) -> Result<Vec<PathBuf>, 
     let draw = |root: &Canvas<'_>| aggregate_chart(root, report, rate, ideal);
     written.extend(both_formats(dir, "aggregate", draw)?);
     Ok(written)
+}
+
+/// Writes `dir/NAME.png` and `.svg`: every trial's aggregate of a `--bond`
+/// run, kernel and SRAP ports, with the ideal (every member at its cap) and
+/// the split of each kernel trial beside its point; returns the files.
+pub fn write_bond(
+    report: &BondThroughputReport,
+    dir: &Path,
+    name: &str,
+) -> Result<Vec<PathBuf>, PlotError> {
+    load_font()?;
+    std::fs::create_dir_all(dir).map_err(|e| PlotError::Dir(dir.to_path_buf(), e))?;
+    let draw = |canvas: &Canvas<'_>| match canvas {
+        Canvas::Png(root) => draw_bond(root, report),
+        Canvas::Svg(root) => draw_bond(root, report),
+    };
+    both_formats(dir, name, draw)
 }
 
 /// Either backend's drawing area.
@@ -302,6 +324,88 @@ fn draw_aggregate<DB: DrawingBackend>(
     }
     mode_points(&mut chart, &report.srap, "SRAP ports", ALONE, -0.08).map_err(err)?;
     mode_points(&mut chart, &report.kernel, "kernel ports", SHARED, 0.08).map_err(err)?;
+    legend(&mut chart).map_err(err)
+}
+
+/// The `--bond` aggregate chart: Mbit/s per trial, both kinds of port.
+fn draw_bond<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    report: &BondThroughputReport,
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let kernel = report.of(PortMode::Kernel);
+    let srap = report.of(PortMode::Srap);
+    let trials = kernel.len().max(srap.len()).max(1) as f64;
+    let ideal = report.ideal_mbps;
+    let top = report
+        .trials
+        .iter()
+        .map(|t| t.aggregate_mbps)
+        .fold(ideal, f64::max)
+        * 1.15;
+    root.fill(&WHITE).map_err(err)?;
+    let title = format!(
+        "Aggregate per trial: {} flows over {} members ({}) of {:.0} Mbit/s",
+        report.flows, report.members, report.mode, report.member_rate_mbps
+    );
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FAMILY, 20))
+        .margin(14)
+        .x_label_area_size(42)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.5f64..trials + 0.5, 0f64..top)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("trial")
+        .y_desc("Mbit/s at the receiver")
+        .x_labels((trials as usize).clamp(2, 20))
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .light_line_style(LIGHT)
+        .label_style((FAMILY, 14))
+        .draw()
+        .map_err(err)?;
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(0.5, ideal), (trials + 0.5, ideal)],
+            8,
+            6,
+            MUTED.stroke_width(1),
+        ))
+        .map_err(err)?
+        .label(format!(
+            "ideal, {} x {:.0} = {ideal:.0} Mbit/s",
+            report.members, report.member_rate_mbps
+        ))
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], MUTED.stroke_width(1)));
+    for (trials, name, color, shift) in [
+        (&srap, "SRAP ports", ALONE, -0.08),
+        (&kernel, "kernel ports", SHARED, 0.08),
+    ] {
+        let points: Vec<(f64, f64)> = trials
+            .iter()
+            .map(|t| (t.trial as f64 + shift, t.aggregate_mbps))
+            .collect();
+        let values: Vec<f64> = points.iter().map(|p| p.1).collect();
+        let median = super::throughput::Spread::of(&values).map_or(0.0, |s| s.median);
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 5, color.filled())))
+            .map_err(err)?
+            .label(format!("{name} (median {median:.1})"))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
+    }
+    // Each kernel trial's split by the members' counters, below its point.
+    let style = TextStyle::from((FAMILY, 12).into_font()).color(&SHARED);
+    chart
+        .draw_series(kernel.iter().map(|t| {
+            Text::new(
+                split_text(&t.by_counters),
+                (t.trial as f64 - 0.15, t.aggregate_mbps - top * 0.03),
+                style.clone(),
+            )
+        }))
+        .map_err(err)?;
     legend(&mut chart).map_err(err)
 }
 
