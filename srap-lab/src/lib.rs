@@ -170,9 +170,26 @@ pub struct LabArgs {
     #[arg(long, value_enum)]
     pub verifier: Option<LabVerifier>,
     /// With --experiment throughput: write PNG and SVG plots into this
-    /// directory (per-flow rates over time, aggregate per trial).
+    /// directory (per-flow rates over time, aggregate per trial); with
+    /// --bond, its aggregate per trial (`bond-aggregate-N-MODE`).
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
+    /// Run the bond capacity experiment instead: a QEMU guest whose bond of
+    /// this many virtio NICs (2 to 4), each capped at --member-rate, uploads
+    /// 16 equal flows at once, --trials times with kernel ports and with
+    /// SRAP's, measured by the receiver. Each flow is sized so that an
+    /// even split takes --duration seconds at the cap.
+    #[arg(long, value_name = "MEMBERS", value_parser = clap::value_parser!(u32).range(2..=4))]
+    pub bond: Option<u32>,
+    /// With --bond: `xor` (balance-xor) or `lacp` (802.3ad), both hashing
+    /// layer3+4. Default: xor.
+    #[arg(long, value_enum)]
+    pub bond_mode: Option<bond_throughput::BondModeArg>,
+    /// With --bond: each member's link rate, of TCP payload (e.g. 40mbit).
+    /// Choose one the emulated guest comfortably exceeds, so the cap, not
+    /// the emulator, limits. Default: 40mbit.
+    #[arg(long, value_name = "RATE")]
+    pub member_rate: Option<Rate>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
@@ -308,8 +325,14 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     if !rustix::process::geteuid().is_root() {
         bail!("the lab creates namespaces and loads eBPF: run it as root (`cargo xtask lab` does)");
     }
+    if args.bond.is_some() {
+        return run_bond(args);
+    }
+    if args.bond_mode.is_some() || args.member_rate.is_some() {
+        bail!("--bond-mode and --member-rate go with --bond");
+    }
     if args.plot.is_some() && args.experiment != Some(Experiment::Throughput) {
-        bail!("--plot goes with --experiment throughput");
+        bail!("--plot goes with --experiment throughput or --bond");
     }
     check_verifier(args)?;
     if let Some(nic) = args.nic.guest() {
@@ -509,6 +532,115 @@ fn run_throughput(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<(
     Ok(())
 }
 
+/// `--member-rate` for `--bond` when none is given: a rate the TCG guest
+/// comfortably exceeds on every member at once (see docs/bonds.md).
+const BOND_MEMBER_RATE: Rate = Rate::from_mbit(40);
+
+/// The flags `--bond` leaves out: it boots its own bonded guest, and its
+/// rounds are 16 uploads with a fixed shape.
+fn check_bond_args(args: &LabArgs) -> anyhow::Result<()> {
+    let others = [
+        (args.nic != Nic::Veth, "--nic"),
+        (args.queues.is_some(), "--queues"),
+        (args.smp.is_some(), "--smp"),
+        (args.flows.is_some(), "--flows"),
+        (args.workload != DEFAULT_WORKLOAD, "--workload"),
+        (args.direction != Direction::Push, "--direction"),
+        (args.local_placement.is_some(), "--local-placement"),
+        (args.experiment.is_some(), "--experiment"),
+        (args.queue_rate.is_some(), "--queue-rate"),
+        (args.verifier.is_some(), "--verifier"),
+        (args.hold, "--hold"),
+    ];
+    let given: Vec<&str> = others
+        .iter()
+        .filter(|(set, _)| *set)
+        .map(|(_, flag)| *flag)
+        .collect();
+    if !given.is_empty() {
+        bail!(
+            "--bond runs its own bonded guest with 16 uploads: leave out {}",
+            given.join(", ")
+        );
+    }
+    if args.duration < 1 {
+        bail!("--duration with --bond is a balanced trial's seconds: 1 or more");
+    }
+    Ok(())
+}
+
+/// `--bond N`: the bond capacity experiment ([`bond_throughput`]).
+fn run_bond(args: &LabArgs) -> anyhow::Result<()> {
+    check_bond_args(args)?;
+    let mode = args.bond_mode.unwrap_or(bond_throughput::BondModeArg::Xor);
+    let plan = bond_throughput::BondPlan {
+        members: args.bond.context("--bond")?,
+        mode,
+        member_rate: args.member_rate.unwrap_or(BOND_MEMBER_RATE),
+        trials: args.trials.unwrap_or(10) as usize,
+        seconds: args.duration,
+    };
+    let image = virtio::prepare_image(args)?;
+    let agent = workload::agent_binary()?;
+    if !args.json {
+        eprintln!(
+            "{} members ({}) of {}, {} trial pairs of 16 flows x {:.1} MB; booting the guest",
+            plan.members,
+            plan.mode.mode().sysfs(),
+            plan.member_rate,
+            plan.trials,
+            plan.flow_bytes() as f64 / 1e6
+        );
+    }
+    let json = args.json;
+    let report = bond_throughput::run(&image, &agent, &plan, &mut |trial, round| {
+        if !json {
+            eprintln!(
+                "trial {:>2} {:<6} split {:<12} {:>7.1} Mbit/s ({:.1}% of ideal), {:.1} s{}",
+                trial.trial,
+                trial.ports.label(),
+                bond_throughput::split_text(&trial.by_counters),
+                trial.aggregate_mbps,
+                trial.fraction_of_ideal * 100.0,
+                trial.seconds,
+                if trial.counters_agree {
+                    String::new()
+                } else {
+                    format!("; counters differ from the model\n{}", round.render())
+                }
+            );
+        }
+    })?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.render());
+        println!("wall time: {:.0} s", report.wall_seconds);
+    }
+    if let Some(dir) = &args.plot {
+        let name = format!(
+            "bond-aggregate-{}-{}",
+            plan.members,
+            match mode {
+                bond_throughput::BondModeArg::Xor => "xor",
+                bond_throughput::BondModeArg::Lacp => "lacp",
+            }
+        );
+        let files = plot::write_bond(&report, dir, &name)?;
+        if !json {
+            println!(
+                "plots: {}",
+                files
+                    .iter()
+                    .map(|f| f.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `--verifier` chooses the experiments' own verifier (the plain lab's is
 /// the receiver agent's, `--hook`); placement trials are judged by it, so
 /// only the throughput experiment runs without one.
@@ -659,6 +791,42 @@ mod tests {
             Ok(cli) => cli.lab,
             Err(err) => panic!("{args:?}: {err}"),
         }
+    }
+
+    #[test]
+    fn bond_takes_members_a_mode_and_a_member_rate_and_nothing_of_the_veth_lab() {
+        let bond = parse(&[
+            "--bond",
+            "4",
+            "--bond-mode",
+            "lacp",
+            "--member-rate",
+            "20mbit",
+            "--trials",
+            "10",
+            "--plot",
+            "docs/throughput",
+        ]);
+        assert_eq!(bond.bond, Some(4));
+        assert_eq!(bond.bond_mode, Some(bond_throughput::BondModeArg::Lacp));
+        assert_eq!(bond.member_rate, "20mbit".parse().ok());
+        assert!(check_bond_args(&bond).is_ok());
+        assert_eq!(parse(&["--bond", "2"]).bond_mode, None);
+        for bad in [
+            &["--bond", "1"][..],
+            &["--bond", "5"],
+            &["--bond", "2", "--bond-mode", "rr"],
+        ] {
+            let argv = std::iter::once("lab").chain(bad.iter().copied());
+            assert!(Cli::try_parse_from(argv).is_err(), "{bad:?}");
+        }
+        let mixed = parse(&["--bond", "2", "--queue-rate", "100mbit", "--flows", "8"]);
+        let err = check_bond_args(&mixed).expect_err("veth flags with --bond");
+        assert!(
+            err.to_string().contains("--queue-rate, --flows")
+                || err.to_string().contains("--flows, --queue-rate"),
+            "{err}"
+        );
     }
 
     #[test]
