@@ -275,6 +275,10 @@ pub struct BondTrial {
     pub fraction_of_ideal: f64,
     /// What the split by the model allows ([`split_allows`]).
     pub split_allows: Option<f64>,
+    /// Per member (enslavement order), seconds from the trial's first
+    /// byte to the last of its flows' (by the model's member); `null` for
+    /// a member without flows. An even split ends with its slowest member.
+    pub member_done_s: Vec<Option<f64>>,
 }
 
 impl BondTrial {
@@ -283,7 +287,22 @@ impl BondTrial {
         let first_accept = round.received.iter().map(|f| f.accepted).min()?;
         let first_byte = round.received.iter().filter_map(|f| f.first_byte).min()?;
         let by_model = round.by_model();
+        let member_done_s = round
+            .slaves
+            .iter()
+            .map(|member| {
+                let last = round
+                    .flows
+                    .iter()
+                    .zip(&round.received)
+                    .filter(|(flow, _)| &flow.member == member)
+                    .filter_map(|(_, got)| got.last_byte)
+                    .max()?;
+                Some(last.saturating_duration_since(first_byte).as_secs_f64())
+            })
+            .collect();
         Some(Self {
+            member_done_s,
             trial,
             ports,
             by_counters: round.by_counters(),
@@ -382,14 +401,14 @@ impl BondThroughputReport {
         let mut out = format!("{}\n", self.title());
         let _ = writeln!(
             out,
-            "  {:>5}  {:<6}  {:<16}  {:>6}  {:>8}  {:>8}  {:>8}  {:>6}",
+            "  {:>5}  {:<6}  {:<16}  {:>6}  {:>8}  {:>8}  {:>8}  {:>4}  members done (s)",
             "trial", "ports", "split (counters)", "model", "Mbit/s", "of ideal", "allows", "CPUs"
         );
         for t in &self.trials {
             let model: Vec<Option<usize>> = t.by_model.iter().copied().map(Some).collect();
             let _ = writeln!(
                 out,
-                "  {:>5}  {:<6}  {:<16}  {:>6}  {:>8.1}  {:>7.1}%  {:>8}  {:>6}",
+                "  {:>5}  {:<6}  {:<16}  {:>6}  {:>8.1}  {:>7.1}%  {:>8}  {:>4}  {}",
                 t.trial,
                 t.ports.label(),
                 split_text(&t.by_counters),
@@ -402,7 +421,12 @@ impl BondThroughputReport {
                 t.fraction_of_ideal * 100.0,
                 t.split_allows
                     .map_or_else(|| "-".to_owned(), |a| format!("{:.1}%", a * 100.0)),
-                t.distinct_cpus
+                t.distinct_cpus,
+                t.member_done_s
+                    .iter()
+                    .map(|d| d.map_or_else(|| "-".to_owned(), |d| format!("{d:.1}")))
+                    .collect::<Vec<_>>()
+                    .join(" ")
             );
         }
         out += &self.render_summary();
