@@ -4,7 +4,8 @@
 //! receiver, and a workload run twice — with kernel-chosen ports and with
 //! SRAP's — or one of the paper's experiments (`--experiment` for placement,
 //! `--experiment throughput` with `--queue-rate` capacity per receive
-//! queue). Its harness for agents in network namespaces ([`harness`]: hosts,
+//! queue), or what a balanced bond buys (`--bond N` with `--member-rate`
+//! per member, [`bond_throughput`]). Its harness for agents in network namespaces ([`harness`]: hosts,
 //! agents, workloads, ground truth) is also what the integration tests and
 //! benchmarks build on.
 //!
