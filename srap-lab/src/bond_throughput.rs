@@ -476,7 +476,7 @@ pub fn run(
     let started = Instant::now();
     let order = enslavement_order(plan.members)?;
     let mode = plan.mode.mode();
-    let mut lab = BondLab::start(image, agent, &order, mode)?;
+    let mut lab = BondLab::start(image, agent, &order, mode, "")?;
     // Dropped before the lab, whose namespace holds the taps and ifbs.
     let caps = MemberCaps::install(&lab.net, plan.member_rate)?;
     let flow_bytes = plan.flow_bytes();

@@ -322,9 +322,9 @@ pub fn judge(names: &[&str], expected: &[u64], observed: &[u64]) -> MemberVerdic
 }
 
 /// The closed loop over the members' counters: every status sample, each
-/// bond's verdict ([`judge`]); [`PAUSE_AFTER`] contradictions in a row
+/// bond's verdict ([`judge`]); two contradictions in a row
 /// pause its balancing (new connections then get the receiver's placement
-/// only), [`RESUME_AFTER`] agreements in a row resume it. Judged paused
+/// only), three agreements in a row resume it. Judged paused
 /// too: the hash still says where the kernel's ports go.
 #[derive(Debug, Default)]
 pub struct MemberLoop {

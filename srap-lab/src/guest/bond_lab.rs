@@ -194,7 +194,7 @@ impl BondLab {
         self.guest.run(&format!(
             "srap-agent sender --peer {host}:{PEER_PORT} --psk-file {GUEST_KEY} \
              --cgroup {GUEST_CGROUP} --control {GUEST_SENDER_CONTROL} \
-             --port-range {LAB_PORT_RANGE} --interval 1 {extra} > {GUEST_SENDER_LOG} 2>&1 &",
+             --port-range {LAB_PORT_RANGE} {extra} > {GUEST_SENDER_LOG} 2>&1 &",
             host = self.net.host_ip
         ))?;
         let within = Duration::from_secs(90);

@@ -430,6 +430,17 @@ impl Follower {
         if binder.plan.receivers.iter().all(|r| r.bond.is_none()) {
             return;
         }
+        // A member down or up is followed every second, not only at the
+        // (default 10 s) interval's full check of addresses and routes.
+        let members = self.machine.options.bond_members;
+        let moved = binder
+            .plan
+            .receivers
+            .iter()
+            .any(|r| super::bond::EgressBond::toward(r.receiver, members) != r.bond);
+        if moved && super::replan_if_sources_changed(binder, &self.machine.options) {
+            self.planned(binder, false);
+        }
         let diag = self.connections.get_or_insert_with(|| {
             crate::sock_diag::SockDiag::for_tcp().inspect_err(|err| {
                 warn!("bond members are not judged by their own counters: {err}");
