@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use srap_lab::guest::{GuestFiles, GuestImage, GuestKernel};
+
 /// `srap`, `srap-agent` or `srap-lab` as cargo built it beside the test binary
 /// (`target/<profile>/deps/<test>` → `target/<profile>/<name>`), or in
 /// `SRAP_BIN_DIR`. `cargo test` at the workspace root builds them.
@@ -24,4 +26,14 @@ pub fn built_binary(name: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// The QEMU guests' image for `kernel`, holding the `srap-agent` and `srap`
+/// cargo built (prepared once per build: cached beside the agent).
+pub fn guest_image(kernel: GuestKernel) -> GuestImage {
+    let agent = built_binary("srap-agent");
+    let cache = GuestImage::default_cache(&agent);
+    let files = GuestFiles::locate(None, &agent).expect("the guest files");
+    GuestImage::prepare(&files, kernel, &cache, &agent, &built_binary("srap"))
+        .expect("the guest image")
 }

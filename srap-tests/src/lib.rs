@@ -25,7 +25,7 @@ pub mod relay;
 pub mod socket_patterns;
 pub mod workload;
 
-pub use binaries::built_binary;
+pub use binaries::{built_binary, guest_image};
 pub use privilege::{privileged_or_skip, require_privileged};
 pub use srap_lab::{
     NetNs, NsGuard, TwoHosts, VethConfig, VethEnd, harness, netns, subnet, unique_name, veth,

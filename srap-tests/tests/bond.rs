@@ -15,10 +15,10 @@
 
 use srap_common::bond::HashPolicy;
 use srap_lab::guest::{
-    Guest, GuestFiles, GuestImage, GuestKernel, GuestNet, GuestShape,
+    Guest, GuestImage, GuestKernel, GuestNet, GuestShape,
     bond::{self, BondFlow, BondMode, GuestBond, LacpPartner},
 };
-use srap_tests::{built_binary, require_privileged};
+use srap_tests::{guest_image, require_privileged};
 
 /// One guest at a time: two cores cannot emulate two guests well.
 static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -27,14 +27,6 @@ static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
 const FLOWS: usize = 16;
 /// Flows after a member's link went down.
 const FLOWS_AFTER_FAILURE: usize = 8;
-
-fn image_of(kernel: GuestKernel) -> GuestImage {
-    let agent = built_binary("srap-agent");
-    let cache = GuestImage::default_cache(&agent);
-    let files = GuestFiles::locate(None, &agent).expect("the guest files");
-    GuestImage::prepare(&files, kernel, &cache, &agent, &built_binary("srap"))
-        .expect("the guest image")
-}
 
 /// `count` flows over `bond`, each judged by the guest's counters and by
 /// the model; prints their table and fails on any flow where the two
@@ -67,7 +59,7 @@ fn flows_leave_on_the_member_the_model_picks() {
         return;
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let image = image_of(GuestKernel::V6_1);
+    let image = guest_image(GuestKernel::V6_1);
     for order in [&[1u32, 0][..], &[2, 0, 3, 1]] {
         members_follow_the_model(&image, order, BondMode::BalanceXor);
     }
@@ -83,7 +75,7 @@ fn lacp_flows_leave_on_the_member_the_model_picks() {
         return;
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let image = image_of(GuestKernel::V6_1);
+    let image = guest_image(GuestKernel::V6_1);
     members_follow_the_model(&image, &[2, 0, 3, 1], BondMode::Lacp);
 }
 
@@ -96,7 +88,7 @@ fn flows_leave_on_the_member_the_model_picks_on_6_12() {
         return;
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let image = image_of(GuestKernel::V6_12);
+    let image = guest_image(GuestKernel::V6_12);
     members_follow_the_model(&image, &[2, 0, 3, 1], BondMode::BalanceXor);
 }
 
@@ -167,7 +159,7 @@ fn encap34_port_does_not_decide_the_member() {
         return;
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    port_does_not_decide_under_encap34(&image_of(GuestKernel::V6_1));
+    port_does_not_decide_under_encap34(&guest_image(GuestKernel::V6_1));
 }
 
 /// The same on the 6.12 guest.
@@ -178,7 +170,7 @@ fn encap34_port_does_not_decide_the_member_on_6_12() {
         return;
     }
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    port_does_not_decide_under_encap34(&image_of(GuestKernel::V6_12));
+    port_does_not_decide_under_encap34(&guest_image(GuestKernel::V6_12));
 }
 
 /// `balance-xor` over 4 members with `encap3+4`: [`ENCAP_FLOWS`] flows with

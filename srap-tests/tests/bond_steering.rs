@@ -16,25 +16,17 @@
 use std::time::{Duration, Instant};
 
 use srap_lab::guest::{
-    GuestFiles, GuestImage, GuestKernel,
+    GuestKernel,
     bond::BondMode,
     bond_lab::{
         BondLab, BondRound, Ports, RECEIVER_CPUS, ROUND_FLOW_BYTES, ROUND_FLOWS, RoundFlow,
         SINK_PORT,
     },
 };
-use srap_tests::{built_binary, require_privileged};
+use srap_tests::{built_binary, guest_image, require_privileged};
 
 /// One guest at a time: two cores cannot emulate two guests well.
 static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn image_of(kernel: GuestKernel) -> GuestImage {
-    let agent = built_binary("srap-agent");
-    let cache = GuestImage::default_cache(&agent);
-    let files = GuestFiles::locate(None, &agent).expect("the guest files");
-    GuestImage::prepare(&files, kernel, &cache, &agent, &built_binary("srap"))
-        .expect("the guest image")
-}
 
 /// Every usable member carries the same share of the round's flows, by its
 /// own counters and by the model; a member that is down carries none.
@@ -158,7 +150,7 @@ const FOLLOW_WITHIN: Duration = Duration::from_secs(6);
 /// following, and a steered round over the rest.
 fn bonded_sender_steers(order: &[u32], mode: BondMode, sender_args: &str, failures: &[&[&str]]) {
     let started = Instant::now();
-    let image = image_of(GuestKernel::V6_1);
+    let image = guest_image(GuestKernel::V6_1);
     let agent = built_binary("srap-agent");
     let mut lab =
         BondLab::start(&image, &agent, order, mode, sender_args).expect("the bonded guest's lab");

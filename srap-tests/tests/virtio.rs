@@ -16,25 +16,17 @@ use std::{
 
 use srap_common::rss::RssDescription;
 use srap_lab::{
-    guest::{Guest, GuestFiles, GuestImage, GuestKernel, GuestNet, GuestNic, GuestShape, truth},
+    guest::{Guest, GuestImage, GuestKernel, GuestNet, GuestNic, GuestShape, truth},
     virtio::VirtioLab,
     virtio_pull::PullLab,
 };
-use srap_tests::{built_binary, harness::poll_until, require_privileged};
+use srap_tests::{built_binary, guest_image, harness::poll_until, require_privileged};
 
 /// One guest at a time: two cores cannot emulate two guests well.
 static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn image() -> GuestImage {
-    image_of(GuestKernel::V6_1)
-}
-
-fn image_of(kernel: GuestKernel) -> GuestImage {
-    let agent = built_binary("srap-agent");
-    let cache = GuestImage::default_cache(&agent);
-    let files = GuestFiles::locate(None, &agent).expect("the guest files");
-    GuestImage::prepare(&files, kernel, &cache, &agent, &built_binary("srap"))
-        .expect("the guest image")
+    guest_image(GuestKernel::V6_1)
 }
 
 /// A guest with `queues` queues on `net`, RSS on, both agents running.
@@ -238,7 +230,7 @@ fn downloads_after_learning(shape: GuestShape, paused: &str) {
     use srap_common::rss::KeySource;
 
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let image = image_of(GuestKernel::V6_12);
+    let image = guest_image(GuestKernel::V6_12);
     let net = GuestNet::new().expect("namespace with a tap");
     let mut lab = PullLab::start(&net, &image, shape).expect("guest with its sender agent");
     let started = Instant::now();
