@@ -98,24 +98,8 @@ impl MemberCaps {
             let mtu = capacity::link_mtu(&netns, tap)?;
             let wire = capacity::wire_rate(rate, mtu);
             let burst = tbf_burst(wire);
-            capacity::tc(
-                &netns,
-                [
-                    "qdisc",
-                    "add",
-                    "dev",
-                    &ifb,
-                    "root",
-                    "tbf",
-                    "rate",
-                    &format!("{wire:.0}bit"),
-                    "burst",
-                    &format!("{burst:.0}"),
-                    "latency",
-                    "100ms",
-                ],
-            )
-            .with_context(|| format!("the tbf on {ifb}"))?;
+            capacity::add_tbf(&netns, &ifb, &["root"], wire, burst)
+                .with_context(|| format!("the tbf on {ifb}"))?;
             capacity::tc(
                 &netns,
                 ["qdisc", "add", "dev", tap, "handle", "ffff:", "ingress"],

@@ -166,25 +166,8 @@ impl QueueCapacity {
         // of segmenting them (CPU the lab's two cores need for the flows).
         let burst = (wire / 8.0 * 0.004).max(128.0 * 1024.0);
         for q in 1..=queues {
-            tc(
-                netns,
-                [
-                    "qdisc",
-                    "add",
-                    "dev",
-                    ifname,
-                    "parent",
-                    &format!("1:{q:x}"),
-                    "tbf",
-                    "rate",
-                    &format!("{wire:.0}bit"),
-                    "burst",
-                    &format!("{burst:.0}"),
-                    "latency",
-                    "100ms",
-                ],
-            )
-            .with_context(|| format!("adding tx queue {q}'s tbf on {ifname}"))?;
+            add_tbf(netns, ifname, &["parent", &format!("1:{q:x}")], wire, burst)
+                .with_context(|| format!("adding tx queue {q}'s tbf on {ifname}"))?;
         }
         tracing::info!(%rate, queues, ifname, "per-queue capacity installed");
         Ok(guard)
@@ -217,6 +200,23 @@ pub(crate) fn link_mtu(netns: &str, ifname: &str) -> anyhow::Result<u32> {
         .and_then(|_| words.next())
         .and_then(|mtu| mtu.parse().ok())
         .with_context(|| format!("no MTU for {ifname} in `{}`", text.trim()))
+}
+
+/// `tc qdisc add dev IFNAME WHERE… tbf` at `wire` bit/s with a `burst` of
+/// bytes: a per-queue or per-member link rate.
+pub(crate) fn add_tbf(
+    netns: &str,
+    ifname: &str,
+    place: &[&str],
+    wire: f64,
+    burst: f64,
+) -> anyhow::Result<()> {
+    let (rate, burst) = (format!("{wire:.0}bit"), format!("{burst:.0}"));
+    let mut args = vec!["qdisc", "add", "dev", ifname];
+    args.extend_from_slice(place);
+    args.extend(["tbf", "rate", &rate, "burst", &burst, "latency", "100ms"]);
+    command::run(Command::new("tc").args(["-n", netns]).args(args))?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -522,14 +522,7 @@ fn run_throughput(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<(
     if let Some(dir) = &args.plot {
         let files = plot::write_all(&report, dir)?;
         if !args.json {
-            println!(
-                "plots: {}",
-                files
-                    .iter()
-                    .map(|f| f.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            );
+            print_plots(&files);
         }
     }
     Ok(())
@@ -634,14 +627,7 @@ fn run_bond(args: &LabArgs) -> anyhow::Result<()> {
         );
         let files = plot::write_bond(&report, dir, &name)?;
         if !json {
-            println!(
-                "plots: {}",
-                files
-                    .iter()
-                    .map(|f| f.display().to_string())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            );
+            print_plots(&files);
         }
     }
     Ok(())
@@ -777,6 +763,12 @@ fn print_experiment(r: &experiment::ExperimentReport, direction: Direction) {
         "random ports, formula",
         r.analytic_collision_free * 100.0
     );
+}
+
+/// The figures an experiment wrote, on one line.
+fn print_plots(files: &[std::path::PathBuf]) {
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    println!("plots: {}", names.join(" "));
 }
 
 #[cfg(test)]

@@ -291,23 +291,7 @@ fn draw_aggregate<DB: DrawingBackend>(
         report.queues,
         queue_rate_gbps * 1e3
     );
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, (FAMILY, 20))
-        .margin(14)
-        .x_label_area_size(42)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0.5f64..trials + 0.5, 0f64..top)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc("trial")
-        .y_desc("Gbit/s at the receiver")
-        .x_labels(report.srap.trials.clamp(2, 20))
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .light_line_style(LIGHT)
-        .label_style((FAMILY, 14))
-        .draw()
-        .map_err(err)?;
+    let mut chart = trial_chart(root, title, trials, top, "Gbit/s at the receiver", None)?;
     for (ideal, name) in [(1.0, "ideal"), (0.95, "95 % of ideal")] {
         let y = ideal_gbps * ideal;
         let (dash, gap) = if ideal == 1.0 { (8, 6) } else { (3, 5) };
@@ -328,6 +312,50 @@ fn draw_aggregate<DB: DrawingBackend>(
 }
 
 /// The `--bond` aggregate chart: Mbit/s per trial, both kinds of port.
+/// An aggregate-per-trial chart: trials 1 to `trials` across, 0 to `top`
+/// up, its mesh drawn; the y labels with `y_decimals` decimals, or
+/// plotters' own.
+fn trial_chart<'a, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, Shift>,
+    title: String,
+    trials: f64,
+    top: f64,
+    y_desc: &str,
+    y_decimals: Option<usize>,
+) -> Result<
+    ChartContext<
+        'a,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
+    String,
+> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FAMILY, 20))
+        .margin(14)
+        .x_label_area_size(42)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.5f64..trials + 0.5, 0f64..top)
+        .map_err(err)?;
+    let y_label = |y: &f64| match y_decimals {
+        Some(decimals) => format!("{y:.decimals$}"),
+        None => format!("{y}"),
+    };
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc("trial")
+        .y_desc(y_desc)
+        .x_labels((trials as usize).clamp(2, 20))
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .light_line_style(LIGHT)
+        .label_style((FAMILY, 14));
+    if y_decimals.is_some() {
+        mesh.y_label_formatter(&y_label);
+    }
+    mesh.draw().map_err(err)?;
+    Ok(chart)
+}
+
 fn draw_bond<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     report: &BondThroughputReport,
@@ -348,24 +376,7 @@ fn draw_bond<DB: DrawingBackend>(
         "Aggregate per trial: {} flows over {} members ({}) of {:.0} Mbit/s",
         report.flows, report.members, report.mode, report.member_rate_mbps
     );
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, (FAMILY, 20))
-        .margin(14)
-        .x_label_area_size(42)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0.5f64..trials + 0.5, 0f64..top)
-        .map_err(err)?;
-    chart
-        .configure_mesh()
-        .x_desc("trial")
-        .y_desc("Mbit/s at the receiver")
-        .x_labels((trials as usize).clamp(2, 20))
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.0}"))
-        .light_line_style(LIGHT)
-        .label_style((FAMILY, 14))
-        .draw()
-        .map_err(err)?;
+    let mut chart = trial_chart(root, title, trials, top, "Mbit/s at the receiver", Some(0))?;
     chart
         .draw_series(DashedLineSeries::new(
             [(0.5, ideal), (trials + 0.5, ideal)],
