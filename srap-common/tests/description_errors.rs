@@ -120,3 +120,14 @@ fn missing_key_unknown_field_and_bad_json() {
         &["invalid value"],
     );
 }
+
+/// A table naming an absurd queue without `queue_cpu` is refused, not
+/// answered by a CPU list as long as that queue number (found by fuzzing:
+/// a 1.7 GB allocation for one entry).
+#[test]
+fn an_absurd_queue_number_is_an_error_not_an_allocation() {
+    assert_error(
+        &format!(r#"{{"key":"{KEY}","indir":[0,440737096]}}"#),
+        &["indir", "entry 1 names queue 440737096", "at most 65536"],
+    );
+}

@@ -9,6 +9,10 @@ use super::{
 
 /// Indirection tables are at most this long (the u16 index space of ethtool).
 const MAX_INDIR_LEN: usize = 1 << 16;
+/// The most receive queues a description may name: an entry of the table
+/// names one, and without `queue_cpu` every queue up to the highest named
+/// gets a CPU, so an absurd queue number must not size that list.
+const MAX_QUEUES: u32 = 1 << 16;
 /// No NIC has a longer key; a longer one is a mistake in the file.
 const MAX_KEY_LEN: usize = 256;
 
@@ -129,6 +133,20 @@ impl RssModel {
                 map.clone()
             }
             None => {
+                if let Some((entry, queue)) = desc
+                    .indir
+                    .iter()
+                    .enumerate()
+                    .find(|(_, queue)| **queue >= MAX_QUEUES)
+                {
+                    return Err(DescriptionError::field(
+                        "indir",
+                        format!(
+                            "entry {entry} names queue {queue}; NICs have at most {MAX_QUEUES} \
+                             receive queues"
+                        ),
+                    ));
+                }
                 let queues = desc.indir.iter().max().map_or(0, |max| max + 1);
                 (0..queues).collect()
             }
