@@ -50,7 +50,7 @@ impl<'a> LabBinder<'a> {
             port_range: Some(LAB_PORT_RANGE.parse().map_err(anyhow::Error::msg)?),
             local: local.map(|l| std::sync::Arc::new(l.clone())),
             local_placement: Default::default(),
-            bond_members: Default::default(),
+            bonds: Default::default(),
             sizes: srap_common::binder::BinderSizes::DEFAULT,
         };
         ns.run(|| sender::start(&options, srap_daemon::ebpf_object()))?

@@ -263,7 +263,7 @@ impl Attached {
             port_range: None,
             local,
             local_placement,
-            bond_members: Default::default(),
+            bonds: Default::default(),
             sizes: BinderSizes::DEFAULT,
         };
         let mut binder =

@@ -1,16 +1,17 @@
 //! The bond a receiver's flows leave by: found on the route toward it,
-//! read from sysfs (`srap_host::bond`) at every `--interval`, and planned
-//! for when the source port decides the member (`layer3+4` in
-//! `balance-xor` or `802.3ad`) over a power-of-two count of usable members
-//! ([`MemberPlan`]). A member going down or up, or a port leaving the
-//! aggregator, changes the usable list: the sources differ from the plan's
-//! and the agent re-plans ([`super::replan_if_sources_changed`]), so new
-//! connections balance over the members that can send.
+//! read from sysfs (`srap_host::bond`) every second, and planned for when
+//! the source port decides the member (`layer3+4` in `balance-xor` or
+//! `802.3ad`; [`MemberPlan`]). A member going down or up, or a port leaving
+//! the aggregator, changes the usable list: the sources differ from the
+//! plan's and the agent re-plans ([`super::replan_if_sources_changed`]), so
+//! new connections balance over the members that can send. The members'
+//! own counters judge the driver's hash ([`MemberLoop`]); a bond they
+//! contradict is paused in [`BondSettings`], and re-planned without its
+//! members until they agree again.
 
 use std::{
     collections::{BTreeMap, HashMap},
     net::{IpAddr, SocketAddr},
-    sync::Mutex,
     time::Instant,
 };
 
@@ -19,31 +20,10 @@ use srap_common::{
     rss::FlowTuple,
 };
 use srap_host::bond::Bond;
-use srap_status::sender::{BondRow, MemberRow, SenderStatus};
+use srap_status::sender::{BondRow, MemberRow, SenderFlowRow, SenderStatus};
 
 use super::RunningBinder;
 use crate::sock_diag::Connections;
-
-/// Bonds whose balancing the members' counters paused, with why: read by
-/// [`EgressBond::toward`], so the next interval's re-plan leaves their
-/// members out (fail open) and puts them back once cleared.
-static PAUSED: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
-
-fn paused(bond: &str) -> Option<String> {
-    PAUSED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(bond)
-        .cloned()
-}
-
-fn set_paused(bond: &str, why: Option<String>) {
-    let mut paused = PAUSED.lock().unwrap_or_else(|p| p.into_inner());
-    match why {
-        Some(why) => paused.insert(bond.to_owned(), why),
-        None => paused.remove(bond),
-    };
-}
 
 /// `--bond-members`: whether the plan balances flows over the members of
 /// a bond the route leaves by.
@@ -79,6 +59,33 @@ impl std::fmt::Display for BondMembers {
     }
 }
 
+/// How the plan treats bonds: `--bond-members`, and the bonds whose
+/// members' counters paused their balancing, with why (kept with the
+/// options, so every re-plan leaves their members out until cleared).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BondSettings {
+    pub members: BondMembers,
+    pub paused: BTreeMap<String, String>,
+}
+
+impl BondSettings {
+    /// The settings of `--bond-members`, nothing paused.
+    pub fn new(members: BondMembers) -> Self {
+        Self {
+            members,
+            paused: BTreeMap::new(),
+        }
+    }
+
+    /// Pauses (`Some(why)`) or resumes (`None`) `bond`'s balancing.
+    pub fn set_paused(&mut self, bond: &str, why: Option<String>) {
+        match why {
+            Some(why) => self.paused.insert(bond.to_owned(), why),
+            None => self.paused.remove(bond),
+        };
+    }
+}
+
 /// A bond on the route toward a receiver, as the plan was built for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EgressBond {
@@ -97,12 +104,15 @@ impl EgressBond {
     /// The bond the route toward `dst` leaves by, if it is one; its plan
     /// left out with `--bond-members ignore`, and while the members'
     /// counters have it paused.
-    pub fn toward(dst: IpAddr, members: BondMembers) -> Option<Self> {
+    pub fn toward(dst: IpAddr, settings: &BondSettings) -> Option<Self> {
         let iface = srap_host::route::egress_iface(dst)?;
         let mut bond = Self::of(&srap_host::bond::read(&iface)?);
-        let off = match members {
+        let off = match settings.members {
             BondMembers::Ignore => Some("--bond-members ignore".to_owned()),
-            BondMembers::Balance => paused(&bond.name).map(|why| format!("paused: {why}")),
+            BondMembers::Balance => settings
+                .paused
+                .get(&bond.name)
+                .map(|why| format!("paused: {why}")),
         };
         if bond.plan.is_some()
             && let Some(why) = off
@@ -177,91 +187,49 @@ impl EgressBond {
     }
 }
 
-/// Each member's `tx_bytes` at the previous status sample, and the rate
-/// it gave: a member's rate is its own counter's rise, never SRAP's
-/// estimate.
-#[derive(Debug, Default)]
-pub struct MemberRates {
-    last: Mutex<BTreeMap<String, Sampled>>,
-}
-
-/// When a member's counter was read, what it said, and the rate it gave.
-type Sampled = (Instant, u64, Option<u64>);
-
-impl MemberRates {
-    /// Samples closer together than this keep the rate they had: a status
-    /// built twice in one tick must not measure over microseconds.
-    const MIN_SPAN_S: f64 = 0.5;
-
-    /// `member`'s bytes a second since the previous sample of it.
-    fn rate(&self, member: &str, tx_bytes: u64) -> Option<u64> {
-        let now = Instant::now();
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(&(then, bytes, rate)) = last.get(member) else {
-            last.insert(member.to_owned(), (now, tx_bytes, None));
-            return None;
-        };
-        let seconds = now.duration_since(then).as_secs_f64();
-        if seconds < Self::MIN_SPAN_S {
-            return rate;
-        }
-        let rate = Some((tx_bytes.saturating_sub(bytes) as f64 / seconds) as u64);
-        last.insert(member.to_owned(), (now, tx_bytes, rate));
-        rate
-    }
-}
-
 /// Adds the bonds `binder`'s plan leaves by to `status`, once each: every
 /// member with the open flows (`status.flows`, already filled) the driver's
 /// hash puts on it among the usable members, and its own counters.
-pub fn add_bonds(
-    status: &mut SenderStatus,
-    binder: &RunningBinder,
-    rates: &MemberRates,
-    verdicts: &MemberLoop,
-) {
+pub fn add_bonds(status: &mut SenderStatus, binder: &RunningBinder, judged: &MemberLoop) {
     let mut seen = Vec::new();
     for bond in binder.plan.receivers.iter().filter_map(|r| r.bond.as_ref()) {
         if seen.contains(&bond.name) {
             continue;
         }
         seen.push(bond.name.clone());
-        let mut row = bond_row(bond, status, rates);
-        row.counters = verdicts.last.get(&bond.name).cloned();
+        let row = bond_row(bond, status, judged);
         status.bonds.push(row);
     }
 }
 
-fn bond_row(bond: &EgressBond, status: &SenderStatus, rates: &MemberRates) -> BondRow {
+/// The index among `members` usable members the driver's hash gives an
+/// open flow of the status (`None`: its addresses are unknown).
+fn member_of(flow: &SenderFlowRow, members: u32) -> Option<usize> {
+    let tuple = FlowTuple::from_sockets(flow.src?, flow.dst?).ok()?;
+    member_index(&tuple, members).map(|i| i as usize)
+}
+
+fn bond_row(bond: &EgressBond, status: &SenderStatus, judged: &MemberLoop) -> BondRow {
     let usable = bond.usable();
     let mut flows = vec![0u32; usable.len()];
     for flow in &status.flows {
-        let (Some(src), Some(dst)) = (flow.src, flow.dst) else {
-            continue;
-        };
-        let index = FlowTuple::from_sockets(src, dst)
-            .ok()
-            .and_then(|tuple| member_index(&tuple, usable.len() as u32));
-        if let Some(count) = index.and_then(|i| flows.get_mut(i as usize)) {
+        if let Some(count) = member_of(flow, usable.len() as u32).and_then(|i| flows.get_mut(i)) {
             *count += 1;
         }
     }
     let members = bond
         .members
         .iter()
-        .map(|(name, up)| {
-            let tx_bytes = srap_host::bond::tx_bytes(name).unwrap_or(0);
-            MemberRow {
-                name: name.clone(),
-                usable: *up,
-                flows: usable
-                    .iter()
-                    .position(|u| u == name)
-                    .and_then(|i| flows.get(i).copied())
-                    .unwrap_or(0),
-                tx_bytes,
-                tx_bytes_per_s: rates.rate(name, tx_bytes),
-            }
+        .map(|(name, up)| MemberRow {
+            name: name.clone(),
+            usable: *up,
+            flows: usable
+                .iter()
+                .position(|u| u == name)
+                .and_then(|i| flows.get(i).copied())
+                .unwrap_or(0),
+            tx_bytes: srap_host::bond::tx_bytes(name).unwrap_or(0),
+            tx_bytes_per_s: judged.rates.get(name).copied(),
         })
         .collect();
     BondRow {
@@ -270,7 +238,7 @@ fn bond_row(bond: &EgressBond, status: &SenderStatus, rates: &MemberRates) -> Bo
         policy: bond.policy.clone(),
         balanced: bond.plan.is_some(),
         why_not: bond.why_not.clone(),
-        counters: None,
+        counters: judged.last.get(&bond.name).cloned(),
         members,
     }
 }
@@ -322,25 +290,41 @@ pub fn judge(names: &[&str], expected: &[u64], observed: &[u64]) -> MemberVerdic
 }
 
 /// The closed loop over the members' counters: every status sample, each
-/// bond's verdict ([`judge`]); two contradictions in a row
-/// pause its balancing (new connections then get the receiver's placement
-/// only), three agreements in a row resume it. Judged paused
-/// too: the hash still says where the kernel's ports go.
+/// bond's verdict ([`judge`]); two contradictions in a row pause its
+/// balancing (new connections then get the receiver's placement only),
+/// three agreements in a row resume it. Judged paused too: the hash still
+/// says where the kernel's ports go. Its samples of each member's
+/// `tx_bytes` also give the member's rate for the status.
 #[derive(Debug, Default)]
 pub struct MemberLoop {
+    /// Each open flow's `tcpi_bytes_acked` at the previous sample.
     acked: HashMap<(SocketAddr, SocketAddr), u64>,
-    tx: BTreeMap<String, u64>,
+    /// Each member's `tx_bytes` at the previous sample, and when.
+    tx: BTreeMap<String, (Instant, u64)>,
+    /// Each member's bytes a second between the last two samples.
+    rates: BTreeMap<String, u64>,
     streaks: BTreeMap<String, (u32, u32)>,
     /// Each bond's last verdict that judged, for the status.
     last: BTreeMap<String, String>,
 }
 
+/// A bond's balancing paused (`Some(why)`) or resumed (`None`) by its
+/// members' counters.
+pub type PauseChange = (String, Option<String>);
+
 impl MemberLoop {
     /// One sample of `status` (its flows and bonds filled in) and the
-    /// namespace's connections; returns the bonds whose pause changed.
-    pub fn sample(&mut self, status: &SenderStatus, connections: &Connections) -> Vec<String> {
-        let mut changed = Vec::new();
+    /// namespace's connections, the bonds `paused` as the plan has them:
+    /// the bonds to pause or resume.
+    pub fn sample(
+        &mut self,
+        status: &SenderStatus,
+        connections: &Connections,
+        paused: &BTreeMap<String, String>,
+    ) -> Vec<PauseChange> {
+        let mut changes = Vec::new();
         for bond in &status.bonds {
+            let rises = self.tx_rises(bond);
             let usable: Vec<&str> = bond
                 .members
                 .iter()
@@ -351,15 +335,7 @@ impl MemberLoop {
             // A member first read now has no rise yet: nothing to judge.
             let observed: Option<Vec<u64>> = usable
                 .iter()
-                .map(|name| {
-                    let now = bond
-                        .members
-                        .iter()
-                        .find(|m| m.name == *name)
-                        .map_or(0, |m| m.tx_bytes);
-                    let before = self.tx.insert((*name).to_owned(), now);
-                    before.map(|b| now.saturating_sub(b))
-                })
+                .map(|name| rises.get(*name).copied().flatten())
                 .collect();
             let verdict = match observed {
                 Some(observed) => judge(&usable, &expected, &observed),
@@ -375,8 +351,9 @@ impl MemberLoop {
                 }
                 MemberVerdict::Undecided => {}
             }
-            if self.follow(&bond.name, &verdict) {
-                changed.push(bond.name.clone());
+            let is_paused = paused.contains_key(&bond.name);
+            if let Some(change) = self.follow(&bond.name, &verdict, is_paused) {
+                changes.push((bond.name.clone(), change));
             }
         }
         self.acked = status
@@ -385,7 +362,29 @@ impl MemberLoop {
             .filter_map(|f| Some((f.dst?, f.src?)))
             .filter_map(|key| Some((key, connections.get(&key)?.bytes_acked)))
             .collect();
-        changed
+        changes
+    }
+
+    /// Each member's `tx_bytes` rise since the previous sample (`None` for
+    /// one first read now), its rate kept for the status.
+    fn tx_rises(&mut self, bond: &BondRow) -> BTreeMap<String, Option<u64>> {
+        let now = Instant::now();
+        bond.members
+            .iter()
+            .map(|m| {
+                let before = self.tx.insert(m.name.clone(), (now, m.tx_bytes));
+                let rise = before.map(|(then, bytes)| {
+                    let rise = m.tx_bytes.saturating_sub(bytes);
+                    let seconds = now.duration_since(then).as_secs_f64();
+                    if seconds > 0.0 {
+                        self.rates
+                            .insert(m.name.clone(), (rise as f64 / seconds) as u64);
+                    }
+                    rise
+                });
+                (m.name.clone(), rise)
+            })
+            .collect()
     }
 
     /// Per usable member, what the open flows the hash puts there sent
@@ -402,38 +401,37 @@ impl MemberLoop {
             // A flow the previous sample did not list opened since: all it
             // sent, it sent since (the list is every open steered flow).
             let before = self.acked.get(&(dst, src)).unwrap_or(&0);
-            let index = FlowTuple::from_sockets(src, dst)
-                .ok()
-                .and_then(|t| member_index(&t, members));
-            if let Some(slot) = index.and_then(|i| expected.get_mut(i as usize)) {
+            if let Some(slot) = member_of(flow, members).and_then(|i| expected.get_mut(i)) {
                 *slot += now.saturating_sub(*before);
             }
         }
         expected
     }
 
-    /// Counts `verdict` into the bond's streaks; true when it paused or
-    /// resumed the bond.
-    fn follow(&mut self, bond: &str, verdict: &MemberVerdict) -> bool {
+    /// Counts `verdict` into the bond's streaks: `Some` when it pauses
+    /// (`Some(why)`) or resumes (`None`) the bond, `paused` now or not.
+    fn follow(
+        &mut self,
+        bond: &str,
+        verdict: &MemberVerdict,
+        paused: bool,
+    ) -> Option<Option<String>> {
         let (agreeing, contradicting) = self.streaks.entry(bond.to_owned()).or_default();
         match verdict {
             MemberVerdict::Agreed => (*agreeing, *contradicting) = (*agreeing + 1, 0),
             MemberVerdict::Contradicted(_) => (*agreeing, *contradicting) = (0, *contradicting + 1),
-            MemberVerdict::Undecided => return false,
+            MemberVerdict::Undecided => return None,
         }
-        let is_paused = paused(bond).is_some();
         match verdict {
-            MemberVerdict::Contradicted(why) if !is_paused && *contradicting >= PAUSE_AFTER => {
+            MemberVerdict::Contradicted(why) if !paused && *contradicting >= PAUSE_AFTER => {
                 tracing::warn!("bond {bond}: member balancing paused: {why}");
-                set_paused(bond, Some(why.clone()));
-                true
+                Some(Some(why.clone()))
             }
-            MemberVerdict::Agreed if is_paused && *agreeing >= RESUME_AFTER => {
+            MemberVerdict::Agreed if paused && *agreeing >= RESUME_AFTER => {
                 tracing::info!("bond {bond}: the members' counters agree again: balancing resumes");
-                set_paused(bond, None);
-                true
+                Some(None)
             }
-            _ => false,
+            _ => None,
         }
     }
 }
@@ -513,19 +511,33 @@ mod tests {
     #[test]
     fn two_contradictions_pause_and_three_agreements_resume() {
         let mut member_loop = MemberLoop::default();
-        let bond = "bond-test-loop";
+        let mut settings = BondSettings::new(BondMembers::Balance);
+        let bond = "bond0";
+        let mut follow = |verdict: &MemberVerdict, settings: &mut BondSettings| {
+            let paused = settings.paused.contains_key(bond);
+            let change = member_loop.follow(bond, verdict, paused);
+            if let Some(why) = change.clone() {
+                settings.set_paused(bond, why);
+            }
+            change.is_some()
+        };
         let no = MemberVerdict::Contradicted("eth1 sent nothing".into());
-        assert!(!member_loop.follow(bond, &no));
-        assert!(!member_loop.follow(bond, &MemberVerdict::Undecided));
-        assert!(member_loop.follow(bond, &no), "the second in a row pauses");
-        assert!(paused(bond).is_some_and(|why| why.contains("eth1")));
-        assert!(!member_loop.follow(bond, &MemberVerdict::Agreed));
-        assert!(!member_loop.follow(bond, &MemberVerdict::Agreed));
+        assert!(!follow(&no, &mut settings));
+        assert!(!follow(&MemberVerdict::Undecided, &mut settings));
+        assert!(follow(&no, &mut settings), "the second in a row pauses");
         assert!(
-            member_loop.follow(bond, &MemberVerdict::Agreed),
+            settings
+                .paused
+                .get(bond)
+                .is_some_and(|why| why.contains("eth1"))
+        );
+        assert!(!follow(&MemberVerdict::Agreed, &mut settings));
+        assert!(!follow(&MemberVerdict::Agreed, &mut settings));
+        assert!(
+            follow(&MemberVerdict::Agreed, &mut settings),
             "the third resumes"
         );
-        assert_eq!(paused(bond), None);
+        assert_eq!(settings.paused.get(bond), None);
     }
 
     #[test]

@@ -210,8 +210,8 @@ pub struct SenderOptions {
     /// Where each flow's local end goes (`--local-placement`).
     pub local_placement: LocalPlacement,
     /// Whether a bond on the route has its members balanced
-    /// (`--bond-members`).
-    pub bond_members: bond::BondMembers,
+    /// (`--bond-members`), and the bonds its counters paused.
+    pub bonds: bond::BondSettings,
     /// What the binder's maps are sized for (`--max-*`).
     pub sizes: BinderSizes,
 }
@@ -247,7 +247,7 @@ pub struct RunningBinder {
 /// both ends are planned. A plan the maps' sizes cannot hold is an error
 /// naming the setting to raise, never a plan cut short.
 pub fn plan_for(options: &SenderOptions, range: PortRange) -> Result<Plan, SenderError> {
-    let receivers = receiver_inputs(&options.targets, options.bond_members)?;
+    let receivers = receiver_inputs(&options.targets, &options.bonds)?;
     let plan = match &options.local {
         Some(local) => Plan::build_both(&receivers, &options.ports, range, local),
         None => Plan::build_each(&receivers, &options.ports, range),
@@ -259,10 +259,10 @@ pub fn plan_for(options: &SenderOptions, range: PortRange) -> Result<Plan, Sende
 /// Each target with its model and where flows to it may come from.
 pub fn receiver_inputs(
     targets: &[Target],
-    members: bond::BondMembers,
+    bonds: &bond::BondSettings,
 ) -> Result<Vec<plan::ReceiverInput>, SenderError> {
     let addrs: Vec<IpAddr> = targets.iter().map(|t| t.addr).collect();
-    Ok(receiver_sources(&addrs, members)?
+    Ok(receiver_sources(&addrs, bonds)?
         .into_iter()
         .zip(targets)
         .map(|(sources, target)| plan::ReceiverInput {
@@ -275,10 +275,10 @@ pub fn receiver_inputs(
 
 /// Each receiver with the route's source address toward it, the other
 /// local addresses an application may bind, and the bond the route leaves
-/// by (its members balanced unless `members` says not).
+/// by (its members balanced unless `bonds` says not).
 pub fn receiver_sources(
     receivers: &[IpAddr],
-    members: bond::BondMembers,
+    bonds: &bond::BondSettings,
 ) -> Result<Vec<plan::ReceiverSources>, SenderError> {
     receivers
         .iter()
@@ -287,7 +287,7 @@ pub fn receiver_sources(
                 receiver: *r,
                 route: route::source_toward(*r)?,
                 others: local::addresses_toward(*r)?,
-                bond: bond::EgressBond::toward(*r, members),
+                bond: bond::EgressBond::toward(*r, bonds),
             })
         })
         .collect()
@@ -299,9 +299,9 @@ pub fn receiver_sources(
 pub fn sources_changed(
     binder: &RunningBinder,
     receivers: &[IpAddr],
-    members: bond::BondMembers,
+    bonds: &bond::BondSettings,
 ) -> Result<bool, SenderError> {
-    let now = receiver_sources(receivers, members)?;
+    let now = receiver_sources(receivers, bonds)?;
     let plan = &binder.plan;
     if now.len() != plan.receivers.len() {
         return Ok(true);

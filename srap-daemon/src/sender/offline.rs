@@ -79,7 +79,7 @@ pub async fn run(
         local,
         published,
         audit: super::audit::OccupancyAudit::default(),
-        member_rates: super::bond::MemberRates::default(),
+        members: super::bond::MemberLoop::default(),
     };
     run.until_stopped(&mut binder, Duration::from_secs(args.interval().max(1)))
         .await
@@ -125,8 +125,9 @@ struct Offline {
     published: Option<Published>,
     /// The occupancy audit, run at every `--interval`.
     audit: super::audit::OccupancyAudit,
-    /// Each bond member's counter at the previous status, for its rate.
-    member_rates: super::bond::MemberRates,
+    /// The bond members' counters between snapshots, for their rates.
+    /// Offline lists no flows, so it never judges the hash (nor pauses).
+    members: super::bond::MemberLoop,
 }
 
 /// What this host's closed loop changes in the plan, without I/O (the
@@ -255,12 +256,10 @@ impl Offline {
             if let Some(local) = &self.local {
                 status::add_local(&mut snapshot, local, &self.plan.options.targets);
             }
-            super::bond::add_bonds(
-                &mut snapshot,
-                binder,
-                &self.member_rates,
-                &super::bond::MemberLoop::default(),
-            );
+            super::bond::add_bonds(&mut snapshot, binder, &self.members);
+            let none = crate::sock_diag::Connections::default();
+            let paused = &self.plan.options.bonds.paused;
+            let _undecided = self.members.sample(&snapshot, &none, paused);
             published.update(snapshot);
         }
     }

@@ -36,7 +36,7 @@ pub fn replan(binder: &mut RunningBinder, options: &SenderOptions) -> Result<(),
 /// and the old plan keeps steering.
 pub fn replan_if_sources_changed(binder: &mut RunningBinder, options: &SenderOptions) -> bool {
     let addrs: Vec<std::net::IpAddr> = options.target_addrs();
-    match super::sources_changed(binder, &addrs, options.bond_members) {
+    match super::sources_changed(binder, &addrs, &options.bonds) {
         Ok(false) => false,
         Ok(true) => match replan(binder, options) {
             Ok(()) => {

@@ -87,8 +87,6 @@ struct Follower {
     opened: Option<LocalLandings>,
     /// The occupancy audit, run at every `--interval`.
     audit: super::audit::OccupancyAudit,
-    /// Each bond member's counter at the previous status, for its rate.
-    member_rates: super::bond::MemberRates,
     /// The closed loop over the bond members' own counters.
     member_loop: super::bond::MemberLoop,
     /// This namespace's TCP sockets (`tcpi_bytes_acked`), for that loop:
@@ -153,7 +151,6 @@ pub async fn run(
         local: None,
         opened: None,
         audit: super::audit::OccupancyAudit::default(),
-        member_rates: super::bond::MemberRates::default(),
         member_loop: super::bond::MemberLoop::default(),
         connections: None,
     };
@@ -279,8 +276,8 @@ impl Follower {
                 }
                 _ = status_tick.tick() => {
                     self.sample_local(binder);
-                    self.sample_members(binder);
-                    self.publish(Some(binder));
+                    self.follow_bonds(binder);
+                    self.publish_and_judge(binder);
                 }
                 _ = tokio::signal::ctrl_c() => return Ok(()),
                 _ = term.recv() => return Ok(()),
@@ -423,23 +420,50 @@ impl Follower {
         }
     }
 
-    /// Judges the bonds' members by their own counters against what the
-    /// flows the driver's hash puts on them sent; a bond paused or resumed
-    /// is re-planned at once (its members left out or put back).
-    fn sample_members(&mut self, binder: &mut RunningBinder) {
-        if binder.plan.receivers.iter().all(|r| r.bond.is_none()) {
-            return;
-        }
-        // A member down or up is followed every second, not only at the
-        // (default 10 s) interval's full check of addresses and routes.
-        let members = self.machine.options.bond_members;
+    /// Follows the bonds the plan leaves by, every second (not only at the
+    /// interval's full check of addresses and routes): a member down or up
+    /// is re-planned at once.
+    fn follow_bonds(&mut self, binder: &mut RunningBinder) {
+        let bonds = &self.machine.options.bonds;
         let moved = binder
             .plan
             .receivers
             .iter()
-            .any(|r| super::bond::EgressBond::toward(r.receiver, members) != r.bond);
+            .filter(|r| r.bond.is_some())
+            .any(|r| super::bond::EgressBond::toward(r.receiver, bonds) != r.bond);
         if moved && super::replan_if_sources_changed(binder, &self.machine.options) {
             self.planned(binder, false);
+        }
+    }
+
+    /// Publishes the status, built once per tick: the bonds' members are
+    /// judged on it first, and a bond that pauses or resumes re-plans, so
+    /// the status is built again after.
+    fn publish_and_judge(&mut self, binder: &mut RunningBinder) {
+        let bonded = binder.plan.receivers.iter().any(|r| r.bond.is_some());
+        if self.published.is_none() && !bonded {
+            return;
+        }
+        let mut status = self.status(Some(binder));
+        if self.judge_members(binder, &status) {
+            status = self.status(Some(binder));
+        }
+        if let Some(published) = &self.published {
+            published.update(status);
+        }
+    }
+
+    /// Judges `status`'s bonds by their members' own counters against what
+    /// the flows the driver's hash puts on them sent; a bond paused or
+    /// resumed is re-planned at once (its members left out or put back).
+    /// True when it re-planned (the status is then out of date).
+    fn judge_members(
+        &mut self,
+        binder: &mut RunningBinder,
+        status: &srap_status::SenderStatus,
+    ) -> bool {
+        if status.bonds.is_empty() {
+            return false;
         }
         let diag = self.connections.get_or_insert_with(|| {
             crate::sock_diag::SockDiag::for_tcp().inspect_err(|err| {
@@ -447,21 +471,28 @@ impl Follower {
             })
         });
         let Ok(diag) = diag else {
-            return;
+            return false;
         };
         let connections = match diag.tcp_connections() {
             Ok(connections) => connections,
             Err(err) => {
                 tracing::debug!("reading this host's connections for the bond members: {err}");
-                return;
+                return false;
             }
         };
-        let status = self.status(Some(binder));
-        if !self.member_loop.sample(&status, &connections).is_empty()
-            && super::replan_if_sources_changed(binder, &self.machine.options)
-        {
+        let bonds = &mut self.machine.options.bonds;
+        let changes = self.member_loop.sample(status, &connections, &bonds.paused);
+        if changes.is_empty() {
+            return false;
+        }
+        for (bond, why) in changes {
+            bonds.set_paused(&bond, why);
+        }
+        let replanned = super::replan_if_sources_changed(binder, &self.machine.options);
+        if replanned {
             self.planned(binder, false);
         }
+        replanned
     }
 
     /// The destinations of every receiver not paused.
@@ -599,7 +630,7 @@ pub fn options(args: &SenderSettings, targets: Vec<Target>) -> anyhow::Result<Se
         port_range: args.port_range,
         local: None,
         local_placement: args.local.local_placement(),
-        bond_members: args.bond_members(),
+        bonds: super::bond::BondSettings::new(args.bond_members()),
         sizes: args.sizes.sizes()?,
     })
 }

@@ -96,12 +96,7 @@ impl Follower {
             seen_at_receiver(flow, &self.machine.peers, &self.handles);
         }
         if let Some(binder) = binder {
-            crate::sender::bond::add_bonds(
-                &mut status,
-                binder,
-                &self.member_rates,
-                &self.member_loop,
-            );
+            crate::sender::bond::add_bonds(&mut status, binder, &self.member_loop);
         }
         status
     }

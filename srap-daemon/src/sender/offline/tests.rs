@@ -32,7 +32,7 @@ fn plan(remote: &Arc<RssModel>, both: Option<Arc<RssModel>>) -> LocalPlan {
             port_range: None,
             local: both.clone(),
             local_placement: Default::default(),
-            bond_members: Default::default(),
+            bonds: Default::default(),
             sizes: BinderSizes::default(),
         },
         both,

@@ -32,7 +32,7 @@ fn options() -> SenderOptions {
         port_range: None,
         local: None,
         local_placement: Default::default(),
-        bond_members: Default::default(),
+        bonds: Default::default(),
         sizes: BinderSizes::default(),
     }
 }
