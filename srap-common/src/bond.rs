@@ -33,15 +33,30 @@ impl HashPolicy {
     /// The policy a sysfs line names (`layer3+4 1`: the name, then its
     /// number); `None` for a word this build does not know.
     pub fn parse(text: &str) -> Option<Self> {
-        Some(match text.split_whitespace().next()? {
-            "layer2" => Self::Layer2,
-            "layer2+3" => Self::Layer23,
-            "layer3+4" => Self::Layer34,
-            "encap2+3" => Self::Encap23,
-            "encap3+4" => Self::Encap34,
-            "vlan+srcmac" => Self::VlanSrcMac,
-            _ => return None,
-        })
+        let word = text.split_whitespace().next()?;
+        Self::ALL.into_iter().find(|policy| policy.name() == word)
+    }
+
+    /// Every policy this build knows.
+    pub const ALL: [Self; 6] = [
+        Self::Layer2,
+        Self::Layer23,
+        Self::Layer34,
+        Self::Encap23,
+        Self::Encap34,
+        Self::VlanSrcMac,
+    ];
+
+    /// The policy's name, as sysfs shows it and takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Layer2 => "layer2",
+            Self::Layer23 => "layer2+3",
+            Self::Layer34 => "layer3+4",
+            Self::Encap23 => "encap2+3",
+            Self::Encap34 => "encap3+4",
+            Self::VlanSrcMac => "vlan+srcmac",
+        }
     }
 
     /// Whether a TCP flow's source port decides its member. Only
@@ -119,9 +134,8 @@ pub struct MemberPlan {
 }
 
 impl MemberPlan {
-    /// The most members a plan balances: 2^3. More members would need
-    /// more value bits than a layout's pool rows hold beside a 128-entry
-    /// receiver table.
+    /// The most members a plan balances: 2^3. Each member bit doubles a
+    /// layout's cosets, and bonds of 2 or 4 members are the norm.
     pub const MOST: u32 = 8;
 
     /// The plan for `members` usable members, 2 to [`MemberPlan::MOST`]
@@ -151,7 +165,7 @@ impl MemberPlan {
 
     /// The member index of `tuple` (the driver's, [`member_index`]).
     pub fn index(self, tuple: &FlowTuple) -> u32 {
-        layer34_hash(tuple) % self.members
+        member_index(tuple, self.members).unwrap_or(0)
     }
 }
 
@@ -259,6 +273,9 @@ mod tests {
         assert_eq!(HashPolicy::parse("layer3+4 1"), Some(HashPolicy::Layer34));
         assert_eq!(HashPolicy::parse("encap3+4 4"), Some(HashPolicy::Encap34));
         assert_eq!(HashPolicy::parse("mystery 9"), None);
+        for policy in HashPolicy::ALL {
+            assert_eq!(HashPolicy::parse(policy.name()), Some(policy));
+        }
         assert!(HashPolicy::Layer34.port_decides());
         assert!(!HashPolicy::Encap34.port_decides());
         assert!(!HashPolicy::Layer23.port_decides());

@@ -158,7 +158,7 @@ impl LayoutPlan {
         let template = FlowTuple::new(any, 0, any, 0)?;
         let sport = PortHash::from_fn(|port| index.value(&template.with_sport(port)));
         let dport = PortHash::from_fn(|port| index.value(&template.with_dport(port)));
-        let mut plan = Self::linear(model, &sport, &index, range, Scope::AnyPort);
+        let mut plan = Self::linear(&sport, &index, range, Scope::AnyPort);
         let mask = plan.layout.values - 1;
         let (low, high) = dport.byte_tables();
         // Masked to k ≤ 16 bits: fits a u16.
@@ -170,13 +170,8 @@ impl LayoutPlan {
     /// The layout of an index affine in the source port, `sport` (with a
     /// power-of-two table): the slots' entries, and for each value of the
     /// port's part its coset, least port first, cut to `range`.
-    fn linear(
-        model: &RssModel,
-        sport: &PortHash,
-        index: &ValueBits<'_>,
-        range: PortRange,
-        scope: Scope,
-    ) -> Self {
+    fn linear(sport: &PortHash, index: &ValueBits<'_>, range: PortRange, scope: Scope) -> Self {
+        let model = index.model;
         let bits = index.bits();
         let map = IndexMap::new(sport, bits);
         let span = map.kernel();
@@ -242,7 +237,7 @@ impl LayoutPlan {
         {
             let sport = PortHash::new(model, &flow);
             let index = ValueBits::new(model, None)?;
-            let plan = Self::linear(model, &sport, &index, range, Scope::Port(dport));
+            let plan = Self::linear(&sport, &index, range, Scope::Port(dport));
             if plan.cosets.iter().all(|c| c.count == 0) {
                 return Err(PortTableError::NoPorts { range });
             }

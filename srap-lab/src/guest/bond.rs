@@ -87,19 +87,6 @@ impl BondMode {
     }
 }
 
-/// `xmit_hash_policy` as `/sys/class/net/BOND/bonding/xmit_hash_policy`
-/// takes it (the inverse of [`HashPolicy::parse`]).
-pub fn policy_sysfs(policy: HashPolicy) -> &'static str {
-    match policy {
-        HashPolicy::Layer2 => "layer2",
-        HashPolicy::Layer23 => "layer2+3",
-        HashPolicy::Layer34 => "layer3+4",
-        HashPolicy::Encap23 => "encap2+3",
-        HashPolicy::Encap34 => "encap3+4",
-        HashPolicy::VlanSrcMac => "vlan+srcmac",
-    }
-}
-
 /// `bond0` in the guest, made by [`GuestBond::create`].
 #[derive(Debug)]
 pub struct GuestBond {
@@ -190,7 +177,7 @@ impl GuestBond {
             "echo +{BOND} > /sys/class/net/bonding_masters && echo {} > {sys}/mode \
              && echo {} > {sys}/xmit_hash_policy && echo 100 > {sys}/miimon{lacp}",
             mode.sysfs(),
-            policy_sysfs(policy)
+            policy.name()
         ))?;
         guest.run(&format!(
             "ip addr flush dev eth0 && ip link set {BOND} up && ip addr add {}/24 dev {BOND}",
@@ -217,7 +204,7 @@ impl GuestBond {
             bail!(
                 "{sys}/xmit_hash_policy says {:?}, not {}",
                 set.trim(),
-                policy_sysfs(policy)
+                policy.name()
             );
         }
         let slaves = bond.slaves(guest)?;
