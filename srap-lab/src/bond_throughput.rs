@@ -209,37 +209,13 @@ pub fn split_text(split: &[Option<usize>]) -> String {
         .join("/")
 }
 
-/// Which ports a trial's flows had, as the report names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PortMode {
-    Kernel,
-    Srap,
-}
-
-impl PortMode {
-    fn ports(self) -> Ports {
-        match self {
-            Self::Kernel => Ports::Kernel,
-            Self::Srap => Ports::Steered,
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Self::Kernel => "kernel",
-            Self::Srap => "SRAP",
-        }
-    }
-}
-
 /// One trial: a round of 16 equal flows, as the sink and the counters saw
 /// it.
 #[derive(Debug, Clone, Serialize)]
 pub struct BondTrial {
     /// 1-based, shared by the kernel and SRAP trial run back to back.
     pub trial: usize,
-    pub ports: PortMode,
+    pub ports: Ports,
     /// Flows per member (enslavement order) by its own `tx_bytes`; `null`
     /// where its bytes were not a whole number of flows.
     pub by_counters: Vec<Option<usize>>,
@@ -266,7 +242,7 @@ pub struct BondTrial {
 }
 
 impl BondTrial {
-    fn of(trial: usize, ports: PortMode, round: &BondRound, ideal_mbps: f64) -> Option<Self> {
+    fn of(trial: usize, ports: Ports, round: &BondRound, ideal_mbps: f64) -> Option<Self> {
         let (aggregate_mbps, seconds) = aggregate_mbps(&round.received)?;
         let first_accept = round.received.iter().map(|f| f.accepted).min()?;
         let first_byte = round.received.iter().filter_map(|f| f.first_byte).min()?;
@@ -355,14 +331,14 @@ pub struct BondThroughputReport {
 
 impl BondThroughputReport {
     /// The trials of one kind.
-    pub fn of(&self, ports: PortMode) -> Vec<&BondTrial> {
+    pub fn of(&self, ports: Ports) -> Vec<&BondTrial> {
         self.trials.iter().filter(|t| t.ports == ports).collect()
     }
 
     fn summarize(&mut self) {
         let members = self.members as usize;
-        self.kernel = BondSummary::of(&self.of(PortMode::Kernel), members);
-        self.srap = BondSummary::of(&self.of(PortMode::Srap), members);
+        self.kernel = BondSummary::of(&self.of(Ports::Kernel), members);
+        self.srap = BondSummary::of(&self.of(Ports::Steered), members);
     }
 
     /// The title line: what ran.
@@ -480,13 +456,13 @@ pub fn run(
         wall_seconds: 0.0,
     };
     for t in 1..=plan.trials {
-        for ports in [PortMode::Kernel, PortMode::Srap] {
+        for ports in [Ports::Kernel, Ports::Steered] {
             if interrupted() {
                 bail!("interrupted");
             }
             let title = format!("trial {t}, {} ports", ports.label());
             let round = lab
-                .round_of(ports.ports(), &title, flow_bytes)
+                .round_of(ports, &title, flow_bytes)
                 .with_context(|| title.clone())?;
             if round.flows.len() != ROUND_FLOWS || round.open_at_once != ROUND_FLOWS {
                 bail!(

@@ -19,7 +19,8 @@ use plotters::{
 };
 
 use super::{
-    bond_throughput::{BondThroughputReport, PortMode, split_text},
+    bond_throughput::{BondThroughputReport, split_text},
+    guest::bond_lab::Ports,
     throughput::{ModeReport, ThroughputReport, TrialResult},
 };
 
@@ -361,8 +362,8 @@ fn draw_bond<DB: DrawingBackend>(
     report: &BondThroughputReport,
 ) -> Result<(), String> {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let kernel = report.of(PortMode::Kernel);
-    let srap = report.of(PortMode::Srap);
+    let kernel = report.of(Ports::Kernel);
+    let srap = report.of(Ports::Steered);
     let trials = kernel.len().max(srap.len()).max(1) as f64;
     let ideal = report.ideal_mbps;
     let top = report

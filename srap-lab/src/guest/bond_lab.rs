@@ -105,13 +105,26 @@ const ROUND_SCRIPT: &[&str] = &[
     "until ! grep -qE \"$5 0[1489B] \" /proc/net/tcp || [ $t -ge 300 ]; do sleep 0.2; t=$((t+1)); done",
 ];
 
-/// Which source ports a round's flows get.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which source ports a round's flows get (`kernel` or `srap` in a
+/// report).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Ports {
     /// The kernel's ephemeral ports (no `srap exec`).
     Kernel,
     /// Under `srap exec --cgroup srap`: the sender agent's binder picks.
+    #[serde(rename = "srap")]
     Steered,
+}
+
+impl Ports {
+    /// As a report's tables name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Kernel => "kernel",
+            Self::Steered => "SRAP",
+        }
+    }
 }
 
 /// A bonded guest running the sender agent toward a receiver agent in the
