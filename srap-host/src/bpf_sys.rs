@@ -60,7 +60,7 @@ impl Attr {
 
     /// `bpf(cmd, attr, size)`: every call of this module goes through
     /// here, so a unit test can put a fake kernel in its place (for its
-    /// own thread, [`fake::with_kernel`]) and judge the logic around the
+    /// own thread, `fake::with_kernel`) and judge the logic around the
     /// calls without root.
     fn call(&mut self, cmd: libc::c_long) -> io::Result<()> {
         #[cfg(test)]
