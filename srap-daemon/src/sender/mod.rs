@@ -12,6 +12,7 @@
 
 mod attach;
 pub mod audit;
+#[path = "local/bond.rs"]
 pub mod bond;
 pub mod config;
 pub mod ends;
@@ -24,6 +25,7 @@ mod maps;
 pub mod offline;
 pub mod plan;
 pub mod rate;
+#[path = "local/reader.rs"]
 pub mod reader;
 mod replan;
 pub mod settings;

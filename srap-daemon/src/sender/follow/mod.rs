@@ -20,7 +20,9 @@ mod events;
 mod machine;
 mod probe;
 mod receivers;
+#[path = "../resolve.rs"]
 pub mod resolve;
+#[path = "../status.rs"]
 pub(crate) mod status;
 
 use std::{collections::BTreeSet, net::IpAddr, time::Duration};
