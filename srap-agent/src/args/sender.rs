@@ -11,8 +11,8 @@ use std::{
 use srap_common::solver::PortRange;
 use srap_daemon::sender::{
     PacingRate,
-    bond::BondMembers,
     ends::{LocalPlacement, LocalSettings, Steer},
+    local::bond::BondMembers,
     settings::{DescriptionSource, SenderSettings, SizeSettings},
 };
 

@@ -5,11 +5,7 @@
 use super::usage_error;
 use anyhow::Context as _;
 use srap_common::rss::RssDescription;
-use srap_daemon::sender::{
-    self,
-    ends::{LocalNic, Steer},
-    settings::SenderSettings,
-};
+use srap_daemon::sender::{self, ends::Steer, local::nic::LocalNic, settings::SenderSettings};
 
 /// Sets up (or adopts) the binder, prints what it steers, then reports its
 /// counters until Ctrl-C, SIGTERM or `srap-agent detach`. With `--peer` the

@@ -23,7 +23,7 @@ use tracing::{debug, info, warn};
 
 use self::seam::{Attacher, Bpffs, CgroupAttacher, Pins, remove_if_present};
 use super::{
-    SenderError,
+    error::SenderError,
     layout::{PROGRAMS, PinLayout},
 };
 

@@ -50,14 +50,14 @@ use srap_status::FlowRow;
 use tracing::{info, warn};
 
 use super::{
-    RunningBinder,
-    ends::{LocalNic, LocalPlacement, Steer},
+    binder::RunningBinder,
+    ends::{LocalPlacement, Steer},
     grant,
     landings::{LocalLandings, Opened},
-    reader,
+    local::{nic::LocalNic, reader},
 };
 use crate::{
-    receiver::source::Source,
+    description::Source,
     tracker::{
         agreement::{AgreementJudge, likely_causes, on_the_predicted_queue},
         learning::{Landed, LearnedKey, Learning},
@@ -336,7 +336,7 @@ pub fn apply_local_grant(binder: &mut RunningBinder, nic: &LocalNic) -> anyhow::
     Ok(())
 }
 
-/// Writes each CPU's reader row (`super::reader`) for the slots of this
+/// Writes each CPU's reader row ([`reader`]) for the slots of this
 /// plan whose CPUs are in `offered_cpus`: slots are renumbered by a
 /// re-plan, so again after every one.
 pub fn apply_reader_rows(

@@ -19,7 +19,7 @@ use srap_common::binder::{
 
 use tracing::warn;
 
-use super::{SenderError, SenderOptions, layout::PinLayout, plan::Plan};
+use super::{error::SenderError, layout::PinLayout, options::SenderOptions, plan::Plan};
 
 mod seam;
 

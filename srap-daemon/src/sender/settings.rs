@@ -13,10 +13,11 @@ use srap_common::{binder::BinderSizes, solver::PortRange};
 use srap_host::cpulist;
 
 use super::{
-    DEFAULT_PIN_DIR, PacingRate,
-    bond::BondMembers,
     config::{ConfigError, SenderConfig},
     ends::{LocalPlacement, LocalSettings, Steer},
+    layout::DEFAULT_PIN_DIR,
+    local::bond::BondMembers,
+    rate::PacingRate,
 };
 
 /// Where the receiver's RSS description comes from: `--rss` or `--peer`,

@@ -1,29 +1,25 @@
-//! The sender agent's status snapshot for `srap status --sender`, made
-//! from the follow loop's state and the binder's pinned maps, and served
-//! on the agent's control socket.
+//! The sender agent's status for `srap status --sender` (and
+//! `--metrics`): the server of the latest snapshot ([`StatusServer`]), and
+//! the parts of a snapshot both drivers make the same way — the binder's
+//! counters ([`binder_status`]) and this host's end ([`add_local`]). The
+//! follow driver adds its receivers' rows (`super::follow`).
 
 use std::{path::Path, sync::Arc};
 
-use srap_common::{binder::COUNTER_NAMES, rss::FlowTuple, wire::MAX_SEEN_FLOWS};
+use srap_common::{binder::COUNTER_NAMES, rss::FlowTuple};
 use srap_status::{
     ControlSocket, SenderStatus,
     control::serve,
-    sender::{AddressRow, GrantRow, LocalRow, ReceiverRow, SenderFlowRow},
+    sender::{LocalRow, SenderFlowRow},
 };
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::{Follower, machine::Peer};
-use crate::{
-    sender::{
-        RunningBinder, Target, landings::LocalLandings, local_end::LocalEnd, read_occupancy,
-        read_stats,
-    },
-    upstream::{PeerHandle, PeerStatus, SeenReport},
-};
+use super::{binder::RunningBinder, local_end::LocalEnd, maps::read_stats, target::Target};
 
-/// The control socket and the latest snapshot it serves.
-pub struct Published {
+/// The sender agent's control socket, serving the latest status snapshot
+/// (and, with `--metrics`, the same snapshot as Prometheus text).
+pub struct StatusServer {
     _socket: ControlSocket,
     tx: watch::Sender<Arc<SenderStatus>>,
     task: tokio::task::JoinHandle<()>,
@@ -31,9 +27,9 @@ pub struct Published {
     metrics: Option<tokio::task::JoinHandle<()>>,
 }
 
-impl Published {
+impl StatusServer {
     /// Makes the socket at `path` and serves an empty snapshot until the
-    /// first [`Published::update`].
+    /// first [`StatusServer::update`].
     pub fn bind(path: &Path) -> anyhow::Result<Self> {
         let (socket, listener) = ControlSocket::bind(path)?;
         let (tx, rx) = watch::channel(Arc::new(SenderStatus::default()));
@@ -67,115 +63,12 @@ impl Published {
     }
 }
 
-impl Drop for Published {
+impl Drop for StatusServer {
     fn drop(&mut self) {
         self.task.abort();
         if let Some(metrics) = &self.metrics {
             metrics.abort();
         }
-    }
-}
-
-impl Follower {
-    /// The snapshot of every receiver and the binder.
-    pub(super) fn status(&self, binder: Option<&RunningBinder>) -> SenderStatus {
-        let mut status = binder.map(binder_status).unwrap_or_default();
-        status.occupancy = self.audit.row();
-        status.receivers = self
-            .machine
-            .peers
-            .iter()
-            .map(|r| receiver_row(r, binder))
-            .collect();
-        if let Some(local) = &self.local {
-            add_local(&mut status, local, &self.machine.options.targets);
-        } else if let Some(opened) = &self.opened {
-            add_opened(&mut status, opened, &self.machine.options.targets);
-        }
-        for flow in &mut status.flows {
-            seen_at_receiver(flow, &self.machine.peers, &self.handles);
-        }
-        if let Some(binder) = binder {
-            crate::sender::bond::add_bonds(&mut status, binder, &self.member_loop);
-        }
-        status
-    }
-}
-
-/// The steered cgroup's open connections toward the receivers with
-/// `--steer remote` (no local NIC planned): each with the receiver CPU
-/// its target's model plans for it.
-fn add_opened(status: &mut SenderStatus, opened: &LocalLandings, targets: &[Target]) {
-    let open = match opened.read() {
-        Ok(open) => open,
-        Err(err) => {
-            warn!("reading the steered cgroup's connections: {err}");
-            return;
-        }
-    };
-    status.flows = open
-        .iter()
-        .filter(|o| !o.closed)
-        .filter_map(|o| {
-            let target = targets.iter().find(|t| t.addr == o.dst.ip())?;
-            let tuple = FlowTuple::from_sockets(o.src, o.dst).ok()?;
-            Some(SenderFlowRow {
-                src: Some(o.src),
-                dst: Some(o.dst),
-                receiver_cpu_planned: Some(target.model.landing(&tuple).cpu),
-                ..SenderFlowRow::default()
-            })
-        })
-        .collect();
-}
-
-/// Fills in where the receiver's verifier saw `flow` (protocol 7), matched
-/// by its whole tuple as this host sees it: a receiver that sees another
-/// source (a NAT rewrote it) reports a flow that matches none of ours.
-fn seen_at_receiver(flow: &mut SenderFlowRow, receivers: &[Peer], handles: &[PeerHandle]) {
-    let (Some(src), Some(dst)) = (flow.src, flow.dst) else {
-        return;
-    };
-    let receiver = receivers
-        .iter()
-        .position(|r| r.rows.iter().any(|(_, addr)| *addr == dst.ip()))
-        .and_then(|n| handles.get(n));
-    let seen = match receiver {
-        Some(handle) => match &*handle.seen().borrow() {
-            SeenReport::Flows(report) => report
-                .flows
-                .iter()
-                .find(|f| f.src == src && f.dst == dst)
-                .copied()
-                .ok_or_else(|| {
-                    format!(
-                        "not among the {} active flows the receiver reports (idle there, not \
-                         seen by its verifier yet, its tuple rewritten on the way, or past the \
-                         first {MAX_SEEN_FLOWS})",
-                        report.flows.len()
-                    )
-                }),
-            SeenReport::Unsupported(version) => Err(format!(
-                "the receiver speaks protocol {version}, which reports no flows (7 does)"
-            )),
-            SeenReport::Waiting => Err("the receiver has not reported flows yet".to_owned()),
-            SeenReport::NotConnected => Err("the receiver agent is not connected".to_owned()),
-        },
-        None => Err(format!("no receiver agent for {}", dst.ip())),
-    };
-    match seen {
-        Ok(seen) => {
-            flow.receiver_cpu_seen = seen.cpu;
-            flow.receiver_queue_seen = seen.queue;
-            flow.receiver_cpu_off_plan = matches!(
-                (flow.receiver_cpu_planned, seen.cpu),
-                (Some(planned), Some(cpu)) if planned != cpu
-            );
-            if seen.cpu.is_none() {
-                flow.receiver_seen_unknown = Some("the receiver cannot tell its CPU".to_owned());
-            }
-        }
-        Err(why) => flow.receiver_seen_unknown = Some(why),
     }
 }
 
@@ -259,52 +152,4 @@ pub fn add_local(status: &mut SenderStatus, local: &LocalEnd, targets: &[Target]
             }
         })
         .collect();
-}
-
-fn receiver_row(receiver: &Peer, binder: Option<&RunningBinder>) -> ReceiverRow {
-    let link = match &receiver.status {
-        _ if receiver.away => "away",
-        PeerStatus::Connected => "connected",
-        PeerStatus::Connecting | PeerStatus::Away(_) => "connecting",
-    };
-    let planned = receiver.model.is_some();
-    ReceiverRow {
-        peer: receiver.addr.clone(),
-        link: link.to_owned(),
-        reason: receiver.last_reason.clone().filter(|_| receiver.away),
-        version: receiver.current.as_ref().map(|c| c.version),
-        addresses: receiver
-            .rows
-            .iter()
-            .map(|(row, addr)| address_row(*row, *addr, binder.filter(|_| planned)))
-            .collect(),
-        grant: receiver.granted.as_ref().map(|g| GrantRow {
-            epoch: g.epoch,
-            cpus: g.cpus.iter().map(|c| c.cpu).collect(),
-        }),
-        paused: receiver.paused,
-        key: receiver.current.as_ref().map(|c| c.key),
-    }
-}
-
-fn address_row(row: u32, addr: std::net::IpAddr, binder: Option<&RunningBinder>) -> AddressRow {
-    let mut out = AddressRow {
-        addr: Some(addr),
-        row,
-        ..AddressRow::default()
-    };
-    let Some(binder) = binder else {
-        return out;
-    };
-    out.slots = binder
-        .plan
-        .receivers
-        .iter()
-        .find(|r| r.index == row)
-        .map_or(0, |r| r.slots);
-    match read_occupancy(&binder.layout, row) {
-        Ok(flows) => out.open_flows = flows.iter().map(|f| u64::from(*f)).sum(),
-        Err(err) => warn!("reading the binder's open flows: {err}"),
-    }
-    out
 }

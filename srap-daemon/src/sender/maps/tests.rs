@@ -23,10 +23,7 @@ use super::{
     fake::{FakeMaps, Write},
     fill_maps, put_dests,
 };
-use crate::sender::{
-    SenderError,
-    plan::{Plan, ReceiverSources},
-};
+use crate::sender::{error::SenderError, local::ReceiverSources, plan::Plan};
 
 fn key(port: u32) -> DestKey {
     DestKey {

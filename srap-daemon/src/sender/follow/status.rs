@@ -1,0 +1,174 @@
+//! The follow driver's part of the status snapshot: each followed
+//! receiver's row, and each open flow with where the receiver saw it; the
+//! rest is the shared [`crate::sender::status`]'s.
+
+use srap_common::{rss::FlowTuple, wire::MAX_SEEN_FLOWS};
+use srap_status::{
+    SenderStatus,
+    sender::{AddressRow, GrantRow, ReceiverRow, SenderFlowRow},
+};
+use tracing::warn;
+
+use super::{Follower, machine::Peer};
+use crate::{
+    sender::{
+        binder::RunningBinder,
+        bond_members::add_bonds,
+        landings::LocalLandings,
+        maps::read_occupancy,
+        status::{add_local, binder_status},
+        target::Target,
+    },
+    upstream::{PeerHandle, PeerStatus, SeenReport},
+};
+
+impl Follower {
+    /// The snapshot of every receiver and the binder.
+    pub(super) fn status(&self, binder: Option<&RunningBinder>) -> SenderStatus {
+        let mut status = binder.map(binder_status).unwrap_or_default();
+        status.occupancy = self.audit.row();
+        status.receivers = self
+            .machine
+            .peers
+            .iter()
+            .map(|r| receiver_row(r, binder))
+            .collect();
+        if let Some(local) = &self.local {
+            add_local(&mut status, local, &self.machine.options.targets);
+        } else if let Some(opened) = &self.opened {
+            add_opened(&mut status, opened, &self.machine.options.targets);
+        }
+        for flow in &mut status.flows {
+            seen_at_receiver(flow, &self.machine.peers, &self.handles);
+        }
+        if let Some(binder) = binder {
+            add_bonds(&mut status, binder, &self.member_loop);
+        }
+        status
+    }
+}
+
+/// The steered cgroup's open connections toward the receivers with
+/// `--steer remote` (no local NIC planned): each with the receiver CPU
+/// its target's model plans for it.
+fn add_opened(status: &mut SenderStatus, opened: &LocalLandings, targets: &[Target]) {
+    let open = match opened.read() {
+        Ok(open) => open,
+        Err(err) => {
+            warn!("reading the steered cgroup's connections: {err}");
+            return;
+        }
+    };
+    status.flows = open
+        .iter()
+        .filter(|o| !o.closed)
+        .filter_map(|o| {
+            let target = targets.iter().find(|t| t.addr == o.dst.ip())?;
+            let tuple = FlowTuple::from_sockets(o.src, o.dst).ok()?;
+            Some(SenderFlowRow {
+                src: Some(o.src),
+                dst: Some(o.dst),
+                receiver_cpu_planned: Some(target.model.landing(&tuple).cpu),
+                ..SenderFlowRow::default()
+            })
+        })
+        .collect();
+}
+
+/// Fills in where the receiver's verifier saw `flow` (protocol 7), matched
+/// by its whole tuple as this host sees it: a receiver that sees another
+/// source (a NAT rewrote it) reports a flow that matches none of ours.
+fn seen_at_receiver(flow: &mut SenderFlowRow, receivers: &[Peer], handles: &[PeerHandle]) {
+    let (Some(src), Some(dst)) = (flow.src, flow.dst) else {
+        return;
+    };
+    let receiver = receivers
+        .iter()
+        .position(|r| r.rows.iter().any(|(_, addr)| *addr == dst.ip()))
+        .and_then(|n| handles.get(n));
+    let seen = match receiver {
+        Some(handle) => match &*handle.seen().borrow() {
+            SeenReport::Flows(report) => report
+                .flows
+                .iter()
+                .find(|f| f.src == src && f.dst == dst)
+                .copied()
+                .ok_or_else(|| {
+                    format!(
+                        "not among the {} active flows the receiver reports (idle there, not \
+                         seen by its verifier yet, its tuple rewritten on the way, or past the \
+                         first {MAX_SEEN_FLOWS})",
+                        report.flows.len()
+                    )
+                }),
+            SeenReport::Unsupported(version) => Err(format!(
+                "the receiver speaks protocol {version}, which reports no flows (7 does)"
+            )),
+            SeenReport::Waiting => Err("the receiver has not reported flows yet".to_owned()),
+            SeenReport::NotConnected => Err("the receiver agent is not connected".to_owned()),
+        },
+        None => Err(format!("no receiver agent for {}", dst.ip())),
+    };
+    match seen {
+        Ok(seen) => {
+            flow.receiver_cpu_seen = seen.cpu;
+            flow.receiver_queue_seen = seen.queue;
+            flow.receiver_cpu_off_plan = matches!(
+                (flow.receiver_cpu_planned, seen.cpu),
+                (Some(planned), Some(cpu)) if planned != cpu
+            );
+            if seen.cpu.is_none() {
+                flow.receiver_seen_unknown = Some("the receiver cannot tell its CPU".to_owned());
+            }
+        }
+        Err(why) => flow.receiver_seen_unknown = Some(why),
+    }
+}
+
+fn receiver_row(receiver: &Peer, binder: Option<&RunningBinder>) -> ReceiverRow {
+    let link = match &receiver.status {
+        _ if receiver.away => "away",
+        PeerStatus::Connected => "connected",
+        PeerStatus::Connecting | PeerStatus::Away(_) => "connecting",
+    };
+    let planned = receiver.model.is_some();
+    ReceiverRow {
+        peer: receiver.addr.clone(),
+        link: link.to_owned(),
+        reason: receiver.last_reason.clone().filter(|_| receiver.away),
+        version: receiver.current.as_ref().map(|c| c.version),
+        addresses: receiver
+            .rows
+            .iter()
+            .map(|(row, addr)| address_row(*row, *addr, binder.filter(|_| planned)))
+            .collect(),
+        grant: receiver.granted.as_ref().map(|g| GrantRow {
+            epoch: g.epoch,
+            cpus: g.cpus.iter().map(|c| c.cpu).collect(),
+        }),
+        paused: receiver.paused,
+        key: receiver.current.as_ref().map(|c| c.key),
+    }
+}
+
+fn address_row(row: u32, addr: std::net::IpAddr, binder: Option<&RunningBinder>) -> AddressRow {
+    let mut out = AddressRow {
+        addr: Some(addr),
+        row,
+        ..AddressRow::default()
+    };
+    let Some(binder) = binder else {
+        return out;
+    };
+    out.slots = binder
+        .plan
+        .receivers
+        .iter()
+        .find(|r| r.index == row)
+        .map_or(0, |r| r.slots);
+    match read_occupancy(&binder.layout, row) {
+        Ok(flows) => out.open_flows = flows.iter().map(|f| u64::from(*f)).sum(),
+        Err(err) => warn!("reading the binder's open flows: {err}"),
+    }
+    out
+}
