@@ -1,5 +1,5 @@
 //! The sender's two ends of a flow (see `srap_common::ends`): which ends'
-//! NICs a steered flow is placed on ([`Steer`], `--steer`), where its
+//! NICs a steered flow is placed on ([`PlacedEnds`], `--steer`), where its
 //! local end goes on this host ([`LocalPlacement`]), and the settings that
 //! name this host's own NIC when it is one of them ([`LocalSettings`]:
 //! `--local-iface` or `--local-rss`, `--local-cpus`). The NIC itself, as
@@ -13,7 +13,7 @@ use srap_common::binder::placement;
 /// `--steer`: which ends' NICs a steered flow is placed on (their CPUs:
 /// the receiver's, this host's, or both at once).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum Steer {
+pub enum PlacedEnds {
     /// The receiver's (the data this host sends).
     #[default]
     Remote,
@@ -23,7 +23,7 @@ pub enum Steer {
     Both,
 }
 
-impl Steer {
+impl PlacedEnds {
     /// The receiver's CPUs are planned.
     pub fn remote(self) -> bool {
         self != Self::Local
@@ -44,7 +44,7 @@ impl Steer {
     }
 }
 
-impl FromStr for Steer {
+impl FromStr for PlacedEnds {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
@@ -55,7 +55,7 @@ impl FromStr for Steer {
     }
 }
 
-impl fmt::Display for Steer {
+impl fmt::Display for PlacedEnds {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
@@ -116,7 +116,7 @@ impl fmt::Display for LocalPlacement {
 #[derive(Debug, Clone, Default)]
 pub struct LocalSettings {
     /// Whose CPUs each steered flow is placed on (`None`: `remote`).
-    pub steer: Option<Steer>,
+    pub placed_ends: Option<PlacedEnds>,
     /// This host's NIC, discovered as the receiver agent discovers its own.
     pub local_iface: Option<String>,
     /// This host's NIC described in a file (`srap rss show --json`).
@@ -130,8 +130,8 @@ pub struct LocalSettings {
 
 impl LocalSettings {
     /// `--steer`, `remote` unless given.
-    pub fn steer(&self) -> Steer {
-        self.steer.unwrap_or_default()
+    pub fn placed_ends(&self) -> PlacedEnds {
+        self.placed_ends.unwrap_or_default()
     }
 
     /// `--local-placement`, `spread` unless given.
@@ -145,8 +145,8 @@ impl LocalSettings {
     /// both the flag and the key.
     pub fn check(&self) -> anyhow::Result<()> {
         let described = self.local_iface.is_some() || self.local_rss.is_some();
-        match self.steer() {
-            Steer::Remote
+        match self.placed_ends() {
+            PlacedEnds::Remote
                 if described
                     || self.local_cpus.is_some()
                     || self.local_placement() == LocalPlacement::Reader =>
@@ -156,12 +156,12 @@ impl LocalSettings {
                      with --steer local or both (`steer` in the --config file)"
                 )
             }
-            Steer::Local | Steer::Both if !described => anyhow::bail!(
+            PlacedEnds::Local | PlacedEnds::Both if !described => anyhow::bail!(
                 "--steer {} needs this host's NIC: give --local-iface DEV (discovered) or \
                  --local-rss FILE (`local-iface` or `local-rss` in the --config file)",
-                self.steer()
+                self.placed_ends()
             ),
-            Steer::Local | Steer::Both
+            PlacedEnds::Local | PlacedEnds::Both
                 if self.local_iface.is_some() && self.local_rss.is_some() =>
             {
                 anyhow::bail!("give one of --local-iface and --local-rss, not both")
@@ -178,15 +178,15 @@ mod tests {
     #[test]
     fn placed_ends_parse_and_name_themselves() {
         for (text, ends) in [
-            ("remote", Steer::Remote),
-            ("local", Steer::Local),
-            ("both", Steer::Both),
+            ("remote", PlacedEnds::Remote),
+            ("local", PlacedEnds::Local),
+            ("both", PlacedEnds::Both),
         ] {
-            assert_eq!(text.parse::<Steer>(), Ok(ends));
+            assert_eq!(text.parse::<PlacedEnds>(), Ok(ends));
             assert_eq!(ends.to_string(), text);
         }
-        assert!("push".parse::<Steer>().unwrap_err().contains("`push`"));
-        assert!(Steer::Both.local() && Steer::Both.remote());
-        assert!(!Steer::Local.remote() && !Steer::Remote.local());
+        assert!("push".parse::<PlacedEnds>().unwrap_err().contains("`push`"));
+        assert!(PlacedEnds::Both.local() && PlacedEnds::Both.remote());
+        assert!(!PlacedEnds::Local.remote() && !PlacedEnds::Remote.local());
     }
 }

@@ -18,7 +18,7 @@ use super::{
     audit::OccupancyAudit,
     binder::{RunningBinder, start},
     bond_members::{MemberLoop, add_bonds},
-    ends::Steer,
+    ends::PlacedEnds,
     error::SenderError,
     grant,
     local::nic::LocalNic,
@@ -47,10 +47,10 @@ pub async fn run(
     object: &[u8],
 ) -> anyhow::Result<()> {
     let receivers = destinations(args).await?;
-    let steer = args.local.steer();
-    let (targets, both) = match (remote, &local, steer) {
-        (_, Some(nic), Steer::Local) => (Target::all(&nic.model, &receivers), None),
-        (Some(model), Some(nic), Steer::Both) => {
+    let placed_ends = args.local.placed_ends();
+    let (targets, both) = match (remote, &local, placed_ends) {
+        (_, Some(nic), PlacedEnds::Local) => (Target::all(&nic.model, &receivers), None),
+        (Some(model), Some(nic), PlacedEnds::Both) => {
             (Target::all(model, &receivers), Some(nic.model.clone()))
         }
         (Some(model), _, _) => (Target::all(model, &receivers), None),
@@ -82,7 +82,7 @@ pub async fn run(
         published.serve_metrics(addr)?;
     }
     // Watching before `steering active`: no connection it steers is missed.
-    let local = local.map(|nic| LocalEnd::start(nic, steer, &binder, &receivers));
+    let local = local.map(|nic| LocalEnd::start(nic, placed_ends, &binder, &receivers));
     println!("{}", summary::describe(&binder));
     let mut run = Offline {
         plan: LocalPlan {

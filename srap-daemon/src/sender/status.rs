@@ -113,7 +113,7 @@ fn errno_text(errno: u32) -> String {
 pub fn add_local(status: &mut SenderStatus, local: &LocalEnd, targets: &[Target]) {
     let report = local.report();
     status.local = Some(LocalRow {
-        steer: local.steer.to_string(),
+        steer: local.placed_ends.to_string(),
         nic: local.nic.name(),
         cpus: local.nic.cpus().into_iter().collect(),
         watching: local.watching(),

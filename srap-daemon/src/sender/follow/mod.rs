@@ -42,7 +42,7 @@ use super::{
     audit::OccupancyAudit,
     binder::{RunningBinder, start},
     bond_members::MemberLoop,
-    ends::Steer,
+    ends::PlacedEnds,
     error::SenderError,
     grant,
     landings::LocalLandings,
@@ -172,7 +172,7 @@ pub async fn run(
     if !args.once {
         // Watching before `steering active`: no connection it steers is missed.
         let toward: Vec<IpAddr> = follower.machine.options.target_addrs();
-        follower.local = local.map(|nic| LocalEnd::start(nic, Steer::Both, &binder, &toward));
+        follower.local = local.map(|nic| LocalEnd::start(nic, PlacedEnds::Both, &binder, &toward));
         if follower.local.is_none() {
             follower.opened = watch_opened(&binder.cgroup);
         }
