@@ -14,7 +14,11 @@
 //! the flows toward every receiver. With `--steer local` alone the
 //! targets' models face the local end and their row is [`LOCAL_ROW`].
 //!
-//! Pure computation on the RSS models; `super::maps` writes the result.
+//! Its inputs are types of their own ([`PlanInputs`]): the receivers
+//! ([`Target`]: each one's row and its host's model), this host toward
+//! them ([`LocalHost`], read by `super::local`), this host's own NIC when
+//! both ends are planned, and the ports. Pure computation on them;
+//! `super::maps` writes the result.
 
 use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
