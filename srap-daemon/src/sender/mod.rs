@@ -16,6 +16,8 @@
 //! Floors, bottom to top. A module imports (`super::…`,
 //! `crate::sender::…`) only modules of its own floor or below, and no two
 //! import each other; this file is the index and is imported by none.
+//! A unit test (`layering.rs`) reads the sources and holds them to it: a
+//! new module is given its floor there and here.
 //!
 //! 1. **Words** — imports nothing of the sender: [`error`] (one error for
 //!    the sender), [`layout`] (the pin paths), [`rate`], [`ends`] (which
@@ -54,6 +56,8 @@ pub mod error;
 pub mod follow;
 pub mod grant;
 pub mod landings;
+#[cfg(test)]
+mod layering;
 pub mod layout;
 pub mod local;
 pub mod local_end;
