@@ -31,11 +31,14 @@ use srap_common::{binder::SlotGrant, rss::RssDescription};
 use srap_daemon::sender::{BinderStats, PinLayout};
 use srap_status::{SenderStatus, Status, control};
 
-use super::{
+use crate::{
     exec::{in_netns, in_netns_bounded},
+    interrupt::interrupted,
+    names::unique_name,
+    netns::NetNs,
+    programs::ChildGuard,
     support::{poll_until, remove_cgroup},
 };
-use crate::{NetNs, interrupted, unique_name, workload::ChildGuard};
 
 /// Bound on an agent's start and on every wait for its log.
 const WAIT: Duration = Duration::from_secs(20);
@@ -46,6 +49,15 @@ const GRACE: Duration = Duration::from_secs(10);
 const TAIL: usize = 30;
 /// The sender's source ports unless [`SenderOpts::port_range`] says.
 const DEFAULT_PORT_RANGE: &str = "32768-60999";
+
+/// The source ports the lab's binder and sender agents use: below the
+/// namespace's ephemeral range, so kernel-chosen ports never collide with
+/// them.
+pub const LAB_PORT_RANGE: &str = "10000-32767";
+
+/// The receiver agent's peer port (`--listen`) in the lab's and the
+/// guests' set-ups.
+pub const PEER_PORT: u16 = 7447;
 
 /// An agent's output (stdout and stderr, as written) in its log file, from
 /// the start of the agent's current run.

@@ -3,6 +3,7 @@
 //! on the queue the given RSS model names — a NIC's RSS, on any Linux box.
 //!
 //! Dropping the [`Emulator`] detaches it (in the caller's network namespace).
+//! [`lab_nic`] is the NIC it emulates unless a test brings its own.
 
 use aya::{
     Ebpf,
@@ -11,7 +12,7 @@ use aya::{
 };
 use srap_common::{
     emulator::{CONFIG_MAP, EmulatorError, EmulatorTables, INDIR_MAP, PROGRAM, TOEPLITZ_MAP},
-    rss::RssModel,
+    rss::{RssDescription, RssModel, embedded_default},
 };
 use tracing::info;
 
@@ -85,4 +86,24 @@ fn fill(ebpf: &mut Ebpf, tables: &EmulatorTables) -> Result<(), EmulatorLoadErro
     // Last: the program steers nothing until the tables are complete.
     config.set(0, tables.config, 0)?;
     Ok(())
+}
+
+/// The lab's receiver NIC with `queues` queues: the embedded 32-queue
+/// description when it fits, else the same key over a round-robin table
+/// (`ethtool -X DEV equal N`). Each queue counts as its own CPU: the lab has
+/// more queues than this machine has cores.
+pub fn lab_nic(queues: u32) -> anyhow::Result<RssModel> {
+    anyhow::ensure!((1..=256).contains(&queues), "--queues must be 1 to 256");
+    let default = embedded_default();
+    let desc = if default.queue_cpu.as_ref().map(Vec::len) == Some(queues as usize) {
+        default
+    } else {
+        let len = (queues as usize).next_power_of_two().max(128) as u32;
+        RssDescription {
+            indir: (0..len).map(|i| i % queues).collect(),
+            queue_cpu: Some((0..queues).collect()),
+            ..default
+        }
+    };
+    Ok(RssModel::from_description(&desc)?)
 }

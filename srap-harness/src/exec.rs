@@ -1,9 +1,17 @@
 //! Commands started in a namespace: plain, or through `srap exec` into a
-//! steered cgroup, as a user starts a workload.
+//! steered cgroup, as a user starts a workload; or this process itself in
+//! a steered cgroup while it makes sockets ([`InCgroup`]).
 
-use std::{ffi::OsString, path::Path, process::Command};
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    process::Command,
+};
 
-use crate::NetNs;
+use anyhow::Context as _;
+use srap_host::cgroup;
+
+use crate::netns::NetNs;
 
 /// `program` in `ns`'s network namespace only (`nsenter --net`, which
 /// keeps `/sys`, so the cgroup2 and bpf mounts stay visible and `srap exec`
@@ -60,4 +68,42 @@ pub fn srap_exec(
         }
         None => in_netns(ns, program),
     }
+}
+
+/// While alive, this process is in `cgroup`, so sockets it creates are
+/// steered; on drop it returns to the cgroup it came from.
+pub struct InCgroup {
+    original: PathBuf,
+}
+
+impl InCgroup {
+    pub fn enter(cgroup: &Path) -> anyhow::Result<Self> {
+        let mount = cgroup::cgroup2_mount()?;
+        let own =
+            std::fs::read_to_string("/proc/self/cgroup").context("reading /proc/self/cgroup")?;
+        let relative = own
+            .lines()
+            .find_map(|line| line.strip_prefix("0::"))
+            .context("no cgroup2 line in /proc/self/cgroup")?;
+        let original = mount.join(relative.trim_start_matches('/'));
+        move_self(cgroup)?;
+        Ok(Self { original })
+    }
+}
+
+impl Drop for InCgroup {
+    fn drop(&mut self) {
+        if let Err(err) = move_self(&self.original) {
+            eprintln!(
+                "harness cleanup: returning to {}: {err:#}",
+                self.original.display()
+            );
+        }
+    }
+}
+
+fn move_self(cgroup: &Path) -> anyhow::Result<()> {
+    // "0" moves the writing process (all its threads) in cgroup v2.
+    std::fs::write(cgroup.join("cgroup.procs"), "0")
+        .with_context(|| format!("moving into cgroup {}", cgroup.display()))
 }

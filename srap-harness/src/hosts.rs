@@ -1,13 +1,13 @@
 //! Hosts beyond a pair: one hub namespace with a bridge that any number of
 //! host namespaces join, each on a veth of its own (a rack of senders and
-//! one receiver, say). A pair is [`crate::TwoHosts`]; one host wired to
+//! one receiver, say). A pair is [`crate::veth::TwoHosts`]; one host wired to
 //! several others is [`crate::veth::link`] per wire.
 
 use std::net::IpAddr;
 
 use anyhow::Context as _;
 
-use crate::{NetNs, subnet::Subnet};
+use crate::{netns::NetNs, subnet::Subnet};
 
 /// The bridge in the hub namespace.
 const BRIDGE: &str = "br0";

@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::Context as _;
 
-use crate::{command::run, unique_name};
+use crate::{command::run, names::unique_name, orphans};
 
 /// A named network namespace (`/run/netns/<name>`), deleted when the last
 /// handle to it drops.
@@ -35,7 +35,7 @@ struct Owned {
 impl NetNs {
     /// Creates a fresh namespace with a unique name and `lo` up.
     pub fn new() -> anyhow::Result<Self> {
-        super::orphans::sweep_once();
+        orphans::sweep_once();
         let name = unique_name("n");
         run(Command::new("ip").args(["netns", "add", &name]))?;
         // From here on the guard owns it: an error below still deletes it.

@@ -1,6 +1,6 @@
 //! What SRAP's tests, benches and labs left behind when their process was
 //! killed outright (SIGKILL, a machine restart: no drop guard runs). Every
-//! object they make carries its maker's PID ([`super::unique_name`]:
+//! object they make carries its maker's PID ([`crate::names::unique_name`]:
 //! `s<PID>x<N>`), so an object whose PID is gone is an orphan:
 //!
 //! * network namespaces `s<PID>x<N>n` under `/run/netns`;
@@ -108,7 +108,7 @@ mod tests {
     #[test]
     fn only_namespace_names_of_this_form_name_an_owner() {
         assert_eq!(namespace_owner("s934x1n"), Some(934));
-        let ours = crate::unique_name("n");
+        let ours = crate::names::unique_name("n");
         assert_eq!(namespace_owner(&ours), Some(std::process::id()));
         for other in [
             "s934x1", "s934x1t", "sx1n", "s934xn", "s9a4x1n", "prod", "s934x1nn", "srapmp-s",
@@ -134,17 +134,15 @@ mod tests {
     #[test]
     #[ignore = "kernel: needs root to make cgroups; run as root by `cargo xtask test`"]
     fn the_sweep_removes_a_gone_process_cgroup_and_keeps_a_live_ones() {
-        assert!(
-            rustix::process::geteuid().is_root(),
-            "making cgroups needs root: run as root (`cargo xtask test`, or \
-             `cargo test -- --include-ignored`)"
+        crate::privilege::require_privileged(
+            "the_sweep_removes_a_gone_process_cgroup_and_keeps_a_live_ones",
         );
         let mount = srap_host::cgroup::cgroup2_mount().expect("a cgroup2 mount");
         let mut child = Command::new("true").spawn().expect("spawn true");
         let dead = child.id();
         child.wait().expect("reap true");
         let orphan = mount.join(format!("srap-test-s{dead}x1c"));
-        let live = mount.join(format!("srap-test-{}", crate::unique_name("c")));
+        let live = mount.join(format!("srap-test-{}", crate::names::unique_name("c")));
         for dir in [&orphan, &live] {
             std::fs::create_dir(dir).expect("make a cgroup");
         }

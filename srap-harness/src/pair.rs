@@ -7,8 +7,12 @@
 use anyhow::Context as _;
 use srap_common::rss::RssModel;
 
-use super::{SenderAgent, SenderOpts, TempDir};
-use crate::{TwoHosts, VethConfig, emulator::Emulator};
+use crate::{
+    agent::{SenderAgent, SenderOpts},
+    emulator::Emulator,
+    support::TempDir,
+    veth::{TwoHosts, VethConfig},
+};
 
 /// Field order is drop order: the agent (killed, its binder detached)
 /// before the namespaces go, and its files last.

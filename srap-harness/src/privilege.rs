@@ -1,5 +1,7 @@
-//! The checks that gate tests needing root, bpffs, network namespaces or an
-//! outside program (a client runtime, `iperf3`, `tmux`, QEMU).
+//! The one answer to "are we root" ([`is_root`]), and the checks built on
+//! it that gate the lab and the tests needing root, bpffs, network
+//! namespaces or an outside program (a client runtime, `iperf3`, `tmux`,
+//! QEMU).
 //!
 //! Such tests are `#[ignore = "<what they need>"]`: a plain `cargo test`
 //! (as any user) reports them `ignored`; `cargo xtask test` as root (and
@@ -18,26 +20,29 @@ use std::{
 
 use srap_host::bpffs::{self, BPFFS_ROOT};
 
-use crate::NetNs;
+use crate::netns::NetNs;
 
 /// How a test that needs more than a plain `cargo test` offers is run: said
 /// in every failure, so whoever reads it knows the way.
 const HOW_TO_RUN: &str = "kernel tests run as root: `cargo xtask test`, or \
                           `cargo test -- --include-ignored`; a plain `cargo test` leaves them ignored";
 
+/// Whether this process runs as root (effective user 0): what making
+/// namespaces, cgroups, subnet locks and loading eBPF need. The lab, the
+/// tests and the checks below all ask here.
+pub fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
 /// Checks that this process can run privileged tests (root, `ip` from
 /// iproute2, network namespaces, bpffs at `/sys/fs/bpf`) and panics naming
 /// what is missing when it cannot: a test that ran and returned early would
-/// report `ok` for something it never checked.
-///
-/// Returns `true` (never `false`), so a test reads `if
-/// !require_privileged(..) { return; }` like a benchmark's
-/// [`privileged_or_skip`].
-pub fn require_privileged(what: &str) -> bool {
+/// report `ok` for something it never checked. A kernel test states it
+/// first, as a plain statement: it returns only when the test can run.
+pub fn require_privileged(what: &str) {
     if let Some(missing) = missing() {
         panic!("{what} cannot run: {missing} ({HOW_TO_RUN})");
     }
-    true
 }
 
 /// For benchmarks and examples: true when privileged; otherwise a loud SKIP
@@ -75,7 +80,7 @@ fn missing() -> Option<&'static str> {
 
 /// What is missing, or `None` when everything is there.
 fn missing_privileges() -> Option<String> {
-    if !rustix::process::geteuid().is_root() {
+    if !is_root() {
         return Some("not running as root".into());
     }
     if !Command::new("ip")

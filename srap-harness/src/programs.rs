@@ -1,6 +1,9 @@
-//! Running the workload (default: iperf3) between the lab's hosts: the
-//! server in the receiver namespace, the client in the sender namespace,
-//! inside the steered cgroup through `srap exec` or outside it.
+//! The programs the harness runs as processes, each behind a guard that
+//! kills and reaps it ([`ChildGuard`]): SRAP's own binaries as built
+//! beside this one ([`srap_binary`], [`agent_binary`]), and an iperf3
+//! workload between two hosts — the server in the receiver namespace, the
+//! client in the sender namespace, inside the steered cgroup through
+//! `srap exec` or outside it.
 
 use std::{
     ops::ControlFlow,
@@ -11,10 +14,11 @@ use std::{
 
 use anyhow::{Context as _, anyhow, bail};
 
-use super::{
-    NetNs,
-    harness::{in_netns, poll_until, srap_exec},
-    interrupted,
+use crate::{
+    exec::{in_netns, srap_exec},
+    interrupt::interrupted,
+    netns::NetNs,
+    support::poll_until,
 };
 
 /// A child process, killed (SIGKILL, by its PID) and reaped on drop, so a

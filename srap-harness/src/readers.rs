@@ -34,7 +34,7 @@ use std::{
 use anyhow::{Context as _, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::NetNs;
+use crate::netns::NetNs;
 
 /// `SO_INCOMING_CPU` (`asm-generic/socket.h`).
 const SO_INCOMING_CPU: libc::c_int = 49;

@@ -159,20 +159,10 @@ fn holder(path: &str) -> String {
 mod tests {
     use super::*;
 
-    /// These tests are ignored unless asked for; asked for without root,
-    /// they fail rather than pass without running.
-    fn require_root() {
-        assert!(
-            rustix::process::geteuid().is_root(),
-            "/run/srap-subnets needs root: run as root (`cargo xtask test`, or \
-             `cargo test -- --include-ignored`)"
-        );
-    }
-
     #[test]
     #[ignore = "kernel: /run/srap-subnets needs root; run as root by `cargo xtask test`"]
     fn a_second_user_of_a_subnet_waits_for_the_first() {
-        require_root();
+        crate::privilege::require_privileged("a_second_user_of_a_subnet_waits_for_the_first");
         let first = Subnet::take(253).expect("first");
         let released = Instant::now() + Duration::from_millis(300);
         let waiter = thread::spawn(move || {
@@ -191,7 +181,7 @@ mod tests {
     #[test]
     #[ignore = "kernel: /run/srap-subnets needs root; run as root by `cargo xtask test`"]
     fn leases_held_at_once_are_distinct_and_in_the_pool() {
-        require_root();
+        crate::privilege::require_privileged("leases_held_at_once_are_distinct_and_in_the_pool");
         let leases: Vec<Subnet> = (0..20).map(|_| Subnet::lease().expect("lease")).collect();
         let mut numbers: Vec<u8> = leases.iter().map(Subnet::number).collect();
         assert!(numbers.iter().all(|n| POOL.contains(n)), "{numbers:?}");

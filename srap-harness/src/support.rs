@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::unique_name;
+use crate::names::unique_name;
 
 /// Tries `probe` every `every` until it breaks (`ControlFlow::Break`
 /// with the value waited for), for at most `within`: `Ok` with that value,

@@ -12,8 +12,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use srap_common::rss::{FlowTuple, Landing, RssModel};
 
-use super::poll_until;
-use crate::NetNs;
+use crate::{netns::NetNs, support::poll_until};
 
 /// A listener in the receiver's namespace that keeps every connection it
 /// accepted (open) and the address each came from.

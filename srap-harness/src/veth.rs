@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 
 use anyhow::Context as _;
 
-use super::{NetNs, subnet::Subnet, unique_name};
+use crate::{names::unique_name, netns::NetNs, subnet::Subnet};
 
 /// Shape of the pair.
 #[derive(Clone, Copy, Debug)]

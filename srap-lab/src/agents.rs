@@ -2,7 +2,7 @@
 //! receiver agent in the receiver namespace (serving the lab NIC's
 //! description from a file, with its verifier and control socket) and the
 //! sender agent in the sender namespace, following it with `--peer`. Both
-//! are the harness's agents ([`crate::harness`]). The receiver listens on
+//! are the harness's agents ([`srap_harness`]). The receiver listens on
 //! the lab's address, beyond loopback, so both agents get a key of the
 //! lab's own (`--psk-file`, a random key), as two real hosts would.
 //! With `--direction pull` the sender plans for its own NIC (`--steer
@@ -15,17 +15,12 @@ use std::{
 };
 
 use anyhow::Context as _;
-
-use crate::{
-    Direction, LAB_PORT_RANGE,
-    harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts},
-    keyfile::KeyFile,
-    topology::LabNet,
-    unique_name,
+use srap_harness::{
+    LAB_PORT_RANGE, PEER_PORT, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts,
+    keyfile::KeyFile, names::unique_name,
 };
 
-/// The receiver agent's port, on the receiver's lab address only.
-pub const PEER_PORT: u16 = 7447;
+use crate::{args::Direction, topology::LabNet};
 
 /// The capabilities each agent is bounded to, as a systemd unit's
 /// `CapabilityBoundingSet` bounds it (names as setpriv spells them: `bpf`,

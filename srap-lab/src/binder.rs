@@ -4,10 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{LAB_PORT_RANGE, NetNs, unique_name};
 use anyhow::Context as _;
 use srap_daemon::sender::{self, SenderOptions};
+use srap_harness::{LAB_PORT_RANGE, names::unique_name, netns::NetNs};
 use srap_host::cgroup;
+
+use crate::{args::Direction, topology::LabNet};
 
 pub struct LabBinder<'a> {
     ns: &'a NetNs,
@@ -60,18 +62,16 @@ impl<'a> LabBinder<'a> {
 
     /// The binder for the lab's direction: the receiver's NIC for push,
     /// the sender's own (a model facing the local end) for pull.
-    pub fn for_direction(net: &'a crate::topology::LabNet) -> anyhow::Result<Self> {
+    pub fn for_direction(net: &'a LabNet) -> anyhow::Result<Self> {
         use srap_common::rss::End;
         match (net.direction(), net.sender_model()) {
-            (crate::Direction::Push, _) => {
-                Self::start(&net.hosts.sender, &net.model, net.receiver_ip())
-            }
-            (crate::Direction::Pull, Some(model)) => Self::start(
+            (Direction::Push, _) => Self::start(&net.hosts.sender, &net.model, net.receiver_ip()),
+            (Direction::Pull, Some(model)) => Self::start(
                 &net.hosts.sender,
                 &model.clone().facing(End::Local),
                 net.receiver_ip(),
             ),
-            (crate::Direction::Both, Some(model)) => Self::start_both(
+            (Direction::Both, Some(model)) => Self::start_both(
                 &net.hosts.sender,
                 &net.model,
                 Some(&model.clone().facing(End::Local)),
@@ -101,42 +101,4 @@ impl Drop for LabBinder<'_> {
             Err(err) => eprintln!("lab cleanup: entering the sender namespace: {err:#}"),
         }
     }
-}
-
-/// While alive, this process is in `cgroup`, so sockets it creates are
-/// steered; on drop it returns to the cgroup it came from.
-pub struct InCgroup {
-    original: PathBuf,
-}
-
-impl InCgroup {
-    pub fn enter(cgroup: &Path) -> anyhow::Result<Self> {
-        let mount = cgroup::cgroup2_mount()?;
-        let own =
-            std::fs::read_to_string("/proc/self/cgroup").context("reading /proc/self/cgroup")?;
-        let relative = own
-            .lines()
-            .find_map(|line| line.strip_prefix("0::"))
-            .context("no cgroup2 line in /proc/self/cgroup")?;
-        let original = mount.join(relative.trim_start_matches('/'));
-        move_self(cgroup)?;
-        Ok(Self { original })
-    }
-}
-
-impl Drop for InCgroup {
-    fn drop(&mut self) {
-        if let Err(err) = move_self(&self.original) {
-            eprintln!(
-                "lab cleanup: returning to {}: {err:#}",
-                self.original.display()
-            );
-        }
-    }
-}
-
-fn move_self(cgroup: &Path) -> anyhow::Result<()> {
-    // "0" moves the writing process (all its threads) in cgroup v2.
-    std::fs::write(cgroup.join("cgroup.procs"), "0")
-        .with_context(|| format!("moving into cgroup {}", cgroup.display()))
 }

@@ -20,18 +20,21 @@ use std::{fmt::Write as _, path::Path, process::Command, time::Instant};
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 
-use crate::{
-    capacity::{self, Rate},
+use srap_harness::{
     command,
     guest::{
         GuestImage, GuestNet,
         bond::BondMode,
         bond_lab::{BondLab, BondRound, Ports, ROUND_FLOW_BYTES, ROUND_FLOWS},
     },
-    interrupted,
+    interrupt::interrupted,
+    names::unique_name,
     readers::SinkFlow,
+};
+
+use crate::{
+    capacity::{self, Rate},
     throughput::Spread,
-    unique_name,
 };
 
 /// The bond's mode on the command line (`--bond-mode`).

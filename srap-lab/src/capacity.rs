@@ -12,7 +12,7 @@ use std::{fmt, process::Command, str::FromStr};
 
 use anyhow::Context as _;
 
-use super::command;
+use srap_harness::command;
 
 /// A rate in bits per second, written as tc writes rates: `200mbit`,
 /// `1.5gbit`, `800kbit`, `64000bit`, or a bare number of bit/s. Decimal

@@ -13,9 +13,9 @@ use std::{
 use anyhow::{Context as _, anyhow, bail};
 use serde::Serialize;
 
-use super::{
-    Direction, LabNet, binder::InCgroup, harness::poll_until, interrupted, report::RunReport,
-};
+use srap_harness::{InCgroup, interrupt::interrupted, poll_until};
+
+use crate::{args::Direction, report::RunReport, topology::LabNet};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 

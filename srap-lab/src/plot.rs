@@ -18,10 +18,11 @@ use plotters::{
     style::{FontStyle, register_font},
 };
 
-use super::{
+use srap_harness::guest::bond_lab::Ports;
+
+use crate::{
     bond_throughput::{BondThroughputReport, split_text},
-    guest::bond_lab::Ports,
-    throughput::{ModeReport, ThroughputReport, TrialResult},
+    throughput::{ModeReport, Spread, ThroughputReport, TrialResult},
 };
 
 /// Why a plot was not written.
@@ -400,7 +401,7 @@ fn draw_bond<DB: DrawingBackend>(
             .map(|t| (t.trial as f64 + shift, t.aggregate_mbps))
             .collect();
         let values: Vec<f64> = points.iter().map(|p| p.1).collect();
-        let median = super::throughput::Spread::of(&values).map_or(0.0, |s| s.median);
+        let median = Spread::of(&values).map_or(0.0, |s| s.median);
         chart
             .draw_series(points.iter().map(|&p| Circle::new(p, 5, color.filled())))
             .map_err(err)?

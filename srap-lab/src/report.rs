@@ -9,6 +9,10 @@ use srap_common::rss::{FlowTuple, RssModel};
 
 use srap_daemon::verifier::FlowRecord;
 
+/// Flows that carried less than this are left out of a workload's verdict
+/// (iperf3's control connection, say).
+pub const MIN_DATA_BYTES: u64 = 1 << 20;
+
 /// One flow as observed, beside its prediction.
 #[derive(Debug, Clone, Serialize)]
 pub struct ObservedFlow {

@@ -1,269 +1,30 @@
-//! `srap-lab`: SRAP's main job on one machine. Two hosts made of
-//! network namespaces, a multi-queue veth whose sender side emulates a
-//! receiver NIC's RSS, the binder on the sender, the receive verifier on the
-//! receiver, and a workload run twice — with kernel-chosen ports and with
-//! SRAP's — or one of the paper's experiments (`--experiment` for placement,
-//! `--experiment throughput` with `--queue-rate` capacity per receive
-//! queue), or what a balanced bond buys (`--bond N` with `--member-rate`
-//! per member, [`bond_throughput`]). Its harness for agents in network namespaces ([`harness`]: hosts,
-//! agents, workloads, ground truth) is also what the integration tests and
-//! benchmarks build on.
-//!
-//! The `srap-lab` binary (`src/main.rs`, what `cargo xtask lab` runs) is
-//! thin over [`run`]. Nothing here may be linked into `srap-agent`, the
-//! root daemon the packages ship (`cargo xtask test` checks its dependency
-//! graph); and nothing the agents need at run time may live only here: the
-//! lab drives the agents, it is not one.
-//!
-//! Every object gets a name unique to this process (pid + counter) and is
-//! removed on drop, so a failing run (a panic unwinds through the guards)
-//! leaves nothing behind. Traffic stays inside namespaces made here:
-//! addresses are `10.199.<subnet>.0/24` and `fd00:5a:0:<subnet>::/64`,
-//! configured only on these veth ends.
+//! One `srap-lab` run ([`run`]): checks the flags go together, then runs
+//! the bond experiment, a QEMU guest, an experiment on the veth lab or the
+//! plain lab, and prints (or writes as JSON, and draws) what it measured.
 
-pub mod agents;
-pub mod binder;
-pub mod bond_throughput;
-pub mod capacity;
-pub mod command;
-pub mod emulator;
-pub mod experiment;
-pub mod guest;
-pub mod harness;
-pub mod keyfile;
-pub mod netns;
-pub mod orphans;
-pub mod plot;
-pub mod readers;
-pub mod report;
-pub mod subnet;
-pub mod throughput;
-pub mod topology;
-pub mod veth;
-pub mod veth_readers;
-pub mod virtio;
-pub mod virtio_pull;
-pub mod virtio_readers;
-pub mod workload;
-
-use std::{
-    process::Stdio,
-    sync::{
-        Arc, LazyLock,
-        atomic::{AtomicBool, AtomicU32, Ordering},
-    },
-    time::Duration,
-};
+use std::{process::Stdio, time::Duration};
 
 use anyhow::{Context as _, bail};
 use serde::Serialize;
-
-use self::{
-    agents::LabAgents,
-    binder::LabBinder,
-    capacity::{QueueRate, Rate},
-    report::RunReport,
-    throughput::ThroughputPlan,
-    topology::{LabNet, LabNetConfig, LabVerifier, Watch},
-    workload::{ChildGuard, client_via, iperf3_server, srap_binary},
+use srap_daemon::sender::ends::LocalPlacement;
+use srap_harness::{
+    interrupt::{self, interrupted},
+    privilege,
+    programs::{self, ChildGuard, client_via, iperf3_server, srap_binary},
 };
 
-pub use netns::{NetNs, NsGuard};
-pub use veth::{TwoHosts, VethConfig, VethEnd};
-
-/// A name no other live object of this process has: `s<pid>x<n><suffix>`.
-///
-/// Short enough for an interface name (15 bytes) for any pid and up to a few
-/// thousand objects per process with a one-letter suffix.
-pub fn unique_name(suffix: &str) -> String {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("s{}x{n}{suffix}", std::process::id())
-}
-
-/// The source ports the lab's binder and sender agent use: below the
-/// namespace's ephemeral range, so kernel-chosen ports never collide with
-/// them.
-pub const LAB_PORT_RANGE: &str = "10000-32767";
-
-/// Flows that carried less than this are left out of a workload's verdict
-/// (iperf3's control connection, say).
-const MIN_DATA_BYTES: u64 = 1 << 20;
-
-#[derive(clap::Args, Debug, Clone)]
-pub struct LabArgs {
-    /// The receiver's NIC: `veth` (SRAP's RSS emulator on a veth, in a
-    /// namespace), `virtio` (a QEMU guest whose virtio-net RSS QEMU
-    /// computes, with the receiver agent inside) or `igb` (a QEMU guest with
-    /// an emulated Intel 82576 and Linux's igb driver).
-    #[arg(long, value_enum, default_value_t = Nic::Veth)]
-    pub nic: Nic,
-    /// Receive queues (default: 32 for veth, 4 for virtio and igb). Each
-    /// counts as one CPU.
-    #[arg(long)]
-    pub queues: Option<u32>,
-    /// The guest's vCPUs with --nic virtio (default: one per queue; igb
-    /// makes one queue per vCPU).
-    #[arg(long)]
-    pub smp: Option<u32>,
-    /// The guest's kernel with --nic virtio|igb: Debian's generic 6.1
-    /// (ethtool ioctl discovery) or 6.12 (ethtool netlink).
-    #[arg(long, value_enum, default_value_t = guest::GuestKernel::V6_1)]
-    pub guest_kernel: guest::GuestKernel,
-    /// Where `cargo xtask setup` put the guests' QEMU and kernels (default:
-    /// `guest-files` in the target directory the binary was built in).
-    #[arg(long, value_name = "DIR")]
-    pub guest_files: Option<std::path::PathBuf>,
-    /// Where the guest's initramfs is cached (default: `srap-guest` beside
-    /// the binary under `target/`, else /var/cache/srap/guest).
-    #[arg(long)]
-    pub guest_cache: Option<std::path::PathBuf>,
-    /// Parallel flows (default: 16 for veth, one per queue for virtio).
-    #[arg(long)]
-    pub flows: Option<usize>,
-    /// Seconds the default workload (or each throughput trial) runs.
-    #[arg(long, default_value_t = 5)]
-    pub duration: u64,
-    /// The client command, run in the sender namespace; `{server}`,
-    /// `{port}`, `{flows}` and `{duration}` are filled in. Its server must be
-    /// iperf3-compatible (`iperf3 -s` runs on the receiver). The default
-    /// takes `-R` with `--direction pull` and `--bidir` with `both`.
-    #[arg(long, default_value = DEFAULT_WORKLOAD)]
-    pub workload: String,
-    /// Which way the data flows, and so whose NIC SRAP plans for: `push`
-    /// (the sender uploads; the receiver's NIC, `--steer remote`), `pull`
-    /// (the sender downloads over connections it opens, `iperf3 -R`; its
-    /// own NIC, `--steer local`, emulated on the receiver's veth), `both`
-    /// (`iperf3 --bidir`; one port for both NICs, `--steer both`).
-    #[arg(long, value_enum, default_value_t = Direction::Push)]
-    pub direction: Direction,
-    /// `reader`: whether each flow's data arrives on the CPU of the thread
-    /// that opened it, kernel ports beside the sender agent's
-    /// `--local-placement reader`. With --nic virtio --direction pull, one
-    /// thread pinned per vCPU, RFS beside them too; on the veth lab with
-    /// --direction pull (downloads) or both (uploads, judged by where their
-    /// ACKs land), --flows threads pinned round-robin to this machine's
-    /// CPUs. `spread` (the default) is the plain lab.
-    #[arg(long, value_enum)]
-    pub local_placement: Option<LocalPlacement>,
-    /// Run an experiment instead: --trials trials with SRAP and as many with
-    /// kernel-chosen ports. `--experiment` alone (or `placement`): short
-    /// connections judged by the verifier. `--experiment throughput`: long
-    /// iperf3 flows on receive queues of --queue-rate each, measured at the
-    /// receiver.
-    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "placement")]
-    pub experiment: Option<Experiment>,
-    /// Trials per kind in --experiment (default: 20 for placement, 10 for
-    /// throughput).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
-    pub trials: Option<u64>,
-    /// Give each receive queue of the veth lab's NIC this capacity (e.g.
-    /// 200mbit, of TCP payload), shared by the flows that land on it as
-    /// flows on one core share that core: an `mq` root with one `tbf` per
-    /// queue on the sender's veth. `none`: no capacity, the veth's own
-    /// CPU-bound ceiling. Default: none, or 100mbit with --experiment
-    /// throughput.
-    #[arg(long, value_name = "RATE|none")]
-    pub queue_rate: Option<QueueRate>,
-    /// With --experiment: the receive verifier the experiment attaches on
-    /// the receiver's veth (`auto` is tc there), or `off` (throughput only:
-    /// its queues are then unknown), to measure what each hook costs.
-    #[arg(long, value_enum)]
-    pub verifier: Option<LabVerifier>,
-    /// With --experiment throughput: write PNG and SVG plots into this
-    /// directory (per-flow rates over time, aggregate per trial); with
-    /// --bond, its aggregate per trial (`bond-aggregate-N-MODE`).
-    #[arg(long)]
-    pub plot: Option<std::path::PathBuf>,
-    /// Run the bond capacity experiment instead: a QEMU guest whose bond of
-    /// this many virtio NICs (2 to 4), each capped at --member-rate, uploads
-    /// 16 equal flows at once, --trials times with kernel ports and with
-    /// SRAP's, measured by the receiver. Each flow is sized so that an
-    /// even split takes --duration seconds at the cap.
-    #[arg(long, value_name = "MEMBERS", value_parser = clap::value_parser!(u32).range(2..=4))]
-    pub bond: Option<u32>,
-    /// With --bond: `xor` (balance-xor) or `lacp` (802.3ad), both hashing
-    /// layer3+4. Default: xor.
-    #[arg(long, value_enum)]
-    pub bond_mode: Option<bond_throughput::BondModeArg>,
-    /// With --bond: each member's link rate, of TCP payload (e.g. 10mbit).
-    /// Choose one the emulated guest comfortably exceeds on all members at
-    /// once, so the cap, not the emulator, limits: the TCG guest sends
-    /// about 35 Mbit/s in all. Default: 20 Mbit/s over the members (10mbit
-    /// each for 2, 5mbit for 4).
-    #[arg(long, value_name = "RATE")]
-    pub member_rate: Option<Rate>,
-    /// Machine-readable output.
-    #[arg(long)]
-    pub json: bool,
-    /// After the workload, keep the lab up (agents and all) until Ctrl-C,
-    /// for `srap status --control PATH` in another terminal.
-    #[arg(long)]
-    pub hold: bool,
-}
-
-/// The client command unless `--workload` says.
-pub const DEFAULT_WORKLOAD: &str = "iperf3 -c {server} -p {port} -P {flows} -t {duration}";
-
-/// `--direction`: which way the lab's data flows.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Direction {
-    /// The sender uploads: data lands on the receiver's NIC.
-    Push,
-    /// The sender downloads: data lands on its own NIC.
-    Pull,
-    /// Both at once: data lands on both NICs.
-    Both,
-}
-
-impl Direction {
-    /// The sender's own NIC is emulated and judged.
-    pub fn reaches_sender(self) -> bool {
-        self != Self::Push
-    }
-
-    /// The receiver's NIC is judged.
-    pub fn reaches_receiver(self) -> bool {
-        self != Self::Pull
-    }
-
-    /// `srap-agent sender --steer` for this direction.
-    pub fn steer(self) -> &'static str {
-        match self {
-            Self::Push => "remote",
-            Self::Pull => "local",
-            Self::Both => "both",
-        }
-    }
-
-    /// What iperf3's client adds for this direction.
-    pub fn iperf3_flag(self) -> Option<&'static str> {
-        match self {
-            Self::Push => None,
-            Self::Pull => Some("-R"),
-            Self::Both => Some("--bidir"),
-        }
-    }
-}
-
-/// `--local-placement`: which CPU a download's port is planned for.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LocalPlacement {
-    /// Spread over the NIC's queues (the plain download lab).
-    Spread,
-    /// The CPU of the thread that connects (and reads).
-    Reader,
-}
-
-/// Which of the paper's experiments `--experiment` runs.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Experiment {
-    /// Short connections, judged by where the verifier saw them land.
-    Placement,
-    /// Long flows on rate-limited receive queues, judged by throughput.
-    Throughput,
-}
+use crate::{
+    agents::LabAgents,
+    args::{DEFAULT_WORKLOAD, Direction, Experiment, LabArgs, Nic, workload_words},
+    binder::LabBinder,
+    bond_throughput,
+    capacity::{QueueRate, Rate},
+    experiment, plot,
+    report::{MIN_DATA_BYTES, RunReport},
+    throughput::{self, ThroughputPlan},
+    topology::{LabNet, LabNetConfig, LabVerifier, Watch},
+    veth_readers, virtio, virtio_pull, virtio_readers,
+};
 
 /// `--queue-rate` for `--experiment throughput` when none is given: the
 /// lab's 16 default flows then need 1.6 Gbit/s, about two thirds of a
@@ -271,61 +32,11 @@ pub enum Experiment {
 /// (200mbit takes ~90 %), so the queues, not the CPU, are the bottleneck.
 const THROUGHPUT_QUEUE_RATE: Rate = Rate::from_mbit(100);
 
-/// The receiver NIC the lab runs against.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Nic {
-    Veth,
-    Virtio,
-    Igb,
-}
-
-impl Nic {
-    /// The guest's NIC, for the NICs a QEMU guest has.
-    pub fn guest(self) -> Option<guest::GuestNic> {
-        match self {
-            Self::Veth => None,
-            Self::Virtio => Some(guest::GuestNic::Virtio),
-            Self::Igb => Some(guest::GuestNic::Igb),
-        }
-    }
-}
-
-/// `--workload` split into words with `{flows}` and `{duration}` filled in
-/// (the default with `--direction`'s flag).
-pub fn workload_words(args: &LabArgs, flows: usize) -> Vec<String> {
-    let mut words: Vec<String> = args
-        .workload
-        .split_whitespace()
-        .map(|w| {
-            w.replace("{flows}", &flows.to_string())
-                .replace("{duration}", &args.duration.to_string())
-        })
-        .collect();
-    if args.workload == DEFAULT_WORKLOAD
-        && let Some(flag) = args.direction.iperf3_flag()
-    {
-        words.push(flag.to_owned());
-    }
-    words
-}
-
-/// Set by SIGINT, SIGTERM and SIGHUP once [`run`] registered for them.
-static INTERRUPTED: LazyLock<Arc<AtomicBool>> = LazyLock::new(Arc::default);
-
-/// True once Ctrl-C, SIGTERM or SIGHUP (the terminal or SSH session closed)
-/// arrived: every wait in the lab checks it, so the drop guards tear
-/// everything down.
-pub fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::Relaxed)
-}
-
+/// One `srap-lab` run: the experiment, bond or guest its flags choose,
+/// else the plain lab (two workload runs, kernel ports then SRAP's).
 pub fn run(args: &LabArgs) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    for signal in [SIGINT, SIGTERM, SIGHUP] {
-        signal_hook::flag::register(signal, Arc::clone(&INTERRUPTED))
-            .with_context(|| format!("handling signal {signal}"))?;
-    }
-    if !rustix::process::geteuid().is_root() {
+    interrupt::on_signals()?;
+    if !privilege::is_root() {
         bail!("the lab creates namespaces and loads eBPF: run it as root (`cargo xtask lab` does)");
     }
     if args.bond.is_some() {
@@ -384,10 +95,10 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         ..LabNetConfig::new(queues, Watch::Agent)
     })?;
     // The lab runs the agents built beside it.
-    let exe = workload::agent_binary()?;
+    let exe = programs::agent_binary()?;
     let agents = LabAgents::start_for(&net, &exe, SRAP_PORT, args.direction)?;
     if !args.json {
-        let srap = workload::srap_command();
+        let srap = programs::srap_command();
         println!(
             "lab up: {} queues; receiver agent on {}, sender agent following it{}\n\
              watch it live, in another terminal: {srap} status --control {}\n\
@@ -443,7 +154,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     if args.hold {
         println!(
             "\nholding the lab: `{} status --control {}`; Ctrl-C ends it",
-            workload::srap_command(),
+            programs::srap_command(),
             agents.receiver.control().display()
         );
         while !interrupted() {
@@ -580,7 +291,7 @@ fn run_bond(args: &LabArgs) -> anyhow::Result<()> {
         seconds: args.duration,
     };
     let image = virtio::prepare_image(args)?;
-    let agent = workload::agent_binary()?;
+    let agent = programs::agent_binary()?;
     if !args.json {
         eprintln!(
             "{} members ({}) of {}, {} trial pairs of 16 flows x {:.1} MB; booting the guest",

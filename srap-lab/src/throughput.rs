@@ -23,13 +23,17 @@ use std::{
 use anyhow::{Context as _, bail, ensure};
 use serde::{Deserialize, Serialize};
 
-use super::{
-    Direction, LabNet, MIN_DATA_BYTES,
+use srap_harness::{
+    interrupt::interrupted,
+    names::unique_name,
+    programs::{ChildGuard, client_via, iperf3_server_with},
+};
+
+use crate::{
+    args::Direction,
     capacity::Rate,
-    interrupted,
-    report::RunReport,
-    unique_name,
-    workload::{ChildGuard, client_via, iperf3_server_with},
+    report::{MIN_DATA_BYTES, RunReport},
+    topology::LabNet,
 };
 
 /// The first second of a trial (slow start, the congestion control's first

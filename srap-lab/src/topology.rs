@@ -10,38 +10,22 @@
 use std::net::IpAddr;
 
 use anyhow::Context as _;
-use srap_common::rss::{RssDescription, RssModel, embedded_default};
+use srap_common::rss::{RssDescription, RssModel};
+use srap_daemon::verifier::{FlowRecord, Hook, HookChoice, Verifier};
+use srap_harness::emulator::lab_nic;
+use srap_harness::{
+    emulator::Emulator,
+    netns::NetNs,
+    veth::{TwoHosts, VethConfig},
+};
 
-use super::{
-    Direction, TwoHosts, VethConfig,
+use crate::{
+    args::Direction,
     capacity::{QueueCapacity, Rate},
 };
-use srap_daemon::verifier::{FlowRecord, Hook, HookChoice, Verifier};
-
-use crate::emulator::Emulator;
 
 /// `10.199.250.0/24`: the lab's subnet, inside its own namespaces only.
 const LAB_SUBNET: u8 = 250;
-
-/// The lab's receiver NIC with `queues` queues: the embedded 32-queue
-/// description when it fits, else the same key over a round-robin table
-/// (`ethtool -X DEV equal N`). Each queue counts as its own CPU: the lab has
-/// more queues than this machine has cores.
-pub fn lab_nic(queues: u32) -> anyhow::Result<RssModel> {
-    anyhow::ensure!((1..=256).contains(&queues), "--queues must be 1 to 256");
-    let default = embedded_default();
-    let desc = if default.queue_cpu.as_ref().map(Vec::len) == Some(queues as usize) {
-        default
-    } else {
-        let len = (queues as usize).next_power_of_two().max(128) as u32;
-        RssDescription {
-            indir: (0..len).map(|i| i % queues).collect(),
-            queue_cpu: Some((0..queues).collect()),
-            ..default
-        }
-    };
-    Ok(RssModel::from_description(&desc)?)
-}
 
 /// The lab's sender NIC with `queues` queues, for `--direction pull|both`:
 /// the receiver's table shape over a key of its own (two hosts' NICs
@@ -341,7 +325,7 @@ impl SenderEnd {
 /// Each queue's packets are processed on one CPU (RPS, `rx-i` on CPU
 /// `i mod cores`: [`rps_cpu`] says which queue that is), as IRQ affinity
 /// would place them on a real NIC's host.
-fn set_rps(ns: &super::NetNs, ifname: &str, queues: u32) -> anyhow::Result<()> {
+fn set_rps(ns: &NetNs, ifname: &str, queues: u32) -> anyhow::Result<()> {
     let cores = rps_cores();
     let script: String = (0..queues)
         .map(|q| {

@@ -39,14 +39,17 @@ use anyhow::{Context as _, bail};
 use serde::Serialize;
 use srap_common::rss::{FlowTuple, RssModel};
 
-use crate::{
-    Direction, LabArgs,
-    agents::LabAgents,
-    harness::srap_exec,
-    interrupted,
+use srap_harness::{
+    interrupt::interrupted,
+    programs::ChildGuard,
     readers::{self, DataSource, FlowReport, Transfer},
+    srap_exec,
+};
+
+use crate::{
+    agents::LabAgents,
+    args::{DEFAULT_WORKLOAD, Direction, LabArgs},
     topology::{LabNet, LabNetConfig, SenderCpus, Watch, rps_cores},
-    workload::ChildGuard,
 };
 
 /// The data source's port for kernel ports; SRAP's is the next, so no run
@@ -470,7 +473,7 @@ pub fn run(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
     if args.experiment.is_some() || args.queue_rate.is_some() || args.hold {
         bail!("--local-placement reader runs without --experiment, --queue-rate and --hold");
     }
-    if args.workload != crate::DEFAULT_WORKLOAD {
+    if args.workload != DEFAULT_WORKLOAD {
         bail!(
             "--local-placement reader runs its own workload (srap-readers): leave --workload out"
         );

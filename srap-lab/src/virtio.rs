@@ -1,5 +1,5 @@
 //! `srap-lab --nic virtio`: the lab with a real RSS device. The
-//! receiver is a QEMU guest (see [`super::guest`]) running the receiver
+//! receiver is a QEMU guest (see [`srap_harness::guest`]) running the receiver
 //! agent with real discovery; the sender agent runs in a namespace made
 //! here and follows it with `--peer`; the workload runs with kernel ports,
 //! then under `srap exec`. Each run is judged twice: by the receiver agent's
@@ -20,19 +20,22 @@ use anyhow::bail;
 use serde::Serialize;
 use srap_common::rss::KeySource;
 
-use super::{
-    LAB_PORT_RANGE, LabArgs, MIN_DATA_BYTES,
+use srap_harness::{
+    LAB_PORT_RANGE, PEER_PORT, SenderAgent, SenderOpts,
     guest::{GUEST_IFACE, Guest, GuestFiles, GuestImage, GuestNet, GuestNic, GuestShape, truth},
-    harness::{SenderAgent, SenderOpts},
-    report::RunReport,
-    workload::{ChildGuard, agent_binary, client_via, srap_binary},
+    programs::{ChildGuard, agent_binary, client_via, srap_binary},
+    subnet::Subnet,
+};
+
+use crate::{
+    args::{LabArgs, workload_words},
+    report::{MIN_DATA_BYTES, RunReport},
 };
 use srap_common::wire::LandingVerdict;
 use srap_status::Status;
 
 /// The lab's own subnet (inside its namespace): 10.199.77.0/24.
 pub(crate) const SUBNET: u8 = 77;
-const PEER_PORT: u16 = 7447;
 const KERNEL_PORT: u16 = 5201;
 const SRAP_PORT: u16 = 5202;
 /// The receiver agent's control socket, inside the guest.
@@ -294,7 +297,7 @@ pub(crate) fn prepare_image(args: &LabArgs) -> anyhow::Result<GuestImage> {
 pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::Result<()> {
     let shape = GuestShape::with_nic(nic, queues, args.smp)?;
     let image = prepare_image(args)?;
-    let net = GuestNet::on(super::subnet::Subnet::take(SUBNET)?)?;
+    let net = GuestNet::on(Subnet::take(SUBNET)?)?;
     let mut lab = VirtioLab::start(&net, &image, shape)?;
     if !args.json {
         let device = nic.device();
@@ -330,7 +333,7 @@ pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::
             }
         );
     }
-    let words = super::workload_words(args, flows);
+    let words = workload_words(args, flows);
     let mut runs = Vec::new();
     for (title, steered) in [
         ("kernel-chosen source ports", false),

@@ -17,12 +17,19 @@ use anyhow::{Context as _, anyhow, bail};
 use serde::Serialize;
 use srap_status::{SenderStatus, sender::LocalRow};
 
-use super::{
+use srap_harness::{
     LAB_PORT_RANGE,
     guest::{GUEST_IFACE, Guest, GuestImage, GuestNet, GuestNic, GuestShape, truth},
-    harness::poll_until,
-    interrupted,
-    workload::iperf3_server_with,
+    interrupt::interrupted,
+    names::unique_name,
+    poll_until,
+    programs::iperf3_server_with,
+    subnet::Subnet,
+};
+
+use crate::{
+    args::LabArgs,
+    virtio::{self, prepare_image},
 };
 
 /// The sender agent's control socket and log, inside the guest.
@@ -157,8 +164,7 @@ impl<'n> PullLab<'n> {
         duration: u64,
     ) -> anyhow::Result<PullRun> {
         let port = if steered { SRAP_PORT } else { KERNEL_PORT };
-        let report =
-            std::env::temp_dir().join(format!("srap-pull-{}.json", super::unique_name("")));
+        let report = std::env::temp_dir().join(format!("srap-pull-{}.json", unique_name("")));
         let _remove = RemoveOnDrop(&report);
         let mut server = iperf3_server_with(
             &self.net.ns,
@@ -318,10 +324,10 @@ impl Drop for RemoveOnDrop<'_> {
 }
 
 /// `srap-lab --nic virtio --direction pull`.
-pub fn run(args: &super::LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::Result<()> {
+pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::Result<()> {
     let shape = GuestShape::with_nic(nic, queues, args.smp)?;
-    let image = super::virtio::prepare_image(args)?;
-    let net = GuestNet::on(super::subnet::Subnet::take(super::virtio::SUBNET)?)?;
+    let image = prepare_image(args)?;
+    let net = GuestNet::on(Subnet::take(virtio::SUBNET)?)?;
     let mut lab = PullLab::start(&net, &image, shape)?;
     if !args.json {
         println!(

@@ -25,12 +25,20 @@ use std::{fmt::Write as _, net::SocketAddr, process::Stdio, time::Duration};
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 
-use super::{
-    guest::{GUEST_IFACE, Guest, GuestImage, GuestKernel, GuestNet, GuestNic, GuestShape, truth},
-    interrupted,
+use srap_harness::{
+    guest::{
+        GUEST_IFACE, Guest, GuestImage, GuestKernel, GuestNet, GuestNic, GuestShape, image, truth,
+    },
+    interrupt::interrupted,
+    programs::iperf3_server_with,
     readers::{self, FlowReport},
-    virtio_pull::{GUEST_CGROUP, PullLab},
-    workload::iperf3_server_with,
+    subnet::Subnet,
+};
+
+use crate::{
+    args::LabArgs,
+    virtio::{self, prepare_image},
+    virtio_pull::{GUEST_CGROUP, PullLab, landings_agree},
 };
 
 /// `net.core.rps_sock_flow_entries` for the RFS runs: the value the
@@ -354,7 +362,7 @@ impl<'n> ReadersLab<'n> {
         let mut lab = PullLab::boot(net, image, shape)?;
         let guest = &mut lab.guest;
         guest
-            .read(&format!("test -x /bin/{}", super::guest::image::READERS))
+            .read(&format!("test -x /bin/{}", image::READERS))
             .context(
                 "the guest has no srap-readers: build it beside srap-agent (`cargo build --bins`)",
             )?;
@@ -520,11 +528,7 @@ impl<'n> ReadersLab<'n> {
         // first; 6.1 reports the key the device uses.
         if self.lab.guest.kernel != GuestKernel::V6_1 {
             let status = self.lab.drive_until_agreed(8, 16)?;
-            if !status
-                .local
-                .as_ref()
-                .is_some_and(super::virtio_pull::landings_agree)
-            {
+            if !status.local.as_ref().is_some_and(landings_agree) {
                 bail!("the guest's sender agent never agreed with its NIC's landings");
             }
         }
@@ -594,15 +598,15 @@ pub fn measure_modes(
 }
 
 /// `srap-lab --nic virtio --direction pull --local-placement reader`.
-pub fn run(args: &super::LabArgs, nic: GuestNic, queues: u32) -> anyhow::Result<()> {
+pub fn run(args: &LabArgs, nic: GuestNic, queues: u32) -> anyhow::Result<()> {
     if nic != GuestNic::Virtio {
         bail!("--local-placement reader runs with --nic virtio (its IRQs are pinned by name)");
     }
     if args.smp.is_some_and(|cpus| cpus != queues) {
         bail!("--local-placement reader runs one vCPU per queue: leave --smp out");
     }
-    let image = super::virtio::prepare_image(args)?;
-    let net = GuestNet::on(super::subnet::Subnet::take(super::virtio::SUBNET)?)?;
+    let image = prepare_image(args)?;
+    let net = GuestNet::on(Subnet::take(virtio::SUBNET)?)?;
     if !args.json {
         println!(
             "QEMU guest ({}) with a {queues}-queue virtio-net NIC and {queues} vCPUs, \

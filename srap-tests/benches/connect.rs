@@ -44,7 +44,7 @@ use srap_daemon::sender::{
     ends::{LocalPlacement, PlacedEnds},
     local_end,
 };
-use srap_lab::binder::InCgroup;
+use srap_harness::InCgroup;
 use srap_tests::{TwoHosts, cgroup::CgroupDir, privileged_or_skip, unique_name};
 
 /// Closes with RST (SO_LINGER 0): no TIME_WAIT, so steered ports are free

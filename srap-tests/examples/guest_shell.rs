@@ -9,7 +9,9 @@ use std::io::BufRead as _;
 
 use anyhow::Context as _;
 use clap::ValueEnum as _;
-use srap_lab::guest::{Guest, GuestFiles, GuestImage, GuestKernel, GuestNet, GuestNic, GuestShape};
+use srap_harness::guest::{
+    Guest, GuestFiles, GuestImage, GuestKernel, GuestNet, GuestNic, GuestShape,
+};
 use srap_tests::built_binary;
 
 fn main() -> anyhow::Result<()> {
@@ -41,7 +43,7 @@ fn main() -> anyhow::Result<()> {
         let line = line?;
         let (code, output) = guest
             .shell()
-            .status(&line, srap_lab::guest::COMMAND_TIMEOUT)?;
+            .status(&line, srap_harness::guest::COMMAND_TIMEOUT)?;
         println!("$ {line}\n{output}[exit {code}]");
     }
     Ok(())

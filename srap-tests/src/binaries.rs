@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use srap_lab::guest::{GuestFiles, GuestImage, GuestKernel};
+use srap_harness::guest::{GuestFiles, GuestImage, GuestKernel};
 
 /// `srap`, `srap-agent` or `srap-lab` as cargo built it beside the test binary
 /// (`target/<profile>/deps/<test>` → `target/<profile>/<name>`), or in

@@ -6,8 +6,8 @@ use anyhow::Context as _;
 
 use crate::unique_name;
 
+pub use srap_harness::{programs::ChildGuard, remove_cgroup};
 pub use srap_host::cgroup::cgroup2_mount;
-pub use srap_lab::{harness::remove_cgroup, workload::ChildGuard};
 
 /// A cgroup path unique to this test (not created: the code under test may
 /// create it); removed on drop if it exists and is empty.

@@ -9,7 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use srap_lab::harness::Listener;
+use srap_harness::Listener;
 
 use crate::NetNs;
 

@@ -21,13 +21,12 @@ use srap_common::{
     binder::{MAX_SLOTS, SlotGrant},
     rss::{RssDescription, RssModel, embedded_default},
 };
-use srap_lab::{
-    harness::{Bridge, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings, poll_until},
-    keyfile::KeyFile,
-    unique_name,
+use srap_harness::{
+    Bridge, ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, keyfile::KeyFile, landings,
+    poll_until, unique_name,
 };
 
-use crate::{built_binary, flows::Server, workload::Workload};
+use crate::{built_binary, flows::Server, test_workload::Workload};
 
 /// Queues (one CPU each) of the receiver's description.
 pub const QUEUES: u32 = 16;
@@ -157,7 +156,7 @@ impl Cluster {
     }
 
     /// Sender host `i`'s namespace.
-    pub fn host(&self, i: usize) -> &srap_lab::NetNs {
+    pub fn host(&self, i: usize) -> &srap_harness::NetNs {
         self.bridge.host(i)
     }
 

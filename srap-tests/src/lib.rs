@@ -1,9 +1,10 @@
 //! Helpers for SRAP's integration tests, beside the harness they share with
-//! the lab ([`harness`]: hosts in network namespaces, agents, workloads,
-//! ground truth): the test workload (run as the helper binary
-//! `srap-test-workload`, never shipped), the privilege check that fails a
-//! kernel test run without root (they are `#[ignore]`d unless asked for),
-//! cgroups, a man in the middle, all real kernel objects behind drop guards.
+//! the lab ([`harness`], the `srap-harness` crate: hosts in network
+//! namespaces, agents, QEMU guests, workloads, ground truth, and the
+//! privilege check that fails a kernel test run without root; they are
+//! `#[ignore]`d unless asked for): the test workload (run as the helper
+//! binary `srap-test-workload`, never shipped), cgroups, a man in the
+//! middle, all real kernel objects behind drop guards.
 //!
 //! Every object gets a name unique to this process and test (pid + counter), so
 //! tests run in parallel, and is removed on drop, so a failing test (a panic
@@ -19,14 +20,14 @@ pub mod cgroup;
 pub mod flows;
 pub mod grants;
 pub mod greedy;
-pub mod privilege;
 pub mod promtool;
 pub mod relay;
 pub mod socket_patterns;
-pub mod workload;
+pub mod test_workload;
 
 pub use binaries::{built_binary, guest_image};
-pub use privilege::{privileged_or_skip, require_privileged};
-pub use srap_lab::{
-    NetNs, NsGuard, TwoHosts, VethConfig, VethEnd, harness, netns, subnet, unique_name, veth,
+pub use srap_harness::{
+    self as harness, NetNs, NsGuard, TwoHosts, VethConfig, VethEnd, netns, privilege,
+    privilege::{privileged_or_skip, require_privileged},
+    subnet, unique_name, veth,
 };

@@ -24,7 +24,7 @@ use std::{
 };
 
 use srap_common::wire::{self, Message};
-use srap_lab::{NetNs, harness::poll_until};
+use srap_harness::{NetNs, poll_until};
 
 /// Frames from the receiver longer than this are descriptions (RssUpdate);
 /// the handshake, keepalives and landings are far shorter.

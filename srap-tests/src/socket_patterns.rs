@@ -2,7 +2,7 @@
 //! release exactly what it claimed for: its own address bound first with
 //! `IP_BIND_ADDRESS_NO_PORT` (HAProxy's `source`, nginx's `proxy_bind`), a
 //! failed connect retried on the same socket, sockets shared with a forked
-//! child. Used by the test workload ([`crate::workload`]).
+//! child. Used by the test workload ([`crate::test_workload`]).
 
 use std::{
     net::{IpAddr, SocketAddr, TcpStream},

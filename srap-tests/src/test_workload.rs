@@ -19,7 +19,7 @@ use std::{
 };
 
 use socket2::{Domain, Protocol, Socket, Type};
-use srap_lab::harness::srap_exec;
+use srap_harness::srap_exec;
 
 use crate::{NetNs, built_binary, cgroup::ChildGuard, flows::line_channel, socket_patterns};
 

@@ -30,13 +30,13 @@ use srap_common::{
     solver::PortRange,
 };
 use srap_daemon::sender::BinderStats;
-use srap_lab::{guest::truth::iperf3_accepted_ports, workload::iperf3_server_with};
+use srap_harness::{guest::truth::iperf3_accepted_ports, programs::iperf3_server_with};
 use srap_tests::{
     TwoHosts, VethConfig, built_binary,
     flows::Server,
     harness::{SenderOpts, SenderPair, in_netns, landings, poll_until, srap_exec},
     require_privileged,
-    workload::Workload,
+    test_workload::Workload,
 };
 
 /// Upper bound on every wait here.
@@ -195,10 +195,6 @@ impl Lab {
     }
 }
 
-fn privileged(what: &str) -> bool {
-    require_privileged(what)
-}
-
 /// Flows per receiver CPU (every reachable CPU, zeros included).
 fn spread(lab: &Lab, ports: &[u16]) -> BTreeMap<u32, usize> {
     let mut per_cpu: BTreeMap<u32, usize> = lab
@@ -261,18 +257,14 @@ fn sixteen_distinct_toward(lab: &Lab, dst: SocketAddr) {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn sixteen_flows_land_on_sixteen_cpus() {
-    if !privileged("binder: 16 flows on 16 CPUs") {
-        return;
-    }
+    require_privileged("binder: 16 flows on 16 CPUs");
     sixteen_distinct(false);
 }
 
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn ipv6_sixteen_flows_land_on_sixteen_cpus() {
-    if !privileged("binder: IPv6, 16 flows on 16 CPUs") {
-        return;
-    }
+    require_privileged("binder: IPv6, 16 flows on 16 CPUs");
     sixteen_distinct(true);
 }
 
@@ -283,9 +275,7 @@ fn ipv6_sixteen_flows_land_on_sixteen_cpus() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn dual_stack_sockets_to_an_ipv4_receiver_are_steered() {
-    if !privileged("binder: dual-stack sockets to an IPv4 receiver") {
-        return;
-    }
+    require_privileged("binder: dual-stack sockets to an IPv4 receiver");
     let lab = Lab::new(false);
     let IpAddr::V4(receiver) = lab.receiver_ip() else {
         panic!("an IPv4 lab");
@@ -300,9 +290,7 @@ fn dual_stack_sockets_to_an_ipv4_receiver_are_steered() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn sixty_four_concurrent_connects_take_distinct_cpus() {
-    if !privileged("binder: 64 concurrent connects") {
-        return;
-    }
+    require_privileged("binder: 64 concurrent connects");
     let mut description = embedded_default();
     description.indir = (0..128).map(|i| i % 64).collect();
     description.queue_cpu = Some((0..64).collect());
@@ -334,9 +322,7 @@ fn sixty_four_concurrent_connects_take_distinct_cpus() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_512_cpu_receiver_gets_a_flow_on_every_cpu() {
-    if !privileged("binder: 512-CPU receiver") {
-        return;
-    }
+    require_privileged("binder: 512-CPU receiver");
     let mut description = embedded_default();
     description.indir = (0..1024).map(|i| i % 512).collect();
     description.queue_cpu = Some((0..512).collect());
@@ -366,9 +352,7 @@ fn a_512_cpu_receiver_gets_a_flow_on_every_cpu() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn forty_flows_spread_within_one() {
-    if !privileged("binder: 40 flows spread evenly") {
-        return;
-    }
+    require_privileged("binder: 40 flows spread evenly");
     let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();
@@ -387,9 +371,7 @@ fn forty_flows_spread_within_one() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn closed_flows_free_their_cpus() {
-    if !privileged("binder: close 8, open 8") {
-        return;
-    }
+    require_privileged("binder: close 8, open 8");
     let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();
@@ -421,9 +403,7 @@ fn closed_flows_free_their_cpus() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_fresh_binder_starts_its_rotations_at_random_turns() {
-    if !privileged("binder: random rotation starts") {
-        return;
-    }
+    require_privileged("binder: random rotation starts");
     let lab = Lab::new(false);
     let mut runs = Vec::new();
     for _ in 0..2 {
@@ -446,9 +426,7 @@ fn a_fresh_binder_starts_its_rotations_at_random_turns() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_held_port_is_skipped() {
-    if !privileged("binder: a port held by another socket") {
-        return;
-    }
+    require_privileged("binder: a port held by another socket");
     let lab = Lab::new(false);
     lab.attach_once();
     // The hook's first choice on a fresh binder: slot 0, at the turn its
@@ -485,9 +463,7 @@ fn a_held_port_is_skipped() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn app_bound_socket_keeps_its_port() {
-    if !privileged("binder: an application-bound socket") {
-        return;
-    }
+    require_privileged("binder: an application-bound socket");
     let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();
@@ -505,9 +481,7 @@ fn app_bound_socket_keeps_its_port() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn killed_agent_keeps_steering_and_is_adopted() {
-    if !privileged("binder: kill -9 of the agent") {
-        return;
-    }
+    require_privileged("binder: kill -9 of the agent");
     let mut lab = Lab::new(false);
     let line = lab.start_agent();
     assert!(line.contains("(attached)"), "{line}");
@@ -529,9 +503,7 @@ fn killed_agent_keeps_steering_and_is_adopted() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn detach_leaves_nothing_behind() {
-    if !privileged("binder: detach") {
-        return;
-    }
+    require_privileged("binder: detach");
     let lab = Lab::new(false);
     let before = lab.reserved_ports();
     lab.attach_once();
@@ -616,9 +588,7 @@ fn still_loaded(ours: &BTreeSet<(u32, u32)>) -> BTreeSet<(u32, u32)> {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn agent_mounts_bpffs_when_none_is_mounted() {
-    if !privileged("binder: bpffs mount") {
-        return;
-    }
+    require_privileged("binder: bpffs mount");
     let lab = Lab::new(false);
     let before = lab.reserved_ports();
     let script = r#"
@@ -659,9 +629,7 @@ fn agent_mounts_bpffs_when_none_is_mounted() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn process_outside_the_cgroup_is_untouched() {
-    if !privileged("binder: a process outside the cgroup") {
-        return;
-    }
+    require_privileged("binder: a process outside the cgroup");
     let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();
@@ -676,9 +644,8 @@ fn process_outside_the_cgroup_is_untouched() {
 #[test]
 #[ignore = "kernel: needs root, netns, bpffs and iperf3; run as root by `cargo xtask test`"]
 fn iperf3_parallel_streams_land_on_distinct_cpus() {
-    if !privileged("binder: iperf3 -P 16") || !iperf3_installed() {
-        return;
-    }
+    require_privileged("binder: iperf3 -P 16");
+    require_iperf3();
     let lab = Lab::new(false);
     lab.attach_once();
     let ports = iperf3_stream_ports(&lab, &["-P", "16"]);
@@ -692,9 +659,8 @@ fn iperf3_parallel_streams_land_on_distinct_cpus() {
 #[test]
 #[ignore = "kernel: needs root, netns, bpffs and iperf3; run as root by `cargo xtask test`"]
 fn iperf3_bind_address_is_counted_as_port_at_bind() {
-    if !privileged("binder: iperf3 -B") || !iperf3_installed() {
-        return;
-    }
+    require_privileged("binder: iperf3 -B");
+    require_iperf3();
     let lab = Lab::new(false);
     lab.attach_once();
     let sender = lab.sender_ip().to_string();
@@ -708,12 +674,11 @@ fn iperf3_bind_address_is_counted_as_port_at_bind() {
 }
 
 /// True, or a failure naming iperf3 (see `srap_tests::privilege`).
-fn iperf3_installed() -> bool {
+fn require_iperf3() {
     assert!(
         Command::new("iperf3").arg("--version").output().is_ok(),
         "iperf3 is not installed and this test needs it (apt-get install iperf3)"
     );
-    true
 }
 
 /// Runs a one-second `iperf3 -c` with `extra` under `srap exec` against a

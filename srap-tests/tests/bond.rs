@@ -14,7 +14,7 @@
 //! it. One guest at a time.
 
 use srap_common::bond::HashPolicy;
-use srap_lab::guest::{
+use srap_harness::guest::{
     Guest, GuestImage, GuestKernel, GuestNet, GuestShape,
     bond::{self, BondFlow, BondMode, GuestBond, LacpPartner},
 };
@@ -55,9 +55,7 @@ fn flows_follow_the_model(
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn flows_leave_on_the_member_the_model_picks() {
-    if !require_privileged("flows_leave_on_the_member_the_model_picks") {
-        return;
-    }
+    require_privileged("flows_leave_on_the_member_the_model_picks");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = guest_image(GuestKernel::V6_1);
     for order in [&[1u32, 0][..], &[2, 0, 3, 1]] {
@@ -71,9 +69,7 @@ fn flows_leave_on_the_member_the_model_picks() {
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn lacp_flows_leave_on_the_member_the_model_picks() {
-    if !require_privileged("lacp_flows_leave_on_the_member_the_model_picks") {
-        return;
-    }
+    require_privileged("lacp_flows_leave_on_the_member_the_model_picks");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = guest_image(GuestKernel::V6_1);
     members_follow_the_model(&image, &[2, 0, 3, 1], BondMode::Lacp);
@@ -84,9 +80,7 @@ fn lacp_flows_leave_on_the_member_the_model_picks() {
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn flows_leave_on_the_member_the_model_picks_on_6_12() {
-    if !require_privileged("flows_leave_on_the_member_the_model_picks_on_6_12") {
-        return;
-    }
+    require_privileged("flows_leave_on_the_member_the_model_picks_on_6_12");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = guest_image(GuestKernel::V6_12);
     members_follow_the_model(&image, &[2, 0, 3, 1], BondMode::BalanceXor);
@@ -155,9 +149,7 @@ const ENCAP_SPORT: u16 = 40_000;
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn encap34_port_does_not_decide_the_member() {
-    if !require_privileged("encap34_port_does_not_decide_the_member") {
-        return;
-    }
+    require_privileged("encap34_port_does_not_decide_the_member");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     port_does_not_decide_under_encap34(&guest_image(GuestKernel::V6_1));
 }
@@ -166,9 +158,7 @@ fn encap34_port_does_not_decide_the_member() {
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn encap34_port_does_not_decide_the_member_on_6_12() {
-    if !require_privileged("encap34_port_does_not_decide_the_member_on_6_12") {
-        return;
-    }
+    require_privileged("encap34_port_does_not_decide_the_member_on_6_12");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     port_does_not_decide_under_encap34(&guest_image(GuestKernel::V6_12));
 }

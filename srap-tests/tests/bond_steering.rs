@@ -1,5 +1,5 @@
 //! A bonded QEMU guest as a steered SRAP sender, judged by ground truth
-//! ([`srap_lab::guest::bond_lab`]): the guest bonds 2 or 4 virtio-net NICs
+//! ([`srap_harness::guest::bond_lab`]): the guest bonds 2 or 4 virtio-net NICs
 //! and runs the sender agent, following a receiver agent in the host's
 //! namespace that serves the lab's described 32-CPU RSS NIC. Rounds of 16
 //! flows open at once, with kernel ports and under `srap exec`; each is
@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use srap_lab::guest::{
+use srap_harness::guest::{
     GuestKernel,
     bond::BondMode,
     bond_lab::{
@@ -244,9 +244,7 @@ fn fails_over(lab: &mut BondLab, down: &[&str], all: usize, name: &str) {
 #[test]
 #[ignore = "QEMU: needs root, QEMU and netns; run as root by `cargo xtask test`"]
 fn balance_xor_bond_sender_steers_to_distinct_cpus() {
-    if !require_privileged("balance_xor_bond_sender_steers_to_distinct_cpus") {
-        return;
-    }
+    require_privileged("balance_xor_bond_sender_steers_to_distinct_cpus");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     bonded_sender_steers(&[1, 0], BondMode::BalanceXor, "", &[&["eth1"]]);
 }
@@ -258,9 +256,7 @@ fn balance_xor_bond_sender_steers_to_distinct_cpus() {
 #[test]
 #[ignore = "QEMU: needs root, QEMU and netns; run as root by `cargo xtask test`"]
 fn lacp_bond_sender_steers_to_distinct_cpus() {
-    if !require_privileged("lacp_bond_sender_steers_to_distinct_cpus") {
-        return;
-    }
+    require_privileged("lacp_bond_sender_steers_to_distinct_cpus");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     bonded_sender_steers(
         &[2, 0, 3, 1],

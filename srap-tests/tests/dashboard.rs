@@ -26,11 +26,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use srap_harness::{
+    programs::{ChildGuard, iperf3_server},
+    srap_exec,
+};
 use srap_lab::{
     agents::LabAgents,
-    harness::srap_exec,
     topology::{LabNet, Watch},
-    workload::{ChildGuard, iperf3_server},
 };
 use srap_status::{FlowRow, Status, control::request_status};
 use srap_tests::{built_binary, harness::poll_until, require_privileged, unique_name};
@@ -121,9 +123,8 @@ impl Drop for Tmux {
 
 /// True when tmux is installed; its absence fails the test (it was asked
 /// to run: see `srap_tests::privilege`).
-fn tmux_present() -> bool {
+fn require_tmux() {
     srap_tests::privilege::require_program("tmux", &[], "`cargo xtask setup` installs it");
-    true
 }
 
 /// The flows title's `a–b of n`.
@@ -304,11 +305,8 @@ fn data_flows(control: &Path) -> Status {
 #[test]
 #[ignore = "kernel: needs root, netns, bpffs and tmux; run as root by `cargo xtask test`"]
 fn the_dashboard_in_a_real_terminal_at_80x24_and_160x45() {
-    if !require_privileged("the_dashboard_in_a_real_terminal_at_80x24_and_160x45")
-        || !tmux_present()
-    {
-        return;
-    }
+    require_privileged("the_dashboard_in_a_real_terminal_at_80x24_and_160x45");
+    require_tmux();
     let net = LabNet::new(32, Watch::Agent).expect("lab network");
     let mut agents =
         LabAgents::start(&net, &built_binary("srap-agent"), PORT).expect("both agents");

@@ -18,7 +18,7 @@ use srap_common::{
     rss::{End, FlowTuple, KeySource, RssDescription, RssModel, embedded_default},
     wire::LandingVerdict,
 };
-use srap_lab::emulator::Emulator;
+use srap_harness::emulator::Emulator;
 use srap_status::{SenderStatus, sender::LocalRow};
 use srap_tests::{
     TwoHosts, VethConfig, built_binary,
@@ -28,7 +28,7 @@ use srap_tests::{
         landings, poll_until,
     },
     require_privileged,
-    workload::Workload,
+    test_workload::Workload,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -213,18 +213,14 @@ fn sixteen_on_sixteen_local_cpus(v6: bool) {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn local_steering_puts_sixteen_flows_on_sixteen_local_cpus() {
-    if !require_privileged("--steer local") {
-        return;
-    }
+    require_privileged("--steer local");
     sixteen_on_sixteen_local_cpus(false);
 }
 
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn local_steering_over_ipv6() {
-    if !require_privileged("--steer local over IPv6") {
-        return;
-    }
+    require_privileged("--steer local over IPv6");
     sixteen_on_sixteen_local_cpus(true);
 }
 
@@ -253,9 +249,7 @@ fn wait_for_flows(agent: &SenderAgent, n: usize) -> SenderStatus {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn contradicting_landings_pause_local_steering_until_they_agree() {
-    if !require_privileged("the local closed loop") {
-        return;
-    }
+    require_privileged("the local closed loop");
     let mut lab = Lab::new(OTHER_KEY, KEY, false);
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);
@@ -318,9 +312,7 @@ fn contradicting_landings_pause_local_steering_until_they_agree() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_key_the_nic_does_not_use_is_learned_and_local_steering_resumes() {
-    if !require_privileged("the sender learning its own NIC's key") {
-        return;
-    }
+    require_privileged("the sender learning its own NIC's key");
     // Planned ports below the kernel's (as in the lab): with both halves
     // of the port space landed, every bit planning needs is learned.
     let mut lab = Lab::with_ports((OTHER_KEY, KEY), false, false, Some("10000-32767"));
@@ -423,9 +415,7 @@ fn learn_local_key(
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_key_learned_in_the_kernels_port_range_is_complete_for_it() {
-    if !require_privileged("the sender learning its own NIC's key in its range") {
-        return;
-    }
+    require_privileged("the sender learning its own NIC's key in its range");
     let mut lab = Lab::with_ports((OTHER_KEY, KEY), false, false, None);
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);
@@ -461,9 +451,7 @@ fn a_key_learned_in_the_kernels_port_range_is_complete_for_it() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn both_ends_put_sixteen_flows_on_sixteen_cpus_of_each_host() {
-    if !require_privileged("--steer both") {
-        return;
-    }
+    require_privileged("--steer both");
     let mut lab = Lab::steering(KEY, KEY, false, true);
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);
@@ -505,9 +493,7 @@ fn both_ends_put_sixteen_flows_on_sixteen_cpus_of_each_host() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn both_ends_give_each_of_600_connects_in_a_row_a_port_of_its_own() {
-    if !require_privileged("--steer both, 600 connects one at a time") {
-        return;
-    }
+    require_privileged("--steer both, 600 connects one at a time");
     let (_lab, _, stats) = objects_one_after_another(6, 100);
     assert_eq!(stats.get(outcome::RETRIED), 0, "{stats}");
 }
@@ -550,9 +536,7 @@ fn objects_one_after_another(
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn both_ends_pair_every_receiver_cpu_with_more_than_one_cpu_of_this_host() {
-    if !require_privileged("--steer both, 2 048 connects one at a time") {
-        return;
-    }
+    require_privileged("--steer both, 2 048 connects one at a time");
     let (lab, clients, _) = objects_one_after_another(16, 128);
     let server = lab.hosts.receiver_addr(DPORT, false);
     let pairs: BTreeSet<(u32, u32)> = clients
@@ -684,9 +668,7 @@ impl std::ops::Deref for Modes {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn dual_stack_and_concurrent_connects_in_every_mode() {
-    if !require_privileged("dual-stack and concurrent connects, --steer local|both") {
-        return;
-    }
+    require_privileged("dual-stack and concurrent connects, --steer local|both");
     for both in [false, true] {
         let lab = Modes::new(both, embedded_default(), sender_nic(KEY));
         let IpAddr::V4(receiver) = lab.hosts.receiver_end.ip(false) else {
@@ -726,7 +708,7 @@ fn dual_stack_and_concurrent_connects_in_every_mode() {
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("python3 connect.py under srap exec");
-        let _client = srap_lab::workload::ChildGuard::new(client);
+        let _client = srap_harness::programs::ChildGuard::new(client);
         let peers = listener.accept_peers(16);
         assert!(peers.iter().all(|p| p.ip() == bound), "{peers:?}");
         lab.assert_distinct(&peers, server);
@@ -742,9 +724,7 @@ fn dual_stack_and_concurrent_connects_in_every_mode() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn five_hundred_and_twelve_cpus_in_every_mode() {
-    if !require_privileged("512 CPUs, --steer local|both") {
-        return;
-    }
+    require_privileged("512 CPUs, --steer local|both");
     let wide = RssDescription {
         indir: (0..1024).map(|i| i % 512).collect(),
         queue_cpu: Some((0..512).collect()),
@@ -797,9 +777,7 @@ fn five_hundred_and_twelve_cpus_in_every_mode() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn local_cpus_restrict_this_hosts_cpus() {
-    if !require_privileged("--local-cpus") {
-        return;
-    }
+    require_privileged("--local-cpus");
     let lab = Modes::with_args(
         false,
         embedded_default(),
@@ -835,9 +813,7 @@ fn local_cpus_restrict_this_hosts_cpus() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn reader_placement_lands_each_connect_on_its_threads_cpu() {
-    if !require_privileged("--local-placement reader") {
-        return;
-    }
+    require_privileged("--local-placement reader");
     for both in [false, true] {
         let lab = Modes::with_args(
             both,
@@ -1022,18 +998,14 @@ fn receiver_cpu_seen_in_the_senders_status(both: bool) {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn the_receiver_cpu_seen_under_steer_remote() {
-    if !require_privileged("the receiver CPU seen, --steer remote") {
-        return;
-    }
+    require_privileged("the receiver CPU seen, --steer remote");
     receiver_cpu_seen_in_the_senders_status(false);
 }
 
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn the_receiver_cpu_seen_under_steer_both() {
-    if !require_privileged("the receiver CPU seen, --steer both") {
-        return;
-    }
+    require_privileged("the receiver CPU seen, --steer both");
     receiver_cpu_seen_in_the_senders_status(true);
 }
 
@@ -1045,9 +1017,7 @@ fn the_receiver_cpu_seen_under_steer_both() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn both_ends_leave_the_occupancy_audit_nothing_to_repair() {
-    if !require_privileged("--steer both: occupancy audit") {
-        return;
-    }
+    require_privileged("--steer both: occupancy audit");
     let mut lab = Lab::steering(KEY, KEY, false, true);
     lab.agent.launch().expect("steering active");
     let server = lab.server(false);

@@ -42,9 +42,7 @@ fn assert_no_rss(output: &Output, iface: &str) {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn veth_and_lo_have_no_rss_and_say_so() {
-    if !require_privileged("srap rss show on a veth and lo") {
-        return;
-    }
+    require_privileged("srap rss show on a veth and lo");
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: 4,
         rx_queues: 4,
@@ -66,9 +64,7 @@ fn veth_and_lo_have_no_rss_and_say_so() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_missing_interface_is_named() {
-    if !require_privileged("srap rss show on a missing interface") {
-        return;
-    }
+    require_privileged("srap rss show on a missing interface");
     let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
     // The sender's end exists, but not in the receiver's namespace.
     let output = srap_in(
@@ -136,9 +132,7 @@ fn sysfs_rx_queues(name: &str) -> usize {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn discovery_entered_into_a_namespace_reports_the_namespaces_device() {
-    if !require_privileged("discovery in a namespace entered with setns") {
-        return;
-    }
+    require_privileged("discovery in a namespace entered with setns");
     let name = unique_name("q");
     let _host = HostVeth::new(&name, 2);
     // The host's device steers queue 0 to CPU 0; a discovery that read the

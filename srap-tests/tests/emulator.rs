@@ -17,7 +17,7 @@ use srap_common::{
     rss::{FlowTuple, RssDescription, RssModel, embedded_default},
 };
 use srap_daemon::verifier::{HookChoice, Verifier};
-use srap_lab::emulator::Emulator;
+use srap_harness::emulator::Emulator;
 use srap_tests::{TwoHosts, VethConfig, harness::poll_until, require_privileged};
 
 const QUEUES: u32 = 8;
@@ -150,18 +150,14 @@ fn flows_land_where_the_model_says(hook: HookChoice, v6: bool) {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn ipv4_flows_arrive_on_the_predicted_queue() {
-    if !require_privileged("ipv4_flows_arrive_on_the_predicted_queue") {
-        return;
-    }
+    require_privileged("ipv4_flows_arrive_on_the_predicted_queue");
     flows_land_where_the_model_says(HookChoice::Xdp, false);
 }
 
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn ipv6_flows_arrive_on_the_predicted_queue() {
-    if !require_privileged("ipv6_flows_arrive_on_the_predicted_queue") {
-        return;
-    }
+    require_privileged("ipv6_flows_arrive_on_the_predicted_queue");
     flows_land_where_the_model_says(HookChoice::Xdp, true);
 }
 
@@ -170,9 +166,7 @@ fn ipv6_flows_arrive_on_the_predicted_queue() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn tc_verifier_sees_the_predicted_queue_on_veth() {
-    if !require_privileged("tc_verifier_sees_the_predicted_queue_on_veth") {
-        return;
-    }
+    require_privileged("tc_verifier_sees_the_predicted_queue_on_veth");
     flows_land_where_the_model_says(HookChoice::Auto, false);
 }
 

@@ -40,9 +40,7 @@ fn granted_cpus(peer: &serde_json::Value) -> BTreeSet<u32> {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn three_senders_land_on_fifteen_cpus_and_a_fourth_stays_balanced() {
-    if !require_privileged("grants across sender namespaces") {
-        return;
-    }
+    require_privileged("grants across sender namespaces");
     let mut cluster = Cluster::new();
     for _ in 0..3 {
         cluster.add_sender();
@@ -149,9 +147,7 @@ fn honest_steady(cluster: &Cluster) -> Vec<u64> {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_greedy_sender_leaves_two_honest_ones_their_fair_share() {
-    if !require_privileged("a greedy sender beside two honest ones") {
-        return;
-    }
+    require_privileged("a greedy sender beside two honest ones");
     let mut cluster = Cluster::new();
     let (a, b) = (cluster.add_sender(), cluster.add_sender());
     honest_settled(&cluster, 0);

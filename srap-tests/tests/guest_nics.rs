@@ -12,10 +12,10 @@
 use std::{collections::BTreeSet, net::SocketAddr};
 
 use srap_common::rss::{FlowTuple, RssDescription};
-use srap_lab::{
-    guest::{Guest, GuestFiles, GuestImage, GuestKernel, GuestNet, GuestNic, GuestShape, truth},
-    virtio::{GUEST_CONTROL, GuestRun, VirtioLab},
+use srap_harness::guest::{
+    Guest, GuestFiles, GuestImage, GuestKernel, GuestNet, GuestNic, GuestShape, truth,
 };
+use srap_lab::virtio::{GUEST_CONTROL, GuestRun, VirtioLab};
 use srap_tests::{built_binary, require_privileged};
 
 /// One guest at a time: two cores cannot emulate two guests well.
@@ -81,9 +81,7 @@ fn proc_cpu(guest: &mut Guest, queue: u32) -> u32 {
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn discovery_agrees_with_ethtool_and_proc_on_igb_and_virtio() {
-    if !require_privileged("discovery_agrees_with_ethtool_and_proc_on_igb_and_virtio") {
-        return;
-    }
+    require_privileged("discovery_agrees_with_ethtool_and_proc_on_igb_and_virtio");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     for (nic, kernel) in [
         (GuestNic::Igb, GuestKernel::V6_1),
@@ -228,9 +226,7 @@ fn nic_hashes_are_the_devices(lab: &mut VirtioLab<'_>, run: &GuestRun, report: &
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn steered_flows_land_on_distinct_igb_queues() {
-    if !require_privileged("steered_flows_land_on_distinct_igb_queues") {
-        return;
-    }
+    require_privileged("steered_flows_land_on_distinct_igb_queues");
     let status = steered_flows_on(GuestNic::Igb, true);
     assert!(status.verifier.limits.is_empty(), "{:?}", status.verifier);
 }
@@ -243,9 +239,7 @@ fn steered_flows_land_on_distinct_igb_queues() {
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn a_guest_without_tcp_diag_still_verifies_every_flow() {
-    if !require_privileged("a_guest_without_tcp_diag_still_verifies_every_flow") {
-        return;
-    }
+    require_privileged("a_guest_without_tcp_diag_still_verifies_every_flow");
     let status = steered_flows_on(GuestNic::Igb, false);
     let limits = &status.verifier.limits;
     assert_eq!(limits.len(), 1, "{:?}", status.verifier);
@@ -277,9 +271,7 @@ fn a_guest_without_tcp_diag_still_verifies_every_flow() {
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn a_hidden_or_misreported_key_is_learned_from_landings() {
-    if !require_privileged("a_hidden_or_misreported_key_is_learned_from_landings") {
-        return;
-    }
+    require_privileged("a_hidden_or_misreported_key_is_learned_from_landings");
     use srap_common::wire::LandingVerdict;
 
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());

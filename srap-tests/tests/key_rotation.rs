@@ -20,13 +20,14 @@ use srap_common::{
     rss::{RssDescription, RssModel, embedded_default},
     wire::Psk,
 };
-use srap_lab::keyfile::KeyFile;
+use srap_harness::keyfile::KeyFile;
 use srap_tests::{
     TwoHosts, built_binary,
     flows::Server,
     harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings},
-    require_privileged, unique_name,
-    workload::Workload,
+    require_privileged,
+    test_workload::Workload,
+    unique_name,
 };
 
 const QUEUES: u32 = 16;
@@ -89,9 +90,7 @@ impl Flows {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn rotating_the_key_with_flows_running_loses_no_steering() {
-    if !require_privileged("key rotation with flows running") {
-        return;
-    }
+    require_privileged("key rotation with flows running");
     let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
     let dir = std::env::temp_dir();
     let name = unique_name("kr");

@@ -5,14 +5,14 @@
 
 use std::{ops::ControlFlow, path::Path};
 
+use srap_harness::{Listener, poll_until};
 use srap_lab::{
     Direction,
     binder::LabBinder,
     experiment,
-    harness::Listener,
     topology::{LabNet, LabNetConfig, Watch},
 };
-use srap_tests::{harness::poll_until, require_privileged};
+use srap_tests::require_privileged;
 
 /// The lab tests move this process between cgroups (sockets join their
 /// creator's cgroup): one at a time.
@@ -21,9 +21,7 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn experiment_is_collision_free_with_srap_and_leaves_nothing_behind() {
-    if !require_privileged("experiment_is_collision_free_with_srap_and_leaves_nothing_behind") {
-        return;
-    }
+    require_privileged("experiment_is_collision_free_with_srap_and_leaves_nothing_behind");
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let (pin_dir, cgroup) = {
         let net = LabNet::new(32, srap_lab::topology::Watch::Here).expect("lab network");
@@ -61,9 +59,7 @@ fn experiment_is_collision_free_with_srap_and_leaves_nothing_behind() {
 fn status_shows_steered_flows_on_their_planned_cpus() {
     use srap_lab::{agents::LabAgents, topology::Watch};
 
-    if !require_privileged("status_shows_steered_flows_on_their_planned_cpus") {
-        return;
-    }
+    require_privileged("status_shows_steered_flows_on_their_planned_cpus");
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let net = LabNet::new(16, Watch::Agent).expect("lab network");
     let agents = LabAgents::start(&net, &srap_tests::built_binary("srap-agent"), STATUS_PORT)
@@ -87,9 +83,7 @@ fn agents_with_only_their_units_capabilities_steer_and_verify() {
     };
     use srap_tests::caps::{RECEIVER_UNIT, SENDER_UNIT, bounding_set, held};
 
-    if !require_privileged("agents_with_only_their_units_capabilities_steer_and_verify") {
-        return;
-    }
+    require_privileged("agents_with_only_their_units_capabilities_steer_and_verify");
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let privileges = Privileges {
         receiver: Some(bounding_set(RECEIVER_UNIT)),
@@ -219,9 +213,7 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
     use srap_lab::{agents::LabAgents, topology::Watch};
     use srap_status::Status;
 
-    if !require_privileged("closed_loop_catches_a_lying_description_and_recovers") {
-        return;
-    }
+    require_privileged("closed_loop_catches_a_lying_description_and_recovers");
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     const PORT: u16 = 5312;
     let net = LabNet::new(16, Watch::Agent).expect("lab network");
@@ -326,9 +318,7 @@ fn closed_loop_catches_a_lying_description_and_recovers() {
 fn a_nat_rewriting_the_tuple_stops_steering() {
     use srap_lab::{agents::LabAgents, topology::Watch};
 
-    if !require_privileged("a_nat_rewriting_the_tuple_stops_steering") {
-        return;
-    }
+    require_privileged("a_nat_rewriting_the_tuple_stops_steering");
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     const PORT: u16 = 5313;
     let net = LabNet::new(16, Watch::Agent).expect("lab network");
@@ -465,7 +455,7 @@ fn open_steered(
 ) -> (Vec<std::net::TcpStream>, Listener) {
     use std::{net::TcpStream, time::Duration};
 
-    use srap_lab::binder::InCgroup;
+    use srap_harness::InCgroup;
 
     let mut listener =
         Listener::bind(&net.hosts.receiver, server, Duration::from_secs(5)).expect("listen");
@@ -494,9 +484,7 @@ fn open_steered(
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_pull_experiment_is_collision_free_at_the_senders_own_nic() {
-    if !require_privileged("a_pull_experiment_is_collision_free_at_the_senders_own_nic") {
-        return;
-    }
+    require_privileged("a_pull_experiment_is_collision_free_at_the_senders_own_nic");
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let net = LabNet::with_config(LabNetConfig {
         direction: Direction::Pull,
@@ -568,19 +556,15 @@ fn readers_land_on_their_threads_cpus(direction: Direction) {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn reader_placement_puts_each_downloads_data_on_its_threads_cpu() {
-    if !require_privileged("reader_placement_puts_each_downloads_data_on_its_threads_cpu") {
-        return;
-    }
+    require_privileged("reader_placement_puts_each_downloads_data_on_its_threads_cpu");
     readers_land_on_their_threads_cpus(Direction::Pull);
 }
 
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn reader_placement_puts_each_uploads_acks_on_its_threads_cpu_and_data_on_distinct_receiver_cpus() {
-    if !require_privileged(
+    require_privileged(
         "reader_placement_puts_each_uploads_acks_on_its_threads_cpu_and_data_on_distinct_receiver_cpus",
-    ) {
-        return;
-    }
+    );
     readers_land_on_their_threads_cpus(Direction::Both);
 }

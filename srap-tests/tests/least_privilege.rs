@@ -49,9 +49,7 @@ const WITHOUT: &[(&str, &str, &str)] = &[
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn without_each_capability_the_agents_name_the_call_that_fails() {
-    if !require_privileged("least privilege: each capability removed") {
-        return;
-    }
+    require_privileged("least privilege: each capability removed");
     for (unit, agent) in [(RECEIVER_UNIT, "receiver"), (SENDER_UNIT, "sender")] {
         let tried: Vec<&str> = WITHOUT
             .iter()

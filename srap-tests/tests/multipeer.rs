@@ -28,7 +28,7 @@ use srap_common::{
     rss::{RssDescription, RssModel, embedded_default},
     wire::Psk,
 };
-use srap_lab::keyfile::KeyFile;
+use srap_harness::keyfile::KeyFile;
 use srap_status::{SenderStatus, sender::ReceiverRow};
 use srap_tests::{
     NetNs, VethConfig, VethEnd, built_binary,
@@ -36,8 +36,8 @@ use srap_tests::{
     harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings, poll_until},
     require_privileged,
     subnet::Subnet,
+    test_workload::Workload,
     unique_name, veth,
-    workload::Workload,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -302,9 +302,7 @@ fn assert_even(receiver: &Receiver, ports: &[u16], per: usize, what: &str) {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn one_sender_steers_toward_two_receivers_each_by_its_own_description() {
-    if !require_privileged("multipeer: one sender, two receiver agents") {
-        return;
-    }
+    require_privileged("multipeer: one sender, two receiver agents");
     let mut agent = SenderHost::new();
     let mut receivers = [Receiver::new(&agent.ns, 0), Receiver::new(&agent.ns, 1)];
     agent.start(&receivers);

@@ -30,14 +30,15 @@ use srap_daemon::{
     upstream::plan_report,
     verifier::{HookChoice, Verifier},
 };
-use srap_lab::emulator::Emulator;
+use srap_harness::emulator::Emulator;
 use srap_tests::{
     TwoHosts, VethConfig, built_binary,
     flows::Server,
     harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts},
     relay::{Attack, Relay, Rewrite},
-    require_privileged, unique_name,
-    workload::Workload,
+    require_privileged,
+    test_workload::Workload,
+    unique_name,
 };
 
 /// Upper bound on every wait here.
@@ -380,9 +381,7 @@ fn open_flows(workload: &mut Workload, server: &mut Server, n: usize) -> Vec<u16
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn sender_follows_the_receiver_agent() {
-    if !require_privileged("peer: sender follows the receiver agent") {
-        return;
-    }
+    require_privileged("peer: sender follows the receiver agent");
     let mut peer = Peer::new();
     peer.reserve_foreign();
     let foreign = peer.sysctl("ip_local_reserved_ports");
@@ -445,9 +444,7 @@ fn sender_follows_the_receiver_agent() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn receiver_gone_keeps_the_last_plan() {
-    if !require_privileged("peer: the receiver agent killed") {
-        return;
-    }
+    require_privileged("peer: the receiver agent killed");
     let mut peer = Peer::new();
     peer.start_receiver();
     peer.start_sender();
@@ -471,9 +468,7 @@ fn receiver_gone_keeps_the_last_plan() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn wrong_key_sets_nothing_up() {
-    if !require_privileged("peer: a sender with the wrong key") {
-        return;
-    }
+    require_privileged("peer: a sender with the wrong key");
     let mut peer = Peer::new();
     let reserved = peer.sysctl("ip_local_reserved_ports");
     peer.start_receiver();
@@ -567,18 +562,14 @@ fn attacked_session_keeps_the_plan(attack: Attack, cause: &str) {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_flipped_byte_mid_session_drops_the_connection_and_keeps_the_plan() {
-    if !require_privileged("peer: a byte flipped by a man in the middle") {
-        return;
-    }
+    require_privileged("peer: a byte flipped by a man in the middle");
     attacked_session_keeps_the_plan(Attack::FlipByte, "failed authentication");
 }
 
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_replayed_frame_drops_the_connection_and_keeps_the_plan() {
-    if !require_privileged("peer: a frame replayed by a man in the middle") {
-        return;
-    }
+    require_privileged("peer: a frame replayed by a man in the middle");
     attacked_session_keeps_the_plan(Attack::ReplayFirst, "a replay of an earlier frame");
 }
 
@@ -632,9 +623,7 @@ fn a_downgrade_is_refused(rewrite: Rewrite, cause: &str) {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_hello_rewritten_to_protocol_6_is_a_refused_downgrade() {
-    if !require_privileged("peer: a Hello rewritten to protocol 6 on the path") {
-        return;
-    }
+    require_privileged("peer: a Hello rewritten to protocol 6 on the path");
     a_downgrade_is_refused(
         Rewrite::HelloVersion,
         "protocol downgrade by something on the path: the Hello offering 7 reached the \
@@ -645,9 +634,7 @@ fn a_hello_rewritten_to_protocol_6_is_a_refused_downgrade() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn an_answer_rewritten_to_protocol_6_is_a_refused_downgrade() {
-    if !require_privileged("peer: the receiver's answer rewritten to protocol 6 on the path") {
-        return;
-    }
+    require_privileged("peer: the receiver's answer rewritten to protocol 6 on the path");
     a_downgrade_is_refused(
         Rewrite::AnswerHeader,
         "protocol version rewritten by something on the path: the receiver proved 7 but its \
@@ -662,9 +649,7 @@ fn an_answer_rewritten_to_protocol_6_is_a_refused_downgrade() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_downgrade_on_reconnection_keeps_the_plan() {
-    if !require_privileged("peer: a downgrade when a steering sender reconnects") {
-        return;
-    }
+    require_privileged("peer: a downgrade when a steering sender reconnects");
     let (peer, relay, planned) = steering_through_relay();
 
     // The session is cut (a flipped byte), and every one after it is

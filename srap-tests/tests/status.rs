@@ -23,7 +23,7 @@ use std::{
 };
 
 use srap_common::rss::{FlowTuple, RssDescription, RssModel, embedded_default};
-use srap_lab::emulator::Emulator;
+use srap_harness::emulator::Emulator;
 use srap_status::Status;
 use srap_tests::{
     TwoHosts, VethConfig, built_binary,
@@ -101,9 +101,7 @@ fn http_get(addr: &str, path: &str) -> String {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
-    if !require_privileged("status_shows_flows_on_their_predicted_queues_and_counts_collisions") {
-        return;
-    }
+    require_privileged("status_shows_flows_on_their_predicted_queues_and_counts_collisions");
     let model = RssModel::from_description(&description()).expect("valid description");
     let hosts = TwoHosts::new(VethConfig {
         tx_queues: QUEUES,

@@ -20,9 +20,7 @@ const TRIALS: usize = 2;
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn srap_reaches_the_ideal_throughput_and_the_plots_are_written() {
-    if !require_privileged("srap_reaches_the_ideal_throughput_and_the_plots_are_written") {
-        return;
-    }
+    require_privileged("srap_reaches_the_ideal_throughput_and_the_plots_are_written");
     let rate: Rate = "100mbit".parse().expect("rate");
     let report = run_experiment(rate);
     let ideal = FLOWS as f64 * rate.gbps();
@@ -65,9 +63,7 @@ fn srap_reaches_the_ideal_throughput_and_the_plots_are_written() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn without_a_verifier_the_rates_are_measured_and_the_queues_unknown() {
-    if !require_privileged("without_a_verifier_the_rates_are_measured_and_the_queues_unknown") {
-        return;
-    }
+    require_privileged("without_a_verifier_the_rates_are_measured_and_the_queues_unknown");
     let rate: Rate = "100mbit".parse().expect("rate");
     let net = LabNet::with_config(LabNetConfig {
         subnet: None,

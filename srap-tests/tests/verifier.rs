@@ -204,27 +204,21 @@ fn assert_xdp_flow(v6: bool) {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn xdp_verifier_records_the_ipv4_flow() {
-    if !require_privileged("xdp_verifier_records_the_ipv4_flow") {
-        return;
-    }
+    require_privileged("xdp_verifier_records_the_ipv4_flow");
     assert_xdp_flow(false);
 }
 
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn xdp_verifier_records_the_ipv6_flow() {
-    if !require_privileged("xdp_verifier_records_the_ipv6_flow") {
-        return;
-    }
+    require_privileged("xdp_verifier_records_the_ipv6_flow");
     assert_xdp_flow(true);
 }
 
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn tcx_records_the_flow() {
-    if !require_privileged("tcx_records_the_flow") {
-        return;
-    }
+    require_privileged("tcx_records_the_flow");
     let exchange = exchange(HookChoice::Tc, false);
     // tcx needs Linux 6.6; older kernels fall through to clsact, also fine.
     assert!(
@@ -245,9 +239,7 @@ fn tcx_records_the_flow() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn the_socket_hook_records_the_flow_and_auto_keeps_tc_on_veth() {
-    if !require_privileged("the_socket_hook_records_the_flow_and_auto_keeps_tc_on_veth") {
-        return;
-    }
+    require_privileged("the_socket_hook_records_the_flow_and_auto_keeps_tc_on_veth");
     let exchange = exchange(HookChoice::Sock, false);
     assert_eq!(exchange.hook, Hook::SockOps);
     assert_single_flow(&exchange);
@@ -263,9 +255,7 @@ fn the_socket_hook_records_the_flow_and_auto_keeps_tc_on_veth() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn clsact_fallback_records_the_ipv6_flow() {
-    if !require_privileged("clsact_fallback_records_the_ipv6_flow") {
-        return;
-    }
+    require_privileged("clsact_fallback_records_the_ipv6_flow");
     let exchange = exchange(HookChoice::Only(Hook::ClsactIngress), true);
     assert_eq!(exchange.hook, Hook::ClsactIngress);
     assert_single_flow(&exchange);
@@ -319,18 +309,14 @@ fn assert_socket_hook_agrees_with_tc(v6: bool) {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn socket_hook_agrees_with_tc_ipv4() {
-    if !require_privileged("socket_hook_agrees_with_tc_ipv4") {
-        return;
-    }
+    require_privileged("socket_hook_agrees_with_tc_ipv4");
     assert_socket_hook_agrees_with_tc(false);
 }
 
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn socket_hook_agrees_with_tc_ipv6() {
-    if !require_privileged("socket_hook_agrees_with_tc_ipv6") {
-        return;
-    }
+    require_privileged("socket_hook_agrees_with_tc_ipv6");
     assert_socket_hook_agrees_with_tc(true);
 }
 
@@ -343,9 +329,7 @@ fn socket_hook_agrees_with_tc_ipv6() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn samples_forget_closed_and_idle_flows_and_keep_open_ones() {
-    if !require_privileged("samples_forget_closed_and_idle_flows_and_keep_open_ones") {
-        return;
-    }
+    require_privileged("samples_forget_closed_and_idle_flows_and_keep_open_ones");
     const SHORT: usize = 20;
     let forget_after = Duration::from_millis(600);
     let hosts = TwoHosts::new(VethConfig {

@@ -15,11 +15,8 @@ use std::{
 };
 
 use srap_common::rss::RssDescription;
-use srap_lab::{
-    guest::{Guest, GuestImage, GuestKernel, GuestNet, GuestNic, GuestShape, truth},
-    virtio::VirtioLab,
-    virtio_pull::PullLab,
-};
+use srap_harness::guest::{Guest, GuestImage, GuestKernel, GuestNet, GuestNic, GuestShape, truth};
+use srap_lab::{virtio::VirtioLab, virtio_pull::PullLab};
 use srap_tests::{built_binary, guest_image, harness::poll_until, require_privileged};
 
 /// One guest at a time: two cores cannot emulate two guests well.
@@ -48,9 +45,7 @@ fn iperf3(flows: usize) -> Vec<String> {
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn discovery_in_the_guest_matches_its_own_tools() {
-    if !require_privileged("discovery_in_the_guest_matches_its_own_tools") {
-        return;
-    }
+    require_privileged("discovery_in_the_guest_matches_its_own_tools");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let net = GuestNet::new().expect("namespace with a tap");
     let shape = GuestShape::new(4, None).expect("shape");
@@ -100,9 +95,7 @@ fn discovery_in_the_guest_matches_its_own_tools() {
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn steered_flows_land_on_distinct_guest_queues() {
-    if !require_privileged("steered_flows_land_on_distinct_guest_queues") {
-        return;
-    }
+    require_privileged("steered_flows_land_on_distinct_guest_queues");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = image();
     for queues in [4u32, 8] {
@@ -133,9 +126,7 @@ fn steered_flows_land_on_distinct_guest_queues() {
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn downloads_land_on_distinct_guest_queues() {
-    if !require_privileged("downloads_land_on_distinct_guest_queues") {
-        return;
-    }
+    require_privileged("downloads_land_on_distinct_guest_queues");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = image();
     for queues in [4u32, 8] {
@@ -192,11 +183,9 @@ fn downloads_on_distinct_queues(lab: &mut PullLab<'_>, queues: u32) {
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn downloads_on_a_misreported_key_are_learned_and_land_on_distinct_guest_queues() {
-    if !require_privileged(
+    require_privileged(
         "downloads_on_a_misreported_key_are_learned_and_land_on_distinct_guest_queues",
-    ) {
-        return;
-    }
+    );
     let shape = GuestShape::new(4, None).expect("shape");
     downloads_after_learning(shape, "pausing local steering");
 }
@@ -211,11 +200,9 @@ fn downloads_on_a_misreported_key_are_learned_and_land_on_distinct_guest_queues(
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn downloads_on_igb_with_no_key_known_are_learned_and_land_on_distinct_queues() {
-    if !require_privileged(
+    require_privileged(
         "downloads_on_igb_with_no_key_known_are_learned_and_land_on_distinct_queues",
-    ) {
-        return;
-    }
+    );
     let shape = GuestShape::with_nic(GuestNic::Igb, 4, None)
         .expect("shape")
         .without_kernel_key();
@@ -271,9 +258,7 @@ fn downloads_after_learning(shape: GuestShape, paused: &str) {
 #[test]
 #[ignore = "QEMU: needs root, QEMU/KVM and netns; run as root by `cargo xtask test`"]
 fn a_changed_table_in_the_guest_is_followed() {
-    if !require_privileged("a_changed_table_in_the_guest_is_followed") {
-        return;
-    }
+    require_privileged("a_changed_table_in_the_guest_is_followed");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let net = GuestNet::new().expect("namespace with a tap");
     let mut lab = lab_on(&net, &image(), 4);
@@ -316,9 +301,7 @@ fn wait_for(lab: &VirtioLab<'_>, text: &str) {
 fn a_lying_device_is_caught_and_steering_resumes_when_it_is_fixed() {
     use srap_common::wire::LandingVerdict;
 
-    if !require_privileged("a_lying_device_is_caught_and_steering_resumes_when_it_is_fixed") {
-        return;
-    }
+    require_privileged("a_lying_device_is_caught_and_steering_resumes_when_it_is_fixed");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let net = GuestNet::new().expect("namespace with a tap");
     let mut lab = lab_on(&net, &image(), 4);
@@ -381,9 +364,7 @@ fn drive_flows_until(
 fn pinned_readers_receive_on_their_own_cpu() {
     use srap_lab::virtio_readers::{Mode, measure};
 
-    if !require_privileged("pinned_readers_receive_on_their_own_cpu") {
-        return;
-    }
+    require_privileged("pinned_readers_receive_on_their_own_cpu");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
     let image = image();
     for queues in [4u32, 8] {

@@ -4,9 +4,10 @@
 //!   (normal or build) may be the daemon, whose build script compiles the
 //!   eBPF programs with nightly and bpf-linker, or the eBPF crate itself.
 //! * `srap-agent`, the daemon the packages run as root with `CAP_BPF` and
-//!   `CAP_NET_ADMIN`, must not carry the lab: no `srap-lab` (QEMU control,
-//!   the test harness, the experiments) and none of the plotting crates the
-//!   lab draws its figures with. The lab is its own binary, `srap-lab`.
+//!   `CAP_NET_ADMIN`, must not carry the lab: no `srap-lab` (the
+//!   experiments), no `srap-harness` (QEMU control, agents in namespaces,
+//!   the test harness) and none of the plotting crates the lab draws its
+//!   figures with. The lab is its own binary, `srap-lab`.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -19,11 +20,13 @@ use serde_json::Value;
 /// Packages that need the eBPF toolchain to build.
 const NEEDS_EBPF_TOOLCHAIN: [&str; 2] = ["srap-daemon", "srap-ebpf"];
 
-/// Packages only the lab needs: the lab itself (QEMU control lives in it)
-/// and its plots with what renders them (`plotters*`, fonts, PNG encoding).
-/// A trailing `*` matches every package whose name starts so.
-const LAB_ONLY: [&str; 6] = [
+/// Packages only the lab and the tests need: the lab itself, the harness
+/// it and the tests stand on (QEMU control lives there), and the lab's
+/// plots with what renders them (`plotters*`, fonts, PNG encoding). A
+/// trailing `*` matches every package whose name starts so.
+const LAB_ONLY: [&str; 7] = [
     "srap-lab",
+    "srap-harness",
     "plotters*",
     "ab_glyph*",
     "*ttf_parser",
@@ -31,8 +34,15 @@ const LAB_ONLY: [&str; 6] = [
     "image",
 ];
 
-/// Fails when `srap-cli` reaches a package of [`NEEDS_EBPF_TOOLCHAIN`], or
-/// `srap-agent` one of [`LAB_ONLY`].
+/// What the lab adds above the harness: the experiments and their plots.
+/// `srap-harness` and the tests' helpers (`srap-tests` without its
+/// dev-dependencies) stand beneath it, so a test binary that does not test
+/// the lab links none of it.
+const LAB_PARTS: [&str; 2] = ["srap-lab", "plotters*"];
+
+/// Fails when `srap-cli` reaches a package of [`NEEDS_EBPF_TOOLCHAIN`],
+/// `srap-agent` one of [`LAB_ONLY`], or the harness or the tests' helpers
+/// one of [`LAB_PARTS`].
 pub fn check() -> Result<()> {
     println!("\n==> layering (srap builds without the eBPF toolchain)");
     let metadata = metadata()?;
@@ -49,14 +59,26 @@ pub fn check() -> Result<()> {
     let bad = matching(&reached, &LAB_ONLY);
     if !bad.is_empty() {
         bail!(
-            "srap-agent depends on {bad:?}: the root daemon would ship the lab's code \
-             (it belongs in the srap-lab binary)"
+            "srap-agent depends on {bad:?}: the root daemon would ship the lab's or the \
+             harness's code (they belong in the srap-lab binary and the tests)"
         );
     }
     println!(
         "srap-agent reaches {} packages, none of {LAB_ONLY:?}",
         reached.len()
     );
+    for below_the_lab in ["srap-harness", "srap-tests"] {
+        let reached = reachable(&metadata, below_the_lab)?;
+        let bad = matching(&reached, &LAB_PARTS);
+        if !bad.is_empty() {
+            bail!(
+                "{below_the_lab} depends on {bad:?}: the harness and the tests' helpers stand \
+                 beneath the lab (only the tests of the lab itself may use it, as a \
+                 dev-dependency)"
+            );
+        }
+        println!("{below_the_lab} reaches none of {LAB_PARTS:?}");
+    }
     Ok(())
 }
 
@@ -180,6 +202,7 @@ mod tests {
     fn lab_only_packages_match_by_name_prefix_or_suffix() {
         let reached: BTreeSet<String> = [
             "srap-lab",
+            "srap-harness",
             "plotters-svg",
             "owned_ttf_parser",
             "image",
@@ -190,7 +213,13 @@ mod tests {
         .into();
         assert_eq!(
             matching(&reached, &LAB_ONLY),
-            ["image", "owned_ttf_parser", "plotters-svg", "srap-lab"]
+            [
+                "image",
+                "owned_ttf_parser",
+                "plotters-svg",
+                "srap-harness",
+                "srap-lab"
+            ]
         );
         assert!(matching(&reached, &NEEDS_EBPF_TOOLCHAIN) == ["srap-daemon"]);
     }
@@ -198,7 +227,8 @@ mod tests {
     #[test]
     fn this_workspace_keeps_srap_off_the_ebpf_toolchain_and_the_agent_off_the_lab() {
         check().expect(
-            "srap-cli must not depend on the daemon or the eBPF crate, nor srap-agent on the lab",
+            "srap-cli must not depend on the daemon or the eBPF crate, nor srap-agent on the lab \
+             or the harness, nor the harness on the lab",
         );
     }
 }

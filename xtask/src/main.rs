@@ -215,6 +215,8 @@ fn library_docs() -> std::process::Command {
         "-p",
         "srap-daemon",
         "-p",
+        "srap-harness",
+        "-p",
         "srap-lab",
         "-p",
         "srap-tests",

@@ -33,8 +33,8 @@ use srap_common::{
 
 use super::{Guest, GuestNet, truth::iperf3_accepted_ports};
 use crate::{
+    programs::iperf3_server_with,
     readers::{DataSource, Transfer},
-    workload::iperf3_server_with,
 };
 
 /// The most members a bonded guest takes (each a PCI NIC of its own).
@@ -378,8 +378,8 @@ impl GuestBond {
                 (output, port, SINK_PORT)
             }
             Some(sport) => {
-                let report =
-                    std::env::temp_dir().join(format!("srap-bond-{}.json", crate::unique_name("")));
+                let report = std::env::temp_dir()
+                    .join(format!("srap-bond-{}.json", crate::names::unique_name("")));
                 let _remove = RemoveOnDrop(&report);
                 let mut server = iperf3_server_with(
                     &net.ns,

@@ -34,13 +34,11 @@ use super::{
     bond::{BondMode, GuestBond, LacpPartner, counter_rise, counters_line},
 };
 use crate::{
-    LAB_PORT_RANGE,
-    agents::PEER_PORT,
-    harness::{ReceiverAgent, ReceiverOpts},
+    agent::{LAB_PORT_RANGE, PEER_PORT, ReceiverAgent, ReceiverOpts},
+    emulator::lab_nic,
     keyfile::KeyFile,
+    names::unique_name,
     readers::{DataSource, SinkFlow, Transfer},
-    topology::lab_nic,
-    unique_name,
 };
 
 /// The receiver's CPUs: the lab's described NIC, 32 queues each its own CPU.

@@ -32,13 +32,9 @@ pub use files::{GuestFiles, GuestKernel};
 pub use image::GuestImage;
 pub use shell::GuestShell;
 
-use super::{
-    NetNs,
-    harness::{in_netns, poll_until},
-    interrupted,
-    subnet::Subnet,
-    unique_name,
-    workload::ChildGuard,
+use crate::{
+    exec::in_netns, interrupt::interrupted, names::unique_name, netns::NetNs, programs::ChildGuard,
+    subnet::Subnet, support::poll_until,
 };
 
 /// The guest's NIC, inside the guest.
@@ -350,7 +346,7 @@ impl Guest {
         static READS: AtomicU64 = AtomicU64::new(0);
         let tagged = format!("{line} # read {}", READS.fetch_add(1, Ordering::Relaxed));
         let shell = &mut self.shell;
-        let answer = crate::harness::poll_until(COMMAND_TIMEOUT, Duration::ZERO, || {
+        let answer = poll_until(COMMAND_TIMEOUT, Duration::ZERO, || {
             match shell.status(&tagged, POLL_TIMEOUT) {
                 Ok(answer) => ControlFlow::Break(answer),
                 Err(err) if interrupted() => ControlFlow::Break((-1, format!("{err:#}"))),
@@ -380,7 +376,7 @@ impl Guest {
     pub fn poll_until(&mut self, check: &str, within: Duration) -> anyhow::Result<bool> {
         let deadline = Instant::now() + within;
         let shell = &mut self.shell;
-        let waited = crate::harness::poll_until(within, Duration::from_millis(200), || {
+        let waited = poll_until(within, Duration::from_millis(200), || {
             if interrupted() {
                 return ControlFlow::Break(Ok(false));
             }

@@ -97,7 +97,7 @@ impl GuestShell {
                 return Ok(reply);
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || crate::interrupted() {
+            if left.is_zero() || crate::interrupt::interrupted() {
                 bail!("the guest did not finish `{line}` within {timeout:?}");
             }
             self.stream

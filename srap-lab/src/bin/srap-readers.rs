@@ -5,12 +5,12 @@
 //! flow. The lab runs it in its QEMU guest (`srap-lab --nic virtio
 //! --direction pull --local-placement reader`) and in the veth lab's sender
 //! namespace (`srap-lab --direction pull|both --local-placement reader`);
-//! the logic is [`srap_lab::readers`].
+//! the logic is [`srap_harness::readers`].
 use std::{net::SocketAddr, process::ExitCode};
 
 use anyhow::Context as _;
 use clap::Parser;
-use srap_lab::readers::{self, Transfer};
+use srap_harness::readers::{self, Transfer};
 
 /// Threads pinned to --cpus (round-robin, --threads of them), each
 /// downloading from SERVER over its own connection, or with --send

@@ -1,6 +1,6 @@
 //! `srap-test-workload IP:PORT`: the integration tests' workload, a process
 //! of its own that opens and closes connections to IP:PORT as its stdin
-//! commands it (`srap_tests::workload::serve`), so a test started under
+//! commands it (`srap_tests::test_workload::serve`), so a test started under
 //! `srap exec` sees the source ports a real application gets. A helper for
 //! tests only: the packages do not ship it.
 
@@ -15,6 +15,6 @@ fn main() -> anyhow::Result<()> {
     let dst: SocketAddr = dst
         .parse()
         .with_context(|| format!("the receiver `{dst}` is not IP:PORT"))?;
-    srap_tests::workload::serve(dst);
+    srap_tests::test_workload::serve(dst);
     Ok(())
 }

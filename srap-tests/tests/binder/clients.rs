@@ -12,7 +12,8 @@ use std::{
 use srap_common::binder::{event, outcome};
 use srap_tests::{built_binary, cgroup::ChildGuard, harness::landings, harness::srap_exec};
 
-use super::{DPORT, Lab, TIMEOUT, privileged};
+use super::{DPORT, Lab, TIMEOUT};
+use srap_tests::require_privileged;
 
 /// Where the client programs' sources are.
 fn client_source(name: &str) -> PathBuf {
@@ -119,26 +120,22 @@ fn python_clients(family: &str) {
 #[test]
 #[ignore = "client runtime: needs root, netns, bpffs and python3; run as root by `cargo xtask test`"]
 fn python_af_inet_clients_are_steered() {
-    if privileged("clients: python AF_INET") {
-        python_clients("inet");
-    }
+    require_privileged("clients: python AF_INET");
+    python_clients("inet");
 }
 
 #[test]
 #[ignore = "client runtime: needs root, netns, bpffs and python3; run as root by `cargo xtask test`"]
 fn python_dual_stack_af_inet6_clients_are_steered() {
-    if privileged("clients: python AF_INET6 dual-stack") {
-        python_clients("inet6");
-    }
+    require_privileged("clients: python AF_INET6 dual-stack");
+    python_clients("inet6");
 }
 
 /// java.net.Socket: a dual-stack AF_INET6 socket to `::ffff:a.b.c.d`.
 #[test]
 #[ignore = "client runtime: needs root, netns, bpffs and a JDK; run as root by `cargo xtask test`"]
 fn jdk_clients_are_steered() {
-    if !privileged("clients: JDK") {
-        return;
-    }
+    require_privileged("clients: JDK");
     let Some(java) = tool("java") else {
         return;
     };
@@ -180,9 +177,7 @@ fn go_client(go: &Path) -> PathBuf {
 #[test]
 #[ignore = "client runtime: needs root, netns, bpffs and Go; run as root by `cargo xtask test`"]
 fn go_thirty_two_goroutines_take_thirty_two_cpus() {
-    if !privileged("clients: Go") {
-        return;
-    }
+    require_privileged("clients: Go");
     let Some(go) = tool("go") else {
         return;
     };
@@ -196,9 +191,7 @@ fn go_thirty_two_goroutines_take_thirty_two_cpus() {
 #[test]
 #[ignore = "client runtime: needs root, netns, bpffs and curl; run as root by `cargo xtask test`"]
 fn curl_parallel_transfers_are_steered() {
-    if !privileged("clients: curl") {
-        return;
-    }
+    require_privileged("clients: curl");
     let Some(curl) = tool("curl") else {
         return;
     };
@@ -252,9 +245,7 @@ fn bound_clients_keep(lab: &Lab, python: &Path, addr: IpAddr, n: usize) {
 #[test]
 #[ignore = "client runtime: needs root, netns, bpffs and python3; run as root by `cargo xtask test`"]
 fn a_bound_second_address_is_kept_and_steered() {
-    if !privileged("clients: IP_BIND_ADDRESS_NO_PORT") {
-        return;
-    }
+    require_privileged("clients: IP_BIND_ADDRESS_NO_PORT");
     let Some(python) = tool("python3") else {
         return;
     };
@@ -270,9 +261,7 @@ fn a_bound_second_address_is_kept_and_steered() {
 #[test]
 #[ignore = "client runtime: needs root, netns, bpffs and python3; run as root by `cargo xtask test`"]
 fn an_address_added_while_running_is_planned() {
-    if !privileged("clients: address added at run time") {
-        return;
-    }
+    require_privileged("clients: address added at run time");
     let Some(python) = tool("python3") else {
         return;
     };
@@ -291,9 +280,7 @@ fn an_address_added_while_running_is_planned() {
 #[test]
 #[ignore = "client runtime: needs root, netns, bpffs and python3; run as root by `cargo xtask test`"]
 fn sockets_bound_before_connect_are_recorded_once_and_leave_nothing_to_repair() {
-    if !privileged("clients: occupancy after IP_BIND_ADDRESS_NO_PORT sockets close") {
-        return;
-    }
+    require_privileged("clients: occupancy after IP_BIND_ADDRESS_NO_PORT sockets close");
     let Some(python) = tool("python3") else {
         return;
     };

@@ -7,7 +7,8 @@
 use srap_common::binder::BinderSizes;
 use srap_daemon::sender::pinned_memory;
 
-use super::{Lab, privileged};
+use super::Lab;
+use srap_tests::require_privileged;
 
 /// The bound for one 32-CPU receiver (it was 53.7 MiB, every map
 /// at the most the binder could hold).
@@ -20,9 +21,7 @@ const ONE_RECEIVER_LIMIT: u64 = 8 << 20;
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn one_32_cpu_receiver_pins_at_most_8_mib() {
-    if !privileged("binder: pinned memory of one receiver") {
-        return;
-    }
+    require_privileged("binder: pinned memory of one receiver");
     let lab = Lab::new(false);
     lab.attach_once();
     let by_map = pinned_memory(&lab.agent.layout()).expect("the pinned maps' memlock");
@@ -54,9 +53,7 @@ fn one_32_cpu_receiver_pins_at_most_8_mib() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_plan_or_pins_past_the_settings_are_refused_naming_the_setting() {
-    if !privileged("binder: map sizes refused by name") {
-        return;
-    }
+    require_privileged("binder: map sizes refused by name");
     let lab = Lab::new(false);
     let run = |extra: &[&str]| {
         let out = lab

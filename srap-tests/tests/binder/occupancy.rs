@@ -24,7 +24,8 @@ use srap_tests::{
     harness::poll_until,
 };
 
-use super::{Lab, TIMEOUT, privileged};
+use super::{Lab, TIMEOUT};
+use srap_tests::require_privileged;
 
 /// The churn's own port (its objects close first; a sink takes them).
 const CHURN_DPORT: u16 = 5203;
@@ -134,13 +135,11 @@ pub(super) fn sink(lab: &Lab, port: u16) -> Sink {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn steered_connects_under_churn_leave_nothing_to_repair() {
-    if !privileged("binder: occupancy audit under churn") {
-        return;
-    }
+    require_privileged("binder: occupancy audit under churn");
     let mut lab = Lab::new(false);
     lab.start_agent();
     let churn_sink = sink(&lab, CHURN_DPORT);
-    let mut churn = srap_tests::workload::Workload::spawn(
+    let mut churn = srap_tests::test_workload::Workload::spawn(
         &lab.hosts.sender,
         Some(lab.agent.cgroup()),
         SocketAddr::new(lab.receiver_ip(), CHURN_DPORT),
@@ -191,9 +190,7 @@ fn steered_connects_under_churn_leave_nothing_to_repair() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_drift_made_on_purpose_is_repaired_once_within_two_intervals() {
-    if !privileged("binder: occupancy audit repairs a drift") {
-        return;
-    }
+    require_privileged("binder: occupancy audit repairs a drift");
     let mut lab = lab_with_metrics();
     lab.start_agent();
     let mut server = lab.listen();
@@ -276,9 +273,7 @@ fn a_drift_made_on_purpose_is_repaired_once_within_two_intervals() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_count_no_record_holds_is_set_back_to_the_records() {
-    if !privileged("binder: occupancy audit repairs a count mismatch") {
-        return;
-    }
+    require_privileged("binder: occupancy audit repairs a count mismatch");
     let mut lab = lab_with_metrics();
     lab.start_agent();
     let mut server = lab.listen();

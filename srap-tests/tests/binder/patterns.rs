@@ -19,9 +19,10 @@ use std::{
 
 use srap_common::{binder::FIRST_RECEIVER_ROW, rss::embedded_default};
 use srap_daemon::sender::{audit::read_records, read_occupancy};
-use srap_tests::{harness::poll_until, workload::Workload};
+use srap_tests::{harness::poll_until, test_workload::Workload};
 
-use super::{DPORT, Lab, assert_distinct_cpus, privileged};
+use super::{DPORT, Lab, assert_distinct_cpus};
+use srap_tests::require_privileged;
 
 /// Up to this long for closes to reach the release hook.
 const DRAIN: Duration = Duration::from_secs(10);
@@ -103,9 +104,7 @@ fn check(
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn every_socket_pattern_releases_exactly_what_it_claimed() {
-    if !privileged("binder: the socket-pattern matrix drains the occupancy") {
-        return;
-    }
+    require_privileged("binder: the socket-pattern matrix drains the occupancy");
     let mut lab = lab64(false);
     let own = lab.sender_ip();
     let mut server = lab.listen();
@@ -178,9 +177,7 @@ fn every_socket_pattern_releases_exactly_what_it_claimed() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn dual_stack_and_ipv6_sockets_release_exactly_what_they_claimed() {
-    if !privileged("binder: dual-stack and IPv6 sockets drain the occupancy") {
-        return;
-    }
+    require_privileged("binder: dual-stack and IPv6 sockets drain the occupancy");
     let lab = lab64(false);
     let IpAddr::V4(receiver) = lab.receiver_ip() else {
         panic!("an IPv4 lab");
@@ -221,9 +218,7 @@ const SOAK_ROUNDS: usize = 16;
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_soak_of_mixed_patterns_with_a_replan_and_a_restart_drifts_nothing() {
-    if !privileged("binder: soak of mixed socket patterns") {
-        return;
-    }
+    require_privileged("binder: soak of mixed socket patterns");
     let mut lab = lab64(false);
     let own = lab.sender_ip();
     let churn_sink = super::occupancy::sink(&lab, SOAK_CHURN_DPORT);

@@ -20,7 +20,8 @@ use srap_common::{
 };
 use srap_tests::flows::{Accepted, Server, Sink, listen_deep};
 
-use super::{DPORT, Lab, TIMEOUT, privileged};
+use super::{DPORT, Lab, TIMEOUT};
+use srap_tests::require_privileged;
 
 /// The other application's destination port: its connections are told
 /// apart from the steered workload's by it.
@@ -84,9 +85,7 @@ fn rotation_share(lab: &Lab, accepted: &[Accepted]) -> f64 {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn connection_per_object_churn_is_steered_beside_long_flows_and_another_application() {
-    if !privileged("binder: connection-per-object churn") {
-        return;
-    }
+    require_privileged("binder: connection-per-object churn");
     let lab = Lab::new(false);
     lab.sender_sysctl("net.ipv4.tcp_tw_reuse", "1");
     lab.attach_once();
@@ -94,7 +93,7 @@ fn connection_per_object_churn_is_steered_beside_long_flows_and_another_applicat
     let mut churn = lab.workload(true);
     let mut long = lab.workload(true);
     let other_dst = SocketAddr::new(lab.receiver_ip(), OTHER_DPORT);
-    let mut other = srap_tests::workload::Workload::spawn(&lab.hosts.sender, None, other_dst);
+    let mut other = srap_tests::test_workload::Workload::spawn(&lab.hosts.sender, None, other_dst);
 
     churn.send(&format!("churn {CHURN_RATE} {CHURN_SECONDS}"));
     other.send(&format!("churn {} {CHURN_SECONDS}", CHURN_RATE / 2));
@@ -172,7 +171,10 @@ fn connection_per_object_churn_is_steered_beside_long_flows_and_another_applicat
 
 /// Runs `connects` back-to-back connection-per-object connects of
 /// `workload`; returns their ports (0: failed) and how long they took.
-fn hot_round(workload: &mut srap_tests::workload::Workload, connects: u32) -> (Vec<u16>, Duration) {
+fn hot_round(
+    workload: &mut srap_tests::test_workload::Workload,
+    connects: u32,
+) -> (Vec<u16>, Duration) {
     let started = Instant::now();
     workload.send(&format!("hot {connects}"));
     let ports = workload.answer(Duration::from_secs(120));
@@ -192,9 +194,7 @@ fn hot_round(workload: &mut srap_tests::workload::Workload, connects: u32) -> (V
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_hot_loop_of_connects_never_fails_at_the_kernels_pace() {
-    if !privileged("binder: a hot loop of connects") {
-        return;
-    }
+    require_privileged("binder: a hot loop of connects");
     let (kernel_lab, mut steered_lab) = (Lab::new(false), Lab::new(false));
     for lab in [&kernel_lab, &steered_lab] {
         lab.sender_sysctl("net.ipv4.tcp_tw_reuse", "1");
@@ -262,9 +262,7 @@ fn a_hot_loop_of_connects_never_fails_at_the_kernels_pace() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn one_sender_steers_a_hundred_receivers_sharing_ports() {
-    if !privileged("binder: a hundred receivers sharing ports") {
-        return;
-    }
+    require_privileged("binder: a hundred receivers sharing ports");
     // Hosts .10 to .109 of the lab's subnet.
     let hundred = |hosts: &srap_tests::TwoHosts| -> Vec<IpAddr> {
         (10..110u8)
@@ -371,9 +369,7 @@ fn narrow_lab(range: &str) -> Lab {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn time_wait_tuples_with_timestamps_are_reused() {
-    if !privileged("binder: TIME_WAIT tuples reused") {
-        return;
-    }
+    require_privileged("binder: TIME_WAIT tuples reused");
     let lab = narrow_lab("20000-20255");
     lab.attach_once();
     let sink = sink(&lab, DPORT);
@@ -406,9 +402,7 @@ fn time_wait_tuples_with_timestamps_are_reused() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_slot_that_runs_dry_falls_back_and_the_agent_warns_once() {
-    if !privileged("binder: a dry slot") {
-        return;
-    }
+    require_privileged("binder: a dry slot");
     let mut lab = narrow_lab("20000-20255");
     lab.sender_sysctl("net.ipv4.tcp_timestamps", "0");
     lab.start_agent();

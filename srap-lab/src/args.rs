@@ -1,0 +1,227 @@
+//! The lab's command line: [`LabArgs`] (what `srap-lab` and `cargo xtask
+//! lab -- ARGS` take) and the choices its flags name, each with what it
+//! means for a run ([`Direction::steer`], [`Nic::guest`], the client
+//! command of [`workload_words`]).
+
+use clap::builder::{PossibleValuesParser, TypedValueParser as _};
+use serde::Serialize;
+use srap_daemon::sender::ends::LocalPlacement;
+use srap_harness::guest::{GuestKernel, GuestNic};
+
+use crate::{
+    bond_throughput::BondModeArg,
+    capacity::{QueueRate, Rate},
+    topology::LabVerifier,
+};
+
+// The lab's flags (`srap-lab --help`): no doc comment here, which clap
+// would take for the command's own description.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LabArgs {
+    /// The receiver's NIC: `veth` (SRAP's RSS emulator on a veth, in a
+    /// namespace), `virtio` (a QEMU guest whose virtio-net RSS QEMU
+    /// computes, with the receiver agent inside) or `igb` (a QEMU guest with
+    /// an emulated Intel 82576 and Linux's igb driver).
+    #[arg(long, value_enum, default_value_t = Nic::Veth)]
+    pub nic: Nic,
+    /// Receive queues (default: 32 for veth, 4 for virtio and igb). Each
+    /// counts as one CPU.
+    #[arg(long)]
+    pub queues: Option<u32>,
+    /// The guest's vCPUs with --nic virtio (default: one per queue; igb
+    /// makes one queue per vCPU).
+    #[arg(long)]
+    pub smp: Option<u32>,
+    /// The guest's kernel with --nic virtio|igb: Debian's generic 6.1
+    /// (ethtool ioctl discovery) or 6.12 (ethtool netlink).
+    #[arg(long, value_enum, default_value_t = GuestKernel::V6_1)]
+    pub guest_kernel: GuestKernel,
+    /// Where `cargo xtask setup` put the guests' QEMU and kernels (default:
+    /// `guest-files` in the target directory the binary was built in).
+    #[arg(long, value_name = "DIR")]
+    pub guest_files: Option<std::path::PathBuf>,
+    /// Where the guest's initramfs is cached (default: `srap-guest` beside
+    /// the binary under `target/`, else /var/cache/srap/guest).
+    #[arg(long)]
+    pub guest_cache: Option<std::path::PathBuf>,
+    /// Parallel flows (default: 16 for veth, one per queue for virtio).
+    #[arg(long)]
+    pub flows: Option<usize>,
+    /// Seconds the default workload (or each throughput trial) runs.
+    #[arg(long, default_value_t = 5)]
+    pub duration: u64,
+    /// The client command, run in the sender namespace; `{server}`,
+    /// `{port}`, `{flows}` and `{duration}` are filled in. Its server must be
+    /// iperf3-compatible (`iperf3 -s` runs on the receiver). The default
+    /// takes `-R` with `--direction pull` and `--bidir` with `both`.
+    #[arg(long, default_value = DEFAULT_WORKLOAD)]
+    pub workload: String,
+    /// Which way the data flows, and so whose NIC SRAP plans for: `push`
+    /// (the sender uploads; the receiver's NIC, `--steer remote`), `pull`
+    /// (the sender downloads over connections it opens, `iperf3 -R`; its
+    /// own NIC, `--steer local`, emulated on the receiver's veth), `both`
+    /// (`iperf3 --bidir`; one port for both NICs, `--steer both`).
+    #[arg(long, value_enum, default_value_t = Direction::Push)]
+    pub direction: Direction,
+    /// `reader`: whether each flow's data arrives on the CPU of the thread
+    /// that opened it, kernel ports beside the sender agent's
+    /// `--local-placement reader`. With --nic virtio --direction pull, one
+    /// thread pinned per vCPU, RFS beside them too; on the veth lab with
+    /// --direction pull (downloads) or both (uploads, judged by where their
+    /// ACKs land), --flows threads pinned round-robin to this machine's
+    /// CPUs. `spread` (the default) is the plain lab.
+    #[arg(long, value_parser = local_placement())]
+    pub local_placement: Option<LocalPlacement>,
+    /// Run an experiment instead: --trials trials with SRAP and as many with
+    /// kernel-chosen ports. `--experiment` alone (or `placement`): short
+    /// connections judged by the verifier. `--experiment throughput`: long
+    /// iperf3 flows on receive queues of --queue-rate each, measured at the
+    /// receiver.
+    #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "placement")]
+    pub experiment: Option<Experiment>,
+    /// Trials per kind in --experiment (default: 20 for placement, 10 for
+    /// throughput).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub trials: Option<u64>,
+    /// Give each receive queue of the veth lab's NIC this capacity (e.g.
+    /// 200mbit, of TCP payload), shared by the flows that land on it as
+    /// flows on one core share that core: an `mq` root with one `tbf` per
+    /// queue on the sender's veth. `none`: no capacity, the veth's own
+    /// CPU-bound ceiling. Default: none, or 100mbit with --experiment
+    /// throughput.
+    #[arg(long, value_name = "RATE|none")]
+    pub queue_rate: Option<QueueRate>,
+    /// With --experiment: the receive verifier the experiment attaches on
+    /// the receiver's veth (`auto` is tc there), or `off` (throughput only:
+    /// its queues are then unknown), to measure what each hook costs.
+    #[arg(long, value_enum)]
+    pub verifier: Option<LabVerifier>,
+    /// With --experiment throughput: write PNG and SVG plots into this
+    /// directory (per-flow rates over time, aggregate per trial); with
+    /// --bond, its aggregate per trial (`bond-aggregate-N-MODE`).
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
+    /// Run the bond capacity experiment instead: a QEMU guest whose bond of
+    /// this many virtio NICs (2 to 4), each capped at --member-rate, uploads
+    /// 16 equal flows at once, --trials times with kernel ports and with
+    /// SRAP's, measured by the receiver. Each flow is sized so that an
+    /// even split takes --duration seconds at the cap.
+    #[arg(long, value_name = "MEMBERS", value_parser = clap::value_parser!(u32).range(2..=4))]
+    pub bond: Option<u32>,
+    /// With --bond: `xor` (balance-xor) or `lacp` (802.3ad), both hashing
+    /// layer3+4. Default: xor.
+    #[arg(long, value_enum)]
+    pub bond_mode: Option<BondModeArg>,
+    /// With --bond: each member's link rate, of TCP payload (e.g. 10mbit).
+    /// Choose one the emulated guest comfortably exceeds on all members at
+    /// once, so the cap, not the emulator, limits: the TCG guest sends
+    /// about 35 Mbit/s in all. Default: 20 Mbit/s over the members (10mbit
+    /// each for 2, 5mbit for 4).
+    #[arg(long, value_name = "RATE")]
+    pub member_rate: Option<Rate>,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+    /// After the workload, keep the lab up (agents and all) until Ctrl-C,
+    /// for `srap status --control PATH` in another terminal.
+    #[arg(long)]
+    pub hold: bool,
+}
+
+/// The client command unless `--workload` says.
+pub const DEFAULT_WORKLOAD: &str = "iperf3 -c {server} -p {port} -P {flows} -t {duration}";
+
+/// `--direction`: which way the lab's data flows.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Direction {
+    /// The sender uploads: data lands on the receiver's NIC.
+    Push,
+    /// The sender downloads: data lands on its own NIC.
+    Pull,
+    /// Both at once: data lands on both NICs.
+    Both,
+}
+
+impl Direction {
+    /// The sender's own NIC is emulated and judged.
+    pub fn reaches_sender(self) -> bool {
+        self != Self::Push
+    }
+
+    /// The receiver's NIC is judged.
+    pub fn reaches_receiver(self) -> bool {
+        self != Self::Pull
+    }
+
+    /// `srap-agent sender --steer` for this direction.
+    pub fn steer(self) -> &'static str {
+        match self {
+            Self::Push => "remote",
+            Self::Pull => "local",
+            Self::Both => "both",
+        }
+    }
+
+    /// What iperf3's client adds for this direction.
+    pub fn iperf3_flag(self) -> Option<&'static str> {
+        match self {
+            Self::Push => None,
+            Self::Pull => Some("-R"),
+            Self::Both => Some("--bidir"),
+        }
+    }
+}
+
+/// Which of the paper's experiments `--experiment` runs.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Experiment {
+    /// Short connections, judged by where the verifier saw them land.
+    Placement,
+    /// Long flows on rate-limited receive queues, judged by throughput.
+    Throughput,
+}
+
+/// The receiver NIC the lab runs against.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nic {
+    Veth,
+    Virtio,
+    Igb,
+}
+
+impl Nic {
+    /// The guest's NIC, for the NICs a QEMU guest has.
+    pub fn guest(self) -> Option<GuestNic> {
+        match self {
+            Self::Veth => None,
+            Self::Virtio => Some(GuestNic::Virtio),
+            Self::Igb => Some(GuestNic::Igb),
+        }
+    }
+}
+
+/// `--workload` split into words with `{flows}` and `{duration}` filled in
+/// (the default with `--direction`'s flag).
+pub fn workload_words(args: &LabArgs, flows: usize) -> Vec<String> {
+    let mut words: Vec<String> = args
+        .workload
+        .split_whitespace()
+        .map(|w| {
+            w.replace("{flows}", &flows.to_string())
+                .replace("{duration}", &args.duration.to_string())
+        })
+        .collect();
+    if args.workload == DEFAULT_WORKLOAD
+        && let Some(flag) = args.direction.iperf3_flag()
+    {
+        words.push(flag.to_owned());
+    }
+    words
+}
+
+/// `--local-placement`'s parser: the sender agent's own
+/// [`LocalPlacement`] by its names, with clap listing them in `--help`.
+fn local_placement() -> impl clap::builder::TypedValueParser<Value = LocalPlacement> {
+    PossibleValuesParser::new(["spread", "reader"]).try_map(|name| name.parse::<LocalPlacement>())
+}
