@@ -3,7 +3,7 @@
 //! means for a run ([`Direction::steer`], [`Nic::guest`], the client
 //! command of [`workload_words`]).
 
-use clap::builder::{PossibleValuesParser, TypedValueParser as _};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
 use serde::Serialize;
 use srap_daemon::sender::ends::LocalPlacement;
 use srap_harness::guest::{GuestKernel, GuestNic};
@@ -223,5 +223,11 @@ pub fn workload_words(args: &LabArgs, flows: usize) -> Vec<String> {
 /// `--local-placement`'s parser: the sender agent's own
 /// [`LocalPlacement`] by its names, with clap listing them in `--help`.
 fn local_placement() -> impl clap::builder::TypedValueParser<Value = LocalPlacement> {
-    PossibleValuesParser::new(["spread", "reader"]).try_map(|name| name.parse::<LocalPlacement>())
+    PossibleValuesParser::new([
+        PossibleValue::new(LocalPlacement::Spread.name())
+            .help("Spread over the NIC's queues (the plain download lab)"),
+        PossibleValue::new(LocalPlacement::Reader.name())
+            .help("The CPU of the thread that connects (and reads)"),
+    ])
+    .try_map(|name| name.parse::<LocalPlacement>())
 }
