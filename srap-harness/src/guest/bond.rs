@@ -15,7 +15,7 @@
 use std::{
     fmt::Write as _,
     net::{IpAddr, SocketAddr},
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::OwnedFd,
     process::Stdio,
     sync::{
         Arc,
@@ -26,6 +26,12 @@ use std::{
 };
 
 use anyhow::{Context as _, bail};
+use rustix::net::{
+    self, AddressFamily, RecvFlags, SendFlags, SocketType,
+    addr::{SocketAddrArg, SocketAddrLen, SocketAddrOpaque},
+    eth,
+    sockopt::Timeout,
+};
 use srap_common::{
     bond::{HashPolicy, member_index},
     rss::FlowTuple,
@@ -492,83 +498,58 @@ impl Drop for LacpPartner {
 /// timeout so its thread sees the stop flag. Called inside the namespace
 /// (the name is looked up there).
 fn slow_protocols_socket(tap: &str) -> anyhow::Result<OwnedFd> {
-    let name = std::ffi::CString::new(tap)?;
-    // SAFETY: `name` is a valid C string for the call's duration.
-    let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if ifindex == 0 {
-        return Err(std::io::Error::last_os_error()).context(format!("no interface {tap}"));
-    }
-    let protocol = ETH_P_SLOW.to_be();
-    // SAFETY: plain socket(2); the descriptor is owned at once below.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(protocol)) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error()).context("socket(AF_PACKET)");
-    }
-    // SAFETY: `fd` is a fresh descriptor nothing else owns.
-    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: sockaddr_ll is plain data; zero is a valid value of it.
-    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_protocol = protocol;
-    addr.sll_ifindex = i32::try_from(ifindex)?;
-    // SAFETY: `addr` is a live sockaddr_ll of the length given.
-    let rc = unsafe {
-        libc::bind(
-            socket.as_raw_fd(),
-            std::ptr::from_ref(&addr).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error()).context(format!("binding to {tap}"));
-    }
-    let timeout = libc::timeval {
-        tv_sec: 0,
-        tv_usec: 200_000,
-    };
-    // SAFETY: `timeout` is a live timeval of the length given.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            std::ptr::from_ref(&timeout).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error()).context("SO_RCVTIMEO");
-    }
+    let socket = net::socket(AddressFamily::PACKET, SocketType::RAW, Some(eth::SLOW))
+        .context("socket(AF_PACKET)")?;
+    let ifindex = net::netdevice::name_to_index(&socket, tap)
+        .with_context(|| format!("no interface {tap}"))?;
+    let link = LinkAddr(libc::sockaddr_ll {
+        sll_family: u16::try_from(libc::AF_PACKET)?,
+        sll_protocol: ETH_P_SLOW.to_be(),
+        sll_ifindex: i32::try_from(ifindex)?,
+        sll_hatype: 0,
+        sll_pkttype: 0,
+        sll_halen: 0,
+        sll_addr: [0; 8],
+    });
+    net::bind(&socket, &link).with_context(|| format!("binding to {tap}"))?;
+    net::sockopt::set_socket_timeout(&socket, Timeout::Recv, Some(Duration::from_millis(200)))
+        .context("SO_RCVTIMEO")?;
     Ok(socket)
+}
+
+/// A link-layer address (`sockaddr_ll`) to bind a packet socket with:
+/// rustix has the packet socket, the interface's index and `bind`, but no
+/// address type of this family (nor does socket2, whose `SockAddr` would
+/// take two unsafe calls to build one).
+struct LinkAddr(libc::sockaddr_ll);
+
+// SAFETY: `with_sockaddr` hands `f` a pointer to the `sockaddr_ll` this
+// value owns, alive and unmoved for the whole call, with exactly its size
+// as the length; every field was set (no padding is read as an address:
+// the kernel takes `sll_family`, `sll_protocol` and `sll_ifindex`, and
+// checks the length is at least `sockaddr_ll`'s).
+unsafe impl SocketAddrArg for LinkAddr {
+    unsafe fn with_sockaddr<R>(
+        &self,
+        f: impl FnOnce(*const SocketAddrOpaque, SocketAddrLen) -> R,
+    ) -> R {
+        let len = size_of::<libc::sockaddr_ll>() as SocketAddrLen;
+        f(std::ptr::from_ref(&self.0).cast(), len)
+    }
 }
 
 /// Answers every LACPDU on `socket` until `stop`.
 fn answer_lacp(socket: &OwnedFd, port: u16, stop: &AtomicBool) {
     let mut frame = [0u8; 1514];
     while !stop.load(Ordering::Relaxed) {
-        // SAFETY: `frame` is a live buffer of the length given.
-        let got = unsafe {
-            libc::recv(
-                socket.as_raw_fd(),
-                frame.as_mut_ptr().cast(),
-                frame.len(),
-                0,
-            )
-        };
-        let Ok(got) = usize::try_from(got) else {
+        let Ok((got, _)) = net::recv(socket, &mut frame[..], RecvFlags::empty()) else {
             continue; // the timeout: look at the stop flag
         };
         let Some(reply) = lacp_reply(&frame[..got], port) else {
             continue;
         };
-        // SAFETY: `reply` is a live buffer of the length given.
-        let sent = unsafe { libc::send(socket.as_raw_fd(), reply.as_ptr().cast(), reply.len(), 0) };
-        if sent < 0 {
-            tracing::warn!(
-                port,
-                "sending an LACPDU: {}",
-                std::io::Error::last_os_error()
-            );
+        if let Err(err) = net::send(socket, &reply, SendFlags::empty()) {
+            tracing::warn!(port, "sending an LACPDU: {err}");
         }
     }
 }
@@ -749,5 +730,67 @@ mod tests {
         // Another slow protocol (a marker, subtype 2) is not answered.
         frame[14] = 2;
         assert!(lacp_reply(&frame, 3).is_none());
+    }
+
+    /// The partner's packet sockets on a real wire: an LACPDU sent from one
+    /// end of a veth (in a namespace of its own) is answered on the other
+    /// end's socket, and the answer arrives back, echoing the actor.
+    #[test]
+    #[ignore = "kernel: needs root and netns; run as root by `cargo xtask test`"]
+    fn the_partner_answers_an_lacpdu_on_a_packet_socket() {
+        crate::privilege::require_privileged("the_partner_answers_an_lacpdu_on_a_packet_socket");
+        let ns = crate::netns::NetNs::new().expect("a namespace");
+        ns.ip([
+            "link", "add", "name", "lacpa", "type", "veth", "peer", "name", "lacpb",
+        ])
+        .expect("a veth");
+        for end in ["lacpa", "lacpb"] {
+            ns.ip(["link", "set", end, "up"]).expect("up");
+        }
+        let (partner, guest) = ns
+            .run(|| {
+                (
+                    slow_protocols_socket("lacpa"),
+                    slow_protocols_socket("lacpb"),
+                )
+            })
+            .expect("inside the namespace");
+        let (partner, guest) = (
+            partner.expect("socket on lacpa"),
+            guest.expect("socket on lacpb"),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let answering = {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || answer_lacp(&partner, 7, &stop))
+        };
+        let mut frame = vec![0x01, 0x80, 0xc2, 0, 0, 2, 0x52, 0x54, 0, 0x5a, 0xb0, 0];
+        frame.extend_from_slice(&ETH_P_SLOW.to_be_bytes());
+        let mut pdu = [0u8; LACPDU_LEN];
+        pdu[..4].copy_from_slice(&[1, 1, 1, 20]);
+        pdu[4..19].copy_from_slice(&[
+            0xff, 0xff, 0x52, 0x54, 0, 0x5a, 0xb0, 0, 0, 9, 0, 0xff, 0, 1, 0x4d,
+        ]);
+        frame.extend_from_slice(&pdu);
+        let mut reply = [0u8; 1514];
+        let mut got = None;
+        for _ in 0..25 {
+            net::send(&guest, &frame, SendFlags::empty()).expect("send an LACPDU");
+            if let Ok((len, _)) = net::recv(&guest, &mut reply[..], RecvFlags::empty()) {
+                got = Some(len);
+                break;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        answering.join().expect("the answering thread");
+        let len = got.expect("an answer within 5 s (25 tries of 200 ms)");
+        assert_eq!(len, 14 + LACPDU_LEN);
+        assert_eq!(&reply[6..12], &PARTNER_SYSTEM, "from the partner");
+        assert_eq!(
+            &reply[14 + 16..14 + 19],
+            &[0, 7, 0x3f],
+            "its port and state"
+        );
+        assert_eq!(&reply[14 + 24..14 + 39], &pdu[4..19], "the actor echoed");
     }
 }
