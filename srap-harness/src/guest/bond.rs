@@ -37,7 +37,10 @@ use srap_common::{
     rss::FlowTuple,
 };
 
-use super::{Guest, GuestNet, truth::iperf3_accepted_ports};
+use super::{
+    qemu::{Guest, GuestNet},
+    truth::iperf3_accepted_ports,
+};
 use crate::{
     programs::iperf3_server_with,
     readers::{DataSource, Transfer},

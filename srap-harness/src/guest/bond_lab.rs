@@ -30,8 +30,9 @@ use srap_common::{
 use srap_status::SenderStatus;
 
 use super::{
-    Guest, GuestImage, GuestNet, GuestShape,
     bond::{BondMode, GuestBond, LacpPartner, counter_rise, counters_line},
+    image::GuestImage,
+    qemu::{Guest, GuestNet, GuestShape},
 };
 use crate::{
     agent::{LAB_PORT_RANGE, PEER_PORT, ReceiverAgent, ReceiverOpts},

@@ -1,20 +1,7 @@
-//! A receiver with a real RSS device: a QEMU guest whose multi-queue NIC
-//! hashes with Toeplitz and an indirection table computed by QEMU — a
-//! virtio-net device seen through Linux's own `virtio_net` driver, or an
-//! emulated Intel 82576 seen through Linux's own `igb` driver. These are the
-//! NICs in the lab whose RSS SRAP did not write, so what they show — their
-//! `ethtool -S` per-queue counters, the ports the guest's server accepted —
-//! is ground truth.
-//!
-//! The guest's tap lives in a namespace made here; QEMU runs in it and is
-//! killed by PID on drop, before the namespace (and the tap) go.
-
-pub mod bond;
-pub mod bond_lab;
-pub mod files;
-pub mod image;
-pub mod shell;
-pub mod truth;
+//! One QEMU guest ([`Guest`]): its NIC ([`GuestNic`]) and shape
+//! ([`GuestShape`]), the namespace with its tap(s) that QEMU runs in
+//! ([`GuestNet`]), booted from an image and driven over its serial shell.
+//! QEMU is killed by PID on drop, before the namespace (and the tap) go.
 
 use std::{
     fs,
@@ -28,14 +15,12 @@ use std::{
 
 use anyhow::{Context as _, anyhow, bail};
 
-pub use files::{GuestFiles, GuestKernel};
-pub use image::GuestImage;
-pub use shell::GuestShell;
-
 use crate::{
     exec::in_netns, interrupt::interrupted, names::unique_name, netns::NetNs, programs::ChildGuard,
     subnet::Subnet, support::poll_until,
 };
+
+use super::{bond, files::GuestKernel, image::GuestImage, shell::GuestShell};
 
 /// The guest's NIC, inside the guest.
 pub const GUEST_IFACE: &str = "eth0";

@@ -8,7 +8,10 @@ use std::collections::BTreeSet;
 use anyhow::{Context as _, bail};
 use srap_common::rss::{FieldsDescription, FlowTuple, RssDescription, RssModel};
 
-use super::{GUEST_IFACE, Guest, GuestKernel, GuestNet, GuestNic};
+use super::{
+    files::GuestKernel,
+    qemu::{GUEST_IFACE, Guest, GuestNet, GuestNic},
+};
 
 /// Per receive queue N = 0.., what the guest counts of it: the driver's
 /// `rx_queue_N_packets` in `ethtool -S` (igb, virtio_net on 6.1). The 6.12

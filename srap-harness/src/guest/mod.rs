@@ -1,0 +1,27 @@
+//! A receiver with a real RSS device: a QEMU guest whose multi-queue NIC
+//! hashes with Toeplitz and an indirection table computed by QEMU — a
+//! virtio-net device seen through Linux's own `virtio_net` driver, or an
+//! emulated Intel 82576 seen through Linux's own `igb` driver. These are the
+//! NICs in the lab whose RSS SRAP did not write, so what they show — their
+//! `ethtool -S` per-queue counters, the ports the guest's server accepted —
+//! is ground truth.
+//!
+//! The guest's tap lives in a namespace made here; QEMU runs in it and is
+//! killed by PID on drop, before the namespace (and the tap) go.
+//!
+//! [`qemu`] is the guest itself; [`image`] and [`files`] what it boots
+//! from; [`shell`] its serial console; [`truth`] what its own tools say;
+//! [`bond`] and [`bond_lab`] a guest whose NICs are bonded.
+
+pub mod bond;
+pub mod bond_lab;
+pub mod files;
+pub mod image;
+pub mod qemu;
+pub mod shell;
+pub mod truth;
+
+pub use files::{GuestFiles, GuestKernel};
+pub use image::GuestImage;
+pub use qemu::{COMMAND_TIMEOUT, GUEST_IFACE, Guest, GuestNet, GuestNic, GuestShape};
+pub use shell::GuestShell;
