@@ -20,7 +20,7 @@ use srap_harness::{
     keyfile::KeyFile, names::unique_name,
 };
 
-use crate::{args::Direction, topology::LabNet};
+use crate::{direction::Direction, topology::LabNet};
 
 /// The capabilities each agent is bounded to, as a systemd unit's
 /// `CapabilityBoundingSet` bounds it (names as setpriv spells them: `bpf`,

@@ -1,16 +1,17 @@
 //! The lab's command line: [`LabArgs`] (what `srap-lab` and `cargo xtask
 //! lab -- ARGS` take) and the choices its flags name, each with what it
-//! means for a run ([`Direction::steer`], [`Nic::guest`], the client
-//! command of [`workload_words`]).
+//! means for a run ([`Nic::guest`], the client command of
+//! [`workload_words`]); `--direction` is [`Direction`], which the lab's
+//! network and experiments take too.
 
 use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
-use serde::Serialize;
 use srap_daemon::sender::ends::LocalPlacement;
 use srap_harness::guest::{GuestKernel, GuestNic};
 
 use crate::{
     bond_throughput::BondModeArg,
     capacity::{QueueRate, Rate},
+    direction::Direction,
     topology::LabVerifier,
 };
 
@@ -130,48 +131,6 @@ pub struct LabArgs {
 
 /// The client command unless `--workload` says.
 pub const DEFAULT_WORKLOAD: &str = "iperf3 -c {server} -p {port} -P {flows} -t {duration}";
-
-/// `--direction`: which way the lab's data flows.
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Direction {
-    /// The sender uploads: data lands on the receiver's NIC.
-    Push,
-    /// The sender downloads: data lands on its own NIC.
-    Pull,
-    /// Both at once: data lands on both NICs.
-    Both,
-}
-
-impl Direction {
-    /// The sender's own NIC is emulated and judged.
-    pub fn reaches_sender(self) -> bool {
-        self != Self::Push
-    }
-
-    /// The receiver's NIC is judged.
-    pub fn reaches_receiver(self) -> bool {
-        self != Self::Pull
-    }
-
-    /// `srap-agent sender --steer` for this direction.
-    pub fn steer(self) -> &'static str {
-        match self {
-            Self::Push => "remote",
-            Self::Pull => "local",
-            Self::Both => "both",
-        }
-    }
-
-    /// What iperf3's client adds for this direction.
-    pub fn iperf3_flag(self) -> Option<&'static str> {
-        match self {
-            Self::Push => None,
-            Self::Pull => Some("-R"),
-            Self::Both => Some("--bidir"),
-        }
-    }
-}
 
 /// Which of the paper's experiments `--experiment` runs.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]

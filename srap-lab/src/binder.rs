@@ -9,7 +9,7 @@ use srap_daemon::sender::{self, SenderOptions};
 use srap_harness::{LAB_PORT_RANGE, names::unique_name, netns::NetNs};
 use srap_host::cgroup;
 
-use crate::{args::Direction, topology::LabNet};
+use crate::{direction::Direction, topology::LabNet};
 
 pub struct LabBinder<'a> {
     ns: &'a NetNs,

@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use srap_harness::{InCgroup, interrupt::interrupted, poll_until};
 
-use crate::{args::Direction, report::RunReport, topology::LabNet};
+use crate::{direction::Direction, report::RunReport, topology::LabNet};
 
 const TIMEOUT: Duration = Duration::from_secs(10);
 

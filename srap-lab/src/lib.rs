@@ -24,6 +24,7 @@ pub mod args;
 pub mod binder;
 pub mod bond_throughput;
 pub mod capacity;
+pub mod direction;
 pub mod experiment;
 pub mod plot;
 pub mod report;
@@ -35,5 +36,6 @@ pub mod virtio;
 pub mod virtio_pull;
 pub mod virtio_readers;
 
-pub use args::{Direction, LabArgs};
+pub use args::LabArgs;
+pub use direction::Direction;
 pub use run::run;

@@ -15,10 +15,11 @@ use srap_harness::{
 
 use crate::{
     agents::LabAgents,
-    args::{DEFAULT_WORKLOAD, Direction, Experiment, LabArgs, Nic, workload_words},
+    args::{DEFAULT_WORKLOAD, Experiment, LabArgs, Nic, workload_words},
     binder::LabBinder,
     bond_throughput,
     capacity::{QueueRate, Rate},
+    direction::Direction,
     experiment, plot,
     report::{MIN_DATA_BYTES, RunReport},
     throughput::{self, ThroughputPlan},

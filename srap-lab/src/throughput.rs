@@ -30,8 +30,8 @@ use srap_harness::{
 };
 
 use crate::{
-    args::Direction,
     capacity::Rate,
+    direction::Direction,
     report::{MIN_DATA_BYTES, RunReport},
     topology::LabNet,
 };

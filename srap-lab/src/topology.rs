@@ -20,8 +20,8 @@ use srap_harness::{
 };
 
 use crate::{
-    args::Direction,
     capacity::{QueueCapacity, Rate},
+    direction::Direction,
 };
 
 /// `10.199.250.0/24`: the lab's subnet, inside its own namespaces only.

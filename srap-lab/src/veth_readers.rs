@@ -48,7 +48,8 @@ use srap_harness::{
 
 use crate::{
     agents::LabAgents,
-    args::{DEFAULT_WORKLOAD, Direction, LabArgs},
+    args::{DEFAULT_WORKLOAD, LabArgs},
+    direction::Direction,
     topology::{LabNet, LabNetConfig, SenderCpus, Watch, rps_cores},
 };
 

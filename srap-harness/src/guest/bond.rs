@@ -46,9 +46,6 @@ use crate::{
     readers::{DataSource, Transfer},
 };
 
-/// The most members a bonded guest takes (each a PCI NIC of its own).
-pub const MOST_MEMBERS: u32 = 8;
-
 /// The bond, inside the guest.
 pub const BOND: &str = "bond0";
 

@@ -20,7 +20,10 @@ use crate::{
     subnet::Subnet, support::poll_until,
 };
 
-use super::{bond, files::GuestKernel, image::GuestImage, shell::GuestShell};
+use super::{files::GuestKernel, image::GuestImage, shell::GuestShell};
+
+/// The most members a bonded guest takes (each a PCI NIC of its own).
+pub const MOST_MEMBERS: u32 = 8;
 
 /// The guest's NIC, inside the guest.
 pub const GUEST_IFACE: &str = "eth0";
@@ -127,14 +130,14 @@ impl GuestShape {
     }
 
     /// A guest with `members` single-queue virtio-net NICs (`eth0`…), for a
-    /// bond over them ([`bond::GuestBond`]) on a [`GuestNet::bonded`] with
+    /// bond over them ([`super::bond::GuestBond`]) on a [`GuestNet::bonded`] with
     /// as many taps. Two vCPUs: no RSS is asked of these NICs, and the
     /// bond's member choice does not depend on the CPU that sends.
     pub fn bonded(members: u32) -> anyhow::Result<Self> {
-        if !(2..=bond::MOST_MEMBERS).contains(&members) {
+        if !(2..=MOST_MEMBERS).contains(&members) {
             bail!(
                 "a bonded guest takes 2 to {} members, not {members}",
-                bond::MOST_MEMBERS
+                MOST_MEMBERS
             );
         }
         Ok(Self {
