@@ -56,12 +56,12 @@
 mod bind;
 mod claim;
 mod classify;
+mod connect;
 mod context;
 mod maps;
 mod ports;
 mod record;
 mod sockopt;
-mod steer;
 
 use aya_ebpf::{
     macros::{cgroup_sock, cgroup_sock_addr},
@@ -76,13 +76,13 @@ pub(crate) use record::{forget, remember};
 
 #[cgroup_sock_addr(connect4)]
 pub fn srap_connect4(ctx: SockAddrContext) -> i32 {
-    count(steer::steer(&ctx, Family::Inet));
+    count(connect::steer(&ctx, Family::Inet));
     1
 }
 
 #[cgroup_sock_addr(connect6)]
 pub fn srap_connect6(ctx: SockAddrContext) -> i32 {
-    count(steer::steer(&ctx, Family::Inet6));
+    count(connect::steer(&ctx, Family::Inet6));
     1
 }
 
