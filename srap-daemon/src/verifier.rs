@@ -29,6 +29,7 @@ use aya::{
         XdpMode,
     },
 };
+use srap_common::protocol::Protocol;
 use srap_common::verifier::{
     FLOWS_MAP, FLOWS_MAX_ENTRIES, FlowKey, FlowStats, NIC_HASH_NONE, RX_QUEUE_UNKNOWN,
     SOCK_FLOWS_MAP, SockFlow, VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
@@ -530,7 +531,7 @@ impl Verifier {
                     }
                     None => handshake_stats(&flow, now_ns, self.queues),
                 };
-                let key = FlowKey::from_addrs(src, dst).unwrap_or(key);
+                let key = FlowKey::from_addrs(Protocol::Tcp, src, dst).unwrap_or(key);
                 Some(FlowRecord {
                     src,
                     dst,

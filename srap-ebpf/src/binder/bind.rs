@@ -31,8 +31,7 @@ use srap_common::{
 use super::{
     claim::{LocalSide, claim_local, release_slot, take_turn},
     context::Peer,
-    count,
-    maps::{SRAP_BIND_ERRNOS, SRAP_CONFIG, SRAP_TUPLE_SCRATCH},
+    maps::{SRAP_BIND_ERRNOS, SRAP_CONFIG, SRAP_TUPLE_SCRATCH, count},
     ports::{PlanRows, joint_port, port_at},
     sockopt::{SO_REUSEADDR, SO_REUSEPORT, set_socket_option, socket_option},
 };
@@ -154,7 +153,7 @@ pub(super) fn bind_jointly(
         ) {
             Bind::Bound => return turn_outcome(attempt),
             Bind::Skipped => {}
-            Bind::Failed => break,
+            Bind::Failed(_) => break,
         }
     }
     restore_sharing(ctx, reuse_set, sharing);
@@ -194,8 +193,8 @@ pub(super) fn bind_free_port(
         ) {
             Bind::Bound => return turn_outcome(attempt),
             Bind::Skipped => {}
-            Bind::Failed => {
-                result = COUNTED;
+            Bind::Failed(verdict) => {
+                result = verdict;
                 break;
             }
         }
@@ -209,7 +208,9 @@ pub(super) enum Bind {
     Bound,
     /// Its tuple is taken or another socket holds it: try the next.
     Skipped,
-    Failed,
+    /// The kernel refused what binding needs: the connect's verdict
+    /// (`option_refused`, `bind_refused`), no port is tried after it.
+    Failed(u32),
 }
 
 /// Binds `port` unless that would make the connect fail. A port nobody
@@ -255,8 +256,7 @@ pub(super) fn bind_one(
     };
     if !*reuse_set {
         if set_socket_option(ctx, SO_REUSEADDR, 1) != 0 {
-            count(outcome::OPTION_REFUSED);
-            return Bind::Failed;
+            return Bind::Failed(outcome::OPTION_REFUSED);
         }
         *reuse_set = true;
     }
@@ -437,8 +437,8 @@ pub(super) fn bind_port(ctx: &SockAddrContext, family: Family, table: &TableRow,
     }
 }
 
-pub(super) const COUNTED: u32 = u32::MAX - 1;
-
+/// A bind the kernel refused with `errno` (not for a port in use): counted
+/// by errno in `SRAP_BIND_ERRNOS`, and the connect's verdict.
 #[inline(always)]
 pub(super) fn refused(errno: i64) -> Bind {
     let index = errno.unsigned_abs().min(u64::from(BIND_ERRNOS - 1)) as u32;
@@ -446,6 +446,5 @@ pub(super) fn refused(errno: i64) -> Bind {
         // SAFETY: per-CPU slot, valid map memory.
         unsafe { *counter += 1 };
     }
-    count(outcome::BIND_REFUSED);
-    Bind::Failed
+    Bind::Failed(outcome::BIND_REFUSED)
 }

@@ -1,99 +1,41 @@
-//! A connect, step by step: read the context, classify the destination,
-//! claim a CPU slot, bind a port of it, record the socket. The steps' work
-//! is in their own files; this one sequences them and gives back what a
-//! step claimed when a later one fails.
+//! A connect, step by step: read the context, classify the socket and its
+//! destination, claim a CPU slot, bind a port of it, record the socket.
+//! The steps' work is in their own files; this one sequences them, gives
+//! back what a step claimed when a later one fails, and returns the
+//! connect's one verdict (counted by the hook, `super::srap_connect4`).
 
 use aya_ebpf::programs::SockAddrContext;
 use srap_common::{
-    binder::{DestKey, DestValue, MAX_SLOTS, SocketRecord, event, outcome},
+    binder::{DestValue, MAX_SLOTS, SocketRecord, event, outcome},
     family::Family,
 };
 
 use super::{
-    bind::{COUNTED, bind_for_ends, bind_port, port_sharing},
+    bind::{bind_for_ends, bind_port, port_sharing},
     claim::{claim_slot, note_dry, release_slot, slot_word_of},
-    classify::{bound_port_outcome, dest_of},
-    context::{Peer, SOCK_STREAM, V4_MAPPED_WORD, bound_source, field},
-    count,
-    maps::{SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOTS, SRAP_TABLES},
+    classify::classify,
+    context::{Peer, connecting},
+    maps::{SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOTS, SRAP_TABLES, count},
     ports::PlanRows,
     record::{drop_bind_record, hold, pace},
 };
 
-/// Binds a steered port if the destination is steered; returns the
-/// connect's verdict. Inlined so each program keeps only its own family's
-/// path. Steps 1 and 2 are written out here rather than returned as a
-/// struct from a function of their own: the kernel's verifier lost track of
-/// the fields' values through the stack and walked `connect6` past its
-/// limit.
+/// Binds a steered port if the socket and its destination are steered;
+/// returns the connect's verdict (an `outcome`). Inlined so each program
+/// keeps only its own family's path.
 #[inline(always)]
-pub(super) fn steer(ctx: &SockAddrContext, family: Family) -> u32 {
+pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
     // Step 1: the context.
-    let sa = ctx.sock_addr;
-    // SAFETY: the kernel passes a valid bpf_sock_addr.
-    let (sock_type, user_port) = unsafe {
-        (
-            field(&raw const (*sa).type_),
-            field(&raw const (*sa).user_port),
-        )
-    };
-    if sock_type != SOCK_STREAM {
-        return outcome::MISS;
-    }
-    // user_port holds the port in network byte order in its low 16 bits.
-    let dport = u16::from_be(user_port as u16);
-    // SAFETY: as above.
-    let addr = unsafe {
-        if family == Family::Inet {
-            [field(&raw const (*sa).user_ip4), 0, 0, 0]
-        } else {
-            [
-                field(&raw const (*sa).user_ip6[0]),
-                field(&raw const (*sa).user_ip6[1]),
-                field(&raw const (*sa).user_ip6[2]),
-                field(&raw const (*sa).user_ip6[3]),
-            ]
-        }
-    };
-    // A dual-stack AF_INET6 socket connecting to an IPv4 receiver (the JDK's
-    // default): steer it with the receiver's IPv4 plan, bind `::ffff:src`.
-    let mapped =
-        family == Family::Inet6 && addr[0] == 0 && addr[1] == 0 && addr[2] == V4_MAPPED_WORD;
-    let (src, sport) = bound_source(ctx, family, mapped);
-    let peer = if mapped {
-        Peer {
-            addr: [addr[3], 0, 0, 0],
-            port: dport,
-            v4: true,
-        }
-    } else {
-        Peer {
-            addr,
-            port: dport,
-            v4: family == Family::Inet,
-        }
-    };
-    let key = DestKey {
-        family: if peer.v4 {
-            Family::Inet.as_u32()
-        } else {
-            Family::Inet6.as_u32()
-        },
-        port: u32::from(dport),
-        addr: peer.addr,
-        src,
-    };
-    let bound_addr = src != [0; 4];
+    let connecting = connecting(ctx, family);
+    // Taken now, not after `drop_bind_record`: read from `connecting`
+    // across that subprogram's call, they went through the stack, and the
+    // kernel's verifier walked `connect6` past its million instructions.
+    let (peer, bound_addr) = (connecting.peer, connecting.bound_addr());
     // Step 2: classify.
-    let Some(dest) = dest_of(key) else {
-        if bound_addr && dest_of(DestKey { src: [0; 4], ..key }).is_some() {
-            return outcome::SOURCE_UNPLANNED;
-        }
-        return outcome::MISS;
+    let dest = match classify(ctx, &connecting) {
+        Ok(dest) => dest,
+        Err(verdict) => return verdict,
     };
-    if sport != 0 {
-        return bound_port_outcome(ctx);
-    }
     drop_bind_record(ctx);
     // Steps 3 to 6.
     let result = bind_steered(ctx, family, &dest, peer, bound_addr);
@@ -110,7 +52,7 @@ pub(super) fn steer(ctx: &SockAddrContext, family: Family) -> u32 {
 /// the address alone), so the kernel's port goes with the application's
 /// address.
 #[inline(always)]
-pub(super) fn bind_steered(
+fn bind_steered(
     ctx: &SockAddrContext,
     family: Family,
     dest: &DestValue,
@@ -130,8 +72,9 @@ pub(super) fn bind_steered(
     if slots == 0 || slots > MAX_SLOTS {
         return outcome::MAPS_UNFILLED;
     }
-    let Some((slot, turn)) = claim_slot(state, dest.receiver) else {
-        return COUNTED;
+    let (slot, turn) = match claim_slot(state, dest.receiver) {
+        Ok(claimed) => claimed,
+        Err(verdict) => return verdict,
     };
     // Past this layout's slots only while a re-plan shrinks the receiver:
     // the ports of another slot, the claim's count kept where it was made.

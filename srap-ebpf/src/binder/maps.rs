@@ -27,6 +27,17 @@ macro_rules! declare_maps {
 
 srap_common::binder_pinned_maps!(declare_maps);
 
+/// Adds one to a counter of `SRAP_STATS` (`srap_common::binder::outcome`,
+/// `event`). A connect's verdict is counted once, by its hook
+/// (`super::srap_connect4`, `srap_connect6`), from what the steps return;
+/// the steps count only events, where they happen.
+pub(super) fn count(counter: u32) {
+    if let Some(slot) = SRAP_STATS.get_ptr_mut(counter) {
+        // SAFETY: per-CPU slot, valid map memory.
+        unsafe { *slot += 1 };
+    }
+}
+
 /// Where [`tuple_holder`] builds its lookup tuple: one per CPU, not on the
 /// stack. The kernel allows 512 bytes of stack along a call chain and
 /// Linux 6.1 rounds every frame up to 32 bytes: with a 36-byte tuple (and
