@@ -36,7 +36,7 @@ use srap_common::verifier::{
 };
 use srap_host::report::Chain;
 
-use crate::sock_diag::{SockDiag, TcpCounters};
+use crate::sock_diag::{TcpCounters, TcpDiag};
 use crate::tc::TcMode;
 use tracing::{debug, info, warn};
 
@@ -238,7 +238,7 @@ pub struct VerifierLimit {
 /// other namespaces or on loopback).
 #[derive(Debug)]
 struct SocketView {
-    diag: Option<SockDiag>,
+    diag: Option<TcpDiag>,
     local: Vec<IpAddr>,
 }
 
@@ -729,7 +729,7 @@ fn attach_sock(
             "{iface} has no address here, so no connection ends on it"
         )));
     }
-    let diag = match SockDiag::for_tcp() {
+    let diag = match TcpDiag::loaded() {
         Ok(diag) => Some(diag),
         Err(missing) if choice == HookChoice::Auto => {
             limits.push(VerifierLimit {

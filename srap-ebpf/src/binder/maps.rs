@@ -38,11 +38,11 @@ pub(super) fn count(counter: u32) {
     }
 }
 
-/// Where [`tuple_holder`] builds its lookup tuple: one per CPU, not on the
+/// Where `bind::tcp_tuple_holder` builds its lookup tuple: one per CPU, not on the
 /// stack. The kernel allows 512 bytes of stack along a call chain and
 /// Linux 6.1 rounds every frame up to 32 bytes: with a 36-byte tuple (and
 /// the `memset` subprogram zeroing it) on the stack, the chain hook →
-/// `bind_jointly` → `tuple_holder` came to 544 and 6.1 refused the binder.
+/// `bind_jointly` → `tcp_tuple_holder` came to 544 and 6.1 refused the binder.
 /// Not pinned: it holds nothing between runs, and a connect hook runs to
 /// its end on one CPU.
 #[map]
