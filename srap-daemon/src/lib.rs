@@ -12,8 +12,11 @@
 //! client of it ([`upstream`]: the receiver is upstream of the sender, the
 //! senders are a receiver's `downstream`), speaking [`srap_common::wire`] through
 //! [`framed`]; the receiver's account of where flows land ([`tracker`],
-//! reported as [`srap_status::Status`]).
+//! reported as [`srap_status::Status`]); where a NIC's description comes
+//! from ([`description`]: discovered or a file), beneath both the receiver
+//! and the sender's own NIC.
 
+pub mod description;
 pub mod framed;
 pub mod psk;
 pub mod receiver;

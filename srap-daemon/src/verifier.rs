@@ -23,7 +23,7 @@ use std::{
 
 use aya::{
     Ebpf,
-    maps::{HashMap as BpfHashMap, MapError},
+    maps::MapError,
     programs::{
         CgroupAttachMode, Program, ProgramError, SchedClassifier, SockOps, TcAttachType, Xdp,
         XdpMode,
@@ -39,6 +39,12 @@ use srap_host::report::Chain;
 use crate::sock_diag::{TcpCounters, TcpDiag};
 use crate::tc::TcMode;
 use tracing::{debug, info, warn};
+
+use self::seam::{FlowTable, HookAttacher, KernelHooks};
+
+mod seam;
+#[cfg(test)]
+mod seam_tests;
 
 /// Where the verifier runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -268,60 +274,30 @@ impl Verifier {
         cgroup: Option<&Path>,
     ) -> Result<Self, VerifierError> {
         let mut ebpf = Ebpf::load(crate::ebpf_object())?;
-        let mut attempts = Vec::new();
         let mut limits = Vec::new();
         let driver = driver(iface);
-        for &hook in choice.order() {
-            if choice == HookChoice::Auto
-                && hook == Hook::SockOps
-                && driver.as_deref() == Some("veth")
-            {
-                // veth records no receive queue for its queue 0 (the skb's
-                // queue_mapping is 0), and then a new socket keeps the
-                // listener's queue from an earlier connection: the socket
-                // hook cannot tell queue 0 there. tc can.
-                attempts.push(format!(
-                    "{hook}: not by default on a veth (queue 0 unknowable)"
-                ));
-                continue;
-            }
-            let outcome = match hook {
-                Hook::XdpDriver => attach_xdp(&mut ebpf, iface, XdpMode::Driver).map(|()| None),
-                Hook::XdpGeneric => attach_xdp(&mut ebpf, iface, XdpMode::Skb).map(|()| None),
-                Hook::TcxIngress => attach_tc(&mut ebpf, iface, TcMode::Tcx).map(|()| None),
-                Hook::ClsactIngress => attach_tc(&mut ebpf, iface, TcMode::Clsact).map(|()| None),
-                Hook::SockOps => {
-                    attach_sock(&mut ebpf, iface, cgroup, choice, &mut limits).map(Some)
-                }
-            };
-            match outcome {
-                Ok(sockets) => {
-                    info!(iface, %hook, "receive verifier attached");
-                    for limit in &limits {
-                        warn!(iface, %hook, "the receive verifier runs without {}: {}", limit.missing, limit.detail);
-                    }
-                    return Ok(Self {
-                        ebpf,
-                        hook,
-                        iface: iface.to_owned(),
-                        queues: QueueReading::of(hook, driver.as_deref()),
-                        sockets,
-                        limits,
-                        forget_after: None,
-                        held: 0,
-                        fill: MapFill::default(),
-                    });
-                }
-                Err(AttachFailure::Fatal(err)) => return Err(err),
-                Err(AttachFailure::Refused(err)) => {
-                    info!(iface, %hook, %err, "hook refused, trying the next one");
-                    attempts.push(format!("{hook}: {err}"));
-                }
-            }
+        let mut hooks = KernelHooks {
+            ebpf: &mut ebpf,
+            iface,
+            cgroup,
+            choice,
+            limits: &mut limits,
+        };
+        let (hook, sockets) = first_attached(&mut hooks, iface, choice, driver.as_deref())?;
+        info!(iface, %hook, "receive verifier attached");
+        for limit in &limits {
+            warn!(iface, %hook, "the receive verifier runs without {}: {}", limit.missing, limit.detail);
         }
-        Err(VerifierError::Attach {
+        Ok(Self {
+            ebpf,
+            hook,
             iface: iface.to_owned(),
-            attempts: attempts.join("; "),
+            queues: QueueReading::of(hook, driver.as_deref()),
+            sockets,
+            limits,
+            forget_after: None,
+            held: 0,
+            fill: MapFill::default(),
         })
     }
 
@@ -385,91 +361,84 @@ impl Verifier {
     /// the time of their flow's last packet (tc, XDP) or close (socket
     /// hook; 0 while open: never stale), left out of the records.
     fn read(&self, now_ns: u64, stale: impl Fn(u64) -> bool) -> Result<MapRead, VerifierError> {
-        let mut forget = Vec::new();
-        let held;
-        let mut records = if self.sockets.is_some() {
-            let mut flows = self.walk::<SockFlow>(SOCK_FLOWS_MAP)?;
-            held = flows.len();
-            flows.retain(|key, flow| {
-                let keep = flow.closed_ns == 0 || !stale(flow.closed_ns);
-                if !keep {
-                    forget.push(*key);
-                }
-                keep
-            });
-            self.socket_flows(flows, now_ns)?
-        } else {
-            let mut flows = self.walk::<FlowStats>(FLOWS_MAP)?;
-            held = flows.len();
-            flows.retain(|key, stats| {
-                let keep = !stale(stats.last_seen_ns);
-                if !keep {
-                    forget.push(*key);
-                }
-                keep
-            });
-            self.packet_flows(flows)
-        };
-        records.sort_by_key(|record| (record.src, record.dst));
-        Ok(MapRead {
-            records,
-            stale: forget,
-            held,
-        })
-    }
-
-    /// Every record of map `name`.
-    fn walk<V: aya::Pod>(&self, name: &'static str) -> Result<HashMap<FlowKey, V>, VerifierError> {
-        let map = self.ebpf.map(name).ok_or(VerifierError::Missing(name))?;
-        let map = BpfHashMap::<_, FlowKey, V>::try_from(map)?;
-        // An LRU map can evict while we walk it, which restarts the walk:
-        // collect into a map so a flow seen twice is reported once.
-        let mut flows = HashMap::new();
-        for entry in map.iter() {
-            let (key, value) = entry?;
-            flows.insert(key, value);
-        }
-        Ok(flows)
+        read_table(
+            &self.ebpf,
+            self.sockets.as_ref(),
+            self.queues,
+            (now_ns, &stale),
+        )
     }
 
     /// Deletes `keys` from the map the hook records in (after the walk:
     /// deleting during it would restart it).
     fn forget(&mut self, keys: &[FlowKey]) {
-        let name = if self.sockets.is_some() {
-            SOCK_FLOWS_MAP
-        } else {
-            FLOWS_MAP
-        };
-        let Some(map) = self.ebpf.map_mut(name) else {
-            return;
-        };
         let result = if self.sockets.is_some() {
-            BpfHashMap::<_, FlowKey, SockFlow>::try_from(map)
-                .map(|mut map| remove_all(&mut map, keys))
+            self.ebpf.remove::<SockFlow>(SOCK_FLOWS_MAP, keys)
         } else {
-            BpfHashMap::<_, FlowKey, FlowStats>::try_from(map)
-                .map(|mut map| remove_all(&mut map, keys))
+            self.ebpf.remove::<FlowStats>(FLOWS_MAP, keys)
         };
         if let Err(err) = result {
             debug!(%err, "forgetting stale flow records");
         }
     }
+}
 
-    /// The packet hooks' records as flows.
-    fn packet_flows(&self, flows: HashMap<FlowKey, FlowStats>) -> Vec<FlowRecord> {
-        flows
-            .into_iter()
-            .filter_map(|(key, mut stats)| {
-                stats.rx_queue = self.queues.queue(stats.rx_queue);
-                Some(FlowRecord {
-                    src: key.src()?,
-                    dst: key.dst()?,
-                    key,
-                    stats,
-                })
+/// [`Verifier::read`] of `table`: the socket hook's map when it runs with
+/// `sockets`, else the packet hooks', their queues read as `queues`; a
+/// record is stale by `stale` at `now_ns`.
+fn read_table(
+    table: &impl FlowTable,
+    sockets: Option<&SocketView>,
+    queues: QueueReading,
+    (now_ns, stale): (u64, &dyn Fn(u64) -> bool),
+) -> Result<MapRead, VerifierError> {
+    let mut forget = Vec::new();
+    let held;
+    let mut records = if let Some(sockets) = sockets {
+        let mut flows = table.walk::<SockFlow>(SOCK_FLOWS_MAP)?;
+        held = flows.len();
+        flows.retain(|key, flow| {
+            let keep = flow.closed_ns == 0 || !stale(flow.closed_ns);
+            if !keep {
+                forget.push(*key);
+            }
+            keep
+        });
+        socket_flows(sockets, flows, now_ns, queues)?
+    } else {
+        let mut flows = table.walk::<FlowStats>(FLOWS_MAP)?;
+        held = flows.len();
+        flows.retain(|key, stats| {
+            let keep = !stale(stats.last_seen_ns);
+            if !keep {
+                forget.push(*key);
+            }
+            keep
+        });
+        packet_flows(flows, queues)
+    };
+    records.sort_by_key(|record| (record.src, record.dst));
+    Ok(MapRead {
+        records,
+        stale: forget,
+        held,
+    })
+}
+
+/// The packet hooks' records as flows.
+fn packet_flows(flows: HashMap<FlowKey, FlowStats>, queues: QueueReading) -> Vec<FlowRecord> {
+    flows
+        .into_iter()
+        .filter_map(|(key, mut stats)| {
+            stats.rx_queue = queues.queue(stats.rx_queue);
+            Some(FlowRecord {
+                src: key.src()?,
+                dst: key.dst()?,
+                key,
+                stats,
             })
-            .collect()
-    }
+        })
+        .collect()
 }
 
 /// One walk of the verifier's map.
@@ -482,67 +451,48 @@ struct MapRead {
     held: usize,
 }
 
-/// Removes `keys`; one already gone (closed and evicted meanwhile) is as
-/// good as removed.
-fn remove_all<V: aya::Pod>(
-    map: &mut BpfHashMap<&mut aya::maps::MapData, FlowKey, V>,
-    keys: &[FlowKey],
-) {
-    for key in keys {
-        if let Err(err) = map.remove(key)
-            && !matches!(err, MapError::KeyNotFound)
-        {
-            debug!(%err, "forgetting a stale flow record");
-        }
-    }
-}
-
-impl Verifier {
-    /// The socket hook's flows: its map joined with the namespace's live
-    /// connections. A connection still open takes its counters from
-    /// `tcp_info`; a closed one from what the program stored at close. Only
-    /// connections to an address of the interface are this verifier's.
-    fn socket_flows(
-        &self,
-        flows: HashMap<FlowKey, SockFlow>,
-        now_ns: u64,
-    ) -> Result<Vec<FlowRecord>, VerifierError> {
-        let Some(sockets) = &self.sockets else {
-            return Ok(Vec::new());
-        };
-        let live = match &sockets.diag {
-            Some(diag) => Some(diag.tcp_connections().map_err(VerifierError::Diag)?),
-            None => None,
-        };
-        let mut records: Vec<_> = flows
-            .into_iter()
-            .filter_map(|(key, flow)| {
-                let (src, dst) = (unmapped(key.src()?), unmapped(key.dst()?));
-                if !sockets.local.contains(&dst.ip()) {
-                    return None;
+/// The socket hook's flows: its map joined with the namespace's live
+/// connections. A connection still open takes its counters from
+/// `tcp_info`; a closed one from what the program stored at close. Only
+/// connections to an address of the interface are this verifier's.
+fn socket_flows(
+    sockets: &SocketView,
+    flows: HashMap<FlowKey, SockFlow>,
+    now_ns: u64,
+    queues: QueueReading,
+) -> Result<Vec<FlowRecord>, VerifierError> {
+    let live = match &sockets.diag {
+        Some(diag) => Some(diag.tcp_connections().map_err(VerifierError::Diag)?),
+        None => None,
+    };
+    let mut records: Vec<_> = flows
+        .into_iter()
+        .filter_map(|(key, flow)| {
+            let (src, dst) = (unmapped(key.src()?), unmapped(key.dst()?));
+            if !sockets.local.contains(&dst.ip()) {
+                return None;
+            }
+            let stats = match &live {
+                Some(live) => {
+                    let open = live.get(&(src, dst)).or_else(|| {
+                        // A dual-stack socket reports v4-mapped addresses.
+                        live.get(&(v4_mapped(src), v4_mapped(dst)))
+                    });
+                    socket_stats(&flow, open, now_ns, queues)?
                 }
-                let stats = match &live {
-                    Some(live) => {
-                        let open = live.get(&(src, dst)).or_else(|| {
-                            // A dual-stack socket reports v4-mapped addresses.
-                            live.get(&(v4_mapped(src), v4_mapped(dst)))
-                        });
-                        socket_stats(&flow, open, now_ns, self.queues)?
-                    }
-                    None => handshake_stats(&flow, now_ns, self.queues),
-                };
-                let key = FlowKey::from_addrs(Protocol::Tcp, src, dst).unwrap_or(key);
-                Some(FlowRecord {
-                    src,
-                    dst,
-                    key,
-                    stats,
-                })
+                None => handshake_stats(&flow, now_ns, queues),
+            };
+            let key = FlowKey::from_addrs(Protocol::Tcp, src, dst).unwrap_or(key);
+            Some(FlowRecord {
+                src,
+                dst,
+                key,
+                stats,
             })
-            .collect();
-        records.sort_by_key(|record| (record.src, record.dst));
-        Ok(records)
-    }
+        })
+        .collect();
+    records.sort_by_key(|record| (record.src, record.dst));
+    Ok(records)
 }
 
 /// One connection's record in the tc program's terms. `None` for a record
@@ -647,6 +597,44 @@ enum AttachFailure {
     Fatal(VerifierError),
 }
 
+/// Attaches on the first hook of `choice`, in its order, that `hooks`
+/// attaches on a device driven by `driver`: a hook refused moves on to the
+/// next (its reason kept for the error), a fatal failure stops. The socket
+/// hook is not tried by default on a veth. Returns the hook and what
+/// attaching it gave.
+fn first_attached<H: HookAttacher>(
+    hooks: &mut H,
+    iface: &str,
+    choice: HookChoice,
+    driver: Option<&str>,
+) -> Result<(Hook, H::Attached), VerifierError> {
+    let mut attempts = Vec::new();
+    for &hook in choice.order() {
+        if choice == HookChoice::Auto && hook == Hook::SockOps && driver == Some("veth") {
+            // veth records no receive queue for its queue 0 (the skb's
+            // queue_mapping is 0), and then a new socket keeps the
+            // listener's queue from an earlier connection: the socket
+            // hook cannot tell queue 0 there. tc can.
+            attempts.push(format!(
+                "{hook}: not by default on a veth (queue 0 unknowable)"
+            ));
+            continue;
+        }
+        match hooks.attach(hook) {
+            Ok(attached) => return Ok((hook, attached)),
+            Err(AttachFailure::Fatal(err)) => return Err(err),
+            Err(AttachFailure::Refused(err)) => {
+                info!(iface, %hook, %err, "hook refused, trying the next one");
+                attempts.push(format!("{hook}: {err}"));
+            }
+        }
+    }
+    Err(VerifierError::Attach {
+        iface: iface.to_owned(),
+        attempts: attempts.join("; "),
+    })
+}
+
 /// The verifier's three programs (XDP, tc, `sock_ops`), found and loaded
 /// the same way: [`loaded`] is their one home.
 trait VerifierProgram {
@@ -729,31 +717,7 @@ fn attach_sock(
             "{iface} has no address here, so no connection ends on it"
         )));
     }
-    let diag = match TcpDiag::loaded() {
-        Ok(diag) => Some(diag),
-        Err(missing) if choice == HookChoice::Auto => {
-            limits.push(VerifierLimit {
-                missing: "sock_diag",
-                detail: format!(
-                    "{missing}; the socket hook would know each flow's queue and CPU but not \
-                     its bytes until it closes, so the verifier runs at tc ingress instead, \
-                     which costs every received packet one program run (tens of ns)"
-                ),
-            });
-            return Err(AttachFailure::Refused(missing));
-        }
-        Err(missing) => {
-            limits.push(VerifierLimit {
-                missing: "sock_diag",
-                detail: format!(
-                    "{missing}; each flow's queue and CPU come from its handshake, its bytes \
-                     and rate only once it closes (`--hook auto` would use tc ingress, at a \
-                     program run per received packet)"
-                ),
-            });
-            None
-        }
-    };
+    let diag = socket_diag(TcpDiag::loaded(), choice, limits)?;
     let file = std::fs::File::open(&cgroup).map_err(|err| {
         AttachFailure::Refused(format!("opening cgroup {}: {err}", cgroup.display()))
     })?;
@@ -765,6 +729,42 @@ fn attach_sock(
         .map_err(|err| AttachFailure::Refused(Chain(&err).to_string()))?;
     debug!(iface, cgroup = %cgroup.display(), "socket verifier on the cgroup");
     Ok(SocketView { diag, local })
+}
+
+/// What the socket hook does with sock_diag for TCP `found` or missing
+/// (why, as the error): under the automatic choice a missing one refuses
+/// the hook, so tc ingress is tried next; chosen explicitly, the hook goes
+/// on without it. Either way, what that costs goes into `limits`.
+fn socket_diag<D>(
+    found: Result<D, String>,
+    choice: HookChoice,
+    limits: &mut Vec<VerifierLimit>,
+) -> Result<Option<D>, AttachFailure> {
+    match found {
+        Ok(diag) => Ok(Some(diag)),
+        Err(missing) if choice == HookChoice::Auto => {
+            limits.push(VerifierLimit {
+                missing: "sock_diag",
+                detail: format!(
+                    "{missing}; the socket hook would know each flow's queue and CPU but not \
+                     its bytes until it closes, so the verifier runs at tc ingress instead, \
+                     which costs every received packet one program run (tens of ns)"
+                ),
+            });
+            Err(AttachFailure::Refused(missing))
+        }
+        Err(missing) => {
+            limits.push(VerifierLimit {
+                missing: "sock_diag",
+                detail: format!(
+                    "{missing}; each flow's queue and CPU come from its handshake, its bytes \
+                     and rate only once it closes (`--hook auto` would use tc ingress, at a \
+                     program run per received packet)"
+                ),
+            });
+            Ok(None)
+        }
+    }
 }
 
 /// tc ingress through tcx, or through a `clsact` qdisc filter.

@@ -58,8 +58,15 @@ impl Attr {
         self.0[at / 8] = value;
     }
 
-    /// `bpf(cmd, attr, size)`.
+    /// `bpf(cmd, attr, size)`: every call of this module goes through
+    /// here, so a unit test can put a fake kernel in its place (for its
+    /// own thread, `fake::with_kernel`) and judge the logic around the
+    /// calls without root.
     fn call(&mut self, cmd: libc::c_long) -> io::Result<()> {
+        #[cfg(test)]
+        if let Some(result) = fake::call(cmd, self) {
+            return result;
+        }
         // SAFETY: the attr is ATTR_LEN valid, aligned bytes that live across
         // the call; every pointer in it points at a buffer the caller keeps
         // alive and sized as the attr says.
@@ -147,8 +154,96 @@ pub fn array_values(
 }
 
 #[cfg(test)]
+mod fake;
+
+#[cfg(test)]
 mod tests {
-    use super::*;
+    use std::{cell::RefCell, fs::File, os::fd::AsFd as _, rc::Rc};
+
+    use super::{
+        fake::{Batch, array_map, reversing_program, value, with_kernel},
+        *,
+    };
+
+    /// Values `start..` of a fake map of `rows` rows read by
+    /// [`array_values`], and the batches it asked for.
+    fn read_fake(rows: u32, start: u32, count: u32) -> (io::Result<Vec<u32>>, Vec<Batch>) {
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let fd = File::open("/dev/null").expect("any descriptor");
+        let read = with_kernel(array_map(rows, seen.clone()), || {
+            array_values(fd.as_fd(), 4, start, count)
+        });
+        let values = read.map(|bytes| {
+            let rows = bytes.chunks_exact(4);
+            rows.map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                .collect()
+        });
+        (values, seen.take())
+    }
+
+    #[test]
+    fn a_batch_read_asks_from_the_key_before_its_start_batch_after_batch() {
+        let (values, batches) = read_fake(3 * BATCH_ROWS, 5, 2 * BATCH_ROWS + 100);
+        let values = values.expect("read");
+        let wanted: Vec<u32> = (5..5 + 2 * BATCH_ROWS + 100).map(value).collect();
+        assert_eq!(values, wanted);
+        let batch = |after, asked| Batch { after, asked };
+        assert_eq!(
+            batches,
+            [
+                batch(Some(4), BATCH_ROWS),
+                batch(Some(4 + BATCH_ROWS), BATCH_ROWS),
+                batch(Some(4 + 2 * BATCH_ROWS), 100),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_batch_read_from_key_zero_names_no_key_before_it() {
+        let (values, batches) = read_fake(10, 0, 4);
+        assert_eq!(values.expect("read"), [1, 4, 7, 10]);
+        assert_eq!(
+            batches,
+            [Batch {
+                after: None,
+                asked: 4
+            }]
+        );
+    }
+
+    #[test]
+    fn a_map_that_ends_first_gives_the_rows_it_has() {
+        let (values, batches) = read_fake(100, 90, 50);
+        let wanted: Vec<u32> = (90..100).map(value).collect();
+        assert_eq!(values.expect("read"), wanted, "ENOENT ends the read");
+        assert_eq!(batches.len(), 1);
+        let (values, _) = read_fake(10, 20, 5);
+        assert_eq!(values.expect("past the end"), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn a_refused_batch_is_the_error() {
+        let fd = File::open("/dev/null").expect("any descriptor");
+        let refuse = |_, _: &mut Attr| Err(io::Error::from_raw_os_error(libc::EPERM));
+        let err = with_kernel(refuse, || array_values(fd.as_fd(), 4, 0, 8)).expect_err("EPERM");
+        assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+    }
+
+    #[test]
+    fn a_test_run_returns_the_programs_value_and_the_packet_it_left() {
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let fd = File::open("/dev/null").expect("any descriptor");
+        let run = with_kernel(reversing_program(2, seen.clone()), || {
+            prog_test_run(fd.as_fd(), &[1, 2, 3, 4, 5], 16)
+        });
+        let run = run.expect("ran");
+        assert_eq!((run.retval, run.data_out), (2, vec![5, 4, 3, 2, 1]));
+        assert_eq!(*seen.borrow(), [1, 2, 3, 4, 5], "the packet given");
+        let short = with_kernel(reversing_program(0, seen), || {
+            prog_test_run(fd.as_fd(), &[1, 2, 3, 4, 5], 3)
+        });
+        assert_eq!(short.expect("ran").data_out, [5, 4, 3], "as much as fits");
+    }
 
     #[test]
     fn attr_fields_land_at_their_offsets() {

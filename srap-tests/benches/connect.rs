@@ -41,7 +41,7 @@ use srap_common::{
 };
 use srap_daemon::sender::{
     self, SenderOptions,
-    ends::{LocalPlacement, Steer},
+    ends::{LocalPlacement, PlacedEnds},
     local_end,
 };
 use srap_lab::binder::InCgroup;
@@ -213,13 +213,13 @@ impl Attached {
     /// `--steer steer` toward a 32-CPU receiver (the embedded description:
     /// 128 entries) from a host whose NIC has 16 queues over 128 entries: a
     /// joint map of 7 + 7 bits, 4 ports per pair of entries.
-    fn steering(steer: Steer, server: SocketAddr) -> Self {
+    fn steering(steer: PlacedEnds, server: SocketAddr) -> Self {
         let remote = RssModel::from_description(&embedded_default()).expect("model");
         let local = this_hosts_nic();
         let (targets, local) = match steer {
-            Steer::Remote => (sender::Target::all(&remote, &[server.ip()]), None),
-            Steer::Local => (sender::Target::all(&local, &[server.ip()]), None),
-            Steer::Both => (
+            PlacedEnds::Remote => (sender::Target::all(&remote, &[server.ip()]), None),
+            PlacedEnds::Local => (sender::Target::all(&local, &[server.ip()]), None),
+            PlacedEnds::Both => (
                 sender::Target::all(&remote, &[server.ip()]),
                 Some(std::sync::Arc::new(local)),
             ),
@@ -380,7 +380,7 @@ fn connect_accept(c: &mut Criterion) {
         .run(|| {
             (
                 [Attached::new(4, server), Attached::new(512, server)],
-                [Steer::Remote, Steer::Local, Steer::Both]
+                [PlacedEnds::Remote, PlacedEnds::Local, PlacedEnds::Both]
                     .map(|s| Attached::steering(s, server))
                     .into_iter()
                     .chain([Attached::reader(server)])

@@ -26,7 +26,7 @@ use srap_common::{
     solver::PortRange,
 };
 use srap_daemon::{
-    sender::{Plan, plan::ReceiverSources},
+    sender::{Plan, local::ReceiverSources},
     upstream::plan_report,
     verifier::{HookChoice, Verifier},
 };

@@ -19,7 +19,7 @@ use srap_common::{
 };
 use srap_daemon::{
     psk::Keys,
-    receiver::{AllowList, Published, Server, ServerConfig, Source, Timeouts, source},
+    receiver::{AllowList, ServedDescription, Server, ServerConfig, Source, Timeouts, source},
     upstream::{self, Backoff, PeerConfig, PeerError, PeerHandle, PeerStatus, Session, Update},
 };
 use tokio::{
@@ -47,8 +47,8 @@ fn psk(text: &str) -> Psk {
     Psk::new(text.as_bytes()).expect("a long enough key")
 }
 
-fn published(version: u64, description: RssDescription) -> Published {
-    Published::new(version, description)
+fn published(version: u64, description: RssDescription) -> ServedDescription {
+    ServedDescription::new(version, description)
 }
 
 /// A description that differs from the default in its key.
@@ -61,7 +61,7 @@ fn changed_description() -> RssDescription {
 
 struct Fixture {
     server: Server,
-    updates: watch::Sender<Published>,
+    updates: watch::Sender<ServedDescription>,
 }
 
 impl Fixture {

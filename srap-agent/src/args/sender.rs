@@ -11,8 +11,8 @@ use std::{
 use srap_common::solver::PortRange;
 use srap_daemon::sender::{
     PacingRate,
-    bond::BondMembers,
-    ends::{LocalPlacement, LocalSettings, Steer},
+    ends::{LocalPlacement, LocalSettings, PlacedEnds},
+    local::bond::BondMembers,
     settings::{DescriptionSource, SenderSettings, SizeSettings},
 };
 
@@ -66,7 +66,7 @@ pub struct SenderArgs {
     /// each receiver is steered at its own peer's address).
     #[arg(long = "receiver", value_name = "IP")]
     pub receivers: Vec<IpAddr>,
-    /// Steer only this destination port (repeat for more; default: every port).
+    /// PlacedEnds only this destination port (repeat for more; default: every port).
     #[arg(long = "port", value_name = "P")]
     pub ports: Vec<u16>,
     /// The cgroup whose connections are steered (default `<cgroup2>/srap`;
@@ -217,7 +217,7 @@ impl From<BondMembersArg> for BondMembers {
     }
 }
 
-/// `--steer`'s values, named and documented as [`Steer`]'s (the `steer`
+/// `--steer`'s values, named and documented as [`PlacedEnds`]'s (the `steer`
 /// key of `--config` takes the same words: a test checks they agree).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SteerArg {
@@ -229,7 +229,7 @@ pub enum SteerArg {
     Both,
 }
 
-impl From<SteerArg> for Steer {
+impl From<SteerArg> for PlacedEnds {
     fn from(arg: SteerArg) -> Self {
         match arg {
             SteerArg::Remote => Self::Remote,
@@ -265,7 +265,7 @@ impl From<SenderArgs> for SenderSettings {
             interval: args.interval,
             bond_members: args.bond_members.map(BondMembers::from),
             local: LocalSettings {
-                steer: args.local.steer.map(Steer::from),
+                placed_ends: args.local.steer.map(PlacedEnds::from),
                 local_iface: args.local.local_iface,
                 local_rss: args.local.local_rss,
                 local_cpus: args.local.local_cpus,
@@ -353,7 +353,7 @@ mod tests {
         assert_eq!(set.control.as_deref(), Some(Path::new("/run/x.sock")));
         assert_eq!(set.metrics, Some("127.0.0.1:9448".parse().expect("addr")));
         assert_eq!(set.interval, Some(5));
-        assert_eq!(set.local.steer, Some(Steer::Both));
+        assert_eq!(set.local.placed_ends, Some(PlacedEnds::Both));
         assert_eq!(set.local.local_iface.as_deref(), Some("eth0"));
         assert_eq!(set.local.local_rss, None);
         assert_eq!(set.local.local_cpus, Some((0..4).collect()));
@@ -369,7 +369,7 @@ mod tests {
             (Some(3), Some(4), Some(5), Some(6))
         );
         let none = settings(&[]);
-        assert!(none.config.is_none() && none.local.steer.is_none() && !none.once);
+        assert!(none.config.is_none() && none.local.placed_ends.is_none() && !none.once);
         assert_eq!(
             none.pin_dir(),
             Path::new(srap_daemon::sender::DEFAULT_PIN_DIR)
@@ -385,8 +385,12 @@ mod tests {
                 .expect("shown")
                 .get_name()
                 .to_owned();
-            assert_eq!(name.parse::<Steer>(), Ok(Steer::from(*arg)), "{name}");
-            assert_eq!(Steer::from(*arg).to_string(), name);
+            assert_eq!(
+                name.parse::<PlacedEnds>(),
+                Ok(PlacedEnds::from(*arg)),
+                "{name}"
+            );
+            assert_eq!(PlacedEnds::from(*arg).to_string(), name);
         }
     }
 
@@ -442,7 +446,7 @@ mod tests {
             "10.0.0.2",
         ]);
         let resolved = ok.resolved().expect("no receiver description needed");
-        assert_eq!(resolved.local.steer(), Steer::Local);
+        assert_eq!(resolved.local.placed_ends(), PlacedEnds::Local);
         for (flags, says) in [
             (
                 &["--steer", "local", "--receiver", "10.0.0.2"][..],

@@ -5,11 +5,7 @@
 use super::usage_error;
 use anyhow::Context as _;
 use srap_common::rss::RssDescription;
-use srap_daemon::sender::{
-    self,
-    ends::{LocalNic, Steer},
-    settings::SenderSettings,
-};
+use srap_daemon::sender::{self, ends::PlacedEnds, local::nic::LocalNic, settings::SenderSettings};
 
 /// Sets up (or adopts) the binder, prints what it steers, then reports its
 /// counters until Ctrl-C, SIGTERM or `srap-agent detach`. With `--peer` the
@@ -27,8 +23,10 @@ pub fn run(args: &SenderSettings, runtime: &tokio::runtime::Runtime) -> anyhow::
     let local = LocalNic::load(&args.local).context("describing this host's NIC")?;
     let object = srap_daemon::ebpf_object();
     let (rss, peers) = (&args.source.rss, &args.source.peer);
-    match (args.local.steer(), rss, peers.is_empty()) {
-        (Steer::Local, _, _) => runtime.block_on(sender::offline::run(args, None, local, object)),
+    match (args.local.placed_ends(), rss, peers.is_empty()) {
+        (PlacedEnds::Local, _, _) => {
+            runtime.block_on(sender::offline::run(args, None, local, object))
+        }
         (_, None, false) => runtime.block_on(sender::follow::run(args, peers, local, object)),
         (_, Some(_), true) if psk_flag || !args.report_ports.is_empty() => {
             anyhow::bail!("--psk-file and --report-port go with --peer, not --rss")

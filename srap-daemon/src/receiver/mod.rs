@@ -44,7 +44,7 @@ pub use self::{
     allow::AllowList,
     downstream::Peers,
     grants::{GrantRow, Grants, Offer},
-    source::{LearnedKey, Published, Source, SourceError},
+    source::{LearnedKey, ServedDescription, Source, SourceError},
 };
 
 /// Deadlines of a session.
@@ -170,7 +170,7 @@ impl Server {
     pub async fn bind(
         listen: SocketAddr,
         config: ServerConfig,
-        updates: watch::Receiver<Published>,
+        updates: watch::Receiver<ServedDescription>,
     ) -> io::Result<Self> {
         let listener = TcpListener::bind(listen).await?;
         Ok(Self::serve(listener, config, updates))
@@ -180,7 +180,7 @@ impl Server {
     pub fn serve(
         listener: TcpListener,
         mut config: ServerConfig,
-        updates: watch::Receiver<Published>,
+        updates: watch::Receiver<ServedDescription>,
     ) -> Self {
         let local_addr = listener
             .local_addr()

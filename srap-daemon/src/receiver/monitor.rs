@@ -17,7 +17,7 @@ use srap_common::rss::{End, FlowTuple, RssModel};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::{LearnedKey, Published, Server, downstream::unix_ms};
+use super::{LearnedKey, ServedDescription, Server, downstream::unix_ms};
 use srap_status::{FlowRow, Landings, ReceiveCpu, Status, VerifierLimit, VerifierState};
 
 use crate::{
@@ -181,7 +181,7 @@ impl Monitor {
     }
 
     /// Takes one sample and publishes it.
-    pub fn sample(&mut self, server: &Server, published: &Published) {
+    pub fn sample(&mut self, server: &Server, published: &ServedDescription) {
         let records = match &mut self.verifier {
             Some(verifier) => match tokio::task::block_in_place(|| verifier.sample()) {
                 Ok(records) => {

@@ -21,7 +21,7 @@ use tokio::{
 };
 use tracing::{debug, info, warn};
 
-use super::{Shared, pace::DemandPace, rewrite, seen, source::Published};
+use super::{Shared, pace::DemandPace, rewrite, seen, source::ServedDescription};
 use crate::{
     framed::{self, FrameError, Inbound, Outbound, ReadLimits, printable},
     psk::Keys,
@@ -490,7 +490,7 @@ fn withdrawn(key: Option<KeyId>, keys: &Keys) -> Option<SessionError> {
 async fn send_update(
     wr: &mut OwnedWriteHalf,
     outbound: &mut Outbound,
-    current: &Published,
+    current: &ServedDescription,
     shared: &Shared,
 ) -> Result<(), SessionError> {
     let update = Message::RssUpdate(RssUpdate {
@@ -560,7 +560,7 @@ pub(super) async fn drain<R: tokio::io::AsyncRead + Unpin>(
 }
 
 /// The receiver's watch channel type, named for [`super`].
-pub(super) type Updates = watch::Receiver<Published>;
+pub(super) type Updates = watch::Receiver<ServedDescription>;
 
 #[cfg(test)]
 mod tests;

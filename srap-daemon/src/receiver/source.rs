@@ -2,21 +2,19 @@
 //! every interval (≤ 1 s) and publishes a new version only when it really
 //! changed, so senders replan only when they must.
 
-use std::{path::PathBuf, time::Duration};
+use std::time::Duration;
 
-use srap_common::rss::{DescriptionFileError, KeyProvenance, KeySource, RssDescription};
-use thiserror::Error;
+use srap_common::rss::{KeyProvenance, KeySource, RssDescription};
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{info, warn};
 
-use srap_host::discovery::{self, DiscoveryError};
-
+pub use crate::description::{Source, SourceError};
 pub use crate::tracker::learning::LearnedKey;
 use crate::tracker::learning::Served;
 
 /// The description senders are given, and its version.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Published {
+pub struct ServedDescription {
     /// 1 for the first description of this run, +1 on every change.
     pub version: u64,
     pub description: RssDescription,
@@ -28,7 +26,7 @@ pub struct Published {
     pub candidate_key: String,
 }
 
-impl Published {
+impl ServedDescription {
     /// Version `version` of `description`, its key as reported.
     pub fn new(version: u64, description: RssDescription) -> Self {
         Self {
@@ -56,68 +54,21 @@ impl Published {
     }
 }
 
-/// What the receiver describes.
-#[derive(Debug, Clone)]
-pub enum Source {
-    /// Discover the RSS of this interface.
-    Iface(String),
-    /// Read this JSON file (`--rss`): for devices without RSS, or to override.
-    File(PathBuf),
-}
-
-#[derive(Debug, Error)]
-pub enum SourceError {
-    #[error(transparent)]
-    Discovery(#[from] DiscoveryError),
-    #[error(transparent)]
-    File(#[from] DescriptionFileError),
-}
-
-impl Source {
-    /// The current description, validated. Blocking (file or netlink I/O).
-    pub fn read(&self) -> Result<RssDescription, SourceError> {
-        self.read_with_origin(&mut Vec::new()).map(|(d, _)| d)
-    }
-
-    /// The description, where its key comes from, and discovery's warnings.
-    pub(crate) fn read_with_origin(
-        &self,
-        warnings: &mut Vec<String>,
-    ) -> Result<(RssDescription, KeySource), SourceError> {
-        match self {
-            Self::Iface(iface) => {
-                let found = discovery::discover(iface)?;
-                warnings.extend(found.warnings.iter().map(|w| format!("{iface}: {w}")));
-                Ok((found.description, found.key_source))
-            }
-            Self::File(path) => Ok((RssDescription::load(path)?.0, KeySource::Reported)),
-        }
-    }
-
-    /// What to publish: the description with a learned key applied.
-    fn publishable(
-        &self,
-        learned: &LearnedKey,
-        warnings: &mut Vec<String>,
-    ) -> Result<(RssDescription, KeyProvenance, String), SourceError> {
-        let (mut description, source) = self.read_with_origin(warnings)?;
-        let candidate = description.key.clone();
-        let mut key = KeyProvenance {
-            source,
-            ..KeyProvenance::default()
-        };
-        learned.applied(&mut description, &mut key);
-        Ok((description, key, candidate))
-    }
-}
-
-impl std::fmt::Display for Source {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Iface(iface) => write!(f, "the RSS of {iface}"),
-            Self::File(path) => write!(f, "{}", path.display()),
-        }
-    }
+/// What to publish: `source`'s description with a learned key applied,
+/// its key's provenance, and the candidate key it replaces.
+fn publishable(
+    source: &Source,
+    learned: &LearnedKey,
+    warnings: &mut Vec<String>,
+) -> Result<(RssDescription, KeyProvenance, String), SourceError> {
+    let (mut description, origin) = source.read_with_origin(warnings)?;
+    let candidate = description.key.clone();
+    let mut key = KeyProvenance {
+        source: origin,
+        ..KeyProvenance::default()
+    };
+    learned.applied(&mut description, &mut key);
+    Ok((description, key, candidate))
 }
 
 /// Reads `source` once (an error here is fatal: nothing to serve), then
@@ -127,7 +78,7 @@ impl std::fmt::Display for Source {
 pub fn watch(
     source: Source,
     interval: Duration,
-) -> Result<(watch::Receiver<Published>, JoinHandle<()>), SourceError> {
+) -> Result<(watch::Receiver<ServedDescription>, JoinHandle<()>), SourceError> {
     watch_learning(source, interval, LearnedKey::default())
 }
 
@@ -138,14 +89,14 @@ pub fn watch_learning(
     source: Source,
     interval: Duration,
     learned: LearnedKey,
-) -> Result<(watch::Receiver<Published>, JoinHandle<()>), SourceError> {
+) -> Result<(watch::Receiver<ServedDescription>, JoinHandle<()>), SourceError> {
     let mut warnings = Vec::new();
-    let (description, key, candidate_key) = source.publishable(&learned, &mut warnings)?;
+    let (description, key, candidate_key) = publishable(&source, &learned, &mut warnings)?;
     for warning in &warnings {
         warn!("{warning}");
     }
     info!("serving {source}, version 1 (key {})", key.source);
-    let (tx, rx) = watch::channel(Published {
+    let (tx, rx) = watch::channel(ServedDescription {
         version: 1,
         description,
         key,
@@ -163,9 +114,7 @@ pub fn watch_learning(
             let learned = learned.clone();
             let read = tokio::task::spawn_blocking(move || {
                 let mut warnings = Vec::new();
-                reader
-                    .publishable(&learned, &mut warnings)
-                    .map(|read| (read, warnings))
+                publishable(&reader, &learned, &mut warnings).map(|read| (read, warnings))
             })
             .await;
             let read = match read {
@@ -206,7 +155,7 @@ pub fn watch_learning(
 /// its key's source changed; the same version, resent, when only the
 /// key's model or confidence says something new; nothing otherwise.
 fn republish(
-    current: &mut Published,
+    current: &mut ServedDescription,
     source: &Source,
     (description, key, candidate_key): (RssDescription, KeyProvenance, String),
 ) -> bool {

@@ -14,21 +14,22 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, Map, MapData, MapInfo},
     programs::{
-        CgroupAttachMode, CgroupSock, CgroupSockAddr, Program, ProgramError,
-        links::{FdLink, PinnedLink},
+        CgroupAttachMode, CgroupSock, CgroupSockAddr, Program, ProgramError, links::FdLink,
     },
 };
-use srap_common::binder::{
-    BinderConfig, BinderSizes, CONFIG_MAP, PINNED_MAPS, RELEASE_PROGRAM, SizeSetting,
-};
+use srap_common::binder::{BinderSizes, PINNED_MAPS, RELEASE_PROGRAM, SizeSetting};
 use tracing::{debug, info, warn};
 
+use self::seam::{Attacher, Bpffs, CgroupAttacher, Pins, remove_if_present};
 use super::{
-    SenderError,
+    error::SenderError,
     layout::{PROGRAMS, PinLayout},
 };
+
+mod seam;
+#[cfg(test)]
+mod tests;
 
 /// Fails unless `dir` (or its nearest existing ancestor) is on bpffs, after
 /// mounting bpffs at `/sys/fs/bpf` if `dir` is under it and none is there.
@@ -57,18 +58,19 @@ pub fn check_bpffs(dir: &Path) -> Result<(), SenderError> {
 /// it then), and refused under an attached binder, naming the settings the
 /// pins were made with: the occupancy maps hold the open flows' slots, and
 /// the attached programs keep using the maps they were loaded with.
-fn check_pinned_maps(layout: &PinLayout, sizes: &BinderSizes) -> Result<(), SenderError> {
+fn check_pinned_maps(
+    pins: &mut impl Pins,
+    layout: &PinLayout,
+    sizes: &BinderSizes,
+) -> Result<(), SenderError> {
     let mut resized = Vec::new();
     for spec in PINNED_MAPS {
         let path = layout.map(spec.name);
-        if !path.exists() {
+        if !pins.exists(&path) {
             continue;
         }
-        let info = MapInfo::from_pin(&path).map_err(|source| SenderError::Map {
-            map: spec.name,
-            source,
-        })?;
-        let found = (info.key_size() as usize, info.value_size() as usize);
+        let shape = pins.map_shape(spec.name, &path)?;
+        let found = (shape.key_size, shape.value_size);
         let wanted = (spec.key_size, spec.value_size);
         if found != wanted {
             return Err(SenderError::StalePins {
@@ -79,8 +81,8 @@ fn check_pinned_maps(layout: &PinLayout, sizes: &BinderSizes) -> Result<(), Send
                 ),
             });
         }
-        if info.max_entries() != spec.max_entries(sizes) {
-            resized.push((spec.name, info.max_entries(), spec.max_entries(sizes)));
+        if shape.max_entries != spec.max_entries(sizes) {
+            resized.push((spec.name, shape.max_entries, spec.max_entries(sizes)));
         }
     }
     if resized.is_empty() {
@@ -90,17 +92,18 @@ fn check_pinned_maps(layout: &PinLayout, sizes: &BinderSizes) -> Result<(), Send
         .iter()
         .map(|(name, pinned, wanted)| format!("{name} {pinned} → {wanted} entries"))
         .collect();
-    if PROGRAMS.iter().any(|p| layout.link(p).exists()) {
+    if PROGRAMS.iter().any(|p| pins.exists(&layout.link(p))) {
         return Err(SenderError::PinnedSizes {
             dir: layout.dir().to_path_buf(),
-            pinned: pinned_sizes(layout)
+            pinned: pins
+                .pinned_sizes(layout)
                 .map_or_else(|| "other settings".into(), |s| settings_text(&s)),
             wanted: settings_text(sizes),
             maps: maps.join(", "),
         });
     }
     for (name, ..) in &resized {
-        remove_if_present(&layout.map(name))?;
+        pins.remove(&layout.map(name))?;
     }
     info!(
         "no binder attached under {}: re-created its maps for {} ({})",
@@ -114,10 +117,7 @@ fn check_pinned_maps(layout: &PinLayout, sizes: &BinderSizes) -> Result<(), Send
 /// The settings the pinned maps were sized by, from the pinned config (an
 /// agent writes them there with its first plan).
 pub fn pinned_sizes(layout: &PinLayout) -> Option<BinderSizes> {
-    let data = MapData::from_pin(layout.map(CONFIG_MAP)).ok()?;
-    let config: Array<_, BinderConfig> = Array::try_from(Map::from_map_data(data).ok()?).ok()?;
-    let sizes = config.get(&0, 0).ok()?.sizes;
-    (sizes.out_of_range().is_none()).then_some(sizes)
+    Bpffs.pinned_sizes(layout)
 }
 
 /// `sizes` as the flags that set them.
@@ -137,7 +137,7 @@ pub fn load(layout: &PinLayout, object: &[u8], sizes: &BinderSizes) -> Result<Eb
         what: format!("creating pin directory {}", layout.dir().display()),
         source,
     })?;
-    check_pinned_maps(layout, sizes)?;
+    check_pinned_maps(&mut Bpffs, layout, sizes)?;
     let mut loader = EbpfLoader::new();
     for spec in PINNED_MAPS {
         loader.map_pin_path(spec.name, layout.map(spec.name));
@@ -165,20 +165,38 @@ pub fn ensure_attached(
     layout: &PinLayout,
     cgroup: &Path,
 ) -> Result<Attachment, SenderError> {
+    let mut attacher = CgroupAttacher {
+        ebpf,
+        layout,
+        cgroup: cgroup.to_path_buf(),
+    };
+    attach_missing(&Bpffs, &mut attacher, layout)
+}
+
+/// [`ensure_attached`]'s decisions: each program in [`PROGRAMS`] order is
+/// adopted when its link is pinned (and opens as a link), attached by
+/// `attacher` otherwise; a stray file where a link's pin should be stops
+/// it.
+fn attach_missing(
+    pins: &impl Pins,
+    attacher: &mut impl Attacher,
+    layout: &PinLayout,
+) -> Result<Attachment, SenderError> {
     let mut adopted = 0;
     for name in PROGRAMS {
         let link_pin = layout.link(name);
-        if link_pin.exists() {
+        if pins.exists(&link_pin) {
             // Opening it proves it is a live link, not a stray file.
-            PinnedLink::from_pin(&link_pin).map_err(|err| SenderError::StalePins {
-                dir: layout.dir().to_path_buf(),
-                detail: format!("{} is not a usable link: {err}", link_pin.display()),
-            })?;
+            pins.open_link(&link_pin)
+                .map_err(|err| SenderError::StalePins {
+                    dir: layout.dir().to_path_buf(),
+                    detail: format!("{} is not a usable link: {err}", link_pin.display()),
+                })?;
             debug!(link = %link_pin.display(), "adopting pinned link");
             adopted += 1;
             continue;
         }
-        attach_one(ebpf, layout, name, cgroup)?;
+        attacher.attach_and_pin(name)?;
     }
     match adopted {
         0 => Ok(Attachment::Attached),
@@ -304,15 +322,4 @@ pub fn remove_pins(layout: &PinLayout) -> Result<usize, SenderError> {
         ),
     }
     Ok(removed)
-}
-
-fn remove_if_present(path: &Path) -> Result<bool, SenderError> {
-    match fs::remove_file(path) {
-        Ok(()) => Ok(true),
-        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(source) => Err(SenderError::Io {
-            what: format!("removing {}", path.display()),
-            source,
-        }),
-    }
 }

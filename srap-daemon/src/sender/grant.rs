@@ -15,7 +15,7 @@ use srap_common::{
 };
 
 use super::{
-    SenderError,
+    error::SenderError,
     maps::{row_slots, slot_flows},
     plan::Plan,
 };

@@ -50,14 +50,14 @@ use srap_status::FlowRow;
 use tracing::{info, warn};
 
 use super::{
-    RunningBinder,
-    ends::{LocalNic, LocalPlacement, Steer},
+    binder::RunningBinder,
+    ends::{LocalPlacement, PlacedEnds},
     grant,
     landings::{LocalLandings, Opened},
-    reader,
+    local::{nic::LocalNic, reader},
 };
 use crate::{
-    receiver::source::Source,
+    description::Source,
     tracker::{
         agreement::{AgreementJudge, likely_causes, on_the_predicted_queue},
         learning::{Landed, LearnedKey, Learning},
@@ -67,7 +67,7 @@ use crate::{
 /// This host's NIC, its landings and the verdict on them.
 pub struct LocalEnd {
     pub nic: LocalNic,
-    pub steer: Steer,
+    pub placed_ends: PlacedEnds,
     /// `--local-placement`: with `reader`, a flow is judged by the CPU
     /// that processed its answer too (see [`LocalEnd::sample`]).
     pub placement: LocalPlacement,
@@ -89,7 +89,12 @@ impl LocalEnd {
     /// learning this NIC's key counts what placing the ports `binder`
     /// chooses from needs ([`Learning::choosing`]). Without the socket hook
     /// (an old kernel, no cgroup2) steering goes on unverified, and says so.
-    pub fn start(nic: LocalNic, steer: Steer, binder: &RunningBinder, toward: &[IpAddr]) -> Self {
+    pub fn start(
+        nic: LocalNic,
+        placed_ends: PlacedEnds,
+        binder: &RunningBinder,
+        toward: &[IpAddr],
+    ) -> Self {
         let cgroup = binder.cgroup.as_path();
         let iface = match &nic.source {
             Source::Iface(iface) => Some(iface.clone()),
@@ -123,7 +128,7 @@ impl LocalEnd {
         .choosing(binder.port_range);
         Self {
             nic,
-            steer,
+            placed_ends,
             placement: binder.local_placement,
             landings,
             judge: AgreementJudge::default(),
@@ -244,7 +249,7 @@ impl LocalEnd {
                 report.matched,
                 report.judged,
                 self.nic.name(),
-                if self.steer == Steer::Both {
+                if self.placed_ends == PlacedEnds::Both {
                     " placed for the receiver only"
                 } else {
                     ""
@@ -336,7 +341,7 @@ pub fn apply_local_grant(binder: &mut RunningBinder, nic: &LocalNic) -> anyhow::
     Ok(())
 }
 
-/// Writes each CPU's reader row (`super::reader`) for the slots of this
+/// Writes each CPU's reader row ([`reader`]) for the slots of this
 /// plan whose CPUs are in `offered_cpus`: slots are renumbered by a
 /// re-plan, so again after every one.
 pub fn apply_reader_rows(

@@ -8,25 +8,25 @@ use std::{
 
 use aya::{
     Ebpf,
-    maps::{Array, HashMap, Map, MapData, PerCpuArray},
+    maps::{Array, Map, MapData, PerCpuArray},
 };
 use srap_common::binder::{
     BIND_ERRNOS, BIND_ERRNOS_MAP, BinderConfig, CONFIG_MAP, COSETS_MAP, COUNTER_NAMES, COUNTERS,
-    DESTS_MAP, DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, PINNED_MAPS,
+    DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, PINNED_MAPS,
     RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP, SOLUTIONS_MAP, STATS_MAP, SlotGrant,
     TABLES_MAP, outcome, slot_word,
 };
 
 use tracing::warn;
 
-use super::{SenderError, SenderOptions, layout::PinLayout, plan::Plan};
+use super::{error::SenderError, layout::PinLayout, options::SenderOptions, plan::Plan};
+
+mod seam;
+
+pub(crate) use seam::BinderMaps;
 
 fn map_error(map: &'static str) -> impl Fn(aya::maps::MapError) -> SenderError {
     move |source| SenderError::Map { map, source }
-}
-
-fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Map, SenderError> {
-    ebpf.map_mut(name).ok_or(SenderError::Missing(name))
 }
 
 /// Writes the config (the maps' sizes the hook indexes by) first, then
@@ -34,28 +34,42 @@ fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Map, Se
 /// connect() racing with an update never finds a destination whose table
 /// is not there yet; destinations no longer in the plan are removed.
 pub fn fill(ebpf: &mut Ebpf, plan: &Plan, options: &SenderOptions) -> Result<(), SenderError> {
+    fill_maps(ebpf, plan, binder_config(options, time_wait_stamp_offset()))
+}
+
+/// The config row for `options`, with the kernel's TIME_WAIT stamp offset.
+fn binder_config(options: &SenderOptions, tw_stamp_offset: u32) -> BinderConfig {
     let sizes = &options.sizes;
-    let config = BinderConfig {
+    BinderConfig {
         pacing_rate: options.pacing_rate.map_or(0, |r| r.0),
-        tw_stamp_offset: time_wait_stamp_offset(),
+        tw_stamp_offset,
         socket_mask: sizes.socket_rows() - 1,
         row_slots: sizes.cpus,
         local_placement: options.local_placement.as_config(),
         sizes: *sizes,
-    };
-    write_rows(ebpf, CONFIG_MAP, [(0, config)])?;
-    fill_layouts(ebpf, plan)?;
-    fill_joints(ebpf, plan)?;
+    }
+}
+
+/// [`fill`] into any [`BinderMaps`], `config` first and the destinations
+/// last; the first failed write stops it (and is the error).
+fn fill_maps(
+    maps: &mut impl BinderMaps,
+    plan: &Plan,
+    config: BinderConfig,
+) -> Result<(), SenderError> {
+    write_rows(maps, CONFIG_MAP, [(0, config)])?;
+    fill_layouts(maps, plan)?;
+    fill_joints(maps, plan)?;
     write_rows(
-        ebpf,
+        maps,
         TABLES_MAP,
         plan.tables
             .iter()
             .enumerate()
             .map(|(t, table)| (t as u32, table.table)),
     )?;
-    fill_receivers(ebpf, plan, sizes.cpus)?;
-    fill_dests(ebpf, plan)
+    fill_receivers(maps, plan, config.row_slots)?;
+    fill_dests(maps, plan)
 }
 
 /// Where `tcp_timewait_sock.tw_ts_recent_stamp` lies in the running kernel
@@ -81,56 +95,55 @@ fn time_wait_stamp_offset() -> u32 {
     })
 }
 
-/// Sets `rows` of the array map `name`.
+/// Sets `rows` of the array map `name`, in order.
 fn write_rows<V: aya::Pod>(
-    ebpf: &mut Ebpf,
+    maps: &mut impl BinderMaps,
     name: &'static str,
     rows: impl IntoIterator<Item = (u32, V)>,
 ) -> Result<(), SenderError> {
-    let mut array: Array<_, V> = Array::try_from(map_mut(ebpf, name)?).map_err(map_error(name))?;
     for (index, value) in rows {
-        array.set(index, value, 0).map_err(map_error(name))?;
+        maps.set(name, index, value)?;
     }
     Ok(())
 }
 
 /// Each layout's row and its rows in the slot, entry and coset pools.
-fn fill_layouts(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
+fn fill_layouts(maps: &mut impl BinderMaps, plan: &Plan) -> Result<(), SenderError> {
     let layouts = || plan.layouts.iter();
     write_rows(
-        ebpf,
+        maps,
         LAYOUTS_MAP,
         layouts()
             .enumerate()
             .map(|(l, layout)| (l as u32, layout.layout)),
     )?;
     write_rows(
-        ebpf,
+        maps,
         SLOTS_MAP,
         layouts().flat_map(|l| pool_rows(l.layout.slot_base, &l.slots)),
     )?;
     write_rows(
-        ebpf,
+        maps,
         ENTRIES_MAP,
         layouts().flat_map(|l| pool_rows(l.layout.entry_base, &l.entries)),
     )?;
     write_rows(
-        ebpf,
+        maps,
         COSETS_MAP,
         layouts().flat_map(|l| pool_rows(l.layout.coset_base, &l.cosets)),
     )
 }
 
 /// Each joint row and its solutions (both ends planned).
-fn fill_joints(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
+fn fill_joints(maps: &mut impl BinderMaps, plan: &Plan) -> Result<(), SenderError> {
     let joints = || plan.joints.iter();
     write_rows(
-        ebpf,
+        maps,
         JOINTS_MAP,
         joints().enumerate().map(|(j, joint)| (j as u32, joint.row)),
     )?;
     write_rows(
-        ebpf,
+        maps,
         SOLUTIONS_MAP,
         joints().flat_map(|j| pool_rows(j.row.solution_base, &j.solutions)),
     )
@@ -147,16 +160,22 @@ fn pool_rows<T: Copy>(base: u32, rows: &[T]) -> impl Iterator<Item = (u32, T)> +
 /// words (one read per slot in use; `row_slots` words per binder row).
 pub fn slot_flows<T: Borrow<MapData>>(
     words: &Array<T, u64>,
+    row: (u32, u32),
+    slots: u32,
+) -> Result<Vec<u32>, SenderError> {
+    let word = |index| words.get(&index, 0).map_err(map_error(SLOT_STATE_MAP));
+    flows_by_slot(word, row, slots)
+}
+
+/// [`slot_flows`], each slot word read by `word` (from its index in
+/// [`SLOT_STATE_MAP`]).
+fn flows_by_slot(
+    word: impl Fn(u32) -> Result<u64, SenderError>,
     (receiver, row_slots): (u32, u32),
     slots: u32,
 ) -> Result<Vec<u32>, SenderError> {
     (0..slots.min(row_slots))
-        .map(|slot| {
-            words
-                .get(&(receiver * row_slots + slot), 0)
-                .map(slot_word::flows)
-                .map_err(map_error(SLOT_STATE_MAP))
-        })
+        .map(|slot| word(receiver * row_slots + slot).map(slot_word::flows))
         .collect()
 }
 
@@ -164,50 +183,37 @@ pub fn slot_flows<T: Borrow<MapData>>(
 /// slots' counts only when the count changed; the counts themselves (the
 /// hooks' slot words) are never written here, so flows still open keep
 /// theirs.
-fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan, row_slots: u32) -> Result<(), SenderError> {
+fn fill_receivers(
+    maps: &mut impl BinderMaps,
+    plan: &Plan,
+    row_slots: u32,
+) -> Result<(), SenderError> {
     // Per row: its slots' open flows when its count changes, and whether
     // no hook can claim in it yet (no slots before).
-    let changes: Vec<Option<(Vec<u32>, bool)>> = {
-        let map = ebpf
-            .map(SLOT_STATE_MAP)
-            .ok_or(SenderError::Missing(SLOT_STATE_MAP))?;
-        let words: Array<_, u64> = Array::try_from(map).map_err(map_error(SLOT_STATE_MAP))?;
-        let map = ebpf
-            .map(RECEIVERS_MAP)
-            .ok_or(SenderError::Missing(RECEIVERS_MAP))?;
-        let array: Array<_, ReceiverSlots> =
-            Array::try_from(map).map_err(map_error(RECEIVERS_MAP))?;
-        plan.rows()
-            .map(|receiver| {
-                let now = array
-                    .get(&receiver.index, 0)
-                    .map_err(map_error(RECEIVERS_MAP))?;
-                if now.slots == receiver.slots {
-                    return Ok(None);
-                }
-                let flows = slot_flows(&words, (receiver.index, row_slots), receiver.slots)?;
-                Ok(Some((flows, now.slots == 0)))
-            })
-            .collect::<Result<_, SenderError>>()?
-    };
+    let changes: Vec<Option<(Vec<u32>, bool)>> = plan
+        .rows()
+        .map(|receiver| {
+            let now: ReceiverSlots = maps.get(RECEIVERS_MAP, receiver.index)?;
+            if now.slots == receiver.slots {
+                return Ok(None);
+            }
+            let word = |index| maps.get(SLOT_STATE_MAP, index);
+            let flows = flows_by_slot(word, (receiver.index, row_slots), receiver.slots)?;
+            Ok(Some((flows, now.slots == 0)))
+        })
+        .collect::<Result<_, SenderError>>()?;
     for (receiver, change) in plan.rows().zip(&changes) {
         if change.as_ref().is_some_and(|(_, unclaimable)| *unclaimable) {
-            scatter_turns(ebpf, (receiver.index, row_slots), receiver.slots)?;
+            scatter_turns(maps, (receiver.index, row_slots), receiver.slots)?;
         }
     }
-    let mut array: Array<_, ReceiverSlots> =
-        Array::try_from(map_mut(ebpf, RECEIVERS_MAP)?).map_err(map_error(RECEIVERS_MAP))?;
     for (receiver, change) in plan.rows().zip(changes) {
         let Some((flows, _)) = change else {
             continue;
         };
-        let now = array
-            .get(&receiver.index, 0)
-            .map_err(map_error(RECEIVERS_MAP))?;
+        let now: ReceiverSlots = maps.get(RECEIVERS_MAP, receiver.index)?;
         let rebuilt = ReceiverSlots::rebuilt(receiver.slots, &flows, &now);
-        array
-            .set(receiver.index, rebuilt, 0)
-            .map_err(map_error(RECEIVERS_MAP))?;
+        maps.set(RECEIVERS_MAP, receiver.index, rebuilt)?;
     }
     Ok(())
 }
@@ -226,12 +232,10 @@ fn fill_receivers(ebpf: &mut Ebpf, plan: &Plan, row_slots: u32) -> Result<(), Se
 /// (docs/binder.md, "What it costs"). A word in use is left alone: it
 /// counts open flows.
 fn scatter_turns(
-    ebpf: &mut Ebpf,
+    maps: &mut impl BinderMaps,
     (receiver, row_slots): (u32, u32),
     slots: u32,
 ) -> Result<(), SenderError> {
-    let mut words: Array<_, u64> =
-        Array::try_from(map_mut(ebpf, SLOT_STATE_MAP)?).map_err(map_error(SLOT_STATE_MAP))?;
     let mut random = vec![0u8; 4 * slots.min(row_slots) as usize];
     if getrandom::fill(&mut random).is_err() {
         // Predictable rotations still steer: nothing to stop for.
@@ -239,20 +243,18 @@ fn scatter_turns(
     }
     for (slot, bytes) in (0..).zip(random.chunks_exact(4)) {
         let index = receiver * row_slots + slot;
-        let word = words.get(&index, 0).map_err(map_error(SLOT_STATE_MAP))?;
+        let word: u64 = maps.get(SLOT_STATE_MAP, index)?;
         if word != 0 {
             continue;
         }
         let turn = u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-        words
-            .set(index, u64::from(turn) * slot_word::TURN, 0)
-            .map_err(map_error(SLOT_STATE_MAP))?;
+        maps.set(SLOT_STATE_MAP, index, u64::from(turn) * slot_word::TURN)?;
     }
     Ok(())
 }
 
-fn fill_dests(ebpf: &mut Ebpf, plan: &Plan) -> Result<(), SenderError> {
-    fill_dests_except(ebpf, plan, &BTreeSet::new())
+fn fill_dests(maps: &mut impl BinderMaps, plan: &Plan) -> Result<(), SenderError> {
+    put_dests(maps, plan, &BTreeSet::new())
 }
 
 /// Puts the plan's destinations in the binder's map, except those toward
@@ -264,15 +266,23 @@ pub fn fill_dests_except(
     plan: &Plan,
     paused: &BTreeSet<u32>,
 ) -> Result<(), SenderError> {
-    let mut dests: HashMap<_, DestKey, DestValue> =
-        HashMap::try_from(map_mut(ebpf, DESTS_MAP)?).map_err(map_error(DESTS_MAP))?;
-    let present: Vec<DestKey> = dests.keys().filter_map(Result::ok).collect();
+    put_dests(ebpf, plan, paused)
+}
+
+/// [`fill_dests_except`] into any [`BinderMaps`]: every wanted destination
+/// written first, then the stale ones removed.
+fn put_dests(
+    maps: &mut impl BinderMaps,
+    plan: &Plan,
+    paused: &BTreeSet<u32>,
+) -> Result<(), SenderError> {
+    let present = maps.dest_keys()?;
     let (active, stale) = dest_changes(&plan.dests, paused, present);
-    for (key, value) in active {
-        dests.insert(key, value, 0).map_err(map_error(DESTS_MAP))?;
+    for &(key, value) in active {
+        maps.insert_dest(key, value)?;
     }
     for key in &stale {
-        dests.remove(key).map_err(map_error(DESTS_MAP))?;
+        maps.remove_dest(key)?;
     }
     Ok(())
 }
@@ -461,5 +471,7 @@ pub fn read_grant(layout: &PinLayout, receiver: u32) -> Result<SlotGrant, Sender
     grants.get(&receiver, 0).map_err(map_error(GRANTS_MAP))
 }
 
+#[cfg(test)]
+mod fake;
 #[cfg(test)]
 mod tests;

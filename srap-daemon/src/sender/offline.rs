@@ -12,16 +12,27 @@ use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
+use srap_common::{binder::LOCAL_ROW, rss::RssModel};
+
 use super::{
-    RunningBinder, SenderOptions, Target,
-    ends::{LocalNic, Steer},
-    follow::{self, Published, status},
+    audit::OccupancyAudit,
+    binder::{RunningBinder, start},
+    bond_members::{MemberLoop, add_bonds},
+    ends::PlacedEnds,
+    error::SenderError,
     grant,
+    local::nic::LocalNic,
     local_end::{LocalEnd, apply_local_grant},
     maps,
+    options::SenderOptions,
+    replan::{replan, replan_if_sources_changed},
+    resolve,
     settings::SenderSettings,
+    status::{self, StatusServer},
+    summary,
+    target::Target,
+    watch::CounterWatch,
 };
-use srap_common::{binder::LOCAL_ROW, rss::RssModel};
 
 /// How often this host's landings are judged and the status refreshed.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
@@ -36,23 +47,23 @@ pub async fn run(
     object: &[u8],
 ) -> anyhow::Result<()> {
     let receivers = destinations(args).await?;
-    let steer = args.local.steer();
-    let (targets, both) = match (remote, &local, steer) {
-        (_, Some(nic), Steer::Local) => (Target::all(&nic.model, &receivers), None),
-        (Some(model), Some(nic), Steer::Both) => {
+    let placed_ends = args.local.placed_ends();
+    let (targets, both) = match (remote, &local, placed_ends) {
+        (_, Some(nic), PlacedEnds::Local) => (Target::all(&nic.model, &receivers), None),
+        (Some(model), Some(nic), PlacedEnds::Both) => {
             (Target::all(model, &receivers), Some(nic.model.clone()))
         }
         (Some(model), _, _) => (Target::all(model, &receivers), None),
         (None, _, _) => anyhow::bail!("no description of the receiver's NIC: give --rss FILE"),
     };
-    let mut options = follow::options(args, targets)?;
+    let mut options = SenderOptions::from_settings(args, targets)?;
     options.local = both;
-    let mut binder = super::start(&options, object)
+    let mut binder = start(&options, object)
         .map_err(with_flag_hint)
         .context("setting up the port binder")?;
     apply_grant(&mut binder, local.as_ref())?;
     if args.once {
-        println!("{}", super::summary::describe(&binder));
+        println!("{}", summary::describe(&binder));
         return Ok(());
     }
     // With this host's NIC planned the status is the closed loop's only
@@ -60,8 +71,10 @@ pub async fn run(
     // and the occupancy audit, and a socket in use (another agent's) costs
     // only that view.
     let mut published = match &local {
-        Some(_) => Some(Published::bind(&args.control()).context("the sender's control socket")?),
-        None => Published::bind(&args.control())
+        Some(_) => {
+            Some(StatusServer::bind(&args.control()).context("the sender's control socket")?)
+        }
+        None => StatusServer::bind(&args.control())
             .inspect_err(|err| warn!("no `srap status --sender` for this agent: {err:#}"))
             .ok(),
     };
@@ -69,8 +82,8 @@ pub async fn run(
         published.serve_metrics(addr)?;
     }
     // Watching before `steering active`: no connection it steers is missed.
-    let local = local.map(|nic| LocalEnd::start(nic, steer, &binder, &receivers));
-    println!("{}", super::summary::describe(&binder));
+    let local = local.map(|nic| LocalEnd::start(nic, placed_ends, &binder, &receivers));
+    println!("{}", summary::describe(&binder));
     let mut run = Offline {
         plan: LocalPlan {
             both: options.local.clone(),
@@ -78,8 +91,8 @@ pub async fn run(
         },
         local,
         published,
-        audit: super::audit::OccupancyAudit::default(),
-        members: super::bond::MemberLoop::default(),
+        audit: OccupancyAudit::default(),
+        members: MemberLoop::default(),
     };
     run.until_stopped(&mut binder, Duration::from_secs(args.interval().max(1)))
         .await
@@ -90,7 +103,7 @@ async fn destinations(args: &SenderSettings) -> anyhow::Result<Vec<IpAddr>> {
     if !args.receivers.is_empty() {
         return Ok(args.receivers.clone());
     }
-    let resolver = follow::resolve::system();
+    let resolver = resolve::system();
     let mut all = Vec::new();
     for peer in &args.source.peer {
         let addrs = resolver(peer.clone())
@@ -122,12 +135,12 @@ fn apply_grant(binder: &mut RunningBinder, local: Option<&LocalNic>) -> anyhow::
 struct Offline {
     plan: LocalPlan,
     local: Option<LocalEnd>,
-    published: Option<Published>,
+    published: Option<StatusServer>,
     /// The occupancy audit, run at every `--interval`.
-    audit: super::audit::OccupancyAudit,
+    audit: OccupancyAudit,
     /// The bond members' counters between snapshots, for their rates.
     /// Offline lists no flows, so it never judges the hash (nor pauses).
-    members: super::bond::MemberLoop,
+    members: MemberLoop,
 }
 
 /// What this host's closed loop changes in the plan, without I/O (the
@@ -208,7 +221,7 @@ impl Offline {
         let mut tick = tokio::time::interval(interval);
         tick.tick().await;
         let mut sample = tokio::time::interval(SAMPLE_EVERY);
-        let mut watch = super::watch::CounterWatch::new(binder);
+        let mut watch = CounterWatch::new(binder);
         loop {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => break,
@@ -219,7 +232,7 @@ impl Offline {
                         return Ok(());
                     }
                     self.audit.tick(binder);
-                    if super::replan_if_sources_changed(binder, &self.plan.options) {
+                    if replan_if_sources_changed(binder, &self.plan.options) {
                         self.reapply(binder);
                     }
                 }
@@ -256,7 +269,7 @@ impl Offline {
             if let Some(local) = &self.local {
                 status::add_local(&mut snapshot, local, &self.plan.options.targets);
             }
-            super::bond::add_bonds(&mut snapshot, binder, &self.members);
+            add_bonds(&mut snapshot, binder, &self.members);
             let none = crate::sock_diag::Connections::default();
             let paused = &self.plan.options.bonds.paused;
             let _undecided = self.members.sample(&snapshot, &none, paused);
@@ -267,8 +280,8 @@ impl Offline {
     /// Plans with this host's NIC's new `model` (a learned key).
     fn plan_with(&mut self, binder: &mut RunningBinder, model: Arc<RssModel>) {
         self.plan.learned(model);
-        match super::replan(binder, &self.plan.options) {
-            Ok(()) => println!("{}", super::summary::describe(binder)),
+        match replan(binder, &self.plan.options) {
+            Ok(()) => println!("{}", summary::describe(binder)),
             Err(err) => warn!("cannot re-plan with this host's learned key: {err}"),
         }
         self.reapply(binder);
@@ -291,7 +304,7 @@ impl Offline {
     /// true when the binder now says so.
     fn set_local_paused(&mut self, binder: &mut RunningBinder, pause: bool) -> bool {
         let done = match self.plan.pause(pause) {
-            Toggle::Replan => super::replan(binder, &self.plan.options)
+            Toggle::Replan => replan(binder, &self.plan.options)
                 .map_err(|err| warn!("cannot re-plan for this host's NIC: {err}")),
             Toggle::Dests(out) => maps::fill_dests_except(&mut binder.ebpf, &binder.plan, &out)
                 .map_err(|err| warn!("cannot update the binder's destinations: {err}")),
@@ -307,10 +320,10 @@ impl Offline {
 mod tests;
 
 /// Names the flag that fixes an error the library can only describe.
-fn with_flag_hint(err: super::SenderError) -> anyhow::Error {
+fn with_flag_hint(err: SenderError) -> anyhow::Error {
     let needs_port = matches!(
         &err,
-        super::SenderError::PortTables {
+        SenderError::PortTables {
             source: srap_common::port_tables::PortTableError::NeedsPort { .. },
             ..
         }

@@ -14,7 +14,11 @@
 //! the flows toward every receiver. With `--steer local` alone the
 //! targets' models face the local end and their row is [`LOCAL_ROW`].
 //!
-//! Pure computation on the RSS models; `super::maps` writes the result.
+//! Its inputs are types of their own ([`PlanInputs`]): the receivers
+//! ([`Target`]: each one's row and its host's model), this host toward
+//! them ([`LocalHost`], read by `super::local`), this host's own NIC when
+//! both ends are planned, and the ports. Pure computation on them;
+//! `super::maps` writes the result.
 
 use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
@@ -31,7 +35,11 @@ use srap_common::{
     solver::PortRange,
 };
 
-use super::{SenderError, bond::EgressBond};
+use super::{
+    error::SenderError,
+    local::{LocalHost, ReceiverSources, bond::EgressBond},
+    target::Target,
+};
 
 /// One receiver as the agent steers it.
 #[derive(Debug, Clone)]
@@ -64,20 +72,29 @@ pub struct Plan {
     /// This host's CPUs as one more receiver row ([`LOCAL_ROW`]), when both
     /// ends are planned: its slots are the local layout's.
     pub local: Option<ReceiverPlan>,
+    /// This host as the plan was made for it: a new snapshot that differs
+    /// calls for a re-plan.
+    pub host: LocalHost,
 }
 
-/// One receiver and where flows to it may come from.
+/// What a plan is made from, each input a type of its own: the receivers
+/// (each one's binder row and the model of its host's NIC), this host
+/// toward them, this host's own NIC when both ends are planned, and the
+/// ports to plan.
 #[derive(Debug, Clone)]
-pub struct ReceiverSources {
-    pub receiver: IpAddr,
-    /// The route's source address toward it.
-    pub route: IpAddr,
-    /// Other local addresses an application may bind (other families are
-    /// ignored).
-    pub others: Vec<IpAddr>,
-    /// The bond the route leaves by, if it is one: with a member plan, each
-    /// slot's ports also leave on one member.
-    pub bond: Option<EgressBond>,
+pub struct PlanInputs<'a> {
+    /// The receivers' descriptions, each on its binder row.
+    pub receivers: &'a [Target],
+    /// This host toward the receivers, in the same order.
+    pub host: LocalHost,
+    /// This host's own NIC, a model facing [`End::Local`], when each flow
+    /// is placed on both NICs (`--steer both`); `None`: the receivers'
+    /// only.
+    pub local_nic: Option<&'a Arc<RssModel>>,
+    /// Destination ports to plan; empty: every port.
+    pub ports: &'a [u16],
+    /// The source ports the binder chooses from.
+    pub range: PortRange,
 }
 
 /// One receiver to plan: its row in the binder, the RSS model of its host,
@@ -91,33 +108,31 @@ pub struct ReceiverInput {
     pub sources: ReceiverSources,
 }
 
-impl ReceiverSources {
-    /// A receiver reached from its route's source address only.
-    pub fn routed(receiver: IpAddr, route: IpAddr) -> Self {
-        Self {
-            receiver,
-            route,
-            others: Vec::new(),
-            bond: None,
-        }
-    }
-
-    /// The members to balance flows to this receiver over, if any.
-    pub fn members(&self) -> Option<MemberPlan> {
-        self.bond.as_ref().and_then(|b| b.plan)
-    }
-
-    /// Route source first, then the other addresses of its family, once each.
-    pub fn sources(&self) -> Vec<IpAddr> {
-        let mut seen = BTreeSet::new();
-        std::iter::once(self.route)
-            .chain(self.others.iter().copied())
-            .filter(|ip| ip.is_ipv4() == self.receiver.is_ipv4() && seen.insert(*ip))
-            .collect()
-    }
-}
-
 impl Plan {
+    /// Builds the plan of `inputs`: one table per receiver and local source
+    /// address, with this host's NIC's twin when both ends are planned.
+    pub fn new(inputs: PlanInputs<'_>) -> Result<Self, SenderError> {
+        let toward = &inputs.host.toward;
+        if toward.len() != inputs.receivers.len() {
+            return Err(SenderError::Input(format!(
+                "this host was read toward {} receivers, the plan is for {}",
+                toward.len(),
+                inputs.receivers.len()
+            )));
+        }
+        let receivers: Vec<ReceiverInput> = inputs
+            .receivers
+            .iter()
+            .zip(toward)
+            .map(|(target, sources)| ReceiverInput {
+                index: target.index,
+                model: target.model.clone(),
+                sources: sources.clone(),
+            })
+            .collect();
+        Self::build_with(&receivers, inputs.ports, inputs.range, inputs.local_nic)
+    }
+
     /// Builds the plan for `receivers`, for every destination port (`ports`
     /// empty) or only `ports`.
     pub fn build(
@@ -185,6 +200,9 @@ impl Plan {
             dests: Vec::new(),
             joints: Vec::new(),
             local: None,
+            host: LocalHost {
+                toward: receivers.iter().map(|r| r.sources.clone()).collect(),
+            },
         };
         let mut shared = SharedLayouts::default();
         let mut both = local.map(|model| LocalEnd {

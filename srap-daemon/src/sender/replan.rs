@@ -4,7 +4,16 @@
 //! may get one port planned for the old table: that flow lands where the old
 //! plan said. Nothing outside bpffs changes: no port is reserved.
 
-use super::{RunningBinder, SenderError, SenderOptions, maps, state};
+use std::net::IpAddr;
+
+use super::{
+    binder::{RunningBinder, plan_for},
+    error::SenderError,
+    local::LocalHost,
+    maps,
+    options::SenderOptions,
+    state, summary,
+};
 
 /// Rebuilds `steering`'s plan for `options` (receivers with their models,
 /// ports and pacing; the port range `start` chose) and refills its maps.
@@ -16,7 +25,7 @@ pub fn replan(binder: &mut RunningBinder, options: &SenderOptions) -> Result<(),
         sizes: binder.sizes,
         ..options.clone()
     };
-    let plan = super::plan_for(options, binder.port_range)?;
+    let plan = plan_for(options, binder.port_range)?;
     let state_path = state::path_for(binder.layout.dir());
     if state::load(&state_path)?.is_none() {
         return Err(SenderError::State {
@@ -29,19 +38,20 @@ pub fn replan(binder: &mut RunningBinder, options: &SenderOptions) -> Result<(),
     Ok(())
 }
 
-/// Re-plans (for the same RSS models) when the host's addresses or routes
-/// toward the receivers changed since the plan (an address added for an
-/// application to bind, say), or the bond they leave by (a member down or
-/// up, a port out of the aggregator); returns true if it did. Failures are logged
-/// and the old plan keeps steering.
+/// Re-plans (for the same RSS models) when this host toward the receivers
+/// is no longer the snapshot the plan was made for ([`LocalHost`]): an
+/// address added for an application to bind, a route changed, or the bond
+/// they leave by (a member down or up, a port out of the aggregator);
+/// returns true if it did. Failures are logged and the old plan keeps
+/// steering.
 pub fn replan_if_sources_changed(binder: &mut RunningBinder, options: &SenderOptions) -> bool {
-    let addrs: Vec<std::net::IpAddr> = options.target_addrs();
-    match super::sources_changed(binder, &addrs, &options.bonds) {
+    let addrs: Vec<IpAddr> = options.target_addrs();
+    match LocalHost::discover(&addrs, &options.bonds).map(|now| now != binder.plan.host) {
         Ok(false) => false,
         Ok(true) => match replan(binder, options) {
             Ok(()) => {
                 println!("local addresses, routes or bond members changed: replanned");
-                println!("{}", super::summary::describe(binder));
+                println!("{}", summary::describe(binder));
                 true
             }
             Err(err) => {

@@ -13,10 +13,11 @@ use srap_common::{binder::BinderSizes, solver::PortRange};
 use srap_host::cpulist;
 
 use super::{
-    DEFAULT_PIN_DIR, PacingRate,
-    bond::BondMembers,
     config::{ConfigError, SenderConfig},
-    ends::{LocalPlacement, LocalSettings, Steer},
+    ends::{LocalPlacement, LocalSettings, PlacedEnds},
+    layout::DEFAULT_PIN_DIR,
+    local::bond::BondMembers,
+    rate::PacingRate,
 };
 
 /// Where the receiver's RSS description comes from: `--rss` or `--peer`,
@@ -124,7 +125,7 @@ impl SenderSettings {
             None => self.clone(),
         };
         args.local.check()?;
-        if args.local.steer() == Steer::Local {
+        if args.local.placed_ends() == PlacedEnds::Local {
             return args.local_only();
         }
         match (&args.source.rss, args.source.peer.is_empty()) {
@@ -192,9 +193,9 @@ impl SenderSettings {
             .port_range
             .map(|r| r.parse::<PortRange>().map_err(value("port-range")))
             .transpose()?;
-        let steer = config
+        let placed_ends = config
             .steer
-            .map(|s| s.parse::<Steer>().map_err(value("steer")))
+            .map(|s| s.parse::<PlacedEnds>().map_err(value("steer")))
             .transpose()?;
         let local_cpus = config
             .local_cpus
@@ -218,7 +219,7 @@ impl SenderSettings {
         fill(&mut self.port_range, range);
         fill(&mut self.interval, config.interval);
         fill(&mut self.control, config.control);
-        fill(&mut self.local.steer, steer);
+        fill(&mut self.local.placed_ends, placed_ends);
         if self.local.local_iface.is_none() && self.local.local_rss.is_none() {
             self.local.local_iface = config.local_iface;
             self.local.local_rss = config.local_rss;
@@ -358,7 +359,7 @@ mod tests {
             merged.control.as_deref(),
             Some(Path::new("/run/srap/x.sock"))
         );
-        assert_eq!(merged.local.steer, Some(Steer::Both));
+        assert_eq!(merged.local.placed_ends, Some(PlacedEnds::Both));
         assert_eq!(merged.local.local_iface.as_deref(), Some("eth0"));
         assert_eq!(merged.local.local_cpus, Some((0..8).collect()));
         assert_eq!(merged.local.local_placement, Some(LocalPlacement::Reader));
@@ -479,7 +480,7 @@ mod tests {
     fn local_steering_needs_this_hosts_nic_and_the_destinations_only() {
         let ok = settings("steer = \"local\"\nlocal-iface = \"eth0\"\nreceivers = [\"10.0.0.2\"]");
         let resolved = ok.resolved().expect("no receiver description needed");
-        assert_eq!(resolved.local.steer(), Steer::Local);
+        assert_eq!(resolved.local.placed_ends(), PlacedEnds::Local);
         let peer = settings("steer = \"local\"\nlocal-rss = \"l.json\"\npeers = [\"r:7447\"]");
         assert!(peer.resolved().is_ok(), "--peer names the destinations");
         for (text, says) in [
@@ -512,8 +513,11 @@ mod tests {
             assert!(err.to_string().contains(says), "{text:?}: {err}");
         }
         let both = settings("steer = \"both\"\nlocal-iface = \"eth0\"\npeers = [\"r:7447\"]");
-        assert_eq!(both.resolved().expect("both").local.steer(), Steer::Both);
+        assert_eq!(
+            both.resolved().expect("both").local.placed_ends(),
+            PlacedEnds::Both
+        );
         let none = SenderSettings::default();
-        assert_eq!(none.local.steer(), Steer::Remote, "the default");
+        assert_eq!(none.local.placed_ends(), PlacedEnds::Remote, "the default");
     }
 }

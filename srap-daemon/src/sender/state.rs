@@ -10,7 +10,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::SenderError;
+use super::error::SenderError;
 
 /// Directory of the state files.
 pub const STATE_DIR: &str = "/run/srap";

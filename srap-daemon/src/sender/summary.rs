@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use srap_common::port_tables::Scope;
 
-use super::{Attachment, RunningBinder};
+use super::{attach::Attachment, binder::RunningBinder};
 
 /// One line per port table, the port range, and where the binder is.
 pub fn describe(binder: &RunningBinder) -> String {

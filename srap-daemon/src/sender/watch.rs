@@ -9,7 +9,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use srap_common::{binder::event, solver::PortRange};
 use srap_host::reserved;
 
-use super::{RunningBinder, plan::ReceiverPlan};
+use super::{
+    binder::RunningBinder,
+    maps::{read_receiver, read_stats},
+    plan::ReceiverPlan,
+};
 
 /// The agent's periodic look at the binder: logs its counters, and warns
 /// once per receiver when one of its slots runs dry (a connect found no free
@@ -29,14 +33,13 @@ impl CounterWatch {
     /// Starts from what the binder holds now (an adopted binder may have
     /// counted dry slots under an earlier agent, which warned then).
     pub fn new(binder: &RunningBinder) -> Self {
-        let reused =
-            super::read_stats(&binder.layout).map_or(0, |s| s.get(event::TIME_WAIT_REUSED));
+        let reused = read_stats(&binder.layout).map_or(0, |s| s.get(event::TIME_WAIT_REUSED));
         let mut watch = Self {
             reused_at_start: Some(reused),
             ..Self::default()
         };
         for receiver in &binder.plan.receivers {
-            if let Ok(row) = super::read_receiver(&binder.layout, receiver.index) {
+            if let Ok(row) = read_receiver(&binder.layout, receiver.index) {
                 watch.dry_seen.insert(receiver.index, row.dry);
             }
         }
@@ -52,7 +55,7 @@ impl CounterWatch {
             tracing::info!("the binder's links were unpinned (srap-agent detach): exiting");
             return false;
         }
-        match super::read_stats(layout) {
+        match read_stats(layout) {
             Ok(stats) => {
                 tracing::info!("binder: {stats}");
                 if let Some(warning) =
@@ -73,7 +76,7 @@ impl CounterWatch {
 
     /// The warning for `receiver`, the first time its dry count grows.
     fn dry_warning(&mut self, binder: &RunningBinder, receiver: &ReceiverPlan) -> Option<String> {
-        let row = super::read_receiver(&binder.layout, receiver.index).ok()?;
+        let row = read_receiver(&binder.layout, receiver.index).ok()?;
         let seen = self.dry_seen.insert(receiver.index, row.dry).unwrap_or(0);
         if row.dry <= seen || !self.warned.insert(receiver.index) {
             return None;

@@ -473,13 +473,13 @@ mod tests {
 
     /// A description as its server holds it.
     #[derive(Clone)]
-    struct Published {
+    struct HeldDescription {
         description: RssDescription,
         key: KeyProvenance,
         candidate_key: String,
     }
 
-    impl Published {
+    impl HeldDescription {
         fn view(&self) -> Served<'_> {
             Served {
                 description: &self.description,
@@ -489,13 +489,13 @@ mod tests {
         }
     }
 
-    fn served(key: &str) -> Published {
+    fn served(key: &str) -> HeldDescription {
         let description = RssDescription {
             key: key.into(),
             indir: (0..128).map(|i| i % 4).collect(),
             ..embedded_default()
         };
-        Published {
+        HeldDescription {
             candidate_key: description.key.clone(),
             description,
             key: KeyProvenance::default(),
@@ -524,7 +524,7 @@ mod tests {
 
     /// What the receiver serves after `learning` saw some landings: the
     /// description with the learned key (if any) and its provenance.
-    fn after(handle: &LearnedKey, published: &Published) -> (RssDescription, KeyProvenance) {
+    fn after(handle: &LearnedKey, published: &HeldDescription) -> (RssDescription, KeyProvenance) {
         let mut description = published.description.clone();
         let mut key = published.key;
         handle.applied(&mut description, &mut key);
@@ -577,7 +577,7 @@ mod tests {
 
         // Served: the same landings, judged by the learned key, and 16
         // more from ports a sender binds itself.
-        let republished = Published {
+        let republished = HeldDescription {
             description: description.clone(),
             key,
             candidate_key: published.candidate_key.clone(),

@@ -86,7 +86,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::sender::plan::ReceiverSources;
+    use crate::sender::local::ReceiverSources;
 
     #[test]
     fn every_reported_port_lands_on_its_cpu() {

@@ -12,7 +12,7 @@ use std::{
 use aya::maps::MapData;
 use srap_common::binder::{MAX_SLOTS, SLOT_STATE_MAP, SOCKETS_MAP, SocketRecord};
 
-use super::super::PinLayout;
+use crate::sender::{attach, layout::PinLayout};
 use crate::sock_diag::{SocketSeen, TcpDiag};
 
 /// Bytes of one socket-table row: cookie, then receiver, slot, local, pad.
@@ -96,7 +96,7 @@ pub fn read_words(
 ) -> Result<BTreeMap<(u32, u32), u64>, AuditError> {
     let map = pinned(layout, SLOT_STATE_MAP)?;
     // Words per binder row, as the agent sized the map (`--max-cpus`).
-    let row_slots = crate::sender::attach::pinned_sizes(layout).map_or(MAX_SLOTS, |s| s.cpus);
+    let row_slots = attach::pinned_sizes(layout).map_or(MAX_SLOTS, |s| s.cpus);
     let mut out = BTreeMap::new();
     for &row in rows {
         let bytes = srap_host::bpf_sys::array_values(

@@ -29,7 +29,7 @@ use tracing::{debug, warn};
 
 use self::core::{CountMismatch, Findings, Snapshot, Stability, StaleRecord};
 pub use self::kernel::{AuditError, open_sockets, read_records, read_words};
-use super::{PinLayout, RunningBinder};
+use super::{attach, binder::RunningBinder, layout::PinLayout};
 use crate::sock_diag::SocketSeen;
 
 /// The audit's state between intervals: what the last audit saw, what it
@@ -354,9 +354,9 @@ pub fn inject_stale_record(
     cookie: u64,
 ) -> Result<(), AuditError> {
     // The maps at the sizes the running binder pinned them with.
-    let sizes = super::attach::pinned_sizes(layout).unwrap_or(BinderSizes::DEFAULT);
+    let sizes = attach::pinned_sizes(layout).unwrap_or(BinderSizes::DEFAULT);
     let mut ebpf =
-        super::attach::load(layout, object, &sizes).map_err(|e| AuditError::Load(e.to_string()))?;
+        attach::load(layout, object, &sizes).map_err(|e| AuditError::Load(e.to_string()))?;
     let request = RepairRequest {
         op: op::INJECT,
         receiver,

@@ -19,12 +19,9 @@ use srap_common::{
 };
 use tracing::{info, warn};
 
-use super::{
-    events::{Event as PeerEvent, What},
-    resolve,
-};
+use super::events::{Event as PeerEvent, What};
 use crate::{
-    sender::{SenderOptions, Target},
+    sender::{options::SenderOptions, resolve, target::Target},
     upstream::{PeerStatus, Update},
 };
 

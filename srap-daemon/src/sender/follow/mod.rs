@@ -6,7 +6,7 @@
 //! its own description (its own RSS model and layout), gets its own grant,
 //! landing verdict and plan report; a receiver whose first description comes
 //! later joins the plan then. Every new description is re-planned into the
-//! same pinned maps ([`super::replan`]). While a receiver is away its last
+//! same pinned maps ([`super::replan()`]). While a receiver is away its last
 //! plan keeps steering, and the others are not touched: the maps do not
 //! depend on the connections, and each client reconnects with backoff on
 //! its own.
@@ -20,8 +20,7 @@ mod events;
 mod machine;
 mod probe;
 mod receivers;
-pub mod resolve;
-pub(crate) mod status;
+mod status;
 
 use std::{collections::BTreeSet, net::IpAddr, time::Duration};
 
@@ -34,21 +33,29 @@ use tokio::{
 };
 use tracing::{info, warn};
 
-pub use self::status::Published;
 use self::{
     events::Event as PeerEvent,
     machine::{Action, Event, Machine, Peer, Undo, Why},
     receivers::Link,
 };
 use super::{
-    RunningBinder, SenderError, SenderOptions, Target,
-    ends::{LocalNic, Steer},
+    audit::OccupancyAudit,
+    binder::{RunningBinder, start},
+    bond_members::MemberLoop,
+    ends::PlacedEnds,
+    error::SenderError,
     grant,
     landings::LocalLandings,
+    local::nic::LocalNic,
     local_end::LocalEnd,
-    maps, replan,
+    maps,
+    options::SenderOptions,
+    replan::{replan, replan_if_sources_changed},
+    resolve,
     settings::SenderSettings,
+    status::StatusServer,
     summary,
+    watch::CounterWatch,
 };
 use crate::{
     psk::read_psk_file,
@@ -77,7 +84,7 @@ struct Follower {
     handles: Vec<PeerHandle>,
     dports: Vec<u16>,
     /// The control socket (`None` with `--once`).
-    published: Option<status::Published>,
+    published: Option<StatusServer>,
     resolver: resolve::Resolve,
     /// This host's own NIC and its closed loop, with `--steer both`.
     local: Option<LocalEnd>,
@@ -86,9 +93,9 @@ struct Follower {
     /// planned and seen (`local` lists them otherwise).
     opened: Option<LocalLandings>,
     /// The occupancy audit, run at every `--interval`.
-    audit: super::audit::OccupancyAudit,
+    audit: OccupancyAudit,
     /// The closed loop over the bond members' own counters.
-    member_loop: super::bond::MemberLoop,
+    member_loop: MemberLoop,
     /// This namespace's TCP sockets (`tcpi_bytes_acked`), for that loop:
     /// opened on the first sample over a bond, or why it cannot be.
     connections: Option<Result<crate::sock_diag::TcpDiag, String>>,
@@ -113,7 +120,7 @@ pub async fn run(
         None
     } else {
         let mut published =
-            status::Published::bind(&args.control()).context("the sender's control socket")?;
+            StatusServer::bind(&args.control()).context("the sender's control socket")?;
         if let Some(addr) = args.metrics {
             published.serve_metrics(addr)?;
         }
@@ -139,7 +146,7 @@ pub async fn run(
         handles.push(handle);
     }
     drop(tx);
-    let mut options = options(args, Vec::new())?;
+    let mut options = SenderOptions::from_settings(args, Vec::new())?;
     // --steer both: this host's NIC in every plan.
     options.local = local.as_ref().map(|nic| nic.model.clone());
     let mut follower = Follower {
@@ -150,8 +157,8 @@ pub async fn run(
         resolver,
         local: None,
         opened: None,
-        audit: super::audit::OccupancyAudit::default(),
-        member_loop: super::bond::MemberLoop::default(),
+        audit: OccupancyAudit::default(),
+        member_loop: MemberLoop::default(),
         connections: None,
     };
     follower.publish(None);
@@ -161,11 +168,11 @@ pub async fn run(
         return Ok(());
     }
     let mut binder =
-        super::start(&follower.machine.options, object).context("setting up the port binder")?;
+        start(&follower.machine.options, object).context("setting up the port binder")?;
     if !args.once {
         // Watching before `steering active`: no connection it steers is missed.
         let toward: Vec<IpAddr> = follower.machine.options.target_addrs();
-        follower.local = local.map(|nic| LocalEnd::start(nic, Steer::Both, &binder, &toward));
+        follower.local = local.map(|nic| LocalEnd::start(nic, PlacedEnds::Both, &binder, &toward));
         if follower.local.is_none() {
             follower.opened = watch_opened(&binder.cgroup);
         }
@@ -266,7 +273,7 @@ impl Follower {
         let mut status_tick = tokio::time::interval(STATUS_EVERY);
         let mut resolve_tick = tokio::time::interval(RESOLVE_EVERY);
         resolve_tick.tick().await;
-        let mut watch = super::watch::CounterWatch::new(binder);
+        let mut watch = CounterWatch::new(binder);
         loop {
             tokio::select! {
                 _ = resolve_tick.tick() => {
@@ -286,7 +293,7 @@ impl Follower {
                         return Ok(());
                     }
                     self.audit.tick(binder);
-                    if super::replan_if_sources_changed(binder, &self.machine.options) {
+                    if replan_if_sources_changed(binder, &self.machine.options) {
                         self.planned(binder, false);
                     }
                 }
@@ -424,14 +431,8 @@ impl Follower {
     /// interval's full check of addresses and routes): a member down or up
     /// is re-planned at once.
     fn follow_bonds(&mut self, binder: &mut RunningBinder) {
-        let bonds = &self.machine.options.bonds;
-        let moved = binder
-            .plan
-            .receivers
-            .iter()
-            .filter(|r| r.bond.is_some())
-            .any(|r| super::bond::EgressBond::toward(r.receiver, bonds) != r.bond);
-        if moved && super::replan_if_sources_changed(binder, &self.machine.options) {
+        let moved = binder.plan.host.bonds_moved(&self.machine.options.bonds);
+        if moved && replan_if_sources_changed(binder, &self.machine.options) {
             self.planned(binder, false);
         }
     }
@@ -488,7 +489,7 @@ impl Follower {
         for (bond, why) in changes {
             bonds.set_paused(&bond, why);
         }
-        let replanned = super::replan_if_sources_changed(binder, &self.machine.options);
+        let replanned = replan_if_sources_changed(binder, &self.machine.options);
         if replanned {
             self.planned(binder, false);
         }
@@ -616,23 +617,6 @@ async fn peer_ips(peer_addr: &str, resolver: &resolve::Resolve) -> anyhow::Resul
         shown.join(" ")
     );
     Ok(addrs)
-}
-
-/// The binder's options for `targets`, the rest from the command line
-/// (the maps' sizes checked: a setting out of range is an error naming it).
-pub fn options(args: &SenderSettings, targets: Vec<Target>) -> anyhow::Result<SenderOptions> {
-    Ok(SenderOptions {
-        targets,
-        ports: args.ports.clone(),
-        cgroup: args.cgroup.clone(),
-        pin_dir: args.pin_dir(),
-        pacing_rate: args.pacing_rate,
-        port_range: args.port_range,
-        local: None,
-        local_placement: args.local.local_placement(),
-        bonds: super::bond::BondSettings::new(args.bond_members()),
-        sizes: args.sizes.sizes()?,
-    })
 }
 
 /// The grant's CPUs as `cpu` or `cpu+flows`.

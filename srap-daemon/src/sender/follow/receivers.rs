@@ -9,7 +9,7 @@ use tracing::{info, warn};
 
 use super::{demand_of, grant_cpus, machine::Peer};
 use crate::{
-    sender::{RunningBinder, grant},
+    sender::{binder::RunningBinder, grant},
     upstream::{self, PeerHandle},
 };
 

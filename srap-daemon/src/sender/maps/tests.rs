@@ -1,11 +1,29 @@
-//! The maps' pure parts: which destinations a refill writes and removes,
-//! and how the binder's counters read.
+//! The maps' logic without a kernel: which destinations a refill writes
+//! and removes, what a fill writes in which order into the in-memory maps
+//! ([`super::fake`]), what a refused write leaves, and how the binder's
+//! counters read.
 
-use std::collections::BTreeSet;
+use std::{
+    collections::BTreeSet,
+    net::{IpAddr, Ipv4Addr},
+};
 
-use srap_common::binder::{COUNTERS, DestKey, DestValue, outcome};
+use srap_common::{
+    binder::{
+        BinderConfig, BinderSizes, CONFIG_MAP, COSETS_MAP, COUNTERS, DESTS_MAP, DestKey, DestValue,
+        ENTRIES_MAP, LAYOUTS_MAP, RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP,
+        TABLES_MAP, outcome, slot_word,
+    },
+    rss::{RssModel, embedded_default},
+    solver::PortRange,
+};
 
-use super::{BinderStats, dest_changes};
+use super::{
+    BinderStats, dest_changes,
+    fake::{FakeMaps, Write},
+    fill_maps, put_dests,
+};
+use crate::sender::{error::SenderError, local::ReceiverSources, plan::Plan};
 
 fn key(port: u32) -> DestKey {
     DestKey {
@@ -78,4 +96,225 @@ fn the_counters_show_steered_and_what_is_not_zero() {
         "a miss is the application's, not a failure"
     );
     assert_eq!(stats.get(COUNTERS), 0, "past the last counter");
+}
+
+/// A plan toward two receivers (binder rows 1 and 2) of the embedded
+/// default NIC, every port.
+fn two_receivers() -> Plan {
+    let model = RssModel::from_description(&embedded_default()).expect("model");
+    let routed = |last| {
+        ReceiverSources::routed(
+            IpAddr::V4(Ipv4Addr::new(10, 199, 9, last)),
+            IpAddr::V4(Ipv4Addr::new(10, 199, 9, 1)),
+        )
+    };
+    Plan::build(&model, &[routed(2), routed(3)], &[], PortRange::DEFAULT).expect("plan")
+}
+
+fn config() -> BinderConfig {
+    let sizes = BinderSizes::DEFAULT;
+    BinderConfig {
+        pacing_rate: 12_345,
+        row_slots: sizes.cpus,
+        sizes,
+        ..BinderConfig::default()
+    }
+}
+
+fn inserted(maps: &FakeMaps) -> Vec<DestKey> {
+    let keys = maps.writes.iter().filter_map(|w| match w {
+        Write::Insert(key) => Some(*key),
+        _ => None,
+    });
+    keys.collect()
+}
+
+#[test]
+fn a_fill_writes_the_config_first_and_the_destinations_last() {
+    let plan = two_receivers();
+    let mut maps = FakeMaps::default();
+    fill_maps(&mut maps, &plan, config()).expect("fill");
+    assert_eq!(
+        maps.map_order(),
+        vec![
+            CONFIG_MAP,
+            LAYOUTS_MAP,
+            SLOTS_MAP,
+            ENTRIES_MAP,
+            COSETS_MAP,
+            TABLES_MAP,
+            SLOT_STATE_MAP,
+            RECEIVERS_MAP,
+            DESTS_MAP,
+        ],
+        "no joints without a local plan; the fresh rows' turns before their slot counts"
+    );
+    assert_eq!(maps.writes[0], Write::Row(CONFIG_MAP, 0));
+    assert_eq!(maps.row::<BinderConfig>(CONFIG_MAP, 0), config());
+    let tables: Vec<u32> = (0..plan.tables.len() as u32).collect();
+    assert_eq!(maps.written(TABLES_MAP), tables);
+    assert_eq!(maps.written(LAYOUTS_MAP), vec![0], "both share one layout");
+    assert_eq!(maps.written(RECEIVERS_MAP), vec![1, 2]);
+    let planned: Vec<(DestKey, DestValue)> = plan.dests.clone();
+    let held: Vec<(DestKey, DestValue)> = maps.dests.clone().into_iter().collect();
+    assert_eq!(held.len(), planned.len());
+    assert!(
+        planned.iter().all(|d| held.contains(d)),
+        "every planned row"
+    );
+    for receiver in plan.rows() {
+        let row: ReceiverSlots = maps.row(RECEIVERS_MAP, receiver.index);
+        assert_eq!(row.slots, receiver.slots, "row {}", receiver.index);
+    }
+}
+
+#[test]
+fn a_fresh_row_gets_turns_on_its_free_slots_only() {
+    let plan = two_receivers();
+    let row_slots = config().row_slots;
+    let receiver = &plan.receivers[0];
+    // A flow still open in slot 1 of row 1 (its count 3, its turn 5).
+    let busy = receiver.index * row_slots + 1;
+    let open = 5 * slot_word::TURN + 3;
+    let mut maps = FakeMaps::default();
+    maps.preset(SLOT_STATE_MAP, busy, open);
+    fill_maps(&mut maps, &plan, config()).expect("fill");
+
+    assert_eq!(maps.row::<u64>(SLOT_STATE_MAP, busy), open, "left alone");
+    let first = receiver.index * row_slots;
+    let expected: Vec<u32> = (first..first + receiver.slots)
+        .filter(|&w| w != busy)
+        .collect();
+    let written = maps.written(SLOT_STATE_MAP);
+    assert_eq!(written[..expected.len()], expected[..]);
+    for index in written {
+        let word: u64 = maps.row(SLOT_STATE_MAP, index);
+        assert_eq!(
+            slot_word::flows(word),
+            0,
+            "a turn only, no flows: {word:#x}"
+        );
+    }
+    let mut flows = vec![0; receiver.slots as usize];
+    flows[1] = 3;
+    let rebuilt = ReceiverSlots::rebuilt(receiver.slots, &flows, &ReceiverSlots::default());
+    assert_eq!(
+        maps.row::<ReceiverSlots>(RECEIVERS_MAP, receiver.index),
+        rebuilt
+    );
+}
+
+#[test]
+fn a_row_with_its_planned_slots_is_left_alone_and_one_resized_keeps_its_turns() {
+    let plan = two_receivers();
+    let (same, resized) = (&plan.receivers[0], &plan.receivers[1]);
+    let mut maps = FakeMaps::default();
+    let as_planned = ReceiverSlots {
+        slots: same.slots,
+        dry: 7,
+        ..ReceiverSlots::default()
+    };
+    let before = ReceiverSlots {
+        slots: 2,
+        dry: 9,
+        ..ReceiverSlots::default()
+    };
+    maps.preset(RECEIVERS_MAP, same.index, as_planned);
+    maps.preset(RECEIVERS_MAP, resized.index, before);
+    fill_maps(&mut maps, &plan, config()).expect("fill");
+
+    assert_eq!(maps.written(RECEIVERS_MAP), vec![resized.index]);
+    assert!(
+        maps.written(SLOT_STATE_MAP).is_empty(),
+        "hooks claim in both rows already: no turn is reset"
+    );
+    let row: ReceiverSlots = maps.row(RECEIVERS_MAP, resized.index);
+    assert_eq!((row.slots, row.dry), (resized.slots, 9));
+    assert_eq!(
+        maps.row::<ReceiverSlots>(RECEIVERS_MAP, same.index),
+        as_planned
+    );
+}
+
+#[test]
+fn a_refused_write_stops_the_fill_before_any_destination() {
+    let plan = two_receivers();
+    let mut maps = FakeMaps::refusing(Write::Row(TABLES_MAP, 1));
+    let err = fill_maps(&mut maps, &plan, config()).expect_err("refused");
+    assert!(
+        matches!(
+            err,
+            SenderError::Map {
+                map: TABLES_MAP,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let text = srap_host::report::Chain(&err).to_string();
+    assert!(text.contains(TABLES_MAP), "{text}");
+    assert!(text.contains("bpf_map_update_elem"), "{text}");
+    assert_eq!(maps.written(TABLES_MAP), vec![0], "stopped at row 1");
+    assert!(maps.written(RECEIVERS_MAP).is_empty());
+    assert!(
+        maps.dests.is_empty(),
+        "no destination toward a missing table"
+    );
+}
+
+#[test]
+fn a_refill_replaces_the_planned_destinations_and_removes_the_rest() {
+    let plan = two_receivers();
+    let mut maps = FakeMaps::default();
+    let dropped = key(9);
+    maps.dests.insert(dropped, toward(1, 0));
+    let (kept, _) = plan.dests[0];
+    maps.dests.insert(kept, toward(1, 99));
+    put_dests(&mut maps, &plan, &BTreeSet::new()).expect("dests");
+
+    let planned: Vec<DestKey> = plan.dests.iter().map(|(k, _)| *k).collect();
+    assert_eq!(inserted(&maps), planned, "each written, in plan order");
+    assert_eq!(
+        maps.writes.last(),
+        Some(&Write::Remove(dropped)),
+        "removed last"
+    );
+    assert_eq!(maps.dests.get(&kept), Some(&plan.dests[0].1), "new value");
+    assert_eq!(maps.dests.len(), plan.dests.len());
+}
+
+#[test]
+fn pausing_a_receiver_takes_out_its_destinations_only() {
+    let plan = two_receivers();
+    let mut maps = FakeMaps::default();
+    put_dests(&mut maps, &plan, &BTreeSet::new()).expect("all");
+    let paused: BTreeSet<u32> = [plan.receivers[0].index].into_iter().collect();
+    maps.writes.clear();
+    put_dests(&mut maps, &plan, &paused).expect("paused");
+
+    let toward_paused = |v: &DestValue| paused.contains(&v.receiver);
+    let (out, on): (Vec<&(DestKey, DestValue)>, Vec<_>) =
+        plan.dests.iter().partition(|(_, v)| toward_paused(v));
+    assert!(!out.is_empty() && !on.is_empty());
+    assert!(maps.dests.values().all(|v| !toward_paused(v)));
+    assert_eq!(maps.dests.len(), on.len());
+    let removed = maps.writes.iter().filter(|w| matches!(w, Write::Remove(_)));
+    assert_eq!(removed.count(), out.len());
+}
+
+#[test]
+fn a_refused_removal_is_the_error_after_every_insert() {
+    let plan = two_receivers();
+    let stale = key(9);
+    let mut maps = FakeMaps::refusing(Write::Remove(stale));
+    maps.dests.insert(stale, toward(1, 0));
+    let err = put_dests(&mut maps, &plan, &BTreeSet::new()).expect_err("refused");
+    assert!(
+        matches!(err, SenderError::Map { map: DESTS_MAP, .. }),
+        "{err:?}"
+    );
+    let text = srap_host::report::Chain(&err).to_string();
+    assert!(text.contains("bpf_map_delete_elem"), "{text}");
+    assert_eq!(inserted(&maps).len(), plan.dests.len());
+    assert!(maps.dests.contains_key(&stale));
 }

@@ -9,7 +9,7 @@ use srap_common::{
 };
 
 use super::{LocalPlan, Toggle};
-use crate::sender::{SenderOptions, Target};
+use crate::sender::{options::SenderOptions, target::Target};
 
 fn model(queues: u32) -> Arc<RssModel> {
     let mut description = embedded_default();

@@ -11,7 +11,10 @@ use srap_common::{
 
 use super::{Action, Event, Machine, Peer, Undo, Why};
 use crate::{
-    sender::{SenderOptions, follow::events::Event as PeerEvent, follow::events::What},
+    sender::{
+        follow::events::{Event as PeerEvent, What},
+        options::SenderOptions,
+    },
     upstream::{PeerStatus, Update},
 };
 

@@ -1,191 +1,21 @@
-//! The bond a receiver's flows leave by: found on the route toward it,
-//! read from sysfs (`srap_host::bond`) every second, and planned for when
-//! the source port decides the member (`layer3+4` in `balance-xor` or
-//! `802.3ad`; [`MemberPlan`]). A member going down or up, or a port leaving
-//! the aggregator, changes the usable list: the sources differ from the
-//! plan's and the agent re-plans ([`super::replan_if_sources_changed`]), so
-//! new connections balance over the members that can send. The members'
-//! own counters judge the driver's hash ([`MemberLoop`]); a bond they
-//! contradict is paused in [`BondSettings`], and re-planned without its
-//! members until they agree again.
+//! The closed loop over a bond's members' own counters: the status shows
+//! each bond the plan leaves by with the flows the driver's hash puts on
+//! each member ([`add_bonds`]), and [`MemberLoop`] judges the hash by what
+//! the members really sent; a bond they contradict is paused (its members
+//! left out of the plan) until they agree again. The bond itself, as
+//! planned for, is [`super::local::bond`]'s.
 
 use std::{
     collections::{BTreeMap, HashMap},
-    net::{IpAddr, SocketAddr},
+    net::SocketAddr,
     time::Instant,
 };
 
-use srap_common::{
-    bond::{MemberPlan, member_index},
-    rss::FlowTuple,
-};
-use srap_host::bond::Bond;
+use srap_common::{bond::member_index, rss::FlowTuple};
 use srap_status::sender::{BondRow, MemberRow, SenderFlowRow, SenderStatus};
 
-use super::RunningBinder;
+use super::{binder::RunningBinder, local::bond::EgressBond};
 use crate::sock_diag::Connections;
-
-/// `--bond-members`: whether the plan balances flows over the members of
-/// a bond the route leaves by.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum BondMembers {
-    /// Each flow on an even share of the usable members, as well as on a
-    /// free receiver CPU.
-    #[default]
-    Balance,
-    /// The receiver's CPUs only; the bond is still shown, with its
-    /// members' counters.
-    Ignore,
-}
-
-impl std::str::FromStr for BondMembers {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "balance" => Ok(Self::Balance),
-            "ignore" => Ok(Self::Ignore),
-            other => Err(format!("`{other}` is not balance or ignore")),
-        }
-    }
-}
-
-impl std::fmt::Display for BondMembers {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Balance => "balance",
-            Self::Ignore => "ignore",
-        })
-    }
-}
-
-/// How the plan treats bonds: `--bond-members`, and the bonds whose
-/// members' counters paused their balancing, with why (kept with the
-/// options, so every re-plan leaves their members out until cleared).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BondSettings {
-    pub members: BondMembers,
-    pub paused: BTreeMap<String, String>,
-}
-
-impl BondSettings {
-    /// The settings of `--bond-members`, nothing paused.
-    pub fn new(members: BondMembers) -> Self {
-        Self {
-            members,
-            paused: BTreeMap::new(),
-        }
-    }
-
-    /// Pauses (`Some(why)`) or resumes (`None`) `bond`'s balancing.
-    pub fn set_paused(&mut self, bond: &str, why: Option<String>) {
-        match why {
-            Some(why) => self.paused.insert(bond.to_owned(), why),
-            None => self.paused.remove(bond),
-        };
-    }
-}
-
-/// A bond on the route toward a receiver, as the plan was built for it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EgressBond {
-    pub name: String,
-    pub mode: String,
-    pub policy: String,
-    /// Every member in enslavement order, with whether it can send now.
-    pub members: Vec<(String, bool)>,
-    /// The balancing planned (`None`: see `why_not`).
-    pub plan: Option<MemberPlan>,
-    /// Why the members are not balanced, when they are not.
-    pub why_not: Option<String>,
-}
-
-impl EgressBond {
-    /// The bond the route toward `dst` leaves by, if it is one; its plan
-    /// left out with `--bond-members ignore`, and while the members'
-    /// counters have it paused.
-    pub fn toward(dst: IpAddr, settings: &BondSettings) -> Option<Self> {
-        let iface = srap_host::route::egress_iface(dst)?;
-        let mut bond = Self::of(&srap_host::bond::read(&iface)?);
-        let off = match settings.members {
-            BondMembers::Ignore => Some("--bond-members ignore".to_owned()),
-            BondMembers::Balance => settings
-                .paused
-                .get(&bond.name)
-                .map(|why| format!("paused: {why}")),
-        };
-        if bond.plan.is_some()
-            && let Some(why) = off
-        {
-            bond.plan = None;
-            bond.why_not = Some(why);
-        }
-        Some(bond)
-    }
-
-    /// What a plan makes of `bond`.
-    pub fn of(bond: &Bond) -> Self {
-        let usable: Vec<&str> = bond.usable().iter().map(|m| m.name.as_str()).collect();
-        let count = usable.len() as u32;
-        let why_not = bond.why_not_port().or_else(|| match count {
-            0 => Some("no member can send".into()),
-            1 => Some("one usable member: nothing to balance".into()),
-            n if n > MemberPlan::MOST => Some(format!(
-                "{n} usable members: more than the {} a plan balances",
-                MemberPlan::MOST
-            )),
-            _ => None,
-        });
-        Self {
-            name: bond.name.clone(),
-            mode: bond.mode.clone(),
-            policy: bond.policy_name.clone(),
-            members: bond
-                .members
-                .iter()
-                .map(|m| (m.name.clone(), usable.contains(&m.name.as_str())))
-                .collect(),
-            plan: why_not.is_none().then(|| MemberPlan::new(count)).flatten(),
-            why_not,
-        }
-    }
-
-    /// The usable members in enslavement order: index `i` of the driver's
-    /// `hash % n` is `usable()[i]`.
-    pub fn usable(&self) -> Vec<&str> {
-        self.members
-            .iter()
-            .filter(|(_, up)| *up)
-            .map(|(name, _)| name.as_str())
-            .collect()
-    }
-
-    /// One line for the log and the plan summary.
-    pub fn describe(&self) -> String {
-        let usable = self.usable();
-        let state = match (&self.plan, &self.why_not) {
-            (Some(plan), _) if plan.linear_bits().is_some() => {
-                format!("flows balanced over {} members", plan.members())
-            }
-            (Some(plan), _) => format!(
-                "flows balanced over {n} members toward named ports (--port) only: the \
-                 member is the hash modulo {n}, not linear in the port",
-                n = plan.members()
-            ),
-            (None, Some(why)) => format!("members not balanced: {why}"),
-            (None, None) => "members not balanced".into(),
-        };
-        format!(
-            "egress {} ({}, {}): usable {} of {} [{}]; {state}",
-            self.name,
-            self.mode,
-            self.policy,
-            usable.len(),
-            self.members.len(),
-            usable.join(" ")
-        )
-    }
-}
 
 /// Adds the bonds `binder`'s plan leaves by to `status`, once each: every
 /// member with the open flows (`status.flows`, already filled) the driver's
@@ -438,55 +268,8 @@ impl MemberLoop {
 
 #[cfg(test)]
 mod tests {
-    use srap_host::bond::{Bond, Member};
-
     use super::*;
-
-    fn bond(mode: &str, policy: &str, up: &[bool]) -> Bond {
-        Bond {
-            name: "bond0".into(),
-            mode: mode.into(),
-            policy_name: policy.into(),
-            policy: srap_common::bond::HashPolicy::parse(policy),
-            active_aggregator: None,
-            members: up
-                .iter()
-                .enumerate()
-                .map(|(i, up)| Member {
-                    name: format!("eth{i}"),
-                    up: *up,
-                    aggregator: None,
-                    port_state: None,
-                })
-                .collect(),
-        }
-    }
-
-    #[test]
-    fn a_layer34_bond_of_four_is_balanced_by_bits_and_of_three_by_named_ports() {
-        let four = EgressBond::of(&bond("balance-xor", "layer3+4 1", &[true; 4]));
-        assert_eq!(four.plan.map(MemberPlan::members), Some(4));
-        assert_eq!(four.usable(), ["eth0", "eth1", "eth2", "eth3"]);
-        let three = EgressBond::of(&bond(
-            "balance-xor",
-            "layer3+4 1",
-            &[true, false, true, true],
-        ));
-        assert_eq!(three.plan.map(MemberPlan::members), Some(3));
-        assert_eq!(three.plan.and_then(MemberPlan::linear_bits), None);
-        assert!(
-            three.describe().contains("modulo 3"),
-            "{}",
-            three.describe()
-        );
-        assert_eq!(three.usable(), ["eth0", "eth2", "eth3"]);
-        let two = EgressBond::of(&bond(
-            "balance-xor",
-            "layer3+4 1",
-            &[false, true, false, true],
-        ));
-        assert_eq!(two.plan.map(MemberPlan::members), Some(2));
-    }
+    use crate::sender::local::bond::{BondMembers, BondSettings};
 
     #[test]
     fn a_member_that_sends_less_than_its_flows_contradicts_the_hash() {
@@ -538,18 +321,5 @@ mod tests {
             "the third resumes"
         );
         assert_eq!(settings.paused.get(bond), None);
-    }
-
-    #[test]
-    fn a_bond_whose_port_does_not_decide_says_why() {
-        let l23 = EgressBond::of(&bond("balance-xor", "layer2+3 2", &[true; 2]));
-        assert_eq!(l23.plan, None);
-        assert!(
-            l23.describe().contains("hashes no port"),
-            "{}",
-            l23.describe()
-        );
-        let backup = EgressBond::of(&bond("active-backup", "layer3+4 1", &[true; 2]));
-        assert!(backup.why_not.is_some());
     }
 }

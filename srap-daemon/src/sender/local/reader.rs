@@ -21,7 +21,7 @@ use aya::{Ebpf, maps::Array};
 use srap_common::binder::{BinderSizes, GRANTS_MAP, LOCAL_ROW, READER_CPUS, SlotGrant};
 use srap_host::topology::{Neighbours, Topology};
 
-use super::SenderError;
+use crate::sender::error::SenderError;
 
 /// How near the slots of a reader's row are to the reader's CPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

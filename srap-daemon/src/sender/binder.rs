@@ -1,0 +1,187 @@
+//! A running binder: [`start`] plans for the options and this host
+//! ([`plan_for`]), fills the maps, attaches the `connect()` hooks to the
+//! cgroup through pinned links (or adopts what a previous agent pinned
+//! under the same directory), and records in the state file what
+//! [`super::detach()`] must undo. The pins keep steering running whether or
+//! not the agent does.
+
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+};
+
+use aya::Ebpf;
+use srap_common::{binder::BinderSizes, solver::PortRange};
+use srap_host::{
+    cgroup,
+    reserved::{self, Reservation},
+};
+use tracing::{info, warn};
+
+use super::{
+    attach::{self, Attachment},
+    ends::LocalPlacement,
+    error::SenderError,
+    layout::PinLayout,
+    local::LocalHost,
+    maps,
+    options::SenderOptions,
+    plan::{Plan, PlanInputs},
+    state::{self, SenderState},
+};
+
+/// A running binder, as set up by [`start`].
+pub struct RunningBinder {
+    /// The loaded object; its programs are attached through the pins, so
+    /// dropping it does not stop steering.
+    pub ebpf: Ebpf,
+    pub layout: PinLayout,
+    pub cgroup: PathBuf,
+    pub plan: Plan,
+    pub attachment: Attachment,
+    /// The source ports the binder chooses from.
+    pub port_range: PortRange,
+    /// What its maps are sized for.
+    pub sizes: BinderSizes,
+    /// Where each flow's local end goes (`--local-placement`): the hook's
+    /// config holds it, and the reader rows are written with this host's
+    /// grant.
+    pub local_placement: LocalPlacement,
+}
+
+/// The plan of `options` for this host as it is now ([`LocalHost::discover`]
+/// toward the targets): for the targets' NICs, and this host's too when
+/// both ends are planned. A plan the maps' sizes cannot hold is an error
+/// naming the setting to raise, never a plan cut short.
+pub fn plan_for(options: &SenderOptions, range: PortRange) -> Result<Plan, SenderError> {
+    let host = LocalHost::discover(&options.target_addrs::<Vec<_>>(), &options.bonds)?;
+    let plan = Plan::new(PlanInputs {
+        receivers: &options.targets,
+        host,
+        local_nic: options.local.as_ref(),
+        ports: &options.ports,
+        range,
+    })?;
+    plan.check_fits(&options.sizes)?;
+    Ok(plan)
+}
+
+/// Computes, fills, attaches and pins (or adopts what a previous agent
+/// pinned under the same directory).
+pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, SenderError> {
+    let layout = PinLayout::new(&options.pin_dir);
+    let state_path = state::path_for(layout.dir());
+    let previous = state::load(&state_path)?;
+    let cgroup = steered_cgroup(options, &layout, previous.as_ref())?;
+    let port_range = match options.port_range {
+        Some(range) => range,
+        None => reserved::local_port_range()?,
+    };
+    let plan = plan_for(options, port_range)?;
+    for layout in plan.layouts.iter().filter(|l| l.cpus_left_out > 0) {
+        warn!(
+            "{} receiver CPUs are beyond the binder's slots and get no flows",
+            layout.cpus_left_out
+        );
+    }
+
+    let mut ebpf = attach::load(&layout, object, &options.sizes)?;
+    maps::fill(&mut ebpf, &plan, options)?;
+
+    record_state(&state_path, previous.as_ref(), &cgroup)?;
+
+    let attachment = attach::ensure_attached(&mut ebpf, &layout, &cgroup)?;
+    info!(
+        cgroup = %cgroup.display(),
+        pins = %layout.dir().display(),
+        ?attachment,
+        "binder steering"
+    );
+    Ok(RunningBinder {
+        ebpf,
+        layout,
+        cgroup,
+        plan,
+        attachment,
+        port_range,
+        sizes: options.sizes,
+        local_placement: options.local_placement,
+    })
+}
+
+/// The cgroup to steer; refuses one other than the cgroup the pinned
+/// binder is already attached to.
+fn steered_cgroup(
+    options: &SenderOptions,
+    layout: &PinLayout,
+    previous: Option<&SenderState>,
+) -> Result<PathBuf, SenderError> {
+    let mount = cgroup::cgroup2_mount()?;
+    let cgroup = cgroup::resolve(&mount, options.cgroup.as_deref())?;
+    if layout.links_pinned()
+        && let Some(prev) = previous.filter(|p| p.cgroup != cgroup)
+    {
+        return Err(SenderError::AttachedElsewhere {
+            pin_dir: layout.dir().to_path_buf(),
+            attached: prev.cgroup.clone(),
+            requested: cgroup,
+        });
+    }
+    Ok(cgroup)
+}
+
+/// Creates the cgroup if needed and records in the state file what
+/// `detach` must undo, before the step that needs undoing. Ports an older
+/// agent reserved (SRAP reserves none since it chooses by tuple) are
+/// released here, after they were recorded, so a crash in between still
+/// leaves `detach` a state that undoes everything.
+fn record_state(
+    state_path: &Path,
+    previous: Option<&SenderState>,
+    cgroup: &Path,
+) -> Result<(), SenderError> {
+    let netns = state::current_netns();
+    let previously_added = match previous {
+        Some(prev) if prev.netns == netns => {
+            reserved::parse(&prev.reserved_added).map_err(|problem| SenderError::State {
+                path: state_path.to_path_buf(),
+                problem,
+            })?
+        }
+        _ => BTreeSet::new(),
+    };
+    let created = cgroup::ensure(cgroup)?;
+    let state = SenderState {
+        cgroup: cgroup.to_path_buf(),
+        cgroup_created: created || previous.is_some_and(|p| p.cgroup == cgroup && p.cgroup_created),
+        reserved_added: reserved::format(&previously_added),
+        netns,
+    };
+    state::save(state_path, &state)?;
+    if !previously_added.is_empty() {
+        let released = Reservation::read(previously_added)?.release()?;
+        info!("released {released} ports an older agent reserved in ip_local_reserved_ports");
+        state::save(
+            state_path,
+            &SenderState {
+                reserved_added: String::new(),
+                ..state
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Creates the binder's maps sized by `sizes` and pins them under
+/// `pin_dir` (or opens those pinned there already), attaching nothing: what
+/// an agent would pin, for measuring it ([`super::pinned_memory`]). Undo with
+/// [`remove_pins`].
+pub fn create_maps(pin_dir: &Path, object: &[u8], sizes: &BinderSizes) -> Result<(), SenderError> {
+    attach::load(&PinLayout::new(pin_dir), object, sizes).map(drop)
+}
+
+/// Removes every pin the binder makes under `pin_dir` (links first), and
+/// the directory when nothing else is in it; returns the pins removed.
+pub fn remove_pins(pin_dir: &Path) -> Result<usize, SenderError> {
+    attach::remove_pins(&PinLayout::new(pin_dir))
+}

@@ -1,0 +1,169 @@
+//! This host, as the sender plans for it: the addresses its flows leave
+//! from and the interfaces that hold them. The raw reads are
+//! `srap_host`'s (the route lookup, `getifaddrs`, sysfs); this module
+//! composes them into what the plan takes.
+//!
+//! * [`LocalHost`]: one snapshot of this host toward the receivers — for
+//!   each, the route's source address, the other addresses an application
+//!   may bind ([`ReceiverSources`]), and the bond the route leaves by
+//!   ([`bond`]). The plan is made for one snapshot and keeps it; a re-plan
+//!   is due when a new snapshot differs from it.
+//! * [`nic`]: this host's own NIC, described as a receiver agent describes
+//!   its own, when flows are placed on it (`--steer local|both`).
+//! * [`reader`]: the reader rows of `--local-placement reader` (each CPU's
+//!   nearest offered slots, from this host's CPU topology).
+//!
+//! Nothing here knows a running binder: the loops that follow this host
+//! (`super::local_end`, `super::replan`) stand on it.
+
+pub mod bond;
+pub mod nic;
+pub mod reader;
+
+use std::{collections::BTreeSet, net::IpAddr};
+
+use srap_common::bond::MemberPlan;
+use srap_host::{local, route};
+
+use self::bond::{BondSettings, EgressBond};
+use super::error::SenderError;
+
+/// This host toward the receivers, one [`ReceiverSources`] per receiver
+/// address in the order asked for: what a plan is made for. Two snapshots
+/// are equal when they plan alike (see [`ReceiverSources`]'s equality).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LocalHost {
+    pub toward: Vec<ReceiverSources>,
+}
+
+impl LocalHost {
+    /// Reads this host now: toward each of `receivers`, the route's source
+    /// address, the other local addresses an application may bind, and
+    /// the bond the route leaves by (its members balanced unless `bonds`
+    /// says not). Blocking (netlink, `getifaddrs`, sysfs).
+    pub fn discover(receivers: &[IpAddr], bonds: &BondSettings) -> Result<Self, SenderError> {
+        let toward = receivers
+            .iter()
+            .map(|r| {
+                Ok(ReceiverSources {
+                    receiver: *r,
+                    route: route::source_toward(*r)?,
+                    others: local::addresses_toward(*r)?,
+                    bond: EgressBond::toward(*r, bonds),
+                })
+            })
+            .collect::<Result<_, SenderError>>()?;
+        Ok(Self { toward })
+    }
+
+    /// True when a bond this snapshot leaves by is no longer as it was (a
+    /// member down or up, a port out of the aggregator, its balancing
+    /// paused): cheap enough to ask every second, between the full reads.
+    pub fn bonds_moved(&self, bonds: &BondSettings) -> bool {
+        self.toward
+            .iter()
+            .filter(|r| r.bond.is_some())
+            .any(|r| EgressBond::toward(r.receiver, bonds) != r.bond)
+    }
+}
+
+/// One receiver and where flows to it may come from.
+#[derive(Debug, Clone)]
+pub struct ReceiverSources {
+    pub receiver: IpAddr,
+    /// The route's source address toward it.
+    pub route: IpAddr,
+    /// Other local addresses an application may bind (other families are
+    /// ignored).
+    pub others: Vec<IpAddr>,
+    /// The bond the route leaves by, if it is one: with a member plan, each
+    /// slot's ports also leave on one member.
+    pub bond: Option<EgressBond>,
+}
+
+impl ReceiverSources {
+    /// A receiver reached from its route's source address only.
+    pub fn routed(receiver: IpAddr, route: IpAddr) -> Self {
+        Self {
+            receiver,
+            route,
+            others: Vec::new(),
+            bond: None,
+        }
+    }
+
+    /// The members to balance flows to this receiver over, if any.
+    pub fn members(&self) -> Option<MemberPlan> {
+        self.bond.as_ref().and_then(|b| b.plan)
+    }
+
+    /// Route source first, then the other addresses of its family, once each.
+    pub fn sources(&self) -> Vec<IpAddr> {
+        let mut seen = BTreeSet::new();
+        std::iter::once(self.route)
+            .chain(self.others.iter().copied())
+            .filter(|ip| ip.is_ipv4() == self.receiver.is_ipv4() && seen.insert(*ip))
+            .collect()
+    }
+
+    /// The addresses a table is planned for, as a set.
+    fn source_set(&self) -> BTreeSet<IpAddr> {
+        self.sources().into_iter().collect()
+    }
+}
+
+/// Equal as the plan sees them: the same receiver, route source, bond,
+/// and set of addresses of the receiver's family. The order `getifaddrs`
+/// lists addresses in, and addresses of the other family, are no change.
+impl PartialEq for ReceiverSources {
+    fn eq(&self, other: &Self) -> bool {
+        self.receiver == other.receiver
+            && self.route == other.route
+            && self.bond == other.bond
+            && self.source_set() == other.source_set()
+    }
+}
+
+impl Eq for ReceiverSources {}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv6Addr;
+
+    use super::*;
+
+    /// A snapshot changes when an address of the family comes or goes, or
+    /// the route's source moves; not when discovery lists the same
+    /// addresses in another order or one of the other family appears.
+    #[test]
+    fn snapshots_differ_only_where_the_plan_would() {
+        let ip = |last: u8| IpAddr::from([10, 0, 0, last]);
+        let planned = ReceiverSources {
+            others: vec![ip(2), ip(3)],
+            ..ReceiverSources::routed(ip(9), ip(1))
+        };
+        let reordered = ReceiverSources {
+            others: vec![ip(3), ip(2), Ipv6Addr::LOCALHOST.into()],
+            ..planned.clone()
+        };
+        assert_eq!(planned, reordered);
+        let added = ReceiverSources {
+            others: vec![ip(2), ip(3), ip(4)],
+            ..planned.clone()
+        };
+        assert_ne!(planned, added);
+        let rerouted = ReceiverSources {
+            route: ip(2),
+            others: vec![ip(1), ip(3)],
+            ..planned.clone()
+        };
+        assert_ne!(planned, rerouted, "the same set from another route source");
+        let one = LocalHost {
+            toward: vec![planned.clone()],
+        };
+        let two = LocalHost {
+            toward: vec![planned.clone(), planned],
+        };
+        assert_ne!(one, two);
+    }
+}

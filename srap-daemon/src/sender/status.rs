@@ -1,0 +1,155 @@
+//! The sender agent's status for `srap status --sender` (and
+//! `--metrics`): the server of the latest snapshot ([`StatusServer`]), and
+//! the parts of a snapshot both drivers make the same way — the binder's
+//! counters ([`binder_status`]) and this host's end ([`add_local`]). The
+//! follow driver adds its receivers' rows (`super::follow`).
+
+use std::{path::Path, sync::Arc};
+
+use srap_common::{binder::COUNTER_NAMES, rss::FlowTuple};
+use srap_status::{
+    ControlSocket, SenderStatus,
+    control::serve,
+    sender::{LocalRow, SenderFlowRow},
+};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::{binder::RunningBinder, local_end::LocalEnd, maps::read_stats, target::Target};
+
+/// The sender agent's control socket, serving the latest status snapshot
+/// (and, with `--metrics`, the same snapshot as Prometheus text).
+pub struct StatusServer {
+    _socket: ControlSocket,
+    tx: watch::Sender<Arc<SenderStatus>>,
+    task: tokio::task::JoinHandle<()>,
+    /// `--metrics`: the same snapshot as Prometheus text.
+    metrics: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl StatusServer {
+    /// Makes the socket at `path` and serves an empty snapshot until the
+    /// first [`StatusServer::update`].
+    pub fn bind(path: &Path) -> anyhow::Result<Self> {
+        let (socket, listener) = ControlSocket::bind(path)?;
+        let (tx, rx) = watch::channel(Arc::new(SenderStatus::default()));
+        let task = tokio::spawn(serve(listener, rx));
+        info!("status on {} (`srap status --sender`)", path.display());
+        Ok(Self {
+            _socket: socket,
+            tx,
+            task,
+            metrics: None,
+        })
+    }
+
+    /// Also serves the snapshot on http://`addr`/metrics (`--metrics`).
+    pub fn serve_metrics(&mut self, addr: std::net::SocketAddr) -> anyhow::Result<()> {
+        use anyhow::Context as _;
+        let listener = std::net::TcpListener::bind(addr)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .and_then(tokio::net::TcpListener::from_std)
+            .with_context(|| format!("serving metrics on {addr} (--metrics)"))?;
+        self.metrics = Some(tokio::spawn(srap_status::metrics::serve(
+            listener,
+            self.tx.subscribe(),
+        )));
+        info!("metrics on http://{addr}/metrics");
+        Ok(())
+    }
+
+    pub fn update(&self, status: SenderStatus) {
+        self.tx.send_replace(Arc::new(status));
+    }
+}
+
+impl Drop for StatusServer {
+    fn drop(&mut self) {
+        self.task.abort();
+        if let Some(metrics) = &self.metrics {
+            metrics.abort();
+        }
+    }
+}
+
+/// The binder's part of a snapshot: where it steers, its reservation and
+/// its counters.
+pub fn binder_status(binder: &RunningBinder) -> SenderStatus {
+    let mut status = SenderStatus {
+        cgroup: binder.cgroup.display().to_string(),
+        pin_dir: binder.layout.dir().display().to_string(),
+        ..SenderStatus::default()
+    };
+    match read_stats(&binder.layout) {
+        Ok(stats) => {
+            status.binder = COUNTER_NAMES
+                .iter()
+                .zip(stats.counts)
+                .map(|(name, count)| ((*name).to_owned(), count))
+                .collect();
+            status.bind_errnos = stats
+                .bind_errnos
+                .iter()
+                .map(|&(errno, count)| (errno_text(errno), count))
+                .collect();
+        }
+        Err(err) => warn!("reading the binder's counters: {err}"),
+    }
+    status
+}
+
+/// What the kernel says an errno means, and its number.
+fn errno_text(errno: u32) -> String {
+    i32::try_from(errno).map_or_else(
+        |_| format!("errno {errno}"),
+        |n| std::io::Error::from_raw_os_error(n).to_string(),
+    )
+}
+
+/// This host's end in a snapshot: its NIC and verdict, and each open
+/// connection with the CPU planned and seen at both ends (the receiver's
+/// planned by the model of the target it goes to, when that one is the
+/// receiver's).
+pub fn add_local(status: &mut SenderStatus, local: &LocalEnd, targets: &[Target]) {
+    let report = local.report();
+    status.local = Some(LocalRow {
+        steer: local.placed_ends.to_string(),
+        nic: local.nic.name(),
+        cpus: local.nic.cpus().into_iter().collect(),
+        watching: local.watching(),
+        verdict: report.verdict,
+        matched: report.matched,
+        judged: report.judged,
+        paused: local.paused,
+        key: Some(local.nic.key),
+        version: local.version(),
+        placement: local.placement.to_string(),
+    });
+    status.flows = local
+        .open()
+        .map(|(row, connecting_cpu)| {
+            let remote = targets
+                .iter()
+                .find(|t| t.addr == row.dst.ip() && t.model.end() == srap_common::rss::End::Remote);
+            let receiver_cpu_planned = remote.and_then(|t| {
+                let tuple = FlowTuple::from_sockets(row.src, row.dst).ok()?;
+                Some(t.model.landing(&tuple).cpu)
+            });
+            SenderFlowRow {
+                src: Some(row.src),
+                dst: Some(row.dst),
+                receiver_cpu_planned,
+                receiver_cpu_seen: None,
+                receiver_queue_seen: None,
+                receiver_cpu_off_plan: false,
+                receiver_seen_unknown: None,
+                local_queue_planned: row.predicted_queue,
+                local_cpu_planned: row.predicted_cpu,
+                local_queue_seen: row.queue,
+                local_cpu_seen: row.rss_cpu,
+                local_softirq_cpu: Some(row.cpu),
+                connecting_cpu,
+            }
+        })
+        .collect();
+}
