@@ -300,6 +300,7 @@ fn socket_records_are_this_interfaces_own_with_handshake_queues() {
     let closed_lately = key(addr(1, 4002), local);
     let elsewhere = key(addr(1, 4003), addr(9, 80));
     let mapped = FlowKey::from_addrs(
+        Protocol::Tcp,
         SocketAddr::new(Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped().into(), 4004),
         SocketAddr::new(Ipv4Addr::new(10, 0, 0, 2).to_ipv6_mapped().into(), 80),
     )
