@@ -157,11 +157,12 @@ fn render(found: &Discovery, offer: &Offer) -> String {
         desc.indir.len(),
         summarize_table(&desc.indir)
     );
-    let _ = writeln!(
-        out,
-        "  fields     tcp4 {}, tcp6 {}",
-        desc.fields.tcp4, desc.fields.tcp6
-    );
+    let fields: Vec<String> = desc
+        .fields
+        .known()
+        .map(|(flow, letters)| format!("{} {letters}", flow.name()))
+        .collect();
+    let _ = writeln!(out, "  fields     {}", fields.join(", "));
     let _ = writeln!(out, "  queues     {}", found.queues.len());
     for queue in &found.queues {
         let irq = queue

@@ -109,6 +109,7 @@ pub const JOINT_MEMBERS: u32 = 4;
 pub const JOINT_ATTEMPTS: u32 = 4;
 
 pub use crate::sizes::{BinderSizes, MapKind, SizeSetting};
+use crate::{family::Family, protocol::Protocol};
 
 /// The binder's pinned maps, written down once. `binder_pinned_maps!(m)`
 /// calls the macro `m` with the whole list: for each map its name constant,
@@ -241,7 +242,7 @@ pub const RELEASE_PROGRAM: &str = "srap_sock_release";
 /// One index space for both, [`COUNTERS`] entries named by
 /// [`COUNTER_NAMES`] (the `outcome` label of `/metrics`, the keys of the
 /// status JSON).
-pub const COUNTERS: u32 = 22;
+pub const COUNTERS: u32 = 23;
 
 /// The counters' names, by index.
 pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
@@ -267,10 +268,11 @@ pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
     "bind_refused",
     "reader_placed",
     "reader_unplanned",
+    "protocol_not_steered",
 ];
 
 /// Verdicts of the binder's `connect` hooks, as indexes into [`STATS_MAP`].
-/// Every connect of a TCP socket in the cgroup counts exactly one of
+/// Every connect of a socket in the cgroup counts exactly one of
 /// [`outcome::VERDICTS`]: steered, or left to the kernel for a named reason.
 pub mod outcome {
     /// Bound on the first attempt.
@@ -285,7 +287,8 @@ pub mod outcome {
     pub const NO_FREE_PORT: u32 = 2;
     /// The application bound an explicit source port: left alone.
     pub const APP_BOUND: u32 = 3;
-    /// The destination is not steered.
+    /// The destination is not steered (a TCP connect toward an address and
+    /// port the plan has no table for).
     pub const MISS: u32 = 4;
     /// The application called `bind(addr, 0)` before `connect()`: the kernel
     /// chose the port at bind time, before the destination was known, and a
@@ -315,12 +318,17 @@ pub mod outcome {
     /// source address is gone from the host (`EADDRNOTAVAIL`): the kernel
     /// chose.
     pub const BIND_REFUSED: u32 = 19;
+    /// The socket is not of a protocol the binder steers (a UDP
+    /// `connect()`, an MPTCP or SCTP socket; [`super::steered_protocol`]):
+    /// left alone before its destination is looked up.
+    pub const PROTOCOL_NOT_STEERED: u32 = 22;
     /// What a connect came to: each counts exactly one of these.
-    pub const VERDICTS: [u32; 12] = [
+    pub const VERDICTS: [u32; 13] = [
         STEERED,
         RETRIED,
         NO_FREE_PORT,
         APP_BOUND,
+        PROTOCOL_NOT_STEERED,
         MISS,
         PORT_AT_BIND,
         SOURCE_UNPLANNED,
@@ -385,23 +393,64 @@ pub mod event {
     pub const READER_UNPLANNED: u32 = 21;
 }
 
+/// The protocol a connecting socket is steered as, from its `type` and
+/// `protocol` (`bpf_sock_addr`'s fields), or the verdict that leaves it to
+/// the kernel ([`outcome::PROTOCOL_NOT_STEERED`]). The connect hook's first
+/// question, here so that the host's tests ask it too; steering UDP would
+/// start by answering `Ok` for it (and keying its destinations by it).
+#[inline(always)]
+pub const fn steered_protocol(sock_type: u32, protocol: u32) -> Result<Protocol, u32> {
+    match Protocol::of_socket(sock_type, protocol) {
+        Some(Protocol::Tcp) => Ok(Protocol::Tcp),
+        Some(Protocol::Udp) | None => Err(outcome::PROTOCOL_NOT_STEERED),
+    }
+}
+
 /// Entries of [`BIND_ERRNOS_MAP`]: errno values below it count apart, the
 /// last counts every larger one.
 pub const BIND_ERRNOS: u32 = 128;
 
-/// A steered destination: receiver address and port (0: every port), and
-/// the source address the socket was bound to (zero: none; the table of
-/// the route's source address). Addresses are the kernel's
+/// A steered destination: its protocol, receiver address and port (0:
+/// every port), and the source address the socket was bound to (zero: none;
+/// the table of the route's source address). Addresses are the kernel's
 /// `user_ip4`/`user_ip6` words, network byte order; an IPv4 address is word
 /// 0 and the rest are zero.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DestKey {
-    pub family: u32,
+    /// A [`Family`] number.
+    pub family: u16,
+    /// A [`Protocol`] number: the plan's keys are TCP's, and the hook looks
+    /// a connect up under its socket's protocol ([`steered_protocol`]).
+    pub protocol: u8,
+    /// Always zero: the hash map compares keys byte for byte.
+    pub _pad: u8,
     /// Destination port, host byte order; 0 matches any port.
     pub port: u32,
     pub addr: [u32; 4],
     pub src: [u32; 4],
+}
+
+impl DestKey {
+    /// The key of a `protocol` flow of `family` toward `addr` port `port`
+    /// (0: any), from the bound source `src` (zero: none).
+    #[inline(always)]
+    pub const fn new(
+        protocol: Protocol,
+        family: Family,
+        port: u16,
+        addr: [u32; 4],
+        src: [u32; 4],
+    ) -> Self {
+        Self {
+            family: family.as_u16(),
+            protocol: protocol.as_u8(),
+            _pad: 0,
+            port: port as u32,
+            addr,
+            src,
+        }
+    }
 }
 
 /// Where a destination's plan data lives.
@@ -869,6 +918,38 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_udp_connect_is_its_own_verdict_not_a_miss() {
+        use crate::protocol::{SOCK_DGRAM, SOCK_STREAM};
+        assert_eq!(steered_protocol(SOCK_STREAM, 6), Ok(Protocol::Tcp));
+        let udp = steered_protocol(SOCK_DGRAM, 17);
+        assert_eq!(udp, Err(outcome::PROTOCOL_NOT_STEERED));
+        assert_ne!(udp, Err(outcome::MISS));
+        assert_eq!(
+            steered_protocol(SOCK_STREAM, 262),
+            Err(outcome::PROTOCOL_NOT_STEERED),
+            "MPTCP"
+        );
+        assert_eq!(
+            COUNTER_NAMES[outcome::PROTOCOL_NOT_STEERED as usize],
+            "protocol_not_steered"
+        );
+        assert!(outcome::VERDICTS.contains(&outcome::PROTOCOL_NOT_STEERED));
+        assert!(!outcome::FAILURES.contains(&outcome::PROTOCOL_NOT_STEERED));
+    }
+
+    #[test]
+    fn a_dest_key_names_its_protocol_in_the_family_words_padding() {
+        let key = DestKey::new(Protocol::Tcp, Family::Inet6, 443, [1, 2, 3, 4], [0; 4]);
+        assert_eq!((key.family, key.protocol, key._pad), (10, 6, 0));
+        assert_eq!(key.port, 443);
+        assert_eq!(
+            size_of::<DestKey>(),
+            40,
+            "the pinned map's key size is kept"
+        );
+    }
 
     #[test]
     fn a_grant_files_each_slot_under_its_base() {

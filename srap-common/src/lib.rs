@@ -18,6 +18,7 @@ pub mod binder;
 pub mod emulator;
 pub mod family;
 pub mod occupancy;
+pub mod protocol;
 pub mod repair;
 pub mod sizes;
 pub mod verifier;

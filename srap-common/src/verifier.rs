@@ -39,7 +39,8 @@ pub const BARE_SOCK_PROGRAM: &str = "srap_bare_sock";
 /// (tc ingress on a device that does not record it in the skb).
 pub const RX_QUEUE_UNKNOWN: u32 = u32::MAX;
 
-/// One TCP flow as the receiver sees it arrive: `src` is the sender.
+/// One flow as the receiver sees it arrive: `src` is the sender. Its
+/// programs record TCP flows only ([`FlowKey::protocol`]).
 ///
 /// Addresses are in network byte order. An IPv4 address occupies the first 4
 /// bytes of its 16-byte field and the remaining 12 bytes are zero (it is *not*
@@ -50,11 +51,15 @@ pub const RX_QUEUE_UNKNOWN: u32 = u32::MAX;
 pub struct FlowKey {
     /// A [`Family`](crate::family::Family) number.
     pub family: u8,
+    /// A [`Protocol`](crate::protocol::Protocol) number: TCP's, as every
+    /// program of the receive verifier records TCP only (`sock_ops` sees
+    /// nothing else, the packet parsers skip the rest).
+    pub protocol: u8,
     /// Always zero; makes the padding explicit.
-    pub pad: [u8; 3],
-    /// Source (sender) TCP port, host byte order.
+    pub pad: [u8; 2],
+    /// Source (sender) port, host byte order.
     pub src_port: u16,
-    /// Destination (receiver) TCP port, host byte order.
+    /// Destination (receiver) port, host byte order.
     pub dst_port: u16,
     /// Source address, network byte order.
     pub src_addr: [u8; 16],
@@ -167,7 +172,7 @@ mod user {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
     use super::{FlowKey, FlowStats, NIC_HASH_NONE, RX_QUEUE_UNKNOWN, SockFlow};
-    use crate::family::Family;
+    use crate::{family::Family, protocol::Protocol};
 
     // SAFETY: both are `#[repr(C)]`, `Copy`, made only of integers and byte
     // arrays, with all padding explicit, so every bit pattern is valid.
@@ -189,14 +194,16 @@ mod user {
     }
 
     impl FlowKey {
-        /// The key the verifier records for packets from `src` to `dst`;
-        /// `None` when the two addresses are of different families.
-        pub fn from_addrs(src: SocketAddr, dst: SocketAddr) -> Option<Self> {
+        /// The key the verifier records for `protocol` packets from `src`
+        /// to `dst`; `None` when the two addresses are of different
+        /// families.
+        pub fn from_addrs(protocol: Protocol, src: SocketAddr, dst: SocketAddr) -> Option<Self> {
             let (family, src_addr) = family_and_bytes(src.ip());
             let (dst_family, dst_addr) = family_and_bytes(dst.ip());
             (family == dst_family).then_some(Self {
                 family,
-                pad: [0; 3],
+                protocol: protocol.as_u8(),
+                pad: [0; 2],
                 src_port: src.port(),
                 dst_port: dst.port(),
                 src_addr,
@@ -248,8 +255,9 @@ mod user {
         fn ipv4_key_round_trips_and_keeps_the_tail_zero() {
             let src: SocketAddr = "10.199.1.1:40000".parse().expect("addr");
             let dst: SocketAddr = "10.199.1.2:5201".parse().expect("addr");
-            let key = FlowKey::from_addrs(src, dst).expect("same family");
+            let key = FlowKey::from_addrs(Protocol::Tcp, src, dst).expect("same family");
             assert_eq!(key.family, Family::Inet.as_u8());
+            assert_eq!((key.protocol, key.pad), (Protocol::Tcp.as_u8(), [0; 2]));
             assert_eq!(key.src_addr[..4], [10, 199, 1, 1]);
             assert!(key.src_addr[4..].iter().all(|b| *b == 0));
             assert_eq!(key.src(), Some(src));
@@ -260,7 +268,7 @@ mod user {
         fn ipv6_key_round_trips() {
             let src: SocketAddr = "[fd00:5a::1]:40000".parse().expect("addr");
             let dst: SocketAddr = "[fd00:5a::2]:5201".parse().expect("addr");
-            let key = FlowKey::from_addrs(src, dst).expect("same family");
+            let key = FlowKey::from_addrs(Protocol::Tcp, src, dst).expect("same family");
             assert_eq!(key.family, Family::Inet6.as_u8());
             assert_eq!(key.src(), Some(src));
             assert_eq!(key.dst(), Some(dst));
@@ -270,7 +278,7 @@ mod user {
         fn mixed_families_have_no_key() {
             let src: SocketAddr = "10.199.1.1:1".parse().expect("addr");
             let dst: SocketAddr = "[fd00:5a::2]:2".parse().expect("addr");
-            assert_eq!(FlowKey::from_addrs(src, dst), None);
+            assert_eq!(FlowKey::from_addrs(Protocol::Tcp, src, dst), None);
         }
 
         #[test]

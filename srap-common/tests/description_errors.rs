@@ -108,6 +108,49 @@ fn bad_field_letters() {
 }
 
 #[test]
+fn bad_udp_field_letters() {
+    assert_error(
+        &format!(r#"{{"key":"{KEY}","indir":[0],"fields":{{"udp4":"sdq"}}}}"#),
+        &["`fields.udp4`", "`q`"],
+    );
+}
+
+/// `fields` is keyed by flow type: a file of TCP's only (every file before
+/// UDP's were read) still reads, UDP's unknown; with UDP's they are kept
+/// and written back.
+#[test]
+fn fields_are_keyed_by_protocol_and_family() {
+    use srap_common::protocol::FlowType;
+    let tcp_only =
+        format!(r#"{{"key":"{KEY}","indir":[0],"fields":{{"tcp4":"sdfn","tcp6":"sd"}}}}"#);
+    let desc = RssDescription::from_json(&tcp_only).unwrap();
+    assert_eq!(desc.fields.of(FlowType::TCP6), Some("sd"));
+    assert_eq!(desc.fields.of(FlowType::UDP4), None);
+    assert!(
+        !desc.to_json_pretty().contains("udp"),
+        "nothing unknown written"
+    );
+    let with_udp =
+        format!(r#"{{"key":"{KEY}","indir":[0],"fields":{{"udp4":"sd","udp6":"sdfn"}}}}"#);
+    let desc = RssDescription::from_json(&with_udp).unwrap();
+    let known: Vec<_> = desc.fields.known().map(|(f, l)| (f.name(), l)).collect();
+    assert_eq!(
+        known,
+        [
+            ("tcp4", "sdfn"),
+            ("tcp6", "sdfn"),
+            ("udp4", "sd"),
+            ("udp6", "sdfn")
+        ]
+    );
+    assert_eq!(
+        RssDescription::from_json(&desc.to_json_pretty()).unwrap(),
+        desc
+    );
+    assert!(RssModel::from_description(&desc).is_ok());
+}
+
+#[test]
 fn missing_key_unknown_field_and_bad_json() {
     assert_error(r#"{"indir":[0]}"#, &["missing field `key`"]);
     assert_error(

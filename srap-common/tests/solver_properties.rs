@@ -54,7 +54,7 @@ prop_compose! {
             key: key.iter().map(|b| format!("{b:02x}")).collect(),
             indir,
             input_xfrm: xfrm.to_string(),
-            fields: srap_common::rss::FieldsDescription { tcp4: f4.into(), tcp6: f6.into() },
+            fields: srap_common::rss::FieldsDescription::tcp(f4, f6),
             queue_cpu: Some(queue_cpu),
         };
         RssModel::from_description(&desc).unwrap()

@@ -2,9 +2,15 @@
 //! (`NETLINK_SOCK_DIAG`, `inet_diag` with `INET_DIAG_INFO`): what the socket
 //! verifier reads every interval instead of counting packets itself.
 //!
-//! A [`SockDiag`] is a netlink socket bound to the network namespace it was
+//! A [`TcpDiag`] is a netlink socket bound to the network namespace it was
 //! opened in, so a caller can open it inside a namespace and read it from
 //! anywhere. Reading is one dump per address family; nothing is changed.
+//!
+//! TCP only, and named so: every request asks for
+//! [`Protocol::Tcp`](srap_common::protocol::Protocol) sockets (the kernel's
+//! `tcp_diag`), whose states, `tcp_info` and TIME_WAIT it reads. UDP's
+//! sockets are another dump (`udp_diag`, no `tcp_info`, no states), so
+//! another type beside this one.
 
 use std::{
     collections::HashMap,
@@ -16,6 +22,8 @@ use std::{
 use srap_host::netlink::{NetlinkError, Protocol, Socket, parse_attrs};
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
+/// The protocol every request asks for (`IPPROTO_TCP`: `tcp_diag`).
+const TCP: u8 = srap_common::protocol::Protocol::Tcp.as_u8();
 /// `struct inet_diag_msg`: family, state, timer, retrans, sockid (48), then
 /// expires, rqueue, wqueue, uid, inode.
 const DIAG_MSG_LEN: usize = 72;
@@ -49,14 +57,15 @@ pub struct TcpCounters {
     pub last_data_recv_ms: u32,
 }
 
-/// A sock_diag netlink socket in the namespace it was opened in. One dump
-/// at a time: the lock keeps two readers from taking each other's answers.
+/// A sock_diag netlink socket for TCP sockets, in the namespace it was
+/// opened in. One dump at a time: the lock keeps two readers from taking
+/// each other's answers.
 #[derive(Debug)]
-pub struct SockDiag {
+pub struct TcpDiag {
     socket: Mutex<Socket>,
 }
 
-impl SockDiag {
+impl TcpDiag {
     /// Opens the socket in the calling thread's network namespace.
     pub fn open() -> Result<Self, NetlinkError> {
         let socket = Socket::open(Protocol::SockDiag, READ_TIMEOUT)?;
@@ -69,7 +78,7 @@ impl SockDiag {
     /// `tcp_diag` are modules loads them on first use only from a full system;
     /// when the first dump fails, `modprobe tcp_diag` is tried once. The error
     /// says exactly what is missing.
-    pub fn for_tcp() -> Result<Self, String> {
+    pub fn loaded() -> Result<Self, String> {
         let diag = Self::open().map_err(|err| format!("cannot open sock_diag: {err}"))?;
         let first = match diag.tcp_connections() {
             Ok(_) => return Ok(diag),
@@ -160,7 +169,7 @@ const TCP_TIME_WAIT: u8 = 6;
 const DIAG_COOKIE: usize = 44;
 const DIAG_INODE: usize = 68;
 
-impl SockDiag {
+impl TcpDiag {
     /// Every TCP socket of the namespace but a listener's request sockets,
     /// by cookie; on Linux 6.7+ also those bound and not connected (a
     /// connect that failed and is still held), which older kernels do not
@@ -174,7 +183,7 @@ impl SockDiag {
 /// sockets (bit 13, `TCP_BOUND_INACTIVE`, is ignored by kernels before 6.7).
 fn cookie_request(family: u8) -> Vec<u8> {
     let mut body = Vec::with_capacity(DIAG_REQ_LEN);
-    body.extend_from_slice(&[family, libc::IPPROTO_TCP as u8, 0, 0]);
+    body.extend_from_slice(&[family, TCP, 0, 0]);
     let states: u32 = !(1u32 << TCP_NEW_SYN_RECV);
     body.extend_from_slice(&states.to_ne_bytes());
     body.resize(DIAG_REQ_LEN, 0);
@@ -223,7 +232,7 @@ fn addresses(body: &[u8]) -> Option<(SocketAddr, SocketAddr)> {
 fn request(family: u8) -> Vec<u8> {
     let mut body = Vec::with_capacity(DIAG_REQ_LEN);
     body.push(family);
-    body.push(libc::IPPROTO_TCP as u8);
+    body.push(TCP);
     body.push(1 << (INET_DIAG_INFO - 1)); // idiag_ext: ask for tcp_info
     body.push(0);
     let states: u32 = !(1u32 << TCP_LISTEN);
@@ -338,7 +347,7 @@ mod tests {
             std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
         let (server, _) = listener.accept().expect("accept");
         let cookie = rustix::net::sockopt::socket_cookie(client.as_fd()).expect("SO_COOKIE");
-        let diag = SockDiag::open().expect("sock_diag socket");
+        let diag = TcpDiag::open().expect("sock_diag socket");
         let seen = diag.sockets_by_cookie().expect("dump");
         let entry = seen.get(&cookie).expect("the client socket is listed");
         assert!(entry.open, "{entry:?}");
@@ -365,7 +374,7 @@ mod tests {
         client.write_all(&[7; 1000]).expect("send");
         let mut got = [0u8; 1000];
         server.read_exact(&mut got).expect("receive");
-        let diag = SockDiag::open().expect("sock_diag socket");
+        let diag = TcpDiag::open().expect("sock_diag socket");
         let live = diag.tcp_connections().expect("dump");
         let key = (
             client.local_addr().expect("addr"),

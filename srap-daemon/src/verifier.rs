@@ -29,13 +29,14 @@ use aya::{
         XdpMode,
     },
 };
+use srap_common::protocol::Protocol;
 use srap_common::verifier::{
     FLOWS_MAP, FLOWS_MAX_ENTRIES, FlowKey, FlowStats, NIC_HASH_NONE, RX_QUEUE_UNKNOWN,
     SOCK_FLOWS_MAP, SockFlow, VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
 };
 use srap_host::report::Chain;
 
-use crate::sock_diag::{SockDiag, TcpCounters};
+use crate::sock_diag::{TcpCounters, TcpDiag};
 use crate::tc::TcMode;
 use tracing::{debug, info, warn};
 
@@ -243,7 +244,7 @@ pub struct VerifierLimit {
 /// other namespaces or on loopback).
 #[derive(Debug)]
 struct SocketView {
-    diag: Option<SockDiag>,
+    diag: Option<TcpDiag>,
     local: Vec<IpAddr>,
 }
 
@@ -481,7 +482,7 @@ fn socket_flows(
                 }
                 None => handshake_stats(&flow, now_ns, queues),
             };
-            let key = FlowKey::from_addrs(src, dst).unwrap_or(key);
+            let key = FlowKey::from_addrs(Protocol::Tcp, src, dst).unwrap_or(key);
             Some(FlowRecord {
                 src,
                 dst,
@@ -716,7 +717,7 @@ fn attach_sock(
             "{iface} has no address here, so no connection ends on it"
         )));
     }
-    let diag = socket_diag(SockDiag::for_tcp(), choice, limits)?;
+    let diag = socket_diag(TcpDiag::loaded(), choice, limits)?;
     let file = std::fs::File::open(&cgroup).map_err(|err| {
         AttachFailure::Refused(format!("opening cgroup {}: {err}", cgroup.display()))
     })?;

@@ -7,7 +7,7 @@
 
 use core::mem::size_of;
 
-use srap_common::{family::Family, verifier::FlowKey};
+use srap_common::{family::Family, protocol::Protocol, verifier::FlowKey};
 
 const ETH_HLEN: usize = 14;
 const VLAN_HLEN: usize = 4;
@@ -15,7 +15,7 @@ const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86dd;
 const ETH_P_8021Q: u16 = 0x8100;
 const ETH_P_8021AD: u16 = 0x88a8;
-const IPPROTO_TCP: u8 = 6;
+const IPPROTO_TCP: u8 = Protocol::Tcp.as_u8();
 const IPV4_MIN_HLEN: usize = 20;
 const IPV6_HLEN: usize = 40;
 /// Source and destination port: all the TCP header this parser needs.
@@ -94,6 +94,7 @@ pub(crate) fn parse_tcp_flow(data: usize, data_end: usize) -> Option<FlowKey> {
         }
         _ => return None,
     };
+    key.protocol = IPPROTO_TCP;
     key.src_port = read_be16(data, data_end, l4)?;
     key.dst_port = read_be16(data, data_end, l4 + 2)?;
     Some(key)

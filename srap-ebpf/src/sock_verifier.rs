@@ -23,6 +23,11 @@
 //! connected: against the CPU that processed the SYN-ACK it says whether
 //! the flow's data arrives where its reader ran at connect time. Three
 //! callbacks per opened connection, none per packet.
+//!
+//! TCP only, by the kernel's design: `sock_ops` callbacks are made from the
+//! TCP stack (handshake, state changes), so every key it writes is a TCP
+//! flow's. A UDP flow's landing would need another hook (the tc or XDP
+//! verifier sees its packets, but those parse TCP only too).
 
 use core::ptr::read_volatile;
 
@@ -39,6 +44,7 @@ use aya_ebpf::{
 };
 use srap_common::{
     family::Family,
+    protocol::Protocol,
     verifier::{CPU_UNKNOWN, FLOWS_MAX_ENTRIES, FlowKey, SockFlow},
 };
 
@@ -148,6 +154,8 @@ fn flow_key(ctx: &SockOpsContext, side: Side) -> Option<FlowKey> {
     }
     // remote_port: the network-order port in the upper half on little-endian
     // hosts; local_port: host order.
+    // sock_ops runs for TCP sockets only.
+    key.protocol = Protocol::Tcp.as_u8();
     key.src_port = u16::from_be((ctx.remote_port() >> 16) as u16);
     key.dst_port = ctx.local_port() as u16;
     if side == Side::Opened {

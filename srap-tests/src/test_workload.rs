@@ -42,7 +42,8 @@ const GREETING: &[u8] = b"srap test workload";
 /// holds it that long; the workload's own copies closed), `churn RATE SECONDS` (a
 /// connection per object: connect, send, close, RATE a second), `hot N` (N
 /// of those back to back), `pin CPU` (the connects after it run on that
-/// CPU; answered with no port); each is answered with one `SRAPWL ports P,P,…`
+/// CPU; answered with no port), `udp N` (N UDP sockets `connect()`ed to
+/// `dst`, closed at once: the ports the kernel gave them); each is answered with one `SRAPWL ports P,P,…`
 /// line (0: a connect that failed); EOF ends it. Connects to `dst`.
 pub fn serve(dst: SocketAddr) {
     let mut open: Vec<TcpStream> = Vec::new();
@@ -59,6 +60,7 @@ pub fn serve(dst: SocketAddr) {
         let ports: Vec<u16> = match cmd {
             "churn" => churn(dst, number(0), Duration::from_secs(number(1).into())),
             "hot" => (0..number(0)).map(|_| object(dst)).collect(),
+            "udp" => (0..number(0)).map(|_| udp_connect(dst)).collect(),
             "lingering" => (0..number(0)).map(|_| object_to_time_wait(dst)).collect(),
             "openat" => {
                 let ip: IpAddr = args
@@ -186,6 +188,19 @@ fn churn(dst: SocketAddr, rate: u32, length: Duration) -> Vec<u16> {
             object(dst)
         })
         .collect()
+}
+
+/// A UDP socket `connect()`ed to `dst` (no packet sent; the connect gives
+/// it its port): that port. The binder steers TCP only and leaves it alone.
+fn udp_connect(dst: SocketAddr) -> u16 {
+    let socket = Socket::new(Domain::for_address(dst), Type::DGRAM, Some(Protocol::UDP))
+        .expect("udp socket");
+    socket.connect(&dst.into()).expect("udp connect");
+    socket
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .map_or(0, |a| a.port())
 }
 
 /// The commands with one numeric argument that keep their connections.

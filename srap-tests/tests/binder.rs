@@ -478,6 +478,41 @@ fn app_bound_socket_keeps_its_port() {
     workload.finish();
 }
 
+/// A UDP `connect()` from the steered cgroup runs the connect hook, which
+/// names it (`protocol_not_steered`, not `miss`) and leaves it alone: no
+/// slot claimed, nothing released when it closes, and the TCP connect
+/// after it steered as ever.
+#[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
+fn a_udp_connect_is_counted_as_protocol_not_steered() {
+    if !privileged("binder: a UDP connect") {
+        return;
+    }
+    let lab = Lab::new(false);
+    lab.attach_once();
+    let mut server = lab.listen();
+    let mut workload = lab.workload(true);
+    let udp = workload.ask("udp 4");
+    assert_eq!(udp.len(), 4, "{udp:?}");
+    assert!(
+        udp.iter().all(|p| *p != 0),
+        "every UDP connect got a port: {udp:?}"
+    );
+    let stats = lab.stats();
+    assert_eq!(stats.get(outcome::PROTOCOL_NOT_STEERED), 4, "{stats}");
+    assert_eq!(stats.get(outcome::MISS), 0, "{stats}");
+    assert_eq!(stats.get(outcome::STEERED), 0, "{stats}");
+    assert_eq!(stats.get(outcome::PORT_AT_BIND), 0, "{stats}");
+    assert_eq!(stats.get(event::RELEASED), 0, "no slot claimed: {stats}");
+    assert_eq!(stats.failures(), 0, "{stats}");
+    let tcp = workload.open(1);
+    assert_eq!(server.accept(1), tcp);
+    let stats = lab.stats();
+    assert_eq!(stats.get(outcome::STEERED), 1, "{stats}");
+    assert_eq!(stats.get(outcome::PROTOCOL_NOT_STEERED), 4, "{stats}");
+    workload.finish();
+}
+
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn killed_agent_keeps_steering_and_is_adopted() {

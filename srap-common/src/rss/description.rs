@@ -4,6 +4,10 @@
 use serde::{Deserialize, Serialize};
 
 use super::{DescriptionError, DescriptionFileError, RssModel};
+use crate::{
+    family::Family,
+    protocol::{FlowType, Protocol},
+};
 
 /// A receiver NIC's RSS configuration as plain data. [`super::RssModel`]
 /// validates it; errors name the field at fault.
@@ -27,22 +31,105 @@ pub struct RssDescription {
     pub queue_cpu: Option<Vec<u32>>,
 }
 
-/// Hashed fields per flow type, in ethtool letters.
+/// Hashed fields per flow type ([`FlowType`]: protocol and family), in
+/// ethtool letters, keyed by ethtool's name of the flow type
+/// (`"fields": {"tcp4": "sdfn", "udp4": "sd"}`). TCP's are always there
+/// (the default `sdfn` when a file leaves them out): SRAP steers TCP, and
+/// [`RssModel`] hashes with them. UDP's are there where the NIC said
+/// (discovery reads them): nothing steers by them yet, and the agents'
+/// protocol does not carry them (`wire::WireDescription` has TCP's only).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "FieldsJson", into = "FieldsJson")]
 pub struct FieldsDescription {
-    #[serde(default = "default_fields")]
     pub tcp4: String,
-    #[serde(default = "default_fields")]
     pub tcp6: String,
+    /// UDP's over IPv4 and IPv6 ([`Self::of`]), `None` when neither is
+    /// known. Boxed: most descriptions have none, and a description travels
+    /// by value in the agents' events.
+    udp: Option<Box<[Option<String>; 2]>>,
+}
+
+/// [`FieldsDescription`] as the JSON has it: one key per flow type.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FieldsJson {
+    #[serde(default = "default_fields")]
+    tcp4: String,
+    #[serde(default = "default_fields")]
+    tcp6: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    udp4: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    udp6: Option<String>,
+}
+
+impl From<FieldsJson> for FieldsDescription {
+    fn from(json: FieldsJson) -> Self {
+        let mut fields = Self::tcp(json.tcp4, json.tcp6);
+        for (flow, letters) in [(FlowType::UDP4, json.udp4), (FlowType::UDP6, json.udp6)] {
+            if let Some(letters) = letters {
+                fields.set(flow, letters);
+            }
+        }
+        fields
+    }
+}
+
+impl From<FieldsDescription> for FieldsJson {
+    fn from(fields: FieldsDescription) -> Self {
+        let [udp4, udp6] = fields.udp.map_or([None, None], |udp| *udp);
+        Self {
+            tcp4: fields.tcp4,
+            tcp6: fields.tcp6,
+            udp4,
+            udp6,
+        }
+    }
 }
 
 impl Default for FieldsDescription {
     fn default() -> Self {
+        Self::tcp(default_fields(), default_fields())
+    }
+}
+
+impl FieldsDescription {
+    /// TCP's fields over IPv4 and IPv6 as given, UDP's unknown.
+    pub fn tcp(tcp4: impl Into<String>, tcp6: impl Into<String>) -> Self {
         Self {
-            tcp4: default_fields(),
-            tcp6: default_fields(),
+            tcp4: tcp4.into(),
+            tcp6: tcp6.into(),
+            udp: None,
         }
+    }
+
+    /// The fields of `flow`, if known (TCP's always are).
+    pub fn of(&self, flow: FlowType) -> Option<&str> {
+        let udp = |i: usize| self.udp.as_ref().and_then(|udp| udp[i].as_deref());
+        match (flow.protocol, flow.family) {
+            (Protocol::Tcp, Family::Inet) => Some(&self.tcp4),
+            (Protocol::Tcp, Family::Inet6) => Some(&self.tcp6),
+            (Protocol::Udp, Family::Inet) => udp(0),
+            (Protocol::Udp, Family::Inet6) => udp(1),
+        }
+    }
+
+    /// Sets the fields of `flow`.
+    pub fn set(&mut self, flow: FlowType, letters: String) {
+        let slot = match (flow.protocol, flow.family) {
+            (Protocol::Tcp, Family::Inet) => return self.tcp4 = letters,
+            (Protocol::Tcp, Family::Inet6) => return self.tcp6 = letters,
+            (Protocol::Udp, Family::Inet) => 0,
+            (Protocol::Udp, Family::Inet6) => 1,
+        };
+        self.udp.get_or_insert_with(Default::default)[slot] = Some(letters);
+    }
+
+    /// Every flow type whose fields are known, in [`FlowType::ALL`]'s order.
+    pub fn known(&self) -> impl Iterator<Item = (FlowType, &str)> {
+        FlowType::ALL
+            .into_iter()
+            .filter_map(|flow| self.of(flow).map(|letters| (flow, letters)))
     }
 }
 

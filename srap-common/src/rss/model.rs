@@ -2,6 +2,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::protocol::FlowType;
+
 use super::{
     DescriptionError, FieldsDescription, FlowTuple, HashFields, HashInput, InputXfrm,
     RssDescription, ToeplitzKey, ToeplitzTable,
@@ -107,6 +109,19 @@ impl RssModel {
             .tcp6
             .parse::<HashFields>()
             .map_err(|e| DescriptionError::field("fields.tcp6", e))?;
+        // The other protocols' fields are checked, not kept: the model
+        // hashes TCP's flows.
+        let udp = [
+            ("fields.udp4", FlowType::UDP4),
+            ("fields.udp6", FlowType::UDP6),
+        ];
+        for (field, flow) in udp {
+            if let Some(letters) = desc.fields.of(flow) {
+                letters
+                    .parse::<HashFields>()
+                    .map_err(|e| DescriptionError::field(field, e))?;
+            }
+        }
         if desc.indir.is_empty() {
             return Err(DescriptionError::field(
                 "indir",
@@ -183,10 +198,7 @@ impl RssModel {
             key: self.hasher.key().to_string(),
             indir: self.indir.clone(),
             input_xfrm: self.xfrm.to_string(),
-            fields: FieldsDescription {
-                tcp4: self.tcp4.to_string(),
-                tcp6: self.tcp6.to_string(),
-            },
+            fields: FieldsDescription::tcp(self.tcp4.to_string(), self.tcp6.to_string()),
             queue_cpu: Some(self.queue_cpu.clone()),
         }
     }
@@ -217,7 +229,8 @@ impl RssModel {
         self.fields(tuple.is_ipv4())
     }
 
-    /// Hashed fields of TCP over IPv4 (`true`) or IPv6.
+    /// Hashed fields of TCP over IPv4 (`true`) or IPv6: a model is of TCP's
+    /// hashing, the one protocol SRAP steers.
     pub fn fields(&self, ipv4: bool) -> HashFields {
         if ipv4 { self.tcp4 } else { self.tcp6 }
     }

@@ -131,6 +131,9 @@ bincode::impl_borrow_decode!(SeenFlows);
 
 /// One flow as the receiver saw it: the tuple as it arrived (a NAT on the
 /// way shows here as a source the sender never bound) and where it landed.
+/// A TCP flow: the protocol is implied, as the receive verifier records
+/// TCP only (`crate::verifier::FlowKey::protocol`); naming it here would
+/// change the layout, so a new protocol version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub struct SeenFlow {
     /// The sender's address and port, as the receiver sees them.
@@ -188,7 +191,10 @@ pub struct RssUpdate {
     pub key: KeyProvenance,
 }
 
-/// [`RssDescription`] as it travels.
+/// [`RssDescription`] as it travels: with TCP's hashed fields only, the
+/// protocol SRAP steers (a description's UDP fields stay on the receiver;
+/// carrying them changes this layout, so a new protocol version with its
+/// downgrade rules, `super::downgrade`).
 #[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
 pub struct WireDescription {
     pub hfunc: String,
@@ -221,10 +227,7 @@ impl From<WireDescription> for RssDescription {
             key: w.key,
             indir: w.indir,
             input_xfrm: w.input_xfrm,
-            fields: FieldsDescription {
-                tcp4: w.fields_tcp4,
-                tcp6: w.fields_tcp6,
-            },
+            fields: FieldsDescription::tcp(w.fields_tcp4, w.fields_tcp6),
             queue_cpu: w.queue_cpu,
         }
     }

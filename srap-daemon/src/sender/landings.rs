@@ -144,12 +144,13 @@ fn canonical(addr: SocketAddr) -> SocketAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use srap_common::protocol::Protocol;
 
     #[test]
     fn records_read_with_this_hosts_address_as_the_source() {
         let src: SocketAddr = "[::ffff:10.0.0.1]:40000".parse().unwrap();
         let dst: SocketAddr = "[::ffff:10.0.0.2]:5201".parse().unwrap();
-        let key = FlowKey::from_addrs(src, dst).unwrap();
+        let key = FlowKey::from_addrs(Protocol::Tcp, src, dst).unwrap();
         let flow = SockFlow {
             rx_queue: 2,
             cpu: 1,

@@ -28,7 +28,9 @@ use srap_common::{
     },
     bond::MemberPlan,
     ends::JointTables,
+    family::Family,
     port_tables::{LayoutPlan, PortTableError, TablePlan, addr_words},
+    protocol::Protocol,
     rss::{End, RssModel},
     solver::PortRange,
 };
@@ -385,7 +387,8 @@ impl Plan {
         ports: &[u16],
         route: bool,
     ) {
-        let (family, addr) = addr_words(receiver.receiver);
+        let addr = addr_words(receiver.receiver).1;
+        let family = Family::of(&receiver.receiver);
         let src = addr_words(table.source).1;
         let t = self.tables.len();
         receiver.slots = table.layout.slots.len() as u32;
@@ -410,12 +413,7 @@ impl Plan {
         };
         let sources = std::iter::once(src).chain(route.then_some([0; 4]));
         for src in sources {
-            let key = |port: u16| DestKey {
-                family,
-                port: u32::from(port),
-                addr,
-                src,
-            };
+            let key = |port: u16| DestKey::new(Protocol::Tcp, family, port, addr, src);
             if ports.iter().any(|p| *p != 0) && !self.dests.contains(&(key(0), by_port)) {
                 self.dests.push((key(0), by_port));
             }

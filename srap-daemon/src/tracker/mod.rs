@@ -416,6 +416,7 @@ pub fn coefficient_of_variation(rates: &VecDeque<f64>) -> Option<f64> {
 /// Helpers to build this module's inputs; shared with the receiver's tests.
 #[cfg(test)]
 pub(crate) mod fixtures {
+    use srap_common::protocol::Protocol;
     use srap_common::verifier::{FlowKey, FlowStats, NIC_HASH_NONE};
 
     use super::*;
@@ -435,7 +436,7 @@ pub(crate) mod fixtures {
         FlowRecord {
             src,
             dst,
-            key: FlowKey::from_addrs(src, dst).expect("same family"),
+            key: FlowKey::from_addrs(Protocol::Tcp, src, dst).expect("same family"),
             stats: FlowStats {
                 rx_queue: queue,
                 cpu,

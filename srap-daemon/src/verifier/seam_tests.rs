@@ -10,6 +10,7 @@ use std::{
 };
 
 use aya::{Pod, maps::MapError};
+use srap_common::protocol::Protocol;
 use srap_common::verifier::{FLOWS_MAP, FlowKey, FlowStats, SOCK_FLOWS_MAP, SockFlow};
 
 use super::{
@@ -247,7 +248,7 @@ fn addr(last: u8, port: u16) -> SocketAddr {
 }
 
 fn key(src: SocketAddr, dst: SocketAddr) -> FlowKey {
-    FlowKey::from_addrs(src, dst).expect("one family")
+    FlowKey::from_addrs(Protocol::Tcp, src, dst).expect("one family")
 }
 
 fn seen(rx_queue: u32, last_seen_ns: u64) -> FlowStats {
@@ -299,6 +300,7 @@ fn socket_records_are_this_interfaces_own_with_handshake_queues() {
     let closed_lately = key(addr(1, 4002), local);
     let elsewhere = key(addr(1, 4003), addr(9, 80));
     let mapped = FlowKey::from_addrs(
+        Protocol::Tcp,
         SocketAddr::new(Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped().into(), 4004),
         SocketAddr::new(Ipv4Addr::new(10, 0, 0, 2).to_ipv6_mapped().into(), 80),
     )

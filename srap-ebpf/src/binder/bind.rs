@@ -4,6 +4,11 @@
 //! shared with every other destination (`SO_REUSEADDR`). The exact tuple
 //! is looked up before the bind, because a bind that succeeds onto a tuple
 //! in use would make the `connect()` itself fail.
+//!
+//! TCP's, as the binder steers TCP only: the tuple is looked up with the
+//! kernel's TCP lookup (`bpf_skc_lookup_tcp`), and what it can find
+//! (listeners, TIME_WAIT and its timestamps) is TCP's. Steering UDP would
+//! look its tuple up with `bpf_sk_lookup_udp`, and has no TIME_WAIT.
 
 use core::ptr::read_volatile;
 
@@ -31,8 +36,7 @@ use srap_common::{
 use super::{
     claim::{LocalSide, claim_local, release_slot, take_turn},
     context::Peer,
-    count,
-    maps::{SRAP_BIND_ERRNOS, SRAP_CONFIG, SRAP_TUPLE_SCRATCH},
+    maps::{SRAP_BIND_ERRNOS, SRAP_CONFIG, SRAP_TUPLE_SCRATCH, count},
     ports::{PlanRows, joint_port, port_at},
     sockopt::{SO_REUSEADDR, SO_REUSEPORT, set_socket_option, socket_option},
 };
@@ -154,7 +158,7 @@ pub(super) fn bind_jointly(
         ) {
             Bind::Bound => return turn_outcome(attempt),
             Bind::Skipped => {}
-            Bind::Failed => break,
+            Bind::Failed(_) => break,
         }
     }
     restore_sharing(ctx, reuse_set, sharing);
@@ -194,8 +198,8 @@ pub(super) fn bind_free_port(
         ) {
             Bind::Bound => return turn_outcome(attempt),
             Bind::Skipped => {}
-            Bind::Failed => {
-                result = COUNTED;
+            Bind::Failed(verdict) => {
+                result = verdict;
                 break;
             }
         }
@@ -209,7 +213,9 @@ pub(super) enum Bind {
     Bound,
     /// Its tuple is taken or another socket holds it: try the next.
     Skipped,
-    Failed,
+    /// The kernel refused what binding needs: the connect's verdict
+    /// (`option_refused`, `bind_refused`), no port is tried after it.
+    Failed(u32),
 }
 
 /// Binds `port` unless that would make the connect fail. A port nobody
@@ -241,22 +247,21 @@ pub(super) fn bind_one(
             e => return refused(e),
         }
     }
-    let reused = match tuple_holder(ctx, table, peer, port) {
-        Holder::Nobody => false,
-        Holder::TimeWait => true,
-        Holder::Tuple => {
+    let reused = match tcp_tuple_holder(ctx, table, peer, port) {
+        TcpHolder::Nobody => false,
+        TcpHolder::TimeWait => true,
+        TcpHolder::Tuple => {
             count(event::TUPLE_TAKEN);
             return Bind::Skipped;
         }
-        Holder::Listener => {
+        TcpHolder::Listener => {
             count(event::PORT_HELD);
             return Bind::Skipped;
         }
     };
     if !*reuse_set {
         if set_socket_option(ctx, SO_REUSEADDR, 1) != 0 {
-            count(outcome::OPTION_REFUSED);
-            return Bind::Failed;
+            return Bind::Failed(outcome::OPTION_REFUSED);
         }
         *reuse_set = true;
     }
@@ -305,8 +310,8 @@ pub(super) fn turn_outcome(attempt: u32) -> u32 {
     }
 }
 
-/// Who, if anyone, has the tuple (source address, `port`, receiver).
-pub(super) enum Holder {
+/// Who, if anyone, has the TCP tuple (source address, `port`, receiver).
+pub(super) enum TcpHolder {
     Nobody,
     /// A TIME_WAIT socket with a TCP timestamp: the `connect()` of a socket
     /// bound to the port takes the tuple over.
@@ -323,15 +328,15 @@ pub(super) enum Holder {
 /// Not inlined, so its frame stays out of the callers' (the kernel allows
 /// 512 bytes of stack along a call chain).
 #[inline(never)]
-pub(super) fn tuple_holder(
+pub(super) fn tcp_tuple_holder(
     ctx: &SockAddrContext,
     table: &TableRow,
     peer: &Peer,
     port: u16,
-) -> Holder {
+) -> TcpHolder {
     let Some(tuple) = SRAP_TUPLE_SCRATCH.get_ptr_mut(0) else {
         // Cannot look: the port counts as taken, the next one is tried.
-        return Holder::Tuple;
+        return TcpHolder::Tuple;
     };
     // The lookup is the receive path's: "source" is the remote end.
     // SAFETY: `tuple` is this CPU's scratch row, valid for this run; each
@@ -356,14 +361,14 @@ pub(super) fn tuple_holder(
     let sk =
         unsafe { bpf_skc_lookup_tcp(ctx.sock_addr.cast(), tuple, size as u32, CURRENT_NETNS, 0) };
     if sk.is_null() {
-        return Holder::Nobody;
+        return TcpHolder::Nobody;
     }
     // SAFETY: a socket the lookup returned, released once read.
     let state = unsafe { read_volatile(&raw const (*sk).state) };
     let holder = match state {
-        TCP_LISTEN => Holder::Listener,
-        TCP_TIME_WAIT if has_timestamp(sk) => Holder::TimeWait,
-        _ => Holder::Tuple,
+        TCP_LISTEN => TcpHolder::Listener,
+        TCP_TIME_WAIT if time_wait_has_timestamp(sk) => TcpHolder::TimeWait,
+        _ => TcpHolder::Tuple,
     };
     // SAFETY: as above.
     unsafe { bpf_sk_release(sk.cast()) };
@@ -374,7 +379,7 @@ pub(super) fn tuple_holder(
 /// (`tw_ts_recent_stamp` non-zero, read at the offset the agent found in
 /// the kernel's BTF): then the kernel lets a bound socket reuse its tuple.
 #[inline(always)]
-pub(super) fn has_timestamp(sk: *mut bpf_sock) -> bool {
+pub(super) fn time_wait_has_timestamp(sk: *mut bpf_sock) -> bool {
     let offset = match SRAP_CONFIG.get(0) {
         Some(config) if config.tw_stamp_offset != 0 => config.tw_stamp_offset,
         _ => return false,
@@ -437,8 +442,8 @@ pub(super) fn bind_port(ctx: &SockAddrContext, family: Family, table: &TableRow,
     }
 }
 
-pub(super) const COUNTED: u32 = u32::MAX - 1;
-
+/// A bind the kernel refused with `errno` (not for a port in use): counted
+/// by errno in `SRAP_BIND_ERRNOS`, and the connect's verdict.
 #[inline(always)]
 pub(super) fn refused(errno: i64) -> Bind {
     let index = errno.unsigned_abs().min(u64::from(BIND_ERRNOS - 1)) as u32;
@@ -446,6 +451,5 @@ pub(super) fn refused(errno: i64) -> Bind {
         // SAFETY: per-CPU slot, valid map memory.
         unsafe { *counter += 1 };
     }
-    count(outcome::BIND_REFUSED);
-    Bind::Failed
+    Bind::Failed(outcome::BIND_REFUSED)
 }

@@ -16,12 +16,9 @@ use srap_common::{
     occupancy::{self, Unclaimed, masked},
 };
 
-use super::{
-    count,
-    maps::{
-        SRAP_CONFIG, SRAP_GRANTS, SRAP_JOINTS, SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOT_STATE,
-        SRAP_SLOTS, SRAP_TABLES,
-    },
+use super::maps::{
+    SRAP_CONFIG, SRAP_GRANTS, SRAP_JOINTS, SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOT_STATE,
+    SRAP_SLOTS, SRAP_TABLES, count,
 };
 
 /// The words per binder row in `SRAP_SLOT_STATE`, as the agent sized the
@@ -177,9 +174,10 @@ fn grant_row(receiver: u32) -> u32 {
 }
 
 /// Claims the least-occupied granted slot of `receiver`'s row (or of this
-/// host's, [`LOCAL_ROW`]): its slot and turn. A receiver's failed claim is
-/// counted here (`maps_unfilled`, `claim_failed`), as a contended one is;
-/// this host's is not, its connect keeps the receiver's placement. The
+/// host's, [`LOCAL_ROW`]): its slot and turn, or the verdict of a connect
+/// that claims nothing (`maps_unfilled`, `claim_failed`; this host's
+/// caller drops it and keeps the receiver's placement). A contended claim
+/// is counted here, an event beside the verdict. The
 /// row goes in by registers and the claim stays a subprogram of its own,
 /// as the kernel's verifier walks it cheapest. The grant is looked up in
 /// here ([`grant_of`]): the test of `receiver` that picks its row then
@@ -187,31 +185,21 @@ fn grant_row(receiver: u32) -> u32 {
 /// after it stay one (looked up by the caller, they were two to the end
 /// of the hook, and `connect4` went past the verifier's million).
 #[inline(never)]
-pub(super) fn claim_slot(state: *mut ReceiverSlots, receiver: u32) -> Option<(u32, u32)> {
+pub(super) fn claim_slot(state: *mut ReceiverSlots, receiver: u32) -> Result<(u32, u32), u32> {
     let row = MapRow::at(state, receiver);
     let local = receiver == LOCAL_ROW;
     let Some(grant) = grant_of(receiver) else {
-        if !local {
-            count(outcome::MAPS_UNFILLED);
-        }
-        return None;
+        return Err(outcome::MAPS_UNFILLED);
     };
     match occupancy::claim(&row, grant, local) {
         Ok(claimed) => {
             if claimed.contended {
                 count(event::CLAIM_CONTENDED);
             }
-            Some((claimed.slot, claimed.turn))
+            Ok((claimed.slot, claimed.turn))
         }
-        Err(why) => {
-            if !local {
-                count(match why {
-                    Unclaimed::NoSlots => outcome::MAPS_UNFILLED,
-                    Unclaimed::Contention => outcome::CLAIM_FAILED,
-                });
-            }
-            None
-        }
+        Err(Unclaimed::NoSlots) => Err(outcome::MAPS_UNFILLED),
+        Err(Unclaimed::Contention) => Err(outcome::CLAIM_FAILED),
     }
 }
 
@@ -260,7 +248,7 @@ pub(super) fn claim_local(dest: &DestValue) -> Option<LocalSide<'static>> {
     if slots == 0 || slots > MAX_SLOTS || joint.kernel_len == 0 {
         return None;
     }
-    let (slot, _) = claim_slot(state, LOCAL_ROW)?;
+    let (slot, _) = claim_slot(state, LOCAL_ROW).ok()?;
     let Some(row) = SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot % slots)) else {
         release_slot(LOCAL_ROW, slot);
         return None;

@@ -1,17 +1,47 @@
-//! Step 2: is the destination steered, and is the port SRAP's to choose
-//! (the application may have bound one, or its address only).
+//! Step 2: is the socket of a protocol the binder steers, is its
+//! destination steered, and is the port SRAP's to choose (the application
+//! may have bound one, or its address only).
 
 use aya_ebpf::programs::SockAddrContext;
-use srap_common::binder::{DestKey, DestValue, SocketRecord, outcome};
+use srap_common::{
+    binder::{DestKey, DestValue, SocketRecord, outcome, steered_protocol},
+    family::Family,
+};
 
-use super::{context::cookie_of, maps::SRAP_DESTS, record::recalled};
+use super::{
+    context::{Connecting, cookie_of},
+    maps::SRAP_DESTS,
+    record::recalled,
+};
+
+/// The plan's entry for a connect SRAP steers, or the verdict that leaves
+/// it to the kernel: a protocol the binder does not steer (a UDP
+/// `connect()`), a destination the plan has no table for (for the bound
+/// source address, or for any), a port the application already has.
+#[inline(always)]
+pub(super) fn classify(ctx: &SockAddrContext, connecting: &Connecting) -> Result<DestValue, u32> {
+    let protocol = steered_protocol(connecting.sock_type, connecting.protocol)?;
+    let peer = &connecting.peer;
+    let family = if peer.v4 { Family::Inet } else { Family::Inet6 };
+    let key = DestKey::new(protocol, family, peer.port, peer.addr, connecting.src);
+    let Some(dest) = dest_of(key) else {
+        if connecting.bound_addr() && dest_of(DestKey { src: [0; 4], ..key }).is_some() {
+            return Err(outcome::SOURCE_UNPLANNED);
+        }
+        return Err(outcome::MISS);
+    };
+    if connecting.sport != 0 {
+        return Err(bound_port_outcome(ctx));
+    }
+    Ok(dest)
+}
 
 /// The destination's plan entry, in one lookup when every destination
 /// port of the receiver is steered: the any-port key is looked up first,
 /// and only a receiver steered on named ports (its any-port entry says
 /// [`DestValue::BY_PORT`]) takes a second lookup, for the port.
 #[inline(always)]
-pub(super) fn dest_of(key: DestKey) -> Option<DestValue> {
+fn dest_of(key: DestKey) -> Option<DestValue> {
     let any = DestKey { port: 0, ..key };
     // SAFETY: values are copied out at once.
     let dest = unsafe { SRAP_DESTS.get(any) }.copied()?;
@@ -27,7 +57,7 @@ pub(super) fn dest_of(key: DestKey) -> Option<DestValue> {
 
 /// Why a socket already has a port: `bind(addr, 0)`, or the application's
 /// own choice.
-pub(super) fn bound_port_outcome(ctx: &SockAddrContext) -> u32 {
+fn bound_port_outcome(ctx: &SockAddrContext) -> u32 {
     if recalled(cookie_of(ctx)).is_some_and(|(_, held)| held == SocketRecord::BOUND_AT_BIND) {
         outcome::PORT_AT_BIND
     } else {

@@ -27,11 +27,22 @@ macro_rules! declare_maps {
 
 srap_common::binder_pinned_maps!(declare_maps);
 
-/// Where [`tuple_holder`] builds its lookup tuple: one per CPU, not on the
+/// Adds one to a counter of `SRAP_STATS` (`srap_common::binder::outcome`,
+/// `event`). A connect's verdict is counted once, by its hook
+/// (`super::srap_connect4`, `srap_connect6`), from what the steps return;
+/// the steps count only events, where they happen.
+pub(super) fn count(counter: u32) {
+    if let Some(slot) = SRAP_STATS.get_ptr_mut(counter) {
+        // SAFETY: per-CPU slot, valid map memory.
+        unsafe { *slot += 1 };
+    }
+}
+
+/// Where `bind::tcp_tuple_holder` builds its lookup tuple: one per CPU, not on the
 /// stack. The kernel allows 512 bytes of stack along a call chain and
 /// Linux 6.1 rounds every frame up to 32 bytes: with a 36-byte tuple (and
 /// the `memset` subprogram zeroing it) on the stack, the chain hook →
-/// `bind_jointly` → `tuple_holder` came to 544 and 6.1 refused the binder.
+/// `bind_jointly` → `tcp_tuple_holder` came to 544 and 6.1 refused the binder.
 /// Not pinned: it holds nothing between runs, and a connect hook runs to
 /// its end on one CPU.
 #[map]

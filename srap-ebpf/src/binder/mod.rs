@@ -6,16 +6,18 @@
 //! path returns 1 ("allow"): when anything is missing or fails, the socket
 //! is left as it was and the kernel picks the port, so SRAP never fails a
 //! connect. Each connect counts one verdict in `SRAP_STATS`
-//! (`srap_common::binder::outcome`), each failure under its own name, and
-//! what happened on the way counts as an `event` beside it.
+//! (`srap_common::binder::outcome`), each failure under its own name: the
+//! steps return it, and the hook counts it, here and nowhere else. What
+//! happened on the way counts as an `event` beside it, where it happened.
 //!
 //! A connect goes through named steps, one file each, in the order
-//! [`steer`] runs them:
+//! [`connect::connect`] runs them:
 //!
-//! 1. [`context`]: read what the kernel hands the hook (destination, bound
-//!    source address and port);
-//! 2. [`classify`]: is the destination steered, and is the port SRAP's to
-//!    choose;
+//! 1. [`context`]: read what the kernel hands the hook (the socket's type
+//!    and protocol, destination, bound source address and port);
+//! 2. [`classify`]: is the socket of a steered protocol (TCP: a UDP
+//!    `connect()` is `protocol_not_steered`), is the destination steered,
+//!    and is the port SRAP's to choose;
 //! 3. [`claim`]: claim the least-occupied CPU slot of the receiver (and of
 //!    this host, `--steer both`);
 //! 4. [`ports`]: the slot's next port, from the plan's tables;
@@ -23,13 +25,16 @@
 //! 6. [`record`]: remember the socket's slots, so closing it
 //!    (`srap_sock_release`) releases exactly what it claimed.
 //!
-//! [`maps`] declares the maps, [`sockopt`] reads and sets socket options.
+//! [`maps`] declares the maps and counts in `SRAP_STATS`, [`sockopt`]
+//! reads and sets socket options.
 //! Which functions are inlined and which stay subprograms is part of the
-//! design: the kernel's verifier walks every path of `connect6` within a
-//! million instructions (550 000 now), and moving a step's data into a
-//! struct, or a lookup into every way a bind can end, doubled that. The
-//! steps import downwards only (`steer` → `bind` → `ports`, `claim`,
-//! `sockopt`; `classify` → `record` → `sockopt`). `cargo run -p
+//! design: the kernel's verifier walks every path of `connect4` and
+//! `connect6` within a million instructions (about 546 000 and 528 000
+//! now), and a step's data kept across a subprogram call through the
+//! stack, or a lookup into every way a bind can end, doubled that. The
+//! steps import downwards only, never from this file (`connect` →
+//! `classify`, `bind` → `ports`, `claim`, `sockopt`; `classify` →
+//! `record` → `sockopt`; all of them → `context`, `maps`). `cargo run -p
 //! srap-tests --example kernel_verifier_walk` prints what each program
 //! costs it.
 //!
@@ -56,12 +61,12 @@
 mod bind;
 mod claim;
 mod classify;
+mod connect;
 mod context;
 mod maps;
 mod ports;
 mod record;
 mod sockopt;
-mod steer;
 
 use aya_ebpf::{
     macros::{cgroup_sock, cgroup_sock_addr},
@@ -76,13 +81,13 @@ pub(crate) use record::{forget, remember};
 
 #[cgroup_sock_addr(connect4)]
 pub fn srap_connect4(ctx: SockAddrContext) -> i32 {
-    count(steer::steer(&ctx, Family::Inet));
+    maps::count(connect::connect(&ctx, Family::Inet));
     1
 }
 
 #[cgroup_sock_addr(connect6)]
 pub fn srap_connect6(ctx: SockAddrContext) -> i32 {
-    count(steer::steer(&ctx, Family::Inet6));
+    maps::count(connect::connect(&ctx, Family::Inet6));
     1
 }
 
@@ -103,13 +108,4 @@ pub fn srap_bind6(ctx: SockAddrContext) -> i32 {
 pub fn srap_sock_release(ctx: SockContext) -> i32 {
     record::release_socket(&ctx);
     1
-}
-
-/// Counts one outcome; a verdict counted where it happened
-/// ([`bind::COUNTED`]) is past the map and counts nothing here.
-fn count(what: u32) {
-    if let Some(counter) = maps::SRAP_STATS.get_ptr_mut(what) {
-        // SAFETY: per-CPU slot, valid map memory.
-        unsafe { *counter += 1 };
-    }
 }

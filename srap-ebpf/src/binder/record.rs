@@ -18,13 +18,14 @@ use aya_ebpf::{
     helpers::bpf_get_socket_cookie,
     programs::{SockAddrContext, SockContext},
 };
-use srap_common::binder::{LOCAL_ROW, SOCKET_PROBES, SocketRecord, SocketRow, event, socket_home};
+use srap_common::binder::{
+    LOCAL_ROW, SOCKET_PROBES, SocketRecord, SocketRow, event, socket_home, steered_protocol,
+};
 
 use super::{
     claim::{exchange, release_slot},
-    context::{SOCK_STREAM, cookie_of, field},
-    count,
-    maps::{SRAP_CONFIG, SRAP_SOCKETS},
+    context::{cookie_of, field},
+    maps::{SRAP_CONFIG, SRAP_SOCKETS, count},
     sockopt::{SO_MAX_PACING_RATE, set_socket_option},
 };
 
@@ -93,20 +94,22 @@ pub(crate) fn forget(cookie: u64) -> Option<SocketRecord> {
     exchange(unsafe { addr_of_mut!((*row).cookie) }, cookie, 0).then_some(held)
 }
 
-/// Records a TCP socket the application binds with port 0: the kernel
-/// chooses its port now, before any destination is known, so its connect
-/// is counted as [`outcome::PORT_AT_BIND`], not as an application's port.
+/// Records a socket of a steered protocol (TCP) the application binds
+/// with port 0: the kernel chooses its port now, before any destination is
+/// known, so its connect is counted as [`outcome::PORT_AT_BIND`], not as
+/// an application's port.
 #[inline(always)]
 pub(super) fn note_port_zero_bind(ctx: &SockAddrContext) {
     let sa = ctx.sock_addr;
     // SAFETY: field addresses within the context.
-    let (sock_type, user_port) = unsafe {
+    let (sock_type, protocol, user_port) = unsafe {
         (
             field(&raw const (*sa).type_),
+            field(&raw const (*sa).protocol),
             field(&raw const (*sa).user_port),
         )
     };
-    if sock_type != SOCK_STREAM || user_port != 0 {
+    if steered_protocol(sock_type, protocol).is_err() || user_port != 0 {
         return;
     }
     let _ = remember(cookie_of(ctx), SocketRecord::BOUND_AT_BIND);

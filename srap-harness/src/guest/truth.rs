@@ -183,10 +183,7 @@ pub fn parse_ethtool_x(text: &str) -> anyhow::Result<RssDescription> {
         key,
         indir,
         input_xfrm: "none".into(),
-        fields: FieldsDescription {
-            tcp4: "sdfn".into(),
-            tcp6: "sdfn".into(),
-        },
+        fields: FieldsDescription::tcp("sdfn", "sdfn"),
         queue_cpu: None,
     })
 }

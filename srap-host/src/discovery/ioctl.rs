@@ -15,6 +15,10 @@ use std::{
     os::fd::{AsRawFd as _, OwnedFd},
 };
 
+use srap_common::{
+    family::Family,
+    protocol::{FlowType, Protocol},
+};
 use thiserror::Error;
 
 const SIOCETHTOOL: libc::c_ulong = 0x8946;
@@ -23,8 +27,16 @@ const ETHTOOL_GRXFH: u32 = 0x29;
 const ETHTOOL_GRSSH: u32 = 0x46;
 const ETHTOOL_GCHANNELS: u32 = 0x3c;
 
-pub const TCP_V4_FLOW: u32 = 0x01;
-pub const TCP_V6_FLOW: u32 = 0x05;
+/// ethtool's number of a flow type (`TCP_V4_FLOW`, `UDP_V4_FLOW`, …), as
+/// `ETHTOOL_GRXFH` asks for it.
+pub const fn ethtool_flow_type(flow: FlowType) -> u32 {
+    match (flow.protocol, flow.family) {
+        (Protocol::Tcp, Family::Inet) => 0x01,
+        (Protocol::Udp, Family::Inet) => 0x02,
+        (Protocol::Tcp, Family::Inet6) => 0x05,
+        (Protocol::Udp, Family::Inet6) => 0x06,
+    }
+}
 
 /// `struct ethtool_rxfh` up to `rss_config`: cmd, rss_context, indir_size,
 /// key_size, hfunc, input_xfrm (Linux ≥ 6.8; reserved before), 2 reserved
@@ -302,9 +314,9 @@ impl EthtoolSocket {
         parse_rxfh(&full)
     }
 
-    /// `RXH_*` bits hashed for `flow_type` (`TCP_V4_FLOW`, `TCP_V6_FLOW`).
-    pub fn flow_hash(&self, flow_type: u32) -> Result<u64, IoctlError> {
-        let mut buf = rxnfc_request(flow_type);
+    /// `RXH_*` bits hashed for `flow` (`ethtool -n DEV rx-flow-hash tcp4`).
+    pub fn flow_hash(&self, flow: FlowType) -> Result<u64, IoctlError> {
+        let mut buf = rxnfc_request(ethtool_flow_type(flow));
         self.ethtool_ioctl("ETHTOOL_GRXFH", &mut buf)?;
         parse_rxnfc_fields(&buf)
     }
@@ -384,14 +396,20 @@ mod tests {
         assert_eq!(u32_at(&req, 0), Some(0x46));
         assert_eq!(u32_at(&req, 8), Some(128));
         assert_eq!(u32_at(&req, 12), Some(40));
-        let req = rxnfc_request(TCP_V6_FLOW);
+        let req = rxnfc_request(ethtool_flow_type(FlowType::TCP6));
         assert_eq!((u32_at(&req, 0), u32_at(&req, 4)), (Some(0x29), Some(5)));
         assert_eq!(u32_at(&drvinfo_request(), 0), Some(3));
     }
 
     #[test]
+    fn flow_types_are_ethtools_numbers() {
+        let numbers = FlowType::ALL.map(ethtool_flow_type);
+        assert_eq!(numbers, [0x01, 0x05, 0x02, 0x06], "tcp4 tcp6 udp4 udp6");
+    }
+
+    #[test]
     fn grxfh_data_is_read_at_offset_8() {
-        let mut buf = rxnfc_request(TCP_V4_FLOW);
+        let mut buf = rxnfc_request(ethtool_flow_type(FlowType::TCP4));
         buf[8..16].copy_from_slice(&0xf0u64.to_ne_bytes());
         assert_eq!(parse_rxnfc_fields(&buf).unwrap(), 0xf0);
         assert!(parse_rxnfc_fields(&buf[..15]).is_err());

@@ -26,13 +26,16 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use srap_common::rss::{DescriptionError, FieldsDescription, KeySource, RssDescription, RssModel};
+use srap_common::{
+    protocol::{FlowType, Protocol},
+    rss::{DescriptionError, FieldsDescription, KeySource, RssDescription, RssModel},
+};
 use thiserror::Error;
 use tracing::debug;
 
 pub use self::device::Device;
 use self::{
-    ioctl::{EthtoolSocket, IoctlError, TCP_V4_FLOW, TCP_V6_FLOW},
+    ioctl::{EthtoolSocket, IoctlError},
     irq::IrqNaming,
     netlink::{NetlinkError, RssReply},
     placement::{QueueFacts, QueuePlacement},
@@ -108,8 +111,8 @@ pub struct RawRss {
     pub xfrm_bits: u32,
     pub indir: Vec<u32>,
     pub key: Vec<u8>,
-    /// `RXH_*` bits for tcp4 and tcp6, when the RSS reply carried them.
-    pub flow_hash: (Option<u64>, Option<u64>),
+    /// `RXH_*` bits per flow type, those the RSS reply carried.
+    pub flow_hash: Vec<(FlowType, u64)>,
     pub source: RssSource,
 }
 
@@ -120,7 +123,7 @@ impl From<RssReply> for RawRss {
             xfrm_bits: reply.input_xfrm.unwrap_or(0),
             indir: reply.indir,
             key: reply.key,
-            flow_hash: (reply.flow_hash_tcp4, reply.flow_hash_tcp6),
+            flow_hash: reply.flow_hash,
             source: RssSource::Netlink,
         }
     }
@@ -135,9 +138,9 @@ pub struct Observed {
     /// `major.minor` of the running kernel.
     pub kernel: Option<(u32, u32)>,
     pub rss: RawRss,
-    /// `RXH_*` bits of tcp4 and tcp6 (from the RSS reply or `ETHTOOL_GRXFH`),
-    /// or why they are unknown.
-    pub flow_hash: [Result<u64, String>; 2],
+    /// `RXH_*` bits of each flow type of [`FlowType::ALL`] (from the RSS
+    /// reply or `ETHTOOL_GRXFH`), or why they are unknown.
+    pub flow_hash: Vec<(FlowType, Result<u64, String>)>,
     /// Receive queues the device has in use ([`Device::rx_queues`]).
     pub rx_queues: u32,
     /// Facts about queues `0..queue_count(rss, rx_queues)`.
@@ -173,14 +176,17 @@ pub fn discover(iface: &str) -> Result<Discovery, DiscoveryError> {
         .inspect_err(|e| debug!(iface, error = %e, "no driver info"))
         .ok();
     let rss = read_rss(iface, &socket)?;
-    let flow_hash = [
-        (TCP_V4_FLOW, rss.flow_hash.0),
-        (TCP_V6_FLOW, rss.flow_hash.1),
-    ]
-    .map(|(flow_type, reported)| match reported {
-        Some(bits) => Ok(bits),
-        None => socket.flow_hash(flow_type).map_err(|e| e.to_string()),
-    });
+    let flow_hash = FlowType::ALL
+        .into_iter()
+        .map(|flow| {
+            let reported = rss.flow_hash.iter().find(|(f, _)| *f == flow);
+            let bits = match reported {
+                Some((_, bits)) => Ok(*bits),
+                None => socket.flow_hash(flow).map_err(|e| e.to_string()),
+            };
+            (flow, bits)
+        })
+        .collect();
     let rx_queues = device.rx_queues;
     let mut warnings = Vec::new();
     let naming = IrqNaming {
@@ -366,41 +372,65 @@ fn effective_key(
     (vec![0; DEFAULT_KEY_LEN], KeySource::Unknown)
 }
 
-/// The hashed fields of TCP over IPv4 and IPv6 from `rx-flow-hash`; warns
-/// when the source port is not hashed (SRAP cannot steer such flows) or the
-/// driver does not say (the default is assumed).
+/// The hashed fields of each flow type from `rx-flow-hash`, keyed by
+/// protocol and family. TCP's (what SRAP steers) are needed: it warns when
+/// the source port is not hashed (SRAP cannot steer such flows) or the
+/// driver does not say (the default is assumed), and fails on a type the
+/// NIC discards or fields it cannot name. UDP's are recorded where the NIC
+/// answers, and left out otherwise (nothing steers by them yet).
 fn hashed_fields(
     iface: &str,
-    flow_hash: [Result<u64, String>; 2],
+    flow_hash: Vec<(FlowType, Result<u64, String>)>,
     warnings: &mut Vec<String>,
 ) -> Result<FieldsDescription, DiscoveryError> {
     let mut fields = FieldsDescription::default();
-    for ((name, bits), slot) in ["tcp4", "tcp6"]
-        .into_iter()
-        .zip(flow_hash)
-        .zip([&mut fields.tcp4, &mut fields.tcp6])
-    {
-        match bits {
-            Ok(bits) => {
-                *slot = hashing::rxh_letters(bits).map_err(|e| DiscoveryError::Unsupported {
-                    iface: iface.to_owned(),
-                    problem: format!("rx-flow-hash {name}: {e}"),
-                })?;
-                if !slot.contains('f') {
-                    warnings.push(format!(
-                        "rx-flow-hash {name} is `{slot}`: the source port is not hashed, so \
-                         SRAP cannot steer {name} flows (`ethtool -N {iface} rx-flow-hash \
-                         {name} sdfn`)"
-                    ));
+    for (flow, bits) in flow_hash {
+        let name = flow.name();
+        match flow.protocol {
+            Protocol::Tcp => {
+                if let Some(letters) = tcp_fields(iface, name, bits, warnings)? {
+                    fields.set(flow, letters);
                 }
             }
-            Err(err) => warnings.push(format!(
-                "rx-flow-hash {name} unknown ({err}): assuming {slot} \
-                 (`ethtool -n {iface} rx-flow-hash {name}` shows it)"
-            )),
+            Protocol::Udp => match bits.and_then(hashing::rxh_letters) {
+                Ok(letters) => fields.set(flow, letters),
+                Err(why) => debug!(iface, flow = name, why, "no hashed fields recorded"),
+            },
         }
     }
     Ok(fields)
+}
+
+/// One TCP flow type's letters from its `RXH_*` bits; `None` (the default
+/// kept) when the driver does not say.
+fn tcp_fields(
+    iface: &str,
+    name: &str,
+    bits: Result<u64, String>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<String>, DiscoveryError> {
+    let bits = match bits {
+        Ok(bits) => bits,
+        Err(err) => {
+            warnings.push(format!(
+                "rx-flow-hash {name} unknown ({err}): assuming sdfn \
+                 (`ethtool -n {iface} rx-flow-hash {name}` shows it)"
+            ));
+            return Ok(None);
+        }
+    };
+    let letters = hashing::rxh_letters(bits).map_err(|e| DiscoveryError::Unsupported {
+        iface: iface.to_owned(),
+        problem: format!("rx-flow-hash {name}: {e}"),
+    })?;
+    if !letters.contains('f') {
+        warnings.push(format!(
+            "rx-flow-hash {name} is `{letters}`: the source port is not hashed, so \
+             SRAP cannot steer {name} flows (`ethtool -N {iface} rx-flow-hash \
+             {name} sdfn`)"
+        ));
+    }
+    Ok(Some(letters))
 }
 
 /// Key and table: netlink first, then the ioctl.
@@ -416,7 +446,7 @@ fn read_rss(iface: &str, socket: &EthtoolSocket) -> Result<RawRss, DiscoveryErro
             xfrm_bits: u32::from(rxfh.input_xfrm),
             indir: rxfh.indir,
             key: rxfh.key,
-            flow_hash: (None, None),
+            flow_hash: Vec::new(),
             source: RssSource::Ioctl,
         }),
         Err(ioctl) => {
@@ -596,7 +626,18 @@ mod tests {
             iface: naming.ifname.clone(),
             driver: Some(driver.into()),
             kernel: Some(kernel),
-            flow_hash: [rss.flow_hash.0, rss.flow_hash.1].map(|b| Ok(b.unwrap_or(0xf0))),
+            flow_hash: FlowType::ALL
+                .into_iter()
+                .map(|flow| {
+                    let reported = rss.flow_hash.iter().find(|(f, _)| *f == flow);
+                    let bits = match (reported, flow.protocol) {
+                        (Some((_, bits)), _) => Ok(*bits),
+                        (None, Protocol::Tcp) => Ok(0xf0),
+                        (None, Protocol::Udp) => Err("Operation not supported".to_owned()),
+                    };
+                    (flow, bits)
+                })
+                .collect(),
             rss,
             rx_queues,
             facts,
@@ -667,6 +708,15 @@ mod tests {
             (desc.fields.tcp4.as_str(), desc.fields.tcp6.as_str()),
             ("sdfn", "sd")
         );
+        assert_eq!(
+            (
+                desc.fields.of(FlowType::UDP4),
+                desc.fields.of(FlowType::UDP6)
+            ),
+            (Some("sd"), None),
+            "UDP's where the NIC said, without a warning"
+        );
+        assert!(desc.to_json_pretty().contains(r#""udp4": "sd""#));
         assert_eq!(desc.queue_cpu.as_deref(), Some(&[1, 1][..]));
         assert_eq!(discovery.warnings.len(), 2, "{:?}", discovery.warnings);
         assert!(discovery.warnings[0].starts_with("rx-flow-hash tcp6 is `sd`"));

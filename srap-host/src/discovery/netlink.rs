@@ -13,6 +13,7 @@ use crate::netlink::{
     Attr, Message, NLA_F_NESTED, NLM_F_REQUEST, Protocol, Socket, check_error, encode, genl_body,
     parse_attrs, parse_genl, put_attr, put_str_attr,
 };
+use srap_common::protocol::FlowType;
 
 const ETHTOOL_GENL_NAME: &str = "ethtool";
 const ETHTOOL_GENL_VERSION: u8 = 1;
@@ -30,6 +31,8 @@ const ETHTOOL_A_RSS_INPUT_XFRM: u16 = 6;
 const ETHTOOL_A_RSS_FLOW_HASH: u16 = 8;
 const ETHTOOL_A_FLOW_TCP4: u16 = 4;
 const ETHTOOL_A_FLOW_TCP6: u16 = 5;
+const ETHTOOL_A_FLOW_UDP4: u16 = 6;
+const ETHTOOL_A_FLOW_UDP6: u16 = 7;
 
 /// How long a reply may take before the request is given up.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -44,9 +47,19 @@ pub struct RssReply {
     pub key: Vec<u8>,
     /// `RXH_XFRM_*` bits (Linux ≥ 6.8 reports them).
     pub input_xfrm: Option<u32>,
-    /// `RXH_*` bits hashed for TCP over IPv4 (Linux ≥ 6.17 reports them here).
-    pub flow_hash_tcp4: Option<u64>,
-    pub flow_hash_tcp6: Option<u64>,
+    /// `RXH_*` bits hashed per flow type SRAP knows (Linux ≥ 6.17 reports
+    /// them here), in the reply's order.
+    pub flow_hash: Vec<(FlowType, u64)>,
+}
+
+impl RssReply {
+    /// The bits of `flow`, if the reply carried them.
+    pub fn flow_hash_of(&self, flow: FlowType) -> Option<u64> {
+        self.flow_hash
+            .iter()
+            .find(|(f, _)| *f == flow)
+            .map(|(_, bits)| *bits)
+    }
 }
 
 /// The body (genlmsghdr and attributes) of `ETHTOOL_MSG_RSS_GET` for the
@@ -118,18 +131,19 @@ fn indirection_table(attr: &Attr<'_>) -> Result<Vec<u32>, NetlinkError> {
         .collect())
 }
 
-/// `ETHTOOL_A_RSS_FLOW_HASH`: the TCP flow types' hashed fields.
+/// `ETHTOOL_A_RSS_FLOW_HASH`: the hashed fields of the flow types SRAP
+/// knows (TCP and UDP over IPv4 and IPv6; the others are skipped).
 fn flow_hashes(attr: &Attr<'_>, reply: &mut RssReply) -> Result<(), NetlinkError> {
-    for flow in parse_attrs(attr.payload)? {
-        match flow.kind {
-            ETHTOOL_A_FLOW_TCP4 => {
-                reply.flow_hash_tcp4 = Some(attr_uint(&flow, "flow hash tcp4")?);
-            }
-            ETHTOOL_A_FLOW_TCP6 => {
-                reply.flow_hash_tcp6 = Some(attr_uint(&flow, "flow hash tcp6")?);
-            }
-            _ => {}
-        }
+    for nested in parse_attrs(attr.payload)? {
+        let flow = match nested.kind {
+            ETHTOOL_A_FLOW_TCP4 => FlowType::TCP4,
+            ETHTOOL_A_FLOW_TCP6 => FlowType::TCP6,
+            ETHTOOL_A_FLOW_UDP4 => FlowType::UDP4,
+            ETHTOOL_A_FLOW_UDP6 => FlowType::UDP6,
+            _ => continue,
+        };
+        let bits = attr_uint(&nested, "a flow type's hashed fields")?;
+        reply.flow_hash.push((flow, bits));
     }
     Ok(())
 }
@@ -183,7 +197,8 @@ pub(crate) mod tests {
         if let Some((tcp4, tcp6)) = flow_hash {
             let mut nest = u32_attr(4, tcp4);
             nest.extend(u32_attr(5, tcp6));
-            nest.extend(u32_attr(6, 0x30)); // udp4: ignored
+            nest.extend(u32_attr(6, 0x30)); // udp4
+            nest.extend(u32_attr(2, 0x30)); // ip4: not a flow type SRAP reads
             body.extend(attr(8 | 0x8000, &nest));
         }
         message(FAMILY, 0, 2, &body)
@@ -216,7 +231,7 @@ pub(crate) mod tests {
         assert_eq!(reply.indir, indir);
         assert_eq!(reply.key, key(40));
         assert_eq!(reply.input_xfrm, None);
-        assert_eq!(reply.flow_hash_tcp4, None);
+        assert_eq!(reply.flow_hash, []);
     }
 
     #[test]
@@ -227,8 +242,15 @@ pub(crate) mod tests {
         assert_eq!(reply.indir.len(), 512);
         assert_eq!(reply.key.len(), 52);
         assert_eq!(reply.input_xfrm, Some(1));
-        assert_eq!(reply.flow_hash_tcp4, Some(0xf0));
-        assert_eq!(reply.flow_hash_tcp6, Some(0x30));
+        assert_eq!(
+            reply.flow_hash,
+            [
+                (FlowType::TCP4, 0xf0),
+                (FlowType::TCP6, 0x30),
+                (FlowType::UDP4, 0x30)
+            ]
+        );
+        assert_eq!(reply.flow_hash_of(FlowType::UDP6), None);
     }
 
     #[test]
@@ -244,7 +266,7 @@ pub(crate) mod tests {
         let mut body = vec![ETHTOOL_MSG_RSS_GET_REPLY, 1, 0, 0];
         body.extend(attr(8 | 0x8000, &attr(4, &0xf0u64.to_ne_bytes())));
         let reply = parse(&message(FAMILY, 0, 1, &body)).unwrap();
-        assert_eq!(reply.flow_hash_tcp4, Some(0xf0));
+        assert_eq!(reply.flow_hash_of(FlowType::TCP4), Some(0xf0));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use aya::maps::MapData;
 use srap_common::binder::{MAX_SLOTS, SLOT_STATE_MAP, SOCKETS_MAP, SocketRecord};
 
 use crate::sender::{attach, layout::PinLayout};
-use crate::sock_diag::{SockDiag, SocketSeen};
+use crate::sock_diag::{SocketSeen, TcpDiag};
 
 /// Bytes of one socket-table row: cookie, then receiver, slot, local, pad.
 const SOCKET_ROW_LEN: usize = size_of::<srap_common::binder::SocketRow>();
@@ -164,7 +164,7 @@ fn namespace_of(path: &Path) -> Result<u64, String> {
 }
 
 fn dump_here() -> Result<BTreeMap<u64, SocketSeen>, String> {
-    let diag = SockDiag::for_tcp()?;
+    let diag = TcpDiag::loaded()?;
     let seen = diag.sockets_by_cookie().map_err(|e| e.to_string())?;
     Ok(seen.into_iter().collect())
 }

@@ -98,7 +98,7 @@ struct Follower {
     member_loop: MemberLoop,
     /// This namespace's TCP sockets (`tcpi_bytes_acked`), for that loop:
     /// opened on the first sample over a bond, or why it cannot be.
-    connections: Option<Result<crate::sock_diag::SockDiag, String>>,
+    connections: Option<Result<crate::sock_diag::TcpDiag, String>>,
 }
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
@@ -467,7 +467,7 @@ impl Follower {
             return false;
         }
         let diag = self.connections.get_or_insert_with(|| {
-            crate::sock_diag::SockDiag::for_tcp().inspect_err(|err| {
+            crate::sock_diag::TcpDiag::loaded().inspect_err(|err| {
                 warn!("bond members are not judged by their own counters: {err}");
             })
         });

@@ -1,0 +1,118 @@
+//! A connect, step by step: read the context, classify the socket and its
+//! destination, claim a CPU slot, bind a port of it, record the socket.
+//! The steps' work is in their own files; this one sequences them, gives
+//! back what a step claimed when a later one fails, and returns the
+//! connect's one verdict (counted by the hook, `super::srap_connect4`).
+
+use aya_ebpf::programs::SockAddrContext;
+use srap_common::{
+    binder::{DestValue, MAX_SLOTS, SocketRecord, event, outcome},
+    family::Family,
+};
+
+use super::{
+    bind::{bind_for_ends, bind_port, port_sharing},
+    claim::{claim_slot, note_dry, release_slot, slot_word_of},
+    classify::classify,
+    context::{Peer, connecting},
+    maps::{SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOTS, SRAP_TABLES, count},
+    ports::PlanRows,
+    record::{drop_bind_record, hold, pace},
+};
+
+/// Binds a steered port if the socket and its destination are steered;
+/// returns the connect's verdict (an `outcome`). Inlined so each program
+/// keeps only its own family's path.
+#[inline(always)]
+pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
+    // Step 1: the context.
+    let connecting = connecting(ctx, family);
+    // Taken now, not after `drop_bind_record`: read from `connecting`
+    // across that subprogram's call, they went through the stack, and the
+    // kernel's verifier walked `connect6` past its million instructions.
+    let (peer, bound_addr) = (connecting.peer, connecting.bound_addr());
+    // Step 2: classify.
+    let dest = match classify(ctx, &connecting) {
+        Ok(dest) => dest,
+        Err(verdict) => return verdict,
+    };
+    drop_bind_record(ctx);
+    // Steps 3 to 6.
+    let result = bind_steered(ctx, family, &dest, peer, bound_addr);
+    if bound_addr && (result == outcome::STEERED || result == outcome::RETRIED) {
+        count(event::SOURCE_KEPT);
+    }
+    result
+}
+
+/// Claims a slot of the destination's receiver (step 3), binds a port of it
+/// whose tuple is free (4, 5) and records the socket (6); gives the claim
+/// back when no port binds. A failed bind clears the socket's address: when the
+/// application had bound one and no port binds, it is bound again (port 0:
+/// the address alone), so the kernel's port goes with the application's
+/// address.
+#[inline(always)]
+fn bind_steered(
+    ctx: &SockAddrContext,
+    family: Family,
+    dest: &DestValue,
+    peer: Peer,
+    bound_addr: bool,
+) -> u32 {
+    let Some(table) = SRAP_TABLES.get(dest.table) else {
+        return outcome::MAPS_UNFILLED;
+    };
+    let Some(layout) = SRAP_LAYOUTS.get(table.layout) else {
+        return outcome::MAPS_UNFILLED;
+    };
+    let Some(state) = SRAP_RECEIVERS.get_ptr_mut(dest.receiver) else {
+        return outcome::MAPS_UNFILLED;
+    };
+    let slots = layout.slots;
+    if slots == 0 || slots > MAX_SLOTS {
+        return outcome::MAPS_UNFILLED;
+    }
+    let (slot, turn) = match claim_slot(state, dest.receiver) {
+        Ok(claimed) => claimed,
+        Err(verdict) => return verdict,
+    };
+    // Past this layout's slots only while a re-plan shrinks the receiver:
+    // the ports of another slot, the claim's count kept where it was made.
+    let found = (
+        SRAP_SLOTS.get(layout.slot_base.wrapping_add(slot % slots)),
+        slot_word_of(dest.receiver, slot),
+    );
+    let (Some(row), Some(word)) = found else {
+        release_slot(dest.receiver, slot);
+        return outcome::MAPS_UNFILLED;
+    };
+    let rows = PlanRows {
+        table,
+        layout,
+        row,
+        word,
+    };
+    let (result, local) = match port_sharing(ctx) {
+        Some(sharing) => bind_for_ends(ctx, family, dest, &rows, peer, turn, sharing),
+        None => (outcome::OPTION_UNREADABLE, SocketRecord::NONE),
+    };
+    if result == outcome::STEERED || result == outcome::RETRIED {
+        let held = SocketRecord {
+            receiver: dest.receiver,
+            slot,
+            local,
+            _pad: 0,
+        };
+        hold(ctx, held);
+        pace(ctx);
+        return result;
+    }
+    release_slot(dest.receiver, slot);
+    if result == outcome::NO_FREE_PORT {
+        note_dry(state, slot);
+    }
+    if bound_addr {
+        let _ = bind_port(ctx, family, table, 0);
+    }
+    result
+}
