@@ -7,7 +7,7 @@
 //! The binaries come from the target directory (`cargo test` at the
 //! workspace root builds them; `cargo build --bins` otherwise), or from
 //! `SRAP_BIN_DIR`. The workload is the helper binary `srap-test-workload`
-//! (`srap_tests::workload`).
+//! (`srap_tests::test_workload`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -485,9 +485,7 @@ fn app_bound_socket_keeps_its_port() {
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_udp_connect_is_counted_as_protocol_not_steered() {
-    if !privileged("binder: a UDP connect") {
-        return;
-    }
+    require_privileged("binder: a UDP connect");
     let lab = Lab::new(false);
     lab.attach_once();
     let mut server = lab.listen();

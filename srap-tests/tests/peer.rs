@@ -8,7 +8,7 @@
 //!
 //! The agents are processes killed by PID in drop guards; the binder is
 //! detached on every path. The workload is the helper binary
-//! `srap-test-workload` (`srap_tests::workload`).
+//! `srap-test-workload` (`srap_tests::test_workload`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
