@@ -1,4 +1,4 @@
-//! `srap-agent`: the SRAP daemon: the receive verifier and the sender-side
+//! `srap-agent`: the SRAP daemon: the receive observer and the sender-side
 //! port binder. The commands here, their flags in `args/` (clap stays in
 //! this binary), one module per command in `cmd/`.
 use std::{process::ExitCode, time::Duration};
@@ -25,7 +25,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Attach the receive verifier to an interface and print, every second,
+    /// Attach the receive observer to an interface and print, every second,
     /// which receive queue and CPU each TCP flow lands on.
     Verify(VerifyArgs),
     /// Steer the connections of workloads in a cgroup (`srap exec`) so each

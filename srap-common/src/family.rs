@@ -1,5 +1,5 @@
 //! Address families as the kernel numbers them (`AF_INET`, `AF_INET6`): the
-//! one definition that the binder's and the verifier's map keys and the eBPF
+//! one definition that the binder's and the observer's map keys and the eBPF
 //! programs use, whatever the width of the field that holds it.
 
 /// An IP address family.
@@ -13,7 +13,7 @@ pub enum Family {
 }
 
 impl Family {
-    /// The kernel's number in a `u8` field (the verifier's flow key).
+    /// The kernel's number in a `u8` field (the observer's flow key).
     pub const fn as_u8(self) -> u8 {
         self as u8
     }

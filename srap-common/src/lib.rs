@@ -4,7 +4,7 @@
 //! the flow planner.
 //!
 //! The crate root is `no_std` so the eBPF programs can use the `#[repr(C)]` map
-//! types in [`binder`], [`verifier`] and [`emulator`] exactly as user space
+//! types in [`binder`], [`observer`] and [`emulator`] exactly as user space
 //! sees them.
 //!
 //! It must NOT hold what only one side uses (the receiver's CPU-grant
@@ -17,11 +17,11 @@
 pub mod binder;
 pub mod emulator;
 pub mod family;
+pub mod observer;
 pub mod occupancy;
 pub mod protocol;
 pub mod repair;
 pub mod sizes;
-pub mod verifier;
 pub mod xorshift;
 
 #[cfg(feature = "user")]

@@ -1,4 +1,4 @@
-//! The receive verifier's ABI: the `#[repr(C)]` keys and values of its BPF
+//! The receive observer's ABI: the `#[repr(C)]` keys and values of its BPF
 //! maps and the names of its programs, shared with `srap-ebpf`.
 //!
 //! Both sides compile these exact definitions, so the eBPF programs and user
@@ -6,19 +6,19 @@
 //! explicitly: BPF hash maps compare keys byte for byte, so implicit padding
 //! (which the eBPF side may leave uninitialised) would make equal flows differ.
 
-/// Name of the receive verifier's per-flow map in the eBPF object.
+/// Name of the receive observer's per-flow map in the eBPF object.
 pub const FLOWS_MAP: &str = "SRAP_FLOWS";
 /// Capacity of [`FLOWS_MAP`]; an LRU map, so old flows are evicted, never refused.
 pub const FLOWS_MAX_ENTRIES: u32 = 65_536;
 
-/// Name of the XDP variant of the receive verifier.
+/// Name of the XDP variant of the receive observer.
 pub const VERIFY_XDP_PROGRAM: &str = "srap_verify";
-/// Name of the tc (ingress classifier) variant of the receive verifier.
+/// Name of the tc (ingress classifier) variant of the receive observer.
 pub const VERIFY_TC_PROGRAM: &str = "srap_verify_tc";
 
-/// Name of the socket verifier's per-connection map in the eBPF object.
+/// Name of the socket observer's per-connection map in the eBPF object.
 pub const SOCK_FLOWS_MAP: &str = "SRAP_SOCK_FLOWS";
-/// Name of the socket (`sock_ops`) variant of the receive verifier.
+/// Name of the socket (`sock_ops`) variant of the receive observer.
 pub const VERIFY_SOCK_PROGRAM: &str = "srap_verify_sock";
 /// Name of the socket hook a sender attaches to its steered cgroup: where
 /// the connections it opens land on this host's own NIC (their reverse
@@ -28,7 +28,7 @@ pub const VERIFY_LOCAL_PROGRAM: &str = "srap_verify_local";
 /// as the source → [`SockFlow`].
 pub const LOCAL_FLOWS_MAP: &str = "SRAP_LOCAL_FLOWS";
 /// Bare programs that only let the packet (or socket) through: the baselines
-/// the verifier's cost is measured against, in the same object and run.
+/// the observer's cost is measured against, in the same object and run.
 pub const BARE_XDP_PROGRAM: &str = "srap_bare_xdp";
 /// See [`BARE_XDP_PROGRAM`].
 pub const BARE_TC_PROGRAM: &str = "srap_bare_tc";
@@ -52,7 +52,7 @@ pub struct FlowKey {
     /// A [`Family`](crate::family::Family) number.
     pub family: u8,
     /// A [`Protocol`](crate::protocol::Protocol) number: TCP's, as every
-    /// program of the receive verifier records TCP only (`sock_ops` sees
+    /// program of the receive observer records TCP only (`sock_ops` sees
     /// nothing else, the packet parsers skip the rest).
     pub protocol: u8,
     /// Always zero; makes the padding explicit.
@@ -67,7 +67,7 @@ pub struct FlowKey {
     pub dst_addr: [u8; 16],
 }
 
-/// What the verifier saw of one flow, updated on every packet.
+/// What the observer saw of one flow, updated on every packet.
 ///
 /// `rx_queue` and `cpu` are those of the *last* packet: a flow that keeps
 /// moving shows it in `moves`, which counts packets whose (queue, CPU) differs
@@ -109,7 +109,7 @@ pub struct FlowStats {
 /// (XDP, the socket hook), or the driver hands none over (`rxhash off`).
 pub const NIC_HASH_NONE: u32 = 0;
 
-/// What the socket verifier saw of one accepted TCP connection: written
+/// What the socket observer saw of one accepted TCP connection: written
 /// when the handshake completes and when the connection closes, never per
 /// packet.
 ///
@@ -194,7 +194,7 @@ mod user {
     }
 
     impl FlowKey {
-        /// The key the verifier records for `protocol` packets from `src`
+        /// The key the observer records for `protocol` packets from `src`
         /// to `dst`; `None` when the two addresses are of different
         /// families.
         pub fn from_addrs(protocol: Protocol, src: SocketAddr, dst: SocketAddr) -> Option<Self> {

@@ -4,7 +4,7 @@
 //!
 //! SRAP steers TCP only, and names it wherever a flow is identified: the
 //! binder's destination key ([`crate::binder::DestKey`]), the receive
-//! verifier's flow key ([`crate::verifier::FlowKey`]), a NIC's hashed
+//! observer's flow key ([`crate::observer::FlowKey`]), a NIC's hashed
 //! fields per [`FlowType`]. UDP is known (a NIC's UDP hashing is
 //! discovered, a UDP `connect()` is recognised) but not steered: a connect
 //! of any protocol but TCP is its own verdict

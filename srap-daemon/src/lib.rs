@@ -7,7 +7,7 @@
 //! structs), nor the status types and servers (`srap-status`) or plain
 //! kernel access `srap` needs too (`srap-host`).
 //!
-//! The receive verifier ([`verifier`]) and the sender-side port binder
+//! The receive observer ([`observer`]) and the sender-side port binder
 //! ([`sender`]); the receiver's RSS service ([`receiver`]) and the sender's
 //! client of it ([`upstream`]: the receiver is upstream of the sender, the
 //! senders are a receiver's `downstream`), speaking [`srap_common::wire`] through
@@ -18,6 +18,7 @@
 
 pub mod description;
 pub mod framed;
+pub mod observer;
 pub mod psk;
 pub mod receiver;
 pub mod sender;
@@ -25,7 +26,6 @@ pub mod sock_diag;
 pub mod tc;
 pub mod tracker;
 pub mod upstream;
-pub mod verifier;
 
 /// The eBPF object (`srap-ebpf`'s `srap` binary) built by this crate's build
 /// script, embedded so the agent is one self-contained binary.

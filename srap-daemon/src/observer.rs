@@ -1,4 +1,4 @@
-//! Loads and attaches the receive verifier (`srap_verify_sock`,
+//! Loads and attaches the receive observer (`srap_verify_sock`,
 //! `srap_verify_tc` or `srap_verify`) and reads back where each TCP flow
 //! landed.
 //!
@@ -9,7 +9,7 @@
 //! from `tcp_info` (sock_diag). tc ingress parses every packet (after GRO)
 //! and also sees flows that only pass through; XDP only when asked.
 //!
-//! The links belong to the returned [`Verifier`]: dropping it detaches. A
+//! The links belong to the returned [`Observer`]: dropping it detaches. A
 //! caller working in another network namespace must drop it in that same
 //! namespace (netlink-based detaches use the caller's namespace).
 
@@ -29,11 +29,11 @@ use aya::{
         XdpMode,
     },
 };
-use srap_common::protocol::Protocol;
-use srap_common::verifier::{
+use srap_common::observer::{
     FLOWS_MAP, FLOWS_MAX_ENTRIES, FlowKey, FlowStats, NIC_HASH_NONE, RX_QUEUE_UNKNOWN,
     SOCK_FLOWS_MAP, SockFlow, VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
 };
+use srap_common::protocol::Protocol;
 use srap_host::report::Chain;
 
 use crate::sock_diag::{TcpCounters, TcpDiag};
@@ -46,7 +46,7 @@ mod seam;
 #[cfg(test)]
 mod seam_tests;
 
-/// Where the verifier runs.
+/// Where the observer runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Hook {
     /// Native (driver) XDP.
@@ -120,9 +120,9 @@ impl HookChoice {
     }
 }
 
-/// Why the verifier could not be loaded, attached or read.
+/// Why the observer could not be loaded, attached or read.
 #[derive(Debug, thiserror::Error)]
-pub enum VerifierError {
+pub enum ObserverError {
     /// The embedded object did not load (no privileges, no BTF, verifier reject…).
     #[error("loading the SRAP eBPF object: {0}")]
     Load(#[from] aya::EbpfError),
@@ -138,7 +138,7 @@ pub enum VerifierError {
         source: ProgramError,
     },
     /// No hook of the chosen family attached.
-    #[error("could not attach the receive verifier to {iface}: {attempts}")]
+    #[error("could not attach the receive observer to {iface}: {attempts}")]
     Attach {
         /// Interface name.
         iface: String,
@@ -146,14 +146,14 @@ pub enum VerifierError {
         attempts: String,
     },
     /// Reading the flow map failed.
-    #[error("reading the verifier's flow map: {0}")]
+    #[error("reading the observer's flow map: {0}")]
     Map(#[from] MapError),
     /// Reading the connections' counters (sock_diag) failed.
     #[error("reading TCP counters through sock_diag: {0}")]
     Diag(srap_host::netlink::NetlinkError),
 }
 
-/// One flow as the verifier recorded it.
+/// One flow as the observer recorded it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowRecord {
     /// Sender's address and port.
@@ -209,18 +209,18 @@ impl QueueReading {
     }
 }
 
-/// A loaded and attached receive verifier; dropping it detaches.
-pub struct Verifier {
+/// A loaded and attached receive observer; dropping it detaches.
+pub struct Observer {
     ebpf: Ebpf,
     hook: Hook,
     iface: String,
     queues: QueueReading,
     /// The socket hook's view of the namespace it was attached in.
     sockets: Option<SocketView>,
-    /// What the verifier runs without, and what that costs.
-    limits: Vec<VerifierLimit>,
+    /// What the observer runs without, and what that costs.
+    limits: Vec<ObserverLimit>,
     /// Records idle (tc, XDP) or closed (socket hook) for longer than this
-    /// are deleted at the next read ([`Verifier::forget_after`]).
+    /// are deleted at the next read ([`Observer::forget_after`]).
     forget_after: Option<Duration>,
     /// Records in the map at the last read, stale ones included.
     held: usize,
@@ -228,10 +228,10 @@ pub struct Verifier {
     fill: MapFill,
 }
 
-/// Something the verifier runs without, and what that costs: said in the
+/// Something the observer runs without, and what that costs: said in the
 /// log, `srap status`, its JSON and `/metrics`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VerifierLimit {
+pub struct ObserverLimit {
     /// A short name of what is missing (`sock_diag`), for labels.
     pub missing: &'static str,
     /// What exactly is missing, why, and what it costs.
@@ -248,31 +248,31 @@ struct SocketView {
     local: Vec<IpAddr>,
 }
 
-impl fmt::Debug for Verifier {
+impl fmt::Debug for Observer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Verifier")
+        f.debug_struct("Observer")
             .field("hook", &self.hook)
             .field("iface", &self.iface)
             .finish_non_exhaustive()
     }
 }
 
-impl Verifier {
-    /// Loads the verifier and attaches it to `iface` (in the calling thread's
+impl Observer {
+    /// Loads the observer and attaches it to `iface` (in the calling thread's
     /// network namespace) on the first hook of `choice` that works; the
     /// socket hook goes on the cgroup2 root.
-    pub fn attach(iface: &str, choice: HookChoice) -> Result<Self, VerifierError> {
+    pub fn attach(iface: &str, choice: HookChoice) -> Result<Self, ObserverError> {
         Self::attach_in(iface, choice, None)
     }
 
-    /// [`Verifier::attach`], with the socket hook on `cgroup` (a cgroup2
+    /// [`Observer::attach`], with the socket hook on `cgroup` (a cgroup2
     /// directory; `None`: the cgroup2 root, every local TCP server). It sees
     /// connections accepted by processes in that cgroup's subtree.
     pub fn attach_in(
         iface: &str,
         choice: HookChoice,
         cgroup: Option<&Path>,
-    ) -> Result<Self, VerifierError> {
+    ) -> Result<Self, ObserverError> {
         let mut ebpf = Ebpf::load(crate::ebpf_object())?;
         let mut limits = Vec::new();
         let driver = driver(iface);
@@ -284,9 +284,9 @@ impl Verifier {
             limits: &mut limits,
         };
         let (hook, sockets) = first_attached(&mut hooks, iface, choice, driver.as_deref())?;
-        info!(iface, %hook, "receive verifier attached");
+        info!(iface, %hook, "receive observer attached");
         for limit in &limits {
-            warn!(iface, %hook, "the receive verifier runs without {}: {}", limit.missing, limit.detail);
+            warn!(iface, %hook, "the receive observer runs without {}: {}", limit.missing, limit.detail);
         }
         Ok(Self {
             ebpf,
@@ -301,18 +301,18 @@ impl Verifier {
         })
     }
 
-    /// The hook the verifier runs on.
+    /// The hook the observer runs on.
     pub fn hook(&self) -> Hook {
         self.hook
     }
 
-    /// The interface the verifier is attached to.
+    /// The interface the observer is attached to.
     pub fn iface(&self) -> &str {
         &self.iface
     }
 
     /// What it runs without, and what that costs (empty: nothing).
-    pub fn limits(&self) -> &[VerifierLimit] {
+    pub fn limits(&self) -> &[ObserverLimit] {
         &self.limits
     }
 
@@ -328,23 +328,23 @@ impl Verifier {
         self.forget_after = Some(after);
     }
 
-    /// Records in the verifier's map at the last read (stale ones
-    /// included), of [`srap_common::verifier::FLOWS_MAX_ENTRIES`]: a full
+    /// Records in the observer's map at the last read (stale ones
+    /// included), of [`srap_common::observer::FLOWS_MAX_ENTRIES`]: a full
     /// map evicts flows.
     pub fn held(&self) -> usize {
         self.held
     }
 
     /// Every flow recorded so far, sorted by (src, dst).
-    pub fn flows(&self) -> Result<Vec<FlowRecord>, VerifierError> {
+    pub fn flows(&self) -> Result<Vec<FlowRecord>, ObserverError> {
         self.read(monotonic_ns(), |_| false)
             .map(|read| read.records)
     }
 
-    /// [`Verifier::flows`], less the records [`Verifier::forget_after`]
+    /// [`Observer::flows`], less the records [`Observer::forget_after`]
     /// calls stale, which are deleted from the map: what an agent sampling
     /// forever calls.
-    pub fn sample(&mut self) -> Result<Vec<FlowRecord>, VerifierError> {
+    pub fn sample(&mut self) -> Result<Vec<FlowRecord>, ObserverError> {
         let now_ns = monotonic_ns();
         let Some(after) = self.forget_after else {
             return self.flows();
@@ -360,7 +360,7 @@ impl Verifier {
     /// The records, sorted, and the keys of those `stale` calls stale by
     /// the time of their flow's last packet (tc, XDP) or close (socket
     /// hook; 0 while open: never stale), left out of the records.
-    fn read(&self, now_ns: u64, stale: impl Fn(u64) -> bool) -> Result<MapRead, VerifierError> {
+    fn read(&self, now_ns: u64, stale: impl Fn(u64) -> bool) -> Result<MapRead, ObserverError> {
         read_table(
             &self.ebpf,
             self.sockets.as_ref(),
@@ -383,7 +383,7 @@ impl Verifier {
     }
 }
 
-/// [`Verifier::read`] of `table`: the socket hook's map when it runs with
+/// [`Observer::read`] of `table`: the socket hook's map when it runs with
 /// `sockets`, else the packet hooks', their queues read as `queues`; a
 /// record is stale by `stale` at `now_ns`.
 fn read_table(
@@ -391,7 +391,7 @@ fn read_table(
     sockets: Option<&SocketView>,
     queues: QueueReading,
     (now_ns, stale): (u64, &dyn Fn(u64) -> bool),
-) -> Result<MapRead, VerifierError> {
+) -> Result<MapRead, ObserverError> {
     let mut forget = Vec::new();
     let held;
     let mut records = if let Some(sockets) = sockets {
@@ -441,7 +441,7 @@ fn packet_flows(flows: HashMap<FlowKey, FlowStats>, queues: QueueReading) -> Vec
         .collect()
 }
 
-/// One walk of the verifier's map.
+/// One walk of the observer's map.
 struct MapRead {
     /// The flows, sorted by (src, dst), less the stale ones.
     records: Vec<FlowRecord>,
@@ -454,15 +454,15 @@ struct MapRead {
 /// The socket hook's flows: its map joined with the namespace's live
 /// connections. A connection still open takes its counters from
 /// `tcp_info`; a closed one from what the program stored at close. Only
-/// connections to an address of the interface are this verifier's.
+/// connections to an address of the interface are this observer's.
 fn socket_flows(
     sockets: &SocketView,
     flows: HashMap<FlowKey, SockFlow>,
     now_ns: u64,
     queues: QueueReading,
-) -> Result<Vec<FlowRecord>, VerifierError> {
+) -> Result<Vec<FlowRecord>, ObserverError> {
     let live = match &sockets.diag {
-        Some(diag) => Some(diag.tcp_connections().map_err(VerifierError::Diag)?),
+        Some(diag) => Some(diag.tcp_connections().map_err(ObserverError::Diag)?),
         None => None,
     };
     let mut records: Vec<_> = flows
@@ -594,7 +594,7 @@ pub fn driver(iface: &str) -> Option<String> {
 /// something is wrong with the object itself (stop).
 enum AttachFailure {
     Refused(String),
-    Fatal(VerifierError),
+    Fatal(ObserverError),
 }
 
 /// Attaches on the first hook of `choice`, in its order, that `hooks`
@@ -607,7 +607,7 @@ fn first_attached<H: HookAttacher>(
     iface: &str,
     choice: HookChoice,
     driver: Option<&str>,
-) -> Result<(Hook, H::Attached), VerifierError> {
+) -> Result<(Hook, H::Attached), ObserverError> {
     let mut attempts = Vec::new();
     for &hook in choice.order() {
         if choice == HookChoice::Auto && hook == Hook::SockOps && driver == Some("veth") {
@@ -629,23 +629,23 @@ fn first_attached<H: HookAttacher>(
             }
         }
     }
-    Err(VerifierError::Attach {
+    Err(ObserverError::Attach {
         iface: iface.to_owned(),
         attempts: attempts.join("; "),
     })
 }
 
-/// The verifier's three programs (XDP, tc, `sock_ops`), found and loaded
+/// The observer's three programs (XDP, tc, `sock_ops`), found and loaded
 /// the same way: [`loaded`] is their one home.
-trait VerifierProgram {
+trait ObserverProgram {
     /// Loads the program unless a hook tried before already did (the
     /// automatic choice may try tc, say, after the socket hook failed).
     fn load_once(&mut self) -> Result<(), ProgramError>;
 }
 
-macro_rules! verifier_program {
+macro_rules! observer_program {
     ($($program:ty),+) => {$(
-        impl VerifierProgram for $program {
+        impl ObserverProgram for $program {
             fn load_once(&mut self) -> Result<(), ProgramError> {
                 if self.fd().is_err() {
                     self.load()?;
@@ -656,7 +656,7 @@ macro_rules! verifier_program {
     )+};
 }
 
-verifier_program!(Xdp, SchedClassifier, SockOps);
+observer_program!(Xdp, SchedClassifier, SockOps);
 
 /// The program `name` of the object (`what`, for the error if the object
 /// lacks it) as a `P`, loaded. A program of another type, or one the
@@ -667,18 +667,18 @@ fn loaded<'e, P>(
     what: &'static str,
 ) -> Result<&'e mut P, AttachFailure>
 where
-    P: VerifierProgram + 'e,
+    P: ObserverProgram + 'e,
     &'e mut P: TryFrom<&'e mut Program, Error = ProgramError>,
 {
     let fatal = |source| {
-        AttachFailure::Fatal(VerifierError::Program {
+        AttachFailure::Fatal(ObserverError::Program {
             program: name,
             source,
         })
     };
     let program: &mut P = ebpf
         .program_mut(name)
-        .ok_or(AttachFailure::Fatal(VerifierError::Missing(what)))?
+        .ok_or(AttachFailure::Fatal(ObserverError::Missing(what)))?
         .try_into()
         .map_err(fatal)?;
     program.load_once().map_err(fatal)?;
@@ -704,7 +704,7 @@ fn attach_sock(
     iface: &str,
     cgroup: Option<&Path>,
     choice: HookChoice,
-    limits: &mut Vec<VerifierLimit>,
+    limits: &mut Vec<ObserverLimit>,
 ) -> Result<SocketView, AttachFailure> {
     let cgroup: PathBuf = match cgroup {
         Some(path) => path.to_owned(),
@@ -727,7 +727,7 @@ fn attach_sock(
     program
         .attach(file, CgroupAttachMode::Single)
         .map_err(|err| AttachFailure::Refused(Chain(&err).to_string()))?;
-    debug!(iface, cgroup = %cgroup.display(), "socket verifier on the cgroup");
+    debug!(iface, cgroup = %cgroup.display(), "socket observer on the cgroup");
     Ok(SocketView { diag, local })
 }
 
@@ -738,23 +738,23 @@ fn attach_sock(
 fn socket_diag<D>(
     found: Result<D, String>,
     choice: HookChoice,
-    limits: &mut Vec<VerifierLimit>,
+    limits: &mut Vec<ObserverLimit>,
 ) -> Result<Option<D>, AttachFailure> {
     match found {
         Ok(diag) => Ok(Some(diag)),
         Err(missing) if choice == HookChoice::Auto => {
-            limits.push(VerifierLimit {
+            limits.push(ObserverLimit {
                 missing: "sock_diag",
                 detail: format!(
                     "{missing}; the socket hook would know each flow's queue and CPU but not \
-                     its bytes until it closes, so the verifier runs at tc ingress instead, \
+                     its bytes until it closes, so the observer runs at tc ingress instead, \
                      which costs every received packet one program run (tens of ns)"
                 ),
             });
             Err(AttachFailure::Refused(missing))
         }
         Err(missing) => {
-            limits.push(VerifierLimit {
+            limits.push(ObserverLimit {
                 missing: "sock_diag",
                 detail: format!(
                     "{missing}; each flow's queue and CPU come from its handshake, its bytes \
@@ -807,14 +807,14 @@ impl MapFill {
         if near_full {
             warn!(
                 iface,
-                "the verifier's flow map holds {held} of {max} records: past {max} the kernel \
+                "the observer's flow map holds {held} of {max} records: past {max} the kernel \
                  evicts the least recently used flow, so some flows go unjudged (more flows \
                  open, or closed within the forget window, than the map holds)"
             );
         } else {
             info!(
                 iface,
-                "the verifier's flow map has room again ({held} of {max} records)"
+                "the observer's flow map has room again ({held} of {max} records)"
             );
         }
         true

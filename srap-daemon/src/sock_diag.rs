@@ -1,6 +1,6 @@
 //! Per-connection TCP counters from the kernel's sock_diag netlink interface
 //! (`NETLINK_SOCK_DIAG`, `inet_diag` with `INET_DIAG_INFO`): what the socket
-//! verifier reads every interval instead of counting packets itself.
+//! observer reads every interval instead of counting packets itself.
 //!
 //! A [`TcpDiag`] is a netlink socket bound to the network namespace it was
 //! opened in, so a caller can open it inside a namespace and read it from

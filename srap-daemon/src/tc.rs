@@ -1,4 +1,4 @@
-//! Attaching a tc program, the one way the verifier and the lab's emulator
+//! Attaching a tc program, the one way the observer and the lab's emulator
 //! do it: through a tcx link (Linux ≥ 6.6, no qdisc needed) or a filter on
 //! a `clsact` qdisc (older kernels).
 

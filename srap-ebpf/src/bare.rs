@@ -1,6 +1,6 @@
-//! Bare programs of each hook the receive verifier uses: they only let the packet
-//! (or socket) through. `cargo xtask bench` runs them next to the receive verifier
-//! in the same run, so the verifier's cost is reported as what it adds over
+//! Bare programs of each hook the receive observer uses: they only let the packet
+//! (or socket) through. `cargo xtask bench` runs them next to the receive observer
+//! in the same run, so the observer's cost is reported as what it adds over
 //! the hook itself, not over nothing.
 
 use aya_ebpf::{

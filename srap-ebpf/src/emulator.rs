@@ -13,7 +13,7 @@ use aya_ebpf::{
 use srap_common::{
     emulator::{EmulatorConfig, MAX_INDIR, TOEPLITZ_ENTRIES, counter},
     family::Family,
-    verifier::FlowKey,
+    observer::FlowKey,
 };
 
 use crate::packet::{MAX_HEADER_LEN, parse_tcp_flow};

@@ -5,9 +5,9 @@
 //! * [`binder`]: the port binder, `cgroup/connect4` and `connect6`
 //!   (`srap_connect4`, `srap_connect6`) and `cgroup/sock_release`.
 //! * [`emulator`]: the lab's RSS-NIC emulator, tc egress (`srap_rss_nic`).
-//! * [`verifier`]: the receive verifier, XDP (`srap_verify`) and tc ingress
+//! * [`observer`]: the receive observer, XDP (`srap_verify`) and tc ingress
 //!   (`srap_verify_tc`) variants of the same per-flow accounting.
-//! * [`sock_verifier`]: the receive verifier without per-packet work,
+//! * [`sock_observer`]: the receive observer without per-packet work,
 //!   `sock_ops` on a cgroup (`srap_verify_sock`), and its sender side on the
 //!   steered cgroup (`srap_verify_local`: where opened connections land on
 //!   this host's own NIC).
@@ -24,10 +24,10 @@
 mod bare;
 mod binder;
 mod emulator;
+mod observer;
 mod packet;
 mod repair;
-mod sock_verifier;
-mod verifier;
+mod sock_observer;
 
 /// eBPF programs cannot unwind; the kernel's verifier rejects any path that would reach
 /// this, so it is never executed.

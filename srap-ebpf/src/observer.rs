@@ -1,4 +1,4 @@
-//! The receive verifier: per TCP flow, where (receive queue, CPU) its packets
+//! The receive observer: per TCP flow, where (receive queue, CPU) its packets
 //! actually land. This is the proof that a predicted RSS placement happened.
 //!
 //! The tc ingress variant is the default: attaching it reconfigures no NIC
@@ -6,7 +6,7 @@
 //! off, and makes mlx5 rebuild its rings), it runs after GRO and RPS (one
 //! event per aggregate, on the CPU that processes the flow) and at any MTU.
 //! The XDP variant is an explicit choice. Both always let the packet
-//! through: the verifier only observes.
+//! through: the observer only observes.
 
 use aya_ebpf::{
     bindings::{BPF_NOEXIST, TC_ACT_OK, xdp_action},
@@ -15,16 +15,16 @@ use aya_ebpf::{
     maps::LruHashMap,
     programs::{TcContext, XdpContext},
 };
-use srap_common::verifier::{FLOWS_MAX_ENTRIES, FlowKey, FlowStats, NIC_HASH_NONE};
+use srap_common::observer::{FLOWS_MAX_ENTRIES, FlowKey, FlowStats, NIC_HASH_NONE};
 
 use crate::packet::{MAX_HEADER_LEN, parse_tcp_flow};
 
-/// Per-flow landing records, read by user space (`srap_daemon::verifier`).
+/// Per-flow landing records, read by user space (`srap_daemon::observer`).
 #[map]
 static SRAP_FLOWS: LruHashMap<FlowKey, FlowStats> =
     LruHashMap::with_max_entries(FLOWS_MAX_ENTRIES, 0);
 
-/// XDP receive verifier: records the frame, then `XDP_PASS`.
+/// XDP receive observer: records the frame, then `XDP_PASS`.
 #[xdp]
 pub fn srap_verify(ctx: XdpContext) -> u32 {
     let (data, data_end) = (ctx.data(), ctx.data_end());
@@ -42,7 +42,7 @@ pub fn srap_verify(ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
 }
 
-/// tc ingress receive verifier: records the skb, then `TC_ACT_OK`.
+/// tc ingress receive observer: records the skb, then `TC_ACT_OK`.
 #[classifier]
 pub fn srap_verify_tc(ctx: TcContext) -> i32 {
     // Headers may sit partly outside the linear area; pulling is best effort

@@ -7,7 +7,7 @@
 
 use core::mem::size_of;
 
-use srap_common::{family::Family, protocol::Protocol, verifier::FlowKey};
+use srap_common::{family::Family, observer::FlowKey, protocol::Protocol};
 
 const ETH_HLEN: usize = 14;
 const VLAN_HLEN: usize = 4;

@@ -1,4 +1,4 @@
-//! The socket receive verifier: a `sock_ops` program on the receiver's
+//! The socket receive observer: a `sock_ops` program on the receiver's
 //! cgroup that records, per accepted TCP connection, the receive queue and
 //! the CPU of the packet that completed the handshake, and the final counts
 //! at close. It runs twice per connection and never per packet (no
@@ -27,7 +27,7 @@
 //! TCP only, by the kernel's design: `sock_ops` callbacks are made from the
 //! TCP stack (handshake, state changes), so every key it writes is a TCP
 //! flow's. A UDP flow's landing would need another hook (the tc or XDP
-//! verifier sees its packets, but those parse TCP only too).
+//! observer sees its packets, but those parse TCP only too).
 
 use core::ptr::read_volatile;
 
@@ -44,11 +44,11 @@ use aya_ebpf::{
 };
 use srap_common::{
     family::Family,
+    observer::{CPU_UNKNOWN, FLOWS_MAX_ENTRIES, FlowKey, SockFlow},
     protocol::Protocol,
-    verifier::{CPU_UNKNOWN, FLOWS_MAX_ENTRIES, FlowKey, SockFlow},
 };
 
-/// Per-connection landing records, read by user space (`srap_agent::verifier`).
+/// Per-connection landing records, read by user space (`srap_agent::observer`).
 #[map]
 static SRAP_SOCK_FLOWS: LruHashMap<FlowKey, SockFlow> =
     LruHashMap::with_max_entries(FLOWS_MAX_ENTRIES, 0);

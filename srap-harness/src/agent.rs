@@ -312,7 +312,7 @@ impl<Role> AgentOpts<Role> {
 }
 
 /// A receiver agent's own settings: `srap-agent receiver --iface IFACE
-/// --listen ADDR --control SOCKET`, its description and verifier.
+/// --listen ADDR --control SOCKET`, its description and observer.
 #[derive(Clone, Debug)]
 pub struct ReceiverRole {
     iface: String,
@@ -323,7 +323,7 @@ pub struct ReceiverRole {
 
 impl AgentOpts<ReceiverRole> {
     /// The agent binary `agent` on `iface`, serving senders on `listen`;
-    /// its verifier on, the NIC discovered.
+    /// its observer on, the NIC discovered.
     pub fn new(agent: impl Into<PathBuf>, iface: impl Into<String>, listen: SocketAddr) -> Self {
         Self {
             agent: agent.into(),
@@ -345,7 +345,7 @@ impl AgentOpts<ReceiverRole> {
         self
     }
 
-    /// `--no-verify`: no receive verifier (the test runs its own, or none).
+    /// `--no-verify`: no receive observer (the test runs its own, or none).
     pub fn no_verify(mut self) -> Self {
         self.role.verify = false;
         self

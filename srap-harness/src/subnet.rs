@@ -2,9 +2,9 @@
 //! lab subnets.
 //!
 //! Namespaces keep addresses apart, but a cgroup hook does not: the socket
-//! verifier and the binder see the sockets of every namespace, so two tests
+//! observer and the binder see the sockets of every namespace, so two tests
 //! (or a test and a lab) on the same subnet at once read each other's
-//! flows — a test of the socket verifier once failed in CI on a flow of
+//! flows — a test of the socket observer once failed in CI on a flow of
 //! another test that had picked the same subnet. So no test picks one:
 //! [`Subnet::lease`] hands out a free subnet of the pool
 //! (`10.199.100.0/24` to `10.199.249.0/24`, with `fd00:5a:0:<n>::/64` for

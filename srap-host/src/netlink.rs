@@ -1,6 +1,6 @@
 //! The one netlink layer SRAP talks to the kernel through: RSS discovery
 //! (generic netlink, ethtool), the device's queue count and parent
-//! (rtnetlink, [`crate::link`]) and the receive verifier's socket counters
+//! (rtnetlink, [`crate::link`]) and the receive observer's socket counters
 //! (sock_diag). Each client builds its own request bodies and reads its own
 //! replies; this module owns what they share:
 //!

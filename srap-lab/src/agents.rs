@@ -1,6 +1,6 @@
 //! Both agents in the lab, as a user runs them on two real hosts: the
 //! receiver agent in the receiver namespace (serving the lab NIC's
-//! description from a file, with its verifier and control socket) and the
+//! description from a file, with its observer and control socket) and the
 //! sender agent in the sender namespace, following it with `--peer`. Both
 //! are the harness's agents ([`srap_harness`]). The receiver listens on
 //! the lab's address, beyond loopback, so both agents get a key of the

@@ -12,7 +12,7 @@ use crate::{
     bond_throughput::BondModeArg,
     capacity::{QueueRate, Rate},
     direction::Direction,
-    topology::LabVerifier,
+    topology::LabObserver,
 };
 
 // The lab's flags (`srap-lab --help`): no doc comment here, which clap
@@ -75,7 +75,7 @@ pub struct LabArgs {
     pub local_placement: Option<LocalPlacement>,
     /// Run an experiment instead: --trials trials with SRAP and as many with
     /// kernel-chosen ports. `--experiment` alone (or `placement`): short
-    /// connections judged by the verifier. `--experiment throughput`: long
+    /// connections judged by the observer. `--experiment throughput`: long
     /// iperf3 flows on receive queues of --queue-rate each, measured at the
     /// receiver.
     #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "placement")]
@@ -92,11 +92,12 @@ pub struct LabArgs {
     /// throughput.
     #[arg(long, value_name = "RATE|none")]
     pub queue_rate: Option<QueueRate>,
-    /// With --experiment: the receive verifier the experiment attaches on
+    /// With --experiment: the receive observer the experiment attaches on
     /// the receiver's veth (`auto` is tc there), or `off` (throughput only:
     /// its queues are then unknown), to measure what each hook costs.
-    #[arg(long, value_enum)]
-    pub verifier: Option<LabVerifier>,
+    /// (`--verifier`, its earlier name, is kept as an alias.)
+    #[arg(long, value_enum, alias = "verifier")]
+    pub observer: Option<LabObserver>,
     /// With --experiment throughput: write PNG and SVG plots into this
     /// directory (per-flow rates over time, aggregate per trial); with
     /// --bond, its aggregate per trial (`bond-aggregate-N-MODE`).
@@ -135,7 +136,7 @@ pub const DEFAULT_WORKLOAD: &str = "iperf3 -c {server} -p {port} -P {flows} -t {
 /// Which of the paper's experiments `--experiment` runs.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Experiment {
-    /// Short connections, judged by where the verifier saw them land.
+    /// Short connections, judged by where the observer saw them land.
     Placement,
     /// Long flows on rate-limited receive queues, judged by throughput.
     Throughput,

@@ -57,7 +57,7 @@ impl Rate {
 
 /// `--queue-rate`: each receive queue's capacity, or `none` for no
 /// capacity at all (the veth's own, CPU-bound ceiling: where a per-packet
-/// cost, the verifier's say, shows in the throughput).
+/// cost, the observer's say, shows in the throughput).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum QueueRate {
     /// No qdisc: flows run as fast as the cores carry them.

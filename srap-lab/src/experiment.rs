@@ -1,5 +1,5 @@
 //! The paper's experiment: many trials of N concurrent flows, with SRAP and
-//! with kernel-chosen ports, judged only by the receive queues the verifier
+//! with kernel-chosen ports, judged only by the receive queues the observer
 //! observed — at the receiver's NIC, and with `--direction pull|both` at
 //! the sender's own NIC (where the packets coming back land).
 
@@ -60,7 +60,7 @@ pub struct TrialReport {
 }
 
 /// One trial: `flows` connections to a fresh port, opened from the steered
-/// cgroup when `cgroup` is given, judged by the verifiers.
+/// cgroup when `cgroup` is given, judged by the observers.
 pub fn trial(
     net: &LabNet,
     port: u16,
@@ -101,7 +101,7 @@ pub fn trial(
 
 fn check_count(end: &str, seen: usize, flows: usize, port: u16) -> anyhow::Result<()> {
     if seen != flows {
-        bail!("the {end}'s verifier saw {seen} flows of port {port}, expected {flows}");
+        bail!("the {end}'s observer saw {seen} flows of port {port}, expected {flows}");
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `srap-lab`: SRAP's main job on one machine. Two hosts made of
 //! network namespaces, a multi-queue veth whose sender side emulates a
-//! receiver NIC's RSS, the binder on the sender, the receive verifier on the
+//! receiver NIC's RSS, the binder on the sender, the receive observer on the
 //! receiver, and a workload run twice — with kernel-chosen ports and with
 //! SRAP's — or one of the paper's experiments (`--experiment` for placement,
 //! `--experiment throughput` with `--queue-rate` capacity per receive

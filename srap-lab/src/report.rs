@@ -1,4 +1,4 @@
-//! What a lab run observed, judged only by the receive verifier: flows per
+//! What a lab run observed, judged only by the receive observer: flows per
 //! receive queue, collisions, and whether each flow landed where the model
 //! predicted.
 
@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, fmt::Write as _, net::SocketAddr};
 use serde::Serialize;
 use srap_common::rss::{FlowTuple, RssModel};
 
-use srap_daemon::verifier::FlowRecord;
+use srap_daemon::observer::FlowRecord;
 
 /// Flows that carried less than this are left out of a workload's verdict
 /// (iperf3's control connection, say).
@@ -18,7 +18,7 @@ pub const MIN_DATA_BYTES: u64 = 1 << 20;
 pub struct ObservedFlow {
     pub src: SocketAddr,
     pub dst: SocketAddr,
-    /// Receive queue the verifier saw (None: the hook could not tell).
+    /// Receive queue the observer saw (None: the hook could not tell).
     pub queue: Option<u32>,
     /// Queue the RSS model predicts for this 4-tuple.
     pub predicted_queue: u32,

@@ -23,13 +23,13 @@ use crate::{
     experiment, plot,
     report::{MIN_DATA_BYTES, RunReport},
     throughput::{self, ThroughputPlan},
-    topology::{LabNet, LabNetConfig, LabVerifier, Watch},
+    topology::{LabNet, LabNetConfig, LabObserver, Watch},
     veth_readers, virtio, virtio_pull, virtio_readers,
 };
 
 /// `--queue-rate` for `--experiment throughput` when none is given: the
 /// lab's 16 default flows then need 1.6 Gbit/s, about two thirds of a
-/// 2-core VM's CPU with the emulator, tbfs and verifier on every packet
+/// 2-core VM's CPU with the emulator, tbfs and observer on every packet
 /// (200mbit takes ~90 %), so the queues, not the CPU, are the bottleneck.
 const THROUGHPUT_QUEUE_RATE: Rate = Rate::from_mbit(100);
 
@@ -49,7 +49,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     if args.plot.is_some() && args.experiment != Some(Experiment::Throughput) {
         bail!("--plot goes with --experiment throughput or --bond");
     }
-    check_verifier(args)?;
+    check_observer(args)?;
     if let Some(nic) = args.nic.guest() {
         if args.experiment.is_some() || args.hold || args.queue_rate.is_some() {
             bail!("--experiment, --queue-rate and --hold run with --nic veth only");
@@ -165,11 +165,11 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--experiment` (placement): short connections judged by the verifier.
+/// `--experiment` (placement): short connections judged by the observer.
 fn run_placement(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<()> {
     let net = LabNet::with_config(LabNetConfig {
         queue_rate: args.queue_rate.and_then(QueueRate::rate),
-        verifier: args.verifier.unwrap_or_default(),
+        observer: args.observer.unwrap_or_default(),
         direction: args.direction,
         ..LabNetConfig::new(queues, Watch::Here)
     })?;
@@ -203,7 +203,7 @@ fn run_throughput(args: &LabArgs, queues: u32, flows: usize) -> anyhow::Result<(
     }
     let net = LabNet::with_config(LabNetConfig {
         queue_rate: plan.queue_rate,
-        verifier: args.verifier.unwrap_or_default(),
+        observer: args.observer.unwrap_or_default(),
         direction: args.direction,
         ..LabNetConfig::new(queues, Watch::Here)
     })?;
@@ -258,7 +258,7 @@ fn check_bond_args(args: &LabArgs) -> anyhow::Result<()> {
         (args.local_placement.is_some(), "--local-placement"),
         (args.experiment.is_some(), "--experiment"),
         (args.queue_rate.is_some(), "--queue-rate"),
-        (args.verifier.is_some(), "--verifier"),
+        (args.observer.is_some(), "--observer"),
         (args.hold, "--hold"),
     ];
     let given: Vec<&str> = others
@@ -345,17 +345,17 @@ fn run_bond(args: &LabArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--verifier` chooses the experiments' own verifier (the plain lab's is
+/// `--observer` chooses the experiments' own observer (the plain lab's is
 /// the receiver agent's, `--hook`); placement trials are judged by it, so
 /// only the throughput experiment runs without one.
-fn check_verifier(args: &LabArgs) -> anyhow::Result<()> {
-    match (args.verifier, args.experiment) {
+fn check_observer(args: &LabArgs) -> anyhow::Result<()> {
+    match (args.observer, args.experiment) {
         (None, _) => Ok(()),
         (Some(_), None) => {
-            bail!("--verifier goes with --experiment (the plain lab's verifier is the agent's)")
+            bail!("--observer goes with --experiment (the plain lab's observer is the agent's)")
         }
-        (Some(LabVerifier::Off), Some(Experiment::Placement)) => bail!(
-            "placement trials are judged by the verifier: --verifier off goes with \
+        (Some(LabObserver::Off), Some(Experiment::Placement)) => bail!(
+            "placement trials are judged by the observer: --observer off goes with \
              --experiment throughput"
         ),
         (Some(_), Some(_)) => Ok(()),
@@ -398,7 +398,7 @@ fn run_workload(
     }
     let mut report = EndsReport::default();
     if args.direction.reaches_receiver() {
-        // What the receiver agent's verifier saw, sampled after the run ended.
+        // What the receiver agent's observer saw, sampled after the run ended.
         let seen = agents.receiver.status_after(std::time::SystemTime::now())?;
         report.receiver = Some(RunReport::from_status(&seen, port, MIN_DATA_BYTES));
     }
@@ -449,7 +449,7 @@ fn print_experiment(r: &experiment::ExperimentReport, direction: Direction) {
         Direction::Both => " at the receiver's NIC",
     };
     println!(
-        "{} flows on {} queues, {} trials each, judged by the receive verifier{first}",
+        "{} flows on {} queues, {} trials each, judged by the receive observer{first}",
         r.flows, r.queues, r.srap.trials
     );
     println!(
@@ -583,40 +583,40 @@ mod tests {
     }
 
     #[test]
-    fn verifier_and_no_queue_rate_parse_and_go_with_the_experiments_that_take_them() {
+    fn observer_and_no_queue_rate_parse_and_go_with_the_experiments_that_take_them() {
         let off = parse(&[
             "--experiment",
             "throughput",
-            "--verifier",
+            "--observer",
             "off",
             "--queue-rate",
             "none",
         ]);
-        assert_eq!(off.verifier, Some(LabVerifier::Off));
+        assert_eq!(off.observer, Some(LabObserver::Off));
         assert_eq!(off.queue_rate, Some(QueueRate::Unlimited));
-        assert!(check_verifier(&off).is_ok());
+        assert!(check_observer(&off).is_ok());
         for (name, hooks) in [
-            ("auto", Some(srap_daemon::verifier::HookChoice::Auto)),
-            ("tc", Some(srap_daemon::verifier::HookChoice::Tc)),
-            ("xdp", Some(srap_daemon::verifier::HookChoice::Xdp)),
-            ("sock", Some(srap_daemon::verifier::HookChoice::Sock)),
+            ("auto", Some(srap_daemon::observer::HookChoice::Auto)),
+            ("tc", Some(srap_daemon::observer::HookChoice::Tc)),
+            ("xdp", Some(srap_daemon::observer::HookChoice::Xdp)),
+            ("sock", Some(srap_daemon::observer::HookChoice::Sock)),
             ("off", None),
         ] {
-            let args = parse(&["--experiment", "throughput", "--verifier", name]);
-            assert_eq!(args.verifier.and_then(LabVerifier::hooks), hooks, "{name}");
+            let args = parse(&["--experiment", "throughput", "--observer", name]);
+            assert_eq!(args.observer.and_then(LabObserver::hooks), hooks, "{name}");
         }
         assert_eq!(
-            LabVerifier::default().hooks(),
-            Some(srap_daemon::verifier::HookChoice::Auto)
+            LabObserver::default().hooks(),
+            Some(srap_daemon::observer::HookChoice::Auto)
         );
-        let placement_off = parse(&["--experiment", "--verifier", "off"]);
-        let err = check_verifier(&placement_off).expect_err("placement needs a verifier");
+        let placement_off = parse(&["--experiment", "--observer", "off"]);
+        let err = check_observer(&placement_off).expect_err("placement needs a observer");
         assert!(err.to_string().contains("--experiment throughput"), "{err}");
-        assert!(check_verifier(&parse(&["--experiment", "--verifier", "sock"])).is_ok());
-        let plain = parse(&["--verifier", "tc"]);
-        let err = check_verifier(&plain).expect_err("the plain lab's verifier is the agent's");
+        assert!(check_observer(&parse(&["--experiment", "--observer", "sock"])).is_ok());
+        let plain = parse(&["--observer", "tc"]);
+        let err = check_observer(&plain).expect_err("the plain lab's observer is the agent's");
         assert!(err.to_string().contains("--experiment"), "{err}");
-        assert!(Cli::try_parse_from(["lab", "--verifier", "bogus"]).is_err());
+        assert!(Cli::try_parse_from(["lab", "--observer", "bogus"]).is_err());
         let rate = parse(&["--queue-rate", "1.5gbit"]).queue_rate;
         assert_eq!(rate.and_then(QueueRate::rate), "1.5gbit".parse().ok());
         let bad = "fast".parse::<QueueRate>().expect_err("not a rate");

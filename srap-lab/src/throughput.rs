@@ -6,7 +6,7 @@
 //! at the receiver (`iperf3 -s -J`: bytes each stream received per second),
 //! never from the client's claim. Without a queue rate (`--queue-rate
 //! none`) the trials run at the veth's own, CPU-bound ceiling, which is
-//! where the receive verifier's per-packet cost shows (`--verifier`).
+//! where the receive observer's per-packet cost shows (`--observer`).
 //!
 //! With `--direction pull` the client downloads (`iperf3 -R`) and the
 //! rates are the client's (the data's receiver, `iperf3 -c -J`); with
@@ -78,7 +78,7 @@ impl ThroughputPlan {
 #[derive(Debug, Clone)]
 pub struct FlowThroughput {
     pub src_port: u16,
-    /// The receive queue the verifier saw it on.
+    /// The receive queue the observer saw it on.
     pub queue: Option<u32>,
     /// Mean rate after the warm-up, Gbit/s.
     pub gbps: f64,
@@ -93,7 +93,7 @@ pub struct TrialResult {
     pub aggregate_gbps: f64,
     pub flows: Vec<FlowThroughput>,
     /// Distinct receive queues the flows landed on (unknown without a
-    /// verifier).
+    /// observer).
     pub queues_used: Option<usize>,
 }
 
@@ -141,7 +141,7 @@ pub struct ModeReport {
     /// Per trial, each flow's rate (Gbit/s).
     pub per_flow_gbps: Vec<Vec<f64>>,
     /// Per trial, the distinct receive queues its flows landed on (`null`:
-    /// unknown, with `--verifier off`).
+    /// unknown, with `--observer off`).
     pub queues_used: Vec<Option<usize>>,
     /// The trials themselves (time series for the plots).
     #[serde(skip)]
@@ -199,8 +199,8 @@ pub struct ThroughputReport {
     pub queue_rate_gbps: Option<f64>,
     pub ideal_gbps: Option<f64>,
     pub duration_s: u64,
-    /// The hook the receive verifier ran on, or `off`.
-    pub verifier: String,
+    /// The hook the receive observer ran on, or `off`.
+    pub observer: String,
     /// Which way the data flowed.
     pub direction: Direction,
     pub srap: ModeReport,
@@ -221,8 +221,8 @@ impl ThroughputReport {
         };
         let mut text = format!(
             "{} flows on {} queues {capacity}, {} trials of {} s per mode, \
-             measured by {measured}; verifier: {}\n",
-            self.flows, self.queues, self.srap.trials, self.duration_s, self.verifier,
+             measured by {measured}; observer: {}\n",
+            self.flows, self.queues, self.srap.trials, self.duration_s, self.observer,
         );
         text += &format!(
             "  {:<16} {:>9} {:>9} {:>9} {:>20}\n",
@@ -300,8 +300,8 @@ pub fn run(
         queue_rate_gbps: plan.queue_rate.map(Rate::gbps),
         ideal_gbps,
         duration_s: plan.duration,
-        verifier: net
-            .verifier_hook()
+        observer: net
+            .observer_hook()
             .map_or_else(|| "off".to_owned(), |hook| hook.to_string()),
         direction: net.direction(),
         srap: ModeReport::new(srap, ideal_gbps)?,
@@ -312,7 +312,7 @@ pub fn run(
 /// One trial: `iperf3 -s -J` on `port`, `iperf3 -c -P N` from the sender
 /// (through `srap exec` into `cgroup` when given), with `-R` or `--bidir`
 /// for the lab's direction; rates from the end that received each stream,
-/// queues from the verifiers (unknown when the lab has none).
+/// queues from the observers (unknown when the lab has none).
 fn trial(
     net: &LabNet,
     plan: &ThroughputPlan,
@@ -389,7 +389,7 @@ fn trial(
         bail!("interrupted");
     }
     let mut observed: Option<Vec<ObservedQueue>> = None;
-    if direction.reaches_receiver() && net.verifier_hook().is_some() {
+    if direction.reaches_receiver() && net.observer_hook().is_some() {
         let run = RunReport::judge(&net.model, &net.flows_to(port)?, MIN_DATA_BYTES);
         observed.get_or_insert_default().extend(queues_of(&run));
     }
@@ -407,7 +407,7 @@ fn queues_of(run: &RunReport) -> impl Iterator<Item = ObservedQueue> + '_ {
     run.flows.iter().map(|f| (f.src.port(), f.queue))
 }
 
-/// `rates` with each flow's queue from the verifiers (`None`: no verifier,
+/// `rates` with each flow's queue from the observers (`None`: no observer,
 /// every queue unknown), summed up.
 fn with_queues(rates: Vec<FlowThroughput>, observed: Option<&[ObservedQueue]>) -> TrialResult {
     let queue_of: BTreeMap<u16, Option<u32>> = observed

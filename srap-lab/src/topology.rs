@@ -1,17 +1,17 @@
 //! The lab's two hosts: sender and receiver namespaces joined by a
 //! multi-queue veth, the RSS-NIC emulator on the sender's end (so the
 //! receiver's RX queue follows Toeplitz exactly as a NIC's would), per-queue
-//! RPS CPUs, and the receive verifier on the receiver's end. With a sender
+//! RPS CPUs, and the receive observer on the receiver's end. With a sender
 //! NIC ([`lab_sender_nic`], `--direction pull|both`) the same
 //! again the other way: the emulator on the receiver's end hashes what the
 //! receiver sends with the sender's description, per-queue RPS on the
-//! sender, and a verifier on the sender's end sees where it lands.
+//! sender, and a observer on the sender's end sees where it lands.
 
 use std::net::IpAddr;
 
 use anyhow::Context as _;
 use srap_common::rss::{RssDescription, RssModel};
-use srap_daemon::verifier::{FlowRecord, Hook, HookChoice, Verifier};
+use srap_daemon::observer::{FlowRecord, Hook, HookChoice, Observer};
 use srap_harness::emulator::lab_nic;
 use srap_harness::{
     emulator::Emulator,
@@ -88,16 +88,16 @@ pub fn rps_cores() -> u32 {
 /// Who watches where flows land.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Watch {
-    /// This process attaches the verifier (the experiment).
+    /// This process attaches the observer (the experiment).
     Here,
     /// The receiver agent does (it holds the interface's XDP hook).
     Agent,
 }
 
-/// Which verifier the lab attaches itself with [`Watch::Here`]
-/// (`--verifier`): a hook family, or none, to measure what it costs.
+/// Which observer the lab attaches itself with [`Watch::Here`]
+/// (`--observer`): a hook family, or none, to measure what it costs.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LabVerifier {
+pub enum LabObserver {
     /// The receiver's default: tc ingress on the lab's veth (the socket
     /// hook cannot tell queue 0 there).
     #[default]
@@ -109,12 +109,12 @@ pub enum LabVerifier {
     /// `sock_ops` on the cgroup2 root: once per connection, never per
     /// packet (on a veth it reads queue 0 as the listener's last queue).
     Sock,
-    /// No verifier: the flows' queues are unknown.
+    /// No observer: the flows' queues are unknown.
     Off,
 }
 
-impl LabVerifier {
-    /// The hooks to try, or `None` for no verifier.
+impl LabObserver {
+    /// The hooks to try, or `None` for no observer.
     pub fn hooks(self) -> Option<HookChoice> {
         match self {
             Self::Auto => Some(HookChoice::Auto),
@@ -136,8 +136,8 @@ pub struct LabNetConfig {
     pub subnet: Option<u8>,
     /// Each receive queue's capacity (`--queue-rate`), or none.
     pub queue_rate: Option<Rate>,
-    /// The verifier attached with [`Watch::Here`].
-    pub verifier: LabVerifier,
+    /// The observer attached with [`Watch::Here`].
+    pub observer: LabObserver,
     /// Which way the data flows: with pull and both the sender's own NIC
     /// ([`lab_sender_nic`]) is emulated on the receiver's end.
     pub direction: Direction,
@@ -153,7 +153,7 @@ impl LabNetConfig {
             watch,
             subnet: Some(LAB_SUBNET),
             queue_rate: None,
-            verifier: LabVerifier::Auto,
+            observer: LabObserver::Auto,
             direction: Direction::Push,
             sender_cpus: SenderCpus::PerQueue,
         }
@@ -161,10 +161,10 @@ impl LabNetConfig {
 }
 
 /// The sender's end of a lab with a sender NIC: its emulator on the
-/// receiver's veth, and the verifier on the sender's veth (tc ingress:
+/// receiver's veth, and the observer on the sender's veth (tc ingress:
 /// each flow's queue as the veth carries it).
 struct SenderEnd {
-    verifier: Verifier,
+    observer: Observer,
     _emulator: Emulator,
     model: RssModel,
 }
@@ -172,7 +172,7 @@ struct SenderEnd {
 /// Field order is drop order: the programs and qdiscs come off before the
 /// namespaces go.
 pub struct LabNet {
-    verifier: Option<Verifier>,
+    observer: Option<Observer>,
     sender_end: Option<SenderEnd>,
     direction: Direction,
     _capacity: Vec<QueueCapacity>,
@@ -193,7 +193,7 @@ impl LabNet {
             watch,
             subnet,
             queue_rate,
-            verifier,
+            observer,
             direction,
             sender_cpus,
         } = config;
@@ -240,18 +240,18 @@ impl LabNet {
             )?),
             false => None,
         };
-        let verifier = match (watch, verifier.hooks()) {
+        let observer = match (watch, observer.hooks()) {
             (Watch::Here, Some(hooks)) => Some(
                 hosts
                     .receiver
-                    .run(|| Verifier::attach(&hosts.receiver_end.ifname, hooks))?
-                    .context("attaching the receive verifier")?,
+                    .run(|| Observer::attach(&hosts.receiver_end.ifname, hooks))?
+                    .context("attaching the receive observer")?,
             ),
             (Watch::Here, None) | (Watch::Agent, _) => None,
         };
         tracing::info!(queues, "lab network up");
         Ok(Self {
-            verifier,
+            observer,
             sender_end,
             direction,
             _capacity: capacity,
@@ -265,10 +265,10 @@ impl LabNet {
         self.hosts.receiver_end.ip(false)
     }
 
-    /// The hook this process's verifier runs on (`None`: the receiver
-    /// agent's verifier, or none at all).
-    pub fn verifier_hook(&self) -> Option<Hook> {
-        self.verifier.as_ref().map(Verifier::hook)
+    /// The hook this process's observer runs on (`None`: the receiver
+    /// agent's observer, or none at all).
+    pub fn observer_hook(&self) -> Option<Hook> {
+        self.observer.as_ref().map(Observer::hook)
     }
 
     /// Which way the lab's data flows.
@@ -288,17 +288,17 @@ impl LabNet {
             .sender_end
             .as_ref()
             .context("this lab has no sender NIC (--direction pull or both)")?;
-        let flows = end.verifier.flows()?;
+        let flows = end.observer.flows()?;
         Ok(flows.into_iter().filter(|f| f.src.port() == port).collect())
     }
 
-    /// Flows this process's verifier saw toward `port` on the receiver.
+    /// Flows this process's observer saw toward `port` on the receiver.
     pub fn flows_to(&self, port: u16) -> anyhow::Result<Vec<FlowRecord>> {
-        let verifier = self.verifier.as_ref().context(
-            "this lab attached no verifier (the receiver agent holds it: ask it with srap \
-             status; or --verifier off)",
+        let observer = self.observer.as_ref().context(
+            "this lab attached no observer (the receiver agent holds it: ask it with srap \
+             status; or --observer off)",
         )?;
-        let flows = verifier.flows()?;
+        let flows = observer.flows()?;
         Ok(flows.into_iter().filter(|f| f.dst.port() == port).collect())
     }
 }
@@ -310,12 +310,12 @@ impl SenderEnd {
             .run(|| Emulator::attach(&hosts.receiver_end.ifname, &model, queues))?
             .context("attaching the sender NIC's emulator to the receiver's veth")?;
         set_rps(&hosts.sender, &hosts.sender_end.ifname, queues)?;
-        let verifier = hosts
+        let observer = hosts
             .sender
-            .run(|| Verifier::attach(&hosts.sender_end.ifname, HookChoice::Tc))?
-            .context("attaching the verifier to the sender's veth")?;
+            .run(|| Observer::attach(&hosts.sender_end.ifname, HookChoice::Tc))?
+            .context("attaching the observer to the sender's veth")?;
         Ok(Self {
-            verifier,
+            observer,
             _emulator: emulator,
             model,
         })

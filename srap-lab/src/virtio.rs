@@ -3,7 +3,7 @@
 //! agent with real discovery; the sender agent runs in a namespace made
 //! here and follows it with `--peer`; the workload runs with kernel ports,
 //! then under `srap exec`. Each run is judged twice: by the receiver agent's
-//! verifier (SRAP's view) and by the guest itself — its per-queue
+//! observer (SRAP's view) and by the guest itself — its per-queue
 //! `ethtool -S` counters and the ports its server accepted, hashed with the
 //! key the device really uses and the table `ethtool -x` shows.
 
@@ -44,7 +44,7 @@ pub const GUEST_CONTROL: &str = "/tmp/receiver.sock";
 /// One workload run as the guest saw it, beside SRAP's view.
 #[derive(Debug, Clone, Serialize)]
 pub struct GuestRun {
-    /// The receiver agent's verifier.
+    /// The receiver agent's observer.
     pub srap: RunReport,
     /// What the guest counted per receive queue during the run
     /// ([`truth::rx_queue_packets`]: `ethtool -S` packets, or interrupts).
@@ -156,7 +156,7 @@ impl<'n> VirtioLab<'n> {
 
     /// Runs `workload` (words, with `{server}`, `{port}`, `{flows}`,
     /// `{duration}`) against `iperf3 -s` in the guest, steered when
-    /// `steered`; judged by SRAP's verifier and by the guest.
+    /// `steered`; judged by SRAP's observer and by the guest.
     pub fn run_workload(
         &mut self,
         workload: &[String],

@@ -22,6 +22,6 @@ pub use control::{
 };
 pub use sender::{DEFAULT_SENDER_CONTROL_PATH, SenderStatus};
 pub use snapshot::{
-    Access, Accuracy, Collisions, CpuRow, FlowRow, Landings, LearningRow, NicHashCounts, PeerRow,
-    QueueRow, Ratio, ReceiveCpu, Status, VerifierLimit, VerifierState,
+    Access, Accuracy, Collisions, CpuRow, FlowRow, Landings, LearningRow, NicHashCounts,
+    ObserverLimit, ObserverState, PeerRow, QueueRow, Ratio, ReceiveCpu, Status,
 };

@@ -5,7 +5,7 @@
 //! gets a short error status. No web framework: a scrape endpoint needs none.
 //!
 //! Metrics (every one documented in [`METRICS`] and docs/agents.md):
-//! `srap_verifier_up`, `srap_active_flows`, `srap_flows{queue}`,
+//! `srap_observer_up`, `srap_active_flows`, `srap_flows{queue}`,
 //! `srap_cpu_flows{cpu,by}`, `srap_queue_bytes_total{queue}`,
 //! `srap_queue_packets_total{queue}`, `srap_collisions{kind}`,
 //! `srap_prediction_accuracy{kind}`, `srap_description_contradicted`,
@@ -43,14 +43,14 @@ const BOUNDS: Bounds = Bounds {
 /// (name, type, help) of every metric, in exposition order.
 pub const METRICS: &[(&str, &str, &str)] = &[
     (
-        "srap_verifier_up",
+        "srap_observer_up",
         "gauge",
-        "1 while the receive verifier is attached",
+        "1 while the receive observer is attached",
     ),
     (
-        "srap_verifier_limited",
+        "srap_observer_limited",
         "gauge",
-        "1 for each thing the receive verifier runs without (missing=sock_diag: no sock_diag for TCP, so it runs at tc ingress or knows bytes only at close); see srap status",
+        "1 for each thing the receive observer runs without (missing=sock_diag: no sock_diag for TCP, so it runs at tc ingress or knows bytes only at close); see srap status",
     ),
     (
         "srap_active_flows",
@@ -65,7 +65,7 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (
         "srap_cpu_flows",
         "gauge",
-        "Active flows per CPU, by the CPU the verifier ran on (by=verifier) or the queue's CPU in the RSS description (by=queue_cpu)",
+        "Active flows per CPU, by the CPU the observer ran on (by=observer) or the queue's CPU in the RSS description (by=queue_cpu)",
     ),
     (
         "srap_queue_bytes_total",
@@ -80,7 +80,7 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (
         "srap_collisions",
         "gauge",
-        "Queues (kind=queue) or CPUs (kind=cpu: the verifier's; kind=rss_cpu: queue_cpu's) with more than one active flow",
+        "Queues (kind=queue) or CPUs (kind=cpu: the observer's; kind=rss_cpu: queue_cpu's) with more than one active flow",
     ),
     (
         "srap_prediction_accuracy",
@@ -131,7 +131,7 @@ pub const METRICS: &[(&str, &str, &str)] = &[
     (
         "srap_flow_cpu",
         "gauge",
-        "The receiver CPU of each active flow: planned by its sender (kind=planned, where it reported its plan) and seen (kind=seen: the queue's CPU in the RSS description, else the CPU the verifier ran on)",
+        "The receiver CPU of each active flow: planned by its sender (kind=planned, where it reported its plan) and seen (kind=seen: the queue's CPU in the RSS description, else the CPU the observer ran on)",
     ),
     (
         "srap_sender_flows",
@@ -149,9 +149,9 @@ pub fn render(status: &Status) -> String {
             let _ = writeln!(out, "{name}{labels} {value}");
         };
         match name {
-            "srap_verifier_up" => sample("", f64::from(u8::from(status.verifier.hook.is_some()))),
-            "srap_verifier_limited" => {
-                for limit in &status.verifier.limits {
+            "srap_observer_up" => sample("", f64::from(u8::from(status.observer.hook.is_some()))),
+            "srap_observer_limited" => {
+                for limit in &status.observer.limits {
                     sample(&format!("{{missing=\"{}\"}}", limit.missing), 1.0);
                 }
             }
@@ -162,7 +162,7 @@ pub fn render(status: &Status) -> String {
                 }
             }
             "srap_cpu_flows" => {
-                for (by, rows) in [("verifier", &status.cpus), ("queue_cpu", &status.rss_cpus)] {
+                for (by, rows) in [("observer", &status.cpus), ("queue_cpu", &status.rss_cpus)] {
                     for c in rows {
                         sample(
                             &format!("{{cpu=\"{}\",by=\"{by}\"}}", c.cpu),
@@ -518,12 +518,12 @@ fn response(status: &str, body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Collisions, FlowRow, NicHashCounts, QueueRow, Ratio, VerifierState};
+    use crate::{Collisions, FlowRow, NicHashCounts, ObserverState, QueueRow, Ratio};
 
     fn status() -> Status {
         let mut status = Status {
             rss_version: 3,
-            verifier: VerifierState {
+            observer: ObserverState {
                 hook: Some("xdp (driver)".into()),
                 error: None,
                 limits: Vec::new(),
@@ -640,7 +640,7 @@ mod tests {
             assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name}");
         }
         for line in [
-            "srap_verifier_up 1",
+            "srap_observer_up 1",
             "srap_flows{queue=\"0\"} 2",
             "srap_flows{queue=\"1\"} 0",
             "srap_queue_bytes_total{queue=\"0\"} 3000",
@@ -654,7 +654,7 @@ mod tests {
             "srap_key_model_revision 0",
             "srap_key_confidence{count=\"needed\"} 0",
             "srap_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"planned\"} 4",
-            // Observed basis: the verifier's CPU 1, planned 4; the flow's
+            // Observed basis: the observer's CPU 1, planned 4; the flow's
             // seen CPU and the per-sender count say the same.
             "srap_flow_cpu{src=\"10.0.0.1:40001\",dst=\"10.0.0.2:5201\",kind=\"seen\"} 1",
             "srap_sender_flows{sender=\"10.0.0.1\",cpu=\"planned\"} 0",
@@ -686,7 +686,7 @@ mod tests {
         };
         let ok = ask(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()).await;
         assert!(ok.starts_with("HTTP/1.1 200 OK\r\n"), "{ok}");
-        assert!(ok.contains("\r\n\r\n# HELP srap_verifier_up"));
+        assert!(ok.contains("\r\n\r\n# HELP srap_observer_up"));
         assert!(ok.contains("srap_rss_version 3\n"));
         let missing = ask(b"GET / HTTP/1.1\r\n\r\n".to_vec()).await;
         assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");

@@ -161,10 +161,10 @@ pub struct SenderFlowRow {
     pub dst: Option<SocketAddr>,
     /// The receiver's CPU by its description (`None`: not planned for it).
     pub receiver_cpu_planned: Option<u32>,
-    /// The receiver's CPU as its verifier saw it (`None`: not reported;
+    /// The receiver's CPU as its observer saw it (`None`: not reported;
     /// `receiver_seen_unknown` says why).
     pub receiver_cpu_seen: Option<u32>,
-    /// The receive queue its verifier saw.
+    /// The receive queue its observer saw.
     #[serde(default)]
     pub receiver_queue_seen: Option<u32>,
     /// Both receiver CPUs are known and differ: the flow is not where it
@@ -172,7 +172,7 @@ pub struct SenderFlowRow {
     #[serde(default)]
     pub receiver_cpu_off_plan: bool,
     /// Why `receiver_cpu_seen` is unknown (an older receiver, a flow its
-    /// verifier has not reported, no receiver agent).
+    /// observer has not reported, no receiver agent).
     #[serde(default)]
     pub receiver_seen_unknown: Option<String>,
     /// This host's queue and CPU by its description, for the reverse tuple.

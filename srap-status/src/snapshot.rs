@@ -15,13 +15,15 @@ use serde::{Deserialize, Serialize};
 pub struct Status {
     /// The receiving interface (`--iface`).
     pub iface: String,
-    /// Whether and how the receive verifier runs.
-    pub verifier: VerifierState,
+    /// Whether and how the receive observer runs (`verifier` in the JSON of
+    /// agents from before the name changed, still read).
+    #[serde(alias = "verifier")]
+    pub observer: ObserverState,
     /// Version of the RSS description served to senders.
     pub rss_version: u64,
     /// Wall-clock time of the sample, milliseconds since the Unix epoch.
     pub unix_ms: u64,
-    /// How often the agent samples the verifier.
+    /// How often the agent samples the observer.
     pub interval_ms: u64,
     /// A flow with no packet for this long is no longer active.
     pub idle_after_ms: u64,
@@ -30,9 +32,9 @@ pub struct Status {
     /// Receive rate of the active flows, all together.
     pub gbps: f64,
     /// One row per receive queue (every queue of the description, and any
-    /// other the verifier saw).
+    /// other the observer saw).
     pub queues: Vec<QueueRow>,
-    /// One row per CPU that ran the verifier for some flow.
+    /// One row per CPU that ran the observer for some flow.
     pub cpus: Vec<CpuRow>,
     /// One row per CPU that the description's `queue_cpu` gives the flows'
     /// observed queues (the CPU a real NIC's IRQ or RPS sends them to).
@@ -70,7 +72,7 @@ pub struct Status {
 /// DEV rxhash on`). Exact per flow, whatever the table, IRQs and CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NicHashCounts {
-    /// Whether the verifier's hook reads the NIC's hash at all (tc ingress
+    /// Whether the observer's hook reads the NIC's hash at all (tc ingress
     /// does; XDP and the socket hook do not).
     pub read: bool,
     pub agree: usize,
@@ -95,7 +97,7 @@ pub struct Access {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ReceiveCpu {
-    /// The CPU the verifier ran on ([`FlowRow::cpu`], [`Status::cpus`]): on
+    /// The CPU the observer ran on ([`FlowRow::cpu`], [`Status::cpus`]): on
     /// a device with RSS of its own, the CPU that processed the flow's
     /// packets (the IRQ's, or RPS's).
     #[default]
@@ -103,7 +105,7 @@ pub enum ReceiveCpu {
     /// The description's `queue_cpu` of the observed queue
     /// ([`FlowRow::rss_cpu`], [`Status::rss_cpus`]): the device has no RSS
     /// of its own (the lab's veth), so the CPUs the description names are
-    /// emulated, one per queue, and the CPU the verifier ran on is the
+    /// emulated, one per queue, and the CPU the observer ran on is the
     /// machine's, which no plan is about.
     Emulated,
 }
@@ -170,9 +172,9 @@ pub struct LearningRow {
     pub note: String,
 }
 
-/// The verifier's state.
+/// The observer's state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VerifierState {
+pub struct ObserverState {
     /// The hook it runs on (`xdp (driver)`, `tc ingress (tcx)`, …), when it runs.
     pub hook: Option<String>,
     /// Why it does not run (`--no-verify`, or the attach error).
@@ -180,13 +182,13 @@ pub struct VerifierState {
     /// What it runs without (a kernel without sock_diag for TCP, say), and
     /// what that costs.
     #[serde(default)]
-    pub limits: Vec<VerifierLimit>,
+    pub limits: Vec<ObserverLimit>,
 }
 
-/// Something the verifier runs without.
+/// Something the observer runs without.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VerifierLimit {
-    /// A short name (`sock_diag`), the label of `srap_verifier_limited`.
+pub struct ObserverLimit {
+    /// A short name (`sock_diag`), the label of `srap_observer_limited`.
     pub missing: String,
     /// What exactly is missing, and what it costs.
     pub detail: String,
@@ -227,7 +229,7 @@ pub struct FlowRow {
     pub dst: SocketAddr,
     /// Receive queue of the last packet (None: the hook cannot tell).
     pub queue: Option<u32>,
-    /// CPU that ran the verifier for the last packet.
+    /// CPU that ran the observer for the last packet.
     pub cpu: u32,
     /// `queue_cpu` of the observed queue.
     pub rss_cpu: Option<u32>,
@@ -265,7 +267,7 @@ pub struct FlowRow {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Collisions {
     pub queues: usize,
-    /// By the CPU the verifier ran on.
+    /// By the CPU the observer ran on.
     pub cpus: usize,
     /// By `queue_cpu` of the observed queue.
     pub rss_cpus: usize,

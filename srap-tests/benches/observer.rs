@@ -1,4 +1,4 @@
-//! What the receive verifier costs, against a bare program of the same hook,
+//! What the receive observer costs, against a bare program of the same hook,
 //! in the same run:
 //!
 //! * tc and XDP, per packet: `BPF_PROG_TEST_RUN` with `repeat` on a 1500-
@@ -23,7 +23,7 @@ use aya::{
     programs::{CgroupAttachMode, SchedClassifier, SockOps, Xdp},
 };
 use criterion::{Criterion, criterion_group, criterion_main};
-use srap_common::verifier::{
+use srap_common::observer::{
     BARE_SOCK_PROGRAM, BARE_TC_PROGRAM, BARE_XDP_PROGRAM, VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM,
     VERIFY_XDP_PROGRAM,
 };
@@ -122,11 +122,11 @@ fn program_fd(ebpf: &mut Ebpf, name: &str) -> Option<i32> {
 }
 
 fn per_packet(c: &mut Criterion) {
-    if !privileged_or_skip("verifier benchmark") {
+    if !privileged_or_skip("observer benchmark") {
         return;
     }
     let mut ebpf = Ebpf::load(srap_daemon::ebpf_object()).expect("load the SRAP object");
-    let mut group = c.benchmark_group("verifier_packet");
+    let mut group = c.benchmark_group("observer_packet");
     group.measurement_time(Duration::from_secs(3));
     group.warm_up_time(Duration::from_secs(1));
     for (hook, bare, verify) in [
@@ -135,7 +135,7 @@ fn per_packet(c: &mut Criterion) {
     ] {
         for len in [1500usize, 9000] {
             let packet = tcp_packet(len);
-            for (kind, name) in [("bare", bare), ("verifier", verify)] {
+            for (kind, name) in [("bare", bare), ("observer", verify)] {
                 let Some(fd) = program_fd(&mut ebpf, name) else {
                     eprintln!("{name}: not loadable");
                     continue;
@@ -197,7 +197,7 @@ fn run_stats(ebpf: &Ebpf, name: &str) -> (u64, u64) {
 }
 
 fn per_connection(c: &mut Criterion) {
-    if !privileged_or_skip("verifier benchmark") {
+    if !privileged_or_skip("observer benchmark") {
         return;
     }
     let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
@@ -220,12 +220,12 @@ fn per_connection(c: &mut Criterion) {
             .expect("attach sock_ops");
     }
     let inside = hosts.sender.enter().expect("enter sender netns");
-    let mut group = c.benchmark_group("verifier_connection");
+    let mut group = c.benchmark_group("observer_connection");
     group.measurement_time(Duration::from_secs(3));
     group.warm_up_time(Duration::from_secs(1));
     for (kind, name) in [
         ("bare", BARE_SOCK_PROGRAM),
-        ("verifier", VERIFY_SOCK_PROGRAM),
+        ("observer", VERIFY_SOCK_PROGRAM),
     ] {
         group.bench_function(format!("sock_{kind}"), |b| {
             b.iter_custom(|iters| {
@@ -246,7 +246,7 @@ fn per_connection(c: &mut Criterion) {
     connection(&listener, server, 64 << 20);
     let (runs_after, _) = run_stats(&ebpf, VERIFY_SOCK_PROGRAM);
     eprintln!(
-        "socket verifier: {} runs (both ends, per-connection callbacks) for one connection carrying 64 MiB (~46000 \
+        "socket observer: {} runs (both ends, per-connection callbacks) for one connection carrying 64 MiB (~46000 \
          1448-byte segments): no per-packet work",
         runs_after - runs_before
     );

@@ -14,7 +14,7 @@
 //!
 //! `SRAP_DASHBOARD_CAPTURE=DIR` keeps the screens read (docs/status.md
 //! shows them). The ground truth is the receiver agent's own JSON snapshot for the
-//! flows' addresses and queues (its verifier's observation, not the
+//! flows' addresses and queues (its observer's observation, not the
 //! dashboard's), and the terminal's own state for the restore.
 
 use std::{

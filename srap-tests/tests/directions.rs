@@ -880,7 +880,7 @@ fn pinned_connects(lab: &Modes) -> Vec<(u32, u32, u32)> {
 }
 
 // ---------------------------------------------------------------------------
-// The receiver CPU seen: a receiver agent whose verifier watches its veth
+// The receiver CPU seen: a receiver agent whose observer watches its veth
 // (the receiver's NIC emulated on the sender's egress) tells the sender
 // where each of its flows landed (protocol 7), and `srap status --sender
 // --json` shows it beside the CPU planned.
@@ -955,7 +955,7 @@ fn receiver_cpu_seen_in_the_senders_status(both: bool) {
     let accepted = listener.accept(16).expect("16 connections");
     let truth = landings(&remote, &accepted, server).expect("tuples");
 
-    // The receiver's verifier lists a flow while packets come: the server
+    // The receiver's observer lists a flow while packets come: the server
     // writes a byte now and then, and the client's ACKs keep it active.
     let status = poll_until(TIMEOUT, Duration::from_millis(300), || {
         for (stream, _) in listener.accepted() {

@@ -1,7 +1,7 @@
 //! The lab's RSS-NIC emulator on a real kernel: with it on the sender's veth,
 //! every TCP flow arrives on the receive queue that srap-common's model
-//! predicts for its 4-tuple — as observed by the receive verifier (XDP), for
-//! source ports the kernel chose at random. At tc ingress the verifier also
+//! predicts for its 4-tuple — as observed by the receive observer (XDP), for
+//! source ports the kernel chose at random. At tc ingress the observer also
 //! records the hash the emulator set: the skb->hash a veth delivers.
 
 use std::{
@@ -16,7 +16,7 @@ use srap_common::{
     emulator::EmulatorConfig,
     rss::{FlowTuple, RssDescription, RssModel, embedded_default},
 };
-use srap_daemon::verifier::{HookChoice, Verifier};
+use srap_daemon::observer::{HookChoice, Observer};
 use srap_harness::emulator::Emulator;
 use srap_tests::{TwoHosts, VethConfig, harness::poll_until, require_privileged};
 
@@ -91,7 +91,7 @@ fn flows_land_where_the_model_says(hook: HookChoice, v6: bool) {
         .expect("enter sender namespace")
         .expect("attach the emulator");
     let inside = hosts.receiver.enter().expect("enter receiver namespace");
-    let verifier = Verifier::attach(&hosts.receiver_end.ifname, hook).expect("verifier");
+    let observer = Observer::attach(&hosts.receiver_end.ifname, hook).expect("observer");
     let listener = TcpListener::bind(server).expect("listen");
 
     let clients = thread::scope(|scope| {
@@ -101,9 +101,9 @@ fn flows_land_where_the_model_says(hook: HookChoice, v6: bool) {
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     });
-    let flows = verifier.flows().expect("read the verifier's map");
-    let reads_hash = verifier.hook().reads_nic_hash();
-    drop(verifier);
+    let flows = observer.flows().expect("read the observer's map");
+    let reads_hash = observer.hook().reads_nic_hash();
+    drop(observer);
     drop(inside);
 
     let mut queues_seen = std::collections::BTreeSet::new();
@@ -122,7 +122,7 @@ fn flows_land_where_the_model_says(hook: HookChoice, v6: bool) {
         );
         // The hash the emulator set on the sender's egress (the one that
         // makes veth pick the predicted queue) reaches the receiver's tc
-        // hook in skb->hash: what the verifier records as the NIC's hash.
+        // hook in skb->hash: what the observer records as the NIC's hash.
         // It is not the Toeplitz hash (a veth has no RSS), so a real NIC's
         // agreement can only be shown on one (guest_nics.rs).
         let set_by_the_emulator = EmulatorConfig {
@@ -165,8 +165,8 @@ fn ipv6_flows_arrive_on_the_predicted_queue() {
 /// differs from a real driver's (no `+ 1`): still the predicted queue.
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
-fn tc_verifier_sees_the_predicted_queue_on_veth() {
-    require_privileged("tc_verifier_sees_the_predicted_queue_on_veth");
+fn tc_observer_sees_the_predicted_queue_on_veth() {
+    require_privileged("tc_observer_sees_the_predicted_queue_on_veth");
     flows_land_where_the_model_says(HookChoice::Auto, false);
 }
 

@@ -149,7 +149,7 @@ fn discovery_agrees_with_ethtool_and_proc_on_igb_and_virtio() {
 /// Boots `nic` on 6.12 with 4 queues (and sock_diag for TCP or not), runs
 /// 4 steered iperf3 flows, and checks them by the guest: 4 accepted ports
 /// on 4 distinct queues by the device's real key and table, exactly those
-/// queues busy by `ethtool -S`, and SRAP's own verifier reporting each
+/// queues busy by `ethtool -S`, and SRAP's own observer reporting each
 /// flow on the queue the guest's counters show.
 fn steered_flows_on(nic: GuestNic, sock_diag: bool) -> srap_status::Status {
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
@@ -177,11 +177,11 @@ fn steered_flows_on(nic: GuestNic, sock_diag: bool) -> srap_status::Status {
     assert_eq!(run.srap.flows.len(), 4, "{report}");
     assert_eq!(
         seen, run.busy_queues,
-        "SRAP's verifier vs ethtool -S\n{report}"
+        "SRAP's observer vs ethtool -S\n{report}"
     );
     if !sock_diag {
         // tc ingress, the one hook that reads the NIC's hash.
-        assert!(run.status.nic_hash.read, "{:?}", run.status.verifier);
+        assert!(run.status.nic_hash.read, "{:?}", run.status.observer);
         nic_hashes_are_the_devices(&mut lab, &run, &report);
     }
     lab.status().expect("receiver status")
@@ -228,11 +228,11 @@ fn nic_hashes_are_the_devices(lab: &mut VirtioLab<'_>, run: &GuestRun, report: &
 fn steered_flows_land_on_distinct_igb_queues() {
     require_privileged("steered_flows_land_on_distinct_igb_queues");
     let status = steered_flows_on(GuestNic::Igb, true);
-    assert!(status.verifier.limits.is_empty(), "{:?}", status.verifier);
+    assert!(status.observer.limits.is_empty(), "{:?}", status.observer);
 }
 
 /// A guest kernel without sock_diag for TCP (`inet_diag`/`tcp_diag` gone):
-/// the verifier says so and what it costs, moves to tc ingress, and still
+/// the observer says so and what it costs, moves to tc ingress, and still
 /// reports every steered flow on the queue the guest's counters show. At
 /// tc ingress it also records igb's own RSS hash of every flow, which must
 /// equal Toeplitz under the kernel's key (the one igb uses).
@@ -241,8 +241,8 @@ fn steered_flows_land_on_distinct_igb_queues() {
 fn a_guest_without_tcp_diag_still_verifies_every_flow() {
     require_privileged("a_guest_without_tcp_diag_still_verifies_every_flow");
     let status = steered_flows_on(GuestNic::Igb, false);
-    let limits = &status.verifier.limits;
-    assert_eq!(limits.len(), 1, "{:?}", status.verifier);
+    let limits = &status.observer.limits;
+    assert_eq!(limits.len(), 1, "{:?}", status.observer);
     assert_eq!(limits[0].missing, "sock_diag");
     assert!(
         limits[0].detail.contains("modprobe tcp_diag") && limits[0].detail.contains("tc ingress"),
@@ -251,12 +251,12 @@ fn a_guest_without_tcp_diag_still_verifies_every_flow() {
     );
     assert!(
         status
-            .verifier
+            .observer
             .hook
             .as_deref()
             .is_some_and(|h| h.starts_with("tc ingress")),
         "{:?}",
-        status.verifier
+        status.observer
     );
 }
 

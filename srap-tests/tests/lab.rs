@@ -1,6 +1,6 @@
 //! The lab end to end: two namespaces, the emulated 32-queue NIC, the binder
-//! and the verifier come up; the experiment puts every SRAP trial's flows on
-//! distinct queues (judged by the verifier) while kernel-chosen ports are
+//! and the observer come up; the experiment puts every SRAP trial's flows on
+//! distinct queues (judged by the observer) while kernel-chosen ports are
 //! predicted exactly; and everything is gone afterwards.
 
 use std::{ops::ControlFlow, path::Path};
@@ -72,7 +72,7 @@ fn status_shows_steered_flows_on_their_planned_cpus() {
 /// --bounding-set` as `CapabilityBoundingSet` does) hold exactly those, and
 /// SRAP's whole path works: the receiver serves and verifies, the sender
 /// steers, every flow lands on its predicted queue and planned CPU (judged
-/// by the receiver agent's own verifier against the emulated NIC).
+/// by the receiver agent's own observer against the emulated NIC).
 /// `tests/least_privilege.rs` takes each capability away in turn.
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
@@ -112,9 +112,9 @@ fn agents_with_only_their_units_capabilities_steer_and_verify() {
     }
     let status = assert_steered_flows_land_as_planned(&net, &agents);
     assert!(
-        status.verifier.hook.is_some(),
-        "the receiver's verifier runs: {:?}",
-        status.verifier
+        status.observer.hook.is_some(),
+        "the receiver's observer runs: {:?}",
+        status.observer
     );
 }
 
@@ -479,7 +479,7 @@ fn open_steered(
 
 /// `--direction pull`: the sender's own NIC emulated on the receiver's
 /// veth, the binder planning for it; every SRAP trial is collision-free at
-/// the sender's NIC, by the verifier there, and the emulated NIC follows
+/// the sender's NIC, by the observer there, and the emulated NIC follows
 /// the sender's description for kernel ports too.
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]

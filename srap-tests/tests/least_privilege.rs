@@ -4,7 +4,7 @@
 //! without any one of them, an agent fails, and says which call failed.
 //! Each agent runs bounded to its unit's set minus one capability
 //! (`setpriv --bounding-set`) in a namespace of the test's own: the receiver
-//! keeps serving and names why its verifier is off; the sender stops before
+//! keeps serving and names why its observer is off; the sender stops before
 //! steering anything and names the call.
 
 use std::{collections::BTreeMap, net::SocketAddr};
@@ -104,7 +104,7 @@ fn summary(error: &str, words: &str) -> String {
         .find(|l| l.contains(words))
         .map_or(error, |l| l.trim());
     let line = line
-        .split_once(". Verifier output:")
+        .split_once(". Observer output:")
         .map_or(line, |(head, _)| head);
     let reason = lines
         .iter()
@@ -117,7 +117,7 @@ fn summary(error: &str, words: &str) -> String {
     }
 }
 
-/// Why the bounded receiver's verifier is off (it serves on regardless).
+/// Why the bounded receiver's observer is off (it serves on regardless).
 fn receiver_error(ns: &NetNs, caps: Vec<String>) -> String {
     let opts = ReceiverOpts::new(
         built_binary("srap-agent"),
@@ -127,18 +127,18 @@ fn receiver_error(ns: &NetNs, caps: Vec<String>) -> String {
     .rss(embedded_default())
     .args(["--hook", "tc"])
     .capabilities(caps);
-    let receiver = ReceiverAgent::start(ns, opts).expect("the receiver serves without a verifier");
+    let receiver = ReceiverAgent::start(ns, opts).expect("the receiver serves without a observer");
     receiver
-        .wait_for_log("why the verifier is off", |l| {
-            l.contains("receive verifier is off")
+        .wait_for_log("why the observer is off", |l| {
+            l.contains("receive observer is off")
         })
-        .expect("the receiver says why its verifier is off");
+        .expect("the receiver says why its observer is off");
     // The kernel verifier's log, when it rejected a program, follows on
     // the next lines.
     let log = receiver.log().text();
-    let from = log.find("receive verifier is off: ").unwrap_or(0);
+    let from = log.find("receive observer is off: ").unwrap_or(0);
     log[from..]
-        .trim_start_matches("receive verifier is off: ")
+        .trim_start_matches("receive observer is off: ")
         .lines()
         .collect::<Vec<_>>()
         .join(" | ")

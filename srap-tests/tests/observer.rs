@@ -1,4 +1,4 @@
-//! The receive verifier on a real kernel: two namespaces joined by a veth, a
+//! The receive observer on a real kernel: two namespaces joined by a veth, a
 //! real TCP connection from one to the other, and the flow map must show
 //! exactly that connection's 4-tuple.
 
@@ -10,7 +10,7 @@ use std::{
     time::Duration,
 };
 
-use srap_daemon::verifier::{FlowRecord, Hook, HookChoice, Verifier};
+use srap_daemon::observer::{FlowRecord, Hook, HookChoice, Observer};
 use srap_tests::{TwoHosts, VethConfig, harness::poll_until, require_privileged};
 
 /// Bytes the client sends: a few segments' worth.
@@ -28,7 +28,7 @@ struct Exchange {
     hook: Hook,
 }
 
-/// Sets up two hosts, attaches the verifier on the receiver's end with
+/// Sets up two hosts, attaches the observer on the receiver's end with
 /// `choice`, sends `PAYLOAD` bytes over one TCP connection from the sender,
 /// and returns the flows recorded. Everything is torn down on return.
 fn exchange(choice: HookChoice, v6: bool) -> Exchange {
@@ -37,7 +37,7 @@ fn exchange(choice: HookChoice, v6: bool) -> Exchange {
         .expect("one exchange per choice")
 }
 
-/// [`exchange`] with one verifier per choice, all attached at once and
+/// [`exchange`] with one observer per choice, all attached at once and
 /// watching the same connection; with `rps_cpu`, every receive queue's RPS
 /// mask is that one CPU.
 fn exchange_all(choices: &[HookChoice], v6: bool, rps_cpu: Option<u32>) -> Vec<Exchange> {
@@ -66,10 +66,10 @@ fn exchange_all(choices: &[HookChoice], v6: bool, rps_cpu: Option<u32>) -> Vec<E
 
     // The receiver side lives on this thread, inside the receiver namespace.
     let inside = hosts.receiver.enter().expect("enter receiver namespace");
-    let verifiers: Vec<Verifier> = choices
+    let observers: Vec<Observer> = choices
         .iter()
         .map(|&choice| {
-            Verifier::attach(&hosts.receiver_end.ifname, choice).expect("attach verifier")
+            Observer::attach(&hosts.receiver_end.ifname, choice).expect("attach observer")
         })
         .collect();
     let listener = TcpListener::bind(server_addr).expect("listen in receiver namespace");
@@ -95,23 +95,23 @@ fn exchange_all(choices: &[HookChoice], v6: bool, rps_cpu: Option<u32>) -> Vec<E
     });
     assert_eq!(received, PAYLOAD, "server got the whole payload");
 
-    let exchanges = verifiers
+    let exchanges = observers
         .iter()
-        .map(|verifier| Exchange {
+        .map(|observer| Exchange {
             client,
             server: server_addr,
-            flows: verifier.flows().expect("read flow map"),
-            hook: verifier.hook(),
+            flows: observer.flows().expect("read flow map"),
+            hook: observer.hook(),
         })
         .collect();
     // Detach in the namespace we attached in, then leave it.
-    drop(verifiers);
+    drop(observers);
     drop(inside);
     exchanges
 }
 
 /// One UDP datagram to the server's address (nothing listens; the point is
-/// that the verifier ignores it).
+/// that the observer ignores it).
 fn send_udp(server: SocketAddr) {
     let bind = SocketAddr::new(
         if server.is_ipv6() {
@@ -203,15 +203,15 @@ fn assert_xdp_flow(v6: bool) {
 
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
-fn xdp_verifier_records_the_ipv4_flow() {
-    require_privileged("xdp_verifier_records_the_ipv4_flow");
+fn xdp_observer_records_the_ipv4_flow() {
+    require_privileged("xdp_observer_records_the_ipv4_flow");
     assert_xdp_flow(false);
 }
 
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
-fn xdp_verifier_records_the_ipv6_flow() {
-    require_privileged("xdp_verifier_records_the_ipv6_flow");
+fn xdp_observer_records_the_ipv6_flow() {
+    require_privileged("xdp_observer_records_the_ipv6_flow");
     assert_xdp_flow(true);
 }
 
@@ -340,13 +340,13 @@ fn samples_forget_closed_and_idle_flows_and_keep_open_ones() {
     .expect("two namespaces joined by a veth");
     let server = SocketAddr::new(hosts.receiver_end.ip(false), PORT);
     let inside = hosts.receiver.enter().expect("enter receiver namespace");
-    let mut verifiers: Vec<Verifier> = [HookChoice::Only(Hook::TcxIngress), HookChoice::Sock]
+    let mut observers: Vec<Observer> = [HookChoice::Only(Hook::TcxIngress), HookChoice::Sock]
         .into_iter()
         .map(|choice| {
-            let mut verifier =
-                Verifier::attach(&hosts.receiver_end.ifname, choice).expect("attach verifier");
-            verifier.forget_after(forget_after);
-            verifier
+            let mut observer =
+                Observer::attach(&hosts.receiver_end.ifname, choice).expect("attach observer");
+            observer.forget_after(forget_after);
+            observer
         })
         .collect();
     let listener = TcpListener::bind(server).expect("listen in receiver namespace");
@@ -379,34 +379,34 @@ fn samples_forget_closed_and_idle_flows_and_keep_open_ones() {
     let mut hello = [0u8; 5];
     accepted.read_exact(&mut hello).expect("read hello");
 
-    let sources = |verifier: &mut Verifier| -> Vec<SocketAddr> {
-        let flows = verifier.sample().expect("sample");
+    let sources = |observer: &mut Observer| -> Vec<SocketAddr> {
+        let flows = observer.sample().expect("sample");
         flows
             .iter()
             .filter(|f| f.dst == server)
             .map(|f| f.src)
             .collect()
     };
-    for verifier in &mut verifiers {
-        let seen = sources(verifier);
+    for observer in &mut observers {
+        let seen = sources(observer);
         for addr in closed.iter().chain([&open_addr]) {
             assert!(
                 seen.contains(addr),
                 "{}: {addr} recorded: {seen:?}",
-                verifier.hook()
+                observer.hook()
             );
         }
     }
 
     thread::sleep(forget_after * 2);
-    for verifier in &mut verifiers {
+    for observer in &mut observers {
         // This sample forgets; the next one shows what is left.
-        let _ = sources(verifier);
-        let held = verifier.held();
+        let _ = sources(observer);
+        let held = observer.held();
         // `flows()` forgets nothing and shows closed records too: what it
         // shows is what the map holds (other namespaces' flows, recorded by
         // the same cgroup hook, are left out of both).
-        let kept: Vec<SocketAddr> = verifier
+        let kept: Vec<SocketAddr> = observer
             .flows()
             .expect("read")
             .iter()
@@ -416,9 +416,9 @@ fn samples_forget_closed_and_idle_flows_and_keep_open_ones() {
         assert!(
             held > SHORT,
             "{}: the forgetting sample saw them all",
-            verifier.hook()
+            observer.hook()
         );
-        match verifier.hook() {
+        match observer.hook() {
             Hook::SockOps => assert_eq!(kept, [open_addr], "only the open connection stays"),
             hook => assert!(kept.is_empty(), "{hook}: idle flows deleted: {kept:?}"),
         }
@@ -427,13 +427,13 @@ fn samples_forget_closed_and_idle_flows_and_keep_open_ones() {
     // The open connection speaks again: tc records it anew.
     open.write_all(b"again").expect("send again");
     accepted.read_exact(&mut hello).expect("read again");
-    let tc = &mut verifiers[0];
+    let tc = &mut observers[0];
     assert_eq!(tc.hook(), Hook::TcxIngress);
     assert_eq!(
         sources(tc),
         [open_addr],
         "tc records the flow with its next packet"
     );
-    drop(verifiers);
+    drop(observers);
     drop(inside);
 }

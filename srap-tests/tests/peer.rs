@@ -2,7 +2,7 @@
 //! serves the receiver's description in one namespace, `srap-agent sender
 //! --peer` follows it in another, and a workload under `srap exec` connects
 //! across a 32-queue veth whose sender end runs the RSS-NIC emulator, so the
-//! receive queue of every flow is a real observation (the verifier, XDP on
+//! receive queue of every flow is a real observation (the observer, XDP on
 //! the receiver's end) and is checked against srap-common's model and the
 //! plan the sender reports.
 //!
@@ -26,9 +26,9 @@ use srap_common::{
     solver::PortRange,
 };
 use srap_daemon::{
+    observer::{HookChoice, Observer},
     sender::{Plan, local::ReceiverSources},
     upstream::plan_report,
-    verifier::{HookChoice, Verifier},
 };
 use srap_harness::emulator::Emulator;
 use srap_tests::{
@@ -82,11 +82,11 @@ fn second_table() -> Vec<u32> {
 }
 
 /// Field order is drop order: the agents (the sender detached) before the
-/// verifier and emulator come off, all before the namespaces go.
+/// observer and emulator come off, all before the namespaces go.
 struct Peer {
     sender: Option<SenderAgent>,
     receiver: Option<ReceiverAgent>,
-    verifier: Option<Verifier>,
+    observer: Option<Observer>,
     emulator: Option<Emulator>,
     model: RssModel,
     psk_path: PathBuf,
@@ -108,7 +108,7 @@ impl Peer {
         let mut peer = Self {
             sender: None,
             receiver: None,
-            verifier: None,
+            observer: None,
             emulator: None,
             model: RssModel::from_description(&desc).expect("model"),
             psk_path: tmp.join(format!("srap-test-{name}.psk")),
@@ -119,13 +119,13 @@ impl Peer {
         write_private(&peer.wrong_psk_path, "a different key the receiver lacks");
         peer.set_nic(desc);
         let iface = peer.hosts.receiver_end.ifname.clone();
-        let verifier = peer
+        let observer = peer
             .hosts
             .receiver
-            .run(|| Verifier::attach(&iface, HookChoice::Xdp))
+            .run(|| Observer::attach(&iface, HookChoice::Xdp))
             .expect("receiver netns")
-            .expect("verifier");
-        peer.verifier = Some(verifier);
+            .expect("observer");
+        peer.observer = Some(observer);
         peer
     }
 
@@ -177,7 +177,7 @@ impl Peer {
             listen,
         )
         .rss(description(None))
-        // The test runs its own verifier.
+        // The test runs its own observer.
         .no_verify()
         .arg("--psk-file")
         .arg(&self.psk_path);
@@ -244,18 +244,18 @@ impl Peer {
             .collect()
     }
 
-    /// Checks `ports` (one new flow each): the verifier saw each on the
+    /// Checks `ports` (one new flow each): the observer saw each on the
     /// queue the current model predicts, with the CPU the plan meant for
     /// its port, and no two on one queue.
     #[track_caller]
     fn assert_steered(&self, ports: &[u16]) {
         let planned = self.planned_cpus();
         let flows = self
-            .verifier
+            .observer
             .as_ref()
-            .expect("verifier")
+            .expect("observer")
             .flows()
-            .expect("read the verifier's map");
+            .expect("read the observer's map");
         let server = self.server_addr();
         let mut queues = BTreeMap::new();
         for &port in ports {
@@ -263,7 +263,7 @@ impl Peer {
             let flow = flows
                 .iter()
                 .find(|f| f.src == client && f.dst == server)
-                .unwrap_or_else(|| panic!("the verifier saw no {client} -> {server}"));
+                .unwrap_or_else(|| panic!("the observer saw no {client} -> {server}"));
             let landing = self
                 .model
                 .landing(&FlowTuple::from_sockets(client, server).expect("tuple"));
@@ -370,7 +370,7 @@ fn open_flows(workload: &mut Workload, server: &mut Server, n: usize) -> Vec<u16
         opened.iter().collect::<BTreeSet<_>>(),
         "the receiver accepted the workload's connections"
     );
-    // Give the data packets time to pass the verifier.
+    // Give the data packets time to pass the observer.
     thread::sleep(Duration::from_millis(100));
     accepted
 }

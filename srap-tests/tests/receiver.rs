@@ -433,7 +433,7 @@ async fn read_versioned(
 /// marked as run below 7, which such a sender takes as random bytes like
 /// any other — and is never sent a
 /// `SeenFlows`, which it could not decode; a sender of this release is
-/// sent one (empty here: no verifier) right after its first description.
+/// sent one (empty here: no observer) right after its first description.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_of_protocol_6_is_served_in_protocol_6() {
     let key = psk("right key, 16+ bytes");

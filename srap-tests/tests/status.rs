@@ -2,7 +2,7 @@
 //! 8-queue veth with the RSS-NIC emulator on the sender's end (so each
 //! flow's receive queue is the one the RSS model computes), the agent
 //! (`srap-agent receiver --rss FILE --iface VETH --control PATH --metrics
-//! ADDR`) running in the receiver namespace with its verifier, and more
+//! ADDR`) running in the receiver namespace with its observer, and more
 //! flows than queues, so at least one queue must hold two. The status and
 //! the metrics must show every flow on its predicted queue and count the
 //! collisions the model predicts.
@@ -127,15 +127,15 @@ fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
     let mut agent = ReceiverAgent::start(&hosts.receiver, opts).expect("start srap-agent receiver");
     let control = agent.control();
 
-    // The agent is up, its verifier attached and its first sample taken
-    // (before that the board holds only the verifier's state).
+    // The agent is up, its observer attached and its first sample taken
+    // (before that the board holds only the observer's state).
     let first = wait_status(&control, "the agent's first sample", |s| {
-        s.rss_version > 0 && (s.verifier.hook.is_some() || s.verifier.error.is_some())
+        s.rss_version > 0 && (s.observer.hook.is_some() || s.observer.error.is_some())
     });
     assert!(
-        first.verifier.hook.is_some(),
-        "verifier: {:?}",
-        first.verifier
+        first.observer.hook.is_some(),
+        "observer: {:?}",
+        first.observer
     );
     assert_eq!(first.rss_version, 1);
     assert_eq!(first.iface, hosts.receiver_end.ifname);
@@ -247,7 +247,7 @@ fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
     assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply}");
     let busiest = predicted.iter().max_by_key(|(_, n)| **n).expect("a queue");
     for line in [
-        "srap_verifier_up 1".to_owned(),
+        "srap_observer_up 1".to_owned(),
         format!("srap_flows{{queue=\"{}\"}} {}", busiest.0, busiest.1),
         format!("srap_collisions{{kind=\"queue\"}} {expected_collisions}"),
         "srap_prediction_accuracy{kind=\"queue\"} 1".to_owned(),

@@ -2,14 +2,14 @@
 //! receive queues of 100 Mbit/s): each receive queue really is a capacity
 //! its flows share, SRAP's trials reach the ideal, the JSON has the shape
 //! docs/lab.md documents, and the plots are written. And one short trial
-//! without a verifier (`--verifier off`): rates measured, queues unknown.
+//! without a observer (`--observer off`): rates measured, queues unknown.
 
 use srap_lab::{
     binder::LabBinder,
     capacity::Rate,
     plot,
     throughput::{self, ThroughputPlan, ThroughputReport},
-    topology::{LabNet, LabNetConfig, LabVerifier, Watch},
+    topology::{LabNet, LabNetConfig, LabObserver, Watch},
 };
 use srap_tests::{built_binary, harness::TempDir, require_privileged};
 
@@ -39,7 +39,7 @@ fn srap_reaches_the_ideal_throughput_and_the_plots_are_written() {
         for (trial, used) in mode.runs.iter().zip(&mode.queues_used) {
             // Flows that share a queue share its rate: a trial carries what
             // the queues its flows landed on can carry, no more, no less.
-            let used = used.expect("queues seen by the verifier");
+            let used = used.expect("queues seen by the observer");
             let capacity = used as f64 * rate.gbps();
             let ratio = trial.aggregate_gbps / capacity;
             assert!(
@@ -56,25 +56,25 @@ fn srap_reaches_the_ideal_throughput_and_the_plots_are_written() {
     check_plots(&report);
 }
 
-/// One trial per mode of 2 flows for 2 s, with no verifier on the lab: the
+/// One trial per mode of 2 flows for 2 s, with no observer on the lab: the
 /// receiver's rates are there, every queue is unknown (`null`, not 0), and
-/// asking the lab for flows is an error that names `--verifier off`. On
+/// asking the lab for flows is an error that names `--observer off`. On
 /// queues of 100 Mbit/s, so it leaves the CPUs to the test beside it.
 #[test]
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
-fn without_a_verifier_the_rates_are_measured_and_the_queues_unknown() {
-    require_privileged("without_a_verifier_the_rates_are_measured_and_the_queues_unknown");
+fn without_a_observer_the_rates_are_measured_and_the_queues_unknown() {
+    require_privileged("without_a_observer_the_rates_are_measured_and_the_queues_unknown");
     let rate: Rate = "100mbit".parse().expect("rate");
     let net = LabNet::with_config(LabNetConfig {
         subnet: None,
         queue_rate: Some(rate),
-        verifier: LabVerifier::Off,
+        observer: LabObserver::Off,
         ..LabNetConfig::new(QUEUES, Watch::Here)
     })
-    .expect("lab network without a verifier");
-    assert_eq!(net.verifier_hook(), None);
-    let err = net.flows_to(5201).expect_err("no verifier to ask");
-    assert!(format!("{err:#}").contains("--verifier off"), "{err:#}");
+    .expect("lab network without a observer");
+    assert_eq!(net.observer_hook(), None);
+    let err = net.flows_to(5201).expect_err("no observer to ask");
+    assert!(format!("{err:#}").contains("--observer off"), "{err:#}");
     let steering = LabBinder::start(&net.hosts.sender, &net.model, net.receiver_ip())
         .expect("binder in the sender namespace");
     let flows = 2;
@@ -88,7 +88,7 @@ fn without_a_verifier_the_rates_are_measured_and_the_queues_unknown() {
     };
     let report =
         throughput::run(&net, steering.cgroup(), &plan, &mut |_, _, _| {}).expect("experiment");
-    assert_eq!(report.verifier, "off");
+    assert_eq!(report.observer, "off");
     for (name, mode) in [("srap", &report.srap), ("kernel", &report.kernel)] {
         assert_eq!(mode.queues_used, vec![None], "{name}: {report:?}");
         let trial = &mode.runs[0];
@@ -104,14 +104,14 @@ fn without_a_verifier_the_rates_are_measured_and_the_queues_unknown() {
         );
     }
     let json = serde_json::to_value(&report).expect("JSON");
-    assert_eq!(json["verifier"], "off", "{json}");
+    assert_eq!(json["observer"], "off", "{json}");
     assert_eq!(
         json["srap"]["queues_used"],
         serde_json::json!([null]),
         "{json}"
     );
     assert!(
-        report.render().contains("verifier: off"),
+        report.render().contains("observer: off"),
         "{}",
         report.render()
     );
@@ -142,8 +142,8 @@ fn check_json(report: &ThroughputReport) {
     let json = serde_json::to_value(report).expect("JSON");
     assert_eq!(json["flows"], FLOWS);
     assert_eq!(json["queues"], QUEUES);
-    // `--verifier auto` on a veth: tc (tcx or clsact, by kernel).
-    let hook = json["verifier"].as_str().unwrap_or_default();
+    // `--observer auto` on a veth: tc (tcx or clsact, by kernel).
+    let hook = json["observer"].as_str().unwrap_or_default();
     assert!(hook.starts_with("tc ingress"), "{json}");
     for key in ["queue_rate_gbps", "ideal_gbps"] {
         assert!(json[key].as_f64().is_some_and(|v| v > 0.0), "{key}: {json}");

@@ -1,6 +1,6 @@
 //! `cargo xtask bench`: run criterion, then summarise this run's results and
 //! check them against the goals in [`GOALS`]; then the lab's throughput with
-//! the verifier off and on ([`crate::labbench`], report-only).
+//! the observer off and on ([`crate::labbench`], report-only).
 
 use std::{collections::BTreeMap, fs, path::Path, time::SystemTime};
 
@@ -181,32 +181,32 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
         "connect_paired_steer_streaming/binder_remote",
         Goal::AddedRatio("connect_paired_steer_streaming/baseline"),
     ),
-    // The receive verifier against a bare program of the same hook. The
+    // The receive observer against a bare program of the same hook. The
     // socket hook (the default off veth) runs per connection, never per
     // packet (the bench prints its run count over a 64 MiB transfer); tc and
     // XDP run per packet and are reported, not held to the 10 ns budget.
     (
-        "verifier per connection: sock_ops / bare",
-        "verifier_connection/sock_verifier",
-        "verifier_connection/sock_bare",
+        "observer per connection: sock_ops / bare",
+        "observer_connection/sock_observer",
+        "observer_connection/sock_bare",
         Goal::Ratio,
     ),
     (
-        "verifier per packet, 1500 B: tc / bare",
-        "verifier_packet/tc_verifier_1500",
-        "verifier_packet/tc_bare_1500",
+        "observer per packet, 1500 B: tc / bare",
+        "observer_packet/tc_observer_1500",
+        "observer_packet/tc_bare_1500",
         Goal::Ratio,
     ),
     (
-        "verifier per packet, 9000 B: tc / bare",
-        "verifier_packet/tc_verifier_9000",
-        "verifier_packet/tc_bare_9000",
+        "observer per packet, 9000 B: tc / bare",
+        "observer_packet/tc_observer_9000",
+        "observer_packet/tc_bare_9000",
         Goal::Ratio,
     ),
     (
-        "verifier per packet, 1500 B: xdp / bare",
-        "verifier_packet/xdp_verifier_1500",
-        "verifier_packet/xdp_bare_1500",
+        "observer per packet, 1500 B: xdp / bare",
+        "observer_packet/xdp_observer_1500",
+        "observer_packet/xdp_bare_1500",
         Goal::Ratio,
     ),
 ];
@@ -220,7 +220,7 @@ pub fn run(args: &[String]) -> Result<()> {
         "build the agents and the lab (release)",
         cargo(&crate::LAB_BUILD),
     ))?;
-    // `cargo xtask bench lab_verifier` runs the lab step alone; any other
+    // `cargo xtask bench lab_observer` runs the lab step alone; any other
     // filter leaves it out.
     let lab = args.is_empty() || args.iter().any(|a| a == labbench::FILTER);
     if args.len() == 1 && lab {

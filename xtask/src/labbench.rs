@@ -1,9 +1,9 @@
 //! `cargo xtask bench`'s lab step: the lab's throughput with the receive
-//! verifier off, on tc ingress and on the socket hook, in the same run
+//! observer off, on tc ingress and on the socket hook, in the same run
 //! (SRAP issue 12, item 5). Short throughput experiments without a queue
 //! rate, so the trials run at the veth's own CPU-bound ceiling, where a
 //! per-packet cost shows; each setting's median aggregate is printed as a
-//! ratio to the verifier-off baseline. The settings take turns for
+//! ratio to the observer-off baseline. The settings take turns for
 //! [`ROUNDS`] rounds, so a machine that gets busier or quieter meanwhile
 //! hits each alike. Report-only: on a shared 2-core machine one trial's
 //! aggregate swings by a fifth or more between trials.
@@ -16,10 +16,10 @@ use serde_json::Value;
 use crate::exec::{as_root, describe, target_dir};
 
 /// The criterion-style filter that selects (only) this step:
-/// `cargo xtask bench lab_verifier`.
-pub const FILTER: &str = "lab_verifier";
+/// `cargo xtask bench lab_observer`.
+pub const FILTER: &str = "lab_observer";
 
-/// `--verifier` settings, baseline first.
+/// `--observer` settings, baseline first.
 const SETTINGS: [&str; 3] = ["off", "tc", "sock"];
 /// Rounds of all settings, interleaved (each run is about 12 s).
 const ROUNDS: usize = 2;
@@ -71,20 +71,20 @@ impl Measured {
 /// settings taking turns (about 75 s in all), and prints the table.
 pub fn run() -> Result<()> {
     let lab = target_dir().join("release").join("srap-lab");
-    println!("\n==> lab throughput, verifier off / tc / sock ({FILTER})");
+    println!("\n==> lab throughput, observer off / tc / sock ({FILTER})");
     let mut results: Vec<Measured> = Vec::new();
     for round in 1..=ROUNDS {
         for (index, setting) in SETTINGS.into_iter().enumerate() {
             let mut command = as_root(&lab);
             command
                 .args(LAB_ARGS)
-                .args(["--verifier", setting])
+                .args(["--observer", setting])
                 .stderr(Stdio::inherit());
             let json = json_of(&mut command)?;
             let measured = parse(setting, &json)
                 .with_context(|| format!("reading the report of {}", describe(&command)))?;
             println!(
-                "round {round}, verifier {setting}: {:?} Gbit/s on {}",
+                "round {round}, observer {setting}: {:?} Gbit/s on {}",
                 measured.aggregates, measured.hook
             );
             match results.get_mut(index) {
@@ -112,13 +112,13 @@ fn json_of(command: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-/// The verifier's hook and every trial's aggregate from `--json`'s report.
+/// The observer's hook and every trial's aggregate from `--json`'s report.
 fn parse(setting: &'static str, json: &str) -> Result<Measured> {
     let report: Value = serde_json::from_str(json.trim()).context("parsing the lab's JSON")?;
     let hook = report
-        .get("verifier")
+        .get("observer")
         .and_then(Value::as_str)
-        .context("no `verifier` in the report")?
+        .context("no `observer` in the report")?
         .to_owned();
     let mut aggregates = Vec::new();
     for mode in ["srap", "kernel"] {
@@ -141,7 +141,7 @@ fn parse(setting: &'static str, json: &str) -> Result<Measured> {
 }
 
 /// The report-only rows: each setting's median (and range) as a ratio to
-/// the first (the verifier-off baseline).
+/// the first (the observer-off baseline).
 fn render(results: &[Measured]) -> String {
     let Some(baseline) = results.first().map(Measured::median) else {
         return String::new();
@@ -157,7 +157,7 @@ fn render(results: &[Measured]) -> String {
             .fold((f64::INFINITY, 0f64), |(lo, hi), &g| (lo.min(g), hi.max(g)));
         text += &format!(
             "{:<30} {:<20} {:>8.3} {:>15} {:>6.2}x\n",
-            format!("verifier {}", measured.setting),
+            format!("observer {}", measured.setting),
             measured.hook,
             measured.median(),
             format!("{min:.3}-{max:.3}"),
@@ -172,7 +172,7 @@ mod tests {
     use super::*;
 
     const REPORT: &str = r#"{"flows":4,"queues":8,"queue_rate_gbps":null,"ideal_gbps":null,
-        "duration_s":3,"verifier":"tc ingress (tcx)",
+        "duration_s":3,"observer":"tc ingress (tcx)",
         "srap":{"trials":2,"aggregate_gbps":[9.0,11.0]},
         "kernel":{"trials":2,"aggregate_gbps":[10.0,30.0]}}"#;
 
@@ -189,7 +189,7 @@ mod tests {
             aggregates: vec![12.5, 12.5],
         };
         let table = render(&[off, tc]);
-        assert!(table.contains("verifier off"), "{table}");
+        assert!(table.contains("observer off"), "{table}");
         assert!(table.contains("1.00x"), "{table}");
         // 10.5 / 12.5
         assert!(table.contains("0.84x"), "{table}");
@@ -201,7 +201,7 @@ mod tests {
         assert!(parse("off", "{").is_err());
         assert!(parse("off", r#"{"srap":{"aggregate_gbps":[]}}"#).is_err());
         let empty =
-            r#"{"verifier":"off","srap":{"aggregate_gbps":[]},"kernel":{"aggregate_gbps":[]}}"#;
+            r#"{"observer":"off","srap":{"aggregate_gbps":[]},"kernel":{"aggregate_gbps":[]}}"#;
         let err = parse("off", empty).expect_err("no trials");
         assert!(err.to_string().contains("no trials"), "{err}");
     }

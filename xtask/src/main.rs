@@ -41,8 +41,8 @@ enum Task {
     /// fmt check, clippy (host and eBPF), then the whole test suite.
     Test,
     /// Run the criterion benchmarks and summarise them against their goals,
-    /// then the lab's throughput with the verifier off, on tc and on the
-    /// socket hook (report-only; `lab_verifier` alone runs just that).
+    /// then the lab's throughput with the observer off, on tc and on the
+    /// socket hook (report-only; `lab_observer` alone runs just that).
     Bench {
         /// Passed to the benchmark binaries (criterion filters, --quick, …).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

@@ -4,7 +4,7 @@
 use std::{net::SocketAddr, path::PathBuf};
 
 use ipnet::IpNet;
-use srap_daemon::{receiver::DEFAULT_MAX_PEERS, verifier::HookChoice};
+use srap_daemon::{observer::HookChoice, receiver::DEFAULT_MAX_PEERS};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReceiverArgs {
@@ -40,11 +40,11 @@ pub struct ReceiverArgs {
     /// application's own threads use.
     #[arg(long, value_name = "LIST", value_parser = super::parse_cpus)]
     pub cpus: Option<std::collections::BTreeSet<u32>>,
-    /// Do not attach the receive verifier to DEV (then `srap status` shows
+    /// Do not attach the receive observer to DEV (then `srap status` shows
     /// peers and versions but no flows).
     #[arg(long)]
     pub no_verify: bool,
-    /// Where the receive verifier runs.
+    /// Where the receive observer runs.
     #[arg(long, value_enum, default_value_t = HookArg::Auto)]
     pub hook: HookArg,
     /// cgroup2 directory whose TCP servers the socket hook watches
@@ -61,7 +61,7 @@ pub struct ReceiverArgs {
     pub metrics: Option<SocketAddr>,
 }
 
-/// `--hook`: where the receive verifier runs.
+/// `--hook`: where the receive observer runs.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum HookArg {
     /// The socket hook if it attaches (no per-packet work), else tc

@@ -1,5 +1,5 @@
 //! `srap-agent receiver` end to end: read the PSK, start the description
-//! watcher and the server, the verifier's status loop, the control socket
+//! watcher and the server, the observer's status loop, the control socket
 //! and `/metrics`; run until Ctrl-C or SIGTERM.
 
 use std::time::Duration;
@@ -26,7 +26,7 @@ use crate::args::receiver::ReceiverArgs;
 /// discovery is a few netlink and /proc reads. Both within the 1 s promise.
 const FILE_POLL: Duration = Duration::from_millis(500);
 const IFACE_POLL: Duration = Duration::from_secs(1);
-/// How often the verifier's flows are sampled into the status.
+/// How often the observer's flows are sampled into the status.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 
 pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {

@@ -1,24 +1,24 @@
-//! `srap-agent verify`: attach the receive verifier and print where each
+//! `srap-agent verify`: attach the receive observer and print where each
 //! TCP flow lands.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
-use srap_daemon::verifier::{FlowRecord, HookChoice, Verifier};
+use srap_daemon::observer::{FlowRecord, HookChoice, Observer};
 
 /// Prints the flow table every second until Ctrl-C or `duration`; detaching
-/// happens when the verifier is dropped on the way out.
+/// happens when the observer is dropped on the way out.
 pub async fn run(
     iface: &str,
     hook: HookChoice,
     cgroup: Option<&std::path::Path>,
     duration: Option<Duration>,
 ) -> anyhow::Result<()> {
-    let verifier = Verifier::attach_in(iface, hook, cgroup)
-        .with_context(|| format!("attaching the receive verifier to {iface}"))?;
+    let observer = Observer::attach_in(iface, hook, cgroup)
+        .with_context(|| format!("attaching the receive observer to {iface}"))?;
     println!(
-        "verifier on {iface} via {}; Ctrl-C to stop",
-        verifier.hook()
+        "observer on {iface} via {}; Ctrl-C to stop",
+        observer.hook()
     );
     let deadline = duration.map(|d| tokio::time::Instant::now() + d);
     let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -27,7 +27,7 @@ pub async fn run(
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = tick.tick() => {
-                print_flows(&verifier.flows().context("reading the flow map")?);
+                print_flows(&observer.flows().context("reading the flow map")?);
                 if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                     break;
                 }

@@ -28,15 +28,15 @@ pub fn ratio(ratio: Ratio) -> String {
     )
 }
 
-/// How the verifier runs, in a few words, then what it runs without.
-pub fn verifier(status: &Status) -> String {
-    let mut text = match (&status.verifier.hook, &status.verifier.error) {
+/// How the observer runs, in a few words, then what it runs without.
+pub fn observer(status: &Status) -> String {
+    let mut text = match (&status.observer.hook, &status.observer.error) {
         (Some(hook), None) => hook.clone(),
         (Some(hook), Some(error)) => format!("{hook}, failing: {error}"),
         (None, Some(error)) => format!("off: {error}"),
         (None, None) => "off".to_owned(),
     };
-    for limit in &status.verifier.limits {
+    for limit in &status.observer.limits {
         text.push_str(&format!("; without {}: {}", limit.missing, limit.detail));
     }
     text

@@ -133,7 +133,7 @@ impl<T> Feed<T> {
         (old > every * 3 + Duration::from_secs(2)).then(|| Stale {
             since: clock(taken),
             seconds: old.as_secs(),
-            reason: "the agent answers, but its last sample is old: its verifier loop is stuck"
+            reason: "the agent answers, but its last sample is old: its observer loop is stuck"
                 .into(),
         })
     }

@@ -27,8 +27,8 @@ use srap_status::{ControlError, FlowRow, ReceiveCpu, Status, request_status};
 use super::{
     columns::{Align, Column, cut, render},
     format::{
-        access, ago, bold, cov, cpu_title, gbps, granted, green, header, landings, nic_hash, opt,
-        ratio, red, verifier,
+        access, ago, bold, cov, cpu_title, gbps, granted, green, header, landings, nic_hash,
+        observer, opt, ratio, red,
     },
     list::{Scroll, range_text},
     live::{Page, pack},
@@ -269,8 +269,8 @@ fn title_line(status: &Status, width: usize) -> Line<'static> {
         })],
         vec![Span::raw(format!("RSS v{}", status.rss_version))],
         vec![Span::raw(format!(
-            "verifier {}",
-            cut(&verifier(status), 40)
+            "observer {}",
+            cut(&observer(status), 40)
         ))],
     ];
     pack(pieces, width, 1)
@@ -551,7 +551,7 @@ impl Page for ReceiverPage {
     fn legend(&self) -> Vec<String> {
         vec![
             "Meters: one per receive CPU (and per queue): the bar is its Gbit/s against the busiest, the label its active flows and Gbit/s; red with ! where two or more flows share it (a COLLISION).".into(),
-            "Flows: queue and cpu are where the verifier saw the flow land (emu.cpu: the description's emulated CPU of that queue, on a device without RSS such as the lab's veth); planned is the CPU its sender planned, pred.q the queue the RSS model computes. COLLISION: shares its receive CPU or queue; MISPREDICTED: not on the model's queue; OFF PLAN: not on the planned CPU; agent link: a sender agent's own connection to this agent, listed but not counted on the meters or in collisions.".into(),
+            "Flows: queue and cpu are where the observer saw the flow land (emu.cpu: the description's emulated CPU of that queue, on a device without RSS such as the lab's veth); planned is the CPU its sender planned, pred.q the queue the RSS model computes. COLLISION: shares its receive CPU or queue; MISPREDICTED: not on the model's queue; OFF PLAN: not on the planned CPU; agent link: a sender agent's own connection to this agent, listed but not counted on the meters or in collisions.".into(),
             "Sorting: s cycles queue, cpu, Gbit/s (busiest first), source; r reverses. c shows only colliding flows.".into(),
         ]
     }
@@ -616,7 +616,7 @@ mod tests {
         let colliding = usize::from(extra > 0);
         Status {
             iface: "s2977x3r".into(),
-            verifier: srap_status::VerifierState {
+            observer: srap_status::ObserverState {
                 hook: Some("tc ingress (tcx)".into()),
                 error: None,
                 limits: Vec::new(),

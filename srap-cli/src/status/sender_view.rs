@@ -343,7 +343,7 @@ impl Page for SenderPage {
         vec![
             "Binder counters: how the binder's connect hook ended, in total and per second since the last refresh (steered: bound to a planned port; the others: why the kernel chose the port).".into(),
             "Receivers: one row per receiver address. link: connected, connecting or away; desc v: the description version the plan toward it was made with; steering: yes, paused (its landings contradict its description) or no (no description yet); flows: steered flows open toward it; slots: CPU slots planned; grant: its epoch and the receiver CPUs granted (every CPU without a grant); key: where its description's key comes from (reported: by the driver or a file, kernel: net.core.netdev_rss_key, learned mN: model N learned from landings) and how many of the bits planning needs its landings determine.".into(),
-            "Flows: every open connection of the steered cgroup. receiver CPU p/s: the receiver CPU its description plans for the flow / the one the receiver's verifier saw (! when they differ; - when unknown, the reason under the table); local CPU p/s: the same for this host's own NIC and the reverse tuple (--steer local|both).".into(),
+            "Flows: every open connection of the steered cgroup. receiver CPU p/s: the receiver CPU its description plans for the flow / the one the receiver's observer saw (! when they differ; - when unknown, the reason under the table); local CPU p/s: the same for this host's own NIC and the reverse tuple (--steer local|both).".into(),
         ]
     }
 }

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use srap_status::{CpuRow, Status};
 
 use super::format::{
-    access, ago, cov, cpu_title, gbps, granted, landings, nic_hash, opt, summary, verifier,
+    access, ago, cov, cpu_title, gbps, granted, landings, nic_hash, observer, opt, summary,
 };
 
 const MARK: &str = "  << collision";
@@ -14,9 +14,9 @@ pub fn render(status: &Status) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "receiver {}: verifier {}; RSS version {}; {} peer(s); {}; {}",
+        "receiver {}: observer {}; RSS version {}; {} peer(s); {}; {}",
         status.iface,
-        verifier(status),
+        observer(status),
         status.rss_version,
         status.peers.len(),
         landings(status),
@@ -42,7 +42,7 @@ pub fn render(status: &Status) -> String {
             if q.collision { MARK } else { "" }
         );
     }
-    // The receive CPUs only: on a device without RSS the CPUs the verifier
+    // The receive CPUs only: on a device without RSS the CPUs the observer
     // ran on are the machine's, which no plan is about (they stay in --json).
     cpu_table(&mut out, cpu_title(status), status.receive_cpus());
 

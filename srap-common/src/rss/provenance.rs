@@ -57,7 +57,7 @@ impl fmt::Display for KeySource {
 /// against the flows they sent (protocol 6).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, Encode, Decode)]
 pub struct KeyConfidence {
-    /// Landings (flows whose receive queue the verifier saw) the key was
+    /// Landings (flows whose receive queue the observer saw) the key was
     /// tested against: the most recent, since learning last started over.
     pub tested: u32,
     /// Of them, those on the queue the served key computes.

@@ -29,7 +29,7 @@ pub enum Message {
     Demand(DemandReport),
     /// Receiver → sender: the CPUs its new flows may use (protocol 4).
     Grant(CpuGrant),
-    /// Receiver → sender: that sender's flows as the receiver's verifier
+    /// Receiver → sender: that sender's flows as the receiver's observer
     /// saw them (protocol 7; never sent in a session of an older version).
     SeenFlows(SeenFlows),
 }
@@ -95,8 +95,8 @@ pub const MAX_SEEN_FLOWS: usize = 512;
 /// [`Message::SeenFlows`]: the part of the receiver's landing report that
 /// is one sender's own: its active flows (those whose source address is the
 /// address the sender's session comes from, never another sender's) as the
-/// receiver's verifier saw them. Sent whenever the list changes, at most
-/// once per verifier sample.
+/// receiver's observer saw them. Sent whenever the list changes, at most
+/// once per observer sample.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Encode)]
 pub struct SeenFlows {
     /// At most [`MAX_SEEN_FLOWS`].
@@ -131,8 +131,8 @@ bincode::impl_borrow_decode!(SeenFlows);
 
 /// One flow as the receiver saw it: the tuple as it arrived (a NAT on the
 /// way shows here as a source the sender never bound) and where it landed.
-/// A TCP flow: the protocol is implied, as the receive verifier records
-/// TCP only (`crate::verifier::FlowKey::protocol`); naming it here would
+/// A TCP flow: the protocol is implied, as the receive observer records
+/// TCP only (`crate::observer::FlowKey::protocol`); naming it here would
 /// change the layout, so a new protocol version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
 pub struct SeenFlow {
@@ -140,7 +140,7 @@ pub struct SeenFlow {
     pub src: SocketAddr,
     /// The receiver's address and port.
     pub dst: SocketAddr,
-    /// The receive queue (`None`: the verifier's hook cannot tell).
+    /// The receive queue (`None`: the observer's hook cannot tell).
     pub queue: Option<u32>,
     /// The receive CPU, on the basis the receiver counts by (`None`: it
     /// cannot tell, e.g. an emulated queue with no CPU in the description).
@@ -235,7 +235,7 @@ impl From<WireDescription> for RssDescription {
 
 /// What a sender planned against description `version`: for each receiver
 /// address (and destination port, or all ports), the source ports it will
-/// bind for each receiver CPU. The receiver's verifier can then tell a
+/// bind for each receiver CPU. The receiver's observer can then tell a
 /// misprediction (flow on another CPU than planned) from a collision.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Encode, Decode)]
 pub struct PlanReport {

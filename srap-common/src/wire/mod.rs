@@ -85,7 +85,7 @@ pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 /// Version 6: [`RssUpdate::key`] says where the key comes from, which
 /// learned model it is and how far the landings back it.
 /// Version 7: [`Message::SeenFlows`], the sender's own flows as the
-/// receiver's verifier saw them, added at the end of [`Message`] (every
+/// receiver's observer saw them, added at the end of [`Message`] (every
 /// other message keeps its version-6 layout).
 pub const PROTOCOL_VERSION: u16 = 7;
 

@@ -1,4 +1,4 @@
-//! The seam between the verifier's decisions and the kernel: attaching on
+//! The seam between the observer's decisions and the kernel: attaching on
 //! one hook ([`HookAttacher`]) and walking or pruning its flow map
 //! ([`FlowTable`]). [`KernelHooks`] and a loaded [`Ebpf`] are the real
 //! ones, an aya call (or a few) each; unit tests put in-memory ones in
@@ -12,16 +12,16 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData, MapError},
     programs::XdpMode,
 };
-use srap_common::verifier::FlowKey;
+use srap_common::observer::FlowKey;
 use tracing::debug;
 
 use super::{
-    AttachFailure, Hook, HookChoice, SocketView, VerifierError, VerifierLimit, attach_sock,
+    AttachFailure, Hook, HookChoice, ObserverError, ObserverLimit, SocketView, attach_sock,
     attach_tc, attach_xdp,
 };
 use crate::tc::TcMode;
 
-/// Attaches the verifier on one hook.
+/// Attaches the observer on one hook.
 pub(super) trait HookAttacher {
     /// What attaching gives besides the hook (the socket hook's view).
     type Attached;
@@ -31,7 +31,7 @@ pub(super) trait HookAttacher {
     fn attach(&mut self, hook: Hook) -> Result<Self::Attached, AttachFailure>;
 }
 
-/// The verifier's object, attached in the calling thread's namespace: on
+/// The observer's object, attached in the calling thread's namespace: on
 /// `iface` for the packet hooks, on `cgroup` (default the cgroup2 root)
 /// for the socket hook, which notes what it runs without in `limits`.
 pub(super) struct KernelHooks<'a> {
@@ -39,7 +39,7 @@ pub(super) struct KernelHooks<'a> {
     pub iface: &'a str,
     pub cgroup: Option<&'a Path>,
     pub choice: HookChoice,
-    pub limits: &'a mut Vec<VerifierLimit>,
+    pub limits: &'a mut Vec<ObserverLimit>,
 }
 
 impl HookAttacher for KernelHooks<'_> {
@@ -62,7 +62,7 @@ impl HookAttacher for KernelHooks<'_> {
 /// A hook's flow map, by name.
 pub(super) trait FlowTable {
     /// Every record of map `name`, each flow once.
-    fn walk<V: Pod>(&self, name: &'static str) -> Result<HashMap<FlowKey, V>, VerifierError>;
+    fn walk<V: Pod>(&self, name: &'static str) -> Result<HashMap<FlowKey, V>, ObserverError>;
 
     /// Removes `keys` from map `name`: one already gone (closed and evicted
     /// meanwhile) is as good as removed, another failure is logged and
@@ -71,8 +71,8 @@ pub(super) trait FlowTable {
 }
 
 impl FlowTable for Ebpf {
-    fn walk<V: Pod>(&self, name: &'static str) -> Result<HashMap<FlowKey, V>, VerifierError> {
-        let map = self.map(name).ok_or(VerifierError::Missing(name))?;
+    fn walk<V: Pod>(&self, name: &'static str) -> Result<HashMap<FlowKey, V>, ObserverError> {
+        let map = self.map(name).ok_or(ObserverError::Missing(name))?;
         let map = BpfHashMap::<_, FlowKey, V>::try_from(map)?;
         // An LRU map can evict while we walk it, which restarts the walk:
         // collect into a map so a flow seen twice is reported once.

@@ -1,4 +1,4 @@
-//! The verifier's decisions on in-memory hooks and maps: which hook it
+//! The observer's decisions on in-memory hooks and maps: which hook it
 //! tries in which order and what it falls back to, what a missing
 //! sock_diag does, and how the records of each kind of hook are read. No
 //! root, no kernel.
@@ -10,11 +10,11 @@ use std::{
 };
 
 use aya::{Pod, maps::MapError};
+use srap_common::observer::{FLOWS_MAP, FlowKey, FlowStats, SOCK_FLOWS_MAP, SockFlow};
 use srap_common::protocol::Protocol;
-use srap_common::verifier::{FLOWS_MAP, FlowKey, FlowStats, SOCK_FLOWS_MAP, SockFlow};
 
 use super::{
-    AttachFailure, Hook, HookChoice, QueueReading, SocketView, VerifierError, VerifierLimit,
+    AttachFailure, Hook, HookChoice, ObserverError, ObserverLimit, QueueReading, SocketView,
     first_attached, read_table,
     seam::{FlowTable, HookAttacher},
     socket_diag,
@@ -43,7 +43,7 @@ impl HookAttacher for FakeHooks {
     fn attach(&mut self, hook: Hook) -> Result<(), AttachFailure> {
         self.tried.push(hook);
         if self.fatal == Some(hook) {
-            return Err(AttachFailure::Fatal(VerifierError::Missing("program")));
+            return Err(AttachFailure::Fatal(ObserverError::Missing("program")));
         }
         match self.refused.get(&hook) {
             Some(why) => Err(AttachFailure::Refused((*why).into())),
@@ -52,7 +52,7 @@ impl HookAttacher for FakeHooks {
     }
 }
 
-fn attach(hooks: &mut FakeHooks, choice: HookChoice, driver: &str) -> Result<Hook, VerifierError> {
+fn attach(hooks: &mut FakeHooks, choice: HookChoice, driver: &str) -> Result<Hook, ObserverError> {
     first_attached(hooks, "eth0", choice, Some(driver)).map(|(hook, ())| hook)
 }
 
@@ -93,7 +93,7 @@ fn every_hook_refused_is_one_error_naming_each_attempt_in_order() {
         (Hook::ClsactIngress, "no clsact"),
     ]);
     let err = attach(&mut hooks, HookChoice::Auto, "veth").expect_err("none");
-    let VerifierError::Attach { iface, attempts } = &err else {
+    let ObserverError::Attach { iface, attempts } = &err else {
         panic!("{err:?}");
     };
     assert_eq!(iface, "eth0");
@@ -111,7 +111,7 @@ fn a_fatal_failure_stops_without_trying_the_next_hook() {
         ..FakeHooks::default()
     };
     let err = attach(&mut hooks, HookChoice::Auto, "mlx5_core").expect_err("fatal");
-    assert!(matches!(err, VerifierError::Missing("program")), "{err:?}");
+    assert!(matches!(err, ObserverError::Missing("program")), "{err:?}");
     assert_eq!(hooks.tried, [Hook::SockOps]);
 }
 
@@ -128,7 +128,7 @@ fn xdp_falls_back_from_driver_to_generic_mode_and_never_to_tc() {
     ]);
     let err = attach(&mut hooks, HookChoice::Xdp, "veth").expect_err("no XDP");
     assert!(
-        matches!(&err, VerifierError::Attach { attempts, .. }
+        matches!(&err, ObserverError::Attach { attempts, .. }
             if attempts == "xdp (driver): no native XDP; xdp (generic): MTU too large"),
         "{err:?}"
     );
@@ -178,7 +178,7 @@ fn auto_without_sock_diag_moves_to_tc_and_says_what_that_costs() {
     );
 
     // And so the automatic choice lands on tc, the limit still said.
-    struct NoDiag<'l>(&'l mut Vec<VerifierLimit>);
+    struct NoDiag<'l>(&'l mut Vec<ObserverLimit>);
     impl HookAttacher for NoDiag<'_> {
         type Attached = ();
         fn attach(&mut self, hook: Hook) -> Result<(), AttachFailure> {
@@ -226,15 +226,15 @@ struct FakeTable {
 }
 
 impl FlowTable for FakeTable {
-    fn walk<V: Pod>(&self, name: &'static str) -> Result<HashMap<FlowKey, V>, VerifierError> {
+    fn walk<V: Pod>(&self, name: &'static str) -> Result<HashMap<FlowKey, V>, ObserverError> {
         let map: &dyn Any = match name {
             FLOWS_MAP => &self.packets,
             SOCK_FLOWS_MAP => &self.sockets,
-            _ => return Err(VerifierError::Missing(name)),
+            _ => return Err(ObserverError::Missing(name)),
         };
         map.downcast_ref::<HashMap<FlowKey, V>>()
             .cloned()
-            .ok_or(VerifierError::Missing(name))
+            .ok_or(ObserverError::Missing(name))
     }
 
     fn remove<V: Pod>(&mut self, name: &'static str, keys: &[FlowKey]) -> Result<(), MapError> {
@@ -285,7 +285,7 @@ fn packet_records_read_their_queues_sorted_less_the_stale() {
     assert_eq!(
         got,
         [
-            (addr(1, 3000), srap_common::verifier::RX_QUEUE_UNKNOWN),
+            (addr(1, 3000), srap_common::observer::RX_QUEUE_UNKNOWN),
             (addr(1, 4000), 3)
         ],
         "sorted; queue + 1 read back; a key of no family left out"

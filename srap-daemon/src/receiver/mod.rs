@@ -236,7 +236,7 @@ impl Server {
     }
 
     /// Tells every sender of protocol 7 or later which of its flows the
-    /// verifier saw in `status` and where (each session sends its own
+    /// observer saw in `status` and where (each session sends its own
     /// peer's, when they changed).
     pub fn publish_seen(&self, status: &srap_status::Status) {
         let board = seen::board(status);

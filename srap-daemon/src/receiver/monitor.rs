@@ -1,4 +1,4 @@
-//! The receiver's status loop: the receive verifier on `--iface`, sampled
+//! The receiver's status loop: the receive observer on `--iface`, sampled
 //! every interval into a [`Status`] (by the pure [`Tracker`]) together with
 //! what the server knows (peers, their plans, the version served), and
 //! published on a watch channel for the control socket and `/metrics`.
@@ -7,7 +7,7 @@
 //! the served description says? The verdict is logged when it changes, put
 //! in the status and sent to the senders.
 //!
-//! The verifier is optional: `--no-verify` leaves it off, and a failed
+//! The observer is optional: `--no-verify` leaves it off, and a failed
 //! attach is a warning (the status says why) — serving descriptions to
 //! senders matters more than verifying them.
 
@@ -18,26 +18,26 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{LearnedKey, ServedDescription, Server, downstream::unix_ms};
-use srap_status::{FlowRow, Landings, ReceiveCpu, Status, VerifierLimit, VerifierState};
+use srap_status::{FlowRow, Landings, ObserverLimit, ObserverState, ReceiveCpu, Status};
 
 use crate::{
+    observer::{FlowRecord, HookChoice, Observer, monotonic_ns},
     tracker::{
         Observation, PlanIndex, Tracker, TrackerConfig,
         agreement::{self, AgreementJudge, Change, LandingVerdict},
         learning::{Landed, Learning},
     },
-    verifier::{FlowRecord, HookChoice, Verifier, monotonic_ns},
 };
 
-/// Samples the verifier and publishes the status.
+/// Samples the observer and publishes the status.
 #[derive(Debug)]
 pub struct Monitor {
     iface: String,
     /// The interface's driver, for the contradiction warning.
     driver: Option<String>,
     interval: Duration,
-    verifier: Option<Verifier>,
-    state: VerifierState,
+    observer: Option<Observer>,
+    state: ObserverState,
     /// The last map-read error, logged once until it changes.
     read_error: Option<String>,
     tracker: Tracker,
@@ -60,7 +60,7 @@ struct NicHashNotes {
     none_said: bool,
 }
 
-/// The receive CPU of `iface`'s flows: the CPU the verifier runs on,
+/// The receive CPU of `iface`'s flows: the CPU the observer runs on,
 /// unless the description comes from a file (`described`) for a device
 /// without RSS of its own (a veth, as in the lab), whose queue CPUs are
 /// then the description's emulated ones.
@@ -72,7 +72,7 @@ pub fn receive_cpu_of(iface: &str, described: bool) -> ReceiveCpu {
         Err(srap_host::discovery::DiscoveryError::NoRss { .. }) => {
             info!(
                 "{iface} has no RSS of its own: its flows' CPUs are the description's \
-                 (emulated, one per queue), not the CPUs the verifier runs on"
+                 (emulated, one per queue), not the CPUs the observer runs on"
             );
             ReceiveCpu::Emulated
         }
@@ -81,8 +81,8 @@ pub fn receive_cpu_of(iface: &str, described: bool) -> ReceiveCpu {
 }
 
 impl Monitor {
-    /// Attaches the verifier to `iface` on a hook of `verify` (`None`: no
-    /// verifier) and returns the monitor and the channel its statuses go to.
+    /// Attaches the observer to `iface` on a hook of `verify` (`None`: no
+    /// observer) and returns the monitor and the channel its statuses go to.
     /// What the landings teach of the key is served through `learned`.
     pub fn start(
         iface: &str,
@@ -92,25 +92,25 @@ impl Monitor {
         learned: LearnedKey,
     ) -> (Self, watch::Receiver<Arc<Status>>) {
         let tracking = TrackerConfig::default();
-        let (verifier, state) = if let Some(hook) = verify {
-            match Verifier::attach_in(iface, hook, cgroup) {
-                Ok(mut verifier) => {
+        let (observer, state) = if let Some(hook) = verify {
+            match Observer::attach_in(iface, hook, cgroup) {
+                Ok(mut observer) => {
                     // Idle flows leave every view after `idle_after`; their
                     // records only cost the walk from then on.
-                    verifier.forget_after(tracking.idle_after * 2);
-                    let hook = verifier.hook().to_string();
+                    observer.forget_after(tracking.idle_after * 2);
+                    let hook = observer.hook().to_string();
                     info!(iface, %hook, "verifying where flows land");
-                    let limits = verifier
+                    let limits = observer
                         .limits()
                         .iter()
-                        .map(|limit| VerifierLimit {
+                        .map(|limit| ObserverLimit {
                             missing: limit.missing.to_owned(),
                             detail: limit.detail.clone(),
                         })
                         .collect();
                     (
-                        Some(verifier),
-                        VerifierState {
+                        Some(observer),
+                        ObserverState {
                             hook: Some(hook),
                             error: None,
                             limits,
@@ -119,12 +119,12 @@ impl Monitor {
                 }
                 Err(err) => {
                     warn!(
-                        "the receive verifier is off: {err}; serving senders anyway \
+                        "the receive observer is off: {err}; serving senders anyway \
                          (`srap status` will show no flows)"
                     );
                     (
                         None,
-                        VerifierState {
+                        ObserverState {
                             hook: None,
                             error: Some(err.to_string()),
                             limits: Vec::new(),
@@ -133,10 +133,10 @@ impl Monitor {
                 }
             }
         } else {
-            info!("--no-verify: the receive verifier is off");
+            info!("--no-verify: the receive observer is off");
             (
                 None,
-                VerifierState {
+                ObserverState {
                     hook: None,
                     error: Some("--no-verify".into()),
                     limits: Vec::new(),
@@ -145,7 +145,7 @@ impl Monitor {
         };
         let initial = Status {
             iface: iface.to_owned(),
-            verifier: state.clone(),
+            observer: state.clone(),
             interval_ms: millis(interval),
             unix_ms: unix_ms(std::time::SystemTime::now()),
             ..Status::default()
@@ -154,9 +154,9 @@ impl Monitor {
         (
             Self {
                 iface: iface.to_owned(),
-                driver: crate::verifier::driver(iface),
+                driver: crate::observer::driver(iface),
                 interval,
-                verifier,
+                observer,
                 state,
                 read_error: None,
                 tracker: Tracker::new(tracking),
@@ -182,11 +182,11 @@ impl Monitor {
 
     /// Takes one sample and publishes it.
     pub fn sample(&mut self, server: &Server, published: &ServedDescription) {
-        let records = match &mut self.verifier {
-            Some(verifier) => match tokio::task::block_in_place(|| verifier.sample()) {
+        let records = match &mut self.observer {
+            Some(observer) => match tokio::task::block_in_place(|| observer.sample()) {
                 Ok(records) => {
                     if self.read_error.take().is_some() {
-                        info!("reading the verifier's flows works again");
+                        info!("reading the observer's flows works again");
                     }
                     records
                 }
@@ -229,7 +229,7 @@ impl Monitor {
             agent_links: &agent_links,
         });
         status.iface.clone_from(&self.iface);
-        status.verifier = VerifierState {
+        status.observer = ObserverState {
             hook: self.state.hook.clone(),
             error: self.read_error.clone().or_else(|| self.state.error.clone()),
             limits: self.state.limits.clone(),
@@ -243,7 +243,7 @@ impl Monitor {
             .learning
             .observe(&published.served(), model, &landed(&records));
         status.nic_hash.read = self
-            .verifier
+            .observer
             .as_ref()
             .is_some_and(|v| v.hook().reads_nic_hash());
         self.nic_hash.say(
@@ -265,7 +265,7 @@ impl Monitor {
     }
 }
 
-/// The records whose receive queue the verifier saw, as the learner
+/// The records whose receive queue the observer saw, as the learner
 /// takes them.
 fn landed(records: &[FlowRecord]) -> Vec<Landed> {
     records
@@ -326,7 +326,7 @@ impl NicHashNotes {
         if counts.read && counts.agree + counts.differ == 0 && counts.none > 0 {
             if !std::mem::replace(&mut self.none_said, true) {
                 warn!(
-                    "no hash from the NIC: {iface} hands the verifier skb->hash 0, so the \
+                    "no hash from the NIC: {iface} hands the observer skb->hash 0, so the \
                      NIC's own hash cannot check the key; `ethtool -K {iface} rxhash on` \
                      hands it over (SRAP observes and does not change the device)"
                 );

@@ -1,4 +1,4 @@
-//! Each sender's own flows as this receiver's verifier saw them
+//! Each sender's own flows as this receiver's observer saw them
 //! ([`Message::SeenFlows`](srap_common::wire::Message::SeenFlows), protocol
 //! 7): the monitor publishes every active flow of a sample once, and each
 //! session sends its peer the ones whose source address is the address the
@@ -15,7 +15,7 @@ pub type SeenBoard = Arc<Vec<SeenFlow>>;
 
 /// The flows of `status` as senders are told them: the tuple as it
 /// arrived, the queue and the receive CPU on the basis this receiver
-/// counts by (the verifier's CPU, or the description's CPU of the queue).
+/// counts by (the observer's CPU, or the description's CPU of the queue).
 pub fn board(status: &Status) -> SeenBoard {
     let mut flows: Vec<SeenFlow> = status
         .flows

@@ -170,7 +170,7 @@ async fn converse(
         landings.mark_unchanged();
     }
 
-    // This peer's own flows as the verifier saw them (protocol 7 on):
+    // This peer's own flows as the observer saw them (protocol 7 on):
     // the latest sample's go out at once, then each sample that changes them.
     let mut seen_board = shared.seen.subscribe();
     seen_board.mark_changed();

@@ -14,12 +14,12 @@ use aya::{
     maps::HashMap as BpfHashMap,
     programs::{CgroupAttachMode, SockOps},
 };
-use srap_common::verifier::{
+use srap_common::observer::{
     CPU_UNKNOWN, FlowKey, LOCAL_FLOWS_MAP, SockFlow, VERIFY_LOCAL_PROGRAM,
 };
 use srap_host::report::Chain;
 
-use crate::verifier::{Hook, QueueReading, VerifierError, driver};
+use crate::observer::{Hook, ObserverError, QueueReading, driver};
 
 /// One connection the steered cgroup opened, as this host's NIC received
 /// its handshake's answer.
@@ -61,9 +61,9 @@ impl LocalLandings {
     /// host's NIC when discovered, says how its recorded queues read (a
     /// veth records the peer's transmit queue); without one they are taken
     /// as they are.
-    pub fn attach(cgroup: &Path, iface: Option<&str>) -> Result<Self, VerifierError> {
+    pub fn attach(cgroup: &Path, iface: Option<&str>) -> Result<Self, ObserverError> {
         let mut ebpf = Ebpf::load(crate::ebpf_object())?;
-        let refused = |detail: String| VerifierError::Attach {
+        let refused = |detail: String| ObserverError::Attach {
             iface: iface.unwrap_or("this host's NIC").to_owned(),
             attempts: format!("{}: {detail}", Hook::SockOps),
         };
@@ -71,13 +71,13 @@ impl LocalLandings {
             .map_err(|err| refused(format!("opening cgroup {}: {err}", cgroup.display())))?;
         let program: &mut SockOps = ebpf
             .program_mut(VERIFY_LOCAL_PROGRAM)
-            .ok_or(VerifierError::Missing("the local sock_ops program"))?
+            .ok_or(ObserverError::Missing("the local sock_ops program"))?
             .try_into()
-            .map_err(|source| VerifierError::Program {
+            .map_err(|source| ObserverError::Program {
                 program: VERIFY_LOCAL_PROGRAM,
                 source,
             })?;
-        program.load().map_err(|source| VerifierError::Program {
+        program.load().map_err(|source| ObserverError::Program {
             program: VERIFY_LOCAL_PROGRAM,
             source,
         })?;
@@ -99,11 +99,11 @@ impl LocalLandings {
     }
 
     /// Every connection recorded so far (open and closed), oldest first.
-    pub fn read(&self) -> Result<Vec<Opened>, VerifierError> {
+    pub fn read(&self) -> Result<Vec<Opened>, ObserverError> {
         let map = self
             .ebpf
             .map(LOCAL_FLOWS_MAP)
-            .ok_or(VerifierError::Missing("the local flow map"))?;
+            .ok_or(ObserverError::Missing("the local flow map"))?;
         let map = BpfHashMap::<_, FlowKey, SockFlow>::try_from(map)?;
         // An LRU map can evict while it is walked, which restarts the walk.
         let mut flows = HashMap::new();
@@ -128,7 +128,7 @@ fn opened(key: &FlowKey, flow: &SockFlow, queues: QueueReading) -> Option<Opened
     Some(Opened {
         src: canonical(key.src()?),
         dst: canonical(key.dst()?),
-        queue: (queue != srap_common::verifier::RX_QUEUE_UNKNOWN).then_some(queue),
+        queue: (queue != srap_common::observer::RX_QUEUE_UNKNOWN).then_some(queue),
         cpu: flow.cpu,
         connect_cpu: (flow.connect_cpu != CPU_UNKNOWN).then_some(flow.connect_cpu),
         established_ns: flow.established_ns,

@@ -1,4 +1,4 @@
-//! The closed loop's judge: do the flows the verifier sees land on the queue
+//! The closed loop's judge: do the flows the observer sees land on the queue
 //! the served description computes for them? `ethtool -x` is a claim; this
 //! is the check of it, made continuously. The verdict goes into the status,
 //! the metrics and to every sender, which stops steering toward a receiver

@@ -1,6 +1,6 @@
 //! Learning the key a device really hashes with, from the landings seen
 //! (the math: [`srap_common::rss::KeyLearner`]). One home for both ends
-//! that learn: the receiver agent's NIC, from what its verifier sees of
+//! that learn: the receiver agent's NIC, from what its observer sees of
 //! senders' flows (`crate::receiver::monitor`), and the sender's own NIC
 //! with `--steer local|both`, from what its socket hook sees of the
 //! connections the steered cgroup opens (`crate::sender::local_end`, a

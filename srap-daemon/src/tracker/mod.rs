@@ -1,12 +1,12 @@
-//! The pure part of the receiver's status: verifier records, sampled once
+//! The pure part of the receiver's status: observer records, sampled once
 //! per interval, plus what the previous samples left ([`Tracker`]) → a
 //! [`Status`]. No I/O and no clock of its own (the caller passes the time),
 //! so every rule here is unit-tested.
 //!
 //! Rules:
 //! * a flow is *active* while its last packet is at most `idle_after` old
-//!   (the verifier stamps packets with `bpf_ktime_get_ns`, CLOCK_MONOTONIC);
-//!   idle flows leave every view (the receiver's verifier deletes their
+//!   (the observer stamps packets with `bpf_ktime_get_ns`, CLOCK_MONOTONIC);
+//!   idle flows leave every view (the receiver's observer deletes their
 //!   records after twice that; a flow that speaks again is met anew);
 //! * a flow's rate is its byte delta over the sample interval; its rate CoV
 //!   is σ/μ of its last `history` rates;
@@ -32,7 +32,7 @@ use srap_status::{
 };
 
 pub use self::plan_index::PlanIndex;
-use crate::verifier::FlowRecord;
+use crate::observer::FlowRecord;
 
 /// How the tracker judges flows.
 #[derive(Debug, Clone, Copy)]
@@ -55,7 +55,7 @@ impl Default for TrackerConfig {
 /// What one sample sees.
 #[derive(Debug, Clone, Copy)]
 pub struct Observation<'a> {
-    /// CLOCK_MONOTONIC now, in ns (the verifier's clock).
+    /// CLOCK_MONOTONIC now, in ns (the observer's clock).
     pub now_ns: u64,
     pub records: &'a [FlowRecord],
     /// The served description, to predict and to map queues to CPUs.
@@ -416,8 +416,8 @@ pub fn coefficient_of_variation(rates: &VecDeque<f64>) -> Option<f64> {
 /// Helpers to build this module's inputs; shared with the receiver's tests.
 #[cfg(test)]
 pub(crate) mod fixtures {
+    use srap_common::observer::{FlowKey, FlowStats, NIC_HASH_NONE};
     use srap_common::protocol::Protocol;
-    use srap_common::verifier::{FlowKey, FlowStats, NIC_HASH_NONE};
 
     use super::*;
 
@@ -454,8 +454,8 @@ pub(crate) mod fixtures {
 #[cfg(test)]
 mod tests {
     use srap_common::{
+        observer::NIC_HASH_NONE,
         rss::{RssDescription, embedded_default},
-        verifier::NIC_HASH_NONE,
         wire::{CpuPorts, PlanReport, PlannedTable},
     };
 
@@ -535,7 +535,7 @@ mod tests {
         let status = Tracker::default().sample(&observe(10 * SEC, &records, &model, &plans));
         assert_eq!(status.active_flows, 4);
         // Queue 0 has two flows; queues 2 and 3 one each but share CPU 2;
-        // the verifier ran three flows on CPU 1.
+        // the observer ran three flows on CPU 1.
         assert_eq!(
             status.collisions,
             Collisions {
@@ -683,7 +683,7 @@ mod tests {
         assert_eq!(Ratio::default().value(), None);
 
         // On a device with RSS of its own the plan is judged by the CPU
-        // the verifier ran on: `good` ran on CPU 1 as planned, `moved` on
+        // the observer ran on: `good` ran on CPU 1 as planned, `moved` on
         // CPU 0 (its description CPU would have said 2).
         let records = [
             record(&good, DST, 1, 1, 1000, SEC),
@@ -825,7 +825,7 @@ mod tests {
         assert_eq!(status.queues[0].flows, 1);
         assert_eq!(status.queues[0].bytes, 8000, "counters keep aged-out flows");
 
-        // The verifier's map forgets `a` (LRU) and re-creates it: new bytes count.
+        // The observer's map forgets `a` (LRU) and re-creates it: new bytes count.
         let records = [record(&a, DST, 0, 0, 500, 27 * SEC)];
         let status = tracker.sample(&observe(27 * SEC, &records, &model, &plans));
         assert_eq!(status.queues[0].bytes, 8500);

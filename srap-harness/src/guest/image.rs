@@ -18,7 +18,7 @@ use crate::command::run;
 
 /// Modules the guest loads at boot, from its kernel's package: virtio-net
 /// with its PCI transport, igb with what it needs (dca, i2c-algo-bit), and
-/// what the verifier's tc hook needs (clsact, cls_bpf). A module the kernel
+/// what the observer's tc hook needs (clsact, cls_bpf). A module the kernel
 /// has built in is skipped. `init` retries until each loads, so the order
 /// here does not have to follow their dependencies.
 const MODULES: &[&str] = &[
@@ -38,7 +38,7 @@ const MODULES: &[&str] = &[
 ];
 
 /// Modules left for `modprobe` (with a `modules.dep`), loaded only when
-/// asked: sock_diag for TCP, which the socket verifier loads itself when
+/// asked: sock_diag for TCP, which the socket observer loads itself when
 /// its kernel has it as a module (`srap.nodiag` on the guest's command line
 /// removes those two: a kernel without sock_diag for TCP); and bonding with
 /// what it needs (`tls`), which only the bonded guest loads

@@ -93,7 +93,7 @@ pub fn effective_xfrm(
         let (major, minor) = KERNEL_REPORTS_OR_XOR;
         let note = format!(
             "input transform: assumed sym-or-xor (mlx5 hashes that way; kernels before \
-             {major}.{minor} do not report it) — run the verifier to confirm"
+             {major}.{minor} do not report it) — run the observer to confirm"
         );
         return ("sym-or-xor", Some(note));
     }

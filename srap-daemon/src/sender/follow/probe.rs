@@ -1,7 +1,7 @@
 //! Probe connections: when a receiver's landings contradict its description
 //! (its driver hides or misreports its key), this sender opens a few tens of
 //! short connections to the receiver agent's own port. The receiver's
-//! verifier sees where each lands, and its learner solves for the key from
+//! observer sees where each lands, and its learner solves for the key from
 //! them (`srap_daemon::receiver::learning`). The connections carry no data
 //! and close at once; the agent is not in the steered cgroup, so the binder
 //! never binds them.

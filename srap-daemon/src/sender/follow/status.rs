@@ -75,7 +75,7 @@ fn add_opened(status: &mut SenderStatus, opened: &LocalLandings, targets: &[Targ
         .collect();
 }
 
-/// Fills in where the receiver's verifier saw `flow` (protocol 7), matched
+/// Fills in where the receiver's observer saw `flow` (protocol 7), matched
 /// by its whole tuple as this host sees it: a receiver that sees another
 /// source (a NAT rewrote it) reports a flow that matches none of ours.
 fn seen_at_receiver(flow: &mut SenderFlowRow, receivers: &[Peer], handles: &[PeerHandle]) {
@@ -96,7 +96,7 @@ fn seen_at_receiver(flow: &mut SenderFlowRow, receivers: &[Peer], handles: &[Pee
                 .ok_or_else(|| {
                     format!(
                         "not among the {} active flows the receiver reports (idle there, not \
-                         seen by its verifier yet, its tuple rewritten on the way, or past the \
+                         seen by its observer yet, its tuple rewritten on the way, or past the \
                          first {MAX_SEEN_FLOWS})",
                         report.flows.len()
                     )

@@ -172,7 +172,7 @@ impl LocalNic {
     /// cannot do.
     pub fn driver(&self) -> Option<String> {
         match &self.source {
-            Source::Iface(iface) => crate::verifier::driver(iface),
+            Source::Iface(iface) => crate::observer::driver(iface),
             Source::File(_) => None,
         }
     }
