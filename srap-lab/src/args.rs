@@ -180,6 +180,18 @@ pub fn workload_words(args: &LabArgs, flows: usize) -> Vec<String> {
     words
 }
 
+/// How many flows a run of the workload opens, for its verdict
+/// ([`crate::report::require_judged`]): `--flows` when the workload takes it (the
+/// default's `-P {flows}`); a workload of its own that does not say opens
+/// at least one.
+pub(crate) fn flows_opened(args: &LabArgs, flows: usize) -> usize {
+    if args.workload.contains("{flows}") {
+        flows
+    } else {
+        1
+    }
+}
+
 /// `--local-placement`'s parser: the sender agent's own
 /// [`LocalPlacement`] by its names, with clap listing them in `--help`.
 fn local_placement() -> impl clap::builder::TypedValueParser<Value = LocalPlacement> {

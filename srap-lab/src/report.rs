@@ -26,6 +26,37 @@ pub struct ObservedFlow {
     pub bytes: u64,
 }
 
+/// A run whose verdict would rest on fewer flows than it opened: a view
+/// read too late (the flows had closed), a guest command that timed out, a
+/// hook that could not tell a queue. "0 flows on 0 queues: collision-free"
+/// is no verdict; this says so, and the run fails.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{what}: {judged} of the {opened} flows opened were judged; a run judged on fewer flows \
+     than it opened has no verdict"
+)]
+pub struct Unjudged {
+    /// Whose view, of which run.
+    pub what: String,
+    /// Flows the run opened (the workload's, or those its server accepted).
+    pub opened: usize,
+    /// Flows the view judged.
+    pub judged: usize,
+}
+
+/// Every one of `opened` flows judged, and at least one opened: else
+/// [`Unjudged`], naming `what`.
+pub fn require_judged(what: &str, opened: usize, judged: usize) -> Result<(), Unjudged> {
+    if opened == 0 || judged < opened {
+        return Err(Unjudged {
+            what: what.to_owned(),
+            opened,
+            judged,
+        });
+    }
+    Ok(())
+}
+
 /// The verdict on one set of concurrent flows.
 #[derive(Debug, Clone, Serialize)]
 pub struct RunReport {
@@ -105,11 +136,23 @@ impl RunReport {
                 .iter()
                 .filter(|f| f.queue == Some(f.predicted_queue))
                 .count(),
-            collision_free: busiest <= 1,
+            // No flow on any queue is no evidence of collision-freedom.
+            collision_free: !per_queue.is_empty() && busiest <= 1,
             busiest,
             per_queue,
             flows,
         }
+    }
+
+    /// Flows judged: those whose queue the view knows.
+    pub fn judged_flows(&self) -> usize {
+        self.flows.iter().filter(|f| f.queue.is_some()).count()
+    }
+
+    /// This verdict rests on every one of the `opened` flows (and on at
+    /// least one): else [`Unjudged`], naming `what`.
+    pub fn require_all(&self, what: &str, opened: usize) -> Result<(), Unjudged> {
+        require_judged(what, opened, self.judged_flows())
     }
 
     /// A terminal table: one row per flow, then the verdict.
@@ -144,7 +187,9 @@ impl RunReport {
             self.flows.len(),
             self.per_queue.len(),
             self.busiest,
-            if self.collision_free {
+            if self.per_queue.is_empty() {
+                "NO VERDICT (no flow judged)"
+            } else if self.collision_free {
                 "collision-free"
             } else {
                 "COLLISIONS"
@@ -153,5 +198,55 @@ impl RunReport {
             self.flows.len()
         );
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(port: u16, queue: Option<u32>, predicted_queue: u32) -> ObservedFlow {
+        ObservedFlow {
+            src: SocketAddr::from(([10, 0, 0, 1], port)),
+            dst: SocketAddr::from(([10, 0, 0, 2], 5202)),
+            queue,
+            predicted_queue,
+            packets: 10,
+            bytes: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn an_empty_run_has_no_verdict() {
+        let run = RunReport::from_flows(Vec::new());
+        assert!(!run.collision_free, "no flow is no evidence");
+        assert!(run.render("t", 1.0).contains("NO VERDICT"));
+        let err = run.require_all("SRAP's ports", 4).unwrap_err();
+        assert_eq!((err.opened, err.judged), (4, 0));
+        assert!(err.to_string().contains("0 of the 4 flows opened"), "{err}");
+        // Nothing opened is no verdict either.
+        assert!(run.require_all("SRAP's ports", 0).is_err());
+    }
+
+    #[test]
+    fn a_short_run_has_no_verdict() {
+        let run = RunReport::from_flows(vec![flow(1, Some(0), 0), flow(2, Some(1), 1)]);
+        assert!(run.collision_free, "what it saw alone looks clean");
+        let err = run.require_all("kernel ports", 4).unwrap_err();
+        assert_eq!((err.opened, err.judged), (4, 2));
+    }
+
+    #[test]
+    fn a_flow_without_a_queue_is_not_judged() {
+        let run = RunReport::from_flows(vec![flow(1, Some(0), 0), flow(2, None, 1)]);
+        assert_eq!(run.judged_flows(), 1);
+        assert!(run.require_all("x", 2).is_err());
+    }
+
+    #[test]
+    fn a_whole_run_is_judged() {
+        let run = RunReport::from_flows(vec![flow(1, Some(0), 0), flow(2, Some(1), 1)]);
+        assert_eq!(run.require_all("x", 2), Ok(()));
+        assert_eq!(require_judged("x", 2, 3), Ok(()));
     }
 }
