@@ -416,6 +416,32 @@ impl Guest {
             .with_context(|| format!("the guest's srap status {args} --json"))
     }
 
+    /// Starts sampling an agent's status inside the guest, beside the
+    /// flows it is to show: `srap status ARGS --once --json` in a loop in
+    /// the guest's background, every 500 ms, each answer kept in a file
+    /// of its own, until [`StatusSamples::stop`]. A read over the
+    /// serial line can take longer than a flow lives on a busy host (one
+    /// lost exchange costs 30 s, and the agents list only open or recently
+    /// active flows); a sample the guest takes itself does not cross the
+    /// line, and its file outlives the flows, so the run is judged after
+    /// they have closed.
+    pub fn sample_status(&mut self, args: &str) -> anyhow::Result<StatusSamples> {
+        static SAMPLERS: AtomicU64 = AtomicU64::new(0);
+        let dir = format!(
+            "/tmp/srap-samples-{}",
+            SAMPLERS.fetch_add(1, Ordering::Relaxed)
+        );
+        // Bounded: at most StatusSamples::MAX samples, whatever happens
+        // to the host's stop.
+        self.run(&format!(
+            "rm -rf {dir}; mkdir -p {dir}; (i=0; while [ $i -lt {max} ] && ! test -e {dir}/stop; \
+             do srap status {args} --once --json > {dir}/next 2>/dev/null && mv {dir}/next {dir}/$i; \
+             i=$((i+1)); sleep 0.5; done; echo $i > {dir}/count) > /dev/null 2>&1 &",
+            max = StatusSamples::MAX
+        ))?;
+        Ok(StatusSamples { dir })
+    }
+
     /// Keeps the console log and QEMU's output after the guest is gone.
     pub fn keep_dir(&mut self) -> &Path {
         self.keep_dir = true;
@@ -441,6 +467,63 @@ impl Drop for Guest {
         if !self.keep_dir {
             let _ = fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+/// An agent's status sampled inside the guest ([`Guest::sample_status`]):
+/// the samples' directory there.
+#[derive(Debug)]
+pub struct StatusSamples {
+    dir: String,
+}
+
+impl StatusSamples {
+    /// Samples one loop takes at most (500 ms apart: over two minutes).
+    const MAX: usize = 240;
+
+    /// Stops the loop (it ends after its current sample), then reads the
+    /// samples that contain `marker` (a flow's port as the JSON writes it,
+    /// `:5202"`), newest first, parsed, until `enough` says those read so
+    /// far suffice: a flow that has closed is judged from the last samples
+    /// that still held it. The samples are removed from the guest.
+    pub fn stop<T: serde::de::DeserializeOwned>(
+        self,
+        guest: &mut Guest,
+        marker: &str,
+        mut enough: impl FnMut(&[T]) -> bool,
+    ) -> anyhow::Result<Vec<T>> {
+        let dir = &self.dir;
+        guest.run(&format!("touch {dir}/stop"))?;
+        if !guest.poll_until(&format!("test -e {dir}/count"), COMMAND_TIMEOUT)? {
+            bail!("the guest's status sampler in {dir} did not stop");
+        }
+        let taken = guest.read(&format!("cat {dir}/count"))?;
+        let listed = guest.read(&format!(
+            "(cd {dir} && grep -l -F '{marker}' [0-9]*) 2>/dev/null || true"
+        ))?;
+        let mut numbers: Vec<u32> = listed
+            .split_whitespace()
+            .filter_map(|n| n.parse().ok())
+            .collect();
+        numbers.sort_unstable_by(|a, b| b.cmp(a));
+        tracing::debug!(
+            taken = taken.trim(),
+            with_marker = numbers.len(),
+            "the guest's status samples"
+        );
+        let mut samples = Vec::new();
+        for n in numbers {
+            let text = guest.read(&format!("cat {dir}/{n}"))?;
+            match serde_json::from_str(&text) {
+                Ok(sample) => samples.push(sample),
+                Err(err) => tracing::warn!("the guest's status sample {dir}/{n}: {err}"),
+            }
+            if enough(&samples) {
+                break;
+            }
+        }
+        let _ = guest.run(&format!("rm -rf {dir}"));
+        Ok(samples)
     }
 }
 
