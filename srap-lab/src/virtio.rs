@@ -22,14 +22,17 @@ use srap_common::rss::KeySource;
 
 use srap_harness::{
     LAB_PORT_RANGE, PEER_PORT, SenderAgent, SenderOpts,
-    guest::{GUEST_IFACE, Guest, GuestFiles, GuestImage, GuestNet, GuestNic, GuestShape, truth},
+    guest::{
+        GUEST_IFACE, Guest, GuestFiles, GuestImage, GuestNet, GuestNic, GuestShape, StatusSamples,
+        truth,
+    },
     programs::{ChildGuard, agent_binary, client_via, srap_binary},
     subnet::Subnet,
 };
 
 use crate::{
     args::{LabArgs, workload_words},
-    report::{MIN_DATA_BYTES, RunReport},
+    report::{MIN_DATA_BYTES, RunReport, Unjudged, require_judged},
 };
 use srap_common::wire::LandingVerdict;
 use srap_status::Status;
@@ -55,8 +58,10 @@ pub struct GuestRun {
     /// each with the queue the device's real key and `ethtool -x`'s table
     /// give it ([`truth::device_model`]).
     pub accepted: Vec<(u16, u32)>,
-    /// The receiver agent's status behind `srap`, taken while the flows
-    /// were still active (their NIC hashes, say).
+    /// The receiver agent's status behind `srap`, as the guest sampled it
+    /// while the flows were active (their NIC hashes, say): the newest
+    /// sample holding the most accepted flows, with every flow any sample
+    /// held.
     pub status: Status,
 }
 
@@ -64,6 +69,22 @@ impl GuestRun {
     /// Distinct queues of the accepted flows, by the device's own config.
     pub fn distinct_queues(&self) -> usize {
         truth::distinct_queues(&self.accepted)
+    }
+
+    /// This run's verdict rests on every flow the workload opened: the
+    /// guest's server accepted at least `opened` streams, and the receiver
+    /// agent's view judged each one it accepted. Else [`Unjudged`], for
+    /// the run titled `what`.
+    pub fn require_judged(&self, what: &str, opened: usize) -> Result<(), Unjudged> {
+        require_judged(
+            &format!("{what}: the guest's server"),
+            opened,
+            self.accepted.len(),
+        )?;
+        self.srap.require_all(
+            &format!("{what}: the receiver agent's view"),
+            self.accepted.len(),
+        )
     }
 
     pub fn render(&self, title: &str, seconds: f64) -> String {
@@ -166,6 +187,12 @@ impl<'n> VirtioLab<'n> {
         let port = if steered { SRAP_PORT } else { KERNEL_PORT };
         start_iperf3_server(&mut self.guest, port)?;
         let before = truth::rx_queue_packets(&mut self.guest)?;
+        // The receiver lists a flow only while it is active (a packet in
+        // the last 5 s): its status is sampled in the guest beside the
+        // flows, and judged once the workload is done.
+        let samples = self
+            .guest
+            .sample_status(&format!("--control {GUEST_CONTROL}"))?;
         let cgroup = steered.then(|| self.sender.cgroup().to_path_buf());
         let server = self.net.guest_ip.to_string();
         let mut command = client_via(
@@ -185,7 +212,7 @@ impl<'n> VirtioLab<'n> {
         let accepted = iperf3_result(&mut self.guest, port)?;
         let model = truth::device_model(&mut self.guest)?;
         let accepted = truth::guest_queues(&model, self.net, &accepted, |sport| (sport, port))?;
-        let (srap, status) = self.srap_view(port)?;
+        let (srap, status) = self.srap_view(samples, port, &accepted)?;
         let rx_queue_packets = truth::delta(&before, &after);
         Ok(GuestRun {
             busy_queues: truth::busy_queues(&rx_queue_packets, accepted.len()),
@@ -211,22 +238,92 @@ impl<'n> VirtioLab<'n> {
             if status.landings.verdict == want {
                 break;
             }
-            self.run_workload(&small, true, 2)?;
+            self.round(&small)?;
             status = self.status()?;
         }
         Ok(status)
     }
 
-    /// The receiver agent's verdict on the flows toward `port`, sampled
-    /// after the run (it samples every second).
-    fn srap_view(&mut self, port: u16) -> anyhow::Result<(RunReport, Status)> {
-        std::thread::sleep(Duration::from_millis(1500));
-        let status = self.status()?;
+    /// One round of [`VirtioLab::drive_until`]: `workload` steered, to its
+    /// end and the guest's server's, judged by the receiver agent alone
+    /// (its verdict outlives the flows; nothing else is read).
+    fn round(&mut self, workload: &[String]) -> anyhow::Result<()> {
+        start_iperf3_server(&mut self.guest, SRAP_PORT)?;
+        let server = self.net.guest_ip.to_string();
+        let cgroup = self.sender.cgroup().to_path_buf();
+        let mut command = client_via(
+            &self.srap,
+            &self.net.ns,
+            workload,
+            &server,
+            SRAP_PORT,
+            Some(&cgroup),
+        )?;
+        let mut child = ChildGuard::spawn(command.stdout(Stdio::null()))?;
+        let status = child.wait(Duration::from_secs(60))?;
+        if !status.success() {
+            bail!("the workload exited with {status}");
+        }
+        iperf3_result(&mut self.guest, SRAP_PORT)?;
+        Ok(())
+    }
+
+    /// The receiver agent's verdict on the flows toward `port`, from its
+    /// status as the guest sampled it while they ran
+    /// ([`Guest::sample_status`]): every flow as the newest sample that
+    /// held it showed it, read until each accepted stream is found (or
+    /// the samples run out: the verdict then names the streams missing).
+    /// The status beside it is the newest sample holding the most accepted
+    /// streams, its flows those merged rows.
+    fn srap_view(
+        &mut self,
+        samples: StatusSamples,
+        port: u16,
+        accepted: &[(u16, u32)],
+    ) -> anyhow::Result<(RunReport, Status)> {
+        let held = |status: &Status| {
+            accepted
+                .iter()
+                .filter(|(sport, _)| {
+                    status
+                        .flows
+                        .iter()
+                        .any(|f| f.src.port() == *sport && f.dst.port() == port)
+                })
+                .count()
+        };
+        let samples: Vec<Status> =
+            samples.stop(&mut self.guest, &format!(":{port}\""), |samples| {
+                held(&merged(samples, Status::default())) == accepted.len()
+            })?;
+        let newest_fullest = samples
+            .iter()
+            .rev()
+            .max_by_key(|s| held(s))
+            .cloned()
+            .unwrap_or_default();
+        let status = merged(&samples, newest_fullest);
         Ok((
             RunReport::from_status(&status, port, MIN_DATA_BYTES),
             status,
         ))
     }
+}
+
+/// `base` with its flows replaced by every flow of `samples` (newest
+/// first), each as the newest sample that held it showed it.
+fn merged(samples: &[Status], mut base: Status) -> Status {
+    base.flows.clear();
+    for flow in samples.iter().flat_map(|s| &s.flows) {
+        if !base
+            .flows
+            .iter()
+            .any(|f| f.src == flow.src && f.dst == flow.dst)
+        {
+            base.flows.push(flow.clone());
+        }
+    }
+    base
 }
 
 /// `srap-agent receiver` in the guest, with real discovery (no `--rss`),
@@ -351,6 +448,7 @@ pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::
         if !args.json {
             println!("{}", run.render(title, args.duration as f64));
         }
+        run.require_judged(title, super::flows_opened(args, flows))?;
         runs.push(run);
     }
     if args.json {
@@ -365,4 +463,97 @@ pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use srap_status::FlowRow;
+
+    use super::*;
+
+    fn flow(port: u16, bytes: u64, queue: Option<u32>) -> FlowRow {
+        FlowRow {
+            src: SocketAddr::from(([10, 0, 0, 1], port)),
+            dst: SocketAddr::from(([10, 0, 0, 2], SRAP_PORT)),
+            queue,
+            cpu: 0,
+            rss_cpu: None,
+            predicted_queue: queue,
+            predicted_cpu: None,
+            planned_cpu: None,
+            gbps: 0.0,
+            rate_cov: None,
+            packets: 1,
+            bytes,
+            moves: 0,
+            agent_link: false,
+            nic_hash: None,
+            nic_hash_agrees: None,
+        }
+    }
+
+    fn sample(flows: Vec<FlowRow>) -> Status {
+        Status {
+            flows,
+            ..Status::default()
+        }
+    }
+
+    #[test]
+    fn each_flow_is_kept_as_the_newest_sample_showed_it() {
+        // Newest first: the flows went idle before the last sample.
+        let samples = [
+            sample(Vec::new()),
+            sample(vec![flow(10, 3 << 20, Some(1))]),
+            sample(vec![flow(10, 1 << 20, Some(1)), flow(11, 2 << 20, Some(2))]),
+        ];
+        let status = merged(&samples, Status::default());
+        let bytes: Vec<(u16, u64)> = status
+            .flows
+            .iter()
+            .map(|f| (f.src.port(), f.bytes))
+            .collect();
+        assert_eq!(bytes, [(10, 3 << 20), (11, 2 << 20)]);
+        assert!(merged(&[], Status::default()).flows.is_empty());
+    }
+
+    fn guest_run(accepted: &[u16], seen: &[u16]) -> GuestRun {
+        let status = sample(
+            seen.iter()
+                .zip(0..)
+                .map(|(&p, q)| flow(p, 2 << 20, Some(q)))
+                .collect(),
+        );
+        GuestRun {
+            srap: RunReport::from_status(&status, SRAP_PORT, MIN_DATA_BYTES),
+            rx_queue_packets: Vec::new(),
+            busy_queues: BTreeSet::new(),
+            accepted: accepted.iter().map(|&p| (p, 0)).collect(),
+            status,
+        }
+    }
+
+    #[test]
+    fn a_run_judged_on_fewer_flows_than_it_opened_has_no_verdict() {
+        // The receiver's view read after the flows had gone: nothing.
+        let err = guest_run(&[10, 11, 12, 13], &[])
+            .require_judged("SRAP", 4)
+            .unwrap_err();
+        assert_eq!((err.opened, err.judged), (4, 0), "{err}");
+        let err = guest_run(&[10, 11, 12, 13], &[10, 11])
+            .require_judged("SRAP", 4)
+            .unwrap_err();
+        assert_eq!((err.opened, err.judged), (4, 2), "{err}");
+        // The guest's server accepted fewer than were opened.
+        let err = guest_run(&[10], &[10])
+            .require_judged("SRAP", 4)
+            .unwrap_err();
+        assert!(err.to_string().contains("guest's server"), "{err}");
+        assert_eq!(
+            guest_run(&[10, 11], &[11, 10]).require_judged("SRAP", 2),
+            Ok(())
+        );
+    }
 }
