@@ -9,11 +9,14 @@
 //! hook, in the guest).
 
 use std::{
-    collections::BTreeSet, fmt::Write as _, ops::ControlFlow, path::Path, process::Stdio,
-    time::Duration,
+    collections::BTreeSet,
+    fmt::Write as _,
+    path::Path,
+    process::Stdio,
+    time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{Context as _, bail};
 use serde::Serialize;
 use srap_status::{SenderStatus, sender::LocalRow};
 
@@ -29,12 +32,20 @@ use srap_harness::{
 
 use crate::{
     args::LabArgs,
+    report::{Unjudged, require_judged},
     virtio::{self, prepare_image},
 };
 
 /// The sender agent's control socket and log, inside the guest.
 const GUEST_SENDER_CONTROL: &str = "/tmp/sender.sock";
 const GUEST_SENDER_LOG: &str = "/tmp/sender.log";
+/// The guest's client's exit code, written when it is done.
+const CLIENT_RC: &str = "/tmp/client.rc";
+/// The guest's client's PID, and the file saying it is held (stopped).
+const CLIENT_PID: &str = "/tmp/client.pid";
+const CLIENT_HELD: &str = "/tmp/client.held";
+/// How long the streams may take to be established and shown, held.
+const HOLD_WITHIN: Duration = Duration::from_secs(120);
 /// The steered cgroup inside the guest (below its cgroup2 mount).
 pub const GUEST_CGROUP: &str = "srap";
 const KERNEL_PORT: u16 = 5201;
@@ -68,6 +79,34 @@ impl PullRun {
     /// Distinct queues of the accepted streams, by the device's own config.
     pub fn distinct_queues(&self) -> usize {
         truth::distinct_queues(&self.accepted)
+    }
+
+    /// This run's verdict rests on every flow it opened: the host's
+    /// server accepted at least `opened` streams and, for a steered run,
+    /// the guest agent's view showed each accepted one with its queue
+    /// planned and seen. Else [`Unjudged`], for the run titled `what`.
+    pub fn require_judged(&self, what: &str, opened: usize) -> Result<(), Unjudged> {
+        require_judged(
+            &format!("{what}: the host's server"),
+            opened,
+            self.accepted.len(),
+        )?;
+        let Some(srap) = &self.srap else {
+            return Ok(());
+        };
+        let judged = self
+            .accepted
+            .iter()
+            .filter(|(port, _)| {
+                srap.iter()
+                    .any(|f| f.port == *port && f.planned.is_some() && f.seen.is_some())
+            })
+            .count();
+        require_judged(
+            &format!("{what}: the guest's sender agent's view"),
+            self.accepted.len(),
+            judged,
+        )
     }
 
     pub fn render(&self, title: &str) -> String {
@@ -173,9 +212,14 @@ impl<'n> PullLab<'n> {
             Stdio::from(std::fs::File::create(&report)?),
         )?;
         let before = truth::rx_queue_packets(&mut self.guest)?;
+        // The agent lists open connections only: the streams are held open
+        // (the client stopped) until its status has shown them, then let go.
+        if steered {
+            self.hold_streams(flows, port, duration)?;
+        }
         self.start_client(&format!("-R -P {flows} -t {duration}"), port, steered)?;
         let srap = if steered {
-            Some(self.steered_streams(flows, Duration::from_secs(duration + 20))?)
+            Some(self.steered_streams(flows)?)
         } else {
             None
         };
@@ -205,9 +249,11 @@ impl<'n> PullLab<'n> {
         } else {
             String::new()
         };
+        // `srap exec` execs iperf3: the PID kept is the client's.
         self.guest.run(&format!(
-            "rm -f /tmp/client.rc; ({exec}iperf3 -c {host} -p {port} {args}; \
-             echo $? > /tmp/client.rc) > /tmp/client.log 2>&1 &",
+            "rm -f /tmp/client.rc {CLIENT_PID} {CLIENT_HELD}; ({exec}iperf3 -c {host} -p {port} \
+             {args} & echo $! > {CLIENT_PID}; wait $!; echo $? > /tmp/client.rc) \
+             > /tmp/client.log 2>&1 &",
             host = self.net.host_ip
         ))?;
         Ok(())
@@ -265,33 +311,65 @@ impl<'n> PullLab<'n> {
         Ok(status)
     }
 
-    /// The steered streams the guest agent's status shows while they run
-    /// (it lists open connections): each one's queue planned and seen.
-    fn steered_streams(
-        &mut self,
-        flows: usize,
-        within: Duration,
-    ) -> anyhow::Result<Vec<PlannedSeen>> {
-        let shown = poll_until(within, Duration::from_millis(300), || match self.status() {
-            // The data streams and iperf3's control connection.
-            Ok(status) if status.flows.len() > flows => ControlFlow::Break(Ok(status)),
-            Err(err) => ControlFlow::Break(Err(err)),
-            Ok(_) if interrupted() => ControlFlow::Break(Err(anyhow!("interrupted"))),
-            Ok(status) => ControlFlow::Continue(status),
-        });
-        // After `within`, what the last status showed.
-        let status = shown.unwrap_or_else(Ok)?;
-        Ok(status
-            .flows
-            .iter()
-            .filter_map(|f| {
-                Some(PlannedSeen {
-                    port: f.src?.port(),
-                    planned: f.local_queue_planned,
-                    seen: f.local_queue_seen,
-                })
-            })
-            .collect())
+    /// Holds the next client's streams open until its status has been read
+    /// ([`PullLab::steered_streams`]): the agent lists open connections
+    /// only, and on a busy host a status read can take longer than the
+    /// streams live. In the guest's background, started before the client:
+    /// once the `flows` streams and the control connection to the host's
+    /// `port` are established and have carried data for half of
+    /// `duration`, the client is stopped (stopped, it closes nothing; the
+    /// host's server blocks once the windows are full). Bounded: 60 s for
+    /// the connections; a client already done is not stopped.
+    fn hold_streams(&mut self, flows: usize, port: u16, duration: u64) -> anyhow::Result<()> {
+        let remote = format!(
+            "{:08X}:{port:04X}",
+            u32::from_le_bytes(self.net.host_ip.octets())
+        );
+        self.guest.run(&format!(
+            "rm -f {CLIENT_RC} {CLIENT_PID} {CLIENT_HELD} {CLIENT_HELD}.tried; (t=0; \
+             until [ $(grep -c '{remote} 01 ' /proc/net/tcp) -gt {flows} ] || \
+             test -e {CLIENT_RC} || [ $t -ge 600 ]; do sleep 0.1; t=$((t+1)); done; \
+             sleep {half}; test -e {CLIENT_RC} || {{ kill -STOP $(cat {CLIENT_PID}) && \
+             touch {CLIENT_HELD}; }}; touch {CLIENT_HELD}.tried) > /dev/null 2>&1 &",
+            half = duration.div_ceil(2)
+        ))?;
+        Ok(())
+    }
+
+    /// The steered streams as the guest agent's status shows them while
+    /// they are held open ([`PullLab::hold_streams`]): read until every one
+    /// of the `flows` streams (and the control connection) shows its queue
+    /// planned and seen, each stream as the newest read showed it; then the
+    /// client is let go. A client that finished before it was held leaves
+    /// what one read shows; streams no read showed are missing, and the
+    /// caller's verdict names them.
+    fn steered_streams(&mut self, flows: usize) -> anyhow::Result<Vec<PlannedSeen>> {
+        let tried = format!("test -e {CLIENT_HELD}.tried");
+        self.wait(&tried, "the guest's hold of its streams", HOLD_WITHIN)?;
+        let held = self
+            .guest
+            .read(&format!("test -e {CLIENT_HELD} && echo held || echo done"))?
+            .trim()
+            == "held";
+        let mut shown: Vec<SenderStatus> = Vec::new();
+        let deadline = Instant::now() + HOLD_WITHIN;
+        let streams = loop {
+            // Newest first.
+            shown.insert(0, self.status()?);
+            let streams = streams_of(&shown);
+            let judged = streams
+                .iter()
+                .filter(|s| s.planned.is_some() && s.seen.is_some())
+                .count();
+            if judged > flows || !held || Instant::now() >= deadline || interrupted() {
+                break streams;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        };
+        if held {
+            self.guest.run(&format!("kill -CONT $(cat {CLIENT_PID})"))?;
+        }
+        Ok(streams)
     }
 
     /// Polls `check` in the guest until it succeeds (up to `within`).
@@ -302,6 +380,28 @@ impl<'n> PullLab<'n> {
         }
         Ok(())
     }
+}
+
+/// The steered connections of `samples` (newest first), one per source
+/// port: from the newest sample that shows its queue seen, or else the
+/// newest that shows it at all.
+fn streams_of(samples: &[SenderStatus]) -> Vec<PlannedSeen> {
+    let mut streams: Vec<PlannedSeen> = Vec::new();
+    let rows = samples.iter().flat_map(|s| &s.flows).filter_map(|f| {
+        Some(PlannedSeen {
+            port: f.src?.port(),
+            planned: f.local_queue_planned,
+            seen: f.local_queue_seen,
+        })
+    });
+    for row in rows {
+        match streams.iter_mut().find(|s| s.port == row.port) {
+            Some(kept) if kept.seen.is_none() && row.seen.is_some() => *kept = row,
+            Some(_) => {}
+            None => streams.push(row),
+        }
+    }
+    streams
 }
 
 /// This host's NIC's landings agree with the key planned with (every one
@@ -367,6 +467,7 @@ pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::
         if !args.json {
             println!("{}", run.render(title));
         }
+        run.require_judged(title, flows)?;
         runs.push(run);
     }
     if args.json {
@@ -376,4 +477,102 @@ pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use srap_status::sender::SenderFlowRow;
+
+    use super::*;
+
+    fn row(port: u16, seen: Option<u32>) -> SenderFlowRow {
+        SenderFlowRow {
+            src: Some(SocketAddr::from(([10, 0, 0, 2], port))),
+            dst: Some(SocketAddr::from(([10, 0, 0, 1], SRAP_PORT))),
+            local_queue_planned: Some(1),
+            local_queue_seen: seen,
+            ..SenderFlowRow::default()
+        }
+    }
+
+    fn sample(flows: Vec<SenderFlowRow>) -> SenderStatus {
+        SenderStatus {
+            flows,
+            ..SenderStatus::default()
+        }
+    }
+
+    fn run(accepted: &[u16], srap: Option<Vec<PlannedSeen>>) -> PullRun {
+        PullRun {
+            srap,
+            rx_queue_packets: Vec::new(),
+            busy_queues: BTreeSet::new(),
+            accepted: accepted.iter().map(|&p| (p, 1)).collect(),
+        }
+    }
+
+    fn judged(port: u16) -> PlannedSeen {
+        PlannedSeen {
+            port,
+            planned: Some(1),
+            seen: Some(1),
+        }
+    }
+
+    #[test]
+    fn streams_outlive_the_samples_that_no_longer_show_them() {
+        // Newest first: the last sample came after the streams closed.
+        let samples = [
+            sample(Vec::new()),
+            sample(vec![row(10, Some(1)), row(11, None)]),
+            sample(vec![row(11, Some(1)), row(12, Some(0))]),
+        ];
+        let streams = streams_of(&samples);
+        let by_port = |p: u16| streams.iter().find(|s| s.port == p).map(|s| s.seen);
+        assert_eq!(streams.len(), 3, "{streams:?}");
+        assert_eq!(by_port(10), Some(Some(1)));
+        // Not seen yet in the newest sample holding it: the older one saw it.
+        assert_eq!(by_port(11), Some(Some(1)));
+        assert_eq!(by_port(12), Some(Some(0)));
+        assert!(streams_of(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_run_the_agent_showed_no_stream_of_has_no_verdict() {
+        let err = run(&[10, 11], Some(Vec::new()))
+            .require_judged("SRAP", 2)
+            .unwrap_err();
+        assert_eq!((err.opened, err.judged), (2, 0), "{err}");
+        assert!(err.to_string().contains("sender agent's view"), "{err}");
+    }
+
+    #[test]
+    fn a_short_run_has_no_verdict() {
+        // One stream the agent never saw with its queue.
+        let unseen = PlannedSeen {
+            seen: None,
+            ..judged(11)
+        };
+        let err = run(&[10, 11], Some(vec![judged(10), unseen]))
+            .require_judged("SRAP", 2)
+            .unwrap_err();
+        assert_eq!((err.opened, err.judged), (2, 1));
+        // The server accepted fewer streams than were opened.
+        let err = run(&[10], Some(vec![judged(10)]))
+            .require_judged("SRAP", 2)
+            .unwrap_err();
+        assert!(err.to_string().contains("host's server"), "{err}");
+        // Nothing at all.
+        assert!(run(&[], None).require_judged("kernel", 4).is_err());
+    }
+
+    #[test]
+    fn a_whole_run_is_judged() {
+        let whole = run(&[10, 11], Some(vec![judged(11), judged(10)]));
+        assert_eq!(whole.require_judged("SRAP", 2), Ok(()));
+        // Kernel ports: no agent view to judge, the server's count is.
+        assert_eq!(run(&[10, 11], None).require_judged("kernel", 2), Ok(()));
+    }
 }

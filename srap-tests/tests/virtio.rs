@@ -142,9 +142,8 @@ fn downloads_land_on_distinct_guest_queues() {
 /// the key the device really uses and its table, and by the guest's own
 /// per-queue counters; the agent's socket hook saw each where it planned.
 fn downloads_on_distinct_queues(lab: &mut PullLab<'_>, queues: u32) {
-    // 4 s, not 2: the agent's view of the streams is read while they run,
-    // and a guest slowed by the other tests' load (TCG) answered its status
-    // too late for 2 s streams in one local CI run of six.
+    // The agent's view of the streams is sampled in the guest while they
+    // run and judged after they close (`PullRun::srap`).
     let run = lab
         .download(queues as usize, true, 4)
         .expect("steered download");
@@ -336,19 +335,10 @@ fn drive_flows_until(
     lab: &mut VirtioLab<'_>,
     want: srap_common::wire::LandingVerdict,
 ) -> srap_common::wire::LandingVerdict {
-    let mut verdict = srap_common::wire::LandingVerdict::Unknown;
-    let small: Vec<String> = "iperf3 -c {server} -p {port} -P 8 -n 256K"
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect();
-    for _ in 0..8 {
-        lab.run_workload(&small, true, 2).expect("a round of flows");
-        verdict = lab.status().expect("receiver status").landings.verdict;
-        if verdict == want {
-            break;
-        }
-    }
-    verdict
+    lab.drive_until(want, 8)
+        .expect("rounds of flows")
+        .landings
+        .verdict
 }
 
 /// Reading threads, one pinned per vCPU (4 and 8 queues, each queue's IRQ
