@@ -84,7 +84,9 @@ pub fn trial(
     let receiver = if direction.reaches_receiver() {
         let records = net.flows_to(port)?;
         check_count("receiver", records.len(), flows, port)?;
-        Some(RunReport::judge(&net.model, &records, 0))
+        let run = RunReport::judge(&net.model, &records, 0);
+        run.require_all(&format!("the receiver's verifier, port {port}"), flows)?;
+        Some(run)
     } else {
         None
     };
@@ -92,7 +94,9 @@ pub fn trial(
         Some(model) => {
             let records = net.flows_back_from(port)?;
             check_count("sender", records.len(), flows, port)?;
-            Some(RunReport::judge_back(model, &records, 0))
+            let run = RunReport::judge_back(model, &records, 0);
+            run.require_all(&format!("the sender's verifier, port {port}"), flows)?;
+            Some(run)
         }
         None => None,
     };

@@ -131,6 +131,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
         if !args.json {
             println!("{}", report.render(title, args.duration as f64));
         }
+        report.require_all(title, flows_opened(args, flows))?;
         reports.push(report);
     }
     let stats = agents.sender.stats()?;
@@ -392,14 +393,32 @@ fn run_workload(
         cgroup,
     )?;
     let mut workload = ChildGuard::spawn(command.stdout(Stdio::null()))?;
-    let status = workload.wait(Duration::from_secs(args.duration + 30))?;
+    let within = Duration::from_secs(args.duration + 30);
+    // The receiver lists a flow while its packets come (and 5 s past the
+    // last): its status is read while the workload runs, each flow kept as
+    // last seen, so the run is judged on every flow it opened.
+    let mut flows_seen = Vec::new();
+    if args.direction.reaches_receiver() {
+        let until = std::time::Instant::now() + within;
+        while !workload.exited() && std::time::Instant::now() < until && !interrupted() {
+            match agents.receiver.status() {
+                Ok(status) => keep_newest(&mut flows_seen, status.flows),
+                Err(err) => tracing::warn!("the receiver agent's status: {err:#}"),
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    let status = workload.wait(within)?;
     if !status.success() {
         bail!("the workload exited with {status}");
     }
     let mut report = EndsReport::default();
     if args.direction.reaches_receiver() {
-        // What the receiver agent's observer saw, sampled after the run ended.
-        let seen = agents.receiver.status_after(std::time::SystemTime::now())?;
+        // What the receiver agent's verifier saw: after the run ended, and
+        // every flow it showed while the run went on.
+        let mut seen = agents.receiver.status_after(std::time::SystemTime::now())?;
+        keep_newest(&mut flows_seen, std::mem::take(&mut seen.flows));
+        seen.flows = flows_seen;
         report.receiver = Some(RunReport::from_status(&seen, port, MIN_DATA_BYTES));
     }
     if let Some(model) = net.sender_model() {
@@ -407,6 +426,13 @@ fn run_workload(
         report.sender = Some(RunReport::judge_back(model, &records, MIN_DATA_BYTES));
     }
     Ok(report)
+}
+
+/// `kept` with `newer` (a later status's flows) in: a flow both hold as
+/// `newer` shows it, one only `kept` holds as it was last seen.
+fn keep_newest(kept: &mut Vec<srap_status::FlowRow>, newer: Vec<srap_status::FlowRow>) {
+    kept.retain(|k| !newer.iter().any(|n| n.src == k.src && n.dst == k.dst));
+    kept.extend(newer);
 }
 
 /// One workload run judged at each NIC the data reached.
@@ -419,6 +445,18 @@ struct EndsReport {
 }
 
 impl EndsReport {
+    /// Each NIC's verdict rests on every one of the `opened` flows: else
+    /// [`report::Unjudged`], for the run titled `title`.
+    fn require_all(&self, title: &str, opened: usize) -> Result<(), report::Unjudged> {
+        if let Some(receiver) = &self.receiver {
+            receiver.require_all(&format!("{title}: at the receiver's NIC"), opened)?;
+        }
+        if let Some(sender) = &self.sender {
+            sender.require_all(&format!("{title}: at the sender's NIC"), opened)?;
+        }
+        Ok(())
+    }
+
     fn render(&self, title: &str, seconds: f64) -> String {
         match (&self.receiver, &self.sender) {
             (Some(receiver), None) => receiver.render(title, seconds),

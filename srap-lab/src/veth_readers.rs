@@ -50,6 +50,7 @@ use crate::{
     agents::LabAgents,
     args::{DEFAULT_WORKLOAD, LabArgs},
     direction::Direction,
+    report::require_judged,
     topology::{LabNet, LabNetConfig, SenderCpus, Watch, rps_cores},
 };
 
@@ -431,6 +432,14 @@ impl VethReadersLab {
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
+        // A thread's flow the source never accepted has no queue: no
+        // verdict on it.
+        let judged = flows.iter().filter(|f| f.sender_queue.is_some()).count();
+        require_judged(
+            &format!("the threads under {}: the data source", mode.label()),
+            threads,
+            judged,
+        )?;
         Ok(VethRun { mode, flows })
     }
 }
