@@ -45,6 +45,13 @@ fn members_balanced(round: &BondRound) -> Result<(), String> {
     if usable == 0 {
         return Err("no usable member".into());
     }
+    // No flows spread evenly over any members: no verdict without them.
+    if round.flows.len() < ROUND_FLOWS {
+        return Err(format!(
+            "{} of the {ROUND_FLOWS} flows opened were judged",
+            round.flows.len()
+        ));
+    }
     let (low, high) = (
         round.flows.len() / usable,
         round.flows.len().div_ceil(usable),
@@ -329,5 +336,11 @@ fn members_balanced_means_an_even_split_over_the_usable_ones() {
             members_balanced(&round).is_err(),
             "{split:?} with {down:?} down passed"
         );
+    }
+    // No flows, or fewer than a round opens, evenly split: no verdict.
+    for split in [[0, 0, 0, 0], [2, 2, 2, 2]] {
+        let round = round_of(&four, &[], &split);
+        let why = members_balanced(&round).expect_err("a round without its flows passed");
+        assert!(why.contains("of the 16 flows opened"), "{why}");
     }
 }

@@ -324,7 +324,10 @@ fn the_dashboard_in_a_real_terminal_at_80x24_and_160x45() {
             "-p",
             &PORT.to_string(),
         ])
-        .args(["-P", &FLOWS.to_string(), "-t", "120"]);
+        // `-t 0`: the flows run until the test drops the workload (killed
+        // by PID), however long reading the screens takes on a busy host;
+        // every view of them is read while they run.
+        .args(["-P", &FLOWS.to_string(), "-t", "0"]);
     let _workload = ChildGuard::spawn(client.stdout(Stdio::null())).expect("the workload");
     let truth = data_flows(&agents.receiver.control());
 

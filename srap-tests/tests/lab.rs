@@ -139,32 +139,50 @@ fn assert_steered_flows_land_as_planned(
     const FLOWS: usize = 8;
     let server = SocketAddr::new(net.receiver_ip(), STATUS_PORT);
     let (mut clients, mut listener) = open_steered(net, agents, server, FLOWS);
-    // Keep every flow active across a few of the agent's 1 s samples.
-    let until = Instant::now() + Duration::from_millis(2500);
+    // Keep every flow active across a few of the agent's 1 s samples, and
+    // on until its status has been read with all of them in it and each
+    // one's plan (the receiver lists a flow only while packets come: one
+    // read after the flows went quiet would judge none).
+    let settled = Instant::now() + Duration::from_millis(2500);
+    let deadline = Instant::now() + Duration::from_secs(30);
     let chunk = [0x5au8; 16 * 1024];
     let mut sink = [0u8; 64 * 1024];
     for (stream, _) in listener.accepted() {
         stream.set_nonblocking(true).expect("nonblocking");
     }
-    while Instant::now() < until {
+    let read_status = || {
+        let out = std::process::Command::new(srap_tests::built_binary("srap"))
+            .args(["status", "--once", "--json", "--control"])
+            .arg(agents.receiver.control())
+            .output()
+            .expect("run srap status");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<Status>(&out.stdout).expect("status JSON")
+    };
+    let status = loop {
         for client in &mut clients {
             client.write_all(&chunk).expect("send");
         }
         for (stream, _) in listener.accepted() {
             while stream.read(&mut sink).is_ok_and(|n| n > 0) {}
         }
-    }
-    let out = std::process::Command::new(srap_tests::built_binary("srap"))
-        .args(["status", "--once", "--json", "--control"])
-        .arg(agents.receiver.control())
-        .output()
-        .expect("run srap status");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let status: Status = serde_json::from_slice(&out.stdout).expect("status JSON");
+        if Instant::now() < settled {
+            continue;
+        }
+        let status = read_status();
+        let shown = status
+            .flows
+            .iter()
+            .filter(|f| f.dst.port() == STATUS_PORT && f.planned_cpu.is_some())
+            .count();
+        if shown >= FLOWS || Instant::now() >= deadline {
+            break status;
+        }
+    };
     // A veth has no RSS of its own: the receive CPUs are the description's.
     assert_eq!(status.receive_cpu, ReceiveCpu::Emulated);
     let flows: Vec<_> = status
