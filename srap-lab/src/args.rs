@@ -95,8 +95,8 @@ pub struct LabArgs {
     /// With --experiment: the receive observer the experiment attaches on
     /// the receiver's veth (`auto` is tc there), or `off` (throughput only:
     /// its queues are then unknown), to measure what each hook costs.
-    /// (`--verifier`, its earlier name, is kept as an alias.)
-    #[arg(long, value_enum, alias = "verifier")]
+    /// (`--observer`, its earlier name, is kept as an alias.)
+    #[arg(long, value_enum, alias = "observer")]
     pub observer: Option<LabObserver>,
     /// With --experiment throughput: write PNG and SVG plots into this
     /// directory (per-flow rates over time, aggregate per trial); with

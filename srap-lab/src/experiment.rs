@@ -85,7 +85,7 @@ pub fn trial(
         let records = net.flows_to(port)?;
         check_count("receiver", records.len(), flows, port)?;
         let run = RunReport::judge(&net.model, &records, 0);
-        run.require_all(&format!("the receiver's verifier, port {port}"), flows)?;
+        run.require_all(&format!("the receiver's observer, port {port}"), flows)?;
         Some(run)
     } else {
         None
@@ -95,7 +95,7 @@ pub fn trial(
             let records = net.flows_back_from(port)?;
             check_count("sender", records.len(), flows, port)?;
             let run = RunReport::judge_back(model, &records, 0);
-            run.require_all(&format!("the sender's verifier, port {port}"), flows)?;
+            run.require_all(&format!("the sender's observer, port {port}"), flows)?;
             Some(run)
         }
         None => None,

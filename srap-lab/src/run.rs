@@ -15,13 +15,13 @@ use srap_harness::{
 
 use crate::{
     agents::LabAgents,
-    args::{DEFAULT_WORKLOAD, Experiment, LabArgs, Nic, workload_words},
+    args::{DEFAULT_WORKLOAD, Experiment, LabArgs, Nic, flows_opened, workload_words},
     binder::LabBinder,
     bond_throughput,
     capacity::{QueueRate, Rate},
     direction::Direction,
     experiment, plot,
-    report::{MIN_DATA_BYTES, RunReport},
+    report::{self, MIN_DATA_BYTES, RunReport},
     throughput::{self, ThroughputPlan},
     topology::{LabNet, LabNetConfig, LabObserver, Watch},
     veth_readers, virtio, virtio_pull, virtio_readers,
@@ -414,7 +414,7 @@ fn run_workload(
     }
     let mut report = EndsReport::default();
     if args.direction.reaches_receiver() {
-        // What the receiver agent's verifier saw: after the run ended, and
+        // What the receiver agent's observer saw: after the run ended, and
         // every flow it showed while the run went on.
         let mut seen = agents.receiver.status_after(std::time::SystemTime::now())?;
         keep_newest(&mut flows_seen, std::mem::take(&mut seen.flows));

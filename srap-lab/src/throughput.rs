@@ -391,12 +391,12 @@ fn trial(
     let mut observed: Option<Vec<ObservedQueue>> = None;
     if direction.reaches_receiver() && net.observer_hook().is_some() {
         let run = RunReport::judge(&net.model, &net.flows_to(port)?, MIN_DATA_BYTES);
-        run.require_all("the receiver's verifier", plan.flows)?;
+        run.require_all("the receiver's observer", plan.flows)?;
         observed.get_or_insert_default().extend(queues_of(&run));
     }
     if let Some(model) = net.sender_model() {
         let run = RunReport::judge_back(model, &net.flows_back_from(port)?, MIN_DATA_BYTES);
-        run.require_all("the sender's verifier", plan.flows)?;
+        run.require_all("the sender's observer", plan.flows)?;
         observed.get_or_insert_default().extend(queues_of(&run));
     }
     Ok(with_queues(rates, observed.as_deref()))

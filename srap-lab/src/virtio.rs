@@ -31,7 +31,7 @@ use srap_harness::{
 };
 
 use crate::{
-    args::{LabArgs, workload_words},
+    args::{LabArgs, flows_opened, workload_words},
     report::{MIN_DATA_BYTES, RunReport, Unjudged, require_judged},
 };
 use srap_common::wire::LandingVerdict;
@@ -448,7 +448,7 @@ pub fn run(args: &LabArgs, nic: GuestNic, queues: u32, flows: usize) -> anyhow::
         if !args.json {
             println!("{}", run.render(title, args.duration as f64));
         }
-        run.require_judged(title, super::flows_opened(args, flows))?;
+        run.require_judged(title, flows_opened(args, flows))?;
         runs.push(run);
     }
     if args.json {

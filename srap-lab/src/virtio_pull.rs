@@ -25,7 +25,6 @@ use srap_harness::{
     guest::{GUEST_IFACE, Guest, GuestImage, GuestNet, GuestNic, GuestShape, truth},
     interrupt::interrupted,
     names::unique_name,
-    poll_until,
     programs::iperf3_server_with,
     subnet::Subnet,
 };

@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 pub struct Status {
     /// The receiving interface (`--iface`).
     pub iface: String,
-    /// Whether and how the receive observer runs (`verifier` in the JSON of
+    /// Whether and how the receive observer runs (`observer` in the JSON of
     /// agents from before the name changed, still read).
-    #[serde(alias = "verifier")]
+    #[serde(alias = "observer")]
     pub observer: ObserverState,
     /// Version of the RSS description served to senders.
     pub rss_version: u64,

@@ -23,5 +23,7 @@ pub mod truth;
 
 pub use files::{GuestFiles, GuestKernel};
 pub use image::GuestImage;
-pub use qemu::{COMMAND_TIMEOUT, GUEST_IFACE, Guest, GuestNet, GuestNic, GuestShape};
+pub use qemu::{
+    COMMAND_TIMEOUT, GUEST_IFACE, Guest, GuestNet, GuestNic, GuestShape, StatusSamples,
+};
 pub use shell::GuestShell;
