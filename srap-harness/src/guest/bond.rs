@@ -712,8 +712,9 @@ mod tests {
         assert!(counter_rise("12 40\n11 40\n", 2).is_err());
     }
 
-    #[test]
-    fn lacp_reply_echoes_the_actor_as_partner() {
+    /// A guest's LACPDU as the bond sends it (to the slow-protocols group,
+    /// from its MAC), and the PDU alone.
+    fn lacpdu_frame() -> (Vec<u8>, [u8; LACPDU_LEN]) {
         let mut frame = vec![0x01, 0x80, 0xc2, 0, 0, 2, 0x52, 0x54, 0, 0x5a, 0xb0, 0];
         frame.extend_from_slice(&ETH_P_SLOW.to_be_bytes());
         let mut pdu = [0u8; LACPDU_LEN];
@@ -722,6 +723,12 @@ mod tests {
             0xff, 0xff, 0x52, 0x54, 0, 0x5a, 0xb0, 0, 0, 9, 0, 0xff, 0, 1, 0x4d,
         ]);
         frame.extend_from_slice(&pdu);
+        (frame, pdu)
+    }
+
+    #[test]
+    fn lacp_reply_echoes_the_actor_as_partner() {
+        let (mut frame, pdu) = lacpdu_frame();
         let reply = lacp_reply(&frame, 3).expect("an LACPDU");
         assert_eq!(reply.len(), 14 + LACPDU_LEN);
         assert_eq!(&reply[..6], &frame[..6]);
@@ -764,14 +771,7 @@ mod tests {
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || answer_lacp(&partner, 7, &stop))
         };
-        let mut frame = vec![0x01, 0x80, 0xc2, 0, 0, 2, 0x52, 0x54, 0, 0x5a, 0xb0, 0];
-        frame.extend_from_slice(&ETH_P_SLOW.to_be_bytes());
-        let mut pdu = [0u8; LACPDU_LEN];
-        pdu[..4].copy_from_slice(&[1, 1, 1, 20]);
-        pdu[4..19].copy_from_slice(&[
-            0xff, 0xff, 0x52, 0x54, 0, 0x5a, 0xb0, 0, 0, 9, 0, 0xff, 0, 1, 0x4d,
-        ]);
-        frame.extend_from_slice(&pdu);
+        let (frame, pdu) = lacpdu_frame();
         let mut reply = [0u8; 1514];
         let mut got = None;
         for _ in 0..25 {
