@@ -482,7 +482,10 @@ fn socket_flows(
                 }
                 None => handshake_stats(&flow, now_ns, queues),
             };
-            let key = FlowKey::from_addrs(Protocol::Tcp, src, dst).unwrap_or(key);
+            // Re-keyed by the unmapped addresses, keeping the protocol the
+            // program recorded.
+            let protocol = Protocol::from_raw(u32::from(key.protocol)).unwrap_or(Protocol::Tcp);
+            let key = FlowKey::from_addrs(protocol, src, dst).unwrap_or(key);
             Some(FlowRecord {
                 src,
                 dst,
