@@ -70,6 +70,11 @@ pub struct BondRow {
     /// (which pauses the balancing); `None` before any.
     #[serde(default)]
     pub counters: Option<String>,
+    /// Samples whose members' counters were judged (agree or contradict)
+    /// since the agent started: a reader that saw it rise knows
+    /// `counters` speaks of flows since, not of an older round.
+    #[serde(default)]
+    pub counters_judged: u64,
     /// Every member in enslavement order.
     pub members: Vec<MemberRow>,
 }

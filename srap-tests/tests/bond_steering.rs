@@ -121,16 +121,24 @@ fn steered_round(lab: &mut BondLab, title: &str) -> BondRound {
         lab.sender_log()
     );
     assert_members_balanced(&round);
-    assert_loop_agrees(lab);
+    assert_loop_agrees(lab, &round);
     round
 }
 
 /// The agent's own closed loop over the members' counters judged the round
+/// (its count of judged samples rose while the round's flows were open)
 /// and found the hash right: it did not pause the balancing on a bond that
 /// does what the model says.
-fn assert_loop_agrees(lab: &mut BondLab) {
+fn assert_loop_agrees(lab: &mut BondLab, round: &BondRound) {
     let status = lab.sender_status().expect("the guest's sender status");
     let bond = status.bonds.first().expect("the agent shows its bond");
+    let before = round.judged_before.expect("a steered round");
+    assert!(
+        bond.counters_judged > before,
+        "the agent's member loop judged no sample of the round (still {before}): {bond:?}\n\
+         the guest's sender log:\n{}",
+        lab.sender_log()
+    );
     assert_eq!(
         bond.counters.as_deref(),
         Some("agree"),
@@ -298,6 +306,7 @@ fn round_of(slaves: &[&str], down: &[&str], per_member: &[usize]) -> BondRound {
             .map(|m| (*m).to_owned())
             .collect(),
         open_at_once: flows.len(),
+        judged_before: None,
         flows,
         tx_bytes: per_member.iter().map(|&n| n as u64 * wire).collect(),
         seconds: 0.0,

@@ -567,6 +567,7 @@ mod tests {
                 balanced: false,
                 why_not: Some("3 usable members: …".into()),
                 counters: Some("agree".into()),
+                counters_judged: 4,
                 members: vec![member("eth2", false, 0), member("eth0", true, 6)],
             }],
             ..two_receivers()

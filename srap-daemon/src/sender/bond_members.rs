@@ -69,6 +69,7 @@ fn bond_row(bond: &EgressBond, status: &SenderStatus, judged: &MemberLoop) -> Bo
         balanced: bond.plan.is_some(),
         why_not: bond.why_not.clone(),
         counters: judged.last.get(&bond.name).cloned(),
+        counters_judged: judged.judged.get(&bond.name).copied().unwrap_or(0),
         members,
     }
 }
@@ -136,6 +137,8 @@ pub struct MemberLoop {
     streaks: BTreeMap<String, (u32, u32)>,
     /// Each bond's last verdict that judged, for the status.
     last: BTreeMap<String, String>,
+    /// Each bond's samples that judged, for the status.
+    judged: BTreeMap<String, u64>,
 }
 
 /// A bond's balancing paused (`Some(why)`) or resumed (`None`) by its
@@ -171,16 +174,7 @@ impl MemberLoop {
                 Some(observed) => judge(&usable, &expected, &observed),
                 None => MemberVerdict::Undecided,
             };
-            match &verdict {
-                MemberVerdict::Agreed => {
-                    self.last.insert(bond.name.clone(), "agree".into());
-                }
-                MemberVerdict::Contradicted(why) => {
-                    self.last
-                        .insert(bond.name.clone(), format!("contradict: {why}"));
-                }
-                MemberVerdict::Undecided => {}
-            }
+            self.record(&bond.name, &verdict);
             let is_paused = paused.contains_key(&bond.name);
             if let Some(change) = self.follow(&bond.name, &verdict, is_paused) {
                 changes.push((bond.name.clone(), change));
@@ -193,6 +187,17 @@ impl MemberLoop {
             .filter_map(|key| Some((key, connections.get(&key)?.bytes_acked)))
             .collect();
         changes
+    }
+
+    /// Keeps a verdict that judged as the bond's last, and counts it.
+    fn record(&mut self, bond: &str, verdict: &MemberVerdict) {
+        let last = match verdict {
+            MemberVerdict::Agreed => "agree".to_owned(),
+            MemberVerdict::Contradicted(why) => format!("contradict: {why}"),
+            MemberVerdict::Undecided => return,
+        };
+        self.last.insert(bond.to_owned(), last);
+        *self.judged.entry(bond.to_owned()).or_default() += 1;
     }
 
     /// Each member's `tx_bytes` rise since the previous sample (`None` for

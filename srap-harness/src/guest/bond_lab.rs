@@ -75,30 +75,39 @@ pub const GUEST_CGROUP: &str = "srap";
 /// The round's script in the guest (see [`ROUND_SCRIPT`]).
 const GUEST_ROUND_SCRIPT: &str = "/tmp/round.sh";
 
-/// A round in the guest: `sh round.sh HOST PORT BYTES FLOWS PATTERN`.
+/// A round in the guest:
+/// `sh round.sh HOST PORT BYTES FLOWS PATTERN CONTROL JUDGED`.
 /// Every flow's `nc` connects at once, its data held back by a gate until
 /// `/proc/net/tcp` shows all of them established toward the sink (the
 /// pattern: the sink's address and port as that file prints them), so the
-/// binder sees all of them open together; then each sends BYTES and
-/// closes. Prints `open N`: how many were established when the gate
-/// opened. Then it waits until no flow toward the sink is established or
-/// closing with data or its FIN unacknowledged (states 01, 04, 08, 09, 0B):
-/// `nc` exits once its data is in the socket, not on the wire, and the
-/// counters after must count all of it. The wait loops are bounded (60 s)
-/// so a flow that never connects cannot hold the guest's shell.
+/// binder sees all of them open together; then each sends BYTES and stays
+/// open until the sender agent at CONTROL shows its bond judged more than
+/// JUDGED times (its member loop judges only flows open at a sample; a
+/// CONTROL of `-` holds nothing), then closes. Prints `open N`: how many
+/// were established when the gate opened. Then it waits until no flow
+/// toward the sink is established or closing with data or its FIN
+/// unacknowledged (states 01, 04, 08, 09, 0B): `nc` exits once its data is
+/// in the socket, not on the wire, and the counters after must count all
+/// of it. The wait loops are bounded (60 s; the hold 30 s) so a flow that
+/// never connects cannot hold the guest's shell.
 const ROUND_SCRIPT: &[&str] = &[
-    "h=$1; p=$2; bytes=$3; n=$4; pat=\"$5 01 \"",
-    "rm -f /tmp/round.go",
+    "h=$1; p=$2; bytes=$3; n=$4; pat=\"$5 01 \"; ctl=$6; before=$7",
+    "rm -f /tmp/round.go /tmp/round.done",
     "i=0",
     "while [ $i -lt $n ]; do",
     "  ( t=0; while [ ! -e /tmp/round.go ] && [ $t -lt 300 ]; do sleep 0.2; t=$((t+1)); done;",
-    "    head -c $bytes /dev/zero ) | nc -w 20 $h $p &",
+    "    head -c $bytes /dev/zero;",
+    "    t=0; while [ ! -e /tmp/round.done ] && [ $t -lt 300 ]; do sleep 0.2; t=$((t+1)); done ) | nc -w 40 $h $p &",
     "  i=$((i+1))",
     "done",
     "t=0",
     "until [ $(grep -c \"$pat\" /proc/net/tcp) -ge $n ] || [ $t -ge 300 ]; do sleep 0.2; t=$((t+1)); done",
     "echo open $(grep -c \"$pat\" /proc/net/tcp)",
     "touch /tmp/round.go",
+    "judged() { srap status --sender --once --json --control $ctl | grep -o \"counters_judged.: *[0-9]*\" | grep -o \"[0-9]*$\"; }",
+    "t=0",
+    "if [ \"$ctl\" != - ]; then until [ \"$(judged)\" -gt \"$before\" ] 2>/dev/null || [ $t -ge 120 ]; do sleep 0.25; t=$((t+1)); done; fi",
+    "touch /tmp/round.done",
     "wait",
     "t=0",
     "until ! grep -qE \"$5 0[1489B] \" /proc/net/tcp || [ $t -ge 300 ]; do sleep 0.2; t=$((t+1)); done",
@@ -251,6 +260,13 @@ impl BondLab {
             .srap_status(&format!("--sender --control {GUEST_SENDER_CONTROL}"))
     }
 
+    /// How many samples the guest's sender agent's member loop has judged
+    /// its bond by (0 before it shows a bond).
+    pub fn bond_judged(&mut self) -> anyhow::Result<u64> {
+        let status = self.sender_status()?;
+        Ok(status.bonds.first().map_or(0, |bond| bond.counters_judged))
+    }
+
     /// The guest's `srap status --sender --once`, as an operator reads it.
     pub fn sender_status_text(&mut self) -> anyhow::Result<String> {
         self.guest.run(&format!(
@@ -329,11 +345,19 @@ impl BondLab {
             Ports::Kernel => String::new(),
             Ports::Steered => format!("srap exec --cgroup {GUEST_CGROUP} -- "),
         };
+        let judged_before = match ports {
+            Ports::Kernel => None,
+            Ports::Steered => Some(self.bond_judged()?),
+        };
+        let hold = match judged_before {
+            Some(judged) => format!("{GUEST_SENDER_CONTROL} {judged}"),
+            None => "- 0".to_owned(),
+        };
         let counters = counters_line(&slaves, "tx_bytes");
         // One shell line: the counters, the flows, the counters.
         let line = format!(
             "{counters}; {exec}sh {GUEST_ROUND_SCRIPT} {host} {SINK_PORT} {flow_bytes} \
-             {ROUND_FLOWS} {pattern}; rc=$?; {counters}; exit $rc",
+             {ROUND_FLOWS} {pattern} {hold}; rc=$?; {counters}; exit $rc",
             pattern = proc_net_tcp_addr(host, SINK_PORT)
         );
         let output = self.guest.run(&line)?;
@@ -356,6 +380,7 @@ impl BondLab {
             flows,
             tx_bytes,
             open_at_once,
+            judged_before,
             seconds: started.elapsed().as_secs_f64(),
             flow_bytes,
             received,
@@ -418,6 +443,10 @@ pub struct BondRound {
     /// How many flows the guest saw established when their data was let
     /// go: all of them, or the binder did not see them open together.
     pub open_at_once: usize,
+    /// For a steered round, how many samples the sender agent's member
+    /// loop had judged its bond by before the round: a verdict read after
+    /// it speaks of the round only if the count rose.
+    pub judged_before: Option<u64>,
     /// The round's wall time, setup to verdict.
     pub seconds: f64,
     /// What each flow uploaded.
@@ -567,6 +596,7 @@ mod tests {
             flows,
             tx_bytes,
             open_at_once: members.len(),
+            judged_before: None,
             seconds: 1.0,
             flow_bytes: ROUND_FLOW_BYTES,
             received: Vec::new(),
