@@ -22,10 +22,7 @@ use srap_common::rss::KeySource;
 
 use srap_harness::{
     LAB_PORT_RANGE, PEER_PORT, SenderAgent, SenderOpts,
-    guest::{
-        GUEST_IFACE, Guest, GuestFiles, GuestImage, GuestNet, GuestNic, GuestShape, StatusSamples,
-        truth,
-    },
+    guest::{GUEST_IFACE, Guest, GuestFiles, GuestImage, GuestNet, GuestNic, GuestShape, truth},
     programs::{ChildGuard, agent_binary, client_via, srap_binary},
     subnet::Subnet,
 };
@@ -41,6 +38,9 @@ use srap_status::Status;
 pub(crate) const SUBNET: u8 = 77;
 const KERNEL_PORT: u16 = 5201;
 const SRAP_PORT: u16 = 5202;
+/// Receiver samples [`VirtioLab::drive_until`] waits after a round for the
+/// verdict it drives toward.
+const SETTLE_SAMPLES: u32 = 3;
 /// The receiver agent's control socket, inside the guest.
 pub const GUEST_CONTROL: &str = "/tmp/receiver.sock";
 
@@ -63,6 +63,10 @@ pub struct GuestRun {
     /// sample holding the most accepted flows, with every flow any sample
     /// held.
     pub status: Status,
+    /// The guest's status samples behind `srap`: taken in all, and how
+    /// many held a flow of the run (a view short of flows says which).
+    pub samples_taken: u32,
+    pub samples_holding: usize,
 }
 
 impl GuestRun {
@@ -99,6 +103,14 @@ impl GuestRun {
             self.distinct_queues(),
             self.busy_queues.len()
         );
+        if self.srap.flows.len() < self.accepted.len() {
+            let _ = writeln!(
+                out,
+                "  SRAP's view is short of flows: {} status samples taken in the guest, {} of them \
+                 holding a flow of the run",
+                self.samples_taken, self.samples_holding
+            );
+        }
         out
     }
 }
@@ -212,7 +224,10 @@ impl<'n> VirtioLab<'n> {
         let accepted = iperf3_result(&mut self.guest, port)?;
         let model = truth::device_model(&mut self.guest)?;
         let accepted = truth::guest_queues(&model, self.net, &accepted, |sport| (sport, port))?;
-        let (srap, status) = self.srap_view(samples, port, &accepted)?;
+        let sampled = samples.stop(&mut self.guest, &format!(":{port}\""), |samples| {
+            held(port, &accepted, &merged(samples, Status::default())) == accepted.len()
+        })?;
+        let (srap, status) = srap_view(&sampled.samples, port, &accepted);
         let rx_queue_packets = truth::delta(&before, &after);
         Ok(GuestRun {
             busy_queues: truth::busy_queues(&rx_queue_packets, accepted.len()),
@@ -220,6 +235,8 @@ impl<'n> VirtioLab<'n> {
             rx_queue_packets,
             accepted,
             status,
+            samples_taken: sampled.taken,
+            samples_holding: sampled.holding,
         })
     }
 
@@ -239,6 +256,23 @@ impl<'n> VirtioLab<'n> {
                 break;
             }
             self.round(&small)?;
+            status = self.settle(want)?;
+        }
+        Ok(status)
+    }
+
+    /// The receiver's status once its verdict is `want`, or after
+    /// [`SETTLE_SAMPLES`] of its samples: the judge sees a round's flows
+    /// at its next sample, so a verdict read at once after the round lags
+    /// it by up to one interval.
+    fn settle(&mut self, want: LandingVerdict) -> anyhow::Result<Status> {
+        let mut status = self.status()?;
+        let interval = Duration::from_millis(status.interval_ms.clamp(100, 5_000));
+        for _ in 0..SETTLE_SAMPLES {
+            if status.landings.verdict == want {
+                break;
+            }
+            std::thread::sleep(interval);
             status = self.status()?;
         }
         Ok(status)
@@ -267,47 +301,38 @@ impl<'n> VirtioLab<'n> {
         iperf3_result(&mut self.guest, SRAP_PORT)?;
         Ok(())
     }
+}
 
-    /// The receiver agent's verdict on the flows toward `port`, from its
-    /// status as the guest sampled it while they ran
-    /// ([`Guest::sample_status`]): every flow as the newest sample that
-    /// held it showed it, read until each accepted stream is found (or
-    /// the samples run out: the verdict then names the streams missing).
-    /// The status beside it is the newest sample holding the most accepted
-    /// streams, its flows those merged rows.
-    fn srap_view(
-        &mut self,
-        samples: StatusSamples,
-        port: u16,
-        accepted: &[(u16, u32)],
-    ) -> anyhow::Result<(RunReport, Status)> {
-        let held = |status: &Status| {
-            accepted
+/// The receiver agent's verdict on the flows toward `port`, from its
+/// status as the guest sampled it while they ran
+/// ([`Guest::sample_status`], newest first): every flow as the newest
+/// sample that held it showed it. The status beside it is the newest
+/// sample holding the most accepted streams, its flows those merged rows.
+fn srap_view(samples: &[Status], port: u16, accepted: &[(u16, u32)]) -> (RunReport, Status) {
+    let newest_fullest = samples
+        .iter()
+        .rev()
+        .max_by_key(|s| held(port, accepted, s))
+        .cloned()
+        .unwrap_or_default();
+    let status = merged(samples, newest_fullest);
+    (
+        RunReport::from_status(&status, port, MIN_DATA_BYTES),
+        status,
+    )
+}
+
+/// How many of the `accepted` streams toward `port` `status` holds.
+fn held(port: u16, accepted: &[(u16, u32)], status: &Status) -> usize {
+    accepted
+        .iter()
+        .filter(|(sport, _)| {
+            status
+                .flows
                 .iter()
-                .filter(|(sport, _)| {
-                    status
-                        .flows
-                        .iter()
-                        .any(|f| f.src.port() == *sport && f.dst.port() == port)
-                })
-                .count()
-        };
-        let samples: Vec<Status> =
-            samples.stop(&mut self.guest, &format!(":{port}\""), |samples| {
-                held(&merged(samples, Status::default())) == accepted.len()
-            })?;
-        let newest_fullest = samples
-            .iter()
-            .rev()
-            .max_by_key(|s| held(s))
-            .cloned()
-            .unwrap_or_default();
-        let status = merged(&samples, newest_fullest);
-        Ok((
-            RunReport::from_status(&status, port, MIN_DATA_BYTES),
-            status,
-        ))
-    }
+                .any(|f| f.src.port() == *sport && f.dst.port() == port)
+        })
+        .count()
 }
 
 /// `base` with its flows replaced by every flow of `samples` (newest
@@ -532,7 +557,20 @@ mod tests {
             busy_queues: BTreeSet::new(),
             accepted: accepted.iter().map(|&p| (p, 0)).collect(),
             status,
+            samples_taken: 6,
+            samples_holding: usize::from(!seen.is_empty()),
         }
+    }
+
+    #[test]
+    fn a_view_short_of_flows_says_what_the_samples_held() {
+        let text = guest_run(&[10, 11], &[]).render("SRAP", 1.0);
+        assert!(
+            text.contains("6 status samples taken in the guest, 0 of them holding a flow"),
+            "{text}"
+        );
+        let text = guest_run(&[10], &[10]).render("SRAP", 1.0);
+        assert!(!text.contains("status samples taken"), "{text}");
     }
 
     #[test]

@@ -24,6 +24,6 @@ pub mod truth;
 pub use files::{GuestFiles, GuestKernel};
 pub use image::GuestImage;
 pub use qemu::{
-    COMMAND_TIMEOUT, GUEST_IFACE, Guest, GuestNet, GuestNic, GuestShape, StatusSamples,
+    COMMAND_TIMEOUT, GUEST_IFACE, Guest, GuestNet, GuestNic, GuestShape, Sampled, StatusSamples,
 };
 pub use shell::GuestShell;

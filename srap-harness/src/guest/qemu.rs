@@ -491,13 +491,14 @@ impl StatusSamples {
         guest: &mut Guest,
         marker: &str,
         mut enough: impl FnMut(&[T]) -> bool,
-    ) -> anyhow::Result<Vec<T>> {
+    ) -> anyhow::Result<Sampled<T>> {
         let dir = &self.dir;
         guest.run(&format!("touch {dir}/stop"))?;
         if !guest.poll_until(&format!("test -e {dir}/count"), COMMAND_TIMEOUT)? {
             bail!("the guest's status sampler in {dir} did not stop");
         }
         let taken = guest.read(&format!("cat {dir}/count"))?;
+        let taken = taken.trim().parse().unwrap_or(0);
         let listed = guest.read(&format!(
             "(cd {dir} && grep -l -F '{marker}' [0-9]*) 2>/dev/null || true"
         ))?;
@@ -506,11 +507,8 @@ impl StatusSamples {
             .filter_map(|n| n.parse().ok())
             .collect();
         numbers.sort_unstable_by(|a, b| b.cmp(a));
-        tracing::debug!(
-            taken = taken.trim(),
-            with_marker = numbers.len(),
-            "the guest's status samples"
-        );
+        let holding = numbers.len();
+        tracing::debug!(taken, holding, "the guest's status samples");
         let mut samples = Vec::new();
         for n in numbers {
             let text = guest.read(&format!("cat {dir}/{n}"))?;
@@ -523,8 +521,24 @@ impl StatusSamples {
             }
         }
         let _ = guest.run(&format!("rm -rf {dir}"));
-        Ok(samples)
+        Ok(Sampled {
+            samples,
+            taken,
+            holding,
+        })
     }
+}
+
+/// What [`StatusSamples::stop`] read: the samples parsed, and how many the
+/// guest took and held the marker (for a report that saw too few flows).
+#[derive(Debug)]
+pub struct Sampled<T> {
+    /// Those holding the marker, newest first, until enough.
+    pub samples: Vec<T>,
+    /// Samples the guest took in all.
+    pub taken: u32,
+    /// Samples holding the marker.
+    pub holding: usize,
 }
 
 /// QEMU and its directory until the guest is up: a failed boot kills QEMU
