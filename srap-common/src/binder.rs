@@ -236,13 +236,16 @@ pub const CONNECT6_PROGRAM: &str = "srap_connect6";
 pub const BIND4_PROGRAM: &str = "srap_bind4";
 pub const BIND6_PROGRAM: &str = "srap_bind6";
 pub const RELEASE_PROGRAM: &str = "srap_sock_release";
+/// The `sock_ops` program that releases at TCP close what a socket the
+/// release hook never sees (a kernel socket: an MPTCP subflow) claimed.
+pub const CLOSE_PROGRAM: &str = "srap_tcp_close";
 
 /// The binder's counters in [`STATS_MAP`]: every connect counts one
 /// [`outcome`] (what it came to), and some also count [`event`]s within it.
 /// One index space for both, [`COUNTERS`] entries named by
 /// [`COUNTER_NAMES`] (the `outcome` label of `/metrics`, the keys of the
 /// status JSON).
-pub const COUNTERS: u32 = 23;
+pub const COUNTERS: u32 = 24;
 
 /// The counters' names, by index.
 pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
@@ -269,6 +272,7 @@ pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
     "reader_placed",
     "reader_unplanned",
     "protocol_not_steered",
+    "released_at_close",
 ];
 
 /// Verdicts of the binder's `connect` hooks, as indexes into [`STATS_MAP`].
@@ -356,7 +360,9 @@ pub mod outcome {
 /// contended claim, a closed socket. Each counts alongside a verdict (or on
 /// close), never instead of one.
 pub mod event {
-    /// A steered socket closed and freed its slot.
+    /// A steered socket closed and its release hook freed its slot
+    /// (`srap_sock_release`; [`RELEASED_AT_CLOSE`] counts those freed at
+    /// their TCP close).
     pub const RELEASED: u32 = 5;
     /// A steered connect kept the source address the application had bound.
     pub const SOURCE_KEPT: u32 = 8;
@@ -391,6 +397,11 @@ pub mod event {
     /// connecting CPU is past [`super::READER_CPUS`]: placed by this host's offer
     /// (the spread rule).
     pub const READER_UNPLANNED: u32 = 21;
+    /// A steered socket whose TCP connection closed before its release
+    /// hook ran, or one the release hook never sees (a kernel socket:
+    /// every subflow of an MPTCP connection), freed its slot at that close
+    /// (`srap_tcp_close`). [`RELEASED`] counts the release hook's.
+    pub const RELEASED_AT_CLOSE: u32 = 23;
 }
 
 /// The protocol a connecting socket is steered as, from its `type` and

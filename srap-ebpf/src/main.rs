@@ -3,7 +3,9 @@
 //! it through that library.
 //!
 //! * [`binder`]: the port binder, `cgroup/connect4` and `connect6`
-//!   (`srap_connect4`, `srap_connect6`) and `cgroup/sock_release`.
+//!   (`srap_connect4`, `srap_connect6`), `bind4`/`bind6`,
+//!   `cgroup/sock_release` and, for the sockets that hook never sees
+//!   (MPTCP's subflows), `sock_ops` (`srap_tcp_close`).
 //! * [`emulator`]: the lab's RSS-NIC emulator, tc egress (`srap_rss_nic`).
 //! * [`observer`]: the receive observer, XDP (`srap_verify`) and tc ingress
 //!   (`srap_verify_tc`) variants of the same per-flow accounting.

@@ -15,10 +15,10 @@ use std::{
 use aya::{
     Ebpf, EbpfLoader,
     programs::{
-        CgroupAttachMode, CgroupSock, CgroupSockAddr, Program, ProgramError, links::FdLink,
+        CgroupAttachMode, CgroupSock, CgroupSockAddr, Program, ProgramError, SockOps, links::FdLink,
     },
 };
-use srap_common::binder::{BinderSizes, PINNED_MAPS, RELEASE_PROGRAM, SizeSetting};
+use srap_common::binder::{BinderSizes, CLOSE_PROGRAM, PINNED_MAPS, RELEASE_PROGRAM, SizeSetting};
 use tracing::{debug, info, warn};
 
 use self::seam::{Attacher, Bpffs, CgroupAttacher, Pins, remove_if_present};
@@ -211,9 +211,10 @@ fn attach_missing(
     }
 }
 
-/// The binder's two types of cgroup program (`sock_release` is a
-/// [`CgroupSock`], the connect and bind hooks are [`CgroupSockAddr`]s):
-/// loaded, attached and their link taken alike.
+/// The binder's three types of cgroup program (`sock_release` is a
+/// [`CgroupSock`], the TCP close's a [`SockOps`], the connect and bind
+/// hooks are [`CgroupSockAddr`]s): loaded, attached and their link taken
+/// alike.
 trait CgroupHook {
     /// Loads program `name`, attaches it to `cgroup` and takes its link
     /// out of the program, so that the pin alone keeps it attached.
@@ -250,7 +251,7 @@ macro_rules! cgroup_hook {
     )+};
 }
 
-cgroup_hook!(CgroupSock, CgroupSockAddr);
+cgroup_hook!(CgroupSock, CgroupSockAddr, SockOps);
 
 /// Program `name` of `ebpf` as a `P`, linked to `cgroup`.
 fn link_to_cgroup<P>(
@@ -280,10 +281,10 @@ fn attach_one(
         what: format!("opening cgroup {}", cgroup.display()),
         source,
     })?;
-    let link = if name == RELEASE_PROGRAM {
-        link_to_cgroup::<CgroupSock>(ebpf, name, cgroup_fd.as_fd())?
-    } else {
-        link_to_cgroup::<CgroupSockAddr>(ebpf, name, cgroup_fd.as_fd())?
+    let link = match name {
+        RELEASE_PROGRAM => link_to_cgroup::<CgroupSock>(ebpf, name, cgroup_fd.as_fd())?,
+        CLOSE_PROGRAM => link_to_cgroup::<SockOps>(ebpf, name, cgroup_fd.as_fd())?,
+        _ => link_to_cgroup::<CgroupSockAddr>(ebpf, name, cgroup_fd.as_fd())?,
     };
     let pin_error = |source| SenderError::Pin {
         path: layout.link(name),

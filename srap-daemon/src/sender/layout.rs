@@ -7,7 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use srap_common::binder::{
-    BIND4_PROGRAM, BIND6_PROGRAM, CONNECT4_PROGRAM, CONNECT6_PROGRAM, PINNED_MAPS, RELEASE_PROGRAM,
+    BIND4_PROGRAM, BIND6_PROGRAM, CLOSE_PROGRAM, CONNECT4_PROGRAM, CONNECT6_PROGRAM, PINNED_MAPS,
+    RELEASE_PROGRAM,
 };
 
 /// The default pin directory.
@@ -24,12 +25,14 @@ pub const MAPS: [&str; PINNED_MAPS.len()] = {
     names
 };
 
-/// The binder's programs, in attach order: the release hook first, so every
+/// The binder's programs, in attach order: the release hook and the TCP
+/// close's (the kernel sockets' release: MPTCP's subflows) first, so every
 /// socket that the connect hooks steer also frees its slot when it closes,
 /// and the bind hooks before the connect hooks, so a socket bound while
 /// they attach is never judged by a connect hook without its bind record.
-pub const PROGRAMS: [&str; 5] = [
+pub const PROGRAMS: [&str; 6] = [
     RELEASE_PROGRAM,
+    CLOSE_PROGRAM,
     BIND4_PROGRAM,
     BIND6_PROGRAM,
     CONNECT4_PROGRAM,

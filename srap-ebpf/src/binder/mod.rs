@@ -22,8 +22,14 @@
 //!    this host, `--steer both`);
 //! 4. [`ports`]: the slot's next port, from the plan's tables;
 //! 5. [`bind`]: bind it unless its tuple is taken, sharing ports by tuple;
-//! 6. [`record`]: remember the socket's slots, so closing it
-//!    (`srap_sock_release`) releases exactly what it claimed.
+//! 6. [`record`]: remember the socket's slots, so closing it releases
+//!    exactly what it claimed.
+//!
+//! Closing releases through one step, [`record::release`], from two
+//! programs, a file each: [`sock_release`] (`cgroup/sock_release`, an
+//! application's socket) and [`sock_ops`] (`srap_tcp_close`, at the TCP
+//! close of the sockets the release hook never sees: MPTCP's subflows).
+//! Whichever runs first frees the socket; the other finds no record.
 //!
 //! [`maps`] declares the maps and counts in `SRAP_STATS`, [`sockopt`]
 //! reads and sets socket options.
@@ -66,12 +72,11 @@ mod context;
 mod maps;
 mod ports;
 mod record;
+mod sock_ops;
+mod sock_release;
 mod sockopt;
 
-use aya_ebpf::{
-    macros::{cgroup_sock, cgroup_sock_addr},
-    programs::{SockAddrContext, SockContext},
-};
+use aya_ebpf::{macros::cgroup_sock_addr, programs::SockAddrContext};
 use srap_common::family::Family;
 
 /// What the occupancy audit's repair programs (`crate::repair`) do as the
@@ -100,12 +105,5 @@ pub fn srap_bind4(ctx: SockAddrContext) -> i32 {
 #[cgroup_sock_addr(bind6)]
 pub fn srap_bind6(ctx: SockAddrContext) -> i32 {
     record::note_port_zero_bind(&ctx);
-    1
-}
-
-/// Frees the slots of a steered socket when it is closed, and forgets it.
-#[cgroup_sock(sock_release)]
-pub fn srap_sock_release(ctx: SockContext) -> i32 {
-    record::release_socket(&ctx);
     1
 }

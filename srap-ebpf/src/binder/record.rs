@@ -9,17 +9,11 @@
 //! ([`hold`]). Two records for one socket leaked: closing forgot the first
 //! it found, and the claim in the other stayed counted for good.
 
-use core::{
-    ffi::c_void,
-    ptr::{addr_of_mut, read_volatile},
-};
+use core::ptr::{addr_of_mut, read_volatile};
 
-use aya_ebpf::{
-    helpers::bpf_get_socket_cookie,
-    programs::{SockAddrContext, SockContext},
-};
+use aya_ebpf::programs::SockAddrContext;
 use srap_common::binder::{
-    LOCAL_ROW, SOCKET_PROBES, SocketRecord, SocketRow, event, socket_home, steered_protocol,
+    LOCAL_ROW, SOCKET_PROBES, SocketRecord, SocketRow, socket_home, steered_protocol,
 };
 
 use super::{
@@ -139,17 +133,20 @@ pub(super) fn pace(ctx: &SockAddrContext) {
     let _ = set_socket_option(ctx, SO_MAX_PACING_RATE, rate);
 }
 
-/// Frees the slots of a closing socket, and forgets it.
+/// Frees the slots of socket `cookie` and forgets it, once: of the hooks
+/// that see one socket close (its release hook, its TCP close), only the
+/// first finds its record ([`forget`] takes it out with one
+/// compare-and-exchange), the others find none. A receiver slot freed
+/// counts `released`, the event of the hook that freed it
+/// (`event::RELEASED`, `event::RELEASED_AT_CLOSE`).
 #[inline(always)]
-pub(super) fn release_socket(ctx: &SockContext) {
-    // SAFETY: the context pointer is the kernel's socket.
-    let cookie = unsafe { bpf_get_socket_cookie(ctx.sock.cast::<c_void>()) };
+pub(super) fn release(cookie: u64, released: u32) {
     let Some(held) = forget(cookie) else {
         return;
     };
     if held.receiver != SocketRecord::NONE {
         release_slot(held.receiver, held.slot);
-        count(event::RELEASED);
+        count(released);
     }
     if held.local != SocketRecord::NONE {
         release_slot(LOCAL_ROW, held.local);

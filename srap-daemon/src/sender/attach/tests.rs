@@ -9,8 +9,8 @@ use std::{
 };
 
 use srap_common::binder::{
-    BIND4_PROGRAM, BIND6_PROGRAM, BinderSizes, CONNECT4_PROGRAM, CONNECT6_PROGRAM, PINNED_MAPS,
-    RELEASE_PROGRAM,
+    BIND4_PROGRAM, BIND6_PROGRAM, BinderSizes, CLOSE_PROGRAM, CONNECT4_PROGRAM, CONNECT6_PROGRAM,
+    PINNED_MAPS, RELEASE_PROGRAM,
 };
 
 use super::{
@@ -91,8 +91,9 @@ fn with_links(programs: &[&str]) -> FakePins {
     pins
 }
 
-const ALL: [&str; 5] = [
+const ALL: [&str; 6] = [
     RELEASE_PROGRAM,
+    CLOSE_PROGRAM,
     BIND4_PROGRAM,
     BIND6_PROGRAM,
     CONNECT4_PROGRAM,
@@ -126,8 +127,25 @@ fn some_links_pinned_attach_the_rest_only() {
     assert_eq!(how, Attachment::Adopted);
     assert_eq!(
         attacher.attached,
-        [BIND6_PROGRAM, CONNECT4_PROGRAM, CONNECT6_PROGRAM]
+        [
+            CLOSE_PROGRAM,
+            BIND6_PROGRAM,
+            CONNECT4_PROGRAM,
+            CONNECT6_PROGRAM
+        ]
     );
+}
+
+/// Every link but the TCP close's pinned (attached before that program
+/// was one of the binder's): the others are adopted, that one attached.
+#[test]
+fn a_binder_without_the_tcp_close_program_gains_it_alone() {
+    let older: Vec<&str> = ALL.into_iter().filter(|p| *p != CLOSE_PROGRAM).collect();
+    let pins = with_links(&older);
+    let mut attacher = FakeAttacher::default();
+    let how = attach_missing(&pins, &mut attacher, &layout()).expect("attach");
+    assert_eq!(how, Attachment::Adopted);
+    assert_eq!(attacher.attached, [CLOSE_PROGRAM]);
 }
 
 #[test]
@@ -145,7 +163,11 @@ fn a_stray_file_at_a_link_pin_stops_the_attach_there() {
         *detail,
         format!("{} is not a usable link: not a BPF link", link.display())
     );
-    assert_eq!(attacher.attached, [RELEASE_PROGRAM], "none after it");
+    assert_eq!(
+        attacher.attached,
+        [RELEASE_PROGRAM, CLOSE_PROGRAM],
+        "none after it"
+    );
 }
 
 #[test]
@@ -161,7 +183,7 @@ fn a_refused_attach_is_the_error_and_attaches_nothing_after_it() {
     );
     assert_eq!(
         attacher.attached,
-        [RELEASE_PROGRAM, BIND4_PROGRAM, BIND6_PROGRAM]
+        [RELEASE_PROGRAM, CLOSE_PROGRAM, BIND4_PROGRAM, BIND6_PROGRAM]
     );
 }
 

@@ -1,0 +1,75 @@
+//! `sock_ops` on the steered cgroup (`srap_tcp_close`): frees what a
+//! socket claimed or marked when its TCP connection closes, for the
+//! sockets [`super::sock_release`] never sees. The kernel runs the release
+//! hook for user sockets only, and every subflow of an MPTCP connection,
+//! the first included, is a kernel socket: its claim (the first subflow's
+//! connect is steered) and its bind mark (the path manager binds each
+//! further subflow with port 0) stayed counted until the agent's audit
+//! repaired them. Subflows are put in their MPTCP socket's cgroup, so this
+//! program sees them.
+//!
+//! Two callbacks per steered connection, none per packet: as its SYN
+//! leaves (`BPF_SOCK_OPS_TCP_CONNECT_CB`, after the connect hook made its
+//! record) a socket with a record asks for state callbacks, and at its
+//! `TCP_CLOSE` it is released through the release hook's own step
+//! ([`super::record::release`]), which frees a socket once whichever hook
+//! comes first: a user socket's release hook runs before its TCP close,
+//! and then finds nothing here.
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    bindings::{
+        BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG, BPF_SOCK_OPS_TCP_CONNECT_CB,
+        BPF_TCP_CLOSE,
+    },
+    helpers::bpf_get_socket_cookie,
+    macros::sock_ops,
+    programs::SockOpsContext,
+};
+use srap_common::binder::event;
+
+use super::record::{recalled, release};
+
+/// `sock_ops` return value: carry on (the program changes no reply).
+const SOCK_OPS_OK: u32 = 1;
+
+/// Watches the steered sockets' connections until they close, and
+/// releases them there.
+#[sock_ops]
+pub fn srap_tcp_close(ctx: SockOpsContext) -> u32 {
+    let op = ctx.op();
+    if op == BPF_SOCK_OPS_TCP_CONNECT_CB {
+        watch_until_closed(&ctx);
+    } else if op == BPF_SOCK_OPS_STATE_CB && ctx.arg(1) == BPF_TCP_CLOSE {
+        release_at_close(&ctx);
+    }
+    SOCK_OPS_OK
+}
+
+/// A connecting socket with a record (a claim or a bind mark) asks for
+/// state callbacks, keeping the flags another program asked for. A socket
+/// without one is never called back.
+#[inline(always)]
+fn watch_until_closed(ctx: &SockOpsContext) {
+    if recalled(cookie_of(ctx)).is_none() {
+        return;
+    }
+    // Refused only for a socket that is not a full one, which a
+    // connecting socket is: then the audit repairs it, as before.
+    let _ = ctx.set_cb_flags((ctx.cb_flags() | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
+}
+
+/// The connection closed: release the socket unless its release hook did.
+#[inline(always)]
+fn release_at_close(ctx: &SockOpsContext) {
+    release(cookie_of(ctx), event::RELEASED_AT_CLOSE);
+}
+
+/// The socket's cookie: its key in `SRAP_SOCKETS`, the same the connect
+/// and bind hooks read.
+#[inline(always)]
+fn cookie_of(ctx: &SockOpsContext) -> u64 {
+    // SAFETY: the context pointer is the kernel's `bpf_sock_ops`.
+    unsafe { bpf_get_socket_cookie(ctx.ops.cast::<c_void>()) }
+}
