@@ -29,6 +29,13 @@ impl Listener {
         let listener = ns
             .run(|| TcpListener::bind(addr))?
             .with_context(|| format!("listening on {addr}"))?;
+        Self::adopt(listener, timeout)
+    }
+
+    /// Accepts on `listener`, a listening stream socket made by the caller
+    /// (in the namespace and of the protocol it chose: MPTCP, say); waits
+    /// are bounded by `timeout`.
+    pub fn adopt(listener: TcpListener, timeout: Duration) -> anyhow::Result<Self> {
         // Non-blocking, so every wait stays bounded.
         listener.set_nonblocking(true)?;
         Ok(Self {

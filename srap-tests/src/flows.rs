@@ -23,6 +23,28 @@ impl Server {
         Self(Listener::bind(ns, addr, timeout).expect("listen in the receiver's namespace"))
     }
 
+    /// Listens with MPTCP (`IPPROTO_MPTCP`) on `addr` inside `ns`: it
+    /// accepts MPTCP connections, and plain TCP ones as TCP.
+    pub fn bind_mptcp(ns: &NetNs, addr: SocketAddr, timeout: Duration) -> Self {
+        let listener = ns
+            .run(|| mptcp_listener(addr))
+            .expect("enter the receiver's namespace")
+            .unwrap_or_else(|err| panic!("an MPTCP listener on {addr}: {err}"));
+        Self(Listener::adopt(listener, timeout).expect("a non-blocking listener"))
+    }
+
+    /// Closes the receiver's side of the accepted connections from
+    /// `ports`: an MPTCP client whose peer never closes keeps its subflows
+    /// until its close timeout (a minute), a TCP one does not.
+    pub fn close(&mut self, ports: &[u16]) {
+        for (stream, peer) in self.0.accepted() {
+            if ports.contains(&peer.port()) {
+                // Already closed by a reset: nothing left to close.
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+
     /// Accepts `n` more connections; returns their source ports.
     pub fn accept(&mut self, n: usize) -> Vec<u16> {
         self.accept_peers(n).iter().map(SocketAddr::port).collect()
@@ -151,6 +173,20 @@ fn closed_by_peer(stream: &mut TcpStream) -> bool {
 /// whenever the accepting thread is off its CPU for a few milliseconds, and
 /// each dropped SYN then costs the client a one-second retransmission).
 pub const DEEP_BACKLOG: i32 = 4096;
+
+/// An MPTCP listener on `addr`, in the caller's namespace.
+fn mptcp_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM,
+        Some(Protocol::MPTCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(128)?;
+    Ok(socket.into())
+}
 
 /// A listener on `addr` (in the caller's namespace) with [`DEEP_BACKLOG`].
 pub fn listen_deep(addr: SocketAddr) -> std::io::Result<TcpListener> {

@@ -2,7 +2,8 @@
 //! release exactly what it claimed for: its own address bound first with
 //! `IP_BIND_ADDRESS_NO_PORT` (HAProxy's `source`, nginx's `proxy_bind`), a
 //! failed connect retried on the same socket, sockets shared with a forked
-//! child. Used by the test workload ([`crate::test_workload`]).
+//! child, an MPTCP socket (whose subflows are the kernel's own sockets).
+//! Used by the test workload ([`crate::test_workload`]).
 
 use std::{
     net::{IpAddr, SocketAddr, TcpStream},
@@ -78,6 +79,24 @@ pub fn share_with_a_child(open: &mut Vec<TcpStream>, hold: Duration) {
         }
         _child => open.clear(),
     }
+}
+
+/// An MPTCP connection (`IPPROTO_MPTCP`, as `mptcpize` makes a program's
+/// TCP sockets): the kernel connects it through its first subflow, a TCP
+/// socket of its own, and adds subflows as its path manager's endpoints
+/// say; toward a server without MPTCP it falls back to plain TCP on that
+/// first subflow.
+pub fn mptcp(dst: SocketAddr, timeout: Duration) -> TcpStream {
+    let socket = Socket::new(
+        Domain::for_address(dst),
+        Type::STREAM,
+        Some(Protocol::MPTCP),
+    )
+    .expect("an MPTCP socket (net.mptcp.enabled=1)");
+    socket
+        .connect_timeout(&dst.into(), timeout)
+        .expect("MPTCP connect");
+    socket.into()
 }
 
 fn tcp_socket(dst: SocketAddr) -> Socket {

@@ -43,7 +43,8 @@ const GREETING: &[u8] = b"srap test workload";
 /// connection per object: connect, send, close, RATE a second), `hot N` (N
 /// of those back to back), `pin CPU` (the connects after it run on that
 /// CPU; answered with no port), `udp N` (N UDP sockets `connect()`ed to
-/// `dst`, closed at once: the ports the kernel gave them); each is answered with one `SRAPWL ports P,P,…`
+/// `dst`, closed at once: the ports the kernel gave them), `mptcp N` (N
+/// MPTCP connections, kept: their first subflows' ports); each is answered with one `SRAPWL ports P,P,…`
 /// line (0: a connect that failed); EOF ends it. Connects to `dst`.
 pub fn serve(dst: SocketAddr) {
     let mut open: Vec<TcpStream> = Vec::new();
@@ -89,6 +90,9 @@ pub fn serve(dst: SocketAddr) {
                     })
                     .collect()
             }
+            "mptcp" => (0..number(0))
+                .map(|_| greet(socket_patterns::mptcp(dst, TIMEOUT), &mut open))
+                .collect(),
             "retry" => (0..number(0))
                 .map(|_| {
                     greet(
