@@ -753,6 +753,8 @@ fn iperf3_stream_ports(lab: &Lab, extra: &[&str]) -> Vec<u16> {
 mod clients;
 #[path = "binder/memory.rs"]
 mod memory;
+#[path = "binder/mptcp.rs"]
+mod mptcp;
 #[path = "binder/occupancy.rs"]
 mod occupancy;
 #[path = "binder/patterns.rs"]
