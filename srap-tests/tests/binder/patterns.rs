@@ -5,8 +5,9 @@
 //! an agent restarted with flows open, a re-plan with flows open — and all
 //! sockets closed, the pinned occupancy is zero and the socket table
 //! empty, and the agent's occupancy audit repaired nothing; then 64
-//! connects at once land on 64 distinct CPUs. And a soak mixing them all
-//! with churn, a re-plan and an agent restart. Judged from the kernel's
+//! connects at once land on 64 distinct CPUs. The same for MPTCP sockets,
+//! whose subflows are the kernel's own. And a soak mixing them all with
+//! churn, a re-plan and an agent restart. Judged from the kernel's
 //! side: the pinned maps read back, the audit's comparison with the
 //! kernel's open sockets, and the source ports the receiver accepted
 //! hashed with the RSS model.
@@ -21,7 +22,7 @@ use srap_common::{binder::FIRST_RECEIVER_ROW, rss::embedded_default};
 use srap_daemon::sender::{audit::read_records, read_occupancy};
 use srap_tests::{harness::poll_until, test_workload::Workload};
 
-use super::{DPORT, Lab, assert_distinct_cpus};
+use super::{DPORT, Lab, TIMEOUT, assert_distinct_cpus};
 use srap_tests::require_privileged;
 
 /// Up to this long for closes to reach the release hook.
@@ -202,6 +203,42 @@ fn open_close_and_drain(lab: &Lab, dst: SocketAddr, pattern: &str) {
     sixty_four_at_once(lab, &mut server, pattern);
 }
 
+/// MPTCP sockets (as `mptcpize` makes a program's), whose subflows are
+/// kernel sockets the release hook never sees: toward a plain TCP server,
+/// fallen back to TCP on their first subflow, and toward an MPTCP server,
+/// one subflow each. Drained all the same, then 64 at once.
+#[test]
+#[ignore = "kernel: needs root, netns, bpffs and MPTCP; run as root by `cargo xtask test`"]
+fn mptcp_sockets_release_exactly_what_they_claimed() {
+    require_privileged("binder: MPTCP sockets drain the occupancy");
+    let lab = lab64(false);
+    for ns in [&lab.hosts.sender, &lab.hosts.receiver] {
+        ns.exec("sysctl", ["-qw", "net.mptcp.enabled=1"])
+            .expect("MPTCP enabled");
+    }
+    let mut tcp = lab.listen();
+    open_mptcp_close_and_drain(&lab, &mut tcp, "MPTCP toward a TCP server (fallen back)");
+    drop(tcp);
+    let mut mptcp = super::Server::bind_mptcp(&lab.hosts.receiver, lab.server_addr(), TIMEOUT);
+    open_mptcp_close_and_drain(&lab, &mut mptcp, "MPTCP toward an MPTCP server");
+}
+
+/// 8 MPTCP connections on 8 CPUs (their first subflows, steered), closed
+/// on both ends (an MPTCP client keeps its subflows until its peer closes
+/// too, or for a minute), drained; then 64 at once.
+fn open_mptcp_close_and_drain(lab: &Lab, server: &mut super::Server, pattern: &str) {
+    let mut workload = lab.workload(true);
+    let opened = workload.ask("mptcp 8");
+    assert_eq!(opened.len(), 8, "{pattern}: connections opened");
+    let accepted = server.accept(8);
+    assert_distinct_cpus(lab, &accepted);
+    workload.finish();
+    server.await_closed(&accepted);
+    server.close(&accepted);
+    assert_drained(lab, pattern);
+    sixty_four_at_once(lab, server, pattern);
+}
+
 /// The churn's own port in the soak (its objects close first; a sink
 /// takes them).
 const SOAK_CHURN_DPORT: u16 = 5204;
@@ -210,7 +247,7 @@ const SOAK_ROUNDS: usize = 16;
 
 /// A soak: 16 long flows, a connection-per-object churn and a process
 /// mixing the patterns above (own address, a retried connect, sockets
-/// shared with a child, bursts), with a re-plan and an agent restart in
+/// shared with a child, bursts, MPTCP), with a re-plan and an agent restart in
 /// the middle. Every second the running agent's audit (the binder's
 /// occupancy against the kernel's open sockets) has repaired nothing; the
 /// long flows sit on 16 distinct CPUs (the tuples the receiver accepted)
@@ -220,6 +257,7 @@ const SOAK_ROUNDS: usize = 16;
 fn a_soak_of_mixed_patterns_with_a_replan_and_a_restart_drifts_nothing() {
     require_privileged("binder: soak of mixed socket patterns");
     let mut lab = lab64(false);
+    lab.sender_sysctl("net.mptcp.enabled", "1");
     let own = lab.sender_ip();
     let churn_sink = super::occupancy::sink(&lab, SOAK_CHURN_DPORT);
     let mut server = lab.listen();
@@ -236,19 +274,23 @@ fn a_soak_of_mixed_patterns_with_a_replan_and_a_restart_drifts_nothing() {
     let mut mixer = lab.workload(true);
     let started = Instant::now();
     for round in 0..SOAK_ROUNDS {
-        let command = match round % 4 {
+        let command = match round % 5 {
             0 => format!("ownaddr {own} 4"),
             1 => "retry 4".to_owned(),
             2 => "burst 8".to_owned(),
-            _ => "open 4".to_owned(),
+            3 => "open 4".to_owned(),
+            _ => "mptcp 4".to_owned(),
         };
         let opened = mixer.ask(&command);
         server.accept(opened.len());
-        if round % 4 == 3 {
+        if command.starts_with("open") {
             mixer.ask("forkhold 1");
         } else {
             let closed = mixer.close(opened.len());
             server.await_closed(&closed);
+            // MPTCP (fallen back toward this TCP server) keeps its
+            // subflow until its peer closes too.
+            server.close(&closed);
         }
         match round {
             5 => {
