@@ -8,13 +8,15 @@
 //! repaired them. Subflows are put in their MPTCP socket's cgroup, so this
 //! program sees them.
 //!
-//! Two callbacks per steered connection, none per packet: as its SYN
-//! leaves (`BPF_SOCK_OPS_TCP_CONNECT_CB`, after the connect hook made its
-//! record) a socket with a record asks for state callbacks, and at its
-//! `TCP_CLOSE` it is released through the release hook's own step
-//! ([`super::record::release`]), which frees a socket once whichever hook
-//! comes first: a user socket's release hook runs before its TCP close,
-//! and then finds nothing here.
+//! No callback per packet: the kernel makes its few callbacks per
+//! connection whatever a program asks (this one returns at once from all
+//! but one); as a socket's SYN leaves (`BPF_SOCK_OPS_TCP_CONNECT_CB`,
+//! after the connect hook made its record) a socket with a record asks
+//! for state callbacks too (one per TCP state change, a handful per
+//! connection), and at its `TCP_CLOSE` it is released through the release
+//! hook's own step ([`super::record::release`]), which frees a socket once
+//! whichever hook comes first: a user socket's release hook runs before
+//! its TCP close, and then finds nothing here.
 
 use core::ffi::c_void;
 
