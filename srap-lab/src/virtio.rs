@@ -67,6 +67,10 @@ pub struct GuestRun {
     /// many held a flow of the run (a view short of flows says which).
     pub samples_taken: u32,
     pub samples_holding: usize,
+    /// Of those taken, how many failed, and the last failure's words.
+    pub samples_failed: (u32, String),
+    /// When the view was short: every sample's time and flows of the run.
+    pub samples_timeline: Vec<String>,
 }
 
 impl GuestRun {
@@ -107,9 +111,19 @@ impl GuestRun {
             let _ = writeln!(
                 out,
                 "  SRAP's view is short of flows: {} status samples taken in the guest, {} of them \
-                 holding a flow of the run",
-                self.samples_taken, self.samples_holding
+                 holding a flow of the run, {} failed{}",
+                self.samples_taken,
+                self.samples_holding,
+                self.samples_failed.0,
+                if self.samples_failed.1.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (the last: {})", self.samples_failed.1.trim())
+                }
             );
+            for line in &self.samples_timeline {
+                let _ = writeln!(out, "    {line}");
+            }
         }
         out
     }
@@ -237,6 +251,8 @@ impl<'n> VirtioLab<'n> {
             status,
             samples_taken: sampled.taken,
             samples_holding: sampled.holding,
+            samples_failed: sampled.failed,
+            samples_timeline: sampled.timeline,
         })
     }
 
@@ -559,6 +575,10 @@ mod tests {
             status,
             samples_taken: 6,
             samples_holding: usize::from(!seen.is_empty()),
+            samples_failed: (0, String::new()),
+            samples_timeline: vec![
+                "sample 0 at unix ms 1: 0 active flows; toward the port: []".into(),
+            ],
         }
     }
 
@@ -566,7 +586,9 @@ mod tests {
     fn a_view_short_of_flows_says_what_the_samples_held() {
         let text = guest_run(&[10, 11], &[]).render("SRAP", 1.0);
         assert!(
-            text.contains("6 status samples taken in the guest, 0 of them holding a flow"),
+            text.contains(
+                "6 status samples taken in the guest, 0 of them holding a flow of the run, 0 failed"
+            ),
             "{text}"
         );
         let text = guest_run(&[10], &[10]).render("SRAP", 1.0);

@@ -435,7 +435,8 @@ impl Guest {
         // to the host's stop.
         self.run(&format!(
             "rm -rf {dir}; mkdir -p {dir}; (i=0; while [ $i -lt {max} ] && ! test -e {dir}/stop; \
-             do srap status {args} --once --json > {dir}/next 2>/dev/null && mv {dir}/next {dir}/$i; \
+             do if srap status {args} --once --json > {dir}/next 2> {dir}/error; then mv {dir}/next {dir}/$i; \
+             else mv {dir}/error {dir}/failed-$i; fi; \
              i=$((i+1)); sleep 0.5; done; echo $i > {dir}/count) > /dev/null 2>&1 &",
             max = StatusSamples::MAX
         ))?;
@@ -485,7 +486,10 @@ impl StatusSamples {
     /// samples that contain `marker` (a flow's port as the JSON writes it,
     /// `:5202"`), newest first, parsed, until `enough` says those read so
     /// far suffice: a flow that has closed is judged from the last samples
-    /// that still held it. The samples are removed from the guest.
+    /// that still held it. When they never suffice, every sample's time and
+    /// flows toward the marker are kept too ([`Sampled::timeline`]), for
+    /// the report of a view short of flows. The samples are removed from
+    /// the guest.
     pub fn stop<T: serde::de::DeserializeOwned>(
         self,
         guest: &mut Guest,
@@ -507,30 +511,74 @@ impl StatusSamples {
             .filter_map(|n| n.parse().ok())
             .collect();
         numbers.sort_unstable_by(|a, b| b.cmp(a));
-        let holding = numbers.len();
-        tracing::debug!(taken, holding, "the guest's status samples");
-        let mut samples = Vec::new();
+        let mut sampled = Sampled {
+            samples: Vec::new(),
+            taken,
+            holding: numbers.len(),
+            failed: self.failures(guest)?,
+            timeline: Vec::new(),
+        };
         for n in numbers {
             let text = guest.read(&format!("cat {dir}/{n}"))?;
             match serde_json::from_str(&text) {
-                Ok(sample) => samples.push(sample),
+                Ok(sample) => sampled.samples.push(sample),
                 Err(err) => tracing::warn!("the guest's status sample {dir}/{n}: {err}"),
             }
-            if enough(&samples) {
-                break;
+            if enough(&sampled.samples) {
+                let _ = guest.run(&format!("rm -rf {dir}"));
+                return Ok(sampled);
             }
         }
+        sampled.timeline = self.timeline(guest, taken, marker)?;
         let _ = guest.run(&format!("rm -rf {dir}"));
-        Ok(Sampled {
-            samples,
-            taken,
-            holding,
-        })
+        Ok(sampled)
+    }
+
+    /// How many samples' `srap status` failed, and what the last said.
+    fn failures(&self, guest: &mut Guest) -> anyhow::Result<(u32, String)> {
+        let dir = &self.dir;
+        let text = guest.read(&format!(
+            "(cd {dir} && ls failed-* | wc -l; cat $(ls failed-* | tail -n 1)) 2>/dev/null || true"
+        ))?;
+        let mut lines = text.lines();
+        let count = lines
+            .next()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        Ok((count, lines.collect::<Vec<_>>().join(" ")))
+    }
+
+    /// Each sample's time and its flows toward `marker`, one line each.
+    fn timeline(&self, guest: &mut Guest, taken: u32, marker: &str) -> anyhow::Result<Vec<String>> {
+        let dir = &self.dir;
+        let mut lines = Vec::new();
+        for n in 0..taken {
+            let text = guest.read(&format!("cat {dir}/{n} 2>/dev/null || true"))?;
+            let Ok(sample) = serde_json::from_str::<serde_json::Value>(&text) else {
+                lines.push(format!("sample {n}: none"));
+                continue;
+            };
+            let rows: Vec<String> = sample["flows"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|flow| flow.to_string().contains(marker))
+                .map(|flow| format!("{} {} bytes", flow["src"], flow["bytes"]))
+                .collect();
+            lines.push(format!(
+                "sample {n} at unix ms {}: {} active flows; toward the port: [{}]",
+                sample["unix_ms"],
+                sample["active_flows"],
+                rows.join(", ")
+            ));
+        }
+        Ok(lines)
     }
 }
 
-/// What [`StatusSamples::stop`] read: the samples parsed, and how many the
-/// guest took and held the marker (for a report that saw too few flows).
+/// What [`StatusSamples::stop`] read: the samples parsed, how many the
+/// guest took and held the marker, and for a view never enough, every
+/// sample's flows toward it.
 #[derive(Debug)]
 pub struct Sampled<T> {
     /// Those holding the marker, newest first, until enough.
@@ -539,6 +587,11 @@ pub struct Sampled<T> {
     pub taken: u32,
     /// Samples holding the marker.
     pub holding: usize,
+    /// Samples whose `srap status` failed, and what the last one said.
+    pub failed: (u32, String),
+    /// Empty when the samples sufficed; else per sample taken, its time
+    /// and flows toward the marker.
+    pub timeline: Vec<String>,
 }
 
 /// QEMU and its directory until the guest is up: a failed boot kills QEMU
