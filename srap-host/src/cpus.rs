@@ -3,11 +3,7 @@
 //! the offer's tiers. Here rather than in the daemon so `srap rss show` can
 //! print the same offer the receiver agent would make.
 
-use std::{
-    collections::BTreeSet,
-    fs,
-    path::{Path, PathBuf},
-};
+use std::{collections::BTreeSet, fs, path::Path};
 
 use srap_common::rss::{RssDescription, RssModel};
 use tracing::warn;
@@ -79,26 +75,16 @@ pub fn local_cpus(iface: &str) -> Result<Option<BTreeSet<u32>>, String> {
             }
         },
     };
-    let Some(node) = numa_node(&device) else {
-        return Ok(None);
+    let node = match crate::numa::device_node(Path::new("/sys/devices"), &device) {
+        Ok(Some(node)) => node,
+        Ok(None) => return Ok(None),
+        Err(e) => return Err(format!("NUMA node of {iface} not read: {e}")),
     };
     let list = fs::read_to_string(format!("/sys/devices/system/node/node{node}/cpulist"))
         .map_err(|e| format!("CPUs of NUMA node {node} not read: {e}"))?;
     cpulist::parse(&list)
         .map(Some)
         .map_err(|e| format!("CPUs of NUMA node {node}: {e}"))
-}
-
-/// The `numa_node` of `device` or of the nearest bus device above it (a
-/// virtio device has none; the PCI function it sits on does); `None` for
-/// no node (-1) or none found.
-fn numa_node(device: &Path) -> Option<u32> {
-    let device: PathBuf = fs::canonicalize(device).ok()?;
-    let node = device
-        .ancestors()
-        .take_while(|dir| dir.starts_with("/sys/devices"))
-        .find_map(|dir| fs::read_to_string(dir.join("numa_node")).ok())?;
-    node.trim().parse::<i32>().ok()?.try_into().ok()
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@
 //!   host's own addresses;
 //! * [`link`] and [`netlink`]: network devices as the caller's namespace
 //!   has them, and the netlink layer every kernel conversation goes through;
+//! * [`numa`]: the NUMA node of an interface's device (a bond's: its
+//!   members') and of each CPU;
 //! * [`bpffs`]: the BPF filesystem the daemon pins to;
 //! * [`report`]: how the binaries print the error that ends them.
 
@@ -34,6 +36,7 @@ mod error;
 pub mod link;
 pub mod local;
 pub mod netlink;
+pub mod numa;
 pub mod report;
 pub mod reserved;
 pub mod route;

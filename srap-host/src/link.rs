@@ -25,6 +25,8 @@ const RTM_NEWLINK: u16 = 16;
 const RTM_GETLINK: u16 = 18;
 /// `struct ifinfomsg`: family, pad, type, index, flags, change.
 const IFINFOMSG_LEN: usize = 16;
+/// `IFF_RUNNING` of `ifi_flags`.
+const IFF_RUNNING: u32 = 0x40;
 const IFLA_ADDRESS: u16 = 1;
 const IFLA_IFNAME: u16 = 3;
 const IFLA_NUM_TX_QUEUES: u16 = 31;
@@ -55,6 +57,9 @@ pub struct Link {
     /// The device it sits on, as its bus names it (`pci`, `0000:08:00.0`);
     /// `None` for virtual devices and kernels before 5.15.
     pub parent: Option<Parent>,
+    /// Operationally up (`IFF_RUNNING` in `ifi_flags`: administratively
+    /// up and its carrier on).
+    pub running: bool,
 }
 
 /// The bus device under a network interface.
@@ -180,6 +185,8 @@ fn parse_link(msg: &Message<'_>) -> Result<Link, NetlinkError> {
     let header = take(msg.payload, 0, IFINFOMSG_LEN, "ifinfomsg")?;
     let mut link = Link {
         index: u32::from_ne_bytes([header[4], header[5], header[6], header[7]]),
+        running: u32::from_ne_bytes([header[8], header[9], header[10], header[11]]) & IFF_RUNNING
+            != 0,
         ..Link::default()
     };
     let (mut bus, mut device) = (None, None);
@@ -210,6 +217,8 @@ mod tests {
     fn newlink(index: u32) -> Vec<u8> {
         let mut body = vec![0u8; 16];
         body[4..8].copy_from_slice(&index.to_ne_bytes());
+        // IFF_UP | IFF_BROADCAST | IFF_RUNNING | IFF_MULTICAST | IFF_LOWER_UP
+        body[8..12].copy_from_slice(&0x1_1043u32.to_ne_bytes());
         body.extend(attr(3, b"enp8s0f0np0\0"));
         body.extend(attr(4, &1500u32.to_ne_bytes()));
         body.extend(attr(1, &[0x0c, 0x42, 0xa1, 0x01, 0x02, 0x03]));
@@ -243,6 +252,7 @@ mod tests {
                     bus: "pci".into(),
                     device: "0000:08:00.0".into()
                 }),
+                running: true,
             }
         );
         assert_eq!(hex_address(&link.address), "0c:42:a1:01:02:03");

@@ -43,6 +43,48 @@ pub fn interface_of(ip: IpAddr) -> Result<Option<String>, HostError> {
         .map(|i| i.name))
 }
 
+/// One interface of this network namespace with the addresses it holds
+/// that a flow could leave from (not link-local, not multicast).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    pub name: String,
+    /// Sorted, once each, both families.
+    pub addresses: BTreeSet<IpAddr>,
+    /// Operationally up (`IFF_RUNNING`: up, and its carrier on).
+    pub up: bool,
+}
+
+/// Every interface holding an address a flow could leave from, by name,
+/// with its addresses and whether it is up (`getifaddrs(3)`).
+pub fn holders() -> Result<Vec<Holder>, HostError> {
+    let mut by_name = std::collections::BTreeMap::<String, Holder>::new();
+    for interface in interfaces()? {
+        let ip = interface.ip();
+        if !sendable_from(ip) {
+            continue;
+        }
+        let up = interface.is_oper_up();
+        let holder = by_name
+            .entry(interface.name.clone())
+            .or_insert_with(|| Holder {
+                name: interface.name,
+                addresses: BTreeSet::new(),
+                up,
+            });
+        holder.addresses.insert(ip);
+    }
+    Ok(by_name.into_values().collect())
+}
+
+/// An address a flow could leave from toward some receiver.
+fn sendable_from(ip: IpAddr) -> bool {
+    let link_local = match ip {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => v6.is_unicast_link_local(),
+    };
+    !(ip.is_unspecified() || ip.is_multicast() || link_local)
+}
+
 fn interfaces() -> Result<Vec<if_addrs::Interface>, HostError> {
     if_addrs::get_if_addrs().map_err(|source| HostError::Io {
         what: "listing the host's addresses (getifaddrs)".into(),
@@ -62,6 +104,20 @@ mod tests {
         let found = addresses_toward(lo).expect("getifaddrs");
         assert!(found.contains(&lo), "{found:?}");
         assert!(found.iter().all(|ip| ip.is_loopback()));
+    }
+
+    /// `lo` holds 127.0.0.1 in every namespace, and is up where tests run.
+    #[test]
+    fn loopback_holds_its_address() {
+        let found = holders().expect("getifaddrs");
+        let lo = found.iter().find(|h| h.name == "lo").expect("lo listed");
+        assert!(
+            lo.addresses.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            "{lo:?}"
+        );
+        assert!(!sendable_from("169.254.1.1".parse().expect("ip")));
+        assert!(!sendable_from("fe80::1".parse().expect("ip")));
+        assert!(sendable_from("fd00::1".parse().expect("ip")));
     }
 
     #[test]
