@@ -54,6 +54,7 @@ impl<'a> LabBinder<'a> {
             local_placement: Default::default(),
             bonds: Default::default(),
             sizes: srap_common::binder::BinderSizes::DEFAULT,
+            nics: Default::default(),
         };
         ns.run(|| sender::start(&options, srap_daemon::ebpf_object()))?
             .context("starting the binder in the sender namespace")?;

@@ -265,6 +265,7 @@ impl Attached {
             local_placement,
             bonds: Default::default(),
             sizes: BinderSizes::DEFAULT,
+            nics: Default::default(),
         };
         let mut binder =
             sender::start(&options, srap_daemon::ebpf_object()).expect("attach the binder");

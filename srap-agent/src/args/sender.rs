@@ -11,7 +11,7 @@ use std::{
 use srap_common::solver::PortRange;
 use srap_daemon::sender::{
     PacingRate,
-    ends::{LocalPlacement, LocalSettings, PlacedEnds},
+    ends::{LocalNicsPolicy, LocalPlacement, LocalSettings, PlacedEnds},
     local::bond::BondMembers,
     settings::{DescriptionSource, SenderSettings, SizeSettings},
 };
@@ -157,9 +157,23 @@ pub struct LocalArgs {
     pub steer: Option<SteerArg>,
     /// With --steer local|both: this host's NIC, discovered as the
     /// receiver agent discovers its own (key, table, hashed fields,
-    /// transform, queue → CPU, RPS, NUMA node).
-    #[arg(long, value_name = "DEV", conflicts_with = "local_rss")]
-    pub local_iface: Option<String>,
+    /// transform, queue → CPU, RPS, NUMA node). Give it once per NIC SRAP
+    /// may place flows on: flows are placed on the first, every one is
+    /// described and shown (`srap status --sender`).
+    #[arg(
+        long,
+        value_name = "DEV",
+        conflicts_with = "local_rss",
+        action = clap::ArgAction::Append
+    )]
+    pub local_iface: Vec<String>,
+    /// Which of this host's NICs a steered flow leaves and arrives by
+    /// where several reach its destination: `route`, the route's (as the
+    /// kernel chooses); `numa`, the one on the connecting CPU's NUMA node;
+    /// `balance`, spread evenly. Only `route` is steered by yet: with the
+    /// others the agent warns and steers as `route` [default: route].
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub local_nics: Option<LocalNicsArg>,
     /// With --steer local|both: this host's NIC described in a file (the
     /// JSON `srap rss show --json` prints), offline.
     #[arg(long, value_name = "FILE")]
@@ -194,6 +208,28 @@ impl From<PlacementArg> for LocalPlacement {
         match arg {
             PlacementArg::Spread => Self::Spread,
             PlacementArg::Reader => Self::Reader,
+        }
+    }
+}
+
+/// `--local-nics`' values, named as [`LocalNicsPolicy`]'s (the
+/// `local-nics` key of `--config` takes the same words).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalNicsArg {
+    /// The route's NIC, as the kernel chooses.
+    Route,
+    /// The NIC on the connecting CPU's NUMA node.
+    Numa,
+    /// Flows spread evenly over the NICs.
+    Balance,
+}
+
+impl From<LocalNicsArg> for LocalNicsPolicy {
+    fn from(arg: LocalNicsArg) -> Self {
+        match arg {
+            LocalNicsArg::Route => Self::Route,
+            LocalNicsArg::Numa => Self::Numa,
+            LocalNicsArg::Balance => Self::Balance,
         }
     }
 }
@@ -266,7 +302,8 @@ impl From<SenderArgs> for SenderSettings {
             bond_members: args.bond_members.map(BondMembers::from),
             local: LocalSettings {
                 placed_ends: args.local.steer.map(PlacedEnds::from),
-                local_iface: args.local.local_iface,
+                local_ifaces: args.local.local_iface,
+                local_nics: args.local.local_nics.map(LocalNicsPolicy::from),
                 local_rss: args.local.local_rss,
                 local_cpus: args.local.local_cpus,
                 local_placement: args.local.local_placement.map(LocalPlacement::from),
@@ -322,6 +359,8 @@ mod tests {
             "--interval=5",
             "--steer=both",
             "--local-iface=eth0",
+            "--local-iface=eth1",
+            "--local-nics=balance",
             "--local-cpus=0-3",
             "--local-placement=reader",
             "--bond-members=ignore",
@@ -354,7 +393,8 @@ mod tests {
         assert_eq!(set.metrics, Some("127.0.0.1:9448".parse().expect("addr")));
         assert_eq!(set.interval, Some(5));
         assert_eq!(set.local.placed_ends, Some(PlacedEnds::Both));
-        assert_eq!(set.local.local_iface.as_deref(), Some("eth0"));
+        assert_eq!(set.local.local_ifaces, ["eth0", "eth1"]);
+        assert_eq!(set.local.local_nics, Some(LocalNicsPolicy::Balance));
         assert_eq!(set.local.local_rss, None);
         assert_eq!(set.local.local_cpus, Some((0..4).collect()));
         assert_eq!(set.local.local_placement, Some(LocalPlacement::Reader));
@@ -370,6 +410,9 @@ mod tests {
         );
         let none = settings(&[]);
         assert!(none.config.is_none() && none.local.placed_ends.is_none() && !none.once);
+        assert!(none.local.local_ifaces.is_empty() && none.local.local_nics.is_none());
+        let one = settings(&["--steer=local", "--local-iface", "eth0"]);
+        assert_eq!(one.local.local_ifaces, ["eth0"], "one NIC, as before");
         assert_eq!(
             none.pin_dir(),
             Path::new(srap_daemon::sender::DEFAULT_PIN_DIR)
@@ -407,6 +450,21 @@ mod tests {
             let members = BondMembers::from(*arg);
             assert_eq!(name.parse::<BondMembers>(), Ok(members), "{name}");
             assert_eq!(members.to_string(), name);
+        }
+    }
+
+    /// `--local-nics` and the `local-nics` key take the same words.
+    #[test]
+    fn local_nics_flag_values_are_the_config_keys_words() {
+        for arg in LocalNicsArg::value_variants() {
+            let name = arg
+                .to_possible_value()
+                .expect("shown")
+                .get_name()
+                .to_owned();
+            let policy = LocalNicsPolicy::from(*arg);
+            assert_eq!(name.parse::<LocalNicsPolicy>(), Ok(policy), "{name}");
+            assert_eq!(policy.to_string(), name);
         }
     }
 

@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use super::{
     attach::{self, Attachment},
-    ends::LocalPlacement,
+    ends::{LocalNicsPolicy, LocalPlacement},
     error::SenderError,
     layout::PinLayout,
     local::LocalHost,
@@ -47,6 +47,11 @@ pub struct RunningBinder {
     /// config holds it, and the reader rows are written with this host's
     /// grant.
     pub local_placement: LocalPlacement,
+    /// `--local-nics`, as the status shows it.
+    pub local_nics: LocalNicsPolicy,
+    /// Re-plans made because this host's NICs changed (a link down or up,
+    /// an address added or removed, a NIC added or gone) since start.
+    pub local_nic_replans: u64,
 }
 
 /// The plan of `options` for this host as it is now ([`LocalHost::discover`]
@@ -54,7 +59,11 @@ pub struct RunningBinder {
 /// both ends are planned. A plan the maps' sizes cannot hold is an error
 /// naming the setting to raise, never a plan cut short.
 pub fn plan_for(options: &SenderOptions, range: PortRange) -> Result<Plan, SenderError> {
-    let host = LocalHost::discover(&options.target_addrs::<Vec<_>>(), &options.bonds)?;
+    let host = LocalHost::discover(
+        &options.target_addrs::<Vec<_>>(),
+        &options.bonds,
+        &options.nics,
+    )?;
     let plan = Plan::new(PlanInputs {
         receivers: &options.targets,
         host,
@@ -106,6 +115,8 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
         port_range,
         sizes: options.sizes,
         local_placement: options.local_placement,
+        local_nics: options.nics.policy,
+        local_nic_replans: 0,
     })
 }
 

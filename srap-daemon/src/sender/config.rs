@@ -49,7 +49,10 @@ pub struct SenderConfig {
     pub interval: Option<u64>,
     pub control: Option<PathBuf>,
     pub steer: Option<String>,
-    pub local_iface: Option<String>,
+    /// One NIC (`"eth0"`) or several (`["eth0", "eth1"]`), as
+    /// `--local-iface` given once or several times.
+    pub local_iface: Option<OneOrMany>,
+    pub local_nics: Option<String>,
     pub local_rss: Option<PathBuf>,
     pub local_cpus: Option<String>,
     pub local_placement: Option<String>,
@@ -62,6 +65,24 @@ pub struct SenderConfig {
     /// key if it has one.
     #[serde(default)]
     pub peer: Vec<PeerTable>,
+}
+
+/// A key that takes one string or a list of them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    /// The strings, in the file's order.
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            Self::One(one) => vec![one],
+            Self::Many(many) => many,
+        }
+    }
 }
 
 /// One `[[peer]]` table.

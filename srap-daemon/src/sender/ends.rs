@@ -110,6 +110,59 @@ impl fmt::Display for LocalPlacement {
     }
 }
 
+/// `--local-nics`: which of this host's NICs a steered flow leaves and
+/// arrives by, where several can reach its destination (issue 43). Only
+/// `route` is steered by today: the hook does not choose a source address
+/// yet, and the agent says so when another policy is asked for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum LocalNicsPolicy {
+    /// The route's choice (its source address): the kernel's, as before.
+    #[default]
+    Route,
+    /// The NIC on the connecting CPU's NUMA node.
+    Numa,
+    /// Flows spread evenly over the NICs (egress bandwidth).
+    Balance,
+}
+
+impl LocalNicsPolicy {
+    /// The name `--local-nics` and the `local-nics` key take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Route => "route",
+            Self::Numa => "numa",
+            Self::Balance => "balance",
+        }
+    }
+
+    /// What the agent says at start when the hook cannot place by this
+    /// policy yet (`None` for `route`, which it does).
+    pub fn not_yet_steered(self) -> Option<String> {
+        (self != Self::Route).then(|| {
+            format!(
+                "--local-nics {self} is recognized, but the connect hook does not choose a                  source NIC yet: flows are steered as with `route` (the route's source address)"
+            )
+        })
+    }
+}
+
+impl FromStr for LocalNicsPolicy {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        [Self::Route, Self::Numa, Self::Balance]
+            .into_iter()
+            .find(|p| p.name() == text)
+            .ok_or_else(|| format!("`{text}` is not route, numa or balance"))
+    }
+}
+
+impl fmt::Display for LocalNicsPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Which NIC the ports are chosen for, and this host's own NIC when it is
 /// one of them (see `docs/directions.md`): `--steer`, `--local-iface`,
 /// `--local-rss`, `--local-cpus` and `--local-placement`.
@@ -117,8 +170,10 @@ impl fmt::Display for LocalPlacement {
 pub struct LocalSettings {
     /// Whose CPUs each steered flow is placed on (`None`: `remote`).
     pub placed_ends: Option<PlacedEnds>,
-    /// This host's NIC, discovered as the receiver agent discovers its own.
-    pub local_iface: Option<String>,
+    /// This host's NICs (`--local-iface`, repeatable), each discovered as
+    /// the receiver agent discovers its own; flows are placed on the first
+    /// (`--steer local|both`), the others are described and shown.
+    pub local_ifaces: Vec<String>,
     /// This host's NIC described in a file (`srap rss show --json`).
     pub local_rss: Option<PathBuf>,
     /// Only these CPUs of this host take steered flows (`None`: every CPU
@@ -126,12 +181,19 @@ pub struct LocalSettings {
     pub local_cpus: Option<BTreeSet<u32>>,
     /// Where each flow's local end goes (`None`: `spread`).
     pub local_placement: Option<LocalPlacement>,
+    /// Which local NIC a flow leaves by (`None`: `route`).
+    pub local_nics: Option<LocalNicsPolicy>,
 }
 
 impl LocalSettings {
     /// `--steer`, `remote` unless given.
     pub fn placed_ends(&self) -> PlacedEnds {
         self.placed_ends.unwrap_or_default()
+    }
+
+    /// `--local-nics`, `route` unless given.
+    pub fn local_nics(&self) -> LocalNicsPolicy {
+        self.local_nics.unwrap_or_default()
     }
 
     /// `--local-placement`, `spread` unless given.
@@ -144,7 +206,7 @@ impl LocalSettings {
     /// Checked after the `--config` file is merged, so the messages name
     /// both the flag and the key.
     pub fn check(&self) -> anyhow::Result<()> {
-        let described = self.local_iface.is_some() || self.local_rss.is_some();
+        let described = !self.local_ifaces.is_empty() || self.local_rss.is_some();
         match self.placed_ends() {
             PlacedEnds::Remote
                 if described
@@ -162,7 +224,7 @@ impl LocalSettings {
                 self.placed_ends()
             ),
             PlacedEnds::Local | PlacedEnds::Both
-                if self.local_iface.is_some() && self.local_rss.is_some() =>
+                if !self.local_ifaces.is_empty() && self.local_rss.is_some() =>
             {
                 anyhow::bail!("give one of --local-iface and --local-rss, not both")
             }
@@ -188,5 +250,31 @@ mod tests {
         assert!("push".parse::<PlacedEnds>().unwrap_err().contains("`push`"));
         assert!(PlacedEnds::Both.local() && PlacedEnds::Both.remote());
         assert!(!PlacedEnds::Local.remote() && !PlacedEnds::Remote.local());
+    }
+
+    /// The three policy names are fixed (issue 43); only `route` steers
+    /// today, and the others say so rather than pretend.
+    #[test]
+    fn local_nics_policies_parse_and_only_route_is_steered_by() {
+        for (text, policy) in [
+            ("route", LocalNicsPolicy::Route),
+            ("numa", LocalNicsPolicy::Numa),
+            ("balance", LocalNicsPolicy::Balance),
+        ] {
+            assert_eq!(text.parse::<LocalNicsPolicy>(), Ok(policy));
+            assert_eq!(policy.to_string(), text);
+        }
+        assert!("nearest".parse::<LocalNicsPolicy>().is_err());
+        assert_eq!(
+            LocalSettings::default().local_nics(),
+            LocalNicsPolicy::Route
+        );
+        assert_eq!(LocalNicsPolicy::Route.not_yet_steered(), None);
+        let warning = LocalNicsPolicy::Numa.not_yet_steered().expect("a warning");
+        assert!(
+            warning.contains("--local-nics numa is recognized"),
+            "{warning}"
+        );
+        assert!(warning.contains("as with `route`"), "{warning}");
     }
 }

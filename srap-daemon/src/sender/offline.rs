@@ -245,9 +245,15 @@ impl Offline {
         Ok(())
     }
 
-    /// Judges this host's landings, pauses or resumes local steering, and
+    /// Judges this host's landings, pauses or resumes local steering,
+    /// re-plans when this host's NICs changed (within the second), and
     /// refreshes the status.
     fn sample(&mut self, binder: &mut RunningBinder) {
+        if binder.plan.host.nics_moved(&self.plan.options.nics)
+            && replan_if_sources_changed(binder, &self.plan.options)
+        {
+            self.reapply(binder);
+        }
         let steered: BTreeSet<IpAddr> = self.plan.options.target_addrs();
         let sampled = self
             .local

@@ -8,7 +8,14 @@ use std::{net::IpAddr, path::PathBuf, sync::Arc};
 use srap_common::{binder::BinderSizes, rss::RssModel, solver::PortRange};
 
 use super::{
-    ends::LocalPlacement, local::bond::BondSettings, rate::PacingRate, settings::SenderSettings,
+    ends::LocalPlacement,
+    local::{
+        bond::BondSettings,
+        nic::LocalNic,
+        nics::{GivenNic, NicSettings},
+    },
+    rate::PacingRate,
+    settings::SenderSettings,
     target::Target,
 };
 
@@ -37,6 +44,9 @@ pub struct SenderOptions {
     pub bonds: BondSettings,
     /// What the binder's maps are sized for (`--max-*`).
     pub sizes: BinderSizes,
+    /// `--local-nics` and the NICs of `--local-iface`, described: what
+    /// this host's NICs are read with ([`super::local::LocalHost`]).
+    pub nics: NicSettings,
 }
 
 impl SenderOptions {
@@ -62,6 +72,33 @@ impl SenderOptions {
             local_placement: args.local.local_placement(),
             bonds: BondSettings::new(args.bond_members()),
             sizes: args.sizes.sizes()?,
+            nics: nic_settings(args),
         })
     }
+}
+
+/// `--local-nics` and each `--local-iface` with its description, read now
+/// (blocking: ethtool and netlink). A NIC that cannot be described is
+/// listed without one, with a warning: flows are placed on the first
+/// `--local-iface` only, which the driver describes itself and for which
+/// a failure stops the agent. A policy the hook cannot steer by yet is
+/// said at start.
+fn nic_settings(args: &SenderSettings) -> NicSettings {
+    let policy = args.local.local_nics();
+    if let Some(warning) = policy.not_yet_steered() {
+        tracing::warn!("{warning}");
+    }
+    let given = args
+        .local
+        .local_ifaces
+        .iter()
+        .map(|name| GivenNic {
+            name: name.clone(),
+            description: LocalNic::describe(name)
+                .map_err(|err| tracing::warn!("{err}: listed without its RSS description"))
+                .ok()
+                .map(|nic| Arc::new(nic.description)),
+        })
+        .collect();
+    NicSettings { policy, given }
 }

@@ -130,7 +130,12 @@ impl Plan {
                 sources: sources.clone(),
             })
             .collect();
-        Self::build_with(&receivers, inputs.ports, inputs.range, inputs.local_nic)
+        let mut plan = Self::build_with(&receivers, inputs.ports, inputs.range, inputs.local_nic)?;
+        // The NICs are no input of the tables yet (the hook binds no
+        // source address of its own), but a plan keeps them so that a NIC
+        // that changes calls for a new one.
+        plan.host.nics = inputs.host.nics;
+        Ok(plan)
     }
 
     /// Builds the plan for `receivers`, for every destination port (`ports`
@@ -202,6 +207,7 @@ impl Plan {
             local: None,
             host: LocalHost {
                 toward: receivers.iter().map(|r| r.sources.clone()).collect(),
+                ..LocalHost::default()
             },
         };
         let mut shared = SharedLayouts::default();

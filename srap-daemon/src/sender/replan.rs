@@ -9,7 +9,10 @@ use std::net::IpAddr;
 use super::{
     binder::{RunningBinder, plan_for},
     error::SenderError,
-    local::LocalHost,
+    local::{
+        LocalHost,
+        nics::{HostNic, LocalNics},
+    },
     maps,
     options::SenderOptions,
     state, summary,
@@ -40,28 +43,128 @@ pub fn replan(binder: &mut RunningBinder, options: &SenderOptions) -> Result<(),
 
 /// Re-plans (for the same RSS models) when this host toward the receivers
 /// is no longer the snapshot the plan was made for ([`LocalHost`]): an
-/// address added for an application to bind, a route changed, or the bond
-/// they leave by (a member down or up, a port out of the aggregator);
-/// returns true if it did. Failures are logged and the old plan keeps
-/// steering.
+/// address added for an application to bind, a route changed, the bond
+/// they leave by (a member down or up, a port out of the aggregator), or
+/// one of this host's NICs (down or up, an address added or removed, a
+/// NIC added: counted in [`RunningBinder::local_nic_replans`]); returns
+/// true if it did. Failures are logged and the old plan keeps steering.
 pub fn replan_if_sources_changed(binder: &mut RunningBinder, options: &SenderOptions) -> bool {
     let addrs: Vec<IpAddr> = options.target_addrs();
-    match LocalHost::discover(&addrs, &options.bonds).map(|now| now != binder.plan.host) {
-        Ok(false) => false,
-        Ok(true) => match replan(binder, options) {
-            Ok(()) => {
-                println!("local addresses, routes or bond members changed: replanned");
-                println!("{}", summary::describe(binder));
-                true
-            }
-            Err(err) => {
-                tracing::warn!("local addresses changed; cannot re-plan ({err}): keeping the plan");
-                false
-            }
-        },
+    let now = match LocalHost::discover(&addrs, &options.bonds, &options.nics) {
+        Ok(now) if now == binder.plan.host => return false,
+        Ok(now) => now,
         Err(err) => {
             tracing::warn!("checking local addresses: {err}");
+            return false;
+        }
+    };
+    let nics = nic_changes(&binder.plan.host.nics, &now.nics);
+    match replan(binder, options) {
+        Ok(()) => {
+            if nics.is_empty() {
+                println!("local addresses, routes or bond members changed: replanned");
+            } else {
+                binder.local_nic_replans += 1;
+                println!("this host's NICs changed ({}): replanned", nics.join("; "));
+            }
+            println!("{}", summary::describe(binder));
+            true
+        }
+        Err(err) => {
+            tracing::warn!("local addresses changed; cannot re-plan ({err}): keeping the plan");
             false
         }
+    }
+}
+
+/// What changed between two lists of this host's NICs, one phrase per NIC
+/// (`eth1 down`, `eth2 added`, `eth0 addresses 10.0.0.1 → 10.0.0.1,
+/// 10.0.0.9`); empty when nothing did.
+pub fn nic_changes(before: &LocalNics, now: &LocalNics) -> Vec<String> {
+    let mut changes = Vec::new();
+    for nic in &now.nics {
+        let Some(old) = before.get(&nic.name) else {
+            changes.push(format!("{} added", nic.name));
+            continue;
+        };
+        if old.up != nic.up {
+            changes.push(format!(
+                "{} {}",
+                nic.name,
+                if nic.up { "up" } else { "down" }
+            ));
+        }
+        if old.addresses != nic.addresses {
+            let list = |n: &HostNic| {
+                n.addresses
+                    .iter()
+                    .map(IpAddr::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            changes.push(format!(
+                "{} addresses {} → {}",
+                nic.name,
+                list(old),
+                list(nic)
+            ));
+        }
+        if old.node != nic.node || old.members != nic.members {
+            changes.push(format!("{} node or members", nic.name));
+        }
+    }
+    changes.extend(
+        before
+            .nics
+            .iter()
+            .filter(|old| now.get(&old.name).is_none())
+            .map(|old| format!("{} gone", old.name)),
+    );
+    changes
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    fn nic(name: &str, address: &str, up: bool) -> HostNic {
+        HostNic {
+            name: name.into(),
+            addresses: BTreeSet::from([address.parse().expect("ip")]),
+            node: None,
+            up,
+            members: Vec::new(),
+            given: false,
+            description: None,
+        }
+    }
+
+    #[test]
+    fn nic_changes_name_each_nic_and_what_changed() {
+        let before = LocalNics {
+            nics: vec![nic("eth0", "10.0.0.1", true), nic("eth1", "10.1.0.1", true)],
+        };
+        assert!(nic_changes(&before, &before).is_empty());
+        let now = LocalNics {
+            nics: vec![
+                nic("eth0", "10.0.0.2", true),
+                nic("eth1", "10.1.0.1", false),
+                nic("eth2", "10.2.0.1", true),
+            ],
+        };
+        assert_eq!(
+            nic_changes(&before, &now),
+            [
+                "eth0 addresses 10.0.0.1 → 10.0.0.2",
+                "eth1 down",
+                "eth2 added"
+            ]
+        );
+        assert_eq!(
+            nic_changes(&now, &before).last().map(String::as_str),
+            Some("eth2 gone")
+        );
     }
 }

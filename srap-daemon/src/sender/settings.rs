@@ -13,8 +13,8 @@ use srap_common::{binder::BinderSizes, solver::PortRange};
 use srap_host::cpulist;
 
 use super::{
-    config::{ConfigError, SenderConfig},
-    ends::{LocalPlacement, LocalSettings, PlacedEnds},
+    config::{ConfigError, OneOrMany, SenderConfig},
+    ends::{LocalNicsPolicy, LocalPlacement, LocalSettings, PlacedEnds},
     layout::DEFAULT_PIN_DIR,
     local::bond::BondMembers,
     rate::PacingRate,
@@ -219,11 +219,19 @@ impl SenderSettings {
         fill(&mut self.port_range, range);
         fill(&mut self.interval, config.interval);
         fill(&mut self.control, config.control);
+        let local_nics = config
+            .local_nics
+            .map(|p| p.parse::<LocalNicsPolicy>().map_err(value("local-nics")))
+            .transpose()?;
         fill(&mut self.local.placed_ends, placed_ends);
-        if self.local.local_iface.is_none() && self.local.local_rss.is_none() {
-            self.local.local_iface = config.local_iface;
+        if self.local.local_ifaces.is_empty() && self.local.local_rss.is_none() {
+            self.local.local_ifaces = config
+                .local_iface
+                .map(OneOrMany::into_vec)
+                .unwrap_or_default();
             self.local.local_rss = config.local_rss;
         }
+        fill(&mut self.local.local_nics, local_nics);
         fill(&mut self.local.local_cpus, local_cpus);
         fill(&mut self.local.local_placement, placement);
         let members = config
@@ -324,6 +332,7 @@ mod tests {
         local-iface = "eth0"
         local-cpus = "0-7"
         local-placement = "reader"
+        local-nics = "numa"
         bond-members = "ignore"
         max-receivers = 200
         max-sockets = 1000
@@ -360,7 +369,8 @@ mod tests {
             Some(Path::new("/run/srap/x.sock"))
         );
         assert_eq!(merged.local.placed_ends, Some(PlacedEnds::Both));
-        assert_eq!(merged.local.local_iface.as_deref(), Some("eth0"));
+        assert_eq!(merged.local.local_ifaces, ["eth0"]);
+        assert_eq!(merged.local.local_nics(), LocalNicsPolicy::Numa);
         assert_eq!(merged.local.local_cpus, Some((0..8).collect()));
         assert_eq!(merged.local.local_placement, Some(LocalPlacement::Reader));
         assert_eq!(merged.bond_members(), BondMembers::Ignore);
@@ -416,6 +426,24 @@ mod tests {
         );
     }
 
+    /// `local-iface` takes one NIC, as it always did, or a list.
+    #[test]
+    fn local_iface_takes_a_string_or_a_list() {
+        let path = Path::new("sender.toml");
+        for (text, ifaces) in [
+            ("local-iface = \"eth0\"\n", vec!["eth0"]),
+            ("local-iface = [\"eth0\", \"eth1\"]\n", vec!["eth0", "eth1"]),
+        ] {
+            let config = SenderConfig::parse(path, text).expect("parses");
+            let merged = SenderSettings::default()
+                .under_config(path, config)
+                .expect("merged");
+            assert_eq!(merged.local.local_ifaces, ifaces, "{text}");
+            assert_eq!(merged.local.local_nics(), LocalNicsPolicy::Route);
+        }
+        assert!(SenderConfig::parse(path, "local-iface = 3\n").is_err());
+    }
+
     #[test]
     fn bad_values_name_the_key_and_the_file() {
         let path = Path::new("sender.toml");
@@ -425,6 +453,7 @@ mod tests {
             ("steer = \"push\"\n", "steer"),
             ("local-cpus = \"3-1\"\n", "local-cpus"),
             ("local-placement = \"near\"\n", "local-placement"),
+            ("local-nics = \"nearest\"\n", "local-nics"),
             ("bond-members = \"some\"\n", "bond-members"),
         ] {
             let config = SenderConfig::parse(path, text).expect("parses");

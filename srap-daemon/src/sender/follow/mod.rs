@@ -427,11 +427,14 @@ impl Follower {
         }
     }
 
-    /// Follows the bonds the plan leaves by, every second (not only at the
-    /// interval's full check of addresses and routes): a member down or up
-    /// is re-planned at once.
+    /// Follows the bonds the plan leaves by and this host's NICs, every
+    /// second (not only at the interval's full check of addresses and
+    /// routes): a member or a NIC down or up, an address added or removed,
+    /// a NIC added is re-planned within the second.
     fn follow_bonds(&mut self, binder: &mut RunningBinder) {
-        let moved = binder.plan.host.bonds_moved(&self.machine.options.bonds);
+        let options = &self.machine.options;
+        let moved = binder.plan.host.bonds_moved(&options.bonds)
+            || binder.plan.host.nics_moved(&options.nics);
         if moved && replan_if_sources_changed(binder, &self.machine.options) {
             self.planned(binder, false);
         }

@@ -6,8 +6,10 @@
 //! * [`LocalHost`]: one snapshot of this host toward the receivers — for
 //!   each, the route's source address, the other addresses an application
 //!   may bind ([`ReceiverSources`]), and the bond the route leaves by
-//!   ([`bond`]). The plan is made for one snapshot and keeps it; a re-plan
-//!   is due when a new snapshot differs from it.
+//!   ([`bond`]), and this host's NICs as one list ([`nics`]: addresses,
+//!   NUMA node, link state, which NIC holds each address). The plan is
+//!   made for one snapshot and keeps it; a re-plan is due when a new
+//!   snapshot differs from it.
 //! * [`nic`]: this host's own NIC, described as a receiver agent describes
 //!   its own, when flows are placed on it (`--steer local|both`).
 //! * [`reader`]: the reader rows of `--local-placement reader` (each CPU's
@@ -18,6 +20,7 @@
 
 pub mod bond;
 pub mod nic;
+pub mod nics;
 pub mod reader;
 
 use std::{collections::BTreeSet, net::IpAddr};
@@ -25,23 +28,33 @@ use std::{collections::BTreeSet, net::IpAddr};
 use srap_common::bond::MemberPlan;
 use srap_host::{local, route};
 
-use self::bond::{BondSettings, EgressBond};
+use self::{
+    bond::{BondSettings, EgressBond},
+    nics::{HostNic, LocalNics, NicSettings},
+};
 use super::error::SenderError;
 
 /// This host toward the receivers, one [`ReceiverSources`] per receiver
-/// address in the order asked for: what a plan is made for. Two snapshots
-/// are equal when they plan alike (see [`ReceiverSources`]'s equality).
+/// address in the order asked for, and its NICs: what a plan is made for.
+/// Two snapshots are equal when they plan alike (see [`ReceiverSources`]'s
+/// equality) and their NICs are the same (addresses, node, link state).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LocalHost {
     pub toward: Vec<ReceiverSources>,
+    pub nics: LocalNics,
 }
 
 impl LocalHost {
     /// Reads this host now: toward each of `receivers`, the route's source
     /// address, the other local addresses an application may bind, and
     /// the bond the route leaves by (its members balanced unless `bonds`
-    /// says not). Blocking (netlink, `getifaddrs`, sysfs).
-    pub fn discover(receivers: &[IpAddr], bonds: &BondSettings) -> Result<Self, SenderError> {
+    /// says not); and this host's NICs (`nics`: the given ones and their
+    /// descriptions). Blocking (netlink, `getifaddrs`, sysfs).
+    pub fn discover(
+        receivers: &[IpAddr],
+        bonds: &BondSettings,
+        nics: &NicSettings,
+    ) -> Result<Self, SenderError> {
         let toward = receivers
             .iter()
             .map(|r| {
@@ -53,7 +66,23 @@ impl LocalHost {
                 })
             })
             .collect::<Result<_, SenderError>>()?;
-        Ok(Self { toward })
+        Ok(Self {
+            toward,
+            nics: LocalNics::discover(nics)?,
+        })
+    }
+
+    /// The NIC that holds the source address `ip`.
+    pub fn holder_of(&self, ip: IpAddr) -> Option<&HostNic> {
+        self.nics.holding(ip)
+    }
+
+    /// True when this host's NICs are no longer as planned (a link down or
+    /// up, an address added or removed, a NIC added or gone, a node read
+    /// differently): cheap enough to ask every second. A NIC that cannot
+    /// be read now is no change (the full read at the interval reports it).
+    pub fn nics_moved(&self, settings: &NicSettings) -> bool {
+        LocalNics::discover(settings).is_ok_and(|now| now != self.nics)
     }
 
     /// True when a bond this snapshot leaves by is no longer as it was (a
@@ -160,9 +189,11 @@ mod tests {
         assert_ne!(planned, rerouted, "the same set from another route source");
         let one = LocalHost {
             toward: vec![planned.clone()],
+            ..LocalHost::default()
         };
         let two = LocalHost {
             toward: vec![planned.clone(), planned],
+            ..LocalHost::default()
         };
         assert_ne!(one, two);
     }

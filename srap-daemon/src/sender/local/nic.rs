@@ -60,20 +60,32 @@ impl LocalNic {
     /// remote`): discovered (blocking: netlink and /proc) or read from the
     /// file.
     pub fn load(args: &LocalSettings) -> Result<Option<Self>, LocalNicError> {
-        let source = match (&args.local_iface, &args.local_rss) {
+        let source = match (args.local_ifaces.first(), &args.local_rss) {
             (Some(iface), _) => Source::Iface(iface.clone()),
             (None, Some(file)) => Source::File(file.clone()),
             (None, None) => return Ok(None),
         };
+        Self::read(source, args.local_cpus.as_ref()).map(Some)
+    }
+
+    /// The NIC of `source`, read now, offering `only`.
+    fn read(source: Source, only: Option<&BTreeSet<u32>>) -> Result<Self, LocalNicError> {
         let mut warnings = Vec::new();
         let (description, discovered) = source.read_with_origin(&mut warnings)?;
         for warning in &warnings {
             tracing::warn!("this host's NIC: {warning}");
         }
-        let mut nic = Self::new(source, description, args.local_cpus.as_ref())?;
+        let mut nic = Self::new(source, description, only)?;
         nic.discovered = discovered;
         nic.key.source = discovered;
-        Ok(Some(nic))
+        Ok(nic)
+    }
+
+    /// `iface` as discovered now, every CPU its queues reach offered: one
+    /// of the NICs of `--local-iface` described for this host's list of
+    /// NICs (blocking: netlink and /proc).
+    pub fn describe(iface: &str) -> Result<Self, LocalNicError> {
+        Self::read(Source::Iface(iface.to_owned()), None)
     }
 
     /// The NIC of `description`, offering `only` (every CPU a queue

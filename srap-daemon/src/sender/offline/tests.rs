@@ -34,6 +34,7 @@ fn plan(remote: &Arc<RssModel>, both: Option<Arc<RssModel>>) -> LocalPlan {
             local_placement: Default::default(),
             bonds: Default::default(),
             sizes: BinderSizes::default(),
+            nics: Default::default(),
         },
         both,
     }

@@ -37,6 +37,7 @@ fn options() -> SenderOptions {
         local_placement: Default::default(),
         bonds: Default::default(),
         sizes: BinderSizes::default(),
+        nics: Default::default(),
     }
 }
 
