@@ -347,6 +347,21 @@ pub const SENDER_METRICS: &[(&str, &str, &str)] = &[
         "gauge",
         "1 when the member can send (up; in 802.3ad, distributing in the active aggregator)",
     ),
+    (
+        "srap_sender_local_nic_up",
+        "gauge",
+        "1 when this host's NIC is operationally up; node is its NUMA node (unknown when the device does not say)",
+    ),
+    (
+        "srap_sender_local_nic_flows",
+        "gauge",
+        "Open steered flows whose source address this host's NIC holds",
+    ),
+    (
+        "srap_sender_local_nic_replans_total",
+        "counter",
+        "Re-plans made because this host's NICs changed (a link down or up, an address added or removed, a NIC added or gone)",
+    ),
 ];
 
 /// The sender agent's exposition text: the binder's counters and the
@@ -408,6 +423,22 @@ pub fn render_sender(status: &SenderStatus) -> String {
                     }
                 }
             }
+            "srap_sender_local_nic_up" | "srap_sender_local_nic_flows" => {
+                for nic in &status.local_nics {
+                    let node = nic
+                        .node
+                        .map_or_else(|| "unknown".to_owned(), |n| n.to_string());
+                    let (labels, value) = match name {
+                        "srap_sender_local_nic_up" => (
+                            format!("{{iface=\"{}\",node=\"{node}\"}}", nic.name),
+                            u64::from(nic.up),
+                        ),
+                        _ => (format!("{{iface=\"{}\"}}", nic.name), u64::from(nic.flows)),
+                    };
+                    sample(&labels, value);
+                }
+            }
+            "srap_sender_local_nic_replans_total" => sample("", status.local_nic_replans),
             _ => {}
         }
     }
@@ -613,6 +644,22 @@ mod tests {
             ],
             ..Default::default()
         }];
+        status.local_nics = vec![
+            crate::sender::LocalNicRow {
+                name: "eth0".into(),
+                node: Some(1),
+                addresses: vec!["10.0.0.1".parse().expect("ip")],
+                up: true,
+                ..Default::default()
+            },
+            crate::sender::LocalNicRow {
+                name: "veth1".into(),
+                addresses: vec!["10.9.0.1".parse().expect("ip")],
+                ..Default::default()
+            },
+        ];
+        status.local_nic_replans = 2;
+        status.count_local_nic_flows();
         let text = render_sender(&status);
         for line in [
             "# TYPE srap_sender_occupancy_repaired_total counter",
@@ -628,6 +675,11 @@ mod tests {
             "srap_sender_bond_member_flows{bond=\"bond0\",member=\"eth1\"} 8",
             "srap_sender_bond_member_tx_bytes_total{bond=\"bond0\",member=\"eth1\"} 900",
             "srap_sender_bond_member_usable{bond=\"bond0\",member=\"eth0\"} 0",
+            "srap_sender_local_nic_up{iface=\"eth0\",node=\"1\"} 1",
+            "srap_sender_local_nic_up{iface=\"veth1\",node=\"unknown\"} 0",
+            "srap_sender_local_nic_flows{iface=\"eth0\"} 1",
+            "srap_sender_local_nic_flows{iface=\"veth1\"} 0",
+            "srap_sender_local_nic_replans_total 2",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }

@@ -49,6 +49,65 @@ pub struct SenderStatus {
     /// its flows and what its own counters say it sent.
     #[serde(default)]
     pub bonds: Vec<BondRow>,
+    /// This host's NICs: every interface holding an address a flow could
+    /// leave from, and every `--local-iface`, by name (empty: an older
+    /// agent).
+    #[serde(default)]
+    pub local_nics: Vec<LocalNicRow>,
+    /// `--local-nics`: `route`, `numa` or `balance` (empty: an older
+    /// agent).
+    #[serde(default)]
+    pub local_nics_policy: String,
+    /// Re-plans made because this host's NICs changed (a link down or up,
+    /// an address added or removed, a NIC added or gone) since start.
+    #[serde(default)]
+    pub local_nic_replans: u64,
+}
+
+impl SenderStatus {
+    /// Counts each open flow (`flows`) on the NIC that holds its source
+    /// address, into `local_nics`: the NIC it leaves by when the route
+    /// follows the source address. A flow whose address no NIC holds is
+    /// counted on none.
+    pub fn count_local_nic_flows(&mut self) {
+        for nic in &mut self.local_nics {
+            nic.flows = self
+                .flows
+                .iter()
+                .filter_map(|f| f.src)
+                .filter(|src| nic.addresses.contains(&src.ip()))
+                .count() as u32;
+        }
+    }
+}
+
+/// One of this host's NICs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalNicRow {
+    pub name: String,
+    /// The NUMA node of its device (a bond's: its members' when they
+    /// agree); `None` when unknown, never 0 for unknown.
+    #[serde(default)]
+    pub node: Option<u32>,
+    /// Its addresses a flow could leave from.
+    #[serde(default)]
+    pub addresses: Vec<IpAddr>,
+    /// Operationally up.
+    #[serde(default)]
+    pub up: bool,
+    /// A bond's members (empty: not a bond).
+    #[serde(default)]
+    pub members: Vec<String>,
+    /// Given with `--local-iface`.
+    #[serde(default)]
+    pub given: bool,
+    /// Its receive queues' CPUs (queue → CPU), when given and described.
+    #[serde(default)]
+    pub queue_cpu: Option<Vec<u32>>,
+    /// The steered cgroup's open flows whose source address it holds.
+    #[serde(default)]
+    pub flows: u32,
 }
 
 /// A bond on the route toward a receiver.
@@ -249,4 +308,57 @@ pub struct AddressRow {
 pub struct GrantRow {
     pub epoch: u64,
     pub cpus: Vec<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An older agent's snapshot (no NICs, no policy) still reads, and a
+    /// NIC row of a newer one round-trips with an unknown node as null.
+    #[test]
+    fn local_nics_are_optional_in_the_json_and_round_trip() {
+        let old = r#"{"cgroup":"/sys/fs/cgroup/srap","pin_dir":"/sys/fs/bpf/srap",
+            "binder":[],"reserved_ports":0,"receivers":[]}"#;
+        let status: SenderStatus = serde_json::from_str(old).expect("an older snapshot reads");
+        assert!(status.local_nics.is_empty() && status.local_nics_policy.is_empty());
+        let row = LocalNicRow {
+            name: "veth0".into(),
+            addresses: vec!["10.0.0.1".parse().expect("ip")],
+            up: true,
+            ..LocalNicRow::default()
+        };
+        let text = serde_json::to_string(&row).expect("json");
+        assert!(text.contains("\"node\":null"), "{text}");
+        assert_eq!(
+            serde_json::from_str::<LocalNicRow>(&text).expect("reads"),
+            row
+        );
+    }
+
+    #[test]
+    fn flows_count_on_the_nic_holding_their_source_address() {
+        let flow = |src: &str| SenderFlowRow {
+            src: src.parse().ok(),
+            ..SenderFlowRow::default()
+        };
+        let nic = |name: &str, ip: &str| LocalNicRow {
+            name: name.into(),
+            addresses: vec![ip.parse().expect("ip")],
+            ..LocalNicRow::default()
+        };
+        let mut status = SenderStatus {
+            flows: vec![
+                flow("10.0.0.1:40000"),
+                flow("10.1.0.1:40001"),
+                flow("10.1.0.1:40002"),
+                flow("10.7.0.1:40003"),
+            ],
+            local_nics: vec![nic("eth0", "10.0.0.1"), nic("eth1", "10.1.0.1")],
+            ..SenderStatus::default()
+        };
+        status.count_local_nic_flows();
+        let counts: Vec<u32> = status.local_nics.iter().map(|n| n.flows).collect();
+        assert_eq!(counts, [1, 2]);
+    }
 }

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use srap_common::rss::KeySource;
 use srap_status::{
     SenderStatus,
-    sender::{BondRow, LocalRow, OccupancyRow, ReceiverRow, SenderFlowRow},
+    sender::{BondRow, LocalNicRow, LocalRow, OccupancyRow, ReceiverRow, SenderFlowRow},
 };
 
 pub fn render(status: &SenderStatus) -> String {
@@ -52,6 +52,13 @@ pub fn render(status: &SenderStatus) -> String {
             let _ = writeln!(out, "{line}");
         }
     }
+    let nics = local_nics_summary(status);
+    if !nics.is_empty() {
+        let _ = writeln!(out);
+        for line in nics {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     for bond in &status.bonds {
         let _ = writeln!(out);
         for line in bond_summary(bond) {
@@ -60,6 +67,64 @@ pub fn render(status: &SenderStatus) -> String {
     }
     flow_lines(&mut out, &status.flows);
     out
+}
+
+/// This host's NICs: per NIC its NUMA node (`?` when the device does not
+/// say), link, the open flows whose source address it holds, and its
+/// addresses; `*` marks a `--local-iface`, with its queues' CPUs. The
+/// plain text's and the dashboard's. Empty for an older agent.
+pub(super) fn local_nics_summary(status: &SenderStatus) -> Vec<String> {
+    if status.local_nics.is_empty() {
+        return Vec::new();
+    }
+    let mut head = "local NICs".to_owned();
+    if !status.local_nics_policy.is_empty() {
+        let _ = write!(head, " (--local-nics {})", status.local_nics_policy);
+    }
+    if status.local_nic_replans > 0 {
+        let _ = write!(
+            head,
+            ", {} re-plans on NIC changes",
+            status.local_nic_replans
+        );
+    }
+    let mut lines = vec![
+        format!("{head}:"),
+        format!(
+            "  {:<16} {:>4} {:<5} {:>5}  addresses",
+            "NIC", "node", "link", "flows"
+        ),
+    ];
+    for nic in &status.local_nics {
+        let name = if nic.given {
+            format!("{}*", nic.name)
+        } else {
+            nic.name.clone()
+        };
+        let node = nic.node.map_or_else(|| "?".to_owned(), |n| n.to_string());
+        let addresses: Vec<String> = nic.addresses.iter().map(ToString::to_string).collect();
+        let mut line = format!(
+            "  {:<16} {:>4} {:<5} {:>5}  {}",
+            name,
+            node,
+            if nic.up { "up" } else { "down" },
+            nic.flows,
+            if addresses.is_empty() {
+                "-".to_owned()
+            } else {
+                addresses.join(", ")
+            }
+        );
+        if !nic.members.is_empty() {
+            let _ = write!(line, " (bond of {})", nic.members.join(", "));
+        }
+        lines.push(line);
+        if let Some(cpus) = &nic.queue_cpu {
+            let cpus: Vec<String> = cpus.iter().map(ToString::to_string).collect();
+            lines.push(format!("    queue → CPU: {}", cpus.join(" ")));
+        }
+    }
+    lines
 }
 
 /// A bond on the route: whether flows are balanced over its members (or
@@ -581,6 +646,50 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
         }
+    }
+
+    #[test]
+    fn local_nics_show_node_link_flows_and_addresses() {
+        let nic = |name: &str, node: Option<u32>, up: bool, ip: &str| LocalNicRow {
+            name: name.into(),
+            node,
+            up,
+            addresses: vec![ip.parse().expect("ip")],
+            ..LocalNicRow::default()
+        };
+        let mut status = SenderStatus {
+            pin_dir: "/sys/fs/bpf/srap".into(),
+            local_nics: vec![
+                LocalNicRow {
+                    given: true,
+                    queue_cpu: Some(vec![0, 1, 2, 3]),
+                    ..nic("eth0", Some(0), true, "10.0.0.1")
+                },
+                nic("eth1", Some(1), false, "10.1.0.1"),
+                LocalNicRow {
+                    members: vec!["eth2".into(), "eth3".into()],
+                    ..nic("bond0", None, true, "10.2.0.1")
+                },
+            ],
+            local_nics_policy: "route".into(),
+            local_nic_replans: 1,
+            flows: three_flows(),
+            ..SenderStatus::default()
+        };
+        status.count_local_nic_flows();
+        let text = render(&status);
+        for line in [
+            "local NICs (--local-nics route), 1 re-plans on NIC changes:",
+            "  NIC              node link  flows  addresses",
+            "  eth0*               0 up        3  10.0.0.1",
+            "    queue → CPU: 0 1 2 3",
+            "  eth1                1 down      0  10.1.0.1",
+            "  bond0               ? up        0  10.2.0.1 (bond of eth2, eth3)",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
+        }
+        status.local_nics.clear();
+        assert!(!render(&status).contains("local NICs"), "an older agent");
     }
 
     #[test]

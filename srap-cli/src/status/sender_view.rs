@@ -295,6 +295,12 @@ impl Page for SenderPage {
             .collect();
         let away = away_lines(status, width);
         let mut local = local_lines(status, width);
+        local.extend(
+            super::sender::local_nics_summary(status)
+                .iter()
+                .flat_map(|line| wrap(line, width))
+                .map(Line::from),
+        );
         local.extend(bond_lines(status, width));
         let flows = flow_lines(&status.flows);
         let reasons = unknown_reasons(&status.flows, width);

@@ -10,12 +10,15 @@ use srap_common::{binder::COUNTER_NAMES, rss::FlowTuple};
 use srap_status::{
     ControlSocket, SenderStatus,
     control::serve,
-    sender::{LocalRow, SenderFlowRow},
+    sender::{LocalNicRow, LocalRow, SenderFlowRow},
 };
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::{binder::RunningBinder, local_end::LocalEnd, maps::read_stats, target::Target};
+use super::{
+    binder::RunningBinder, local::nics::LocalNics, local_end::LocalEnd, maps::read_stats,
+    target::Target,
+};
 
 /// The sender agent's control socket, serving the latest status snapshot
 /// (and, with `--metrics`, the same snapshot as Prometheus text).
@@ -58,7 +61,11 @@ impl StatusServer {
         Ok(())
     }
 
-    pub fn update(&self, status: SenderStatus) {
+    /// Serves `status` from now on, each of this host's NICs with the open
+    /// flows whose source address it holds counted (both drivers' flows
+    /// are filled by then).
+    pub fn update(&self, mut status: SenderStatus) {
+        status.count_local_nic_flows();
         self.tx.send_replace(Arc::new(status));
     }
 }
@@ -78,6 +85,9 @@ pub fn binder_status(binder: &RunningBinder) -> SenderStatus {
     let mut status = SenderStatus {
         cgroup: binder.cgroup.display().to_string(),
         pin_dir: binder.layout.dir().display().to_string(),
+        local_nics: local_nic_rows(&binder.plan.host.nics),
+        local_nics_policy: binder.local_nics.to_string(),
+        local_nic_replans: binder.local_nic_replans,
         ..SenderStatus::default()
     };
     match read_stats(&binder.layout) {
@@ -96,6 +106,24 @@ pub fn binder_status(binder: &RunningBinder) -> SenderStatus {
         Err(err) => warn!("reading the binder's counters: {err}"),
     }
     status
+}
+
+/// This host's NICs as the plan was last made for them (their flows are
+/// counted when the snapshot is served).
+fn local_nic_rows(nics: &LocalNics) -> Vec<LocalNicRow> {
+    nics.nics
+        .iter()
+        .map(|nic| LocalNicRow {
+            name: nic.name.clone(),
+            node: nic.node,
+            addresses: nic.addresses.iter().copied().collect(),
+            up: nic.up,
+            members: nic.members.clone(),
+            given: nic.given,
+            queue_cpu: nic.queue_cpu().map(<[u32]>::to_vec),
+            flows: 0,
+        })
+        .collect()
 }
 
 /// What the kernel says an errno means, and its number.
