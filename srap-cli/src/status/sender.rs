@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use srap_common::rss::KeySource;
 use srap_status::{
     SenderStatus,
-    sender::{BondRow, LocalNicRow, LocalRow, OccupancyRow, ReceiverRow, SenderFlowRow},
+    sender::{BondRow, LocalRow, OccupancyRow, ReceiverRow, SenderFlowRow},
 };
 
 pub fn render(status: &SenderStatus) -> String {
@@ -650,6 +650,7 @@ mod tests {
 
     #[test]
     fn local_nics_show_node_link_flows_and_addresses() {
+        use srap_status::sender::LocalNicRow;
         let nic = |name: &str, node: Option<u32>, up: bool, ip: &str| LocalNicRow {
             name: name.into(),
             node,

@@ -61,11 +61,10 @@ pub fn replan_if_sources_changed(binder: &mut RunningBinder, options: &SenderOpt
     let nics = nic_changes(&binder.plan.host.nics, &now.nics);
     match replan(binder, options) {
         Ok(()) => {
-            if nics.is_empty() {
-                println!("local addresses, routes or bond members changed: replanned");
-            } else {
+            println!("local addresses, routes or bond members changed: replanned");
+            if !nics.is_empty() {
                 binder.local_nic_replans += 1;
-                println!("this host's NICs changed ({}): replanned", nics.join("; "));
+                println!("  this host's NICs changed: {}", nics.join("; "));
             }
             println!("{}", summary::describe(binder));
             true
