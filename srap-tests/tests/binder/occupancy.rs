@@ -80,6 +80,13 @@ fn check_metrics(lab: &Lab, kind: &str, want: u64) {
     srap_tests::promtool::check_metrics("the sender agent's /metrics", &text);
     let repaired = format!("srap_sender_occupancy_repaired_total{{kind=\"{kind}\"}} {want}");
     assert!(text.lines().any(|l| l == repaired), "{text}");
+    // This host's NICs: the sender's veth, up, with no NUMA node (a veth
+    // has no device: unknown, not 0).
+    let nic = format!(
+        "srap_sender_local_nic_up{{iface=\"{}\",node=\"unknown\"}} 1",
+        lab.hosts.sender_end.ifname
+    );
+    assert!(text.lines().any(|l| l == nic), "{nic} in:\n{text}");
 }
 
 /// `GET /metrics` from the agent's `--metrics` ([`METRICS`]) in the
