@@ -207,6 +207,14 @@ fn sixteen_on_sixteen_local_cpus(v6: bool) {
         let port = flow.src.map(|s| s.port()).unwrap_or_default();
         assert_eq!(flow.connecting_cpu, pinned.get(&port).copied(), "{flow:?}");
     }
+    // Every flow counted on the NIC that holds its source address.
+    let nic = status
+        .local_nics
+        .iter()
+        .find(|n| n.name == lab.hosts.sender_end.ifname)
+        .unwrap_or_else(|| panic!("the sender's veth among {:?}", status.local_nics));
+    assert_eq!(nic.flows as usize, status.flows.len(), "{nic:?}");
+    assert!(nic.up && nic.node.is_none(), "{nic:?}");
     workload.finish();
 }
 
