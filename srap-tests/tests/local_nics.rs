@@ -3,7 +3,8 @@
 //! read as two NICs with their addresses, up, and no NUMA node (a veth has
 //! no device: unknown, never node 0); a link taken down, or an address
 //! added, changes the snapshot within a second (the follow driver checks
-//! every second and re-plans on a change).
+//! every second and re-plans on a change), and a receiver whose route went
+//! with the link keeps its planned sources in a running plan's snapshot.
 
 use std::{ops::ControlFlow, time::Duration};
 
@@ -104,6 +105,20 @@ fn two_links_are_two_nics_and_a_link_down_changes_the_snapshot_within_a_second()
     assert!(!nic.up, "{nic:?}");
     assert!(nic.addresses.contains(&near.ipv4.into()), "{nic:?}");
     assert!(down.get(&first.ifname).is_some_and(|n| n.up), "{down:?}");
+    // The second receiver has no route now: the snapshot of a running plan
+    // keeps its sources and still follows the NICs (a fresh read fails).
+    let again = hosts
+        .sender
+        .run(|| planned.rediscover(&receivers, &bonds, &settings))
+        .expect("entering the sender's namespace")
+        .expect("a running plan's snapshot despite a receiver without a route");
+    assert_eq!(again.toward, planned.toward);
+    assert_eq!(again.nics, down);
+    let fresh = hosts
+        .sender
+        .run(|| LocalHost::discover(&receivers, &bonds, &settings))
+        .expect("entering the sender's namespace");
+    assert!(fresh.is_err(), "no route to {}: {fresh:?}", receivers[1]);
 
     hosts
         .sender

@@ -64,6 +64,15 @@ pub fn plan_for(options: &SenderOptions, range: PortRange) -> Result<Plan, Sende
         &options.bonds,
         &options.nics,
     )?;
+    plan_on(options, range, host)
+}
+
+/// The plan of `options` for `host`, a snapshot already read.
+pub fn plan_on(
+    options: &SenderOptions,
+    range: PortRange,
+    host: LocalHost,
+) -> Result<Plan, SenderError> {
     let plan = Plan::new(PlanInputs {
         receivers: &options.targets,
         host,

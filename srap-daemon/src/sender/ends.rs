@@ -140,7 +140,8 @@ impl LocalNicsPolicy {
     pub fn not_yet_steered(self) -> Option<String> {
         (self != Self::Route).then(|| {
             format!(
-                "--local-nics {self} is recognized, but the connect hook does not choose a                  source NIC yet: flows are steered as with `route` (the route's source address)"
+                "--local-nics {self} is recognized, but the connect hook does not choose a \
+                 source NIC yet: flows are steered as with `route` (the route's source address)"
             )
         })
     }
@@ -276,5 +277,9 @@ mod tests {
             "{warning}"
         );
         assert!(warning.contains("as with `route`"), "{warning}");
+        assert!(
+            warning.contains("does not choose a source NIC yet"),
+            "{warning}"
+        );
     }
 }

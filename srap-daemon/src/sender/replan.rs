@@ -7,12 +7,9 @@
 use std::net::IpAddr;
 
 use super::{
-    binder::{RunningBinder, plan_for},
+    binder::{RunningBinder, plan_on},
     error::SenderError,
-    local::{
-        LocalHost,
-        nics::{HostNic, LocalNics},
-    },
+    local::nics::{HostNic, LocalNics},
     maps,
     options::SenderOptions,
     state, summary,
@@ -28,7 +25,12 @@ pub fn replan(binder: &mut RunningBinder, options: &SenderOptions) -> Result<(),
         sizes: binder.sizes,
         ..options.clone()
     };
-    let plan = plan_for(options, binder.port_range)?;
+    let host = binder.plan.host.rediscover(
+        &options.target_addrs::<Vec<_>>(),
+        &options.bonds,
+        &options.nics,
+    )?;
+    let plan = plan_on(options, binder.port_range, host)?;
     let state_path = state::path_for(binder.layout.dir());
     if state::load(&state_path)?.is_none() {
         return Err(SenderError::State {
@@ -42,7 +44,9 @@ pub fn replan(binder: &mut RunningBinder, options: &SenderOptions) -> Result<(),
 }
 
 /// Re-plans (for the same RSS models) when this host toward the receivers
-/// is no longer the snapshot the plan was made for ([`LocalHost`]): an
+/// is no longer the snapshot the plan was made for
+/// ([`LocalHost`](super::local::LocalHost), re-read with
+/// [`rediscover`](super::local::LocalHost::rediscover)): an
 /// address added for an application to bind, a route changed, the bond
 /// they leave by (a member down or up, a port out of the aggregator), or
 /// one of this host's NICs (down or up, an address added or removed, a
@@ -50,7 +54,11 @@ pub fn replan(binder: &mut RunningBinder, options: &SenderOptions) -> Result<(),
 /// true if it did. Failures are logged and the old plan keeps steering.
 pub fn replan_if_sources_changed(binder: &mut RunningBinder, options: &SenderOptions) -> bool {
     let addrs: Vec<IpAddr> = options.target_addrs();
-    let now = match LocalHost::discover(&addrs, &options.bonds, &options.nics) {
+    let now = match binder
+        .plan
+        .host
+        .rediscover(&addrs, &options.bonds, &options.nics)
+    {
         Ok(now) if now == binder.plan.host => return false,
         Ok(now) => now,
         Err(err) => {

@@ -26,7 +26,7 @@ pub mod reader;
 use std::{collections::BTreeSet, net::IpAddr};
 
 use srap_common::bond::MemberPlan;
-use srap_host::{local, route};
+use srap_host::{HostError, local, route};
 
 use self::{
     bond::{BondSettings, EgressBond},
@@ -55,15 +55,45 @@ impl LocalHost {
         bonds: &BondSettings,
         nics: &NicSettings,
     ) -> Result<Self, SenderError> {
+        Self::read(receivers, bonds, nics, None)
+    }
+
+    /// Reads this host again for the plan made for `self`: as
+    /// [`LocalHost::discover`], but a receiver with no route now (the NIC
+    /// it was reached by went down, say) keeps the sources it was planned
+    /// with, so the rest of the host, its NICs among them, is still
+    /// followed. Connects toward it fail in the kernel whatever SRAP
+    /// binds; its route coming back is a change like any other.
+    pub fn rediscover(
+        &self,
+        receivers: &[IpAddr],
+        bonds: &BondSettings,
+        nics: &NicSettings,
+    ) -> Result<Self, SenderError> {
+        Self::read(receivers, bonds, nics, Some(self))
+    }
+
+    fn read(
+        receivers: &[IpAddr],
+        bonds: &BondSettings,
+        nics: &NicSettings,
+        planned: Option<&Self>,
+    ) -> Result<Self, SenderError> {
+        let kept = |r: IpAddr| planned?.toward.iter().find(|t| t.receiver == r);
         let toward = receivers
             .iter()
-            .map(|r| {
-                Ok(ReceiverSources {
-                    receiver: *r,
-                    route: route::source_toward(*r)?,
-                    others: local::addresses_toward(*r)?,
-                    bond: EgressBond::toward(*r, bonds),
-                })
+            .map(|&r| match (route::source_toward(r), kept(r)) {
+                (Ok(route), _) => Ok(ReceiverSources {
+                    receiver: r,
+                    route,
+                    others: local::addresses_toward(r)?,
+                    bond: EgressBond::toward(r, bonds),
+                }),
+                (Err(HostError::NoRoute { .. }), Some(kept)) => {
+                    tracing::debug!("no route to {r} now: its sources stay as planned");
+                    Ok(kept.clone())
+                }
+                (Err(err), _) => Err(err.into()),
             })
             .collect::<Result<_, SenderError>>()?;
         Ok(Self {
