@@ -26,8 +26,8 @@
 //!    (the TOML file), [`landings`] (the socket hook reading where this
 //!    host's connections land).
 //! 2. **This host and the binder's records**: [`local`] (this host's
-//!    addresses, routes and bonds toward the receivers, its own NIC, the
-//!    reader rows), [`state`] (what `detach` must undo), `attach`
+//!    addresses, routes and bonds toward the receivers, its NICs as one
+//!    list, its own NIC, the reader rows), [`state`] (what `detach` must undo), `attach`
 //!    (loading, pinning, attaching).
 //! 3. **The plan and the settings**: [`plan`] (pure computation over the
 //!    receivers' models and a [`local::LocalHost`] snapshot), [`settings`]
