@@ -12,8 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use srap_common::binder::{FIRST_RECEIVER_ROW, event, outcome};
-use srap_daemon::sender::{audit::read_records, read_occupancy};
+use srap_common::binder::{event, outcome};
 use srap_tests::{
     VethConfig, VethEnd,
     flows::Server,
@@ -150,19 +149,8 @@ impl MptcpLab {
 /// is empty; fails naming what is left.
 #[track_caller]
 fn assert_released_at_once(lab: &Lab, what: &str) {
-    let layout = lab.agent.layout();
     let closed = Instant::now();
-    let drained = poll_until(PROMPT, Duration::from_millis(20), || {
-        let flows = read_occupancy(&layout, FIRST_RECEIVER_ROW).expect("the pinned occupancy");
-        let records = read_records(&layout).expect("the pinned socket table");
-        let held: u32 = flows.iter().sum();
-        if held == 0 && records.is_empty() {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue((held, flows, records))
-        }
-    });
-    match drained {
+    match super::patterns::drained_within(lab, PROMPT, Duration::from_millis(20)) {
         Ok(()) => eprintln!("{what}: released {:?} after the close", closed.elapsed()),
         Err((held, flows, records)) => panic!(
             "{what}: {:?} after every connection closed, {held} flows still \

@@ -18,7 +18,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use srap_common::{binder::FIRST_RECEIVER_ROW, rss::embedded_default};
+use srap_common::{
+    binder::{FIRST_RECEIVER_ROW, SocketRecord},
+    rss::embedded_default,
+};
 use srap_daemon::sender::{audit::read_records, read_occupancy};
 use srap_tests::{harness::poll_until, test_workload::Workload};
 
@@ -44,18 +47,7 @@ fn lab64(v6: bool) -> Lab {
 /// had to repair anything (the binder alone must get it right).
 #[track_caller]
 fn assert_drained(lab: &Lab, pattern: &str) {
-    let layout = lab.agent.layout();
-    let drained = poll_until(DRAIN, Duration::from_millis(50), || {
-        let flows = read_occupancy(&layout, FIRST_RECEIVER_ROW).expect("the pinned occupancy");
-        let records = read_records(&layout).expect("the pinned socket table");
-        let held: u32 = flows.iter().sum();
-        if held == 0 && records.is_empty() {
-            ControlFlow::Break(())
-        } else {
-            ControlFlow::Continue((held, flows, records))
-        }
-    });
-    if let Err((held, flows, records)) = drained {
+    if let Err((held, flows, records)) = drained_within(lab, DRAIN, Duration::from_millis(50)) {
         panic!(
             "{pattern}: all sockets closed, yet {held} flows still counted \
              ({flows:?}) and {} socket records left: {records:?}",
@@ -64,6 +56,26 @@ fn assert_drained(lab: &Lab, pattern: &str) {
     }
     let audit = lab.agent.status().expect("the agent's status").occupancy;
     assert_eq!(audit.repaired, 0, "{pattern}: the audit repaired {audit:?}");
+}
+
+/// What a drain left: the flows still counted (in all, per slot) and the
+/// socket records (row, cookie, record).
+pub(super) type Left = (u32, Vec<u32>, Vec<(u32, u64, SocketRecord)>);
+
+/// Polls every `step` until no slot counts a flow and no socket has a
+/// record (`Ok`), or `within` passes: then what is [`Left`].
+pub(super) fn drained_within(lab: &Lab, within: Duration, step: Duration) -> Result<(), Left> {
+    let layout = lab.agent.layout();
+    poll_until(within, step, || {
+        let flows = read_occupancy(&layout, FIRST_RECEIVER_ROW).expect("the pinned occupancy");
+        let records = read_records(&layout).expect("the pinned socket table");
+        let held: u32 = flows.iter().sum();
+        if held == 0 && records.is_empty() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue((held, flows, records))
+        }
+    })
 }
 
 /// 64 connects at once land on 64 distinct CPUs; then they close and the
