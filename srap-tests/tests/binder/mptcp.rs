@@ -16,7 +16,7 @@ use srap_common::binder::{event, outcome};
 use srap_tests::{
     VethConfig, VethEnd,
     flows::Server,
-    harness::{Subnet, poll_until},
+    harness::{Subnet, landings, poll_until},
     require_privileged, veth,
 };
 
@@ -24,6 +24,10 @@ use super::{DPORT, Lab, TIMEOUT, assert_distinct_cpus};
 
 /// MPTCP connections per run.
 const CONNECTIONS: usize = 4;
+/// MPTCP connections of the spread test: their 24 subflows fill 24 of the
+/// lab receiver's 32 CPUs, which the kernel's own ports do by chance about
+/// once in ten thousand runs.
+const SPREAD_CONNECTIONS: usize = 12;
 /// Up to this long for the path manager to add the second subflows.
 const SUBFLOWS_WAIT: Duration = Duration::from_secs(10);
 /// Up to this long after the last close for the binder to hold nothing:
@@ -102,6 +106,16 @@ impl MptcpLab {
     /// The TCP connections the receiver holds on its service port from
     /// `from`: MPTCP's subflows are TCP connections of their own.
     fn subflows_from(&self, from: IpAddr) -> Vec<SocketAddr> {
+        self.subflows()
+            .into_iter()
+            .filter(|peer| peer.ip() == from)
+            .collect()
+    }
+
+    /// Every TCP connection the receiver holds on its service port, by its
+    /// peer's address and port, as the receiver's kernel lists them: the
+    /// tuples it accepted, a truth SRAP did not compute.
+    fn subflows(&self) -> Vec<SocketAddr> {
         let out = self
             .lab
             .hosts
@@ -119,17 +133,16 @@ impl MptcpLab {
         String::from_utf8_lossy(&out.stdout)
             .lines()
             .filter_map(|line| line.split_whitespace().nth(3)?.parse().ok())
-            .filter(|peer: &SocketAddr| peer.ip() == from)
             .collect()
     }
 
     /// Waits until every connection has its second subflow, from the
     /// second link's address: a run without them proves nothing and fails.
-    fn await_second_subflows(&self) -> Vec<SocketAddr> {
+    fn await_second_subflows(&self, connections: usize) -> Vec<SocketAddr> {
         let from = IpAddr::V4(self.second.ipv4);
         let seen = poll_until(SUBFLOWS_WAIT, Duration::from_millis(50), || {
             let subflows = self.subflows_from(from);
-            if subflows.len() >= CONNECTIONS {
+            if subflows.len() >= connections {
                 ControlFlow::Break(subflows)
             } else {
                 ControlFlow::Continue(subflows)
@@ -137,7 +150,7 @@ impl MptcpLab {
         });
         seen.unwrap_or_else(|subflows| {
             panic!(
-                "{} of {CONNECTIONS} second subflows from {from} within \
+                "{} of {connections} second subflows from {from} within \
                  {SUBFLOWS_WAIT:?}: {subflows:?} (MPTCP did not open them)",
                 subflows.len()
             )
@@ -195,7 +208,7 @@ fn mptcp_subflows_release_what_they_claimed_at_once() {
         "the receiver accepted the first subflows"
     );
     assert_distinct_cpus(lab, &accepted);
-    let second = mptcp.await_second_subflows();
+    let second = mptcp.await_second_subflows(CONNECTIONS);
     eprintln!("second subflows: {second:?}; binder: {}", lab.stats());
     let stats = lab.stats();
     assert_eq!(
@@ -215,4 +228,53 @@ fn mptcp_subflows_release_what_they_claimed_at_once() {
         CONNECTIONS as u64,
         "each first subflow's claim freed at its TCP close: {stats}"
     );
+}
+
+/// Every subflow the receiver accepted lands on a receiver CPU of its own,
+/// by the RSS model's hash of its tuple: the subflows of one connection
+/// and those of concurrent connections alike.
+#[track_caller]
+fn assert_subflows_on_distinct_cpus(lab: &Lab, subflows: &[SocketAddr]) {
+    let landed = landings(&lab.model, subflows, lab.server_addr()).expect("same-family tuples");
+    let cpus: Vec<u32> = landed.iter().map(|landing| landing.cpu).collect();
+    let distinct: BTreeSet<u32> = cpus.iter().copied().collect();
+    assert_eq!(
+        distinct.len(),
+        subflows.len(),
+        "subflows share receiver CPUs: {subflows:?} land on {cpus:?}"
+    );
+}
+
+/// 12 MPTCP connections from the steered cgroup, each with a second
+/// subflow from the second link that the kernel's path manager opens: the
+/// 24 subflows the receiver accepted (listed by its kernel) land on 24
+/// distinct receiver CPUs, and once all are closed the occupancy is zero
+/// and the socket table empty, with no repair and no failed connect.
+#[test]
+#[ignore = "kernel: needs root, netns, bpffs and MPTCP; run as root by `cargo xtask test`"]
+fn mptcp_every_subflow_lands_on_a_receiver_cpu_of_its_own() {
+    require_privileged("binder: every MPTCP subflow on a receiver CPU of its own");
+    let mut mptcp = MptcpLab::new();
+    mptcp.lab.start_agent();
+    let lab = &mptcp.lab;
+    let mut server = Server::bind_mptcp(&lab.hosts.receiver, lab.server_addr(), TIMEOUT);
+    let mut workload = lab.workload(true);
+    let opened = workload.ask(&format!("mptcp {SPREAD_CONNECTIONS}"));
+    assert_eq!(opened.len(), SPREAD_CONNECTIONS, "MPTCP connections opened");
+    let accepted = server.accept(SPREAD_CONNECTIONS);
+    mptcp.await_second_subflows(SPREAD_CONNECTIONS);
+    let subflows = mptcp.subflows();
+    eprintln!("subflows: {subflows:?}; binder: {}", lab.stats());
+    assert_eq!(
+        subflows.len(),
+        2 * SPREAD_CONNECTIONS,
+        "two subflows per connection at the receiver: {subflows:?}"
+    );
+    assert_subflows_on_distinct_cpus(lab, &subflows);
+
+    workload.finish();
+    server.await_closed(&accepted);
+    server.close(&accepted);
+    assert_released_at_once(lab, "MPTCP connections with two steered subflows");
+    assert_nothing_failed_or_repaired(lab, "MPTCP connections with two steered subflows");
 }
