@@ -245,7 +245,7 @@ pub const CLOSE_PROGRAM: &str = "srap_tcp_close";
 /// One index space for both, [`COUNTERS`] entries named by
 /// [`COUNTER_NAMES`] (the `outcome` label of `/metrics`, the keys of the
 /// status JSON).
-pub const COUNTERS: u32 = 24;
+pub const COUNTERS: u32 = 25;
 
 /// The counters' names, by index.
 pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
@@ -273,6 +273,7 @@ pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
     "reader_unplanned",
     "protocol_not_steered",
     "released_at_close",
+    "subflow_steered",
 ];
 
 /// Verdicts of the binder's `connect` hooks, as indexes into [`STATS_MAP`].
@@ -297,7 +298,9 @@ pub mod outcome {
     /// The application called `bind(addr, 0)` before `connect()`: the kernel
     /// chose the port at bind time, before the destination was known, and a
     /// bind hook cannot defer it (the kernel's `bpf_setsockopt` does not
-    /// offer `IP_BIND_ADDRESS_NO_PORT`). Left alone.
+    /// offer `IP_BIND_ADDRESS_NO_PORT`). Left alone. Also an MPTCP
+    /// subflow the kernel's path manager bound with port 0 that the bind
+    /// hook could not steer (IPv6, or no port; else [`SUBFLOW_STEERED`]).
     pub const PORT_AT_BIND: u32 = 6;
     /// The application bound a source address SRAP has no table for (an
     /// address added after the plan, or of no interface): left alone.
@@ -326,10 +329,16 @@ pub mod outcome {
     /// `connect()`, an MPTCP or SCTP socket; [`super::steered_protocol`]):
     /// left alone before its destination is looked up.
     pub const PROTOCOL_NOT_STEERED: u32 = 22;
+    /// A further subflow of an MPTCP connection, whose port the bind hook
+    /// chose when the kernel's path manager bound it with port 0, as a
+    /// connect chooses one toward the connection's destination (the MPTCP
+    /// socket's remote address and port): its connect finds it steered.
+    pub const SUBFLOW_STEERED: u32 = 24;
     /// What a connect came to: each counts exactly one of these.
-    pub const VERDICTS: [u32; 13] = [
+    pub const VERDICTS: [u32; 14] = [
         STEERED,
         RETRIED,
+        SUBFLOW_STEERED,
         NO_FREE_PORT,
         APP_BOUND,
         PROTOCOL_NOT_STEERED,
