@@ -10,7 +10,7 @@
 //! (listeners, TIME_WAIT and its timestamps) is TCP's. Steering UDP would
 //! look its tuple up with `bpf_sk_lookup_udp`, and has no TIME_WAIT.
 
-use core::ptr::read_volatile;
+use core::ptr::{read_volatile, write_volatile};
 
 use aya_ebpf::{
     bindings::{
@@ -87,7 +87,7 @@ pub(super) struct Joint<'a> {
 /// [`port_sharing`]). Returns the outcome and this host's slot now held
 /// ([`SocketRecord::NONE`] without one).
 #[inline(always)]
-pub(super) fn bind_for_ends(
+pub(super) fn bind_for_ends<const AT_BIND: bool>(
     ctx: &SockAddrContext,
     family: Family,
     dest: &DestValue,
@@ -103,7 +103,7 @@ pub(super) fn bind_for_ends(
             turn,
             sharing,
         };
-        let result = bind_jointly(ctx, family, &joint, &side);
+        let result = bind_jointly::<AT_BIND>(ctx, family, &joint, &side);
         if result != NOT_BOUND {
             count(event::JOINT);
             return (result, side.slot);
@@ -111,7 +111,7 @@ pub(super) fn bind_for_ends(
         release_slot(LOCAL_ROW, side.slot);
         count(event::LOCAL_MISSED);
     }
-    let result = bind_free_port(ctx, family, rows, peer, turn, sharing);
+    let result = bind_free_port::<AT_BIND>(ctx, family, rows, peer, turn, sharing);
     (result, SocketRecord::NONE)
 }
 
@@ -126,7 +126,7 @@ pub(super) const NOT_BOUND: u32 = u32::MAX;
 /// inlined: its frame stands apart from the hook's (the kernel allows 512
 /// bytes along a call chain).
 #[inline(never)]
-pub(super) fn bind_jointly(
+pub(super) fn bind_jointly<const AT_BIND: bool>(
     ctx: &SockAddrContext,
     family: Family,
     joint: &Joint<'_>,
@@ -149,7 +149,7 @@ pub(super) fn bind_jointly(
         let Some(port) = joint_port(remote, local, turn, peer.port) else {
             continue;
         };
-        match bind_one(
+        match bind_one::<AT_BIND>(
             ctx,
             family,
             (remote.table, peer, sharing),
@@ -168,7 +168,7 @@ pub(super) fn bind_jointly(
 /// Tries the slot's ports in its rotation, from `turn`, until one binds
 /// ([`bind_one`]).
 #[inline(always)]
-pub(super) fn bind_free_port(
+pub(super) fn bind_free_port<const AT_BIND: bool>(
     ctx: &SockAddrContext,
     family: Family,
     rows: &PlanRows<'_>,
@@ -189,7 +189,7 @@ pub(super) fn bind_free_port(
         let Some(port) = port_at(rows, turn, peer.port) else {
             continue;
         };
-        match bind_one(
+        match bind_one::<AT_BIND>(
             ctx,
             family,
             (rows.table, &peer, sharing),
@@ -226,8 +226,13 @@ pub(super) enum Bind {
 /// `SO_REUSEADDR` otherwise (set once per connect: `reuse_set`). A steered
 /// socket keeps `SO_REUSEADDR` set, so later connects to other
 /// destinations may share its port.
+///
+/// `AT_BIND`: from a bind hook ([`super::subflow`]), where `bpf_bind()` is
+/// not offered and the port is taken by rewriting the one the `bind()`
+/// asks for ([`take_port`]); whether the port is free shows only when the
+/// kernel binds it after the hook, so every port is looked up.
 #[inline(always)]
-pub(super) fn bind_one(
+pub(super) fn bind_one<const AT_BIND: bool>(
     ctx: &SockAddrContext,
     family: Family,
     (table, peer, sharing): (&TableRow, &Peer, u32),
@@ -236,7 +241,7 @@ pub(super) fn bind_one(
 ) -> Bind {
     // An application that lets its socket share ports: even a bind that
     // succeeds may share one, so every port is looked up.
-    if sharing == 0 && !*reuse_set {
+    if !AT_BIND && sharing == 0 && !*reuse_set {
         match bind_port(ctx, family, table, port) {
             0 => {
                 // Failing leaves the port unshared, nothing worse.
@@ -265,7 +270,7 @@ pub(super) fn bind_one(
         }
         *reuse_set = true;
     }
-    match bind_port(ctx, family, table, port) {
+    match take_port::<AT_BIND>(ctx, family, table, port) {
         0 => {
             if reused {
                 count(event::TIME_WAIT_REUSED);
@@ -278,6 +283,25 @@ pub(super) fn bind_one(
         }
         e => refused(e),
     }
+}
+
+/// Takes `port`: `bpf_bind()` from a connect hook ([`bind_port`]), or,
+/// from a bind hook, the port the `bind()` asks for rewritten to it (the
+/// kernel binds it once the hook returns, to the address asked for).
+#[inline(always)]
+fn take_port<const AT_BIND: bool>(
+    ctx: &SockAddrContext,
+    family: Family,
+    table: &TableRow,
+    port: u16,
+) -> i64 {
+    if !AT_BIND {
+        return bind_port(ctx, family, table, port);
+    }
+    // SAFETY: `user_port` of a bind hook's context is writable; it holds
+    // the port in network byte order in its low 16 bits.
+    unsafe { write_volatile(&raw mut (*ctx.sock_addr).user_port, u32::from(port.to_be())) };
+    0
 }
 
 /// The application's own port sharing on the connecting socket: bit 0

@@ -55,12 +55,15 @@ fn dest_of(key: DestKey) -> Option<DestValue> {
     unsafe { SRAP_DESTS.get(key) }.copied()
 }
 
-/// Why a socket already has a port: `bind(addr, 0)`, or the application's
-/// own choice.
+/// Why a socket already has a port: an MPTCP subflow's steered at its bind
+/// (its record holds a claim: `super::subflow`), `bind(addr, 0)`, or the
+/// application's own choice.
 fn bound_port_outcome(ctx: &SockAddrContext) -> u32 {
-    if recalled(cookie_of(ctx)).is_some_and(|(_, held)| held == SocketRecord::BOUND_AT_BIND) {
-        outcome::PORT_AT_BIND
-    } else {
-        outcome::APP_BOUND
+    // A record without a receiver is the bind hook's mark
+    // (`SocketRecord::BOUND_AT_BIND`); one with a receiver, a claim.
+    match recalled(cookie_of(ctx)) {
+        Some((_, held)) if held.receiver != SocketRecord::NONE => outcome::SUBFLOW_STEERED,
+        Some(_) => outcome::PORT_AT_BIND,
+        None => outcome::APP_BOUND,
     }
 }

@@ -38,7 +38,7 @@ pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
     };
     drop_bind_record(ctx);
     // Steps 3 to 6.
-    let result = bind_steered(ctx, family, &dest, peer, bound_addr);
+    let result = bind_steered::<false>(ctx, family, &dest, peer, bound_addr);
     if bound_addr && (result == outcome::STEERED || result == outcome::RETRIED) {
         count(event::SOURCE_KEPT);
     }
@@ -50,9 +50,11 @@ pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
 /// back when no port binds. A failed bind clears the socket's address: when the
 /// application had bound one and no port binds, it is bound again (port 0:
 /// the address alone), so the kernel's port goes with the application's
-/// address.
+/// address. `AT_BIND`: from a bind hook, which takes the port by rewriting
+/// the one its `bind()` asks for ([`super::subflow`]; `bound_addr` false
+/// there: nothing was bound yet).
 #[inline(always)]
-fn bind_steered(
+pub(super) fn bind_steered<const AT_BIND: bool>(
     ctx: &SockAddrContext,
     family: Family,
     dest: &DestValue,
@@ -93,7 +95,7 @@ fn bind_steered(
         word,
     };
     let (result, local) = match port_sharing(ctx) {
-        Some(sharing) => bind_for_ends(ctx, family, dest, &rows, peer, turn, sharing),
+        Some(sharing) => bind_for_ends::<AT_BIND>(ctx, family, dest, &rows, peer, turn, sharing),
         None => (outcome::OPTION_UNREADABLE, SocketRecord::NONE),
     };
     if result == outcome::STEERED || result == outcome::RETRIED {

@@ -25,6 +25,10 @@
 //! 6. [`record`]: remember the socket's slots, so closing it releases
 //!    exactly what it claimed.
 //!
+//! A further subflow of an MPTCP connection, which the kernel binds with
+//! port 0 before it connects, is steered at that bind by the same steps
+//! ([`subflow`]): its connect then counts `subflow_steered`.
+//!
 //! Closing releases through one step, [`record::release`], from two
 //! programs, a file each: [`sock_release`] (`cgroup/sock_release`, an
 //! application's socket) and [`sock_ops`] (`srap_tcp_close`, at the TCP
@@ -38,8 +42,8 @@
 //! `connect6` within a million instructions (about 546 000 and 528 000
 //! now), and a step's data kept across a subprogram call through the
 //! stack, or a lookup into every way a bind can end, doubled that. The
-//! steps import downwards only, never from this file (`connect` →
-//! `classify`, `bind` → `ports`, `claim`, `sockopt`; `classify` →
+//! steps import downwards only, never from this file (`subflow` →
+//! `connect` → `classify`, `bind` → `ports`, `claim`, `sockopt`; `classify` →
 //! `record` → `sockopt`; all of them → `context`, `maps`). `cargo run -p
 //! srap-tests --example kernel_verifier_walk` prints what each program
 //! costs it.
@@ -75,6 +79,7 @@ mod record;
 mod sock_ops;
 mod sock_release;
 mod sockopt;
+mod subflow;
 
 use aya_ebpf::{macros::cgroup_sock_addr, programs::SockAddrContext};
 use srap_common::family::Family;
@@ -98,7 +103,9 @@ pub fn srap_connect6(ctx: SockAddrContext) -> i32 {
 
 #[cgroup_sock_addr(bind4)]
 pub fn srap_bind4(ctx: SockAddrContext) -> i32 {
-    record::note_port_zero_bind(&ctx);
+    if !subflow::steer_at_bind(&ctx) {
+        record::note_port_zero_bind(&ctx);
+    }
     1
 }
 
