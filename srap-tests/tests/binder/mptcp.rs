@@ -3,7 +3,9 @@
 //! Two namespaces joined by two links, MPTCP endpoints as a user sets
 //! them up, connections from the steered cgroup that really grow a second
 //! subflow each (judged by the subflows the receiver holds): once closed,
-//! nothing of theirs is left counted, at once, without the agent's audit.
+//! nothing of theirs is left counted, at once, without the agent's audit;
+//! and every subflow, the ones the kernel's path manager opens included,
+//! lands on a receiver CPU of its own by the tuples the receiver accepted.
 
 use std::{
     collections::BTreeSet,
@@ -225,8 +227,9 @@ fn mptcp_subflows_release_what_they_claimed_at_once() {
     let stats = lab.stats();
     assert_eq!(
         stats.get(event::RELEASED_AT_CLOSE),
-        CONNECTIONS as u64,
-        "each first subflow's claim freed at its TCP close: {stats}"
+        2 * CONNECTIONS as u64,
+        "each subflow's claim freed at its TCP close, the first and the \
+         second, steered at its bind: {stats}"
     );
 }
 
@@ -271,10 +274,28 @@ fn mptcp_every_subflow_lands_on_a_receiver_cpu_of_its_own() {
         "two subflows per connection at the receiver: {subflows:?}"
     );
     assert_subflows_on_distinct_cpus(lab, &subflows);
+    let stats = lab.stats();
+    assert_eq!(
+        stats.get(outcome::STEERED) + stats.get(outcome::RETRIED),
+        SPREAD_CONNECTIONS as u64,
+        "the first subflows steered at their connect: {stats}"
+    );
+    assert_eq!(
+        stats.get(outcome::SUBFLOW_STEERED),
+        SPREAD_CONNECTIONS as u64,
+        "the second subflows steered at their bind: {stats}"
+    );
+    assert_eq!(stats.get(outcome::PORT_AT_BIND), 0, "{stats}");
 
     workload.finish();
     server.await_closed(&accepted);
     server.close(&accepted);
     assert_released_at_once(lab, "MPTCP connections with two steered subflows");
     assert_nothing_failed_or_repaired(lab, "MPTCP connections with two steered subflows");
+    let stats = lab.stats();
+    assert_eq!(
+        stats.get(event::RELEASED_AT_CLOSE),
+        2 * SPREAD_CONNECTIONS as u64,
+        "every subflow's claim freed at its TCP close: {stats}"
+    );
 }
