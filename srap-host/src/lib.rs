@@ -17,6 +17,8 @@
 //! * [`btf`]: where a field of a kernel struct lies, from the kernel's BTF;
 //! * [`route`] and [`local`]: the source address toward a receiver and the
 //!   host's own addresses;
+//! * [`fib`]: the policy routing (rules, every table's routes, `rp_filter`
+//!   and ARP settings) as values, and the source rules a sender installs;
 //! * [`link`] and [`netlink`]: network devices as the caller's namespace
 //!   has them, and the netlink layer every kernel conversation goes through;
 //! * [`numa`]: the NUMA node of an interface's device (a bond's: its
@@ -33,6 +35,7 @@ pub mod cpulist;
 pub mod cpus;
 pub mod discovery;
 mod error;
+pub mod fib;
 pub mod link;
 pub mod local;
 pub mod netlink;

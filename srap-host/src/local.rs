@@ -76,6 +76,23 @@ pub fn holders() -> Result<Vec<Holder>, HostError> {
     Ok(by_name.into_values().collect())
 }
 
+/// Every sendable address of this namespace with its prefix (the subnet
+/// it is on) and the interface holding it: two NICs on one subnet answer
+/// ARP for each other's addresses unless told not to.
+pub fn subnets() -> Result<Vec<(String, ipnet::IpNet)>, HostError> {
+    Ok(interfaces()?
+        .into_iter()
+        .filter(|i| sendable_from(i.ip()))
+        .filter_map(|i| {
+            let net = match &i.addr {
+                if_addrs::IfAddr::V4(v4) => ipnet::IpNet::new(v4.ip.into(), v4.prefixlen),
+                if_addrs::IfAddr::V6(v6) => ipnet::IpNet::new(v6.ip.into(), v6.prefixlen),
+            };
+            Some((i.name, net.ok()?))
+        })
+        .collect())
+}
+
 /// An address a flow could leave from toward some receiver.
 fn sendable_from(ip: IpAddr) -> bool {
     let link_local = match ip {

@@ -454,6 +454,13 @@ impl Socket {
         })
     }
 
+    /// Sends `body` as a `kind` request the kernel only acknowledges (a
+    /// write: `flags` carry `NLM_F_ACK` and the create flags), and waits
+    /// for the ack; the kernel's refusal is [`NetlinkError::Kernel`].
+    pub fn acked(&mut self, kind: u16, flags: u16, body: &[u8]) -> Result<(), NetlinkError> {
+        self.exchange(kind, flags, body, |_| Ok(Step::More))
+    }
+
     /// Looks up the id of the generic netlink family `name`; `config` names
     /// the kernel option that provides it, for the error when it is absent.
     pub fn genl_family(
