@@ -11,7 +11,7 @@ use std::{
 use srap_common::solver::PortRange;
 use srap_daemon::sender::{
     PacingRate,
-    ends::{LocalNicsPolicy, LocalPlacement, LocalSettings, PlacedEnds},
+    ends::{LocalNicsPolicy, LocalPlacement, LocalSettings, PlacedEnds, SourceRules},
     local::bond::BondMembers,
     settings::{DescriptionSource, SenderSettings, SizeSettings},
 };
@@ -174,6 +174,14 @@ pub struct LocalArgs {
     /// others the agent warns and steers as `route` [default: route].
     #[arg(long, value_enum, value_name = "POLICY")]
     pub local_nics: Option<LocalNicsArg>,
+    /// With --local-nics numa|balance and several --local-iface: `check`
+    /// says which source rules (`ip rule add from ADDR table N`) the NICs
+    /// lack for flows to leave and come back by the NIC of their address;
+    /// `install` also adds them (priority 23040, table 23040 + ifindex,
+    /// protocol 90) and removes exactly those on detach and on a clean
+    /// stop [default: check].
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub source_rules: Option<SourceRulesArg>,
     /// With --steer local|both: this host's NIC described in a file (the
     /// JSON `srap rss show --json` prints), offline.
     #[arg(long, value_name = "FILE")]
@@ -230,6 +238,25 @@ impl From<LocalNicsArg> for LocalNicsPolicy {
             LocalNicsArg::Route => Self::Route,
             LocalNicsArg::Numa => Self::Numa,
             LocalNicsArg::Balance => Self::Balance,
+        }
+    }
+}
+
+/// `--source-rules`' values, named as [`SourceRules`]' (the
+/// `source-rules` key of `--config` takes the same words).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceRulesArg {
+    /// Say what is missing; change nothing.
+    Check,
+    /// Install the missing source rules; remove them on detach.
+    Install,
+}
+
+impl From<SourceRulesArg> for SourceRules {
+    fn from(arg: SourceRulesArg) -> Self {
+        match arg {
+            SourceRulesArg::Check => Self::Check,
+            SourceRulesArg::Install => Self::Install,
         }
     }
 }
@@ -304,6 +331,7 @@ impl From<SenderArgs> for SenderSettings {
                 placed_ends: args.local.steer.map(PlacedEnds::from),
                 local_ifaces: args.local.local_iface,
                 local_nics: args.local.local_nics.map(LocalNicsPolicy::from),
+                source_rules: args.local.source_rules.map(SourceRules::from),
                 local_rss: args.local.local_rss,
                 local_cpus: args.local.local_cpus,
                 local_placement: args.local.local_placement.map(LocalPlacement::from),

@@ -53,6 +53,8 @@ pub struct SenderConfig {
     /// `--local-iface` given once or several times.
     pub local_iface: Option<OneOrMany>,
     pub local_nics: Option<String>,
+    /// `check` or `install`, as `--source-rules`.
+    pub source_rules: Option<String>,
     pub local_rss: Option<PathBuf>,
     pub local_cpus: Option<String>,
     pub local_placement: Option<String>,

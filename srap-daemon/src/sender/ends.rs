@@ -164,6 +164,45 @@ impl fmt::Display for LocalNicsPolicy {
     }
 }
 
+/// `--source-rules`: whether the agent only says which source rules the
+/// NICs of `--local-nics numa|balance` need, or also installs them (and
+/// removes them on detach and on a clean stop).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum SourceRules {
+    /// Check and warn; change nothing.
+    #[default]
+    Check,
+    /// Install each missing source rule and its table's route.
+    Install,
+}
+
+impl SourceRules {
+    /// The name `--source-rules` and the `source-rules` key take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Check => "check",
+            Self::Install => "install",
+        }
+    }
+}
+
+impl FromStr for SourceRules {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        [Self::Check, Self::Install]
+            .into_iter()
+            .find(|p| p.name() == text)
+            .ok_or_else(|| format!("`{text}` is not check or install"))
+    }
+}
+
+impl fmt::Display for SourceRules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Which NIC the ports are chosen for, and this host's own NIC when it is
 /// one of them (see `docs/directions.md`): `--steer`, `--local-iface`,
 /// `--local-rss`, `--local-cpus` and `--local-placement`.
@@ -184,6 +223,9 @@ pub struct LocalSettings {
     pub local_placement: Option<LocalPlacement>,
     /// Which local NIC a flow leaves by (`None`: `route`).
     pub local_nics: Option<LocalNicsPolicy>,
+    /// Whether the source rules those NICs need are installed (`None`:
+    /// `check`).
+    pub source_rules: Option<SourceRules>,
 }
 
 impl LocalSettings {
@@ -195,6 +237,11 @@ impl LocalSettings {
     /// `--local-nics`, `route` unless given.
     pub fn local_nics(&self) -> LocalNicsPolicy {
         self.local_nics.unwrap_or_default()
+    }
+
+    /// `--source-rules`, `check` unless given.
+    pub fn source_rules(&self) -> SourceRules {
+        self.source_rules.unwrap_or_default()
     }
 
     /// `--local-placement`, `spread` unless given.

@@ -100,5 +100,9 @@ fn nic_settings(args: &SenderSettings) -> NicSettings {
                 .map(|nic| Arc::new(nic.description)),
         })
         .collect();
-    NicSettings { policy, given }
+    NicSettings {
+        policy,
+        given,
+        source_rules: args.local.source_rules(),
+    }
 }

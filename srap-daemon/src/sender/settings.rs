@@ -14,7 +14,7 @@ use srap_host::cpulist;
 
 use super::{
     config::{ConfigError, OneOrMany, SenderConfig},
-    ends::{LocalNicsPolicy, LocalPlacement, LocalSettings, PlacedEnds},
+    ends::{LocalNicsPolicy, LocalPlacement, LocalSettings, PlacedEnds, SourceRules},
     layout::DEFAULT_PIN_DIR,
     local::bond::BondMembers,
     rate::PacingRate,
@@ -223,6 +223,10 @@ impl SenderSettings {
             .local_nics
             .map(|p| p.parse::<LocalNicsPolicy>().map_err(value("local-nics")))
             .transpose()?;
+        let source_rules = config
+            .source_rules
+            .map(|p| p.parse::<SourceRules>().map_err(value("source-rules")))
+            .transpose()?;
         fill(&mut self.local.placed_ends, placed_ends);
         if self.local.local_ifaces.is_empty() && self.local.local_rss.is_none() {
             self.local.local_ifaces = config
@@ -232,6 +236,7 @@ impl SenderSettings {
             self.local.local_rss = config.local_rss;
         }
         fill(&mut self.local.local_nics, local_nics);
+        fill(&mut self.local.source_rules, source_rules);
         fill(&mut self.local.local_cpus, local_cpus);
         fill(&mut self.local.local_placement, placement);
         let members = config
@@ -333,6 +338,7 @@ mod tests {
         local-cpus = "0-7"
         local-placement = "reader"
         local-nics = "numa"
+        source-rules = "install"
         bond-members = "ignore"
         max-receivers = 200
         max-sockets = 1000
@@ -371,6 +377,7 @@ mod tests {
         assert_eq!(merged.local.placed_ends, Some(PlacedEnds::Both));
         assert_eq!(merged.local.local_ifaces, ["eth0"]);
         assert_eq!(merged.local.local_nics(), LocalNicsPolicy::Numa);
+        assert_eq!(merged.local.source_rules(), SourceRules::Install);
         assert_eq!(merged.local.local_cpus, Some((0..8).collect()));
         assert_eq!(merged.local.local_placement, Some(LocalPlacement::Reader));
         assert_eq!(merged.bond_members(), BondMembers::Ignore);
@@ -454,6 +461,7 @@ mod tests {
             ("local-cpus = \"3-1\"\n", "local-cpus"),
             ("local-placement = \"near\"\n", "local-placement"),
             ("local-nics = \"nearest\"\n", "local-nics"),
+            ("source-rules = \"add\"\n", "source-rules"),
             ("bond-members = \"some\"\n", "bond-members"),
         ] {
             let config = SenderConfig::parse(path, text).expect("parses");

@@ -7,7 +7,8 @@
 //!   each, the route's source address, the other addresses an application
 //!   may bind ([`ReceiverSources`]), and the bond the route leaves by
 //!   ([`bond`]), and this host's NICs as one list ([`nics`]: addresses,
-//!   NUMA node, link state, which NIC holds each address). The plan is
+//!   NUMA node, link state, which NIC holds each address), and what the
+//!   routing lacks for flows to follow their NIC's address ([`routing`]). The plan is
 //!   made for one snapshot and keeps it; a re-plan is due when a new
 //!   snapshot differs from it.
 //! * [`nic`]: this host's own NIC, described as a receiver agent describes
@@ -22,6 +23,7 @@ pub mod bond;
 pub mod nic;
 pub mod nics;
 pub mod reader;
+pub mod routing;
 
 use std::{collections::BTreeSet, net::IpAddr};
 
@@ -31,6 +33,7 @@ use srap_host::{HostError, local, route};
 use self::{
     bond::{BondSettings, EgressBond},
     nics::{HostNic, LocalNics, NicSettings},
+    routing::RoutingReport,
 };
 use super::error::SenderError;
 
@@ -42,6 +45,10 @@ use super::error::SenderError;
 pub struct LocalHost {
     pub toward: Vec<ReceiverSources>,
     pub nics: LocalNics,
+    /// What the routing lacks for flows to leave and come back by the NIC
+    /// of their address ([`routing`]), checked with every read when the
+    /// policy places flows by NIC; what `--source-rules install` did.
+    pub routing: RoutingReport,
 }
 
 impl LocalHost {
@@ -96,9 +103,12 @@ impl LocalHost {
                 (Err(err), _) => Err(err.into()),
             })
             .collect::<Result<_, SenderError>>()?;
+        let found = LocalNics::discover(nics)?;
+        let routing = routing::follow(nics.policy, nics.source_rules, &found, receivers);
         Ok(Self {
             toward,
-            nics: LocalNics::discover(nics)?,
+            nics: found,
+            routing,
         })
     }
 

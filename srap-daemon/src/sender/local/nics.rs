@@ -17,7 +17,10 @@ use srap_common::rss::RssDescription;
 use srap_host::{bond, link::Link, local, numa};
 use tracing::debug;
 
-use crate::sender::{ends::LocalNicsPolicy, error::SenderError};
+use crate::sender::{
+    ends::{LocalNicsPolicy, SourceRules},
+    error::SenderError,
+};
 
 /// What the list is read with: the policy, and the NICs given with
 /// `--local-iface` with the description each was read with at start
@@ -26,6 +29,8 @@ use crate::sender::{ends::LocalNicsPolicy, error::SenderError};
 pub struct NicSettings {
     pub policy: LocalNicsPolicy,
     pub given: Vec<GivenNic>,
+    /// `--source-rules`: check the routing those NICs need, or install it.
+    pub source_rules: SourceRules,
 }
 
 /// One `--local-iface`.
@@ -182,6 +187,7 @@ mod tests {
                     description: Some(Arc::new(srap_common::rss::embedded_default())),
                 })
                 .collect(),
+            source_rules: SourceRules::Check,
         }
     }
 
