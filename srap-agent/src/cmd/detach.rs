@@ -1,5 +1,6 @@
 //! `srap-agent detach`: remove what `srap-agent sender` attached and
-//! pinned (and ports an older agent reserved).
+//! pinned (and ports an older agent reserved, and the source rules
+//! `--source-rules install` added).
 
 use anyhow::Context as _;
 use srap_daemon::sender;
@@ -23,6 +24,12 @@ pub fn run(args: &DetachArgs) -> anyhow::Result<()> {
         println!(
             "unreserved {} ports an older agent had reserved",
             report.ports_unreserved
+        );
+    }
+    if report.source_rules_removed > 0 {
+        println!(
+            "removed {} source rules and routes --source-rules install had added",
+            report.source_rules_removed
         );
     }
     if let Some(cgroup) = &report.cgroup_removed {

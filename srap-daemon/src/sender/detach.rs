@@ -1,6 +1,8 @@
 //! Taking the binder down: its links (detaching the programs), its pins,
 //! the reserved ports an older agent added and the cgroup the agent
-//! created, as the state file recorded them.
+//! created, as the state file recorded them, and the source rules
+//! `--source-rules install` added (recognized in the kernel by their
+//! priority, tables and protocol).
 
 use std::{
     io,
@@ -9,7 +11,7 @@ use std::{
 
 use srap_host::reserved::{self, Reservation};
 
-use super::{attach, error::SenderError, layout::PinLayout, state};
+use super::{attach, error::SenderError, layout::PinLayout, local::routing, state};
 
 /// What [`detach`] removed.
 #[derive(Debug, Clone, Default)]
@@ -17,6 +19,9 @@ pub struct DetachReport {
     pub pins_removed: usize,
     pub ports_unreserved: usize,
     pub cgroup_removed: Option<PathBuf>,
+    /// Source rules and their tables' routes `--source-rules install` had
+    /// added (found by SRAP's priority, tables and protocol).
+    pub source_rules_removed: usize,
     /// Things left in place, and why.
     pub notes: Vec<String>,
 }
@@ -41,6 +46,12 @@ pub fn detach(pin_dir: &Path) -> Result<DetachReport, SenderError> {
         pins_removed: attach::remove_pins(&layout)?,
         ..DetachReport::default()
     };
+    match routing::remove_installed() {
+        Ok(n) => report.source_rules_removed = n,
+        Err(err) => report
+            .notes
+            .push(format!("the source rules SRAP installed stay: {err}")),
+    }
     let Some(state) = state else {
         report.notes.push(format!(
             "no state file {}: only pins removed",

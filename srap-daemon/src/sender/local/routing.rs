@@ -583,6 +583,21 @@ pub fn remove_installed() -> Result<usize, NetlinkError> {
     Ok(removed)
 }
 
+/// On a clean stop with `--source-rules install`: removes the source
+/// rules and routes SRAP installed, and says so.
+pub fn remove_on_stop(mode: SourceRules) {
+    if mode != SourceRules::Install {
+        return;
+    }
+    match remove_installed() {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("removed the {n} source rules and routes SRAP installed"),
+        Err(err) => tracing::warn!(
+            "removing the source rules SRAP installed: {err}; `srap-agent detach` removes them"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
