@@ -62,6 +62,33 @@ pub struct SenderStatus {
     /// an address added or removed, a NIC added or gone) since start.
     #[serde(default)]
     pub local_nic_replans: u64,
+    /// What this host's routing lacks for flows to leave and come back by
+    /// the NIC of their source address (with `--local-nics numa|balance`
+    /// and several `--local-iface`), and the source rules the agent
+    /// installed (an older agent: not checked).
+    #[serde(default)]
+    pub local_routing: LocalRoutingRow,
+}
+
+/// The routing check of this host's NICs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalRoutingRow {
+    /// Whether it ran (false with `--local-nics route` or one NIC).
+    #[serde(default)]
+    pub checked: bool,
+    /// `--source-rules`: `check` or `install`.
+    #[serde(default)]
+    pub source_rules: String,
+    /// Each thing missing, with the command that fixes it.
+    #[serde(default)]
+    pub findings: Vec<String>,
+    /// The source rules the agent installed, as commands.
+    #[serde(default)]
+    pub installed: Vec<String>,
+    /// Why a source rule could not be installed.
+    #[serde(default)]
+    pub not_installed: Vec<String>,
 }
 
 impl SenderStatus {
@@ -322,6 +349,22 @@ mod tests {
             "binder":[],"reserved_ports":0,"receivers":[]}"#;
         let status: SenderStatus = serde_json::from_str(old).expect("an older snapshot reads");
         assert!(status.local_nics.is_empty() && status.local_nics_policy.is_empty());
+        assert_eq!(
+            status.local_routing,
+            LocalRoutingRow::default(),
+            "not checked"
+        );
+        let routing = LocalRoutingRow {
+            checked: true,
+            source_rules: "install".into(),
+            installed: vec!["ip rule add from 10.0.2.1 table 23043".into()],
+            ..LocalRoutingRow::default()
+        };
+        let text = serde_json::to_string(&routing).expect("json");
+        assert_eq!(
+            serde_json::from_str::<LocalRoutingRow>(&text).expect("reads"),
+            routing
+        );
         let row = LocalNicRow {
             name: "veth0".into(),
             addresses: vec!["10.0.0.1".parse().expect("ip")],

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use srap_common::rss::KeySource;
 use srap_status::{
     SenderStatus,
-    sender::{BondRow, LocalRow, OccupancyRow, ReceiverRow, SenderFlowRow},
+    sender::{BondRow, LocalRoutingRow, LocalRow, OccupancyRow, ReceiverRow, SenderFlowRow},
 };
 
 pub fn render(status: &SenderStatus) -> String {
@@ -124,6 +124,34 @@ pub(super) fn local_nics_summary(status: &SenderStatus) -> Vec<String> {
             lines.push(format!("    queue → CPU: {}", cpus.join(" ")));
         }
     }
+    lines.extend(routing_lines(&status.local_routing));
+    lines
+}
+
+/// The routing block under the local NICs: what flows bound to each
+/// NIC's address lack to leave and come back by it, with the fixes, and
+/// what `--source-rules install` added. Nothing when it was not checked.
+fn routing_lines(routing: &LocalRoutingRow) -> Vec<String> {
+    if !routing.checked {
+        return Vec::new();
+    }
+    let mut lines = vec![format!(
+        "  routing (--source-rules {}): {}",
+        routing.source_rules,
+        if routing.findings.is_empty() {
+            "each NIC's flows leave and return by it"
+        } else {
+            "missing"
+        }
+    )];
+    lines.extend(routing.findings.iter().map(|f| format!("    ! {f}")));
+    lines.extend(
+        routing
+            .installed
+            .iter()
+            .map(|i| format!("    installed: {i}")),
+    );
+    lines.extend(routing.not_installed.iter().map(|n| format!("    {n}")));
     lines
 }
 
@@ -691,6 +719,51 @@ mod tests {
         }
         status.local_nics.clear();
         assert!(!render(&status).contains("local NICs"), "an older agent");
+    }
+
+    /// The routing block: said only when checked, each finding with its
+    /// fix, and what was installed.
+    #[test]
+    fn the_routing_block_says_what_is_missing_and_what_was_installed() {
+        let mut status = SenderStatus {
+            pin_dir: "/sys/fs/bpf/srap".into(),
+            local_nics: vec![srap_status::sender::LocalNicRow {
+                name: "eth1".into(),
+                given: true,
+                ..Default::default()
+            }],
+            ..SenderStatus::default()
+        };
+        assert!(!render(&status).contains("routing"), "route: not checked");
+        let fix = "eth1: flows from 10.0.2.1 to 10.0.9.1 do not leave by eth1 (the route leaves \
+                   by eth0); add a source rule: ip rule add from 10.0.2.1 table 23043 && ip \
+                   route add 10.0.9.0/24 via 10.0.2.2 dev eth1 table 23043";
+        status.local_routing = LocalRoutingRow {
+            checked: true,
+            source_rules: "check".into(),
+            findings: vec![fix.into()],
+            ..LocalRoutingRow::default()
+        };
+        let text = render(&status);
+        for line in [
+            "  routing (--source-rules check): missing".to_owned(),
+            format!("    ! {fix}"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
+        }
+        status.local_routing.findings.clear();
+        status.local_routing.installed = vec!["ip rule add from 10.0.2.1 table 23043".into()];
+        let text = render(&status);
+        assert!(
+            text.contains(
+                "  routing (--source-rules check): each NIC's flows leave and return by it"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("    installed: ip rule add from 10.0.2.1 table 23043"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -10,13 +10,16 @@ use srap_common::{binder::COUNTER_NAMES, rss::FlowTuple};
 use srap_status::{
     ControlSocket, SenderStatus,
     control::serve,
-    sender::{LocalNicRow, LocalRow, SenderFlowRow},
+    sender::{LocalNicRow, LocalRoutingRow, LocalRow, SenderFlowRow},
 };
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{
-    binder::RunningBinder, local::nics::LocalNics, local_end::LocalEnd, maps::read_stats,
+    binder::RunningBinder,
+    local::{nics::LocalNics, routing::RoutingReport},
+    local_end::LocalEnd,
+    maps::read_stats,
     target::Target,
 };
 
@@ -79,6 +82,17 @@ impl Drop for StatusServer {
     }
 }
 
+/// The routing check as the status shows it.
+fn local_routing_row(report: &RoutingReport) -> LocalRoutingRow {
+    LocalRoutingRow {
+        checked: report.checked,
+        source_rules: report.mode.to_string(),
+        findings: report.findings.iter().map(ToString::to_string).collect(),
+        installed: report.installed.clone(),
+        not_installed: report.not_installed.clone(),
+    }
+}
+
 /// The binder's part of a snapshot: where it steers, its reservation and
 /// its counters.
 pub fn binder_status(binder: &RunningBinder) -> SenderStatus {
@@ -88,6 +102,7 @@ pub fn binder_status(binder: &RunningBinder) -> SenderStatus {
         local_nics: local_nic_rows(&binder.plan.host.nics),
         local_nics_policy: binder.local_nics.to_string(),
         local_nic_replans: binder.local_nic_replans,
+        local_routing: local_routing_row(&binder.plan.host.routing),
         ..SenderStatus::default()
     };
     match read_stats(&binder.layout) {

@@ -437,6 +437,8 @@ impl HostRouting {
 pub struct RoutingReport {
     /// Whether the check ran (the policy places by NIC, with ≥ 2 NICs).
     pub checked: bool,
+    /// `--source-rules`.
+    pub mode: SourceRules,
     pub findings: Vec<RoutingFinding>,
     /// The source rules SRAP installed, as commands.
     pub installed: Vec<String>,
@@ -460,6 +462,7 @@ pub fn follow(
     let read = || HostRouting::read(nics, &names);
     let mut report = RoutingReport {
         checked: true,
+        mode,
         ..RoutingReport::default()
     };
     match read() {
