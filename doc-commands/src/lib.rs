@@ -95,10 +95,18 @@ pub const OTHER_TOOLS: &[(&str, &str)] = &[
         "firewall-cmd",
         "firewalld on RHEL-family hosts, opening the receiver's peer port",
     ),
+    (
+        "ip",
+        "iproute2: the source rules and table routes a host with several NICs needs",
+    ),
     ("ls", "lists a file the package made, with its mode"),
     (
         "rpm",
         "the RHEL family's package tool (installs, queries the .rpm)",
+    ),
+    (
+        "sysctl",
+        "the kernel's rp_filter and ARP settings on a host with several NICs",
     ),
     ("systemctl", "systemd, starting a packaged agent"),
     (
