@@ -266,6 +266,28 @@ fn a_missing_source_rule_is_reported_installed_followed_by_the_kernel_and_remove
         (Some(ifindex_b), Some(far.ipv4.into()))
     );
 
+    // A rule an earlier run left for an address no NIC holds now is
+    // removed by the next install; the one still needed stays.
+    let stale = fib::SourceRule {
+        src: "192.0.2.9".parse().expect("ip"),
+        table: TABLE_BASE + 0xe00,
+        priority: RULE_PRIORITY,
+        protocol: PROTOCOL,
+    };
+    hosts
+        .sender
+        .run(|| fib::add_rule(&stale))
+        .expect("entering the sender's namespace")
+        .expect("a stale SRAP rule");
+    let restarted = read(SourceRules::Install);
+    assert_eq!(restarted.routing.installed, installed.routing.installed);
+    let rules = hosts
+        .sender
+        .run(|| fib::rules(libc::AF_INET as u8).expect("rules"))
+        .expect("entering the sender's namespace");
+    assert!(!rules.iter().any(|r| r.table == stale.table), "{rules:#?}");
+    assert!(rules.iter().any(|r| r.table == table), "{rules:#?}");
+
     // A connect bound to B's address leaves by B and is answered.
     let (a_before, b_before) = (tx_bytes(&hosts.sender, a), tx_bytes(&hosts.sender, b));
     send_from(&hosts.sender, near.ipv4.into(), to)

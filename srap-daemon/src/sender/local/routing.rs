@@ -466,18 +466,15 @@ pub fn follow(
         ..RoutingReport::default()
     };
     match read() {
-        Ok(routing) => report.findings = check(&routing, receivers),
+        Ok(routing) => {
+            report.findings = check(&routing, receivers);
+            if mode == SourceRules::Install {
+                install_and_check_again(&mut report, routing, read, receivers);
+            }
+        }
         Err(err) => report
             .not_installed
             .push(format!("reading the routing: {err}")),
-    }
-    if mode == SourceRules::Install && !report.findings.is_empty() {
-        let outcome = install(&report.findings);
-        report.installed = outcome.installed;
-        report.not_installed.extend(outcome.failed);
-        if let Ok(routing) = read() {
-            report.findings = check(&routing, receivers);
-        }
     }
     for line in report
         .findings
@@ -490,12 +487,157 @@ pub fn follow(
     report
 }
 
+/// `--source-rules install`: removes SRAP's rules no checked NIC's
+/// address holds any more, installs the missing ones, and reports what
+/// SRAP's rules in the kernel now are (this run's and an earlier one's).
+fn install_and_check_again(
+    report: &mut RoutingReport,
+    mut routing: HostRouting,
+    read: impl Fn() -> Result<HostRouting, NetlinkError>,
+    receivers: &[IpAddr],
+) {
+    let stale = routing.stale_rules();
+    report.not_installed.extend(prune(&routing, &stale));
+    if !report.findings.is_empty() || !stale.is_empty() {
+        report
+            .not_installed
+            .extend(install(&report.findings).failed);
+        if let Ok(again) = read() {
+            routing = again;
+            report.findings = check(&routing, receivers);
+        }
+    }
+    report.installed = routing.installed_commands();
+    for line in &report.installed {
+        say_once(&format!("source rule in place (SRAP's): {line}"), false);
+    }
+}
+
 fn warn_once(line: &str) {
+    say_once(line, true);
+}
+
+/// Logs `line` the first time this process says it (a warning or info).
+fn say_once(line: &str, warn: bool) {
     static SAID: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
     let mut said = SAID.lock().unwrap_or_else(PoisonError::into_inner);
     if said.insert(line.to_owned()) {
-        tracing::warn!("{line}");
+        if warn {
+            tracing::warn!("{line}");
+        } else {
+            tracing::info!("{line}");
+        }
     }
+}
+
+/// Whether `rule` is one SRAP installed: its priority, a table of its
+/// range and its protocol, from one address.
+fn is_ours(rule: &FibRule) -> Option<IpAddr> {
+    let src = rule
+        .src
+        .filter(|net| net.prefix_len() == net.max_prefix_len())?;
+    (rule.priority == RULE_PRIORITY
+        && rule.protocol == PROTOCOL
+        && (TABLE_BASE..TABLE_END).contains(&rule.table))
+    .then(|| src.addr())
+}
+
+impl HostRouting {
+    /// SRAP's rules in the kernel, each with its table's routes of SRAP's
+    /// protocol, as the commands that would add them.
+    pub fn installed_commands(&self) -> Vec<String> {
+        let mut commands = Vec::new();
+        for rule in &self.rules {
+            let Some(src) = is_ours(rule) else { continue };
+            for route in self
+                .routes
+                .iter()
+                .filter(|r| r.table == rule.table && r.protocol == PROTOCOL)
+            {
+                let Some(oif) = route.oif else { continue };
+                let fix = SourceFix {
+                    dev: self.name_of(oif),
+                    rule: SourceRule {
+                        src,
+                        table: rule.table,
+                        priority: rule.priority,
+                        protocol: rule.protocol,
+                    },
+                    route: TableRoute {
+                        dst: route.dst,
+                        gateway: route.gateway,
+                        oif,
+                        table: route.table,
+                        protocol: route.protocol,
+                    },
+                };
+                commands.push(fix.command());
+            }
+        }
+        commands
+    }
+
+    /// SRAP's rules whose address no checked NIC holds with that table (an
+    /// address gone or moved, a NIC no longer given).
+    fn stale_rules(&self) -> Vec<SourceRule> {
+        self.rules
+            .iter()
+            .filter_map(|rule| {
+                let src = is_ours(rule)?;
+                let held = self
+                    .nics
+                    .iter()
+                    .any(|n| n.addresses.contains(&src) && TABLE_BASE + n.ifindex == rule.table);
+                (!held).then_some(SourceRule {
+                    src,
+                    table: rule.table,
+                    priority: rule.priority,
+                    protocol: rule.protocol,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Removes `stale` rules and, where no other of SRAP's rules looks its
+/// table up, that table's routes of SRAP's protocol; says what failed.
+fn prune(routing: &HostRouting, stale: &[SourceRule]) -> Vec<String> {
+    let mut failed = Vec::new();
+    for rule in stale {
+        if let Err(err) = fib::delete_rule(rule) {
+            failed.push(format!(
+                "removing SRAP's stale rule from {}: {err}",
+                rule.src
+            ));
+            continue;
+        }
+        let still_used = routing
+            .rules
+            .iter()
+            .filter_map(|r| is_ours(r).map(|src| (src, r.table)))
+            .any(|(src, table)| table == rule.table && !stale.iter().any(|s| s.src == src));
+        let routes = routing
+            .routes
+            .iter()
+            .filter(|r| !still_used && r.table == rule.table && r.protocol == PROTOCOL);
+        for route in routes {
+            let Some(oif) = route.oif else { continue };
+            let table_route = TableRoute {
+                dst: route.dst,
+                gateway: route.gateway,
+                oif,
+                table: route.table,
+                protocol: route.protocol,
+            };
+            if let Err(err) = fib::delete_route(&table_route) {
+                failed.push(format!(
+                    "removing SRAP's route of table {}: {err}",
+                    rule.table
+                ));
+            }
+        }
+    }
+    failed
 }
 
 /// What [`install`] did.
@@ -554,15 +696,9 @@ pub fn remove_installed() -> Result<usize, NetlinkError> {
     let mut removed = 0;
     for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
         for rule in fib::rules(family)? {
-            let Some(src) = rule
-                .src
-                .filter(|net| net.prefix_len() == net.max_prefix_len())
-            else {
-                continue;
-            };
-            if rule.priority == RULE_PRIORITY && ours(rule.table, rule.protocol) {
+            if let Some(src) = is_ours(&rule) {
                 fib::delete_rule(&SourceRule {
-                    src: src.addr(),
+                    src,
                     table: rule.table,
                     priority: rule.priority,
                     protocol: rule.protocol,
@@ -823,6 +959,38 @@ mod tests {
             found.iter().all(|f| f.to_string().contains("(no route)")),
             "{found:?}"
         );
+    }
+
+    /// SRAP's rules in the kernel are listed as commands (an earlier run's
+    /// too); one whose address no checked NIC holds with its table is
+    /// stale; anyone else's rule, even in SRAP's priority and tables, is
+    /// neither.
+    #[test]
+    fn srap_rules_are_listed_and_those_no_nic_holds_are_stale() {
+        let mut routing = host();
+        let ours = |src: &str, table| FibRule {
+            protocol: PROTOCOL,
+            ..rule(RULE_PRIORITY, table, Some(src))
+        };
+        routing.rules.push(ours("10.0.2.1/32", 0x5a03));
+        routing.rules.push(ours("10.0.7.1/32", 0x5a07));
+        routing
+            .rules
+            .push(rule(RULE_PRIORITY, 0x5a08, Some("10.0.8.1/32")));
+        routing.routes.push(FibRoute {
+            protocol: PROTOCOL,
+            ..route(0x5a03, "10.0.9.0/24", Some("10.0.2.2"), 3, 0)
+        });
+        assert_eq!(
+            routing.installed_commands(),
+            [
+                "ip rule add from 10.0.2.1 table 23043 && ip route add 10.0.9.0/24 via 10.0.2.2 \
+              dev eth1 table 23043"
+            ]
+        );
+        let stale = routing.stale_rules();
+        assert_eq!(stale.len(), 1, "{stale:?}");
+        assert_eq!((stale[0].src, stale[0].table), (ip("10.0.7.1"), 0x5a07));
     }
 
     /// Only the given NICs, only when several, only under numa or balance.
