@@ -69,6 +69,8 @@ const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// judged by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FibRule {
+    /// `AF_INET` or `AF_INET6`: a rule holds for its own family only.
+    pub family: u8,
     pub priority: u32,
     /// The table looked up (`action` [`ACTION_TO_TABLE`]).
     pub table: u32,
@@ -127,7 +129,8 @@ pub struct TableRoute {
     pub protocol: u8,
 }
 
-fn family_of(ip: IpAddr) -> u8 {
+/// `AF_INET` or `AF_INET6`, as a rule or route of `ip`'s family says it.
+pub fn family_of(ip: IpAddr) -> u8 {
     if ip.is_ipv4() {
         libc::AF_INET as u8
     } else {
@@ -287,6 +290,7 @@ fn parse_rule(msg: &Message<'_>) -> Result<FibRule, NetlinkError> {
     let (family, dst_len, src_len) = (hdr[0], hdr[1], hdr[2]);
     let flags = u32::from_ne_bytes([hdr[8], hdr[9], hdr[10], hdr[11]]);
     let mut rule = FibRule {
+        family,
         priority: 0,
         table: u32::from(hdr[4]),
         action: hdr[7],

@@ -208,7 +208,7 @@ enum Lookup<'a> {
 /// Whether `rule`'s selectors take a connect of this host from `src` to
 /// `dst`: not bound to a device, mark 0, input interface `lo`.
 fn rule_matches(rule: &FibRule, src: IpAddr, dst: IpAddr) -> bool {
-    if rule.unjudged || rule.oif.is_some() {
+    if rule.unjudged || rule.oif.is_some() || rule.family != fib::family_of(src) {
         return false;
     }
     let selected = rule.src.is_none_or(|net| net.contains(&src))
@@ -751,6 +751,7 @@ mod tests {
 
     fn rule(priority: u32, table: u32, src: Option<&str>) -> FibRule {
         FibRule {
+            family: libc::AF_INET as u8,
             priority,
             table,
             action: ACTION_TO_TABLE,
@@ -991,6 +992,36 @@ mod tests {
         let stale = routing.stale_rules();
         assert_eq!(stale.len(), 1, "{stale:?}");
         assert_eq!((stale[0].src, stale[0].table), (ip("10.0.7.1"), 0x5a07));
+    }
+
+    /// A rule holds for its own family: an IPv4 `unreachable` rule does
+    /// not end an IPv6 lookup.
+    #[test]
+    fn rules_of_the_other_family_are_not_applied() {
+        let mut routing = host();
+        routing.rules.insert(
+            0,
+            FibRule {
+                action: 7,
+                ..rule(10, 0, None)
+            },
+        );
+        routing.rules.push(FibRule {
+            family: libc::AF_INET6 as u8,
+            ..rule(32766, TABLE_MAIN, None)
+        });
+        routing
+            .routes
+            .push(route(TABLE_MAIN, "fd00:9::/64", None, 2, 0));
+        let found = lookup(&routing, ip("fd00:1::1"), ip("fd00:9::1"));
+        assert!(
+            matches!(found, Lookup::Route(r) if r.oif == Some(2)),
+            "{found:?}"
+        );
+        assert_eq!(
+            lookup(&routing, ip("10.0.1.1"), ip("10.0.9.1")),
+            Lookup::Unreachable
+        );
     }
 
     /// Only the given NICs, only when several, only under numa or balance.
