@@ -362,6 +362,16 @@ pub const SENDER_METRICS: &[(&str, &str, &str)] = &[
         "counter",
         "Re-plans made because this host's NICs changed (a link down or up, an address added or removed, a NIC added or gone)",
     ),
+    (
+        "srap_sender_local_routing_missing",
+        "gauge",
+        "What the routing lacks for flows bound to a NIC's address to leave and come back by it (source rules, strict rp_filter, ARP flux); 0 when not checked",
+    ),
+    (
+        "srap_sender_local_routing_installed",
+        "gauge",
+        "Source rules SRAP installed (--source-rules install) and keeps in the kernel",
+    ),
 ];
 
 /// The sender agent's exposition text: the binder's counters and the
@@ -439,6 +449,12 @@ pub fn render_sender(status: &SenderStatus) -> String {
                 }
             }
             "srap_sender_local_nic_replans_total" => sample("", status.local_nic_replans),
+            "srap_sender_local_routing_missing" => {
+                sample("", status.local_routing.findings.len() as u64);
+            }
+            "srap_sender_local_routing_installed" => {
+                sample("", status.local_routing.installed.len() as u64);
+            }
             _ => {}
         }
     }
@@ -659,6 +675,7 @@ mod tests {
             },
         ];
         status.local_nic_replans = 2;
+        status.local_routing.findings = vec!["eth1: flows from …".into()];
         status.count_local_nic_flows();
         let text = render_sender(&status);
         for line in [
@@ -680,6 +697,8 @@ mod tests {
             "srap_sender_local_nic_flows{iface=\"eth0\"} 1",
             "srap_sender_local_nic_flows{iface=\"veth1\"} 0",
             "srap_sender_local_nic_replans_total 2",
+            "srap_sender_local_routing_missing 1",
+            "srap_sender_local_routing_installed 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }
