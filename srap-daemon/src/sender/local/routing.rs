@@ -303,7 +303,11 @@ fn check_one(
 ) -> Vec<RoutingFinding> {
     let leaves_by = match lookup(routing, address, receiver) {
         Lookup::Route(route) if route.oif == Some(nic.ifindex) => return Vec::new(),
-        Lookup::Route(route) => route.oif.map(|i| routing.name_of(i)),
+        // A multipath route has its next hops, not one device.
+        Lookup::Route(route) => Some(route.oif.map_or_else(
+            || "several NICs (multipath)".to_owned(),
+            |i| routing.name_of(i),
+        )),
         Lookup::Unreachable => None,
     };
     let table = TABLE_BASE + nic.ifindex;
@@ -1021,6 +1025,25 @@ mod tests {
         assert_eq!(
             lookup(&routing, ip("10.0.1.1"), ip("10.0.9.1")),
             Lookup::Unreachable
+        );
+    }
+
+    /// A multipath route toward the receiver leaves by no single NIC: both
+    /// NICs are told so, each with its own rule.
+    #[test]
+    fn a_multipath_route_is_named_as_such() {
+        let mut routing = host();
+        routing.routes.push(FibRoute {
+            oif: None,
+            ..route(TABLE_MAIN, "10.0.9.1/32", None, 0, 0)
+        });
+        let found = check(&routing, &[ip("10.0.9.1")]);
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert!(
+            found.iter().all(|f| f
+                .to_string()
+                .contains("(the route leaves by several NICs (multipath))")),
+            "{found:?}"
         );
     }
 
