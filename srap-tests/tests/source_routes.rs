@@ -24,7 +24,8 @@ use srap_daemon::sender::{
         LocalHost,
         bond::{BondMembers, BondSettings},
         nics::{GivenNic, NicSettings},
-        routing::{self, PROTOCOL, RULE_PRIORITY, RoutingFinding, TABLE_BASE},
+        routing::{PROTOCOL, RULE_PRIORITY, RoutingFinding, TABLE_BASE},
+        source_rules,
     },
 };
 use srap_host::fib;
@@ -314,7 +315,7 @@ fn a_missing_source_rule_is_reported_installed_followed_by_the_kernel_and_remove
     // Removing what SRAP installed: exactly the rule and its route.
     let removed = hosts
         .sender
-        .run(routing::remove_installed)
+        .run(source_rules::remove_installed)
         .expect("entering the sender's namespace")
         .expect("removing SRAP's source rules");
     assert_eq!(removed, 2, "one rule and one route");

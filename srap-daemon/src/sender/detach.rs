@@ -11,7 +11,7 @@ use std::{
 
 use srap_host::reserved::{self, Reservation};
 
-use super::{attach, error::SenderError, layout::PinLayout, local::routing, state};
+use super::{attach, error::SenderError, layout::PinLayout, local::source_rules, state};
 
 /// What [`detach`] removed.
 #[derive(Debug, Clone, Default)]
@@ -46,7 +46,7 @@ pub fn detach(pin_dir: &Path) -> Result<DetachReport, SenderError> {
         pins_removed: attach::remove_pins(&layout)?,
         ..DetachReport::default()
     };
-    match routing::remove_installed() {
+    match source_rules::remove_installed() {
         Ok(n) => report.source_rules_removed = n,
         Err(err) => report
             .notes

@@ -21,7 +21,7 @@ use super::{
     ends::PlacedEnds,
     error::SenderError,
     grant,
-    local::{nic::LocalNic, routing},
+    local::{nic::LocalNic, source_rules},
     local_end::{LocalEnd, apply_local_grant},
     maps,
     options::SenderOptions,
@@ -238,7 +238,7 @@ impl Offline {
                 }
             }
         }
-        routing::remove_on_stop(self.plan.options.nics.source_rules);
+        source_rules::remove_on_stop(self.plan.options.nics.source_rules);
         info!(
             "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",
             binder.layout.dir().display()

@@ -46,7 +46,7 @@ use super::{
     error::SenderError,
     grant,
     landings::LocalLandings,
-    local::{nic::LocalNic, routing},
+    local::{nic::LocalNic, source_rules},
     local_end::LocalEnd,
     maps,
     options::SenderOptions,
@@ -187,7 +187,7 @@ pub async fn run(
     follower
         .follow(&mut binder, &mut events, args.interval(), &mut term)
         .await?;
-    routing::remove_on_stop(follower.machine.options.nics.source_rules);
+    source_rules::remove_on_stop(follower.machine.options.nics.source_rules);
     info!(
         "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",
         binder.layout.dir().display()

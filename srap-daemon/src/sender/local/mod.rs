@@ -24,6 +24,7 @@ pub mod nic;
 pub mod nics;
 pub mod reader;
 pub mod routing;
+pub mod source_rules;
 
 use std::{collections::BTreeSet, net::IpAddr};
 

@@ -5,8 +5,9 @@
 //! (`docs/agents.md`, "Several NICs"). [`check`] says, for each NIC SRAP
 //! may place flows on and each receiver, exactly what is missing, as
 //! [`RoutingFinding`]s whose messages carry the command that fixes them;
-//! [`install`] adds the source rules it can (`--source-rules install`) and
-//! [`remove_installed`] takes away those, and only those.
+//! with `--source-rules install`, [`follow`] has [`super::source_rules`]
+//! add the rules it can, and detach and a clean stop take away those, and
+//! only those.
 //!
 //! What SRAP installs is recognizable in the kernel itself, so a restart or
 //! `srap-agent detach` finds it without a file: rule priority
@@ -15,8 +16,7 @@
 //! route without that protocol is never removed.
 //!
 //! The judgement ([`check`]) is pure, over [`HostRouting`] values; only
-//! [`HostRouting::read`], [`install`] and [`remove_installed`] touch the
-//! kernel.
+//! [`HostRouting::read`] and `source_rules` touch the kernel.
 
 use std::{
     collections::BTreeSet,
@@ -34,14 +34,14 @@ use srap_host::netlink::NetlinkError;
 
 use crate::sender::{
     ends::{LocalNicsPolicy, SourceRules},
-    local::nics::LocalNics,
+    local::{nics::LocalNics, source_rules},
 };
 
 /// The first table of SRAP's source rules: NIC B's table is
 /// `TABLE_BASE + ifindex(B)` (0x5a00 = 23040).
 pub const TABLE_BASE: u32 = 0x5a00;
 /// Tables above this are not SRAP's, whatever their rules say.
-const TABLE_END: u32 = TABLE_BASE + 0x1000;
+pub const TABLE_END: u32 = TABLE_BASE + 0x1000;
 /// The priority of every rule SRAP installs: before the main table's
 /// (32766), after the local table's (0).
 pub const RULE_PRIORITY: u32 = 0x5a00;
@@ -247,7 +247,7 @@ fn lookup<'a>(routing: &'a HostRouting, src: IpAddr, dst: IpAddr) -> Lookup<'a> 
 }
 
 impl HostRouting {
-    fn name_of(&self, ifindex: u32) -> String {
+    pub(super) fn name_of(&self, ifindex: u32) -> String {
         self.names
             .iter()
             .find(|(i, _)| *i == ifindex)
@@ -501,11 +501,13 @@ fn install_and_check_again(
     receivers: &[IpAddr],
 ) {
     let stale = routing.stale_rules();
-    report.not_installed.extend(prune(&routing, &stale));
+    report
+        .not_installed
+        .extend(source_rules::prune(&routing, &stale));
     if !report.findings.is_empty() || !stale.is_empty() {
         report
             .not_installed
-            .extend(install(&report.findings).failed);
+            .extend(source_rules::install(&report.findings).failed);
         if let Ok(again) = read() {
             routing = again;
             report.findings = check(&routing, receivers);
@@ -531,213 +533,6 @@ fn say_once(line: &str, warn: bool) {
         } else {
             tracing::info!("{line}");
         }
-    }
-}
-
-/// Whether `rule` is one SRAP installed: its priority, a table of its
-/// range and its protocol, from one address.
-fn is_ours(rule: &FibRule) -> Option<IpAddr> {
-    let src = rule
-        .src
-        .filter(|net| net.prefix_len() == net.max_prefix_len())?;
-    (rule.priority == RULE_PRIORITY
-        && rule.protocol == PROTOCOL
-        && (TABLE_BASE..TABLE_END).contains(&rule.table))
-    .then(|| src.addr())
-}
-
-impl HostRouting {
-    /// SRAP's rules in the kernel, each with its table's routes of SRAP's
-    /// protocol, as the commands that would add them.
-    pub fn installed_commands(&self) -> Vec<String> {
-        let mut commands = Vec::new();
-        for rule in &self.rules {
-            let Some(src) = is_ours(rule) else { continue };
-            for route in self
-                .routes
-                .iter()
-                .filter(|r| r.table == rule.table && r.protocol == PROTOCOL)
-            {
-                let Some(oif) = route.oif else { continue };
-                let fix = SourceFix {
-                    dev: self.name_of(oif),
-                    rule: SourceRule {
-                        src,
-                        table: rule.table,
-                        priority: rule.priority,
-                        protocol: rule.protocol,
-                    },
-                    route: TableRoute {
-                        dst: route.dst,
-                        gateway: route.gateway,
-                        oif,
-                        table: route.table,
-                        protocol: route.protocol,
-                    },
-                };
-                commands.push(fix.command());
-            }
-        }
-        commands
-    }
-
-    /// SRAP's rules whose address no checked NIC holds with that table (an
-    /// address gone or moved, a NIC no longer given).
-    fn stale_rules(&self) -> Vec<SourceRule> {
-        self.rules
-            .iter()
-            .filter_map(|rule| {
-                let src = is_ours(rule)?;
-                let held = self
-                    .nics
-                    .iter()
-                    .any(|n| n.addresses.contains(&src) && TABLE_BASE + n.ifindex == rule.table);
-                (!held).then_some(SourceRule {
-                    src,
-                    table: rule.table,
-                    priority: rule.priority,
-                    protocol: rule.protocol,
-                })
-            })
-            .collect()
-    }
-}
-
-/// Removes `stale` rules and, where no other of SRAP's rules looks its
-/// table up, that table's routes of SRAP's protocol; says what failed.
-fn prune(routing: &HostRouting, stale: &[SourceRule]) -> Vec<String> {
-    let mut failed = Vec::new();
-    for rule in stale {
-        if let Err(err) = fib::delete_rule(rule) {
-            failed.push(format!(
-                "removing SRAP's stale rule from {}: {err}",
-                rule.src
-            ));
-            continue;
-        }
-        let still_used = routing
-            .rules
-            .iter()
-            .filter_map(|r| is_ours(r).map(|src| (src, r.table)))
-            .any(|(src, table)| table == rule.table && !stale.iter().any(|s| s.src == src));
-        let routes = routing
-            .routes
-            .iter()
-            .filter(|r| !still_used && r.table == rule.table && r.protocol == PROTOCOL);
-        for route in routes {
-            let Some(oif) = route.oif else { continue };
-            let table_route = TableRoute {
-                dst: route.dst,
-                gateway: route.gateway,
-                oif,
-                table: route.table,
-                protocol: route.protocol,
-            };
-            if let Err(err) = fib::delete_route(&table_route) {
-                failed.push(format!(
-                    "removing SRAP's route of table {}: {err}",
-                    rule.table
-                ));
-            }
-        }
-    }
-    failed
-}
-
-/// What [`install`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Installed {
-    pub installed: Vec<String>,
-    pub failed: Vec<String>,
-}
-
-/// Installs the source rule and table route of every finding that has
-/// one: the route first, so the rule never points at an empty table; a
-/// rule the kernel refuses takes its route away again. Nothing is
-/// black-holed: a NIC whose rule cannot be added keeps today's routing.
-pub fn install(findings: &[RoutingFinding]) -> Installed {
-    let mut done = Installed::default();
-    let fixes = findings.iter().filter_map(|f| match f {
-        RoutingFinding::MissingSourceRule { fix: Some(fix), .. } => Some(fix),
-        _ => None,
-    });
-    for fix in fixes {
-        let route = match fib::add_route(&fix.route) {
-            Ok(()) => true,
-            Err(err) if err.errno() == Some(libc::EEXIST) => false,
-            Err(err) => {
-                done.failed.push(format!(
-                    "{}: not installed ({err}): {}",
-                    fix.dev,
-                    fix.command()
-                ));
-                continue;
-            }
-        };
-        match fib::add_rule(&fix.rule) {
-            Ok(()) => done.installed.push(fix.command()),
-            Err(err) => {
-                if route {
-                    let _ = fib::delete_route(&fix.route);
-                }
-                done.failed.push(format!(
-                    "{}: not installed ({err}): {}",
-                    fix.dev,
-                    fix.command()
-                ));
-            }
-        }
-    }
-    done
-}
-
-/// Removes every rule and route SRAP installed (priority, table range
-/// and protocol all SRAP's), in both families; returns how many. Rules
-/// and routes anyone else installed stay, whatever their table.
-pub fn remove_installed() -> Result<usize, NetlinkError> {
-    let ours =
-        |table: u32, protocol: u8| protocol == PROTOCOL && (TABLE_BASE..TABLE_END).contains(&table);
-    let mut removed = 0;
-    for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
-        for rule in fib::rules(family)? {
-            if let Some(src) = is_ours(&rule) {
-                fib::delete_rule(&SourceRule {
-                    src,
-                    table: rule.table,
-                    priority: rule.priority,
-                    protocol: rule.protocol,
-                })?;
-                removed += 1;
-            }
-        }
-        for route in fib::routes(family)? {
-            if let (true, Some(oif)) = (ours(route.table, route.protocol), route.oif) {
-                fib::delete_route(&TableRoute {
-                    dst: route.dst,
-                    gateway: route.gateway,
-                    oif,
-                    table: route.table,
-                    protocol: route.protocol,
-                })?;
-                removed += 1;
-            }
-        }
-    }
-    Ok(removed)
-}
-
-/// On a clean stop with `--source-rules install`: removes the source
-/// rules and routes SRAP installed, and says so.
-pub fn remove_on_stop(mode: SourceRules) {
-    if mode != SourceRules::Install {
-        return;
-    }
-    match remove_installed() {
-        Ok(0) => {}
-        Ok(n) => tracing::info!("removed the {n} source rules and routes SRAP installed"),
-        Err(err) => tracing::warn!(
-            "removing the source rules SRAP installed: {err}; `srap-agent detach` removes them"
-        ),
     }
 }
 
