@@ -27,8 +27,9 @@
 //!    host's connections land).
 //! 2. **This host and the binder's records**: [`local`] (this host's
 //!    addresses, routes and bonds toward the receivers, its NICs as one
-//!    list and the source routing they need, its own NIC, the reader rows), [`state`] (what `detach` must undo), `attach`
-//!    (loading, pinning, attaching).
+//!    list and the source routing they need, its own NIC, the reader
+//!    rows), [`state`] (what `detach` must undo), `attach` (loading,
+//!    pinning, attaching).
 //! 3. **The plan and the settings**: [`plan`] (pure computation over the
 //!    receivers' models and a [`local::LocalHost`] snapshot), [`settings`]
 //!    (the flags over the `--config` file), [`options`] (what a binder is
