@@ -75,6 +75,23 @@ pub struct TwoHosts {
 }
 
 impl TwoHosts {
+    /// A second link between the two namespaces, on `subnet` (host `.1`
+    /// the sender's end, `.2` the receiver's; IPv4 only): the two ends.
+    /// The caller holds `subnet` until the namespaces are gone.
+    pub fn second_link(&self, subnet: &Subnet) -> anyhow::Result<(VethEnd, VethEnd)> {
+        let near = VethEnd::on_subnet(subnet, 1, "t");
+        let far = VethEnd::on_subnet(subnet, 2, "r");
+        link(
+            &self.sender,
+            &near,
+            &self.receiver,
+            &far,
+            VethConfig::default(),
+            false,
+        )?;
+        Ok((near, far))
+    }
+
     /// Makes both namespaces and the pair, with addresses and links up.
     pub fn new(config: VethConfig) -> anyhow::Result<Self> {
         let subnet = match config.subnet {

@@ -13,9 +13,7 @@ use srap_daemon::sender::local::{
     bond::{BondMembers, BondSettings},
     nics::{LocalNics, NicSettings},
 };
-use srap_tests::{
-    TwoHosts, VethConfig, VethEnd, harness::poll_until, require_privileged, subnet::Subnet, veth,
-};
+use srap_tests::{TwoHosts, harness::poll_until, require_privileged, subnet::Subnet};
 
 /// Reads this host's NICs in the sender's namespace.
 fn nics_in(hosts: &TwoHosts) -> LocalNics {
@@ -33,19 +31,7 @@ fn two_links_are_two_nics_and_a_link_down_changes_the_snapshot_within_a_second()
     // Declared first, dropped last: held until the namespaces are gone.
     let second = Subnet::lease().expect("a second subnet");
     let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
-    let (near, far) = (
-        VethEnd::on_subnet(&second, 1, "t"),
-        VethEnd::on_subnet(&second, 2, "r"),
-    );
-    veth::link(
-        &hosts.sender,
-        &near,
-        &hosts.receiver,
-        &far,
-        VethConfig::default(),
-        false,
-    )
-    .expect("a second veth link");
+    let (near, far) = hosts.second_link(&second).expect("a second veth link");
     let first = &hosts.sender_end;
     let receivers = [hosts.receiver_end.ipv4.into(), far.ipv4.into()];
     let bonds = BondSettings::new(BondMembers::Balance);

@@ -29,10 +29,7 @@ use srap_daemon::sender::{
     },
 };
 use srap_host::fib;
-use srap_tests::{
-    NetNs, TwoHosts, VethConfig, VethEnd, harness::Listener, require_privileged, subnet::Subnet,
-    veth,
-};
+use srap_tests::{NetNs, TwoHosts, harness::Listener, require_privileged, subnet::Subnet};
 
 const PAYLOAD: usize = 64 * 1024;
 
@@ -80,19 +77,7 @@ fn a_missing_source_rule_is_reported_installed_followed_by_the_kernel_and_remove
     let second = Subnet::lease().expect("a second subnet");
     let service_net = Subnet::lease().expect("the receiver's service subnet");
     let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
-    let (near, far) = (
-        VethEnd::on_subnet(&second, 1, "t"),
-        VethEnd::on_subnet(&second, 2, "r"),
-    );
-    veth::link(
-        &hosts.sender,
-        &near,
-        &hosts.receiver,
-        &far,
-        VethConfig::default(),
-        false,
-    )
-    .expect("a second veth link");
+    let (near, far) = hosts.second_link(&second).expect("a second veth link");
     let (a, b) = (&hosts.sender_end.ifname, &near.ifname);
     let service = service_net.ipv4(1);
     let prefix = format!("{}/24", service_net.ipv4(0));

@@ -16,10 +16,10 @@ use std::{
 
 use srap_common::binder::{event, outcome};
 use srap_tests::{
-    VethConfig, VethEnd,
+    VethEnd,
     flows::Server,
     harness::{Subnet, landings, poll_until},
-    require_privileged, veth,
+    require_privileged,
 };
 
 use super::{DPORT, Lab, TIMEOUT, assert_distinct_cpus};
@@ -54,18 +54,8 @@ impl MptcpLab {
     fn new() -> Self {
         let lab = Lab::new(false);
         let subnet = Subnet::lease().expect("a second subnet");
-        let second = VethEnd::on_subnet(&subnet, 1, "t");
-        let far = VethEnd::on_subnet(&subnet, 2, "r");
         let hosts = &lab.hosts;
-        veth::link(
-            &hosts.sender,
-            &second,
-            &hosts.receiver,
-            &far,
-            VethConfig::default(),
-            false,
-        )
-        .expect("the second link");
+        let (second, far) = hosts.second_link(&subnet).expect("the second link");
         for ns in [&hosts.sender, &hosts.receiver] {
             let sysctl = |setting: &str| {
                 ns.exec("sysctl", ["-qw", setting])
