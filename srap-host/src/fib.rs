@@ -12,13 +12,13 @@
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     path::Path,
-    time::Duration,
 };
 
 use ipnet::IpNet;
 
 use crate::netlink::{
-    Attr, Message, NetlinkError, Protocol, Socket, check_error, parse_attrs, put_attr, take,
+    Attr, Message, NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NetlinkError, Protocol, REPLY_TIMEOUT,
+    Socket, check_error, parse_attrs, put_attr, take,
 };
 
 const RTM_NEWROUTE: u16 = 24;
@@ -59,11 +59,6 @@ pub const ROUTE_UNICAST: u8 = 1;
 pub const TABLE_MAIN: u32 = 254;
 const RT_SCOPE_UNIVERSE: u8 = 0;
 const RT_SCOPE_LINK: u8 = 253;
-
-const NLM_F_ACK: u16 = 0x4;
-const NLM_F_EXCL: u16 = 0x200;
-const NLM_F_CREATE: u16 = 0x400;
-const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One FIB rule, with only what a locally originated connect's lookup is
 /// judged by.

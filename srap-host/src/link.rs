@@ -12,13 +12,13 @@
 use std::{
     fs,
     path::{Path, PathBuf},
-    time::Duration,
 };
 
 use thiserror::Error;
 
 use crate::netlink::{
-    Message, NetlinkError, Protocol, Socket, check_error, parse_attrs, put_str_attr, take,
+    Message, NetlinkError, Protocol, REPLY_TIMEOUT, Socket, check_error, parse_attrs, put_str_attr,
+    take,
 };
 
 const RTM_NEWLINK: u16 = 16;
@@ -35,7 +35,6 @@ const IFLA_NUM_RX_QUEUES: u16 = 32;
 const IFLA_PARENT_DEV_NAME: u16 = 56;
 const IFLA_PARENT_DEV_BUS_NAME: u16 = 57;
 
-const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// From this kernel on, every device that sits on a bus device says which.
 const NAMES_PARENTS: (u32, u32) = (5, 15);
 

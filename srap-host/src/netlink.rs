@@ -49,6 +49,14 @@ pub const NLM_F_DUMP: u16 = 0x300;
 pub const NLM_F_CAPPED: u16 = 0x100;
 /// Extended-ack attributes follow the error.
 pub const NLM_F_ACK_TLVS: u16 = 0x200;
+/// Ask for an acknowledgement (a request that returns no object).
+pub const NLM_F_ACK: u16 = 0x4;
+/// New objects: fail if it exists already.
+pub const NLM_F_EXCL: u16 = 0x200;
+/// New objects: create it.
+pub const NLM_F_CREATE: u16 = 0x400;
+/// How long a reply may take before a request is given up.
+pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 const NLMSGERR_ATTR_MSG: u16 = 1;
 pub const NLA_F_NESTED: u16 = 0x8000;
 const NLA_TYPE_MASK: u16 = 0x3fff;

@@ -226,16 +226,7 @@ fn a_missing_source_rule_is_reported_installed_followed_by_the_kernel_and_remove
         "{:?}",
         installed.routing
     );
-    let (rules, routes) = hosts
-        .sender
-        .run(|| {
-            let family = libc::AF_INET as u8;
-            (
-                fib::rules(family).expect("rules"),
-                fib::routes(family).expect("routes"),
-            )
-        })
-        .expect("entering the sender's namespace");
+    let (rules, routes) = ipv4_fib(&hosts.sender);
     let rule = rules
         .iter()
         .find(|r| r.table == table)
@@ -304,16 +295,7 @@ fn a_missing_source_rule_is_reported_installed_followed_by_the_kernel_and_remove
         .expect("entering the sender's namespace")
         .expect("removing SRAP's source rules");
     assert_eq!(removed, 2, "one rule and one route");
-    let (rules, routes) = hosts
-        .sender
-        .run(|| {
-            let family = libc::AF_INET as u8;
-            (
-                fib::rules(family).expect("rules"),
-                fib::routes(family).expect("routes"),
-            )
-        })
-        .expect("entering the sender's namespace");
+    let (rules, routes) = ipv4_fib(&hosts.sender);
     assert!(!rules.iter().any(|r| r.table == table), "{rules:#?}");
     assert!(!routes.iter().any(|r| r.table == table), "{routes:#?}");
     let foreign: u32 = foreign_table.parse().expect("a number");
@@ -334,4 +316,17 @@ fn a_missing_source_rule_is_reported_installed_followed_by_the_kernel_and_remove
             .any(|f| f.to_string() == expected),
         "reported again"
     );
+}
+
+/// `ns`'s IPv4 FIB rules and the routes of every table, as srap-host reads
+/// them there.
+fn ipv4_fib(ns: &NetNs) -> (Vec<fib::FibRule>, Vec<fib::FibRoute>) {
+    ns.run(|| {
+        let family = libc::AF_INET as u8;
+        (
+            fib::rules(family).expect("rules"),
+            fib::routes(family).expect("routes"),
+        )
+    })
+    .expect("entering the sender's namespace")
 }

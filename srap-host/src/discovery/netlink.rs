@@ -6,12 +6,10 @@
 //! (and every truncated or hostile one) is testable without a NIC. Layouts
 //! follow the kernel's `ethtool_netlink_generated.h`.
 
-use std::time::Duration;
-
 pub use crate::netlink::NetlinkError;
 use crate::netlink::{
-    Attr, Message, NLA_F_NESTED, NLM_F_REQUEST, Protocol, Socket, check_error, encode, genl_body,
-    parse_attrs, parse_genl, put_attr, put_str_attr,
+    Attr, Message, NLA_F_NESTED, NLM_F_REQUEST, Protocol, REPLY_TIMEOUT, Socket, check_error,
+    encode, genl_body, parse_attrs, parse_genl, put_attr, put_str_attr,
 };
 use srap_common::protocol::FlowType;
 
@@ -33,9 +31,6 @@ const ETHTOOL_A_FLOW_TCP4: u16 = 4;
 const ETHTOOL_A_FLOW_TCP6: u16 = 5;
 const ETHTOOL_A_FLOW_UDP4: u16 = 6;
 const ETHTOOL_A_FLOW_UDP6: u16 = 7;
-
-/// How long a reply may take before the request is given up.
-const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Everything `ETHTOOL_MSG_RSS_GET_REPLY` says about context 0. Absent
 /// attributes stay `None`/empty: the kernel leaves out zero values.
