@@ -563,7 +563,12 @@ impl StatusSamples {
                 .into_iter()
                 .flatten()
                 .filter(|flow| flow.to_string().contains(marker))
-                .map(|flow| format!("{} {} bytes", flow["src"], flow["bytes"]))
+                .map(|flow| {
+                    format!(
+                        "{} {} bytes {} packets",
+                        flow["src"], flow["bytes"], flow["packets"]
+                    )
+                })
                 .collect();
             lines.push(format!(
                 "sample {n} at unix ms {}: {} active flows; toward the port: [{}]",
