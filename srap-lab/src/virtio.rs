@@ -13,10 +13,10 @@ use std::{
     net::Ipv4Addr,
     path::{Path, PathBuf},
     process::Stdio,
-    time::Duration,
+    time::{Duration, Instant},
 };
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use serde::Serialize;
 use srap_common::rss::KeySource;
 
@@ -234,6 +234,7 @@ impl<'n> VirtioLab<'n> {
         if !status.success() {
             bail!("the workload exited with {status}");
         }
+        let ended_ms = self.guest_clock_ms()?;
         let after = truth::rx_queue_packets(&mut self.guest)?;
         let accepted = iperf3_result(&mut self.guest, port)?;
         let model = truth::device_model(&mut self.guest)?;
@@ -241,10 +242,14 @@ impl<'n> VirtioLab<'n> {
         // Enough when every accepted stream is judged (a row with the data
         // the verdict needs), not merely listed: a view that never gets
         // there keeps its timeline for the report.
+        let closing = self.status_after(ended_ms)?;
         let sampled = samples.stop(&mut self.guest, &format!(":{port}\""), |samples| {
-            judged(port, &accepted, &merged(samples, Status::default())) == accepted.len()
+            let view = merged(&[closing.as_slice(), samples].concat(), Status::default());
+            judged(port, &accepted, &view) == accepted.len()
         })?;
-        let (srap, status) = srap_view(&sampled.samples, port, &accepted);
+        let views = [closing.as_slice(), &sampled.samples].concat();
+        let closing = closing.map(|c| (c.unix_ms, rows_toward(&c, port)));
+        let (srap, status) = srap_view(&views, port, &accepted);
         let rx_queue_packets = truth::delta(&before, &after);
         Ok(GuestRun {
             busy_queues: truth::busy_queues(&rx_queue_packets, accepted.len()),
@@ -255,8 +260,44 @@ impl<'n> VirtioLab<'n> {
             samples_taken: sampled.taken,
             samples_holding: sampled.holding,
             samples_failed: sampled.failed,
-            samples_timeline: sampled.timeline,
+            samples_timeline: with_closing(sampled.timeline, closing.as_ref()),
         })
+    }
+
+    /// The guest's wall clock in ms, rounded up to its next whole second
+    /// (busybox `date` has no sub-second field).
+    fn guest_clock_ms(&mut self) -> anyhow::Result<u64> {
+        let text = self.guest.read("date +%s")?;
+        let secs: u64 = text
+            .trim()
+            .parse()
+            .with_context(|| format!("the guest's `date +%s` said {text:?}"))?;
+        Ok((secs + 1) * 1_000)
+    }
+
+    /// The receiver agent's first snapshot taken after `after_ms` (the
+    /// guest's clock), as one sample (none if it took no new one within
+    /// [`SETTLE_SAMPLES`] intervals and 30 s). A loaded guest's agent
+    /// snapshots seconds apart, and a short workload may send its data
+    /// between two of them: the snapshot after the workload ended holds
+    /// each flow with all its bytes (a closed flow stays listed with its
+    /// final count for `idle_after`).
+    fn status_after(&mut self, after_ms: u64) -> anyhow::Result<Option<Status>> {
+        let start = Instant::now();
+        let mut status = self.status()?;
+        let interval = Duration::from_millis(status.interval_ms.clamp(100, 5_000));
+        let patience = (interval * (SETTLE_SAMPLES + 1)).min(Duration::from_secs(30));
+        while status.unix_ms < after_ms {
+            if start.elapsed() > patience {
+                tracing::warn!(
+                    "the receiver agent took no snapshot after the workload within {patience:?}"
+                );
+                return Ok(None);
+            }
+            std::thread::sleep(interval / 2);
+            status = self.status()?;
+        }
+        Ok(Some(status))
     }
 
     /// Runs rounds of 8 short steered flows (at most `rounds`) until the
@@ -352,6 +393,30 @@ fn held(port: u16, accepted: &[(u16, u32)], status: &Status) -> usize {
                 .any(|f| f.src.port() == *sport && f.dst.port() == port)
         })
         .count()
+}
+
+/// A short view's `timeline`, ended by the snapshot read after the
+/// workload (its time and rows toward the port) or by its absence.
+fn with_closing(mut timeline: Vec<String>, closing: Option<&(u64, String)>) -> Vec<String> {
+    if timeline.is_empty() {
+        return timeline;
+    }
+    timeline.push(match closing {
+        Some((unix_ms, rows)) => format!("after the workload, at unix ms {unix_ms}: [{rows}]"),
+        None => "after the workload: the agent took no new snapshot".to_owned(),
+    });
+    timeline
+}
+
+/// `status`'s rows toward `port`: source, bytes and packets of each.
+fn rows_toward(status: &Status, port: u16) -> String {
+    status
+        .flows
+        .iter()
+        .filter(|f| f.dst.port() == port)
+        .map(|f| format!("{} {} bytes {} packets", f.src, f.bytes, f.packets))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// How many of the `accepted` streams toward `port` `status` holds with

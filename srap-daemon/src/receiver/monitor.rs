@@ -180,8 +180,13 @@ impl Monitor {
         self.interval
     }
 
-    /// Takes one sample and publishes it.
+    /// Takes one sample and publishes it. The sample is as of the
+    /// observer's read: its flows are judged active against that instant
+    /// and its `unix_ms` names it, however long the rest of the tick takes
+    /// (on a loaded host, long enough to call a flow that just read as
+    /// active idle, or to stamp data older than the stamp says).
     pub fn sample(&mut self, server: &Server, published: &ServedDescription) {
+        let (read_ns, read_at) = (monotonic_ns(), std::time::SystemTime::now());
         let records = match &mut self.observer {
             Some(observer) => match tokio::task::block_in_place(|| observer.sample()) {
                 Ok(records) => {
@@ -221,7 +226,7 @@ impl Monitor {
         let peers = server.peers();
         let agent_links = peers.iter().filter_map(|p| p.addr.parse().ok()).collect();
         let mut status = self.tracker.sample(&Observation {
-            now_ns: monotonic_ns(),
+            now_ns: read_ns,
             records: &records,
             model,
             plans: &plans,
@@ -235,7 +240,7 @@ impl Monitor {
             limits: self.state.limits.clone(),
         };
         status.rss_version = published.version;
-        status.unix_ms = unix_ms(std::time::SystemTime::now());
+        status.unix_ms = unix_ms(read_at);
         status.interval_ms = millis(self.interval);
         status.peers = peers;
         status.access = server.access();
