@@ -21,6 +21,9 @@ use std::{
 
 use srap_host::netlink::{NetlinkError, Protocol, Socket, parse_attrs};
 
+mod mptcp;
+pub use mptcp::{SubflowSeen, Subflows};
+
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 /// The protocol every request asks for (`IPPROTO_TCP`: `tcp_diag`).
 const TCP: u8 = srap_common::protocol::Protocol::Tcp.as_u8();

@@ -92,6 +92,37 @@ impl TwoHosts {
         Ok((near, far))
     }
 
+    /// MPTCP over the two links ([`TwoHosts::second_link`]'s `near` and
+    /// `far` ends) as a user sets it up: enabled on both hosts, limits for
+    /// two subflows, reverse-path filtering off where a subflow from the
+    /// second address comes in on the first link, and `near`'s address an
+    /// endpoint the sender's path manager opens a subflow from.
+    pub fn enable_mptcp(&self, near: &VethEnd, far: &VethEnd) -> anyhow::Result<()> {
+        for ns in [&self.sender, &self.receiver] {
+            ns.exec("sysctl", ["-qw", "net.mptcp.enabled=1"])?;
+            ns.exec("sysctl", ["-qw", "net.ipv4.conf.all.rp_filter=0"])?;
+            ns.ip([
+                "mptcp",
+                "limits",
+                "set",
+                "subflows",
+                "2",
+                "add_addr_accepted",
+                "2",
+            ])
+            .context("ip mptcp limits")?;
+        }
+        for iface in [&self.receiver_end.ifname, &far.ifname] {
+            let setting = format!("net.ipv4.conf.{iface}.rp_filter=0");
+            self.receiver.exec("sysctl", ["-qw", &setting])?;
+        }
+        let endpoint = near.ipv4.to_string();
+        self.sender
+            .ip(["mptcp", "endpoint", "add", &endpoint, "subflow"])
+            .context("ip mptcp endpoint add … subflow")?;
+        Ok(())
+    }
+
     /// Makes both namespaces and the pair, with addresses and links up.
     pub fn new(config: VethConfig) -> anyhow::Result<Self> {
         let subnet = match config.subnet {

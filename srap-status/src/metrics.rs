@@ -372,6 +372,21 @@ pub const SENDER_METRICS: &[(&str, &str, &str)] = &[
         "gauge",
         "Source rules SRAP installed (--source-rules install) and keeps in the kernel",
     ),
+    (
+        "srap_sender_mptcp_connections",
+        "gauge",
+        "Open MPTCP connections of the steered cgroup, grouped by the kernel's token",
+    ),
+    (
+        "srap_sender_mptcp_subflows",
+        "gauge",
+        "Their open subflows, the first one included",
+    ),
+    (
+        "srap_sender_mptcp_subflows_sharing_cpu",
+        "gauge",
+        "Subflows on a receiver CPU that another subflow of the same connection uses (seen, else planned)",
+    ),
 ];
 
 /// The sender agent's exposition text: the binder's counters and the
@@ -454,6 +469,16 @@ pub fn render_sender(status: &SenderStatus) -> String {
             }
             "srap_sender_local_routing_installed" => {
                 sample("", status.local_routing.installed.len() as u64);
+            }
+            "srap_sender_mptcp_connections" => sample("", status.mptcp.len() as u64),
+            "srap_sender_mptcp_subflows" | "srap_sender_mptcp_subflows_sharing_cpu" => {
+                let subflows: usize = status.mptcp.iter().map(|m| m.subflows.len()).sum();
+                let cpus: usize = status.mptcp.iter().map(|m| m.receiver_cpus().len()).sum();
+                let value = match name {
+                    "srap_sender_mptcp_subflows" => subflows,
+                    _ => subflows.saturating_sub(cpus),
+                };
+                sample("", value as u64);
             }
             _ => {}
         }
@@ -677,6 +702,14 @@ mod tests {
         status.local_nic_replans = 2;
         status.local_routing.findings = vec!["eth1: flows from …".into()];
         status.count_local_nic_flows();
+        let subflow = |cpu| crate::sender::MptcpSubflowRow {
+            receiver_cpu_planned: Some(cpu),
+            ..Default::default()
+        };
+        status.mptcp = vec![crate::sender::MptcpRow {
+            token: 0xabc,
+            subflows: vec![subflow(1), subflow(1), subflow(2)],
+        }];
         let text = render_sender(&status);
         for line in [
             "# TYPE srap_sender_occupancy_repaired_total counter",
@@ -699,6 +732,9 @@ mod tests {
             "srap_sender_local_nic_replans_total 2",
             "srap_sender_local_routing_missing 1",
             "srap_sender_local_routing_installed 0",
+            "srap_sender_mptcp_connections 1",
+            "srap_sender_mptcp_subflows 3",
+            "srap_sender_mptcp_subflows_sharing_cpu 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }

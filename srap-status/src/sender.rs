@@ -4,7 +4,10 @@
 //! control socket ([`super::control`], default
 //! [`DEFAULT_SENDER_CONTROL_PATH`]).
 
-use std::net::{IpAddr, SocketAddr};
+use std::{
+    collections::BTreeSet,
+    net::{IpAddr, SocketAddr},
+};
 
 use serde::{Deserialize, Serialize};
 use srap_common::wire::LandingVerdict;
@@ -41,6 +44,9 @@ pub struct SenderStatus {
     /// them).
     #[serde(default)]
     pub flows: Vec<SenderFlowRow>,
+    /// The MPTCP connections among `flows`, each with its subflows.
+    #[serde(default)]
+    pub mptcp: Vec<MptcpRow>,
     /// The occupancy audit: what it checked and repaired since the agent
     /// started.
     #[serde(default)]
@@ -239,6 +245,46 @@ pub struct LocalRow {
     /// `--local-placement`: `spread` or `reader` (empty: an older agent).
     #[serde(default)]
     pub placement: String,
+}
+
+/// One MPTCP connection of the steered cgroup: its subflows, grouped by the
+/// token the kernel gives each of them (sock_diag's `mptcp` upper-layer
+/// attribute, what `ss -tni` prints as `token:`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MptcpRow {
+    /// The connection's local token.
+    pub token: u32,
+    /// Its open subflows, the first one included, by local address id.
+    pub subflows: Vec<MptcpSubflowRow>,
+}
+
+impl MptcpRow {
+    /// Receiver CPUs its subflows were seen on, or planned for where not
+    /// seen, each once: as many as subflows when none shares a CPU.
+    pub fn receiver_cpus(&self) -> BTreeSet<u32> {
+        self.subflows
+            .iter()
+            .filter_map(|s| s.receiver_cpu_seen.or(s.receiver_cpu_planned))
+            .collect()
+    }
+}
+
+/// One subflow of an [`MptcpRow`]: its tuple, address ids, the receiver CPU
+/// planned and seen (as its row in `flows` says), and the NIC of this host
+/// that holds its source address.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MptcpSubflowRow {
+    pub src: Option<SocketAddr>,
+    pub dst: Option<SocketAddr>,
+    /// The address ids MPTCP gave each end (0: the first subflow's).
+    pub local_id: u8,
+    pub remote_id: u8,
+    pub receiver_cpu_planned: Option<u32>,
+    pub receiver_cpu_seen: Option<u32>,
+    /// Of `local_nics`; `None` when no NIC listed there holds the address.
+    pub local_nic: Option<String>,
 }
 
 /// One open connection of the steered cgroup at both ends: the CPU each

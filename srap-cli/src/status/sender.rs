@@ -65,8 +65,49 @@ pub fn render(status: &SenderStatus) -> String {
             let _ = writeln!(out, "{line}");
         }
     }
+    let mptcp = mptcp_summary(status);
+    if !mptcp.is_empty() {
+        let _ = writeln!(out);
+        for line in mptcp {
+            let _ = writeln!(out, "{line}");
+        }
+    }
     flow_lines(&mut out, &status.flows);
     out
+}
+
+/// The MPTCP connections among the flows: per connection its token (as
+/// `ss -tni` prints it) and how many distinct receiver CPUs its subflows
+/// use, then per subflow its address ids, tuple, receiver CPU (seen, else
+/// planned and marked `p`) and the NIC holding its source address. The
+/// plain text's and the dashboard's. Empty without MPTCP.
+pub(super) fn mptcp_summary(status: &SenderStatus) -> Vec<String> {
+    let mut lines = Vec::new();
+    for conn in &status.mptcp {
+        lines.push(format!(
+            "MPTCP token {:x}: {} subflows on {} receiver CPUs",
+            conn.token,
+            conn.subflows.len(),
+            conn.receiver_cpus().len()
+        ));
+        for sub in &conn.subflows {
+            let cpu = match (sub.receiver_cpu_seen, sub.receiver_cpu_planned) {
+                (Some(seen), _) => seen.to_string(),
+                (None, Some(planned)) => format!("{planned}p"),
+                (None, None) => "-".to_owned(),
+            };
+            lines.push(format!(
+                "  id {}/{} {:<22} -> {:<22} cpu {:>4}  nic {}",
+                sub.local_id,
+                sub.remote_id,
+                sub.src.map_or("-".to_owned(), |a| a.to_string()),
+                sub.dst.map_or("-".to_owned(), |a| a.to_string()),
+                cpu,
+                sub.local_nic.as_deref().unwrap_or("-")
+            ));
+        }
+    }
+    lines
 }
 
 /// This host's NICs: per NIC its NUMA node (`?` when the device does not

@@ -302,6 +302,12 @@ impl Page for SenderPage {
                 .map(Line::from),
         );
         local.extend(bond_lines(status, width));
+        local.extend(
+            super::sender::mptcp_summary(status)
+                .iter()
+                .flat_map(|line| wrap(line, width))
+                .map(Line::from),
+        );
         let flows = flow_lines(&status.flows);
         let reasons = unknown_reasons(&status.flows, width);
         let room = height.saturating_sub(lines.len() + away.len() + local.len() + reasons.len());

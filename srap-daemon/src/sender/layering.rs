@@ -11,7 +11,7 @@ use std::{
 };
 
 /// Each module of `sender` and its floor, as the module doc lists them.
-const FLOORS: [(&str, u32); 27] = [
+const FLOORS: [(&str, u32); 28] = [
     ("error", 1),
     ("layout", 1),
     ("rate", 1),
@@ -34,6 +34,7 @@ const FLOORS: [(&str, u32); 27] = [
     ("watch", 6),
     ("audit", 6),
     ("bond_members", 6),
+    ("mptcp", 6),
     ("local_end", 6),
     ("status", 7),
     ("resolve", 7),

@@ -39,8 +39,9 @@
 //! 5. **The running binder**: [`binder`] (start, pins), [`detach`](mod@detach).
 //! 6. **Loops over a running binder**: [`summary`], [`replan`](mod@replan), [`watch`]
 //!    (the counters), [`audit`] (occupancy against the kernel's sockets),
-//!    [`bond_members`] (the bond members' counters), [`local_end`] (this
-//!    host's NIC's closed loop and its grant).
+//!    [`bond_members`] (the bond members' counters), [`mptcp`] (the MPTCP
+//!    connections among the flows, by the kernel's tokens), [`local_end`]
+//!    (this host's NIC's closed loop and its grant).
 //! 7. **The drivers' core**: [`status`] (the served snapshot and the parts
 //!    both drivers make), [`resolve`] (names to addresses).
 //! 8. **The drivers**: [`offline`] and [`follow`], which import nothing of
@@ -63,6 +64,7 @@ pub mod layout;
 pub mod local;
 pub mod local_end;
 mod maps;
+pub mod mptcp;
 pub mod offline;
 pub mod options;
 pub mod plan;

@@ -8,18 +8,22 @@
 //! lands on a receiver CPU of its own by the tuples the receiver accepted.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     net::{IpAddr, SocketAddr},
     ops::ControlFlow,
     time::{Duration, Instant},
 };
 
-use srap_common::binder::{event, outcome};
+use srap_common::{
+    binder::{event, outcome},
+    rss::embedded_default,
+};
 use srap_tests::{
-    VethEnd,
+    TwoHosts, VethConfig, VethEnd, built_binary,
     flows::Server,
-    harness::{Subnet, landings, poll_until},
+    harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, Subnet, landings, poll_until},
     require_privileged,
+    test_workload::Workload,
 };
 
 use super::{DPORT, Lab, TIMEOUT, assert_distinct_cpus};
@@ -56,38 +60,9 @@ impl MptcpLab {
         let subnet = Subnet::lease().expect("a second subnet");
         let hosts = &lab.hosts;
         let (second, far) = hosts.second_link(&subnet).expect("the second link");
-        for ns in [&hosts.sender, &hosts.receiver] {
-            let sysctl = |setting: &str| {
-                ns.exec("sysctl", ["-qw", setting])
-                    .unwrap_or_else(|err| panic!("sysctl {setting}: {err:#}"));
-            };
-            sysctl("net.mptcp.enabled=1");
-            // A subflow from the second address toward the receiver's
-            // first comes in on the first link: no reverse-path drop.
-            sysctl("net.ipv4.conf.all.rp_filter=0");
-            ns.ip([
-                "mptcp",
-                "limits",
-                "set",
-                "subflows",
-                "2",
-                "add_addr_accepted",
-                "2",
-            ])
-            .expect("ip mptcp limits");
-        }
-        for iface in [&hosts.receiver_end.ifname, &far.ifname] {
-            let setting = format!("net.ipv4.conf.{iface}.rp_filter=0");
-            hosts
-                .receiver
-                .exec("sysctl", ["-qw", &setting])
-                .expect("rp_filter");
-        }
-        let endpoint = second.ipv4.to_string();
         hosts
-            .sender
-            .ip(["mptcp", "endpoint", "add", &endpoint, "subflow"])
-            .expect("ip mptcp endpoint add … subflow");
+            .enable_mptcp(&second, &far)
+            .expect("MPTCP over both links");
         Self {
             lab,
             second,
@@ -95,59 +70,70 @@ impl MptcpLab {
         }
     }
 
-    /// The TCP connections the receiver holds on its service port from
-    /// `from`: MPTCP's subflows are TCP connections of their own.
-    fn subflows_from(&self, from: IpAddr) -> Vec<SocketAddr> {
-        self.subflows()
+    /// Every TCP connection the receiver holds on its service port.
+    fn subflows(&self) -> Vec<SocketAddr> {
+        subflows(&self.lab.hosts, DPORT)
+    }
+
+    /// Waits until every connection has its second subflow.
+    fn await_second_subflows(&self, connections: usize) -> Vec<SocketAddr> {
+        await_second_subflows(&self.lab.hosts, &self.second, DPORT, connections)
+    }
+}
+
+/// Every TCP connection the receiver holds on `port`, by its peer's
+/// address and port, as the receiver's kernel lists them: the tuples it
+/// accepted, a truth SRAP did not compute. MPTCP's subflows are TCP
+/// connections of their own.
+fn subflows(hosts: &TwoHosts, port: u16) -> Vec<SocketAddr> {
+    let out = hosts
+        .receiver
+        .exec(
+            "ss",
+            [
+                "-Htn",
+                "state",
+                "established",
+                &format!("( sport = :{port} )"),
+            ],
+        )
+        .expect("ss in the receiver's namespace");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(3)?.parse().ok())
+        .collect()
+}
+
+/// Waits until every connection has its second subflow, from `second`'s
+/// address: a run without them proves nothing and fails.
+fn await_second_subflows(
+    hosts: &TwoHosts,
+    second: &VethEnd,
+    port: u16,
+    connections: usize,
+) -> Vec<SocketAddr> {
+    let from = IpAddr::V4(second.ipv4);
+    let from_second = || -> Vec<SocketAddr> {
+        subflows(hosts, port)
             .into_iter()
             .filter(|peer| peer.ip() == from)
             .collect()
-    }
-
-    /// Every TCP connection the receiver holds on its service port, by its
-    /// peer's address and port, as the receiver's kernel lists them: the
-    /// tuples it accepted, a truth SRAP did not compute.
-    fn subflows(&self) -> Vec<SocketAddr> {
-        let out = self
-            .lab
-            .hosts
-            .receiver
-            .exec(
-                "ss",
-                [
-                    "-Htn",
-                    "state",
-                    "established",
-                    &format!("( sport = :{DPORT} )"),
-                ],
-            )
-            .expect("ss in the receiver's namespace");
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|line| line.split_whitespace().nth(3)?.parse().ok())
-            .collect()
-    }
-
-    /// Waits until every connection has its second subflow, from the
-    /// second link's address: a run without them proves nothing and fails.
-    fn await_second_subflows(&self, connections: usize) -> Vec<SocketAddr> {
-        let from = IpAddr::V4(self.second.ipv4);
-        let seen = poll_until(SUBFLOWS_WAIT, Duration::from_millis(50), || {
-            let subflows = self.subflows_from(from);
-            if subflows.len() >= connections {
-                ControlFlow::Break(subflows)
-            } else {
-                ControlFlow::Continue(subflows)
-            }
-        });
-        seen.unwrap_or_else(|subflows| {
-            panic!(
-                "{} of {connections} second subflows from {from} within \
-                 {SUBFLOWS_WAIT:?}: {subflows:?} (MPTCP did not open them)",
-                subflows.len()
-            )
-        })
-    }
+    };
+    let seen = poll_until(SUBFLOWS_WAIT, Duration::from_millis(50), || {
+        let subflows = from_second();
+        if subflows.len() >= connections {
+            ControlFlow::Break(subflows)
+        } else {
+            ControlFlow::Continue(subflows)
+        }
+    });
+    seen.unwrap_or_else(|subflows| {
+        panic!(
+            "{} of {connections} second subflows from {from} within \
+             {SUBFLOWS_WAIT:?}: {subflows:?} (MPTCP did not open them)",
+            subflows.len()
+        )
+    })
 }
 
 /// Waits up to [`PROMPT`] until no slot counts a flow and the socket table
@@ -288,4 +274,146 @@ fn mptcp_every_subflow_lands_on_a_receiver_cpu_of_its_own() {
         2 * SPREAD_CONNECTIONS as u64,
         "every subflow's claim freed at its TCP close: {stats}"
     );
+}
+
+/// `ss -Htni` in the sender's namespace toward `port`: each subflow's
+/// (local, remote) tuple and its connection's local token, as `ss` prints
+/// it (`token:REMOTE(id:N)/LOCAL(id:M)`): the kernel's own grouping.
+fn ss_tokens(hosts: &TwoHosts, port: u16) -> BTreeMap<(SocketAddr, SocketAddr), String> {
+    let out = hosts
+        .sender
+        .exec(
+            "ss",
+            [
+                "-Htni",
+                "state",
+                "established",
+                &format!("( dport = :{port} )"),
+            ],
+        )
+        .expect("ss -tni in the sender's namespace");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut tokens = BTreeMap::new();
+    let mut tuple = None;
+    for line in text.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let [_, _, local, remote, ..] = words[..]
+            && let (Ok(local), Ok(remote)) = (local.parse(), remote.parse())
+        {
+            tuple = Some((local, remote));
+        }
+        let token = words
+            .iter()
+            .find_map(|w| w.strip_prefix("token:"))
+            .and_then(|t| t.split_once('/'))
+            .and_then(|(_, local)| local.split_once('('))
+            .map(|(local, _)| local);
+        if let (Some(tuple), Some(token)) = (tuple, token) {
+            tokens.insert(tuple, token.to_owned());
+        }
+    }
+    tokens
+}
+
+/// MPTCP connections from the steered cgroup under a sender agent that
+/// follows a receiver agent: `srap status --sender --json` groups their
+/// subflows exactly as the sender's kernel does (`ss -tni`'s tokens, a
+/// grouping SRAP did not compute), names each connection by a token `ss`
+/// prints for it, and the subflows of each connection are planned on
+/// distinct receiver CPUs.
+#[test]
+#[ignore = "kernel: needs root, netns, bpffs and MPTCP; run as root by `cargo xtask test`"]
+fn sender_status_groups_subflows_by_the_kernels_mptcp_token() {
+    require_privileged("sender status: MPTCP connections with their subflows");
+    let hosts = TwoHosts::new(VethConfig::default()).expect("two namespaces");
+    let subnet = Subnet::lease().expect("a second subnet");
+    let (second, far) = hosts.second_link(&subnet).expect("the second link");
+    hosts
+        .enable_mptcp(&second, &far)
+        .expect("MPTCP over both links");
+    let receiver_ip = hosts.receiver_end.ip(false);
+    let opts = ReceiverOpts::new(
+        built_binary("srap-agent"),
+        &hosts.receiver_end.ifname,
+        SocketAddr::new(receiver_ip, 7447),
+    )
+    .rss(embedded_default())
+    .arg("--open");
+    let receiver = ReceiverAgent::start(&hosts.receiver, opts).expect("the receiver agent");
+    let opts = SenderOpts::new(built_binary("srap-agent"))
+        .peer(receiver.peer())
+        .report_port(DPORT)
+        .args(["--receiver", &receiver_ip.to_string(), "--steer", "remote"]);
+    let sender = SenderAgent::start(&hosts.sender, opts).expect("the sender agent steers");
+    let server_addr = SocketAddr::new(receiver_ip, DPORT);
+    let mut server = Server::bind_mptcp(&hosts.receiver, server_addr, TIMEOUT);
+    let mut workload = Workload::spawn(&hosts.sender, Some(sender.cgroup()), server_addr);
+    let opened = workload.ask(&format!("mptcp {CONNECTIONS}"));
+    assert_eq!(opened.len(), CONNECTIONS, "MPTCP connections opened");
+    let accepted = server.accept(CONNECTIONS);
+    await_second_subflows(&hosts, &second, DPORT, CONNECTIONS);
+
+    let status = poll_until(TIMEOUT, Duration::from_millis(200), || {
+        let status = sender.status().ok();
+        let grouped = status.as_ref().is_some_and(|s| {
+            s.mptcp.len() == CONNECTIONS && s.mptcp.iter().all(|m| m.subflows.len() == 2)
+        });
+        match status {
+            Some(status) if grouped => ControlFlow::Break(status),
+            status => ControlFlow::Continue(status),
+        }
+    })
+    .unwrap_or_else(|status| panic!("not {CONNECTIONS} connections × 2 subflows: {status:#?}"));
+    let truth = ss_tokens(&hosts, DPORT);
+    assert_eq!(truth.len(), 2 * CONNECTIONS, "ss's subflows: {truth:?}");
+    let mut ours = BTreeSet::new();
+    for conn in &status.mptcp {
+        let tuples: BTreeSet<(SocketAddr, SocketAddr)> = conn
+            .subflows
+            .iter()
+            .filter_map(|s| Some((s.src?, s.dst?)))
+            .collect();
+        let said: BTreeSet<&String> = tuples.iter().filter_map(|t| truth.get(t)).collect();
+        assert_eq!(
+            said.len(),
+            1,
+            "one kernel token per connection: {conn:?} {truth:?}"
+        );
+        let said = said.into_iter().next().expect("one");
+        assert_eq!(
+            *said,
+            format!("{:x}", conn.token),
+            "the local token ss prints for it: {conn:?}"
+        );
+        assert_eq!(
+            conn.receiver_cpus().len(),
+            conn.subflows.len(),
+            "each subflow on a receiver CPU of its own: {conn:?}"
+        );
+        ours.insert(tuples);
+    }
+    let mut kernels: BTreeMap<&String, BTreeSet<(SocketAddr, SocketAddr)>> = BTreeMap::new();
+    for (tuple, token) in &truth {
+        kernels.entry(token).or_default().insert(*tuple);
+    }
+    let kernels: BTreeSet<_> = kernels.into_values().collect();
+    assert_eq!(ours, kernels, "SRAP's grouping vs the kernel's");
+    eprintln!(
+        "srap status --sender:\n{}",
+        srap_status_text(&sender).unwrap_or_default()
+    );
+    workload.finish();
+    server.await_closed(&accepted);
+    server.close(&accepted);
+}
+
+/// `srap status --sender --once` (text) from the agent's control socket.
+fn srap_status_text(agent: &SenderAgent) -> Option<String> {
+    let out = std::process::Command::new(built_binary("srap"))
+        .args(["status", "--sender", "--once", "--control"])
+        .arg(agent.control())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
 }

@@ -22,7 +22,7 @@ mod probe;
 mod receivers;
 mod status;
 
-use std::{collections::BTreeSet, net::IpAddr, time::Duration};
+use std::{collections::BTreeSet, net::IpAddr, sync::OnceLock, time::Duration};
 
 use anyhow::{Context as _, bail};
 use srap_common::wire::{CpuGrant, DemandReport};
@@ -96,9 +96,10 @@ struct Follower {
     audit: OccupancyAudit,
     /// The closed loop over the bond members' own counters.
     member_loop: MemberLoop,
-    /// This namespace's TCP sockets (`tcpi_bytes_acked`), for that loop:
-    /// opened on the first sample over a bond, or why it cannot be.
-    connections: Option<Result<crate::sock_diag::TcpDiag, String>>,
+    /// This namespace's TCP sockets through sock_diag: for that loop
+    /// (`tcpi_bytes_acked`) and the status's MPTCP subflows; opened on
+    /// first use, or why it cannot be (said once).
+    sock_diag: OnceLock<Result<crate::sock_diag::TcpDiag, String>>,
 }
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
@@ -159,7 +160,7 @@ pub async fn run(
         opened: None,
         audit: OccupancyAudit::default(),
         member_loop: MemberLoop::default(),
-        connections: None,
+        sock_diag: OnceLock::new(),
     };
     follower.publish(None);
     let limit = Duration::from_secs(args.peer_wait());
@@ -470,12 +471,7 @@ impl Follower {
         if status.bonds.is_empty() {
             return false;
         }
-        let diag = self.connections.get_or_insert_with(|| {
-            crate::sock_diag::TcpDiag::loaded().inspect_err(|err| {
-                warn!("bond members are not judged by their own counters: {err}");
-            })
-        });
-        let Ok(diag) = diag else {
+        let Some(diag) = self.sock_diag() else {
             return false;
         };
         let connections = match diag.tcp_connections() {
@@ -532,6 +528,22 @@ impl Follower {
     }
 
     /// Refreshes what `srap status --sender` shows.
+    /// This namespace's sock_diag socket, opened on first use; `None` (said
+    /// once) where the kernel has none for TCP.
+    fn sock_diag(&self) -> Option<&crate::sock_diag::TcpDiag> {
+        self.sock_diag
+            .get_or_init(|| {
+                crate::sock_diag::TcpDiag::loaded().inspect_err(|err| {
+                    warn!(
+                        "bond members are not judged by their own counters and MPTCP subflows \
+                         are not grouped into connections: {err}"
+                    );
+                })
+            })
+            .as_ref()
+            .ok()
+    }
+
     fn publish(&self, binder: Option<&RunningBinder>) {
         if let Some(published) = &self.published {
             published.update(self.status(binder));

@@ -7,7 +7,7 @@ use srap_status::{
     SenderStatus,
     sender::{AddressRow, GrantRow, ReceiverRow, SenderFlowRow},
 };
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::{Follower, machine::Peer};
 use crate::{
@@ -16,6 +16,7 @@ use crate::{
         bond_members::add_bonds,
         landings::LocalLandings,
         maps::read_occupancy,
+        mptcp::add_mptcp,
         status::{add_local, binder_status},
         target::Target,
     },
@@ -41,10 +42,28 @@ impl Follower {
         for flow in &mut status.flows {
             seen_at_receiver(flow, &self.machine.peers, &self.handles);
         }
+        self.add_mptcp(&mut status);
         if let Some(binder) = binder {
             add_bonds(&mut status, binder, &self.member_loop);
         }
         status
+    }
+}
+
+impl Follower {
+    /// The MPTCP connections among `status`'s flows, by the kernel's
+    /// tokens (nothing to read while no flow is open).
+    fn add_mptcp(&self, status: &mut SenderStatus) {
+        if status.flows.is_empty() {
+            return;
+        }
+        let Some(diag) = self.sock_diag() else {
+            return;
+        };
+        match diag.mptcp_subflows() {
+            Ok(subflows) => add_mptcp(status, &subflows),
+            Err(err) => debug!("reading this host's MPTCP subflows: {err}"),
+        }
     }
 }
 
