@@ -32,6 +32,10 @@ pub enum Message {
     /// Receiver → sender: that sender's flows as the receiver's observer
     /// saw them (protocol 7; never sent in a session of an older version).
     SeenFlows(SeenFlows),
+    /// Receiver → sender: every NIC it serves and where each port is
+    /// listened on (protocol 8; never sent in a session of an older
+    /// version, whose peer knows the first NIC only).
+    ReceiverNics(super::ReceiverNics),
 }
 
 impl Message {
@@ -49,6 +53,7 @@ impl Message {
             Self::Demand(_) => "Demand",
             Self::Grant(_) => "Grant",
             Self::SeenFlows(_) => "SeenFlows",
+            Self::ReceiverNics(_) => "ReceiverNics",
         }
     }
 }

@@ -27,6 +27,7 @@
 //!   ── PlanReport{…} ──►  (whenever the sender replans)
 //!                                            ◄── Grant{epoch, cpus}  (at once, and on every re-balance)
 //!   ── Demand{applied, flows per CPU} ──►  (after each grant, and when its flows change)
+//!                                            ◄── ReceiverNics{nics, ports}  (protocol 8: at once, then on change)
 //!   ◄─ Keepalive ─►       (both ways, while idle)
 //!   ◄─ Error{reason} ─    (then the connection is closed)
 //! ```
@@ -57,6 +58,7 @@ pub mod downgrade;
 mod error;
 mod frame;
 mod message;
+mod nics;
 pub mod seal;
 
 pub use auth::{
@@ -73,6 +75,10 @@ pub use message::{
     LandingVerdict, MAX_GRANT_CPUS, MAX_REASON_LEN, MAX_SEEN_FLOWS, Message, PlanReport,
     PlannedTable, Response, RssUpdate, SeenFlow, SeenFlows, WireDescription,
 };
+pub use nics::{
+    MAX_LISTEN_PORTS, MAX_NIC_ADDRS, MAX_NIC_CPUS, MAX_NIC_NAME, MAX_NICS, NicInfo, NicLink,
+    PortAcceptance, ReceiverNics,
+};
 pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 
 /// The protocol version this build speaks. Bump it on any change to the
@@ -87,7 +93,11 @@ pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 /// Version 7: [`Message::SeenFlows`], the sender's own flows as the
 /// receiver's observer saw them, added at the end of [`Message`] (every
 /// other message keeps its version-6 layout).
-pub const PROTOCOL_VERSION: u16 = 7;
+/// Version 8: [`Message::ReceiverNics`], every NIC the receiver serves and
+/// which of their addresses accept each listening port, added at the end
+/// of [`Message`] (every other message keeps its layout; a peer of 6 or 7
+/// knows the first NIC only, through [`RssUpdate`]).
+pub const PROTOCOL_VERSION: u16 = 8;
 
 /// The oldest version this build still speaks: a session runs at the
 /// lower of the two sides' versions. The sender offers its own in

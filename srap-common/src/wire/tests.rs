@@ -52,6 +52,7 @@ fn every_message() -> Vec<Message> {
             cpus: vec![CpuCount { cpu: 4, count: 0 }, CpuCount { cpu: 5, count: 1 }],
         }),
         Message::SeenFlows(seen_flows(2)),
+        Message::ReceiverNics(receiver_nics(2)),
     ]
 }
 
@@ -972,4 +973,169 @@ fn a_downgrade_names_what_happened_and_what_to_do() {
         session: u16::MAX,
     };
     assert!(longest.to_string().chars().count() <= 200, "{longest}");
+}
+
+/// A receiver of two NICs (the second without a description or an
+/// observer) and `ports` listening ports accepted on every address.
+fn receiver_nics(ports: u16) -> ReceiverNics {
+    let a: IpAddr = "10.0.0.2".parse().expect("address");
+    let b: IpAddr = "10.0.1.2".parse().expect("address");
+    let v6: IpAddr = "fd00::2".parse().expect("address");
+    ReceiverNics {
+        nics: vec![
+            NicInfo {
+                name: "eth0".into(),
+                addrs: vec![a, v6],
+                numa_node: Some(0),
+                link: NicLink::Up,
+                speed_mbps: Some(200_000),
+                description: Some((&embedded_default()).into()),
+                verifier: Some(LandingReport {
+                    version: 3,
+                    verdict: LandingVerdict::Agreed,
+                    matched: 8,
+                    judged: 8,
+                }),
+                cpus: vec![0, 1, 2, 3],
+            },
+            NicInfo {
+                name: "eth1".into(),
+                addrs: vec![b],
+                numa_node: None,
+                link: NicLink::Down,
+                speed_mbps: None,
+                description: None,
+                verifier: None,
+                cpus: Vec::new(),
+            },
+        ],
+        ports: (0..ports)
+            .map(|i| PortAcceptance {
+                port: 5201 + i,
+                addrs: vec![a, b, v6],
+            })
+            .collect(),
+    }
+}
+
+/// The variant index of [`Message::ReceiverNics`] (the eleventh).
+const RECEIVER_NICS_KIND: u8 = 11;
+
+#[test]
+fn receiver_nics_round_trip_up_to_the_cap() {
+    for ports in [0, 1, MAX_LISTEN_PORTS as u16] {
+        let nics = receiver_nics(ports);
+        assert_eq!(nics.check(), Ok(()));
+        let message = Message::ReceiverNics(nics);
+        let frame = encode(&message).expect("encodes");
+        assert_eq!(decode_frame(&frame, MAX_FRAME), Ok((message, frame.len())));
+    }
+}
+
+#[test]
+fn a_hostile_nic_count_is_an_error_not_an_allocation() {
+    // One NIC more than the cap, then a count near u64::MAX, with nothing
+    // behind either.
+    let over = u8::try_from(MAX_NICS + 1).expect("fits");
+    let err = decode_payload(&payload(&[RECEIVER_NICS_KIND, over])).unwrap_err();
+    assert!(
+        err.to_string().contains(&format!(
+            "a NIC list claims {over} entries; at most {MAX_NICS}"
+        )),
+        "{err}"
+    );
+    let mut body = vec![RECEIVER_NICS_KIND, 0xfd];
+    body.extend_from_slice(&(u64::MAX - 1).to_le_bytes());
+    assert!(matches!(
+        decode_payload(&payload(&body)),
+        Err(DecodeError::Malformed { .. })
+    ));
+    // No NIC, then a listener list one longer than allowed.
+    let ports = u16::try_from(MAX_LISTEN_PORTS + 1).expect("fits");
+    let mut body = vec![RECEIVER_NICS_KIND, 0, 0xfb];
+    body.extend_from_slice(&ports.to_le_bytes());
+    let err = decode_payload(&payload(&body)).unwrap_err();
+    assert!(err.to_string().contains("a listener list claims"), "{err}");
+}
+
+#[test]
+fn a_nic_claiming_too_many_addresses_is_refused() {
+    // One NIC named "x" (length 1, "x") whose address list claims 65.
+    let body = [
+        RECEIVER_NICS_KIND,
+        1,
+        1,
+        b'x',
+        u8::try_from(MAX_NIC_ADDRS + 1).expect("fits"),
+    ];
+    let err = decode_payload(&payload(&body)).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a NIC's address list claims 65 entries"),
+        "{err}"
+    );
+}
+
+#[test]
+fn truncated_receiver_nics_are_refused() {
+    let frame = encode(&Message::ReceiverNics(receiver_nics(2))).expect("encodes");
+    let payload = &frame[PREFIX_LEN..];
+    for cut in HEADER_LEN..payload.len() {
+        assert!(
+            matches!(
+                decode_payload(&payload[..cut]),
+                Err(DecodeError::Malformed { .. })
+            ),
+            "cut at {cut}"
+        );
+    }
+}
+
+#[test]
+fn a_lying_nic_list_is_named() {
+    let mut twice = receiver_nics(1);
+    twice.nics[1].name = "eth0".into();
+    assert_eq!(twice.check(), Err("NIC eth0 is listed twice".into()));
+    let mut shared = receiver_nics(1);
+    shared.nics[1].addrs = vec!["10.0.0.2".parse().expect("address")];
+    assert_eq!(
+        shared.check(),
+        Err("address 10.0.0.2 is listed twice (NIC eth1)".into())
+    );
+    let mut stranger = receiver_nics(1);
+    stranger.ports[0]
+        .addrs
+        .push("192.0.2.9".parse().expect("address"));
+    assert_eq!(
+        stranger.check(),
+        Err("port 5201 is said to accept on 192.0.2.9, which no NIC listed holds".into())
+    );
+    let mut port_twice = receiver_nics(2);
+    port_twice.ports[1].port = 5201;
+    assert_eq!(port_twice.check(), Err("port 5201 is listed twice".into()));
+    let mut long = receiver_nics(0);
+    long.nics[0].name = "x".repeat(MAX_NIC_NAME + 1);
+    assert!(
+        long.check()
+            .expect_err("too long")
+            .contains("not an interface name")
+    );
+    let mut empty = receiver_nics(0);
+    empty.nics[0].name.clear();
+    assert!(empty.check().is_err());
+}
+
+#[test]
+fn a_version_7_peer_decodes_every_older_message_unchanged() {
+    // ReceiverNics is the last variant: every message a peer of 7 sends or
+    // reads keeps its index and layout, and a frame under header 7 decodes.
+    let older = every_message()
+        .into_iter()
+        .filter(|m| !matches!(m, Message::ReceiverNics(_)));
+    for message in older {
+        let frame = encode_for(&message, 7).expect("encodes");
+        assert_eq!(version_of(&frame[PREFIX_LEN..]), Some(7));
+        assert_eq!(decode_frame(&frame, MAX_FRAME), Ok((message, frame.len())));
+    }
+    assert_eq!(session_version(7), Some(7));
 }
