@@ -182,6 +182,72 @@ impl TcpDiag {
     }
 }
 
+/// One listening TCP socket: where it accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Listener {
+    /// Its bound address (the wildcard: every address of its family, and
+    /// `::` without `IPV6_V6ONLY` IPv4's too) and port; a v4-mapped IPv6
+    /// address is given as the IPv4 one it stands for.
+    pub addr: SocketAddr,
+    /// `IPV6_V6ONLY` (`INET_DIAG_SKV6ONLY`; false for IPv4 sockets).
+    pub v6only: bool,
+    /// The interface it is bound to (`SO_BINDTODEVICE`), 0 for none.
+    pub ifindex: u32,
+}
+
+/// `INET_DIAG_SKV6ONLY`: a `u8`, sent for every IPv6 listener.
+const INET_DIAG_SKV6ONLY: u16 = 11;
+/// Offset in `struct inet_diag_msg` of the sockid's interface.
+const DIAG_IF: usize = 40;
+
+impl TcpDiag {
+    /// Every listening TCP socket of the namespace, both families, as the
+    /// kernel lists them (several on one address and port, `SO_REUSEPORT`,
+    /// are one).
+    pub fn tcp_listeners(&self) -> Result<Vec<Listener>, NetlinkError> {
+        let mut listeners: Vec<Listener> = self
+            .dump_tcp(listen_request, parse_listener)?
+            .into_keys()
+            .collect();
+        listeners.sort_unstable();
+        Ok(listeners)
+    }
+}
+
+/// `struct inet_diag_req_v2` for the TCP listeners of `family`.
+fn listen_request(family: u8) -> Vec<u8> {
+    let mut body = Vec::with_capacity(DIAG_REQ_LEN);
+    body.extend_from_slice(&[family, TCP, 0, 0]);
+    let states: u32 = 1u32 << TCP_LISTEN;
+    body.extend_from_slice(&states.to_ne_bytes());
+    body.resize(DIAG_REQ_LEN, 0);
+    body
+}
+
+/// What a listener's `inet_diag_msg` says of where it accepts.
+fn parse_listener(body: &[u8]) -> Option<(Listener, ())> {
+    if u32::from(*body.get(1)?) != TCP_LISTEN {
+        return None;
+    }
+    let (local, _) = addresses(body)?;
+    let attrs = parse_attrs(body.get(DIAG_MSG_LEN..)?).ok()?;
+    let v6only = attrs
+        .iter()
+        .find(|a| a.kind == INET_DIAG_SKV6ONLY)
+        .and_then(|a| a.payload.first())
+        .is_some_and(|b| *b != 0);
+    let ip = match local.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    let listener = Listener {
+        addr: SocketAddr::new(ip, local.port()),
+        v6only,
+        ifindex: u32_at(body, DIAG_IF)?,
+    };
+    Some((listener, ()))
+}
+
 /// `struct inet_diag_req_v2` for every TCP socket of `family` but request
 /// sockets (bit 13, `TCP_BOUND_INACTIVE`, is ignored by kernels before 6.7).
 fn cookie_request(family: u8) -> Vec<u8> {
@@ -390,6 +456,39 @@ mod tests {
             diag.tcp_connections()
                 .expect("dump again")
                 .contains_key(&key)
+        );
+    }
+
+    /// The kernel itself: a listener on loopback and one on `::` with
+    /// `IPV6_V6ONLY` are listed as bound, and a closed one is gone.
+    #[test]
+    fn the_kernel_lists_listeners() {
+        let v4 = std::net::TcpListener::bind("127.0.0.1:0").expect("listen");
+        let v6 = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None)
+            .expect("socket");
+        v6.set_only_v6(true).expect("v6only");
+        v6.bind(&"[::]:0".parse::<SocketAddr>().expect("addr").into())
+            .expect("bind");
+        v6.listen(4).expect("listen");
+        let v6_addr = v6.local_addr().expect("addr").as_socket().expect("inet");
+        let diag = TcpDiag::open().expect("sock_diag socket");
+        let listeners = diag.tcp_listeners().expect("dump");
+        let mine = Listener {
+            addr: v4.local_addr().expect("addr"),
+            v6only: false,
+            ifindex: 0,
+        };
+        assert!(listeners.contains(&mine), "{listeners:?}");
+        let wildcard = Listener {
+            addr: v6_addr,
+            v6only: true,
+            ifindex: 0,
+        };
+        assert!(listeners.contains(&wildcard), "{listeners:?}");
+        drop(v4);
+        assert!(
+            !diag.tcp_listeners().expect("dump").contains(&mine),
+            "a closed listener is still listed"
         );
     }
 }
