@@ -8,13 +8,19 @@ use srap_daemon::{observer::HookChoice, receiver::DEFAULT_MAX_PEERS};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct ReceiverArgs {
-    /// The receiving interface whose RSS is served.
-    #[arg(long, value_name = "DEV")]
-    pub iface: String,
+    /// A receiving interface to serve; repeat for each NIC of this host
+    /// (`--iface eth0 --iface eth1`). The first is the one whose RSS every
+    /// sender plans by (and the only one a sender of protocol 7 or older
+    /// learns of); senders of protocol 8 are told of every NIC, its
+    /// addresses, RSS, NUMA node and link, and which addresses accept each
+    /// listening port.
+    #[arg(long, value_name = "DEV", required = true)]
+    pub iface: Vec<String>,
     /// Address and port to serve senders on, e.g. `0.0.0.0:7447` or `[::]:7447`.
     #[arg(long, value_name = "ADDR")]
     pub listen: SocketAddr,
-    /// Serve this RSS description (JSON) instead of discovering DEV's; the
+    /// Serve this RSS description (JSON) instead of discovering the first
+    /// DEV's; the
     /// file is watched and a changed file is a new version.
     #[arg(long, value_name = "FILE")]
     pub rss: Option<PathBuf>,

@@ -15,6 +15,7 @@ use srap_daemon::{
         access::{Exposure, exposure},
         grants,
         monitor::{self, Monitor},
+        nics::{NicSet, Verify},
         source,
     },
 };
@@ -28,6 +29,9 @@ const FILE_POLL: Duration = Duration::from_millis(500);
 const IFACE_POLL: Duration = Duration::from_secs(1);
 /// How often the observer's flows are sampled into the status.
 const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the NICs and listening sockets are read again: a listener
+/// that comes or goes reaches senders within a second.
+const NICS_POLL: Duration = Duration::from_millis(250);
 
 pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
     let keys = Keys::read(&args.psk_file)?;
@@ -41,49 +45,52 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
         Ok(_) => {}
         Err(err) => super::usage_error(&err.into()),
     }
+    let first = first_iface(&args.iface)?;
     let (source, poll) = match &args.rss {
         Some(path) => {
-            if !srap_host::discovery::iface_exists(&args.iface) {
+            if !srap_host::discovery::iface_exists(first) {
                 warn!(
-                    "no interface {} here; serving {} anyway",
-                    args.iface,
+                    "no interface {first} here; serving {} anyway",
                     path.display()
                 );
             }
             (Source::File(path.clone()), FILE_POLL)
         }
-        None => (Source::Iface(args.iface.clone()), IFACE_POLL),
+        None => (Source::Iface(first.to_owned()), IFACE_POLL),
     };
     let learned = LearnedKey::default();
     let (updates, watcher) = source::watch_learning(source, poll, learned.clone())
         .context("no RSS description to serve")?;
+    let offer = Offer {
+        cpus: args.cpus.clone(),
+        local: grants::local_cpus(first)
+            .inspect_err(|why| warn!("{why}: offering every CPU alike"))
+            .ok()
+            .flatten(),
+    };
     let config = ServerConfig {
         allow,
         keys,
         open: args.open,
         max_peers: args.max_peers.max(1),
         timeouts: Timeouts::default(),
-        offer: Offer {
-            cpus: args.cpus.clone(),
-            local: grants::local_cpus(&args.iface)
-                .inspect_err(|why| warn!("{why}: offering every CPU alike"))
-                .ok()
-                .flatten(),
-        },
+        offer: offer.clone(),
     };
     let published = updates.clone();
     let server = Server::bind(args.listen, config, updates)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
     describe_offer(&server.offered(), args.cpus.is_some());
-    let (mut monitor, status) = Monitor::start(
-        &args.iface,
-        (!args.no_verify).then_some(args.hook.into()),
-        args.verify_cgroup.as_deref(),
-        SAMPLE_INTERVAL,
-        learned,
-    );
-    monitor.set_receive_cpu(monitor::receive_cpu_of(&args.iface, args.rss.is_some()));
+    let verify = Verify {
+        hook: (!args.no_verify).then_some(args.hook.into()),
+        cgroup: args.verify_cgroup.as_deref(),
+        interval: SAMPLE_INTERVAL,
+        poll: IFACE_POLL,
+    };
+    let (mut monitor, status) =
+        Monitor::start(first, verify.hook, verify.cgroup, SAMPLE_INTERVAL, learned);
+    monitor.set_receive_cpu(monitor::receive_cpu_of(first, args.rss.is_some()));
+    let mut nics = NicSet::start(&args.iface, &verify, offer);
     let control_path = args
         .control
         .clone()
@@ -119,6 +126,8 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
     let mut hangup = signal(SignalKind::hangup()).context("handling SIGHUP")?;
     let mut tick = tokio::time::interval(monitor.interval());
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut nics_tick = tokio::time::interval(NICS_POLL);
+    nics_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
@@ -126,7 +135,26 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
             _ = hangup.recv() => reload_keys(&server, args),
             _ = tick.tick() => {
                 let current = published.borrow().clone();
+                monitor.set_addresses(nics.first_addresses());
                 monitor.sample(&server, &current);
+                nics.sample(&server);
+                let first = status.borrow().clone();
+                let (rows, listeners) = nics.rows(&first, &current);
+                monitor.amend(|s| {
+                    s.nics = rows;
+                    s.listeners = listeners;
+                });
+            }
+            _ = nics_tick.tick() => {
+                let current = published.borrow().clone();
+                let seen = status.borrow().landings;
+                let landings = srap_common::wire::LandingReport {
+                    version: current.version,
+                    verdict: seen.verdict,
+                    matched: seen.matched,
+                    judged: seen.judged,
+                };
+                nics.refresh(&server, &current, landings);
             }
         }
     }
@@ -139,6 +167,16 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
     watcher.abort();
     drop(monitor);
     Ok(())
+}
+
+/// The first `--iface`, the one every sender plans by (clap requires one).
+fn first_iface(ifaces: &[String]) -> anyhow::Result<&str> {
+    let first = ifaces.first().context("--iface names no interface")?;
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some(twice) = ifaces.iter().find(|i| !seen.insert(i.as_str())) {
+        anyhow::bail!("--iface {twice} is given twice");
+    }
+    Ok(first)
 }
 
 /// SIGHUP: the key files again (a rotated key). A file that cannot be

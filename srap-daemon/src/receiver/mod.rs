@@ -15,6 +15,7 @@ pub mod allow;
 pub mod downstream;
 pub mod grants;
 pub mod monitor;
+pub mod nics;
 mod pace;
 mod rewrite;
 mod seen;
@@ -29,7 +30,7 @@ use std::{
     time::Duration,
 };
 
-use srap_common::wire::{LandingReport, PlanReport};
+use srap_common::wire::{LandingReport, PlanReport, ReceiverNics};
 use tokio::{
     net::{TcpListener, TcpStream},
     sync::{Semaphore, watch},
@@ -146,6 +147,8 @@ struct Shared {
     landings: watch::Sender<LandingReport>,
     /// The latest sample's flows: each session sends its peer its own.
     seen: watch::Sender<seen::SeenBoard>,
+    /// Every NIC served and where each port is accepted (protocol 8).
+    nics: watch::Sender<ReceiverNics>,
     plans: Plans,
     peers: Peers,
     grants: Grants,
@@ -195,6 +198,7 @@ impl Server {
             updates,
             landings: watch::channel(LandingReport::default()).0,
             seen: watch::channel(seen::SeenBoard::default()).0,
+            nics: watch::channel(ReceiverNics::default()).0,
             plans: Plans::default(),
             peers: Peers::default(),
             grants: Grants::default(),
@@ -244,6 +248,18 @@ impl Server {
             let changed = *last != board;
             if changed {
                 *last = board;
+            }
+            changed
+        });
+    }
+
+    /// Tells every sender of protocol 8 or later the NICs served and the
+    /// ports they accept, when they changed.
+    pub fn publish_nics(&self, nics: ReceiverNics) {
+        self.shared.nics.send_if_modified(|last| {
+            let changed = *last != nics;
+            if changed {
+                *last = nics;
             }
             changed
         });

@@ -49,6 +49,9 @@ pub struct Monitor {
     learning: Learning,
     /// What the NIC's own hash said, logged once ([`NicHashNotes`]).
     nic_hash: NicHashNotes,
+    /// With several NICs served: the addresses of this monitor's NIC, the
+    /// only flows it counts (a socket hook sees every NIC's).
+    addresses: Option<std::collections::BTreeSet<std::net::IpAddr>>,
     board: watch::Sender<Arc<Status>>,
 }
 
@@ -165,6 +168,7 @@ impl Monitor {
                 receive_cpu: ReceiveCpu::Observed,
                 learning: Learning::new(learned, End::Remote, ""),
                 nic_hash: NicHashNotes::default(),
+                addresses: None,
                 board,
             },
             rx,
@@ -180,14 +184,50 @@ impl Monitor {
         self.interval
     }
 
-    /// Takes one sample and publishes it. The sample is as of the
-    /// observer's read: its flows are judged active against that instant
-    /// and its `unix_ms` names it, however long the rest of the tick takes
-    /// (on a loaded host, long enough to call a flow that just read as
-    /// active idle, or to stamp data older than the stamp says).
+    /// Counts only flows to `addresses` (`None`: every flow the observer
+    /// sees).
+    pub fn set_addresses(
+        &mut self,
+        addresses: Option<std::collections::BTreeSet<std::net::IpAddr>>,
+    ) {
+        self.addresses = addresses;
+    }
+
+    /// Changes the latest status in place (the per-NIC rows added after a
+    /// sample).
+    pub fn amend(&self, change: impl FnOnce(&mut Status)) {
+        self.board
+            .send_modify(|status| change(Arc::make_mut(status)));
+    }
+
+    /// Takes one sample, publishes it and tells senders its verdict and
+    /// their flows.
     pub fn sample(&mut self, server: &Server, published: &ServedDescription) {
+        let (report, status) = self.observe(server, published);
+        server.publish_landings(report);
+        server.publish_seen(&status);
+        self.board.send_replace(Arc::new(status));
+    }
+
+    /// Takes one sample and publishes it, telling senders nothing: a
+    /// further NIC's verifier, whose description no sender plans by.
+    pub fn sample_quietly(&mut self, server: &Server, published: &ServedDescription) {
+        let (_, status) = self.observe(server, published);
+        self.board.send_replace(Arc::new(status));
+    }
+
+    /// One sample: the status and the closed loop's report. The sample is
+    /// as of the observer's read: its flows are judged active against that
+    /// instant and its `unix_ms` names it, however long the rest of the
+    /// tick takes (on a loaded host, long enough to call a flow that just
+    /// read as active idle, or to stamp data older than the stamp says).
+    fn observe(
+        &mut self,
+        server: &Server,
+        published: &ServedDescription,
+    ) -> (srap_common::wire::LandingReport, Status) {
         let (read_ns, read_at) = (monotonic_ns(), std::time::SystemTime::now());
-        let records = match &mut self.observer {
+        let mut records = match &mut self.observer {
             Some(observer) => match tokio::task::block_in_place(|| observer.sample()) {
                 Ok(records) => {
                     if self.read_error.take().is_some() {
@@ -206,12 +246,17 @@ impl Monitor {
             },
             None => Vec::new(),
         };
+        if let Some(addresses) = &self.addresses {
+            records.retain(|r| addresses.contains(&r.dst.ip()));
+        }
         if self
             .model
             .as_ref()
             .is_none_or(|(v, _)| *v != published.version)
         {
             let model = match RssModel::from_description(&published.description) {
+                // Version 0: a NIC with no description, nothing to model.
+                Ok(_) if published.version == 0 => None,
                 Ok(model) => Some(model),
                 Err(err) => {
                     warn!("description version {}: {err}", published.version);
@@ -234,6 +279,12 @@ impl Monitor {
             agent_links: &agent_links,
         });
         status.iface.clone_from(&self.iface);
+        // The NIC rows stay until amended: a reader never sees them gone.
+        {
+            let last = self.board.borrow();
+            status.nics.clone_from(&last.nics);
+            status.listeners.clone_from(&last.listeners);
+        }
         status.observer = ObserverState {
             hook: self.state.hook.clone(),
             error: self.read_error.clone().or_else(|| self.state.error.clone()),
@@ -264,9 +315,7 @@ impl Monitor {
             report.verdict = LandingVerdict::Contradicted;
             status.landings.verdict = LandingVerdict::Contradicted;
         }
-        server.publish_landings(report);
-        server.publish_seen(&status);
-        self.board.send_replace(Arc::new(status));
+        (report, status)
     }
 }
 

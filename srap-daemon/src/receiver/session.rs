@@ -182,6 +182,17 @@ async fn converse(
         );
     }
 
+    // Every NIC served and the ports each address accepts (protocol 8 on):
+    // at once, then on every change. An older peer knows the first NIC
+    // only, from the description it is served.
+    let mut nics = shared.nics.subscribe();
+    nics.mark_changed();
+    if version < 8 {
+        info!(
+            "{peer}: speaks protocol {version}, so it is told of the first NIC only              (ReceiverNics needs 8)"
+        );
+    }
+
     // Set by a plan report whose source address is not where this peer's
     // connection comes from: its tuples are rewritten on the way.
     let (rewritten_tx, mut rewritten) = watch::channel(None::<RewrittenPlan>);
@@ -265,6 +276,14 @@ async fn converse(
                 if let Some(news) = seen_news(&mut told, mine) {
                     outbound.write(wr, &Message::SeenFlows(news), t.write).await?;
                 }
+            }
+            changed = nics.changed(), if version >= 8 => {
+                if changed.is_err() {
+                    return Err(SessionError::Shutdown);
+                }
+                let now = nics.borrow_and_update().clone();
+                debug!("{peer}: sent {} NIC(s), {} listening port(s)", now.nics.len(), now.ports.len());
+                outbound.write(wr, &Message::ReceiverNics(now), t.write).await?;
             }
             changed = rewritten.changed() => {
                 if changed.is_err() {
