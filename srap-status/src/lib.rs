@@ -22,6 +22,7 @@ pub use control::{
 };
 pub use sender::{DEFAULT_SENDER_CONTROL_PATH, SenderStatus};
 pub use snapshot::{
-    Access, Accuracy, Collisions, CpuRow, FlowRow, Landings, LearningRow, NicHashCounts,
-    ObserverLimit, ObserverState, PeerRow, QueueRow, Ratio, ReceiveCpu, Status,
+    Access, Accuracy, Collisions, CpuRow, FlowRow, Landings, LearningRow, ListenerRow,
+    NicHashCounts, NicRow, ObserverLimit, ObserverState, PeerRow, QueueRow, Ratio, ReceiveCpu,
+    Status,
 };

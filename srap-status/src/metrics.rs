@@ -117,6 +117,31 @@ pub const METRICS: &[(&str, &str, &str)] = &[
         "gauge",
         "Active flows whose NIC's own RSS hash (skb->hash, tc hook only) equals the served key's Toeplitz hash of their tuple (result=agree), does not (result=differ: the key or hashed fields are not the device's), or who have none (result=none: another hook, or the driver hands none over: ethtool -K DEV rxhash on)",
     ),
+    (
+        "srap_nic_flows",
+        "gauge",
+        "Active flows entering by each NIC served (--iface), those to its addresses",
+    ),
+    (
+        "srap_nic_gbps",
+        "gauge",
+        "Receive rate of the active flows entering by each NIC served, Gbit/s",
+    ),
+    (
+        "srap_nic_cpus",
+        "gauge",
+        "Distinct receive CPUs of the active flows entering by each NIC served",
+    ),
+    (
+        "srap_nic_up",
+        "gauge",
+        "1 when a NIC served is operationally up (up and its carrier on), 0 when not",
+    ),
+    (
+        "srap_port_accepting_addresses",
+        "gauge",
+        "Served addresses a listening TCP port accepts on (sock_diag), per port",
+    ),
     ("srap_peers", "gauge", "Sender agents connected"),
     (
         "srap_listen_open",
@@ -229,6 +254,29 @@ pub fn render(status: &Status) -> String {
                 for (result, count) in [("agree", n.agree), ("differ", n.differ), ("none", n.none)]
                 {
                     sample(&format!("{{result=\"{result}\"}}"), count as f64);
+                }
+            }
+            "srap_nic_flows" | "srap_nic_gbps" | "srap_nic_cpus" | "srap_nic_up" => {
+                for nic in &status.nics {
+                    let value = match name {
+                        "srap_nic_flows" => nic.active_flows as f64,
+                        "srap_nic_gbps" => nic.gbps,
+                        "srap_nic_cpus" => nic.cpus.len() as f64,
+                        _ => match nic.link {
+                            srap_common::wire::NicLink::Up => 1.0,
+                            srap_common::wire::NicLink::Down => 0.0,
+                            srap_common::wire::NicLink::Unknown => continue,
+                        },
+                    };
+                    sample(&format!("{{nic=\"{}\"}}", nic.name), value);
+                }
+            }
+            "srap_port_accepting_addresses" => {
+                for port in &status.listeners {
+                    sample(
+                        &format!("{{port=\"{}\"}}", port.port),
+                        port.addrs.len() as f64,
+                    );
                 }
             }
             "srap_peers" => sample("", status.peers.len() as f64),

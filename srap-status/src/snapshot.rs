@@ -62,6 +62,50 @@ pub struct Status {
     /// The NIC's own hash of the active flows against the served key.
     #[serde(default)]
     pub nic_hash: NicHashCounts,
+    /// Every NIC served (`--iface`, in order), each with its own flows,
+    /// CPUs and rate; the first is `iface`, whose flows the rest of this
+    /// status describes. Empty from agents before several NICs.
+    #[serde(default)]
+    pub nics: Vec<NicRow>,
+    /// Per listening TCP port, the served addresses that accept it (read
+    /// from the kernel's sock_diag; what senders of protocol 8 are told).
+    #[serde(default)]
+    pub listeners: Vec<ListenerRow>,
+}
+
+/// One NIC the receiver serves.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NicRow {
+    pub name: String,
+    /// Its addresses (not link-local).
+    pub addrs: Vec<std::net::IpAddr>,
+    /// Its NUMA node, when the platform says.
+    pub numa_node: Option<u32>,
+    pub link: srap_common::wire::NicLink,
+    pub speed_mbps: Option<u32>,
+    /// The version of its RSS description (`None`: it has none; `error`
+    /// says why).
+    pub rss_version: Option<u64>,
+    /// Why it has no description or no observer.
+    pub error: Option<String>,
+    /// The receive observer's hook on it, when one runs.
+    pub hook: Option<String>,
+    /// The verifier's verdict on its description.
+    pub landings: Landings,
+    /// Its active flows (those to its addresses) and their rate.
+    pub active_flows: usize,
+    pub gbps: f64,
+    /// The receive CPUs of its active flows, each once, ascending.
+    pub cpus: Vec<u32>,
+    /// The CPUs offered to senders' flows through it.
+    pub offered: Vec<u32>,
+}
+
+/// The served addresses a listener on `port` accepts on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerRow {
+    pub port: u16,
+    pub addrs: Vec<std::net::IpAddr>,
 }
 
 /// Active flows by what the NIC's own RSS hash (`skb->hash`, read by the tc

@@ -24,6 +24,7 @@ pub fn render(status: &Status) -> String {
     );
     let _ = writeln!(out, "{}", summary(status));
     let _ = writeln!(out, "{}\n", nic_hash(status));
+    nic_table(&mut out, status);
 
     let _ = writeln!(
         out,
@@ -177,4 +178,60 @@ mod tests {
         };
         assert!(render(&status).contains("; OPEN to any address, no key (--open)\n"));
     }
+}
+
+/// Each NIC served with its flows, CPUs and rate, then the ports its
+/// listeners accept on which addresses; nothing from an agent of one NIC
+/// before this table existed.
+fn nic_table(out: &mut String, status: &Status) {
+    if status.nics.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "{:<15} {:<7} {:>4} {:>5} {:>8} {:<12} {:<10} {:<22} addresses",
+        "nic", "link", "node", "flows", "Gbit/s", "cpus", "offered", "verifier"
+    );
+    for nic in &status.nics {
+        let cpulist = |cpus: &[u32]| match cpus {
+            [] => "-".to_owned(),
+            some => srap_host::cpulist::format(some.iter().copied()),
+        };
+        let link = serde_json::to_value(nic.link)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let verifier = match (&nic.hook, &nic.error) {
+            (Some(_), _) => format!(
+                "{} {}/{}",
+                serde_json::to_value(nic.landings.verdict)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                nic.landings.matched,
+                nic.landings.judged
+            ),
+            (None, _) => "off".to_owned(),
+        };
+        let addrs: Vec<String> = nic.addrs.iter().map(ToString::to_string).collect();
+        let _ = writeln!(
+            out,
+            "{:<15} {link:<7} {:>4} {:>5} {:>8} {:<12} {:<10} {verifier:<22} {}",
+            nic.name,
+            opt(nic.numa_node),
+            nic.active_flows,
+            gbps(nic.gbps),
+            cpulist(&nic.cpus),
+            cpulist(&nic.offered),
+            addrs.join(", ")
+        );
+        if let Some(error) = &nic.error {
+            let _ = writeln!(out, "  {}: {error}", nic.name);
+        }
+    }
+    for port in &status.listeners {
+        let addrs: Vec<String> = port.addrs.iter().map(ToString::to_string).collect();
+        let _ = writeln!(out, "port {} accepted on {}", port.port, addrs.join(", "));
+    }
+    let _ = writeln!(out);
 }
