@@ -362,6 +362,36 @@ pub struct ReceiverRow {
     /// description yet).
     #[serde(default)]
     pub key: Option<srap_common::rss::KeyProvenance>,
+    /// Every NIC the receiver serves, as it said (protocol 8).
+    #[serde(default)]
+    pub nics: Vec<ReceiverNicRow>,
+    /// Why `nics` is empty (an older receiver, none said yet, away).
+    #[serde(default)]
+    pub nics_unknown: Option<String>,
+    /// Per listening port of the receiver, its addresses that accept it.
+    #[serde(default)]
+    pub ports: Vec<crate::snapshot::ListenerRow>,
+}
+
+/// One NIC of a followed receiver, as the receiver describes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiverNicRow {
+    pub name: String,
+    pub addrs: Vec<IpAddr>,
+    pub numa_node: Option<u32>,
+    pub link: srap_common::wire::NicLink,
+    pub speed_mbps: Option<u32>,
+    /// Its RSS queue → CPU (`None`: it described no RSS).
+    pub queue_cpu: Option<Vec<u32>>,
+    /// Its indirection table's size (0: no RSS described).
+    pub indir_entries: usize,
+    /// Its verifier's verdict (`None`: no observer on it).
+    pub verdict: Option<LandingVerdict>,
+    pub matched: u32,
+    pub judged: u32,
+    /// The CPUs offered through it.
+    pub cpus: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

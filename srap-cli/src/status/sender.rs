@@ -430,6 +430,84 @@ fn receiver_lines(out: &mut String, r: &ReceiverRow) {
     {
         let _ = writeln!(out, "{:<22} {key}", "");
     }
+    for line in receiver_nic_lines(r) {
+        let _ = writeln!(out, "{:<22} {line}", "");
+    }
+}
+
+/// The receiver's NICs (protocol 8) and, per listening port, its addresses
+/// that accept it; or why they are unknown. Nothing for a receiver of one
+/// NIC that listens nowhere else.
+pub(super) fn receiver_nic_lines(r: &ReceiverRow) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(why) = &r.nics_unknown {
+        lines.push(format!("NICs: unknown ({why})"));
+        return lines;
+    }
+    let list = |addrs: &[std::net::IpAddr]| {
+        addrs
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for nic in &r.nics {
+        let speed = nic
+            .speed_mbps
+            .map_or(String::new(), |s| format!(" {s} Mb/s"));
+        let node = nic
+            .numa_node
+            .map_or("node ?".to_owned(), |n| format!("node {n}"));
+        let link = serde_json::to_value(nic.link)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let rss = match &nic.queue_cpu {
+            Some(cpus) => format!(
+                "RSS {} entries, queue CPUs {}",
+                nic.indir_entries,
+                cpus.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            None if nic.indir_entries > 0 => format!("RSS {} entries", nic.indir_entries),
+            None => "no RSS described".to_owned(),
+        };
+        let verifier = match nic.verdict {
+            Some(verdict) => format!(
+                "verifier {}: {} of {} landed as computed",
+                serde_json::to_value(verdict)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                nic.matched,
+                nic.judged
+            ),
+            None => "no verifier".to_owned(),
+        };
+        let cpus = if nic.cpus.is_empty() {
+            "no CPUs offered".to_owned()
+        } else {
+            format!(
+                "CPUs {}",
+                srap_host::cpulist::format(nic.cpus.iter().copied())
+            )
+        };
+        lines.push(format!(
+            "NIC {} {link}{speed} {node}: {}; {rss}; {verifier}; {cpus}",
+            nic.name,
+            list(&nic.addrs)
+        ));
+    }
+    for port in &r.ports {
+        lines.push(format!(
+            "port {} accepted on {}",
+            port.port,
+            list(&port.addrs)
+        ));
+    }
+    lines
 }
 
 /// Whether steering toward `r` is on: `yes`, `paused` (its landings
@@ -573,6 +651,62 @@ mod tests {
         assert!(
             render(&SenderStatus::default()).contains("not steering yet"),
             "before the first description"
+        );
+    }
+
+    /// A receiver of protocol 8 lists each NIC and, per port, the
+    /// addresses that accept it; an older one says why there is no list.
+    #[test]
+    fn a_receivers_nics_and_listeners_are_shown() {
+        use srap_common::wire::{LandingVerdict, NicLink};
+        use srap_status::{ListenerRow, sender::ReceiverNicRow};
+        let mut status = two_receivers();
+        let ip = |a: &str| a.parse::<std::net::IpAddr>().expect("address");
+        status.receivers[0].nics = vec![
+            ReceiverNicRow {
+                name: "eth0".into(),
+                addrs: vec![ip("10.0.0.2")],
+                numa_node: Some(0),
+                link: NicLink::Up,
+                speed_mbps: Some(200_000),
+                queue_cpu: Some(vec![0, 1]),
+                indir_entries: 128,
+                verdict: Some(LandingVerdict::Agreed),
+                matched: 8,
+                judged: 8,
+                cpus: vec![0, 1],
+            },
+            ReceiverNicRow {
+                name: "eth1".into(),
+                addrs: vec![ip("10.0.1.2")],
+                link: NicLink::Down,
+                ..ReceiverNicRow::default()
+            },
+        ];
+        status.receivers[0].ports = vec![ListenerRow {
+            port: 5201,
+            addrs: vec![ip("10.0.0.2"), ip("10.0.1.2")],
+        }];
+        status.receivers[1].nics_unknown = Some("the receiver speaks protocol 7".into());
+        let text = render(&status);
+        assert!(
+            text.contains(
+                "NIC eth0 up 200000 Mb/s node 0: 10.0.0.2; RSS 128 entries, queue CPUs 0,1; \
+                 verifier agreed: 8 of 8 landed as computed; CPUs 0-1"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("NIC eth1 down node ?: 10.0.1.2; no RSS described; no verifier"),
+            "{text}"
+        );
+        assert!(
+            text.contains("port 5201 accepted on 10.0.0.2, 10.0.1.2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("NICs: unknown (the receiver speaks protocol 7)"),
+            "{text}"
         );
     }
 

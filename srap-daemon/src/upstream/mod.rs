@@ -32,7 +32,7 @@ use std::{path::PathBuf, time::Duration};
 
 use srap_common::{
     rss::{KeyProvenance, RssDescription},
-    wire::{self, CpuGrant, DemandReport, LandingReport, PlanReport, Psk, SeenFlows},
+    wire::{self, CpuGrant, DemandReport, LandingReport, PlanReport, Psk, ReceiverNics, SeenFlows},
 };
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{debug, info, warn};
@@ -169,12 +169,29 @@ pub enum SeenReport {
     Flows(SeenFlows),
 }
 
+/// What the receiver says of its NICs and listeners (protocol 8).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum NicsReport {
+    /// Not connected yet.
+    #[default]
+    NotConnected,
+    /// Connected in protocol 8 or later; no report yet.
+    Waiting,
+    /// The receiver speaks this older version: it serves one NIC as far as
+    /// this sender can know.
+    Unsupported(u16),
+    /// Its latest report (checked).
+    Nics(ReceiverNics),
+}
+
 /// The receiver's reports on landings, from a session to the handle.
 pub struct Reports {
     /// Its verdict on its description.
     pub landings: watch::Sender<Option<LandingReport>>,
     /// This sender's flows as it saw them.
     pub seen: watch::Sender<SeenReport>,
+    /// Its NICs and which addresses accept each port.
+    pub nics: watch::Sender<NicsReport>,
 }
 
 /// A running client. Dropping it disconnects.
@@ -182,6 +199,7 @@ pub struct PeerHandle {
     updates: watch::Receiver<Option<Update>>,
     landings: watch::Receiver<Option<LandingReport>>,
     seen: watch::Receiver<SeenReport>,
+    nics: watch::Receiver<NicsReport>,
     plan: watch::Sender<Option<PlanReport>>,
     status: watch::Receiver<PeerStatus>,
     reported: watch::Receiver<Option<u64>>,
@@ -207,6 +225,12 @@ impl PeerHandle {
     /// it is away).
     pub fn seen(&self) -> watch::Receiver<SeenReport> {
         self.seen.clone()
+    }
+
+    /// What the receiver last said of its NICs and listeners (kept while it
+    /// is away).
+    pub fn nics(&self) -> watch::Receiver<NicsReport> {
+        self.nics.clone()
     }
 
     /// Sends `report` now if connected, and again after every reconnection.
@@ -252,6 +276,7 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
     let (updates_tx, updates) = watch::channel(None);
     let (landings_tx, landings) = watch::channel(None);
     let (seen_tx, seen) = watch::channel(SeenReport::default());
+    let (nics_tx, nics) = watch::channel(NicsReport::default());
     let (plan, plan_rx) = watch::channel(None);
     let (status_tx, status) = watch::channel(PeerStatus::Connecting);
     let (reported_tx, reported) = watch::channel(None);
@@ -262,6 +287,7 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
         reports: Reports {
             landings: landings_tx,
             seen: seen_tx,
+            nics: nics_tx,
         },
         plan: plan_rx,
         status: status_tx,
@@ -276,6 +302,7 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
         updates,
         landings,
         seen,
+        nics,
         plan,
         status,
         reported,

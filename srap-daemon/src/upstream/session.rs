@@ -5,8 +5,8 @@ use srap_common::{
     rss::{RssDescription, RssModel},
     wire::{
         self, CpuGrant, DecodeError, ErrorReport, Hello, LandingReport, MAX_FRAME,
-        MIN_PROTOCOL_VERSION, Message, Nonce, PROTOCOL_VERSION, PlanReport, Psk, Response, Role,
-        RssUpdate, SeenFlows,
+        MIN_PROTOCOL_VERSION, Message, Nonce, PROTOCOL_VERSION, PlanReport, Psk, ReceiverNics,
+        Response, Role, RssUpdate, SeenFlows,
     },
 };
 use thiserror::Error;
@@ -17,7 +17,7 @@ use tokio::{
 };
 use tracing::{info, warn};
 
-use super::{GrantChannels, PeerConfig, Reports, SeenReport, Update, backoff::Delays};
+use super::{GrantChannels, NicsReport, PeerConfig, Reports, SeenReport, Update, backoff::Delays};
 use crate::framed::{self, FrameError, Inbound, Outbound, ReadLimits, printable};
 
 /// Why a connection to the receiver failed or ended.
@@ -170,6 +170,7 @@ impl Session {
         delays.reset();
         publish(updates, first);
         reports.seen.send_replace(seen_at_start(version));
+        reports.nics.send_replace(nics_at_start(version));
         let (mut rd, mut wr) = stream.split();
         // The current plan (if any) goes out first: the receiver lost it
         // with the last connection.
@@ -195,6 +196,9 @@ impl Session {
                     }
                     Received::Seen(flows) => {
                         reports.seen.send_replace(SeenReport::Flows(flows));
+                    }
+                    Received::Nics(nics) => {
+                        reports.nics.send_replace(NicsReport::Nics(nics));
                     }
                     Received::Grant(grant) => {
                         grants.send_replace(Some(grant));
@@ -294,6 +298,8 @@ enum Received {
     },
     Landings(LandingReport),
     Seen(SeenFlows),
+    /// Its NICs and listeners (checked).
+    Nics(ReceiverNics),
     /// A grant (checked).
     Grant(CpuGrant),
 }
@@ -311,6 +317,12 @@ fn received(message: Message) -> Result<Received, PeerError> {
         }
         Message::Landings(report) => Received::Landings(report),
         Message::SeenFlows(flows) => Received::Seen(flows),
+        Message::ReceiverNics(nics) => {
+            nics.check().map_err(|reason| {
+                PeerError::Refused(format!("the receiver sent a bad NIC list: {reason}"))
+            })?;
+            Received::Nics(nics)
+        }
         Message::Grant(grant) => {
             grant.check().map_err(|reason| {
                 PeerError::Refused(format!("the receiver sent a bad grant: {reason}"))
@@ -320,7 +332,7 @@ fn received(message: Message) -> Result<Received, PeerError> {
         Message::Error(report) => return Err(PeerError::Refused(printable(&report.reason))),
         other => {
             return Err(PeerError::Unexpected {
-                expected: "RssUpdate, Landings, SeenFlows, Grant or Keepalive",
+                expected: "RssUpdate, Landings, SeenFlows, ReceiverNics, Grant or Keepalive",
                 got: other.kind(),
             });
         }
@@ -334,6 +346,16 @@ fn seen_at_start(version: u16) -> SeenReport {
         SeenReport::Waiting
     } else {
         SeenReport::Unsupported(version)
+    }
+}
+
+/// What the status says of the receiver's NICs when a session starts:
+/// they come from protocol 8 on.
+fn nics_at_start(version: u16) -> NicsReport {
+    if version >= 8 {
+        NicsReport::Waiting
+    } else {
+        NicsReport::Unsupported(version)
     }
 }
 

@@ -2,10 +2,13 @@
 //! receiver's row, and each open flow with where the receiver saw it; the
 //! rest is the shared [`crate::sender::status`]'s.
 
-use srap_common::{rss::FlowTuple, wire::MAX_SEEN_FLOWS};
+use srap_common::{
+    rss::FlowTuple,
+    wire::{MAX_SEEN_FLOWS, NicInfo},
+};
 use srap_status::{
-    SenderStatus,
-    sender::{AddressRow, GrantRow, ReceiverRow, SenderFlowRow},
+    ListenerRow, SenderStatus,
+    sender::{AddressRow, GrantRow, ReceiverNicRow, ReceiverRow, SenderFlowRow},
 };
 use tracing::{debug, warn};
 
@@ -20,7 +23,7 @@ use crate::{
         status::{add_local, binder_status},
         target::Target,
     },
-    upstream::{PeerHandle, PeerStatus, SeenReport},
+    upstream::{NicsReport, PeerHandle, PeerStatus, SeenReport},
 };
 
 impl Follower {
@@ -32,7 +35,12 @@ impl Follower {
             .machine
             .peers
             .iter()
-            .map(|r| receiver_row(r, binder))
+            .enumerate()
+            .map(|(n, r)| {
+                let mut row = receiver_row(r, binder);
+                add_receiver_nics(&mut row, self.handles.get(n));
+                row
+            })
             .collect();
         if let Some(local) = &self.local {
             add_local(&mut status, local, &self.machine.options.targets);
@@ -167,6 +175,55 @@ fn receiver_row(receiver: &Peer, binder: Option<&RunningBinder>) -> ReceiverRow 
         }),
         paused: receiver.paused,
         key: receiver.current.as_ref().map(|c| c.key),
+        ..ReceiverRow::default()
+    }
+}
+
+/// The receiver's NICs and where each of its ports is accepted, as it said
+/// (protocol 8), or why they are unknown.
+fn add_receiver_nics(row: &mut ReceiverRow, handle: Option<&PeerHandle>) {
+    let report = handle.map(|h| h.nics().borrow().clone());
+    let nics = match report {
+        Some(NicsReport::Nics(nics)) => nics,
+        Some(NicsReport::Unsupported(version)) => {
+            row.nics_unknown = Some(format!(
+                "the receiver speaks protocol {version}, which describes one NIC (8 describes                  every NIC it serves)"
+            ));
+            return;
+        }
+        Some(NicsReport::Waiting) => {
+            row.nics_unknown = Some("the receiver has not described its NICs yet".to_owned());
+            return;
+        }
+        Some(NicsReport::NotConnected) | None => {
+            row.nics_unknown = Some("the receiver agent is not connected".to_owned());
+            return;
+        }
+    };
+    row.nics = nics.nics.iter().map(nic_row).collect();
+    row.ports = nics
+        .ports
+        .iter()
+        .map(|p| ListenerRow {
+            port: p.port,
+            addrs: p.addrs.clone(),
+        })
+        .collect();
+}
+
+fn nic_row(nic: &NicInfo) -> ReceiverNicRow {
+    ReceiverNicRow {
+        name: nic.name.clone(),
+        addrs: nic.addrs.clone(),
+        numa_node: nic.numa_node,
+        link: nic.link,
+        speed_mbps: nic.speed_mbps,
+        queue_cpu: nic.description.as_ref().and_then(|d| d.queue_cpu.clone()),
+        indir_entries: nic.description.as_ref().map_or(0, |d| d.indir.len()),
+        verdict: nic.verifier.map(|v| v.verdict),
+        matched: nic.verifier.map_or(0, |v| v.matched),
+        judged: nic.verifier.map_or(0, |v| v.judged),
+        cpus: nic.cpus.clone(),
     }
 }
 
