@@ -198,7 +198,8 @@ impl Session {
                         reports.seen.send_replace(SeenReport::Flows(flows));
                     }
                     Received::Nics(nics) => {
-                        reports.nics.send_replace(NicsReport::Nics(nics));
+                        let old = reports.nics.send_replace(NicsReport::Nics(nics.clone()));
+                        say_nic_changes(&config.addr, &old, &nics);
                     }
                     Received::Grant(grant) => {
                         grants.send_replace(Some(grant));
@@ -346,6 +347,51 @@ fn seen_at_start(version: u16) -> SeenReport {
         SeenReport::Waiting
     } else {
         SeenReport::Unsupported(version)
+    }
+}
+
+/// Logs what changed in a receiver's NICs and listening ports: a NIC that
+/// came, went or changed its link, a port whose accepting addresses
+/// changed. One line each, rare: listeners come and go with servers.
+fn say_nic_changes(receiver: &str, old: &NicsReport, new: &ReceiverNics) {
+    let empty = ReceiverNics::default();
+    let old = match old {
+        NicsReport::Nics(old) => old,
+        _ => &empty,
+    };
+    for nic in &new.nics {
+        if old
+            .nics
+            .iter()
+            .all(|o| o.name != nic.name || o.link != nic.link || o.addrs != nic.addrs)
+        {
+            info!(
+                "receiver {receiver}: NIC {} ({:?}) holds {:?}",
+                nic.name, nic.link, nic.addrs
+            );
+        }
+    }
+    for gone in old
+        .nics
+        .iter()
+        .filter(|o| new.nics.iter().all(|n| n.name != o.name))
+    {
+        info!("receiver {receiver}: NIC {} is no longer served", gone.name);
+    }
+    for port in &new.ports {
+        if !old.ports.contains(port) {
+            info!(
+                "receiver {receiver}: port {} accepted on {:?}",
+                port.port, port.addrs
+            );
+        }
+    }
+    for gone in old
+        .ports
+        .iter()
+        .filter(|o| new.ports.iter().all(|n| n.port != o.port))
+    {
+        info!("receiver {receiver}: port {} no longer accepted", gone.port);
     }
 }
 
