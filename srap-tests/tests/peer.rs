@@ -624,10 +624,13 @@ fn a_downgrade_is_refused(rewrite: Rewrite, cause: &str) {
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn a_hello_rewritten_to_protocol_6_is_a_refused_downgrade() {
     require_privileged("peer: a Hello rewritten to protocol 6 on the path");
+    let ours = srap_common::wire::PROTOCOL_VERSION;
     a_downgrade_is_refused(
         Rewrite::HelloVersion,
-        "protocol downgrade by something on the path: the Hello offering 7 reached the \
-         receiver (of 7) as 6",
+        &format!(
+            "protocol downgrade by something on the path: the Hello offering {ours} reached the \
+             receiver (of {ours}) as 6"
+        ),
     );
 }
 
@@ -635,10 +638,13 @@ fn a_hello_rewritten_to_protocol_6_is_a_refused_downgrade() {
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn an_answer_rewritten_to_protocol_6_is_a_refused_downgrade() {
     require_privileged("peer: the receiver's answer rewritten to protocol 6 on the path");
+    let ours = srap_common::wire::PROTOCOL_VERSION;
     a_downgrade_is_refused(
         Rewrite::AnswerHeader,
-        "protocol version rewritten by something on the path: the receiver proved 7 but its \
-         answer came as 6",
+        &format!(
+            "protocol version rewritten by something on the path: the receiver proved {ours} but \
+             its answer came as 6"
+        ),
     );
 }
 
