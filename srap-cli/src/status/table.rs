@@ -124,62 +124,6 @@ fn cpu_table(out: &mut String, title: &str, rows: &[CpuRow]) {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use srap_status::PeerRow;
-
-    use super::*;
-
-    #[test]
-    fn peers_show_their_flows_and_grants() {
-        let peer = |addr: &str, granted: &str, applied: bool| PeerRow {
-            addr: addr.into(),
-            agent: "srap-agent 0.1.0".into(),
-            connected_unix_ms: 1_000,
-            granted: granted.into(),
-            flows: 5,
-            grant_applied: applied,
-            ..PeerRow::default()
-        };
-        let status = Status {
-            unix_ms: 3_000,
-            peers: vec![
-                peer("10.0.0.1:1", "0-5", true),
-                peer("10.0.0.2:1", "6-10", false),
-                peer("10.0.0.3:1", "", false),
-            ],
-            ..Status::default()
-        };
-        let text = render(&status);
-        assert!(text.contains("; 5 flows, granted CPUs 0-5\n"), "{text}");
-        assert!(text.contains("granted CPUs 6-10 (pending)\n"), "{text}");
-        assert!(text.contains("granted CPUs -\n"), "{text}");
-        assert!(text.contains("; no key from any address\n"), "{text}");
-    }
-
-    #[test]
-    fn the_access_says_keys_networks_or_open() {
-        let mut status = Status::default();
-        status.access.keys = vec!["aa".into(), "bb".into()];
-        status.access.allow = vec!["10.0.0.0/8".into()];
-        status.peers = vec![PeerRow {
-            key: Some("bb".into()),
-            ..PeerRow::default()
-        }];
-        let text = render(&status);
-        assert!(
-            text.contains("; keys aa, bb (rollover) from 10.0.0.0/8\n"),
-            "{text}"
-        );
-        assert!(text.contains("granted CPUs -; key bb\n"), "{text}");
-        status.access = srap_status::Access {
-            open: true,
-            ..Default::default()
-        };
-        assert!(render(&status).contains("; OPEN to any address, no key (--open)\n"));
-    }
-}
-
 /// Each NIC served with its flows, CPUs and rate, then the ports its
 /// listeners accept on which addresses; nothing from an agent of one NIC
 /// before this table existed.
@@ -234,4 +178,60 @@ fn nic_table(out: &mut String, status: &Status) {
         let _ = writeln!(out, "port {} accepted on {}", port.port, addrs.join(", "));
     }
     let _ = writeln!(out);
+}
+
+#[cfg(test)]
+mod tests {
+    use srap_status::PeerRow;
+
+    use super::*;
+
+    #[test]
+    fn peers_show_their_flows_and_grants() {
+        let peer = |addr: &str, granted: &str, applied: bool| PeerRow {
+            addr: addr.into(),
+            agent: "srap-agent 0.1.0".into(),
+            connected_unix_ms: 1_000,
+            granted: granted.into(),
+            flows: 5,
+            grant_applied: applied,
+            ..PeerRow::default()
+        };
+        let status = Status {
+            unix_ms: 3_000,
+            peers: vec![
+                peer("10.0.0.1:1", "0-5", true),
+                peer("10.0.0.2:1", "6-10", false),
+                peer("10.0.0.3:1", "", false),
+            ],
+            ..Status::default()
+        };
+        let text = render(&status);
+        assert!(text.contains("; 5 flows, granted CPUs 0-5\n"), "{text}");
+        assert!(text.contains("granted CPUs 6-10 (pending)\n"), "{text}");
+        assert!(text.contains("granted CPUs -\n"), "{text}");
+        assert!(text.contains("; no key from any address\n"), "{text}");
+    }
+
+    #[test]
+    fn the_access_says_keys_networks_or_open() {
+        let mut status = Status::default();
+        status.access.keys = vec!["aa".into(), "bb".into()];
+        status.access.allow = vec!["10.0.0.0/8".into()];
+        status.peers = vec![PeerRow {
+            key: Some("bb".into()),
+            ..PeerRow::default()
+        }];
+        let text = render(&status);
+        assert!(
+            text.contains("; keys aa, bb (rollover) from 10.0.0.0/8\n"),
+            "{text}"
+        );
+        assert!(text.contains("granted CPUs -; key bb\n"), "{text}");
+        status.access = srap_status::Access {
+            open: true,
+            ..Default::default()
+        };
+        assert!(render(&status).contains("; OPEN to any address, no key (--open)\n"));
+    }
 }
