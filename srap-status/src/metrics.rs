@@ -260,7 +260,8 @@ pub fn render(status: &Status) -> String {
                 for nic in &status.nics {
                     let value = match name {
                         "srap_nic_flows" => nic.active_flows as f64,
-                        "srap_nic_gbps" => nic.gbps,
+                        // Never -0: a sum of no flows.
+                        "srap_nic_gbps" => nic.gbps + 0.0,
                         "srap_nic_cpus" => nic.cpus.len() as f64,
                         _ => match nic.link {
                             srap_common::wire::NicLink::Up => 1.0,

@@ -464,12 +464,10 @@ pub(super) fn receiver_nic_lines(r: &ReceiverRow) -> Vec<String> {
             .unwrap_or_default();
         let rss = match &nic.queue_cpu {
             Some(cpus) => format!(
-                "RSS {} entries, queue CPUs {}",
+                "RSS {} entries, {} queues on CPUs {}",
                 nic.indir_entries,
-                cpus.iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
+                cpus.len(),
+                srap_host::cpulist::format(cpus.iter().copied())
             ),
             None if nic.indir_entries > 0 => format!("RSS {} entries", nic.indir_entries),
             None => "no RSS described".to_owned(),
@@ -691,7 +689,7 @@ mod tests {
         let text = render(&status);
         assert!(
             text.contains(
-                "NIC eth0 up 200000 Mb/s node 0: 10.0.0.2; RSS 128 entries, queue CPUs 0,1; \
+                "NIC eth0 up 200000 Mb/s node 0: 10.0.0.2; RSS 128 entries, 2 queues on CPUs 0-1; \
                  verifier agreed: 8 of 8 landed as computed; CPUs 0-1"
             ),
             "{text}"

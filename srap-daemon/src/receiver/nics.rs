@@ -23,7 +23,7 @@ use std::{
 };
 
 use srap_common::{
-    rss::{KeySource, RssDescription},
+    rss::RssDescription,
     wire::{
         LandingReport, MAX_LISTEN_PORTS, MAX_NIC_ADDRS, NicInfo, NicLink, PortAcceptance,
         ReceiverNics,
@@ -392,11 +392,9 @@ fn start_further(name: &str, verify: &Verify<'_>) -> FurtherNic {
 }
 
 /// What a NIC without a description is verified against: nothing (version
-/// 0, no model, a key no one steers by).
+/// 0, which the monitor models as no model, so its verdict stays unknown).
 fn placeholder() -> ServedDescription {
-    let mut served = ServedDescription::new(0, srap_common::rss::embedded_default());
-    served.key.source = KeySource::Unknown;
-    served
+    ServedDescription::new(0, srap_common::rss::embedded_default())
 }
 
 impl std::fmt::Debug for NicSet {
