@@ -434,11 +434,12 @@ async fn read_versioned(
 /// any other — and is never sent a
 /// `SeenFlows`, which it could not decode; a sender of this release is
 /// sent one (empty here: no observer) right after its first description.
+/// Likewise a sender of 6 or 7 is never sent a `ReceiverNics`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_of_protocol_6_is_served_in_protocol_6() {
     let key = psk("right key, 16+ bytes");
     let fx = Fixture::start(psk_config("right key, 16+ bytes")).await;
-    for version in [6, PROTOCOL_VERSION] {
+    for version in [6, 7, PROTOCOL_VERSION] {
         let (mut stream, _, mut opener) = raw_sealed_session_of(&fx.addr(), &key, version).await;
         // The grant, then keepalives (one a second): two keepalives mean
         // everything sent on connecting has come.
@@ -451,6 +452,13 @@ async fn a_sender_of_protocol_6_is_served_in_protocol_6() {
         assert_eq!(
             kinds.contains(&"SeenFlows"),
             version >= 7,
+            "protocol {version}: {kinds:?}"
+        );
+        // The NIC list from protocol 8 on; a peer of 7 or older knows the
+        // first NIC only, from its description.
+        assert_eq!(
+            kinds.contains(&"ReceiverNics"),
+            version >= 8,
             "protocol {version}: {kinds:?}"
         );
     }
@@ -474,6 +482,16 @@ async fn a_receiver_of_protocol_6_is_spoken_to_in_protocol_6() {
         timeout(
             WAIT,
             seen.wait_for(|s| *s == upstream::SeenReport::Unsupported(6)),
+        )
+        .await
+        .expect("in time")
+        .expect("the client runs");
+        // An older receiver describes no NIC list.
+        timeout(
+            WAIT,
+            handle
+                .nics()
+                .wait_for(|n| *n == upstream::NicsReport::Unsupported(6)),
         )
         .await
         .expect("in time")
