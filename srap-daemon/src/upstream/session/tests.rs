@@ -9,8 +9,10 @@ use srap_common::{
     },
 };
 
-use super::{Answer, PeerError, Received, answer_to, first_update, received, seen_at_start};
-use crate::upstream::{SeenReport, Update};
+use super::{
+    Answer, PeerError, Received, answer_to, first_update, nics_at_start, received, seen_at_start,
+};
+use crate::upstream::{NicsReport, SeenReport, Update};
 
 fn rss_update(version: u64, description: &RssDescription) -> Message {
     Message::RssUpdate(RssUpdate {
@@ -158,4 +160,48 @@ fn flows_are_awaited_from_protocol_7_on() {
     assert_eq!(seen_at_start(7), SeenReport::Waiting);
     assert_eq!(seen_at_start(8), SeenReport::Waiting);
     assert_eq!(seen_at_start(6), SeenReport::Unsupported(6));
+}
+
+/// A NIC list of one NIC holding `addr`, whose port 5201 accepts on
+/// `accepted`.
+fn nics(addr: &str, accepted: &str) -> srap_common::wire::ReceiverNics {
+    use srap_common::wire::{NicInfo, NicLink, PortAcceptance, ReceiverNics};
+    ReceiverNics {
+        nics: vec![NicInfo {
+            name: "eth0".into(),
+            addrs: vec![addr.parse().expect("address")],
+            numa_node: Some(0),
+            link: NicLink::Up,
+            speed_mbps: None,
+            description: None,
+            verifier: None,
+            cpus: vec![0, 1],
+        }],
+        ports: vec![PortAcceptance {
+            port: 5201,
+            addrs: vec![accepted.parse().expect("address")],
+        }],
+    }
+}
+
+#[test]
+fn a_nic_list_is_taken_and_a_lying_one_ends_the_session() {
+    let honest = nics("10.0.0.2", "10.0.0.2");
+    assert_eq!(
+        received(Message::ReceiverNics(honest.clone())).ok(),
+        Some(Received::Nics(honest))
+    );
+    assert!(matches!(
+        received(Message::ReceiverNics(nics("10.0.0.2", "192.0.2.9"))),
+        Err(PeerError::Refused(reason))
+            if reason == "the receiver sent a bad NIC list: port 5201 is said to accept on \
+                192.0.2.9, which no NIC listed holds"
+    ));
+}
+
+#[test]
+fn nics_are_awaited_from_protocol_8_on() {
+    assert_eq!(nics_at_start(8), NicsReport::Waiting);
+    assert_eq!(nics_at_start(7), NicsReport::Unsupported(7));
+    assert_eq!(nics_at_start(6), NicsReport::Unsupported(6));
 }
