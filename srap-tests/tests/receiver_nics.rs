@@ -69,7 +69,7 @@ impl TwoNics {
             "--iface".to_owned(),
             far.ifname.clone(),
             "--hook".to_owned(),
-            "tc".to_owned(),
+            "sock".to_owned(),
             "--allow".to_owned(),
             format!("{}/32", hosts.sender_end.ip(false)),
         ]);
@@ -221,8 +221,39 @@ fn the_sender_sees_both_nics_of_the_receiver_as_its_kernel_does() {
     assert_eq!(names, [&setup.hosts.receiver_end.ifname, &setup.far.ifname]);
     for nic in &status.nics {
         let hook = nic.hook.as_deref().unwrap_or_default();
-        assert!(hook.starts_with("tc"), "{}: {nic:?}", nic.name);
+        assert!(hook.contains("sock"), "{}: {nic:?}", nic.name);
     }
+
+    // Flows of the test's own to the second address are that NIC's: its
+    // row counts exactly them, and the first NIC's flows hold none of them.
+    let far = SocketAddr::new(setup.far.ip(false), DPORT);
+    let mut server = Server::bind(&setup.hosts.receiver, far, TIMEOUT);
+    let mut workload = Workload::spawn(&setup.hosts.sender, None, far);
+    let opened = workload.open(3);
+    let accepted = server.accept(3);
+    assert_eq!(
+        opened.iter().collect::<BTreeSet<_>>(),
+        accepted.iter().collect::<BTreeSet<_>>()
+    );
+    let mut last = None;
+    let counted = poll_until(TIMEOUT, Duration::from_millis(200), || {
+        let status = setup.receiver.status().expect("the receiver's status");
+        match status.nics.get(1) {
+            Some(nic) if nic.active_flows == accepted.len() && !nic.cpus.is_empty() => {
+                ControlFlow::Break(status)
+            }
+            _ => {
+                last = Some(status.nics);
+                ControlFlow::Continue(())
+            }
+        }
+    });
+    let status = counted.unwrap_or_else(|_| panic!("the second NIC's 3 flows; last: {last:#?}"));
+    assert!(
+        status.flows.iter().all(|f| f.dst.ip() != far.ip()),
+        "the first NIC's verifier counts only flows to its own address: {:?}",
+        status.flows
+    );
 }
 
 #[test]
