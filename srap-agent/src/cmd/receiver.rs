@@ -135,7 +135,6 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
             _ = hangup.recv() => reload_keys(&server, args),
             _ = tick.tick() => {
                 let current = published.borrow().clone();
-                monitor.set_addresses(nics.first_addresses());
                 monitor.sample(&server, &current);
                 nics.sample(&server);
                 let first = status.borrow().clone();

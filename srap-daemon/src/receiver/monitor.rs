@@ -49,9 +49,6 @@ pub struct Monitor {
     learning: Learning,
     /// What the NIC's own hash said, logged once ([`NicHashNotes`]).
     nic_hash: NicHashNotes,
-    /// With several NICs served: the addresses of this monitor's NIC, the
-    /// only flows it counts (a socket hook sees every NIC's).
-    addresses: Option<std::collections::BTreeSet<std::net::IpAddr>>,
     board: watch::Sender<Arc<Status>>,
 }
 
@@ -168,7 +165,6 @@ impl Monitor {
                 receive_cpu: ReceiveCpu::Observed,
                 learning: Learning::new(learned, End::Remote, ""),
                 nic_hash: NicHashNotes::default(),
-                addresses: None,
                 board,
             },
             rx,
@@ -182,15 +178,6 @@ impl Monitor {
 
     pub fn interval(&self) -> Duration {
         self.interval
-    }
-
-    /// Counts only flows to `addresses` (`None`: every flow the observer
-    /// sees).
-    pub fn set_addresses(
-        &mut self,
-        addresses: Option<std::collections::BTreeSet<std::net::IpAddr>>,
-    ) {
-        self.addresses = addresses;
     }
 
     /// Changes the latest status in place (the per-NIC rows added after a
@@ -227,7 +214,7 @@ impl Monitor {
         published: &ServedDescription,
     ) -> (srap_common::wire::LandingReport, Status) {
         let (read_ns, read_at) = (monotonic_ns(), std::time::SystemTime::now());
-        let mut records = match &mut self.observer {
+        let records = match &mut self.observer {
             Some(observer) => match tokio::task::block_in_place(|| observer.sample()) {
                 Ok(records) => {
                     if self.read_error.take().is_some() {
@@ -246,9 +233,6 @@ impl Monitor {
             },
             None => Vec::new(),
         };
-        if let Some(addresses) = &self.addresses {
-            records.retain(|r| addresses.contains(&r.dst.ip()));
-        }
         if self
             .model
             .as_ref()

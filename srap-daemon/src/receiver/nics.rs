@@ -7,9 +7,9 @@
 //! serves (all a peer of protocol 7 or older learns), its observer closes
 //! the loop, its grant is the senders'. Every further NIC gets its own
 //! description watcher and its own verifier ([`Monitor`] that publishes
-//! nothing to senders), so its landings are judged against its own table.
-//! With several NICs each verifier counts only the flows to its NIC's
-//! addresses: a socket hook sees every NIC's.
+//! nothing to senders), so its landings are judged against its own table
+//! (each observer keeps only the flows to its own interface's addresses,
+//! whatever its hook).
 //!
 //! Where a port is accepted is read from the kernel (sock_diag's listening
 //! sockets), never guessed from configuration: [`accepting`] maps each
@@ -197,25 +197,10 @@ impl NicSet {
         }
     }
 
-    /// The addresses of the first NIC when there are several (its
-    /// verifier counts only flows to them), `None` with one NIC.
-    pub fn first_addresses(&self) -> Option<BTreeSet<IpAddr>> {
-        (self.names.len() > 1).then(|| {
-            self.facts
-                .first()
-                .map(|f| f.addrs.iter().copied().collect())
-                .unwrap_or_default()
-        })
-    }
-
     /// Reads the NICs and listeners again and tells senders when any of it
     /// changed. Cheap enough to run every few hundred milliseconds.
     pub fn refresh(&mut self, server: &Server, first: &ServedDescription, landings: LandingReport) {
         self.facts = tokio::task::block_in_place(|| read_facts(&self.names));
-        for (nic, facts) in self.further.iter_mut().zip(self.facts.iter().skip(1)) {
-            nic.monitor
-                .set_addresses(Some(facts.addrs.iter().copied().collect()));
-        }
         self.listeners = match &self.diag {
             Some(diag) => match tokio::task::block_in_place(|| diag.tcp_listeners()) {
                 Ok(listeners) => {
