@@ -827,6 +827,55 @@ mod tests {
         );
     }
 
+    /// Each NIC served is a series of each per-NIC metric, its link up
+    /// as 1 or 0 (unknown: none), each listening port one series.
+    #[test]
+    fn each_nic_and_port_is_a_series() {
+        use crate::snapshot::{ListenerRow, NicRow};
+        use srap_common::wire::NicLink;
+        let mut status = status();
+        status.nics = vec![
+            NicRow {
+                name: "eth0".into(),
+                link: NicLink::Up,
+                active_flows: 4,
+                gbps: 1.5,
+                cpus: vec![0, 2],
+                ..NicRow::default()
+            },
+            NicRow {
+                name: "eth1".into(),
+                link: NicLink::Down,
+                gbps: -0.0,
+                ..NicRow::default()
+            },
+            NicRow {
+                name: "eth2".into(),
+                ..NicRow::default()
+            },
+        ];
+        status.listeners = vec![ListenerRow {
+            port: 5201,
+            addrs: vec![
+                "10.0.0.2".parse().expect("address"),
+                "10.0.1.2".parse().expect("address"),
+            ],
+        }];
+        let text = render(&status);
+        for line in [
+            "srap_nic_flows{nic=\"eth0\"} 4",
+            "srap_nic_gbps{nic=\"eth0\"} 1.5",
+            "srap_nic_gbps{nic=\"eth1\"} 0",
+            "srap_nic_cpus{nic=\"eth0\"} 2",
+            "srap_nic_up{nic=\"eth0\"} 1",
+            "srap_nic_up{nic=\"eth1\"} 0",
+            "srap_port_accepting_addresses{port=\"5201\"} 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert!(!text.contains("srap_nic_up{nic=\"eth2\"}"), "{text}");
+    }
+
     #[tokio::test]
     async fn serves_get_metrics_and_refuses_the_rest() {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
