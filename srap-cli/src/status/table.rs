@@ -186,6 +186,75 @@ mod tests {
 
     use super::*;
 
+    /// Each NIC is a row with its flows, rate, CPUs, offer, verifier and
+    /// addresses, a NIC's problem under it, then the ports; an agent of one
+    /// NIC from before the table shows none.
+    #[test]
+    fn each_nic_and_port_is_shown() {
+        use srap_common::wire::{LandingVerdict, NicLink};
+        use srap_status::{Landings, ListenerRow, NicRow};
+        let ip = |a: &str| a.parse::<std::net::IpAddr>().expect("address");
+        let status = Status {
+            nics: vec![
+                NicRow {
+                    name: "eth0".into(),
+                    addrs: vec![ip("10.0.0.2")],
+                    numa_node: Some(1),
+                    link: NicLink::Up,
+                    hook: Some("socket (sock_ops)".into()),
+                    landings: Landings {
+                        verdict: LandingVerdict::Agreed,
+                        matched: 8,
+                        judged: 8,
+                    },
+                    active_flows: 8,
+                    gbps: 12.5,
+                    cpus: vec![0, 1, 2, 3],
+                    offered: vec![0, 1, 2, 3, 4, 5, 6, 7],
+                    ..NicRow::default()
+                },
+                NicRow {
+                    name: "eth1".into(),
+                    addrs: vec![ip("10.0.1.2")],
+                    link: NicLink::Down,
+                    error: Some("no RSS".into()),
+                    ..NicRow::default()
+                },
+            ],
+            listeners: vec![ListenerRow {
+                port: 5201,
+                addrs: vec![ip("10.0.0.2"), ip("10.0.1.2")],
+            }],
+            ..Status::default()
+        };
+        let text = render(&status);
+        let row = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("{name} in\n{text}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            row("eth0 "),
+            [
+                "eth0", "up", "1", "8", "12.50", "0-3", "0-7", "agreed", "8/8", "10.0.0.2"
+            ]
+        );
+        assert_eq!(
+            row("eth1 "),
+            [
+                "eth1", "down", "-", "0", "0.00", "-", "-", "off", "10.0.1.2"
+            ]
+        );
+        assert!(text.contains("\n  eth1: no RSS\n"), "{text}");
+        assert!(
+            text.contains("port 5201 accepted on 10.0.0.2, 10.0.1.2\n"),
+            "{text}"
+        );
+        assert!(!render(&Status::default()).contains("nic "), "no NIC table");
+    }
+
     #[test]
     fn peers_show_their_flows_and_grants() {
         let peer = |addr: &str, granted: &str, applied: bool| PeerRow {
