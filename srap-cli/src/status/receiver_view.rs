@@ -304,7 +304,7 @@ fn verdict_lines(status: &Status, width: usize) -> Vec<Line<'static>> {
         .access
         .open
         .then(|| Span::styled(access(status), red()));
-    let pieces = vec![
+    let mut pieces = vec![
         open.into_iter().chain([collisions]).collect(),
         vec![Span::raw(format!(
             "on the model's queue {}",
@@ -324,7 +324,37 @@ fn verdict_lines(status: &Status, width: usize) -> Vec<Line<'static>> {
             },
         )],
     ];
+    pieces.extend(nic_pieces(status));
     pack(pieces, width, 2)
+}
+
+/// With several NICs served, each one's flows, rate and receive CPUs (a
+/// NIC whose link is down in red); the rest of the page is the first's.
+fn nic_pieces(status: &Status) -> Vec<Vec<Span<'static>>> {
+    if status.nics.len() < 2 {
+        return Vec::new();
+    }
+    status
+        .nics
+        .iter()
+        .map(|nic| {
+            let cpus = match nic.cpus.as_slice() {
+                [] => "-".to_owned(),
+                some => srap_host::cpulist::format(some.iter().copied()),
+            };
+            let text = format!(
+                "{}: {} flows {} Gbit/s, CPUs {cpus}",
+                nic.name,
+                nic.active_flows,
+                gbps(nic.gbps)
+            );
+            let style = match nic.link {
+                srap_common::wire::NicLink::Down => red(),
+                _ => Style::new(),
+            };
+            vec![Span::styled(text, style)]
+        })
+        .collect()
 }
 
 /// Meters of the receive CPUs and of the queues.
@@ -566,6 +596,37 @@ mod tests {
 
     use super::*;
     use crate::status::live::{Chrome, Feed, draw};
+
+    /// With several NICs each one's flows, rate and CPUs are a piece of the
+    /// verdict lines; with one, nothing is added.
+    #[test]
+    fn several_nics_each_show_their_flows_rate_and_cpus() {
+        use srap_status::NicRow;
+        let nic = |name: &str, flows: usize, cpus: Vec<u32>| NicRow {
+            name: name.into(),
+            active_flows: flows,
+            gbps: 2.0,
+            cpus,
+            ..NicRow::default()
+        };
+        let mut status = Status {
+            nics: vec![nic("eth0", 4, vec![0, 1, 2, 3])],
+            ..Status::default()
+        };
+        assert!(nic_pieces(&status).is_empty());
+        status.nics.push(nic("eth1", 0, Vec::new()));
+        let text: Vec<String> = nic_pieces(&status)
+            .iter()
+            .map(|spans| spans.iter().map(|s| s.content.to_string()).collect())
+            .collect();
+        assert_eq!(
+            text,
+            [
+                "eth0: 4 flows 2.00 Gbit/s, CPUs 0-3",
+                "eth1: 0 flows 2.00 Gbit/s, CPUs -"
+            ]
+        );
+    }
 
     /// The lab's picture: 32 queues, each its own emulated CPU, 16 flows
     /// on queues 1..=16, plus `extra` flows on queue 5 (collisions).
