@@ -146,12 +146,14 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
             }
             _ = nics_tick.tick() => {
                 let current = published.borrow().clone();
-                let seen = status.borrow().landings;
-                let landings = srap_common::wire::LandingReport {
-                    version: current.version,
-                    verdict: seen.verdict,
-                    matched: seen.matched,
-                    judged: seen.judged,
+                let landings = {
+                    let now = status.borrow();
+                    now.observer.hook.as_ref().map(|_| srap_common::wire::LandingReport {
+                        version: current.version,
+                        verdict: now.landings.verdict,
+                        matched: now.landings.matched,
+                        judged: now.landings.judged,
+                    })
                 };
                 nics.refresh(&server, &current, landings);
             }

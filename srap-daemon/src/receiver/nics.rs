@@ -198,8 +198,15 @@ impl NicSet {
     }
 
     /// Reads the NICs and listeners again and tells senders when any of it
-    /// changed. Cheap enough to run every few hundred milliseconds.
-    pub fn refresh(&mut self, server: &Server, first: &ServedDescription, landings: LandingReport) {
+    /// changed, with the first NIC's description and its verifier's report
+    /// (`None`: no observer). Cheap enough to run every few hundred
+    /// milliseconds.
+    pub fn refresh(
+        &mut self,
+        server: &Server,
+        first: &ServedDescription,
+        landings: Option<LandingReport>,
+    ) {
         self.facts = tokio::task::block_in_place(|| read_facts(&self.names));
         self.listeners = match &self.diag {
             Some(diag) => match tokio::task::block_in_place(|| diag.tcp_listeners()) {
@@ -236,11 +243,11 @@ impl NicSet {
     }
 
     /// What senders of protocol 8 are told.
-    fn report(&self, first: &ServedDescription, landings: LandingReport) -> ReceiverNics {
+    fn report(&self, first: &ServedDescription, landings: Option<LandingReport>) -> ReceiverNics {
         let mut nics = Vec::with_capacity(self.facts.len());
         for (i, facts) in self.facts.iter().enumerate() {
             let (description, verifier) = if i == 0 {
-                (Some(first.description.clone()), Some(landings))
+                (Some(first.description.clone()), landings)
             } else {
                 let Some(nic) = self.further.get(i - 1) else {
                     continue;
