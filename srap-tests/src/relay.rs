@@ -49,6 +49,10 @@ pub enum Attack {
 pub enum Rewrite {
     /// The sender's `Hello` offers the oldest version instead of its own.
     HelloVersion,
+    /// The sender's `Hello` offers this version instead of its own (when
+    /// its own is higher): without a key, a sender of that version as far
+    /// as the receiver can tell.
+    HelloVersionTo(u16),
     /// The receiver's first answer comes under the oldest version's header.
     AnswerHeader,
 }
@@ -203,8 +207,13 @@ fn start_session(client: TcpStream, upstream: SocketAddr, shared: &Arc<Shared>) 
     let rewrite = *lock(&shared.rewrite);
     let inner = Arc::clone(shared);
     let upward = thread::spawn(move || {
-        if rewrite == Some(Rewrite::HelloVersion) {
-            let _ = forward_hello(&mut up_from, &mut up_to, &inner);
+        let offered = match rewrite {
+            Some(Rewrite::HelloVersion) => Some(wire::MIN_PROTOCOL_VERSION),
+            Some(Rewrite::HelloVersionTo(version)) => Some(version),
+            _ => None,
+        };
+        if let Some(offered) = offered {
+            let _ = forward_hello(&mut up_from, &mut up_to, &inner, offered);
         }
         let _ = io::copy(&mut up_from, &mut up_to);
         let _ = up_to.shutdown(Shutdown::Write);
@@ -232,16 +241,21 @@ fn read_frame(from: &mut TcpStream) -> io::Result<Vec<u8>> {
     Ok(frame)
 }
 
-/// Forwards the sender's first frame, its `Hello` offering the oldest
-/// version (under the header it came with).
-fn forward_hello(from: &mut TcpStream, to: &mut TcpStream, shared: &Shared) -> io::Result<()> {
+/// Forwards the sender's first frame, its `Hello` offering `offered`
+/// (under the header it came with).
+fn forward_hello(
+    from: &mut TcpStream,
+    to: &mut TcpStream,
+    shared: &Shared,
+    offered: u16,
+) -> io::Result<()> {
     let mut frame = read_frame(from)?;
     let payload = &frame[wire::PREFIX_LEN..];
     let header = wire::version_of(payload);
     if let (Ok(Message::Hello(mut hello)), Some(header)) = (wire::decode_payload(payload), header)
-        && hello.version > wire::MIN_PROTOCOL_VERSION
+        && hello.version > offered
     {
-        hello.version = wire::MIN_PROTOCOL_VERSION;
+        hello.version = offered;
         frame = wire::encode_for(&Message::Hello(hello), header).map_err(io::Error::other)?;
         shared.rewritten.fetch_add(1, Ordering::SeqCst);
     }

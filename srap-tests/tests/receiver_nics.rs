@@ -6,9 +6,9 @@
 //! names each hook). Listeners are the test's own sockets: one on the
 //! wildcard is accepted on both addresses, one bound to the second address
 //! only there, and one that closes leaves the sender's view within a
-//! second. A sender whose session runs at an older protocol (its `Hello`
-//! rewritten to the oldest version on the path, no key) is told of no NIC
-//! list, says why, and still steers.
+//! second. A sender whose session runs at the previous protocol (its
+//! `Hello` rewritten to it on the path, no key) is told of no NIC list,
+//! says why, and still steers.
 
 use std::{
     collections::BTreeSet,
@@ -323,12 +323,12 @@ fn a_sender_of_an_older_protocol_gets_one_nic_and_steers() {
     let upstream = SocketAddr::new(setup.hosts.receiver_end.ip(false), PEER_PORT);
     let relay = Relay::start(&setup.hosts.sender, upstream).expect("relay in the sender netns");
     // No key: nothing is authenticated, so the rewritten Hello makes the
-    // session run at the oldest version, as with a sender of that version.
-    relay.rewrite(Rewrite::HelloVersion);
+    // session run at the version before this one, as with a sender of it.
+    let oldest = wire::PROTOCOL_VERSION - 1;
+    relay.rewrite(Rewrite::HelloVersionTo(oldest));
     relay.allow(100);
     setup.start_sender(&relay.addr().to_string());
     assert!(relay.rewrites() >= 1, "the relay rewrote nothing");
-    let oldest = wire::MIN_PROTOCOL_VERSION;
     let row = setup.receiver_row("the older session's reason", |r| r.nics_unknown.is_some());
     assert!(row.nics.is_empty(), "{row:?}");
     assert!(
