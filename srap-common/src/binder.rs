@@ -188,6 +188,20 @@ macro_rules! binder_pinned_maps {
             /// [`JointRow::NONE`].
             SOLUTIONS_MAP = SRAP_SOLUTIONS: Array<u32, u32>
                 [$crate::binder::BinderSizes::solution_rows, 0];
+            /// Array of [`crate::local_nics::NicTables`], index = the table
+            /// of a destination's route entry: the tables of the same
+            /// destination under each of this host's NICs' addresses
+            /// (`--local-nics numa|balance`, [`crate::local_nics`]).
+            NIC_TABLES_MAP = SRAP_NIC_TABLES: Array<u32, $crate::local_nics::NicTables>
+                [$crate::binder::BinderSizes::tables, 0];
+            /// Array of `u32`, index = NUMA node: the NIC on that node
+            /// ([`crate::local_nics::NO_NIC`]: none known).
+            NODE_NICS_MAP = SRAP_NODE_NICS: Array<u32, u32>
+                [$crate::binder::BinderSizes::nodes, 0];
+            /// Array of one `u64`: the `balance` policy's turn, taken by
+            /// every steered connect that chooses a NIC by it.
+            NIC_TURN_MAP = SRAP_NIC_TURN: Array<u32, u64>
+                [$crate::binder::BinderSizes::one, 0];
         }
     };
 }
@@ -245,7 +259,7 @@ pub const CLOSE_PROGRAM: &str = "srap_tcp_close";
 /// One index space for both, [`COUNTERS`] entries named by
 /// [`COUNTER_NAMES`] (the `outcome` label of `/metrics`, the keys of the
 /// status JSON).
-pub const COUNTERS: u32 = 25;
+pub const COUNTERS: u32 = 27;
 
 /// The counters' names, by index.
 pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
@@ -274,6 +288,8 @@ pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
     "protocol_not_steered",
     "released_at_close",
     "subflow_steered",
+    "nic_chosen",
+    "nic_fallback",
 ];
 
 /// Verdicts of the binder's `connect` hooks, as indexes into [`STATS_MAP`].
@@ -411,6 +427,18 @@ pub mod event {
     /// every subflow of an MPTCP connection), freed its slot at that close
     /// (`srap_tcp_close`). [`RELEASED`] counts the release hook's.
     pub const RELEASED_AT_CLOSE: u32 = 23;
+    /// Under `--local-nics numa|balance`, a connect the application bound
+    /// no address for whose destination the policy's NIC reaches: looked
+    /// up and bound under that NIC's address
+    /// ([`crate::local_nics`]).
+    pub const NIC_CHOSEN: u32 = 25;
+    /// Under `--local-nics numa|balance`, a connect placed as under
+    /// `route` (the route's source address) because the policy found no
+    /// NIC for it: the connecting CPU's node has no NIC or an unknown one
+    /// (`-1`), its NIC is down, has no address of the family, cannot reach
+    /// the destination by its own link, or has no port table there yet.
+    /// Never a failed connect; the verdict is counted as usual.
+    pub const NIC_FALLBACK: u32 = 26;
 }
 
 /// The protocol a connecting socket is steered as, from its `type` and
@@ -899,6 +927,10 @@ pub struct BinderConfig {
     pub row_slots: u32,
     /// Where a flow's local end goes (`--local-placement`, a [`placement`] number).
     pub local_placement: u32,
+    /// Which NIC's address a connect the application bound none for takes
+    /// (`--local-nics`, a [`crate::local_nics::policy`] number).
+    pub local_nics: u32,
+    pub _pad: u32,
     /// The settings the maps were sized by: a restarted agent compares its
     /// own with them ([`BinderSizes`]).
     pub sizes: BinderSizes,
@@ -929,7 +961,7 @@ mod pod {
     unsafe impl aya::Pod for SocketRecord {}
     // SAFETY: as above (8 + 4 + 4 bytes).
     unsafe impl aya::Pod for SocketRow {}
-    // SAFETY: as above (8 + 4 × 4 + 4 × 4 bytes, no padding).
+    // SAFETY: as above (8 + 6 × 4 + 4 × 4 bytes, no padding).
     unsafe impl aya::Pod for BinderConfig {}
     // SAFETY: as above (4 + 4 + 4 × 8 × 8 bytes, no padding).
     unsafe impl aya::Pod for SlotGrant {}

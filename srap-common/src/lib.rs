@@ -17,6 +17,7 @@
 pub mod binder;
 pub mod emulator;
 pub mod family;
+pub mod local_nics;
 pub mod observer;
 pub mod occupancy;
 pub mod protocol;

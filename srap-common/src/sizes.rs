@@ -221,6 +221,11 @@ impl BinderSizes {
         crate::binder::BIND_ERRNOS
     }
 
+    /// NUMA nodes with a row in `NODE_NICS_MAP`.
+    pub const fn nodes(&self) -> u32 {
+        crate::local_nics::MAX_NODES
+    }
+
     pub const fn one(&self) -> u32 {
         1
     }
@@ -314,26 +319,30 @@ mod tests {
             ("SRAP_RECEIVERS", 18_512),
             ("SRAP_SLOT_STATE", 266_552),
             ("SRAP_SOCKETS", 1_573_176),
-            ("SRAP_STATS", 912),
+            ("SRAP_STATS", 960),
             ("SRAP_BIND_ERRNOS", 3_384),
-            ("SRAP_CONFIG", 352),
+            ("SRAP_CONFIG", 360),
             ("SRAP_GRANTS", 287_808),
             ("SRAP_JOINTS", 134_472),
             ("SRAP_SOLUTIONS", 266_552),
+            ("SRAP_NIC_TABLES", 75_192),
+            ("SRAP_NODE_NICS", 824),
+            ("SRAP_NIC_TURN", 320),
         ];
         assert_eq!(by_map, reported);
-        assert_eq!(sizes.pinned_bytes(2, 2), 4_192_952, "4.00 MiB");
+        assert_eq!(sizes.pinned_bytes(2, 2), 4_269_344, "4.07 MiB");
         assert!(sizes.pinned_bytes(2, 2) <= 8 << 20);
     }
 
     /// Each setting grows the maps it sizes, and only those: a receiver
-    /// row costs its occupancy, grant and slot words and 16 tables; a
+    /// row costs its occupancy, grant and slot words and 16 tables (each
+    /// with its row of tables under this host's NICs); a
     /// layout its row and its pools; a socket two table rows.
     #[test]
     fn each_setting_grows_what_it_sizes() {
         let base = BinderSizes::DEFAULT;
         let grown = |sizes: BinderSizes| sizes.pinned_bytes(2, 0) - base.pinned_bytes(2, 0);
-        let row = 280 + 264 + 512 * 8 + 16 * 40;
+        let row = 280 + 264 + 512 * 8 + 16 * (40 + 72);
         assert_eq!(
             grown(BinderSizes {
                 receivers: base.receivers + 1,

@@ -8,7 +8,7 @@
 
 use std::{collections::BTreeSet, fmt, path::PathBuf, str::FromStr};
 
-use srap_common::binder::placement;
+use srap_common::{binder::placement, local_nics::policy as nic_policy};
 
 /// `--steer`: which ends' NICs a steered flow is placed on (their CPUs:
 /// the receiver's, this host's, or both at once).
@@ -111,9 +111,10 @@ impl fmt::Display for LocalPlacement {
 }
 
 /// `--local-nics`: which of this host's NICs a steered flow leaves and
-/// arrives by, where several can reach its destination (issue 43). Only
-/// `route` is steered by today: the hook does not choose a source address
-/// yet, and the agent says so when another policy is asked for.
+/// arrives by, where several can reach its destination (issue 43): the
+/// connect hook binds the chosen NIC's address when the application bound
+/// none (`srap_common::local_nics`), and places the flow by the route
+/// where that NIC cannot take it (counted as `nic_fallback`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum LocalNicsPolicy {
     /// The route's choice (its source address): the kernel's, as before.
@@ -135,15 +136,13 @@ impl LocalNicsPolicy {
         }
     }
 
-    /// What the agent says at start when the hook cannot place by this
-    /// policy yet (`None` for `route`, which it does).
-    pub fn not_yet_steered(self) -> Option<String> {
-        (self != Self::Route).then(|| {
-            format!(
-                "--local-nics {self} is recognized, but the connect hook does not choose a \
-                 source NIC yet: flows are steered as with `route` (the route's source address)"
-            )
-        })
+    /// As the hook's config holds it (`srap_common::local_nics::policy`).
+    pub fn as_config(self) -> u32 {
+        match self {
+            Self::Route => nic_policy::ROUTE,
+            Self::Numa => nic_policy::NUMA,
+            Self::Balance => nic_policy::BALANCE,
+        }
     }
 }
 
@@ -300,10 +299,10 @@ mod tests {
         assert!(!PlacedEnds::Local.remote() && !PlacedEnds::Remote.local());
     }
 
-    /// The three policy names are fixed (issue 43); only `route` steers
-    /// today, and the others say so rather than pretend.
+    /// The three policy names are fixed (issue 43), each its own number in
+    /// the hook's config.
     #[test]
-    fn local_nics_policies_parse_and_only_route_is_steered_by() {
+    fn local_nics_policies_parse_and_each_is_its_own_hook_policy() {
         for (text, policy) in [
             ("route", LocalNicsPolicy::Route),
             ("numa", LocalNicsPolicy::Numa),
@@ -317,16 +316,14 @@ mod tests {
             LocalSettings::default().local_nics(),
             LocalNicsPolicy::Route
         );
-        assert_eq!(LocalNicsPolicy::Route.not_yet_steered(), None);
-        let warning = LocalNicsPolicy::Numa.not_yet_steered().expect("a warning");
-        assert!(
-            warning.contains("--local-nics numa is recognized"),
-            "{warning}"
-        );
-        assert!(warning.contains("as with `route`"), "{warning}");
-        assert!(
-            warning.contains("does not choose a source NIC yet"),
-            "{warning}"
-        );
+        let numbers: BTreeSet<u32> = [
+            LocalNicsPolicy::Route,
+            LocalNicsPolicy::Numa,
+            LocalNicsPolicy::Balance,
+        ]
+        .map(LocalNicsPolicy::as_config)
+        .into();
+        assert_eq!(numbers.len(), 3);
+        assert_eq!(LocalNicsPolicy::Route.as_config(), nic_policy::ROUTE);
     }
 }

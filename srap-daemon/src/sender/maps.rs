@@ -12,9 +12,9 @@ use aya::{
 };
 use srap_common::binder::{
     BIND_ERRNOS, BIND_ERRNOS_MAP, BinderConfig, CONFIG_MAP, COSETS_MAP, COUNTER_NAMES, COUNTERS,
-    DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, PINNED_MAPS,
-    RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP, SOLUTIONS_MAP, STATS_MAP, SlotGrant,
-    TABLES_MAP, outcome, slot_word,
+    DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, NIC_TABLES_MAP,
+    NODE_NICS_MAP, PINNED_MAPS, RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP,
+    SOLUTIONS_MAP, STATS_MAP, SlotGrant, TABLES_MAP, outcome, slot_word,
 };
 
 use tracing::warn;
@@ -46,6 +46,8 @@ fn binder_config(options: &SenderOptions, tw_stamp_offset: u32) -> BinderConfig 
         socket_mask: sizes.socket_rows() - 1,
         row_slots: sizes.cpus,
         local_placement: options.local_placement.as_config(),
+        local_nics: options.nics.policy.as_config(),
+        _pad: 0,
         sizes: *sizes,
     }
 }
@@ -69,6 +71,7 @@ fn fill_maps(
             .map(|(t, table)| (t as u32, table.table)),
     )?;
     fill_receivers(maps, plan, config.row_slots)?;
+    fill_nics(maps, plan)?;
     fill_dests(maps, plan)
 }
 
@@ -146,6 +149,28 @@ fn fill_joints(maps: &mut impl BinderMaps, plan: &Plan) -> Result<(), SenderErro
         maps,
         SOLUTIONS_MAP,
         joints().flat_map(|j| pool_rows(j.row.solution_base, &j.solutions)),
+    )
+}
+
+/// What the hook chooses this host's NIC by: each route table's tables
+/// under the NICs (every table's row rewritten: a table no NIC reaches any
+/// more gets an empty one), and each node's NIC.
+fn fill_nics(maps: &mut impl BinderMaps, plan: &Plan) -> Result<(), SenderError> {
+    write_rows(
+        maps,
+        NIC_TABLES_MAP,
+        (0..plan.tables.len() as u32).map(|t| {
+            let row = plan.nic_tables.iter().find(|(table, _)| *table == t);
+            (t, row.map(|(_, row)| *row).unwrap_or_default())
+        }),
+    )?;
+    write_rows(
+        maps,
+        NODE_NICS_MAP,
+        plan.node_nics
+            .iter()
+            .enumerate()
+            .map(|(n, nic)| (n as u32, *nic)),
     )
 }
 

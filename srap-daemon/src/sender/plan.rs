@@ -20,7 +20,11 @@
 //! both ends are planned, and the ports. Pure computation on them;
 //! `super::maps` writes the result.
 
-use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+    sync::Arc,
+};
 
 use srap_common::{
     binder::{
@@ -29,6 +33,7 @@ use srap_common::{
     bond::MemberPlan,
     ends::JointTables,
     family::Family,
+    local_nics::NicTables,
     port_tables::{LayoutPlan, PortTableError, TablePlan, addr_words},
     protocol::Protocol,
     rss::{End, RssModel},
@@ -37,7 +42,7 @@ use srap_common::{
 
 use super::{
     error::SenderError,
-    local::{LocalHost, ReceiverSources, bond::EgressBond},
+    local::{LocalHost, ReceiverSources, bond::EgressBond, nic_choice},
     target::Target,
 };
 
@@ -75,6 +80,13 @@ pub struct Plan {
     /// This host as the plan was made for it: a new snapshot that differs
     /// calls for a re-plan.
     pub host: LocalHost,
+    /// What the connect hook chooses this host's NIC by
+    /// (`--local-nics numa|balance`, `super::local::nic_choice`): for each
+    /// destination's route table, its tables under the NICs that reach it.
+    pub nic_tables: Vec<(u32, NicTables)>,
+    /// The NIC of each NUMA node ([`srap_common::local_nics::NO_NIC`]:
+    /// none).
+    pub node_nics: Vec<u32>,
 }
 
 /// What a plan is made from, each input a type of its own: the receivers
@@ -131,10 +143,12 @@ impl Plan {
             })
             .collect();
         let mut plan = Self::build_with(&receivers, inputs.ports, inputs.range, inputs.local_nic)?;
-        // The NICs are no input of the tables yet (the hook binds no
-        // source address of its own), but a plan keeps them so that a NIC
-        // that changes calls for a new one.
+        // The NICs choose among the tables (`--local-nics numa|balance`):
+        // each destination says which NICs reach it, and a plan keeps them
+        // so that a NIC that changes calls for a new one.
         plan.host.nics = inputs.host.nics;
+        plan.host.routing = inputs.host.routing;
+        plan.choose_nics();
         Ok(plan)
     }
 
@@ -205,6 +219,8 @@ impl Plan {
             dests: Vec::new(),
             joints: Vec::new(),
             local: None,
+            nic_tables: Vec::new(),
+            node_nics: Vec::new(),
             host: LocalHost {
                 toward: receivers.iter().map(|r| r.sources.clone()).collect(),
                 ..LocalHost::default()
@@ -247,6 +263,40 @@ impl Plan {
             tables: vec![t as usize],
             slots: self.tables[t as usize].layout.slots.len() as u32,
         });
+    }
+
+    /// For each destination's route table (no source bound), its tables
+    /// under the addresses of the NICs that reach its receiver; and each
+    /// node's NIC (`super::local::nic_choice`).
+    fn choose_nics(&mut self) {
+        self.node_nics = nic_choice::node_nics(&self.host.nics);
+        let reach: Vec<(u32, Vec<(u32, IpAddr)>)> = self
+            .receivers
+            .iter()
+            .zip(&self.host.toward)
+            .map(|(r, sources)| (r.index, nic_choice::reaching(&self.host, sources)))
+            .collect();
+        let by_key: BTreeMap<DestKey, DestValue> = self.dests.iter().copied().collect();
+        let mut rows: BTreeMap<u32, NicTables> = BTreeMap::new();
+        for (key, value) in &self.dests {
+            if key.src != [0; 4] || value.table == DestValue::BY_PORT {
+                continue;
+            }
+            let Some((_, nics)) = reach.iter().find(|(index, _)| *index == value.receiver) else {
+                continue;
+            };
+            let row = rows.entry(value.table).or_default();
+            for (nic, address) in nics {
+                let under = DestKey {
+                    src: addr_words(*address).1,
+                    ..*key
+                };
+                if let Some(found) = by_key.get(&under) {
+                    row.set(*nic, found.table, found.local_table);
+                }
+            }
+        }
+        self.nic_tables = rows.into_iter().collect();
     }
 
     /// Every occupancy row of the plan: the receivers', then this host's.
@@ -765,6 +815,63 @@ mod tests {
             plan.layouts[0].port_count(),
             PortRange::DEFAULT.len() as u64
         );
+    }
+
+    /// Under `--local-nics`, the route table's row names, for each NIC
+    /// that reaches the receiver, the table of that NIC's address; a NIC
+    /// down is left out, and each node gets its NIC.
+    #[test]
+    fn each_route_table_names_the_table_of_each_reaching_nic() {
+        use crate::sender::local::{nics::HostNic, routing::RoutingReport};
+        use srap_common::local_nics::NO_NIC;
+        let mut r = v4();
+        let second = IpAddr::V4(Ipv4Addr::new(10, 199, 9, 11));
+        r.others = vec![second];
+        let nic = |name: &str, ip: IpAddr, node, up| HostNic {
+            name: name.into(),
+            addresses: [ip].into(),
+            node: Some(node),
+            up,
+            members: Vec::new(),
+            given: true,
+            description: None,
+        };
+        let plan_with = |up: bool| {
+            let mut plan = Plan::build(&model(), &[r.clone()], &[], PortRange::DEFAULT).unwrap();
+            plan.host.nics.nics = vec![nic("eth0", r.route, 0, true), nic("eth1", second, 1, up)];
+            plan.host.routing = RoutingReport {
+                checked: true,
+                ..RoutingReport::default()
+            };
+            plan.choose_nics();
+            plan
+        };
+        let plan = plan_with(true);
+        let route_table = plan
+            .dests
+            .iter()
+            .find(|(k, _)| k.src == [0; 4])
+            .map(|(_, v)| v.table)
+            .expect("the route's entry");
+        let table_of = |ip: IpAddr| {
+            plan.tables
+                .iter()
+                .position(|t| t.source == ip)
+                .expect("a table") as u32
+        };
+        assert_eq!(plan.nic_tables.len(), 1, "one route table");
+        let (table, row) = plan.nic_tables[0];
+        assert_eq!(table, route_table);
+        assert_eq!(row.reach, 0b11);
+        assert_eq!(row.of(0), Some((table_of(r.route), DestValue::NO_LOCAL)));
+        assert_eq!(row.of(1), Some((table_of(second), DestValue::NO_LOCAL)));
+        assert_eq!(&plan.node_nics[..3], [0, 1, NO_NIC]);
+        let down = plan_with(false);
+        assert_eq!(
+            down.nic_tables[0].1.reach, 0b01,
+            "a NIC down reaches nothing"
+        );
+        assert_eq!(down.node_nics[1], NO_NIC);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use super::{
     classify::classify,
     context::{Peer, connecting},
     maps::{SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOTS, SRAP_TABLES, count},
+    nic::choose_nic,
     ports::PlanRows,
     record::{drop_bind_record, hold, pace},
 };
@@ -37,6 +38,10 @@ pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
         Err(verdict) => return verdict,
     };
     drop_bind_record(ctx);
+    // This host's NIC, unless the application bound an address.
+    let Some(dest) = choose_nic(ctx, family, dest) else {
+        return outcome::MAPS_UNFILLED;
+    };
     // Steps 3 to 6.
     let result = bind_steered::<false>(ctx, family, &dest, peer, bound_addr);
     if bound_addr && (result == outcome::STEERED || result == outcome::RETRIED) {

@@ -48,3 +48,8 @@ pub(super) fn count(counter: u32) {
 #[map]
 pub(super) static SRAP_TUPLE_SCRATCH: PerCpuArray<bpf_sock_tuple> =
     PerCpuArray::with_max_entries(1, 0);
+
+/// Where `super::nic` hands the table it chose back to the hook: one per
+/// CPU, not pinned (it holds nothing between runs).
+#[map]
+pub(super) static SRAP_NIC_SCRATCH: PerCpuArray<[u32; 2]> = PerCpuArray::with_max_entries(1, 0);

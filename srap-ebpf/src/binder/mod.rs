@@ -18,6 +18,9 @@
 //! 2. [`classify`]: is the socket of a steered protocol (TCP: a UDP
 //!    `connect()` is `protocol_not_steered`), is the destination steered,
 //!    and is the port SRAP's to choose;
+//!    then [`nic`]: under `--local-nics numa|balance`, the destination's
+//!    entry under the address of the NIC the policy chooses (the route's
+//!    when it finds none, counted);
 //! 3. [`claim`]: claim the least-occupied CPU slot of the receiver (and of
 //!    this host, `--steer both`);
 //! 4. [`ports`]: the slot's next port, from the plan's tables;
@@ -39,13 +42,15 @@
 //! reads and sets socket options.
 //! Which functions are inlined and which stay subprograms is part of the
 //! design: the kernel's verifier walks every path of `connect4` and
-//! `connect6` within a million instructions (about 544 000 and 528 000
+//! `connect6` within a million instructions (about 545 000 and 521 000
 //! now; `bind4`, which steers MPTCP subflows, about 160 000), and a step's
 //! data kept across a subprogram call through the stack, or a lookup into
-//! every way a bind can end, doubled that. The
-//! steps import downwards only, never from this file (`subflow` →
-//! `connect` → `classify`, `bind` → `ports`, `claim`, `sockopt`; `classify` →
-//! `record` → `sockopt`; all of them → `context`, `maps`). `cargo run -p
+//! every way a bind can end, doubled that (so did a branch on whether the
+//! application bound an address: [`nic`] hands its choice back through
+//! a scratch row). The steps import downwards only, never from this file
+//! (`subflow` → `connect` → `classify`, `nic`; `nic` → `claim`; `bind` →
+//! `ports`, `claim`, `sockopt`; `classify` → `record` → `sockopt`; all of
+//! them → `context`, `maps`). `cargo run -p
 //! srap-tests --example kernel_verifier_walk` prints what each program
 //! costs it.
 //!
@@ -75,6 +80,7 @@ mod classify;
 mod connect;
 mod context;
 mod maps;
+mod nic;
 mod ports;
 mod record;
 mod sock_ops;

@@ -11,6 +11,8 @@
 //!   routing lacks for flows to follow their NIC's address ([`routing`]). The plan is
 //!   made for one snapshot and keeps it; a re-plan is due when a new
 //!   snapshot differs from it.
+//! * [`nic_choice`]: the rows the connect hook chooses a NIC by under
+//!   `--local-nics numa|balance`, and which NICs reach each receiver.
 //! * [`nic`]: this host's own NIC, described as a receiver agent describes
 //!   its own, when flows are placed on it (`--steer local|both`).
 //! * [`reader`]: the reader rows of `--local-placement reader` (each CPU's
@@ -21,6 +23,7 @@
 
 pub mod bond;
 pub mod nic;
+pub mod nic_choice;
 pub mod nics;
 pub mod reader;
 pub mod routing;

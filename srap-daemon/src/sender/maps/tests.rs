@@ -11,9 +11,10 @@ use std::{
 use srap_common::{
     binder::{
         BinderConfig, BinderSizes, CONFIG_MAP, COSETS_MAP, COUNTERS, DESTS_MAP, DestKey, DestValue,
-        ENTRIES_MAP, LAYOUTS_MAP, RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP,
-        TABLES_MAP, outcome, slot_word,
+        ENTRIES_MAP, LAYOUTS_MAP, NIC_TABLES_MAP, NODE_NICS_MAP, RECEIVERS_MAP, ReceiverSlots,
+        SLOT_STATE_MAP, SLOTS_MAP, TABLES_MAP, outcome, slot_word,
     },
+    local_nics::{NO_NIC, NicTables},
     rss::{RssModel, embedded_default},
     solver::PortRange,
 };
@@ -145,9 +146,11 @@ fn a_fill_writes_the_config_first_and_the_destinations_last() {
             TABLES_MAP,
             SLOT_STATE_MAP,
             RECEIVERS_MAP,
+            NIC_TABLES_MAP,
             DESTS_MAP,
         ],
-        "no joints without a local plan; the fresh rows' turns before their slot counts"
+        "no joints without a local plan; the fresh rows' turns before their slot counts; \
+         no node rows without this host's NICs"
     );
     assert_eq!(maps.writes[0], Write::Row(CONFIG_MAP, 0));
     assert_eq!(maps.row::<BinderConfig>(CONFIG_MAP, 0), config());
@@ -166,6 +169,32 @@ fn a_fill_writes_the_config_first_and_the_destinations_last() {
         let row: ReceiverSlots = maps.row(RECEIVERS_MAP, receiver.index);
         assert_eq!(row.slots, receiver.slots, "row {}", receiver.index);
     }
+}
+
+/// The NIC rows go in before the destinations that lead to them: every
+/// table's row (empty where no NIC reaches), each node's NIC.
+#[test]
+fn a_fill_writes_the_nic_rows_before_the_destinations() {
+    let mut plan = two_receivers();
+    let mut row = NicTables::default();
+    row.set(1, 0, DestValue::NO_LOCAL);
+    plan.nic_tables = vec![(0, row)];
+    plan.node_nics = vec![NO_NIC, 1];
+    let mut maps = FakeMaps::default();
+    fill_maps(&mut maps, &plan, config()).expect("fill");
+    let order = maps.map_order();
+    let at = |map| order.iter().position(|m| *m == map).expect("written");
+    assert!(at(NIC_TABLES_MAP) < at(DESTS_MAP) && at(NODE_NICS_MAP) < at(DESTS_MAP));
+    let tables: Vec<u32> = (0..plan.tables.len() as u32).collect();
+    assert_eq!(maps.written(NIC_TABLES_MAP), tables);
+    assert_eq!(maps.row::<NicTables>(NIC_TABLES_MAP, 0), row);
+    assert_eq!(
+        maps.row::<NicTables>(NIC_TABLES_MAP, 1),
+        NicTables::default(),
+        "a table no NIC reaches gets an empty row"
+    );
+    assert_eq!(maps.written(NODE_NICS_MAP), vec![0, 1]);
+    assert_eq!(maps.row::<u32>(NODE_NICS_MAP, 1), 1);
 }
 
 #[test]
