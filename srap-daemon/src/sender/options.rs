@@ -81,13 +81,9 @@ impl SenderOptions {
 /// (blocking: ethtool and netlink). A NIC that cannot be described is
 /// listed without one, with a warning: flows are placed on the first
 /// `--local-iface` only, which the driver describes itself and for which
-/// a failure stops the agent. A policy the hook cannot steer by yet is
-/// said at start.
+/// a failure stops the agent.
 fn nic_settings(args: &SenderSettings) -> NicSettings {
     let policy = args.local.local_nics();
-    if let Some(warning) = policy.not_yet_steered() {
-        tracing::warn!("{warning}");
-    }
     let given = args
         .local
         .local_ifaces
