@@ -249,20 +249,24 @@ impl LocalSettings {
     }
 
     /// Checks the local settings go together: a description of this
-    /// host's NIC for `local` and `both`, and none of them for `remote`.
+    /// host's NIC for `local` and `both`, and none of them for `remote` —
+    /// but the NICs `--local-nics numa|balance` chooses among
+    /// (`--local-iface`), which place no flow on this host's CPUs.
     /// Checked after the `--config` file is merged, so the messages name
     /// both the flag and the key.
     pub fn check(&self) -> anyhow::Result<()> {
         let described = !self.local_ifaces.is_empty() || self.local_rss.is_some();
+        let nics_chosen = self.local_nics() != LocalNicsPolicy::Route;
         match self.placed_ends() {
             PlacedEnds::Remote
-                if described
+                if (described && !(nics_chosen && self.local_rss.is_none()))
                     || self.local_cpus.is_some()
                     || self.local_placement() == LocalPlacement::Reader =>
             {
                 anyhow::bail!(
                     "--local-iface, --local-rss, --local-cpus and --local-placement reader go \
-                     with --steer local or both (`steer` in the --config file)"
+                     with --steer local or both (`steer` in the --config file); --local-iface \
+                     alone also goes with --local-nics numa or balance"
                 )
             }
             PlacedEnds::Local | PlacedEnds::Both if !described => anyhow::bail!(
@@ -297,6 +301,30 @@ mod tests {
         assert!("push".parse::<PlacedEnds>().unwrap_err().contains("`push`"));
         assert!(PlacedEnds::Both.local() && PlacedEnds::Both.remote());
         assert!(!PlacedEnds::Local.remote() && !PlacedEnds::Remote.local());
+    }
+
+    /// The NICs `--local-nics numa|balance` chooses among are given with
+    /// `--local-iface` without placing flows on this host's CPUs; under
+    /// `route`, or with `--local-rss`, they still need `--steer local|both`.
+    #[test]
+    fn local_ifaces_go_with_a_nic_policy_without_steering_this_host() {
+        let nics = |policy| LocalSettings {
+            local_ifaces: vec!["eth0".into(), "eth1".into()],
+            local_nics: Some(policy),
+            ..LocalSettings::default()
+        };
+        assert!(nics(LocalNicsPolicy::Numa).check().is_ok());
+        assert!(nics(LocalNicsPolicy::Balance).check().is_ok());
+        let route = nics(LocalNicsPolicy::Route)
+            .check()
+            .unwrap_err()
+            .to_string();
+        assert!(route.contains("go with --steer local or both"), "{route}");
+        let rss = LocalSettings {
+            local_rss: Some("nic.json".into()),
+            ..nics(LocalNicsPolicy::Numa)
+        };
+        assert!(rss.check().is_err());
     }
 
     /// The three policy names are fixed (issue 43), each its own number in

@@ -60,6 +60,11 @@ impl LocalNic {
     /// remote`): discovered (blocking: netlink and /proc) or read from the
     /// file.
     pub fn load(args: &LocalSettings) -> Result<Option<Self>, LocalNicError> {
+        // `--steer remote` places no flow on this host's CPUs: its
+        // `--local-iface`s are only the NICs `--local-nics` chooses among.
+        if !args.placed_ends().local() {
+            return Ok(None);
+        }
         let source = match (args.local_ifaces.first(), &args.local_rss) {
             (Some(iface), _) => Source::Iface(iface.clone()),
             (None, Some(file)) => Source::File(file.clone()),
