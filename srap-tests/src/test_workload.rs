@@ -43,7 +43,8 @@ const GREETING: &[u8] = b"srap test workload";
 /// connection per object: connect, send, close, RATE a second), `hot N` (N
 /// of those back to back), `pin CPU` (the connects after it run on that
 /// CPU; answered with no port), `udp N` (N UDP sockets `connect()`ed to
-/// `dst`, closed at once: the ports the kernel gave them), `mptcp N` (N
+/// `dst`, closed at once: the ports the kernel gave them), `bulk N KIB` (N
+/// kept connections that each send KIB KiB after the greeting), `mptcp N` (N
 /// MPTCP connections, kept: their first subflows' ports); each is answered with one `SRAPWL ports P,P,…`
 /// line (0: a connect that failed); EOF ends it. Connects to `dst`.
 pub fn serve(dst: SocketAddr) {
@@ -61,6 +62,18 @@ pub fn serve(dst: SocketAddr) {
         let ports: Vec<u16> = match cmd {
             "churn" => churn(dst, number(0), Duration::from_secs(number(1).into())),
             "hot" => (0..number(0)).map(|_| object(dst)).collect(),
+            "bulk" => (0..number(0))
+                .map(|_| {
+                    let stream = TcpStream::connect_timeout(&dst, TIMEOUT).expect("connect");
+                    let port = greet(stream, &mut open);
+                    let kib = vec![0x5a; 1024];
+                    let last = open.last_mut().expect("just opened");
+                    for _ in 0..number(1) {
+                        last.write_all(&kib).expect("send");
+                    }
+                    port
+                })
+                .collect(),
             "udp" => (0..number(0)).map(|_| udp_connect(dst)).collect(),
             "lingering" => (0..number(0)).map(|_| object_to_time_wait(dst)).collect(),
             "openat" => {
@@ -318,6 +331,16 @@ impl Workload {
 
     pub fn open(&mut self, n: usize) -> Vec<u16> {
         self.ask(&format!("open {n}"))
+    }
+
+    /// `n` kept connections that each send `kib` KiB (`bulk N KIB`).
+    pub fn bulk(&mut self, n: usize, kib: u32) -> Vec<u16> {
+        self.ask(&format!("bulk {n} {kib}"))
+    }
+
+    /// `n` kept connections bound to `ip` first (`ownaddr IP N`).
+    pub fn own_address(&mut self, ip: IpAddr, n: usize) -> Vec<u16> {
+        self.ask(&format!("ownaddr {ip} {n}"))
     }
 
     /// Pins the workload's connecting thread to `cpu` (`pin CPU`): the
