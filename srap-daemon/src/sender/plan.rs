@@ -270,11 +270,16 @@ impl Plan {
     /// node's NIC (`super::local::nic_choice`).
     fn choose_nics(&mut self) {
         self.node_nics = nic_choice::node_nics(&self.host.nics);
-        let reach: Vec<(u32, Vec<(u32, IpAddr)>)> = self
-            .receivers
+        // By the receiver's address, not its row: with `--steer local`
+        // every target shares this host's row.
+        let reach: Vec<(IpAddr, Vec<(u32, IpAddr)>)> = self
+            .host
+            .toward
             .iter()
-            .zip(&self.host.toward)
-            .map(|(r, sources)| (r.index, nic_choice::reaching(&self.host, sources)))
+            .map(|sources| {
+                let nics = nic_choice::reaching(&self.host, sources);
+                (sources.receiver, nics)
+            })
             .collect();
         let by_key: BTreeMap<DestKey, DestValue> = self.dests.iter().copied().collect();
         let mut rows: BTreeMap<u32, NicTables> = BTreeMap::new();
@@ -282,7 +287,11 @@ impl Plan {
             if key.src != [0; 4] || value.table == DestValue::BY_PORT {
                 continue;
             }
-            let Some((_, nics)) = reach.iter().find(|(index, _)| *index == value.receiver) else {
+            let toward = |r: &IpAddr| {
+                let (family, words) = (Family::of(r).as_u16(), addr_words(*r).1);
+                family == key.family && words == key.addr
+            };
+            let Some((_, nics)) = reach.iter().find(|(r, _)| toward(r)) else {
                 continue;
             };
             let row = rows.entry(value.table).or_default();
