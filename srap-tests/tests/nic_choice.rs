@@ -24,7 +24,7 @@ use std::{
 };
 
 use srap_common::{
-    binder::{event, outcome},
+    binder::{CONNECT4_PROGRAM, event, outcome},
     rss::{RssModel, embedded_default},
 };
 use srap_tests::{
@@ -44,6 +44,9 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 const KIB: u32 = 64;
 /// Steered flows per step.
 const FLOWS: usize = 8;
+/// Connects (connect, send, close) the hook's cost is measured over:
+/// within the listener's backlog, accepted after.
+const HOT: usize = 64;
 
 /// A counter of `iface` in `ns`, as the kernel keeps it (`ip netns exec`
 /// mounts the namespace's own sysfs).
@@ -208,6 +211,28 @@ fn balance_splits_flows_over_both_links_and_avoids_a_link_taken_down() {
         FLOWS as u64,
         "no choice made"
     );
+
+    // What the hook costs choosing a NIC, by the kernel's own accounting
+    // (printed: a figure to compare, not a bound the test judges).
+    let stats_on = aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("BPF run-time stats");
+    let hook = || {
+        let pin = lab.pair.agent.layout().program(CONNECT4_PROGRAM);
+        let info = aya::programs::ProgramInfo::from_pin(pin).expect("the connect4 hook");
+        (info.run_time(), info.run_count())
+    };
+    let (time0, runs0) = hook();
+    let hot = workload.ask(&format!("hot {HOT}"));
+    assert!(!hot.contains(&0), "a connect failed");
+    let (time1, runs1) = hook();
+    let runs = (runs1 - runs0).max(1);
+    eprintln!(
+        "connect4 under balance: {} ns per run over {runs} runs",
+        (time1 - time0).as_nanos() / u128::from(runs)
+    );
+    drop(stats_on);
+    let peers = server.accept_peers(HOT);
+    assert_eq!(from(&peers, a_ip), HOT / 2, "short flows split too");
+    assert_eq!(from(&peers, b_ip), HOT / 2, "short flows split too");
 
     // Link B down: re-planned within the agent's one-second tick, and new
     // flows all leave by A; none fails.
