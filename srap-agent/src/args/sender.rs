@@ -158,8 +158,10 @@ pub struct LocalArgs {
     /// With --steer local|both: this host's NIC, discovered as the
     /// receiver agent discovers its own (key, table, hashed fields,
     /// transform, queue → CPU, RPS, NUMA node). Give it once per NIC SRAP
-    /// may place flows on: flows are placed on the first, every one is
-    /// described and shown (`srap status --sender`).
+    /// may place flows on: flows are placed on the first's queues, every
+    /// one is described and shown (`srap status --sender`). With
+    /// --local-nics numa|balance (also under --steer remote): the NICs
+    /// whose addresses the connect hook chooses among.
     #[arg(
         long,
         value_name = "DEV",
@@ -170,8 +172,11 @@ pub struct LocalArgs {
     /// Which of this host's NICs a steered flow leaves and arrives by
     /// where several reach its destination: `route`, the route's (as the
     /// kernel chooses); `numa`, the one on the connecting CPU's NUMA node;
-    /// `balance`, spread evenly. Only `route` is steered by yet: with the
-    /// others the agent warns and steers as `route` [default: route].
+    /// `balance`, spread evenly. The hook binds that NIC's address (an
+    /// application's own address is kept); where the NIC cannot take the
+    /// flow (node unknown, down, no address of the family, routed by
+    /// another NIC) the route's address, counted as `nic_fallback`
+    /// [default: route].
     #[arg(long, value_enum, value_name = "POLICY")]
     pub local_nics: Option<LocalNicsArg>,
     /// With --local-nics numa|balance and several --local-iface: `check`

@@ -220,7 +220,7 @@ mod tests {
         assert!(all.peer[0].psk_file.is_some());
         assert_eq!(
             uncommented.lines().count(),
-            25,
+            27,
             "one line per key, and a [[peer]] table: {uncommented}"
         );
     }
