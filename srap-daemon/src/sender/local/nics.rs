@@ -7,9 +7,9 @@
 //! made again. Which NIC holds a source address is answered here
 //! ([`LocalNics::holding`]), once for the whole sender.
 //!
-//! `--local-nics` ([`LocalNicsPolicy`]) names how flows are to be spread
-//! over these NICs; the connect hook does not choose a source address yet,
-//! so every policy steers as `route` does for now.
+//! `--local-nics` ([`LocalNicsPolicy`]) names how flows are spread over
+//! the given ones: [`super::nic_choice`] turns this list into the rows the
+//! connect hook chooses a NIC's address by.
 
 use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
