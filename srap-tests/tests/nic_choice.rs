@@ -9,8 +9,8 @@
 //!   source address the one of the link it left by (the tuples the server
 //!   accepted), each on a distinct receiver CPU by the RSS model's hash of
 //!   those tuples, and no connect fails. An application that bound its own
-//!   address keeps it. Link B taken down: the agent re-plans within its
-//!   one-second tick and new flows all leave by A, none failing.
+//!   address keeps it. Link B taken down: the agent re-plans within a
+//!   second and new flows all leave by A, none failing.
 //! * `numa` here, where a veth's NUMA node is unknown (`-1`): every steered
 //!   flow is placed by the route and counted as `nic_fallback`.
 //!
@@ -234,8 +234,9 @@ fn balance_splits_flows_over_both_links_and_avoids_a_link_taken_down() {
     assert_eq!(from(&peers, a_ip), HOT / 2, "short flows split too");
     assert_eq!(from(&peers, b_ip), HOT / 2, "short flows split too");
 
-    // Link B down: re-planned within the agent's one-second tick, and new
-    // flows all leave by A; none fails.
+    // Link B down: re-planned within a second (the agent asks for the
+    // chosen NICs' links every 100 ms), and new flows all leave by A; none
+    // fails.
     lab.pair
         .hosts
         .sender
@@ -250,7 +251,7 @@ fn balance_splits_flows_over_both_links_and_avoids_a_link_taken_down() {
         .expect("the agent re-plans for link B down");
     let replanned = down.elapsed();
     assert!(
-        replanned < Duration::from_millis(1500),
+        replanned < Duration::from_secs(1),
         "re-planned {replanned:?} after the link went down"
     );
     let ports = workload.open(FLOWS);

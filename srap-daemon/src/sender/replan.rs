@@ -8,6 +8,7 @@ use std::net::IpAddr;
 
 use super::{
     binder::{RunningBinder, plan_on},
+    ends::LocalNicsPolicy,
     error::SenderError,
     local::nics::{HostNic, LocalNics},
     maps,
@@ -82,6 +83,13 @@ pub fn replan_if_sources_changed(binder: &mut RunningBinder, options: &SenderOpt
             false
         }
     }
+}
+
+/// Under `--local-nics numa|balance`, whether a NIC the hook chooses among
+/// went down or came up since the plan ([`LocalNics::links_moved`], asked
+/// every [`super::local::nics::LINKS_EVERY`]); never under `route`.
+pub fn links_moved(binder: &RunningBinder, options: &SenderOptions) -> bool {
+    options.nics.policy != LocalNicsPolicy::Route && binder.plan.host.nics.links_moved()
 }
 
 /// What changed between two lists of this host's NICs, one phrase per NIC

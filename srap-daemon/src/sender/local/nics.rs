@@ -22,6 +22,13 @@ use crate::sender::{
     error::SenderError,
 };
 
+/// How often the running agent asks whether a NIC the hook chooses among
+/// went down or came up, under `--local-nics numa|balance`
+/// ([`LocalNics::links_moved`]): a new flow that picks a NIC whose link
+/// just went down cannot connect, so the maps follow it well within the
+/// second (the full read of the NICs stays at one a second).
+pub const LINKS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// What the list is read with: the policy, and the NICs given with
 /// `--local-iface` with the description each was read with at start
 /// (`None` when it could not be described).
@@ -133,6 +140,16 @@ impl LocalNics {
     /// The NIC that holds `ip` (`None`: none of this host's).
     pub fn holding(&self, ip: IpAddr) -> Option<&HostNic> {
         self.nics.iter().find(|n| n.addresses.contains(&ip))
+    }
+
+    /// True when a given NIC's link is no longer as in this list (down or
+    /// up): one netlink request per given NIC, for [`LINKS_EVERY`]. A NIC
+    /// that cannot be read is no change.
+    pub fn links_moved(&self) -> bool {
+        self.nics
+            .iter()
+            .filter(|n| n.given)
+            .any(|n| read_link(&n.name).is_some_and(|up| up != n.up))
     }
 
     /// The NIC named `name`.
