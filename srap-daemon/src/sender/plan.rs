@@ -845,8 +845,7 @@ mod tests {
             given: true,
             description: None,
         };
-        let plan_with = |up: bool| {
-            let mut plan = Plan::build(&model(), &[r.clone()], &[], PortRange::DEFAULT).unwrap();
+        let with_nics = |mut plan: Plan, up: bool| {
             plan.host.nics.nics = vec![nic("eth0", r.route, 0, true), nic("eth1", second, 1, up)];
             plan.host.routing = RoutingReport {
                 checked: true,
@@ -855,6 +854,20 @@ mod tests {
             plan.choose_nics();
             plan
         };
+        let plan_with = |up: bool| {
+            let plan = Plan::build(&model(), &[r.clone()], &[], PortRange::DEFAULT).unwrap();
+            with_nics(plan, up)
+        };
+        // With both ends planned, each NIC's table brings its local twin.
+        let input = ReceiverInput {
+            index: FIRST_RECEIVER_ROW,
+            model: Arc::new(model()),
+            sources: r.clone(),
+        };
+        let both = with_nics(
+            Plan::build_both(&[input], &[], PortRange::DEFAULT, &local_nic()).unwrap(),
+            true,
+        );
         let plan = plan_with(true);
         let route_table = plan
             .dests
@@ -881,6 +894,14 @@ mod tests {
             "a NIC down reaches nothing"
         );
         assert_eq!(down.node_nics[1], NO_NIC);
+        let (_, row) = both.nic_tables[0];
+        for nic in [0, 1] {
+            let (table, local) = row.of(nic).expect("both NICs reach");
+            assert_ne!(local, DestValue::NO_LOCAL);
+            assert_ne!(local, table);
+            let twin = &both.tables[local as usize];
+            assert_eq!(twin.source, both.tables[table as usize].source);
+        }
     }
 
     #[test]
