@@ -21,7 +21,7 @@
 
 use std::{
     io::{Read as _, Write as _},
-    net::{Shutdown, SocketAddr, TcpListener, TcpStream},
+    net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream},
     os::fd::AsRawFd as _,
     sync::{
         Arc, Condvar, Mutex,
@@ -445,6 +445,9 @@ pub struct DataSource {
 pub struct SinkFlow {
     /// The peer's port.
     pub port: u16,
+    /// The peer's address: which of a multi-NIC peer's addresses the flow
+    /// came from, so which of its NICs it used.
+    pub peer_ip: IpAddr,
     pub accepted: Instant,
     /// `None` when no byte moved.
     pub first_byte: Option<Instant>,
@@ -453,9 +456,10 @@ pub struct SinkFlow {
 }
 
 impl SinkFlow {
-    fn new(port: u16) -> Self {
+    fn new(peer: SocketAddr) -> Self {
         Self {
-            port,
+            port: peer.port(),
+            peer_ip: peer.ip(),
             accepted: Instant::now(),
             first_byte: None,
             last_byte: None,
@@ -592,7 +596,7 @@ fn serve(
             }
             match listener.accept() {
                 Ok((stream, peer)) => {
-                    let mut flow = SinkFlow::new(peer.port());
+                    let mut flow = SinkFlow::new(peer);
                     stream.set_nonblocking(false)?;
                     if let (Some(rate), Transfer::Download) = (pace, transfer) {
                         set_socket_option_u64(&stream, libc::SO_MAX_PACING_RATE, rate)
@@ -689,7 +693,7 @@ mod tests {
 
     #[test]
     fn a_sink_flow_times_its_first_and_last_bytes_and_counts_them() {
-        let mut flow = SinkFlow::new(4242);
+        let mut flow = SinkFlow::new(SocketAddr::from(([127, 0, 0, 1], 4242)));
         flow.moved(0);
         assert_eq!(
             (flow.first_byte, flow.last_byte, flow.bytes),

@@ -496,6 +496,7 @@ mod tests {
     fn flow(port: u16, start: Instant, first_ms: u64, last_ms: u64, bytes: u64) -> SinkFlow {
         SinkFlow {
             port,
+            peer_ip: std::net::Ipv4Addr::LOCALHOST.into(),
             accepted: start,
             first_byte: Some(start + Duration::from_millis(first_ms)),
             last_byte: Some(start + Duration::from_millis(last_ms)),
