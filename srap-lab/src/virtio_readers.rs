@@ -25,6 +25,7 @@ use std::{fmt::Write as _, net::SocketAddr, process::Stdio, time::Duration};
 use anyhow::{Context as _, bail};
 use serde::Serialize;
 
+pub use srap_harness::guest::truth::parse_received_rps;
 use srap_harness::{
     guest::{
         GUEST_IFACE, Guest, GuestImage, GuestKernel, GuestNet, GuestNic, GuestShape, image, truth,
@@ -320,21 +321,6 @@ pub fn parse_cal(text: &str) -> anyhow::Result<u64> {
         .skip(1)
         .map_while(|t| t.parse::<u64>().ok())
         .sum())
-}
-
-/// `received_rps` (the 10th column, hex) of `/proc/net/softnet_stat`
-/// summed over its rows (one per CPU).
-pub fn parse_received_rps(text: &str) -> anyhow::Result<u64> {
-    let mut sum = 0u64;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let field = line
-            .split_whitespace()
-            .nth(9)
-            .with_context(|| format!("softnet_stat row without a 10th column: {line}"))?;
-        sum += u64::from_str_radix(field, 16)
-            .with_context(|| format!("softnet_stat: {field:?} is not hex"))?;
-    }
-    Ok(sum)
 }
 
 /// `received_rps` and `CAL` now, in one read of the guest.

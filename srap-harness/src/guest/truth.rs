@@ -142,7 +142,12 @@ pub fn queue_counts(packets: &[u64]) -> String {
 /// The RSS configuration as `ethtool -x` prints it (the guest driver's
 /// key and table; Toeplitz over addresses and ports).
 pub fn ethtool_rss(guest: &mut Guest) -> anyhow::Result<RssDescription> {
-    parse_ethtool_x(&guest.read(&format!("ethtool -x {GUEST_IFACE}"))?)
+    ethtool_rss_of(guest, GUEST_IFACE)
+}
+
+/// [`ethtool_rss`] of the guest's NIC `iface` (a guest with several).
+pub fn ethtool_rss_of(guest: &mut Guest, iface: &str) -> anyhow::Result<RssDescription> {
+    parse_ethtool_x(&guest.read(&format!("ethtool -x {iface}"))?)
 }
 
 pub fn parse_ethtool_x(text: &str) -> anyhow::Result<RssDescription> {
@@ -219,9 +224,32 @@ pub fn device_key(guest: &mut Guest, ethtool: &RssDescription) -> anyhow::Result
 /// The model of what the device really does: `ethtool -x`'s table with the
 /// key of [`device_key`].
 pub fn device_model(guest: &mut Guest) -> anyhow::Result<RssModel> {
-    let mut description = ethtool_rss(guest)?;
+    device_model_of(guest, GUEST_IFACE)
+}
+
+/// [`device_model`] of the guest's NIC `iface` (a guest with several).
+pub fn device_model_of(guest: &mut Guest, iface: &str) -> anyhow::Result<RssModel> {
+    let mut description = ethtool_rss_of(guest, iface)?;
     description.key = device_key(guest, &description)?;
-    RssModel::from_description(&description).context("the guest's device key and table")
+    RssModel::from_description(&description)
+        .with_context(|| format!("the guest's {iface}: its device key and table"))
+}
+
+/// `received_rps` (the 10th column, hex) of `/proc/net/softnet_stat`
+/// summed over its rows (one per CPU): packets RPS/RFS handed to another
+/// CPU, an inter-processor interrupt per batch. A flow the NIC itself puts
+/// on its reader's CPU needs none.
+pub fn parse_received_rps(text: &str) -> anyhow::Result<u64> {
+    let mut sum = 0u64;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let field = line
+            .split_whitespace()
+            .nth(9)
+            .with_context(|| format!("softnet_stat row without a 10th column: {line}"))?;
+        sum += u64::from_str_radix(field, 16)
+            .with_context(|| format!("softnet_stat: {field:?} is not hex"))?;
+    }
+    Ok(sum)
 }
 
 /// Each of `ports` with the guest queue `model` gives the packets the host
