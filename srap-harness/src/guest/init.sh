@@ -1,6 +1,6 @@
 #!/bin/busybox sh
 # /init of SRAP's lab guest. Loads the NIC's modules, configures eth0 from
-# `srap.ip=ADDR/PREFIX` on the kernel command line, says SRAP-GUEST-READY on
+# `srap.ip=ADDR/PREFIX` on the kernel command line (if given), says SRAP-GUEST-READY on
 # the console, then runs each line read from the second serial port as a
 # shell command, answering with its output and
 # `SRAP-END <line sum> <output sum> <exit code>` (CRC-32s, busybox `crc32`,
@@ -32,8 +32,11 @@ for module in /lib/modules/*.ko; do
 done
 ip link set lo up
 address=$(tr ' ' '\n' < /proc/cmdline | sed -n 's/^srap.ip=//p')
-ip link set eth0 up
-ip addr add "$address" dev eth0
+# Without srap.ip (a NUMA guest), the host addresses each NIC by its MAC.
+if [ -n "$address" ]; then
+  ip link set eth0 up
+  ip addr add "$address" dev eth0
+fi
 # `srap.nokey`: the kernel's default RSS key unreadable, as outside the
 # initial network namespace. Only once the NIC is up: igb fills its key from
 # it when it opens. A copy is kept for the lab's own judging, in /run.

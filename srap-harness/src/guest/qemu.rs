@@ -96,6 +96,10 @@ pub struct GuestShape {
     /// Bond members: that many single-queue virtio-net NICs, one per tap of
     /// a [`GuestNet::bonded`] (0: the one multi-queue NIC of `nic`).
     pub bond_members: u32,
+    /// NUMA nodes, each with its vCPUs, memory and a `queues`-queue
+    /// virtio-net NIC behind a PCIe expander of its own, one per tap of a
+    /// [`GuestNet::per_node`] ([`super::numa`]); 0: no NUMA layout.
+    pub numa_nodes: u32,
 }
 
 impl GuestShape {
@@ -126,6 +130,7 @@ impl GuestShape {
             sock_diag: true,
             kernel_key: true,
             bond_members: 0,
+            numa_nodes: 0,
         })
     }
 
@@ -147,6 +152,30 @@ impl GuestShape {
             sock_diag: true,
             kernel_key: true,
             bond_members: members,
+            numa_nodes: 0,
+        })
+    }
+
+    /// A guest with `nodes` NUMA nodes of `cpus_per_node` vCPUs each, and
+    /// on each node a virtio-net NIC with RSS and `queues` queues (see
+    /// [`super::numa`]), on a [`GuestNet::per_node`] with as many taps.
+    pub fn numa(nodes: u32, cpus_per_node: u32, queues: u32) -> anyhow::Result<Self> {
+        if !(2..=4).contains(&nodes) || !(1..=4).contains(&cpus_per_node) {
+            bail!(
+                "a NUMA guest takes 2 to 4 nodes of 1 to 4 vCPUs, not {nodes} of {cpus_per_node}"
+            );
+        }
+        if !(2..=8).contains(&queues) {
+            bail!("a NUMA guest's NICs take 2 to 8 queues, not {queues}");
+        }
+        Ok(Self {
+            nic: GuestNic::Virtio,
+            queues,
+            cpus: nodes * cpus_per_node,
+            sock_diag: true,
+            kernel_key: true,
+            bond_members: 0,
+            numa_nodes: nodes,
         })
     }
 
@@ -179,9 +208,32 @@ pub struct GuestNet {
     pub member_taps: Vec<String>,
     pub host_ip: Ipv4Addr,
     pub guest_ip: Ipv4Addr,
+    /// A NUMA guest's links, one per node in node order (NIC 0's is also
+    /// `tap`, `host_ip` and `guest_ip`); empty for the other guests.
+    pub node_links: Vec<NodeLink>,
+    /// A NUMA guest's namespace address on its loopback, `10.199.<n>.1`
+    /// of a subnet of its own: reached from the guest only by a route
+    /// through one of its NICs ([`super::numa`] adds one per NIC), so a
+    /// flow to it may leave by either.
+    pub routed_ip: Option<Ipv4Addr>,
     /// Held until the namespace is gone ([`Subnet`]): the host's cgroup
     /// hooks see the guest's flows by address, as they see any test's.
-    _subnet: Subnet,
+    _subnets: Vec<Subnet>,
+}
+
+/// The host side of one NIC of a NUMA guest ([`GuestNet::per_node`]): its
+/// own multi-queue tap on its own subnet, and the MAC QEMU gives the NIC,
+/// by which the guest finds it (NIC names follow PCI order, not nodes).
+#[derive(Debug, Clone)]
+pub struct NodeLink {
+    /// The NUMA node QEMU puts the NIC's PCIe expander on.
+    pub node: u32,
+    pub tap: String,
+    pub mac: String,
+    /// `10.199.<n>.1/24` on the tap.
+    pub host_ip: Ipv4Addr,
+    /// `10.199.<n>.2/24`, the NIC's address in the guest.
+    pub guest_ip: Ipv4Addr,
 }
 
 impl GuestNet {
@@ -195,27 +247,17 @@ impl GuestNet {
     pub fn on(subnet: Subnet) -> anyhow::Result<Self> {
         let ns = NetNs::new()?;
         let tap = unique_name("t");
-        ns.ip(["tuntap", "add", "dev", &tap, "mode", "tap", "multi_queue"])?;
         let host_ip = subnet.ipv4(1);
-        ns.ip(["addr", "add", &format!("{host_ip}/24"), "dev", &tap])?;
-        ns.ip(["link", "set", &tap, "up"])?;
-        // The wire runs no faster than the emulated guest drains its rings
-        // (see WIRE_RATE).
-        ns.exec(
-            "tc",
-            [
-                "qdisc", "add", "dev", &tap, "root", "tbf", "rate", WIRE_RATE,
-            ]
-            .into_iter()
-            .chain(["burst", "256kb", "latency", "100ms"]),
-        )?;
+        add_paced_tap(&ns, &tap, host_ip)?;
         Ok(Self {
             ns,
             tap,
             member_taps: Vec::new(),
             host_ip,
             guest_ip: subnet.ipv4(2),
-            _subnet: subnet,
+            node_links: Vec::new(),
+            routed_ip: None,
+            _subnets: vec![subnet],
         })
     }
 
@@ -249,9 +291,69 @@ impl GuestNet {
             member_taps,
             host_ip,
             guest_ip: subnet.ipv4(2),
-            _subnet: subnet,
+            node_links: Vec::new(),
+            routed_ip: None,
+            _subnets: vec![subnet],
         })
     }
+
+    /// The host side of a NUMA guest with `nodes` nodes: in one namespace,
+    /// a multi-queue tap per node's NIC, each on a leased subnet of its own
+    /// (`10.199.<n>.1/24`, the guest's NIC `.2`) and paced as
+    /// [`GuestNet::new`]'s, and [`GuestNet::routed_ip`] on the loopback.
+    pub fn per_node(nodes: u32) -> anyhow::Result<Self> {
+        let ns = NetNs::new()?;
+        let routed = Subnet::lease()?;
+        let routed_ip = routed.ipv4(1);
+        ns.ip(["link", "set", "lo", "up"])?;
+        ns.ip(["addr", "add", &format!("{routed_ip}/32"), "dev", "lo"])?;
+        let mut subnets = vec![routed];
+        let mut node_links = Vec::new();
+        for node in 0..nodes {
+            let subnet = Subnet::lease()?;
+            let tap = unique_name("t");
+            add_paced_tap(&ns, &tap, subnet.ipv4(1))?;
+            node_links.push(NodeLink {
+                node,
+                tap,
+                mac: format!("52:54:00:5a:d0:{node:02x}"),
+                host_ip: subnet.ipv4(1),
+                guest_ip: subnet.ipv4(2),
+            });
+            subnets.push(subnet);
+        }
+        let first = node_links
+            .first()
+            .context("a NUMA guest has nodes")?
+            .clone();
+        Ok(Self {
+            ns,
+            tap: first.tap,
+            member_taps: Vec::new(),
+            host_ip: first.host_ip,
+            guest_ip: first.guest_ip,
+            node_links,
+            routed_ip: Some(routed_ip),
+            _subnets: subnets,
+        })
+    }
+}
+
+/// A multi-queue tap in `ns` with `host_ip/24`, up, its wire toward the
+/// guest paced to [`WIRE_RATE`].
+fn add_paced_tap(ns: &NetNs, tap: &str, host_ip: Ipv4Addr) -> anyhow::Result<()> {
+    ns.ip(["tuntap", "add", "dev", tap, "mode", "tap", "multi_queue"])?;
+    ns.ip(["addr", "add", &format!("{host_ip}/24"), "dev", tap])?;
+    ns.ip(["link", "set", tap, "up"])?;
+    // The wire runs no faster than the emulated guest drains its rings
+    // (see WIRE_RATE).
+    ns.exec(
+        "tc",
+        ["qdisc", "add", "dev", tap, "root", "tbf", "rate", WIRE_RATE]
+            .into_iter()
+            .chain(["burst", "256kb", "latency", "100ms"]),
+    )?;
+    Ok(())
 }
 
 /// A running guest. QEMU is killed by PID when this drops; its directory
@@ -275,6 +377,13 @@ impl Guest {
                 "a guest with {} bond members needs as many taps (GuestNet::bonded), not {}",
                 shape.bond_members,
                 net.member_taps.len()
+            );
+        }
+        if net.node_links.len() != shape.numa_nodes as usize {
+            bail!(
+                "a guest with {} NUMA nodes needs a link per node (GuestNet::per_node), not {}",
+                shape.numa_nodes,
+                net.node_links.len()
             );
         }
         let dir = std::env::temp_dir().join(format!("srap-guest-{}", unique_name("")));
@@ -619,6 +728,13 @@ fn qemu_args(net: &GuestNet, image: &GuestImage, shape: GuestShape, dir: &Path) 
     let memory_mib = 768 + 64 * cpus;
     let nodiag = if shape.sock_diag { "" } else { " srap.nodiag" };
     let nokey = if shape.kernel_key { "" } else { " srap.nokey" };
+    // A NUMA guest's NICs are addressed by MAC once it is up
+    // (super::numa): /init configures no address then.
+    let ip = if shape.numa_nodes > 0 {
+        String::new()
+    } else {
+        format!(" srap.ip={}/24", net.guest_ip)
+    };
     // no_timer_check: on a busy host the emulated timer can look broken to
     // the boot-time IO-APIC check ("IO-APIC + timer doesn't work!", a
     // panic, seen here under load); the check proves nothing about RSS.
@@ -637,20 +753,14 @@ fn qemu_args(net: &GuestNet, image: &GuestImage, shape: GuestShape, dir: &Path) 
     ]
     .into_iter()
     .map(str::to_owned)
+    .chain(machine_args(shape, memory_mib))
     .chain([
-        "-m".into(),
-        memory_mib.to_string(),
-        "-smp".into(),
-        cpus.to_string(),
         "-kernel".into(),
         image.kernel.display().to_string(),
         "-initrd".into(),
         image.initramfs.display().to_string(),
         "-append".into(),
-        format!(
-            "console=ttyS0 panic=-1 quiet no_timer_check srap.ip={}/24{nodiag}{nokey}",
-            net.guest_ip
-        ),
+        format!("console=ttyS0 panic=-1 quiet no_timer_check{ip}{nodiag}{nokey}"),
     ])
     .chain(nic_args(net, shape))
     .chain([
@@ -667,9 +777,84 @@ fn qemu_args(net: &GuestNet, image: &GuestImage, shape: GuestShape, dir: &Path) 
     .collect()
 }
 
-/// The NIC on the namespace's tap; a bonded guest's NICs on theirs.
+/// Memory and vCPUs; for a NUMA guest, as the design notes checked them
+/// ("Several NICs"): q35, a socket per node, the memory split evenly over
+/// one backend per node, each node its own vCPUs.
+fn machine_args(shape: GuestShape, memory_mib: u32) -> Vec<String> {
+    let GuestShape {
+        cpus, numa_nodes, ..
+    } = shape;
+    if numa_nodes == 0 {
+        return vec![
+            "-m".into(),
+            memory_mib.to_string(),
+            "-smp".into(),
+            cpus.to_string(),
+        ];
+    }
+    let per_node_cpus = cpus / numa_nodes;
+    let per_node_mib = memory_mib.div_ceil(numa_nodes);
+    let mut args: Vec<String> = vec![
+        "-machine".into(),
+        "q35".into(),
+        "-m".into(),
+        (per_node_mib * numa_nodes).to_string(),
+        "-smp".into(),
+        format!("{cpus},sockets={numa_nodes},cores={per_node_cpus},threads=1"),
+    ];
+    for node in 0..numa_nodes {
+        let first = node * per_node_cpus;
+        let last = first + per_node_cpus - 1;
+        args.extend([
+            "-object".into(),
+            format!("memory-backend-ram,id=mem{node},size={per_node_mib}M"),
+            "-numa".into(),
+            format!("node,nodeid={node},cpus={first}-{last},memdev=mem{node}"),
+        ]);
+    }
+    args
+}
+
+/// A NUMA guest's NICs: per node a PCIe expander bridge on that node
+/// (QEMU's `_PXM`, which the guest reads as the NIC's `numa_node`; without
+/// an expander every NIC reads -1) with a root port behind it, and on it a
+/// virtio-net NIC with RSS on the node's tap, with the link's MAC.
+fn numa_nic_args(net: &GuestNet, queues: u32) -> Vec<String> {
+    net.node_links
+        .iter()
+        .flat_map(|link| {
+            let NodeLink { node, tap, mac, .. } = link;
+            let bus = 0x20 * (node + 1);
+            [
+                "-device".into(),
+                format!("pxb-pcie,id=pxb{node},bus_nr={bus},numa_node={node},bus=pcie.0"),
+                "-device".into(),
+                format!(
+                    "pcie-root-port,id=rp{node},bus=pxb{node},chassis={},slot=0",
+                    node + 1
+                ),
+                "-netdev".into(),
+                format!(
+                    "tap,id=n{node},ifname={tap},script=no,downscript=no,queues={queues},vhost=off"
+                ),
+                "-device".into(),
+                format!(
+                    "virtio-net-pci,bus=rp{node},netdev=n{node},mac={mac},mq=on,vectors={},\
+                     rss=on,hash=on,rx_queue_size=1024,romfile=",
+                    2 * queues + 2
+                ),
+            ]
+        })
+        .collect()
+}
+
+/// The NIC on the namespace's tap; a bonded guest's NICs on theirs; a
+/// NUMA guest's, one per node.
 fn nic_args(net: &GuestNet, shape: GuestShape) -> Vec<String> {
     let queues = shape.queues;
+    if shape.numa_nodes > 0 {
+        return numa_nic_args(net, queues);
+    }
     if shape.bond_members > 0 {
         // One plain virtio-net NIC per member tap, each with a MAC of its
         // own (the bond gives them all its own while enslaved), in PCI
