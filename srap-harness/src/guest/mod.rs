@@ -11,12 +11,14 @@
 //!
 //! [`qemu`] is the guest itself; [`image`] and [`files`] what it boots
 //! from; [`shell`] its serial console; [`truth`] what its own tools say;
-//! [`bond`] and [`bond_lab`] a guest whose NICs are bonded.
+//! [`bond`] and [`bond_lab`] a guest whose NICs are bonded; [`numa`] a
+//! guest with two NUMA nodes and a NIC on each.
 
 pub mod bond;
 pub mod bond_lab;
 pub mod files;
 pub mod image;
+pub mod numa;
 pub mod qemu;
 pub mod shell;
 pub mod truth;
@@ -24,6 +26,7 @@ pub mod truth;
 pub use files::{GuestFiles, GuestKernel};
 pub use image::GuestImage;
 pub use qemu::{
-    COMMAND_TIMEOUT, GUEST_IFACE, Guest, GuestNet, GuestNic, GuestShape, Sampled, StatusSamples,
+    COMMAND_TIMEOUT, GUEST_IFACE, Guest, GuestNet, GuestNic, GuestShape, NodeLink, Sampled,
+    StatusSamples,
 };
 pub use shell::GuestShell;
