@@ -37,7 +37,7 @@ use srap_harness::{
     LAB_PORT_RANGE,
     guest::{
         GuestKernel, GuestNet,
-        numa::{Counters, NumaGuest},
+        numa::{Counters, NicCounters, NumaGuest},
         truth,
     },
     readers::{self, DataSource, FlowReport, Transfer},
@@ -577,5 +577,80 @@ fn a_nic_taken_down_is_avoided_within_a_second_and_no_connect_fails() {
     assert!(
         round.nic_bytes(1) <= IDLE_BYTES && round.flows.iter().all(|f| f.served > 0),
         "{table}"
+    );
+}
+
+/// The judges fail what they must: the kernel's own choice (every flow by
+/// NIC 0) is not SRAP's verdict, and a round where each flow used its
+/// node's NIC and CPU with no RPS passes SRAP's and fails the kernel's.
+#[test]
+fn the_judges_tell_the_kernels_choice_from_the_nodes_nic() {
+    let flow = |cpu: u32, nic: usize, incoming_cpu: i32, port: u16| Flow {
+        report: FlowReport {
+            cpu,
+            ran_on: cpu,
+            position: 0,
+            port,
+            incoming_cpu,
+            napi_id: 0,
+            bytes: 1_000_000,
+        },
+        nic: Some(nic),
+        node_nic: (cpu / 2) as usize,
+        queue: Some(cpu % 2),
+        queue_cpu: Some(if nic == 0 { cpu % 2 } else { 2 + cpu % 2 }),
+        served: 1_000_000,
+    };
+    let counters = |rx: [u64; 2]| Counters {
+        nics: rx
+            .iter()
+            .map(|&rx_bytes| NicCounters {
+                rx_bytes,
+                tx_bytes: 0,
+                rx_queue_packets: vec![500, 500, 0, 0],
+            })
+            .collect(),
+        received_rps: 0,
+    };
+    let kernel = Round {
+        half: Half::Kernel,
+        transfer: Transfer::Download,
+        flows: (0..4)
+            .map(|cpu| flow(cpu, 0, (cpu % 2) as i32, 40_000))
+            .collect(),
+        counters: counters([4_100_000, 300]),
+    };
+    assert!(
+        judge_kernel(&kernel).is_empty(),
+        "{:?}",
+        judge_kernel(&kernel)
+    );
+    let srap_wrong = judge_srap(&kernel);
+    assert!(
+        srap_wrong.iter().any(|w| w.contains("not its node's NIC"))
+            && srap_wrong.iter().any(|w| w.contains("SO_INCOMING_CPU"))
+            && srap_wrong
+                .iter()
+                .any(|w| w.contains("the kernel's, not SRAP's")),
+        "{srap_wrong:?}"
+    );
+    let placed = Round {
+        half: Half::Srap,
+        transfer: Transfer::Download,
+        flows: (0..4)
+            .map(|cpu| flow(cpu, (cpu / 2) as usize, cpu as i32, 10_000 + cpu as u16))
+            .collect(),
+        counters: counters([2_100_000, 2_100_000]),
+    };
+    assert!(judge_srap(&placed).is_empty(), "{:?}", judge_srap(&placed));
+    assert!(!judge_kernel(&placed).is_empty());
+    let mut one_nic_counted = placed;
+    one_nic_counted.counters = counters([4_200_000, 0]);
+    one_nic_counted.counters.received_rps = 7;
+    let wrong = judge_srap(&one_nic_counted);
+    assert!(
+        wrong.iter().any(|w| w.starts_with("NIC 1 counted 0 bytes"))
+            && wrong.iter().any(|w| w.contains("RPS")),
+        "{wrong:?}"
     );
 }
