@@ -220,7 +220,6 @@ impl Lab {
         let net = GuestNet::per_node(2).expect("a namespace with a tap per node");
         let image = guest_image(GuestKernel::V6_1);
         let mut numa = NumaGuest::boot(&net, &image).expect("the two-node guest boots");
-        eprintln!("{}", numa.render());
         numa.check_nodes()
             .unwrap_or_else(|why| panic!("{why}\n{}", numa.render()));
         numa.guest.read("test -x /bin/srap-readers").expect(
