@@ -37,7 +37,7 @@ use srap_harness::{
     LAB_PORT_RANGE,
     guest::{
         GuestKernel, GuestNet,
-        numa::{Counters, NicCounters, NumaGuest},
+        numa::{Counters, NODES, NicCounters, NumaGuest},
         truth,
     },
     readers::{self, DataSource, FlowReport, Transfer},
@@ -217,7 +217,7 @@ struct Lab {
 
 impl Lab {
     fn start() -> Self {
-        let net = GuestNet::per_node(2).expect("a namespace with a tap per node");
+        let net = GuestNet::per_node(NODES).expect("a namespace with a tap per node");
         let image = guest_image(GuestKernel::V6_1);
         let mut numa = NumaGuest::boot(&net, &image).expect("the two-node guest boots");
         numa.check_nodes()
