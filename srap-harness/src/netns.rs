@@ -77,6 +77,17 @@ impl NetNs {
             .args(args))
     }
 
+    /// A counter of `iface` (`rx_bytes`, `tx_bytes`, …) as the namespace's
+    /// kernel keeps it: `ip netns exec` mounts the namespace's own sysfs.
+    pub fn iface_counter(&self, iface: &str, counter: &str) -> anyhow::Result<u64> {
+        let path = format!("/sys/class/net/{iface}/statistics/{counter}");
+        let out = self.exec("cat", [&path])?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.trim()
+            .parse()
+            .with_context(|| format!("{path} in {} says {text:?}", self.name()))
+    }
+
     /// Moves the *calling thread* into the namespace until the guard drops.
     ///
     /// Sockets created meanwhile belong to the namespace for their whole life,

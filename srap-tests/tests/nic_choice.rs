@@ -48,15 +48,10 @@ const FLOWS: usize = 8;
 /// within the listener's backlog, accepted after.
 const HOT: usize = 64;
 
-/// A counter of `iface` in `ns`, as the kernel keeps it (`ip netns exec`
-/// mounts the namespace's own sysfs).
+/// `iface`'s `tx_bytes` in `ns`, as its kernel keeps it.
 fn tx_bytes(ns: &NetNs, iface: &str) -> u64 {
-    let path = format!("/sys/class/net/{iface}/statistics/tx_bytes");
-    let out = ns.exec("cat", [&path]).expect("reading tx_bytes");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("a number")
+    ns.iface_counter(iface, "tx_bytes")
+        .expect("reading tx_bytes")
 }
 
 /// The lab: the pair with its second link and the service address, the

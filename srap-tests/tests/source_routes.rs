@@ -33,15 +33,10 @@ use srap_tests::{NetNs, TwoHosts, harness::Listener, require_privileged, subnet:
 
 const PAYLOAD: usize = 64 * 1024;
 
-/// A counter of `iface` in `ns`, as the kernel keeps it (`ip netns exec`
-/// mounts the namespace's own sysfs).
+/// `iface`'s `tx_bytes` in `ns`, as its kernel keeps it.
 fn tx_bytes(ns: &NetNs, iface: &str) -> u64 {
-    let path = format!("/sys/class/net/{iface}/statistics/tx_bytes");
-    let out = ns.exec("cat", [&path]).expect("reading tx_bytes");
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("a number")
+    ns.iface_counter(iface, "tx_bytes")
+        .expect("reading tx_bytes")
 }
 
 fn settings(a: &str, b: &str, source_rules: SourceRules) -> NicSettings {
