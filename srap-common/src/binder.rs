@@ -202,6 +202,13 @@ macro_rules! binder_pinned_maps {
             /// every steered connect that chooses a NIC by it.
             NIC_TURN_MAP = SRAP_NIC_TURN: Array<u32, u64>
                 [$crate::binder::BinderSizes::one, 0];
+            /// Array of one `u32`: bit `n` set while NIC `n` of
+            /// [`crate::local_nics`] is down, so the hook chooses it for no
+            /// destination whatever its row says. Written by the agent's
+            /// link watcher alone, on the kernel's own notice of the link,
+            /// before the re-plan that rewrites the rows.
+            NICS_DOWN_MAP = SRAP_NICS_DOWN: Array<u32, u32>
+                [$crate::binder::BinderSizes::one, 0];
         }
     };
 }

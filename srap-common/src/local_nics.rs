@@ -87,6 +87,14 @@ impl NicTables {
     }
 }
 
+/// The NICs of `reach` that are not `down` (`NICS_DOWN_MAP`):
+/// a NIC the kernel said went down is out from that notice on, though the
+/// rows still name it until the re-plan rewrites them.
+#[inline(always)]
+pub fn usable(reach: u32, down: u32) -> u32 {
+    reach & !down
+}
+
 /// Under `numa`: the node's NIC `nic` (`NODE_NICS_MAP`) when it reaches
 /// the destination (its bit in `reach`).
 #[inline(always)]
@@ -144,6 +152,15 @@ mod tests {
         assert_eq!(numa_choice(1, 0b10), Some(1));
         assert_eq!(numa_choice(0, 0b10), None);
         assert_eq!(numa_choice(NO_NIC, u32::MAX), None);
+    }
+
+    #[test]
+    fn a_nic_down_is_out_of_either_choice() {
+        let reach = usable(0b111, 0b010);
+        assert_eq!(reach, 0b101);
+        assert_eq!(numa_choice(1, reach), None, "the node's NIC is down");
+        let picks: [Option<u32>; 4] = core::array::from_fn(|t| balance_choice(reach, t as u32));
+        assert_eq!(picks, [0, 2, 0, 2].map(Some));
     }
 
     #[test]

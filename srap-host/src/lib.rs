@@ -37,6 +37,7 @@ pub mod discovery;
 mod error;
 pub mod fib;
 pub mod link;
+pub mod link_events;
 pub mod local;
 pub mod netlink;
 pub mod numa;

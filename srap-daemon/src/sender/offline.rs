@@ -21,11 +21,11 @@ use super::{
     ends::PlacedEnds,
     error::SenderError,
     grant,
-    local::{nic::LocalNic, nics::LINKS_EVERY, source_rules},
+    local::{link_watch::LinkWatch, nic::LocalNic, source_rules},
     local_end::{LocalEnd, apply_local_grant},
     maps,
     options::SenderOptions,
-    replan::{links_moved, replan, replan_if_sources_changed},
+    replan::{follow_links, replan, replan_if_sources_changed},
     resolve,
     settings::SenderSettings,
     status::{self, StatusServer},
@@ -221,17 +221,15 @@ impl Offline {
         let mut tick = tokio::time::interval(interval);
         tick.tick().await;
         let mut sample = tokio::time::interval(SAMPLE_EVERY);
-        let mut links = tokio::time::interval(LINKS_EVERY);
+        let mut links = LinkWatch::new(binder, self.plan.options.nics.policy);
         let mut watch = CounterWatch::new(binder);
         loop {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => break,
                 _ = term.recv() => break,
                 _ = sample.tick() => self.sample(binder),
-                _ = links.tick() => {
-                    if links_moved(binder, &self.plan.options)
-                        && replan_if_sources_changed(binder, &self.plan.options)
-                    {
+                wake = links.next() => {
+                    if follow_links(binder, &self.plan.options, &wake) {
                         self.reapply(binder);
                     }
                 }

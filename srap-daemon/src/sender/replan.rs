@@ -10,7 +10,10 @@ use super::{
     binder::{RunningBinder, plan_on},
     ends::LocalNicsPolicy,
     error::SenderError,
-    local::nics::{HostNic, LocalNics},
+    local::{
+        link_watch::LinkWake,
+        nics::{HostNic, LocalNics},
+    },
     maps,
     options::SenderOptions,
     state, summary,
@@ -88,8 +91,21 @@ pub fn replan_if_sources_changed(binder: &mut RunningBinder, options: &SenderOpt
 /// Under `--local-nics numa|balance`, whether a NIC the hook chooses among
 /// went down or came up since the plan ([`LocalNics::links_moved`], asked
 /// every [`super::local::nics::LINKS_EVERY`]); never under `route`.
-pub fn links_moved(binder: &RunningBinder, options: &SenderOptions) -> bool {
+fn links_moved(binder: &RunningBinder, options: &SenderOptions) -> bool {
     options.nics.policy != LocalNicsPolicy::Route && binder.plan.host.nics.links_moved()
+}
+
+/// A link woke the agent ([`LinkWake`]: the link fence, which has already
+/// fenced off a NIC down in the hook, or the poll behind it), under
+/// `--local-nics numa|balance`: re-plans if a chosen NIC's link or
+/// addresses moved; returns true if it did. Under `route` nothing is
+/// followed here.
+pub fn follow_links(binder: &mut RunningBinder, options: &SenderOptions, wake: &LinkWake) -> bool {
+    let moved = links_moved(binder, options)
+        || (wake.addresses
+            && options.nics.policy != LocalNicsPolicy::Route
+            && binder.plan.host.nics_moved(&options.nics));
+    moved && replan_if_sources_changed(binder, options)
 }
 
 /// What changed between two lists of this host's NICs, one phrase per NIC

@@ -20,13 +20,16 @@ use aya_ebpf::{helpers::generated::bpf_get_numa_node_id, programs::SockAddrConte
 use srap_common::{
     binder::{DestValue, event},
     family::Family,
-    local_nics::{NicTables, balance_choice, numa_choice, policy},
+    local_nics::{NicTables, balance_choice, numa_choice, policy, usable},
 };
 
 use super::{
     claim::exchange,
     context::{field, sock_of},
-    maps::{SRAP_CONFIG, SRAP_NIC_SCRATCH, SRAP_NIC_TABLES, SRAP_NIC_TURN, SRAP_NODE_NICS, count},
+    maps::{
+        SRAP_CONFIG, SRAP_NIC_SCRATCH, SRAP_NIC_TABLES, SRAP_NIC_TURN, SRAP_NICS_DOWN,
+        SRAP_NODE_NICS, count,
+    },
 };
 
 /// `dest` with the table (and local twin) of the NIC the policy chooses,
@@ -72,11 +75,11 @@ fn choose_into(
     let config = if bound_any(ctx, v4) {
         None
     } else {
-        SRAP_CONFIG.get(0).map(|c| c.local_nics)
+        SRAP_CONFIG.get(0).map(|c| (c.local_nics, nics_down()))
     };
     let chosen = match config {
-        Some(policy::NUMA) => Some(nic_tables(route_table, true)),
-        Some(policy::BALANCE) => Some(nic_tables(route_table, false)),
+        Some((policy::NUMA, down)) => Some(nic_tables(route_table, true, down)),
+        Some((policy::BALANCE, down)) => Some(nic_tables(route_table, false, down)),
         _ => None,
     };
     let (table, local) = match chosen {
@@ -99,14 +102,16 @@ fn choose_into(
 
 /// The chosen NIC's table and local twin toward the destination whose
 /// route table is `route_table`: the node's NIC (`numa`) or the next in
-/// turn (`balance`), when it reaches the destination.
+/// turn (`balance`), when it reaches the destination and is not among
+/// the NICs `down` now (`SRAP_NICS_DOWN`).
 #[inline(always)]
-fn nic_tables(route_table: u32, numa: bool) -> Option<(u32, u32)> {
+fn nic_tables(route_table: u32, numa: bool, down: u32) -> Option<(u32, u32)> {
     let row: &NicTables = SRAP_NIC_TABLES.get(route_table)?;
+    let reach = usable(row.reach, down);
     let nic = if numa {
-        numa_choice(node_nic()?, row.reach)
+        numa_choice(node_nic()?, reach)
     } else {
-        balance_choice(row.reach, take_turn()?)
+        balance_choice(reach, take_turn()?)
     }?;
     row.of(nic)
 }
@@ -128,6 +133,12 @@ fn bound_any(ctx: &SockAddrContext, v4: bool) -> bool {
                 != 0
         }
     }
+}
+
+/// The NICs down now, by the agent's link watcher (none without its row).
+#[inline(always)]
+fn nics_down() -> u32 {
+    SRAP_NICS_DOWN.get(0).copied().unwrap_or(0)
 }
 
 /// The NIC on the connecting CPU's NUMA node.

@@ -46,11 +46,11 @@ use super::{
     error::SenderError,
     grant,
     landings::LocalLandings,
-    local::{nic::LocalNic, nics::LINKS_EVERY, source_rules},
+    local::{link_watch::LinkWatch, nic::LocalNic, source_rules},
     local_end::LocalEnd,
     maps,
     options::SenderOptions,
-    replan::{links_moved, replan, replan_if_sources_changed},
+    replan::{follow_links, replan, replan_if_sources_changed},
     resolve,
     settings::SenderSettings,
     status::StatusServer,
@@ -273,7 +273,7 @@ impl Follower {
         tick.tick().await;
         let mut demand_tick = tokio::time::interval(DEMAND_EVERY);
         let mut status_tick = tokio::time::interval(STATUS_EVERY);
-        let mut links = tokio::time::interval(LINKS_EVERY);
+        let mut links = LinkWatch::new(binder, self.machine.options.nics.policy);
         let mut resolve_tick = tokio::time::interval(RESOLVE_EVERY);
         resolve_tick.tick().await;
         let mut watch = CounterWatch::new(binder);
@@ -289,10 +289,8 @@ impl Follower {
                     self.follow_bonds(binder);
                     self.publish_and_judge(binder);
                 }
-                _ = links.tick() => {
-                    if links_moved(binder, &self.machine.options)
-                        && replan_if_sources_changed(binder, &self.machine.options)
-                    {
+                wake = links.next() => {
+                    if follow_links(binder, &self.machine.options, &wake) {
                         self.planned(binder, false);
                     }
                 }

@@ -22,6 +22,7 @@
 //! (`super::local_end`, `super::replan`) stand on it.
 
 pub mod bond;
+pub mod link_watch;
 pub mod nic;
 pub mod nic_choice;
 pub mod nics;
