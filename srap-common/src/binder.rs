@@ -209,6 +209,12 @@ macro_rules! binder_pinned_maps {
             /// before the re-plan that rewrites the rows.
             NICS_DOWN_MAP = SRAP_NICS_DOWN: Array<u32, u32>
                 [$crate::binder::BinderSizes::one, 0];
+            /// Hash: the asked destination's [`DestKey`] (its port named,
+            /// its source zero) → [`crate::receiver_nics::SpreadRow`]: the
+            /// receiver's addresses a connect toward it may be sent to
+            /// (`--receiver-nics spread`, [`crate::receiver_nics`]).
+            SPREAD_MAP = SRAP_SPREAD: HashMap<$crate::binder::DestKey, $crate::receiver_nics::SpreadRow>
+                [$crate::binder::BinderSizes::tables, $crate::binder::NO_PREALLOC];
         }
     };
 }
@@ -266,7 +272,7 @@ pub const CLOSE_PROGRAM: &str = "srap_tcp_close";
 /// One index space for both, [`COUNTERS`] entries named by
 /// [`COUNTER_NAMES`] (the `outcome` label of `/metrics`, the keys of the
 /// status JSON).
-pub const COUNTERS: u32 = 27;
+pub const COUNTERS: u32 = 29;
 
 /// The counters' names, by index.
 pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
@@ -297,6 +303,8 @@ pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
     "subflow_steered",
     "nic_chosen",
     "nic_fallback",
+    "dest_spread",
+    "dest_kept",
 ];
 
 /// Verdicts of the binder's `connect` hooks, as indexes into [`STATS_MAP`].
@@ -446,6 +454,15 @@ pub mod event {
     /// the destination by its own link, or has no port table there yet.
     /// Never a failed connect; the verdict is counted as usual.
     pub const NIC_FALLBACK: u32 = 26;
+    /// Under `--receiver-nics spread`, a connect sent to another address
+    /// of its receiver than the one asked for (its turn in the asked
+    /// destination's row, [`crate::receiver_nics`]): the application's
+    /// `getpeername()` still returns the address it asked for.
+    pub const DEST_SPREAD: u32 = 27;
+    /// Under `--receiver-nics spread`, a connect whose destination has a
+    /// row of addresses that kept the address asked for: its turn fell on
+    /// it, or the address its turn fell on has no plan yet.
+    pub const DEST_KEPT: u32 = 28;
 }
 
 /// The protocol a connecting socket is steered as, from its `type` and
