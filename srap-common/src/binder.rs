@@ -263,6 +263,11 @@ pub const CONNECT6_PROGRAM: &str = "srap_connect6";
 pub const BIND4_PROGRAM: &str = "srap_bind4";
 pub const BIND6_PROGRAM: &str = "srap_bind6";
 pub const RELEASE_PROGRAM: &str = "srap_sock_release";
+/// The `getpeername4/6` programs: a socket the connect hook sent to
+/// another address of its receiver (`--receiver-nics spread`) reports the
+/// address its application asked for.
+pub const GETPEERNAME4_PROGRAM: &str = "srap_getpeername4";
+pub const GETPEERNAME6_PROGRAM: &str = "srap_getpeername6";
 /// The `sock_ops` program that releases at TCP close what a socket the
 /// release hook never sees (a kernel socket: an MPTCP subflow) claimed.
 pub const CLOSE_PROGRAM: &str = "srap_tcp_close";

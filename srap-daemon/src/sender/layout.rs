@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use srap_common::binder::{
-    BIND4_PROGRAM, BIND6_PROGRAM, CLOSE_PROGRAM, CONNECT4_PROGRAM, CONNECT6_PROGRAM, PINNED_MAPS,
-    RELEASE_PROGRAM,
+    BIND4_PROGRAM, BIND6_PROGRAM, CLOSE_PROGRAM, CONNECT4_PROGRAM, CONNECT6_PROGRAM,
+    GETPEERNAME4_PROGRAM, GETPEERNAME6_PROGRAM, PINNED_MAPS, RELEASE_PROGRAM,
 };
 
 /// The default pin directory.
@@ -30,9 +30,14 @@ pub const MAPS: [&str; PINNED_MAPS.len()] = {
 /// socket that the connect hooks steer also frees its slot when it closes,
 /// and the bind hooks before the connect hooks, so a socket bound while
 /// they attach is never judged by a connect hook without its bind record.
-pub const PROGRAMS: [&str; 6] = [
+/// The `getpeername` hooks come before the connect hooks too, so a socket
+/// a connect hook moves to another receiver address always reports the
+/// address it asked for.
+pub const PROGRAMS: [&str; 8] = [
     RELEASE_PROGRAM,
     CLOSE_PROGRAM,
+    GETPEERNAME4_PROGRAM,
+    GETPEERNAME6_PROGRAM,
     BIND4_PROGRAM,
     BIND6_PROGRAM,
     CONNECT4_PROGRAM,

@@ -41,7 +41,7 @@ pub(super) fn classify(ctx: &SockAddrContext, connecting: &Connecting) -> Result
 /// and only a receiver steered on named ports (its any-port entry says
 /// [`DestValue::BY_PORT`]) takes a second lookup, for the port.
 #[inline(always)]
-fn dest_of(key: DestKey) -> Option<DestValue> {
+pub(super) fn dest_of(key: DestKey) -> Option<DestValue> {
     let any = DestKey { port: 0, ..key };
     // SAFETY: values are copied out at once.
     let dest = unsafe { SRAP_DESTS.get(any) }.copied()?;

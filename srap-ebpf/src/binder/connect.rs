@@ -19,6 +19,7 @@ use super::{
     nic::choose_nic,
     ports::PlanRows,
     record::{drop_bind_record, hold, pace},
+    spread::{chosen_receiver, chosen_route, spread_dest},
 };
 
 /// Binds a steered port if the socket and its destination are steered;
@@ -38,9 +39,18 @@ pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
         Err(verdict) => return verdict,
     };
     drop_bind_record(ctx);
-    // This host's NIC, unless the application bound an address.
-    let Some(dest) = choose_nic(ctx, family, dest) else {
-        return outcome::MAPS_UNFILLED;
+    // The receiver's NIC (IPv4), unless the application bound an address.
+    let (dest, peer) = if family == Family::Inet {
+        match spread_then_nic(ctx, family, dest, peer) {
+            Some(chosen) => chosen,
+            None => return outcome::MAPS_UNFILLED,
+        }
+    } else {
+        // This host's NIC, unless the application bound an address.
+        match choose_nic(ctx, family, dest) {
+            Some(dest) => (dest, peer),
+            None => return outcome::MAPS_UNFILLED,
+        }
     };
     // Steps 3 to 6.
     let result = bind_steered::<false>(ctx, family, &dest, peer, bound_addr);
@@ -48,6 +58,29 @@ pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
         count(event::SOURCE_KEPT);
     }
     result
+}
+
+/// The receiver address the connect is sent to ([`super::spread`]), then
+/// this host's NIC toward it ([`super::nic`]): the destination's entry and
+/// address after both choices. Only `connect4` spreads for now: with the
+/// choice in `connect6`, the kernel's verifier walked it past its million
+/// instructions (`connect6` keeps the address asked for).
+#[inline(always)]
+fn spread_then_nic(
+    ctx: &SockAddrContext,
+    family: Family,
+    dest: DestValue,
+    peer: Peer,
+) -> Option<(DestValue, Peer)> {
+    let chosen = spread_dest(ctx, family, &dest, &peer)?;
+    let (table, local_table) = chosen_route(chosen);
+    let route = DestValue {
+        table,
+        local_table,
+        ..dest
+    };
+    let dest = choose_nic(ctx, family, route)?;
+    Some(chosen_receiver(chosen, dest, peer))
 }
 
 /// Claims a slot of the destination's receiver (step 3), binds a port of it

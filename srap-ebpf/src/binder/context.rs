@@ -88,7 +88,7 @@ pub(super) fn connecting(ctx: &SockAddrContext, family: Family) -> Connecting {
 
 /// Word 2 of an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`), as the kernel's
 /// `user_ip6` holds it (network byte order).
-const V4_MAPPED_WORD: u32 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
+pub(super) const V4_MAPPED_WORD: u32 = u32::from_ne_bytes([0, 0, 0xff, 0xff]);
 
 /// Reads one context field (volatile keeps the compiler from deriving one
 /// field's address from another's, which the kernel's verifier refuses for

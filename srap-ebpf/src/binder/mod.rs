@@ -18,6 +18,9 @@
 //! 2. [`classify`]: is the socket of a steered protocol (TCP: a UDP
 //!    `connect()` is `protocol_not_steered`), is the destination steered,
 //!    and is the port SRAP's to choose;
+//!    then [`spread`]: under `--receiver-nics spread`, another address of
+//!    the receiver in turn, the connect's address rewritten to it and
+//!    given back by `getpeername()` (`getpeername4/6`);
 //!    then [`nic`]: under `--local-nics numa|balance`, the destination's
 //!    entry under the address of the NIC the policy chooses (the route's
 //!    when it finds none, counted);
@@ -48,7 +51,8 @@
 //! every way a bind can end, doubled that (so did a branch on whether the
 //! application bound an address: [`nic`] hands its choice back through
 //! a scratch row). The steps import downwards only, never from this file
-//! (`subflow` → `connect` → `classify`, `nic`; `nic` → `claim`; `bind` →
+//! (`subflow` → `connect` → `classify`, `spread`, `nic`; `spread` →
+//! `classify`; `nic` → `claim`; `bind` →
 //! `ports`, `claim`, `sockopt`; `classify` → `record` → `sockopt`; all of
 //! them → `context`, `maps`). `cargo run -p
 //! srap-tests --example kernel_verifier_walk` prints what each program
@@ -86,6 +90,7 @@ mod record;
 mod sock_ops;
 mod sock_release;
 mod sockopt;
+mod spread;
 mod subflow;
 
 use aya_ebpf::{macros::cgroup_sock_addr, programs::SockAddrContext};
@@ -105,6 +110,22 @@ pub fn srap_connect4(ctx: SockAddrContext) -> i32 {
 #[cgroup_sock_addr(connect6)]
 pub fn srap_connect6(ctx: SockAddrContext) -> i32 {
     maps::count(connect::connect(&ctx, Family::Inet6));
+    1
+}
+
+/// `getpeername()` of a socket [`spread`] moved: the IPv4 address its
+/// application asked for.
+#[cgroup_sock_addr(getpeername4)]
+pub fn srap_getpeername4(ctx: SockAddrContext) -> i32 {
+    spread::peer_name(&ctx, Family::Inet);
+    1
+}
+
+/// As [`srap_getpeername4`], for `AF_INET6` sockets (a dual-stack one
+/// toward an IPv4 receiver included).
+#[cgroup_sock_addr(getpeername6)]
+pub fn srap_getpeername6(ctx: SockAddrContext) -> i32 {
+    spread::peer_name(&ctx, Family::Inet6);
     1
 }
 

@@ -119,7 +119,7 @@ fn nic_tables(route_table: u32, numa: bool, down: u32) -> Option<(u32, u32)> {
 /// Whether the socket has a source address (a dual-stack socket's
 /// `::ffff:a.b.c.d` included; unbound, every word is zero).
 #[inline(always)]
-fn bound_any(ctx: &SockAddrContext, v4: bool) -> bool {
+pub(super) fn bound_any(ctx: &SockAddrContext, v4: bool) -> bool {
     let sk = sock_of(ctx);
     // SAFETY: field addresses within the kernel's bpf_sock.
     unsafe {

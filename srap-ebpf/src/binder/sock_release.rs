@@ -7,13 +7,15 @@ use core::ffi::c_void;
 use aya_ebpf::{helpers::bpf_get_socket_cookie, macros::cgroup_sock, programs::SockContext};
 use srap_common::binder::event;
 
-use super::record::release;
+use super::{record::release, spread::forget_asked};
 
 /// Frees the slots of a steered socket when its application closes it,
-/// and forgets it.
+/// and forgets it (and the address it asked for, when it was moved).
 #[cgroup_sock(sock_release)]
 pub fn srap_sock_release(ctx: SockContext) -> i32 {
-    release(cookie_of(&ctx), event::RELEASED);
+    let cookie = cookie_of(&ctx);
+    release(cookie, event::RELEASED);
+    forget_asked(cookie);
     1
 }
 
