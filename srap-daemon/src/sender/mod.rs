@@ -72,6 +72,7 @@ pub mod rate;
 pub mod replan;
 pub mod resolve;
 pub mod settings;
+pub mod spread;
 pub mod state;
 pub mod status;
 pub mod summary;

@@ -1,0 +1,185 @@
+//! `--receiver-nics asked|spread` (issue 44): whether a steered connect
+//! toward one address of a receiver of several NICs keeps that address
+//! (`asked`, as the kernel does) or may be sent to another address of the
+//! same receiver that accepts its port (`spread`), so a transfer's flows
+//! enter by every NIC.
+//!
+//! Under `spread` the agent plans every address a receiver agent's
+//! [`ReceiverNics`] names as a destination of its own, on a binder row of
+//! its own and with the RSS description of the NIC that holds it
+//! ([`nic_models`]): a flow's slot is then a (NIC, CPU) pair. For each
+//! address the application may ask for and each port that a listener
+//! accepts there, it writes the row of addresses the connect hook takes in
+//! turn ([`rows`], `srap_common::receiver_nics`): the asked one first, then
+//! every other address of the receiver that accepts that port, whose NIC is
+//! not down, and that this host has a plan toward (a route and a table).
+//! The rows follow each new report at once: a NIC reported down, or an
+//! address whose listener went, leaves its rows with the next plan.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    net::IpAddr,
+    str::FromStr,
+    sync::Arc,
+};
+
+use srap_common::{
+    binder::{DestKey, DestValue},
+    port_tables::addr_words,
+    protocol::Protocol,
+    receiver_nics::SpreadRow,
+    rss::{RssDescription, RssModel},
+    wire::{NicLink, ReceiverNics},
+};
+
+/// `--receiver-nics`: which of a receiver's addresses a steered connect
+/// goes to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ReceiverNicsMode {
+    /// The address the application asked for (the kernel's behaviour).
+    #[default]
+    Asked,
+    /// The receiver's addresses that accept the port, in turn.
+    Spread,
+}
+
+impl ReceiverNicsMode {
+    /// The name `--receiver-nics` and the `receiver-nics` key take.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Asked => "asked",
+            Self::Spread => "spread",
+        }
+    }
+}
+
+impl FromStr for ReceiverNicsMode {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        [Self::Asked, Self::Spread]
+            .into_iter()
+            .find(|m| m.name() == text)
+            .ok_or_else(|| format!("`{text}` is not asked or spread"))
+    }
+}
+
+impl fmt::Display for ReceiverNicsMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One receiver agent as the spread rows are made for it: the addresses
+/// an application may ask for (its `--peer`'s) and what it last said of
+/// its NICs and listeners.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpreadPeer {
+    pub asked: Vec<IpAddr>,
+    pub nics: ReceiverNics,
+}
+
+/// The addresses of `nics` to plan besides `asked`: every address a
+/// listener accepts on, not a link-local one (which needs a scope the
+/// hook cannot give), ascending.
+pub fn extra_addrs(asked: &[IpAddr], nics: &ReceiverNics) -> Vec<IpAddr> {
+    let accepting: BTreeSet<IpAddr> = nics
+        .ports
+        .iter()
+        .flat_map(|p| p.addrs.iter().copied())
+        .collect();
+    accepting
+        .into_iter()
+        .filter(|a| !asked.contains(a) && !link_local(*a))
+        .collect()
+}
+
+fn link_local(addr: IpAddr) -> bool {
+    match addr {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => v6.segments()[0] & 0xffc0 == 0xfe80,
+    }
+}
+
+/// Each address of `nics` with the model of the NIC that holds it (a NIC
+/// whose description is missing or not modelled is left out: its
+/// addresses are planned with the receiver's first description).
+pub fn nic_models(nics: &ReceiverNics) -> BTreeMap<IpAddr, Arc<RssModel>> {
+    let mut models = BTreeMap::new();
+    for nic in &nics.nics {
+        let Some(description) = &nic.description else {
+            continue;
+        };
+        let description = RssDescription::from(description.clone());
+        match RssModel::from_description(&description) {
+            Ok(model) => {
+                let model = Arc::new(model);
+                for addr in &nic.addrs {
+                    models.insert(*addr, model.clone());
+                }
+            }
+            Err(err) => tracing::warn!(
+                "receiver NIC {}: {err}; its addresses are planned with the first NIC's description",
+                nic.name
+            ),
+        }
+    }
+    models
+}
+
+/// The spread rows of `peers` over the plan's destinations `dests`: for
+/// each asked address and each port accepted there, the asked address and
+/// the others that accept the port, are on a NIC not down and have a
+/// destination in the plan (source unbound). A row of the asked address
+/// alone is not written.
+pub fn rows(dests: &[(DestKey, DestValue)], peers: &[SpreadPeer]) -> Vec<(DestKey, SpreadRow)> {
+    let planned: BTreeSet<DestKey> = dests
+        .iter()
+        .filter(|(k, v)| k.src == [0; 4] && v.table != DestValue::BY_PORT)
+        .map(|(k, _)| *k)
+        .collect();
+    let key = |addr: IpAddr, port: u16| {
+        let (family, words) = addr_words(addr);
+        let family = srap_common::family::Family::from_raw(family);
+        family.map(|f| DestKey::new(Protocol::Tcp, f, port, words, [0; 4]))
+    };
+    let has_plan = |addr: IpAddr, port: u16| {
+        [port, 0]
+            .into_iter()
+            .filter_map(|p| key(addr, p))
+            .any(|k| planned.contains(&k))
+    };
+    let mut out = Vec::new();
+    for peer in peers {
+        let up = |addr: &IpAddr| {
+            peer.nics
+                .nic_of(*addr)
+                .is_some_and(|nic| nic.link != NicLink::Down)
+        };
+        for accepted in &peer.nics.ports {
+            for asked in peer.asked.iter().filter(|a| accepted.addrs.contains(a)) {
+                let others = accepted.addrs.iter().filter(|b| {
+                    *b != asked
+                        && b.is_ipv4() == asked.is_ipv4()
+                        && up(b)
+                        && has_plan(**b, accepted.port)
+                });
+                let addrs: Vec<[u32; 4]> = std::iter::once(asked)
+                    .chain(others)
+                    .map(|a| addr_words(*a).1)
+                    .collect();
+                if addrs.len() < 2 || !has_plan(*asked, accepted.port) {
+                    continue;
+                }
+                if let Some(k) = key(*asked, accepted.port) {
+                    out.push((k, SpreadRow::of(&addrs)));
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
