@@ -14,6 +14,7 @@ use srap_daemon::sender::{
     ends::{LocalNicsPolicy, LocalPlacement, LocalSettings, PlacedEnds, SourceRules},
     local::bond::BondMembers,
     settings::{DescriptionSource, SenderSettings, SizeSettings},
+    spread::ReceiverNicsMode,
 };
 
 /// Where the receiver's RSS description comes from: exactly one of
@@ -111,6 +112,16 @@ pub struct SenderArgs {
     /// only [default: balance].
     #[arg(long, value_enum, value_name = "HOW")]
     pub bond_members: Option<BondMembersArg>,
+    /// Which of a receiver's addresses a steered flow goes to, when its
+    /// agent serves several NICs (`--iface` repeated): `asked`, the one
+    /// the application connected to, as the kernel does; `spread`, in
+    /// turn every address of that receiver whose listener accepts the
+    /// port, whose NIC is up and that this host routes to, each flow on a
+    /// CPU of the NIC it enters. The application's getpeername() still
+    /// returns the address it asked for. IPv4 only for now [default:
+    /// asked].
+    #[arg(long, value_enum, value_name = "WHICH")]
+    pub receiver_nics: Option<ReceiverNicsArg>,
     #[command(flatten)]
     pub local: LocalArgs,
     #[command(flatten)]
@@ -225,6 +236,25 @@ impl From<PlacementArg> for LocalPlacement {
     }
 }
 
+/// `--receiver-nics`' values, named as [`ReceiverNicsMode`]'s (the
+/// `receiver-nics` key of `--config` takes the same words).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReceiverNicsArg {
+    /// The address the application asked for.
+    Asked,
+    /// The receiver's accepting addresses, in turn.
+    Spread,
+}
+
+impl From<ReceiverNicsArg> for ReceiverNicsMode {
+    fn from(arg: ReceiverNicsArg) -> Self {
+        match arg {
+            ReceiverNicsArg::Asked => Self::Asked,
+            ReceiverNicsArg::Spread => Self::Spread,
+        }
+    }
+}
+
 /// `--local-nics`' values, named as [`LocalNicsPolicy`]'s (the
 /// `local-nics` key of `--config` takes the same words).
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -332,6 +362,7 @@ impl From<SenderArgs> for SenderSettings {
             metrics: args.metrics,
             interval: args.interval,
             bond_members: args.bond_members.map(BondMembers::from),
+            receiver_nics: args.receiver_nics.map(ReceiverNicsMode::from),
             local: LocalSettings {
                 placed_ends: args.local.steer.map(PlacedEnds::from),
                 local_ifaces: args.local.local_iface,
@@ -483,6 +514,21 @@ mod tests {
             let members = BondMembers::from(*arg);
             assert_eq!(name.parse::<BondMembers>(), Ok(members), "{name}");
             assert_eq!(members.to_string(), name);
+        }
+    }
+
+    /// `--receiver-nics` and the `receiver-nics` key take the same words.
+    #[test]
+    fn receiver_nics_flag_values_are_the_config_keys_words() {
+        for arg in ReceiverNicsArg::value_variants() {
+            let name = arg
+                .to_possible_value()
+                .expect("shown")
+                .get_name()
+                .to_owned();
+            let mode = ReceiverNicsMode::from(*arg);
+            assert_eq!(name.parse::<ReceiverNicsMode>(), Ok(mode), "{name}");
+            assert_eq!(mode.to_string(), name);
         }
     }
 

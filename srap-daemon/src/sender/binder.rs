@@ -27,6 +27,7 @@ use super::{
     maps,
     options::SenderOptions,
     plan::{Plan, PlanInputs},
+    spread::{self, ReceiverNicsMode},
     state::{self, SenderState},
 };
 
@@ -73,13 +74,16 @@ pub fn plan_on(
     range: PortRange,
     host: LocalHost,
 ) -> Result<Plan, SenderError> {
-    let plan = Plan::new(PlanInputs {
+    let mut plan = Plan::new(PlanInputs {
         receivers: &options.targets,
         host,
         local_nic: options.local.as_ref(),
         ports: &options.ports,
         range,
     })?;
+    if options.receiver_nics == ReceiverNicsMode::Spread {
+        plan.spread = spread::rows(&plan.dests, &options.spread);
+    }
     plan.check_fits(&options.sizes)?;
     Ok(plan)
 }

@@ -59,6 +59,8 @@ pub struct SenderConfig {
     pub local_cpus: Option<String>,
     pub local_placement: Option<String>,
     pub bond_members: Option<String>,
+    /// `asked` or `spread`, as `--receiver-nics`.
+    pub receiver_nics: Option<String>,
     pub max_receivers: Option<u32>,
     pub max_cpus: Option<u32>,
     pub max_sockets: Option<u32>,

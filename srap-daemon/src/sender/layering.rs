@@ -11,7 +11,7 @@ use std::{
 };
 
 /// Each module of `sender` and its floor, as the module doc lists them.
-const FLOORS: [(&str, u32); 28] = [
+const FLOORS: [(&str, u32); 29] = [
     ("error", 1),
     ("layout", 1),
     ("rate", 1),
@@ -19,6 +19,7 @@ const FLOORS: [(&str, u32); 28] = [
     ("target", 1),
     ("config", 1),
     ("landings", 1),
+    ("spread", 1),
     ("local", 2),
     ("state", 2),
     ("attach", 2),

@@ -72,7 +72,23 @@ fn fill_maps(
     )?;
     fill_receivers(maps, plan, config.row_slots)?;
     fill_nics(maps, plan)?;
-    fill_dests(maps, plan)
+    fill_dests(maps, plan)?;
+    fill_spread(maps, plan)
+}
+
+/// Writes the plan's spread rows (after the destinations they name) and
+/// removes every other: a NIC gone down or an address that stopped
+/// accepting leaves its rows with the plan that follows the report.
+fn fill_spread(maps: &mut impl BinderMaps, plan: &Plan) -> Result<(), SenderError> {
+    let present = maps.spread_keys()?;
+    for &(key, row) in &plan.spread {
+        maps.insert_spread(key, row)?;
+    }
+    let wanted: BTreeSet<DestKey> = plan.spread.iter().map(|(k, _)| *k).collect();
+    for key in present.iter().filter(|k| !wanted.contains(k)) {
+        maps.remove_spread(key)?;
+    }
+    Ok(())
 }
 
 /// Where `tcp_timewait_sock.tw_ts_recent_stamp` lies in the running kernel

@@ -24,7 +24,8 @@
 //!    ends' NICs a flow is placed on, and this host's settings),
 //!    [`target`] (a receiver address with its host's model), [`config`]
 //!    (the TOML file), [`landings`] (the socket hook reading where this
-//!    host's connections land).
+//!    host's connections land), [`spread`] (`--receiver-nics`: the rows
+//!    of a receiver's addresses a connect may be sent to).
 //! 2. **This host and the binder's records**: [`local`] (this host's
 //!    addresses, routes and bonds toward the receivers, its NICs as one
 //!    list and the source routing they need, its own NIC, the reader

@@ -16,6 +16,7 @@ use super::{
     },
     rate::PacingRate,
     settings::SenderSettings,
+    spread::{ReceiverNicsMode, SpreadPeer},
     target::Target,
 };
 
@@ -47,6 +48,12 @@ pub struct SenderOptions {
     /// `--local-nics` and the NICs of `--local-iface`, described: what
     /// this host's NICs are read with ([`super::local::LocalHost`]).
     pub nics: NicSettings,
+    /// `--receiver-nics`.
+    pub receiver_nics: ReceiverNicsMode,
+    /// Under `--receiver-nics spread`, each receiver agent's asked
+    /// addresses and NIC report, which the spread rows are made of
+    /// ([`super::spread::rows`]).
+    pub spread: Vec<SpreadPeer>,
 }
 
 impl SenderOptions {
@@ -73,6 +80,8 @@ impl SenderOptions {
             bonds: BondSettings::new(args.bond_members()),
             sizes: args.sizes.sizes()?,
             nics: nic_settings(args),
+            receiver_nics: args.receiver_nics(),
+            spread: Vec::new(),
         })
     }
 }

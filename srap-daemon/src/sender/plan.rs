@@ -36,6 +36,7 @@ use srap_common::{
     local_nics::NicTables,
     port_tables::{LayoutPlan, PortTableError, TablePlan, addr_words},
     protocol::Protocol,
+    receiver_nics::SpreadRow,
     rss::{End, RssModel},
     solver::PortRange,
 };
@@ -87,6 +88,9 @@ pub struct Plan {
     /// The NIC of each NUMA node ([`srap_common::local_nics::NO_NIC`]:
     /// none).
     pub node_nics: Vec<u32>,
+    /// Under `--receiver-nics spread`, the addresses each asked
+    /// destination's connects take in turn ([`super::spread::rows`]).
+    pub spread: Vec<(DestKey, SpreadRow)>,
 }
 
 /// What a plan is made from, each input a type of its own: the receivers
@@ -221,6 +225,7 @@ impl Plan {
             local: None,
             nic_tables: Vec::new(),
             node_nics: Vec::new(),
+            spread: Vec::new(),
             host: LocalHost {
                 toward: receivers.iter().map(|r| r.sources.clone()).collect(),
                 ..LocalHost::default()

@@ -18,6 +18,7 @@ use super::{
     layout::DEFAULT_PIN_DIR,
     local::bond::BondMembers,
     rate::PacingRate,
+    spread::ReceiverNicsMode,
 };
 
 /// Where the receiver's RSS description comes from: `--rss` or `--peer`,
@@ -78,6 +79,8 @@ pub struct SenderSettings {
     pub bond_members: Option<BondMembers>,
     pub local: LocalSettings,
     pub sizes: SizeSettings,
+    /// `--receiver-nics`; [`Self::receiver_nics`] gives the default.
+    pub receiver_nics: Option<ReceiverNicsMode>,
 }
 
 /// `--max-receivers`, `--max-cpus`, `--max-sockets`, `--max-layouts`: what
@@ -244,11 +247,24 @@ impl SenderSettings {
             .map(|m| m.parse::<BondMembers>().map_err(value("bond-members")))
             .transpose()?;
         fill(&mut self.bond_members, members);
+        let receiver_nics = config
+            .receiver_nics
+            .map(|m| {
+                m.parse::<ReceiverNicsMode>()
+                    .map_err(value("receiver-nics"))
+            })
+            .transpose()?;
+        fill(&mut self.receiver_nics, receiver_nics);
         fill(&mut self.sizes.max_receivers, config.max_receivers);
         fill(&mut self.sizes.max_cpus, config.max_cpus);
         fill(&mut self.sizes.max_sockets, config.max_sockets);
         fill(&mut self.sizes.max_layouts, config.max_layouts);
         Ok(self)
+    }
+
+    /// `--receiver-nics`, [`ReceiverNicsMode::Asked`] unless set.
+    pub fn receiver_nics(&self) -> ReceiverNicsMode {
+        self.receiver_nics.unwrap_or_default()
     }
 
     /// The key file for receiver `peer`: its `[[peer]]` table's, else

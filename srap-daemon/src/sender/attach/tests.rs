@@ -10,7 +10,7 @@ use std::{
 
 use srap_common::binder::{
     BIND4_PROGRAM, BIND6_PROGRAM, BinderSizes, CLOSE_PROGRAM, CONNECT4_PROGRAM, CONNECT6_PROGRAM,
-    PINNED_MAPS, RELEASE_PROGRAM,
+    GETPEERNAME4_PROGRAM, GETPEERNAME6_PROGRAM, PINNED_MAPS, RELEASE_PROGRAM,
 };
 
 use super::{
@@ -91,9 +91,11 @@ fn with_links(programs: &[&str]) -> FakePins {
     pins
 }
 
-const ALL: [&str; 6] = [
+const ALL: [&str; 8] = [
     RELEASE_PROGRAM,
     CLOSE_PROGRAM,
+    GETPEERNAME4_PROGRAM,
+    GETPEERNAME6_PROGRAM,
     BIND4_PROGRAM,
     BIND6_PROGRAM,
     CONNECT4_PROGRAM,
@@ -129,6 +131,8 @@ fn some_links_pinned_attach_the_rest_only() {
         attacher.attached,
         [
             CLOSE_PROGRAM,
+            GETPEERNAME4_PROGRAM,
+            GETPEERNAME6_PROGRAM,
             BIND6_PROGRAM,
             CONNECT4_PROGRAM,
             CONNECT6_PROGRAM
@@ -165,7 +169,12 @@ fn a_stray_file_at_a_link_pin_stops_the_attach_there() {
     );
     assert_eq!(
         attacher.attached,
-        [RELEASE_PROGRAM, CLOSE_PROGRAM],
+        [
+            RELEASE_PROGRAM,
+            CLOSE_PROGRAM,
+            GETPEERNAME4_PROGRAM,
+            GETPEERNAME6_PROGRAM
+        ],
         "none after it"
     );
 }
@@ -183,7 +192,14 @@ fn a_refused_attach_is_the_error_and_attaches_nothing_after_it() {
     );
     assert_eq!(
         attacher.attached,
-        [RELEASE_PROGRAM, CLOSE_PROGRAM, BIND4_PROGRAM, BIND6_PROGRAM]
+        [
+            RELEASE_PROGRAM,
+            CLOSE_PROGRAM,
+            GETPEERNAME4_PROGRAM,
+            GETPEERNAME6_PROGRAM,
+            BIND4_PROGRAM,
+            BIND6_PROGRAM
+        ]
     );
 }
 

@@ -3,10 +3,10 @@
 //! channel the follow loop selects on (the number of receivers is not known
 //! at compile time).
 
-use srap_common::wire::{CpuGrant, LandingReport};
+use srap_common::wire::{CpuGrant, LandingReport, ReceiverNics};
 use tokio::sync::mpsc;
 
-use crate::upstream::{PeerHandle, PeerStatus, Update};
+use crate::upstream::{NicsReport, PeerHandle, PeerStatus, Update};
 
 /// What changed at one receiver.
 #[derive(Debug, Clone)]
@@ -15,6 +15,8 @@ pub enum What {
     Grant(CpuGrant),
     Landing(LandingReport),
     Status(PeerStatus),
+    /// Its NICs and listeners (protocol 8), as it last reported them.
+    Nics(ReceiverNics),
 }
 
 /// An event of receiver `peer` (its position in `--peer` order).
@@ -31,7 +33,9 @@ pub fn forward(peer: usize, handle: &PeerHandle, tx: mpsc::UnboundedSender<Event
     let mut grants = handle.grants();
     let mut landings = handle.landings();
     let mut status = handle.status();
+    let mut nics = handle.nics();
     updates.mark_changed();
+    nics.mark_changed();
     grants.mark_changed();
     tokio::spawn(async move {
         loop {
@@ -40,6 +44,10 @@ pub fn forward(peer: usize, handle: &PeerHandle, tx: mpsc::UnboundedSender<Event
                 Ok(()) = grants.changed() => grants.borrow_and_update().clone().map(What::Grant),
                 Ok(()) = landings.changed() => (*landings.borrow_and_update()).map(What::Landing),
                 Ok(()) = status.changed() => Some(What::Status(status.borrow_and_update().clone())),
+                Ok(()) = nics.changed() => match &*nics.borrow_and_update() {
+                    NicsReport::Nics(report) => Some(What::Nics(report.clone())),
+                    _ => None,
+                },
                 else => return,
             };
             if let Some(what) = what

@@ -11,17 +11,26 @@
 //! here (they say why a decision was made); the `println!` lines the
 //! documentation shows are [`Action::Say`], so tests read them too.
 
-use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+    sync::Arc,
+};
 
 use srap_common::{
     rss::{KeySource, RssModel},
-    wire::{CpuGrant, LandingReport, LandingVerdict},
+    wire::{CpuGrant, LandingReport, LandingVerdict, ReceiverNics},
 };
 use tracing::{info, warn};
 
 use super::events::{Event as PeerEvent, What};
 use crate::{
-    sender::{options::SenderOptions, resolve, target::Target},
+    sender::{
+        options::SenderOptions,
+        resolve,
+        spread::{self, ReceiverNicsMode, SpreadPeer},
+        target::Target,
+    },
     upstream::{PeerStatus, Update},
 };
 
@@ -48,6 +57,15 @@ pub struct Peer {
     pub last_reason: Option<String>,
     /// Its `--peer` is a name, resolved again periodically.
     pub follows_name: bool,
+    /// Its last report of its NICs and listeners (protocol 8).
+    pub nics: Option<ReceiverNics>,
+    /// Under `--receiver-nics spread`: binder row and address of each of
+    /// its other addresses that a listener accepts on
+    /// ([`spread::extra_addrs`]), planned as destinations of their own.
+    pub extra: Vec<(u32, IpAddr)>,
+    /// Under `--receiver-nics spread`: each address's model, from the
+    /// description of the NIC that holds it ([`spread::nic_models`]).
+    pub nic_models: BTreeMap<IpAddr, Arc<RssModel>>,
 }
 
 impl Peer {
@@ -63,12 +81,21 @@ impl Peer {
             away: false,
             last_reason: None,
             follows_name: false,
+            nics: None,
+            extra: Vec::new(),
+            nic_models: BTreeMap::new(),
         }
+    }
+
+    /// Binder row and address of each of its addresses planned: those
+    /// asked for, then those it spreads over.
+    pub fn all_rows(&self) -> impl Iterator<Item = &(u32, IpAddr)> {
+        self.rows.iter().chain(&self.extra)
     }
 
     /// Its rows of the binder's per-receiver maps.
     pub fn row_set(&self) -> BTreeSet<u32> {
-        self.rows.iter().map(|(i, _)| *i).collect()
+        self.all_rows().map(|(i, _)| *i).collect()
     }
 
     /// Says once when it goes away (not at every failed reconnection) and
@@ -124,6 +151,9 @@ pub enum Why {
     LocalKey,
     /// A peer's name resolves to other addresses.
     Addresses,
+    /// Receiver `peer` reported other NICs or listeners
+    /// (`--receiver-nics spread`).
+    Nics { peer: usize },
 }
 
 /// What a failed action takes back (then the rest of its list is dropped).
@@ -210,6 +240,7 @@ impl Machine {
                     }
                     Vec::new()
                 }
+                What::Nics(nics) => self.on_nics(peer, nics),
             },
             Event::LocalKey(model) => self.on_local_key(model),
             Event::LocalVerdict(pause) => self.on_local_verdict(pause),
@@ -240,7 +271,7 @@ impl Machine {
         self.peers
             .iter()
             .filter(|r| r.paused)
-            .flat_map(|r| r.rows.iter().map(|(i, _)| *i))
+            .flat_map(|r| r.all_rows().map(|(i, _)| *i))
             .collect()
     }
 
@@ -260,6 +291,9 @@ impl Machine {
             What::Grant(grant) => receiver.granted = Some(grant),
             What::Status(status) => receiver.status = status,
             What::Landing(_) => {}
+            What::Nics(nics) => {
+                let _ = self.on_nics(n, nics);
+            }
         }
         says
     }
@@ -354,11 +388,64 @@ impl Machine {
             .iter()
             .flat_map(|r| {
                 r.model.iter().flat_map(|model| {
-                    r.rows.iter().map(|(index, addr)| Target {
+                    r.all_rows().map(|(index, addr)| Target {
                         index: *index,
                         addr: *addr,
-                        model: model.clone(),
+                        model: r.nic_models.get(addr).unwrap_or(model).clone(),
                     })
+                })
+            })
+            .collect()
+    }
+
+    /// Receiver `n`'s NICs and listeners. Under `--receiver-nics spread` a
+    /// change re-plans at once: each accepting address on its own row
+    /// with its NIC's model, and the spread rows made again (a NIC gone
+    /// down or an address no longer accepting leaves them); under `asked`
+    /// the report is only kept.
+    fn on_nics(&mut self, n: usize, nics: ReceiverNics) -> Vec<Action> {
+        let spread = self.options.receiver_nics == ReceiverNicsMode::Spread;
+        let taken: BTreeSet<u32> = self.peers.iter().flat_map(Peer::row_set).collect();
+        let Some(peer) = self.peers.get_mut(n) else {
+            return Vec::new();
+        };
+        if peer.nics.as_ref() == Some(&nics) {
+            return Vec::new();
+        }
+        if spread {
+            let asked: Vec<IpAddr> = peer.rows.iter().map(|(_, a)| *a).collect();
+            let want = spread::extra_addrs(&asked, &nics);
+            if want.is_empty() {
+                peer.extra.clear();
+            } else if let Some(extra) = resolve::reassign(&peer.extra, &want, &taken) {
+                peer.extra = extra;
+            }
+            peer.nic_models = spread::nic_models(&nics);
+        }
+        peer.nics = Some(nics);
+        if !spread {
+            return Vec::new();
+        }
+        let planned = peer.model.is_some();
+        self.options.targets = self.targets();
+        self.options.spread = self.spread_peers();
+        if !self.started || !planned {
+            return Vec::new();
+        }
+        vec![
+            Action::Replan(Why::Nics { peer: n }),
+            Action::AfterReplan { first: false },
+        ]
+    }
+
+    /// Each receiver that reported its NICs, with the addresses asked for.
+    fn spread_peers(&self) -> Vec<SpreadPeer> {
+        self.peers
+            .iter()
+            .filter_map(|p| {
+                p.nics.as_ref().map(|nics| SpreadPeer {
+                    asked: p.rows.iter().map(|(_, a)| *a).collect(),
+                    nics: nics.clone(),
                 })
             })
             .collect()
@@ -467,6 +554,7 @@ impl Machine {
         }
         if !actions.is_empty() {
             self.options.targets = self.targets();
+            self.options.spread = self.spread_peers();
             actions.push(Action::Replan(Why::Addresses));
             actions.push(Action::AfterReplan { first: false });
         }

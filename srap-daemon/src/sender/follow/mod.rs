@@ -397,6 +397,12 @@ impl Follower {
                     warn!("cannot re-plan for the new addresses ({err}); keeping the plan");
                 }
             }
+            Why::Nics { peer } => {
+                let name = &self.machine.peers[peer].addr;
+                if let Err(err) = timed_replan(binder, options, &format!("the NICs of {name}")) {
+                    warn!("receiver {name}: cannot re-plan for its NICs ({err}); keeping the plan");
+                }
+            }
         }
     }
 

@@ -111,7 +111,7 @@ fn seen_at_receiver(flow: &mut SenderFlowRow, receivers: &[Peer], handles: &[Pee
     };
     let receiver = receivers
         .iter()
-        .position(|r| r.rows.iter().any(|(_, addr)| *addr == dst.ip()))
+        .position(|r| r.all_rows().any(|(_, addr)| *addr == dst.ip()))
         .and_then(|n| handles.get(n));
     let seen = match receiver {
         Some(handle) => match &*handle.seen().borrow() {
@@ -165,8 +165,7 @@ fn receiver_row(receiver: &Peer, binder: Option<&RunningBinder>) -> ReceiverRow 
         reason: receiver.last_reason.clone().filter(|_| receiver.away),
         version: receiver.current.as_ref().map(|c| c.version),
         addresses: receiver
-            .rows
-            .iter()
+            .all_rows()
             .map(|(row, addr)| address_row(*row, *addr, binder.filter(|_| planned)))
             .collect(),
         grant: receiver.granted.as_ref().map(|g| GrantRow {

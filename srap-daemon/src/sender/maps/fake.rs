@@ -5,7 +5,10 @@
 use std::{any::Any, collections::BTreeMap, io};
 
 use aya::{Pod, maps::MapError, sys::SyscallError};
-use srap_common::binder::{DESTS_MAP, DestKey, DestValue};
+use srap_common::{
+    binder::{DESTS_MAP, DestKey, DestValue, SPREAD_MAP},
+    receiver_nics::SpreadRow,
+};
 
 use super::{BinderMaps, SenderError};
 
@@ -25,6 +28,7 @@ pub(crate) enum Write {
 pub(crate) struct FakeMaps {
     rows: BTreeMap<(&'static str, u32), Box<dyn Any>>,
     pub dests: BTreeMap<DestKey, DestValue>,
+    pub spread: BTreeMap<DestKey, SpreadRow>,
     /// Every write that succeeded, in order.
     pub writes: Vec<Write>,
     /// The write refused (with `E2BIG`, as a full or too small map does).
@@ -122,6 +126,22 @@ impl BinderMaps for FakeMaps {
     fn remove_dest(&mut self, key: &DestKey) -> Result<(), SenderError> {
         self.attempt(DESTS_MAP, Write::Remove(*key))?;
         self.dests.remove(key);
+        Ok(())
+    }
+
+    fn spread_keys(&self) -> Result<Vec<DestKey>, SenderError> {
+        Ok(self.spread.keys().copied().collect())
+    }
+
+    fn insert_spread(&mut self, key: DestKey, row: SpreadRow) -> Result<(), SenderError> {
+        self.attempt(SPREAD_MAP, Write::Insert(key))?;
+        self.spread.insert(key, row);
+        Ok(())
+    }
+
+    fn remove_spread(&mut self, key: &DestKey) -> Result<(), SenderError> {
+        self.attempt(SPREAD_MAP, Write::Remove(*key))?;
+        self.spread.remove(key);
         Ok(())
     }
 }

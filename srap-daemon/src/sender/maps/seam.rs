@@ -8,7 +8,10 @@ use aya::{
     Ebpf, Pod,
     maps::{Array, HashMap, Map},
 };
-use srap_common::binder::{DESTS_MAP, DestKey, DestValue};
+use srap_common::{
+    binder::{DESTS_MAP, DestKey, DestValue, SPREAD_MAP},
+    receiver_nics::SpreadRow,
+};
 
 use super::{SenderError, map_error};
 
@@ -31,6 +34,15 @@ pub(crate) trait BinderMaps {
 
     /// Removes one destination.
     fn remove_dest(&mut self, key: &DestKey) -> Result<(), SenderError>;
+
+    /// The spread rows in the map now, by key.
+    fn spread_keys(&self) -> Result<Vec<DestKey>, SenderError>;
+
+    /// Inserts or replaces one spread row.
+    fn insert_spread(&mut self, key: DestKey, row: SpreadRow) -> Result<(), SenderError>;
+
+    /// Removes one spread row.
+    fn remove_spread(&mut self, key: &DestKey) -> Result<(), SenderError>;
 }
 
 fn map_ref<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<&'a Map, SenderError> {
@@ -71,5 +83,23 @@ impl BinderMaps for Ebpf {
         let mut dests: HashMap<_, DestKey, DestValue> =
             HashMap::try_from(map_mut(self, DESTS_MAP)?).map_err(map_error(DESTS_MAP))?;
         dests.remove(key).map_err(map_error(DESTS_MAP))
+    }
+
+    fn spread_keys(&self) -> Result<Vec<DestKey>, SenderError> {
+        let rows: HashMap<_, DestKey, SpreadRow> =
+            HashMap::try_from(map_ref(self, SPREAD_MAP)?).map_err(map_error(SPREAD_MAP))?;
+        Ok(rows.keys().filter_map(Result::ok).collect())
+    }
+
+    fn insert_spread(&mut self, key: DestKey, row: SpreadRow) -> Result<(), SenderError> {
+        let mut rows: HashMap<_, DestKey, SpreadRow> =
+            HashMap::try_from(map_mut(self, SPREAD_MAP)?).map_err(map_error(SPREAD_MAP))?;
+        rows.insert(key, row, 0).map_err(map_error(SPREAD_MAP))
+    }
+
+    fn remove_spread(&mut self, key: &DestKey) -> Result<(), SenderError> {
+        let mut rows: HashMap<_, DestKey, SpreadRow> =
+            HashMap::try_from(map_mut(self, SPREAD_MAP)?).map_err(map_error(SPREAD_MAP))?;
+        rows.remove(key).map_err(map_error(SPREAD_MAP))
     }
 }

@@ -35,6 +35,8 @@ fn plan(remote: &Arc<RssModel>, both: Option<Arc<RssModel>>) -> LocalPlan {
             bonds: Default::default(),
             sizes: BinderSizes::default(),
             nics: Default::default(),
+            receiver_nics: Default::default(),
+            spread: Vec::new(),
         },
         both,
     }

@@ -38,6 +38,8 @@ fn options() -> SenderOptions {
         bonds: Default::default(),
         sizes: BinderSizes::default(),
         nics: Default::default(),
+        receiver_nics: Default::default(),
+        spread: Vec::new(),
     }
 }
 
