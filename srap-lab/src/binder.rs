@@ -55,6 +55,8 @@ impl<'a> LabBinder<'a> {
             bonds: Default::default(),
             sizes: srap_common::binder::BinderSizes::DEFAULT,
             nics: Default::default(),
+            receiver_nics: Default::default(),
+            spread: Vec::new(),
         };
         ns.run(|| sender::start(&options, srap_daemon::ebpf_object()))?
             .context("starting the binder in the sender namespace")?;

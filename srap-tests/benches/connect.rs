@@ -266,6 +266,8 @@ impl Attached {
             bonds: Default::default(),
             sizes: BinderSizes::DEFAULT,
             nics: Default::default(),
+            receiver_nics: Default::default(),
+            spread: Vec::new(),
         };
         let mut binder =
             sender::start(&options, srap_daemon::ebpf_object()).expect("attach the binder");

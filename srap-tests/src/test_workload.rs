@@ -43,7 +43,9 @@ const GREETING: &[u8] = b"srap test workload";
 /// connection per object: connect, send, close, RATE a second), `hot N` (N
 /// of those back to back), `pin CPU` (the connects after it run on that
 /// CPU; answered with no port), `udp N` (N UDP sockets `connect()`ed to
-/// `dst`, closed at once: the ports the kernel gave them), `bulk N KIB` (N
+/// `dst`, closed at once: the ports the kernel gave them), `peers` (for
+/// each open connection, 1 when `getpeername()` returns `dst`, else 0),
+/// `bulk N KIB` (N
 /// kept connections that each send KIB KiB after the greeting), `mptcp N` (N
 /// MPTCP connections, kept: their first subflows' ports); each is answered with one `SRAPWL ports P,P,…`
 /// line (0: a connect that failed); EOF ends it. Connects to `dst`.
@@ -118,6 +120,10 @@ pub fn serve(dst: SocketAddr) {
                 pin_to(number(0));
                 Vec::new()
             }
+            "peers" => open
+                .iter()
+                .map(|s| u16::from(s.peer_addr().is_ok_and(|p| p == dst)))
+                .collect(),
             "forkhold" => {
                 let ports = open
                     .iter()
@@ -336,6 +342,12 @@ impl Workload {
     /// `n` kept connections that each send `kib` KiB (`bulk N KIB`).
     pub fn bulk(&mut self, n: usize, kib: u32) -> Vec<u16> {
         self.ask(&format!("bulk {n} {kib}"))
+    }
+
+    /// For each open connection, whether `getpeername()` returns the
+    /// address and port it connected to.
+    pub fn peers_as_asked(&mut self) -> Vec<bool> {
+        self.ask("peers").into_iter().map(|v| v == 1).collect()
     }
 
     /// `n` kept connections bound to `ip` first (`ownaddr IP N`).

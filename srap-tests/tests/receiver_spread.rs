@@ -1,0 +1,322 @@
+//! The connect hook spreading a transfer over the receiver's NICs
+//! (`--receiver-nics spread`, issue 44), on a real kernel: a receiver
+//! namespace reached by two veth links on two subnets, its agent serving
+//! both (`--iface` twice), the sender agent following it with the first
+//! address as the one applications ask for.
+//!
+//! * `spread`, a server on the wildcard address: 16 flows to the first
+//!   address split 8/8 over the links, judged by the receiver links' own
+//!   `rx_bytes` (the kernel's count, not SRAP's) and by the addresses the
+//!   server accepted them on; the 16 accepted tuples sit on 16 distinct
+//!   (NIC, CPU) pairs by the RSS model's hash; every client's
+//!   `getpeername()` is the address it asked for; the hook counted 8
+//!   `dest_spread`.
+//! * `asked`, side by side: the kernel's choice, all 16 on the first link.
+//! * `spread`, a server bound to the first address only: no flow moved.
+//!
+//! The veth behind the second link has no RSS: both addresses are planned
+//! with the receiver's first description (the embedded one), each on its
+//! own binder row, so a flow's slot is a (NIC, CPU) pair. Everything lives
+//! in the test's namespaces, deleted on drop.
+
+use std::{
+    collections::BTreeSet,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    ops::ControlFlow,
+    time::Duration,
+};
+
+use srap_common::{
+    binder::event,
+    rss::{RssModel, embedded_default},
+};
+use srap_status::sender::ReceiverRow;
+use srap_tests::{
+    NetNs, TwoHosts, VethEnd, built_binary,
+    flows::{Accepted, Sink, listen_deep},
+    harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings, poll_until},
+    require_privileged,
+    subnet::Subnet,
+    test_workload::Workload,
+};
+
+const PEER_PORT: u16 = 7447;
+/// The service port.
+const DPORT: u16 = 5201;
+const TIMEOUT: Duration = Duration::from_secs(20);
+/// Flows per transfer.
+const FLOWS: usize = 16;
+/// What each flow sends, in KiB.
+const KIB: u32 = 256;
+
+/// Two namespaces, two links, the receiver agent serving both receiver
+/// ends and the sender agent following it.
+struct TwoNicReceiver {
+    sender: SenderAgent,
+    _receiver: ReceiverAgent,
+    far: VethEnd,
+    hosts: TwoHosts,
+    /// Dropped last: the second link's addresses.
+    _second: Subnet,
+}
+
+impl TwoNicReceiver {
+    /// Everything up, the sender under `--receiver-nics mode`.
+    fn start(mode: &str) -> Self {
+        let second = Subnet::lease().expect("a second subnet");
+        let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
+        let (_near, far) = hosts.second_link(&second).expect("a second veth link");
+        let listen = SocketAddr::new(hosts.receiver_end.ip(false), PEER_PORT);
+        let opts = ReceiverOpts::new(
+            built_binary("srap-agent"),
+            &hosts.receiver_end.ifname,
+            listen,
+        )
+        .rss(embedded_default())
+        .args([
+            "--iface".to_owned(),
+            far.ifname.clone(),
+            "--hook".to_owned(),
+            "sock".to_owned(),
+            "--allow".to_owned(),
+            format!("{}/32", hosts.sender_end.ip(false)),
+        ]);
+        let receiver = ReceiverAgent::start(&hosts.receiver, opts).expect("the receiver agent");
+        let opts = SenderOpts::new(built_binary("srap-agent"))
+            .peer(receiver.peer())
+            .args([
+                "--receiver".to_owned(),
+                hosts.receiver_end.ip(false).to_string(),
+                "--receiver-nics".to_owned(),
+                mode.to_owned(),
+            ]);
+        let mut sender = SenderAgent::new(&hosts.sender, opts).expect("a sender agent");
+        sender.launch().expect("the sender agent steers");
+        Self {
+            sender,
+            _receiver: receiver,
+            far,
+            hosts,
+            _second: second,
+        }
+    }
+
+    /// The address applications ask for (the first link's) and the
+    /// second link's.
+    fn addrs(&self) -> [IpAddr; 2] {
+        [self.hosts.receiver_end.ip(false), self.far.ip(false)]
+    }
+
+    /// A server of the test's own on `ip` port [`DPORT`] in the receiver
+    /// namespace, accepting on a thread.
+    fn serve(&self, ip: IpAddr) -> Sink {
+        let addr = SocketAddr::new(ip, DPORT);
+        let listener = self
+            .hosts
+            .receiver
+            .run(move || listen_deep(addr))
+            .expect("receiver netns")
+            .expect("listen");
+        Sink::start(listener)
+    }
+
+    /// The sender's row of the receiver, once `done` accepts it.
+    fn receiver_row(&self, what: &str, done: impl Fn(&ReceiverRow) -> bool) -> ReceiverRow {
+        let mut last = None;
+        let found = poll_until(TIMEOUT, Duration::from_millis(100), || {
+            let status = self.sender.status().expect("the sender's status");
+            match status.receivers.into_iter().next() {
+                Some(row) if done(&row) => ControlFlow::Break(row),
+                row => {
+                    last = row;
+                    ControlFlow::Continue(())
+                }
+            }
+        });
+        found.unwrap_or_else(|_| panic!("{what} within {TIMEOUT:?}; last: {last:#?}"))
+    }
+
+    /// Waits until the sender knows [`DPORT`] is accepted on `accepting`
+    /// and has planned `planned` addresses of the receiver.
+    fn await_port(&self, accepting: &[IpAddr], planned: usize) {
+        let want: BTreeSet<IpAddr> = accepting.iter().copied().collect();
+        self.receiver_row("the port's listener and the planned addresses", |r| {
+            r.addresses.len() == planned
+                && r.ports.iter().any(|p| {
+                    p.port == DPORT && p.addrs.iter().copied().collect::<BTreeSet<_>>() == want
+                })
+        });
+    }
+
+    /// The receiver links' `rx_bytes`, first then second.
+    fn rx_bytes(&self) -> [u64; 2] {
+        let read = |ns: &NetNs, iface: &str| {
+            ns.iface_counter(iface, "rx_bytes")
+                .expect("reading rx_bytes")
+        };
+        [
+            read(&self.hosts.receiver, &self.hosts.receiver_end.ifname),
+            read(&self.hosts.receiver, &self.far.ifname),
+        ]
+    }
+
+    fn spread_count(&self) -> u64 {
+        self.sender
+            .stats()
+            .expect("binder stats")
+            .get(event::DEST_SPREAD)
+    }
+
+    /// [`FLOWS`] kept flows of [`KIB`] KiB each to the first address,
+    /// from the sender's cgroup; what the server accepted, what each
+    /// link received meanwhile, and whether every client's
+    /// `getpeername()` was the address it asked for.
+    fn transfer(&self, sink: Sink) -> Transfer {
+        let asked = SocketAddr::new(self.addrs()[0], DPORT);
+        let before = self.rx_bytes();
+        let cgroup = self.sender.cgroup().to_path_buf();
+        let mut workload = Workload::spawn(&self.hosts.sender, Some(&cgroup), asked);
+        let opened = workload.bulk(FLOWS, KIB);
+        assert!(
+            opened.iter().all(|p| *p != 0),
+            "a connect failed: {opened:?}"
+        );
+        let as_asked = workload.peers_as_asked();
+        let accepted = sink.finish(Duration::from_millis(500));
+        let after = self.rx_bytes();
+        workload.finish();
+        Transfer {
+            accepted,
+            rx: [after[0] - before[0], after[1] - before[1]],
+            as_asked,
+        }
+    }
+}
+
+/// One transfer as the receiver and the client saw it.
+struct Transfer {
+    accepted: Vec<Accepted>,
+    /// Bytes each receiver link received during it.
+    rx: [u64; 2],
+    as_asked: Vec<bool>,
+}
+
+impl Transfer {
+    /// The accepted flows' client ends by the receiver address they
+    /// reached, first then second.
+    fn peers_by_addr(&self, addrs: [IpAddr; 2]) -> [Vec<SocketAddr>; 2] {
+        addrs.map(|a| {
+            self.accepted
+                .iter()
+                .filter(|f| f.local.ip() == a)
+                .map(|f| f.peer)
+                .collect()
+        })
+    }
+
+    fn assert_as_asked(&self) {
+        assert_eq!(self.as_asked.len(), FLOWS, "{:?}", self.as_asked);
+        assert!(
+            self.as_asked.iter().all(|ok| *ok),
+            "getpeername() is the address asked for: {:?}",
+            self.as_asked
+        );
+    }
+}
+
+/// What one flow's payload is at least on the link it entered.
+const FLOW_BYTES: u64 = KIB as u64 * 1024;
+
+#[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
+fn spread_splits_a_transfer_over_both_nics_on_distinct_cpus() {
+    require_privileged("a receiver of two veth links and a spreading sender");
+    let setup = TwoNicReceiver::start("spread");
+    let addrs = setup.addrs();
+    let sink = setup.serve(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    setup.await_port(&addrs, 2);
+    let spread_before = setup.spread_count();
+    let transfer = setup.transfer(sink);
+    assert_eq!(transfer.accepted.len(), FLOWS, "{:?}", transfer.accepted);
+    let [first, second] = transfer.peers_by_addr(addrs);
+    println!(
+        "spread: {} flows on {}, {} on {}; rx_bytes {:?}",
+        first.len(),
+        addrs[0],
+        second.len(),
+        addrs[1],
+        transfer.rx
+    );
+    assert_eq!((first.len(), second.len()), (8, 8), "8/8 by address");
+    let half = FLOWS as u64 / 2 * FLOW_BYTES;
+    for (link, bytes) in transfer.rx.iter().enumerate() {
+        assert!(
+            *bytes >= half && *bytes < half * 3 / 2,
+            "link {link} received {bytes} bytes, half the transfer is {half}: {:?}",
+            transfer.rx
+        );
+    }
+    // 16 distinct (NIC, CPU) pairs by the model each address is planned
+    // with (the receiver's first description: the veth has none).
+    let model = RssModel::from_description(&embedded_default()).expect("model");
+    let mut pairs = BTreeSet::new();
+    for (nic, peers) in [first, second].iter().enumerate() {
+        let service = SocketAddr::new(addrs[nic], DPORT);
+        for landing in landings(&model, peers, service).expect("landings") {
+            pairs.insert((nic, landing.cpu));
+        }
+    }
+    assert_eq!(pairs.len(), FLOWS, "(NIC, CPU) pairs: {pairs:?}");
+    transfer.assert_as_asked();
+    assert_eq!(
+        setup.spread_count() - spread_before,
+        8,
+        "half the connects were sent to the second address"
+    );
+}
+
+#[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
+fn asked_keeps_the_kernels_choice_of_one_nic() {
+    require_privileged("a receiver of two veth links and a sender that keeps the address");
+    let setup = TwoNicReceiver::start("asked");
+    let addrs = setup.addrs();
+    let sink = setup.serve(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    setup.await_port(&addrs, 1);
+    let transfer = setup.transfer(sink);
+    let [first, second] = transfer.peers_by_addr(addrs);
+    println!(
+        "asked: {} flows on {}, {} on {}; rx_bytes {:?}",
+        first.len(),
+        addrs[0],
+        second.len(),
+        addrs[1],
+        transfer.rx
+    );
+    assert_eq!((first.len(), second.len()), (FLOWS, 0), "all on the first");
+    assert!(
+        transfer.rx[0] >= FLOWS as u64 * FLOW_BYTES,
+        "{:?}",
+        transfer.rx
+    );
+    assert!(transfer.rx[1] < FLOW_BYTES, "{:?}", transfer.rx);
+    transfer.assert_as_asked();
+    assert_eq!(setup.spread_count(), 0);
+}
+
+#[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
+fn a_server_bound_to_one_address_gets_every_flow_there() {
+    require_privileged("a receiver of two veth links whose server listens on one");
+    let setup = TwoNicReceiver::start("spread");
+    let addrs = setup.addrs();
+    let sink = setup.serve(addrs[0]);
+    // No port is accepted on the second address: it is not planned.
+    setup.await_port(&addrs[..1], 1);
+    let transfer = setup.transfer(sink);
+    let [first, second] = transfer.peers_by_addr(addrs);
+    assert_eq!((first.len(), second.len()), (FLOWS, 0), "no flow moved");
+    assert!(transfer.rx[1] < FLOW_BYTES, "{:?}", transfer.rx);
+    transfer.assert_as_asked();
+    assert_eq!(setup.spread_count(), 0, "no connect was sent elsewhere");
+}
