@@ -377,6 +377,11 @@ pub const SENDER_METRICS: &[(&str, &str, &str)] = &[
         "Open steered flows (--steer local|both) this host receives on the CPU of the thread that connected them (cpu=reader), on another CPU (cpu=other), or with either unknown (cpu=unknown)",
     ),
     (
+        "srap_sender_spread_flows",
+        "gauge",
+        "Open steered flows the hook sent to another address of their receiver than the one the application asked for (--receiver-nics spread), by the address asked for and the one used",
+    ),
+    (
         "srap_sender_flow_cpu",
         "gauge",
         "Each open steered flow's CPU on this host: of the thread that connected it, at connect() (kind=connecting), and the one that processes what it receives (kind=receiving)",
@@ -465,6 +470,11 @@ pub fn render_sender(status: &SenderStatus) -> String {
                 sample("{cpu=\"other\"}", other);
                 sample("{cpu=\"unknown\"}", unknown);
             }
+            "srap_sender_spread_flows" => {
+                for ((asked, used), n) in spread_flows(&status.flows) {
+                    sample(&format!("{{asked=\"{asked}\",used=\"{used}\"}}"), n);
+                }
+            }
             "srap_sender_flow_cpu" => {
                 for f in &status.flows {
                     let (Some(src), Some(dst)) = (f.src, f.dst) else {
@@ -533,6 +543,20 @@ pub fn render_sender(status: &SenderStatus) -> String {
         }
     }
     out
+}
+
+/// Open flows the hook sent elsewhere than asked, per (address asked
+/// for, address used), in address order.
+fn spread_flows(
+    flows: &[crate::sender::SenderFlowRow],
+) -> std::collections::BTreeMap<(std::net::IpAddr, std::net::IpAddr), u64> {
+    let mut counts = std::collections::BTreeMap::new();
+    for f in flows {
+        if let (Some(asked), Some(dst)) = (f.asked, f.dst) {
+            *counts.entry((asked, dst.ip())).or_insert(0) += 1;
+        }
+    }
+    counts
 }
 
 /// Open flows received on their connecting thread's CPU, on another, and

@@ -296,6 +296,12 @@ pub struct SenderFlowRow {
     pub src: Option<SocketAddr>,
     /// The server's address and port.
     pub dst: Option<SocketAddr>,
+    /// The receiver address the application connected to, when the hook
+    /// sent the flow to another address of that receiver
+    /// (`--receiver-nics spread`; `dst` is the one used). `None`: the
+    /// address asked for is `dst`'s.
+    #[serde(default)]
+    pub asked: Option<std::net::IpAddr>,
     /// The receiver's CPU by its description (`None`: not planned for it).
     pub receiver_cpu_planned: Option<u32>,
     /// The receiver's CPU as its observer saw it (`None`: not reported;

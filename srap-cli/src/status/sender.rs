@@ -347,7 +347,9 @@ pub(super) fn reader_line(flows: &[SenderFlowRow]) -> Option<String> {
     ))
 }
 
-/// A flow's cells: its address, the server's, its receiver CPU planned/seen
+/// A flow's cells: its address, the server's (with the address the
+/// application asked for when the hook sent it to another of the
+/// receiver's, `--receiver-nics spread`), its receiver CPU planned/seen
 /// (`!` first when they differ), its local CPU planned/seen and the CPU of
 /// the thread that connected / the CPU that receives its data (`!` first
 /// when they differ; `-`: unknown). The text's and the live page's.
@@ -355,9 +357,13 @@ pub(super) fn flow_cells(f: &SenderFlowRow) -> [String; 5] {
     let cpu = |c: Option<u32>| c.map_or("-".to_owned(), |c| c.to_string());
     let addr = |a: Option<std::net::SocketAddr>| a.map_or("-".to_owned(), |a| a.to_string());
     let off = if f.receiver_cpu_off_plan { "!" } else { "" };
+    let dst = match f.asked {
+        Some(asked) => format!("{} (asked {asked})", addr(f.dst)),
+        None => addr(f.dst),
+    };
     [
         addr(f.src),
-        addr(f.dst),
+        dst,
         format!(
             "{off}{}/{}",
             cpu(f.receiver_cpu_planned),

@@ -181,6 +181,7 @@ pub fn add_local(status: &mut SenderStatus, local: &LocalEnd, targets: &[Target]
             SenderFlowRow {
                 src: Some(row.src),
                 dst: Some(row.dst),
+                asked: None,
                 receiver_cpu_planned,
                 receiver_cpu_seen: None,
                 receiver_queue_seen: None,

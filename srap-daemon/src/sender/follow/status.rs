@@ -2,7 +2,12 @@
 //! receiver's row, and each open flow with where the receiver saw it; the
 //! rest is the shared [`crate::sender::status`]'s.
 
+use std::net::IpAddr;
+
 use srap_common::{
+    binder::DestKey,
+    port_tables::addr_words,
+    receiver_nics::{MAX_SPREAD, SpreadRow},
     rss::FlowTuple,
     wire::{MAX_SEEN_FLOWS, NicInfo},
 };
@@ -47,8 +52,10 @@ impl Follower {
         } else if let Some(opened) = &self.opened {
             add_opened(&mut status, opened, &self.machine.options.targets);
         }
+        let spread = binder.map_or(&[][..], |b| b.plan.spread.as_slice());
         for flow in &mut status.flows {
             seen_at_receiver(flow, &self.machine.peers, &self.handles);
+            flow.asked = asked_of(flow, &self.machine.peers, spread);
         }
         self.add_mptcp(&mut status);
         if let Some(binder) = binder {
@@ -73,6 +80,35 @@ impl Follower {
             Err(err) => debug!("reading this host's MPTCP subflows: {err}"),
         }
     }
+}
+
+/// The address the application asked for, when `flow` goes to an address
+/// it did not ask for: one of a receiver's spread addresses
+/// (`--receiver-nics spread`), by the spread row of its port that lists
+/// it. The hook records the asked address per socket for getpeername(),
+/// not for the agent: a receiver asked at several addresses names the
+/// first whose row lists it.
+fn asked_of(
+    flow: &SenderFlowRow,
+    peers: &[Peer],
+    spread: &[(DestKey, SpreadRow)],
+) -> Option<IpAddr> {
+    let dst = flow.dst?;
+    if !peers
+        .iter()
+        .any(|p| p.extra.iter().any(|(_, a)| *a == dst.ip()))
+    {
+        return None;
+    }
+    let words = addr_words(dst.ip()).1;
+    let (key, _) = spread.iter().find(|(key, row)| {
+        key.port == u32::from(dst.port())
+            && row.addrs[..row.count.min(MAX_SPREAD) as usize].contains(&words)
+    })?;
+    peers
+        .iter()
+        .flat_map(|p| p.rows.iter().map(|(_, a)| *a))
+        .find(|a| addr_words(*a).1 == key.addr && a.is_ipv4() == dst.is_ipv4())
 }
 
 /// The steered cgroup's open connections toward the receivers with
