@@ -30,7 +30,7 @@ use srap_common::{
     binder::event,
     rss::{RssModel, embedded_default},
 };
-use srap_status::sender::ReceiverRow;
+use srap_status::{SenderStatus, sender::ReceiverRow};
 use srap_tests::{
     NetNs, TwoHosts, VethEnd, built_binary,
     flows::{Accepted, Sink, listen_deep},
@@ -160,6 +160,21 @@ impl TwoNicReceiver {
         ]
     }
 
+    /// The sender's status once it lists every flow of a transfer (its
+    /// socket hook records each at its handshake), or the last one.
+    fn open_flows_status(&self) -> SenderStatus {
+        let mut last = None;
+        let found = poll_until(TIMEOUT, Duration::from_millis(100), || {
+            let status = self.sender.status().expect("the sender's status");
+            if status.flows.len() >= FLOWS {
+                return ControlFlow::Break(status);
+            }
+            last = Some(status);
+            ControlFlow::Continue(())
+        });
+        found.unwrap_or_else(|_| last.expect("a status"))
+    }
+
     fn spread_count(&self) -> u64 {
         self.sender
             .stats()
@@ -182,6 +197,9 @@ impl TwoNicReceiver {
             "a connect failed: {opened:?}"
         );
         let as_asked = workload.peers_as_asked();
+        // Before the server closes: its listener gone, the second address
+        // accepts nothing and leaves the plan.
+        let status = self.open_flows_status();
         let accepted = sink.finish(Duration::from_millis(500));
         let after = self.rx_bytes();
         workload.finish();
@@ -189,6 +207,7 @@ impl TwoNicReceiver {
             accepted,
             rx: [after[0] - before[0], after[1] - before[1]],
             as_asked,
+            status,
         }
     }
 }
@@ -199,6 +218,8 @@ struct Transfer {
     /// Bytes each receiver link received during it.
     rx: [u64; 2],
     as_asked: Vec<bool>,
+    /// The sender's status while the flows were open.
+    status: SenderStatus,
 }
 
 impl Transfer {
@@ -272,6 +293,28 @@ fn spread_splits_a_transfer_over_both_nics_on_distinct_cpus() {
         setup.spread_count() - spread_before,
         8,
         "half the connects were sent to the second address"
+    );
+    // The sender's status: each moved flow with the address asked for
+    // beside the one used, and each address's row its own flows.
+    let flows = &transfer.status.flows;
+    let moved: Vec<_> = flows.iter().filter(|f| f.asked.is_some()).collect();
+    assert_eq!(moved.len(), 8, "{flows:#?}");
+    assert!(
+        moved
+            .iter()
+            .all(|f| f.asked == Some(addrs[0]) && f.dst.map(|d| d.ip()) == Some(addrs[1])),
+        "{moved:#?}"
+    );
+    let row = &transfer.status.receivers[0];
+    let open: Vec<(Option<IpAddr>, u64)> = row
+        .addresses
+        .iter()
+        .map(|a| (a.addr, a.open_flows))
+        .collect();
+    assert_eq!(
+        open,
+        [(Some(addrs[0]), 8), (Some(addrs[1]), 8)],
+        "flows per receiver NIC's address"
     );
 }
 
