@@ -726,6 +726,38 @@ mod tests {
     }
 
     #[test]
+    fn each_moved_flow_counts_under_the_address_asked_for_and_the_one_used() {
+        let flow = |src: &str, dst: &str, asked: Option<&str>| crate::sender::SenderFlowRow {
+            src: src.parse().ok(),
+            dst: dst.parse().ok(),
+            asked: asked.and_then(|a| a.parse().ok()),
+            ..Default::default()
+        };
+        let status = SenderStatus {
+            flows: vec![
+                flow("10.0.0.1:40001", "10.0.0.2:5201", None),
+                flow("10.0.1.1:40002", "10.0.1.2:5201", Some("10.0.0.2")),
+                flow("10.0.1.1:40003", "10.0.1.2:5201", Some("10.0.0.2")),
+            ],
+            ..SenderStatus::default()
+        };
+        let text = render_sender(&status);
+        assert!(
+            text.contains("# TYPE srap_sender_spread_flows gauge"),
+            "{text}"
+        );
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("srap_sender_spread_flows{"))
+            .collect();
+        assert_eq!(
+            lines,
+            ["srap_sender_spread_flows{asked=\"10.0.0.2\",used=\"10.0.1.2\"} 2"],
+            "the flow kept on its address counts nowhere"
+        );
+    }
+
+    #[test]
     fn the_sender_exposes_its_counters_and_occupancy_repairs() {
         let mut status = SenderStatus {
             binder: vec![("steered".into(), 16), ("released".into(), 8)],

@@ -632,6 +632,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_moved_flow_shows_the_address_asked_for_beside_the_one_used() {
+        let moved = SenderFlowRow {
+            src: "10.0.1.1:40002".parse().ok(),
+            dst: "10.0.1.2:5201".parse().ok(),
+            asked: "10.0.0.2".parse().ok(),
+            ..SenderFlowRow::default()
+        };
+        assert_eq!(flow_cells(&moved)[1], "10.0.1.2:5201 (asked 10.0.0.2)");
+        let kept = SenderFlowRow {
+            asked: None,
+            ..moved
+        };
+        assert_eq!(flow_cells(&kept)[1], "10.0.1.2:5201");
+    }
+
+    #[test]
     fn every_receiver_with_its_version_grant_and_counters() {
         let status = two_receivers();
         let text = render(&status);
