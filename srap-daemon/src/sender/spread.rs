@@ -128,6 +128,20 @@ pub fn nic_models(nics: &ReceiverNics) -> BTreeMap<IpAddr, Arc<RssModel>> {
     models
 }
 
+/// Whether two reports of one receiver make the same plan: the same
+/// NICs with the same addresses, links and descriptions, and the same
+/// listeners. Its verifiers' verdicts and rates change often and plan
+/// nothing.
+pub fn same_plan(old: &ReceiverNics, new: &ReceiverNics) -> bool {
+    let planned = |r: &ReceiverNics| {
+        r.nics
+            .iter()
+            .map(|n| (n.addrs.clone(), n.link, n.description.clone()))
+            .collect::<Vec<_>>()
+    };
+    old.ports == new.ports && planned(old) == planned(new)
+}
+
 /// The spread rows of `peers` over the plan's destinations `dests`: for
 /// each asked address and each port accepted there, the asked address and
 /// the others that accept the port, are on a NIC not down and have a

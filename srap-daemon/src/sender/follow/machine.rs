@@ -399,7 +399,8 @@ impl Machine {
     }
 
     /// Receiver `n`'s NICs and listeners. Under `--receiver-nics spread` a
-    /// change re-plans at once: each accepting address on its own row
+    /// change of what the plan is made of ([`spread::same_plan`]: not a
+    /// verifier's new verdict) re-plans at once: each accepting address on its own row
     /// with its NIC's model, and the spread rows made again (a NIC gone
     /// down or an address no longer accepting leaves them); under `asked`
     /// the report is only kept.
@@ -409,23 +410,23 @@ impl Machine {
         let Some(peer) = self.peers.get_mut(n) else {
             return Vec::new();
         };
-        if peer.nics.as_ref() == Some(&nics) {
+        let planned_same = peer
+            .nics
+            .as_ref()
+            .is_some_and(|old| spread::same_plan(old, &nics));
+        if planned_same || !spread {
+            peer.nics = Some(nics);
             return Vec::new();
         }
-        if spread {
-            let asked: Vec<IpAddr> = peer.rows.iter().map(|(_, a)| *a).collect();
-            let want = spread::extra_addrs(&asked, &nics);
-            if want.is_empty() {
-                peer.extra.clear();
-            } else if let Some(extra) = resolve::reassign(&peer.extra, &want, &taken) {
-                peer.extra = extra;
-            }
-            peer.nic_models = spread::nic_models(&nics);
+        let asked: Vec<IpAddr> = peer.rows.iter().map(|(_, a)| *a).collect();
+        let want = spread::extra_addrs(&asked, &nics);
+        if want.is_empty() {
+            peer.extra.clear();
+        } else if let Some(extra) = resolve::reassign(&peer.extra, &want, &taken) {
+            peer.extra = extra;
         }
+        peer.nic_models = spread::nic_models(&nics);
         peer.nics = Some(nics);
-        if !spread {
-            return Vec::new();
-        }
         let planned = peer.model.is_some();
         self.options.targets = self.targets();
         self.options.spread = self.spread_peers();

@@ -108,3 +108,15 @@ fn the_extra_addresses_are_the_accepting_ones_not_asked() {
     nics.nics[1].addrs.push(ip("fe80::1"));
     assert_eq!(extra_addrs(&[ip("10.0.1.2")], &nics), [ip("10.0.2.2")]);
 }
+
+#[test]
+fn a_new_verdict_plans_nothing_a_link_or_listener_does() {
+    let now = two_nics(NicLink::Up);
+    let mut verdict = now.clone();
+    verdict.nics[1].cpus = vec![0];
+    assert!(same_plan(&now, &verdict), "CPUs and verdicts plan nothing");
+    assert!(!same_plan(&now, &two_nics(NicLink::Down)));
+    let mut gone = now.clone();
+    gone.ports.pop();
+    assert!(!same_plan(&now, &gone));
+}

@@ -523,3 +523,97 @@ fn the_wait_names_each_receiver_and_its_link() {
         format!("receiver {A}: connecting; receiver {B}: last attempt: refused")
     );
 }
+
+/// Receiver B's report: NIC eth0 holds 10.0.0.2 (asked), eth1 holds
+/// 10.0.9.2 with the [`second_nic`] description and `link`; port 5201 is
+/// accepted on both.
+fn b_nics(link: srap_common::wire::NicLink) -> srap_common::wire::ReceiverNics {
+    use srap_common::wire::{NicInfo, NicLink, PortAcceptance, ReceiverNics};
+    let nic = |name: &str, addr: &str, link, description: Option<RssDescription>| NicInfo {
+        name: name.into(),
+        addrs: vec![ip(addr)],
+        numa_node: None,
+        link,
+        speed_mbps: None,
+        description: description.as_ref().map(Into::into),
+        verifier: None,
+        cpus: vec![0, 1],
+    };
+    ReceiverNics {
+        nics: vec![
+            nic("eth0", "10.0.0.2", NicLink::Up, None),
+            nic("eth1", "10.0.9.2", link, Some(second_nic())),
+        ],
+        ports: vec![PortAcceptance {
+            port: 5201,
+            addrs: vec![ip("10.0.0.2"), ip("10.0.9.2")],
+        }],
+    }
+}
+
+/// [`started`] under `--receiver-nics spread`, B described too.
+fn spreading() -> Machine {
+    let mut machine = two_receivers();
+    machine.options.receiver_nics = crate::sender::spread::ReceiverNicsMode::Spread;
+    machine.on(peer(0, What::Update(update(1, first_nic()))));
+    machine.on(peer(1, What::Update(update(1, first_nic()))));
+    machine.start();
+    machine
+}
+
+#[test]
+fn under_spread_each_accepting_address_is_planned_on_its_own_row_with_its_nics_model() {
+    use srap_common::wire::NicLink;
+    let mut machine = spreading();
+    let actions = machine.on(peer(1, What::Nics(b_nics(NicLink::Up))));
+    assert_eq!(
+        actions,
+        vec![
+            Action::Replan(Why::Nics { peer: 1 }),
+            Action::AfterReplan { first: false },
+        ]
+    );
+    assert_eq!(
+        machine.peers[1].extra,
+        vec![(4, ip("10.0.9.2"))],
+        "a free row"
+    );
+    let second = machine
+        .options
+        .targets
+        .iter()
+        .find(|t| t.addr == ip("10.0.9.2"))
+        .expect("the second address is a target");
+    assert_eq!(second.index, 4);
+    assert_eq!(second.model.indir(), model(&second_nic()).indir(), "eth1's");
+    assert_eq!(machine.options.spread.len(), 1);
+    assert_eq!(machine.options.spread[0].asked, [ip("10.0.0.2")]);
+
+    // A new verdict or CPU list plans nothing; a NIC gone down does.
+    let mut verdict = b_nics(NicLink::Up);
+    verdict.nics[1].cpus = vec![1];
+    assert!(machine.on(peer(1, What::Nics(verdict))).is_empty());
+    let down = machine.on(peer(1, What::Nics(b_nics(NicLink::Down))));
+    assert_eq!(down.first(), Some(&Action::Replan(Why::Nics { peer: 1 })));
+}
+
+#[test]
+fn under_asked_a_nic_report_is_only_kept() {
+    use srap_common::wire::NicLink;
+    let mut machine = started();
+    machine.on(peer(1, What::Update(update(1, first_nic()))));
+    assert!(
+        machine
+            .on(peer(1, What::Nics(b_nics(NicLink::Up))))
+            .is_empty()
+    );
+    assert!(machine.peers[1].nics.is_some());
+    assert!(machine.peers[1].extra.is_empty());
+    assert!(
+        machine
+            .options
+            .targets
+            .iter()
+            .all(|t| t.addr != ip("10.0.9.2"))
+    );
+}
