@@ -363,3 +363,106 @@ fn a_server_bound_to_one_address_gets_every_flow_there() {
     transfer.assert_as_asked();
     assert_eq!(setup.spread_count(), 0, "no connect was sent elsewhere");
 }
+
+/// How soon a receiver NIC reported down must leave the spread rows.
+const FALLBACK_BUDGET: Duration = Duration::from_secs(1);
+
+impl TwoNicReceiver {
+    /// The sender's re-plans for the receiver's NICs so far.
+    fn nic_replans(&self) -> usize {
+        self.sender
+            .log()
+            .text()
+            .lines()
+            .filter(|l| l.contains("replanned for the NICs of"))
+            .count()
+    }
+}
+
+#[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
+fn a_receiver_nic_taken_down_is_left_out_at_once_and_no_connect_fails() {
+    require_privileged("a receiver of two veth links, one taken down");
+    let setup = TwoNicReceiver::start("spread");
+    let addrs = setup.addrs();
+    let sink = setup.serve(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    setup.await_port(&addrs, 2);
+    let replans = setup.nic_replans();
+    let down = std::time::Instant::now();
+    setup
+        .hosts
+        .receiver
+        .ip(["link", "set", "dev", &setup.far.ifname, "down"])
+        .expect("ip link set down");
+    let replanned = poll_until(TIMEOUT, Duration::from_millis(10), || {
+        if setup.nic_replans() > replans {
+            ControlFlow::Break(down.elapsed())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    let took = replanned.unwrap_or_else(|_| {
+        panic!(
+            "no re-plan after the second NIC went down; the sender's log:\n{}",
+            setup.sender.log().tail()
+        )
+    });
+    println!("the second NIC's rows left {took:?} after it went down");
+    let spread_before = setup.spread_count();
+    let transfer = setup.transfer(sink);
+    let [first, second] = transfer.peers_by_addr(addrs);
+    assert_eq!(
+        (first.len(), second.len()),
+        (FLOWS, 0),
+        "every flow to the address asked for"
+    );
+    transfer.assert_as_asked();
+    assert_eq!(
+        setup.spread_count(),
+        spread_before,
+        "none sent to the NIC down"
+    );
+    assert!(
+        took <= FALLBACK_BUDGET,
+        "the NIC down left the rows after {took:?}"
+    );
+}
+
+#[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
+fn a_listener_gone_from_the_second_address_takes_its_rows_along() {
+    require_privileged("a receiver of two veth links whose wildcard listener goes");
+    let setup = TwoNicReceiver::start("spread");
+    let addrs = setup.addrs();
+    let wildcard = setup.serve(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    setup.await_port(&addrs, 2);
+    let replans = setup.nic_replans();
+    let gone = std::time::Instant::now();
+    drop(wildcard.finish(Duration::ZERO));
+    let sink = setup.serve(addrs[0]);
+    let replanned = poll_until(TIMEOUT, Duration::from_millis(10), || {
+        if setup.nic_replans() > replans {
+            ControlFlow::Break(gone.elapsed())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    let took = replanned.unwrap_or_else(|_| {
+        panic!(
+            "no re-plan after the listener went; the sender's log:\n{}",
+            setup.sender.log().tail()
+        )
+    });
+    println!("the second address's rows left {took:?} after its listener went");
+    setup.await_port(&addrs[..1], 1);
+    let spread_before = setup.spread_count();
+    let transfer = setup.transfer(sink);
+    let [first, second] = transfer.peers_by_addr(addrs);
+    assert_eq!((first.len(), second.len()), (FLOWS, 0), "every flow back");
+    transfer.assert_as_asked();
+    assert_eq!(setup.spread_count(), spread_before);
+    assert!(
+        took <= FALLBACK_BUDGET,
+        "the listener's rows left after {took:?}"
+    );
+}
