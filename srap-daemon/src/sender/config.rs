@@ -220,9 +220,10 @@ mod tests {
         assert!(all.rss.is_some() && all.control.is_some() && all.interval.is_some());
         assert_eq!(all.peer.len(), 1);
         assert!(all.peer[0].psk_file.is_some());
+        assert_eq!(all.receiver_nics.as_deref(), Some("spread"));
         assert_eq!(
             uncommented.lines().count(),
-            27,
+            28,
             "one line per key, and a [[peer]] table: {uncommented}"
         );
     }
