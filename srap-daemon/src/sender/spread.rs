@@ -28,7 +28,7 @@ use srap_common::{
     binder::{DestKey, DestValue},
     port_tables::addr_words,
     protocol::Protocol,
-    receiver_nics::SpreadRow,
+    receiver_nics::{MAX_SPREAD, SpreadRow},
     rss::{RssDescription, RssModel},
     wire::{NicLink, ReceiverNics},
 };
@@ -128,6 +128,39 @@ pub fn nic_models(nics: &ReceiverNics) -> BTreeMap<IpAddr, Arc<RssModel>> {
     models
 }
 
+/// The link speed of the NIC that holds `addr` (`None`: unknown).
+fn speed_of(nics: &ReceiverNics, addr: IpAddr) -> Option<u32> {
+    nics.nic_of(addr)
+        .and_then(|n| n.speed_mbps)
+        .filter(|s| *s > 0)
+}
+
+/// The addresses of a row, each as often as its NIC's speed is a multiple
+/// of the slowest's (rounded), interleaved so turns alternate; once each
+/// when a speed is unknown (a veth) or the weights would not fit in
+/// [`MAX_SPREAD`] turns. The first stays the asked one.
+fn weighted(chosen: &[(IpAddr, Option<u32>)]) -> Vec<IpAddr> {
+    let once = || chosen.iter().map(|(a, _)| *a).collect();
+    let Some(speeds) = chosen.iter().map(|(_, s)| *s).collect::<Option<Vec<u32>>>() else {
+        return once();
+    };
+    let slowest = speeds.iter().copied().min().unwrap_or(1).max(1);
+    let mut left: Vec<u32> = speeds.iter().map(|s| (s + slowest / 2) / slowest).collect();
+    if left.iter().sum::<u32>() > MAX_SPREAD {
+        return once();
+    }
+    let mut out = Vec::new();
+    while left.iter().any(|n| *n > 0) {
+        for (i, n) in left.iter_mut().enumerate() {
+            if *n > 0 {
+                *n -= 1;
+                out.push(chosen[i].0);
+            }
+        }
+    }
+    out
+}
+
 /// Whether two reports of one receiver make the same plan: the same
 /// NICs with the same addresses, links and descriptions, and the same
 /// listeners. Its verifiers' verdicts and rates change often and plan
@@ -145,8 +178,9 @@ pub fn same_plan(old: &ReceiverNics, new: &ReceiverNics) -> bool {
 /// The spread rows of `peers` over the plan's destinations `dests`: for
 /// each asked address and each port accepted there, the asked address and
 /// the others that accept the port, are on a NIC not down and have a
-/// destination in the plan (source unbound). A row of the asked address
-/// alone is not written.
+/// destination in the plan (source unbound), one per NIC, weighted by
+/// link speed ([`weighted`]). A row of the asked address alone is not
+/// written.
 pub fn rows(dests: &[(DestKey, DestValue)], peers: &[SpreadPeer]) -> Vec<(DestKey, SpreadRow)> {
     let planned: BTreeSet<DestKey> = dests
         .iter()
@@ -173,19 +207,32 @@ pub fn rows(dests: &[(DestKey, DestValue)], peers: &[SpreadPeer]) -> Vec<(DestKe
         };
         for accepted in &peer.nics.ports {
             for asked in peer.asked.iter().filter(|a| accepted.addrs.contains(a)) {
-                let others = accepted.addrs.iter().filter(|b| {
-                    *b != asked
-                        && b.is_ipv4() == asked.is_ipv4()
-                        && up(b)
-                        && has_plan(**b, accepted.port)
-                });
-                let addrs: Vec<[u32; 4]> = std::iter::once(asked)
-                    .chain(others)
-                    .map(|a| addr_words(*a).1)
-                    .collect();
-                if addrs.len() < 2 || !has_plan(*asked, accepted.port) {
+                if !has_plan(*asked, accepted.port) {
                     continue;
                 }
+                // One address per NIC (the asked one for its own NIC), so
+                // a NIC of two addresses is not taken twice as often.
+                let mut nics = vec![peer.nics.nic_of(*asked).map(|n| n.name.as_str())];
+                let mut chosen = vec![(*asked, speed_of(&peer.nics, *asked))];
+                for b in &accepted.addrs {
+                    let nic = peer.nics.nic_of(*b).map(|n| n.name.as_str());
+                    if b != asked
+                        && b.is_ipv4() == asked.is_ipv4()
+                        && up(b)
+                        && !nics.contains(&nic)
+                        && has_plan(*b, accepted.port)
+                    {
+                        nics.push(nic);
+                        chosen.push((*b, speed_of(&peer.nics, *b)));
+                    }
+                }
+                if chosen.len() < 2 {
+                    continue;
+                }
+                let addrs: Vec<[u32; 4]> = weighted(&chosen)
+                    .into_iter()
+                    .map(|a| addr_words(a).1)
+                    .collect();
                 if let Some(k) = key(*asked, accepted.port) {
                     out.push((k, SpreadRow::of(&addrs)));
                 }

@@ -120,3 +120,31 @@ fn a_new_verdict_plans_nothing_a_link_or_listener_does() {
     gone.ports.pop();
     assert!(!same_plan(&now, &gone));
 }
+
+#[test]
+fn a_faster_nic_takes_more_turns_and_an_unknown_speed_one_each() {
+    let (a, b) = (ip("10.0.1.2"), ip("10.0.2.2"));
+    assert_eq!(
+        weighted(&[(a, Some(100_000)), (b, Some(200_000))]),
+        [a, b, b]
+    );
+    assert_eq!(weighted(&[(a, Some(100_000)), (b, None)]), [a, b]);
+    assert_eq!(
+        weighted(&[(a, Some(1_000)), (b, Some(100_000))]),
+        [a, b],
+        "past MAX_SPREAD"
+    );
+}
+
+#[test]
+fn a_second_address_of_one_nic_is_no_second_turn() {
+    let mut nics = two_nics(NicLink::Up);
+    nics.nics[1].addrs.push(ip("10.0.2.3"));
+    nics.ports[1].addrs.push(ip("10.0.2.3"));
+    let rows = rows(
+        &planned(&["10.0.1.2", "10.0.2.2", "10.0.2.3"]),
+        &[peer(nics)],
+    );
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].1.count, 2, "{:?}", rows[0].1);
+}
