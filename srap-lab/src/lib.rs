@@ -27,6 +27,7 @@ pub mod capacity;
 pub mod direction;
 pub mod experiment;
 pub mod plot;
+pub mod receiver_nics;
 pub mod report;
 pub mod run;
 pub mod throughput;

@@ -345,6 +345,15 @@ pub fn iperf3_accepted_streams(json: &str) -> anyhow::Result<Vec<Iperf3Stream>> 
         .collect()
 }
 
+/// The receiving side's own rate over an `iperf3 -J` run
+/// (`end.sum_received.bits_per_second`).
+pub fn iperf3_received_bps(json: &str) -> anyhow::Result<f64> {
+    let value: serde_json::Value = serde_json::from_str(json).context("an iperf3 -J output")?;
+    value["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .context("iperf3 -J output without end.sum_received.bits_per_second")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,6 +388,9 @@ mod tests {
         );
         assert_eq!(streams[0].remote_host.to_string(), "10.0.0.1");
         assert!(iperf3_accepted_streams(r#"{"start":{}}"#).is_err());
+        let rate = r#"{"end":{"sum_received":{"bits_per_second":2.5e8}}}"#;
+        assert_eq!(iperf3_received_bps(rate).expect("parses"), 2.5e8);
+        assert!(iperf3_received_bps(json).is_err());
     }
 
     #[test]
