@@ -77,11 +77,14 @@ pub struct LabArgs {
     /// kernel-chosen ports. `--experiment` alone (or `placement`): short
     /// connections judged by the observer. `--experiment throughput`: long
     /// iperf3 flows on receive queues of --queue-rate each, measured at the
-    /// receiver.
+    /// receiver. `--experiment numa-nics`: a QEMU guest with a NIC per NUMA
+    /// node, one reader pinned per vCPU downloading and uploading for
+    /// --duration s, the bytes through the far node's NIC with the kernel's
+    /// choice and with SRAP's.
     #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "placement")]
     pub experiment: Option<Experiment>,
     /// Trials per kind in --experiment (default: 20 for placement, 10 for
-    /// throughput).
+    /// throughput, 3 for numa-nics).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub trials: Option<u64>,
     /// Give each receive queue of the veth lab's NIC this capacity (e.g.
@@ -100,7 +103,9 @@ pub struct LabArgs {
     pub observer: Option<LabObserver>,
     /// With --experiment throughput: write PNG and SVG plots into this
     /// directory (per-flow rates over time, aggregate per trial); with
-    /// --bond, its aggregate per trial (`bond-aggregate-N-MODE`).
+    /// --bond, its aggregate per trial (`bond-aggregate-N-MODE`); with
+    /// --experiment numa-nics, the bytes through the far node's NIC per
+    /// trial (`numa-far-nic`).
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
     /// Run the bond capacity experiment instead: a QEMU guest whose bond of
@@ -140,6 +145,10 @@ pub enum Experiment {
     Placement,
     /// Long flows on rate-limited receive queues, judged by throughput.
     Throughput,
+    /// A QEMU guest with two NUMA nodes and a NIC on each: the bytes
+    /// reaching pinned readers through the far node's NIC, the kernel's
+    /// choice of NIC beside SRAP's `--local-nics numa`.
+    NumaNics,
 }
 
 /// The receiver NIC the lab runs against.

@@ -2,7 +2,9 @@
 //! flow's rate over time in one kernel-port trial and one SRAP trial (the
 //! paper's Figures 1 and 3), and every trial's aggregate for both modes;
 //! and of `--bond` ([`write_bond`]): every trial's aggregate over the
-//! capped members, each kernel trial marked with its split.
+//! capped members, each kernel trial marked with its split; and of
+//! `--experiment numa-nics` ([`write_numa`]): the bytes through the far
+//! node's NIC per trial, the kernel's choice beside SRAP's.
 //!
 //! Text is drawn with `ab_glyph` from a TTF read at run time (DejaVu Sans,
 //! Debian's `fonts-dejavu-core`), so nothing needs fontconfig or freetype.
@@ -20,8 +22,11 @@ use plotters::{
 
 use srap_harness::guest::bond_lab::Ports;
 
+use srap_harness::{guest::numa_lab::Choice, readers::Transfer};
+
 use crate::{
     bond_throughput::{BondThroughputReport, split_text},
+    numa_nics::{NumaNicsReport, NumaRound},
     throughput::{ModeReport, Spread, ThroughputReport, TrialResult},
 };
 
@@ -105,6 +110,20 @@ pub fn write_bond(
         Canvas::Svg(root) => draw_bond(root, report),
     };
     both_formats(dir, name, draw)
+}
+
+/// Writes `dir/numa-far-nic.png` and `.svg`: per trial of `--experiment
+/// numa-nics`, the MB that reached readers through the far node's NIC,
+/// the kernel's choice beside SRAP's, downloads filled and uploads hollow,
+/// with each kernel round's share of the NICs' bytes; returns the files.
+pub fn write_numa(report: &NumaNicsReport, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    load_font()?;
+    std::fs::create_dir_all(dir).map_err(|e| PlotError::Dir(dir.to_path_buf(), e))?;
+    let draw = |canvas: &Canvas<'_>| match canvas {
+        Canvas::Png(root) => draw_numa(root, report),
+        Canvas::Svg(root) => draw_numa(root, report),
+    };
+    both_formats(dir, "numa-far-nic", draw)
 }
 
 /// Either backend's drawing area.
@@ -418,6 +437,79 @@ fn draw_bond<DB: DrawingBackend>(
                 style.clone(),
             )
         }))
+        .map_err(err)?;
+    legend(&mut chart).map_err(err)
+}
+
+fn draw_numa<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    report: &NumaNicsReport,
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let mb = |r: &NumaRound| r.far_nic_bytes as f64 / 1e6;
+    let trials = report.rounds.iter().map(|r| r.trial).max().unwrap_or(1) as f64;
+    let top = report.rounds.iter().map(mb).fold(1.0, f64::max) * 1.2;
+    root.fill(&WHITE).map_err(err)?;
+    let title = format!(
+        "Bytes through the far NUMA node's NIC: {} nodes, a NIC each, {} readers",
+        report.nodes,
+        report.nodes * report.cpus_per_node
+    );
+    let mut chart = trial_chart(
+        root,
+        title,
+        trials,
+        top,
+        "MB through the far node's NIC",
+        Some(1),
+    )?;
+    let ways = [
+        (Transfer::Download, "downloads"),
+        (Transfer::Upload, "uploads"),
+    ];
+    for (choice, name, color, shift) in [
+        (Choice::Kernel, "kernel's NIC", SHARED, -0.12),
+        (Choice::Srap, "SRAP numa", ALONE, 0.12),
+    ] {
+        for (transfer, way) in ways {
+            let rounds = report.of(choice, transfer);
+            if rounds.is_empty() {
+                continue;
+            }
+            let filled = transfer == Transfer::Download;
+            let nudge = if filled { 0.0 } else { 0.06 };
+            let style = if filled {
+                color.filled()
+            } else {
+                color.stroke_width(2)
+            };
+            let total: f64 = rounds.iter().map(|r| mb(r)).sum();
+            chart
+                .draw_series(
+                    rounds
+                        .iter()
+                        .map(|r| Circle::new((r.trial as f64 + shift + nudge, mb(r)), 6, style)),
+                )
+                .map_err(err)?
+                .label(format!("{name}, {way} ({total:.1} MB in all)"))
+                .legend(move |(x, y)| Circle::new((x + 10, y), 6, style));
+        }
+    }
+    // Each kernel download's share of the NICs' bytes, beside its point.
+    let text = TextStyle::from((FAMILY, 12).into_font()).color(&SHARED);
+    chart
+        .draw_series(
+            report
+                .of(Choice::Kernel, Transfer::Download)
+                .iter()
+                .map(|r| {
+                    Text::new(
+                        format!("{:.0}%", r.far_share() * 100.0),
+                        (r.trial as f64 - 0.4, mb(r) + top * 0.02),
+                        text.clone(),
+                    )
+                }),
+        )
         .map_err(err)?;
     legend(&mut chart).map_err(err)
 }

@@ -1,6 +1,7 @@
 //! One `srap-lab` run ([`run`]): checks the flags go together, then runs
-//! the bond experiment, a QEMU guest, an experiment on the veth lab or the
-//! plain lab, and prints (or writes as JSON, and draws) what it measured.
+//! the bond experiment, the two-NIC experiment, a QEMU guest, an
+//! experiment on the veth lab or the plain lab, and prints (or writes as
+//! JSON, and draws) what it measured.
 
 use std::{process::Stdio, time::Duration};
 
@@ -11,6 +12,7 @@ use srap_harness::{
     interrupt::{self, interrupted},
     privilege,
     programs::{self, ChildGuard, client_via, iperf3_server, srap_binary},
+    readers::Transfer,
 };
 
 use crate::{
@@ -20,7 +22,7 @@ use crate::{
     bond_throughput,
     capacity::{QueueRate, Rate},
     direction::Direction,
-    experiment, plot,
+    experiment, numa_nics, plot,
     report::{self, MIN_DATA_BYTES, RunReport},
     throughput::{self, ThroughputPlan},
     topology::{LabNet, LabNetConfig, LabObserver, Watch},
@@ -46,8 +48,11 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     if args.bond_mode.is_some() || args.member_rate.is_some() {
         bail!("--bond-mode and --member-rate go with --bond");
     }
+    if args.experiment == Some(Experiment::NumaNics) {
+        return run_numa_nics(args);
+    }
     if args.plot.is_some() && args.experiment != Some(Experiment::Throughput) {
-        bail!("--plot goes with --experiment throughput or --bond");
+        bail!("--plot goes with --experiment throughput or numa-nics, or --bond");
     }
     check_observer(args)?;
     if let Some(nic) = args.nic.guest() {
@@ -88,7 +93,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     match args.experiment {
         Some(Experiment::Placement) => return run_placement(args, queues, flows),
         Some(Experiment::Throughput) => return run_throughput(args, queues, flows),
-        None => {}
+        Some(Experiment::NumaNics) | None => {}
     }
     let net = LabNet::with_config(LabNetConfig {
         queue_rate: args.queue_rate.and_then(QueueRate::rate),
@@ -345,6 +350,92 @@ fn run_bond(args: &LabArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The flags `--experiment numa-nics` leaves out: it boots its own
+/// two-node guest, one reader per vCPU, both directions, kernel and SRAP.
+fn check_numa_args(args: &LabArgs) -> anyhow::Result<()> {
+    let others = [
+        (args.nic != Nic::Veth, "--nic"),
+        (args.queues.is_some(), "--queues"),
+        (args.smp.is_some(), "--smp"),
+        (args.flows.is_some(), "--flows"),
+        (args.workload != DEFAULT_WORKLOAD, "--workload"),
+        (args.direction != Direction::Push, "--direction"),
+        (args.local_placement.is_some(), "--local-placement"),
+        (args.queue_rate.is_some(), "--queue-rate"),
+        (args.observer.is_some(), "--observer"),
+        (args.hold, "--hold"),
+    ];
+    let given: Vec<&str> = others
+        .iter()
+        .filter(|(set, _)| *set)
+        .map(|(_, flag)| *flag)
+        .collect();
+    if !given.is_empty() {
+        bail!(
+            "--experiment numa-nics runs its own two-node guest, one reader per vCPU each way: \
+             leave out {}",
+            given.join(", ")
+        );
+    }
+    if args.duration < 1 {
+        bail!("--duration with --experiment numa-nics is each reader's seconds: 1 or more");
+    }
+    Ok(())
+}
+
+/// `--experiment numa-nics`: the two-NIC guest ([`numa_nics`]).
+fn run_numa_nics(args: &LabArgs) -> anyhow::Result<()> {
+    check_numa_args(args)?;
+    let plan = numa_nics::NumaPlan {
+        trials: args.trials.unwrap_or(NUMA_TRIALS) as usize,
+        seconds: args.duration,
+        transfers: vec![Transfer::Download, Transfer::Upload],
+    };
+    let image = virtio::prepare_image(args)?;
+    let json = args.json;
+    if !json {
+        eprintln!(
+            "{} trials, each {} s downloads and uploads with the kernel's NIC and with SRAP's; \
+             booting the two-node guest",
+            plan.trials, plan.seconds
+        );
+    }
+    let report = numa_nics::run(&image, &plan, &mut |round, table| {
+        tracing::debug!("{table}");
+        if !json {
+            eprintln!(
+                "trial {} {:?} {:<6} far NIC {:>6.1} MB, own NIC {}/{}, own CPU {}/{}, RPS {}",
+                round.trial,
+                round.transfer,
+                round.choice.label(),
+                round.far_nic_bytes as f64 / 1e6,
+                round.own_node_nic,
+                round.readers,
+                round.own_cpu,
+                round.readers,
+                round.rps_packets
+            );
+        }
+    })?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.render());
+        println!("wall time: {:.0} s", report.wall_seconds);
+    }
+    if let Some(dir) = &args.plot {
+        let files = plot::write_numa(&report, dir)?;
+        if !json {
+            print_plots(&files);
+        }
+    }
+    Ok(())
+}
+
+/// `--trials` for `--experiment numa-nics` when none is given: each trial
+/// is four rounds of the emulated guest, about a minute on two cores.
+const NUMA_TRIALS: u64 = 3;
 
 /// `--observer` chooses the experiments' own observer (the plain lab's is
 /// the receiver agent's, `--hook`); placement trials are judged by it, so
