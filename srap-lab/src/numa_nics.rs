@@ -199,7 +199,15 @@ impl NumaNicsReport {
         let _ = writeln!(
             out,
             "  {:>5}  {:<8}  {:<6}  {:>12} {:>7}  {:>9}  {:>9}  {:>7}  {:>15}",
-            "trial", "way", "NICs", "far NIC, MB", "share", "own NIC", "own CPU", "RPS", "NICs' MB"
+            "trial",
+            "way",
+            "NIC by",
+            "far NIC, MB",
+            "share",
+            "own NIC",
+            "own CPU",
+            "RPS",
+            "MB per NIC"
         );
         for r in &self.rounds {
             let _ = writeln!(
@@ -283,7 +291,8 @@ impl NumaNicsReport {
     }
 }
 
-fn way(transfer: Transfer) -> &'static str {
+/// `download` or `upload`, as the table prints it.
+pub fn way(transfer: Transfer) -> &'static str {
     match transfer {
         Transfer::Download => "download",
         Transfer::Upload => "upload",

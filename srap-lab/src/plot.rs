@@ -113,9 +113,9 @@ pub fn write_bond(
 }
 
 /// Writes `dir/numa-far-nic.png` and `.svg`: per trial of `--experiment
-/// numa-nics`, the MB that reached readers through the far node's NIC,
-/// the kernel's choice beside SRAP's, downloads filled and uploads hollow,
-/// with each kernel round's share of the NICs' bytes; returns the files.
+/// numa-nics`, the MB that went through the far node's NIC, the kernel's
+/// choice beside SRAP's, a panel per direction, with each kernel round's
+/// share of the NICs' bytes; returns the files.
 pub fn write_numa(report: &NumaNicsReport, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
     load_font()?;
     std::fs::create_dir_all(dir).map_err(|e| PlotError::Dir(dir.to_path_buf(), e))?;
@@ -441,77 +441,92 @@ fn draw_bond<DB: DrawingBackend>(
     legend(&mut chart).map_err(err)
 }
 
+/// One panel per direction the report ran (downloads by `rx_bytes`,
+/// uploads by `tx_bytes`: their scales differ tenfold, the uploads being
+/// unpaced).
 fn draw_numa<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     report: &NumaNicsReport,
 ) -> Result<(), String> {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let mb = |r: &NumaRound| r.far_nic_bytes as f64 / 1e6;
-    let trials = report.rounds.iter().map(|r| r.trial).max().unwrap_or(1) as f64;
-    let top = report.rounds.iter().map(mb).fold(1.0, f64::max) * 1.2;
     root.fill(&WHITE).map_err(err)?;
-    let title = format!(
-        "Bytes through the far NUMA node's NIC: {} nodes, a NIC each, {} readers",
-        report.nodes,
-        report.nodes * report.cpus_per_node
-    );
+    let ways: Vec<Transfer> = [Transfer::Download, Transfer::Upload]
+        .into_iter()
+        .filter(|&t| !report.of(Choice::Kernel, t).is_empty())
+        .collect();
+    let panels = root.split_evenly((1, ways.len().max(1)));
+    for (panel, transfer) in panels.iter().zip(ways) {
+        numa_panel(panel, report, transfer)?;
+    }
+    Ok(())
+}
+
+/// MB through the far node's NIC per trial in one direction, the kernel's
+/// choice and SRAP's, each kernel trial with its share of the NICs' bytes.
+fn numa_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    report: &NumaNicsReport,
+    transfer: Transfer,
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let mb = |r: &NumaRound| r.far_nic_bytes as f64 / 1e6;
+    let kernel = report.of(Choice::Kernel, transfer);
+    let srap = report.of(Choice::Srap, transfer);
+    let trials = kernel.len().max(srap.len()).max(1) as f64;
+    let top = kernel
+        .iter()
+        .chain(&srap)
+        .map(|r| mb(r))
+        .fold(1.0, f64::max)
+        * 1.25;
+    let (way, counter) = match transfer {
+        Transfer::Download => ("Downloads", "rx_bytes"),
+        Transfer::Upload => ("Uploads", "tx_bytes"),
+    };
+    let title = format!("{way}: far node's NIC ({counter})");
     let mut chart = trial_chart(
-        root,
+        area,
         title,
         trials,
         top,
         "MB through the far node's NIC",
-        Some(1),
+        Some(0),
     )?;
-    let ways = [
-        (Transfer::Download, "downloads"),
-        (Transfer::Upload, "uploads"),
-    ];
-    for (choice, name, color, shift) in [
-        (Choice::Kernel, "kernel's NIC", SHARED, -0.12),
-        (Choice::Srap, "SRAP numa", ALONE, 0.12),
+    for (rounds, name, color, shift) in [
+        (&kernel, "kernel's choice (the route)", SHARED, 0.08),
+        (&srap, "SRAP --local-nics numa", ALONE, -0.08),
     ] {
-        for (transfer, way) in ways {
-            let rounds = report.of(choice, transfer);
-            if rounds.is_empty() {
-                continue;
-            }
-            let filled = transfer == Transfer::Download;
-            let nudge = if filled { 0.0 } else { 0.06 };
-            let style = if filled {
-                color.filled()
-            } else {
-                color.stroke_width(2)
-            };
-            let total: f64 = rounds.iter().map(|r| mb(r)).sum();
-            chart
-                .draw_series(
-                    rounds
-                        .iter()
-                        .map(|r| Circle::new((r.trial as f64 + shift + nudge, mb(r)), 6, style)),
-                )
-                .map_err(err)?
-                .label(format!("{name}, {way} ({total:.1} MB in all)"))
-                .legend(move |(x, y)| Circle::new((x + 10, y), 6, style));
-        }
+        let total: f64 = rounds.iter().map(|r| mb(r)).sum();
+        chart
+            .draw_series(
+                rounds
+                    .iter()
+                    .map(|r| Circle::new((r.trial as f64 + shift, mb(r)), 6, color.filled())),
+            )
+            .map_err(err)?
+            .label(format!("{name}: {total:.0} MB in all"))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 6, color.filled()));
     }
-    // Each kernel download's share of the NICs' bytes, beside its point.
-    let text = TextStyle::from((FAMILY, 12).into_font()).color(&SHARED);
+    // Each kernel trial's share of the NICs' bytes, above its point.
+    let text = TextStyle::from((FAMILY, 13).into_font()).color(&SHARED);
     chart
-        .draw_series(
-            report
-                .of(Choice::Kernel, Transfer::Download)
-                .iter()
-                .map(|r| {
-                    Text::new(
-                        format!("{:.0}%", r.far_share() * 100.0),
-                        (r.trial as f64 - 0.4, mb(r) + top * 0.02),
-                        text.clone(),
-                    )
-                }),
-        )
+        .draw_series(kernel.iter().map(|r| {
+            Text::new(
+                format!("{:.0}% of all", r.far_share() * 100.0),
+                (r.trial as f64 - 0.1, mb(r) + top * 0.06),
+                text.clone(),
+            )
+        }))
         .map_err(err)?;
-    legend(&mut chart).map_err(err)
+    // Mid-height: the kernel's points sit high, SRAP's on the floor.
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::MiddleRight)
+        .label_font((FAMILY, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(MUTED)
+        .draw()
+        .map_err(err)
 }
 
 type Chart<'a, DB> = ChartContext<

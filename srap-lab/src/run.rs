@@ -405,9 +405,9 @@ fn run_numa_nics(args: &LabArgs) -> anyhow::Result<()> {
         tracing::debug!("{table}");
         if !json {
             eprintln!(
-                "trial {} {:?} {:<6} far NIC {:>6.1} MB, own NIC {}/{}, own CPU {}/{}, RPS {}",
+                "trial {} {:<8} {:<6} far NIC {:>7.1} MB, own NIC {}/{}, own CPU {}/{}, RPS {}",
                 round.trial,
-                round.transfer,
+                numa_nics::way(round.transfer),
                 round.choice.label(),
                 round.far_nic_bytes as f64 / 1e6,
                 round.own_node_nic,
