@@ -239,7 +239,7 @@ impl NumaNicsReport {
         let mut out = format!(
             "  {:<8}  {:<6}  {:>20}  {:>7}  {:>9}  {:>9}  {:>7}  {:>7}\n",
             "summary",
-            "NICs",
+            "NIC by",
             "far NIC MB min/med/max",
             "share",
             "own NIC",

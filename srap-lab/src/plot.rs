@@ -473,12 +473,13 @@ fn numa_panel<DB: DrawingBackend>(
     let kernel = report.of(Choice::Kernel, transfer);
     let srap = report.of(Choice::Srap, transfer);
     let trials = kernel.len().max(srap.len()).max(1) as f64;
+    // Room above the points for the legend.
     let top = kernel
         .iter()
         .chain(&srap)
         .map(|r| mb(r))
         .fold(1.0, f64::max)
-        * 1.25;
+        * 1.6;
     let (way, counter) = match transfer {
         Transfer::Download => ("Downloads", "rx_bytes"),
         Transfer::Upload => ("Uploads", "tx_bytes"),
@@ -518,10 +519,9 @@ fn numa_panel<DB: DrawingBackend>(
             )
         }))
         .map_err(err)?;
-    // Mid-height: the kernel's points sit high, SRAP's on the floor.
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::MiddleRight)
+        .position(SeriesLabelPosition::UpperRight)
         .label_font((FAMILY, 13))
         .background_style(WHITE.mix(0.85))
         .border_style(MUTED)
