@@ -669,6 +669,29 @@ mod tests {
     }
 
     #[test]
+    fn numa_nics_takes_trials_a_duration_and_a_plot_and_nothing_of_the_veth_lab() {
+        let numa = parse(&[
+            "--experiment",
+            "numa-nics",
+            "--trials",
+            "2",
+            "--duration",
+            "3",
+            "--plot",
+            "docs/throughput",
+            "--json",
+        ]);
+        assert_eq!(numa.experiment, Some(Experiment::NumaNics));
+        assert_eq!(numa.trials, Some(2));
+        assert!(check_numa_args(&numa).is_ok());
+        let mixed = parse(&["--experiment", "numa-nics", "--nic", "virtio", "--hold"]);
+        let err = check_numa_args(&mixed).expect_err("a guest of its own");
+        assert!(err.to_string().contains("leave out --nic, --hold"), "{err}");
+        let none = parse(&["--experiment", "numa-nics", "--duration", "0"]);
+        assert!(check_numa_args(&none).is_err());
+    }
+
+    #[test]
     fn local_placement_is_off_unless_asked() {
         assert_eq!(parse(&[]).local_placement, None);
         let readers = parse(&[
