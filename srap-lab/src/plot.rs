@@ -27,6 +27,7 @@ use srap_harness::{guest::numa_lab::Choice, readers::Transfer};
 use crate::{
     bond_throughput::{BondThroughputReport, split_text},
     numa_nics::{NumaNicsReport, NumaRound},
+    receiver_nics::ReceiverNicsReport,
     throughput::{ModeReport, Spread, ThroughputReport, TrialResult},
 };
 
@@ -124,6 +125,22 @@ pub fn write_numa(report: &NumaNicsReport, dir: &Path) -> Result<Vec<PathBuf>, P
         Canvas::Svg(root) => draw_numa(root, report),
     };
     both_formats(dir, "numa-far-nic", draw)
+}
+
+/// Writes `dir/receiver-nics-aggregate.png` and `.svg`: every trial's
+/// aggregate of `--experiment receiver-nics`, the kernel's ports and SRAP's,
+/// with one NIC's cap and both NICs' beside them; returns the files.
+pub fn write_receiver_nics(
+    report: &ReceiverNicsReport,
+    dir: &Path,
+) -> Result<Vec<PathBuf>, PlotError> {
+    load_font()?;
+    std::fs::create_dir_all(dir).map_err(|e| PlotError::Dir(dir.to_path_buf(), e))?;
+    let draw = |canvas: &Canvas<'_>| match canvas {
+        Canvas::Png(root) => draw_receiver_nics(root, report),
+        Canvas::Svg(root) => draw_receiver_nics(root, report),
+    };
+    both_formats(dir, "receiver-nics-aggregate", draw)
 }
 
 /// Either backend's drawing area.
@@ -438,6 +455,66 @@ fn draw_bond<DB: DrawingBackend>(
             )
         }))
         .map_err(err)?;
+    legend(&mut chart).map_err(err)
+}
+
+fn draw_receiver_nics<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    report: &ReceiverNicsReport,
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let trials = report.trials.len().max(1) as f64;
+    let cap = report.nic_rate_mbps;
+    let top = report
+        .trials
+        .iter()
+        .map(|t| t.srap.aggregate_mbps.max(t.kernel.aggregate_mbps))
+        .fold(2.0 * cap, f64::max)
+        * 1.15;
+    root.fill(&WHITE).map_err(err)?;
+    let title = format!(
+        "Aggregate per trial: {} streams to one address of a receiver with 2 NICs of {cap:.0} Mbit/s",
+        report.streams
+    );
+    let mut chart = trial_chart(root, title, trials, top, "Mbit/s at the receiver", Some(0))?;
+    for (level, name) in [(cap, "one NIC's cap"), (2.0 * cap, "both NICs' caps")] {
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(0.5, level), (trials + 0.5, level)],
+                8,
+                6,
+                MUTED.stroke_width(1),
+            ))
+            .map_err(err)?
+            .label(format!("{name}, {level:.0} Mbit/s"))
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], MUTED.stroke_width(1)));
+    }
+    let srap: Vec<(usize, f64)> = report
+        .trials
+        .iter()
+        .map(|t| (t.trial, t.srap.aggregate_mbps))
+        .collect();
+    let kernel: Vec<(usize, f64)> = report
+        .trials
+        .iter()
+        .map(|t| (t.trial, t.kernel.aggregate_mbps))
+        .collect();
+    for (rates, name, color, shift) in [
+        (&srap, "SRAP --receiver-nics spread", ALONE, -0.08),
+        (&kernel, "kernel ports", SHARED, 0.08),
+    ] {
+        let points: Vec<(f64, f64)> = rates
+            .iter()
+            .map(|&(t, rate)| (t as f64 + shift, rate))
+            .collect();
+        let values: Vec<f64> = points.iter().map(|p| p.1).collect();
+        let median = Spread::of(&values).map_or(0.0, |s| s.median);
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 5, color.filled())))
+            .map_err(err)?
+            .label(format!("{name} (median {median:.1})"))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
+    }
     legend(&mut chart).map_err(err)
 }
 
