@@ -269,3 +269,40 @@ fn sym_or_xor_receivers_need_named_ports() {
     let table = TablePlan::build(&model, src, dst, Some(5201), PortRange::DEFAULT).unwrap();
     assert_eq!(table.scope(), Scope::Port(5201));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Re-slotted onto a CPU list (several NICs' union), slot `s` is the
+    /// list's `s`-th CPU in the layout, every port of it still lands on that
+    /// CPU, a CPU the NIC does not reach has no port, and the ports the
+    /// NIC's own CPUs had are all still there.
+    #[test]
+    fn reslotted_layouts_keep_each_cpus_ports_on_the_shared_slots(
+        model in receiver(),
+        (src, dst) in addresses(),
+        extra in prop::collection::btree_set(0u32..200, 0..6),
+        dport in any::<u16>(),
+    ) {
+        let Ok(Some(layout)) = LayoutPlan::any_port(&model, dst, PortRange::DEFAULT) else {
+            return Ok(());
+        };
+        let own = TablePlan::with_layout(&model, Arc::new(layout.clone()), src, dst).unwrap();
+        let cpus: Vec<u32> = model.reachable_cpus().into_iter().chain(extra).collect::<BTreeSet<_>>()
+            .into_iter().rev().collect();
+        let shared = TablePlan::with_layout(&model, Arc::new(layout.reslotted(&cpus)), src, dst).unwrap();
+        let kept = cpus.len().min(MAX_SLOTS as usize);
+        prop_assert_eq!(shared.slots().len(), kept);
+        prop_assert_eq!(shared.layout.layout.slots as usize, kept);
+        let seen = check_table(&model, &shared, src, dst, dport)?;
+        for (slot, row) in shared.slots().iter().enumerate() {
+            prop_assert_eq!(row.cpu, cpus[slot]);
+            let before = own.slots().iter().position(|r| r.cpu == row.cpu)
+                .map(|s| own.slot_ports(s, dport)).unwrap_or_default();
+            prop_assert_eq!(shared.slot_ports(slot, dport), before);
+        }
+        if model.reachable_cpus().len() <= MAX_SLOTS as usize && cpus.len() <= MAX_SLOTS as usize {
+            prop_assert_eq!(seen.len(), PortRange::DEFAULT.len());
+        }
+    }
+}
