@@ -93,6 +93,7 @@ pub fn plan_on(
         receivers: &options.targets,
         host,
         local_nic: options.local.as_ref(),
+        primary_nic: options.nics.given.first().map(|g| g.name.as_str()),
         ports: &options.ports,
         range,
     })?;
