@@ -265,7 +265,7 @@ impl Offline {
         let sampled = self
             .local
             .as_mut()
-            .map(|local| local.sample(&steered))
+            .map(|local| local.sample(&steered, &binder.plan))
             .unwrap_or_default();
         if let Some(model) = sampled.model {
             self.plan_with(binder, model);

@@ -422,7 +422,11 @@ impl Follower {
     /// and hands the machine a learned key or a changed verdict.
     fn sample_local(&mut self, binder: &mut RunningBinder) {
         let steered: BTreeSet<IpAddr> = self.machine.options.target_addrs();
-        let Some(sampled) = self.local.as_mut().map(|l| l.sample(&steered)) else {
+        let Some(sampled) = self
+            .local
+            .as_mut()
+            .map(|l| l.sample(&steered, &binder.plan))
+        else {
             return;
         };
         if let Some(learned) = sampled.model {
