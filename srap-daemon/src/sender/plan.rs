@@ -574,7 +574,10 @@ impl Plan {
         receiver.tables.push(t);
         self.tables.push(table);
         let (local_table, joint) = match twin {
-            Some((twin, joint)) => {
+            Some((mut twin, joint)) => {
+                // The hook reads the joint row from the twin it took,
+                // whichever NIC's it is (`--local-nics`).
+                twin.table.joint = joint;
                 self.tables.push(twin);
                 (t as u32 + 1, joint)
             }
@@ -1328,7 +1331,10 @@ mod tests {
                 host: LocalHost {
                     toward: vec![r.clone()],
                     nics: nics.clone(),
-                    ..LocalHost::default()
+                    routing: crate::sender::local::routing::RoutingReport {
+                        checked: true,
+                        ..Default::default()
+                    },
                 },
                 local_nic: twins.then_some(&model_a),
                 primary_nic: Some("eth0"),
@@ -1385,6 +1391,28 @@ mod tests {
                 .find(|p| p.index == LOCAL_ROW)
                 .expect("this host's row");
             assert_eq!(row.slots, 6);
+            // The hook's NIC choice takes each NIC's own table and twin,
+            // and the twin names its own joint row (the twins' layouts
+            // differ, so their joints do): the route's is not the other's.
+            let (_, choices) = plan.nic_tables[0];
+            let chosen: Vec<(u32, u32)> = (0..2).filter_map(|n| choices.of(n)).collect();
+            assert_eq!(chosen.len(), 2);
+            for (choice, src) in chosen.iter().zip([src_a, src_b]) {
+                let (_, under) = plan
+                    .dests
+                    .iter()
+                    .find(|(k, _)| k.src == addr_words(src).1)
+                    .expect("a destination");
+                assert_eq!(*choice, (under.table, under.local_table), "{src}");
+                if twins {
+                    let twin = &plan.tables[under.local_table as usize];
+                    assert_eq!(twin.table.joint, under.joint, "{src}");
+                }
+            }
+            if twins {
+                let joint = |(_, local): (u32, u32)| plan.tables[local as usize].table.joint;
+                assert_ne!(joint(chosen[0]), joint(chosen[1]));
+            }
         }
     }
 
