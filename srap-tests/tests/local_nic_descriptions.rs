@@ -10,14 +10,20 @@
 //! (a veth reports no RSS, so the descriptions are handed over as the
 //! agent's discovery would).
 //!
+//! Each link is a 4-queue veth whose packets toward the sender are queued
+//! by the RSS-NIC emulator on the receiver's end, hashing as that link's
+//! description says: the queue the sender's socket hook records for each
+//! flow's SYN-ACK is the emulated device's own.
+//!
 //! The workload connects eight times pinned to CPU 1, then eight times pinned
 //! to CPU 0. Judged by the tuples the server accepted: the flows split over
 //! both links (each source address the one of a link), and every flow's
 //! returning tuple, hashed with the description of the NIC whose address
 //! it left from, lands on a queue served by the CPU its thread connected
-//! on. (A veth's receive CPU is the sending side's, so the socket's
-//! `SO_INCOMING_CPU` says nothing here; the QEMU two-node suite judges
-//! that on virtio-net.)
+//! on; and the queue the emulated device really put its SYN-ACK on (the
+//! socket hook's record) is served by that CPU. (A veth's receive CPU is
+//! the sending side's, so the socket's `SO_INCOMING_CPU` says nothing here;
+//! the QEMU two-node suite judges that on virtio-net.)
 //!
 //! Everything lives in the test's namespaces, cgroup and pin directory,
 //! removed on drop.
@@ -31,14 +37,16 @@ use std::{
 };
 
 use srap_common::{
-    binder::BinderSizes,
+    binder::{BinderSizes, event},
     rss::{End, FlowTuple, RssDescription, RssModel, embedded_default},
+    solver::PortRange,
 };
 use srap_daemon::{
     description::Source,
     sender::{
         self, SenderOptions,
         ends::{LocalNicsPolicy, LocalPlacement, SourceRules},
+        landings::LocalLandings,
         local::{
             nic::LocalNic,
             nics::{GivenNic, NicSettings},
@@ -46,8 +54,12 @@ use srap_daemon::{
         local_end,
     },
 };
+use srap_harness::{
+    emulator::Emulator,
+    veth::{VethEnd, link},
+};
 use srap_tests::{
-    TwoHosts, cgroup::CgroupDir, flows::Server, require_privileged, subnet::Subnet,
+    TwoHosts, VethConfig, cgroup::CgroupDir, flows::Server, require_privileged, subnet::Subnet,
     test_workload::Workload, unique_name,
 };
 
@@ -57,6 +69,8 @@ const DPORT: u16 = 5201;
 const TIMEOUT: Duration = Duration::from_secs(20);
 /// Connects per pinned CPU.
 const PER_CPU: usize = 8;
+/// Queues of each veth (and of each description).
+const QUEUES: u32 = 4;
 
 /// Link A's NIC: 4 queues over 128 entries, queue q on CPU q % 2.
 fn nic_a() -> RssDescription {
@@ -85,8 +99,10 @@ fn facing_local(description: &RssDescription) -> RssModel {
         .facing(End::Local)
 }
 
-/// The binder attached to a cgroup of its own; detached on drop.
+/// The binder attached to a cgroup of its own, and the socket hook
+/// recording where its flows land; detached on drop (the hook first).
 struct Attached {
+    landings: LocalLandings,
     cgroup: CgroupDir,
     pin_dir: PathBuf,
 }
@@ -99,8 +115,10 @@ impl Drop for Attached {
     }
 }
 
-/// Two links, the service address behind both, its listener.
+/// Two links, the service address behind both, each link's NIC emulated.
+/// Field order is drop order: the emulators before the namespaces.
 struct TwoLinks {
+    _emulators: [Emulator; 2],
     hosts: TwoHosts,
     a: (String, IpAddr),
     b: (String, IpAddr),
@@ -113,8 +131,30 @@ impl TwoLinks {
     fn new() -> Self {
         let second = Subnet::lease().expect("a second subnet");
         let service_net = Subnet::lease().expect("the service subnet");
-        let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
-        let (near, far) = hosts.second_link(&second).expect("a second veth link");
+        let shape = VethConfig {
+            tx_queues: QUEUES,
+            rx_queues: QUEUES,
+            ..VethConfig::default()
+        };
+        let hosts = TwoHosts::new(shape).expect("two namespaces joined by a veth");
+        let (near, far) = (
+            VethEnd::on_subnet(&second, 1, "t"),
+            VethEnd::on_subnet(&second, 2, "r"),
+        );
+        link(&hosts.sender, &near, &hosts.receiver, &far, shape, false)
+            .expect("a second veth link");
+        let emulate = |iface: &str, description: RssDescription| {
+            let model = RssModel::from_description(&description).expect("model");
+            hosts
+                .receiver
+                .run(|| Emulator::attach(iface, &model, QUEUES))
+                .expect("receiver netns")
+                .expect("the link's NIC emulated on the receiver's egress")
+        };
+        let emulators = [
+            emulate(&hosts.receiver_end.ifname, nic_a()),
+            emulate(&far.ifname, nic_b()),
+        ];
         let service = service_net.ipv4(1);
         hosts
             .receiver
@@ -140,6 +180,7 @@ impl TwoLinks {
                 .expect("a route to the service address");
         }
         Self {
+            _emulators: emulators,
             a: (a_name, hosts.sender_end.ipv4.into()),
             b: (near.ifname.clone(), near.ipv4.into()),
             hosts,
@@ -185,7 +226,11 @@ impl TwoLinks {
             cgroup: Some(cgroup.path().to_path_buf()),
             pin_dir: pin_dir.clone(),
             pacing_rate: None,
-            port_range: None,
+            // The whole range: under `both`, in the kernel's half of it a
+            // joint pair's members are more often all outside it, and the
+            // hook keeps the receiver's placement alone (`local_missed`, a
+            // counted fallback of its own, whichever NIC).
+            port_range: Some(PortRange::new(1024, 65535).expect("a port range")),
             local: twins,
             local_placement: LocalPlacement::Reader,
             bonds: Default::default(),
@@ -196,7 +241,17 @@ impl TwoLinks {
                 source_rules: SourceRules::Install,
             },
         };
-        let attached = Attached { cgroup, pin_dir };
+        let landings = self
+            .hosts
+            .sender
+            .run(|| LocalLandings::attach(cgroup.path(), Some(&self.a.0)))
+            .expect("sender netns")
+            .expect("the socket hook on the cgroup");
+        let attached = Attached {
+            landings,
+            cgroup,
+            pin_dir,
+        };
         let placed = self
             .hosts
             .sender
@@ -239,9 +294,12 @@ fn each_nic_places_its_flows_with_its_own_description() {
                 "{ip} placed with {name}'s description: {placed:?}"
             );
         }
-        let mut listener = Server::bind(&lab.hosts.receiver, lab.service, TIMEOUT);
+        // A port of its own per round: no tuple of the last round's (in
+        // TIME_WAIT) is in the way of this one's ports.
+        let service = SocketAddr::new(lab.service.ip(), DPORT + u16::from(both));
+        let mut listener = Server::bind(&lab.hosts.receiver, service, TIMEOUT);
         let mut workload =
-            Workload::spawn(&lab.hosts.sender, Some(attached.cgroup.path()), lab.service);
+            Workload::spawn(&lab.hosts.sender, Some(attached.cgroup.path()), service);
         let mut by_port = BTreeMap::new();
         for cpu in [1, 0] {
             workload.pin(cpu);
@@ -250,7 +308,13 @@ fn each_nic_places_its_flows_with_its_own_description() {
             }
         }
         let clients = listener.accept_peers(2 * PER_CPU);
+        let opened = attached.landings.read().expect("the socket hook's records");
         workload.finish();
+        let descriptions = [nic_a(), nic_b()];
+        let stats = sender::read_stats(&sender::PinLayout::new(&attached.pin_dir))
+            .expect("the binder's counters");
+        eprintln!("both: {both}: {stats}");
+        assert_eq!(stats.get(event::LOCAL_MISSED), 0, "both: {both}: {stats}");
         let mut per_nic = [0usize; 2];
         let mut by_the_other = 0;
         for client in &clients {
@@ -260,7 +324,7 @@ fn each_nic_places_its_flows_with_its_own_description() {
                 .unwrap_or_else(|| panic!("{client} from neither link: {clients:?}"));
             per_nic[nic] += 1;
             let cpu = by_port[&client.port()];
-            let tuple = FlowTuple::from_sockets(*client, lab.service).expect("tuple");
+            let tuple = FlowTuple::from_sockets(*client, service).expect("tuple");
             let landed = models[nic].1.landing(&tuple).cpu;
             assert_eq!(
                 landed, cpu,
@@ -268,6 +332,21 @@ fn each_nic_places_its_flows_with_its_own_description() {
                  puts it on {landed}; every flow: {clients:?}"
             );
             by_the_other += usize::from(models[1 - nic].1.landing(&tuple).cpu == cpu);
+            // The emulated device's own queue for the SYN-ACK.
+            let queue = opened
+                .iter()
+                .find(|o| {
+                    o.src.ip().to_canonical() == client.ip().to_canonical()
+                        && o.src.port() == client.port()
+                })
+                .and_then(|o| o.queue)
+                .unwrap_or_else(|| panic!("{client}: no queue recorded: {opened:?}"));
+            let served = descriptions[nic].queue_cpu.as_ref().expect("queue → CPU")[queue as usize];
+            assert_eq!(
+                served, cpu,
+                "both: {both}; {client} (NIC {nic}) connected on CPU {cpu}, the device put it on \
+                 queue {queue} (CPU {served})"
+            );
         }
         assert!(
             per_nic.iter().all(|n| *n >= PER_CPU / 2),
