@@ -303,22 +303,27 @@ impl LayoutPlan {
     }
 
     /// This layout with one slot per CPU of `cpus` (at most [`MAX_SLOTS`],
-    /// in that order), each with the entries it had for that CPU and none
-    /// for a CPU its NIC's queues do not reach. Several NICs of one host
-    /// share one occupancy row, whose slot `s` must be the same CPU in every
-    /// NIC's layout: each is re-slotted onto the union of their CPUs. Not
-    /// for a layout balancing bond members (their bits follow the slot).
+    /// in that order): a CPU its NIC's queues reach keeps its entries, and
+    /// one they do not takes the entries of one they do, in turn. Several
+    /// NICs of one host share one occupancy row, whose slot `s` must be the
+    /// same CPU in every NIC's layout: each is re-slotted onto the union of
+    /// their CPUs, and a flow whose claim fell on a CPU its NIC does not
+    /// serve still gets a port of that NIC, on a CPU the NIC does serve.
+    /// Not for a layout balancing bond members (their bits follow the slot).
     pub fn reslotted(&self, cpus: &[u32]) -> Self {
         let mut entries = Vec::new();
+        let mut lent = 0;
         let slots = cpus
             .iter()
             .take(MAX_SLOTS as usize)
             .map(|&cpu| {
-                let mine = self
-                    .slots
-                    .iter()
-                    .position(|s| s.cpu == cpu)
-                    .map_or(&[][..], |slot| self.entries_of(slot));
+                let own = self.slots.iter().position(|s| s.cpu == cpu);
+                let from = own.or_else(|| {
+                    let reached = self.slots.len();
+                    lent += 1;
+                    (reached > 0).then(|| (lent - 1) % reached)
+                });
+                let mine = from.map_or(&[][..], |slot| self.entries_of(slot));
                 let row = SlotRow {
                     cpu,
                     first: entries.len() as u32,

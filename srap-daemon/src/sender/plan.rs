@@ -1364,11 +1364,18 @@ mod tests {
                 let (mut placed, mut elsewhere) = (0, 0);
                 for (slot, row) in table.slots().iter().enumerate() {
                     let ports = table.slot_ports(slot, 5201);
+                    // A CPU this NIC's queues do not reach lends one that
+                    // they do: a port of this NIC all the same.
                     let reached = own.reachable_cpus().contains(&row.cpu);
-                    assert_eq!(!ports.is_empty(), reached, "slot {slot} of {src}");
+                    assert!(!ports.is_empty(), "slot {slot} of {src}");
                     for port in ports.iter().step_by(7) {
                         let tuple = FlowTuple::new(src, *port, r.receiver, 5201).unwrap();
-                        assert_eq!(own.landing(&tuple).cpu, row.cpu, "{src} port {port}");
+                        let landed = own.landing(&tuple).cpu;
+                        if !reached {
+                            assert!(own.reachable_cpus().contains(&landed), "{src} {port}");
+                            continue;
+                        }
+                        assert_eq!(landed, row.cpu, "{src} port {port}");
                         elsewhere += usize::from(other.landing(&tuple).cpu != row.cpu);
                         placed += 1;
                     }
