@@ -115,8 +115,16 @@ fn each_reader_uses_its_nodes_nic_and_its_own_cpu_beside_the_kernels_choice() {
             chosen.1 - chosen_before.1
         ));
     }
+    // What the guest's kernel (6.1) verifier walked for the hooks, as the
+    // agent read it back from the kernel at load.
+    let walked: String = lab
+        .sender_log()
+        .lines()
+        .filter(|l| l.contains("the kernel's verifier walked"))
+        .map(|l| format!("  {}\n", l.split("INFO ").last().unwrap_or(l)))
+        .collect();
     println!(
-        "{}{tables}(the run took {:.0} s)",
+        "{}{tables}the guest kernel's verifier:\n{walked}(the run took {:.0} s)",
         lab.numa.render(),
         started.elapsed().as_secs_f64()
     );
