@@ -543,7 +543,7 @@ pub struct DestValue {
     /// [`DestValue::NO_LOCAL`].
     pub local_table: u32,
     /// With both ends planned: index of the [`JointRow`] of the two tables'
-    /// layouts.
+    /// layouts (the hook reads the local twin's own, [`TableRow::joint`]).
     pub joint: u32,
 }
 
@@ -572,6 +572,12 @@ pub struct TableRow {
     pub base: u32,
     /// Index of the [`LayoutRow`].
     pub layout: u32,
+    /// Of a local twin (`--steer both`): the joint row of its pair with
+    /// the receiver's table ([`DestValue::joint`] of the destinations
+    /// that lead to it). The hook reads it here, so a connect that took
+    /// another NIC's twin (`--local-nics`) takes that twin's joint row,
+    /// planned with that NIC's description. 0 in any other table.
+    pub joint: u32,
 }
 
 /// The per-RSS-configuration part: what depends on the receiver's key and

@@ -302,6 +302,49 @@ impl LayoutPlan {
         self.cosets.iter().map(|c| u64::from(c.count)).sum()
     }
 
+    /// This layout with one slot per CPU of `cpus` (at most [`MAX_SLOTS`],
+    /// in that order): a CPU its NIC's queues reach keeps its entries, and
+    /// one they do not takes the entries of one they do, in turn. Several
+    /// NICs of one host share one occupancy row, whose slot `s` must be the
+    /// same CPU in every NIC's layout: each is re-slotted onto the union of
+    /// their CPUs, and a flow whose claim fell on a CPU its NIC does not
+    /// serve still gets a port of that NIC, on a CPU the NIC does serve.
+    /// Not for a layout balancing bond members (their bits follow the slot).
+    pub fn reslotted(&self, cpus: &[u32]) -> Self {
+        let mut entries = Vec::new();
+        let mut lent = 0;
+        let slots = cpus
+            .iter()
+            .take(MAX_SLOTS as usize)
+            .map(|&cpu| {
+                let own = self.slots.iter().position(|s| s.cpu == cpu);
+                let from = own.or_else(|| {
+                    let reached = self.slots.len();
+                    lent += 1;
+                    (reached > 0).then(|| (lent - 1) % reached)
+                });
+                let mine = from.map_or(&[][..], |slot| self.entries_of(slot));
+                let row = SlotRow {
+                    cpu,
+                    first: entries.len() as u32,
+                    count: mine.len() as u32,
+                };
+                entries.extend_from_slice(mine);
+                row
+            })
+            .collect::<Vec<_>>();
+        Self {
+            layout: LayoutRow {
+                slots: slots.len() as u32,
+                ..self.layout
+            },
+            slots,
+            entries,
+            cpus_left_out: cpus.len().saturating_sub(MAX_SLOTS as usize),
+            ..self.clone()
+        }
+    }
+
     /// The entries of slot `slot`.
     pub fn entries_of(&self, slot: usize) -> &[u32] {
         self.slots.get(slot).map_or(&[], |s| {

@@ -269,3 +269,44 @@ fn sym_or_xor_receivers_need_named_ports() {
     let table = TablePlan::build(&model, src, dst, Some(5201), PortRange::DEFAULT).unwrap();
     assert_eq!(table.scope(), Scope::Port(5201));
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    /// Re-slotted onto a CPU list (several NICs' union), slot `s` is the
+    /// list's `s`-th CPU in the layout; a CPU the NIC reaches keeps exactly
+    /// its ports (each landing on it), and one it does not reach lends the
+    /// ports of one it does: never none.
+    #[test]
+    fn reslotted_layouts_keep_each_cpus_ports_on_the_shared_slots(
+        model in receiver(),
+        (src, dst) in addresses(),
+        extra in prop::collection::btree_set(0u32..200, 0..6),
+        dport in any::<u16>(),
+    ) {
+        let Ok(Some(layout)) = LayoutPlan::any_port(&model, dst, PortRange::DEFAULT) else {
+            return Ok(());
+        };
+        let own = TablePlan::with_layout(&model, Arc::new(layout.clone()), src, dst).unwrap();
+        check_table(&model, &own, src, dst, dport)?;
+        let cpus: Vec<u32> = model.reachable_cpus().into_iter().chain(extra).collect::<BTreeSet<_>>()
+            .into_iter().rev().collect();
+        let shared = TablePlan::with_layout(&model, Arc::new(layout.reslotted(&cpus)), src, dst).unwrap();
+        let kept = cpus.len().min(MAX_SLOTS as usize);
+        prop_assert_eq!(shared.slots().len(), kept);
+        prop_assert_eq!(shared.layout.layout.slots as usize, kept);
+        let by_own: Vec<BTreeSet<u16>> =
+            (0..own.slots().len()).map(|s| own.slot_ports(s, dport)).collect();
+        for (slot, row) in shared.slots().iter().enumerate() {
+            prop_assert_eq!(row.cpu, cpus[slot]);
+            let ports = shared.slot_ports(slot, dport);
+            match own.slots().iter().position(|r| r.cpu == row.cpu) {
+                Some(s) => prop_assert_eq!(&ports, &by_own[s]),
+                None => prop_assert!(
+                    by_own.contains(&ports) && (by_own.is_empty() || !ports.is_empty()),
+                    "slot {} (CPU {}) lends another CPU's ports", slot, row.cpu
+                ),
+            }
+        }
+    }
+}

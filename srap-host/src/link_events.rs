@@ -17,9 +17,11 @@ use std::{
 };
 
 use rustix::event::{PollFd, PollFlags, Timespec};
-use rustix::net::{AddressFamily, RecvFlags, SocketFlags, SocketType, netlink::SocketAddrNetlink};
+use rustix::net::{RecvFlags, SocketFlags, netlink::SocketAddrNetlink};
 
-use crate::netlink::{NetlinkError, parse_attrs, parse_messages, take};
+use crate::netlink::{
+    NetlinkError, Protocol, io_error, parse_attrs, parse_messages, raw_socket, take,
+};
 
 const RTM_NEWLINK: u16 = 16;
 const RTM_DELLINK: u16 = 17;
@@ -76,20 +78,8 @@ pub struct LinkEvents {
 impl LinkEvents {
     /// Joins the link and address groups. Needs no privilege.
     pub fn open() -> Result<Self, NetlinkError> {
-        let io = |op| {
-            move |e: rustix::io::Errno| NetlinkError::Io {
-                op,
-                source: e.into(),
-            }
-        };
-        let fd = rustix::net::socket_with(
-            AddressFamily::NETLINK,
-            SocketType::RAW,
-            SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
-            None,
-        )
-        .map_err(io("socket"))?;
-        rustix::net::bind(&fd, &SocketAddrNetlink::new(0, GROUPS)).map_err(io("bind"))?;
+        let fd = raw_socket(Protocol::Route, SocketFlags::NONBLOCK)?;
+        rustix::net::bind(&fd, &SocketAddrNetlink::new(0, GROUPS)).map_err(io_error("bind"))?;
         Ok(Self { fd })
     }
 
@@ -103,10 +93,7 @@ impl LinkEvents {
         match rustix::event::poll(&mut fds, Some(&timeout)) {
             Ok(ready) => Ok(ready > 0),
             Err(rustix::io::Errno::INTR) => Ok(false),
-            Err(e) => Err(NetlinkError::Io {
-                op: "poll",
-                source: e.into(),
-            }),
+            Err(e) => Err(io_error("poll")(e)),
         }
     }
 
@@ -134,12 +121,7 @@ impl LinkEvents {
                     break;
                 }
                 Err(rustix::io::Errno::NOBUFS) => lost = true,
-                Err(e) => {
-                    return Err(NetlinkError::Io {
-                        op: "recv",
-                        source: e.into(),
-                    });
-                }
+                Err(e) => return Err(io_error("recv")(e)),
             }
         }
         Ok(drained)

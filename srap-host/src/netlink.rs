@@ -397,27 +397,9 @@ impl Socket {
     /// Opens a socket whose reads give up after `timeout`, so a kernel that
     /// never answers costs a bounded wait.
     pub fn open(protocol: Protocol, timeout: Duration) -> Result<Self, NetlinkError> {
-        let protocol = match protocol {
-            // NETLINK_ROUTE is protocol 0.
-            Protocol::Route => None,
-            Protocol::Generic => Some(rustix::net::netlink::GENERIC),
-            Protocol::SockDiag => Some(rustix::net::netlink::SOCK_DIAG),
-        };
-        let io = |op| {
-            move |e: rustix::io::Errno| NetlinkError::Io {
-                op,
-                source: e.into(),
-            }
-        };
-        let fd = rustix::net::socket_with(
-            AddressFamily::NETLINK,
-            SocketType::RAW,
-            SocketFlags::CLOEXEC,
-            protocol,
-        )
-        .map_err(io("socket"))?;
+        let fd = raw_socket(protocol, SocketFlags::empty())?;
         rustix::net::sockopt::set_socket_timeout(&fd, Timeout::Recv, Some(timeout))
-            .map_err(io("SO_RCVTIMEO"))?;
+            .map_err(io_error("SO_RCVTIMEO"))?;
         ask_for_error_text(&fd);
         Ok(Self {
             fd,
@@ -574,6 +556,31 @@ impl Socket {
                 source: errno.into(),
             }
         }
+    }
+}
+
+/// A netlink socket of `protocol` (close-on-exec, and `flags`).
+pub(crate) fn raw_socket(protocol: Protocol, flags: SocketFlags) -> Result<OwnedFd, NetlinkError> {
+    let protocol = match protocol {
+        // NETLINK_ROUTE is protocol 0.
+        Protocol::Route => None,
+        Protocol::Generic => Some(rustix::net::netlink::GENERIC),
+        Protocol::SockDiag => Some(rustix::net::netlink::SOCK_DIAG),
+    };
+    rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC | flags,
+        protocol,
+    )
+    .map_err(io_error("socket"))
+}
+
+/// A failed system call `op` as a [`NetlinkError`].
+pub(crate) fn io_error(op: &'static str) -> impl Fn(rustix::io::Errno) -> NetlinkError {
+    move |e| NetlinkError::Io {
+        op,
+        source: e.into(),
     }
 }
 

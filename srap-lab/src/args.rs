@@ -77,13 +77,26 @@ pub struct LabArgs {
     /// kernel-chosen ports. `--experiment` alone (or `placement`): short
     /// connections judged by the observer. `--experiment throughput`: long
     /// iperf3 flows on receive queues of --queue-rate each, measured at the
-    /// receiver.
+    /// receiver. `--experiment numa-nics`: a QEMU guest with a NIC per NUMA
+    /// node, one reader pinned per vCPU downloading and uploading for
+    /// --duration s, the bytes through the far node's NIC with the kernel's
+    /// choice and with SRAP's. `--experiment receiver-nics`: a QEMU
+    /// receiver with two NICs capped at --nic-rate each, 8 streams to its
+    /// first address for --duration s, the aggregate the receiver measured
+    /// with the kernel's ports and with SRAP's `--receiver-nics spread`.
     #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "placement")]
     pub experiment: Option<Experiment>,
     /// Trials per kind in --experiment (default: 20 for placement, 10 for
-    /// throughput).
+    /// throughput, 3 for numa-nics, 10 for receiver-nics).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub trials: Option<u64>,
+    /// With --experiment receiver-nics: each receiver NIC's link rate, of
+    /// TCP payload (e.g. 100mbit). Choose one the emulated guest
+    /// comfortably exceeds on both NICs at once, so the caps, not the
+    /// emulator, limit: the TCG guest receives about 380 Mbit/s in all.
+    /// Default: 100mbit.
+    #[arg(long, value_name = "RATE")]
+    pub nic_rate: Option<Rate>,
     /// Give each receive queue of the veth lab's NIC this capacity (e.g.
     /// 200mbit, of TCP payload), shared by the flows that land on it as
     /// flows on one core share that core: an `mq` root with one `tbf` per
@@ -100,7 +113,10 @@ pub struct LabArgs {
     pub observer: Option<LabObserver>,
     /// With --experiment throughput: write PNG and SVG plots into this
     /// directory (per-flow rates over time, aggregate per trial); with
-    /// --bond, its aggregate per trial (`bond-aggregate-N-MODE`).
+    /// --bond, its aggregate per trial (`bond-aggregate-N-MODE`); with
+    /// --experiment numa-nics, the bytes through the far node's NIC per
+    /// trial (`numa-far-nic`); with --experiment receiver-nics, the
+    /// aggregate per trial (`receiver-nics-aggregate`).
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
     /// Run the bond capacity experiment instead: a QEMU guest whose bond of
@@ -140,6 +156,15 @@ pub enum Experiment {
     Placement,
     /// Long flows on rate-limited receive queues, judged by throughput.
     Throughput,
+    /// A QEMU guest with two NUMA nodes and a NIC on each: the bytes
+    /// reaching pinned readers through the far node's NIC, the kernel's
+    /// choice of NIC beside SRAP's `--local-nics numa`.
+    NumaNics,
+    /// A QEMU receiver with two NICs, each link capped at --nic-rate: one
+    /// transfer of 8 streams to its first address, the kernel's ports
+    /// beside SRAP's `--receiver-nics spread`, the aggregate measured by
+    /// the receiver.
+    ReceiverNics,
 }
 
 /// The receiver NIC the lab runs against.

@@ -5,7 +5,9 @@
 //! SRAP's — or one of the paper's experiments (`--experiment` for placement,
 //! `--experiment throughput` with `--queue-rate` capacity per receive
 //! queue), or what a balanced bond buys (`--bond N` with `--member-rate`
-//! per member, [`bond_throughput`]), with their reports and plots.
+//! per member, [`bond_throughput`]), or the bytes reaching pinned readers
+//! through the far NUMA node's NIC (`--experiment numa-nics`,
+//! [`numa_nics`]), with their reports and plots.
 //!
 //! It stands on `srap_harness` (hosts in network namespaces, agents,
 //! QEMU guests, workloads, ground truth), which the integration tests and
@@ -26,7 +28,9 @@ pub mod bond_throughput;
 pub mod capacity;
 pub mod direction;
 pub mod experiment;
+pub mod numa_nics;
 pub mod plot;
+pub mod receiver_nics;
 pub mod report;
 pub mod run;
 pub mod throughput;

@@ -2,7 +2,9 @@
 //! flow's rate over time in one kernel-port trial and one SRAP trial (the
 //! paper's Figures 1 and 3), and every trial's aggregate for both modes;
 //! and of `--bond` ([`write_bond`]): every trial's aggregate over the
-//! capped members, each kernel trial marked with its split.
+//! capped members, each kernel trial marked with its split; and of
+//! `--experiment numa-nics` ([`write_numa`]): the bytes through the far
+//! node's NIC per trial, the kernel's choice beside SRAP's.
 //!
 //! Text is drawn with `ab_glyph` from a TTF read at run time (DejaVu Sans,
 //! Debian's `fonts-dejavu-core`), so nothing needs fontconfig or freetype.
@@ -20,8 +22,12 @@ use plotters::{
 
 use srap_harness::guest::bond_lab::Ports;
 
+use srap_harness::{guest::numa_lab::Choice, readers::Transfer};
+
 use crate::{
     bond_throughput::{BondThroughputReport, split_text},
+    numa_nics::{NumaNicsReport, NumaRound},
+    receiver_nics::ReceiverNicsReport,
     throughput::{ModeReport, Spread, ThroughputReport, TrialResult},
 };
 
@@ -105,6 +111,36 @@ pub fn write_bond(
         Canvas::Svg(root) => draw_bond(root, report),
     };
     both_formats(dir, name, draw)
+}
+
+/// Writes `dir/numa-far-nic.png` and `.svg`: per trial of `--experiment
+/// numa-nics`, the MB that went through the far node's NIC, the kernel's
+/// choice beside SRAP's, a panel per direction, with each kernel round's
+/// share of the NICs' bytes; returns the files.
+pub fn write_numa(report: &NumaNicsReport, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    load_font()?;
+    std::fs::create_dir_all(dir).map_err(|e| PlotError::Dir(dir.to_path_buf(), e))?;
+    let draw = |canvas: &Canvas<'_>| match canvas {
+        Canvas::Png(root) => draw_numa(root, report),
+        Canvas::Svg(root) => draw_numa(root, report),
+    };
+    both_formats(dir, "numa-far-nic", draw)
+}
+
+/// Writes `dir/receiver-nics-aggregate.png` and `.svg`: every trial's
+/// aggregate of `--experiment receiver-nics`, the kernel's ports and SRAP's,
+/// with one NIC's cap and both NICs' beside them; returns the files.
+pub fn write_receiver_nics(
+    report: &ReceiverNicsReport,
+    dir: &Path,
+) -> Result<Vec<PathBuf>, PlotError> {
+    load_font()?;
+    std::fs::create_dir_all(dir).map_err(|e| PlotError::Dir(dir.to_path_buf(), e))?;
+    let draw = |canvas: &Canvas<'_>| match canvas {
+        Canvas::Png(root) => draw_receiver_nics(root, report),
+        Canvas::Svg(root) => draw_receiver_nics(root, report),
+    };
+    both_formats(dir, "receiver-nics-aggregate", draw)
 }
 
 /// Either backend's drawing area.
@@ -420,6 +456,154 @@ fn draw_bond<DB: DrawingBackend>(
         }))
         .map_err(err)?;
     legend(&mut chart).map_err(err)
+}
+
+fn draw_receiver_nics<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    report: &ReceiverNicsReport,
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let trials = report.trials.len().max(1) as f64;
+    let cap = report.nic_rate_mbps;
+    let top = report
+        .trials
+        .iter()
+        .map(|t| t.srap.aggregate_mbps.max(t.kernel.aggregate_mbps))
+        .fold(2.0 * cap, f64::max)
+        * 1.15;
+    root.fill(&WHITE).map_err(err)?;
+    let title = format!(
+        "Aggregate per trial: {} streams to one address of a receiver with 2 NICs of {cap:.0} Mbit/s",
+        report.streams
+    );
+    let mut chart = trial_chart(root, title, trials, top, "Mbit/s at the receiver", Some(0))?;
+    for (level, name) in [(cap, "one NIC's cap"), (2.0 * cap, "both NICs' caps")] {
+        chart
+            .draw_series(DashedLineSeries::new(
+                [(0.5, level), (trials + 0.5, level)],
+                8,
+                6,
+                MUTED.stroke_width(1),
+            ))
+            .map_err(err)?
+            .label(format!("{name}, {level:.0} Mbit/s"))
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], MUTED.stroke_width(1)));
+    }
+    let srap: Vec<(usize, f64)> = report
+        .trials
+        .iter()
+        .map(|t| (t.trial, t.srap.aggregate_mbps))
+        .collect();
+    let kernel: Vec<(usize, f64)> = report
+        .trials
+        .iter()
+        .map(|t| (t.trial, t.kernel.aggregate_mbps))
+        .collect();
+    for (rates, name, color, shift) in [
+        (&srap, "SRAP --receiver-nics spread", ALONE, -0.08),
+        (&kernel, "kernel ports", SHARED, 0.08),
+    ] {
+        let points: Vec<(f64, f64)> = rates
+            .iter()
+            .map(|&(t, rate)| (t as f64 + shift, rate))
+            .collect();
+        let values: Vec<f64> = points.iter().map(|p| p.1).collect();
+        let median = Spread::of(&values).map_or(0.0, |s| s.median);
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 5, color.filled())))
+            .map_err(err)?
+            .label(format!("{name} (median {median:.1})"))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
+    }
+    legend(&mut chart).map_err(err)
+}
+
+/// One panel per direction the report ran (downloads by `rx_bytes`,
+/// uploads by `tx_bytes`: their scales differ tenfold, the uploads being
+/// unpaced).
+fn draw_numa<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    report: &NumaNicsReport,
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(err)?;
+    let ways: Vec<Transfer> = [Transfer::Download, Transfer::Upload]
+        .into_iter()
+        .filter(|&t| !report.of(Choice::Kernel, t).is_empty())
+        .collect();
+    let panels = root.split_evenly((1, ways.len().max(1)));
+    for (panel, transfer) in panels.iter().zip(ways) {
+        numa_panel(panel, report, transfer)?;
+    }
+    Ok(())
+}
+
+/// MB through the far node's NIC per trial in one direction, the kernel's
+/// choice and SRAP's, each kernel trial with its share of the NICs' bytes.
+fn numa_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    report: &NumaNicsReport,
+    transfer: Transfer,
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let mb = |r: &NumaRound| r.far_nic_bytes as f64 / 1e6;
+    let kernel = report.of(Choice::Kernel, transfer);
+    let srap = report.of(Choice::Srap, transfer);
+    let trials = kernel.len().max(srap.len()).max(1) as f64;
+    // Room above the points for the legend.
+    let top = kernel
+        .iter()
+        .chain(&srap)
+        .map(|r| mb(r))
+        .fold(1.0, f64::max)
+        * 1.6;
+    let (way, counter) = match transfer {
+        Transfer::Download => ("Downloads", "rx_bytes"),
+        Transfer::Upload => ("Uploads", "tx_bytes"),
+    };
+    let title = format!("{way}: far node's NIC ({counter})");
+    let mut chart = trial_chart(
+        area,
+        title,
+        trials,
+        top,
+        "MB through the far node's NIC",
+        Some(0),
+    )?;
+    for (rounds, name, color, shift) in [
+        (&kernel, "kernel's choice (the route)", SHARED, 0.08),
+        (&srap, "SRAP --local-nics numa", ALONE, -0.08),
+    ] {
+        let total: f64 = rounds.iter().map(|r| mb(r)).sum();
+        chart
+            .draw_series(
+                rounds
+                    .iter()
+                    .map(|r| Circle::new((r.trial as f64 + shift, mb(r)), 6, color.filled())),
+            )
+            .map_err(err)?
+            .label(format!("{name}: {total:.0} MB in all"))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 6, color.filled()));
+    }
+    // Each kernel trial's share of the NICs' bytes, above its point.
+    let text = TextStyle::from((FAMILY, 13).into_font()).color(&SHARED);
+    chart
+        .draw_series(kernel.iter().map(|r| {
+            Text::new(
+                format!("{:.0}% of all", r.far_share() * 100.0),
+                (r.trial as f64 - 0.1, mb(r) + top * 0.06),
+                text.clone(),
+            )
+        }))
+        .map_err(err)?;
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font((FAMILY, 13))
+        .background_style(WHITE.mix(0.85))
+        .border_style(MUTED)
+        .draw()
+        .map_err(err)
 }
 
 type Chart<'a, DB> = ChartContext<

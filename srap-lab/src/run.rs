@@ -1,6 +1,7 @@
 //! One `srap-lab` run ([`run`]): checks the flags go together, then runs
-//! the bond experiment, a QEMU guest, an experiment on the veth lab or the
-//! plain lab, and prints (or writes as JSON, and draws) what it measured.
+//! the bond experiment, the two-NIC experiment, a QEMU guest, an
+//! experiment on the veth lab or the plain lab, and prints (or writes as
+//! JSON, and draws) what it measured.
 
 use std::{process::Stdio, time::Duration};
 
@@ -11,6 +12,7 @@ use srap_harness::{
     interrupt::{self, interrupted},
     privilege,
     programs::{self, ChildGuard, client_via, iperf3_server, srap_binary},
+    readers::Transfer,
 };
 
 use crate::{
@@ -20,7 +22,7 @@ use crate::{
     bond_throughput,
     capacity::{QueueRate, Rate},
     direction::Direction,
-    experiment, plot,
+    experiment, numa_nics, plot, receiver_nics,
     report::{self, MIN_DATA_BYTES, RunReport},
     throughput::{self, ThroughputPlan},
     topology::{LabNet, LabNetConfig, LabObserver, Watch},
@@ -46,8 +48,17 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     if args.bond_mode.is_some() || args.member_rate.is_some() {
         bail!("--bond-mode and --member-rate go with --bond");
     }
+    if args.experiment == Some(Experiment::NumaNics) {
+        return run_numa_nics(args);
+    }
+    if args.experiment == Some(Experiment::ReceiverNics) {
+        return run_receiver_nics(args);
+    }
+    if args.nic_rate.is_some() {
+        bail!("--nic-rate goes with --experiment receiver-nics");
+    }
     if args.plot.is_some() && args.experiment != Some(Experiment::Throughput) {
-        bail!("--plot goes with --experiment throughput or --bond");
+        bail!("--plot goes with --experiment throughput, numa-nics or receiver-nics, or --bond");
     }
     check_observer(args)?;
     if let Some(nic) = args.nic.guest() {
@@ -88,7 +99,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     match args.experiment {
         Some(Experiment::Placement) => return run_placement(args, queues, flows),
         Some(Experiment::Throughput) => return run_throughput(args, queues, flows),
-        None => {}
+        Some(Experiment::NumaNics | Experiment::ReceiverNics) | None => {}
     }
     let net = LabNet::with_config(LabNetConfig {
         queue_rate: args.queue_rate.and_then(QueueRate::rate),
@@ -260,6 +271,7 @@ fn check_bond_args(args: &LabArgs) -> anyhow::Result<()> {
         (args.experiment.is_some(), "--experiment"),
         (args.queue_rate.is_some(), "--queue-rate"),
         (args.observer.is_some(), "--observer"),
+        (args.nic_rate.is_some(), "--nic-rate"),
         (args.hold, "--hold"),
     ];
     let given: Vec<&str> = others
@@ -345,6 +357,175 @@ fn run_bond(args: &LabArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// The flags of the veth lab and of the one-NIC guest, which the two-NIC
+/// experiments (they boot a guest of their own) leave out: those given.
+fn guest_lab_flags(args: &LabArgs) -> Vec<&'static str> {
+    let others = [
+        (args.nic != Nic::Veth, "--nic"),
+        (args.queues.is_some(), "--queues"),
+        (args.smp.is_some(), "--smp"),
+        (args.flows.is_some(), "--flows"),
+        (args.workload != DEFAULT_WORKLOAD, "--workload"),
+        (args.direction != Direction::Push, "--direction"),
+        (args.local_placement.is_some(), "--local-placement"),
+        (args.queue_rate.is_some(), "--queue-rate"),
+        (args.observer.is_some(), "--observer"),
+        (args.hold, "--hold"),
+    ];
+    others
+        .iter()
+        .filter(|(set, _)| *set)
+        .map(|(_, flag)| *flag)
+        .collect()
+}
+
+/// The flags `--experiment numa-nics` leaves out: it boots its own
+/// two-node guest, one reader per vCPU, both directions, kernel and SRAP.
+fn check_numa_args(args: &LabArgs) -> anyhow::Result<()> {
+    let given = guest_lab_flags(args);
+    if args.nic_rate.is_some() {
+        bail!("--nic-rate goes with --experiment receiver-nics");
+    }
+    if !given.is_empty() {
+        bail!(
+            "--experiment numa-nics runs its own two-node guest, one reader per vCPU each way: \
+             leave out {}",
+            given.join(", ")
+        );
+    }
+    if args.duration < 1 {
+        bail!("--duration with --experiment numa-nics is each reader's seconds: 1 or more");
+    }
+    Ok(())
+}
+
+/// `--experiment numa-nics`: the two-NIC guest ([`numa_nics`]).
+fn run_numa_nics(args: &LabArgs) -> anyhow::Result<()> {
+    check_numa_args(args)?;
+    let plan = numa_nics::NumaPlan {
+        trials: args.trials.unwrap_or(NUMA_TRIALS) as usize,
+        seconds: args.duration,
+        transfers: vec![Transfer::Download, Transfer::Upload],
+    };
+    let image = virtio::prepare_image(args)?;
+    let json = args.json;
+    if !json {
+        eprintln!(
+            "{} trials, each {} s downloads and uploads with the kernel's NIC and with SRAP's; \
+             booting the two-node guest",
+            plan.trials, plan.seconds
+        );
+    }
+    let report = numa_nics::run(&image, &plan, &mut |round, table| {
+        tracing::debug!("{table}");
+        if !json {
+            eprintln!(
+                "trial {} {:<8} {:<6} far NIC {:>7.1} MB, own NIC {}/{}, own CPU {}/{}, RPS {}",
+                round.trial,
+                numa_nics::way(round.transfer),
+                round.choice.label(),
+                round.far_nic_bytes as f64 / 1e6,
+                round.own_node_nic,
+                round.readers,
+                round.own_cpu,
+                round.readers,
+                round.rps_packets
+            );
+        }
+    })?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.render());
+        println!("wall time: {:.0} s", report.wall_seconds);
+    }
+    if let Some(dir) = &args.plot {
+        let files = plot::write_numa(&report, dir)?;
+        if !json {
+            print_plots(&files);
+        }
+    }
+    Ok(())
+}
+
+/// The flags `--experiment receiver-nics` leaves out, as numa-nics does.
+fn check_receiver_nics_args(args: &LabArgs) -> anyhow::Result<()> {
+    let given = guest_lab_flags(args);
+    if !given.is_empty() {
+        bail!(
+            "--experiment receiver-nics runs its own two-NIC receiver guest, 8 streams to its \
+             first address: leave out {}",
+            given.join(", ")
+        );
+    }
+    if args.duration < 1 {
+        bail!("--duration with --experiment receiver-nics is each transfer's seconds: 1 or more");
+    }
+    Ok(())
+}
+
+/// `--experiment receiver-nics`: the two-NIC receiver ([`receiver_nics`]).
+fn run_receiver_nics(args: &LabArgs) -> anyhow::Result<()> {
+    check_receiver_nics_args(args)?;
+    let plan = receiver_nics::ReceiverNicsPlan {
+        nic_rate: args.nic_rate.unwrap_or(Rate::from_mbit(RECEIVER_NIC_MBIT)),
+        trials: args.trials.unwrap_or(RECEIVER_NICS_TRIALS) as usize,
+        seconds: args.duration,
+    };
+    let image = virtio::prepare_image(args)?;
+    let (agent, srap) = (programs::agent_binary()?, programs::srap_binary()?);
+    let json = args.json;
+    if !json {
+        eprintln!(
+            "{} trials of {} streams for {} s, each receiver NIC capped at {}, the kernel's \
+             ports and SRAP's; booting the two-NIC receiver",
+            plan.trials,
+            receiver_nics::STREAMS,
+            plan.seconds,
+            plan.nic_rate
+        );
+    }
+    let report = receiver_nics::run(&image, &agent, &srap, &plan, &mut |trial| {
+        if !json {
+            eprintln!(
+                "trial {:>2} kernel {:>7.1} Mbit/s ({}/{}), SRAP {:>7.1} Mbit/s ({}/{}, {} pairs): {:.2}x",
+                trial.trial,
+                trial.kernel.aggregate_mbps,
+                trial.kernel.split[0],
+                trial.kernel.split[1],
+                trial.srap.aggregate_mbps,
+                trial.srap.split[0],
+                trial.srap.split[1],
+                trial.srap.pairs,
+                trial.ratio
+            );
+        }
+    })?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.render());
+        println!("wall time: {:.0} s", report.wall_seconds);
+    }
+    if let Some(dir) = &args.plot {
+        let files = plot::write_receiver_nics(&report, dir)?;
+        if !json {
+            print_plots(&files);
+        }
+    }
+    Ok(())
+}
+
+/// `--nic-rate` for `--experiment receiver-nics` when none is given: well
+/// under half of what the emulated guest receives in all.
+const RECEIVER_NIC_MBIT: u32 = 100;
+/// `--trials` for `--experiment receiver-nics` when none is given.
+const RECEIVER_NICS_TRIALS: u64 = 10;
+
+/// `--trials` for `--experiment numa-nics` when none is given: each trial
+/// is four rounds of the emulated guest, about a minute on two cores.
+const NUMA_TRIALS: u64 = 3;
 
 /// `--observer` chooses the experiments' own observer (the plain lab's is
 /// the receiver agent's, `--hook`); placement trials are judged by it, so
@@ -574,6 +755,58 @@ mod tests {
             err.to_string().contains("--queue-rate, --flows")
                 || err.to_string().contains("--flows, --queue-rate"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn numa_nics_takes_trials_a_duration_and_a_plot_and_nothing_of_the_veth_lab() {
+        let numa = parse(&[
+            "--experiment",
+            "numa-nics",
+            "--trials",
+            "2",
+            "--duration",
+            "3",
+            "--plot",
+            "docs/throughput",
+            "--json",
+        ]);
+        assert_eq!(numa.experiment, Some(Experiment::NumaNics));
+        assert_eq!(numa.trials, Some(2));
+        assert!(check_numa_args(&numa).is_ok());
+        let mixed = parse(&["--experiment", "numa-nics", "--nic", "virtio", "--hold"]);
+        let err = check_numa_args(&mixed).expect_err("a guest of its own");
+        assert!(err.to_string().contains("leave out --nic, --hold"), "{err}");
+        let none = parse(&["--experiment", "numa-nics", "--duration", "0"]);
+        assert!(check_numa_args(&none).is_err());
+    }
+
+    #[test]
+    fn receiver_nics_takes_a_nic_rate_and_nothing_of_the_veth_lab() {
+        let run = parse(&[
+            "--experiment",
+            "receiver-nics",
+            "--nic-rate",
+            "80mbit",
+            "--trials",
+            "4",
+            "--plot",
+            "docs/throughput",
+        ]);
+        assert_eq!(run.experiment, Some(Experiment::ReceiverNics));
+        assert!(check_receiver_nics_args(&run).is_ok());
+        let mixed = parse(&["--experiment", "receiver-nics", "--flows", "16"]);
+        let err = check_receiver_nics_args(&mixed).expect_err("its own 8 streams");
+        assert!(err.to_string().contains("leave out --flows"), "{err}");
+        let numa = parse(&["--experiment", "numa-nics", "--nic-rate", "80mbit"]);
+        assert!(
+            check_numa_args(&numa).is_err(),
+            "--nic-rate is receiver-nics'"
+        );
+        let bond = parse(&["--bond", "2", "--nic-rate", "80mbit"]);
+        assert!(
+            check_bond_args(&bond).is_err(),
+            "--nic-rate is receiver-nics'"
         );
     }
 

@@ -412,6 +412,11 @@ pub const SENDER_METRICS: &[(&str, &str, &str)] = &[
         "Open steered flows whose source address this host's NIC holds",
     ),
     (
+        "srap_sender_local_nic_placed_fallback",
+        "gauge",
+        "With flows placed on this host's queues: 1 when this NIC's flows are placed with another NIC's RSS description (its own has none), 0 with its own; described_by names the one used",
+    ),
+    (
         "srap_sender_local_nic_replans_total",
         "counter",
         "Re-plans made because this host's NICs changed (a link down or up, an address added or removed, a NIC added or gone)",
@@ -520,6 +525,15 @@ pub fn render_sender(status: &SenderStatus) -> String {
                         _ => (format!("{{iface=\"{}\"}}", nic.name), u64::from(nic.flows)),
                     };
                     sample(&labels, value);
+                }
+            }
+            "srap_sender_local_nic_placed_fallback" => {
+                for nic in &status.local_nics {
+                    let Some(with) = &nic.placed_with else {
+                        continue;
+                    };
+                    let labels = format!("{{iface=\"{}\",described_by=\"{with}\"}}", nic.name);
+                    sample(&labels, u64::from(nic.fallback.is_some()));
                 }
             }
             "srap_sender_local_nic_replans_total" => sample("", status.local_nic_replans),
@@ -801,6 +815,8 @@ mod tests {
             crate::sender::LocalNicRow {
                 name: "veth1".into(),
                 addresses: vec!["10.9.0.1".parse().expect("ip")],
+                placed_with: Some("eth0".into()),
+                fallback: Some("veth1 has no RSS description".into()),
                 ..Default::default()
             },
         ];
@@ -834,6 +850,7 @@ mod tests {
             "srap_sender_local_nic_up{iface=\"veth1\",node=\"unknown\"} 0",
             "srap_sender_local_nic_flows{iface=\"eth0\"} 1",
             "srap_sender_local_nic_flows{iface=\"veth1\"} 0",
+            "srap_sender_local_nic_placed_fallback{iface=\"veth1\",described_by=\"eth0\"} 1",
             "srap_sender_local_nic_replans_total 2",
             "srap_sender_local_routing_missing 1",
             "srap_sender_local_routing_installed 0",

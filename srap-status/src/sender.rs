@@ -141,6 +141,15 @@ pub struct LocalNicRow {
     /// The steered cgroup's open flows whose source address it holds.
     #[serde(default)]
     pub flows: u32,
+    /// With flows placed on this host's queues (`--steer local|both`):
+    /// the NIC whose RSS description places the flows from its addresses
+    /// (its own, or with `fallback` the first `--local-iface`'s;
+    /// `--local-rss` for a file). `None`: not placed, or an older agent.
+    #[serde(default)]
+    pub placed_with: Option<String>,
+    /// Why its flows are placed with another NIC's description.
+    #[serde(default)]
+    pub fallback: Option<String>,
 }
 
 /// A bond on the route toward a receiver.

@@ -9,7 +9,10 @@
 //! a 32-CPU receiver from a host with a 16-CPU NIC: `remote`, `local` and
 //! `both` (goal: `both` adds at most 1.2× what `remote` adds), and
 //! `remote` and `both` again with every core streaming through memory, as
-//! on a host moving data (report-only).
+//! on a host moving data (report-only). Last, this host's NICs: connects
+//! to an address reached by two links, from a binder choosing no NIC
+//! (`--local-nics route`) and one taking them in turn (`balance`), with
+//! the connect hook's own run time per call (goal: under 1 µs).
 //!
 //! The settings take turns: each binder is attached to a cgroup of its own
 //! for the whole run, and every sample criterion takes, of any setting, is
@@ -41,11 +44,12 @@ use srap_common::{
 };
 use srap_daemon::sender::{
     self, SenderOptions,
-    ends::{LocalPlacement, PlacedEnds},
+    ends::{LocalNicsPolicy, LocalPlacement, PlacedEnds, SourceRules},
+    local::nics::{GivenNic, NicSettings},
     local_end,
 };
 use srap_harness::InCgroup;
-use srap_tests::{TwoHosts, cgroup::CgroupDir, privileged_or_skip, unique_name};
+use srap_tests::{TwoHosts, cgroup::CgroupDir, privileged_or_skip, subnet::Subnet, unique_name};
 
 /// Closes with RST (SO_LINGER 0): no TIME_WAIT, so steered ports are free
 /// again at once and every iteration measures the same path.
@@ -251,6 +255,22 @@ impl Attached {
         local: Option<std::sync::Arc<RssModel>>,
         local_placement: LocalPlacement,
     ) -> Self {
+        Self::attach_with(
+            label,
+            targets,
+            local,
+            local_placement,
+            NicSettings::default(),
+        )
+    }
+
+    fn attach_with(
+        label: String,
+        targets: Vec<sender::Target>,
+        local: Option<std::sync::Arc<RssModel>>,
+        local_placement: LocalPlacement,
+        nics: NicSettings,
+    ) -> Self {
         let cgroup = CgroupDir::unique().expect("cgroup path");
         cgroup.create().expect("create cgroup");
         let pin_dir = PathBuf::from(format!("/sys/fs/bpf/srap-bench-{}", unique_name("p")));
@@ -265,7 +285,7 @@ impl Attached {
             local_placement,
             bonds: Default::default(),
             sizes: BinderSizes::DEFAULT,
-            nics: Default::default(),
+            nics,
             receiver_nics: Default::default(),
             spread: Vec::new(),
         };
@@ -292,6 +312,14 @@ impl Attached {
                     (info.run_time(), info.run_count())
                 })
         })
+    }
+
+    /// connect4's mean run time per call since `since`, by the kernel's
+    /// accounting (`None`: it never ran).
+    fn connect_ns(&self, since: [(Duration, u64); 2]) -> Option<f64> {
+        let (time, count) = self.hook_totals()[0];
+        let calls = count.saturating_sub(since[0].1);
+        (calls > 0).then(|| time.saturating_sub(since[0].0).as_nanos() as f64 / calls as f64)
     }
 
     /// The hooks' mean run time per call since `since` (their
@@ -470,11 +498,142 @@ fn connect_accept(c: &mut Criterion) {
     if stats_on.is_ok() {
         binders[0].report(", other core busy", before);
     }
-    write_paired(&figures);
     drop(inside);
+    figures.extend(connect_accept_nics(c, &hosts, &plain, stats_on.is_ok()));
+    write_paired(&figures);
     drop(binders);
     drop(steered);
     drop(plain);
+}
+
+/// This host's NICs (issue 43): the same connects to a service address
+/// reached by two links, from a binder choosing no NIC (`--local-nics
+/// route`) and from one taking the links in turn (`balance`: the NIC's
+/// table, its address bound), in turns with the baseline. Besides the
+/// paired wall clock, each hook's own run time per call (the kernel's
+/// `BPF_STATS_RUN_TIME`, over every connect of the group: tens of
+/// thousands) goes to the figures as `connect_hook/*`, held to the 1 µs
+/// goal by `cargo xtask bench`.
+fn connect_accept_nics(
+    c: &mut Criterion,
+    hosts: &TwoHosts,
+    plain: &CgroupDir,
+    stats: bool,
+) -> Vec<(String, f64)> {
+    let links = TwoLinks::new(hosts);
+    let binders = hosts
+        .sender
+        .run(|| [LocalNicsPolicy::Route, LocalNicsPolicy::Balance].map(|p| links.attach(p)))
+        .expect("sender netns");
+    let inside = hosts.sender.enter().expect("enter sender netns");
+    let before = binders.each_ref().map(Attached::hook_totals);
+    let cgroups = vec![
+        plain.path(),
+        binders[0].cgroup.path(),
+        binders[1].cgroup.path(),
+    ];
+    let mut figures = bench_in_turns(
+        c,
+        "connect_accept_nics",
+        &["baseline", "binder_route", "binder_balance"],
+        cgroups,
+        &links.listener,
+        links.service,
+    );
+    drop(inside);
+    if stats {
+        for (binder, since) in binders.iter().zip(before) {
+            binder.report("", since);
+            if let Some(ns) = binder.connect_ns(since) {
+                figures.push((format!("connect_hook/{}", binder.label), ns));
+            }
+        }
+    }
+    figures
+}
+
+/// A service address on the receiver's loopback, reached from the sender
+/// by link A (the route) and by a second link B (a worse metric), and a
+/// listener on it: the two NICs [`connect_accept_nics`] chooses among.
+struct TwoLinks {
+    listener: TcpListener,
+    service: SocketAddr,
+    names: [String; 2],
+    _subnets: [Subnet; 2],
+}
+
+impl TwoLinks {
+    fn new(hosts: &TwoHosts) -> Self {
+        let second = Subnet::lease().expect("a second subnet");
+        let service_net = Subnet::lease().expect("the service subnet");
+        let (near, far) = hosts.second_link(&second).expect("a second veth link");
+        let service = service_net.ipv4(1);
+        hosts
+            .receiver
+            .ip(["addr", "add", &format!("{service}/32"), "dev", "lo"])
+            .expect("the service address");
+        let routes = [
+            (
+                hosts.receiver_end.ipv4.to_string(),
+                &hosts.sender_end.ifname,
+                "10",
+            ),
+            (far.ipv4.to_string(), &near.ifname, "200"),
+        ];
+        for (via, dev, metric) in routes {
+            hosts
+                .sender
+                .ip([
+                    "route",
+                    "add",
+                    &format!("{service}/32"),
+                    "via",
+                    &via,
+                    "dev",
+                    dev,
+                    "metric",
+                    metric,
+                ])
+                .expect("a route to the service address");
+        }
+        let service = SocketAddr::new(service.into(), 5202);
+        let listener = hosts
+            .receiver
+            .run(|| TcpListener::bind(service))
+            .expect("receiver netns")
+            .expect("listen on the service address");
+        Self {
+            listener,
+            service,
+            names: [hosts.sender_end.ifname.clone(), near.ifname],
+            _subnets: [second, service_net],
+        }
+    }
+
+    /// A binder given both links under `policy`, the source rules B needs
+    /// installed by it (in the sender's namespace, gone with it).
+    fn attach(&self, policy: LocalNicsPolicy) -> Attached {
+        let remote = RssModel::from_description(&embedded_default()).expect("model");
+        let nics = NicSettings {
+            policy,
+            given: self
+                .names
+                .iter()
+                .map(|name| GivenNic {
+                    name: name.clone(),
+                    description: None,
+                })
+                .collect(),
+            source_rules: SourceRules::Install,
+        };
+        Attached::attach_with(
+            format!("local-nics_{policy}"),
+            sender::Target::all(&remote, &[self.service.ip()]),
+            None,
+            LocalPlacement::Spread,
+            nics,
+        )
+    }
 }
 
 /// What the load threads of [`Load`] do.

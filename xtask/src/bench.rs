@@ -172,6 +172,34 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
         "connect_paired_steer/binder_local",
         Goal::AddedRatioAtMost("connect_paired_steer/baseline", 1.1),
     ),
+    // This host's NICs (issue 43): `balance` binds the address of the NIC
+    // whose turn it is, over two links, against `route` on the same links.
+    // The hook's own run time per call (the kernel's accounting, over the
+    // group's connects) is held to the 1 µs goal.
+    (
+        "--local-nics balance: added per connect",
+        "connect_paired_nics/binder_balance",
+        "connect_paired_nics/baseline",
+        Goal::AddedNs,
+    ),
+    (
+        "--local-nics balance / route, added cost",
+        "connect_paired_nics/binder_balance",
+        "connect_paired_nics/binder_route",
+        Goal::AddedRatio("connect_paired_nics/baseline"),
+    ),
+    (
+        "connect4 hook per call, --local-nics balance",
+        "connect_hook/local-nics_balance",
+        "",
+        Goal::MeanBelowNs(1000.0),
+    ),
+    (
+        "connect4 hook per call, balance / route",
+        "connect_hook/local-nics_balance",
+        "connect_hook/local-nics_route",
+        Goal::Ratio,
+    ),
     // The same two with every core streaming through memory, as on a host
     // moving data (report-only): `both`'s extra map rows are cache misses
     // there.

@@ -164,6 +164,13 @@ pub(super) fn local_nics_summary(status: &SenderStatus) -> Vec<String> {
             let cpus: Vec<String> = cpus.iter().map(ToString::to_string).collect();
             lines.push(format!("    queue → CPU: {}", cpus.join(" ")));
         }
+        if let Some(with) = &nic.placed_with {
+            let mut line = format!("    placed on this host's queues with {with}'s description");
+            if let Some(why) = &nic.fallback {
+                let _ = write!(line, " (fallback: {why})");
+            }
+            lines.push(line);
+        }
     }
     lines.extend(routing_lines(&status.local_routing));
     lines
@@ -887,9 +894,14 @@ mod tests {
                 LocalNicRow {
                     given: true,
                     queue_cpu: Some(vec![0, 1, 2, 3]),
+                    placed_with: Some("eth0".into()),
                     ..nic("eth0", Some(0), true, "10.0.0.1")
                 },
-                nic("eth1", Some(1), false, "10.1.0.1"),
+                LocalNicRow {
+                    placed_with: Some("eth0".into()),
+                    fallback: Some("eth1 has no RSS description".into()),
+                    ..nic("eth1", Some(1), false, "10.1.0.1")
+                },
                 LocalNicRow {
                     members: vec!["eth2".into(), "eth3".into()],
                     ..nic("bond0", None, true, "10.2.0.1")
@@ -907,7 +919,10 @@ mod tests {
             "  NIC              node link  flows  addresses",
             "  eth0*               0 up        3  10.0.0.1",
             "    queue → CPU: 0 1 2 3",
+            "    placed on this host's queues with eth0's description",
             "  eth1                1 down      0  10.1.0.1",
+            "    placed on this host's queues with eth0's description (fallback: eth1 has no RSS \
+             description)",
             "  bond0               ? up        0  10.2.0.1 (bond of eth2, eth3)",
         ] {
             assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");

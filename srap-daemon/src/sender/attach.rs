@@ -238,6 +238,9 @@ macro_rules! cgroup_hook {
                     source,
                 };
                 self.load().map_err(program_error)?;
+                if let Ok(info) = self.info() {
+                    note_verifier_walk(name, info.verified_instruction_count());
+                }
                 let id = self
                     .attach(cgroup, CgroupAttachMode::Single)
                     .map_err(program_error)?;
@@ -252,6 +255,27 @@ macro_rules! cgroup_hook {
 }
 
 cgroup_hook!(CgroupSock, CgroupSockAddr, SockOps);
+
+/// The kernel verifier's budget of instructions walked per program.
+const VERIFIER_BUDGET: u32 = 1_000_000;
+
+/// Says how much of the kernel verifier's budget program `name` took on
+/// this kernel (`verified_insns`, Linux 5.16+): the connect and bind hooks
+/// walk about half of it, and a kernel whose verifier walks more is the
+/// one to know about before it refuses a larger plan's hook. At info for a
+/// program past a tenth of the budget, at debug for the others.
+fn note_verifier_walk(name: &str, walked: Option<u32>) {
+    let Some(walked) = walked else {
+        return;
+    };
+    if walked > VERIFIER_BUDGET / 10 {
+        info!(
+            "{name}: the kernel's verifier walked {walked} of its {VERIFIER_BUDGET} instructions"
+        );
+    } else {
+        debug!("{name}: the kernel's verifier walked {walked} instructions");
+    }
+}
 
 /// Program `name` of `ebpf` as a `P`, linked to `cgroup`.
 fn link_to_cgroup<P>(

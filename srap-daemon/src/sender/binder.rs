@@ -11,7 +11,10 @@ use std::{
 };
 
 use aya::Ebpf;
-use srap_common::{binder::BinderSizes, solver::PortRange};
+use srap_common::{
+    binder::{BinderSizes, NICS_DOWN_MAP},
+    solver::PortRange,
+};
 use srap_host::{
     cgroup,
     reserved::{self, Reservation},
@@ -23,7 +26,7 @@ use super::{
     ends::{LocalNicsPolicy, LocalPlacement},
     error::SenderError,
     layout::PinLayout,
-    local::LocalHost,
+    local::{LocalHost, link_watch::LinkWatch, nic_choice},
     maps,
     options::SenderOptions,
     plan::{Plan, PlanInputs},
@@ -55,6 +58,19 @@ pub struct RunningBinder {
     pub local_nic_replans: u64,
 }
 
+impl RunningBinder {
+    /// Follows the links of the NICs its hook chooses among under
+    /// `policy` ([`LinkWatch`]: the kernel's notices fence a NIC down off
+    /// in its map at once; a poll behind them).
+    pub fn watch_links(&self, policy: LocalNicsPolicy) -> LinkWatch {
+        let names = nic_choice::chosen(&self.plan.host.nics)
+            .into_iter()
+            .map(|n| n.name.clone())
+            .collect();
+        LinkWatch::new(policy, names, &self.layout.map(NICS_DOWN_MAP))
+    }
+}
+
 /// The plan of `options` for this host as it is now ([`LocalHost::discover`]
 /// toward the targets): for the targets' NICs, and this host's too when
 /// both ends are planned. A plan the maps' sizes cannot hold is an error
@@ -78,6 +94,7 @@ pub fn plan_on(
         receivers: &options.targets,
         host,
         local_nic: options.local.as_ref(),
+        primary_nic: options.nics.given.first().map(|g| g.name.as_str()),
         ports: &options.ports,
         range,
     })?;

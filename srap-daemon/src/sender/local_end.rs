@@ -54,7 +54,8 @@ use super::{
     ends::{LocalPlacement, PlacedEnds},
     grant,
     landings::{LocalLandings, Opened},
-    local::{nic::LocalNic, reader},
+    local::{nic::LocalNic, nic_models::LocalModels, nics::LocalNics, reader},
+    plan::Plan,
 };
 use crate::{
     description::Source,
@@ -82,6 +83,11 @@ pub struct LocalEnd {
     pub paused: bool,
     /// The connections of the last sample.
     seen: Vec<Opened>,
+    /// The other NICs' models of the last plan that had them, and this
+    /// host's NICs then: a flow bound to another NIC's address is judged
+    /// by that NIC's description (`--local-nics`), kept while a pause
+    /// plans none.
+    others: Option<(Arc<LocalModels>, LocalNics)>,
 }
 
 impl LocalEnd {
@@ -137,6 +143,7 @@ impl LocalEnd {
             learned,
             paused: false,
             seen: Vec::new(),
+            others: None,
         }
     }
 
@@ -144,7 +151,12 @@ impl LocalEnd {
     /// learns from them, and judges them against this host's description:
     /// a new model when the learned key changed it, and the new pause state
     /// when the verdict changes it.
-    pub fn sample(&mut self, steered: &BTreeSet<IpAddr>) -> Sampled {
+    /// `plan` is the binder's now: which NIC's description each source
+    /// address is judged by.
+    pub fn sample(&mut self, steered: &BTreeSet<IpAddr>, plan: &Plan) -> Sampled {
+        if let Some(models) = plan.local_models.as_ref().filter(|m| m.several()) {
+            self.others = Some((models.clone(), plan.host.nics.clone()));
+        }
         let Some(landings) = self.landings.as_ref() else {
             return Sampled::default();
         };
@@ -161,8 +173,10 @@ impl LocalEnd {
             .iter()
             .filter(|o| steered.contains(&o.dst.ip()))
             .collect();
+        // This NIC's key is learned from its own flows only.
         let landed: Vec<Landed> = toward
             .iter()
+            .filter(|o| self.other_nic(o.src.ip()).is_none())
             .filter_map(|o| {
                 Some(Landed {
                     src: o.src,
@@ -267,11 +281,23 @@ impl LocalEnd {
         }
     }
 
-    /// One connection as the judge sees it: its queue and the queue this
-    /// host's description computes for its reverse tuple.
+    /// The model of the NIC other than this one whose description places
+    /// flows from `source`; `None`: this NIC's (or a fallback to it).
+    fn other_nic(&self, source: IpAddr) -> Option<Arc<RssModel>> {
+        let (models, nics) = self.others.as_ref()?;
+        let (model, _) = models.of(source, nics);
+        (!Arc::ptr_eq(&model, models.primary())).then_some(model)
+    }
+
+    /// One connection as the judge sees it: its queue and the queue the
+    /// description of the NIC its source address is placed with computes
+    /// for its reverse tuple.
     fn row(&self, opened: &Opened) -> Option<FlowRow> {
         let tuple = FlowTuple::from_sockets(opened.src, opened.dst).ok()?;
-        let planned = self.nic.model.landing(&tuple);
+        let model = self
+            .other_nic(opened.src.ip())
+            .unwrap_or_else(|| self.nic.model.clone());
+        let planned = model.landing(&tuple);
         Some(FlowRow {
             src: opened.src,
             dst: opened.dst,
@@ -279,7 +305,7 @@ impl LocalEnd {
             cpu: opened.cpu,
             rss_cpu: opened
                 .queue
-                .and_then(|q| self.nic.model.queue_cpu().get(q as usize).copied()),
+                .and_then(|q| model.queue_cpu().get(q as usize).copied()),
             predicted_queue: Some(planned.queue),
             predicted_cpu: Some(planned.cpu),
             planned_cpu: None,
@@ -327,7 +353,13 @@ pub struct Sampled {
 /// This host's CPU offer in its occupancy row, and under
 /// `--local-placement reader` each CPU's nearest offered slots.
 pub fn apply_local_grant(binder: &mut RunningBinder, nic: &LocalNic) -> anyhow::Result<()> {
-    let grant = local_grant(&nic.tiers);
+    // Several NICs' models share this host's row: the CPUs only the
+    // others' queues reach are offered too, last.
+    let tiers = match &binder.plan.local_models {
+        Some(models) if models.several() => nic.tiers_over(models.slot_cpus()),
+        _ => nic.tiers.clone(),
+    };
+    let grant = local_grant(&tiers);
     grant::apply_to(
         &mut binder.ebpf,
         &binder.plan,
@@ -336,7 +368,7 @@ pub fn apply_local_grant(binder: &mut RunningBinder, nic: &LocalNic) -> anyhow::
     )
     .context("writing this host's CPU offer")?;
     if binder.local_placement == LocalPlacement::Reader {
-        apply_reader_rows(binder, &nic.cpus())?;
+        apply_reader_rows(binder, &tiers.iter().flatten().copied().collect())?;
     }
     Ok(())
 }

@@ -21,7 +21,7 @@ use super::{
     ends::PlacedEnds,
     error::SenderError,
     grant,
-    local::{link_watch::LinkWatch, nic::LocalNic, source_rules},
+    local::{nic::LocalNic, source_rules},
     local_end::{LocalEnd, apply_local_grant},
     maps,
     options::SenderOptions,
@@ -221,7 +221,7 @@ impl Offline {
         let mut tick = tokio::time::interval(interval);
         tick.tick().await;
         let mut sample = tokio::time::interval(SAMPLE_EVERY);
-        let mut links = LinkWatch::new(binder, self.plan.options.nics.policy);
+        let mut links = binder.watch_links(self.plan.options.nics.policy);
         let mut watch = CounterWatch::new(binder);
         loop {
             tokio::select! {
@@ -265,7 +265,7 @@ impl Offline {
         let sampled = self
             .local
             .as_mut()
-            .map(|local| local.sample(&steered))
+            .map(|local| local.sample(&steered, &binder.plan))
             .unwrap_or_default();
         if let Some(model) = sampled.model {
             self.plan_with(binder, model);

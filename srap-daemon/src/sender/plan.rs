@@ -43,7 +43,13 @@ use srap_common::{
 
 use super::{
     error::SenderError,
-    local::{LocalHost, ReceiverSources, bond::EgressBond, nic_choice},
+    local::{
+        LocalHost, ReceiverSources,
+        bond::EgressBond,
+        nic_choice,
+        nic_models::{LocalModels, SourceModel},
+        nics::LocalNics,
+    },
     target::Target,
 };
 
@@ -88,6 +94,12 @@ pub struct Plan {
     /// The NIC of each NUMA node ([`srap_common::local_nics::NO_NIC`]:
     /// none).
     pub node_nics: Vec<u32>,
+    /// The models of this host's end (`--steer local|both`): each source
+    /// address's NIC's own ([`LocalModels`]).
+    pub local_models: Option<Arc<LocalModels>>,
+    /// Which NIC's description each source address of this host's end was
+    /// placed with, once each, in plan order.
+    pub local_sources: Vec<SourceModel>,
     /// Under `--receiver-nics spread`, the addresses each asked
     /// destination's connects take in turn ([`super::spread::rows`]).
     pub spread: Vec<(DestKey, SpreadRow)>,
@@ -107,6 +119,11 @@ pub struct PlanInputs<'a> {
     /// is placed on both NICs (`--steer both`); `None`: the receivers'
     /// only.
     pub local_nic: Option<&'a Arc<RssModel>>,
+    /// The NIC this host's own model (`local_nic`, or the targets' with
+    /// `--steer local`) describes: the first `--local-iface`; `None` when
+    /// a file does (`--local-rss`). Every other NIC of `host` with a
+    /// description places its own addresses.
+    pub primary_nic: Option<&'a str>,
     /// Destination ports to plan; empty: every port.
     pub ports: &'a [u16],
     /// The source ports the binder chooses from.
@@ -146,7 +163,17 @@ impl Plan {
                 sources: sources.clone(),
             })
             .collect();
-        let mut plan = Self::build_with(&receivers, inputs.ports, inputs.range, inputs.local_nic)?;
+        let primary = inputs
+            .local_nic
+            .cloned()
+            .or_else(|| local_target(&receivers));
+        let models = primary.map(|p| LocalModels::new(p, inputs.primary_nic, &inputs.host.nics));
+        let local = LocalPlanning {
+            models,
+            nics: &inputs.host.nics,
+            twins: inputs.local_nic.is_some(),
+        };
+        let mut plan = Self::build_on(&receivers, inputs.ports, inputs.range, local)?;
         // The NICs choose among the tables (`--local-nics numa|balance`):
         // each destination says which NICs reach it, and a plan keeps them
         // so that a NIC that changes calls for a new one.
@@ -204,6 +231,23 @@ impl Plan {
         range: PortRange,
         local: Option<&Arc<RssModel>>,
     ) -> Result<Self, SenderError> {
+        let nics = LocalNics::default();
+        let primary = local.cloned().or_else(|| local_target(receivers));
+        let planning = LocalPlanning {
+            models: primary.map(LocalModels::single),
+            nics: &nics,
+            twins: local.is_some(),
+        };
+        Self::build_on(receivers, ports, range, planning)
+    }
+
+    /// The plan of `receivers`, this host's end placed as `local` says.
+    fn build_on(
+        receivers: &[ReceiverInput],
+        ports: &[u16],
+        range: PortRange,
+        local: LocalPlanning<'_>,
+    ) -> Result<Self, SenderError> {
         check_receivers(receivers)?;
         let ports: Vec<u16> = ports
             .iter()
@@ -225,17 +269,17 @@ impl Plan {
             local: None,
             nic_tables: Vec::new(),
             node_nics: Vec::new(),
+            local_models: local.models.map(Arc::new),
+            local_sources: Vec::new(),
             spread: Vec::new(),
             host: LocalHost {
                 toward: receivers.iter().map(|r| r.sources.clone()).collect(),
+                nics: local.nics.clone(),
                 ..LocalHost::default()
             },
         };
         let mut shared = SharedLayouts::default();
-        let mut both = local.map(|model| LocalEnd {
-            model: model.clone(),
-            joints: Vec::new(),
-        });
+        let mut both = local.twins.then(|| LocalEnd { joints: Vec::new() });
         for input in receivers {
             plan.add_receiver(&mut shared, both.as_mut(), input, &ports, range)?;
         }
@@ -326,33 +370,23 @@ impl Plan {
         ports: &[u16],
         range: PortRange,
     ) -> Result<(), SenderError> {
-        let (index, model, sources) = (input.index, &*input.model, &input.sources);
+        let (index, sources) = (input.index, &input.sources);
         let receiver = sources.receiver;
-        let steering_error = |dport| {
-            move |source| SenderError::PortTables {
-                receiver,
-                dport,
-                source,
-            }
-        };
         // The bond is this host's: it balances the flows a receiver's
         // model places (not this host's own NIC's, `--steer local`). A
         // count that is not a power of two is balanced through each named
         // port's listed ports; any-port tables then place CPUs only.
-        let members = sources.members().filter(|_| model.end() == End::Remote);
+        let local_end = input.model.end() == End::Local;
+        let members = sources.members().filter(|_| !local_end);
         let listed = members.filter(|m| m.linear_bits().is_none() && !ports.is_empty());
-        let layout = match listed {
-            Some(_) => None,
-            None => match shared.get(&input.model, receiver, range, members) {
-                // Too many bits with the members: the receiver's CPUs
-                // alone (the receiver's placement comes first).
-                Err(err @ PortTableError::MembersTooWide { .. }) => {
-                    tracing::warn!("toward {receiver}: {err}; bond members are not balanced");
-                    shared.get(&input.model, receiver, range, None)
-                }
-                other => other,
-            }
-            .map_err(steering_error(None))?,
+        // The receiver's layout, once; this host's, per source address
+        // (each its NIC's model, shared by the addresses of one NIC).
+        let remote = match local_end {
+            true => None,
+            false => Some(match listed {
+                Some(_) => None,
+                None => any_port_layout(shared, &input.model, receiver, range, members)?,
+            }),
         };
         let mut plan = ReceiverPlan {
             index,
@@ -364,44 +398,119 @@ impl Plan {
         };
         for (n, src) in sources.sources().into_iter().enumerate() {
             let route = n == 0;
-            match &layout {
-                Some(layout) => {
-                    let table = TablePlan::with_layout(model, layout.clone(), src, receiver)
-                        .map_err(steering_error(None))?;
-                    let keys: Vec<u16> = if ports.is_empty() {
-                        vec![0]
-                    } else {
-                        ports.to_vec()
-                    };
-                    let twin =
-                        self.local_twin(shared, both.as_deref_mut(), &table, receiver, range)?;
-                    self.add_table(&mut plan, table, twin, &keys, route);
-                }
-                None if ports.is_empty() => {
-                    // Fails, naming the flag to use.
-                    let table = TablePlan::build(model, src, receiver, None, range)
-                        .map_err(steering_error(None))?;
-                    self.add_table(&mut plan, table, None, &[0], route);
-                }
+            let (model, layout) = match &remote {
+                Some(layout) => (input.model.clone(), layout.clone()),
                 None => {
-                    for port in ports {
-                        let table =
-                            TablePlan::one_port_over(model, src, receiver, *port, range, listed)
-                                .map_err(steering_error(Some(*port)))?;
-                        let twin =
-                            self.local_twin(shared, both.as_deref_mut(), &table, receiver, range)?;
-                        self.add_table(&mut plan, table, twin, &[*port], route);
-                    }
+                    let model = self.local_model(src, &input.model);
+                    let slots = self.local_slot_cpus();
+                    let layout = shared
+                        .get(&model, receiver, range, None, slots.as_deref())
+                        .map_err(steering_error(receiver, None))?;
+                    (model, layout)
                 }
-            }
+            };
+            self.add_source(
+                (shared, both.as_deref_mut()),
+                &mut plan,
+                (&model, layout, listed),
+                (src, route),
+                (ports, range),
+            )?;
         }
         self.receivers.push(plan);
         Ok(())
     }
 
+    /// The table(s) from `src` toward `plan`'s receiver, on the shared
+    /// any-port `layout` or, without one, one per named port (`listed`:
+    /// balancing a bond's members there).
+    fn add_source(
+        &mut self,
+        (shared, mut both): (&mut SharedLayouts, Option<&mut LocalEnd>),
+        plan: &mut ReceiverPlan,
+        (model, layout, listed): (&Arc<RssModel>, Option<Arc<LayoutPlan>>, Option<MemberPlan>),
+        (src, route): (IpAddr, bool),
+        (ports, range): (&[u16], PortRange),
+    ) -> Result<(), SenderError> {
+        let receiver = plan.receiver;
+        match layout {
+            Some(layout) => {
+                let table = TablePlan::with_layout(model, layout, src, receiver)
+                    .map_err(steering_error(receiver, None))?;
+                let keys: Vec<u16> = if ports.is_empty() {
+                    vec![0]
+                } else {
+                    ports.to_vec()
+                };
+                let twin = self.local_twin(shared, both, &table, receiver, range)?;
+                self.add_table(plan, table, twin, &keys, route);
+            }
+            None if ports.is_empty() => {
+                // Fails, naming the flag to use.
+                let table = TablePlan::build(model, src, receiver, None, range)
+                    .map_err(steering_error(receiver, None))?;
+                self.add_table(plan, table, None, &[0], route);
+            }
+            None => {
+                for port in ports {
+                    let mut table =
+                        TablePlan::one_port_over(model, src, receiver, *port, range, listed)
+                            .map_err(steering_error(receiver, Some(*port)))?;
+                    if let (End::Local, Some(slots)) = (model.end(), self.local_slot_cpus()) {
+                        table.layout = Arc::new(table.layout.reslotted(&slots));
+                    }
+                    let twin =
+                        self.local_twin(shared, both.as_deref_mut(), &table, receiver, range)?;
+                    self.add_table(plan, table, twin, &[*port], route);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The model of this host's end `src` is placed with: its NIC's own
+    /// ([`LocalModels::of`]), `default` without models; recorded once per
+    /// address, a fallback logged.
+    fn local_model(&mut self, src: IpAddr, default: &Arc<RssModel>) -> Arc<RssModel> {
+        let Some(models) = self.local_models.clone() else {
+            return default.clone();
+        };
+        let (model, chosen) = models.of(src, &self.host.nics);
+        if !self.local_sources.iter().any(|c| c.source == src) {
+            if let Some(why) = &chosen.fallback {
+                tracing::warn!(
+                    "{src}: placed on this host's NIC with {}'s description ({why})",
+                    chosen.described_by.as_deref().unwrap_or("--local-rss")
+                );
+            }
+            self.local_sources.push(chosen);
+        }
+        model
+    }
+
+    /// This host's row's CPUs, slot by slot, when several NICs' models
+    /// share it (every local layout is laid over them); `None`: one model,
+    /// its layouts as built.
+    fn local_slot_cpus(&self) -> Option<Vec<u32>> {
+        let models = self.local_models.as_ref()?;
+        models.several().then(|| models.slot_cpus().to_vec())
+    }
+
+    /// How many source addresses of this host's end are placed with
+    /// another NIC's description than their own (a [`LocalFallback`]).
+    ///
+    /// [`LocalFallback`]: super::local::nic_models::LocalFallback
+    pub fn local_fallbacks(&self) -> usize {
+        self.local_sources
+            .iter()
+            .filter(|c| c.fallback.is_some())
+            .count()
+    }
+
     /// With both ends planned: the local table twin of `table` (same
-    /// source and receiver, this host's NIC facing the reverse tuple) and
-    /// the index of the joint row of their layouts.
+    /// source and receiver, the model of the NIC holding that source
+    /// facing the reverse tuple) and the index of the joint row of their
+    /// layouts.
     fn local_twin(
         &mut self,
         shared: &mut SharedLayouts,
@@ -413,6 +522,11 @@ impl Plan {
         let Some(both) = both else {
             return Ok(None);
         };
+        let Some(primary) = self.local_models.as_ref().map(|m| m.primary().clone()) else {
+            return Ok(None);
+        };
+        let model = self.local_model(table.source, &primary);
+        let slots = self.local_slot_cpus();
         let not_linear = |problem: String| {
             SenderError::Input(format!(
                 "--steer both toward {receiver}: this host's NIC {problem}; use --steer local \
@@ -420,12 +534,12 @@ impl Plan {
             ))
         };
         let layout = shared
-            .get(&both.model, receiver, range, None)
+            .get(&model, receiver, range, None, slots.as_deref())
             .map_err(|e| not_linear(e.to_string()))?
             .ok_or_else(|| {
                 not_linear("is not linear in the port (its table size or input transform)".into())
             })?;
-        let twin = TablePlan::with_layout(&both.model, layout.clone(), table.source, receiver)
+        let twin = TablePlan::with_layout(&model, layout.clone(), table.source, receiver)
             .map_err(|e| not_linear(e.to_string()))?;
         let joint = match both
             .joints
@@ -434,7 +548,7 @@ impl Plan {
         {
             Some(j) => j,
             None => {
-                let tables = JointTables::new(&table.layout.layout, &both.model, receiver)
+                let tables = JointTables::new(&table.layout.layout, &model, receiver)
                     .map_err(|e| not_linear(e.to_string()))?;
                 both.joints
                     .push((table.layout.clone(), layout, Arc::new(tables)));
@@ -465,7 +579,10 @@ impl Plan {
         receiver.tables.push(t);
         self.tables.push(table);
         let (local_table, joint) = match twin {
-            Some((twin, joint)) => {
+            Some((mut twin, joint)) => {
+                // The hook reads the joint row from the twin it took,
+                // whichever NIC's it is (`--local-nics`).
+                twin.table.joint = joint;
                 self.tables.push(twin);
                 (t as u32 + 1, joint)
             }
@@ -620,11 +737,57 @@ impl Plan {
     }
 }
 
-/// This host's NIC while a plan for both ends is built: its model and the
-/// joint rows made so far, by (receiver layout, local layout).
+/// This host's NIC while a plan for both ends is built: the joint rows
+/// made so far, by (receiver layout, local layout).
 struct LocalEnd {
-    model: Arc<RssModel>,
     joints: Vec<(Arc<LayoutPlan>, Arc<LayoutPlan>, Arc<JointTables>)>,
+}
+
+/// How this host's end is planned: its NICs' models (none with `--steer
+/// remote`), the NICs that hold its addresses, and whether each table
+/// gets a local twin (`--steer both`).
+struct LocalPlanning<'a> {
+    models: Option<LocalModels>,
+    nics: &'a LocalNics,
+    twins: bool,
+}
+
+/// The model of this host's NIC a `--steer local` target is placed with.
+fn local_target(receivers: &[ReceiverInput]) -> Option<Arc<RssModel>> {
+    receivers
+        .iter()
+        .find(|r| r.model.end() == End::Local)
+        .map(|r| r.model.clone())
+}
+
+/// The error of a table toward `receiver` (and `dport`) that cannot be
+/// built.
+fn steering_error(receiver: IpAddr, dport: Option<u16>) -> impl Fn(PortTableError) -> SenderError {
+    move |source| SenderError::PortTables {
+        receiver,
+        dport,
+        source,
+    }
+}
+
+/// The shared any-port layout of a receiver's `model` over `members`;
+/// when the members add too many bits, the receiver's CPUs alone (its
+/// placement comes first), said so.
+fn any_port_layout(
+    shared: &mut SharedLayouts,
+    model: &Arc<RssModel>,
+    receiver: IpAddr,
+    range: PortRange,
+    members: Option<MemberPlan>,
+) -> Result<Option<Arc<LayoutPlan>>, SenderError> {
+    match shared.get(model, receiver, range, members, None) {
+        Err(err @ PortTableError::MembersTooWide { .. }) => {
+            tracing::warn!("toward {receiver}: {err}; bond members are not balanced");
+            shared.get(model, receiver, range, None, None)
+        }
+        other => other,
+    }
+    .map_err(steering_error(receiver, None))
 }
 
 /// The any-port layout of each (model, address family, bond members),
@@ -639,12 +802,16 @@ struct SharedLayouts {
 type LayoutKey = (Arc<RssModel>, bool, Option<MemberPlan>);
 
 impl SharedLayouts {
+    /// The layout of `model` for `receiver`'s family over `members`; laid
+    /// over `slots` (this host's row's CPUs) when given, which one plan
+    /// gives alike for every model of this host's end.
     fn get(
         &mut self,
         model: &Arc<RssModel>,
         receiver: IpAddr,
         range: PortRange,
         members: Option<MemberPlan>,
+        slots: Option<&[u32]>,
     ) -> Result<Option<Arc<LayoutPlan>>, PortTableError> {
         let v4 = receiver.is_ipv4();
         let known = self.built.iter().find(|((m, family, over), _)| {
@@ -653,7 +820,12 @@ impl SharedLayouts {
         if let Some((_, layout)) = known {
             return Ok(layout.clone());
         }
-        let layout = LayoutPlan::any_port_over(model, receiver, range, members)?.map(Arc::new);
+        let layout = LayoutPlan::any_port_over(model, receiver, range, members)?
+            .map(|built| match slots {
+                Some(cpus) => built.reslotted(cpus),
+                None => built,
+            })
+            .map(Arc::new);
         self.built
             .push(((model.clone(), v4, members), layout.clone()));
         Ok(layout)
@@ -1104,6 +1276,156 @@ mod tests {
             ..v4()
         };
         assert!(Plan::build(&m, &[mixed], &[], PortRange::DEFAULT).is_err());
+    }
+
+    /// Two NICs of this host with different keys, indirection tables and
+    /// queue → CPU maps, each holding one source address: under `--steer
+    /// local` and `--steer both`, each address's local table is its own
+    /// NIC's — every port of every slot lands, by that NIC's Toeplitz model
+    /// of the reverse tuple, on the slot's CPU, not by the other's — and
+    /// both layouts are laid over one list of CPUs (this host's one row).
+    #[test]
+    fn each_source_address_is_placed_with_its_own_nics_description() {
+        use srap_common::rss::RssDescription;
+
+        use crate::sender::local::nics::{HostNic, LocalNics};
+        let a = RssDescription {
+            indir: (0..128).map(|i| i % 4).collect(),
+            queue_cpu: Some(vec![0, 1, 2, 3]),
+            ..embedded_default()
+        };
+        let b = RssDescription {
+            key: a.key.chars().rev().collect(),
+            indir: (0..64).map(|i| (i * 3 + 1) % 4).collect(),
+            queue_cpu: Some(vec![3, 2, 4, 5]),
+            ..embedded_default()
+        };
+        let facing = |d: &RssDescription| {
+            Arc::new(RssModel::from_description(d).unwrap().facing(End::Local))
+        };
+        let (model_a, model_b) = (facing(&a), facing(&b));
+        let r = ReceiverSources {
+            others: vec![IpAddr::V4(Ipv4Addr::new(10, 199, 9, 11))],
+            ..v4()
+        };
+        let (src_a, src_b) = (r.route, r.others[0]);
+        let nic = |name: &str, ip: IpAddr, d: &RssDescription| HostNic {
+            name: name.into(),
+            addresses: [ip].into(),
+            node: None,
+            up: true,
+            members: Vec::new(),
+            given: true,
+            description: Some(Arc::new(d.clone())),
+        };
+        let nics = LocalNics {
+            nics: vec![nic("eth0", src_a, &a), nic("eth1", src_b, &b)],
+        };
+        for twins in [false, true] {
+            let target = Target {
+                index: if twins { FIRST_RECEIVER_ROW } else { LOCAL_ROW },
+                addr: r.receiver,
+                model: if twins {
+                    Arc::new(model())
+                } else {
+                    model_a.clone()
+                },
+            };
+            let plan = Plan::new(PlanInputs {
+                receivers: &[target],
+                host: LocalHost {
+                    toward: vec![r.clone()],
+                    nics: nics.clone(),
+                    routing: crate::sender::local::routing::RoutingReport {
+                        checked: true,
+                        ..Default::default()
+                    },
+                },
+                local_nic: twins.then_some(&model_a),
+                primary_nic: Some("eth0"),
+                ports: &[],
+                range: PortRange::DEFAULT,
+            })
+            .expect("plan");
+            assert_eq!(plan.local_fallbacks(), 0);
+            let local_table = |src: IpAddr| {
+                let (_, value) = plan
+                    .dests
+                    .iter()
+                    .find(|(k, _)| k.src == addr_words(src).1)
+                    .expect("a destination");
+                let t = if twins {
+                    value.local_table
+                } else {
+                    value.table
+                };
+                &plan.tables[t as usize]
+            };
+            let mut by_nic = Vec::new();
+            for (src, own, other) in [(src_a, &model_a, &model_b), (src_b, &model_b, &model_a)] {
+                let table = local_table(src);
+                let cpus: Vec<u32> = table.slots().iter().map(|s| s.cpu).collect();
+                assert_eq!(cpus, [0, 1, 2, 3, 4, 5], "one row, slot for slot");
+                let (mut placed, mut elsewhere) = (0, 0);
+                for (slot, row) in table.slots().iter().enumerate() {
+                    let ports = table.slot_ports(slot, 5201);
+                    // A CPU this NIC's queues do not reach lends one that
+                    // they do: a port of this NIC all the same.
+                    let reached = own.reachable_cpus().contains(&row.cpu);
+                    assert!(!ports.is_empty(), "slot {slot} of {src}");
+                    for port in ports.iter().step_by(7) {
+                        let tuple = FlowTuple::new(src, *port, r.receiver, 5201).unwrap();
+                        let landed = own.landing(&tuple).cpu;
+                        if !reached {
+                            assert!(own.reachable_cpus().contains(&landed), "{src} {port}");
+                            continue;
+                        }
+                        assert_eq!(landed, row.cpu, "{src} port {port}");
+                        elsewhere += usize::from(other.landing(&tuple).cpu != row.cpu);
+                        placed += 1;
+                    }
+                }
+                assert!(
+                    elsewhere > placed / 2,
+                    "{elsewhere} of {placed}: the NICs differ"
+                );
+                by_nic.push(table.slot_ports(0, 5201));
+            }
+            assert_ne!(by_nic[0], by_nic[1], "the two twins differ");
+            let described: Vec<_> = plan
+                .local_sources
+                .iter()
+                .map(|c| c.described_by.as_deref())
+                .collect();
+            assert_eq!(described, [Some("eth0"), Some("eth1")]);
+            let row = plan
+                .rows()
+                .find(|p| p.index == LOCAL_ROW)
+                .expect("this host's row");
+            assert_eq!(row.slots, 6);
+            // The hook's NIC choice takes each NIC's own table and twin,
+            // and the twin names its own joint row (the twins' layouts
+            // differ, so their joints do): the route's is not the other's.
+            let (_, choices) = plan.nic_tables[0];
+            let chosen: Vec<(u32, u32)> = (0..2).filter_map(|n| choices.of(n)).collect();
+            assert_eq!(chosen.len(), 2);
+            for (choice, src) in chosen.iter().zip([src_a, src_b]) {
+                let (_, under) = plan
+                    .dests
+                    .iter()
+                    .find(|(k, _)| k.src == addr_words(src).1)
+                    .expect("a destination");
+                assert_eq!(*choice, (under.table, under.local_table), "{src}");
+                if twins {
+                    let twin = &plan.tables[under.local_table as usize];
+                    assert_eq!(twin.table.joint, under.joint, "{src}");
+                }
+            }
+            if twins {
+                let joint = |(_, local): (u32, u32)| plan.tables[local as usize].table.joint;
+                assert_ne!(joint(chosen[0]), joint(chosen[1]));
+            }
+        }
     }
 
     /// This host's NIC: 16 queues over 128 entries, facing the local end.

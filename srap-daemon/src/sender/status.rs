@@ -17,7 +17,11 @@ use tracing::{info, warn};
 
 use super::{
     binder::RunningBinder,
-    local::{nics::LocalNics, routing::RoutingReport},
+    local::{
+        nic_models::SourceModel,
+        nics::{HostNic, LocalNics},
+        routing::RoutingReport,
+    },
     local_end::LocalEnd,
     maps::read_stats,
     target::Target,
@@ -99,7 +103,7 @@ pub fn binder_status(binder: &RunningBinder) -> SenderStatus {
     let mut status = SenderStatus {
         cgroup: binder.cgroup.display().to_string(),
         pin_dir: binder.layout.dir().display().to_string(),
-        local_nics: local_nic_rows(&binder.plan.host.nics),
+        local_nics: local_nic_rows(&binder.plan.host.nics, &binder.plan.local_sources),
         local_nics_policy: binder.local_nics.to_string(),
         local_nic_replans: binder.local_nic_replans,
         local_routing: local_routing_row(&binder.plan.host.routing),
@@ -124,21 +128,44 @@ pub fn binder_status(binder: &RunningBinder) -> SenderStatus {
 }
 
 /// This host's NICs as the plan was last made for them (their flows are
-/// counted when the snapshot is served).
-fn local_nic_rows(nics: &LocalNics) -> Vec<LocalNicRow> {
+/// counted when the snapshot is served), each with the description its
+/// addresses were placed with (`sources`).
+fn local_nic_rows(nics: &LocalNics, sources: &[SourceModel]) -> Vec<LocalNicRow> {
     nics.nics
         .iter()
-        .map(|nic| LocalNicRow {
-            name: nic.name.clone(),
-            node: nic.node,
-            addresses: nic.addresses.iter().copied().collect(),
-            up: nic.up,
-            members: nic.members.clone(),
-            given: nic.given,
-            queue_cpu: nic.queue_cpu().map(<[u32]>::to_vec),
-            flows: 0,
+        .map(|nic| {
+            let chosen = sources
+                .iter()
+                .find(|c| c.nic.as_deref() == Some(nic.name.as_str()));
+            LocalNicRow {
+                placed_with: chosen.map(|c| {
+                    c.described_by
+                        .clone()
+                        .unwrap_or_else(|| "--local-rss".into())
+                }),
+                fallback: chosen
+                    .and_then(|c| c.fallback.as_ref())
+                    .map(ToString::to_string),
+                ..local_nic_row(nic)
+            }
         })
         .collect()
+}
+
+/// One NIC's own row.
+fn local_nic_row(nic: &HostNic) -> LocalNicRow {
+    LocalNicRow {
+        name: nic.name.clone(),
+        node: nic.node,
+        addresses: nic.addresses.iter().copied().collect(),
+        up: nic.up,
+        members: nic.members.clone(),
+        given: nic.given,
+        queue_cpu: nic.queue_cpu().map(<[u32]>::to_vec),
+        flows: 0,
+        placed_with: None,
+        fallback: None,
+    }
 }
 
 /// What the kernel says an errno means, and its number.

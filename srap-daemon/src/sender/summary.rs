@@ -33,6 +33,28 @@ pub fn describe(binder: &RunningBinder) -> String {
             let _ = writeln!(out, "receiver {}: {}", receiver.receiver, bond.describe());
         }
     }
+    // Which NIC's description places each source address on this host's
+    // queues, said when it is not one for all.
+    let several = binder
+        .plan
+        .local_models
+        .as_ref()
+        .is_some_and(|m| m.several());
+    if several || binder.plan.local_fallbacks() > 0 {
+        for chosen in &binder.plan.local_sources {
+            let with = chosen.described_by.as_deref().unwrap_or("--local-rss");
+            let _ = write!(
+                out,
+                "this host's end from {} ({}): placed with {with}'s description",
+                chosen.source,
+                chosen.nic.as_deref().unwrap_or("no NIC")
+            );
+            if let Some(why) = &chosen.fallback {
+                let _ = write!(out, " (fallback: {why})");
+            }
+            out.push('\n');
+        }
+    }
     let _ = writeln!(
         out,
         "source ports {}, chosen by 4-tuple and shared across destinations (none reserved)",

@@ -242,7 +242,7 @@ pub(super) fn claim_local(dest: &DestValue) -> Option<LocalSide<'static>> {
     }
     let table = SRAP_TABLES.get(dest.local_table)?;
     let layout = SRAP_LAYOUTS.get(table.layout)?;
-    let joint = SRAP_JOINTS.get(dest.joint)?;
+    let joint = SRAP_JOINTS.get(table.joint)?;
     let state = SRAP_RECEIVERS.get_ptr_mut(LOCAL_ROW)?;
     let slots = layout.slots;
     if slots == 0 || slots > MAX_SLOTS || joint.kernel_len == 0 {

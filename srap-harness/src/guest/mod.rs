@@ -12,14 +12,18 @@
 //! [`qemu`] is the guest itself; [`image`] and [`files`] what it boots
 //! from; [`shell`] its serial console; [`truth`] what its own tools say;
 //! [`bond`] and [`bond_lab`] a guest whose NICs are bonded; [`numa`] a
-//! guest with two NUMA nodes and a NIC on each.
+//! guest with two NUMA nodes and a NIC on each, and [`numa_lab`] rounds of
+//! reading threads in it, with the kernel's choice of NIC and SRAP's;
+//! [`receiver_nics_lab`] that guest as a receiver with two NICs.
 
 pub mod bond;
 pub mod bond_lab;
 pub mod files;
 pub mod image;
 pub mod numa;
+pub mod numa_lab;
 pub mod qemu;
+pub mod receiver_nics_lab;
 pub mod shell;
 pub mod truth;
 

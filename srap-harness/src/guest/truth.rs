@@ -3,7 +3,7 @@
 //! as `ethtool -x` prints it, and the source ports its server accepted.
 //! The lab's verdict and the tests judge SRAP by these.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, net::IpAddr};
 
 use anyhow::{Context as _, bail};
 use srap_common::rss::{FieldsDescription, FlowTuple, RssDescription, RssModel};
@@ -293,6 +293,67 @@ pub fn iperf3_accepted_ports(json: &str) -> anyhow::Result<Vec<u16>> {
         .collect()
 }
 
+/// One data stream of an `iperf3 -J` run, as that side's sockets saw it:
+/// its own address and port, its peer's (`getpeername()`), and the bytes
+/// it received (the server's count; 0 on the sending side).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Iperf3Stream {
+    pub local_host: IpAddr,
+    pub local_port: u16,
+    pub remote_host: IpAddr,
+    pub remote_port: u16,
+    pub bytes: u64,
+}
+
+/// Every data stream of an `iperf3 -J` output (`start.connected`), with
+/// the bytes its socket received (`end.streams[].receiver`, by socket).
+pub fn iperf3_accepted_streams(json: &str) -> anyhow::Result<Vec<Iperf3Stream>> {
+    let value: serde_json::Value = serde_json::from_str(json).context("an iperf3 -J output")?;
+    let connected = value["start"]["connected"]
+        .as_array()
+        .context("iperf3 -J output without start.connected")?;
+    let received = |socket: &serde_json::Value| {
+        value["end"]["streams"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["receiver"]["socket"] == *socket)
+            .and_then(|s| s["receiver"]["bytes"].as_u64())
+            .unwrap_or(0)
+    };
+    let host = |v: &serde_json::Value, what: &str| -> anyhow::Result<IpAddr> {
+        v.as_str()
+            .and_then(|h| h.trim_start_matches("::ffff:").parse().ok())
+            .with_context(|| format!("iperf3 -J stream without a {what}"))
+    };
+    let port = |v: &serde_json::Value, what: &str| -> anyhow::Result<u16> {
+        v.as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .with_context(|| format!("iperf3 -J stream without a {what}"))
+    };
+    connected
+        .iter()
+        .map(|s| {
+            Ok(Iperf3Stream {
+                local_host: host(&s["local_host"], "local_host")?,
+                local_port: port(&s["local_port"], "local_port")?,
+                remote_host: host(&s["remote_host"], "remote_host")?,
+                remote_port: port(&s["remote_port"], "remote_port")?,
+                bytes: received(&s["socket"]),
+            })
+        })
+        .collect()
+}
+
+/// The receiving side's own rate over an `iperf3 -J` run
+/// (`end.sum_received.bits_per_second`).
+pub fn iperf3_received_bps(json: &str) -> anyhow::Result<f64> {
+    let value: serde_json::Value = serde_json::from_str(json).context("an iperf3 -J output")?;
+    value["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .context("iperf3 -J output without end.sum_received.bits_per_second")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +366,31 @@ mod tests {
         let rss = parse_ethtool_x(x).unwrap();
         assert_eq!(rss.indir, vec![0, 1, 0, 1, 1, 0, 1, 0]);
         assert_eq!(rss.key, "af:eb:5c");
+    }
+
+    #[test]
+    fn iperf3_streams_carry_both_ends_and_the_bytes_received() {
+        let json = r#"{"start":{"connected":[
+            {"socket":5,"local_host":"10.0.1.2","local_port":5201,"remote_host":"::ffff:10.0.0.1","remote_port":40000},
+            {"socket":6,"local_host":"10.0.2.2","local_port":5201,"remote_host":"10.0.0.1","remote_port":40001}]},
+            "end":{"streams":[{"receiver":{"socket":6,"bytes":77}},{"receiver":{"socket":5,"bytes":55}}]}}"#;
+        let streams = iperf3_accepted_streams(json).expect("parses");
+        let got: Vec<(String, u16, u64)> = streams
+            .iter()
+            .map(|s| (s.local_host.to_string(), s.remote_port, s.bytes))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("10.0.1.2".to_string(), 40000, 55),
+                ("10.0.2.2".to_string(), 40001, 77)
+            ]
+        );
+        assert_eq!(streams[0].remote_host.to_string(), "10.0.0.1");
+        assert!(iperf3_accepted_streams(r#"{"start":{}}"#).is_err());
+        let rate = r#"{"end":{"sum_received":{"bits_per_second":2.5e8}}}"#;
+        assert_eq!(iperf3_received_bps(rate).expect("parses"), 2.5e8);
+        assert!(iperf3_received_bps(json).is_err());
     }
 
     #[test]

@@ -46,7 +46,7 @@ use super::{
     error::SenderError,
     grant,
     landings::LocalLandings,
-    local::{link_watch::LinkWatch, nic::LocalNic, source_rules},
+    local::{nic::LocalNic, source_rules},
     local_end::LocalEnd,
     maps,
     options::SenderOptions,
@@ -273,7 +273,7 @@ impl Follower {
         tick.tick().await;
         let mut demand_tick = tokio::time::interval(DEMAND_EVERY);
         let mut status_tick = tokio::time::interval(STATUS_EVERY);
-        let mut links = LinkWatch::new(binder, self.machine.options.nics.policy);
+        let mut links = binder.watch_links(self.machine.options.nics.policy);
         let mut resolve_tick = tokio::time::interval(RESOLVE_EVERY);
         resolve_tick.tick().await;
         let mut watch = CounterWatch::new(binder);
@@ -428,7 +428,11 @@ impl Follower {
     /// and hands the machine a learned key or a changed verdict.
     fn sample_local(&mut self, binder: &mut RunningBinder) {
         let steered: BTreeSet<IpAddr> = self.machine.options.target_addrs();
-        let Some(sampled) = self.local.as_mut().map(|l| l.sample(&steered)) else {
+        let Some(sampled) = self
+            .local
+            .as_mut()
+            .map(|l| l.sample(&steered, &binder.plan))
+        else {
             return;
         };
         if let Some(learned) = sampled.model {

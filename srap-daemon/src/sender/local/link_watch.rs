@@ -20,6 +20,7 @@
 //! overrun and for a thread that could not start.
 
 use std::{
+    path::Path,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -29,7 +30,6 @@ use std::{
 };
 
 use aya::maps::{Array, Map, MapData};
-use srap_common::binder::NICS_DOWN_MAP;
 use srap_host::link::Link;
 use srap_host::link_events::{Drained, LinkEvents};
 use tokio::{
@@ -38,8 +38,8 @@ use tokio::{
 };
 use tracing::{debug, info, warn};
 
-use super::{nic_choice, nics::LINKS_EVERY};
-use crate::sender::{binder::RunningBinder, ends::LocalNicsPolicy};
+use super::nics::LINKS_EVERY;
+use crate::sender::ends::LocalNicsPolicy;
 
 /// How often the fence's thread looks whether it is to stop.
 const STOP_EVERY: Duration = Duration::from_millis(200);
@@ -62,9 +62,10 @@ pub struct LinkWatch {
 
 impl LinkWatch {
     /// Under `numa` or `balance`, starts the fence's thread over the
-    /// binder's chosen NICs; under `route` (no NIC is chosen), or if it
+    /// chosen NICs (`names`, in the hook's index order), writing the map
+    /// pinned at `nics_down`; under `route` (no NIC is chosen), or if it
     /// cannot start (said why), the poll alone.
-    pub fn new(binder: &RunningBinder, policy: LocalNicsPolicy) -> Self {
+    pub fn new(policy: LocalNicsPolicy, names: Vec<String>, nics_down: &Path) -> Self {
         let mut poll = tokio::time::interval(LINKS_EVERY);
         poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut watch = Self {
@@ -75,7 +76,7 @@ impl LinkWatch {
         if policy == LocalNicsPolicy::Route {
             return watch;
         }
-        match Fence::open(binder) {
+        match Fence::open(names, nics_down) {
             Ok(fence) => {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let stop = Arc::new(AtomicBool::new(false));
@@ -193,13 +194,8 @@ struct Fence {
 }
 
 impl Fence {
-    fn open(binder: &RunningBinder) -> Result<Self, String> {
-        let names: Vec<String> = nic_choice::chosen(&binder.plan.host.nics)
-            .into_iter()
-            .map(|n| n.name.clone())
-            .collect();
-        let pin = binder.layout.map(NICS_DOWN_MAP);
-        let data = MapData::from_pin(&pin).map_err(|e| format!("{}: {e}", pin.display()))?;
+    fn open(names: Vec<String>, pin: &Path) -> Result<Self, String> {
+        let data = MapData::from_pin(pin).map_err(|e| format!("{}: {e}", pin.display()))?;
         let map = Array::try_from(Map::Array(data)).map_err(|e| e.to_string())?;
         let events = LinkEvents::open().map_err(|e| e.to_string())?;
         Ok(Self {

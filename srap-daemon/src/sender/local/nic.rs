@@ -53,6 +53,8 @@ pub struct LocalNic {
     /// The CPUs flows may be placed on, in tiers: the NIC's NUMA node
     /// first, the others only when those are all taken.
     pub tiers: Vec<Vec<u32>>,
+    /// `--local-cpus`: the CPUs offered at all (`None`: every one).
+    pub only: Option<BTreeSet<u32>>,
 }
 
 impl LocalNic {
@@ -133,6 +135,7 @@ impl LocalNic {
             key: KeyProvenance::default(),
             model: Arc::new(model.facing(End::Local)),
             tiers,
+            only: only.cloned(),
         })
     }
 
@@ -176,6 +179,25 @@ impl LocalNic {
         self.tiers.iter().flatten().copied().collect()
     }
 
+    /// The tiers offered when this host's row also holds the CPUs of other
+    /// NICs' queues (`slot_cpus`: every NIC's, `--local-nics`): this NIC's
+    /// tiers, then a last one of the CPUs only the others reach, within
+    /// `--local-cpus`.
+    pub fn tiers_over(&self, slot_cpus: &[u32]) -> Vec<Vec<u32>> {
+        let mine = self.cpus();
+        let others: Vec<u32> = slot_cpus
+            .iter()
+            .copied()
+            .filter(|c| !mine.contains(c))
+            .filter(|c| self.only.as_ref().is_none_or(|only| only.contains(c)))
+            .collect();
+        let mut tiers = self.tiers.clone();
+        if !others.is_empty() {
+            tiers.push(others);
+        }
+        tiers
+    }
+
     /// Where the description came from, for messages.
     pub fn name(&self) -> String {
         match &self.source {
@@ -217,6 +239,9 @@ mod tests {
         assert_eq!(nic.tiers, vec![vec![3, 4]]);
         let all = LocalNic::new(file.clone(), embedded_default(), None).unwrap();
         assert_eq!(all.cpus().len(), 32);
+        // Other NICs' CPUs come last, within --local-cpus.
+        assert_eq!(nic.tiers_over(&[3, 4, 40, 41]), [vec![3, 4], vec![40]]);
+        assert_eq!(all.tiers_over(&[0, 31]), all.tiers);
         let none: BTreeSet<u32> = [100].into_iter().collect();
         let err = LocalNic::new(file, embedded_default(), Some(&none)).unwrap_err();
         assert!(err.to_string().contains("--local-cpus 100"), "{err}");
