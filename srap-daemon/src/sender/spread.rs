@@ -179,8 +179,8 @@ pub fn same_plan(old: &ReceiverNics, new: &ReceiverNics) -> bool {
 /// each asked address and each port accepted there, the asked address and
 /// the others that accept the port, are on a NIC not down and have a
 /// destination in the plan (source unbound), one per NIC, weighted by
-/// link speed ([`weighted`]). A row of the asked address alone is not
-/// written.
+/// link speed (each as often as its speed is a multiple of the
+/// slowest's). A row of the asked address alone is not written.
 pub fn rows(dests: &[(DestKey, DestValue)], peers: &[SpreadPeer]) -> Vec<(DestKey, SpreadRow)> {
     let planned: BTreeSet<DestKey> = dests
         .iter()
