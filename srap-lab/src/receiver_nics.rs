@@ -22,6 +22,7 @@ use serde::Serialize;
 use srap_harness::{
     guest::{
         GuestImage, GuestNet,
+        qemu::WIRE_RATE,
         receiver_nics_lab::{ReceiverRound, RoundSpec, TwoNicReceiver},
     },
     interrupt::interrupted,
@@ -159,9 +160,10 @@ impl ReceiverNicsReport {
     }
 }
 
-/// Each receiver NIC's link rate: a `tbf` at the root of its tap in the
-/// namespace, the way into the guest. Removed on drop, before the
-/// namespace goes.
+/// Each receiver NIC's link rate: the `tbf` at the root of its tap in the
+/// namespace, the way into the guest, which paces every guest's wire
+/// ([`WIRE_RATE`]), replaced by one at the cap. The pacing is put back on
+/// drop, before the namespace goes.
 #[derive(Debug)]
 pub struct NicCaps {
     netns: String,
@@ -181,9 +183,16 @@ impl NicCaps {
             let wire = capacity::wire_rate(rate, mtu);
             // A burst above a 64 KiB GSO packet, and 4 ms of the rate.
             let burst = (wire / 8.0 * 0.004).max(128.0 * 1024.0);
-            capacity::add_tbf(&caps.netns, &link.tap, &["root"], wire, burst)
-                .with_context(|| format!("the tbf on {}", link.tap))?;
             caps.taps.push(link.tap.clone());
+            let (rate, burst) = (format!("{wire:.0}bit"), format!("{burst:.0}"));
+            capacity::tc(
+                &caps.netns,
+                [
+                    "qdisc", "replace", "dev", &link.tap, "root", "tbf", "rate", &rate, "burst",
+                    &burst, "latency", "100ms",
+                ],
+            )
+            .with_context(|| format!("the tbf on {}", link.tap))?;
         }
         tracing::info!(%rate, nics = caps.taps.len(), "receiver NIC links capped");
         Ok(caps)
@@ -193,8 +202,15 @@ impl NicCaps {
 impl Drop for NicCaps {
     fn drop(&mut self) {
         for tap in &self.taps {
-            if let Err(err) = capacity::tc(&self.netns, ["qdisc", "del", "dev", tap, "root"]) {
-                eprintln!("lab cleanup: removing the tbf on {tap}: {err:#}");
+            let paced = capacity::tc(
+                &self.netns,
+                [
+                    "qdisc", "replace", "dev", tap, "root", "tbf", "rate", WIRE_RATE, "burst",
+                    "256kb", "latency", "100ms",
+                ],
+            );
+            if let Err(err) = paced {
+                eprintln!("lab cleanup: putting the wire's pacing back on {tap}: {err:#}");
             }
         }
     }

@@ -48,7 +48,7 @@ const POLL_TIMEOUT: Duration = Duration::from_secs(30);
 /// queue it came from until the guest refills *that* queue, which may never
 /// happen: the flows on it stall for good (seen here with 16 flows on 4
 /// queues). Pacing the wire keeps the rings from filling.
-const WIRE_RATE: &str = "400mbit";
+pub const WIRE_RATE: &str = "400mbit";
 
 /// The guest's NIC.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -47,6 +47,9 @@ const IDLE_BYTES: u64 = 256 * 1024;
 /// How long the guest's server may take to write its result once the
 /// client has ended (a loaded 2-core host runs the guest slowly).
 const SERVER_END: Duration = Duration::from_secs(90);
+/// How long the sender may take to learn of a new listener: the
+/// receiver's report (once a tick) and the sender's status (once a second).
+const LISTENER_KNOWN: Duration = Duration::from_secs(10);
 
 /// One stream as the guest's server accepted it.
 #[derive(Debug, Clone)]
@@ -280,6 +283,14 @@ impl TwoNicReceiver {
         {
             bail!("iperf3 -s did not listen on port {port} in the guest");
         }
+        if spec.steered {
+            let accepting = if spec.bind_first {
+                1
+            } else {
+                self.numa.nics.len()
+            };
+            self.wait_listener_known(port, accepting)?;
+        }
         let before = self.numa.counters()?;
         let client = self.client(spec)?;
         let file = format!("/tmp/iperf3-{port}.json");
@@ -304,6 +315,34 @@ impl TwoNicReceiver {
             counters: after.since(&before),
             received_bps: truth::iperf3_received_bps(&server)?,
         })
+    }
+
+    /// Waits until the sender agent knows the guest's new listener on
+    /// `port` accepts on `accepting` addresses (the receiver reports its
+    /// listeners as they come, within its tick; the sender spreads a port
+    /// only once it is reported): a round started before would judge the
+    /// report's timing, not the spreading.
+    fn wait_listener_known(&self, port: u16, accepting: usize) -> anyhow::Result<()> {
+        let known = || {
+            self.sender.status().is_ok_and(|status| {
+                status.receivers.iter().any(|r| {
+                    r.ports
+                        .iter()
+                        .any(|l| l.port == port && l.addrs.len() == accepting)
+                })
+            })
+        };
+        let deadline = std::time::Instant::now() + LISTENER_KNOWN;
+        while !known() {
+            if std::time::Instant::now() > deadline {
+                bail!(
+                    "the sender agent did not learn within {LISTENER_KNOWN:?} that port {port} is \
+                     accepted on {accepting} of the guest's addresses"
+                );
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
     }
 
     /// Runs the client to its end; its JSON output. The JSON goes to a
