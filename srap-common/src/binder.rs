@@ -965,7 +965,12 @@ pub struct BinderConfig {
     /// Which NIC's address a connect the application bound none for takes
     /// (`--local-nics`, a [`crate::local_nics::policy`] number).
     pub local_nics: u32,
-    pub _pad: u32,
+    /// Whether the hook spreads connects over a receiver's addresses
+    /// (`--receiver-nics`, a [`crate::receiver_nics::mode`] number): under
+    /// `asked` (0, as an agent that never sets it leaves it) the hook
+    /// looks no spread row up and the release hook forgets no asked
+    /// address, so steering pays nothing for the feature it does not use.
+    pub receiver_nics: u32,
     /// The settings the maps were sized by: a restarted agent compares its
     /// own with them ([`BinderSizes`]).
     pub sizes: BinderSizes,

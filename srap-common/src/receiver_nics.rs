@@ -23,6 +23,14 @@
 /// Addresses one row may spread over (the asked one included).
 pub const MAX_SPREAD: u32 = 8;
 
+/// `--receiver-nics`, as `BinderConfig::receiver_nics` holds it.
+pub mod mode {
+    /// The address the application asked for: no row is looked up.
+    pub const ASKED: u32 = 0;
+    /// The receiver's accepting addresses, in turn.
+    pub const SPREAD: u32 = 1;
+}
+
 /// The addresses a steered connect toward one receiver address and port
 /// may be sent to, in turn.
 #[repr(C)]

@@ -47,7 +47,7 @@ fn binder_config(options: &SenderOptions, tw_stamp_offset: u32) -> BinderConfig 
         row_slots: sizes.cpus,
         local_placement: options.local_placement.as_config(),
         local_nics: options.nics.policy.as_config(),
-        _pad: 0,
+        receiver_nics: options.receiver_nics.as_config(),
         sizes: *sizes,
     }
 }

@@ -45,6 +45,14 @@ pub enum ReceiverNicsMode {
 }
 
 impl ReceiverNicsMode {
+    /// As the hook's config holds it (`srap_common::receiver_nics::mode`).
+    pub fn as_config(self) -> u32 {
+        match self {
+            Self::Asked => srap_common::receiver_nics::mode::ASKED,
+            Self::Spread => srap_common::receiver_nics::mode::SPREAD,
+        }
+    }
+
     /// The name `--receiver-nics` and the `receiver-nics` key take.
     pub fn name(self) -> &'static str {
         match self {

@@ -26,14 +26,14 @@ use srap_common::{
     binder::{DestKey, DestValue, event},
     family::Family,
     protocol::Protocol,
-    receiver_nics::{MAX_SPREAD, spread_choice},
+    receiver_nics::{self, MAX_SPREAD, spread_choice},
 };
 
 use super::{
     claim::exchange,
     classify::dest_of,
     context::{Peer, V4_MAPPED_WORD, cookie_of, field},
-    maps::{SRAP_SPREAD, count},
+    maps::{SRAP_CONFIG, SRAP_SPREAD, count},
     nic::bound_any,
 };
 
@@ -128,7 +128,7 @@ pub(super) fn chosen_receiver(
 /// narrowed copy split every later step's walk in two.
 #[inline(never)]
 fn spread_into<const INET6: bool>(ctx: &SockAddrContext, scratch: *mut [u32; 8]) {
-    if bound_any(ctx, !INET6) {
+    if !spreading() || bound_any(ctx, !INET6) {
         return;
     }
     // SAFETY: this CPU's scratch row.
@@ -254,5 +254,18 @@ fn mapped(ctx: &SockAddrContext) -> bool {
 /// never moved).
 #[inline(always)]
 pub(crate) fn forget_asked(cookie: u64) {
-    let _ = SRAP_ASKED.remove(cookie);
+    if spreading() {
+        let _ = SRAP_ASKED.remove(cookie);
+    }
+}
+
+/// Whether the agent asked for `--receiver-nics spread` (its config's
+/// word): under `asked` neither the spread row nor the asked address is
+/// touched. A socket moved before the agent turned it off is forgotten by
+/// the LRU's own eviction.
+#[inline(always)]
+fn spreading() -> bool {
+    SRAP_CONFIG
+        .get(0)
+        .is_some_and(|c| c.receiver_nics == receiver_nics::mode::SPREAD)
 }
