@@ -335,27 +335,24 @@ fn run_bond(args: &LabArgs) -> anyhow::Result<()> {
             );
         }
     })?;
-    if json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        println!("{}", report.render());
-        println!("wall time: {:.0} s", report.wall_seconds);
-    }
-    if let Some(dir) = &args.plot {
-        let name = format!(
-            "bond-aggregate-{}-{}",
-            plan.members,
-            match mode {
-                bond_throughput::BondModeArg::Xor => "xor",
-                bond_throughput::BondModeArg::Lacp => "lacp",
-            }
-        );
-        let files = plot::write_bond(&report, dir, &name)?;
-        if !json {
-            print_plots(&files);
+    let name = format!(
+        "bond-aggregate-{}-{}",
+        plan.members,
+        match mode {
+            bond_throughput::BondModeArg::Xor => "xor",
+            bond_throughput::BondModeArg::Lacp => "lacp",
         }
-    }
-    Ok(())
+    );
+    let table = || {
+        format!(
+            "{}\nwall time: {:.0} s",
+            report.render(),
+            report.wall_seconds
+        )
+    };
+    publish(args, &report, table, |dir| {
+        plot::write_bond(&report, dir, &name)
+    })
 }
 
 /// The flags of the veth lab and of the one-NIC guest, which the two-NIC
@@ -434,19 +431,14 @@ fn run_numa_nics(args: &LabArgs) -> anyhow::Result<()> {
             );
         }
     })?;
-    if json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        println!("{}", report.render());
-        println!("wall time: {:.0} s", report.wall_seconds);
-    }
-    if let Some(dir) = &args.plot {
-        let files = plot::write_numa(&report, dir)?;
-        if !json {
-            print_plots(&files);
-        }
-    }
-    Ok(())
+    let table = || {
+        format!(
+            "{}\nwall time: {:.0} s",
+            report.render(),
+            report.wall_seconds
+        )
+    };
+    publish(args, &report, table, |dir| plot::write_numa(&report, dir))
 }
 
 /// The flags `--experiment receiver-nics` leaves out, as numa-nics does.
@@ -502,19 +494,16 @@ fn run_receiver_nics(args: &LabArgs) -> anyhow::Result<()> {
             );
         }
     })?;
-    if json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        println!("{}", report.render());
-        println!("wall time: {:.0} s", report.wall_seconds);
-    }
-    if let Some(dir) = &args.plot {
-        let files = plot::write_receiver_nics(&report, dir)?;
-        if !json {
-            print_plots(&files);
-        }
-    }
-    Ok(())
+    let table = || {
+        format!(
+            "{}\nwall time: {:.0} s",
+            report.render(),
+            report.wall_seconds
+        )
+    };
+    publish(args, &report, table, |dir| {
+        plot::write_receiver_nics(&report, dir)
+    })
 }
 
 /// `--nic-rate` for `--experiment receiver-nics` when none is given: well
@@ -697,6 +686,28 @@ fn print_experiment(r: &experiment::ExperimentReport, direction: Direction) {
 }
 
 /// The figures an experiment wrote, on one line.
+/// Prints an experiment's `report` (`--json`, else its `table`) and
+/// writes its figures into `--plot`'s directory with `plot`.
+fn publish<R: Serialize>(
+    args: &LabArgs,
+    report: &R,
+    table: impl FnOnce() -> String,
+    plot: impl FnOnce(&std::path::Path) -> Result<Vec<std::path::PathBuf>, plot::PlotError>,
+) -> anyhow::Result<()> {
+    if args.json {
+        println!("{}", serde_json::to_string(report)?);
+    } else {
+        println!("{}", table());
+    }
+    if let Some(dir) = &args.plot {
+        let files = plot(dir)?;
+        if !args.json {
+            print_plots(&files);
+        }
+    }
+    Ok(())
+}
+
 fn print_plots(files: &[std::path::PathBuf]) {
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
     println!("plots: {}", names.join(" "));
