@@ -31,9 +31,8 @@ use srap_common::{
 
 use super::{
     claim::exchange,
-    classify::dest_of,
     context::{Peer, V4_MAPPED_WORD, cookie_of, field},
-    maps::{SRAP_CONFIG, SRAP_SPREAD, count},
+    maps::{SRAP_CONFIG, SRAP_DESTS, SRAP_SPREAD, count},
     nic::bound_any,
 };
 
@@ -131,22 +130,33 @@ fn spread_into<const INET6: bool>(ctx: &SockAddrContext, scratch: *mut [u32; 8])
     if !spreading() || bound_any(ctx, !INET6) {
         return;
     }
+    // The asked address alone: a copy of the whole row would take 16 bytes
+    // more of this frame, which with the hook's own Linux 6.1 refuses past
+    // 512 (each frame rounded up to 32).
     // SAFETY: this CPU's scratch row.
-    let asked = unsafe { read_volatile(scratch) };
-    let asked_addr = [asked[4], asked[5], asked[6], asked[7]];
+    let asked_addr = unsafe {
+        [
+            read_volatile(&(*scratch)[4]),
+            read_volatile(&(*scratch)[5]),
+            read_volatile(&(*scratch)[6]),
+            read_volatile(&(*scratch)[7]),
+        ]
+    };
     let v4 = !INET6 || mapped(ctx);
     // SAFETY: the kernel's bpf_sock_addr; the port in network byte order
     // in its low 16 bits.
     let port = u16::from_be(unsafe { field(&raw const (*ctx.sock_addr).user_port) } as u16);
     let family = if v4 { Family::Inet } else { Family::Inet6 };
-    let key = DestKey::new(Protocol::Tcp, family, port, asked_addr, [0; 4]);
-    let Some(chosen) = choose(key) else {
+    // One key in this frame, changed in place for each lookup: with three
+    // copies (the asked, the chosen and its any-port form), this frame and
+    // the hook's came to 544 bytes on Linux 6.1, which rounds each frame up
+    // to 32 and refuses past 512.
+    let mut key = DestKey::new(Protocol::Tcp, family, port, asked_addr, [0; 4]);
+    let Some(chosen) = choose(&key) else {
         return;
     };
-    let Some(dest) = dest_of(DestKey {
-        addr: chosen,
-        ..key
-    }) else {
+    key.addr = chosen;
+    let Some(dest) = dest_at(&mut key) else {
         count(event::DEST_KEPT);
         return;
     };
@@ -178,7 +188,7 @@ fn spread_into<const INET6: bool>(ctx: &SockAddrContext, scratch: *mut [u32; 8])
 /// The address the connect toward `key` takes its turn on, when its row
 /// lists more than one.
 #[inline(always)]
-fn choose(key: DestKey) -> Option<[u32; 4]> {
+fn choose(key: &DestKey) -> Option<[u32; 4]> {
     let row = SRAP_SPREAD.get_ptr_mut(key)?;
     // SAFETY: valid, aligned map memory.
     let (turn_word, count) = unsafe { (&raw mut (*row).turn, read_volatile(&(*row).count)) };
@@ -193,6 +203,28 @@ fn choose(key: DestKey) -> Option<[u32; 4]> {
     let i = core::hint::black_box(spread_choice(turn, count)) & (MAX_SPREAD - 1);
     // SAFETY: as above; `i` is below the row's addresses.
     Some(unsafe { read_volatile(&(*row).addrs[i as usize]) })
+}
+
+/// The plan's entry for `key`, as [`super::classify::dest_of`] finds it
+/// (any port first, then the key's own port), with the port changed in
+/// place: no copy of the key in this frame.
+#[inline(always)]
+// A borrow, not the copy a by-value key would make in this frame.
+#[allow(clippy::needless_borrows_for_generic_args)]
+fn dest_at(key: &mut DestKey) -> Option<DestValue> {
+    let port = key.port;
+    key.port = 0;
+    // SAFETY: values are copied out at once.
+    let any = unsafe { SRAP_DESTS.get(&*key) }.copied()?;
+    if any.table != DestValue::BY_PORT {
+        return Some(any);
+    }
+    if port == 0 {
+        return None;
+    }
+    key.port = port;
+    // SAFETY: as above.
+    unsafe { SRAP_DESTS.get(&*key) }.copied()
 }
 
 /// Writes `addr` as the connect's destination address: `user_ip4`, or all
