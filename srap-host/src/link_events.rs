@@ -98,7 +98,7 @@ impl LinkEvents {
     }
 
     /// Reads every notice queued now; empty when none is. Past
-    /// [`MAX_READS`] datagrams, or on one that does not parse (logged), the
+    /// `MAX_READS` datagrams, or on one that does not parse (logged), the
     /// rest counts as lost ([`Drained::overran`]): a notice is a hint to
     /// re-read, never the state itself.
     pub fn drain(&self) -> Result<Drained, NetlinkError> {
