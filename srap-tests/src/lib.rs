@@ -24,6 +24,7 @@ pub mod promtool;
 pub mod relay;
 pub mod socket_patterns;
 pub mod test_workload;
+pub mod two_links;
 
 pub use binaries::{built_binary, guest_image};
 pub use srap_harness::{

@@ -27,15 +27,15 @@ use srap_status::sender::ReceiverRow;
 use srap_tests::{
     TwoHosts, built_binary,
     flows::Server,
-    harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, poll_until},
+    harness::{PEER_PORT, ReceiverAgent, SenderAgent, SenderOpts, poll_until},
     relay::{Relay, Rewrite},
     require_privileged,
     subnet::Subnet,
     test_workload::Workload,
+    two_links,
     veth::VethEnd,
 };
 
-const PEER_PORT: u16 = 7447;
 const DPORT: u16 = 5201;
 const TIMEOUT: Duration = Duration::from_secs(20);
 /// The promise: a listener that comes or goes reaches the sender within
@@ -58,21 +58,7 @@ impl TwoNics {
         let second = Subnet::lease().expect("a second subnet");
         let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
         let (_near, far) = hosts.second_link(&second).expect("a second veth link");
-        let listen = SocketAddr::new(hosts.receiver_end.ip(false), PEER_PORT);
-        let opts = ReceiverOpts::new(
-            built_binary("srap-agent"),
-            &hosts.receiver_end.ifname,
-            listen,
-        )
-        .rss(embedded_default())
-        .args([
-            "--iface".to_owned(),
-            far.ifname.clone(),
-            "--hook".to_owned(),
-            "sock".to_owned(),
-            "--allow".to_owned(),
-            format!("{}/32", hosts.sender_end.ip(false)),
-        ]);
+        let opts = two_links::receiver_opts(&hosts, &far);
         let receiver = ReceiverAgent::start(&hosts.receiver, opts).expect("the receiver agent");
         Self {
             sender: None,

@@ -34,13 +34,13 @@ use srap_status::{SenderStatus, sender::ReceiverRow};
 use srap_tests::{
     NetNs, TwoHosts, VethEnd, built_binary,
     flows::{Accepted, Sink, listen_deep},
-    harness::{ReceiverAgent, ReceiverOpts, SenderAgent, SenderOpts, landings, poll_until},
+    harness::{ReceiverAgent, SenderAgent, SenderOpts, landings, poll_until},
     require_privileged,
     subnet::Subnet,
     test_workload::Workload,
+    two_links,
 };
 
-const PEER_PORT: u16 = 7447;
 /// The service port.
 const DPORT: u16 = 5201;
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -66,21 +66,7 @@ impl TwoNicReceiver {
         let second = Subnet::lease().expect("a second subnet");
         let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
         let (_near, far) = hosts.second_link(&second).expect("a second veth link");
-        let listen = SocketAddr::new(hosts.receiver_end.ip(false), PEER_PORT);
-        let opts = ReceiverOpts::new(
-            built_binary("srap-agent"),
-            &hosts.receiver_end.ifname,
-            listen,
-        )
-        .rss(embedded_default())
-        .args([
-            "--iface".to_owned(),
-            far.ifname.clone(),
-            "--hook".to_owned(),
-            "sock".to_owned(),
-            "--allow".to_owned(),
-            format!("{}/32", hosts.sender_end.ip(false)),
-        ]);
+        let opts = two_links::receiver_opts(&hosts, &far);
         let receiver = ReceiverAgent::start(&hosts.receiver, opts).expect("the receiver agent");
         let opts = SenderOpts::new(built_binary("srap-agent"))
             .peer(receiver.peer())
