@@ -380,19 +380,35 @@ fn guest_lab_flags(args: &LabArgs) -> Vec<&'static str> {
 /// The flags `--experiment numa-nics` leaves out: it boots its own
 /// two-node guest, one reader per vCPU, both directions, kernel and SRAP.
 fn check_numa_args(args: &LabArgs) -> anyhow::Result<()> {
-    let given = guest_lab_flags(args);
     if args.nic_rate.is_some() {
         bail!("--nic-rate goes with --experiment receiver-nics");
     }
+    check_guest_experiment(
+        args,
+        "numa-nics",
+        "its own two-node guest, one reader per vCPU each way",
+        "each reader's seconds",
+    )
+}
+
+/// The flags of the veth lab and of the one-NIC guest refused for
+/// `--experiment name` (which `runs` what it says instead), and a
+/// `--duration` of at least a second (`seconds`: what it times).
+fn check_guest_experiment(
+    args: &LabArgs,
+    name: &str,
+    runs: &str,
+    seconds: &str,
+) -> anyhow::Result<()> {
+    let given = guest_lab_flags(args);
     if !given.is_empty() {
         bail!(
-            "--experiment numa-nics runs its own two-node guest, one reader per vCPU each way: \
-             leave out {}",
+            "--experiment {name} runs {runs}: leave out {}",
             given.join(", ")
         );
     }
     if args.duration < 1 {
-        bail!("--duration with --experiment numa-nics is each reader's seconds: 1 or more");
+        bail!("--duration with --experiment {name} is {seconds}: 1 or more");
     }
     Ok(())
 }
@@ -443,18 +459,12 @@ fn run_numa_nics(args: &LabArgs) -> anyhow::Result<()> {
 
 /// The flags `--experiment receiver-nics` leaves out, as numa-nics does.
 fn check_receiver_nics_args(args: &LabArgs) -> anyhow::Result<()> {
-    let given = guest_lab_flags(args);
-    if !given.is_empty() {
-        bail!(
-            "--experiment receiver-nics runs its own two-NIC receiver guest, 8 streams to its \
-             first address: leave out {}",
-            given.join(", ")
-        );
-    }
-    if args.duration < 1 {
-        bail!("--duration with --experiment receiver-nics is each transfer's seconds: 1 or more");
-    }
-    Ok(())
+    check_guest_experiment(
+        args,
+        "receiver-nics",
+        "its own two-NIC receiver guest, 8 streams to its first address",
+        "each transfer's seconds",
+    )
 }
 
 /// `--experiment receiver-nics`: the two-NIC receiver ([`receiver_nics`]).
