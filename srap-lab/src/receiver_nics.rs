@@ -86,6 +86,30 @@ pub struct Trial {
     pub ratio: f64,
 }
 
+impl Trial {
+    /// What the guest's own view contradicts in this trial: a NIC's
+    /// counters against its streams, or a SRAP stream whose
+    /// `getpeername()` was not the address asked for. A trial with any is
+    /// no evidence for the ratio.
+    pub fn contradicted(&self) -> Vec<String> {
+        let mut problems: Vec<String> = [("kernel", &self.kernel), ("SRAP", &self.srap)]
+            .into_iter()
+            .flat_map(|(who, t)| {
+                t.counters_disagree
+                    .iter()
+                    .map(move |w| format!("{who}: {w}"))
+            })
+            .collect();
+        if self.srap.peers_moved > 0 {
+            problems.push(format!(
+                "SRAP: {} streams' getpeername() was not the address asked for",
+                self.srap.peers_moved
+            ));
+        }
+        problems
+    }
+}
+
 /// The experiment's outcome.
 #[derive(Debug, Clone, Serialize)]
 pub struct ReceiverNicsReport {
@@ -97,7 +121,8 @@ pub struct ReceiverNicsReport {
     pub kernel_mbps: Option<Spread>,
     pub srap_mbps: Option<Spread>,
     pub ratio: Option<Spread>,
-    /// Every trial at or above [`GOAL_RATIO`].
+    /// Every trial at or above [`GOAL_RATIO`], and each judged right by
+    /// the guest ([`Trial::contradicted`] empty).
     pub goal_met: bool,
     pub wall_seconds: f64,
 }
@@ -108,8 +133,11 @@ impl ReceiverNicsReport {
         self.kernel_mbps = of(|t| t.kernel.aggregate_mbps);
         self.srap_mbps = of(|t| t.srap.aggregate_mbps);
         self.ratio = of(|t| t.ratio);
-        self.goal_met =
-            !self.trials.is_empty() && self.trials.iter().all(|t| t.ratio >= GOAL_RATIO);
+        self.goal_met = !self.trials.is_empty()
+            && self
+                .trials
+                .iter()
+                .all(|t| t.ratio >= GOAL_RATIO && t.contradicted().is_empty());
     }
 
     /// The trials and their summary as a table.
@@ -137,6 +165,9 @@ impl ReceiverNicsReport {
                 t.srap.pairs,
                 t.ratio
             );
+            for problem in t.contradicted() {
+                let _ = writeln!(out, "        (!) {problem}");
+            }
         }
         for (name, spread) in [
             ("kernel Mbit/s", &self.kernel_mbps),
@@ -345,5 +376,20 @@ mod tests {
         assert!((short.ratio.as_ref().expect("ratios").median - 2.0).abs() < 1e-9);
         assert!(short.render().contains("MISSED"));
         assert!(!report(Vec::new()).goal_met, "no trial, no verdict");
+        let mut miscounted = trial(1, 95.0, 190.0);
+        miscounted.srap.counters_disagree = vec!["NIC 1 counted 0 bytes".into()];
+        let contradicted = report(vec![miscounted]);
+        assert!(!contradicted.goal_met, "a ratio the counters contradict");
+        assert!(
+            contradicted
+                .render()
+                .contains("(!) SRAP: NIC 1 counted 0 bytes")
+        );
+        let mut moved = trial(1, 95.0, 190.0);
+        moved.srap.peers_moved = 2;
+        assert!(
+            !report(vec![moved]).goal_met,
+            "getpeername() must be as asked"
+        );
     }
 }
