@@ -39,7 +39,7 @@ use std::{
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use srap_common::{
-    binder::{BinderSizes, CONNECT4_PROGRAM, RELEASE_PROGRAM},
+    binder::{BinderSizes, CLOSE_PROGRAM, CONNECT4_PROGRAM, RELEASE_PROGRAM},
     rss::{End, RssDescription, RssModel, embedded_default},
 };
 use srap_daemon::sender::{
@@ -193,6 +193,14 @@ fn bench_in_turns(
         .collect()
 }
 
+/// The binder's programs a connect + close runs, whose run time the bench
+/// reports: the connect hook, the release hook, and the `sock_ops` program
+/// that watches each steered connection until it closes.
+const TIMED_HOOKS: [&str; HOOKS] = [CONNECT4_PROGRAM, RELEASE_PROGRAM, CLOSE_PROGRAM];
+
+/// How many of the binder's programs the bench times.
+const HOOKS: usize = 3;
+
 /// A binder attached to a cgroup of its own for a `cpus`-CPU receiver;
 /// detached on drop.
 struct Attached {
@@ -304,9 +312,9 @@ impl Attached {
 
     /// Each hook's total run time and run count so far (the kernel's
     /// `BPF_STATS_RUN_TIME` accounting), for [`Attached::report`].
-    fn hook_totals(&self) -> [(Duration, u64); 2] {
+    fn hook_totals(&self) -> [(Duration, u64); HOOKS] {
         let layout = sender::PinLayout::new(&self.pin_dir);
-        [CONNECT4_PROGRAM, RELEASE_PROGRAM].map(|name| {
+        TIMED_HOOKS.map(|name| {
             aya::programs::ProgramInfo::from_pin(layout.program(name))
                 .map_or((Duration::ZERO, 0), |info| {
                     (info.run_time(), info.run_count())
@@ -316,7 +324,7 @@ impl Attached {
 
     /// connect4's mean run time per call since `since`, by the kernel's
     /// accounting (`None`: it never ran).
-    fn connect_ns(&self, since: [(Duration, u64); 2]) -> Option<f64> {
+    fn connect_ns(&self, since: [(Duration, u64); HOOKS]) -> Option<f64> {
         let (time, count) = self.hook_totals()[0];
         let calls = count.saturating_sub(since[0].1);
         (calls > 0).then(|| time.saturating_sub(since[0].0).as_nanos() as f64 / calls as f64)
@@ -325,13 +333,10 @@ impl Attached {
     /// The hooks' mean run time per call since `since` (their
     /// [`Attached::hook_totals`] then: the hooks alone, apart from the
     /// noisy wall clock) and the binder's counters.
-    fn report(&self, note: &str, since: [(Duration, u64); 2]) {
+    fn report(&self, note: &str, since: [(Duration, u64); HOOKS]) {
         let label = format!("{}{note}", self.label);
         let now = self.hook_totals();
-        for ((name, (time, count)), (time0, count0)) in [CONNECT4_PROGRAM, RELEASE_PROGRAM]
-            .into_iter()
-            .zip(now)
-            .zip(since)
+        for ((name, (time, count)), (time0, count0)) in TIMED_HOOKS.into_iter().zip(now).zip(since)
         {
             let calls = count.saturating_sub(count0);
             if calls == 0 {
@@ -429,7 +434,7 @@ fn connect_accept(c: &mut Criterion) {
         binders[0].cgroup.path(),
         binders[1].cgroup.path(),
     ];
-    let zero = [(Duration::ZERO, 0); 2];
+    let zero = [(Duration::ZERO, 0); HOOKS];
     let mut figures = bench_in_turns(c, "connect_accept", &settings, cgroups, &listener, server);
     if stats_on.is_ok() {
         binders.iter().for_each(|b| b.report("", zero));

@@ -9,14 +9,19 @@
 //! program sees them.
 //!
 //! No callback per packet: the kernel makes its few callbacks per
-//! connection whatever a program asks (this one returns at once from all
-//! but one); as a socket's SYN leaves (`BPF_SOCK_OPS_TCP_CONNECT_CB`,
-//! after the connect hook made its record) a socket with a record asks
-//! for state callbacks too (one per TCP state change, a handful per
-//! connection), and at its `TCP_CLOSE` it is released through the release
-//! hook's own step ([`super::record::release`]), which frees a socket once
-//! whichever hook comes first: a user socket's release hook runs before
-//! its TCP close, and then finds nothing here.
+//! connection whatever a program asks (five for a plain TCP connect; this
+//! one returns at once from all but one). As a socket's SYN leaves
+//! (`BPF_SOCK_OPS_TCP_CONNECT_CB`, after the connect hook made its record)
+//! an MPTCP subflow with a record asks for state callbacks too (one per TCP
+//! state change), and at its `TCP_CLOSE` it is released through the
+//! release hook's own step ([`super::record::release`]), which frees a
+//! socket once whichever hook comes first. A plain TCP socket asks for
+//! none: it is a user socket, whose release hook frees it, and its two
+//! state callbacks (established, closed) cost about a third of this
+//! program's time per connect. Only subflows are kernel sockets in a
+//! steered cgroup: the kernel puts a kernel socket in the cgroup of the
+//! task that creates it, a worker's (the root) for the kernel's own
+//! clients, except for the subflows MPTCP moves into their connection's.
 
 use core::ffi::c_void;
 
@@ -25,7 +30,7 @@ use aya_ebpf::{
         BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG, BPF_SOCK_OPS_TCP_CONNECT_CB,
         BPF_TCP_CLOSE,
     },
-    helpers::bpf_get_socket_cookie,
+    helpers::{bpf_get_socket_cookie, generated::bpf_skc_to_mptcp_sock},
     macros::sock_ops,
     programs::SockOpsContext,
 };
@@ -49,12 +54,12 @@ pub fn srap_tcp_close(ctx: SockOpsContext) -> u32 {
     SOCK_OPS_OK
 }
 
-/// A connecting socket with a record (a claim or a bind mark) asks for
-/// state callbacks, keeping the flags another program asked for. A socket
-/// without one is never called back.
+/// A connecting MPTCP subflow with a record (a claim or a bind mark) asks
+/// for state callbacks, keeping the flags another program asked for. A
+/// plain TCP socket, or one without a record, is never called back.
 #[inline(always)]
 fn watch_until_closed(ctx: &SockOpsContext) {
-    if recalled(cookie_of(ctx)).is_none() {
+    if !is_subflow(ctx) || recalled(cookie_of(ctx)).is_none() {
         return;
     }
     // Refused only for a socket that is not a full one, which a
@@ -74,4 +79,18 @@ fn release_at_close(ctx: &SockOpsContext) {
 fn cookie_of(ctx: &SockOpsContext) -> u64 {
     // SAFETY: the context pointer is the kernel's `bpf_sock_ops`.
     unsafe { bpf_get_socket_cookie(ctx.ops.cast::<c_void>()) }
+}
+
+/// Whether the socket is a subflow of an MPTCP connection (the kernel's
+/// own test, `bpf_skc_to_mptcp_sock`: one helper call, no map).
+#[inline(always)]
+fn is_subflow(ctx: &SockOpsContext) -> bool {
+    // SAFETY: the context pointer is the kernel's `bpf_sock_ops`; its
+    // `sk` is a full socket or null, as the helper accepts.
+    let sk = unsafe { (*ctx.ops).__bindgen_anon_2.sk };
+    if sk.is_null() {
+        return false;
+    }
+    // SAFETY: a socket pointer from the context, checked by the helper.
+    !unsafe { bpf_skc_to_mptcp_sock(sk.cast()) }.is_null()
 }
