@@ -271,6 +271,27 @@ pub const GETPEERNAME6_PROGRAM: &str = "srap_getpeername6";
 /// The `sock_ops` program that releases at TCP close what a socket the
 /// release hook never sees (a kernel socket: an MPTCP subflow) claimed.
 pub const CLOSE_PROGRAM: &str = "srap_tcp_close";
+/// The benchmarks' bare `connect4` program: the kernel's bind of a port
+/// and nothing else, the part of the connect hook's run time that is the
+/// bind `connect()` would otherwise make itself.
+pub const BARE_CONNECT4_PROGRAM: &str = "srap_bare_connect4";
+/// The map holding the bare connect hook's rotation and source address.
+pub const BARE_BIND_MAP: &str = "SRAP_BARE_BIND";
+/// The bare connect hook's ports: `BARE_BIND_PORTS` from this one up.
+pub const BARE_BIND_PORT_BASE: u16 = 40_000;
+/// How many ports the bare connect hook rotates over.
+pub const BARE_BIND_PORTS: u32 = 16_384;
+
+/// The rows of [`BARE_BIND_MAP`].
+pub mod bare_bind {
+    /// The rotation's counter, which the program advances.
+    pub const TURN: u32 = 0;
+    /// The IPv4 source address to bind, in network byte order (as
+    /// `u32::from_ne_bytes` of its octets), written by the benchmark.
+    pub const SOURCE: u32 = 1;
+    /// Rows in the map.
+    pub const ROWS: u32 = 2;
+}
 
 /// The binder's counters in [`STATS_MAP`]: every connect counts one
 /// [`outcome`] (what it came to), and some also count [`event`]s within it.

@@ -12,7 +12,10 @@
 //! on a host moving data (report-only). Last, this host's NICs: connects
 //! to an address reached by two links, from a binder choosing no NIC
 //! (`--local-nics route`) and one taking them in turn (`balance`), with
-//! the connect hook's own run time per call (goal: under 1 µs).
+//! the connect hook's own run time per call (goal: under 1 µs), beside a
+//! bare connect hook that only binds a port the way the binder's does (the
+//! kernel's bind, which `connect()` makes itself without a hook): what the
+//! binder's hook spends beyond that bind is held under 1 µs too.
 //!
 //! The settings take turns: each binder is attached to a cgroup of its own
 //! for the whole run, and every sample criterion takes, of any setting, is
@@ -32,14 +35,23 @@
 
 use std::{
     cell::RefCell,
-    net::{SocketAddr, TcpListener, TcpStream},
+    fs::File,
+    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
 
+use aya::{
+    Ebpf,
+    maps::Array,
+    programs::{CgroupAttachMode, CgroupSockAddr},
+};
 use criterion::{Criterion, criterion_group, criterion_main};
 use srap_common::{
-    binder::{BinderSizes, CLOSE_PROGRAM, CONNECT4_PROGRAM, RELEASE_PROGRAM},
+    binder::{
+        BARE_BIND_MAP, BARE_CONNECT4_PROGRAM, BinderSizes, CLOSE_PROGRAM, CONNECT4_PROGRAM,
+        RELEASE_PROGRAM, bare_bind,
+    },
     rss::{End, RssDescription, RssModel, embedded_default},
 };
 use srap_daemon::sender::{
@@ -530,17 +542,19 @@ fn connect_accept_nics(
         .sender
         .run(|| [LocalNicsPolicy::Route, LocalNicsPolicy::Balance].map(|p| links.attach(p)))
         .expect("sender netns");
+    let bare = BareBind::attach(hosts.sender_end.ipv4);
     let inside = hosts.sender.enter().expect("enter sender netns");
     let before = binders.each_ref().map(Attached::hook_totals);
     let cgroups = vec![
         plain.path(),
         binders[0].cgroup.path(),
         binders[1].cgroup.path(),
+        bare.cgroup.path(),
     ];
     let mut figures = bench_in_turns(
         c,
         "connect_accept_nics",
-        &["baseline", "binder_route", "binder_balance"],
+        &["baseline", "binder_route", "binder_balance", "bare_bind"],
         cgroups,
         &links.listener,
         links.service,
@@ -553,8 +567,54 @@ fn connect_accept_nics(
                 figures.push((format!("connect_hook/{}", binder.label), ns));
             }
         }
+        if let Some(ns) = bare.ns_per_call() {
+            eprintln!("hook time (bare bind): {BARE_CONNECT4_PROGRAM} {ns:.0} ns per call");
+            figures.push(("connect_hook/bare_bind".into(), ns));
+        }
     }
     figures
+}
+
+/// The bare connect hook ([`BARE_CONNECT4_PROGRAM`]) on a cgroup of its
+/// own, binding `source` (link A's address, the one the route's binder
+/// binds) and the next port of a rotation: the kernel's bind alone, the
+/// part of the binder's hook that `connect()` would do itself without it.
+/// Fields drop in order: the object (its program detached) before the
+/// cgroup.
+struct BareBind {
+    ebpf: Ebpf,
+    cgroup: CgroupDir,
+}
+
+impl BareBind {
+    fn attach(source: Ipv4Addr) -> Self {
+        let cgroup = CgroupDir::unique().expect("cgroup path");
+        cgroup.create().expect("create cgroup");
+        let mut ebpf = Ebpf::load(srap_daemon::ebpf_object()).expect("load the SRAP object");
+        let map = ebpf.map_mut(BARE_BIND_MAP).expect("the bare bind map");
+        let mut rows: Array<_, u32> = Array::try_from(map).expect("an array");
+        rows.set(bare_bind::SOURCE, u32::from_ne_bytes(source.octets()), 0)
+            .expect("the bare hook's source address");
+        let program: &mut CgroupSockAddr = ebpf
+            .program_mut(BARE_CONNECT4_PROGRAM)
+            .expect("the bare connect hook")
+            .try_into()
+            .expect("a cgroup/connect4 program");
+        program.load().expect("load the bare connect hook");
+        let file = File::open(cgroup.path()).expect("open the cgroup");
+        program
+            .attach(file, CgroupAttachMode::Single)
+            .expect("attach the bare connect hook");
+        Self { ebpf, cgroup }
+    }
+
+    /// Its mean run time per call so far, by the kernel's accounting
+    /// (`None`: it never ran).
+    fn ns_per_call(&self) -> Option<f64> {
+        let info = self.ebpf.program(BARE_CONNECT4_PROGRAM)?.info().ok()?;
+        let calls = info.run_count();
+        (calls > 0).then(|| info.run_time().as_nanos() as f64 / calls as f64)
+    }
 }
 
 /// A service address on the receiver's loopback, reached from the sender

@@ -41,7 +41,7 @@ use super::{
     sockopt::{SO_REUSEADDR, SO_REUSEPORT, set_socket_option, socket_option},
 };
 
-pub(super) const EADDRINUSE: i64 = 98;
+pub(crate) const EADDRINUSE: i64 = 98;
 
 /// `bpf_sock.state` of a socket in TIME_WAIT and of a listening one.
 pub(super) const TCP_TIME_WAIT: u32 = 6;
@@ -51,12 +51,26 @@ pub(super) const TCP_LISTEN: u32 = 10;
 /// `BPF_F_CURRENT_NETNS`: look the tuple up in the socket's own namespace.
 pub(super) const CURRENT_NETNS: u64 = u64::MAX;
 
+/// A `sockaddr_in` for `bpf_bind()`.
 #[repr(C)]
-pub(super) struct SockaddrIn {
+pub(crate) struct SockaddrIn {
     family: u16,
     port_be: u16,
     addr: u32,
     zero: [u8; 8],
+}
+
+impl SockaddrIn {
+    /// `addr` as the kernel stores it (network byte order), `port` in the
+    /// host's.
+    pub(crate) const fn new(addr: u32, port: u16) -> Self {
+        Self {
+            family: Family::Inet.as_u16(),
+            port_be: port.to_be(),
+            addr,
+            zero: [0; 8],
+        }
+    }
 }
 
 #[repr(C)]
@@ -433,12 +447,7 @@ pub(super) fn time_wait_has_timestamp(sk: *mut bpf_sock) -> bool {
 #[inline(never)]
 pub(super) fn bind_port(ctx: &SockAddrContext, family: Family, table: &TableRow, port: u16) -> i64 {
     if family == Family::Inet {
-        let mut addr = SockaddrIn {
-            family: Family::Inet.as_u16(),
-            port_be: port.to_be(),
-            addr: table.src_addr[0],
-            zero: [0; 8],
-        };
+        let mut addr = SockaddrIn::new(table.src_addr[0], port);
         // SAFETY: a valid sockaddr_in of the size given.
         unsafe {
             bpf_bind(

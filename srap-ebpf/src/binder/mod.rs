@@ -98,6 +98,7 @@ use srap_common::family::Family;
 
 /// What the occupancy audit's repair programs (`crate::repair`) do as the
 /// hooks do.
+pub(crate) use bind::{EADDRINUSE, SockaddrIn};
 pub(crate) use claim::{MapRow, release_slot};
 pub(crate) use record::{forget, remember};
 
