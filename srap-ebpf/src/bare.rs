@@ -14,7 +14,7 @@ use aya_ebpf::{
     maps::Array,
     programs::{SockAddrContext, SockOpsContext, TcContext, XdpContext},
 };
-use srap_common::binder::{BARE_BIND_PORTS, BARE_BIND_PORT_BASE, bare_bind};
+use srap_common::binder::{BARE_BIND_PORT_BASE, BARE_BIND_PORTS, bare_bind};
 
 use crate::binder::{EADDRINUSE, SockaddrIn};
 

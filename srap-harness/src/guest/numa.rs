@@ -305,7 +305,9 @@ impl NumaGuest {
 
     /// Downloads many flows through each NIC until every queue's
     /// effective affinity is its pinned CPU: before a queue's first
-    /// interrupt it names the boot-time CPU.
+    /// interrupt it names the boot-time CPU. Each round pins a queue still
+    /// off its CPU again first: a move the kernel dropped (it applies one
+    /// at the queue's next interrupt) is asked for anew, not waited on.
     fn warm(&mut self, net: &GuestNet) -> anyhow::Result<()> {
         for _ in 0..WARM_ROUNDS {
             let cold = self.cold_queues()?;
@@ -315,12 +317,16 @@ impl NumaGuest {
             if interrupted() {
                 bail!("interrupted");
             }
-            for nic in cold
-                .iter()
-                .filter_map(|&(i, _)| self.nics.get(i))
-                .cloned()
-                .collect::<Vec<_>>()
-            {
+            self.pin_again(&cold)?;
+            let mut warmed = Vec::new();
+            for &(i, _) in &cold {
+                if warmed.contains(&i) {
+                    continue;
+                }
+                warmed.push(i);
+                let Some(nic) = self.nics.get(i).cloned() else {
+                    continue;
+                };
                 let _server = iperf3_server_with(&net.ns, WARM_PORT, &[], Stdio::null())?;
                 self.guest.run(&format!(
                     "iperf3 -c {} -p {WARM_PORT} -R -P {} -t 1 > /dev/null",
@@ -333,15 +339,16 @@ impl NumaGuest {
         if cold.is_empty() {
             return Ok(());
         }
+        let seen = self.interrupts_of(&cold)?;
         bail!(
             "after {WARM_ROUNDS} warming rounds these (NIC, queue)s' interrupts still run off their \
-             pinned CPU: {cold:?}\n{}",
+             pinned CPU: {cold:?}\n{seen}{}",
             self.render()
         )
     }
 
-    /// (NIC index, queue) of every queue whose effective affinity is not
-    /// its pinned CPU, deduplicated by NIC for the warming.
+    /// Every (NIC index, queue) whose effective affinity is not its
+    /// pinned CPU.
     fn cold_queues(&mut self) -> anyhow::Result<Vec<(usize, u32)>> {
         let mut cold = Vec::new();
         for (i, nic) in self.nics.clone().iter().enumerate() {
@@ -349,14 +356,62 @@ impl NumaGuest {
                 let text = self
                     .guest
                     .read(&format!("cat /proc/irq/{irq}/effective_affinity_list"))?;
-                if text.trim().parse::<u32>().ok() != Some(*cpu)
-                    && !cold.iter().any(|&(n, _)| n == i)
-                {
+                if text.trim().parse::<u32>().ok() != Some(*cpu) {
                     cold.push((i, q));
                 }
             }
         }
         Ok(cold)
+    }
+
+    /// Pins each of `queues`' IRQ to its CPU again.
+    fn pin_again(&mut self, queues: &[(usize, u32)]) -> anyhow::Result<()> {
+        let script = self
+            .irqs_of(queues)
+            .map(|(_, irq, cpu)| format!("echo {cpu} > /proc/irq/{irq}/smp_affinity_list"))
+            .collect::<Vec<_>>()
+            .join(" && ");
+        if script.is_empty() {
+            return Ok(());
+        }
+        self.guest.run(&script).map(drop)
+    }
+
+    /// For a failure's message: each of `queues`' IRQ, its pinned CPU, its
+    /// effective affinity and its `/proc/interrupts` line (which CPUs took
+    /// its interrupts).
+    fn interrupts_of(&mut self, queues: &[(usize, u32)]) -> anyhow::Result<String> {
+        let interrupts = self.guest.read("cat /proc/interrupts")?;
+        let mut out = String::new();
+        for ((i, q), irq, cpu) in self.irqs_of(queues).collect::<Vec<_>>() {
+            let effective = self
+                .guest
+                .read(&format!("cat /proc/irq/{irq}/effective_affinity_list"))?;
+            let line = interrupts
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{irq}:")))
+                .unwrap_or("(not in /proc/interrupts)");
+            let _ = writeln!(
+                out,
+                "  NIC {i} queue {q}: IRQ {irq} pinned to CPU {cpu}, effective {}: {}",
+                effective.trim(),
+                line.trim()
+            );
+        }
+        Ok(out)
+    }
+
+    /// (NIC index and queue, IRQ, pinned CPU) of each of `queues`.
+    fn irqs_of<'a>(
+        &'a self,
+        queues: &'a [(usize, u32)],
+    ) -> impl Iterator<Item = ((usize, u32), u32, u32)> + 'a {
+        queues.iter().filter_map(|&(i, q)| {
+            let nic = self.nics.get(i)?;
+            let irq = *nic.irqs.get(q as usize)?;
+            let cpu = *nic.queue_cpus.get(q as usize)?;
+            Some(((i, q), irq, cpu))
+        })
     }
 }
 
