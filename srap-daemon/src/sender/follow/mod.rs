@@ -100,6 +100,9 @@ struct Follower {
     /// (`tcpi_bytes_acked`) and the status's MPTCP subflows; opened on
     /// first use, or why it cannot be (said once).
     sock_diag: OnceLock<Result<crate::sock_diag::TcpDiag, String>>,
+    /// The address each moved flow asked for, named while its spread row
+    /// was there ([`status::AskedMemory`]).
+    asked: std::sync::Mutex<status::AskedMemory>,
 }
 
 /// Runs peer mode until Ctrl-C, SIGTERM or `srap-agent detach`.
@@ -161,6 +164,7 @@ pub async fn run(
         audit: OccupancyAudit::default(),
         member_loop: MemberLoop::default(),
         sock_diag: OnceLock::new(),
+        asked: std::sync::Mutex::default(),
     };
     follower.publish(None);
     let limit = Duration::from_secs(args.peer_wait());

@@ -2,7 +2,10 @@
 //! receiver's row, and each open flow with where the receiver saw it; the
 //! rest is the shared [`crate::sender::status`]'s.
 
-use std::net::IpAddr;
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, SocketAddr},
+};
 
 use srap_common::{
     binder::DestKey,
@@ -55,7 +58,11 @@ impl Follower {
         let spread = binder.map_or(&[][..], |b| b.plan.spread.as_slice());
         for flow in &mut status.flows {
             seen_at_receiver(flow, &self.machine.peers, &self.handles);
-            flow.asked = asked_of(flow, &self.machine.peers, spread);
+        }
+        let named = |flow: &SenderFlowRow| asked_of(flow, &self.machine.peers, spread);
+        match self.asked.lock() {
+            Ok(mut asked) => asked.name(&mut status.flows, named),
+            Err(_) => status.flows.iter_mut().for_each(|f| f.asked = named(f)),
         }
         self.add_mptcp(&mut status);
         if let Some(binder) = binder {
@@ -79,6 +86,40 @@ impl Follower {
             Ok(subflows) => add_mptcp(status, &subflows),
             Err(err) => debug!("reading this host's MPTCP subflows: {err}"),
         }
+    }
+}
+
+/// The address each moved flow's application asked for, kept for as long
+/// as the flow is open. [`asked_of`] names it from the spread rows, which
+/// go when the receiver's listener does (or its NIC): a flow moved before
+/// then still went to an address its application did not ask for, and
+/// keeps the name it had.
+#[derive(Debug, Default)]
+pub(super) struct AskedMemory {
+    /// By the flow's (source, destination).
+    named: BTreeMap<(SocketAddr, SocketAddr), IpAddr>,
+}
+
+impl AskedMemory {
+    /// Sets each flow's `asked`: the address named when it was first seen
+    /// moved, else `named`'s (the rows' today). Forgets the flows no longer
+    /// listed.
+    pub(super) fn name(
+        &mut self,
+        flows: &mut [SenderFlowRow],
+        named: impl Fn(&SenderFlowRow) -> Option<IpAddr>,
+    ) {
+        let mut kept = BTreeMap::new();
+        for flow in flows {
+            let key = flow.src.zip(flow.dst);
+            flow.asked = key
+                .and_then(|k| self.named.get(&k).copied())
+                .or_else(|| named(flow));
+            if let (Some(key), Some(asked)) = (key, flow.asked) {
+                kept.insert(key, asked);
+            }
+        }
+        self.named = kept;
     }
 }
 
@@ -282,4 +323,44 @@ fn address_row(row: u32, addr: std::net::IpAddr, binder: Option<&RunningBinder>)
         Err(err) => warn!("reading the binder's open flows: {err}"),
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(src: &str, dst: &str) -> SenderFlowRow {
+        SenderFlowRow {
+            src: src.parse().ok(),
+            dst: dst.parse().ok(),
+            ..SenderFlowRow::default()
+        }
+    }
+
+    /// A moved flow keeps the address it asked for after its spread row
+    /// goes (the listener closed), and is forgotten once it is not listed.
+    #[test]
+    fn a_moved_flow_keeps_its_asked_address_after_its_row_goes() {
+        let asked: IpAddr = "10.0.1.2".parse().expect("address");
+        let mut memory = AskedMemory::default();
+        let mut flows = vec![
+            flow("10.0.9.1:40000", "10.0.2.2:5201"),
+            flow("10.0.9.1:40001", "10.0.1.2:5201"),
+        ];
+        let rows_there =
+            |f: &SenderFlowRow| (f.dst.map(|d| d.ip()) == "10.0.2.2".parse().ok()).then_some(asked);
+        memory.name(&mut flows, rows_there);
+        assert_eq!(flows[0].asked, Some(asked));
+        assert_eq!(flows[1].asked, None);
+
+        memory.name(&mut flows, |_| None);
+        assert_eq!(flows[0].asked, Some(asked), "named while its row was there");
+        assert_eq!(flows[1].asked, None);
+
+        let mut later = vec![flow("10.0.9.1:40001", "10.0.1.2:5201")];
+        memory.name(&mut later, |_| None);
+        let mut again = vec![flow("10.0.9.1:40000", "10.0.2.2:5201")];
+        memory.name(&mut again, |_| None);
+        assert_eq!(again[0].asked, None, "a flow no longer listed is forgotten");
+    }
 }
