@@ -215,6 +215,16 @@ macro_rules! binder_pinned_maps {
             /// (`--receiver-nics spread`, [`crate::receiver_nics`]).
             SPREAD_MAP = SRAP_SPREAD: HashMap<$crate::binder::DestKey, $crate::receiver_nics::SpreadRow>
                 [$crate::binder::BinderSizes::tables, $crate::binder::NO_PREALLOC];
+            /// Hash: the task (`bpf_get_current_pid_tgid`) inside the
+            /// kernel's `__mptcp_subflow_connect` → [`SubflowDest`], the
+            /// subflow's destination, while that call runs: written on its
+            /// entry and removed on its exit by the tracing programs
+            /// ([`SUBFLOW_CONNECT_PROGRAM`], [`SUBFLOW_CONNECTED_PROGRAM`]),
+            /// read by the bind hooks, which that call reaches on the same
+            /// task (`kernel_bind`). Pinned, so the bind hooks and the
+            /// tracing programs share it whichever agent loaded them.
+            SUBFLOW_DESTS_MAP = SRAP_SUBFLOW_DESTS: HashMap<u64, $crate::binder::SubflowDest>
+                [$crate::binder::BinderSizes::subflow_tasks, $crate::binder::NO_PREALLOC];
         }
     };
 }
@@ -268,6 +278,19 @@ pub const RELEASE_PROGRAM: &str = "srap_sock_release";
 /// address its application asked for.
 pub const GETPEERNAME4_PROGRAM: &str = "srap_getpeername4";
 pub const GETPEERNAME6_PROGRAM: &str = "srap_getpeername6";
+/// The tracing programs on the entry and exit of the kernel's
+/// `__mptcp_subflow_connect` (fentry, fexit): the destination of each
+/// further MPTCP subflow, for the bind hooks ([`SUBFLOW_DESTS_MAP`]).
+pub const SUBFLOW_CONNECT_PROGRAM: &str = "srap_subflow_connect";
+pub const SUBFLOW_CONNECTED_PROGRAM: &str = "srap_subflow_connected";
+/// The kernel function they trace: its third argument is the subflow's
+/// remote address (`const struct mptcp_addr_info *`) in Linux 6.1 and
+/// 6.18 alike.
+pub const SUBFLOW_CONNECT_FUNCTION: &str = "__mptcp_subflow_connect";
+/// The tracing program's own row of one [`AddrInfoLayout`] (not pinned:
+/// each load's program reads the row its agent wrote).
+pub const ADDR_INFO_LAYOUT_MAP: &str = "SRAP_ADDR_INFO_LAYOUT";
+
 /// The `sock_ops` program that releases at TCP close what a socket the
 /// release hook never sees (a kernel socket: an MPTCP subflow) claimed.
 pub const CLOSE_PROGRAM: &str = "srap_tcp_close";
@@ -298,7 +321,7 @@ pub mod bare_bind {
 /// One index space for both, [`COUNTERS`] entries named by
 /// [`COUNTER_NAMES`] (the `outcome` label of `/metrics`, the keys of the
 /// status JSON).
-pub const COUNTERS: u32 = 29;
+pub const COUNTERS: u32 = 32;
 
 /// The counters' names, by index.
 pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
@@ -331,6 +354,9 @@ pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
     "nic_fallback",
     "dest_spread",
     "dest_kept",
+    "subflow_traced",
+    "subflow_untraced",
+    "subflow_unplanned",
 ];
 
 /// Verdicts of the binder's `connect` hooks, as indexes into [`STATS_MAP`].
@@ -357,7 +383,9 @@ pub mod outcome {
     /// bind hook cannot defer it (the kernel's `bpf_setsockopt` does not
     /// offer `IP_BIND_ADDRESS_NO_PORT`). Left alone. Also an MPTCP
     /// subflow the kernel's path manager bound with port 0 that the bind
-    /// hook could not steer (IPv6, or no port; else [`SUBFLOW_STEERED`]).
+    /// hook could not steer (no traced destination for an IPv6 one, a
+    /// destination the plan does not list, or no port; else
+    /// [`SUBFLOW_STEERED`]).
     pub const PORT_AT_BIND: u32 = 6;
     /// The application bound a source address SRAP has no table for (an
     /// address added after the plan, or of no interface): left alone.
@@ -388,8 +416,10 @@ pub mod outcome {
     pub const PROTOCOL_NOT_STEERED: u32 = 22;
     /// A further subflow of an MPTCP connection, whose port the bind hook
     /// chose when the kernel's path manager bound it with port 0, as a
-    /// connect chooses one toward the connection's destination (the MPTCP
-    /// socket's remote address and port): its connect finds it steered.
+    /// connect chooses one toward the subflow's own destination (the
+    /// address the path manager connects it to, an announced one included;
+    /// without the trace, the MPTCP socket's IPv4 remote address): its
+    /// connect finds it steered.
     pub const SUBFLOW_STEERED: u32 = 24;
     /// What a connect came to: each counts exactly one of these.
     pub const VERDICTS: [u32; 14] = [
@@ -489,6 +519,24 @@ pub mod event {
     /// row of addresses that kept the address asked for: its turn fell on
     /// it, or the address its turn fell on has no plan yet.
     pub const DEST_KEPT: u32 = 28;
+    /// The bind of a further MPTCP subflow that took its destination from
+    /// the kernel's path manager's own call (`__mptcp_subflow_connect`,
+    /// traced: [`super::SUBFLOW_DESTS_MAP`]): the connection's remote
+    /// address, or an address the peer announced (`ADD_ADDR`), IPv4 or
+    /// IPv6.
+    pub const SUBFLOW_TRACED: u32 = 29;
+    /// The bind of a further MPTCP subflow that found no traced
+    /// destination (the trace is not attached: the agent's log names why):
+    /// an IPv4 one is steered toward its connection's remote address, as
+    /// if the peer announced nothing; an IPv6 one keeps the kernel's port
+    /// (its connect counts [`super::outcome::PORT_AT_BIND`]). Never a
+    /// failed connect.
+    pub const SUBFLOW_UNTRACED: u32 = 30;
+    /// The bind of a further MPTCP subflow toward a destination the plan
+    /// has no table for (an address the peer announced that the plan does
+    /// not list, from the source the subflow binds): left to the kernel,
+    /// its connect counts [`super::outcome::PORT_AT_BIND`].
+    pub const SUBFLOW_UNPLANNED: u32 = 31;
 }
 
 /// The protocol a connecting socket is steered as, from its `type` and
@@ -964,6 +1012,37 @@ pub fn socket_home(cookie: u64, mask: u32) -> u32 {
     (cookie & u64::from(mask)) as u32
 }
 
+/// The destination of a further MPTCP subflow, as the kernel's path
+/// manager passes it to `__mptcp_subflow_connect` ([`SUBFLOW_DESTS_MAP`]).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SubflowDest {
+    /// `AF_INET` or `AF_INET6`.
+    pub family: u16,
+    /// The remote port, in host byte order (the connection's when the
+    /// path manager passed none).
+    pub port: u16,
+    /// The remote address in the form of [`DestKey::addr`]: an IPv4 one
+    /// in word 0, network byte order.
+    pub addr: [u32; 4],
+}
+
+/// Where the fields of the kernel's `struct mptcp_addr_info` lie, read
+/// from its BTF by the agent and written to the tracing program's own
+/// (unpinned) row: the layout changed in the kernel's history (Linux 5.10
+/// had `family` first and the address at byte 12; 6.1 and 6.18 have it at
+/// byte 8, after `id`, `family` and `port`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AddrInfoLayout {
+    /// Non-zero once the agent wrote the row: before, nothing is traced.
+    pub known: u32,
+    pub family: u32,
+    pub port: u32,
+    /// The address union (`addr` and `addr6` both start it).
+    pub addr: u32,
+}
+
 /// Global binder settings (one entry).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -1026,6 +1105,10 @@ mod pod {
     unsafe impl aya::Pod for BinderConfig {}
     // SAFETY: as above (4 + 4 + 4 × 8 × 8 bytes, no padding).
     unsafe impl aya::Pod for SlotGrant {}
+    // SAFETY: as above (2 + 2 + 4 × 4 bytes, no padding).
+    unsafe impl aya::Pod for SubflowDest {}
+    // SAFETY: as above (4 × 4 bytes).
+    unsafe impl aya::Pod for AddrInfoLayout {}
 }
 
 #[cfg(test)]

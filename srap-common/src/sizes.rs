@@ -230,6 +230,14 @@ impl BinderSizes {
         1
     }
 
+    /// Tasks inside the kernel's `__mptcp_subflow_connect` at once
+    /// ([`crate::binder::SUBFLOW_DESTS_MAP`]): its path-manager workers and
+    /// netlink callers, a few per CPU at most. Past it a subflow is not
+    /// traced (`subflow_untraced`), never failed.
+    pub const fn subflow_tasks(&self) -> u32 {
+        1024
+    }
+
     /// Kernel memory the pinned maps take (what `bpftool map show` reports
     /// as `memlock`, summed), on a host with `possible_cpus` possible CPUs
     /// and `dests` destinations in the hash map (which allocates per entry).
@@ -237,7 +245,11 @@ impl BinderSizes {
         crate::binder::PINNED_MAPS
             .iter()
             .map(|spec| {
-                let used = if spec.kind == MapKind::HashMap {
+                // A subflow's destination is held only while the kernel's
+                // path manager connects it: the map is empty between calls.
+                let used = if spec.kind == MapKind::HashMap
+                    && spec.name != crate::binder::SUBFLOW_DESTS_MAP
+                {
                     dests
                 } else {
                     0
@@ -299,7 +311,13 @@ mod tests {
         let by_map: Vec<(&str, u64)> = crate::binder::PINNED_MAPS
             .iter()
             .map(|spec| {
-                let used = if spec.kind == MapKind::HashMap { 2 } else { 0 };
+                let used = if spec.kind == MapKind::HashMap
+                    && spec.name != crate::binder::SUBFLOW_DESTS_MAP
+                {
+                    2
+                } else {
+                    0
+                };
                 let bytes = map_bytes(
                     spec.kind,
                     (spec.key_size, spec.value_size),
@@ -319,7 +337,7 @@ mod tests {
             ("SRAP_RECEIVERS", 18_512),
             ("SRAP_SLOT_STATE", 266_552),
             ("SRAP_SOCKETS", 1_573_176),
-            ("SRAP_STATS", 1_008),
+            ("SRAP_STATS", 1_080),
             ("SRAP_BIND_ERRNOS", 3_384),
             ("SRAP_CONFIG", 360),
             ("SRAP_GRANTS", 287_808),
@@ -330,9 +348,12 @@ mod tests {
             ("SRAP_NIC_TURN", 320),
             ("SRAP_NICS_DOWN", 320),
             ("SRAP_SPREAD", 34_144),
+            // `bpftool map show` of an empty 1 024-entry hash map of 8-byte
+            // keys and 20-byte values (Linux 6.18, 2 possible CPUs).
+            ("SRAP_SUBFLOW_DESTS", 17_280),
         ];
         assert_eq!(by_map, reported);
-        assert_eq!(sizes.pinned_bytes(2, 2), 4_312_176, "4.11 MiB");
+        assert_eq!(sizes.pinned_bytes(2, 2), 4_329_528, "4.11 MiB");
         assert!(sizes.pinned_bytes(2, 2) <= 8 << 20);
     }
 

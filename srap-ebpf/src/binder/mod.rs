@@ -33,7 +33,9 @@
 //!
 //! A further subflow of an MPTCP connection, which the kernel binds with
 //! port 0 before it connects, is steered at that bind by the same steps
-//! ([`subflow`]): its connect then counts `subflow_steered`.
+//! ([`subflow`]) toward the destination the kernel's path manager passes
+//! its own call, which two tracing programs record ([`path_manager`]): its
+//! connect then counts `subflow_steered`.
 //!
 //! Closing releases through one step, [`record::release`], from two
 //! programs, a file each: [`sock_release`] (`cgroup/sock_release`, an
@@ -51,7 +53,7 @@
 //! every way a bind can end, doubled that (so did a branch on whether the
 //! application bound an address: [`nic`] hands its choice back through
 //! a scratch row). The steps import downwards only, never from this file
-//! (`subflow` → `connect` → `classify`, `spread`, `nic`; `spread` →
+//! (`subflow` → `path_manager`, `connect` → `classify`, `spread`, `nic`; `spread` →
 //! `classify`; `nic` → `claim`; `bind` →
 //! `ports`, `claim`, `sockopt`; `classify` → `record` → `sockopt`; all of
 //! them → `context`, `maps`). `cargo run -p
@@ -85,6 +87,7 @@ mod connect;
 mod context;
 mod maps;
 mod nic;
+mod path_manager;
 mod ports;
 mod record;
 mod sock_ops;
@@ -93,7 +96,10 @@ mod sockopt;
 mod spread;
 mod subflow;
 
-use aya_ebpf::{macros::cgroup_sock_addr, programs::SockAddrContext};
+use aya_ebpf::{
+    macros::{cgroup_sock_addr, fentry, fexit},
+    programs::{FEntryContext, FExitContext, SockAddrContext},
+};
 use srap_common::family::Family;
 
 /// What the occupancy audit's repair programs (`crate::repair`) do as the
@@ -132,7 +138,7 @@ pub fn srap_getpeername6(ctx: SockAddrContext) -> i32 {
 
 #[cgroup_sock_addr(bind4)]
 pub fn srap_bind4(ctx: SockAddrContext) -> i32 {
-    if !subflow::steer_at_bind(&ctx) {
+    if !subflow::steer_at_bind::<false>(&ctx) {
         record::note_port_zero_bind(&ctx);
     }
     1
@@ -140,6 +146,26 @@ pub fn srap_bind4(ctx: SockAddrContext) -> i32 {
 
 #[cgroup_sock_addr(bind6)]
 pub fn srap_bind6(ctx: SockAddrContext) -> i32 {
-    record::note_port_zero_bind(&ctx);
+    if !subflow::steer_at_bind::<true>(&ctx) {
+        record::note_port_zero_bind(&ctx);
+    }
     1
+}
+
+/// The entry of the kernel path manager's `__mptcp_subflow_connect(sk,
+/// local, remote)`: the subflow's destination, for the bind hooks
+/// ([`path_manager`]).
+#[fentry(function = "__mptcp_subflow_connect")]
+pub fn srap_subflow_connect(ctx: FEntryContext) -> i32 {
+    let sk: *const u8 = ctx.arg(0);
+    let remote: *const u8 = ctx.arg(2);
+    path_manager::note_remote(sk, remote);
+    0
+}
+
+/// Its exit: the destination forgotten.
+#[fexit(function = "__mptcp_subflow_connect")]
+pub fn srap_subflow_connected(_ctx: FExitContext) -> i32 {
+    path_manager::forget_remote();
+    0
 }
