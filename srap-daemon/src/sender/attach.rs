@@ -30,6 +30,7 @@ use super::{
 mod seam;
 #[cfg(test)]
 mod tests;
+pub mod trace;
 
 /// Fails unless `dir` (or its nearest existing ancestor) is on bpffs, after
 /// mounting bpffs at `/sys/fs/bpf` if `dir` is under it and none is there.

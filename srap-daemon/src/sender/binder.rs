@@ -19,7 +19,7 @@ use srap_host::{
     cgroup,
     reserved::{self, Reservation},
 };
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::{
     attach::{self, Attachment},
@@ -130,6 +130,7 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
     record_state(&state_path, previous.as_ref(), &cgroup)?;
 
     let attachment = attach::ensure_attached(&mut ebpf, &layout, &cgroup)?;
+    note_tracing(attach::trace::ensure_traced(&mut ebpf, &layout)?);
     info!(
         cgroup = %cgroup.display(),
         pins = %layout.dir().display(),
@@ -148,6 +149,21 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
         local_nics: options.nics.policy,
         local_nic_replans: 0,
     })
+}
+
+/// Says whether the kernel path manager's calls are traced: without,
+/// further MPTCP subflows fall back (counted `subflow_untraced` by the
+/// bind hooks), and the log names why.
+fn note_tracing(tracing: attach::trace::Tracing) {
+    match tracing {
+        attach::trace::Tracing::Off(reason) => warn!(
+            "MPTCP subflows' destinations are not traced ({reason}): further IPv4 subflows \
+             are steered toward their connection's remote address, IPv6 ones and those \
+             toward addresses the peer announces keep the kernel's port (counted \
+             subflow_untraced)"
+        ),
+        tracing => debug!(?tracing, "MPTCP subflows' destinations traced"),
+    }
 }
 
 /// The cgroup to steer; refuses one other than the cgroup the pinned

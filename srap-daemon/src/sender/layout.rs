@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use srap_common::binder::{
     BIND4_PROGRAM, BIND6_PROGRAM, CLOSE_PROGRAM, CONNECT4_PROGRAM, CONNECT6_PROGRAM,
     GETPEERNAME4_PROGRAM, GETPEERNAME6_PROGRAM, PINNED_MAPS, RELEASE_PROGRAM,
+    SUBFLOW_CONNECT_PROGRAM, SUBFLOW_CONNECTED_PROGRAM,
 };
 
 /// The default pin directory.
@@ -44,6 +45,13 @@ pub const PROGRAMS: [&str; 8] = [
     CONNECT6_PROGRAM,
 ];
 
+/// The tracing programs that tell the bind hooks each further MPTCP
+/// subflow's destination, in attach order: the exit's first, so a record
+/// the entry's writes is always removed. Not among [`PROGRAMS`]: the
+/// binder steers without them (a kernel that refuses them,
+/// `super::attach::trace`), and is attached whether or not they are.
+pub const TRACE_PROGRAMS: [&str; 2] = [SUBFLOW_CONNECTED_PROGRAM, SUBFLOW_CONNECT_PROGRAM];
+
 /// Paths under one pin directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PinLayout {
@@ -77,8 +85,9 @@ impl PinLayout {
     /// Every pin the binder makes, links first (the order to remove them in:
     /// unpinning a link detaches its program at once).
     pub fn all_pins(&self) -> Vec<PathBuf> {
-        let links = PROGRAMS.iter().map(|p| self.link(p));
-        let programs = PROGRAMS.iter().map(|p| self.program(p));
+        let all = || PROGRAMS.iter().chain(&TRACE_PROGRAMS);
+        let links = all().map(|p| self.link(p));
+        let programs = all().map(|p| self.program(p));
         let maps = MAPS.iter().map(|m| self.map(m));
         links.chain(programs).chain(maps).collect()
     }
@@ -118,8 +127,8 @@ mod tests {
                 spec.name
             );
         }
-        for program in PROGRAMS {
-            assert!(object.programs.contains_key(program), "{program}");
+        for program in PROGRAMS.iter().chain(&TRACE_PROGRAMS) {
+            assert!(object.programs.contains_key(*program), "{program}");
         }
     }
 }

@@ -1,0 +1,169 @@
+//! The tracing programs on the kernel's `__mptcp_subflow_connect`: where
+//! the path manager sends each further MPTCP subflow, for the bind hooks
+//! (the eBPF side: `srap-ebpf`'s `binder::path_manager`).
+//!
+//! Optional: the binder steers without them, as before them (an IPv4
+//! subflow toward its connection's remote address; an IPv6 one, or one
+//! toward an address the peer announced, keeps the kernel's port). Each
+//! way they can be missing is a named [`Untraced`] reason, logged once by
+//! the caller and counted by the bind hooks (`subflow_untraced`); none
+//! stops the agent or fails a connect. Attached, they are pinned under the
+//! binder's directory as its cgroup programs are, and a restarted agent
+//! adopts them.
+
+use std::path::PathBuf;
+
+use aya::{
+    Btf, Ebpf,
+    maps::Array,
+    programs::{FEntry, FExit, ProgramError, links::FdLink},
+};
+use srap_common::binder::{
+    ADDR_INFO_LAYOUT_MAP, AddrInfoLayout, SUBFLOW_CONNECT_FUNCTION, SUBFLOW_CONNECT_PROGRAM,
+};
+use tracing::debug;
+
+use super::{note_verifier_walk, remove_if_present};
+use crate::sender::{
+    error::SenderError,
+    layout::{PinLayout, TRACE_PROGRAMS},
+};
+
+/// How the tracing programs came to be.
+#[derive(Debug)]
+pub enum Tracing {
+    /// This agent attached and pinned them.
+    Attached,
+    /// A previous agent's pinned links: kept as they are.
+    Adopted,
+    /// Not attached, for this reason: the bind hooks fall back.
+    Off(Untraced),
+}
+
+/// Why the path manager's calls are not traced.
+#[derive(Debug, thiserror::Error)]
+pub enum Untraced {
+    #[error("the kernel's BTF is unreadable: {0}")]
+    Btf(String),
+    #[error("the kernel's BTF shows no `struct mptcp_addr_info` field `{0}` (MPTCP not built in?)")]
+    Layout(&'static str),
+    #[error(
+        "the kernel refused {program} on `{SUBFLOW_CONNECT_FUNCTION}` (not traceable here?): {source}"
+    )]
+    Program {
+        program: &'static str,
+        source: ProgramError,
+    },
+    #[error("pinning {}: {source}", path.display())]
+    Pin {
+        path: PathBuf,
+        source: aya::pin::PinError,
+    },
+    #[error("{0} is missing from the eBPF object or not of its type")]
+    Missing(&'static str),
+    #[error("writing {ADDR_INFO_LAYOUT_MAP}: {0}")]
+    Map(aya::maps::MapError),
+}
+
+/// Adopts the tracing programs' pinned links, or loads, attaches and pins
+/// them; on any failure removes what this call pinned and says why.
+pub fn ensure_traced(ebpf: &mut Ebpf, layout: &PinLayout) -> Result<Tracing, SenderError> {
+    if TRACE_PROGRAMS.iter().all(|p| layout.link(p).exists()) {
+        return Ok(Tracing::Adopted);
+    }
+    // One without the other: redone as a pair.
+    remove_trace_pins(layout)?;
+    match attach(ebpf, layout) {
+        Ok(()) => Ok(Tracing::Attached),
+        Err(reason) => {
+            remove_trace_pins(layout)?;
+            Ok(Tracing::Off(reason))
+        }
+    }
+}
+
+fn remove_trace_pins(layout: &PinLayout) -> Result<(), SenderError> {
+    for name in TRACE_PROGRAMS {
+        remove_if_present(&layout.link(name))?;
+        remove_if_present(&layout.program(name))?;
+    }
+    Ok(())
+}
+
+/// The layout row first (the entry's program records nothing before it),
+/// then each program in [`TRACE_PROGRAMS`] order.
+fn attach(ebpf: &mut Ebpf, layout: &PinLayout) -> Result<(), Untraced> {
+    let row = addr_info_layout()?;
+    let map = ebpf
+        .map_mut(ADDR_INFO_LAYOUT_MAP)
+        .ok_or(Untraced::Missing(ADDR_INFO_LAYOUT_MAP))?;
+    let mut array: Array<_, AddrInfoLayout> = Array::try_from(map).map_err(Untraced::Map)?;
+    array.set(0, row, 0).map_err(Untraced::Map)?;
+    debug!(?row, "struct mptcp_addr_info in this kernel");
+    let btf = Btf::from_sys_fs().map_err(|err| Untraced::Btf(err.to_string()))?;
+    for name in TRACE_PROGRAMS {
+        let link = link_of(ebpf, name, &btf)?;
+        let path = layout.link(name);
+        let pinned = link.pin(&path).map_err(|source| Untraced::Pin {
+            path: path.clone(),
+            source,
+        })?;
+        drop(pinned);
+        let program = ebpf.program_mut(name).ok_or(Untraced::Missing(name))?;
+        let path = layout.program(name);
+        program
+            .pin(&path)
+            .map_err(|source| Untraced::Pin { path, source })?;
+    }
+    Ok(())
+}
+
+/// Loads program `name` on the traced function and attaches it; its link.
+fn link_of(ebpf: &mut Ebpf, name: &'static str, btf: &Btf) -> Result<FdLink, Untraced> {
+    let refused = |source| Untraced::Program {
+        program: name,
+        source,
+    };
+    let program = ebpf.program_mut(name).ok_or(Untraced::Missing(name))?;
+    if name == SUBFLOW_CONNECT_PROGRAM {
+        let program: &mut FEntry = program.try_into().map_err(refused)?;
+        program
+            .load(SUBFLOW_CONNECT_FUNCTION, btf)
+            .map_err(refused)?;
+        if let Ok(info) = program.info() {
+            note_verifier_walk(name, info.verified_instruction_count());
+        }
+        let id = program.attach().map_err(refused)?;
+        Ok(program.take_link(id).map_err(refused)?.into())
+    } else {
+        let program: &mut FExit = program.try_into().map_err(refused)?;
+        program
+            .load(SUBFLOW_CONNECT_FUNCTION, btf)
+            .map_err(refused)?;
+        if let Ok(info) = program.info() {
+            note_verifier_walk(name, info.verified_instruction_count());
+        }
+        let id = program.attach().map_err(refused)?;
+        Ok(program.take_link(id).map_err(refused)?.into())
+    }
+}
+
+/// Where `struct mptcp_addr_info`'s family, port and address lie in the
+/// running kernel, from its BTF. The address is the struct's one unnamed
+/// member, the union of `addr` and `addr6`, which both start it.
+fn addr_info_layout() -> Result<AddrInfoLayout, Untraced> {
+    let offset = |field: &'static str, member: &str| match srap_host::btf::running_member_offset(
+        "mptcp_addr_info",
+        member,
+    ) {
+        Ok(Some(offset)) => Ok(offset),
+        Ok(None) => Err(Untraced::Layout(field)),
+        Err(err) => Err(Untraced::Btf(err.to_string())),
+    };
+    Ok(AddrInfoLayout {
+        known: 1,
+        family: offset("family", "family")?,
+        port: offset("port", "port")?,
+        addr: offset("addr", "")?,
+    })
+}
