@@ -4,9 +4,11 @@
 //! SRAP's eBPF programs are built without CO-RE relocations, so a field
 //! they read from a kernel object through `bpf_probe_read_kernel` is found
 //! at an offset this module reads here and the agent hands them in a map.
-//! Today that is one field: `tcp_timewait_sock.tw_ts_recent_stamp`, which
-//! says whether the kernel lets an explicitly bound socket take over a
-//! TIME_WAIT tuple (`tcp_twsk_unique`: only with TCP timestamps).
+//! `tcp_timewait_sock.tw_ts_recent_stamp` says whether the kernel lets an
+//! explicitly bound socket take over a TIME_WAIT tuple (`tcp_twsk_unique`:
+//! only with TCP timestamps); MPTCP's fields (`mptcp_addr_info`'s,
+//! `sock_common.skc_v6_daddr`, `mptcp_sock.pm`, `mptcp_pm_data.remote`)
+//! tell the bind hooks where a further subflow goes.
 //!
 //! Only what that needs is parsed: the header, every type's length (to walk
 //! the type section) and struct members.
@@ -42,7 +44,9 @@ pub fn running_member_offset(name: &str, member: &str) -> Result<Option<u32>, Ho
 
 /// The byte offset of `member` in `struct name` (or union) in the BTF blob
 /// `data` (native byte order), `None` when there is no such member or it is
-/// a bitfield not on a byte boundary.
+/// a bitfield not on a byte boundary. An empty `member` names the first
+/// unnamed one: a C struct's anonymous union (`mptcp_addr_info`'s address,
+/// whose `addr` and `addr6` both start it).
 pub fn member_offset(data: &[u8], name: &str, member: &str) -> Result<Option<u32>, String> {
     let u16_at = |at: usize| {
         data.get(at..at + 2)
@@ -116,10 +120,11 @@ mod tests {
     use super::*;
 
     /// A BTF blob: an int, then `struct pair { int a; int b; }` behind a
-    /// typedef, then a struct with a bitfield member.
+    /// typedef, then a struct with a bitfield member, then one with an
+    /// unnamed member.
     fn blob() -> Vec<u8> {
-        let strings = b"\0int\0pair\0a\0b\0bits\0flag\0".to_vec();
-        let (int, pair, a, b, bits, flag) = (1u32, 5, 10, 12, 14, 19);
+        let strings = b"\0int\0pair\0a\0b\0bits\0flag\0anon\0".to_vec();
+        let (int, pair, a, b, bits, flag, anon) = (1u32, 5, 10, 12, 14, 19, 24);
         let mut types: Vec<u32> = Vec::new();
         // [1] int: name, info (kind 1), size, then its 4-byte encoding.
         types.extend([int, 1 << 24, 4, 32]);
@@ -129,6 +134,8 @@ mod tests {
         types.extend([pair, (4 << 24) | 2, 8, a, 1, 0, b, 1, 32]);
         // [4] struct bits, kind_flag, 1 member: flag, 1 bit at bit 3.
         types.extend([bits, (1 << 31) | (4 << 24) | 1, 4, flag, 1, (1 << 24) | 3]);
+        // [5] struct anon, 2 members: a at bit 0, an unnamed one at bit 64.
+        types.extend([anon, (4 << 24) | 2, 12, a, 1, 0, 0, 1, 64]);
         let type_bytes: Vec<u8> = types.iter().flat_map(|w| w.to_ne_bytes()).collect();
         let mut out = Vec::new();
         out.extend(MAGIC.to_ne_bytes());
@@ -159,6 +166,8 @@ mod tests {
             Ok(None),
             "not on a byte"
         );
+        assert_eq!(member_offset(&data, "anon", ""), Ok(Some(8)), "unnamed");
+        assert_eq!(member_offset(&data, "pair", ""), Ok(None), "none unnamed");
     }
 
     #[test]
