@@ -287,9 +287,10 @@ pub const SUBFLOW_CONNECTED_PROGRAM: &str = "srap_subflow_connected";
 /// remote address (`const struct mptcp_addr_info *`) in Linux 6.1 and
 /// 6.18 alike.
 pub const SUBFLOW_CONNECT_FUNCTION: &str = "__mptcp_subflow_connect";
-/// The tracing program's own row of one [`AddrInfoLayout`] (not pinned:
-/// each load's program reads the row its agent wrote).
-pub const ADDR_INFO_LAYOUT_MAP: &str = "SRAP_ADDR_INFO_LAYOUT";
+/// One [`MptcpLayout`] row, written by the agent after loading and before
+/// attaching (not pinned: each load's programs read the row their agent
+/// wrote; a program a restarted agent adopts keeps its own).
+pub const MPTCP_LAYOUT_MAP: &str = "SRAP_MPTCP_LAYOUT";
 
 /// The `sock_ops` program that releases at TCP close what a socket the
 /// release hook never sees (a kernel socket: an MPTCP subflow) claimed.
@@ -527,10 +528,11 @@ pub mod event {
     pub const SUBFLOW_TRACED: u32 = 29;
     /// The bind of a further MPTCP subflow that found no traced
     /// destination (the trace is not attached: the agent's log names why):
-    /// an IPv4 one is steered toward its connection's remote address, as
-    /// if the peer announced nothing; an IPv6 one keeps the kernel's port
-    /// (its connect counts [`super::outcome::PORT_AT_BIND`]). Never a
-    /// failed connect.
+    /// its destination is read from its MPTCP socket instead, as the
+    /// kernel's own path manager chooses it: the connection's remote
+    /// address for a subflow bound to an endpoint's address, the address
+    /// the peer announced last for one bound to none. Never a failed
+    /// connect.
     pub const SUBFLOW_UNTRACED: u32 = 30;
     /// The bind of a further MPTCP subflow toward a destination the plan
     /// has no table for (an address the peer announced that the plan does
@@ -1027,20 +1029,29 @@ pub struct SubflowDest {
     pub addr: [u32; 4],
 }
 
-/// Where the fields of the kernel's `struct mptcp_addr_info` lie, read
-/// from its BTF by the agent and written to the tracing program's own
-/// (unpinned) row: the layout changed in the kernel's history (Linux 5.10
-/// had `family` first and the address at byte 12; 6.1 and 6.18 have it at
-/// byte 8, after `id`, `family` and `port`).
+/// Where the kernel's MPTCP fields lie in the running kernel, read from
+/// its BTF by the agent (SRAP's programs are built without CO-RE). The
+/// address fields are `struct mptcp_addr_info`'s, whose layout changed in
+/// the kernel's history (Linux 5.10 had `family` first and the address at
+/// byte 12; 6.1 and 6.18 have it at byte 8, after `id`, `family` and
+/// `port`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AddrInfoLayout {
-    /// Non-zero once the agent wrote the row: before, nothing is traced.
+pub struct MptcpLayout {
+    /// Non-zero once the agent found every field: before, or on a kernel
+    /// without them, only the fixed-layout IPv4 fallback is read.
     pub known: u32,
+    /// `mptcp_addr_info.family`, `.port` and its address union (`addr`
+    /// and `addr6` both start it).
     pub family: u32,
     pub port: u32,
-    /// The address union (`addr` and `addr6` both start it).
     pub addr: u32,
+    /// `sock_common.skc_v6_daddr`: an MPTCP socket's IPv6 remote address.
+    pub v6_daddr: u32,
+    /// `mptcp_sock.pm` plus `mptcp_pm_data.remote`: the address the peer
+    /// announced last, the one the in-kernel path manager's worker opens
+    /// a subflow toward (from the address its route picks).
+    pub pm_remote: u32,
 }
 
 /// Global binder settings (one entry).
@@ -1107,8 +1118,8 @@ mod pod {
     unsafe impl aya::Pod for SlotGrant {}
     // SAFETY: as above (2 + 2 + 4 × 4 bytes, no padding).
     unsafe impl aya::Pod for SubflowDest {}
-    // SAFETY: as above (4 × 4 bytes).
-    unsafe impl aya::Pod for AddrInfoLayout {}
+    // SAFETY: as above (6 × 4 bytes).
+    unsafe impl aya::Pod for MptcpLayout {}
 }
 
 #[cfg(test)]

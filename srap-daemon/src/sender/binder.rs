@@ -125,12 +125,19 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
     }
 
     let mut ebpf = attach::load(&layout, object, &options.sizes)?;
+    let fields = attach::trace::write_mptcp_layout(&mut ebpf);
+    if let Err(reason) = &fields {
+        warn!(
+            "MPTCP's fields are unknown ({reason}): further IPv6 MPTCP subflows and those \
+             toward addresses the peer announces keep the kernel's port (port_at_bind)"
+        );
+    }
     maps::fill(&mut ebpf, &plan, options)?;
 
     record_state(&state_path, previous.as_ref(), &cgroup)?;
 
     let attachment = attach::ensure_attached(&mut ebpf, &layout, &cgroup)?;
-    note_tracing(attach::trace::ensure_traced(&mut ebpf, &layout)?);
+    note_tracing(attach::trace::ensure_traced(&mut ebpf, &layout, fields)?);
     info!(
         cgroup = %cgroup.display(),
         pins = %layout.dir().display(),
@@ -152,15 +159,14 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
 }
 
 /// Says whether the kernel path manager's calls are traced: without,
-/// further MPTCP subflows fall back (counted `subflow_untraced` by the
-/// bind hooks), and the log names why.
+/// the bind hooks read each further MPTCP subflow's destination from its
+/// MPTCP socket (counted `subflow_untraced`), and the log names why.
 fn note_tracing(tracing: attach::trace::Tracing) {
     match tracing {
         attach::trace::Tracing::Off(reason) => warn!(
-            "MPTCP subflows' destinations are not traced ({reason}): further IPv4 subflows \
-             are steered toward their connection's remote address, IPv6 ones and those \
-             toward addresses the peer announces keep the kernel's port (counted \
-             subflow_untraced)"
+            "MPTCP subflows' destinations are not traced ({reason}): the bind hooks read \
+             each further subflow's destination from its MPTCP socket, as the in-kernel \
+             path manager chooses it (counted subflow_untraced)"
         ),
         tracing => debug!(?tracing, "MPTCP subflows' destinations traced"),
     }

@@ -1,7 +1,7 @@
 //! The binder's maps: the pinned ones from the one list in
 //! `srap_common::binder_pinned_maps!`, and the hook's scratch row.
 
-use srap_common::binder::BinderSizes;
+use srap_common::binder::{BinderSizes, MptcpLayout};
 
 use aya_ebpf::{
     bindings::bpf_sock_tuple,
@@ -53,3 +53,9 @@ pub(super) static SRAP_TUPLE_SCRATCH: PerCpuArray<bpf_sock_tuple> =
 /// CPU, not pinned (it holds nothing between runs).
 #[map]
 pub(super) static SRAP_NIC_SCRATCH: PerCpuArray<[u32; 2]> = PerCpuArray::with_max_entries(1, 0);
+
+/// The agent's reading of the kernel's MPTCP fields (one row, written
+/// after loading, before attaching; not pinned), for
+/// `super::path_manager` and the bind hooks' fallback in `super::subflow`.
+#[map]
+pub(super) static SRAP_MPTCP_LAYOUT: Array<MptcpLayout> = Array::with_max_entries(1, 0);

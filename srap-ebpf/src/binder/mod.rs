@@ -48,13 +48,14 @@
 //! Which functions are inlined and which stay subprograms is part of the
 //! design: the kernel's verifier walks every path of `connect4` and
 //! `connect6` within a million instructions (about 545 000 and 521 000
-//! now; `bind4`, which steers MPTCP subflows, about 160 000), and a step's
-//! data kept across a subprogram call through the stack, or a lookup into
+//! now; `bind4` and `bind6`, which steer MPTCP subflows, about 153 000 and
+//! 163 000), and a step's data kept across a subprogram call through the
+//! stack, or a lookup into
 //! every way a bind can end, doubled that (so did a branch on whether the
 //! application bound an address: [`nic`] hands its choice back through
 //! a scratch row). The steps import downwards only, never from this file
-//! (`subflow` → `path_manager`, `connect` → `classify`, `spread`, `nic`; `spread` →
-//! `classify`; `nic` → `claim`; `bind` →
+//! (`subflow` → `path_manager` and `connect` → `classify`, `spread`,
+//! `nic`; `spread` → `classify`; `nic` → `claim`; `bind` →
 //! `ports`, `claim`, `sockopt`; `classify` → `record` → `sockopt`; all of
 //! them → `context`, `maps`). `cargo run -p
 //! srap-tests --example kernel_verifier_walk` prints what each program

@@ -15,29 +15,23 @@
 //! finds its record and counts `subflow_steered`; its TCP close releases
 //! it ([`super::sock_ops`]).
 //!
-//! Its destination comes from the path manager's own call
-//! ([`super::path_manager`]: the address it connects the subflow to, an
-//! address the peer announced included, IPv4 or IPv6), so both bind hooks
-//! steer. Without that trace (the kernel refused the tracing programs: the
-//! agent's log names why; counted `subflow_untraced`), an IPv4 subflow is
-//! steered toward its MPTCP socket's remote address, which sits at the
-//! start of its `sock_common` (`skc_daddr` at byte 0, `skc_dport` at byte
-//! 12, a layout the kernel has kept since long before MPTCP), and an IPv6
-//! one keeps the kernel's port (`port_at_bind`): its MPTCP socket's IPv6
-//! address sits past fields whose size depends on the kernel's
-//! configuration.
-//!
-//! A subflow the path manager binds to no address (an announced address
-//! with no local endpoint: the route chooses the source at connect) is
-//! steered with the plan's entry for an unbound source, as a connect
-//! without `bind()` is.
+//! Its destination comes from the path manager's own call when the agent
+//! could trace it ([`super::path_manager`]: exactly the address it
+//! connects the subflow to, of either family, whichever path manager
+//! chose it). Without the trace (the kernel refused the tracing programs:
+//! the agent's log names why; counted `subflow_untraced`) it is read from
+//! the subflow's MPTCP socket as the in-kernel path manager chooses it
+//! ([`connection_dest`]): a subflow bound to an address (an endpoint's,
+//! `subflow`) goes to the connection's remote address, one bound to none
+//! to the address the peer announced last (`ADD_ADDR`: the worker lets
+//! the route pick the source). A subflow bound to no address is steered
+//! with the plan's entry for an unbound source, as a connect without
+//! `bind()` is; a destination the plan does not list is left to the
+//! kernel (`subflow_unplanned`, then `port_at_bind`).
 
-use aya_ebpf::{
-    helpers::generated::{bpf_probe_read_kernel, bpf_skc_to_mptcp_sock},
-    programs::SockAddrContext,
-};
+use aya_ebpf::{helpers::generated::bpf_skc_to_mptcp_sock, programs::SockAddrContext};
 use srap_common::{
-    binder::{event, outcome},
+    binder::{SubflowDest, event, outcome},
     family::Family,
 };
 
@@ -46,11 +40,10 @@ use super::{
     connect::bind_steered,
     context::{Connecting, Peer, V4_MAPPED_WORD, field, sock_of},
     maps::count,
-    path_manager::traced_dest,
+    path_manager::{
+        AF_INET, AF_INET6, SKC_DPORT, known_layout, read_addr_info, read_at, traced_dest,
+    },
 };
-
-/// `AF_INET`, as `srap_common::binder::SubflowDest::family` holds it.
-const AF_INET: u16 = 2;
 
 /// Steers the port of an MPTCP subflow the kernel binds with port 0
 /// after its connection is established; true when it chose one (and
@@ -96,37 +89,33 @@ fn subflow_binding<const INET6: bool>(ctx: &SockAddrContext) -> Option<Connectin
         return None;
     }
     let src = bound_source::<INET6>(ctx);
-    // Scalars, not a `Peer` from each branch: a copy of a struct with a
-    // padding byte lets the compiler store any register there, a pointer
-    // too, which the kernel's verifier refuses.
-    let (addr, port, v4) = match traced_dest() {
+    let mut dest = SubflowDest::default();
+    let found = match traced_dest() {
         Some(traced) => {
             count(event::SUBFLOW_TRACED);
-            let v4 = traced.family == AF_INET;
-            if !traced_usable::<INET6>(v4, &src) {
-                return None;
-            }
-            (traced.addr, traced.port, v4)
+            dest = traced;
+            true
         }
         None => {
             count(event::SUBFLOW_UNTRACED);
-            // Without the trace, the IPv4 address a subflow binds says it
-            // is one the path manager opens from an endpoint.
-            if INET6 || src[0] == 0 {
-                return None;
-            }
-            let remote = connection_remote(ctx);
-            let port = (remote >> 32) as u16;
-            if port == 0 {
-                return None;
-            }
-            ([remote as u32, 0, 0, 0], port, true)
+            connection_dest::<INET6>(ctx, src == [0; 4], &mut dest)
         }
     };
+    // Scalars, not a `Peer` from each branch: a copy of a struct with a
+    // padding byte lets the compiler store any register there, a pointer
+    // too, which the kernel's verifier refuses.
+    let v4 = dest.family == AF_INET;
+    if !found || dest.port == 0 || !usable::<INET6>(v4, &src) {
+        return None;
+    }
     Some(Connecting {
         sock_type,
         protocol,
-        peer: Peer { addr, port, v4 },
+        peer: Peer {
+            addr: dest.addr,
+            port: dest.port,
+            v4,
+        },
         src: key_source(&src),
         sport: 0,
     })
@@ -173,51 +162,66 @@ fn key_source(src: &[u32; 4]) -> [u32; 4] {
     if mapped(src) { [src[3], 0, 0, 0] } else { *src }
 }
 
-/// Whether a traced destination (`v4`: an IPv4 one) can be steered from
+/// Whether a subflow's destination (`v4`: an IPv4 one) can be steered from
 /// the bind: not an IPv6 destination of an IPv4 socket (the kernel
 /// connects none such). An IPv4 destination of an IPv6 socket is steered
 /// with the IPv4 plan, as a dual-stack connect is, when the bind asks for
 /// a v4-mapped address or none.
 #[inline(always)]
-fn traced_usable<const INET6: bool>(v4: bool, src: &[u32; 4]) -> bool {
+fn usable<const INET6: bool>(v4: bool, src: &[u32; 4]) -> bool {
     if !INET6 {
         return v4;
     }
     !v4 || mapped(src) || *src == [0; 4]
 }
 
-/// The IPv4 remote end of the MPTCP connection the bound socket is a
-/// subflow of, as `address | port << 32` (the address in network byte
-/// order, the port in host order; 0 when it is none or has none yet): the
-/// fallback when the path manager's call is not traced. Not inlined: its
-/// buffer stays out of the hook's frame; a scalar, not an `Option<Peer>`:
-/// the kernel refuses the BTF the compiler writes for that `Option` (a
-/// union member past byte 0) once it describes a subprogram's return.
+/// The subflow's destination as the kernel's in-kernel path manager
+/// chooses it, read from its MPTCP socket when the path manager's call is
+/// not traced: toward the connection's remote address when the subflow
+/// is bound to an address (an endpoint's: `subflow`), toward the address
+/// the peer announced last when it is bound to none (the worker then
+/// lets the route pick the source: `ADD_ADDR`). False when it is not a
+/// subflow, a read fails, or the agent found no field it needs. The IPv4
+/// remote address needs none (`sock_common`'s head, `skc_daddr` at byte
+/// 0 and `skc_dport` at 12, a layout older than MPTCP); the IPv6 one and
+/// the announced one are read at the offsets the agent found in the
+/// kernel's BTF. Not inlined: its reads stay out of the hook's frame.
 #[inline(never)]
-fn connection_remote(ctx: &SockAddrContext) -> u64 {
+fn connection_dest<const INET6: bool>(
+    ctx: &SockAddrContext,
+    unbound: bool,
+    dest: &mut SubflowDest,
+) -> bool {
     // SAFETY: the context's socket, which the helper checks is a subflow.
-    let msk = unsafe { bpf_skc_to_mptcp_sock(sock_of(ctx).cast()) };
+    let msk: *const u8 = unsafe { bpf_skc_to_mptcp_sock(sock_of(ctx).cast()) }.cast();
     if msk.is_null() {
-        return 0;
+        return false;
     }
-    // `sock_common`'s first 16 bytes: skc_daddr, skc_rcv_saddr, skc_hash,
-    // skc_dport and skc_num.
-    let mut head = [0u32; 4];
-    // SAFETY: a kernel read of 16 bytes at the start of the MPTCP socket
-    // (its `sock_common`) into a buffer of that size; a failed read
-    // returns non-zero.
-    let read = unsafe {
-        bpf_probe_read_kernel(
-            head.as_mut_ptr().cast(),
-            size_of::<[u32; 4]>() as u32,
-            msk.cast(),
-        )
+    if !unbound && !INET6 {
+        let (Some(addr), Some(port)) = (read_at::<u32>(msk, 0), read_at::<u16>(msk, SKC_DPORT))
+        else {
+            return false;
+        };
+        dest.family = AF_INET;
+        dest.addr = [addr, 0, 0, 0];
+        dest.port = u16::from_be(port);
+        return addr != 0;
+    }
+    let Some(layout) = known_layout() else {
+        return false;
     };
-    // skc_dport in network byte order, the word's low half on this
-    // little-endian target.
-    let port = u16::from_be(head[3] as u16);
-    if read != 0 || head[0] == 0 {
-        return 0;
+    if unbound {
+        let info = msk.wrapping_add(layout.pm_remote as usize);
+        return read_addr_info(layout, info, msk, dest);
     }
-    u64::from(head[0]) | (u64::from(port) << 32)
+    let (Some(addr), Some(port)) = (
+        read_at::<[u32; 4]>(msk, layout.v6_daddr),
+        read_at::<u16>(msk, SKC_DPORT),
+    ) else {
+        return false;
+    };
+    dest.family = AF_INET6;
+    dest.addr = addr;
+    dest.port = u16::from_be(port);
+    addr != [0; 4]
 }

@@ -2,9 +2,10 @@
 //! the path manager sends each further MPTCP subflow, for the bind hooks
 //! (the eBPF side: `srap-ebpf`'s `binder::path_manager`).
 //!
-//! Optional: the binder steers without them, as before them (an IPv4
-//! subflow toward its connection's remote address; an IPv6 one, or one
-//! toward an address the peer announced, keeps the kernel's port). Each
+//! Optional: without them the bind hooks read a subflow's destination
+//! from its MPTCP socket, as the in-kernel path manager chooses it (the
+//! connection's remote address, or the address the peer announced last),
+//! at the offsets [`write_mptcp_layout`] finds in the kernel's BTF. Each
 //! way they can be missing is a named [`Untraced`] reason, logged once by
 //! the caller and counted by the bind hooks (`subflow_untraced`); none
 //! stops the agent or fails a connect. Attached, they are pinned under the
@@ -19,7 +20,7 @@ use aya::{
     programs::{FEntry, FExit, ProgramError, links::FdLink},
 };
 use srap_common::binder::{
-    ADDR_INFO_LAYOUT_MAP, AddrInfoLayout, SUBFLOW_CONNECT_FUNCTION, SUBFLOW_CONNECT_PROGRAM,
+    MPTCP_LAYOUT_MAP, MptcpLayout, SUBFLOW_CONNECT_FUNCTION, SUBFLOW_CONNECT_PROGRAM,
 };
 use tracing::debug;
 
@@ -45,7 +46,7 @@ pub enum Tracing {
 pub enum Untraced {
     #[error("the kernel's BTF is unreadable: {0}")]
     Btf(String),
-    #[error("the kernel's BTF shows no `struct mptcp_addr_info` field `{0}` (MPTCP not built in?)")]
+    #[error("the kernel's BTF shows no field `{0}` (MPTCP not built in?)")]
     Layout(&'static str),
     #[error(
         "the kernel refused {program} on `{SUBFLOW_CONNECT_FUNCTION}` (not traceable here?): {source}"
@@ -61,19 +62,25 @@ pub enum Untraced {
     },
     #[error("{0} is missing from the eBPF object or not of its type")]
     Missing(&'static str),
-    #[error("writing {ADDR_INFO_LAYOUT_MAP}: {0}")]
+    #[error("writing {MPTCP_LAYOUT_MAP}: {0}")]
     Map(aya::maps::MapError),
 }
 
 /// Adopts the tracing programs' pinned links, or loads, attaches and pins
 /// them; on any failure removes what this call pinned and says why.
-pub fn ensure_traced(ebpf: &mut Ebpf, layout: &PinLayout) -> Result<Tracing, SenderError> {
+/// `fields`: what [`write_mptcp_layout`] came to (the entry's program
+/// reads the subflow's address at the offsets it wrote).
+pub fn ensure_traced(
+    ebpf: &mut Ebpf,
+    layout: &PinLayout,
+    fields: Result<(), Untraced>,
+) -> Result<Tracing, SenderError> {
     if TRACE_PROGRAMS.iter().all(|p| layout.link(p).exists()) {
         return Ok(Tracing::Adopted);
     }
     // One without the other: redone as a pair.
     remove_trace_pins(layout)?;
-    match attach(ebpf, layout) {
+    match fields.and_then(|()| attach(ebpf, layout)) {
         Ok(()) => Ok(Tracing::Attached),
         Err(reason) => {
             remove_trace_pins(layout)?;
@@ -90,16 +97,24 @@ fn remove_trace_pins(layout: &PinLayout) -> Result<(), SenderError> {
     Ok(())
 }
 
-/// The layout row first (the entry's program records nothing before it),
-/// then each program in [`TRACE_PROGRAMS`] order.
-fn attach(ebpf: &mut Ebpf, layout: &PinLayout) -> Result<(), Untraced> {
-    let row = addr_info_layout()?;
+/// Writes where the kernel's MPTCP fields lie, from its BTF, to the
+/// loaded object's row, before any of its programs is attached: the
+/// tracing program reads the subflow's address there, and the bind hooks
+/// their fallback's fields. Unwritten (an error), the row says so and
+/// both read nothing but the fixed-layout IPv4 remote address.
+pub fn write_mptcp_layout(ebpf: &mut Ebpf) -> Result<(), Untraced> {
+    let row = mptcp_layout()?;
     let map = ebpf
-        .map_mut(ADDR_INFO_LAYOUT_MAP)
-        .ok_or(Untraced::Missing(ADDR_INFO_LAYOUT_MAP))?;
-    let mut array: Array<_, AddrInfoLayout> = Array::try_from(map).map_err(Untraced::Map)?;
+        .map_mut(MPTCP_LAYOUT_MAP)
+        .ok_or(Untraced::Missing(MPTCP_LAYOUT_MAP))?;
+    let mut array: Array<_, MptcpLayout> = Array::try_from(map).map_err(Untraced::Map)?;
     array.set(0, row, 0).map_err(Untraced::Map)?;
-    debug!(?row, "struct mptcp_addr_info in this kernel");
+    debug!(?row, "MPTCP's fields in this kernel");
+    Ok(())
+}
+
+/// Each program in [`TRACE_PROGRAMS`] order.
+fn attach(ebpf: &mut Ebpf, layout: &PinLayout) -> Result<(), Untraced> {
     let btf = Btf::from_sys_fs().map_err(|err| Untraced::Btf(err.to_string()))?;
     for name in TRACE_PROGRAMS {
         let link = link_of(ebpf, name, &btf)?;
@@ -148,22 +163,25 @@ fn link_of(ebpf: &mut Ebpf, name: &'static str, btf: &Btf) -> Result<FdLink, Unt
     }
 }
 
-/// Where `struct mptcp_addr_info`'s family, port and address lie in the
-/// running kernel, from its BTF. The address is the struct's one unnamed
-/// member, the union of `addr` and `addr6`, which both start it.
-fn addr_info_layout() -> Result<AddrInfoLayout, Untraced> {
-    let offset = |field: &'static str, member: &str| match srap_host::btf::running_member_offset(
-        "mptcp_addr_info",
-        member,
-    ) {
-        Ok(Some(offset)) => Ok(offset),
-        Ok(None) => Err(Untraced::Layout(field)),
-        Err(err) => Err(Untraced::Btf(err.to_string())),
+/// Where the MPTCP fields the programs read lie in the running kernel,
+/// from its BTF. The address of `struct mptcp_addr_info` is its one
+/// unnamed member, the union of `addr` and `addr6`, which both start it.
+fn mptcp_layout() -> Result<MptcpLayout, Untraced> {
+    let offset = |name: &'static str, strukt: &str, member: &str| {
+        match srap_host::btf::running_member_offset(strukt, member) {
+            Ok(Some(offset)) => Ok(offset),
+            Ok(None) => Err(Untraced::Layout(name)),
+            Err(err) => Err(Untraced::Btf(err.to_string())),
+        }
     };
-    Ok(AddrInfoLayout {
+    let info = "mptcp_addr_info";
+    Ok(MptcpLayout {
         known: 1,
-        family: offset("family", "family")?,
-        port: offset("port", "port")?,
-        addr: offset("addr", "")?,
+        family: offset("mptcp_addr_info.family", info, "family")?,
+        port: offset("mptcp_addr_info.port", info, "port")?,
+        addr: offset("mptcp_addr_info.addr", info, "")?,
+        v6_daddr: offset("sock_common.skc_v6_daddr", "sock_common", "skc_v6_daddr")?,
+        pm_remote: offset("mptcp_sock.pm", "mptcp_sock", "pm")?
+            + offset("mptcp_pm_data.remote", "mptcp_pm_data", "remote")?,
     })
 }
