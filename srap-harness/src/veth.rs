@@ -53,6 +53,18 @@ impl VethEnd {
     }
 }
 
+/// The one MPTCP endpoint [`TwoHosts::enable_mptcp_with`] makes.
+#[derive(Clone, Copy, Debug)]
+pub enum MptcpEndpoint {
+    /// The sender's end of the second link, an endpoint its path manager
+    /// opens a subflow from, toward the connection's remote address.
+    SenderSubflow { v6: bool },
+    /// The receiver's end of the second link, an address the receiver
+    /// announces to its peers (`ADD_ADDR`): the sender's path manager opens
+    /// a subflow toward it, from the address its route picks.
+    ReceiverSignal { v6: bool },
+}
+
 /// A sender and a receiver namespace joined by a veth pair.
 ///
 /// Field order is drop order: nothing to undo for the veth (deleting a
@@ -79,6 +91,12 @@ impl TwoHosts {
     /// the sender's end, `.2` the receiver's; IPv4 only): the two ends.
     /// The caller holds `subnet` until the namespaces are gone.
     pub fn second_link(&self, subnet: &Subnet) -> anyhow::Result<(VethEnd, VethEnd)> {
+        self.second_link_of(subnet, false)
+    }
+
+    /// [`TwoHosts::second_link`], with IPv6 addresses on both ends too
+    /// when `v6`.
+    pub fn second_link_of(&self, subnet: &Subnet, v6: bool) -> anyhow::Result<(VethEnd, VethEnd)> {
         let near = VethEnd::on_subnet(subnet, 1, "t");
         let far = VethEnd::on_subnet(subnet, 2, "r");
         link(
@@ -87,7 +105,7 @@ impl TwoHosts {
             &self.receiver,
             &far,
             VethConfig::default(),
-            false,
+            v6,
         )?;
         Ok((near, far))
     }
@@ -98,6 +116,17 @@ impl TwoHosts {
     /// second address comes in on the first link, and `near`'s address an
     /// endpoint the sender's path manager opens a subflow from.
     pub fn enable_mptcp(&self, near: &VethEnd, far: &VethEnd) -> anyhow::Result<()> {
+        self.enable_mptcp_with(near, far, MptcpEndpoint::SenderSubflow { v6: false })
+    }
+
+    /// MPTCP over the two links as [`TwoHosts::enable_mptcp`] sets it up,
+    /// with `endpoint` the one endpoint made (of the family it names).
+    pub fn enable_mptcp_with(
+        &self,
+        near: &VethEnd,
+        far: &VethEnd,
+        endpoint: MptcpEndpoint,
+    ) -> anyhow::Result<()> {
         for ns in [&self.sender, &self.receiver] {
             ns.exec("sysctl", ["-qw", "net.mptcp.enabled=1"])?;
             ns.exec("sysctl", ["-qw", "net.ipv4.conf.all.rp_filter=0"])?;
@@ -116,10 +145,28 @@ impl TwoHosts {
             let setting = format!("net.ipv4.conf.{iface}.rp_filter=0");
             self.receiver.exec("sysctl", ["-qw", &setting])?;
         }
-        let endpoint = near.ipv4.to_string();
-        self.sender
-            .ip(["mptcp", "endpoint", "add", &endpoint, "subflow"])
-            .context("ip mptcp endpoint add … subflow")?;
+        match endpoint {
+            MptcpEndpoint::SenderSubflow { v6 } => self
+                .sender
+                .ip([
+                    "mptcp",
+                    "endpoint",
+                    "add",
+                    &near.ip(v6).to_string(),
+                    "subflow",
+                ])
+                .context("ip mptcp endpoint add … subflow")?,
+            MptcpEndpoint::ReceiverSignal { v6 } => self
+                .receiver
+                .ip([
+                    "mptcp",
+                    "endpoint",
+                    "add",
+                    &far.ip(v6).to_string(),
+                    "signal",
+                ])
+                .context("ip mptcp endpoint add … signal")?,
+        };
         Ok(())
     }
 

@@ -5,7 +5,9 @@
 //! subflow each (judged by the subflows the receiver holds): once closed,
 //! nothing of theirs is left counted, at once, without the agent's audit;
 //! and every subflow, the ones the kernel's path manager opens included,
-//! lands on a receiver CPU of its own by the tuples the receiver accepted.
+//! lands on a receiver CPU of its own by the tuples the receiver accepted:
+//! over IPv4 and IPv6, and toward an address the receiver announces
+//! (`ADD_ADDR`) as well as toward the connection's own.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -18,6 +20,7 @@ use srap_common::{
     binder::{event, outcome},
     rss::embedded_default,
 };
+use srap_harness::veth::MptcpEndpoint;
 use srap_tests::{
     TwoHosts, VethConfig, VethEnd, built_binary,
     flows::Server,
@@ -26,7 +29,7 @@ use srap_tests::{
     test_workload::Workload,
 };
 
-use super::{DPORT, Lab, TIMEOUT, assert_distinct_cpus};
+use super::{DPORT, Lab, PORT_RANGE, TIMEOUT, assert_distinct_cpus};
 
 /// MPTCP connections per run.
 const CONNECTIONS: usize = 4;
@@ -34,6 +37,9 @@ const CONNECTIONS: usize = 4;
 /// lab receiver's 32 CPUs, which the kernel's own ports do by chance about
 /// once in ten thousand runs.
 const SPREAD_CONNECTIONS: usize = 12;
+/// MPTCP connections of the announced-address test: 6 subflows on each of
+/// the receiver's two addresses.
+const ANNOUNCE_CONNECTIONS: usize = 6;
 /// Up to this long for the path manager to add the second subflows.
 const SUBFLOWS_WAIT: Duration = Duration::from_secs(10);
 /// Up to this long after the last close for the binder to hold nothing:
@@ -56,12 +62,18 @@ struct MptcpLab {
 
 impl MptcpLab {
     fn new() -> Self {
-        let lab = Lab::new(false);
+        Self::of_family(false)
+    }
+
+    /// The lab over IPv6 (`v6`: the agent steers toward the receiver's
+    /// IPv6 address, and the second link and its endpoint are IPv6 too).
+    fn of_family(v6: bool) -> Self {
+        let lab = Lab::new(v6);
         let subnet = Subnet::lease().expect("a second subnet");
         let hosts = &lab.hosts;
-        let (second, far) = hosts.second_link(&subnet).expect("the second link");
+        let (second, far) = hosts.second_link_of(&subnet, v6).expect("the second link");
         hosts
-            .enable_mptcp(&second, &far)
+            .enable_mptcp_with(&second, &far, MptcpEndpoint::SenderSubflow { v6 })
             .expect("MPTCP over both links");
         Self {
             lab,
@@ -77,7 +89,8 @@ impl MptcpLab {
 
     /// Waits until every connection has its second subflow.
     fn await_second_subflows(&self, connections: usize) -> Vec<SocketAddr> {
-        await_second_subflows(&self.lab.hosts, &self.second, DPORT, connections)
+        let from = self.second.ip(self.lab.v6);
+        await_subflows_from(&self.lab.hosts, from, DPORT, connections)
     }
 }
 
@@ -112,7 +125,16 @@ fn await_second_subflows(
     port: u16,
     connections: usize,
 ) -> Vec<SocketAddr> {
-    let from = IpAddr::V4(second.ipv4);
+    await_subflows_from(hosts, IpAddr::V4(second.ipv4), port, connections)
+}
+
+/// Waits until the receiver holds `connections` subflows from `from`.
+fn await_subflows_from(
+    hosts: &TwoHosts,
+    from: IpAddr,
+    port: u16,
+    connections: usize,
+) -> Vec<SocketAddr> {
     let from_second = || -> Vec<SocketAddr> {
         subflows(hosts, port)
             .into_iter()
@@ -233,9 +255,56 @@ fn assert_subflows_on_distinct_cpus(lab: &Lab, subflows: &[SocketAddr]) {
 #[ignore = "kernel: needs root, netns, bpffs and MPTCP; run as root by `cargo xtask test`"]
 fn mptcp_every_subflow_lands_on_a_receiver_cpu_of_its_own() {
     require_privileged("binder: every MPTCP subflow on a receiver CPU of its own");
-    let mut mptcp = MptcpLab::new();
+    every_subflow_on_a_cpu_of_its_own(false);
+}
+
+/// The same over IPv6: the bind6 hook steers the second subflows toward
+/// their destination (traced from the path manager's call, or read from
+/// the MPTCP socket), so the 24 IPv6 subflows land on 24 distinct
+/// receiver CPUs, none keeps the kernel's port, and all are released at
+/// their close.
+#[test]
+#[ignore = "kernel: needs root, netns, bpffs and MPTCP; run as root by `cargo xtask test`"]
+fn mptcp_every_ipv6_subflow_lands_on_a_receiver_cpu_of_its_own() {
+    require_privileged("binder: every IPv6 MPTCP subflow on a receiver CPU of its own");
+    let stats = every_subflow_on_a_cpu_of_its_own(true);
+    assert_every_bind_found_its_destination(&stats, SPREAD_CONNECTIONS);
+}
+
+/// Says which way the agent learns the further subflows' destinations:
+/// traced from the path manager's calls, or (its log says why not) read
+/// from their MPTCP sockets. Both must steer every subflow.
+fn note_tracing(lab: &Lab) {
+    match lab.agent.log().find(|l| l.contains("not traced")) {
+        Some(line) => eprintln!("subflow destinations read from the MPTCP socket: {line}"),
+        None => eprintln!("subflow destinations traced from __mptcp_subflow_connect"),
+    }
+}
+
+/// Every further subflow's bind found its destination, traced or read from
+/// its MPTCP socket.
+#[track_caller]
+fn assert_every_bind_found_its_destination(
+    stats: &srap_daemon::sender::BinderStats,
+    subflows: usize,
+) {
+    assert_eq!(
+        stats.get(event::SUBFLOW_TRACED) + stats.get(event::SUBFLOW_UNTRACED),
+        subflows as u64,
+        "each further subflow's bind, traced or not: {stats}"
+    );
+}
+
+/// [`SPREAD_CONNECTIONS`] MPTCP connections of the family `v6` names,
+/// each with a second subflow from the second link: every subflow the
+/// receiver accepted on a receiver CPU of its own, every one steered and
+/// released at its close without repair. The binder's counters at the
+/// end.
+fn every_subflow_on_a_cpu_of_its_own(v6: bool) -> srap_daemon::sender::BinderStats {
+    let mut mptcp = MptcpLab::of_family(v6);
     mptcp.lab.start_agent();
     let lab = &mptcp.lab;
+    note_tracing(lab);
     let mut server = Server::bind_mptcp(&lab.hosts.receiver, lab.server_addr(), TIMEOUT);
     let mut workload = lab.workload(true);
     let opened = workload.ask(&format!("mptcp {SPREAD_CONNECTIONS}"));
@@ -274,24 +343,192 @@ fn mptcp_every_subflow_lands_on_a_receiver_cpu_of_its_own() {
         2 * SPREAD_CONNECTIONS as u64,
         "every subflow's claim freed at its TCP close: {stats}"
     );
+    stats
+}
+
+/// A lab whose receiver announces its second link's address (an MPTCP
+/// `signal` endpoint) and whose sender has no endpoint: the sender's path
+/// manager opens each connection's second subflow toward the announced
+/// address, from the address its route picks. The agent steers toward
+/// both of the receiver's addresses (`--receiver` each, the same RSS
+/// description). Field order is drop order, as in [`MptcpLab`].
+struct AnnounceLab {
+    lab: Lab,
+    /// The receiver's end of the second link: the announced address.
+    far: VethEnd,
+    _subnet: Subnet,
+}
+
+impl AnnounceLab {
+    fn new() -> Self {
+        let subnet = Subnet::lease().expect("a second subnet");
+        let mut far = None;
+        let lab = Lab::with_options(false, embedded_default(), PORT_RANGE, |opts, hosts| {
+            let (near, announced) = hosts.second_link(&subnet).expect("the second link");
+            hosts
+                .enable_mptcp_with(
+                    &near,
+                    &announced,
+                    MptcpEndpoint::ReceiverSignal { v6: false },
+                )
+                .expect("MPTCP over both links, the receiver announcing");
+            let arg = announced.ipv4.to_string();
+            far = Some(announced);
+            opts.args(["--receiver", &arg])
+        });
+        Self {
+            lab,
+            far: far.expect("the second link was made"),
+            _subnet: subnet,
+        }
+    }
+}
+
+/// Every subflow the receiver holds on `port`, by (the address it
+/// entered, its peer), with the receiver's token of its connection, as
+/// `ss -Htni` in the receiver's namespace lists them.
+fn receiver_subflows(hosts: &TwoHosts, port: u16) -> BTreeMap<(SocketAddr, SocketAddr), String> {
+    ss_tokens_in(hosts, false, &format!("( sport = :{port} )"))
+}
+
+/// 6 MPTCP connections toward the receiver's first address, whose
+/// receiver announces its second (`ADD_ADDR`) and whose sender has no
+/// endpoint: by the subflows the receiver's kernel lists, each connection
+/// has one subflow on each address, and the subflows that entered each
+/// address land on distinct receiver CPUs of it (the RSS model's hash of
+/// the tuples). Every one steered (the second toward the announced
+/// address), none keeping the kernel's port; once closed, nothing left
+/// and nothing repaired.
+#[test]
+#[ignore = "kernel: needs root, netns, bpffs and MPTCP; run as root by `cargo xtask test`"]
+fn mptcp_subflows_toward_an_announced_address_land_on_its_own_cpus() {
+    require_privileged("binder: MPTCP subflows toward an announced address");
+    let mut announce = AnnounceLab::new();
+    announce.lab.start_agent();
+    let (lab, far) = (&announce.lab, announce.far.ip(false));
+    note_tracing(lab);
+    let any = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), DPORT);
+    let mut server = Server::bind_mptcp(&lab.hosts.receiver, any, TIMEOUT);
+    let mut workload = lab.workload(true);
+    let opened = workload.ask(&format!("mptcp {ANNOUNCE_CONNECTIONS}"));
+    assert_eq!(
+        opened.len(),
+        ANNOUNCE_CONNECTIONS,
+        "MPTCP connections opened"
+    );
+    let accepted = server.accept(ANNOUNCE_CONNECTIONS);
+    let held = poll_until(SUBFLOWS_WAIT, Duration::from_millis(50), || {
+        let held = receiver_subflows(&lab.hosts, DPORT);
+        let at_far = held
+            .keys()
+            .filter(|(entered, _)| entered.ip() == far)
+            .count();
+        if at_far >= ANNOUNCE_CONNECTIONS {
+            ControlFlow::Break(held)
+        } else {
+            ControlFlow::Continue(held)
+        }
+    })
+    .unwrap_or_else(|held| {
+        panic!("not {ANNOUNCE_CONNECTIONS} subflows toward the announced {far}: {held:?}")
+    });
+    eprintln!(
+        "subflows at the receiver: {held:?}; binder: {}",
+        lab.stats()
+    );
+    assert_eq!(held.len(), 2 * ANNOUNCE_CONNECTIONS, "{held:?}");
+    assert_one_subflow_per_address(&held, [lab.receiver_ip(), far]);
+    for addr in [lab.receiver_ip(), far] {
+        let peers: Vec<SocketAddr> = held
+            .keys()
+            .filter(|(entered, _)| entered.ip() == addr)
+            .map(|(_, peer)| *peer)
+            .collect();
+        let landed =
+            landings(&lab.model, &peers, SocketAddr::new(addr, DPORT)).expect("same-family tuples");
+        let cpus: BTreeSet<u32> = landed.iter().map(|l| l.cpu).collect();
+        assert_eq!(
+            cpus.len(),
+            peers.len(),
+            "subflows that entered {addr} share its CPUs: {peers:?} land on {landed:?}"
+        );
+    }
+    let stats = lab.stats();
+    assert_eq!(
+        stats.get(outcome::STEERED) + stats.get(outcome::RETRIED),
+        ANNOUNCE_CONNECTIONS as u64,
+        "the first subflows steered at their connect: {stats}"
+    );
+    assert_eq!(
+        stats.get(outcome::SUBFLOW_STEERED),
+        ANNOUNCE_CONNECTIONS as u64,
+        "the subflows toward the announced address steered at their bind: {stats}"
+    );
+    assert_every_bind_found_its_destination(&stats, ANNOUNCE_CONNECTIONS);
+    assert_eq!(stats.get(outcome::PORT_AT_BIND), 0, "{stats}");
+
+    workload.finish();
+    server.await_closed(&accepted);
+    server.close(&accepted);
+    assert_released_at_once(lab, "MPTCP connections with an announced address");
+    assert_nothing_failed_or_repaired(lab, "MPTCP connections with an announced address");
+    let stats = lab.stats();
+    assert_eq!(
+        stats.get(event::RELEASED_AT_CLOSE),
+        2 * ANNOUNCE_CONNECTIONS as u64,
+        "every subflow's claim freed at its TCP close: {stats}"
+    );
+}
+
+/// Each of the receiver's connections (its token) holds exactly one
+/// subflow that entered each of `addrs`.
+#[track_caller]
+fn assert_one_subflow_per_address(
+    held: &BTreeMap<(SocketAddr, SocketAddr), String>,
+    addrs: [IpAddr; 2],
+) {
+    let mut by_token: BTreeMap<&String, Vec<IpAddr>> = BTreeMap::new();
+    for ((entered, _), token) in held {
+        by_token.entry(token).or_default().push(entered.ip());
+    }
+    assert_eq!(
+        by_token.len(),
+        ANNOUNCE_CONNECTIONS,
+        "connections: {held:?}"
+    );
+    for (token, mut entered) in by_token {
+        entered.sort();
+        let mut wanted = addrs.to_vec();
+        wanted.sort();
+        assert_eq!(
+            entered, wanted,
+            "connection {token}: one subflow on each address: {held:?}"
+        );
+    }
 }
 
 /// `ss -Htni` in the sender's namespace toward `port`: each subflow's
 /// (local, remote) tuple and its connection's local token, as `ss` prints
 /// it (`token:REMOTE(id:N)/LOCAL(id:M)`): the kernel's own grouping.
 fn ss_tokens(hosts: &TwoHosts, port: u16) -> BTreeMap<(SocketAddr, SocketAddr), String> {
-    let out = hosts
-        .sender
-        .exec(
-            "ss",
-            [
-                "-Htni",
-                "state",
-                "established",
-                &format!("( dport = :{port} )"),
-            ],
-        )
-        .expect("ss -tni in the sender's namespace");
+    ss_tokens_in(hosts, true, &format!("( dport = :{port} )"))
+}
+
+/// `ss -Htni state established FILTER` in the sender's namespace (or the
+/// receiver's), as [`ss_tokens`] reads it.
+fn ss_tokens_in(
+    hosts: &TwoHosts,
+    sender: bool,
+    filter: &str,
+) -> BTreeMap<(SocketAddr, SocketAddr), String> {
+    let ns = if sender {
+        &hosts.sender
+    } else {
+        &hosts.receiver
+    };
+    let out = ns
+        .exec("ss", ["-Htni", "state", "established", filter])
+        .expect("ss -tni in the namespace");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut tokens = BTreeMap::new();
     let mut tuple = None;
