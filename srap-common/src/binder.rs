@@ -527,8 +527,8 @@ pub mod event {
     /// IPv6.
     pub const SUBFLOW_TRACED: u32 = 29;
     /// The bind of a further MPTCP subflow that found no traced
-    /// destination (the trace is not attached: the agent's log names why):
-    /// its destination is read from its MPTCP socket instead, as the
+    /// destination (the trace is not attached: the agent's log names why)
+    /// and read it from its MPTCP socket instead, as the
     /// kernel's own path manager chooses it: the connection's remote
     /// address for a subflow bound to an endpoint's address, the address
     /// the peer announced last for one bound to none. Never a failed

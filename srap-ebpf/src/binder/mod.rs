@@ -49,7 +49,7 @@
 //! design: the kernel's verifier walks every path of `connect4` and
 //! `connect6` within a million instructions (about 545 000 and 521 000
 //! now; `bind4` and `bind6`, which steer MPTCP subflows, about 153 000 and
-//! 163 000), and a step's data kept across a subprogram call through the
+//! 165 000), and a step's data kept across a subprogram call through the
 //! stack, or a lookup into
 //! every way a bind can end, doubled that (so did a branch on whether the
 //! application bound an address: [`nic`] hands its choice back through

@@ -96,10 +96,7 @@ fn subflow_binding<const INET6: bool>(ctx: &SockAddrContext) -> Option<Connectin
             dest = traced;
             true
         }
-        None => {
-            count(event::SUBFLOW_UNTRACED);
-            connection_dest::<INET6>(ctx, src == [0; 4], &mut dest)
-        }
+        None => connection_dest::<INET6>(ctx, src == [0; 4], &mut dest),
     };
     // Scalars, not a `Peer` from each branch: a copy of a struct with a
     // padding byte lets the compiler store any register there, a pointer
@@ -185,9 +182,26 @@ fn usable<const INET6: bool>(v4: bool, src: &[u32; 4]) -> bool {
 /// remote address needs none (`sock_common`'s head, `skc_daddr` at byte
 /// 0 and `skc_dport` at 12, a layout older than MPTCP); the IPv6 one and
 /// the announced one are read at the offsets the agent found in the
-/// kernel's BTF. Not inlined: its reads stay out of the hook's frame.
+/// kernel's BTF. Counted `subflow_untraced` once found (an application's
+/// own `bind()` of an MPTCP socket reaches here too, before it has a
+/// destination). Not inlined: its reads stay out of the hook's frame, and
+/// the count's branch out of the hook's walk.
 #[inline(never)]
 fn connection_dest<const INET6: bool>(
+    ctx: &SockAddrContext,
+    unbound: bool,
+    dest: &mut SubflowDest,
+) -> bool {
+    let found = read_connection_dest::<INET6>(ctx, unbound, dest);
+    if found {
+        count(event::SUBFLOW_UNTRACED);
+    }
+    found
+}
+
+/// [`connection_dest`]'s reads.
+#[inline(always)]
+fn read_connection_dest<const INET6: bool>(
     ctx: &SockAddrContext,
     unbound: bool,
     dest: &mut SubflowDest,
