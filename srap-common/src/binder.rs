@@ -384,9 +384,9 @@ pub mod outcome {
     /// bind hook cannot defer it (the kernel's `bpf_setsockopt` does not
     /// offer `IP_BIND_ADDRESS_NO_PORT`). Left alone. Also an MPTCP
     /// subflow the kernel's path manager bound with port 0 that the bind
-    /// hook could not steer (no traced destination for an IPv6 one, a
-    /// destination the plan does not list, or no port; else
-    /// [`SUBFLOW_STEERED`]).
+    /// hook could not steer (no destination found for it, traced or read
+    /// from its MPTCP socket, or no port; else [`SUBFLOW_STEERED`]; one
+    /// toward a destination the plan does not list counts [`MISS`]).
     pub const PORT_AT_BIND: u32 = 6;
     /// The application bound a source address SRAP has no table for (an
     /// address added after the plan, or of no interface): left alone.
@@ -537,7 +537,8 @@ pub mod event {
     /// The bind of a further MPTCP subflow toward a destination the plan
     /// has no table for (an address the peer announced that the plan does
     /// not list, from the source the subflow binds): left to the kernel,
-    /// its connect counts [`super::outcome::PORT_AT_BIND`].
+    /// its connect counts [`super::outcome::MISS`] (or
+    /// [`super::outcome::SOURCE_UNPLANNED`]), as any connect toward it.
     pub const SUBFLOW_UNPLANNED: u32 = 31;
 }
 

@@ -27,7 +27,7 @@
 //! the route pick the source). A subflow bound to no address is steered
 //! with the plan's entry for an unbound source, as a connect without
 //! `bind()` is; a destination the plan does not list is left to the
-//! kernel (`subflow_unplanned`, then `port_at_bind`).
+//! kernel (`subflow_unplanned`, then `miss` at its connect).
 
 use aya_ebpf::{helpers::generated::bpf_skc_to_mptcp_sock, programs::SockAddrContext};
 use srap_common::{

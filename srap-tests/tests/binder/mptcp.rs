@@ -361,6 +361,12 @@ struct AnnounceLab {
 
 impl AnnounceLab {
     fn new() -> Self {
+        Self::listing(true)
+    }
+
+    /// `listed`: the agent is told the announced address (another
+    /// `--receiver`); without, its plan does not know it.
+    fn listing(listed: bool) -> Self {
         let subnet = Subnet::lease().expect("a second subnet");
         let mut far = None;
         let lab = Lab::with_options(false, embedded_default(), PORT_RANGE, |opts, hosts| {
@@ -374,7 +380,11 @@ impl AnnounceLab {
                 .expect("MPTCP over both links, the receiver announcing");
             let arg = announced.ipv4.to_string();
             far = Some(announced);
-            opts.args(["--receiver", &arg])
+            if listed {
+                opts.args(["--receiver", &arg])
+            } else {
+                opts
+            }
         });
         Self {
             lab,
@@ -478,6 +488,64 @@ fn mptcp_subflows_toward_an_announced_address_land_on_its_own_cpus() {
         2 * ANNOUNCE_CONNECTIONS as u64,
         "every subflow's claim freed at its TCP close: {stats}"
     );
+}
+
+/// As above, but the agent is not told the announced address: each
+/// subflow toward it keeps the kernel's port, counted as such
+/// (`subflow_unplanned` at its bind, `miss` at its connect), the
+/// first subflows are steered as ever, nothing fails and nothing is left
+/// after the close.
+#[test]
+#[ignore = "kernel: needs root, netns, bpffs and MPTCP; run as root by `cargo xtask test`"]
+fn mptcp_subflows_toward_an_unplanned_announced_address_keep_the_kernels_port() {
+    require_privileged("binder: MPTCP subflows toward an unplanned announced address");
+    let mut announce = AnnounceLab::listing(false);
+    announce.lab.start_agent();
+    let (lab, far) = (&announce.lab, announce.far.ip(false));
+    let any = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), DPORT);
+    let mut server = Server::bind_mptcp(&lab.hosts.receiver, any, TIMEOUT);
+    let mut workload = lab.workload(true);
+    let opened = workload.ask(&format!("mptcp {ANNOUNCE_CONNECTIONS}"));
+    assert_eq!(
+        opened.len(),
+        ANNOUNCE_CONNECTIONS,
+        "MPTCP connections opened"
+    );
+    let accepted = server.accept(ANNOUNCE_CONNECTIONS);
+    let held = poll_until(SUBFLOWS_WAIT, Duration::from_millis(50), || {
+        let held = receiver_subflows(&lab.hosts, DPORT);
+        let at_far = held
+            .keys()
+            .filter(|(entered, _)| entered.ip() == far)
+            .count();
+        if at_far >= ANNOUNCE_CONNECTIONS {
+            ControlFlow::Break(held)
+        } else {
+            ControlFlow::Continue(held)
+        }
+    })
+    .unwrap_or_else(|held| {
+        panic!("not {ANNOUNCE_CONNECTIONS} subflows toward the announced {far}: {held:?}")
+    });
+    assert_one_subflow_per_address(&held, [lab.receiver_ip(), far]);
+    let stats = lab.stats();
+    eprintln!("binder: {stats}");
+    let n = ANNOUNCE_CONNECTIONS as u64;
+    assert_eq!(
+        stats.get(outcome::STEERED) + stats.get(outcome::RETRIED),
+        n,
+        "{stats}"
+    );
+    assert_eq!(stats.get(event::SUBFLOW_UNPLANNED), n, "{stats}");
+    assert_eq!(stats.get(outcome::MISS), n, "{stats}");
+    assert_eq!(stats.get(outcome::SUBFLOW_STEERED), 0, "{stats}");
+    assert_eq!(stats.get(outcome::PORT_AT_BIND), 0, "{stats}");
+
+    workload.finish();
+    server.await_closed(&accepted);
+    server.close(&accepted);
+    assert_released_at_once(lab, "MPTCP connections with an unplanned announced address");
+    assert_nothing_failed_or_repaired(lab, "MPTCP connections with an unplanned announced address");
 }
 
 /// Each of the receiver's connections (its token) holds exactly one
