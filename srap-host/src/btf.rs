@@ -194,4 +194,24 @@ mod tests {
             running_member_offset("tcp_timewait_sock", "tw_ts_recent_stamp").expect("readable BTF");
         assert!(offset.is_some_and(|o| o > 0), "{offset:?}");
     }
+
+    /// The MPTCP fields the binder's bind hooks and tracing programs read,
+    /// in this machine's kernel: `struct mptcp_addr_info` as Linux 6.1 and
+    /// 6.18 lay it out (`id`, `family`, `port`, then the address union at
+    /// byte 8), and the fields of the MPTCP socket past it.
+    #[test]
+    #[ignore = "kernel: reads the running kernel's BTF (/sys/kernel/btf/vmlinux); run as root by `cargo xtask test`"]
+    fn the_running_kernel_has_mptcps_fields() {
+        let offset = |strukt: &str, member: &str| {
+            running_member_offset(strukt, member)
+                .expect("readable BTF")
+                .unwrap_or_else(|| panic!("no {strukt}.{member:?} in this kernel's BTF"))
+        };
+        assert_eq!(offset("mptcp_addr_info", "family"), 2);
+        assert_eq!(offset("mptcp_addr_info", "port"), 4);
+        assert_eq!(offset("mptcp_addr_info", ""), 8, "the address union");
+        assert!(offset("sock_common", "skc_v6_daddr") > 16);
+        assert!(offset("mptcp_sock", "pm") > 0);
+        let _ = offset("mptcp_pm_data", "remote");
+    }
 }
