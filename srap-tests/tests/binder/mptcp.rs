@@ -352,6 +352,16 @@ fn every_subflow_on_a_cpu_of_its_own(v6: bool) -> srap_daemon::sender::BinderSta
 /// address, from the address its route picks. The agent steers toward
 /// both of the receiver's addresses (`--receiver` each, the same RSS
 /// description). Field order is drop order, as in [`MptcpLab`].
+/// [`AnnounceLab::open`]'s connections: the wildcard MPTCP server, the
+/// workload holding the clients, the ports accepted, and the receiver's
+/// subflows by (address entered, peer) with their tokens.
+struct Opened {
+    server: Server,
+    workload: Workload,
+    accepted: Vec<u16>,
+    held: BTreeMap<(SocketAddr, SocketAddr), String>,
+}
+
 struct AnnounceLab {
     lab: Lab,
     /// The receiver's end of the second link: the announced address.
@@ -362,6 +372,44 @@ struct AnnounceLab {
 impl AnnounceLab {
     fn new() -> Self {
         Self::listing(true)
+    }
+
+    /// [`ANNOUNCE_CONNECTIONS`] steered MPTCP connections to a server on
+    /// the wildcard address, held until each has a subflow toward the
+    /// announced address.
+    fn open(&self) -> Opened {
+        let (lab, far) = (&self.lab, self.far.ip(false));
+        let any = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), DPORT);
+        let mut server = Server::bind_mptcp(&lab.hosts.receiver, any, TIMEOUT);
+        let mut workload = lab.workload(true);
+        let opened = workload.ask(&format!("mptcp {ANNOUNCE_CONNECTIONS}"));
+        assert_eq!(
+            opened.len(),
+            ANNOUNCE_CONNECTIONS,
+            "MPTCP connections opened"
+        );
+        let accepted = server.accept(ANNOUNCE_CONNECTIONS);
+        let held = poll_until(SUBFLOWS_WAIT, Duration::from_millis(50), || {
+            let held = receiver_subflows(&lab.hosts, DPORT);
+            let at_far = held
+                .keys()
+                .filter(|(entered, _)| entered.ip() == far)
+                .count();
+            if at_far >= ANNOUNCE_CONNECTIONS {
+                ControlFlow::Break(held)
+            } else {
+                ControlFlow::Continue(held)
+            }
+        })
+        .unwrap_or_else(|held| {
+            panic!("not {ANNOUNCE_CONNECTIONS} subflows toward the announced {far}: {held:?}")
+        });
+        Opened {
+            server,
+            workload,
+            accepted,
+            held,
+        }
     }
 
     /// `listed`: the agent is told the announced address (another
@@ -417,31 +465,12 @@ fn mptcp_subflows_toward_an_announced_address_land_on_its_own_cpus() {
     announce.lab.start_agent();
     let (lab, far) = (&announce.lab, announce.far.ip(false));
     note_tracing(lab);
-    let any = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), DPORT);
-    let mut server = Server::bind_mptcp(&lab.hosts.receiver, any, TIMEOUT);
-    let mut workload = lab.workload(true);
-    let opened = workload.ask(&format!("mptcp {ANNOUNCE_CONNECTIONS}"));
-    assert_eq!(
-        opened.len(),
-        ANNOUNCE_CONNECTIONS,
-        "MPTCP connections opened"
-    );
-    let accepted = server.accept(ANNOUNCE_CONNECTIONS);
-    let held = poll_until(SUBFLOWS_WAIT, Duration::from_millis(50), || {
-        let held = receiver_subflows(&lab.hosts, DPORT);
-        let at_far = held
-            .keys()
-            .filter(|(entered, _)| entered.ip() == far)
-            .count();
-        if at_far >= ANNOUNCE_CONNECTIONS {
-            ControlFlow::Break(held)
-        } else {
-            ControlFlow::Continue(held)
-        }
-    })
-    .unwrap_or_else(|held| {
-        panic!("not {ANNOUNCE_CONNECTIONS} subflows toward the announced {far}: {held:?}")
-    });
+    let Opened {
+        mut server,
+        workload,
+        accepted,
+        held,
+    } = announce.open();
     eprintln!(
         "subflows at the receiver: {held:?}; binder: {}",
         lab.stats()
@@ -502,31 +531,12 @@ fn mptcp_subflows_toward_an_unplanned_announced_address_keep_the_kernels_port() 
     let mut announce = AnnounceLab::listing(false);
     announce.lab.start_agent();
     let (lab, far) = (&announce.lab, announce.far.ip(false));
-    let any = SocketAddr::new(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), DPORT);
-    let mut server = Server::bind_mptcp(&lab.hosts.receiver, any, TIMEOUT);
-    let mut workload = lab.workload(true);
-    let opened = workload.ask(&format!("mptcp {ANNOUNCE_CONNECTIONS}"));
-    assert_eq!(
-        opened.len(),
-        ANNOUNCE_CONNECTIONS,
-        "MPTCP connections opened"
-    );
-    let accepted = server.accept(ANNOUNCE_CONNECTIONS);
-    let held = poll_until(SUBFLOWS_WAIT, Duration::from_millis(50), || {
-        let held = receiver_subflows(&lab.hosts, DPORT);
-        let at_far = held
-            .keys()
-            .filter(|(entered, _)| entered.ip() == far)
-            .count();
-        if at_far >= ANNOUNCE_CONNECTIONS {
-            ControlFlow::Break(held)
-        } else {
-            ControlFlow::Continue(held)
-        }
-    })
-    .unwrap_or_else(|held| {
-        panic!("not {ANNOUNCE_CONNECTIONS} subflows toward the announced {far}: {held:?}")
-    });
+    let Opened {
+        mut server,
+        workload,
+        accepted,
+        held,
+    } = announce.open();
     assert_one_subflow_per_address(&held, [lab.receiver_ip(), far]);
     let stats = lab.stats();
     eprintln!("binder: {stats}");
