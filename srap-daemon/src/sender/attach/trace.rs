@@ -135,33 +135,34 @@ fn attach(ebpf: &mut Ebpf, layout: &PinLayout) -> Result<(), Untraced> {
 
 /// Loads program `name` on the traced function and attaches it; its link.
 fn link_of(ebpf: &mut Ebpf, name: &'static str, btf: &Btf) -> Result<FdLink, Untraced> {
-    let refused = |source| Untraced::Program {
-        program: name,
-        source,
-    };
     let program = ebpf.program_mut(name).ok_or(Untraced::Missing(name))?;
     if name == SUBFLOW_CONNECT_PROGRAM {
-        let program: &mut FEntry = program.try_into().map_err(refused)?;
-        program
-            .load(SUBFLOW_CONNECT_FUNCTION, btf)
-            .map_err(refused)?;
-        if let Ok(info) = program.info() {
-            note_verifier_walk(name, info.verified_instruction_count());
-        }
-        let id = program.attach().map_err(refused)?;
-        Ok(program.take_link(id).map_err(refused)?.into())
+        traced_link!(program, FEntry, name, btf)
     } else {
-        let program: &mut FExit = program.try_into().map_err(refused)?;
-        program
-            .load(SUBFLOW_CONNECT_FUNCTION, btf)
-            .map_err(refused)?;
-        if let Ok(info) = program.info() {
-            note_verifier_walk(name, info.verified_instruction_count());
-        }
-        let id = program.attach().map_err(refused)?;
-        Ok(program.take_link(id).map_err(refused)?.into())
+        traced_link!(program, FExit, name, btf)
     }
 }
+
+/// `link_of`'s steps for one tracing program type (`FEntry`, `FExit`:
+/// the same methods, no shared trait).
+macro_rules! traced_link {
+    ($program:expr, $kind:ty, $name:expr, $btf:expr) => {{
+        let refused = |source| Untraced::Program {
+            program: $name,
+            source,
+        };
+        let program: &mut $kind = $program.try_into().map_err(refused)?;
+        program
+            .load(SUBFLOW_CONNECT_FUNCTION, $btf)
+            .map_err(refused)?;
+        if let Ok(info) = program.info() {
+            note_verifier_walk($name, info.verified_instruction_count());
+        }
+        let id = program.attach().map_err(refused)?;
+        Ok(program.take_link(id).map_err(refused)?.into())
+    }};
+}
+use traced_link;
 
 /// Where the MPTCP fields the programs read lie in the running kernel,
 /// from its BTF. The address of `struct mptcp_addr_info` is its one
