@@ -36,6 +36,10 @@ pub enum Message {
     /// listened on (protocol 8; never sent in a session of an older
     /// version, whose peer knows the first NIC only).
     ReceiverNics(super::ReceiverNics),
+    /// Receiver → sender: its grant on each NIC the receiver serves
+    /// (protocol 9; never sent in a session of an older version, whose
+    /// peer holds the first NIC's grant only, [`Message::Grant`]).
+    NicGrants(super::NicGrants),
 }
 
 impl Message {
@@ -54,6 +58,7 @@ impl Message {
             Self::Grant(_) => "Grant",
             Self::SeenFlows(_) => "SeenFlows",
             Self::ReceiverNics(_) => "ReceiverNics",
+            Self::NicGrants(_) => "NicGrants",
         }
     }
 }

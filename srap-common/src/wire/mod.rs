@@ -28,6 +28,7 @@
 //!                                            ◄── Grant{epoch, cpus}  (at once, and on every re-balance)
 //!   ── Demand{applied, flows per CPU} ──►  (after each grant, and when its flows change)
 //!                                            ◄── ReceiverNics{nics, ports}  (protocol 8: at once, then on change)
+//!                                            ◄── NicGrants{epoch, grant per NIC}  (protocol 9: with every Grant, several NICs only)
 //!   ◄─ Keepalive ─►       (both ways, while idle)
 //!   ◄─ Error{reason} ─    (then the connection is closed)
 //! ```
@@ -76,8 +77,8 @@ pub use message::{
     PlannedTable, Response, RssUpdate, SeenFlow, SeenFlows, WireDescription,
 };
 pub use nics::{
-    MAX_LISTEN_PORTS, MAX_NIC_ADDRS, MAX_NIC_CPUS, MAX_NIC_NAME, MAX_NICS, NicInfo, NicLink,
-    PortAcceptance, ReceiverNics,
+    MAX_LISTEN_PORTS, MAX_NIC_ADDRS, MAX_NIC_CPUS, MAX_NIC_NAME, MAX_NICS, NicGrant, NicGrants,
+    NicInfo, NicLink, PortAcceptance, ReceiverNics,
 };
 pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 
@@ -97,7 +98,11 @@ pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 /// which of their addresses accept each listening port, added at the end
 /// of [`Message`] (every other message keeps its layout; a peer of 6 or 7
 /// knows the first NIC only, through [`RssUpdate`]).
-pub const PROTOCOL_VERSION: u16 = 8;
+/// Version 9: [`Message::NicGrants`], the sender's grant on each NIC the
+/// receiver serves, added at the end of [`Message`] (every other message
+/// keeps its layout; a peer of 8 or older holds the first NIC's grant
+/// only, [`Message::Grant`], as before).
+pub const PROTOCOL_VERSION: u16 = 9;
 
 /// The oldest version this build still speaks: a session runs at the
 /// lower of the two sides' versions. The sender offers its own in

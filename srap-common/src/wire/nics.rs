@@ -15,13 +15,14 @@ use std::{collections::BTreeSet, net::IpAddr};
 
 use bincode::{Decode, Encode, de::Decoder, error::DecodeError};
 
-use super::{LandingReport, WireDescription};
+use super::{CpuCount, CpuGrant, LandingReport, WireDescription};
 
 /// Most NICs one report describes.
 pub const MAX_NICS: usize = 32;
 /// Most addresses one NIC holds in a report.
 pub const MAX_NIC_ADDRS: usize = 64;
-/// Most CPUs one NIC's grant share names (the binder's slots per receiver).
+/// Most CPUs one NIC's offer or grant names (the binder's slots per
+/// receiver).
 pub const MAX_NIC_CPUS: usize = crate::binder::MAX_SLOTS as usize;
 /// Most listening ports one report names.
 pub const MAX_LISTEN_PORTS: usize = 1024;
@@ -186,5 +187,84 @@ impl ReceiverNics {
     /// The NIC that holds `addr`.
     pub fn nic_of(&self, addr: IpAddr) -> Option<&NicInfo> {
         self.nics.iter().find(|n| n.addrs.contains(&addr))
+    }
+}
+
+/// [`Message::NicGrants`](super::Message::NicGrants) (protocol 9): this
+/// sender's grant on each NIC the receiver serves, so that a sender that
+/// plans each receiver address as a destination of its own (a slot is a
+/// (NIC, CPU) pair) uses on every NIC only the CPUs granted there. The
+/// first NIC's grant is also [`Message::Grant`](super::Message::Grant)'s,
+/// all a peer of protocol 8 or older learns.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Encode)]
+pub struct NicGrants {
+    /// Grows with every grant of one receiver run (the same counter as
+    /// [`CpuGrant::epoch`]).
+    pub epoch: u64,
+    /// One entry per served NIC, in `--iface` order, at most [`MAX_NICS`].
+    pub nics: Vec<NicGrant>,
+}
+
+/// One NIC's grant to one sender.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Encode)]
+pub struct NicGrant {
+    /// The interface's name, as in [`NicInfo::name`].
+    pub name: String,
+    /// The CPUs granted for flows that enter by this NIC, each with the
+    /// flows other senders hold there; at most [`MAX_NIC_CPUS`].
+    pub cpus: Vec<CpuCount>,
+}
+
+impl<C> Decode<C> for NicGrants {
+    fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> Result<Self, DecodeError> {
+        Ok(Self {
+            epoch: u64::decode(decoder)?,
+            nics: bounded_vec(decoder, MAX_NICS, "a NIC grant list")?,
+        })
+    }
+}
+bincode::impl_borrow_decode!(NicGrants);
+
+impl<C> Decode<C> for NicGrant {
+    fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> Result<Self, DecodeError> {
+        Ok(Self {
+            name: String::decode(decoder)?,
+            cpus: bounded_vec(decoder, MAX_NIC_CPUS, "a NIC's granted CPU list")?,
+        })
+    }
+}
+bincode::impl_borrow_decode!(NicGrant);
+
+impl NicGrants {
+    /// Whether a sender may apply these grants as they are: interface
+    /// names, each NIC once, each NIC's CPUs once. The error says which.
+    pub fn check(&self) -> Result<(), String> {
+        let mut names = BTreeSet::new();
+        for nic in &self.nics {
+            if nic.name.is_empty() || nic.name.len() > MAX_NIC_NAME {
+                return Err(format!(
+                    "a NIC grant's name {:?} is not an interface name (1 to {MAX_NIC_NAME} bytes)",
+                    nic.name.escape_debug().to_string()
+                ));
+            }
+            if !names.insert(nic.name.as_str()) {
+                return Err(format!("NIC {} is granted twice", nic.name));
+            }
+            CpuGrant {
+                epoch: self.epoch,
+                cpus: nic.cpus.clone(),
+            }
+            .check()
+            .map_err(|err| format!("NIC {}: {err}", nic.name))?;
+        }
+        Ok(())
+    }
+
+    /// The grant of the NIC named `name`, as a [`CpuGrant`] of this epoch.
+    pub fn of(&self, name: &str) -> Option<CpuGrant> {
+        self.nics.iter().find(|n| n.name == name).map(|n| CpuGrant {
+            epoch: self.epoch,
+            cpus: n.cpus.clone(),
+        })
     }
 }

@@ -53,6 +53,7 @@ fn every_message() -> Vec<Message> {
         }),
         Message::SeenFlows(seen_flows(2)),
         Message::ReceiverNics(receiver_nics(2)),
+        Message::NicGrants(nic_grants(2)),
     ]
 }
 
@@ -1131,11 +1132,139 @@ fn a_version_7_peer_decodes_every_older_message_unchanged() {
     // reads keeps its index and layout, and a frame under header 7 decodes.
     let older = every_message()
         .into_iter()
-        .filter(|m| !matches!(m, Message::ReceiverNics(_)));
+        .filter(|m| !matches!(m, Message::ReceiverNics(_) | Message::NicGrants(_)));
     for message in older {
         let frame = encode_for(&message, 7).expect("encodes");
         assert_eq!(version_of(&frame[PREFIX_LEN..]), Some(7));
         assert_eq!(decode_frame(&frame, MAX_FRAME), Ok((message, frame.len())));
     }
     assert_eq!(session_version(7), Some(7));
+}
+
+/// A grant on each of `nics` NICs (`eth0`, `eth1`, …), the second CPU of
+/// each with a flow of another sender.
+fn nic_grants(nics: u32) -> NicGrants {
+    NicGrants {
+        epoch: 5,
+        nics: (0..nics)
+            .map(|i| NicGrant {
+                name: format!("eth{i}"),
+                cpus: vec![
+                    CpuCount {
+                        cpu: 2 * i,
+                        count: 0,
+                    },
+                    CpuCount {
+                        cpu: 2 * i + 1,
+                        count: 1,
+                    },
+                ],
+            })
+            .collect(),
+    }
+}
+
+/// The variant index of [`Message::NicGrants`] (the twelfth).
+const NIC_GRANTS_KIND: u8 = 12;
+
+#[test]
+fn nic_grants_round_trip_up_to_the_cap() {
+    for nics in [0, 1, MAX_NICS as u32] {
+        let grants = nic_grants(nics);
+        assert_eq!(grants.check(), Ok(()));
+        let message = Message::NicGrants(grants);
+        let frame = encode(&message).expect("encodes");
+        assert_eq!(decode_frame(&frame, MAX_FRAME), Ok((message, frame.len())));
+    }
+    // The largest legal one (every NIC granted every slot) fits a frame.
+    let mut largest = nic_grants(MAX_NICS as u32);
+    for nic in &mut largest.nics {
+        nic.cpus = (0..MAX_NIC_CPUS as u32)
+            .map(|cpu| CpuCount { cpu, count: 0 })
+            .collect();
+    }
+    assert_eq!(largest.check(), Ok(()));
+    let frame = encode(&Message::NicGrants(largest)).expect("encodes");
+    assert!(frame.len() < MAX_FRAME, "{} bytes", frame.len());
+}
+
+#[test]
+fn a_hostile_nic_grant_count_is_an_error_not_an_allocation() {
+    // Epoch 0, then one NIC more than the cap with nothing behind it.
+    let over = u8::try_from(MAX_NICS + 1).expect("fits");
+    let err = decode_payload(&payload(&[NIC_GRANTS_KIND, 0, over])).unwrap_err();
+    assert!(
+        err.to_string().contains(&format!(
+            "a NIC grant list claims {over} entries; at most {MAX_NICS}"
+        )),
+        "{err}"
+    );
+    // One NIC named "x" whose CPU list claims one more than the slots.
+    let mut body = vec![NIC_GRANTS_KIND, 0, 1, 1, b'x', 0xfb];
+    body.extend_from_slice(&u16::try_from(MAX_NIC_CPUS + 1).expect("fits").to_le_bytes());
+    let err = decode_payload(&payload(&body)).unwrap_err();
+    assert!(
+        err.to_string().contains("a NIC's granted CPU list claims"),
+        "{err}"
+    );
+    let frame = encode(&Message::NicGrants(nic_grants(2))).expect("encodes");
+    let payload = &frame[PREFIX_LEN..];
+    for cut in HEADER_LEN..payload.len() {
+        assert!(
+            matches!(
+                decode_payload(&payload[..cut]),
+                Err(DecodeError::Malformed { .. })
+            ),
+            "cut at {cut}"
+        );
+    }
+}
+
+#[test]
+fn lying_nic_grants_are_named() {
+    let mut twice = nic_grants(2);
+    twice.nics[1].name = "eth0".into();
+    assert_eq!(twice.check(), Err("NIC eth0 is granted twice".into()));
+    let mut cpu_twice = nic_grants(1);
+    cpu_twice.nics[0].cpus[1].cpu = 0;
+    assert_eq!(
+        cpu_twice.check(),
+        Err("NIC eth0: a Grant names CPU 0 twice".into())
+    );
+    let mut unnamed = nic_grants(1);
+    unnamed.nics[0].name.clear();
+    assert!(
+        unnamed
+            .check()
+            .expect_err("no name")
+            .contains("not an interface name")
+    );
+}
+
+#[test]
+fn a_nic_grant_is_found_by_its_nics_name() {
+    let grants = nic_grants(2);
+    let second = grants.of("eth1").expect("granted");
+    assert_eq!(second.epoch, 5);
+    assert_eq!(
+        second.cpus.iter().map(|c| c.cpu).collect::<Vec<_>>(),
+        [2, 3]
+    );
+    assert_eq!(grants.of("eth9"), None);
+}
+
+#[test]
+fn a_version_8_peer_decodes_every_older_message_unchanged() {
+    // NicGrants is the last variant: every message a peer of 8 sends or
+    // reads keeps its index and layout, and a frame under header 8 decodes.
+    let older = every_message()
+        .into_iter()
+        .filter(|m| !matches!(m, Message::NicGrants(_)));
+    for message in older {
+        let frame = encode_for(&message, 8).expect("encodes");
+        assert_eq!(version_of(&frame[PREFIX_LEN..]), Some(8));
+        assert_eq!(decode_frame(&frame, MAX_FRAME), Ok((message, frame.len())));
+    }
+    assert_eq!(session_version(8), Some(8));
+    assert_eq!(PROTOCOL_VERSION, 9);
 }
