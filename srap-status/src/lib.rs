@@ -22,7 +22,7 @@ pub use control::{
 };
 pub use sender::{DEFAULT_SENDER_CONTROL_PATH, SenderStatus};
 pub use snapshot::{
-    Access, Accuracy, Collisions, CpuRow, FlowRow, Landings, LearningRow, ListenerRow,
+    Access, Accuracy, Collisions, CpuRow, FlowRow, Landings, LearningRow, ListenerRow, NicGrantRow,
     NicHashCounts, NicRow, ObserverLimit, ObserverState, PeerRow, QueueRow, Ratio, ReceiveCpu,
     Status,
 };

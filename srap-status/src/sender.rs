@@ -407,6 +407,10 @@ pub struct ReceiverNicRow {
     pub judged: u32,
     /// The CPUs offered through it.
     pub cpus: Vec<u32>,
+    /// This sender's grant of its CPUs, when the receiver grants each NIC
+    /// apart (protocol 9; `None`: the receiver's one grant covers it).
+    #[serde(default)]
+    pub granted: Option<Vec<u32>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

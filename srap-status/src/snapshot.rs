@@ -351,6 +351,14 @@ impl Ratio {
     }
 }
 
+/// A sender's grant on one NIC of the receiver.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicGrantRow {
+    pub nic: String,
+    /// The CPUs granted there, as a cpulist (`2-3`).
+    pub cpus: String,
+}
+
 /// A connected sender agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PeerRow {
@@ -374,6 +382,10 @@ pub struct PeerRow {
     pub grant_epoch: u64,
     #[serde(default)]
     pub grant_applied: bool,
+    /// Its grant on each NIC served, when there are several (protocol 9
+    /// senders are told each; an older one holds the first NIC's only).
+    #[serde(default)]
+    pub granted_nics: Vec<NicGrantRow>,
     /// The id of the pre-shared key it authenticated with (during a key
     /// rollover: which senders still use the old one).
     #[serde(default)]

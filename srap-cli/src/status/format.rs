@@ -179,11 +179,25 @@ pub fn access(status: &Status) -> String {
 }
 
 /// A peer's grant: its CPUs, and `(pending)` until its binder applied it.
+/// With several NICs served, each NIC's grant by name (`eth0 0-1, eth1
+/// 2-3`).
 pub fn granted(peer: &PeerRow) -> String {
-    match (peer.granted.is_empty(), peer.grant_applied) {
+    let cpus = if peer.granted_nics.is_empty() {
+        peer.granted.clone()
+    } else {
+        peer.granted_nics
+            .iter()
+            .map(|g| {
+                let cpus = if g.cpus.is_empty() { "-" } else { &g.cpus };
+                format!("{} {cpus}", g.nic)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (cpus.is_empty(), peer.grant_applied) {
         (true, _) => "-".into(),
-        (false, true) => peer.granted.clone(),
-        (false, false) => format!("{} (pending)", peer.granted),
+        (false, true) => cpus,
+        (false, false) => format!("{cpus} (pending)"),
     }
 }
 
@@ -214,5 +228,29 @@ mod tests {
         let none: f64 = std::iter::empty::<f64>().sum();
         assert_eq!(super::gbps(none), "0.00");
         assert_eq!(super::gbps(12.954), "12.95");
+    }
+
+    #[test]
+    fn a_grant_per_nic_is_shown_by_nic() {
+        use srap_status::{NicGrantRow, PeerRow};
+        let mut peer = PeerRow {
+            granted: "0".into(),
+            grant_applied: true,
+            ..PeerRow::default()
+        };
+        assert_eq!(super::granted(&peer), "0");
+        peer.granted_nics = vec![
+            NicGrantRow {
+                nic: "eth0".into(),
+                cpus: "0".into(),
+            },
+            NicGrantRow {
+                nic: "eth1".into(),
+                cpus: "2-3".into(),
+            },
+        ];
+        assert_eq!(super::granted(&peer), "eth0 0, eth1 2-3");
+        peer.grant_applied = false;
+        assert_eq!(super::granted(&peer), "eth0 0, eth1 2-3 (pending)");
     }
 }

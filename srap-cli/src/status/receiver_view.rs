@@ -736,6 +736,7 @@ mod tests {
                 flows: 16,
                 grant_epoch: 1,
                 grant_applied: true,
+                granted_nics: Vec::new(),
                 key: Some("4998e76a915e5ab5".into()),
             }],
             receive_cpu: ReceiveCpu::Emulated,

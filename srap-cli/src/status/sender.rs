@@ -505,8 +505,18 @@ pub(super) fn receiver_nic_lines(r: &ReceiverRow) -> Vec<String> {
                 srap_host::cpulist::format(nic.cpus.iter().copied())
             )
         };
+        let granted = nic.granted.as_ref().map_or(String::new(), |g| {
+            format!(
+                "; granted {}",
+                if g.is_empty() {
+                    "none".to_owned()
+                } else {
+                    srap_host::cpulist::format(g.iter().copied())
+                }
+            )
+        });
         lines.push(format!(
-            "NIC {} {link}{speed} {node}: {}; {rss}; {verifier}; {cpus}",
+            "NIC {} {link}{speed} {node}: {}; {rss}; {verifier}; {cpus}{granted}",
             nic.name,
             list(&nic.addrs)
         ));
@@ -702,6 +712,7 @@ mod tests {
                 matched: 8,
                 judged: 8,
                 cpus: vec![0, 1],
+                granted: Some(vec![1]),
             },
             ReceiverNicRow {
                 name: "eth1".into(),
@@ -719,7 +730,7 @@ mod tests {
         assert!(
             text.contains(
                 "NIC eth0 up 200000 Mb/s node 0: 10.0.0.2; RSS 128 entries, 2 queues on CPUs 0-1; \
-                 verifier agreed: 8 of 8 landed as computed; CPUs 0-1"
+                 verifier agreed: 8 of 8 landed as computed; CPUs 0-1; granted 1"
             ),
             "{text}"
         );
