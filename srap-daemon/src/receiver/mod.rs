@@ -265,6 +265,13 @@ impl Server {
         });
     }
 
+    /// Shares each NIC after the first between the senders on its own:
+    /// `first` names the first NIC, `further` every other one with the
+    /// CPUs it offers, in tiers ([`Grants::offer_nics`]).
+    pub fn offer_nics(&self, first: &str, further: Vec<(String, Vec<Vec<u32>>)>) {
+        self.shared.grants.offer_nics(first, further);
+    }
+
     /// Sessions running now.
     pub fn active_peers(&self) -> usize {
         self.shared.config.max_peers - self.shared.sessions.available_permits()
@@ -285,6 +292,14 @@ impl Server {
                 peer.flows = g.flows;
                 peer.grant_epoch = g.epoch;
                 peer.grant_applied = g.applied == g.epoch;
+                peer.granted_nics = g
+                    .nics
+                    .iter()
+                    .map(|(nic, cpus)| srap_status::NicGrantRow {
+                        nic: nic.clone(),
+                        cpus: srap_host::cpulist::format(cpus.iter().copied()),
+                    })
+                    .collect();
             }
         }
         peers

@@ -5,7 +5,9 @@
 //! The first NIC is the one the rest of the receiver was always about: its
 //! description is the one [`RssUpdate`](srap_common::wire::RssUpdate)
 //! serves (all a peer of protocol 7 or older learns), its observer closes
-//! the loop, its grant is the senders'. Every further NIC gets its own
+//! the loop, its grant is what a peer of protocol 8 or older holds. Every
+//! NIC's CPUs are granted on their own ([`super::grants::per_nic`], told
+//! to senders of protocol 9). Every further NIC gets its own
 //! description watcher and its own verifier ([`Monitor`] that publishes
 //! nothing to senders), so its landings are judged against its own table
 //! (each observer keeps only the flows to its own interface's addresses,
@@ -227,7 +229,27 @@ impl NicSet {
             },
             None => Vec::new(),
         };
+        server.offer_nics(
+            self.names.first().map_or("", String::as_str),
+            self.further_offers(),
+        );
         server.publish_nics(self.report(first, landings));
+    }
+
+    /// Every NIC after the first, with the CPUs it offers in tiers (none
+    /// while its RSS could not be read): what its grants share out.
+    fn further_offers(&self) -> Vec<(String, Vec<Vec<u32>>)> {
+        self.further
+            .iter()
+            .map(|nic| {
+                let tiers = nic
+                    .updates
+                    .as_ref()
+                    .map(|u| self.offer.tiers(&u.borrow().description))
+                    .unwrap_or_default();
+                (nic.name.clone(), tiers)
+            })
+            .collect()
     }
 
     /// Samples every further NIC's verifier (the first's is the

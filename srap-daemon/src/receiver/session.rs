@@ -157,12 +157,23 @@ async fn converse(
     // The grant comes right after the first description, so the sender's
     // binder has it before its first flows (it is granted the CPUs no one
     // else holds).
-    let mut grant =
-        shared
-            .grants
-            .join(peer, &name, shared.config.offer.tiers(&current.description));
+    let joined = shared
+        .grants
+        .join(peer, &name, shared.config.offer.tiers(&current.description));
+    let (mut grant, mut nic_grants) = (joined.grant, joined.nics);
     let first = grant.borrow_and_update().clone();
     outbound.write(wr, &Message::Grant(first), t.write).await?;
+    // Its grant on every NIC (protocol 9 on, several NICs only): at once,
+    // then on every change. An older peer holds the first NIC's grant only.
+    if nic_grants.borrow().epoch != 0 {
+        nic_grants.mark_changed();
+    }
+    if version < 9 && !nic_grants.borrow().nics.is_empty() {
+        info!(
+            "{peer}: speaks protocol {version}, so it is granted CPUs of the first NIC only \
+             (NicGrants needs 9)"
+        );
+    }
     let mut landings = shared.landings.subscribe();
     if tell_at_once(&landings.borrow_and_update()) {
         landings.mark_changed();
@@ -258,6 +269,14 @@ async fn converse(
                 let now = grant.borrow_and_update().clone();
                 debug!("{peer}: grant {}: {} CPUs", now.epoch, now.cpus.len());
                 outbound.write(wr, &Message::Grant(now), t.write).await?;
+            }
+            changed = nic_grants.changed(), if version >= 9 => {
+                if changed.is_err() {
+                    return Err(SessionError::Shutdown);
+                }
+                let now = nic_grants.borrow_and_update().clone();
+                debug!("{peer}: NIC grants {}: {} NIC(s)", now.epoch, now.nics.len());
+                outbound.write(wr, &Message::NicGrants(now), t.write).await?;
             }
             changed = landings.changed() => {
                 if changed.is_err() {
