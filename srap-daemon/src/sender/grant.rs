@@ -86,13 +86,26 @@ pub fn apply_to(
     keep: impl Fn(u32) -> bool,
     grant: Option<&CpuGrant>,
 ) -> Result<Applied, SenderError> {
+    apply_each(ebpf, plan, |row| keep(row).then_some(grant))
+}
+
+/// Writes each binder row's own grant: `grant_of(row)` is `None` for a row
+/// left as it is, `Some(None)` for no grant, `Some(Some(grant))` for that
+/// grant (a receiver's rows differ when its NICs' CPUs are granted apart,
+/// each row with the grant of the NIC its address is on). What it did is
+/// told of the last row written.
+pub fn apply_each<'a>(
+    ebpf: &mut Ebpf,
+    plan: &Plan,
+    grant_of: impl Fn(u32) -> Option<Option<&'a CpuGrant>>,
+) -> Result<Applied, SenderError> {
     let map = ebpf
         .map_mut(GRANTS_MAP)
         .ok_or(SenderError::Missing(GRANTS_MAP))?;
     let mut array: Array<_, SlotGrant> = Array::try_from(map).map_err(map_error(GRANTS_MAP))?;
     let mut applied = Applied::default();
-    for (index, cpus) in slots_by_cpu(plan, keep) {
-        let row = match grant {
+    for (index, cpus) in slots_by_cpu(plan, |row| grant_of(row).is_some()) {
+        let row = match grant_of(index).flatten() {
             None => SlotGrant::default(),
             Some(grant) => {
                 let slots: Vec<(u32, u32)> = grant

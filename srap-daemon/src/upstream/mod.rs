@@ -32,7 +32,9 @@ use std::{path::PathBuf, time::Duration};
 
 use srap_common::{
     rss::{KeyProvenance, RssDescription},
-    wire::{self, CpuGrant, DemandReport, LandingReport, PlanReport, Psk, ReceiverNics, SeenFlows},
+    wire::{
+        CpuGrant, DemandReport, LandingReport, NicGrants, PlanReport, Psk, ReceiverNics, SeenFlows,
+    },
 };
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{debug, info, warn};
@@ -204,6 +206,7 @@ pub struct PeerHandle {
     status: watch::Receiver<PeerStatus>,
     reported: watch::Receiver<Option<u64>>,
     grants: watch::Receiver<Option<CpuGrant>>,
+    nic_grants: watch::Receiver<Option<NicGrants>>,
     demand: watch::Sender<Option<DemandReport>>,
     task: JoinHandle<()>,
 }
@@ -244,6 +247,13 @@ impl PeerHandle {
         self.grants.clone()
     }
 
+    /// The receiver's latest grant on each of its NICs (protocol 9; `None`
+    /// until the first of a session, and with a receiver of one NIC or an
+    /// older one, whose [`Self::grants`] covers its first NIC only).
+    pub fn nic_grants(&self) -> watch::Receiver<Option<NicGrants>> {
+        self.nic_grants.clone()
+    }
+
     /// Sends `report` now if connected, and again after every reconnection.
     pub fn report_demand(&self, report: DemandReport) {
         self.demand.send_if_modified(|now| {
@@ -281,6 +291,7 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
     let (status_tx, status) = watch::channel(PeerStatus::Connecting);
     let (reported_tx, reported) = watch::channel(None);
     let (grants_tx, grants) = watch::channel(None);
+    let (nic_grants_tx, nic_grants) = watch::channel(None);
     let (demand, demand_rx) = watch::channel(None);
     let channels = Channels {
         updates: updates_tx,
@@ -294,6 +305,7 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
         reported: reported_tx,
         grants: GrantChannels {
             grants: grants_tx,
+            nic_grants: nic_grants_tx,
             demand: demand_rx,
         },
     };
@@ -307,6 +319,7 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
         status,
         reported,
         grants,
+        nic_grants,
         demand,
         task,
     }
@@ -316,6 +329,7 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
 #[derive(Clone)]
 pub struct GrantChannels {
     pub grants: watch::Sender<Option<CpuGrant>>,
+    pub nic_grants: watch::Sender<Option<NicGrants>>,
     pub demand: watch::Receiver<Option<DemandReport>>,
 }
 
@@ -346,13 +360,12 @@ async fn run(mut config: PeerConfig, channels: Channels) {
         let outcome = match Session::connect(&config).await {
             Ok(session) => {
                 info!("connected to receiver {}", config.addr);
-                if session.version() < wire::PROTOCOL_VERSION {
+                if session.version() < 7 {
                     info!(
                         "receiver {} speaks protocol {}: it will not say where this \
-                         sender's flows land (protocol {} does)",
+                         sender's flows land (protocol 7 does)",
                         config.addr,
                         session.version(),
-                        wire::PROTOCOL_VERSION
                     );
                 }
                 last_error = None;

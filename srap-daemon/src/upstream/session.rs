@@ -5,8 +5,8 @@ use srap_common::{
     rss::{RssDescription, RssModel},
     wire::{
         self, CpuGrant, DecodeError, ErrorReport, Hello, LandingReport, MAX_FRAME,
-        MIN_PROTOCOL_VERSION, Message, Nonce, PROTOCOL_VERSION, PlanReport, Psk, ReceiverNics,
-        Response, Role, RssUpdate, SeenFlows,
+        MIN_PROTOCOL_VERSION, Message, NicGrants, Nonce, PROTOCOL_VERSION, PlanReport, Psk,
+        ReceiverNics, Response, Role, RssUpdate, SeenFlows,
     },
 };
 use thiserror::Error;
@@ -157,7 +157,11 @@ impl Session {
         grant_channels: GrantChannels,
         delays: &mut Delays,
     ) -> Result<(), PeerError> {
-        let GrantChannels { grants, mut demand } = grant_channels;
+        let GrantChannels {
+            grants,
+            nic_grants,
+            mut demand,
+        } = grant_channels;
         let Self {
             mut stream,
             mut inbound,
@@ -171,6 +175,10 @@ impl Session {
         publish(updates, first);
         reports.seen.send_replace(seen_at_start(version));
         reports.nics.send_replace(nics_at_start(version));
+        // A receiver run's grants per NIC (protocol 9) come right after its
+        // first grant; those of an earlier run (or an older receiver) name
+        // NICs it may no longer serve.
+        nic_grants.send_replace(None);
         let (mut rd, mut wr) = stream.split();
         // The current plan (if any) goes out first: the receiver lost it
         // with the last connection.
@@ -203,6 +211,9 @@ impl Session {
                     }
                     Received::Grant(grant) => {
                         grants.send_replace(Some(grant));
+                    }
+                    Received::NicGrants(grants) => {
+                        nic_grants.send_replace(Some(grants));
                     }
                 }
             }
@@ -303,6 +314,8 @@ enum Received {
     Nics(ReceiverNics),
     /// A grant (checked).
     Grant(CpuGrant),
+    /// Its grant on each NIC (checked; protocol 9).
+    NicGrants(NicGrants),
 }
 
 /// Sorts a receiver's frame: what it carries, or why the session ends.
@@ -330,10 +343,17 @@ fn received(message: Message) -> Result<Received, PeerError> {
             })?;
             Received::Grant(grant)
         }
+        Message::NicGrants(grants) => {
+            grants.check().map_err(|reason| {
+                PeerError::Refused(format!("the receiver sent bad NIC grants: {reason}"))
+            })?;
+            Received::NicGrants(grants)
+        }
         Message::Error(report) => return Err(PeerError::Refused(printable(&report.reason))),
         other => {
             return Err(PeerError::Unexpected {
-                expected: "RssUpdate, Landings, SeenFlows, ReceiverNics, Grant or Keepalive",
+                expected: "RssUpdate, Landings, SeenFlows, ReceiverNics, Grant, NicGrants or \
+                           Keepalive",
                 got: other.kind(),
             });
         }

@@ -3,7 +3,7 @@
 //! channel the follow loop selects on (the number of receivers is not known
 //! at compile time).
 
-use srap_common::wire::{CpuGrant, LandingReport, ReceiverNics};
+use srap_common::wire::{CpuGrant, LandingReport, NicGrants, ReceiverNics};
 use tokio::sync::mpsc;
 
 use crate::upstream::{NicsReport, PeerHandle, PeerStatus, Update};
@@ -17,6 +17,8 @@ pub enum What {
     Status(PeerStatus),
     /// Its NICs and listeners (protocol 8), as it last reported them.
     Nics(ReceiverNics),
+    /// Its grant on each NIC (protocol 9; `None`: none this session).
+    NicGrants(Option<NicGrants>),
 }
 
 /// An event of receiver `peer` (its position in `--peer` order).
@@ -34,6 +36,7 @@ pub fn forward(peer: usize, handle: &PeerHandle, tx: mpsc::UnboundedSender<Event
     let mut landings = handle.landings();
     let mut status = handle.status();
     let mut nics = handle.nics();
+    let mut nic_grants = handle.nic_grants();
     updates.mark_changed();
     nics.mark_changed();
     grants.mark_changed();
@@ -44,6 +47,9 @@ pub fn forward(peer: usize, handle: &PeerHandle, tx: mpsc::UnboundedSender<Event
                 Ok(()) = grants.changed() => grants.borrow_and_update().clone().map(What::Grant),
                 Ok(()) = landings.changed() => (*landings.borrow_and_update()).map(What::Landing),
                 Ok(()) = status.changed() => Some(What::Status(status.borrow_and_update().clone())),
+                Ok(()) = nic_grants.changed() => {
+                    Some(What::NicGrants(nic_grants.borrow_and_update().clone()))
+                }
                 Ok(()) = nics.changed() => match &*nics.borrow_and_update() {
                     NicsReport::Nics(report) => Some(What::Nics(report.clone())),
                     _ => None,

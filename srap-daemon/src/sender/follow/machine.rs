@@ -19,7 +19,7 @@ use std::{
 
 use srap_common::{
     rss::{KeySource, RssModel},
-    wire::{CpuGrant, LandingReport, LandingVerdict, ReceiverNics},
+    wire::{CpuGrant, LandingReport, LandingVerdict, NicGrants, ReceiverNics},
 };
 use tracing::{info, warn};
 
@@ -47,6 +47,10 @@ pub struct Peer {
     pub current: Option<Update>,
     pub model: Option<Arc<RssModel>>,
     pub granted: Option<CpuGrant>,
+    /// Its grant on each of its NICs (protocol 9, a receiver of several
+    /// NICs): a row toward an address of a NIC named there takes that
+    /// NIC's grant, every other row [`Self::granted`].
+    pub nic_granted: Option<NicGrants>,
     /// Its landings contradict its description: its destinations are out.
     pub paused: bool,
     pub status: PeerStatus,
@@ -76,6 +80,7 @@ impl Peer {
             current: None,
             model: None,
             granted: None,
+            nic_granted: None,
             paused: false,
             status: PeerStatus::Connecting,
             away: false,
@@ -96,6 +101,22 @@ impl Peer {
     /// Its rows of the binder's per-receiver maps.
     pub fn row_set(&self) -> BTreeSet<u32> {
         self.all_rows().map(|(i, _)| *i).collect()
+    }
+
+    /// The grant of the NIC that holds `addr`, when the receiver granted
+    /// that NIC's CPUs apart (protocol 9); its one grant otherwise.
+    pub fn grant_for(&self, addr: IpAddr) -> Option<CpuGrant> {
+        let nic = self.nics.as_ref().and_then(|n| n.nic_of(addr));
+        nic.zip(self.nic_granted.as_ref())
+            .and_then(|(nic, grants)| grants.of(&nic.name))
+            .or_else(|| self.granted.clone())
+    }
+
+    /// Each of its rows with the grant it takes ([`Self::grant_for`]).
+    pub fn row_grants(&self) -> BTreeMap<u32, Option<CpuGrant>> {
+        self.all_rows()
+            .map(|(row, addr)| (*row, self.grant_for(*addr)))
+            .collect()
     }
 
     /// Says once when it goes away (not at every failed reconnection) and
@@ -241,6 +262,7 @@ impl Machine {
                     Vec::new()
                 }
                 What::Nics(nics) => self.on_nics(peer, nics),
+                What::NicGrants(grants) => self.on_nic_grants(peer, grants),
             },
             Event::LocalKey(model) => self.on_local_key(model),
             Event::LocalVerdict(pause) => self.on_local_verdict(pause),
@@ -294,6 +316,7 @@ impl Machine {
             What::Nics(nics) => {
                 let _ = self.on_nics(n, nics);
             }
+            What::NicGrants(grants) => receiver.nic_granted = grants,
         }
         says
     }
@@ -415,8 +438,17 @@ impl Machine {
             .as_ref()
             .is_some_and(|old| spread::same_plan(old, &nics));
         if planned_same || !spread {
+            let regrant = peer.nic_granted.is_some()
+                && peer.model.is_some()
+                && peer.nics.as_ref() != Some(&nics);
             peer.nics = Some(nics);
-            return Vec::new();
+            // Which NIC holds each address may have changed: so may the
+            // grant of its row.
+            return if regrant && self.started {
+                vec![Action::ApplyGrant(n)]
+            } else {
+                Vec::new()
+            };
         }
         let asked: Vec<IpAddr> = peer.rows.iter().map(|(_, a)| *a).collect();
         let want = spread::extra_addrs(&asked, &nics);
@@ -469,6 +501,23 @@ impl Machine {
             actions.push(Action::ReportDemand(n));
         }
         actions
+    }
+
+    /// Receiver `n`'s grants per NIC (`None`: none this session): applied
+    /// when new (and its plan exists), each row with its NIC's.
+    fn on_nic_grants(&mut self, n: usize, grants: Option<NicGrants>) -> Vec<Action> {
+        let Some(receiver) = self.peers.get_mut(n) else {
+            return Vec::new();
+        };
+        if receiver.nic_granted == grants {
+            return Vec::new();
+        }
+        receiver.nic_granted = grants;
+        if receiver.model.is_some() {
+            vec![Action::ApplyGrant(n), Action::ReportDemand(n)]
+        } else {
+            Vec::new()
+        }
     }
 
     /// The closed loop, sender side: stops steering toward a receiver whose

@@ -355,11 +355,7 @@ impl Follower {
                     return Err(undo);
                 }
             }
-            Action::ApplyGrant(n) => {
-                if let Some(grant) = self.machine.peers[n].granted.clone() {
-                    self.link(n).take_grant(binder, &grant);
-                }
-            }
+            Action::ApplyGrant(n) => self.link(n).take_grant(binder),
             Action::ReportPlan(n) => self.link(n).report(binder, &self.dports),
             Action::ReportDemand(n) => self.link(n).report_demand(binder),
             Action::SayLanding { peer, report } => self.link(peer).say_landing(&report),

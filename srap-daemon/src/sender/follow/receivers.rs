@@ -20,62 +20,75 @@ pub struct Link<'a> {
 }
 
 impl Link<'_> {
-    /// Puts a new grant from this receiver into its rows of the grant map.
-    pub fn take_grant(&self, binder: &mut RunningBinder, grant: &CpuGrant) {
+    /// Puts this receiver's grants into its rows of the grant map, each
+    /// row with the grant of the NIC its address is on
+    /// ([`Peer::row_grants`]), and says them.
+    pub fn take_grant(&self, binder: &mut RunningBinder) {
+        if self.peer.granted.is_none() && self.peer.nic_granted.is_none() {
+            return;
+        }
+        self.apply(binder, true, "cannot apply its grant");
+    }
+
+    /// Writes its rows' grants; `say`s each grant in force (the one
+    /// grant, or one line per NIC granted apart).
+    fn apply(&self, binder: &mut RunningBinder, say: bool, failing: &str) {
         if self.peer.model.is_none() {
             return;
         }
-        let rows = self.peer.row_set();
-        let keep = |i| rows.contains(&i);
-        match grant::apply_to(&mut binder.ebpf, &binder.plan, keep, Some(grant)) {
-            Ok(applied) => self.say_grant(grant, &applied),
-            Err(err) => warn!(
-                "grant {} from {}: cannot apply it: {err}",
-                grant.epoch, self.peer.addr
-            ),
+        let grants = self.peer.row_grants();
+        let outcome = grant::apply_each(&mut binder.ebpf, &binder.plan, |row| {
+            grants.get(&row).map(Option::as_ref)
+        });
+        match outcome {
+            Ok(applied) if say => self.say_grants(&applied),
+            Ok(_) => {}
+            Err(err) => warn!("receiver {}: {failing}: {err}", self.peer.addr),
         }
     }
 
     /// The `grant` line of an applied grant (and a warning for granted
-    /// CPUs no queue reaches).
-    fn say_grant(&self, grant: &CpuGrant, applied: &grant::Applied) {
-        println!(
-            "grant {} from {}: {} receiver CPUs [{}]",
-            grant.epoch,
-            self.peer.addr,
-            applied.slots,
-            grant_cpus(grant)
-        );
+    /// CPUs no queue reaches), and with grants per NIC a `grant … on NIC`
+    /// line for each.
+    fn say_grants(&self, applied: &grant::Applied) {
+        if let Some(grant) = &self.peer.granted {
+            println!(
+                "grant {} from {}: {} receiver CPUs [{}]",
+                grant.epoch,
+                self.peer.addr,
+                applied.slots,
+                grant_cpus(grant)
+            );
+        }
+        for nic in self.peer.nic_granted.iter().flat_map(|g| &g.nics) {
+            let grant = CpuGrant {
+                epoch: self.peer.nic_granted.as_ref().map_or(0, |g| g.epoch),
+                cpus: nic.cpus.clone(),
+            };
+            println!(
+                "grant {} from {} on {}: {} receiver CPUs [{}]",
+                grant.epoch,
+                self.peer.addr,
+                nic.name,
+                grant.cpus.len(),
+                grant_cpus(&grant)
+            );
+        }
         if applied.unknown > 0 {
             warn!(
-                "grant {} from {}: {} granted CPUs are not reached by any queue of \
+                "grant from {}: {} granted CPUs are not reached by any queue of \
                  the description this sender planned with",
-                grant.epoch, self.peer.addr, applied.unknown
+                self.peer.addr, applied.unknown
             );
         }
     }
 
-    /// After a re-plan (slots may be renumbered): its grant again; `say`
-    /// it (the first plan: a grant that came before the binder existed
+    /// After a re-plan (slots may be renumbered): its grants again; `say`
+    /// them (the first plan: a grant that came before the binder existed
     /// gets its `grant` line as later ones do).
     pub fn reapply(&self, binder: &mut RunningBinder, say: bool) {
-        if self.peer.model.is_none() {
-            return;
-        }
-        let rows = self.peer.row_set();
-        let keep = |i| rows.contains(&i);
-        let granted = self.peer.granted.as_ref();
-        match grant::apply_to(&mut binder.ebpf, &binder.plan, keep, granted) {
-            Ok(applied) => {
-                if let (true, Some(grant)) = (say, granted) {
-                    self.say_grant(grant, &applied);
-                }
-            }
-            Err(err) => warn!(
-                "receiver {}: cannot re-apply its grant after a re-plan: {err}",
-                self.peer.addr
-            ),
-        }
+        let say = say && (self.peer.granted.is_some() || self.peer.nic_granted.is_some());
+        self.apply(binder, say, "cannot re-apply its grant after a re-plan");
     }
 
     /// Hands its part of the plan to its client, which sends it now and

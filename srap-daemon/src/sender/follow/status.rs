@@ -12,7 +12,7 @@ use srap_common::{
     port_tables::addr_words,
     receiver_nics::{MAX_SPREAD, SpreadRow},
     rss::FlowTuple,
-    wire::{MAX_SEEN_FLOWS, NicInfo},
+    wire::{MAX_SEEN_FLOWS, NicGrants, NicInfo},
 };
 use srap_status::{
     ListenerRow, SenderStatus,
@@ -46,7 +46,7 @@ impl Follower {
             .enumerate()
             .map(|(n, r)| {
                 let mut row = receiver_row(r, binder);
-                add_receiver_nics(&mut row, self.handles.get(n));
+                add_receiver_nics(&mut row, self.handles.get(n), r.nic_granted.as_ref());
                 row
             })
             .collect();
@@ -257,7 +257,11 @@ fn receiver_row(receiver: &Peer, binder: Option<&RunningBinder>) -> ReceiverRow 
 
 /// The receiver's NICs and where each of its ports is accepted, as it said
 /// (protocol 8), or why they are unknown.
-fn add_receiver_nics(row: &mut ReceiverRow, handle: Option<&PeerHandle>) {
+fn add_receiver_nics(
+    row: &mut ReceiverRow,
+    handle: Option<&PeerHandle>,
+    granted: Option<&NicGrants>,
+) {
     let report = handle.map(|h| h.nics().borrow().clone());
     let nics = match report {
         Some(NicsReport::Nics(nics)) => nics,
@@ -276,7 +280,16 @@ fn add_receiver_nics(row: &mut ReceiverRow, handle: Option<&PeerHandle>) {
             return;
         }
     };
-    row.nics = nics.nics.iter().map(nic_row).collect();
+    row.nics = nics
+        .nics
+        .iter()
+        .map(|nic| ReceiverNicRow {
+            granted: granted
+                .and_then(|g| g.of(&nic.name))
+                .map(|g| g.cpus.iter().map(|c| c.cpu).collect()),
+            ..nic_row(nic)
+        })
+        .collect();
     row.ports = nics
         .ports
         .iter()
@@ -300,6 +313,7 @@ fn nic_row(nic: &NicInfo) -> ReceiverNicRow {
         matched: nic.verifier.map_or(0, |v| v.matched),
         judged: nic.verifier.map_or(0, |v| v.judged),
         cpus: nic.cpus.clone(),
+        granted: None,
     }
 }
 

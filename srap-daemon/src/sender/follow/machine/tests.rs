@@ -617,3 +617,91 @@ fn under_asked_a_nic_report_is_only_kept() {
             .all(|t| t.addr != ip("10.0.9.2"))
     );
 }
+
+/// B's grant on eth0 (CPUs 0-1) and on eth1 (CPUs 6-7), epoch 9.
+fn b_nic_grants() -> srap_common::wire::NicGrants {
+    use srap_common::wire::{CpuCount, NicGrant, NicGrants};
+    let cpus = |list: &[u32]| -> Vec<CpuCount> {
+        list.iter()
+            .map(|cpu| CpuCount {
+                cpu: *cpu,
+                count: 0,
+            })
+            .collect()
+    };
+    NicGrants {
+        epoch: 9,
+        nics: vec![
+            NicGrant {
+                name: "eth0".into(),
+                cpus: cpus(&[0, 1]),
+            },
+            NicGrant {
+                name: "eth1".into(),
+                cpus: cpus(&[6, 7]),
+            },
+        ],
+    }
+}
+
+fn granted_cpus(grant: Option<&CpuGrant>) -> Vec<u32> {
+    grant.map_or_else(Vec::new, |g| g.cpus.iter().map(|c| c.cpu).collect())
+}
+
+#[test]
+fn each_row_takes_the_grant_of_the_nic_its_address_is_on() {
+    use srap_common::wire::NicLink;
+    let mut machine = spreading();
+    machine.on(peer(1, What::Nics(b_nics(NicLink::Up))));
+    machine.on(peer(1, What::Grant(grant(8, &[0, 1]))));
+    // Before grants per NIC: the one grant on both of B's rows.
+    let one = machine.peers[1].row_grants();
+    assert_eq!(granted_cpus(one[&3].as_ref()), [0, 1]);
+    assert_eq!(granted_cpus(one[&4].as_ref()), [0, 1]);
+
+    let actions = machine.on(peer(1, What::NicGrants(Some(b_nic_grants()))));
+    assert_eq!(
+        actions,
+        vec![Action::ApplyGrant(1), Action::ReportDemand(1)]
+    );
+    let rows = machine.peers[1].row_grants();
+    assert_eq!(
+        granted_cpus(rows[&3].as_ref()),
+        [0, 1],
+        "10.0.0.2 is eth0's"
+    );
+    assert_eq!(
+        granted_cpus(rows[&4].as_ref()),
+        [6, 7],
+        "10.0.9.2 is eth1's"
+    );
+    assert_eq!(rows[&4].as_ref().map(|g| g.epoch), Some(9));
+    // The same grants again change nothing.
+    assert!(
+        machine
+            .on(peer(1, What::NicGrants(Some(b_nic_grants()))))
+            .is_empty()
+    );
+    // A new session (grants per NIC not told yet, or an older receiver):
+    // the one grant on every row again.
+    assert_eq!(
+        machine.on(peer(1, What::NicGrants(None))),
+        vec![Action::ApplyGrant(1), Action::ReportDemand(1)]
+    );
+    let back = machine.peers[1].row_grants();
+    assert_eq!(granted_cpus(back[&4].as_ref()), [0, 1]);
+}
+
+#[test]
+fn grants_per_nic_before_the_binder_are_kept_for_its_first_plan() {
+    let mut machine = two_receivers();
+    assert!(
+        machine
+            .on(peer(1, What::NicGrants(Some(b_nic_grants()))))
+            .is_empty()
+    );
+    assert_eq!(machine.peers[1].nic_granted, Some(b_nic_grants()));
+    // Without its NIC report no address is known to be eth1's: the one
+    // grant (none yet) stands.
+    assert_eq!(machine.peers[1].grant_for(ip("10.0.0.2")), None);
+}
