@@ -21,9 +21,11 @@ pub struct ReceiverArgs {
     pub listen: SocketAddr,
     /// Serve this RSS description (JSON) instead of discovering the first
     /// DEV's; the
-    /// file is watched and a changed file is a new version.
+    /// file is watched and a changed file is a new version. Repeat to give
+    /// the second `--iface` its own too, and so on in `--iface` order (a
+    /// DEV without one is discovered).
     #[arg(long, value_name = "FILE")]
-    pub rss: Option<PathBuf>,
+    pub rss: Vec<PathBuf>,
     /// Require senders to prove this pre-shared key (and prove it to them).
     /// Repeat during a key rollover: a sender may use either key. SIGHUP
     /// reads the files again and closes sessions whose key is gone.

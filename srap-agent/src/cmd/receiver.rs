@@ -46,7 +46,14 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
         Err(err) => super::usage_error(&err.into()),
     }
     let first = first_iface(&args.iface)?;
-    let (source, poll) = match &args.rss {
+    if args.rss.len() > args.iface.len() {
+        anyhow::bail!(
+            "{} --rss files for {} --iface: each names the description of the --iface in its place",
+            args.rss.len(),
+            args.iface.len()
+        );
+    }
+    let (source, poll) = match args.rss.first() {
         Some(path) => {
             if !srap_host::discovery::iface_exists(first) {
                 warn!(
@@ -89,8 +96,8 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
     };
     let (mut monitor, status) =
         Monitor::start(first, verify.hook, verify.cgroup, SAMPLE_INTERVAL, learned);
-    monitor.set_receive_cpu(monitor::receive_cpu_of(first, args.rss.is_some()));
-    let mut nics = NicSet::start(&args.iface, &verify, offer);
+    monitor.set_receive_cpu(monitor::receive_cpu_of(first, !args.rss.is_empty()));
+    let mut nics = NicSet::start(&args.iface, &args.rss, &verify, offer);
     let control_path = args
         .control
         .clone()

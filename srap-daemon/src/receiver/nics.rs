@@ -174,12 +174,20 @@ pub struct NicSet {
 
 impl NicSet {
     /// Starts a description watcher and a verifier on every NIC after the
-    /// first of `names` (`--iface` order).
-    pub fn start(names: &[String], verify: &Verify<'_>, offer: Offer) -> Self {
+    /// first of `names` (`--iface` order), each watching the file of
+    /// `files` in its place (`--rss`; the first NIC's is the receiver's
+    /// own) or else discovering its device's RSS.
+    pub fn start(
+        names: &[String],
+        files: &[std::path::PathBuf],
+        verify: &Verify<'_>,
+        offer: Offer,
+    ) -> Self {
         let further = names
             .iter()
+            .enumerate()
             .skip(1)
-            .map(|n| start_further(n, verify))
+            .map(|(i, n)| start_further(n, files.get(i).map(|f| f.as_path()), verify))
             .collect();
         let (diag, listen_error) = match TcpDiag::loaded() {
             Ok(diag) => (Some(diag), None),
@@ -374,19 +382,21 @@ impl NicSet {
     }
 }
 
-/// A further NIC's description watcher and verifier.
-fn start_further(name: &str, verify: &Verify<'_>) -> FurtherNic {
-    let (updates, watcher, error) = match source::watch_learning(
-        Source::Iface(name.to_owned()),
-        verify.poll,
-        LearnedKey::default(),
-    ) {
-        Ok((updates, watcher)) => (Some(updates), Some(watcher), None),
-        Err(err) => {
-            warn!("{name}: {err}; describing it to senders without its RSS");
-            (None, None, Some(err.to_string()))
-        }
+/// A further NIC's description watcher (of `file` when given) and
+/// verifier.
+fn start_further(name: &str, file: Option<&std::path::Path>, verify: &Verify<'_>) -> FurtherNic {
+    let source = match file {
+        Some(file) => Source::File(file.to_path_buf()),
+        None => Source::Iface(name.to_owned()),
     };
+    let (updates, watcher, error) =
+        match source::watch_learning(source, verify.poll, LearnedKey::default()) {
+            Ok((updates, watcher)) => (Some(updates), Some(watcher), None),
+            Err(err) => {
+                warn!("{name}: {err}; describing it to senders without its RSS");
+                (None, None, Some(err.to_string()))
+            }
+        };
     let (mut monitor, status) = Monitor::start(
         name,
         verify.hook,
@@ -394,7 +404,7 @@ fn start_further(name: &str, verify: &Verify<'_>) -> FurtherNic {
         verify.interval,
         LearnedKey::default(),
     );
-    monitor.set_receive_cpu(monitor::receive_cpu_of(name, false));
+    monitor.set_receive_cpu(monitor::receive_cpu_of(name, file.is_some()));
     FurtherNic {
         name: name.to_owned(),
         updates,
