@@ -434,12 +434,16 @@ async fn read_versioned(
 /// any other — and is never sent a
 /// `SeenFlows`, which it could not decode; a sender of this release is
 /// sent one (empty here: no observer) right after its first description.
-/// Likewise a sender of 6 or 7 is never sent a `ReceiverNics`.
+/// Likewise a sender of 6 or 7 is never sent a `ReceiverNics`, and one of
+/// 8 or older never a `NicGrants` (its grant covers the first NIC only),
+/// even from a receiver that serves two NICs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_of_protocol_6_is_served_in_protocol_6() {
     let key = psk("right key, 16+ bytes");
     let fx = Fixture::start(psk_config("right key, 16+ bytes")).await;
-    for version in [6, 7, PROTOCOL_VERSION] {
+    fx.server
+        .offer_nics("eth0", vec![("eth1".to_owned(), vec![vec![40, 41]])]);
+    for version in [6, 7, 8, PROTOCOL_VERSION] {
         let (mut stream, _, mut opener) = raw_sealed_session_of(&fx.addr(), &key, version).await;
         // The grant, then keepalives (one a second): two keepalives mean
         // everything sent on connecting has come.
@@ -461,6 +465,14 @@ async fn a_sender_of_protocol_6_is_served_in_protocol_6() {
             version >= 8,
             "protocol {version}: {kinds:?}"
         );
+        // The grant of every NIC from protocol 9 on, right after the
+        // first NIC's.
+        assert_eq!(
+            kinds.contains(&"NicGrants"),
+            version >= 9,
+            "protocol {version}: {kinds:?}"
+        );
+        assert!(kinds.contains(&"Grant"), "protocol {version}: {kinds:?}");
     }
 }
 

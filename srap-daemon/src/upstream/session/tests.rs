@@ -205,3 +205,35 @@ fn nics_are_awaited_from_protocol_8_on() {
     assert_eq!(nics_at_start(7), NicsReport::Unsupported(7));
     assert_eq!(nics_at_start(6), NicsReport::Unsupported(6));
 }
+
+#[test]
+fn grants_per_nic_are_taken_and_a_lying_one_ends_the_session() {
+    use srap_common::wire::{CpuCount, NicGrant, NicGrants};
+    let nic = |name: &str, cpus: &[u32]| NicGrant {
+        name: name.into(),
+        cpus: cpus
+            .iter()
+            .map(|cpu| CpuCount {
+                cpu: *cpu,
+                count: 0,
+            })
+            .collect(),
+    };
+    let honest = NicGrants {
+        epoch: 4,
+        nics: vec![nic("eth0", &[0, 1]), nic("eth1", &[4, 5])],
+    };
+    assert_eq!(
+        received(Message::NicGrants(honest.clone())).ok(),
+        Some(Received::NicGrants(honest))
+    );
+    let twice = NicGrants {
+        epoch: 5,
+        nics: vec![nic("eth0", &[0]), nic("eth0", &[1])],
+    };
+    assert!(matches!(
+        received(Message::NicGrants(twice)),
+        Err(PeerError::Refused(reason))
+            if reason == "the receiver sent bad NIC grants: NIC eth0 is granted twice"
+    ));
+}
