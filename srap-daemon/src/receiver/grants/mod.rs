@@ -9,7 +9,7 @@
 //! whose grant changed are told. Memory is bounded: one entry per session
 //! (at most `--max-peers`), each with at most
 //! [`MAX_GRANT_CPUS`](srap_common::wire::MAX_GRANT_CPUS) CPUs per NIC
-//! served (at most [`MAX_NICS`](srap_common::wire::MAX_NICS)).
+//! served (at most [`MAX_NICS`]).
 //!
 //! A receiver that serves several NICs (`--iface` more than once) shares
 //! each NIC's CPUs (those its queues reach, within `--cpus`) on its own
