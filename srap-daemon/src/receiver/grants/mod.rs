@@ -289,8 +289,13 @@ fn rebalance_nics(book: &mut Book, order: &[SocketAddr]) -> usize {
         };
         let mut nics = Vec::with_capacity(book.further.len() + 1);
         nics.push(nic_grant(&book.first, &entry.grant));
-        for ((name, _), grant) in book.further.iter().zip(&further) {
-            nics.push(nic_grant(name, grant));
+        // A NIC that offers no CPU (no description read) is left out: a
+        // sender plans its addresses with the first NIC's description, so
+        // the first NIC's grant is the one that fits them.
+        for ((name, tiers), grant) in book.further.iter().zip(&further) {
+            if tiers.iter().any(|t| !t.is_empty()) {
+                nics.push(nic_grant(name, grant));
+            }
         }
         if entry.nics_tx.borrow().nics == nics {
             continue;
@@ -421,6 +426,23 @@ mod tests {
         grants.leave(&b);
         assert_eq!(cpus_on(&ja.nics, "eth1"), BTreeSet::from([2, 3]));
         assert_eq!(cpus_on(&ja.nics, "eth0"), BTreeSet::from([0, 1]));
+    }
+
+    #[test]
+    fn a_nic_that_offers_no_cpu_is_left_to_the_first_nics_grant() {
+        let grants = Grants::default();
+        grants.offer_nics(
+            "eth0",
+            vec![
+                ("eth1".into(), Vec::new()),
+                ("eth2".into(), vec![vec![4, 5]]),
+            ],
+        );
+        let joined = grants.join("10.0.0.1:1".parse().expect("addr"), "a", vec![vec![0, 1]]);
+        let told = joined.nics.borrow().clone();
+        let names: Vec<&str> = told.nics.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["eth0", "eth2"]);
+        assert_eq!(told.of("eth1"), None);
     }
 
     #[test]
