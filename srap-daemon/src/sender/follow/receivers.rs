@@ -52,11 +52,16 @@ impl Link<'_> {
     /// line for each.
     fn say_grants(&self, applied: &grant::Applied) {
         if let Some(grant) = &self.peer.granted {
+            // With grants per NIC the last row written may be another
+            // NIC's: the grant's own size then.
+            let slots = match self.peer.nic_granted {
+                Some(_) => grant.cpus.len(),
+                None => applied.slots,
+            };
             println!(
-                "grant {} from {}: {} receiver CPUs [{}]",
+                "grant {} from {}: {slots} receiver CPUs [{}]",
                 grant.epoch,
                 self.peer.addr,
-                applied.slots,
                 grant_cpus(grant)
             );
         }
