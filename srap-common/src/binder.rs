@@ -225,6 +225,13 @@ macro_rules! binder_pinned_maps {
             /// tracing programs share it whichever agent loaded them.
             SUBFLOW_DESTS_MAP = SRAP_SUBFLOW_DESTS: HashMap<u64, $crate::binder::SubflowDest>
                 [$crate::binder::BinderSizes::subflow_tasks, $crate::binder::NO_PREALLOC];
+            /// Hash: a receiver address in the form of [`DestKey::addr`]
+            /// → [`crate::receiver_nics::SpreadFailing`]: an address a
+            /// moved connect's SYN got no answer from, which the connect
+            /// hook spreads no connect to until the agent re-admits it
+            /// (`srap_tcp_close` marks it at the SYN's first timeout).
+            SPREAD_FAILING_MAP = SRAP_SPREAD_FAILING: HashMap<[u32; 4], $crate::receiver_nics::SpreadFailing>
+                [$crate::binder::BinderSizes::spread_failing, $crate::binder::NO_PREALLOC];
         }
     };
 }
@@ -322,7 +329,7 @@ pub mod bare_bind {
 /// One index space for both, [`COUNTERS`] entries named by
 /// [`COUNTER_NAMES`] (the `outcome` label of `/metrics`, the keys of the
 /// status JSON).
-pub const COUNTERS: u32 = 32;
+pub const COUNTERS: u32 = 33;
 
 /// The counters' names, by index.
 pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
@@ -358,6 +365,7 @@ pub const COUNTER_NAMES: [&str; COUNTERS as usize] = [
     "subflow_traced",
     "subflow_untraced",
     "subflow_unplanned",
+    "spread_syn_unanswered",
 ];
 
 /// Verdicts of the binder's `connect` hooks, as indexes into [`STATS_MAP`].
@@ -540,6 +548,12 @@ pub mod event {
     /// its connect counts [`super::outcome::MISS`] (or
     /// [`super::outcome::SOURCE_UNPLANNED`]), as any connect toward it.
     pub const SUBFLOW_UNPLANNED: u32 = 31;
+    /// Under `--receiver-nics spread`, a moved connect whose SYN to the
+    /// address it was sent to got no answer by its first retransmit
+    /// timeout (`srap_tcp_close`): that address is marked failing
+    /// ([`super::SPREAD_FAILING_MAP`]) and no connect is sent there until
+    /// the agent re-admits it. One per socket.
+    pub const SPREAD_SYN_UNANSWERED: u32 = 32;
 }
 
 /// The protocol a connecting socket is steered as, from its `type` and

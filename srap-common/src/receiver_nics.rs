@@ -78,6 +78,33 @@ pub fn spread_choice(turn: u64, count: u32) -> u32 {
 // implicit padding (8 + 4 + 4 + 8 × 16 bytes).
 unsafe impl aya::Pod for SpreadRow {}
 
+/// Receiver addresses that may be marked failing at once.
+pub const MAX_FAILING: u32 = 64;
+
+/// A receiver address a moved connect's SYN got no answer from, as the
+/// `sock_ops` program marks it at the SYN's first retransmit timeout
+/// (about 1 s after it left): while the mark stands the connect hook sends
+/// no connect there (the asked address is kept), whatever the rows say.
+/// Marked by the kernel at once, read and re-admitted by the agent.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpreadFailing {
+    /// The address the connect that found it failing asked for, in the
+    /// form of `crate::binder::DestKey::addr`.
+    pub asked: [u32; 4],
+    /// `CLOCK_MONOTONIC` of the first unanswered SYN (`bpf_ktime_get_ns`).
+    pub since_ns: u64,
+    /// Moved connects whose SYN got no answer there since it was marked.
+    pub syns: u32,
+    /// The port the first of them asked for (host order).
+    pub port: u32,
+}
+
+#[cfg(feature = "user")]
+// SAFETY: `#[repr(C)]`, `Copy`, integers with no implicit padding
+// (16 + 8 + 4 + 4 bytes).
+unsafe impl aya::Pod for SpreadFailing {}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -103,5 +130,6 @@ mod tests {
         assert_eq!(row.addrs[0], [1, 0, 0, 0]);
         assert_eq!(SpreadRow::of(&[]).count, 0);
         assert_eq!(size_of::<SpreadRow>(), 16 + 16 * MAX_SPREAD as usize);
+        assert_eq!(size_of::<SpreadFailing>(), 32);
     }
 }

@@ -238,6 +238,13 @@ impl BinderSizes {
         1024
     }
 
+    /// Receiver addresses marked failing at once
+    /// (`SPREAD_FAILING_MAP`): a fixed count, not a setting; a full map
+    /// marks no more, and their connects keep spreading as before.
+    pub const fn spread_failing(&self) -> u32 {
+        crate::receiver_nics::MAX_FAILING
+    }
+
     /// Kernel memory the pinned maps take (what `bpftool map show` reports
     /// as `memlock`, summed), on a host with `possible_cpus` possible CPUs
     /// and `dests` destinations in the hash map (which allocates per entry).
@@ -337,7 +344,7 @@ mod tests {
             ("SRAP_RECEIVERS", 18_512),
             ("SRAP_SLOT_STATE", 266_552),
             ("SRAP_SOCKETS", 1_573_176),
-            ("SRAP_STATS", 1_080),
+            ("SRAP_STATS", 1_104),
             ("SRAP_BIND_ERRNOS", 3_384),
             ("SRAP_CONFIG", 360),
             ("SRAP_GRANTS", 287_808),
@@ -351,9 +358,10 @@ mod tests {
             // `bpftool map show` of an empty 1 024-entry hash map of 8-byte
             // keys and 20-byte values (Linux 6.18, 2 possible CPUs).
             ("SRAP_SUBFLOW_DESTS", 17_280),
+            ("SRAP_SPREAD_FAILING", 2_128),
         ];
         assert_eq!(by_map, reported);
-        assert_eq!(sizes.pinned_bytes(2, 2), 4_329_528, "4.11 MiB");
+        assert_eq!(sizes.pinned_bytes(2, 2), 4_331_680, "4.13 MiB");
         assert!(sizes.pinned_bytes(2, 2) <= 8 << 20);
     }
 
