@@ -8,6 +8,11 @@
 //! repaired them. Subflows are put in their MPTCP socket's cgroup, so this
 //! program sees them.
 //!
+//! A socket the spread step moved to another address of its receiver
+//! (`--receiver-nics spread`) also asks, at its connect, for retransmit
+//! timeouts: one whose SYN is still unanswered at the first marks that
+//! address failing ([`super::spread`]).
+//!
 //! No callback per packet: the kernel makes its few callbacks per
 //! connection whatever a program asks (five for a plain TCP connect; this
 //! one returns at once from all but one). As a socket's SYN leaves
@@ -27,8 +32,8 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     bindings::{
-        BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG, BPF_SOCK_OPS_TCP_CONNECT_CB,
-        BPF_TCP_CLOSE,
+        BPF_SOCK_OPS_RTO_CB, BPF_SOCK_OPS_STATE_CB, BPF_SOCK_OPS_STATE_CB_FLAG,
+        BPF_SOCK_OPS_TCP_CONNECT_CB, BPF_TCP_CLOSE,
     },
     helpers::{bpf_get_socket_cookie, generated::bpf_skc_to_mptcp_sock},
     macros::sock_ops,
@@ -36,7 +41,10 @@ use aya_ebpf::{
 };
 use srap_common::binder::event;
 
-use super::record::{recalled, release};
+use super::{
+    record::{recalled, release},
+    spread::{syn_timed_out, watch_syn},
+};
 
 /// `sock_ops` return value: carry on (the program changes no reply).
 const SOCK_OPS_OK: u32 = 1;
@@ -48,6 +56,9 @@ pub fn srap_tcp_close(ctx: SockOpsContext) -> u32 {
     let op = ctx.op();
     if op == BPF_SOCK_OPS_TCP_CONNECT_CB {
         watch_until_closed(&ctx);
+        watch_syn(&ctx, cookie_of(&ctx));
+    } else if op == BPF_SOCK_OPS_RTO_CB {
+        syn_timed_out(&ctx, cookie_of(&ctx));
     } else if op == BPF_SOCK_OPS_STATE_CB && ctx.arg(1) == BPF_TCP_CLOSE {
         release_at_close(&ctx);
     }

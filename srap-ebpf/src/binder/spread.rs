@@ -10,6 +10,14 @@
 //! ([`peer_name`]) to give back. Whatever is missing, the connect keeps
 //! the address asked for (counted `dest_kept` when a row was there).
 //!
+//! A moved socket's SYN that gets no answer by its first retransmit
+//! timeout (about 1 s) marks the address it was sent to failing
+//! (`SRAP_SPREAD_FAILING`, [`syn_timed_out`], from `srap_tcp_close`): from
+//! then on a turn that falls on that address keeps the asked one, at
+//! once, until the agent re-admits it. Only moved sockets ask the kernel
+//! for retransmit-timeout callbacks ([`watch_syn`]); under `asked`
+//! nothing new is read but the config word.
+//!
 //! As [`super::nic`] does, the choice is made in a subprogram that writes
 //! the destination it chose to this CPU's scratch row whichever way it
 //! went, and the hook reads it back: the kernel's verifier meets the later
@@ -18,21 +26,23 @@
 use core::ptr::{read_volatile, write_volatile};
 
 use aya_ebpf::{
+    bindings::{BPF_SOCK_OPS_RTO_CB_FLAG, BPF_TCP_SYN_SENT},
+    helpers::bpf_ktime_get_ns,
     macros::map,
     maps::{LruHashMap, PerCpuArray},
-    programs::SockAddrContext,
+    programs::{SockAddrContext, SockOpsContext},
 };
 use srap_common::{
     binder::{DestKey, DestValue, event},
     family::Family,
     protocol::Protocol,
-    receiver_nics::{self, MAX_SPREAD, spread_choice},
+    receiver_nics::{self, MAX_SPREAD, SpreadFailing, spread_choice},
 };
 
 use super::{
     claim::exchange,
     context::{Peer, V4_MAPPED_WORD, cookie_of, field},
-    maps::{SRAP_CONFIG, SRAP_DESTS, SRAP_SPREAD, count},
+    maps::{SRAP_CONFIG, SRAP_DESTS, SRAP_SPREAD, SRAP_SPREAD_FAILING, count},
     nic::bound_any,
 };
 
@@ -160,7 +170,9 @@ fn spread_into<const INET6: bool>(ctx: &SockAddrContext, scratch: *mut [u32; 8])
         count(event::DEST_KEPT);
         return;
     };
-    if chosen == asked_addr {
+    // `key.addr` is `chosen`: the failing mark is looked up with the key
+    // already in this frame, no copy.
+    if chosen == asked_addr || failing(&key.addr) {
         count(event::DEST_KEPT);
         return;
     }
@@ -203,6 +215,14 @@ fn choose(key: &DestKey) -> Option<[u32; 4]> {
     let i = core::hint::black_box(spread_choice(turn, count)) & (MAX_SPREAD - 1);
     // SAFETY: as above; `i` is below the row's addresses.
     Some(unsafe { read_volatile(&(*row).addrs[i as usize]) })
+}
+
+/// Whether `addr` is marked failing: a moved connect's SYN got no answer
+/// there, and the agent has not re-admitted it yet.
+#[inline(always)]
+fn failing(addr: &[u32; 4]) -> bool {
+    // SAFETY: only whether the entry is there is read.
+    unsafe { SRAP_SPREAD_FAILING.get(addr) }.is_some()
 }
 
 /// The plan's entry for `key`, as [`super::classify::dest_of`] finds it
@@ -290,6 +310,89 @@ pub(crate) fn forget_asked(cookie: u64) {
         let _ = SRAP_ASKED.remove(cookie);
     }
 }
+
+/// At a socket's connect (`BPF_SOCK_OPS_TCP_CONNECT_CB`): one the spread
+/// step moved asks the kernel for its retransmit timeouts, keeping the
+/// flags another program asked for; any other socket asks for nothing (one
+/// config read under `asked`, one hash lookup under `spread`).
+#[inline(always)]
+pub(crate) fn watch_syn(ctx: &SockOpsContext, cookie: u64) {
+    // SAFETY: only whether the entry is there is read.
+    if !spreading() || unsafe { SRAP_ASKED.get(cookie) }.is_none() {
+        return;
+    }
+    // Refused only for a socket that is not a full one, which a
+    // connecting socket is; then its SYN is not watched.
+    let _ = ctx.set_cb_flags((ctx.cb_flags() | BPF_SOCK_OPS_RTO_CB_FLAG) as i32);
+}
+
+/// A retransmit timeout of a socket that asked for them (a moved one,
+/// [`watch_syn`]): while its SYN is still unanswered, the address it was
+/// sent to is marked failing (its first timeout counts the socket,
+/// `spread_syn_unanswered`; each later one of a SYN still unanswered
+/// keeps the mark). A timeout after the handshake marks nothing.
+#[inline(always)]
+pub(crate) fn syn_timed_out(ctx: &SockOpsContext, cookie: u64) {
+    // SAFETY: the kernel's bpf_sock_ops.
+    if unsafe { (*ctx.ops).state } != BPF_TCP_SYN_SENT {
+        return;
+    }
+    // SAFETY: values are copied out at once.
+    let Some(asked) = (unsafe { SRAP_ASKED.get(cookie) }).copied() else {
+        return;
+    };
+    let first = ctx.arg(0) == 0;
+    let used = remote_addr(ctx);
+    if let Some(mark) = SRAP_SPREAD_FAILING.get_ptr_mut(used) {
+        if first {
+            // SAFETY: valid map memory; a lost increment of two racing
+            // timeouts only undercounts.
+            unsafe { (*mark).syns = (*mark).syns.wrapping_add(1) };
+        }
+    } else {
+        let mark = SpreadFailing {
+            asked,
+            // SAFETY: a helper of the base set, no arguments.
+            since_ns: unsafe { bpf_ktime_get_ns() },
+            syns: 1,
+            port: u32::from(u16::from_be((ctx.remote_port() >> 16) as u16)),
+        };
+        // A full map marks no more: those connects spread as before.
+        let _ = SRAP_SPREAD_FAILING.insert(used, mark, 0);
+    }
+    if first {
+        count(event::SPREAD_SYN_UNANSWERED);
+    }
+}
+
+/// The socket's peer in the form of `DestKey::addr` (an IPv4 address in
+/// word 0, a dual-stack socket's `::ffff:a.b.c.d` too). Each word read at
+/// a fixed offset of its own: the kernel's verifier refuses a context
+/// field reached through a computed one, which a copy of the array is.
+#[inline(always)]
+fn remote_addr(ctx: &SockOpsContext) -> [u32; 4] {
+    let ops = ctx.ops;
+    // SAFETY: field addresses within the kernel's bpf_sock_ops.
+    unsafe {
+        if field(&raw const (*ops).family) == AF_INET {
+            return [field(&raw const (*ops).remote_ip4), 0, 0, 0];
+        }
+        let ip6 = [
+            field(&raw const (*ops).remote_ip6[0]),
+            field(&raw const (*ops).remote_ip6[1]),
+            field(&raw const (*ops).remote_ip6[2]),
+            field(&raw const (*ops).remote_ip6[3]),
+        ];
+        if ip6[0] == 0 && ip6[1] == 0 && ip6[2] == V4_MAPPED_WORD {
+            [ip6[3], 0, 0, 0]
+        } else {
+            ip6
+        }
+    }
+}
+
+/// `AF_INET`, as `bpf_sock_ops::family` holds it.
+const AF_INET: u32 = 2;
 
 /// Whether the agent asked for `--receiver-nics spread` (its config's
 /// word): under `asked` neither the spread row nor the asked address is
