@@ -422,6 +422,11 @@ pub const SENDER_METRICS: &[(&str, &str, &str)] = &[
         "Re-plans made because this host's NICs changed (a link down or up, an address added or removed, a NIC added or gone)",
     ),
     (
+        "srap_sender_spread_failing_addresses",
+        "gauge",
+        "Receiver addresses a moved connect's SYN got no answer from (--receiver-nics spread), which new connects are kept off until re-admitted",
+    ),
+    (
         "srap_sender_local_routing_missing",
         "gauge",
         "What the routing lacks for flows bound to a NIC's address to leave and come back by it (source rules, strict rp_filter, ARP flux); 0 when not checked",
@@ -537,6 +542,9 @@ pub fn render_sender(status: &SenderStatus) -> String {
                 }
             }
             "srap_sender_local_nic_replans_total" => sample("", status.local_nic_replans),
+            "srap_sender_spread_failing_addresses" => {
+                sample("", status.spread_failing.len() as u64);
+            }
             "srap_sender_local_routing_missing" => {
                 sample("", status.local_routing.findings.len() as u64);
             }
@@ -821,6 +829,13 @@ mod tests {
             },
         ];
         status.local_nic_replans = 2;
+        status.spread_failing = vec![crate::sender::SpreadFailingRow {
+            asked: "10.0.0.2".parse().unwrap(),
+            used: "10.0.1.2".parse().unwrap(),
+            port: 5201,
+            syns: 1,
+            readmit_in_ms: 30_000,
+        }];
         status.local_routing.findings = vec!["eth1: flows from …".into()];
         status.count_local_nic_flows();
         let subflow = |cpu| crate::sender::MptcpSubflowRow {
@@ -852,6 +867,7 @@ mod tests {
             "srap_sender_local_nic_flows{iface=\"veth1\"} 0",
             "srap_sender_local_nic_placed_fallback{iface=\"veth1\",described_by=\"eth0\"} 1",
             "srap_sender_local_nic_replans_total 2",
+            "srap_sender_spread_failing_addresses 1",
             "srap_sender_local_routing_missing 1",
             "srap_sender_local_routing_installed 0",
             "srap_sender_mptcp_connections 1",

@@ -74,6 +74,27 @@ pub struct SenderStatus {
     /// installed (an older agent: not checked).
     #[serde(default)]
     pub local_routing: LocalRoutingRow,
+    /// Receiver addresses a moved connect's SYN got no answer from
+    /// (`--receiver-nics spread`): new connects keep the address asked for
+    /// until each is re-admitted (empty: none, or an older agent).
+    #[serde(default)]
+    pub spread_failing: Vec<SpreadFailingRow>,
+}
+
+/// A receiver address marked failing: a connect toward `asked` sent to
+/// `used` got no answer to its SYN.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpreadFailingRow {
+    /// The address the application asked for.
+    pub asked: IpAddr,
+    /// The address its SYN went to, which no connect is sent to now.
+    pub used: IpAddr,
+    /// The port asked for.
+    pub port: u16,
+    /// Moved connects whose SYN got no answer there while marked.
+    pub syns: u32,
+    /// Milliseconds until it is re-admitted.
+    pub readmit_in_ms: u64,
 }
 
 /// The routing check of this host's NICs.

@@ -52,11 +52,12 @@ pub fn render(status: &SenderStatus) -> String {
             let _ = writeln!(out, "{line}");
         }
     }
-    let nics = local_nics_summary(status);
-    if !nics.is_empty() {
-        let _ = writeln!(out);
-        for line in nics {
-            let _ = writeln!(out, "{line}");
+    for part in [local_nics_summary(status), spread_failing_summary(status)] {
+        if !part.is_empty() {
+            let _ = writeln!(out);
+            for line in part {
+                let _ = writeln!(out, "{line}");
+            }
         }
     }
     for bond in &status.bonds {
@@ -106,6 +107,30 @@ pub(super) fn mptcp_summary(status: &SenderStatus) -> Vec<String> {
                 sub.local_nic.as_deref().unwrap_or("-")
             ));
         }
+    }
+    lines
+}
+
+/// The receiver addresses new connects are kept off because a moved
+/// connect's SYN got no answer there (`--receiver-nics spread`), each with
+/// the address asked for and when it is re-admitted. Empty when none.
+pub(super) fn spread_failing_summary(status: &SenderStatus) -> Vec<String> {
+    if status.spread_failing.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![
+        "receiver addresses whose SYN got no answer (connects keep the asked one):".to_owned(),
+    ];
+    for f in &status.spread_failing {
+        lines.push(format!(
+            "  {} (asked {} port {}): {} SYN unanswered, re-admitted in {} s; check the firewall and route toward {}",
+            f.used,
+            f.asked,
+            f.port,
+            f.syns,
+            f.readmit_in_ms.div_ceil(1000),
+            f.used
+        ));
     }
     lines
 }
