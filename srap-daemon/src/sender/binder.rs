@@ -30,7 +30,7 @@ use super::{
     maps,
     options::SenderOptions,
     plan::{Plan, PlanInputs},
-    spread::{self, ReceiverNicsMode},
+    spread::{self, ReceiverNicsMode, failing::SynFallback},
     state::{self, SenderState},
 };
 
@@ -56,6 +56,9 @@ pub struct RunningBinder {
     /// Re-plans made because this host's NICs changed (a link down or up,
     /// an address added or removed, a NIC added or gone) since start.
     pub local_nic_replans: u64,
+    /// The receiver addresses a moved connect's SYN got no answer from,
+    /// as the agent follows them (`--receiver-nics spread`).
+    pub syn_fallback: SynFallback,
 }
 
 impl RunningBinder {
@@ -155,6 +158,7 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
         local_placement: options.local_placement,
         local_nics: options.nics.policy,
         local_nic_replans: 0,
+        syn_fallback: SynFallback::default(),
     })
 }
 

@@ -250,5 +250,6 @@ pub fn rows(dests: &[(DestKey, DestValue)], peers: &[SpreadPeer]) -> Vec<(DestKe
     out
 }
 
+pub mod failing;
 #[cfg(test)]
 mod tests;

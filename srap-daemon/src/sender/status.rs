@@ -10,7 +10,7 @@ use srap_common::{binder::COUNTER_NAMES, rss::FlowTuple};
 use srap_status::{
     ControlSocket, SenderStatus,
     control::serve,
-    sender::{LocalNicRow, LocalRoutingRow, LocalRow, SenderFlowRow},
+    sender::{LocalNicRow, LocalRoutingRow, LocalRow, SenderFlowRow, SpreadFailingRow},
 };
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -97,6 +97,23 @@ fn local_routing_row(report: &RoutingReport) -> LocalRoutingRow {
     }
 }
 
+/// The receiver addresses marked failing, as the agent last read them
+/// ([`super::spread::failing`]).
+fn spread_failing_rows(binder: &RunningBinder) -> Vec<SpreadFailingRow> {
+    let now = std::time::Instant::now();
+    binder
+        .syn_fallback
+        .marked()
+        .map(|f| SpreadFailingRow {
+            asked: f.asked,
+            used: f.used,
+            port: f.port,
+            syns: f.syns,
+            readmit_in_ms: f.readmit_in(now).as_millis() as u64,
+        })
+        .collect()
+}
+
 /// The binder's part of a snapshot: where it steers, its reservation and
 /// its counters.
 pub fn binder_status(binder: &RunningBinder) -> SenderStatus {
@@ -107,6 +124,7 @@ pub fn binder_status(binder: &RunningBinder) -> SenderStatus {
         local_nics_policy: binder.local_nics.to_string(),
         local_nic_replans: binder.local_nic_replans,
         local_routing: local_routing_row(&binder.plan.host.routing),
+        spread_failing: spread_failing_rows(binder),
         ..SenderStatus::default()
     };
     match read_stats(&binder.layout) {

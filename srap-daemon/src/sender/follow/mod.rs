@@ -289,6 +289,7 @@ impl Follower {
                     self.execute(binder, actions);
                 }
                 _ = status_tick.tick() => {
+                    self.follow_failing(binder);
                     self.sample_local(binder);
                     self.follow_bonds(binder);
                     self.publish_and_judge(binder);
@@ -320,6 +321,15 @@ impl Follower {
                     self.publish(Some(binder));
                 }
             }
+        }
+    }
+
+    /// Under `--receiver-nics spread`, the receiver addresses the kernel
+    /// marked failing: said, shown, and re-admitted after their back-off
+    /// ([`crate::sender::spread::failing`]).
+    fn follow_failing(&self, binder: &mut RunningBinder) {
+        if self.machine.options.receiver_nics == crate::sender::spread::ReceiverNicsMode::Spread {
+            binder.syn_fallback.follow(&binder.layout);
         }
     }
 
