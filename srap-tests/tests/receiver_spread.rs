@@ -452,3 +452,235 @@ fn a_listener_gone_from_the_second_address_takes_its_rows_along() {
         "the listener's rows left after {took:?}"
     );
 }
+
+/// The nftables table that drops SYNs on the receiver's second link.
+const SYN_DROP_TABLE: &str = "srap_syn_drop";
+
+/// A rule in the receiver namespace that drops every SYN toward
+/// [`DPORT`] arriving on one link, counting them: a firewall on the
+/// receiver's second NIC, silent (no reset, no ICMP). Removed on drop.
+struct SynDrop<'a> {
+    ns: &'a NetNs,
+}
+
+impl<'a> SynDrop<'a> {
+    fn install(ns: &'a NetNs, ifname: &str) -> Self {
+        let nft = |args: &[&str]| ns.exec("nft", args).expect("nft in the receiver namespace");
+        nft(&["add", "table", "inet", SYN_DROP_TABLE]);
+        let guard = Self { ns };
+        nft(&[
+            "add",
+            "chain",
+            "inet",
+            SYN_DROP_TABLE,
+            "in",
+            "{",
+            "type",
+            "filter",
+            "hook",
+            "prerouting",
+            "priority",
+            "-300",
+            ";",
+            "}",
+        ]);
+        let dport = DPORT.to_string();
+        nft(&[
+            "add",
+            "rule",
+            "inet",
+            SYN_DROP_TABLE,
+            "in",
+            "iifname",
+            ifname,
+            "tcp",
+            "dport",
+            &dport,
+            "tcp",
+            "flags",
+            "&",
+            "(syn|ack)",
+            "==",
+            "syn",
+            "counter",
+            "drop",
+        ]);
+        guard
+    }
+
+    /// SYNs dropped so far (the rule's own counter).
+    fn dropped(&self) -> u64 {
+        let out = self
+            .ns
+            .exec("nft", ["list", "table", "inet", SYN_DROP_TABLE])
+            .expect("nft list");
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split_whitespace()
+            .skip_while(|w| *w != "packets")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no counter in {text}"))
+    }
+}
+
+impl Drop for SynDrop<'_> {
+    fn drop(&mut self) {
+        if let Err(err) = self
+            .ns
+            .exec("nft", ["delete", "table", "inet", SYN_DROP_TABLE])
+        {
+            eprintln!("cleanup: removing the SYN drop: {err:#}");
+        }
+    }
+}
+
+/// Connects made at once while the second link drops SYNs.
+const BURST: usize = 8;
+
+impl TwoNicReceiver {
+    fn syns_unanswered(&self) -> u64 {
+        self.sender
+            .stats()
+            .expect("binder stats")
+            .get(event::SPREAD_SYN_UNANSWERED)
+    }
+
+    /// The sender's marks, once it shows one.
+    fn shown_failing(&self) -> Vec<srap_status::sender::SpreadFailingRow> {
+        let shown = poll_until(TIMEOUT, Duration::from_millis(100), || {
+            let status = self.sender.status().expect("the sender's status");
+            if status.spread_failing.is_empty() {
+                ControlFlow::Continue(())
+            } else {
+                ControlFlow::Break(status.spread_failing)
+            }
+        });
+        shown.unwrap_or_else(|()| {
+            panic!(
+                "no failing address in the sender's status; its log:\n{}",
+                self.sender.log().tail()
+            )
+        })
+    }
+}
+
+/// The client ports of `accepted` that reached `addr`.
+fn ports_on(accepted: &[Accepted], addr: IpAddr) -> BTreeSet<u16> {
+    accepted
+        .iter()
+        .filter(|f| f.local.ip() == addr)
+        .map(|f| f.peer.port())
+        .collect()
+}
+
+#[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
+fn a_second_nic_that_drops_syns_is_left_after_the_first_unanswered_one() {
+    require_privileged("a receiver of two veth links whose second drops SYNs");
+    let setup = TwoNicReceiver::start("spread");
+    let addrs = setup.addrs();
+    let sink = setup.serve(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    setup.await_port(&addrs, 2);
+    let asked = SocketAddr::new(addrs[0], DPORT);
+    let cgroup = setup.sender.cgroup().to_path_buf();
+    let drop_rule = SynDrop::install(&setup.hosts.receiver, &setup.far.ifname);
+    let (spread_before, unanswered_before) = (setup.spread_count(), setup.syns_unanswered());
+
+    // Before any SYN went unanswered: half the burst goes to the second
+    // address, whose SYNs are dropped; their connects wait.
+    let mut first = Workload::spawn(&setup.hosts.sender, Some(&cgroup), asked);
+    let sent = std::time::Instant::now();
+    first.send(&format!("burst {BURST}"));
+    let detected = poll_until(TIMEOUT, Duration::from_millis(10), || {
+        if setup.syns_unanswered() > unanswered_before {
+            ControlFlow::Break(sent.elapsed())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
+    .unwrap_or_else(|()| {
+        panic!(
+            "no unanswered SYN marked; the sender's log:\n{}",
+            setup.sender.log().tail()
+        )
+    });
+    let to_dead = setup.spread_count() - spread_before;
+
+    // After it: every new connect keeps the asked address, none fails.
+    let rx_before = setup.rx_bytes();
+    let mut second = Workload::spawn(&setup.hosts.sender, Some(&cgroup), asked);
+    let after = second.bulk(FLOWS, KIB);
+    let rx_after = setup.rx_bytes();
+    let spread_after = setup.spread_count() - spread_before;
+    let shown = setup.shown_failing();
+    let warned = setup
+        .sender
+        .log()
+        .find(|l| l.contains("got no answer to its SYN"));
+    let dropped = drop_rule.dropped();
+
+    // The connects sent there before: left to the kernel's own SYN
+    // retransmits, which connect them once the path answers again.
+    let lifted = sent.elapsed();
+    drop(drop_rule);
+    let late = first.answer(TIMEOUT);
+    let late_took = sent.elapsed();
+    let accepted = sink.finish(Duration::from_millis(500));
+    second.finish();
+    first.finish();
+
+    let on_second = ports_on(&accepted, addrs[1]);
+    let on_first = ports_on(&accepted, addrs[0]);
+    println!(
+        "SYN to {} unanswered: marked {detected:?} after the burst; {to_dead} of {BURST} connects \
+         had been sent there ({dropped} SYNs dropped); the rule lifted at {lifted:?}, they \
+         connected by {late_took:?}; {} connects after the mark, all to {}; second link rx \
+         {} bytes meanwhile",
+        addrs[1],
+        after.len(),
+        addrs[0],
+        rx_after[1] - rx_before[1]
+    );
+    assert!(
+        after.iter().all(|p| *p != 0),
+        "a connect after the mark failed: {after:?}"
+    );
+    assert!(
+        after.iter().all(|p| on_first.contains(p)),
+        "every connect after the mark was accepted on {}: {after:?}, first {on_first:?}",
+        addrs[0]
+    );
+    assert_eq!(
+        spread_after, to_dead,
+        "no connect was sent to the dead address after the mark"
+    );
+    assert!(
+        rx_after[1] - rx_before[1] < FLOW_BYTES,
+        "the second link received {} bytes after the mark",
+        rx_after[1] - rx_before[1]
+    );
+    assert!(
+        rx_after[0] - rx_before[0] >= FLOWS as u64 * FLOW_BYTES,
+        "{rx_before:?} -> {rx_after:?}"
+    );
+    assert!(to_dead >= 1, "the burst sent none to the second address");
+    assert!(dropped >= to_dead, "{dropped} SYNs dropped, {to_dead} sent");
+    assert!(
+        detected <= Duration::from_secs(3),
+        "marked {detected:?} after the SYN (its first timeout is 1 s)"
+    );
+    // The late ones: connected, on the address they were sent to.
+    assert!(
+        late.iter().all(|p| *p != 0),
+        "a connect sent before the mark failed: {late:?}"
+    );
+    let late_on_second = late.iter().filter(|p| on_second.contains(p)).count();
+    assert_eq!(
+        late_on_second as u64, to_dead,
+        "late {late:?}, second {on_second:?}"
+    );
+    // Said and shown.
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!((shown[0].asked, shown[0].used), (addrs[0], addrs[1]));
+    assert!(warned.is_some(), "{}", setup.sender.log().tail());
+}
