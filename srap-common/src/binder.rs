@@ -526,7 +526,8 @@ pub mod event {
     pub const DEST_SPREAD: u32 = 27;
     /// Under `--receiver-nics spread`, a connect whose destination has a
     /// row of addresses that kept the address asked for: its turn fell on
-    /// it, or the address its turn fell on has no plan yet.
+    /// it, or the address its turn fell on has no plan yet or is marked
+    /// failing ([`SPREAD_FAILING_MAP`](super::SPREAD_FAILING_MAP)).
     pub const DEST_KEPT: u32 = 28;
     /// The bind of a further MPTCP subflow that took its destination from
     /// the kernel's path manager's own call (`__mptcp_subflow_connect`,
