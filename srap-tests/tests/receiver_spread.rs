@@ -13,6 +13,13 @@
 //!   `dest_spread`.
 //! * `asked`, side by side: the kernel's choice, all 16 on the first link.
 //! * `spread`, a server bound to the first address only: no flow moved.
+//! * `spread`, the second link dropping SYNs (an nft rule in the receiver
+//!   namespace) while the receiver agent still reports the listener on
+//!   both: the first unanswered SYN marks the second address within about
+//!   1 s, every connect after it goes to the asked address (by the
+//!   server's accepted addresses and the links' `rx_bytes`) and none
+//!   fails; the connects sent there before wait for the kernel's SYN
+//!   retransmits and connect once the rule is lifted.
 //!
 //! The veth behind the second link has no RSS: both addresses are planned
 //! with the receiver's first description (the embedded one), each on its

@@ -690,6 +690,28 @@ mod tests {
     }
 
     #[test]
+    fn a_receiver_address_whose_syn_got_no_answer_is_named_with_what_to_check() {
+        let status = SenderStatus {
+            spread_failing: vec![srap_status::sender::SpreadFailingRow {
+                asked: "10.0.0.2".parse().unwrap(),
+                used: "10.0.1.2".parse().unwrap(),
+                port: 5201,
+                syns: 2,
+                readmit_in_ms: 29_001,
+            }],
+            ..SenderStatus::default()
+        };
+        let text = render(&status);
+        assert!(
+            text.lines().any(|l| l
+                == "  10.0.1.2 (asked 10.0.0.2 port 5201): 2 SYN unanswered, re-admitted in 30 s; \
+                    check the firewall and route toward 10.0.1.2"),
+            "{text}"
+        );
+        assert!(spread_failing_summary(&SenderStatus::default()).is_empty());
+    }
+
+    #[test]
     fn every_receiver_with_its_version_grant_and_counters() {
         let status = two_receivers();
         let text = render(&status);
