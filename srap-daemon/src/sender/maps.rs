@@ -350,12 +350,22 @@ fn dest_changes<'p>(
 }
 
 /// The binder's outcome counters, summed over CPUs, by [`outcome`] index.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BinderStats {
     pub counts: [u64; COUNTERS as usize],
     /// The binds the kernel refused ([`outcome::BIND_REFUSED`]) by errno,
     /// those that happened only, in errno order.
     pub bind_errnos: Vec<(u32, u64)>,
+}
+
+/// All zero (written out: `Default` is derived for arrays of at most 32).
+impl Default for BinderStats {
+    fn default() -> Self {
+        Self {
+            counts: [0; COUNTERS as usize],
+            bind_errnos: Vec::new(),
+        }
+    }
 }
 
 impl BinderStats {
