@@ -18,11 +18,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use srap_common::{
-    binder::outcome,
-    rss::embedded_default,
-    wire::{self, NicLink},
-};
+use srap_common::{binder::outcome, rss::embedded_default, wire::NicLink};
 use srap_status::sender::ReceiverRow;
 use srap_tests::{
     TwoHosts, built_binary,
@@ -309,8 +305,9 @@ fn a_sender_of_an_older_protocol_gets_one_nic_and_steers() {
     let upstream = SocketAddr::new(setup.hosts.receiver_end.ip(false), PEER_PORT);
     let relay = Relay::start(&setup.hosts.sender, upstream).expect("relay in the sender netns");
     // No key: nothing is authenticated, so the rewritten Hello makes the
-    // session run at the version before this one, as with a sender of it.
-    let oldest = wire::PROTOCOL_VERSION - 1;
+    // session run at the version before `ReceiverNics` (8), as with a
+    // sender of it.
+    let oldest = 7;
     relay.rewrite(Rewrite::HelloVersionTo(oldest));
     relay.allow(100);
     setup.start_sender(&relay.addr().to_string());

@@ -200,7 +200,8 @@ async fn converse(
     nics.mark_changed();
     if version < 8 {
         info!(
-            "{peer}: speaks protocol {version}, so it is told of the first NIC only              (ReceiverNics needs 8)"
+            "{peer}: speaks protocol {version}, so it is told of the first NIC only \
+             (ReceiverNics needs 8)"
         );
     }
 

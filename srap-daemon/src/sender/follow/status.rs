@@ -267,7 +267,8 @@ fn add_receiver_nics(
         Some(NicsReport::Nics(nics)) => nics,
         Some(NicsReport::Unsupported(version)) => {
             row.nics_unknown = Some(format!(
-                "the receiver speaks protocol {version}, which describes one NIC (8 describes                  every NIC it serves)"
+                "the receiver speaks protocol {version}, which describes one NIC (8 describes \
+                 every NIC it serves)"
             ));
             return;
         }
