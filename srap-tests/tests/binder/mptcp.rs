@@ -174,6 +174,26 @@ fn assert_released_at_once(lab: &Lab, what: &str) {
     }
 }
 
+/// Closes both ends (the client's workload, then the server's accepted
+/// connections once their peers closed) and holds what every MPTCP test
+/// holds after: everything released at once, nothing failed, nothing
+/// repaired. The binder's counters then.
+#[track_caller]
+fn close_and_assert_drained(
+    lab: &Lab,
+    workload: Workload,
+    server: &mut Server,
+    accepted: &[u16],
+    what: &str,
+) -> srap_daemon::sender::BinderStats {
+    workload.finish();
+    server.await_closed(accepted);
+    server.close(accepted);
+    assert_released_at_once(lab, what);
+    assert_nothing_failed_or_repaired(lab, what);
+    lab.stats()
+}
+
 /// No connect came to a failure verdict, and the agent's audit repaired
 /// nothing, then or in the two audits after (nothing was left for it).
 #[track_caller]
@@ -217,12 +237,13 @@ fn mptcp_subflows_release_what_they_claimed_at_once() {
         "the first subflows steered: {stats}"
     );
 
-    workload.finish();
-    server.await_closed(&accepted);
-    server.close(&accepted);
-    assert_released_at_once(lab, "MPTCP connections with two subflows");
-    assert_nothing_failed_or_repaired(lab, "MPTCP connections with two subflows");
-    let stats = lab.stats();
+    let stats = close_and_assert_drained(
+        lab,
+        workload,
+        &mut server,
+        &accepted,
+        "MPTCP connections with two subflows",
+    );
     assert_eq!(
         stats.get(event::RELEASED_AT_CLOSE),
         2 * CONNECTIONS as u64,
@@ -332,12 +353,13 @@ fn every_subflow_on_a_cpu_of_its_own(v6: bool) -> srap_daemon::sender::BinderSta
     );
     assert_eq!(stats.get(outcome::PORT_AT_BIND), 0, "{stats}");
 
-    workload.finish();
-    server.await_closed(&accepted);
-    server.close(&accepted);
-    assert_released_at_once(lab, "MPTCP connections with two steered subflows");
-    assert_nothing_failed_or_repaired(lab, "MPTCP connections with two steered subflows");
-    let stats = lab.stats();
+    let stats = close_and_assert_drained(
+        lab,
+        workload,
+        &mut server,
+        &accepted,
+        "MPTCP connections with two steered subflows",
+    );
     assert_eq!(
         stats.get(event::RELEASED_AT_CLOSE),
         2 * SPREAD_CONNECTIONS as u64,
@@ -506,12 +528,13 @@ fn mptcp_subflows_toward_an_announced_address_land_on_its_own_cpus() {
     assert_every_bind_found_its_destination(&stats, ANNOUNCE_CONNECTIONS);
     assert_eq!(stats.get(outcome::PORT_AT_BIND), 0, "{stats}");
 
-    workload.finish();
-    server.await_closed(&accepted);
-    server.close(&accepted);
-    assert_released_at_once(lab, "MPTCP connections with an announced address");
-    assert_nothing_failed_or_repaired(lab, "MPTCP connections with an announced address");
-    let stats = lab.stats();
+    let stats = close_and_assert_drained(
+        lab,
+        workload,
+        &mut server,
+        &accepted,
+        "MPTCP connections with an announced address",
+    );
     assert_eq!(
         stats.get(event::RELEASED_AT_CLOSE),
         2 * ANNOUNCE_CONNECTIONS as u64,
@@ -551,11 +574,13 @@ fn mptcp_subflows_toward_an_unplanned_announced_address_keep_the_kernels_port() 
     assert_eq!(stats.get(outcome::SUBFLOW_STEERED), 0, "{stats}");
     assert_eq!(stats.get(outcome::PORT_AT_BIND), 0, "{stats}");
 
-    workload.finish();
-    server.await_closed(&accepted);
-    server.close(&accepted);
-    assert_released_at_once(lab, "MPTCP connections with an unplanned announced address");
-    assert_nothing_failed_or_repaired(lab, "MPTCP connections with an unplanned announced address");
+    close_and_assert_drained(
+        lab,
+        workload,
+        &mut server,
+        &accepted,
+        "MPTCP connections with an unplanned announced address",
+    );
 }
 
 /// Each of the receiver's connections (its token) holds exactly one
