@@ -24,7 +24,7 @@ use serde::Serialize;
 use srap_harness::{
     guest::{
         GuestImage,
-        numa::{CPUS_PER_NODE, NODES, QUEUES},
+        numa::NODES,
         numa_lab::{self, Choice, NumaLab, Round},
     },
     interrupt::interrupted,
@@ -316,8 +316,8 @@ pub fn run(
     let mut report = NumaNicsReport {
         guest_kernel: image.series.to_string(),
         nodes: NODES,
-        cpus_per_node: CPUS_PER_NODE,
-        queues_per_nic: QUEUES,
+        cpus_per_node: lab.numa.shape.cpus_per_node,
+        queues_per_nic: lab.numa.shape.queues,
         layout: lab.numa.render().lines().map(str::to_owned).collect(),
         seconds: plan.seconds,
         rounds: Vec::new(),

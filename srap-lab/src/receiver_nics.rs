@@ -1,6 +1,6 @@
 //! What a receiver's second NIC buys (`srap-lab --experiment receiver-nics`,
 //! issue 44): the two-NIC receiver guest
-//! ([`srap_harness::guest::receiver_nics_lab`]) takes one transfer of 8
+//! ([`srap_harness::guest::receiver_nics_lab`]) takes one transfer of 16
 //! streams to its FIRST NIC's address, each NIC's link capped like a real
 //! link ([`NicCaps`]), with the kernel's ports (every stream enters the
 //! NIC asked for: one link's worth) and with the sender agent's
@@ -34,8 +34,9 @@ use crate::{
 };
 
 /// Parallel streams of each transfer: two per receive queue of one NIC, one
-/// per (NIC, queue) pair of both.
-pub const STREAMS: usize = 8;
+/// per (NIC, CPU) pair of both (the guest's NICs have a queue per CPU of
+/// their node), the issue's 16.
+pub const STREAMS: usize = 16;
 /// SRAP's aggregate over the kernel's that every trial must reach.
 pub const GOAL_RATIO: f64 = 1.9;
 /// The first iperf3 port; each transfer takes the next.
@@ -57,7 +58,7 @@ pub struct Transfer {
     pub aggregate_mbps: f64,
     /// Streams accepted through NIC 0 and NIC 1.
     pub split: [usize; 2],
-    /// Distinct (NIC, queue) pairs the streams sat on.
+    /// Distinct (NIC, CPU) pairs the streams sat on.
     pub pairs: usize,
     /// Streams whose `getpeername()` was not the address asked for.
     pub peers_moved: usize,
@@ -329,7 +330,7 @@ mod tests {
         Transfer {
             aggregate_mbps: mbps,
             split,
-            pairs: 8,
+            pairs: STREAMS,
             peers_moved: 0,
             counters_disagree: Vec::new(),
         }
@@ -338,8 +339,8 @@ mod tests {
     fn trial(t: usize, kernel: f64, srap: f64) -> Trial {
         Trial {
             trial: t,
-            kernel: transfer(kernel, [8, 0]),
-            srap: transfer(srap, [4, 4]),
+            kernel: transfer(kernel, [STREAMS, 0]),
+            srap: transfer(srap, [STREAMS / 2, STREAMS / 2]),
             ratio: srap / kernel,
         }
     }

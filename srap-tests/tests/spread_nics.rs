@@ -1,28 +1,27 @@
 //! The receiver's NICs (issue 44), judged in a QEMU receiver guest with
 //! two virtio-net NICs with RSS, each on its own tap and subnet of the
-//! test's namespace ([`srap_harness::guest::receiver_nics_lab`]: a 4-queue
-//! NIC on each of two nodes, every queue's IRQ pinned to a vCPU, no RPS).
+//! test's namespace ([`srap_harness::guest::receiver_nics_lab`]: two nodes
+//! of 8 vCPUs, on each an 8-queue NIC with every queue's IRQ pinned to a
+//! vCPU of its own, no RPS).
 //! The guest runs the receiver agent over both NICs and `iperf3 -s` on the
 //! wildcard address; the namespace runs the sender agent with
-//! `--receiver-nics spread` and one `iperf3 -c` of 8 streams to the FIRST
-//! NIC's address.
+//! `--receiver-nics spread` and one `iperf3 -c` of 16 streams to the
+//! FIRST NIC's address.
 //!
 //! Side by side in one boot:
 //! * the kernel's ports: every stream enters by the address asked for, and
 //!   the second NIC idles;
-//! * SRAP: the streams split 4/4 over the NICs, on 8 distinct (NIC, queue)
-//!   pairs, and the application never notices (`getpeername()`, which
-//!   iperf3 reports as each stream's `remote_host`, is the address it
-//!   asked for);
+//! * SRAP: the streams split 8/8 over the NICs, on 16 distinct (NIC, CPU)
+//!   pairs, 16 distinct CPUs of the receiver, and the application never
+//!   notices (`getpeername()`, which iperf3 reports as each stream's
+//!   `remote_host`, is the address it asked for);
 //! * a server bound to the first address only: SRAP moves no stream.
 //!
 //! Nothing is judged by SRAP's own report: the NIC a stream used is the
 //! address the guest's server accepted it on, its queue the one that NIC's
-//! own key and table give the accepted tuple, and the NICs' own `rx_bytes`
-//! and per-queue packet counters must carry them. 8 streams, not the
-//! issue's 16: this guest's NICs have 4 queues each (4 vCPUs under
-//! software emulation), so 8 is the most that can sit on distinct (NIC,
-//! queue) pairs.
+//! own key and table give the accepted tuple, its CPU the one that queue's
+//! interrupt was pinned to (and seen to move to) at boot, and the NICs' own
+//! `rx_bytes` and per-queue packet counters must carry them.
 
 use std::sync::Mutex;
 
@@ -33,7 +32,7 @@ use srap_harness::guest::{
 use srap_tests::{built_binary, guest_image, require_privileged};
 
 /// Parallel streams of the transfer.
-const STREAMS: usize = 8;
+const STREAMS: usize = 16;
 /// Seconds each transfer runs.
 const SECONDS: u64 = 4;
 
@@ -95,10 +94,11 @@ fn a_transfer_to_one_address_spreads_over_both_receiver_nics_beside_the_kernels_
             ));
         }
     }
-    if spread.pairs().len() != STREAMS {
+    if spread.pairs().len() != STREAMS || spread.cpus().len() != STREAMS {
         wrong.push(format!(
-            "spread: {} distinct (NIC, queue) pairs for {STREAMS} streams",
-            spread.pairs().len()
+            "spread: {} distinct (NIC, CPU) pairs and {} distinct CPUs for {STREAMS} streams",
+            spread.pairs().len(),
+            spread.cpus().len()
         ));
     }
     for s in spread.peers_not(asked) {

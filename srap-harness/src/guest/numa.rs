@@ -37,10 +37,40 @@ use crate::{interrupt::interrupted, programs::iperf3_server_with, readers::parse
 
 /// NUMA nodes, each with a NIC.
 pub const NODES: u32 = 2;
-/// vCPUs per node (`-smp 4,sockets=2,cores=2`).
-pub const CPUS_PER_NODE: u32 = 2;
-/// Receive queues per NIC (QEMU's `vectors=10`).
-pub const QUEUES: u32 = 4;
+/// How many vCPUs each node has and how many receive queues each NIC:
+/// the guest's size, chosen by what a test must tell apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NumaShape {
+    /// vCPUs per node (`-smp`, a socket per node).
+    pub cpus_per_node: u32,
+    /// Receive queues per NIC (QEMU's `vectors`, two per queue pair and
+    /// two more).
+    pub queues: u32,
+}
+
+impl NumaShape {
+    /// 2 vCPUs per node and 4 queues per NIC, two on each of its node's
+    /// CPUs: enough for a reader on every CPU of both nodes, the reader
+    /// rule's test, at the smallest guest that has it.
+    pub const READERS: Self = Self {
+        cpus_per_node: 2,
+        queues: 4,
+    };
+
+    /// 8 vCPUs per node and 8 queues per NIC, a queue on each of its
+    /// node's CPUs: 16 streams into a two-NIC receiver can each sit on a
+    /// (NIC, CPU) pair of their own, the receiver-NIC issue's 16 flows.
+    pub const RECEIVER: Self = Self {
+        cpus_per_node: 8,
+        queues: 8,
+    };
+
+    /// Every vCPU of the guest.
+    pub fn cpus(self) -> u32 {
+        NODES * self.cpus_per_node
+    }
+}
+
 /// The metric of NIC `i`'s route to [`GuestNet::routed_ip`]: `i + 1`
 /// hundreds, so NIC 0's is the route.
 const ROUTE_METRIC: u32 = 100;
@@ -115,16 +145,18 @@ pub struct NumaGuest {
     pub nics: Vec<NodeNic>,
     /// Each node's CPUs as the guest lists them (`node/nodeN/cpulist`).
     pub node_cpus: Vec<Vec<u32>>,
+    /// The size it was booted with.
+    pub shape: NumaShape,
 }
 
 impl NumaGuest {
     /// Boots `image` on `net` (a [`GuestNet::per_node`] of [`NODES`]
-    /// links) with [`NODES`] nodes of [`CPUS_PER_NODE`] vCPUs and a
-    /// [`QUEUES`]-queue NIC each, then prepares the NICs (see the module's
-    /// page) and warms every queue.
-    pub fn boot(net: &GuestNet, image: &GuestImage) -> anyhow::Result<Self> {
-        let shape = GuestShape::numa(NODES, CPUS_PER_NODE, QUEUES)?;
-        let mut guest = Guest::boot(net, image, shape)?;
+    /// links) with [`NODES`] nodes of `shape`'s vCPUs and a NIC of its
+    /// queues each, then prepares the NICs (see the module's page) and
+    /// warms every queue.
+    pub fn boot(net: &GuestNet, image: &GuestImage, shape: NumaShape) -> anyhow::Result<Self> {
+        let qemu_shape = GuestShape::numa(NODES, shape.cpus_per_node, shape.queues)?;
+        let mut guest = Guest::boot(net, image, qemu_shape)?;
         let node_cpus = (0..NODES)
             .map(|node| {
                 let list =
@@ -153,7 +185,9 @@ impl NumaGuest {
                 guest_ip: link.guest_ip,
                 host_ip: link.host_ip,
                 irqs: Vec::new(),
-                queue_cpus: (0..QUEUES as usize).map(|q| cpus[q % cpus.len()]).collect(),
+                queue_cpus: (0..shape.queues as usize)
+                    .map(|q| cpus[q % cpus.len()])
+                    .collect(),
                 name,
             });
         }
@@ -161,6 +195,7 @@ impl NumaGuest {
             guest,
             nics,
             node_cpus,
+            shape,
         };
         numa.configure(net)?;
         numa.warm(net)?;
@@ -264,13 +299,14 @@ impl NumaGuest {
     /// its IRQ pinned to its CPU, no RPS, `xps_rxqs` to itself.
     fn configure(&mut self, net: &GuestNet) -> anyhow::Result<()> {
         let interrupts = self.guest.read("cat /proc/interrupts")?;
+        let queues = self.shape.queues;
         let mut script = String::new();
         for (i, nic) in (0u32..).zip(&mut self.nics) {
             let name = &nic.name;
             nic.irqs = input_irqs(&interrupts, &nic.virtio);
-            if nic.irqs.len() != QUEUES as usize {
+            if nic.irqs.len() != queues as usize {
                 bail!(
-                    "{name} ({}) has {} input IRQs in /proc/interrupts, not {QUEUES}",
+                    "{name} ({}) has {} input IRQs in /proc/interrupts, not {queues}",
                     nic.virtio,
                     nic.irqs.len()
                 );
@@ -278,7 +314,7 @@ impl NumaGuest {
             let _ = write!(
                 script,
                 "ip link set {name} up && ip addr add {}/24 dev {name} && \
-                 ethtool -X {name} equal {QUEUES} && ",
+                 ethtool -X {name} equal {queues} && ",
                 nic.guest_ip
             );
             if let Some(routed) = net.routed_ip {
@@ -331,7 +367,7 @@ impl NumaGuest {
                 self.guest.run(&format!(
                     "iperf3 -c {} -p {WARM_PORT} -R -P {} -t 1 > /dev/null",
                     nic.host_ip,
-                    4 * QUEUES
+                    4 * self.shape.queues
                 ))?;
             }
         }

@@ -26,7 +26,7 @@ use srap_status::SenderStatus;
 
 use super::{
     image::GuestImage,
-    numa::{Counters, NODES, NumaGuest},
+    numa::{Counters, NODES, NumaGuest, NumaShape},
     qemu::GuestNet,
     truth,
 };
@@ -258,7 +258,8 @@ impl NumaLab {
     /// NIC's key and table.
     pub fn start(image: &GuestImage) -> anyhow::Result<Self> {
         let net = GuestNet::per_node(NODES).context("a namespace with a tap per node")?;
-        let mut numa = NumaGuest::boot(&net, image).context("the two-node guest boots")?;
+        let mut numa =
+            NumaGuest::boot(&net, image, NumaShape::READERS).context("the two-node guest boots")?;
         numa.check_nodes()
             .map_err(|why| anyhow!("{why:#}\n{}", numa.render()))?;
         numa.guest.read("test -x /bin/srap-readers").context(

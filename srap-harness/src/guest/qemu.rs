@@ -160,9 +160,9 @@ impl GuestShape {
     /// on each node a virtio-net NIC with RSS and `queues` queues (see
     /// [`super::numa`]), on a [`GuestNet::per_node`] with as many taps.
     pub fn numa(nodes: u32, cpus_per_node: u32, queues: u32) -> anyhow::Result<Self> {
-        if !(2..=4).contains(&nodes) || !(1..=4).contains(&cpus_per_node) {
+        if !(2..=4).contains(&nodes) || !(1..=8).contains(&cpus_per_node) {
             bail!(
-                "a NUMA guest takes 2 to 4 nodes of 1 to 4 vCPUs, not {nodes} of {cpus_per_node}"
+                "a NUMA guest takes 2 to 4 nodes of 1 to 8 vCPUs, not {nodes} of {cpus_per_node}"
             );
         }
         if !(2..=8).contains(&queues) {

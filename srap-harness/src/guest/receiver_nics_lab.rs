@@ -28,7 +28,7 @@ use srap_common::rss::{FlowTuple, RssModel};
 
 use super::{
     image::GuestImage,
-    numa::{Counters, NODES, NumaGuest},
+    numa::{Counters, NODES, NumaGuest, NumaShape},
     qemu::GuestNet,
     truth,
 };
@@ -61,6 +61,9 @@ pub struct AcceptedStream {
     pub nic: Option<usize>,
     /// The queue the NIC's key and table give its tuple.
     pub queue: Option<u32>,
+    /// The CPU that queue's interrupt runs on (pinned, and checked to have
+    /// moved there, when the guest booted).
+    pub cpu: Option<u32>,
     /// Bytes the server received on it.
     pub bytes: u64,
     /// What the client's `getpeername()` said (iperf3's `remote_host`).
@@ -98,12 +101,18 @@ impl ReceiverRound {
         self.counters.nics.get(nic).map_or(0, |c| c.rx_bytes)
     }
 
-    /// The distinct (NIC, queue) pairs the streams sit on.
+    /// The distinct (NIC, CPU) pairs the streams sit on: the NIC they
+    /// entered by, the CPU its queue for their tuple interrupts.
     pub fn pairs(&self) -> BTreeSet<(usize, u32)> {
         self.streams
             .iter()
-            .filter_map(|s| s.nic.zip(s.queue))
+            .filter_map(|s| s.nic.zip(s.cpu))
             .collect()
+    }
+
+    /// The distinct receiver CPUs the streams sit on, whichever NIC.
+    pub fn cpus(&self) -> BTreeSet<u32> {
+        self.streams.iter().filter_map(|s| s.cpu).collect()
     }
 
     /// Streams whose `getpeername()` was not `asked`.
@@ -172,20 +181,22 @@ impl ReceiverRound {
         }
         let _ = writeln!(
             out,
-            "  distinct (NIC, queue) pairs {}/{}; RPS-steered packets {}",
+            "  distinct (NIC, CPU) pairs {}/{}, CPUs {}; RPS-steered packets {}",
             self.pairs().len(),
             self.streams.len(),
+            self.cpus().len(),
             self.counters.received_rps
         );
         let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
         for s in &self.streams {
             let _ = writeln!(
                 out,
-                "  port {:>5} accepted on {:<15} NIC {:>2} queue {:>2} {:>10} bytes, getpeername {}",
+                "  port {:>5} accepted on {:<15} NIC {:>2} queue {:>2} CPU {:>2} {:>10} bytes, getpeername {}",
                 s.port,
                 s.local,
                 opt(s.nic.map(|n| n.to_string())),
                 opt(s.queue.map(|q| q.to_string())),
+                opt(s.cpu.map(|c| c.to_string())),
                 s.bytes,
                 opt(s.peer_seen.map(|p| p.to_string()))
             );
@@ -232,7 +243,7 @@ impl TwoNicReceiver {
         sender_args: &[&str],
     ) -> anyhow::Result<Self> {
         let net = GuestNet::per_node(NODES)?;
-        let mut numa = NumaGuest::boot(&net, image)?;
+        let mut numa = NumaGuest::boot(&net, image, NumaShape::RECEIVER)?;
         let models = numa
             .names()
             .into_iter()
@@ -409,6 +420,10 @@ impl TwoNicReceiver {
                     }
                     None => None,
                 };
+                let cpu = nic.zip(queue).and_then(|(i, q)| {
+                    let nic = self.numa.nics.get(i)?;
+                    nic.queue_cpus.get(q as usize).copied()
+                });
                 let peer_seen = seen
                     .iter()
                     .find(|c| c.local_port == a.remote_port)
@@ -418,6 +433,7 @@ impl TwoNicReceiver {
                     local: a.local_host,
                     nic,
                     queue,
+                    cpu,
                     bytes: a.bytes,
                     peer_seen,
                 })
