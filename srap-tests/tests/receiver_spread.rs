@@ -28,7 +28,7 @@
 
 use std::{
     collections::BTreeSet,
-    net::{IpAddr, Ipv4Addr, SocketAddr},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
     ops::ControlFlow,
     time::Duration,
 };
@@ -59,6 +59,9 @@ const KIB: u32 = 256;
 /// Two namespaces, two links, the receiver agent serving both receiver
 /// ends and the sender agent following it.
 struct TwoNicReceiver {
+    /// The family of the addresses applications ask for and the spread
+    /// rows hold.
+    v6: bool,
     sender: SenderAgent,
     _receiver: ReceiverAgent,
     far: VethEnd,
@@ -70,22 +73,31 @@ struct TwoNicReceiver {
 impl TwoNicReceiver {
     /// Everything up, the sender under `--receiver-nics mode`.
     fn start(mode: &str) -> Self {
+        Self::of_family(mode, false)
+    }
+
+    /// [`TwoNicReceiver::start`], with applications asking for the
+    /// receiver's IPv6 address when `v6` (both links then carry IPv6).
+    fn of_family(mode: &str, v6: bool) -> Self {
         let second = Subnet::lease().expect("a second subnet");
         let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
-        let (_near, far) = hosts.second_link(&second).expect("a second veth link");
+        let (_near, far) = hosts
+            .second_link_of(&second, v6)
+            .expect("a second veth link");
         let opts = two_links::receiver_opts(&hosts, &far);
         let receiver = ReceiverAgent::start(&hosts.receiver, opts).expect("the receiver agent");
         let opts = SenderOpts::new(built_binary("srap-agent"))
             .peer(receiver.peer())
             .args([
                 "--receiver".to_owned(),
-                hosts.receiver_end.ip(false).to_string(),
+                hosts.receiver_end.ip(v6).to_string(),
                 "--receiver-nics".to_owned(),
                 mode.to_owned(),
             ]);
         let mut sender = SenderAgent::new(&hosts.sender, opts).expect("a sender agent");
         sender.launch().expect("the sender agent steers");
         Self {
+            v6,
             sender,
             _receiver: receiver,
             far,
@@ -97,7 +109,27 @@ impl TwoNicReceiver {
     /// The address applications ask for (the first link's) and the
     /// second link's.
     fn addrs(&self) -> [IpAddr; 2] {
-        [self.hosts.receiver_end.ip(false), self.far.ip(false)]
+        [self.hosts.receiver_end.ip(self.v6), self.far.ip(self.v6)]
+    }
+
+    /// What a server on [`TwoNicReceiver::wildcard`] accepts on: both
+    /// links' addresses of the family asked for, and under IPv6 (a
+    /// dual-stack `[::]`) their IPv4 ones too.
+    fn wildcard_accepts(&self) -> Vec<IpAddr> {
+        let mut all = self.addrs().to_vec();
+        if self.v6 {
+            all.extend([self.hosts.receiver_end.ip(false), self.far.ip(false)]);
+        }
+        all
+    }
+
+    /// The wildcard address of the family asked for.
+    fn wildcard(&self) -> IpAddr {
+        if self.v6 {
+            IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        }
     }
 
     /// A server of the test's own on `ip` port [`DPORT`] in the receiver
@@ -245,10 +277,28 @@ const FLOW_BYTES: u64 = KIB as u64 * 1024;
 #[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
 fn spread_splits_a_transfer_over_both_nics_on_distinct_cpus() {
     require_privileged("a receiver of two veth links and a spreading sender");
-    let setup = TwoNicReceiver::start("spread");
+    spread_splits_a_transfer(false);
+}
+
+/// As the IPv4 test, the application asking for the receiver's IPv6
+/// address and the server on `[::]`: `connect6` spreads as `connect4`
+/// does, and `getpeername6` gives the asked address back.
+#[test]
+#[ignore = "kernel: needs root, netns and bpffs; run as root by `cargo xtask test`"]
+fn spread_splits_an_ipv6_transfer_over_both_nics_on_distinct_cpus() {
+    require_privileged("a receiver of two IPv6 veth links and a spreading sender");
+    spread_splits_a_transfer(true);
+}
+
+/// 16 flows to the first address split 8/8 over the links on 16 (NIC,
+/// CPU) pairs, each client's `getpeername()` the address asked for, and
+/// the sender's status showing both addresses.
+fn spread_splits_a_transfer(v6: bool) {
+    let setup = TwoNicReceiver::of_family("spread", v6);
     let addrs = setup.addrs();
-    let sink = setup.serve(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-    setup.await_port(&addrs, 2);
+    let sink = setup.serve(setup.wildcard());
+    let accepting = setup.wildcard_accepts();
+    setup.await_port(&accepting, accepting.len());
     let spread_before = setup.spread_count();
     let transfer = setup.transfer(sink);
     assert_eq!(transfer.accepted.len(), FLOWS, "{:?}", transfer.accepted);
@@ -299,9 +349,12 @@ fn spread_splits_a_transfer_over_both_nics_on_distinct_cpus() {
         "{moved:#?}"
     );
     let row = &transfer.status.receivers[0];
+    // Under IPv6 the other family's addresses are planned too (a
+    // dual-stack server accepts there), with no flows.
     let open: Vec<(Option<IpAddr>, u64)> = row
         .addresses
         .iter()
+        .filter(|a| a.addr.is_some_and(|ip| ip.is_ipv6() == v6))
         .map(|a| (a.addr, a.open_flows))
         .collect();
     assert_eq!(

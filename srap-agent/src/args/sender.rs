@@ -118,8 +118,7 @@ pub struct SenderArgs {
     /// turn every address of that receiver whose listener accepts the
     /// port, whose NIC is up and that this host routes to, each flow on a
     /// CPU of the NIC it enters. The application's getpeername() still
-    /// returns the address it asked for. IPv4 only for now [default:
-    /// asked].
+    /// returns the address it asked for [default: asked].
     #[arg(long, value_enum, value_name = "WHICH")]
     pub receiver_nics: Option<ReceiverNicsArg>,
     #[command(flatten)]

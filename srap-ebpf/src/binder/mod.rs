@@ -47,7 +47,7 @@
 //! reads and sets socket options.
 //! Which functions are inlined and which stay subprograms is part of the
 //! design: the kernel's verifier walks every path of `connect4` and
-//! `connect6` within a million instructions (about 545 000 and 521 000
+//! `connect6` within a million instructions (about 545 000 and 475 000
 //! now; `bind4` and `bind6`, which steer MPTCP subflows, about 153 000 and
 //! 165 000), and a step's data kept across a subprogram call through the
 //! stack, or a lookup into
