@@ -35,6 +35,9 @@ const APT_PACKAGES: &[&str] = &[
     // 6.12's modules are xz-compressed; the guest's busybox insmod wants
     // them plain.
     "xz-utils",
+    // `mptcpize`'s LD_PRELOAD library (libmptcpwrap0): MPTCP iperf3 in the
+    // two-NIC receiver guest and from its namespace (`tests/mptcp_nics.rs`).
+    "mptcpize",
     // `nft`: the lab test with a NAT between sender and receiver.
     "nftables",
     // The TTF the throughput experiment's plots (`--plot`) draw text with.

@@ -2,8 +2,9 @@
 //! `target/guest-files` by `cargo xtask setup` (see [`super::files`]), and a
 //! busybox initramfs holding `srap-agent`, `srap`, `ethtool` and `iperf3`
 //! (and `srap-readers`, the reading threads' client, when it was built
-//! beside `srap-agent`) with the libraries `ldd` names, built here per
-//! kernel and cached (again only when a binary changed).
+//! beside `srap-agent`), iproute2's `ip` (as `ip2`) and `ss`, and
+//! `mptcpize`'s library ([`MPTCP_WRAP`]), with the libraries `ldd` names,
+//! built here per kernel and cached (again only when a binary changed).
 
 use std::{
     fs,
@@ -52,6 +53,22 @@ const ON_DEMAND: &[(&str, &str, &[&str])] = &[
 
 /// Host programs copied into the guest, with their libraries.
 const HOST_PROGRAMS: &[&str] = &["busybox", "ethtool", "iperf3"];
+
+/// Host programs copied under a name of the guest's (host name, guest
+/// name), with their libraries: iproute2's `ip` as `ip2`, since busybox's
+/// `ip` applet has no `mptcp` (the MPTCP guest's endpoints and limits,
+/// [`super::mptcp_lab`]), and iproute2's `ss` (busybox has none), which
+/// lists each MPTCP subflow with its connection's token.
+const RENAMED_PROGRAMS: &[(&str, &str)] = &[("ip", "ip2"), ("ss", "ss")];
+
+/// Where the guest holds `mptcpize`'s library: run under
+/// `LD_PRELOAD={MPTCP_WRAP}` a program's TCP sockets are MPTCP sockets (as
+/// `mptcpize run` does on the host).
+pub const MPTCP_WRAP: &str = "/lib/libmptcpwrap.so";
+
+/// That library on the host (Debian's `libmptcpwrap0`, which `mptcpize`
+/// depends on).
+const MPTCP_WRAP_HOST: &str = "/usr/lib/x86_64-linux-gnu/mptcpize/libmptcpwrap.so.0.0.1";
 
 /// The guest's `/init`: mounts, modules, address, then the command loop.
 const INIT: &str = include_str!("init.sh");
@@ -123,7 +140,9 @@ impl GuestImage {
 /// module and program lists. A cached image built from another recipe (one
 /// without bonding, say) is built again, though no binary changed.
 fn recipe() -> String {
-    format!("{INIT}\n{MODULES:?}\n{ON_DEMAND:?}\n{HOST_PROGRAMS:?}\n")
+    format!(
+        "{INIT}\n{MODULES:?}\n{ON_DEMAND:?}\n{HOST_PROGRAMS:?}\n{RENAMED_PROGRAMS:?}\n{MPTCP_WRAP}\n"
+    )
 }
 
 fn is_stale(product: &Path, inputs: &[&Path]) -> anyhow::Result<bool> {
@@ -167,6 +186,10 @@ fn build_initramfs(
     for program in HOST_PROGRAMS {
         install_program(&tree, &which(program)?, program)?;
     }
+    for (program, name) in RENAMED_PROGRAMS {
+        install_program(&tree, &which(program)?, name)?;
+    }
+    install_library(&tree, Path::new(MPTCP_WRAP_HOST), MPTCP_WRAP)?;
     for &(binary, name) in ours {
         install_program(&tree, binary, name)?;
         // Debug info would make the initramfs ten times larger.
@@ -184,6 +207,11 @@ fn build_initramfs(
 /// Copies `binary` to `bin/NAME` with every library `ldd` lists.
 fn install_program(tree: &Path, binary: &Path, name: &str) -> anyhow::Result<()> {
     copy_file(binary, &tree.join("bin").join(name))?;
+    copy_libraries(tree, binary)
+}
+
+/// Copies every library `ldd` lists for `binary` to its path in the tree.
+fn copy_libraries(tree: &Path, binary: &Path) -> anyhow::Result<()> {
     let out = Command::new("ldd")
         .arg(binary)
         .output()
@@ -202,6 +230,19 @@ fn install_program(tree: &Path, binary: &Path, name: &str) -> anyhow::Result<()>
         }
     }
     Ok(())
+}
+
+/// Copies the shared library `library` to `at` in the guest, with every
+/// library `ldd` lists for it.
+fn install_library(tree: &Path, library: &Path, at: &str) -> anyhow::Result<()> {
+    if !library.is_file() {
+        bail!(
+            "{} is missing: `cargo xtask setup` installs mptcpize",
+            library.display()
+        );
+    }
+    copy_file(library, &tree.join(at.trim_start_matches('/')))?;
+    copy_libraries(tree, library)
 }
 
 fn copy_modules(kernel: &KernelFiles, into: &Path) -> anyhow::Result<()> {
