@@ -333,7 +333,7 @@ impl TwoNicReceiver {
     /// listeners as they come, within its tick; the sender spreads a port
     /// only once it is reported): a round started before would judge the
     /// report's timing, not the spreading.
-    fn wait_listener_known(&self, port: u16, accepting: usize) -> anyhow::Result<()> {
+    pub fn wait_listener_known(&self, port: u16, accepting: usize) -> anyhow::Result<()> {
         let known = || {
             self.sender.status().is_ok_and(|status| {
                 status.receivers.iter().any(|r| {
@@ -439,6 +439,16 @@ impl TwoNicReceiver {
                 })
             })
             .collect()
+    }
+
+    /// The sender agent in the namespace (its cgroup, status, counters).
+    pub fn sender(&self) -> &SenderAgent {
+        &self.sender
+    }
+
+    /// The `srap` binary, for `srap exec` into the sender's cgroup.
+    pub fn srap(&self) -> &Path {
+        &self.srap
     }
 
     /// Both agents' logs, for a failure's report.
