@@ -14,12 +14,15 @@
 //! [`bond`] and [`bond_lab`] a guest whose NICs are bonded; [`numa`] a
 //! guest with two NUMA nodes and a NIC on each, and [`numa_lab`] rounds of
 //! reading threads in it, with the kernel's choice of NIC and SRAP's;
-//! [`receiver_nics_lab`] that guest as a receiver with two NICs.
+//! [`receiver_nics_lab`] that guest as a receiver with two NICs, and
+//! [`mptcp_lab`] it serving MPTCP, a subflow of each connection through
+//! each NIC.
 
 pub mod bond;
 pub mod bond_lab;
 pub mod files;
 pub mod image;
+pub mod mptcp_lab;
 pub mod numa;
 pub mod numa_lab;
 pub mod qemu;

@@ -1,0 +1,133 @@
+//! MPTCP into a receiver with two RSS NICs (issue 45), judged in the QEMU
+//! receiver guest of the receiver-NIC issue
+//! ([`srap_harness::guest::receiver_nics_lab`]: two nodes of 8 vCPUs, on
+//! each an 8-queue virtio-net NIC with every queue's IRQ pinned to a vCPU
+//! of its own, each NIC on its own tap and subnet of the test's
+//! namespace), set up for MPTCP as a user would
+//! ([`srap_harness::guest::mptcp_lab`]): the guest announces each NIC's
+//! address (`signal` endpoints), the namespace accepts announced addresses.
+//! The guest runs the receiver agent over both NICs and an MPTCP
+//! `iperf3 -s` (under `mptcpize`'s library); the namespace runs the sender
+//! agent with `--receiver-nics spread` (every accepting address of the
+//! receiver planned with its NIC's model, so a subflow toward the announced
+//! address is steered as well) and `mptcpize run iperf3 -c` of 7 streams
+//! to NIC 0's address: 8 MPTCP connections with the control connection.
+//!
+//! Side by side in one boot:
+//! * the kernel's ports (no SRAP): MPTCP itself puts a subflow of each
+//!   connection through each NIC; where they land on the NICs' CPUs is
+//!   chance, printed, not judged;
+//! * SRAP: every connection has one subflow through each NIC, the 16
+//!   subflows sit on 16 distinct (NIC, CPU) pairs (all the guest has),
+//!   the 8 further subflows were steered at their bind (`subflow_steered`)
+//!   and no connect failed.
+//!
+//! Nothing is judged by SRAP's own report: the subflows and their
+//! connections are what the guest's kernel lists (`ss -tni`: tuple and
+//! token), the NIC a subflow used is the one holding its local address,
+//! its queue the one that NIC's own key and table give its tuple, its CPU
+//! the one that queue's interrupt was pinned to (and seen to move to) at
+//! boot; and the NICs' own `rx_bytes` and per-queue packet counters must
+//! carry them.
+
+use std::sync::Mutex;
+
+use srap_common::binder::outcome;
+use srap_harness::guest::{
+    GuestKernel,
+    mptcp_lab::{self, MptcpRound, MptcpSpec},
+    receiver_nics_lab::TwoNicReceiver,
+};
+use srap_tests::{built_binary, guest_image, require_privileged};
+
+/// iperf3's data streams: with its control connection, 8 MPTCP
+/// connections of 2 subflows, as many as the guest has (NIC, CPU) pairs.
+const STREAMS: usize = 7;
+/// MPTCP connections per round.
+const CONNECTIONS: usize = STREAMS + 1;
+/// Seconds each transfer runs.
+const SECONDS: u64 = 6;
+/// The guest's NICs.
+const NICS: usize = 2;
+
+/// One guest at a time on this 2-core machine.
+static ONE_GUEST: Mutex<()> = Mutex::new(());
+
+fn round(lab: &mut TwoNicReceiver, title: &str, steered: bool, port: u16) -> MptcpRound {
+    let spec = MptcpSpec {
+        title,
+        steered,
+        port,
+        streams: STREAMS,
+        seconds: SECONDS,
+    };
+    mptcp_lab::round(lab, &spec).unwrap_or_else(|err| {
+        panic!(
+            "{title}: {err:#}\n{}\n{}",
+            mptcp_lab::endpoints(lab),
+            lab.logs()
+        )
+    })
+}
+
+#[test]
+#[ignore = "QEMU: needs root, QEMU/KVM, netns and MPTCP; run as root by `cargo xtask test`"]
+fn mptcp_subflows_enter_through_both_receiver_nics_each_on_its_own_cpu() {
+    require_privileged("MPTCP subflows through both receiver NICs, each on its own CPU");
+    let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
+    let image = guest_image(GuestKernel::V6_1);
+    let mut lab = TwoNicReceiver::start(
+        &image,
+        &built_binary("srap-agent"),
+        &built_binary("srap"),
+        &["--receiver-nics", "spread"],
+    )
+    .unwrap_or_else(|err| panic!("the two-NIC receiver: {err:#}"));
+    mptcp_lab::enable(&mut lab).unwrap_or_else(|err| panic!("MPTCP in the guest: {err:#}"));
+    let mut tables = lab.numa.render();
+    tables.push_str(&mptcp_lab::endpoints(&mut lab));
+    let mut wrong = Vec::new();
+
+    let kernel = round(&mut lab, "kernel ports (no SRAP)", false, 5601);
+    tables.push_str(&kernel.render(&lab.numa));
+    let srap = round(&mut lab, "SRAP --receiver-nics spread", true, 5602);
+    tables.push_str(&srap.render(&lab.numa));
+
+    for (name, r) in [("kernel", &kernel), ("SRAP", &srap)] {
+        wrong.extend(
+            r.judge_connections(CONNECTIONS, NICS)
+                .into_iter()
+                .chain(r.judge_counters())
+                .map(|w| format!("{name}: {w}")),
+        );
+    }
+    if srap.pairs().len() != 2 * CONNECTIONS {
+        wrong.push(format!(
+            "SRAP: {} distinct (NIC, CPU) pairs for {} subflows",
+            srap.pairs().len(),
+            srap.subflows.len()
+        ));
+    }
+    match lab.sender().stats() {
+        Ok(stats) => {
+            tables.push_str(&format!("sender binder: {stats}\n"));
+            if stats.failures() != 0 {
+                wrong.push(format!("SRAP: failed connects: {stats}"));
+            }
+            // Each further subflow placed at its bind, not by chance.
+            if stats.get(outcome::SUBFLOW_STEERED) != CONNECTIONS as u64 {
+                wrong.push(format!(
+                    "SRAP: not every further subflow steered at its bind: {stats}"
+                ));
+            }
+        }
+        Err(err) => wrong.push(format!("the sender's counters: {err:#}")),
+    }
+    println!("{tables}");
+    assert!(
+        wrong.is_empty(),
+        "{}\n{tables}\n{}",
+        wrong.join("\n"),
+        lab.logs()
+    );
+}
