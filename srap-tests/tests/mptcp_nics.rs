@@ -19,8 +19,9 @@
 //!   chance, printed, not judged;
 //! * SRAP: every connection has one subflow through each NIC, the 16
 //!   subflows sit on 16 distinct (NIC, CPU) pairs (all the guest has),
-//!   the 8 further subflows were steered at their bind (`subflow_steered`)
-//!   and no connect failed.
+//!   the 8 further subflows were steered at their bind (`subflow_steered`),
+//!   every subflow's claim is freed at its close (`released_at_close`) and
+//!   no connect failed.
 //!
 //! Nothing is judged by SRAP's own report: the subflows and their
 //! connections are what the guest's kernel lists (`ss -tni`: tuple and
@@ -30,9 +31,9 @@
 //! boot; and the NICs' own `rx_bytes` and per-queue packet counters must
 //! carry them.
 
-use std::sync::Mutex;
+use std::{ops::ControlFlow, sync::Mutex, time::Duration};
 
-use srap_common::binder::outcome;
+use srap_common::binder::{event, outcome};
 use srap_harness::guest::{
     GuestKernel,
     mptcp_lab::{self, MptcpRound, MptcpSpec},
@@ -49,6 +50,11 @@ const CONNECTIONS: usize = STREAMS + 1;
 const SECONDS: u64 = 6;
 /// The guest's NICs.
 const NICS: usize = 2;
+
+/// How long after the round the sender may take to free every subflow's
+/// claim: the client has ended and the guest's server has written its
+/// result, so every subflow is closing or closed.
+const RELEASE: Duration = Duration::from_secs(5);
 
 /// One guest at a time on this 2-core machine.
 static ONE_GUEST: Mutex<()> = Mutex::new(());
@@ -68,6 +74,20 @@ fn round(lab: &mut TwoNicReceiver, title: &str, steered: bool, port: u16) -> Mpt
             lab.logs()
         )
     })
+}
+
+/// The sender's binder counters once every subflow of the SRAP round is
+/// released at its close (`released_at_close`), or at [`RELEASE`].
+fn released(lab: &TwoNicReceiver) -> anyhow::Result<srap_daemon::sender::BinderStats> {
+    let all = 2 * CONNECTIONS as u64;
+    let stats = srap_tests::harness::poll_until(RELEASE, Duration::from_millis(100), || match lab
+        .sender()
+        .stats()
+    {
+        Ok(stats) if stats.get(event::RELEASED_AT_CLOSE) >= all => ControlFlow::Break(Ok(stats)),
+        other => ControlFlow::Continue(other),
+    });
+    stats.unwrap_or_else(|last| last)
 }
 
 #[test]
@@ -108,11 +128,16 @@ fn mptcp_subflows_enter_through_both_receiver_nics_each_on_its_own_cpu() {
             srap.subflows.len()
         ));
     }
-    match lab.sender().stats() {
+    match released(&lab) {
         Ok(stats) => {
             tables.push_str(&format!("sender binder: {stats}\n"));
             if stats.failures() != 0 {
                 wrong.push(format!("SRAP: failed connects: {stats}"));
+            }
+            if stats.get(event::RELEASED_AT_CLOSE) != 2 * CONNECTIONS as u64 {
+                wrong.push(format!(
+                    "SRAP: not every subflow's claim freed at its close within {RELEASE:?}: {stats}"
+                ));
             }
             // Each further subflow placed at its bind, not by chance.
             if stats.get(outcome::SUBFLOW_STEERED) != CONNECTIONS as u64 {

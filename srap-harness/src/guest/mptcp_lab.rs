@@ -19,6 +19,12 @@
 //! runs; the NIC its local address is on; the queue that NIC's own key and
 //! table give its tuple and the CPU that queue's interrupt is pinned to;
 //! the NICs' own `rx_bytes` and per-queue packets over the round.
+//!
+//! A subflow's token is taken from any listing that shows it: the guest's
+//! kernel now and then lists a busy subflow without its `tcp-ulp-mptcp`
+//! part (one subflow of 16, in one of a round's listings, in a run of
+//! 2026-11-28); a subflow no listing gave a token stays without one, and
+//! the round's judges name it.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
