@@ -123,9 +123,11 @@ pub struct MptcpRound {
     /// Each stream's `getpeername()` at the client (iperf3's
     /// `remote_host`), by its local port.
     pub peers_seen: Vec<(u16, IpAddr)>,
-    /// The first of the guest's listings in which a subflow showed no
-    /// MPTCP token (a later or earlier one may have), for the report.
-    pub without_token: Option<String>,
+    /// How many times, over the round's listings, a subflow showed no
+    /// MPTCP token (another listing of it may have), for the report.
+    pub without_token: usize,
+    /// How many listings the round took.
+    pub listings: usize,
 }
 
 impl MptcpRound {
@@ -259,10 +261,11 @@ impl MptcpRound {
             self.peers_seen.len() - other.len(),
             self.peers_seen.len(),
         );
-        if let Some(listing) = &self.without_token {
+        if self.without_token > 0 {
             let _ = writeln!(
                 out,
-                "  a listing with a subflow without its token:\n{listing}"
+                "  {} sightings of a subflow without its token in {} listings",
+                self.without_token, self.listings
             );
         }
         let opt = |v: Option<u32>| v.map_or_else(|| "-".into(), |v| v.to_string());
@@ -341,6 +344,7 @@ pub fn round(lab: &mut TwoNicReceiver, spec: &MptcpSpec<'_>) -> anyhow::Result<M
         title: spec.title.into(),
         subflows: place(lab, listed.subflows)?,
         without_token: listed.without_token,
+        listings: listed.listings,
         counters: after.since(&before),
         received_bps: truth::iperf3_received_bps(&server)?,
         peers_seen,
@@ -351,8 +355,9 @@ pub fn round(lab: &mut TwoNicReceiver, spec: &MptcpSpec<'_>) -> anyhow::Result<M
 struct Listed {
     /// Each subflow with the most bytes and the token seen for it.
     subflows: Vec<SsSubflow>,
-    /// The first listing in which a subflow showed no MPTCP token.
-    without_token: Option<String>,
+    /// Sightings of a subflow without its MPTCP token, and listings.
+    without_token: usize,
+    listings: usize,
     /// The client's `iperf3 -J` output.
     client: String,
 }
@@ -388,14 +393,12 @@ fn run_client(lab: &mut TwoNicReceiver, spec: &MptcpSpec<'_>) -> anyhow::Result<
     let mut child = ChildGuard::spawn(command.stdout(Stdio::null()))?;
     let listing = format!("ss -Htni state established '( sport = :{} )'", spec.port);
     let mut seen: BTreeMap<(SocketAddr, SocketAddr), SsSubflow> = BTreeMap::new();
-    let mut without_token = None;
+    let (mut without_token, mut listings) = (0, 0);
     let deadline = Instant::now() + Duration::from_secs(spec.seconds + 60);
     while !child.exited() && Instant::now() < deadline {
-        let text = lab.numa.guest.read(&listing)?;
-        for s in parse_ss_subflows(&text) {
-            if s.token.is_none() && without_token.is_none() {
-                without_token = Some(text.clone());
-            }
+        listings += 1;
+        for s in parse_ss_subflows(&lab.numa.guest.read(&listing)?) {
+            without_token += usize::from(s.token.is_none());
             seen.entry((s.local, s.remote))
                 .and_modify(|old| old.update(&s))
                 .or_insert(s);
@@ -410,6 +413,7 @@ fn run_client(lab: &mut TwoNicReceiver, spec: &MptcpSpec<'_>) -> anyhow::Result<
     Ok(Listed {
         subflows: seen.into_values().collect(),
         without_token,
+        listings,
         client: json,
     })
 }
@@ -554,7 +558,8 @@ mod tests {
             counters: Counters::default(),
             received_bps: 0.0,
             peers_seen: Vec::new(),
-            without_token: None,
+            without_token: 0,
+            listings: 0,
         };
         let good = round(vec![subflow("a", 0, 0), subflow("a", 1, 8)]);
         assert!(good.judge_connections(1, 2).is_empty());
