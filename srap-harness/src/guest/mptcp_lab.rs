@@ -4,9 +4,10 @@
 //!
 //! Set up as a user would ([`enable`]): in the guest, a `signal` endpoint
 //! on each NIC's address (iproute2's `ip mptcp`, copied in as `ip2`), so
-//! that whichever address a connection's first subflow entered, the guest
-//! announces the other (`ADD_ADDR`; the first subflow's own address is the
-//! connection's, never announced), and a limit of two subflows; in the
+//! that whichever address a connection's first subflow entered (under
+//! `--receiver-nics spread` half of them enter NIC 1), the guest announces
+//! the other (`ADD_ADDR`; an announcement of the address the connection
+//! already uses opens nothing), and a limit of two subflows; in the
 //! namespace, MPTCP on and limits that accept an announced address. A
 //! round ([`round`]) is one `iperf3 -c` under `mptcpize run` from the
 //! namespace to NIC 0's address, against `iperf3 -s` in the guest under
