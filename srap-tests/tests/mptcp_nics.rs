@@ -19,7 +19,9 @@
 //!   chance, printed, not judged;
 //! * SRAP: every connection has one subflow through each NIC, the 16
 //!   subflows sit on 16 distinct (NIC, CPU) pairs (all the guest has),
-//!   the 8 further subflows were steered at their bind (`subflow_steered`),
+//!   no connection was moved (`dest_spread` 0: the first subflow keeps the
+//!   address asked for, and every stream's `getpeername()` is that
+//!   address), the 8 further subflows were steered at their bind (`subflow_steered`),
 //!   every subflow's claim is freed at its close (`released_at_close`) and
 //!   no connect failed.
 //!
@@ -128,6 +130,20 @@ fn mptcp_subflows_enter_through_both_receiver_nics_each_on_its_own_cpu() {
             srap.subflows.len()
         ));
     }
+    // The application never notices: iperf3's `remote_host` for each
+    // stream is its MPTCP socket's `getpeername()`.
+    let asked = lab.asked();
+    let moved: Vec<_> = srap
+        .peers_seen
+        .iter()
+        .filter(|(_, p)| *p != asked)
+        .collect();
+    if srap.peers_seen.len() != STREAMS || !moved.is_empty() {
+        wrong.push(format!(
+            "SRAP: {} of {STREAMS} streams' getpeername() seen, these not {asked}: {moved:?}",
+            srap.peers_seen.len()
+        ));
+    }
     match released(&lab) {
         Ok(stats) => {
             tables.push_str(&format!("sender binder: {stats}\n"));
@@ -144,6 +160,11 @@ fn mptcp_subflows_enter_through_both_receiver_nics_each_on_its_own_cpu() {
                 wrong.push(format!(
                     "SRAP: not every further subflow steered at its bind: {stats}"
                 ));
+            }
+            // An MPTCP connection keeps the address asked for: its own
+            // path manager reaches the other NIC.
+            if stats.get(event::DEST_SPREAD) != 0 {
+                wrong.push(format!("SRAP: an MPTCP connection was moved: {stats}"));
             }
         }
         Err(err) => wrong.push(format!("the sender's counters: {err:#}")),

@@ -4,7 +4,11 @@
 
 use core::ptr::read_volatile;
 
-use aya_ebpf::{bindings::bpf_sock, helpers::bpf_get_socket_cookie, programs::SockAddrContext};
+use aya_ebpf::{
+    bindings::bpf_sock,
+    helpers::{bpf_get_socket_cookie, generated::bpf_skc_to_mptcp_sock},
+    programs::SockAddrContext,
+};
 use srap_common::family::Family;
 
 /// What a connect hands the hook, in the form the plan's keys take: the
@@ -104,6 +108,15 @@ pub(super) fn field(ptr: *const u32) -> u32 {
 pub(super) fn sock_of(ctx: &SockAddrContext) -> *mut bpf_sock {
     // SAFETY: `sk` of a sock_addr context is the kernel's socket, never null.
     unsafe { read_volatile(&raw const (*ctx.sock_addr).__bindgen_anon_1.sk) }
+}
+
+/// Whether the context's socket is an MPTCP subflow of a connection
+/// (`bpf_skc_to_mptcp_sock` finds its MPTCP socket): the first one at its
+/// connect, a further one at its bind.
+#[inline(always)]
+pub(super) fn is_subflow(ctx: &SockAddrContext) -> bool {
+    // SAFETY: the context's socket; the helper checks what it is.
+    !unsafe { bpf_skc_to_mptcp_sock(sock_of(ctx).cast()) }.is_null()
 }
 
 /// The socket's cookie: its key in `SRAP_SOCKETS`.

@@ -10,6 +10,13 @@
 //! ([`peer_name`]) to give back. Whatever is missing, the connect keeps
 //! the address asked for (counted `dest_kept` when a row was there).
 //!
+//! An MPTCP connection keeps it too: its first subflow's connect is the
+//! one this hook sees, but the application's `getpeername()` runs on the
+//! MPTCP socket, another socket with another cookie, which would then
+//! name the address used. Its path manager reaches the receiver's other
+//! addresses with subflows of its own, each steered at its bind
+//! ([`super::subflow`]).
+//!
 //! A moved socket's SYN that gets no answer by its first retransmit
 //! timeout (about 1 s) marks the address it was sent to failing
 //! (`SRAP_SPREAD_FAILING`, [`syn_timed_out`], from `srap_tcp_close`): from
@@ -41,7 +48,7 @@ use srap_common::{
 
 use super::{
     claim::exchange,
-    context::{Peer, V4_MAPPED_WORD, cookie_of, field},
+    context::{Peer, V4_MAPPED_WORD, cookie_of, field, is_subflow},
     maps::{SRAP_CONFIG, SRAP_DESTS, SRAP_SPREAD, SRAP_SPREAD_FAILING, count},
     nic::bound_any,
 };
@@ -137,7 +144,7 @@ pub(super) fn chosen_receiver(
 /// narrowed copy split every later step's walk in two.
 #[inline(never)]
 fn spread_into<const INET6: bool>(ctx: &SockAddrContext, scratch: *mut [u32; 8]) {
-    if !spreading() || bound_any(ctx, !INET6) {
+    if !spreading() || bound_any(ctx, !INET6) || is_subflow(ctx) {
         return;
     }
     // The asked address alone: a copy of the whole row would take 16 bytes

@@ -38,7 +38,7 @@ use srap_common::{
 use super::{
     classify::classify,
     connect::bind_steered,
-    context::{Connecting, Peer, V4_MAPPED_WORD, field, sock_of},
+    context::{Connecting, Peer, V4_MAPPED_WORD, field, is_subflow, sock_of},
     maps::count,
     path_manager::{
         AF_INET, AF_INET6, SKC_DPORT, known_layout, read_addr_info, read_at, traced_dest,
@@ -116,14 +116,6 @@ fn subflow_binding<const INET6: bool>(ctx: &SockAddrContext) -> Option<Connectin
         src: key_source(&src),
         sport: 0,
     })
-}
-
-/// Whether the bound socket is an MPTCP subflow of a connection
-/// (`bpf_skc_to_mptcp_sock` finds its MPTCP socket).
-#[inline(always)]
-fn is_subflow(ctx: &SockAddrContext) -> bool {
-    // SAFETY: the context's socket; the helper checks what it is.
-    !unsafe { bpf_skc_to_mptcp_sock(sock_of(ctx).cast()) }.is_null()
 }
 
 /// The address the bind asks for, as `user_ip4` or `user_ip6` hold it
