@@ -25,8 +25,8 @@ pub struct LabArgs {
     /// an emulated Intel 82576 and Linux's igb driver).
     #[arg(long, value_enum, default_value_t = Nic::Veth)]
     pub nic: Nic,
-    /// Receive queues (default: 32 for veth, 4 for virtio and igb). Each
-    /// counts as one CPU.
+    /// Receive queues (default: 32 for veth, 4 for virtio and igb, 8 on
+    /// each link with --experiment mptcp). Each counts as one CPU.
     #[arg(long)]
     pub queues: Option<u32>,
     /// The guest's vCPUs with --nic virtio (default: one per queue; igb
@@ -45,7 +45,8 @@ pub struct LabArgs {
     /// the binary under `target/`, else /var/cache/srap/guest).
     #[arg(long)]
     pub guest_cache: Option<std::path::PathBuf>,
-    /// Parallel flows (default: 16 for veth, one per queue for virtio).
+    /// Parallel flows (default: 16 for veth, one per queue for virtio;
+    /// with --experiment mptcp, MPTCP connections: 4).
     #[arg(long)]
     pub flows: Option<usize>,
     /// Seconds the default workload (or each throughput trial) runs.
@@ -84,17 +85,24 @@ pub struct LabArgs {
     /// receiver with two NICs capped at --nic-rate each, 8 streams to its
     /// first address for --duration s, the aggregate the receiver measured
     /// with the kernel's ports and with SRAP's `--receiver-nics spread`.
+    /// `--experiment mptcp`: the veth lab with a second link, both links'
+    /// receive queues at --queue-rate and each link at --nic-rate, --flows
+    /// MPTCP connections (a subflow per link) sending equal data, the
+    /// aggregate the receiver read with the kernel's subflow ports and
+    /// with the sender agent's.
     #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "placement")]
     pub experiment: Option<Experiment>,
     /// Trials per kind in --experiment (default: 20 for placement, 10 for
-    /// throughput, 3 for numa-nics, 10 for receiver-nics).
+    /// throughput, 3 for numa-nics, 10 for receiver-nics, 8 for mptcp).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub trials: Option<u64>,
     /// With --experiment receiver-nics: each receiver NIC's link rate, of
     /// TCP payload (e.g. 100mbit). Choose one the emulated guest
     /// comfortably exceeds on both NICs at once, so the caps, not the
     /// emulator, limit: the TCG guest receives about 380 Mbit/s in all.
-    /// Default: 100mbit.
+    /// Default: 100mbit. With --experiment mptcp: each of the two links'
+    /// rate (default: --flows × --queue-rate, what one full queue per
+    /// connection needs).
     #[arg(long, value_name = "RATE")]
     pub nic_rate: Option<Rate>,
     /// Give each receive queue of the veth lab's NIC this capacity (e.g.
@@ -102,7 +110,7 @@ pub struct LabArgs {
     /// flows on one core share that core: an `mq` root with one `tbf` per
     /// queue on the sender's veth. `none`: no capacity, the veth's own
     /// CPU-bound ceiling. Default: none, or 100mbit with --experiment
-    /// throughput.
+    /// throughput, 50mbit with --experiment mptcp (on both links' NICs).
     #[arg(long, value_name = "RATE|none")]
     pub queue_rate: Option<QueueRate>,
     /// With --experiment: the receive observer the experiment attaches on
@@ -116,7 +124,8 @@ pub struct LabArgs {
     /// --bond, its aggregate per trial (`bond-aggregate-N-MODE`); with
     /// --experiment numa-nics, the bytes through the far node's NIC per
     /// trial (`numa-far-nic`); with --experiment receiver-nics, the
-    /// aggregate per trial (`receiver-nics-aggregate`).
+    /// aggregate per trial (`receiver-nics-aggregate`); with --experiment
+    /// mptcp, the aggregate per trial (`mptcp-aggregate`).
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
     /// Run the bond capacity experiment instead: a QEMU guest whose bond of
@@ -165,6 +174,10 @@ pub enum Experiment {
     /// beside SRAP's `--receiver-nics spread`, the aggregate measured by
     /// the receiver.
     ReceiverNics,
+    /// The veth lab with a second link, both NICs' queues and links
+    /// capped: MPTCP connections with a subflow per link, the kernel's
+    /// subflow ports beside SRAP's, the aggregate measured by the receiver.
+    Mptcp,
 }
 
 /// The receiver NIC the lab runs against.

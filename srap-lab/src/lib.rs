@@ -7,7 +7,9 @@
 //! queue), or what a balanced bond buys (`--bond N` with `--member-rate`
 //! per member, [`bond_throughput`]), or the bytes reaching pinned readers
 //! through the far NUMA node's NIC (`--experiment numa-nics`,
-//! [`numa_nics`]), with their reports and plots.
+//! [`numa_nics`]), or MPTCP connections over two capped links
+//! (`--experiment mptcp`, [`mptcp_throughput`]), with their reports and
+//! plots.
 //!
 //! It stands on `srap_harness` (hosts in network namespaces, agents,
 //! QEMU guests, workloads, ground truth), which the integration tests and
@@ -28,6 +30,7 @@ pub mod bond_throughput;
 pub mod capacity;
 pub mod direction;
 pub mod experiment;
+pub mod mptcp_throughput;
 pub mod numa_nics;
 pub mod plot;
 pub mod receiver_nics;

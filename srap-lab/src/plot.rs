@@ -4,7 +4,9 @@
 //! and of `--bond` ([`write_bond`]): every trial's aggregate over the
 //! capped members, each kernel trial marked with its split; and of
 //! `--experiment numa-nics` ([`write_numa`]): the bytes through the far
-//! node's NIC per trial, the kernel's choice beside SRAP's.
+//! node's NIC per trial, the kernel's choice beside SRAP's; and of
+//! `--experiment mptcp` ([`write_mptcp`]): every trial's aggregate over
+//! the two links, each kernel trial marked with the queues it used.
 //!
 //! Text is drawn with `ab_glyph` from a TTF read at run time (DejaVu Sans,
 //! Debian's `fonts-dejavu-core`), so nothing needs fontconfig or freetype.
@@ -26,6 +28,7 @@ use srap_harness::{guest::numa_lab::Choice, readers::Transfer};
 
 use crate::{
     bond_throughput::{BondThroughputReport, split_text},
+    mptcp_throughput::MptcpReport,
     numa_nics::{NumaNicsReport, NumaRound},
     receiver_nics::ReceiverNicsReport,
     throughput::{ModeReport, Spread, ThroughputReport, TrialResult},
@@ -141,6 +144,19 @@ pub fn write_receiver_nics(
         Canvas::Svg(root) => draw_receiver_nics(root, report),
     };
     both_formats(dir, "receiver-nics-aggregate", draw)
+}
+
+/// Writes `mptcp-aggregate` (`.png` and `.svg`) into `dir`: every trial's
+/// aggregate with the kernel's subflow ports and with SRAP's, against the
+/// ideal.
+pub fn write_mptcp(report: &MptcpReport, dir: &Path) -> Result<Vec<PathBuf>, PlotError> {
+    load_font()?;
+    std::fs::create_dir_all(dir).map_err(|e| PlotError::Dir(dir.to_path_buf(), e))?;
+    let draw = |canvas: &Canvas<'_>| match canvas {
+        Canvas::Png(root) => draw_mptcp(root, report),
+        Canvas::Svg(root) => draw_mptcp(root, report),
+    };
+    both_formats(dir, "mptcp-aggregate", draw)
 }
 
 /// Either backend's drawing area.
@@ -515,6 +531,81 @@ fn draw_receiver_nics<DB: DrawingBackend>(
             .label(format!("{name} (median {median:.1})"))
             .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
     }
+    legend(&mut chart).map_err(err)
+}
+
+fn draw_mptcp<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    report: &MptcpReport,
+) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    let trials = report.trials.len().max(1) as f64;
+    let ideal = report.ideal_mbps;
+    let top = report
+        .trials
+        .iter()
+        .map(|t| t.srap.aggregate_mbps.max(t.kernel.aggregate_mbps))
+        .fold(ideal, f64::max)
+        * 1.15;
+    root.fill(&WHITE).map_err(err)?;
+    let title = format!(
+        "Aggregate per trial: {} MPTCP connections x 2 links, {} queues of {:.0} Mbit/s each",
+        report.connections, report.queues, report.queue_rate_mbps
+    );
+    let mut chart = trial_chart(root, title, trials, top, "Mbit/s at the receiver", Some(0))?;
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(0.5, ideal), (trials + 0.5, ideal)],
+            8,
+            6,
+            MUTED.stroke_width(1),
+        ))
+        .map_err(err)?
+        .label(format!(
+            "ideal, {} subflows x {:.0} = {ideal:.0} Mbit/s",
+            2 * report.connections,
+            report.queue_rate_mbps
+        ))
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], MUTED.stroke_width(1)));
+    let of = |srap: bool| -> Vec<(f64, f64, usize)> {
+        report
+            .trials
+            .iter()
+            .map(|t| {
+                let run = if srap { &t.srap } else { &t.kernel };
+                (t.trial as f64, run.aggregate_mbps, run.queues_used)
+            })
+            .collect()
+    };
+    let (srap, kernel) = (of(true), of(false));
+    for (points, name, color, shift) in [
+        (&srap, "SRAP ports", ALONE, -0.08),
+        (&kernel, "kernel ports", SHARED, 0.08),
+    ] {
+        let values: Vec<f64> = points.iter().map(|p| p.1).collect();
+        let median = Spread::of(&values).map_or(0.0, |s| s.median);
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&(t, y, _)| Circle::new((t + shift, y), 5, color.filled())),
+            )
+            .map_err(err)?
+            .label(format!("{name} (median {median:.1})"))
+            .legend(move |(x, y)| Circle::new((x + 10, y), 5, color.filled()));
+    }
+    // Each kernel trial's distinct (link, queue) pairs, below its point.
+    let style = TextStyle::from((FAMILY, 12).into_font()).color(&SHARED);
+    let subflows = 2 * report.connections;
+    chart
+        .draw_series(kernel.iter().map(|&(t, y, used)| {
+            Text::new(
+                format!("{used}/{subflows} queues"),
+                (t - 0.2, y - top * 0.03),
+                style.clone(),
+            )
+        }))
+        .map_err(err)?;
     legend(&mut chart).map_err(err)
 }
 

@@ -22,7 +22,7 @@ use crate::{
     bond_throughput,
     capacity::{QueueRate, Rate},
     direction::Direction,
-    experiment, numa_nics, plot, receiver_nics,
+    experiment, mptcp_throughput, numa_nics, plot, receiver_nics,
     report::{self, MIN_DATA_BYTES, RunReport},
     throughput::{self, ThroughputPlan},
     topology::{LabNet, LabNetConfig, LabObserver, Watch},
@@ -54,11 +54,17 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     if args.experiment == Some(Experiment::ReceiverNics) {
         return run_receiver_nics(args);
     }
+    if args.experiment == Some(Experiment::Mptcp) {
+        return run_mptcp(args);
+    }
     if args.nic_rate.is_some() {
-        bail!("--nic-rate goes with --experiment receiver-nics");
+        bail!("--nic-rate goes with --experiment receiver-nics or mptcp");
     }
     if args.plot.is_some() && args.experiment != Some(Experiment::Throughput) {
-        bail!("--plot goes with --experiment throughput, numa-nics or receiver-nics, or --bond");
+        bail!(
+            "--plot goes with --experiment throughput, numa-nics, receiver-nics or mptcp, or \
+             --bond"
+        );
     }
     check_observer(args)?;
     if let Some(nic) = args.nic.guest() {
@@ -99,7 +105,7 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     match args.experiment {
         Some(Experiment::Placement) => return run_placement(args, queues, flows),
         Some(Experiment::Throughput) => return run_throughput(args, queues, flows),
-        Some(Experiment::NumaNics | Experiment::ReceiverNics) | None => {}
+        Some(Experiment::NumaNics | Experiment::ReceiverNics | Experiment::Mptcp) | None => {}
     }
     let net = LabNet::with_config(LabNetConfig {
         queue_rate: args.queue_rate.and_then(QueueRate::rate),
@@ -516,6 +522,90 @@ fn run_receiver_nics(args: &LabArgs) -> anyhow::Result<()> {
     })
 }
 
+/// The flags `--experiment mptcp` leaves out: its own two-link veth lab,
+/// MPTCP connections of its own sending bulk data one way.
+fn check_mptcp_args(args: &LabArgs) -> anyhow::Result<()> {
+    for (given, flag) in [
+        (args.nic.guest().is_some(), "--nic virtio|igb"),
+        (args.direction != Direction::Push, "--direction pull|both"),
+        (args.local_placement.is_some(), "--local-placement"),
+        (args.observer.is_some(), "--observer"),
+        (args.workload != DEFAULT_WORKLOAD, "--workload"),
+        (args.hold, "--hold"),
+    ] {
+        if given {
+            bail!("--experiment mptcp runs its own two-link lab and connections: drop {flag}");
+        }
+    }
+    Ok(())
+}
+
+/// `--experiment mptcp`: MPTCP connections over two capped links
+/// ([`mptcp_throughput`]), both agents running as a user runs them.
+fn run_mptcp(args: &LabArgs) -> anyhow::Result<()> {
+    use mptcp_throughput as mp;
+    check_mptcp_args(args)?;
+    let queue_rate = args
+        .queue_rate
+        .unwrap_or(QueueRate::Each(mp::QUEUE_RATE))
+        .rate()
+        .context("--experiment mptcp needs a --queue-rate, not none")?;
+    let connections = checked_flows(args.flows.unwrap_or(mp::CONNECTIONS))?;
+    let plan = mp::MptcpPlan {
+        connections,
+        queues: args.queues.unwrap_or(mp::QUEUES),
+        queue_rate,
+        link_rate: args
+            .nic_rate
+            .unwrap_or_else(|| mp::MptcpPlan::default_link_rate(connections, queue_rate)),
+        trials: args.trials.unwrap_or(mp::TRIALS) as usize,
+        duration: args.duration,
+    };
+    // Declared first, dropped last: the second link's subnet outlives the
+    // namespaces.
+    let subnet = srap_harness::Subnet::lease()?;
+    let net = LabNet::new(plan.queues, Watch::Agent)?;
+    let second = mp::SecondLink::add(&net, &subnet, plan.queues)?;
+    let sender = net.hosts.sender.name();
+    let _shapers = [&net.hosts.sender_end.ifname, &second.near.ifname]
+        .map(|ifname| {
+            mp::LinkShaper::install(sender, ifname, plan.queues, queue_rate, plan.link_rate)
+        })
+        .into_iter()
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let agents = LabAgents::start(&net, &programs::agent_binary()?, 23_000)?;
+    let json = args.json;
+    if !json {
+        eprintln!(
+            "{} trials per kind of {} MPTCP connections x 2 links, about {} s",
+            plan.trials,
+            plan.connections,
+            plan.trials as u64 * 2 * (plan.duration + 2)
+        );
+    }
+    let report = mp::run(&net, &second, agents.sender.cgroup(), &plan, &mut |t| {
+        if !json {
+            eprintln!(
+                "trial {:>2} kernel {:>6.1} Mbit/s ({} queues), SRAP {:>6.1} Mbit/s ({} queues): {:.2}x",
+                t.trial,
+                t.kernel.aggregate_mbps,
+                t.kernel.queues_used,
+                t.srap.aggregate_mbps,
+                t.srap.queues_used,
+                t.ratio
+            );
+        }
+    })?;
+    let table = || {
+        format!(
+            "{}\nwall time: {:.0} s",
+            report.render(),
+            report.wall_seconds
+        )
+    };
+    publish(args, &report, table, |dir| plot::write_mptcp(&report, dir))
+}
+
 /// `--nic-rate` for `--experiment receiver-nics` when none is given: well
 /// under half of what the emulated guest receives in all.
 const RECEIVER_NIC_MBIT: u32 = 100;
@@ -800,6 +890,39 @@ mod tests {
         assert!(err.to_string().contains("leave out --nic, --hold"), "{err}");
         let none = parse(&["--experiment", "numa-nics", "--duration", "0"]);
         assert!(check_numa_args(&none).is_err());
+    }
+
+    #[test]
+    fn mptcp_takes_the_veth_labs_rates_and_connections_and_no_workload_of_its_own() {
+        let run = parse(&[
+            "--experiment",
+            "mptcp",
+            "--flows",
+            "4",
+            "--queue-rate",
+            "50mbit",
+            "--nic-rate",
+            "200mbit",
+            "--plot",
+            "docs/throughput",
+        ]);
+        assert_eq!(run.experiment, Some(Experiment::Mptcp));
+        assert!(check_mptcp_args(&run).is_ok());
+        for extra in [
+            &["--direction", "pull"][..],
+            &["--nic", "virtio"],
+            &["--observer", "off"],
+            &["--workload", "iperf3 -c {server}"],
+            &["--hold"],
+        ] {
+            let args: Vec<&str> = ["--experiment", "mptcp"]
+                .iter()
+                .chain(extra)
+                .copied()
+                .collect();
+            let err = check_mptcp_args(&parse(&args)).expect_err("not the MPTCP lab's");
+            assert!(err.to_string().contains(extra[0]), "{extra:?}: {err}");
+        }
     }
 
     #[test]

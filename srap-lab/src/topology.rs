@@ -325,7 +325,7 @@ impl SenderEnd {
 /// Each queue's packets are processed on one CPU (RPS, `rx-i` on CPU
 /// `i mod cores`: [`rps_cpu`] says which queue that is), as IRQ affinity
 /// would place them on a real NIC's host.
-fn set_rps(ns: &NetNs, ifname: &str, queues: u32) -> anyhow::Result<()> {
+pub(crate) fn set_rps(ns: &NetNs, ifname: &str, queues: u32) -> anyhow::Result<()> {
     let cores = rps_cores();
     let script: String = (0..queues)
         .map(|q| {
