@@ -61,9 +61,10 @@ use srap_harness::{
 };
 
 use crate::{
+    agents::LabAgents,
     capacity::{self, Rate},
     throughput::Spread,
-    topology::{LabNet, set_rps},
+    topology::{LabNet, LabNetConfig, Watch, set_rps},
 };
 
 /// MPTCP connections per trial unless `--flows` says.
@@ -351,6 +352,63 @@ impl Drop for LinkShaper {
                 self.ifname
             );
         }
+    }
+}
+
+/// The experiment's whole lab: both links shaped, MPTCP over them and
+/// both agents. Field order is drop order: the agents, the qdiscs, the
+/// second link's programs, the namespaces, and the second link's subnet
+/// last.
+pub struct MptcpLab {
+    pub agents: LabAgents,
+    _shapers: Vec<LinkShaper>,
+    pub second: SecondLink,
+    pub net: LabNet,
+    _subnet: Subnet,
+}
+
+impl MptcpLab {
+    /// Brings the lab up for `plan` on the lab's own subnet (on a leased
+    /// one when `leased`: a test beside other labs), with `agent` the
+    /// `srap-agent` binary.
+    pub fn start(plan: &MptcpPlan, agent: &Path, leased: bool) -> anyhow::Result<Self> {
+        let second_subnet = Subnet::lease()?;
+        let mut config = LabNetConfig::new(plan.queues, Watch::Agent);
+        if leased {
+            config.subnet = None;
+        }
+        let net = LabNet::with_config(config)?;
+        let second = SecondLink::add(&net, &second_subnet, plan.queues)?;
+        let sender = net.hosts.sender.name();
+        let shapers = [&net.hosts.sender_end.ifname, &second.near.ifname]
+            .map(|ifname| {
+                LinkShaper::install(sender, ifname, plan.queues, plan.queue_rate, plan.link_rate)
+            })
+            .into_iter()
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let agents = LabAgents::start(&net, agent, FIRST_PORT)?;
+        Ok(Self {
+            agents,
+            _shapers: shapers,
+            second,
+            net,
+            _subnet: second_subnet,
+        })
+    }
+
+    /// [`run`] on this lab, SRAP's trials in the sender agent's cgroup.
+    pub fn run(
+        &self,
+        plan: &MptcpPlan,
+        progress: &mut dyn FnMut(&MptcpTrial),
+    ) -> anyhow::Result<MptcpReport> {
+        run(
+            &self.net,
+            &self.second,
+            self.agents.sender.cgroup(),
+            plan,
+            progress,
+        )
     }
 }
 

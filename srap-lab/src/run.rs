@@ -561,19 +561,7 @@ fn run_mptcp(args: &LabArgs) -> anyhow::Result<()> {
         trials: args.trials.unwrap_or(mp::TRIALS) as usize,
         duration: args.duration,
     };
-    // Declared first, dropped last: the second link's subnet outlives the
-    // namespaces.
-    let subnet = srap_harness::Subnet::lease()?;
-    let net = LabNet::new(plan.queues, Watch::Agent)?;
-    let second = mp::SecondLink::add(&net, &subnet, plan.queues)?;
-    let sender = net.hosts.sender.name();
-    let _shapers = [&net.hosts.sender_end.ifname, &second.near.ifname]
-        .map(|ifname| {
-            mp::LinkShaper::install(sender, ifname, plan.queues, queue_rate, plan.link_rate)
-        })
-        .into_iter()
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let agents = LabAgents::start(&net, &programs::agent_binary()?, 23_000)?;
+    let lab = mp::MptcpLab::start(&plan, &programs::agent_binary()?, false)?;
     let json = args.json;
     if !json {
         eprintln!(
@@ -583,7 +571,7 @@ fn run_mptcp(args: &LabArgs) -> anyhow::Result<()> {
             plan.trials as u64 * 2 * (plan.duration + 2)
         );
     }
-    let report = mp::run(&net, &second, agents.sender.cgroup(), &plan, &mut |t| {
+    let report = lab.run(&plan, &mut |t| {
         if !json {
             eprintln!(
                 "trial {:>2} kernel {:>6.1} Mbit/s ({} queues), SRAP {:>6.1} Mbit/s ({} queues): {:.2}x",

@@ -3,10 +3,12 @@
 //! its flows share, SRAP's trials reach the ideal, the JSON has the shape
 //! docs/lab.md documents, and the plots are written. And one short trial
 //! without a observer (`--observer off`): rates measured, queues unknown.
+//! And the MPTCP experiment over two links, one short trial per kind.
 
 use srap_lab::{
     binder::LabBinder,
     capacity::Rate,
+    mptcp_throughput::{MptcpLab, MptcpPlan},
     plot,
     throughput::{self, ThroughputPlan, ThroughputReport},
     topology::{LabNet, LabNetConfig, LabObserver, Watch},
@@ -213,4 +215,70 @@ fn check_plots(report: &ThroughputReport) {
             assert!(text.contains("Gbit/s"), "{name} has no title: {text}");
         }
     }
+}
+
+/// The MPTCP experiment, short (one trial per kind of 4 connections × 2
+/// links for 2 s, 8 queues a link of 50 Mbit/s): every connection has a
+/// subflow on each link by the receiver's own list, the queues really are
+/// capacities (no trial carries more than the queues its subflows landed
+/// on), SRAP's 8 subflows are on 8 distinct receiver CPUs and near the
+/// ideal, and the JSON and the figure are as docs/lab.md shows them.
+#[test]
+#[ignore = "kernel: needs root, netns, bpffs and MPTCP; run as root by `cargo xtask test`"]
+fn mptcp_srap_puts_every_subflow_on_a_queue_of_its_own_and_the_plot_is_written() {
+    require_privileged("mptcp_srap_puts_every_subflow_on_a_queue_of_its_own");
+    let (connections, rate) = (4, Rate::from_mbit(50));
+    let plan = MptcpPlan {
+        connections,
+        queues: QUEUES,
+        queue_rate: rate,
+        link_rate: MptcpPlan::default_link_rate(connections, rate),
+        trials: 1,
+        duration: 2,
+    };
+    let lab = MptcpLab::start(&plan, &built_binary("srap-agent"), true)
+        .expect("the two-link MPTCP lab with both agents");
+    let report = lab.run(&plan, &mut |_| {}).expect("experiment");
+    let trial = &report.trials[0];
+    let queue_mbps = rate.bits_per_second() / 1e6;
+    for (name, run) in [("srap", &trial.srap), ("kernel", &trial.kernel)] {
+        for link in [1, 2] {
+            let on_link = run.subflows.iter().filter(|s| s.link == link).count();
+            assert_eq!(on_link, connections, "{name}: link {link}: {run:?}");
+        }
+        let capacity = run.queues_used as f64 * queue_mbps;
+        assert!(
+            run.aggregate_mbps <= 1.05 * capacity,
+            "{name}: {:.1} Mbit/s on {} queues of {rate}: {run:?}",
+            run.aggregate_mbps,
+            run.queues_used
+        );
+    }
+    // Queue q is CPU q on either link: SRAP's subflows fill the 8 CPUs.
+    let cpus: std::collections::BTreeSet<u32> =
+        trial.srap.subflows.iter().map(|s| s.queue).collect();
+    assert_eq!(cpus.len(), 2 * connections, "{:?}", trial.srap);
+    assert!(
+        trial.srap.aggregate_mbps >= 0.85 * report.ideal_mbps,
+        "SRAP {:.1} Mbit/s of the ideal {:.0}",
+        trial.srap.aggregate_mbps,
+        report.ideal_mbps
+    );
+    let json = serde_json::to_value(&report).expect("JSON");
+    for key in ["started", "ideal_mbps", "bytes_per_connection", "ratio"] {
+        assert!(!json[key].is_null(), "{key}: {json}");
+    }
+    assert!(
+        json["trials"][0]["srap"]["subflows"][0]["link"].is_u64(),
+        "{json}"
+    );
+    let dir = TempDir::new("plots").expect("temp dir");
+    let written = plot::write_mptcp(&report, dir.path()).expect("the figure");
+    let names: Vec<String> = written
+        .iter()
+        .filter_map(|p| Some(p.file_name()?.to_string_lossy().into_owned()))
+        .collect();
+    assert_eq!(names, ["mptcp-aggregate.png", "mptcp-aggregate.svg"]);
+    let svg = std::fs::read_to_string(&written[1]).expect("the SVG");
+    assert!(svg.contains("MPTCP connections"), "{svg}");
 }
