@@ -486,8 +486,9 @@ fn trial(
     let listener = net.hosts.receiver.run(|| mptcp_listener(server))??;
     let connections = plan.connections;
     let bytes = plan.bytes_per_connection();
-    let read_limit = Duration::from_secs(plan.duration * 6 + 20);
-    let sink = thread::spawn(move || sink(listener, connections, read_limit));
+    // Six times the ideal, and time to start: bounds a transfer gone wrong.
+    let limit = Duration::from_secs(plan.duration * 6 + 20);
+    let sink = thread::spawn(move || sink(listener, connections, limit));
     let streams = {
         // Sockets join the cgroup their creator is in at creation time.
         let _steered = cgroup.map(InCgroup::enter).transpose()?;
@@ -496,7 +497,7 @@ fn trial(
             .run(|| connect_all(server, connections))??
     };
     let subflows = await_subflows(net, second, server, connections)?;
-    send_all(streams, bytes, read_limit)?;
+    send_all(streams, bytes, limit)?;
     let received = sink
         .join()
         .map_err(|_| anyhow::anyhow!("the sink panicked"))??;
@@ -554,7 +555,8 @@ fn connect_all(server: SocketAddr, connections: usize) -> anyhow::Result<Vec<Tcp
 /// What one accepted connection delivered: bytes, first and last read.
 type Received = (u64, Instant, Instant);
 
-/// Accepts `connections` and reads each to its end on a thread of its own.
+/// Accepts `connections` and reads each to its end on a thread of its own,
+/// each within `limit`.
 fn sink(
     listener: TcpListener,
     connections: usize,
@@ -601,7 +603,9 @@ fn read_to_end(mut stream: TcpStream, limit: Duration) -> anyhow::Result<Receive
     );
     let mut buf = vec![0u8; 256 * 1024];
     let (mut bytes, mut first, mut last) = (0u64, None, Instant::now());
+    let deadline = last + limit;
     loop {
+        ensure!(Instant::now() < deadline, "still reading after {limit:?}");
         let n = stream.read(&mut buf).context("reading a connection")?;
         if n == 0 {
             break;
@@ -614,7 +618,7 @@ fn read_to_end(mut stream: TcpStream, limit: Duration) -> anyhow::Result<Receive
 }
 
 /// Every connection sends `bytes` at once (a barrier starts them), then
-/// closes its sending side.
+/// closes its sending side, each within `limit`.
 fn send_all(streams: Vec<TcpStream>, bytes: u64, limit: Duration) -> anyhow::Result<()> {
     let start = Arc::new(Barrier::new(streams.len()));
     let writers: Vec<_> = streams
@@ -625,8 +629,10 @@ fn send_all(streams: Vec<TcpStream>, bytes: u64, limit: Duration) -> anyhow::Res
                 stream.set_write_timeout(Some(limit))?;
                 let chunk = vec![0x5au8; 256 * 1024];
                 start.wait();
+                let deadline = Instant::now() + limit;
                 let mut left = bytes;
                 while left > 0 {
+                    ensure!(Instant::now() < deadline, "still sending after {limit:?}");
                     let n = left.min(chunk.len() as u64) as usize;
                     stream.write_all(&chunk[..n]).context("sending")?;
                     left -= n as u64;
