@@ -128,18 +128,8 @@ impl TwoHosts {
         endpoint: MptcpEndpoint,
     ) -> anyhow::Result<()> {
         for ns in [&self.sender, &self.receiver] {
-            ns.exec("sysctl", ["-qw", "net.mptcp.enabled=1"])?;
+            enable_mptcp_in(ns)?;
             ns.exec("sysctl", ["-qw", "net.ipv4.conf.all.rp_filter=0"])?;
-            ns.ip([
-                "mptcp",
-                "limits",
-                "set",
-                "subflows",
-                "2",
-                "add_addr_accepted",
-                "2",
-            ])
-            .context("ip mptcp limits")?;
         }
         for iface in [&self.receiver_end.ifname, &far.ifname] {
             let setting = format!("net.ipv4.conf.{iface}.rp_filter=0");
@@ -277,5 +267,22 @@ fn configure(ns: &NetNs, end: &VethEnd, v6: bool) -> anyhow::Result<()> {
         ])?;
     }
     ns.ip(["link", "set", &end.ifname, "up"])?;
+    Ok(())
+}
+
+/// MPTCP on in `ns`, as a user turns it on: enabled, and limits of two
+/// subflows per connection and two addresses a peer announces.
+pub fn enable_mptcp_in(ns: &NetNs) -> anyhow::Result<()> {
+    ns.exec("sysctl", ["-qw", "net.mptcp.enabled=1"])?;
+    ns.ip([
+        "mptcp",
+        "limits",
+        "set",
+        "subflows",
+        "2",
+        "add_addr_accepted",
+        "2",
+    ])
+    .with_context(|| format!("ip mptcp limits in {}", ns.name()))?;
     Ok(())
 }

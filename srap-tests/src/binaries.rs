@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use srap_harness::guest::{GuestFiles, GuestImage, GuestKernel};
+use srap_harness::guest::{GuestFiles, GuestImage, GuestKernel, receiver_nics_lab::TwoNicReceiver};
 
 /// `srap`, `srap-agent` or `srap-lab` as cargo built it beside the test binary
 /// (`target/<profile>/deps/<test>` → `target/<profile>/<name>`), or in
@@ -36,4 +36,18 @@ pub fn guest_image(kernel: GuestKernel) -> GuestImage {
     let files = GuestFiles::locate(None, &agent).expect("the guest files");
     GuestImage::prepare(&files, kernel, &cache, &agent, &built_binary("srap"))
         .expect("the guest image")
+}
+
+/// The two-NIC receiver guest (Linux 6.1) with the built agent and `srap`,
+/// its sender agent given `sender_args`; panics, saying why, when it does
+/// not come up.
+pub fn two_nic_receiver(sender_args: &[&str]) -> TwoNicReceiver {
+    let image = guest_image(GuestKernel::V6_1);
+    TwoNicReceiver::start(
+        &image,
+        &built_binary("srap-agent"),
+        &built_binary("srap"),
+        sender_args,
+    )
+    .unwrap_or_else(|err| panic!("the two-NIC receiver: {err:#}"))
 }

@@ -26,7 +26,7 @@ pub mod socket_patterns;
 pub mod test_workload;
 pub mod two_links;
 
-pub use binaries::{built_binary, guest_image};
+pub use binaries::{built_binary, guest_image, two_nic_receiver};
 pub use srap_harness::{
     self as harness, NetNs, NsGuard, TwoHosts, VethConfig, VethEnd, netns, privilege,
     privilege::{privileged_or_skip, require_privileged},

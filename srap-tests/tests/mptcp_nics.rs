@@ -37,11 +37,10 @@ use std::{ops::ControlFlow, sync::Mutex, time::Duration};
 
 use srap_common::binder::{event, outcome};
 use srap_harness::guest::{
-    GuestKernel,
     mptcp_lab::{self, MptcpRound, MptcpSpec},
     receiver_nics_lab::TwoNicReceiver,
 };
-use srap_tests::{built_binary, guest_image, require_privileged};
+use srap_tests::{require_privileged, two_nic_receiver};
 
 /// iperf3's data streams: with its control connection, 8 MPTCP
 /// connections of 2 subflows, as many as the guest has (NIC, CPU) pairs.
@@ -97,14 +96,7 @@ fn released(lab: &TwoNicReceiver) -> anyhow::Result<srap_daemon::sender::BinderS
 fn mptcp_subflows_enter_through_both_receiver_nics_each_on_its_own_cpu() {
     require_privileged("MPTCP subflows through both receiver NICs, each on its own CPU");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let image = guest_image(GuestKernel::V6_1);
-    let mut lab = TwoNicReceiver::start(
-        &image,
-        &built_binary("srap-agent"),
-        &built_binary("srap"),
-        &["--receiver-nics", "spread"],
-    )
-    .unwrap_or_else(|err| panic!("the two-NIC receiver: {err:#}"));
+    let mut lab = two_nic_receiver(&["--receiver-nics", "spread"]);
     mptcp_lab::enable(&mut lab).unwrap_or_else(|err| panic!("MPTCP in the guest: {err:#}"));
     let mut tables = lab.numa.render();
     tables.push_str(&mptcp_lab::endpoints(&mut lab));

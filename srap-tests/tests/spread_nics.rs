@@ -25,11 +25,8 @@
 
 use std::sync::Mutex;
 
-use srap_harness::guest::{
-    GuestKernel,
-    receiver_nics_lab::{ReceiverRound, RoundSpec, TwoNicReceiver},
-};
-use srap_tests::{built_binary, guest_image, require_privileged};
+use srap_harness::guest::receiver_nics_lab::{ReceiverRound, RoundSpec, TwoNicReceiver};
+use srap_tests::{require_privileged, two_nic_receiver};
 
 /// Parallel streams of the transfer.
 const STREAMS: usize = 16;
@@ -63,14 +60,7 @@ fn round(
 fn a_transfer_to_one_address_spreads_over_both_receiver_nics_beside_the_kernels_one() {
     require_privileged("a_transfer_to_one_address_spreads_over_both_receiver_nics");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let image = guest_image(GuestKernel::V6_1);
-    let mut lab = TwoNicReceiver::start(
-        &image,
-        &built_binary("srap-agent"),
-        &built_binary("srap"),
-        &["--receiver-nics", "spread"],
-    )
-    .unwrap_or_else(|err| panic!("the two-NIC receiver: {err:#}"));
+    let mut lab = two_nic_receiver(&["--receiver-nics", "spread"]);
     let asked = lab.asked();
     let mut tables = lab.numa.render();
     let mut wrong = Vec::new();

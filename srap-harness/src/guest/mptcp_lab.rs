@@ -31,21 +31,20 @@ use std::{
     collections::{BTreeMap, BTreeSet},
     fmt::Write as _,
     net::{IpAddr, SocketAddr},
-    process::Stdio,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
 use srap_common::rss::FlowTuple;
 
+use crate::veth::enable_mptcp_in;
+
 use super::{
     image::MPTCP_WRAP,
     numa::{Counters, NumaGuest},
-    receiver_nics_lab::TwoNicReceiver,
+    receiver_nics_lab::{ClientRun, TwoNicReceiver},
     truth,
 };
-use crate::programs::{ChildGuard, client_via};
-
 /// How long the guest's server may take to write its result once the
 /// client has ended (as the receiver-NIC lab's).
 const SERVER_END: Duration = Duration::from_secs(90);
@@ -69,19 +68,7 @@ pub fn enable(lab: &mut TwoNicReceiver) -> anyhow::Result<()> {
         );
     }
     lab.numa.guest.run(&script)?;
-    let ns = &lab.net.ns;
-    ns.exec("sysctl", ["-qw", "net.mptcp.enabled=1"])?;
-    ns.ip([
-        "mptcp",
-        "limits",
-        "set",
-        "subflows",
-        "2",
-        "add_addr_accepted",
-        "2",
-    ])
-    .context("ip mptcp limits in the namespace")?;
-    Ok(())
+    enable_mptcp_in(&lab.net.ns)
 }
 
 /// The guest's MPTCP endpoints as `ip mptcp endpoint show` prints them,
@@ -366,37 +353,19 @@ struct Listed {
 /// Runs `mptcpize run iperf3 -c` to its end, listing the guest's subflows
 /// on the port all the while.
 fn run_client(lab: &mut TwoNicReceiver, spec: &MptcpSpec<'_>) -> anyhow::Result<Listed> {
-    let log = std::env::temp_dir().join(format!(
-        "srap-mptcp-nics-{}-{}.json",
-        std::process::id(),
-        spec.port
-    ));
-    let _ = std::fs::remove_file(&log);
-    let workload: Vec<String> = format!(
-        "mptcpize run iperf3 -c {{server}} -p {{port}} -P {} -t {} -J --logfile {}",
-        spec.streams,
-        spec.seconds,
-        log.display()
-    )
-    .split_whitespace()
-    .map(String::from)
-    .collect();
-    let cgroup = spec.steered.then(|| lab.sender().cgroup().to_path_buf());
-    let asked = IpAddr::V4(lab.numa.nics[0].guest_ip);
-    let mut command = client_via(
-        lab.srap(),
-        &lab.net.ns,
-        &workload,
-        &asked.to_string(),
-        spec.port,
-        cgroup.as_deref(),
-    )?;
-    let mut child = ChildGuard::spawn(command.stdout(Stdio::null()))?;
+    let run = ClientRun {
+        program: "mptcpize run iperf3",
+        port: spec.port,
+        streams: spec.streams,
+        seconds: spec.seconds,
+        steered: spec.steered,
+    };
+    let mut client = lab.spawn_client(&run)?;
     let listing = format!("ss -Htni state established '( sport = :{} )'", spec.port);
     let mut seen: BTreeMap<(SocketAddr, SocketAddr), SsSubflow> = BTreeMap::new();
     let (mut without_token, mut listings) = (0, 0);
     let deadline = Instant::now() + Duration::from_secs(spec.seconds + 60);
-    while !child.exited() && Instant::now() < deadline {
+    while !client.exited() && Instant::now() < deadline {
         listings += 1;
         for s in parse_ss_subflows(&lab.numa.guest.read(&listing)?) {
             without_token += usize::from(s.token.is_none());
@@ -405,12 +374,7 @@ fn run_client(lab: &mut TwoNicReceiver, spec: &MptcpSpec<'_>) -> anyhow::Result<
                 .or_insert(s);
         }
     }
-    let status = child.wait(Duration::from_secs(5))?;
-    let json = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    if !status.success() {
-        bail!("mptcpize run iperf3 -c exited with {status}: {json}");
-    }
+    let json = client.finish(Duration::from_secs(5))?;
     Ok(Listed {
         subflows: seen.into_values().collect(),
         without_token,

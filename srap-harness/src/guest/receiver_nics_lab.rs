@@ -219,6 +219,52 @@ pub struct RoundSpec<'a> {
     pub seconds: u64,
 }
 
+/// An iperf3 client run from the namespace ([`TwoNicReceiver::spawn_client`]).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientRun<'a> {
+    /// The command before `-c`: `iperf3`, or a wrapper of it (`mptcpize run
+    /// iperf3`).
+    pub program: &'a str,
+    pub port: u16,
+    pub streams: usize,
+    pub seconds: u64,
+    /// Under `srap exec` in the sender agent's cgroup, or the kernel's ports.
+    pub steered: bool,
+}
+
+/// A running iperf3 client. Its JSON goes to a file of its own: through a
+/// pipe read only after the exit, its size could fill the pipe and stall
+/// iperf3. The file goes when this drops; the process too, by its guard.
+pub struct IperfClient {
+    child: ChildGuard,
+    log: PathBuf,
+    program: String,
+}
+
+impl IperfClient {
+    /// Whether the client has exited.
+    pub fn exited(&mut self) -> bool {
+        self.child.exited()
+    }
+
+    /// Waits up to `within` for the client's end; its JSON output, or why
+    /// it failed with that output.
+    pub fn finish(mut self, within: Duration) -> anyhow::Result<String> {
+        let status = self.child.wait(within)?;
+        let json = std::fs::read_to_string(&self.log).unwrap_or_default();
+        if !status.success() {
+            bail!("{} -c exited with {status}: {json}", self.program);
+        }
+        Ok(json)
+    }
+}
+
+impl Drop for IperfClient {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
 /// The two-NIC receiver guest, its agent, and the sender agent in the
 /// namespace. Field order is drop order: the sender (detached) first, then
 /// the guest (QEMU killed by PID); the namespace and its taps last.
@@ -356,42 +402,52 @@ impl TwoNicReceiver {
         Ok(())
     }
 
-    /// Runs the client to its end; its JSON output. The JSON goes to a
-    /// file: through a pipe read only after the exit, its size could fill
-    /// the pipe and stall iperf3.
+    /// Runs the client to its end; its JSON output.
     fn client(&self, spec: &RoundSpec<'_>) -> anyhow::Result<String> {
+        let run = ClientRun {
+            program: "iperf3",
+            port: spec.port,
+            streams: spec.streams,
+            seconds: spec.seconds,
+            steered: spec.steered,
+        };
+        self.spawn_client(&run)?
+            .finish(Duration::from_secs(spec.seconds + 60))
+    }
+
+    /// Starts `run`'s client in the namespace toward the address asked
+    /// for, under `srap exec` in the sender agent's cgroup when steered.
+    pub fn spawn_client(&self, run: &ClientRun<'_>) -> anyhow::Result<IperfClient> {
         let log = std::env::temp_dir().join(format!(
             "srap-receiver-nics-{}-{}.json",
             std::process::id(),
-            spec.port
+            run.port
         ));
         let _ = std::fs::remove_file(&log);
         let workload: Vec<String> = format!(
-            "iperf3 -c {{server}} -p {{port}} -P {} -t {} -J --logfile {}",
-            spec.streams,
-            spec.seconds,
+            "{} -c {{server}} -p {{port}} -P {} -t {} -J --logfile {}",
+            run.program,
+            run.streams,
+            run.seconds,
             log.display()
         )
         .split_whitespace()
         .map(String::from)
         .collect();
-        let cgroup = spec.steered.then(|| self.sender.cgroup().to_path_buf());
+        let cgroup = run.steered.then(|| self.sender.cgroup().to_path_buf());
         let mut command = client_via(
             &self.srap,
             &self.net.ns,
             &workload,
             &self.asked().to_string(),
-            spec.port,
+            run.port,
             cgroup.as_deref(),
         )?;
-        let mut child = ChildGuard::spawn(command.stdout(Stdio::null()))?;
-        let status = child.wait(Duration::from_secs(spec.seconds + 60))?;
-        let json = std::fs::read_to_string(&log).unwrap_or_default();
-        let _ = std::fs::remove_file(&log);
-        if !status.success() {
-            bail!("iperf3 -c exited with {status}: {json}");
-        }
-        Ok(json)
+        Ok(IperfClient {
+            child: ChildGuard::spawn(command.stdout(Stdio::null()))?,
+            log,
+            program: run.program.to_owned(),
+        })
     }
 
     /// The server's accepted streams, each with its NIC, its queue by that
