@@ -82,7 +82,7 @@ pub struct LabArgs {
     /// node, one reader pinned per vCPU downloading and uploading for
     /// --duration s, the bytes through the far node's NIC with the kernel's
     /// choice and with SRAP's. `--experiment receiver-nics`: a QEMU
-    /// receiver with two NICs capped at --nic-rate each, 8 streams to its
+    /// receiver with two NICs capped at --nic-rate each, 16 streams to its
     /// first address for --duration s, the aggregate the receiver measured
     /// with the kernel's ports and with SRAP's `--receiver-nics spread`.
     /// `--experiment mptcp`: the veth lab with a second link, both links'
@@ -170,7 +170,7 @@ pub enum Experiment {
     /// choice of NIC beside SRAP's `--local-nics numa`.
     NumaNics,
     /// A QEMU receiver with two NICs, each link capped at --nic-rate: one
-    /// transfer of 8 streams to its first address, the kernel's ports
+    /// transfer of 16 streams to its first address, the kernel's ports
     /// beside SRAP's `--receiver-nics spread`, the aggregate measured by
     /// the receiver.
     ReceiverNics,

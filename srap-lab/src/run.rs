@@ -468,7 +468,7 @@ fn check_receiver_nics_args(args: &LabArgs) -> anyhow::Result<()> {
     check_guest_experiment(
         args,
         "receiver-nics",
-        "its own two-NIC receiver guest, 8 streams to its first address",
+        "its own two-NIC receiver guest, 16 streams to its first address",
         "each transfer's seconds",
     )
 }
@@ -928,7 +928,7 @@ mod tests {
         assert_eq!(run.experiment, Some(Experiment::ReceiverNics));
         assert!(check_receiver_nics_args(&run).is_ok());
         let mixed = parse(&["--experiment", "receiver-nics", "--flows", "16"]);
-        let err = check_receiver_nics_args(&mixed).expect_err("its own 8 streams");
+        let err = check_receiver_nics_args(&mixed).expect_err("its own 16 streams");
         assert!(err.to_string().contains("leave out --flows"), "{err}");
         let numa = parse(&["--experiment", "numa-nics", "--nic-rate", "80mbit"]);
         assert!(
