@@ -4,8 +4,8 @@
 //!
 //! Set up as a user would ([`enable`]): in the guest, a `signal` endpoint
 //! on each NIC's address (iproute2's `ip mptcp`, copied in as `ip2`), so
-//! that whichever address a connection's first subflow entered (under
-//! `--receiver-nics spread` half of them enter NIC 1), the guest announces
+//! that whichever address a connection's first subflow entered (the one
+//! asked for: the sender moves no MPTCP connection), the guest announces
 //! the other (`ADD_ADDR`; an announcement of the address the connection
 //! already uses opens nothing), and a limit of two subflows; in the
 //! namespace, MPTCP on and limits that accept an announced address. A
