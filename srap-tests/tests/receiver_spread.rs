@@ -10,7 +10,9 @@
 //!   server accepted them on; the 16 accepted tuples sit on 16 distinct
 //!   (NIC, CPU) pairs by the RSS model's hash; every client's
 //!   `getpeername()` is the address it asked for; the hook counted 8
-//!   `dest_spread`.
+//!   `dest_spread`. The same over IPv6: the application asks for the
+//!   first link's IPv6 address, the server listens on a dual-stack `[::]`,
+//!   and `connect6` spreads over the IPv6 addresses alone.
 //! * `asked`, side by side: the kernel's choice, all 16 on the first link.
 //! * `spread`, a server bound to the first address only: no flow moved.
 //! * `spread`, the second link dropping SYNs (an nft rule in the receiver

@@ -64,11 +64,6 @@ impl NumaShape {
         cpus_per_node: 8,
         queues: 8,
     };
-
-    /// Every vCPU of the guest.
-    pub fn cpus(self) -> u32 {
-        NODES * self.cpus_per_node
-    }
 }
 
 /// The metric of NIC `i`'s route to [`GuestNet::routed_ip`]: `i + 1`
