@@ -1103,6 +1103,40 @@ pub struct BinderConfig {
     pub sizes: BinderSizes,
 }
 
+/// `--mptcp`, as [`LoadConfig::mptcp`] holds it.
+pub mod mptcp {
+    /// MPTCP is left to the kernel: the connect hooks leave a subflow's
+    /// port to it (`protocol_not_steered`) and the MPTCP programs (the
+    /// bind hooks, the TCP close's, the path manager's tracing) are not
+    /// loaded.
+    pub const OFF: u32 = 0;
+    /// Every subflow of an MPTCP connection steered, each at its own CPU.
+    pub const SUBFLOWS: u32 = 1;
+}
+
+/// The name the binder's [`LoadConfig`] global has in the eBPF object.
+pub const LOAD_CONFIG_GLOBAL: &str = "SRAP_LOAD_CONFIG";
+
+/// What the hooks branch on, fixed when the agent loads them: the
+/// object's read-only global [`LOAD_CONFIG_GLOBAL`] (`.rodata`, frozen
+/// before any program is verified). The kernel's verifier reads it as
+/// constants and never walks a step that the settings turn off, so a
+/// feature that is not configured costs neither verifier time at start
+/// nor an instruction per connect. A change of setting is a new load (a
+/// restarted agent replaces the programs behind their pinned links).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadConfig {
+    /// The settings the agent also writes to [`CONFIG_MAP`] for a
+    /// restarted agent and `srap status` to read.
+    pub binder: BinderConfig,
+    /// Whether this host's NIC is planned too (`--steer both|local`):
+    /// 0 lets the hook skip this host's side of every connect.
+    pub steer_local: u32,
+    /// `--mptcp`, an [`mptcp`] number.
+    pub mptcp: u32,
+}
+
 #[cfg(feature = "user")]
 mod pod {
     use super::*;
@@ -1130,6 +1164,8 @@ mod pod {
     unsafe impl aya::Pod for SocketRow {}
     // SAFETY: as above (8 + 6 × 4 + 4 × 4 bytes, no padding).
     unsafe impl aya::Pod for BinderConfig {}
+    // SAFETY: as above (a `BinderConfig`, a multiple of 8 bytes, and 2 × 4).
+    unsafe impl aya::Pod for LoadConfig {}
     // SAFETY: as above (4 + 4 + 4 × 8 × 8 bytes, no padding).
     unsafe impl aya::Pod for SlotGrant {}
     // SAFETY: as above (2 + 2 + 4 × 4 bytes, no padding).

@@ -1,16 +1,31 @@
-//! Two `bpf(2)` commands aya 0.14 does not offer, called directly:
+//! The `bpf(2)` commands aya 0.14 does not offer, called directly:
 //! `BPF_PROG_TEST_RUN` (run a loaded program once on a packet of ours,
 //! which is how the sender agent repairs the binder's occupancy in kernel
-//! context) and `BPF_MAP_LOOKUP_BATCH` (read a whole array map in a few
+//! context), `BPF_MAP_LOOKUP_BATCH` (read a whole array map in a few
 //! calls: the binder's socket table has 2^18 rows, which one lookup per row
-//! would read in as many system calls).
+//! would read in as many system calls), `BPF_OBJ_GET` + `BPF_LINK_UPDATE`
+//! (put a newly loaded program behind a pinned link in one step, so a
+//! restarted or upgraded agent never leaves a gap in steering) and
+//! `BPF_PROG_QUERY` (which programs a cgroup runs at a hook: what `srap
+//! exec` waits for).
 
-use std::{io, os::fd::BorrowedFd};
+use std::{
+    ffi::CString,
+    io,
+    os::fd::{BorrowedFd, FromRawFd as _, OwnedFd},
+    path::Path,
+};
 
 /// `BPF_PROG_TEST_RUN`.
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
 /// `BPF_MAP_LOOKUP_BATCH`.
 const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
+/// `BPF_OBJ_GET`.
+const BPF_OBJ_GET: libc::c_long = 7;
+/// `BPF_PROG_QUERY`.
+const BPF_PROG_QUERY: libc::c_long = 16;
+/// `BPF_LINK_UPDATE`.
+const BPF_LINK_UPDATE: libc::c_long = 29;
 /// Bytes of `union bpf_attr` passed: more than either command's part, the
 /// rest zero (the kernel accepts a longer attr whose tail is zero).
 const ATTR_LEN: usize = 128;
@@ -63,9 +78,22 @@ impl Attr {
     /// own thread, `fake::with_kernel`) and judge the logic around the
     /// calls without root.
     fn call(&mut self, cmd: libc::c_long) -> io::Result<()> {
+        self.call_ret(cmd).map(drop)
+    }
+
+    /// As [`Self::call`], for a command whose result is a new descriptor.
+    fn call_fd(&mut self, cmd: libc::c_long) -> io::Result<OwnedFd> {
+        let fd = self.call_ret(cmd)?;
+        let fd = i32::try_from(fd).map_err(|_| io::Error::other("a descriptor past i32"))?;
+        // SAFETY: the kernel returned a new descriptor that nothing else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// `bpf(cmd, attr, size)`'s non-negative return value.
+    fn call_ret(&mut self, cmd: libc::c_long) -> io::Result<libc::c_long> {
         #[cfg(test)]
         if let Some(result) = fake::call(cmd, self) {
-            return result;
+            return result.map(|()| 0);
         }
         // SAFETY: the attr is ATTR_LEN valid, aligned bytes that live across
         // the call; every pointer in it points at a buffer the caller keeps
@@ -74,7 +102,7 @@ impl Attr {
         if ret < 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(())
+        Ok(ret)
     }
 }
 
@@ -155,6 +183,76 @@ pub fn array_values(
 
 #[cfg(test)]
 mod fake;
+
+/// Opens the object pinned at `path` on bpffs (`BPF_OBJ_GET`).
+pub fn obj_get(path: &Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let name = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the pin's path"))?;
+    let mut attr = Attr::new();
+    attr.set_u64(0, name.as_ptr() as u64);
+    attr.call_fd(BPF_OBJ_GET)
+}
+
+/// Puts program `prog` behind link `link` in place of the one it runs
+/// (`BPF_LINK_UPDATE`, Linux 5.7+): the hook runs one or the other at
+/// every call, never neither.
+pub fn link_update(link: BorrowedFd<'_>, prog: BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    let mut attr = Attr::new();
+    attr.set_u32(0, link.as_raw_fd() as u32);
+    attr.set_u32(4, prog.as_raw_fd() as u32);
+    attr.call(BPF_LINK_UPDATE)
+}
+
+/// `BPF_CGROUP_INET4_CONNECT`, the attach type of `cgroup/connect4`.
+pub const CGROUP_INET4_CONNECT: u32 = 10;
+/// `BPF_CGROUP_INET6_CONNECT`.
+pub const CGROUP_INET6_CONNECT: u32 = 11;
+
+/// The ids of the programs attached to `cgroup` (its own, not inherited)
+/// at `attach_type` (`BPF_PROG_QUERY`); at most 64.
+pub fn prog_query(cgroup: BorrowedFd<'_>, attach_type: u32) -> io::Result<Vec<u32>> {
+    use std::os::fd::AsRawFd as _;
+    let mut ids = [0u32; 64];
+    let mut attr = Attr::new();
+    attr.set_u32(0, cgroup.as_raw_fd() as u32);
+    attr.set_u32(4, attach_type);
+    attr.set_u64(16, ids.as_mut_ptr() as u64);
+    attr.set_u32(24, ids.len() as u32);
+    attr.call(BPF_PROG_QUERY)?;
+    let count = (attr.u32_at(24) as usize).min(ids.len());
+    Ok(ids[..count].to_vec())
+}
+
+/// `BPF_PROG_GET_FD_BY_ID`.
+const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
+/// `BPF_OBJ_GET_INFO_BY_FD`.
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+/// Bytes of `struct bpf_prog_info` read: up to and with its `name`.
+const PROG_INFO_LEN: usize = 80;
+/// Where `struct bpf_prog_info` holds `name` (16 bytes, NUL-padded).
+const PROG_INFO_NAME: usize = 64;
+
+/// The name of loaded program `id` (as the kernel keeps it: its first 15
+/// bytes).
+pub fn prog_name(id: u32) -> io::Result<String> {
+    let mut attr = Attr::new();
+    attr.set_u32(0, id);
+    let prog = attr.call_fd(BPF_PROG_GET_FD_BY_ID)?;
+    let mut info = [0u8; PROG_INFO_LEN];
+    let mut attr = Attr::new();
+    {
+        use std::os::fd::AsRawFd as _;
+        attr.set_u32(0, prog.as_raw_fd() as u32);
+    }
+    attr.set_u32(4, PROG_INFO_LEN as u32);
+    attr.set_u64(8, info.as_mut_ptr() as u64);
+    attr.call(BPF_OBJ_GET_INFO_BY_FD)?;
+    let name = &info[PROG_INFO_NAME..PROG_INFO_NAME + 16];
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
+}
 
 #[cfg(test)]
 mod tests {

@@ -56,6 +56,7 @@ impl<'a> LabBinder<'a> {
             sizes: srap_common::binder::BinderSizes::DEFAULT,
             nics: Default::default(),
             receiver_nics: Default::default(),
+            mptcp: Default::default(),
             spread: Vec::new(),
         };
         ns.run(|| sender::start(&options, srap_daemon::ebpf_object()))?

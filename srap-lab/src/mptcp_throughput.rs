@@ -386,7 +386,13 @@ impl MptcpLab {
             })
             .into_iter()
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let agents = LabAgents::start(&net, agent, FIRST_PORT)?;
+        let agents = LabAgents::start_for_with(
+            &net,
+            agent,
+            FIRST_PORT,
+            crate::direction::Direction::Push,
+            &["--mptcp", "subflows"],
+        )?;
         Ok(Self {
             agents,
             _shapers: shapers,

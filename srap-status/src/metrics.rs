@@ -417,6 +417,16 @@ pub const SENDER_METRICS: &[(&str, &str, &str)] = &[
         "With flows placed on this host's queues: 1 when this NIC's flows are placed with another NIC's RSS description (its own has none), 0 with its own; described_by names the one used",
     ),
     (
+        "srap_sender_start_to_steering_seconds",
+        "gauge",
+        "From the binder's start (plan, the kernel's verifier, attach) to its hooks attached",
+    ),
+    (
+        "srap_sender_program_verified_instructions",
+        "gauge",
+        "Instructions the kernel's verifier walked for each binder program loaded with these settings",
+    ),
+    (
         "srap_sender_local_nic_replans_total",
         "counter",
         "Re-plans made because this host's NICs changed (a link down or up, an address added or removed, a NIC added or gone)",
@@ -542,6 +552,19 @@ pub fn render_sender(status: &SenderStatus) -> String {
                 }
             }
             "srap_sender_local_nic_replans_total" => sample("", status.local_nic_replans),
+            // An older agent (no start row) gets no sample.
+            // Seconds, as Prometheus names time (milliseconds in the
+            // status); an older agent (no start row) gets no sample.
+            "srap_sender_start_to_steering_seconds" if !status.start.programs.is_empty() => {
+                let seconds = status.start.to_steering_ms as f64 / 1000.0;
+                let _ = writeln!(out, "{name} {seconds:.3}");
+            }
+            "srap_sender_program_verified_instructions" => {
+                for program in &status.start.programs {
+                    let labels = format!("{{program=\"{}\"}}", program.name);
+                    sample(&labels, u64::from(program.verified_insns));
+                }
+            }
             "srap_sender_spread_failing_addresses" => {
                 sample("", status.spread_failing.len() as u64);
             }

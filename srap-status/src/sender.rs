@@ -79,6 +79,34 @@ pub struct SenderStatus {
     /// until each is re-admitted (empty: none, or an older agent).
     #[serde(default)]
     pub spread_failing: Vec<SpreadFailingRow>,
+    /// The binder's start: how long from the agent's start of the binder
+    /// to its hooks attached, and what each program loaded cost the
+    /// kernel's verifier (empty: an older agent).
+    #[serde(default)]
+    pub start: StartRow,
+}
+
+/// How the binder started: what was loaded for these settings and how
+/// long until steering was active.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartRow {
+    /// From planning to the last hook attached, in milliseconds.
+    pub to_steering_ms: u64,
+    /// Each program loaded for these settings, in attach order.
+    pub programs: Vec<ProgramRow>,
+}
+
+/// One program of the binder, as the kernel verified it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProgramRow {
+    pub name: String,
+    /// Instructions the kernel's verifier walked (`verified_insns`; 0:
+    /// a kernel before 5.16 does not say).
+    pub verified_insns: u32,
+    /// How long its load took, in milliseconds.
+    pub load_ms: u64,
 }
 
 /// A receiver address marked failing: a connect toward `asked` sent to

@@ -223,6 +223,8 @@ struct Attached {
     cgroup: CgroupDir,
     pin_dir: PathBuf,
     label: String,
+    /// From its start to its hooks attached (plan, verifier, attach).
+    start_ms: u64,
 }
 
 impl Attached {
@@ -295,27 +297,55 @@ impl Attached {
         local_placement: LocalPlacement,
         nics: NicSettings,
     ) -> Self {
+        Self::attach_configured(label, |options| {
+            options.targets = targets;
+            options.local = local;
+            options.local_placement = local_placement;
+            options.nics = nics;
+        })
+    }
+
+    /// Toward a 32-CPU receiver (the embedded description) with the
+    /// settings `more` changes from the defaults: one feature's cost.
+    fn feature(label: &str, server: SocketAddr, more: impl FnOnce(&mut SenderOptions)) -> Self {
+        let remote = RssModel::from_description(&embedded_default()).expect("model");
+        let targets = sender::Target::all(&remote, &[server.ip()]);
+        Self::attach_configured(label.into(), |options| {
+            options.targets = targets;
+            more(options);
+        })
+    }
+
+    /// A binder on a cgroup of its own with the default settings as
+    /// `configure` changes them.
+    fn attach_configured(label: String, configure: impl FnOnce(&mut SenderOptions)) -> Self {
         let cgroup = CgroupDir::unique().expect("cgroup path");
         cgroup.create().expect("create cgroup");
         let pin_dir = PathBuf::from(format!("/sys/fs/bpf/srap-bench-{}", unique_name("p")));
-        let options = SenderOptions {
-            targets,
+        let mut options = SenderOptions {
+            targets: Vec::new(),
             ports: Vec::new(),
             cgroup: Some(cgroup.path().to_path_buf()),
             pin_dir: pin_dir.clone(),
             pacing_rate: None,
             port_range: None,
-            local,
-            local_placement,
+            local: None,
+            local_placement: LocalPlacement::Spread,
             bonds: Default::default(),
             sizes: BinderSizes::DEFAULT,
-            nics,
+            nics: NicSettings::default(),
             receiver_nics: Default::default(),
+            mptcp: Default::default(),
             spread: Vec::new(),
         };
+        configure(&mut options);
         let mut binder =
             sender::start(&options, srap_daemon::ebpf_object()).expect("attach the binder");
-        if local_placement == LocalPlacement::Reader {
+        eprintln!(
+            "start ({label}): steering active {} ms after start",
+            binder.start.to_steering_ms
+        );
+        if options.local_placement == LocalPlacement::Reader {
             let cpus = this_hosts_nic().reachable_cpus();
             local_end::apply_reader_rows(&mut binder, &cpus).expect("the reader rows");
         }
@@ -323,6 +353,7 @@ impl Attached {
             cgroup,
             pin_dir,
             label,
+            start_ms: binder.start.to_steering_ms,
         }
     }
 
@@ -344,6 +375,21 @@ impl Attached {
         let (time, count) = self.hook_totals()[0];
         let calls = count.saturating_sub(since[0].1);
         (calls > 0).then(|| time.saturating_sub(since[0].0).as_nanos() as f64 / calls as f64)
+    }
+
+    /// What the binder's hooks spent per connect since `since`: each timed
+    /// hook's run time over the connect hook's calls (a connect runs its
+    /// connect hook once, its release once, the TCP close's as often as
+    /// the kernel calls it back). `None`: no connect ran.
+    fn hooks_ns(&self, since: [(Duration, u64); HOOKS]) -> Option<f64> {
+        let now = self.hook_totals();
+        let connects = now[0].1.saturating_sub(since[0].1);
+        let total: Duration = now
+            .iter()
+            .zip(since)
+            .map(|((time, _), (time0, _))| time.saturating_sub(time0))
+            .sum();
+        (connects > 0).then(|| total.as_nanos() as f64 / connects as f64)
     }
 
     /// The hooks' mean run time per call since `since` (their
@@ -520,11 +566,88 @@ fn connect_accept(c: &mut Criterion) {
         binders[0].report(", other core busy", before);
     }
     drop(inside);
+    figures.extend(connect_accept_features(c, &hosts, &plain, stats_on.is_ok()));
     figures.extend(connect_accept_nics(c, &hosts, &plain, stats_on.is_ok()));
     write_paired(&figures);
     drop(binders);
     drop(steered);
     drop(plain);
+}
+
+/// What each feature costs when it is configured, and what the default
+/// costs (every feature off, so neither verified nor run): the same
+/// connects toward a 32-CPU receiver from the default binder, one with
+/// `--receiver-nics spread`, one with `--mptcp subflows`, one with
+/// `--local-nics numa`, beside the kernel's autobind (the baseline) and the
+/// bare hook that only binds, in turns. Besides the paired wall clock, the
+/// binder's hooks' own run time per connect (connect4, release, the TCP
+/// close's where loaded: `connect_hook_feature/*`) go to the figures, and
+/// each binder's start to steering (`start/*`, milliseconds) to
+/// `<target>/criterion/start.json`.
+fn connect_accept_features(
+    c: &mut Criterion,
+    hosts: &TwoHosts,
+    plain: &CgroupDir,
+    stats: bool,
+) -> Vec<(String, f64)> {
+    use sender::{mptcp_mode::MptcpMode, spread::ReceiverNicsMode};
+    let (listener, server) = hosts.listen(5203).expect("listen");
+    let binders = hosts
+        .sender
+        .run(|| {
+            [
+                Attached::feature("default", server, |_| {}),
+                Attached::feature("receiver-nics_spread", server, |o| {
+                    o.receiver_nics = ReceiverNicsMode::Spread;
+                }),
+                Attached::feature("mptcp_subflows", server, |o| o.mptcp = MptcpMode::Subflows),
+                Attached::feature("local-nics_numa", server, |o| {
+                    o.nics.policy = LocalNicsPolicy::Numa;
+                }),
+            ]
+        })
+        .expect("sender netns");
+    let bare = BareBind::attach(hosts.sender_end.ipv4);
+    let inside = hosts.sender.enter().expect("enter sender netns");
+    let before = binders.each_ref().map(Attached::hook_totals);
+    let cgroups = std::iter::once(plain.path())
+        .chain(binders.iter().map(|b| b.cgroup.path()))
+        .chain([bare.cgroup.path()])
+        .collect();
+    let names = [
+        "baseline",
+        "binder_default",
+        "binder_spread",
+        "binder_mptcp",
+        "binder_numa",
+        "bare_bind",
+    ];
+    let mut figures = bench_in_turns(
+        c,
+        "connect_accept_features",
+        &names,
+        cgroups,
+        &listener,
+        server,
+    );
+    drop(inside);
+    let starts: Vec<(String, f64)> = binders
+        .iter()
+        .map(|b| (format!("start/{}", b.label), b.start_ms as f64))
+        .collect();
+    write_figures("start.json", &starts);
+    if stats {
+        for (binder, since) in binders.iter().zip(before) {
+            binder.report("", since);
+            if let Some(ns) = binder.hooks_ns(since) {
+                figures.push((format!("connect_hook_feature/{}", binder.label), ns));
+            }
+        }
+        if let Some(ns) = bare.ns_per_call() {
+            figures.push(("connect_hook_feature/bare_bind".into(), ns));
+        }
+    }
+    figures
 }
 
 /// This host's NICs (issue 43): the same connects to a service address

@@ -41,10 +41,11 @@ const WITHOUT: &[(&str, &str, &str)] = &[
     (
         "perfmon",
         "sender",
-        // The sock_ops program is loaded first and names the MPTCP helper
-        // the kernel gives only to a perfmon-capable loader (Invalid
-        // argument): it tells a subflow from plain TCP with it.
-        "program srap_tcp_close: the BPF_PROG_LOAD syscall returned",
+        // The bind hook, the first program loaded after the release
+        // hook's, names the MPTCP helper the kernel gives only to a
+        // perfmon-capable loader (Invalid argument): it tells a subflow
+        // from plain TCP with it.
+        "program srap_bind4: the BPF_PROG_LOAD syscall returned",
     ),
     ("dac_override", "sender", "Permission denied"),
 ];

@@ -241,6 +241,7 @@ impl TwoLinks {
                 source_rules: SourceRules::Install,
             },
             receiver_nics: Default::default(),
+            mptcp: Default::default(),
             spread: Vec::new(),
         };
         let landings = self

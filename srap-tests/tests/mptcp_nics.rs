@@ -96,7 +96,7 @@ fn released(lab: &TwoNicReceiver) -> anyhow::Result<srap_daemon::sender::BinderS
 fn mptcp_subflows_enter_through_both_receiver_nics_each_on_its_own_cpu() {
     require_privileged("MPTCP subflows through both receiver NICs, each on its own CPU");
     let _alone = ONE_GUEST.lock().unwrap_or_else(|p| p.into_inner());
-    let mut lab = two_nic_receiver(&["--receiver-nics", "spread"]);
+    let mut lab = two_nic_receiver(&["--receiver-nics", "spread", "--mptcp", "subflows"]);
     mptcp_lab::enable(&mut lab).unwrap_or_else(|err| panic!("MPTCP in the guest: {err:#}"));
     let mut tables = lab.numa.render();
     tables.push_str(&mptcp_lab::endpoints(&mut lab));

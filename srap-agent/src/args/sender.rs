@@ -13,6 +13,7 @@ use srap_daemon::sender::{
     PacingRate,
     ends::{LocalNicsPolicy, LocalPlacement, LocalSettings, PlacedEnds, SourceRules},
     local::bond::BondMembers,
+    mptcp_mode::MptcpMode,
     settings::{DescriptionSource, SenderSettings, SizeSettings},
     spread::ReceiverNicsMode,
 };
@@ -121,6 +122,12 @@ pub struct SenderArgs {
     /// returns the address it asked for [default: asked].
     #[arg(long, value_enum, value_name = "WHICH")]
     pub receiver_nics: Option<ReceiverNicsArg>,
+    /// What the binder does with MPTCP connections: `off`, each subflow
+    /// keeps the kernel's port and no MPTCP program is loaded; `subflows`,
+    /// every subflow steered to a receiver CPU of its own and released at
+    /// its close [default: off].
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub mptcp: Option<MptcpMode>,
     #[command(flatten)]
     pub local: LocalArgs,
     #[command(flatten)]
@@ -362,6 +369,7 @@ impl From<SenderArgs> for SenderSettings {
             interval: args.interval,
             bond_members: args.bond_members.map(BondMembers::from),
             receiver_nics: args.receiver_nics.map(ReceiverNicsMode::from),
+            mptcp: args.mptcp,
             local: LocalSettings {
                 placed_ends: args.local.steer.map(PlacedEnds::from),
                 local_ifaces: args.local.local_iface,

@@ -9,6 +9,24 @@ use srap_status::{
     sender::{BondRow, LocalRoutingRow, LocalRow, OccupancyRow, ReceiverRow, SenderFlowRow},
 };
 
+/// The binder's start: how long until steering, and what the kernel's
+/// verifier walked of each hook (the settings decide which are loaded).
+fn start_line(start: &srap_status::sender::StartRow) -> Option<String> {
+    if start.programs.is_empty() {
+        return None;
+    }
+    let hooks: Vec<String> = start
+        .programs
+        .iter()
+        .map(|p| format!("{} {} insns {} ms", p.name, p.verified_insns, p.load_ms))
+        .collect();
+    Some(format!(
+        "steering active {} ms after start; verified: {}",
+        start.to_steering_ms,
+        hooks.join(", ")
+    ))
+}
+
 pub fn render(status: &SenderStatus) -> String {
     let mut out = String::new();
     if status.pin_dir.is_empty() {
@@ -22,6 +40,9 @@ pub fn render(status: &SenderStatus) -> String {
             "sender: cgroup {}, pins {}",
             status.cgroup, status.pin_dir
         );
+        if let Some(line) = start_line(&status.start) {
+            let _ = writeln!(out, "{line}");
+        }
     }
     let counters: Vec<String> = shown_counters(status)
         .map(|(name, count)| format!("{name}={count}"))

@@ -3,8 +3,14 @@
 //!
 //! Loading always goes through the pins: a map already pinned is reused (its
 //! occupancy and socket records carry over to a restarted agent), a missing
-//! one is created and pinned. A link already pinned is left attached: the
-//! restarted agent adopts it, and steering never stops.
+//! one is created and pinned. The programs are loaded with the agent's
+//! settings as constants ([`LoadConfig`]) and every one of them is verified
+//! before anything is attached, so the cgroup they serve is created only
+//! once steering can begin at once. A link already pinned stays attached
+//! and gets the new program behind it in one step (`BPF_LINK_UPDATE`): a
+//! restarted or upgraded agent never leaves a connect unsteered. A program
+//! the settings do not use is not loaded, and its pinned link, if a
+//! previous agent left one, is removed.
 
 use std::{
     fs, io,
@@ -18,7 +24,11 @@ use aya::{
         CgroupAttachMode, CgroupSock, CgroupSockAddr, Program, ProgramError, SockOps, links::FdLink,
     },
 };
-use srap_common::binder::{BinderSizes, CLOSE_PROGRAM, PINNED_MAPS, RELEASE_PROGRAM, SizeSetting};
+use srap_common::binder::{
+    BinderSizes, CLOSE_PROGRAM, LOAD_CONFIG_GLOBAL, LoadConfig, PINNED_MAPS, RELEASE_PROGRAM,
+    SizeSetting,
+};
+use srap_status::sender::ProgramRow;
 use tracing::{debug, info, warn};
 
 use self::seam::{Attacher, Bpffs, CgroupAttacher, Pins, remove_if_present};
@@ -131,8 +141,14 @@ pub fn settings_text(sizes: &BinderSizes) -> String {
 }
 
 /// Loads the object with every binder map opened from, or created at, its
-/// pin, each created with the entries `sizes` give it.
-pub fn load(layout: &PinLayout, object: &[u8], sizes: &BinderSizes) -> Result<Ebpf, SenderError> {
+/// pin, each created with the entries `sizes` give it, and `config` as the
+/// programs' load-time settings (no program is verified yet: [`verify`]).
+pub fn load(
+    layout: &PinLayout,
+    object: &[u8],
+    sizes: &BinderSizes,
+    config: &LoadConfig,
+) -> Result<Ebpf, SenderError> {
     check_bpffs(layout.dir())?;
     fs::create_dir_all(layout.dir()).map_err(|source| SenderError::Io {
         what: format!("creating pin directory {}", layout.dir().display()),
@@ -144,7 +160,42 @@ pub fn load(layout: &PinLayout, object: &[u8], sizes: &BinderSizes) -> Result<Eb
         loader.map_pin_path(spec.name, layout.map(spec.name));
         loader.map_max_entries(spec.name, spec.max_entries(sizes));
     }
+    loader.override_global(LOAD_CONFIG_GLOBAL, config, true);
     loader.load(object).map_err(SenderError::Load)
+}
+
+/// Loads (the kernel's verifier walks) each program of `names`: the slow
+/// part of a start, done before the cgroup exists. Returns what each cost.
+pub fn verify(ebpf: &mut Ebpf, names: &[&'static str]) -> Result<Vec<ProgramRow>, SenderError> {
+    names.iter().map(|&name| verify_one(ebpf, name)).collect()
+}
+
+fn verify_one(ebpf: &mut Ebpf, name: &'static str) -> Result<ProgramRow, SenderError> {
+    let program = ebpf.program_mut(name).ok_or(SenderError::Missing(name))?;
+    let program_error = |source| SenderError::Program {
+        program: name,
+        source,
+    };
+    let started = std::time::Instant::now();
+    macro_rules! load_as {
+        ($($kind:ident),*) => {
+            match program {
+                $(Program::$kind(p) => {
+                    p.load().map_err(program_error)?;
+                    p.info().ok().and_then(|info| info.verified_instruction_count())
+                })*
+                _ => return Err(SenderError::Missing(name)),
+            }
+        };
+    }
+    let walked = load_as!(CgroupSockAddr, CgroupSock, SockOps);
+    let load_ms = started.elapsed().as_millis() as u64;
+    note_verifier_walk(name, walked, load_ms);
+    Ok(ProgramRow {
+        name: name.to_owned(),
+        verified_insns: walked.unwrap_or(0),
+        load_ms,
+    })
 }
 
 /// How the binder came to be attached.
@@ -152,11 +203,14 @@ pub fn load(layout: &PinLayout, object: &[u8], sizes: &BinderSizes) -> Result<Eb
 pub enum Attachment {
     /// This agent attached and pinned the links.
     Attached,
-    /// The links were pinned already (a previous agent): kept as they are.
+    /// The links were pinned already (a previous agent): they stayed
+    /// attached, and run this agent's programs now.
     Adopted,
 }
 
-/// Attaches every program to `cgroup` unless its link is pinned already.
+/// Attaches each program of `wanted` (loaded: [`verify`]) to `cgroup`, or
+/// puts it behind its link if one is pinned already; removes the pinned
+/// link of every other binder program.
 ///
 /// Link file descriptors are closed on return: the pins alone keep the
 /// programs attached, so `srap-agent detach` really detaches even while an
@@ -165,26 +219,29 @@ pub fn ensure_attached(
     ebpf: &mut Ebpf,
     layout: &PinLayout,
     cgroup: &Path,
+    wanted: &[&'static str],
 ) -> Result<Attachment, SenderError> {
     let mut attacher = CgroupAttacher {
         ebpf,
         layout,
         cgroup: cgroup.to_path_buf(),
     };
-    attach_missing(&Bpffs, &mut attacher, layout)
+    attach_missing(&mut Bpffs, &mut attacher, layout, wanted)
 }
 
-/// [`ensure_attached`]'s decisions: each program in [`PROGRAMS`] order is
-/// adopted when its link is pinned (and opens as a link), attached by
-/// `attacher` otherwise; a stray file where a link's pin should be stops
-/// it.
+/// [`ensure_attached`]'s decisions: each program of [`PROGRAMS`] in that
+/// order that `wanted` names is put behind its link when one is pinned
+/// (and opens as a link), attached by `attacher` otherwise; a stray file
+/// where a link's pin should be stops it. Then the links of the programs
+/// `wanted` leaves out are removed (the settings no longer use them).
 fn attach_missing(
-    pins: &impl Pins,
+    pins: &mut impl Pins,
     attacher: &mut impl Attacher,
     layout: &PinLayout,
+    wanted: &[&'static str],
 ) -> Result<Attachment, SenderError> {
     let mut adopted = 0;
-    for name in PROGRAMS {
+    for name in PROGRAMS.into_iter().filter(|n| wanted.contains(n)) {
         let link_pin = layout.link(name);
         if pins.exists(&link_pin) {
             // Opening it proves it is a live link, not a stray file.
@@ -193,19 +250,26 @@ fn attach_missing(
                     dir: layout.dir().to_path_buf(),
                     detail: format!("{} is not a usable link: {err}", link_pin.display()),
                 })?;
-            debug!(link = %link_pin.display(), "adopting pinned link");
+            attacher.replace(name)?;
+            debug!(link = %link_pin.display(), "this agent's program behind the pinned link");
             adopted += 1;
             continue;
         }
         attacher.attach_and_pin(name)?;
     }
+    for name in PROGRAMS.into_iter().filter(|n| !wanted.contains(n)) {
+        if pins.remove(&layout.link(name))? {
+            pins.remove(&layout.program(name))?;
+            info!(program = name, "detached: these settings do not use it");
+        }
+    }
     match adopted {
         0 => Ok(Attachment::Attached),
-        n if n == PROGRAMS.len() => Ok(Attachment::Adopted),
+        n if n == wanted.len() => Ok(Attachment::Adopted),
         n => {
             warn!(
                 "{n} of {} links were pinned already; attached the rest",
-                PROGRAMS.len()
+                wanted.len()
             );
             Ok(Attachment::Adopted)
         }
@@ -217,7 +281,7 @@ fn attach_missing(
 /// hooks are [`CgroupSockAddr`]s): loaded, attached and their link taken
 /// alike.
 trait CgroupHook {
-    /// Loads program `name`, attaches it to `cgroup` and takes its link
+    /// Attaches program `name` (loaded) to `cgroup` and takes its link
     /// out of the program, so that the pin alone keeps it attached.
     fn link_to(
         &mut self,
@@ -238,10 +302,6 @@ macro_rules! cgroup_hook {
                     program: name,
                     source,
                 };
-                self.load().map_err(program_error)?;
-                if let Ok(info) = self.info() {
-                    note_verifier_walk(name, info.verified_instruction_count());
-                }
                 let id = self
                     .attach(cgroup, CgroupAttachMode::Single)
                     .map_err(program_error)?;
@@ -261,20 +321,21 @@ cgroup_hook!(CgroupSock, CgroupSockAddr, SockOps);
 const VERIFIER_BUDGET: u32 = 1_000_000;
 
 /// Says how much of the kernel verifier's budget program `name` took on
-/// this kernel (`verified_insns`, Linux 5.16+): the connect and bind hooks
-/// walk about half of it, and a kernel whose verifier walks more is the
-/// one to know about before it refuses a larger plan's hook. At info for a
-/// program past a tenth of the budget, at debug for the others.
-fn note_verifier_walk(name: &str, walked: Option<u32>) {
+/// this kernel (`verified_insns`, Linux 5.16+) and how long: the settings
+/// decide how much of each hook is walked, and a kernel whose verifier
+/// walks more is the one to know about before it refuses a hook. At info
+/// for a program past a tenth of the budget, at debug for the others.
+fn note_verifier_walk(name: &str, walked: Option<u32>, load_ms: u64) {
     let Some(walked) = walked else {
         return;
     };
     if walked > VERIFIER_BUDGET / 10 {
         info!(
-            "{name}: the kernel's verifier walked {walked} of its {VERIFIER_BUDGET} instructions"
+            "{name}: the kernel's verifier walked {walked} of its {VERIFIER_BUDGET} \
+             instructions in {load_ms} ms"
         );
     } else {
-        debug!("{name}: the kernel's verifier walked {walked} instructions");
+        debug!("{name}: the kernel's verifier walked {walked} instructions in {load_ms} ms");
     }
 }
 
@@ -317,17 +378,47 @@ fn attach_one(
     };
     // Pin the link first: from here on it outlives this process.
     drop(link.pin(layout.link(name)).map_err(pin_error)?);
+    let program = ebpf.program_mut(name).ok_or(SenderError::Missing(name))?;
+    pin_program(program, layout, name)?;
+    info!(program = name, cgroup = %cgroup.display(), "attached and pinned");
+    Ok(())
+}
+
+/// Pins `program` at its pin, in place of whatever program was there.
+fn pin_program(
+    program: &mut Program,
+    layout: &PinLayout,
+    name: &'static str,
+) -> Result<(), SenderError> {
     let program_pin = layout.program(name);
     remove_if_present(&program_pin)?;
-    let program = ebpf.program_mut(name).ok_or(SenderError::Missing(name))?;
     program
         .pin(&program_pin)
         .map_err(|source| SenderError::Pin {
             path: program_pin.clone(),
             source,
-        })?;
-    info!(program = name, cgroup = %cgroup.display(), "attached and pinned");
-    Ok(())
+        })
+}
+
+/// Puts program `name` (loaded) behind its pinned link in place of the
+/// program a previous agent left there, and pins it where that one was.
+fn replace_one(ebpf: &mut Ebpf, layout: &PinLayout, name: &'static str) -> Result<(), SenderError> {
+    let link_pin = layout.link(name);
+    let io_error = |what: String| move |source| SenderError::Io { what, source };
+    let link = srap_host::bpf_sys::obj_get(&link_pin).map_err(io_error(format!(
+        "opening the link pinned at {}",
+        link_pin.display()
+    )))?;
+    let program = ebpf.program_mut(name).ok_or(SenderError::Missing(name))?;
+    let fd = program.fd().map_err(|source| SenderError::Program {
+        program: name,
+        source,
+    })?;
+    srap_host::bpf_sys::link_update(link.as_fd(), fd.as_fd()).map_err(io_error(format!(
+        "putting {name} behind its link {} (BPF_LINK_UPDATE, Linux 5.7+)",
+        link_pin.display()
+    )))?;
+    pin_program(program, layout, name)
 }
 
 /// Removes every pin the binder made (links first: that detaches), then the

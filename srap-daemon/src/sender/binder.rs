@@ -19,15 +19,17 @@ use srap_host::{
     cgroup,
     reserved::{self, Reservation},
 };
+use srap_status::sender::StartRow;
 use tracing::{debug, info, warn};
 
 use super::{
     attach::{self, Attachment},
     ends::{LocalNicsPolicy, LocalPlacement},
     error::SenderError,
-    layout::PinLayout,
+    layout::{PinLayout, programs_for},
     local::{LocalHost, link_watch::LinkWatch, nic_choice},
     maps,
+    mptcp_mode::MptcpMode,
     options::SenderOptions,
     plan::{Plan, PlanInputs},
     spread::{self, ReceiverNicsMode, failing::SynFallback},
@@ -59,6 +61,9 @@ pub struct RunningBinder {
     /// The receiver addresses a moved connect's SYN got no answer from,
     /// as the agent follows them (`--receiver-nics spread`).
     pub syn_fallback: SynFallback,
+    /// From [`start`]'s call to its programs attached (the plan, the
+    /// verifier's walks and the attach), and what each program cost.
+    pub start: StartRow,
 }
 
 impl RunningBinder {
@@ -108,9 +113,17 @@ pub fn plan_on(
     Ok(plan)
 }
 
-/// Computes, fills, attaches and pins (or adopts what a previous agent
-/// pinned under the same directory).
+/// Computes, fills, attaches and pins (or puts its programs behind the
+/// links a previous agent pinned under the same directory).
+///
+/// In this order, so that no process can be in the cgroup while its
+/// connects would go unsteered: plan, load with the settings as constants,
+/// fill the maps, verify every program (the slow step), and only then
+/// create the cgroup and attach (a few milliseconds). A process in the
+/// cgroup before this agent's links exist is a previous agent's, served
+/// by its programs until each is replaced.
 pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, SenderError> {
+    let started = std::time::Instant::now();
     let layout = PinLayout::new(&options.pin_dir);
     let state_path = state::path_for(layout.dir());
     let previous = state::load(&state_path)?;
@@ -127,25 +140,38 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
         );
     }
 
-    let mut ebpf = attach::load(&layout, object, &options.sizes)?;
+    let config = maps::load_config(options);
+    let mut ebpf = attach::load(&layout, object, &options.sizes, &config)?;
+    let subflows = options.mptcp == MptcpMode::Subflows;
     let fields = attach::trace::write_mptcp_layout(&mut ebpf);
-    if let Err(reason) = &fields {
+    if let (true, Err(reason)) = (subflows, &fields) {
         warn!(
             "MPTCP's fields are unknown ({reason}): further IPv6 MPTCP subflows and those \
              toward addresses the peer announces keep the kernel's port (port_at_bind)"
         );
     }
     maps::fill(&mut ebpf, &plan, options)?;
+    let programs = programs_for(&config);
+    let loaded = attach::verify(&mut ebpf, &programs)?;
+    let verified = started.elapsed();
 
     record_state(&state_path, previous.as_ref(), &cgroup)?;
 
-    let attachment = attach::ensure_attached(&mut ebpf, &layout, &cgroup)?;
-    note_tracing(attach::trace::ensure_traced(&mut ebpf, &layout, fields)?);
+    let attachment = attach::ensure_attached(&mut ebpf, &layout, &cgroup, &programs)?;
+    let steering = started.elapsed();
+    if subflows {
+        note_tracing(attach::trace::ensure_traced(&mut ebpf, &layout, fields)?);
+    } else {
+        attach::trace::remove(&layout)?;
+    }
     info!(
         cgroup = %cgroup.display(),
         pins = %layout.dir().display(),
         ?attachment,
-        "binder steering"
+        programs = programs.len(),
+        "binder steering after {} ms ({} ms verifying its programs)",
+        steering.as_millis(),
+        verified.as_millis(),
     );
     Ok(RunningBinder {
         ebpf,
@@ -159,6 +185,10 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
         local_nics: options.nics.policy,
         local_nic_replans: 0,
         syn_fallback: SynFallback::default(),
+        start: StartRow {
+            to_steering_ms: steering.as_millis() as u64,
+            programs: loaded,
+        },
     })
 }
 
@@ -244,7 +274,8 @@ fn record_state(
 /// an agent would pin, for measuring it ([`super::pinned_memory`]). Undo with
 /// [`remove_pins`].
 pub fn create_maps(pin_dir: &Path, object: &[u8], sizes: &BinderSizes) -> Result<(), SenderError> {
-    attach::load(&PinLayout::new(pin_dir), object, sizes).map(drop)
+    let config = srap_common::binder::LoadConfig::default();
+    attach::load(&PinLayout::new(pin_dir), object, sizes, &config).map(drop)
 }
 
 /// Removes every pin the binder makes under `pin_dir` (links first), and

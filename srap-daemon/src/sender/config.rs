@@ -61,6 +61,7 @@ pub struct SenderConfig {
     pub bond_members: Option<String>,
     /// `asked` or `spread`, as `--receiver-nics`.
     pub receiver_nics: Option<String>,
+    pub mptcp: Option<crate::sender::mptcp_mode::MptcpMode>,
     pub max_receivers: Option<u32>,
     pub max_cpus: Option<u32>,
     pub max_sockets: Option<u32>,
@@ -222,8 +223,12 @@ mod tests {
         assert!(all.peer[0].psk_file.is_some());
         assert_eq!(all.receiver_nics.as_deref(), Some("spread"));
         assert_eq!(
+            all.mptcp,
+            Some(crate::sender::mptcp_mode::MptcpMode::Subflows)
+        );
+        assert_eq!(
             uncommented.lines().count(),
-            28,
+            29,
             "one line per key, and a [[peer]] table: {uncommented}"
         );
     }

@@ -6,10 +6,13 @@
 
 use std::path::{Path, PathBuf};
 
-use srap_common::binder::{
-    BIND4_PROGRAM, BIND6_PROGRAM, CLOSE_PROGRAM, CONNECT4_PROGRAM, CONNECT6_PROGRAM,
-    GETPEERNAME4_PROGRAM, GETPEERNAME6_PROGRAM, PINNED_MAPS, RELEASE_PROGRAM,
-    SUBFLOW_CONNECT_PROGRAM, SUBFLOW_CONNECTED_PROGRAM,
+use srap_common::{
+    binder::{
+        BIND4_PROGRAM, BIND6_PROGRAM, CLOSE_PROGRAM, CONNECT4_PROGRAM, CONNECT6_PROGRAM,
+        GETPEERNAME4_PROGRAM, GETPEERNAME6_PROGRAM, LoadConfig, PINNED_MAPS, RELEASE_PROGRAM,
+        SUBFLOW_CONNECT_PROGRAM, SUBFLOW_CONNECTED_PROGRAM, mptcp,
+    },
+    receiver_nics,
 };
 
 /// The default pin directory.
@@ -52,6 +55,23 @@ pub const PROGRAMS: [&str; 8] = [
 /// `super::attach::trace`), and is attached whether or not they are.
 pub const TRACE_PROGRAMS: [&str; 2] = [SUBFLOW_CONNECTED_PROGRAM, SUBFLOW_CONNECT_PROGRAM];
 
+/// The programs of [`PROGRAMS`] that hooks loaded with `config` use, in
+/// attach order: the `getpeername` hooks only to spread over a receiver's
+/// addresses, the TCP close's only for what only it sees (MPTCP's subflows,
+/// a spread connect's unanswered SYN).
+pub fn programs_for(config: &LoadConfig) -> Vec<&'static str> {
+    let spreads = config.binder.receiver_nics == receiver_nics::mode::SPREAD;
+    let subflows = config.mptcp == mptcp::SUBFLOWS;
+    PROGRAMS
+        .into_iter()
+        .filter(|&name| match name {
+            GETPEERNAME4_PROGRAM | GETPEERNAME6_PROGRAM => spreads,
+            CLOSE_PROGRAM => spreads || subflows,
+            _ => true,
+        })
+        .collect()
+}
+
 /// Paths under one pin directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PinLayout {
@@ -92,9 +112,12 @@ impl PinLayout {
         links.chain(programs).chain(maps).collect()
     }
 
-    /// True if every link is pinned: the binder is attached.
+    /// True if the connect hooks' links are pinned (every setting uses
+    /// both): the binder is attached.
     pub fn links_pinned(&self) -> bool {
-        PROGRAMS.iter().all(|p| self.link(p).exists())
+        [CONNECT4_PROGRAM, CONNECT6_PROGRAM]
+            .iter()
+            .all(|p| self.link(p).exists())
     }
 }
 

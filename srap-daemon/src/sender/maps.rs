@@ -12,9 +12,9 @@ use aya::{
 };
 use srap_common::binder::{
     BIND_ERRNOS, BIND_ERRNOS_MAP, BinderConfig, CONFIG_MAP, COSETS_MAP, COUNTER_NAMES, COUNTERS,
-    DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, NIC_TABLES_MAP,
-    NODE_NICS_MAP, PINNED_MAPS, RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP, SLOTS_MAP,
-    SOLUTIONS_MAP, STATS_MAP, SlotGrant, TABLES_MAP, outcome, slot_word,
+    DestKey, DestValue, ENTRIES_MAP, GRANTS_MAP, JOINTS_MAP, LAYOUTS_MAP, LoadConfig,
+    NIC_TABLES_MAP, NODE_NICS_MAP, PINNED_MAPS, RECEIVERS_MAP, ReceiverSlots, SLOT_STATE_MAP,
+    SLOTS_MAP, SOLUTIONS_MAP, STATS_MAP, SlotGrant, TABLES_MAP, outcome, slot_word,
 };
 
 use tracing::warn;
@@ -34,7 +34,17 @@ fn map_error(map: &'static str) -> impl Fn(aya::maps::MapError) -> SenderError {
 /// connect() racing with an update never finds a destination whose table
 /// is not there yet; destinations no longer in the plan are removed.
 pub fn fill(ebpf: &mut Ebpf, plan: &Plan, options: &SenderOptions) -> Result<(), SenderError> {
-    fill_maps(ebpf, plan, binder_config(options, time_wait_stamp_offset()))
+    fill_maps(ebpf, plan, load_config(options).binder)
+}
+
+/// What the hooks of `options` are loaded with: the config row, and the
+/// features the settings turn on.
+pub fn load_config(options: &SenderOptions) -> LoadConfig {
+    LoadConfig {
+        binder: binder_config(options, time_wait_stamp_offset()),
+        steer_local: u32::from(options.local.is_some()),
+        mptcp: options.mptcp.as_config(),
+    }
 }
 
 /// The config row for `options`, with the kernel's TIME_WAIT stamp offset.

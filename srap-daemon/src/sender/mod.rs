@@ -1,8 +1,9 @@
 //! The sender side of SRAP: the transparent port binder.
 //!
 //! [`start`] computes port tables for each receiver from its RSS model,
-//! writes them into the binder's maps, and attaches the `connect()` hooks to
-//! a cgroup through pinned links; the pins keep steering running whether or
+//! writes them into the binder's maps, loads the hooks with the settings
+//! as constants (a feature that is off is neither verified nor run), and
+//! attaches them to a cgroup through pinned links; the pins keep steering running whether or
 //! not the agent does. [`detach()`] undoes all of it. No port is reserved: the
 //! hook chooses by 4-tuple among every port of the range, as the kernel
 //! does, so the host's other applications keep their ephemeral ports (see
@@ -25,7 +26,8 @@
 //!    [`target`] (a receiver address with its host's model), [`config`]
 //!    (the TOML file), [`landings`] (the socket hook reading where this
 //!    host's connections land), [`spread`] (`--receiver-nics`: the rows
-//!    of a receiver's addresses a connect may be sent to).
+//!    of a receiver's addresses a connect may be sent to), [`mptcp_mode`]
+//!    (`--mptcp`).
 //! 2. **This host and the binder's records**: [`local`] (this host's
 //!    addresses, routes and bonds toward the receivers, its NICs as one
 //!    list and the source routing they need, its own NIC, the reader
@@ -66,6 +68,7 @@ pub mod local;
 pub mod local_end;
 mod maps;
 pub mod mptcp;
+pub mod mptcp_mode;
 pub mod offline;
 pub mod options;
 pub mod plan;

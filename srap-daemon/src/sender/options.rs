@@ -14,6 +14,7 @@ use super::{
         nic::LocalNic,
         nics::{GivenNic, NicSettings},
     },
+    mptcp_mode::MptcpMode,
     rate::PacingRate,
     settings::SenderSettings,
     spread::{ReceiverNicsMode, SpreadPeer},
@@ -50,6 +51,8 @@ pub struct SenderOptions {
     pub nics: NicSettings,
     /// `--receiver-nics`.
     pub receiver_nics: ReceiverNicsMode,
+    /// `--mptcp`.
+    pub mptcp: MptcpMode,
     /// Under `--receiver-nics spread`, each receiver agent's asked
     /// addresses and NIC report, which the spread rows are made of
     /// ([`super::spread::rows`]).
@@ -81,6 +84,7 @@ impl SenderOptions {
             sizes: args.sizes.sizes()?,
             nics: nic_settings(args),
             receiver_nics: args.receiver_nics(),
+            mptcp: args.mptcp(),
             spread: Vec::new(),
         })
     }

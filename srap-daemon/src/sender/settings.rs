@@ -17,6 +17,7 @@ use super::{
     ends::{LocalNicsPolicy, LocalPlacement, LocalSettings, PlacedEnds, SourceRules},
     layout::DEFAULT_PIN_DIR,
     local::bond::BondMembers,
+    mptcp_mode::MptcpMode,
     rate::PacingRate,
     spread::ReceiverNicsMode,
 };
@@ -81,6 +82,8 @@ pub struct SenderSettings {
     pub sizes: SizeSettings,
     /// `--receiver-nics`; [`Self::receiver_nics`] gives the default.
     pub receiver_nics: Option<ReceiverNicsMode>,
+    /// `--mptcp`; [`Self::mptcp`] gives the default.
+    pub mptcp: Option<MptcpMode>,
 }
 
 /// `--max-receivers`, `--max-cpus`, `--max-sockets`, `--max-layouts`: what
@@ -255,11 +258,17 @@ impl SenderSettings {
             })
             .transpose()?;
         fill(&mut self.receiver_nics, receiver_nics);
+        fill(&mut self.mptcp, config.mptcp);
         fill(&mut self.sizes.max_receivers, config.max_receivers);
         fill(&mut self.sizes.max_cpus, config.max_cpus);
         fill(&mut self.sizes.max_sockets, config.max_sockets);
         fill(&mut self.sizes.max_layouts, config.max_layouts);
         Ok(self)
+    }
+
+    /// `--mptcp`, [`MptcpMode::Off`] unless set.
+    pub fn mptcp(&self) -> MptcpMode {
+        self.mptcp.unwrap_or_default()
     }
 
     /// `--receiver-nics`, [`ReceiverNicsMode::Asked`] unless set.

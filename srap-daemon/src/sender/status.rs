@@ -125,6 +125,7 @@ pub fn binder_status(binder: &RunningBinder) -> SenderStatus {
         local_nic_replans: binder.local_nic_replans,
         local_routing: local_routing_row(&binder.plan.host.routing),
         spread_failing: spread_failing_rows(binder),
+        start: binder.start.clone(),
         ..SenderStatus::default()
     };
     match read_stats(&binder.layout) {

@@ -66,9 +66,20 @@ pub fn describe(binder: &RunningBinder) -> String {
     };
     let _ = write!(
         out,
-        "steering active ({how}): cgroup {}, pins {}",
+        "steering active ({how}) after {} ms: cgroup {}, pins {}",
+        binder.start.to_steering_ms,
         binder.cgroup.display(),
         binder.layout.dir().display()
     );
     out
+}
+
+/// What systemd's `STATUS=` says of a running binder: one line.
+pub fn status_line(binder: &RunningBinder) -> String {
+    format!(
+        "steering cgroup {} toward {} receiver address(es); steering active {} ms after start",
+        binder.cgroup.display(),
+        binder.plan.rows().count(),
+        binder.start.to_steering_ms
+    )
 }

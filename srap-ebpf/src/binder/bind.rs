@@ -35,8 +35,9 @@ use srap_common::{
 
 use super::{
     claim::{LocalSide, claim_local, release_slot, take_turn},
+    config,
     context::Peer,
-    maps::{SRAP_BIND_ERRNOS, SRAP_CONFIG, SRAP_TUPLE_SCRATCH, count},
+    maps::{SRAP_BIND_ERRNOS, SRAP_TUPLE_SCRATCH, count},
     ports::{PlanRows, joint_port, port_at},
     sockopt::{SO_REUSEADDR, SO_REUSEPORT, set_socket_option, socket_option},
 };
@@ -418,10 +419,10 @@ pub(super) fn tcp_tuple_holder(
 /// the kernel's BTF): then the kernel lets a bound socket reuse its tuple.
 #[inline(always)]
 pub(super) fn time_wait_has_timestamp(sk: *mut bpf_sock) -> bool {
-    let offset = match SRAP_CONFIG.get(0) {
-        Some(config) if config.tw_stamp_offset != 0 => config.tw_stamp_offset,
-        _ => return false,
-    };
+    let offset = config::tw_stamp_offset();
+    if offset == 0 {
+        return false;
+    }
     // SAFETY: `sk` is a live socket the caller holds a reference to.
     let tw = unsafe { bpf_skc_to_tcp_timewait_sock(sk.cast()) };
     if tw.is_null() {

@@ -16,16 +16,19 @@ use srap_common::{
     occupancy::{self, Unclaimed, masked},
 };
 
-use super::maps::{
-    SRAP_CONFIG, SRAP_GRANTS, SRAP_JOINTS, SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOT_STATE,
-    SRAP_SLOTS, SRAP_TABLES, count,
+use super::{
+    config,
+    maps::{
+        SRAP_GRANTS, SRAP_JOINTS, SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOT_STATE, SRAP_SLOTS,
+        SRAP_TABLES, count,
+    },
 };
 
 /// The words per binder row in `SRAP_SLOT_STATE`, as the agent sized the
 /// map (`--max-cpus`); 0 before it wrote its config (no word is then had).
 #[inline(always)]
 fn row_slots() -> u32 {
-    SRAP_CONFIG.get(0).map_or(0, |config| config.row_slots)
+    config::row_slots()
 }
 
 /// The word of a receiver's slot in `SRAP_SLOT_STATE`.
@@ -152,10 +155,7 @@ fn grant_row(receiver: u32) -> u32 {
     if receiver != LOCAL_ROW {
         return receiver;
     }
-    let Some(config) = SRAP_CONFIG.get(0) else {
-        return receiver;
-    };
-    if config.local_placement != placement::READER {
+    if config::local_placement() != placement::READER {
         return receiver;
     }
     // SAFETY: a helper without arguments.
@@ -167,7 +167,7 @@ fn grant_row(receiver: u32) -> u32 {
         event::READER_UNPLANNED
     });
     if placed {
-        config.sizes.reader_row(cpu)
+        config::max_receivers() + 1 + cpu
     } else {
         receiver
     }
@@ -237,7 +237,7 @@ pub(super) struct LocalSide<'a> {
 /// this host's CPUs; `None` for a destination planned for one NIC.
 #[inline(always)]
 pub(super) fn claim_local(dest: &DestValue) -> Option<LocalSide<'static>> {
-    if dest.local_table == DestValue::NO_LOCAL {
+    if !config::steers_local() || dest.local_table == DestValue::NO_LOCAL {
         return None;
     }
     let table = SRAP_TABLES.get(dest.local_table)?;

@@ -9,7 +9,8 @@ use srap_common::{
 };
 
 use super::{
-    context::{Connecting, cookie_of},
+    config,
+    context::{Connecting, cookie_of, is_subflow},
     maps::SRAP_DESTS,
     record::recalled,
 };
@@ -32,6 +33,12 @@ pub(super) fn classify(ctx: &SockAddrContext, connecting: &Connecting) -> Result
     };
     if connecting.sport != 0 {
         return Err(bound_port_outcome(ctx));
+    }
+    // An MPTCP subflow is steered only under `--mptcp subflows`: without
+    // the MPTCP programs nothing would release its claim (a subflow is a
+    // kernel socket, which the release hook never sees).
+    if !config::steers_mptcp() && is_subflow(ctx) {
+        return Err(outcome::PROTOCOL_NOT_STEERED);
     }
     Ok(dest)
 }

@@ -8,12 +8,15 @@ use aya_ebpf::programs::SockAddrContext;
 use srap_common::{
     binder::{DestValue, MAX_SLOTS, SocketRecord, event, outcome},
     family::Family,
+    local_nics::policy,
+    receiver_nics,
 };
 
 use super::{
     bind::{bind_for_ends, bind_port, port_sharing},
     claim::{claim_slot, note_dry, release_slot, slot_word_of},
     classify::classify,
+    config,
     context::{Peer, connecting},
     maps::{SRAP_LAYOUTS, SRAP_RECEIVERS, SRAP_SLOTS, SRAP_TABLES, count},
     nic::choose_nic,
@@ -40,23 +43,20 @@ pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
     };
     drop_bind_record(ctx);
     // The receiver's NIC, then this host's, unless the application bound
-    // an address: both families spread. The `else` is never taken (a
-    // connect hook's family is one of the two), and it is kept on purpose:
-    // with it the compiler allocates `connect6`'s registers so that the
-    // kernel's verifier walks it in about 475 000 instructions (6.18; 358 000
-    // on 6.1); without it, the same steps walk past its million (measured on
-    // 6.18, 28 Nov 2026). Every kernel test loads the program, so a change
-    // that brings the walk back is caught.
-    let (dest, peer) = if family == Family::Inet || family == Family::Inet6 {
+    // an address. Each choice is a load-time setting: the verifier walks
+    // only the ones configured.
+    let (dest, peer) = if config::receiver_nics() == receiver_nics::mode::SPREAD {
         match spread_then_nic(ctx, family, dest, peer) {
             Some(chosen) => chosen,
             None => return outcome::MAPS_UNFILLED,
         }
-    } else {
+    } else if config::local_nics() != policy::ROUTE {
         match choose_nic(ctx, family, dest) {
             Some(dest) => (dest, peer),
             None => return outcome::MAPS_UNFILLED,
         }
+    } else {
+        (dest, peer)
     };
     // Steps 3 to 6.
     let result = bind_steered::<false>(ctx, family, &dest, peer, bound_addr);

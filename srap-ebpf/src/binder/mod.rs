@@ -84,6 +84,7 @@
 mod bind;
 mod claim;
 mod classify;
+mod config;
 mod connect;
 mod context;
 mod maps;
@@ -139,7 +140,7 @@ pub fn srap_getpeername6(ctx: SockAddrContext) -> i32 {
 
 #[cgroup_sock_addr(bind4)]
 pub fn srap_bind4(ctx: SockAddrContext) -> i32 {
-    if !subflow::steer_at_bind::<false>(&ctx) {
+    if !config::steers_mptcp() || !subflow::steer_at_bind::<false>(&ctx) {
         record::note_port_zero_bind(&ctx);
     }
     1
@@ -147,7 +148,7 @@ pub fn srap_bind4(ctx: SockAddrContext) -> i32 {
 
 #[cgroup_sock_addr(bind6)]
 pub fn srap_bind6(ctx: SockAddrContext) -> i32 {
-    if !subflow::steer_at_bind::<true>(&ctx) {
+    if !config::steers_mptcp() || !subflow::steer_at_bind::<true>(&ctx) {
         record::note_port_zero_bind(&ctx);
     }
     1

@@ -25,10 +25,10 @@ use srap_common::{
 
 use super::{
     claim::exchange,
+    config,
     context::{field, sock_of},
     maps::{
-        SRAP_CONFIG, SRAP_NIC_SCRATCH, SRAP_NIC_TABLES, SRAP_NIC_TURN, SRAP_NICS_DOWN,
-        SRAP_NODE_NICS, count,
+        SRAP_NIC_SCRATCH, SRAP_NIC_TABLES, SRAP_NIC_TURN, SRAP_NICS_DOWN, SRAP_NODE_NICS, count,
     },
 };
 
@@ -43,6 +43,9 @@ pub(super) fn choose_nic(
     family: Family,
     dest: DestValue,
 ) -> Option<DestValue> {
+    if config::local_nics() == policy::ROUTE {
+        return Some(dest);
+    }
     let scratch = SRAP_NIC_SCRATCH.get_ptr_mut(0)?;
     choose_into(
         ctx,
@@ -75,7 +78,7 @@ fn choose_into(
     let config = if bound_any(ctx, v4) {
         None
     } else {
-        SRAP_CONFIG.get(0).map(|c| (c.local_nics, nics_down()))
+        Some((config::local_nics(), nics_down()))
     };
     let chosen = match config {
         Some((policy::NUMA, down)) => Some(nic_tables(route_table, true, down)),

@@ -18,8 +18,9 @@ use srap_common::binder::{
 
 use super::{
     claim::{exchange, release_slot},
-    context::{cookie_of, field},
-    maps::{SRAP_CONFIG, SRAP_SOCKETS, count},
+    config,
+    context::{cookie_of, field, is_subflow},
+    maps::{SRAP_SOCKETS, count},
     sockopt::{SO_MAX_PACING_RATE, set_socket_option},
 };
 
@@ -36,7 +37,7 @@ fn socket_row(cookie: u64, probe: u32, mask: u32) -> Option<*mut SocketRow> {
 /// record then finds its row taken sooner, nothing worse).
 #[inline(always)]
 fn socket_mask() -> u32 {
-    SRAP_CONFIG.get(0).map_or(0, |config| config.socket_mask)
+    config::socket_mask()
 }
 
 /// Records `held` for the socket `cookie`: the first free row of its places,
@@ -106,6 +107,11 @@ pub(super) fn note_port_zero_bind(ctx: &SockAddrContext) {
     if steered_protocol(sock_type, protocol).is_err() || user_port != 0 {
         return;
     }
+    // Under `--mptcp off` no program sees a subflow close (a kernel socket:
+    // no release hook), so the path manager's binds are not recorded.
+    if !config::steers_mptcp() && is_subflow(ctx) {
+        return;
+    }
     let _ = remember(cookie_of(ctx), SocketRecord::BOUND_AT_BIND);
 }
 
@@ -122,14 +128,12 @@ pub(super) fn hold(ctx: &SockAddrContext, held: SocketRecord) {
 
 /// Applies the configured pacing rate, if any; failure only loses pacing.
 pub(super) fn pace(ctx: &SockAddrContext) {
-    let Some(config) = SRAP_CONFIG.get(0) else {
-        return;
-    };
-    if config.pacing_rate == 0 {
+    let rate = config::pacing_rate();
+    if rate == 0 {
         return;
     }
     // The kernel takes an int here: rates above 4 GB/s (34 Gbit/s) saturate.
-    let rate = config.pacing_rate.min(u64::from(u32::MAX)) as u32;
+    let rate = rate.min(u64::from(u32::MAX)) as u32;
     let _ = set_socket_option(ctx, SO_MAX_PACING_RATE, rate);
 }
 

@@ -48,8 +48,9 @@ use srap_common::{
 
 use super::{
     claim::exchange,
+    config,
     context::{Peer, V4_MAPPED_WORD, cookie_of, field, is_subflow},
-    maps::{SRAP_CONFIG, SRAP_DESTS, SRAP_SPREAD, SRAP_SPREAD_FAILING, count},
+    maps::{SRAP_DESTS, SRAP_SPREAD, SRAP_SPREAD_FAILING, count},
     nic::bound_any,
 };
 
@@ -407,7 +408,5 @@ const AF_INET: u32 = 2;
 /// the LRU's own eviction.
 #[inline(always)]
 fn spreading() -> bool {
-    SRAP_CONFIG
-        .get(0)
-        .is_some_and(|c| c.receiver_nics == receiver_nics::mode::SPREAD)
+    config::receiver_nics() == receiver_nics::mode::SPREAD
 }

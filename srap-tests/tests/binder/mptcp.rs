@@ -68,7 +68,15 @@ impl MptcpLab {
     /// The lab over IPv6 (`v6`: the agent steers toward the receiver's
     /// IPv6 address, and the second link and its endpoint are IPv6 too).
     fn of_family(v6: bool) -> Self {
-        let lab = Lab::new(v6);
+        Self::with_flags(v6, &["--mptcp", "subflows"])
+    }
+
+    /// The lab with the agent's MPTCP flags `mptcp` (none: the default,
+    /// `--mptcp off`).
+    fn with_flags(v6: bool, mptcp: &[&str]) -> Self {
+        let lab = Lab::with_options(v6, embedded_default(), PORT_RANGE, |opts, _| {
+            opts.args(mptcp.iter().copied())
+        });
         let subnet = Subnet::lease().expect("a second subnet");
         let hosts = &lab.hosts;
         let (second, far) = hosts.second_link_of(&subnet, v6).expect("the second link");
@@ -80,6 +88,24 @@ impl MptcpLab {
             second,
             _subnet: subnet,
         }
+    }
+
+    /// [`CONNECTIONS`] MPTCP connections from the steered cgroup: the
+    /// server, the workload holding them, and the first subflows' ports the
+    /// receiver accepted (the same the workload opened).
+    fn open_connections(&self) -> (Server, Workload, Vec<u16>) {
+        let lab = &self.lab;
+        let mut server = Server::bind_mptcp(&lab.hosts.receiver, lab.server_addr(), TIMEOUT);
+        let mut workload = lab.workload(true);
+        let opened = workload.ask(&format!("mptcp {CONNECTIONS}"));
+        assert_eq!(opened.len(), CONNECTIONS, "MPTCP connections opened");
+        let accepted = server.accept(CONNECTIONS);
+        assert_eq!(
+            accepted.iter().collect::<BTreeSet<_>>(),
+            opened.iter().collect::<BTreeSet<_>>(),
+            "the receiver accepted the first subflows"
+        );
+        (server, workload, accepted)
     }
 
     /// Every TCP connection the receiver holds on its service port.
@@ -216,17 +242,8 @@ fn mptcp_subflows_release_what_they_claimed_at_once() {
     require_privileged("binder: MPTCP subflows release what they claimed");
     let mut mptcp = MptcpLab::new();
     mptcp.lab.start_agent();
+    let (mut server, workload, accepted) = mptcp.open_connections();
     let lab = &mptcp.lab;
-    let mut server = Server::bind_mptcp(&lab.hosts.receiver, lab.server_addr(), TIMEOUT);
-    let mut workload = lab.workload(true);
-    let opened = workload.ask(&format!("mptcp {CONNECTIONS}"));
-    assert_eq!(opened.len(), CONNECTIONS, "MPTCP connections opened");
-    let accepted = server.accept(CONNECTIONS);
-    assert_eq!(
-        accepted.iter().collect::<BTreeSet<_>>(),
-        opened.iter().collect::<BTreeSet<_>>(),
-        "the receiver accepted the first subflows"
-    );
     assert_distinct_cpus(lab, &accepted);
     let second = mptcp.await_second_subflows(CONNECTIONS);
     eprintln!("second subflows: {second:?}; binder: {}", lab.stats());
@@ -250,6 +267,32 @@ fn mptcp_subflows_release_what_they_claimed_at_once() {
         "each subflow's claim freed at its TCP close, the first and the \
          second, steered at its bind: {stats}"
     );
+}
+
+/// Under the default `--mptcp off`, MPTCP connections from the steered
+/// cgroup are left to the kernel: no subflow claims a slot (a claim nothing
+/// would release, since no MPTCP program is loaded), every first subflow's
+/// connect counts `protocol_not_steered`, and the connections carry on
+/// with both subflows.
+#[test]
+#[ignore = "kernel: needs root, netns, bpffs and MPTCP; run as root by `cargo xtask test`"]
+fn mptcp_off_leaves_every_subflow_to_the_kernel() {
+    require_privileged("binder: --mptcp off leaves MPTCP to the kernel");
+    let mut mptcp = MptcpLab::with_flags(false, &[]);
+    mptcp.lab.start_agent();
+    let (mut server, workload, accepted) = mptcp.open_connections();
+    mptcp.await_second_subflows(CONNECTIONS);
+    let lab = &mptcp.lab;
+    let stats = lab.stats();
+    assert_eq!(
+        stats.get(outcome::PROTOCOL_NOT_STEERED),
+        CONNECTIONS as u64,
+        "each first subflow left to the kernel: {stats}"
+    );
+    assert_eq!(stats.get(outcome::STEERED), 0, "{stats}");
+    assert_eq!(super::occupancy::occupied(lab), 0, "no slot claimed");
+    let stats = close_and_assert_drained(lab, workload, &mut server, &accepted, "--mptcp off");
+    assert_eq!(stats.get(event::RELEASED_AT_CLOSE), 0, "{stats}");
 }
 
 /// Every subflow the receiver accepted lands on a receiver CPU of its own,
@@ -450,6 +493,7 @@ impl AnnounceLab {
                 .expect("MPTCP over both links, the receiver announcing");
             let arg = announced.ipv4.to_string();
             far = Some(announced);
+            let opts = opts.args(["--mptcp", "subflows"]);
             if listed {
                 opts.args(["--receiver", &arg])
             } else {
@@ -683,7 +727,8 @@ fn sender_status_groups_subflows_by_the_kernels_mptcp_token() {
     let opts = SenderOpts::new(built_binary("srap-agent"))
         .peer(receiver.peer())
         .report_port(DPORT)
-        .args(["--receiver", &receiver_ip.to_string(), "--steer", "remote"]);
+        .args(["--receiver", &receiver_ip.to_string(), "--steer", "remote"])
+        .args(["--mptcp", "subflows"]);
     let sender = SenderAgent::start(&hosts.sender, opts).expect("the sender agent steers");
     let server_addr = SocketAddr::new(receiver_ip, DPORT);
     let mut server = Server::bind_mptcp(&hosts.receiver, server_addr, TIMEOUT);

@@ -25,21 +25,29 @@ use srap_common::{
 use srap_daemon::sender::{audit::read_records, read_occupancy};
 use srap_tests::{harness::poll_until, test_workload::Workload};
 
-use super::{DPORT, Lab, TIMEOUT, assert_distinct_cpus};
+use super::{DPORT, Lab, PORT_RANGE, TIMEOUT, assert_distinct_cpus};
 use srap_tests::require_privileged;
 
 /// Up to this long for closes to reach the release hook.
 const DRAIN: Duration = Duration::from_secs(10);
 
 /// A lab whose receiver has 64 CPUs (so 64 flows at once can each have
-/// one), its agent running as a daemon (restarted and re-planned below).
-fn lab64(v6: bool) -> Lab {
+/// one), its agent running as a daemon (restarted and re-planned below)
+/// with `extra` flags.
+fn lab64_with(v6: bool, extra: &[&str]) -> Lab {
     let mut description = embedded_default();
     description.indir = (0..128).map(|i| i % 64).collect();
     description.queue_cpu = Some((0..64).collect());
-    let mut lab = Lab::with_description(v6, description);
+    let mut lab = Lab::with_options(v6, description, PORT_RANGE, |opts, _| {
+        opts.args(extra.iter().copied())
+    });
     lab.start_agent();
     lab
+}
+
+/// [`lab64_with`] in the default settings.
+fn lab64(v6: bool) -> Lab {
+    lab64_with(v6, &[])
 }
 
 /// Waits until no slot counts a flow and no socket has a record; fails
@@ -223,7 +231,7 @@ fn open_close_and_drain(lab: &Lab, dst: SocketAddr, pattern: &str) {
 #[ignore = "kernel: needs root, netns, bpffs and MPTCP; run as root by `cargo xtask test`"]
 fn mptcp_sockets_release_exactly_what_they_claimed() {
     require_privileged("binder: MPTCP sockets drain the occupancy");
-    let lab = lab64(false);
+    let lab = lab64_with(false, &["--mptcp", "subflows"]);
     for ns in [&lab.hosts.sender, &lab.hosts.receiver] {
         ns.exec("sysctl", ["-qw", "net.mptcp.enabled=1"])
             .expect("MPTCP enabled");

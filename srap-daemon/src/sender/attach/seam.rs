@@ -48,9 +48,13 @@ pub(crate) trait Pins {
 
 /// Attaches one of the binder's programs and pins it.
 pub(crate) trait Attacher {
-    /// Loads program `name`, attaches it to the cgroup, pins its link
+    /// Attaches program `name` (loaded) to the cgroup, pins its link
     /// (from then on it outlives this process), then pins the program.
     fn attach_and_pin(&mut self, name: &'static str) -> Result<(), SenderError>;
+
+    /// Puts program `name` (loaded) behind the link pinned for it, in
+    /// place of the program it runs, and pins the program.
+    fn replace(&mut self, name: &'static str) -> Result<(), SenderError>;
 }
 
 /// The real pins, on bpffs.
@@ -113,5 +117,9 @@ pub(crate) struct CgroupAttacher<'a> {
 impl Attacher for CgroupAttacher<'_> {
     fn attach_and_pin(&mut self, name: &'static str) -> Result<(), SenderError> {
         super::attach_one(self.ebpf, self.layout, name, &self.cgroup)
+    }
+
+    fn replace(&mut self, name: &'static str) -> Result<(), SenderError> {
+        super::replace_one(self.ebpf, self.layout, name)
     }
 }

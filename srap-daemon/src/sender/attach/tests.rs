@@ -1,5 +1,5 @@
 //! The attach path's decisions on in-memory pins: which programs are
-//! attached and which adopted, which pinned maps are refused, re-created
+//! attached, which put behind a pinned link and which detached, which pinned maps are refused, re-created
 //! or kept; and removing pins from a plain directory. No root.
 
 use std::{
@@ -67,6 +67,8 @@ impl Pins for FakePins {
 #[derive(Default)]
 struct FakeAttacher {
     attached: Vec<&'static str>,
+    /// Put behind their pinned links, in order.
+    replaced: Vec<&'static str>,
     refuse: Option<&'static str>,
 }
 
@@ -76,6 +78,11 @@ impl Attacher for FakeAttacher {
             return Err(SenderError::Missing(name));
         }
         self.attached.push(name);
+        Ok(())
+    }
+
+    fn replace(&mut self, name: &'static str) -> Result<(), SenderError> {
+        self.replaced.push(name);
         Ok(())
     }
 }
@@ -105,27 +112,29 @@ const ALL: [&str; 8] = [
 #[test]
 fn nothing_pinned_attaches_every_program_release_and_binds_first() {
     let mut attacher = FakeAttacher::default();
-    let how = attach_missing(&FakePins::default(), &mut attacher, &layout()).expect("attach");
+    let how =
+        attach_missing(&mut FakePins::default(), &mut attacher, &layout(), &ALL).expect("attach");
     assert_eq!(how, Attachment::Attached);
     assert_eq!(attacher.attached, ALL);
 }
 
 #[test]
-fn pinned_links_are_adopted_not_loaded_twice() {
-    let pins = with_links(&ALL);
+fn pinned_links_get_this_agents_programs_behind_them() {
+    let mut pins = with_links(&ALL);
     let mut attacher = FakeAttacher::default();
-    let how = attach_missing(&pins, &mut attacher, &layout()).expect("adopt");
+    let how = attach_missing(&mut pins, &mut attacher, &layout(), &ALL).expect("adopt");
     assert_eq!(how, Attachment::Adopted);
     assert!(attacher.attached.is_empty(), "{:?}", attacher.attached);
+    assert_eq!(attacher.replaced, ALL, "each link runs the new program");
     let opened: Vec<PathBuf> = ALL.iter().map(|p| layout().link(p)).collect();
     assert_eq!(*pins.opened.borrow(), opened, "each proven a live link");
 }
 
 #[test]
 fn some_links_pinned_attach_the_rest_only() {
-    let pins = with_links(&[RELEASE_PROGRAM, BIND4_PROGRAM]);
+    let mut pins = with_links(&[RELEASE_PROGRAM, BIND4_PROGRAM]);
     let mut attacher = FakeAttacher::default();
-    let how = attach_missing(&pins, &mut attacher, &layout()).expect("attach");
+    let how = attach_missing(&mut pins, &mut attacher, &layout(), &ALL).expect("attach");
     assert_eq!(how, Attachment::Adopted);
     assert_eq!(
         attacher.attached,
@@ -140,16 +149,43 @@ fn some_links_pinned_attach_the_rest_only() {
     );
 }
 
-/// Every link but the TCP close's pinned (attached before that program
-/// was one of the binder's): the others are adopted, that one attached.
+/// Every link but the TCP close's pinned (attached by settings that did
+/// not use it): the others get the new programs, that one is attached.
 #[test]
 fn a_binder_without_the_tcp_close_program_gains_it_alone() {
     let older: Vec<&str> = ALL.into_iter().filter(|p| *p != CLOSE_PROGRAM).collect();
-    let pins = with_links(&older);
+    let mut pins = with_links(&older);
     let mut attacher = FakeAttacher::default();
-    let how = attach_missing(&pins, &mut attacher, &layout()).expect("attach");
+    let how = attach_missing(&mut pins, &mut attacher, &layout(), &ALL).expect("attach");
     assert_eq!(how, Attachment::Adopted);
     assert_eq!(attacher.attached, [CLOSE_PROGRAM]);
+    assert_eq!(attacher.replaced.len(), older.len());
+}
+
+/// Settings that use fewer programs than the pinned binder ran (spreading
+/// turned off): the links of the others are removed, with their programs'
+/// pins, after the wanted ones are in place.
+#[test]
+fn links_of_programs_these_settings_do_not_use_are_detached() {
+    let mut pins = with_links(&ALL);
+    let wanted = [
+        RELEASE_PROGRAM,
+        BIND4_PROGRAM,
+        BIND6_PROGRAM,
+        CONNECT4_PROGRAM,
+        CONNECT6_PROGRAM,
+    ];
+    let mut attacher = FakeAttacher::default();
+    let how = attach_missing(&mut pins, &mut attacher, &layout(), &wanted).expect("attach");
+    assert_eq!(how, Attachment::Adopted);
+    assert_eq!(attacher.replaced, wanted);
+    let gone = [CLOSE_PROGRAM, GETPEERNAME4_PROGRAM, GETPEERNAME6_PROGRAM];
+    let removed: Vec<PathBuf> = gone
+        .iter()
+        .flat_map(|p| [layout().link(p), layout().program(p)])
+        .collect();
+    assert_eq!(pins.removed, removed);
+    assert!(gone.iter().all(|p| !pins.exists(&layout().link(p))));
 }
 
 #[test]
@@ -157,7 +193,7 @@ fn a_stray_file_at_a_link_pin_stops_the_attach_there() {
     let mut pins = with_links(&[BIND4_PROGRAM]);
     pins.not_links.insert(layout().link(BIND4_PROGRAM));
     let mut attacher = FakeAttacher::default();
-    let err = attach_missing(&pins, &mut attacher, &layout()).expect_err("stray");
+    let err = attach_missing(&mut pins, &mut attacher, &layout(), &ALL).expect_err("stray");
     let SenderError::StalePins { dir, detail } = &err else {
         panic!("{err:?}");
     };
@@ -185,7 +221,8 @@ fn a_refused_attach_is_the_error_and_attaches_nothing_after_it() {
         refuse: Some(CONNECT4_PROGRAM),
         ..FakeAttacher::default()
     };
-    let err = attach_missing(&FakePins::default(), &mut attacher, &layout()).expect_err("refused");
+    let err = attach_missing(&mut FakePins::default(), &mut attacher, &layout(), &ALL)
+        .expect_err("refused");
     assert!(
         matches!(err, SenderError::Missing(CONNECT4_PROGRAM)),
         "{err:?}"

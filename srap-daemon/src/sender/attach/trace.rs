@@ -89,6 +89,11 @@ pub fn ensure_traced(
     }
 }
 
+/// Removes the tracing programs' pins (`--mptcp off` uses none of them).
+pub fn remove(layout: &PinLayout) -> Result<(), SenderError> {
+    remove_trace_pins(layout)
+}
+
 fn remove_trace_pins(layout: &PinLayout) -> Result<(), SenderError> {
     for name in TRACE_PROGRAMS {
         remove_if_present(&layout.link(name))?;
@@ -152,11 +157,13 @@ macro_rules! traced_link {
             source,
         };
         let program: &mut $kind = $program.try_into().map_err(refused)?;
+        let started = std::time::Instant::now();
         program
             .load(SUBFLOW_CONNECT_FUNCTION, $btf)
             .map_err(refused)?;
         if let Ok(info) = program.info() {
-            note_verifier_walk($name, info.verified_instruction_count());
+            let load_ms = started.elapsed().as_millis() as u64;
+            note_verifier_walk($name, info.verified_instruction_count(), load_ms);
         }
         let id = program.attach().map_err(refused)?;
         Ok(program.take_link(id).map_err(refused)?.into())

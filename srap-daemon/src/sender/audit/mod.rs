@@ -355,8 +355,18 @@ pub fn inject_stale_record(
 ) -> Result<(), AuditError> {
     // The maps at the sizes the running binder pinned them with.
     let sizes = attach::pinned_sizes(layout).unwrap_or(BinderSizes::DEFAULT);
-    let mut ebpf =
-        attach::load(layout, object, &sizes).map_err(|e| AuditError::Load(e.to_string()))?;
+    // The repair steps index the maps as the running binder's hooks do.
+    let config = srap_common::binder::LoadConfig {
+        binder: srap_common::binder::BinderConfig {
+            socket_mask: sizes.socket_rows() - 1,
+            row_slots: sizes.cpus,
+            sizes,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut ebpf = attach::load(layout, object, &sizes, &config)
+        .map_err(|e| AuditError::Load(e.to_string()))?;
     let request = RepairRequest {
         op: op::INJECT,
         receiver,

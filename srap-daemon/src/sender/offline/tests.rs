@@ -36,6 +36,7 @@ fn plan(remote: &Arc<RssModel>, both: Option<Arc<RssModel>>) -> LocalPlan {
             sizes: BinderSizes::default(),
             nics: Default::default(),
             receiver_nics: Default::default(),
+            mptcp: Default::default(),
             spread: Vec::new(),
         },
         both,

@@ -39,6 +39,7 @@ fn options() -> SenderOptions {
         sizes: BinderSizes::default(),
         nics: Default::default(),
         receiver_nics: Default::default(),
+        mptcp: Default::default(),
         spread: Vec::new(),
     }
 }
