@@ -90,6 +90,25 @@ pub fn ensure(path: &Path) -> Result<bool, HostError> {
     Ok(true)
 }
 
+/// The names of the programs attached to `cgroup` itself (not inherited
+/// from an ancestor) at its `connect4` and `connect6` hooks, read from the
+/// kernel (`BPF_PROG_QUERY`): whether a binder serves it is the kernel's
+/// word, not an agent's report.
+pub fn connect_hooks(cgroup: &Path) -> std::io::Result<[Vec<String>; 2]> {
+    use std::os::fd::AsFd as _;
+    let dir = std::fs::File::open(cgroup)?;
+    let names = |attach_type| -> std::io::Result<Vec<String>> {
+        crate::bpf_sys::prog_query(dir.as_fd(), attach_type)?
+            .into_iter()
+            .map(crate::bpf_sys::prog_name)
+            .collect()
+    };
+    Ok([
+        names(crate::bpf_sys::CGROUP_INET4_CONNECT)?,
+        names(crate::bpf_sys::CGROUP_INET6_CONNECT)?,
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;

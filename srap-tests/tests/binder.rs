@@ -583,11 +583,14 @@ fn detach_leaves_nothing_behind() {
 }
 
 /// (link id, program id) of every binder link pinned under `pin_dir`, as
-/// aya reads them from the pins.
+/// aya reads them from the pins (the connect hooks' at least: every
+/// setting attaches them).
 fn pinned_links(pin_dir: &std::path::Path) -> BTreeSet<(u32, u32)> {
     let layout = srap_daemon::sender::layout::PinLayout::new(pin_dir);
+    assert!(layout.links_pinned(), "the connect hooks' links are pinned");
     srap_daemon::sender::layout::PROGRAMS
         .iter()
+        .filter(|name| layout.link(name).exists())
         .map(|name| {
             let pinned = PinnedLink::from_pin(layout.link(name)).expect("the binder's pinned link");
             // Closed at the end of this closure: only the pin holds the link.
@@ -761,3 +764,5 @@ mod occupancy;
 mod patterns;
 #[path = "binder/ports.rs"]
 mod ports;
+#[path = "binder/start.rs"]
+mod start;
