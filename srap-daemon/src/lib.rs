@@ -18,6 +18,7 @@
 
 pub mod description;
 pub mod framed;
+pub mod notify;
 pub mod observer;
 pub mod psk;
 pub mod receiver;

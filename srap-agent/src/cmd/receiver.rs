@@ -135,6 +135,11 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut nics_tick = tokio::time::interval(NICS_POLL);
     nics_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    srap_daemon::notify::ready(&format!(
+        "serving the RSS description of {} to senders on {}",
+        args.iface.join(", "),
+        args.listen
+    ));
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
@@ -152,6 +157,7 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
                 });
             }
             _ = nics_tick.tick() => {
+                srap_daemon::notify::watchdog();
                 let current = published.borrow().clone();
                 let landings = {
                     let now = status.borrow();
@@ -167,6 +173,7 @@ pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
         }
     }
     info!("stopping");
+    srap_daemon::notify::stopping();
     for task in [control_task, metrics_task].into_iter().flatten() {
         task.abort();
     }

@@ -84,6 +84,7 @@ pub async fn run(
     // Watching before `steering active`: no connection it steers is missed.
     let local = local.map(|nic| LocalEnd::start(nic, placed_ends, &binder, &receivers));
     println!("{}", summary::describe(&binder));
+    crate::notify::ready(&summary::status_line(&binder));
     let mut run = Offline {
         plan: LocalPlan {
             both: options.local.clone(),
@@ -227,7 +228,10 @@ impl Offline {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => break,
                 _ = term.recv() => break,
-                _ = sample.tick() => self.sample(binder),
+                _ = sample.tick() => {
+                    crate::notify::watchdog();
+                    self.sample(binder);
+                }
                 wake = links.next() => {
                     if follow_links(binder, &self.plan.options, &wake) {
                         self.reapply(binder);
@@ -244,6 +248,7 @@ impl Offline {
                 }
             }
         }
+        crate::notify::stopping();
         source_rules::remove_on_stop(self.plan.options.nics.source_rules);
         info!(
             "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",

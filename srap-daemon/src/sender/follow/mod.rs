@@ -183,6 +183,9 @@ pub async fn run(
         }
     }
     println!("{}", summary::describe(&binder));
+    if !args.once {
+        crate::notify::ready(&summary::status_line(&binder));
+    }
     let first = follower.machine.start();
     follower.execute(&mut binder, first);
     if args.once {
@@ -192,6 +195,7 @@ pub async fn run(
     follower
         .follow(&mut binder, &mut events, args.interval(), &mut term)
         .await?;
+    crate::notify::stopping();
     source_rules::remove_on_stop(follower.machine.options.nics.source_rules);
     info!(
         "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",
@@ -236,6 +240,9 @@ impl Follower {
     ) -> anyhow::Result<bool> {
         let names = self.machine.names();
         info!("waiting up to {limit:?} for the first RSS description from {names}");
+        crate::notify::status(&format!(
+            "not steering yet: waiting up to {limit:?} for the first RSS description from {names}"
+        ));
         let deadline = Instant::now() + limit;
         let mut notice = tokio::time::interval(WAIT_NOTICE);
         notice.tick().await;
@@ -289,6 +296,7 @@ impl Follower {
                     self.execute(binder, actions);
                 }
                 _ = status_tick.tick() => {
+                    crate::notify::watchdog();
                     self.follow_failing(binder);
                     self.sample_local(binder);
                     self.follow_bonds(binder);
