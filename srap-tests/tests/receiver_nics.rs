@@ -197,8 +197,17 @@ fn the_sender_sees_both_nics_of_the_receiver_as_its_kernel_does() {
         row.nics[0]
     );
     assert_eq!(row.nics[1].indir_entries, 0, "{:?}", row.nics[1]);
-    // The receiver's own status names each verifier's hook.
-    let status = setup.receiver.status().expect("the receiver's status");
+    // The receiver's own status names each verifier's hook (its rows are
+    // filled at its first sample: wait for it, bounded).
+    let status = poll_until(TIMEOUT, Duration::from_millis(100), || {
+        let status = setup.receiver.status().expect("the receiver's status");
+        if status.nics.len() == 2 {
+            ControlFlow::Break(status)
+        } else {
+            ControlFlow::Continue(status.nics.len())
+        }
+    })
+    .unwrap_or_else(|rows| panic!("the receiver's status shows {rows} NIC rows, not 2"));
     let names: Vec<&str> = status.nics.iter().map(|n| n.name.as_str()).collect();
     assert_eq!(names, [&setup.hosts.receiver_end.ifname, &setup.far.ifname]);
     for nic in &status.nics {
