@@ -9,6 +9,9 @@
 //!   emulator on a veth's egress ([`emulator`]);
 //! * **guests**: QEMU guests with a real RSS device (virtio-net, igb) or a
 //!   bond of them, judged by the guest's own tools ([`guest`]);
+//! * **machines**: a booted Debian under a real systemd (`systemd-nspawn`)
+//!   in a namespace of the test's, for what only a service manager shows:
+//!   unit ordering, readiness, the units' sandboxing ([`nspawn`]);
 //! * **agents**: `srap-agent receiver` and `srap-agent sender` started in a
 //!   namespace ([`ReceiverAgent`], [`SenderAgent`]) from options that take
 //!   any further flag ([`AgentOpts::arg`]), each
@@ -50,6 +53,7 @@ pub mod interrupt;
 pub mod keyfile;
 pub mod names;
 pub mod netns;
+pub mod nspawn;
 pub mod orphans;
 pub mod privilege;
 pub mod programs;

@@ -44,6 +44,11 @@ const APT_PACKAGES: &[&str] = &[
     "fonts-dejavu-core",
     // A real terminal for the dashboard's test (`tests/dashboard.rs`).
     "tmux",
+    // The deployment test under a real systemd (`tests/units.rs`): a
+    // booted Debian machine (`systemd-nspawn`) on a root `mmdebstrap` makes
+    // from Debian's packages.
+    "systemd-container",
+    "mmdebstrap",
 ];
 /// The binder's client matrix (`tests/binder/clients.rs`) runs these real
 /// clients: (command, Debian package installed only when the command is
