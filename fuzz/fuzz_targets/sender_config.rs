@@ -18,6 +18,9 @@ use srap_common::solver::PortRange;
 #[path = "../../srap-daemon/src/sender/config.rs"]
 mod config;
 #[allow(dead_code)]
+#[path = "../../srap-daemon/src/sender/mptcp_mode.rs"]
+mod mptcp_mode;
+#[allow(dead_code)]
 #[path = "../../srap-daemon/src/sender/rate.rs"]
 mod rate;
 

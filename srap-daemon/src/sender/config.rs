@@ -61,7 +61,7 @@ pub struct SenderConfig {
     pub bond_members: Option<String>,
     /// `asked` or `spread`, as `--receiver-nics`.
     pub receiver_nics: Option<String>,
-    pub mptcp: Option<crate::sender::mptcp_mode::MptcpMode>,
+    pub mptcp: Option<super::mptcp_mode::MptcpMode>,
     pub max_receivers: Option<u32>,
     pub max_cpus: Option<u32>,
     pub max_sockets: Option<u32>,
