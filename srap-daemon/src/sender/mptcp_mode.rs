@@ -25,13 +25,6 @@ impl MptcpMode {
     pub fn as_config(self) -> u32 {
         self as u32
     }
-
-    /// The word the flag and the config file take.
-    pub fn name(self) -> String {
-        use clap::ValueEnum as _;
-        self.to_possible_value()
-            .map_or_else(String::new, |v| v.get_name().to_owned())
-    }
 }
 
 #[cfg(test)]
@@ -39,6 +32,12 @@ mod tests {
     use clap::ValueEnum as _;
 
     use super::*;
+
+    /// The word clap gives `mode` on the command line.
+    fn word(mode: MptcpMode) -> String {
+        mode.to_possible_value()
+            .map_or_else(String::new, |v| v.get_name().to_owned())
+    }
 
     #[test]
     fn the_config_files_words_are_the_flags_values() {
@@ -48,7 +47,7 @@ mod tests {
         }
         for mode in MptcpMode::value_variants() {
             let parsed: Key =
-                toml::from_str(&format!("mptcp = \"{}\"", mode.name())).expect("parses");
+                toml::from_str(&format!("mptcp = \"{}\"", word(*mode))).expect("parses");
             assert_eq!(parsed.mptcp, *mode);
         }
     }
