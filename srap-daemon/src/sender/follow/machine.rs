@@ -349,8 +349,11 @@ impl Machine {
             actions.push(Action::Replan(Why::Description { peer: n, version }));
             // The refilled maps steer toward `n` again: its new
             // description gets its own verdict.
-            self.peers[n].paused = false;
+            let was_paused = std::mem::replace(&mut self.peers[n].paused, false);
             actions.push(Action::AfterReplan { first: false });
+            if was_paused {
+                actions.push(self.resumed_on(n, version));
+            }
         } else {
             info!(
                 "receiver {} version {version}: same description, plan unchanged ({key})",
@@ -518,6 +521,19 @@ impl Machine {
         } else {
             Vec::new()
         }
+    }
+
+    /// A paused receiver's new description resumes steering toward it: the
+    /// pause was said, so its end is too (its landings judge the new one).
+    fn resumed_on(&self, n: usize, version: u64) -> Action {
+        let addr = &self.peers[n].addr;
+        info!(
+            "receiver {addr} version {version}: steering resumed with its new description \
+             (its landings will judge it)"
+        );
+        Action::Say(format!(
+            "steering resumed: receiver {addr} sent description version {version}"
+        ))
     }
 
     /// The closed loop, sender side: stops steering toward a receiver whose

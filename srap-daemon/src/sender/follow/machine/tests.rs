@@ -372,10 +372,29 @@ fn a_new_description_resumes_a_paused_receiver() {
         0,
         What::Landing(landing(1, LandingVerdict::Contradicted)),
     ));
-    machine.on(peer(0, What::Update(update(2, second_nic()))));
+    let actions = machine.on(peer(0, What::Update(update(2, second_nic()))));
     assert!(
         !machine.peers[0].paused,
         "its new description gets its own verdict"
+    );
+    let said: Vec<&String> = actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Say(line) => Some(line),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(said.len(), 1, "{actions:?}");
+    assert!(said[0].starts_with("steering resumed"), "{said:?}");
+}
+
+#[test]
+fn a_new_description_of_a_steered_receiver_says_no_resume() {
+    let mut machine = started();
+    let actions = machine.on(peer(0, What::Update(update(2, second_nic()))));
+    assert!(
+        !actions.iter().any(|a| matches!(a, Action::Say(_))),
+        "{actions:?}"
     );
 }
 
