@@ -4,7 +4,7 @@
 //! It must NOT hold the lab (namespaces, QEMU, plots, the test harness:
 //! `srap-lab`, which the root daemon never links), command-line parsing
 //! (clap structs belong in the binaries; the library takes settings
-//! structs), nor the status types and servers (`srap-status`) or plain
+//! structs, whose enum-valued settings derive their values: [`setting`]), nor the status types and servers (`srap-status`) or plain
 //! kernel access `srap` needs too (`srap-host`).
 //!
 //! The receive observer ([`observer`]) and the sender-side port binder
@@ -23,6 +23,7 @@ pub mod observer;
 pub mod psk;
 pub mod receiver;
 pub mod sender;
+pub mod setting;
 pub mod sock_diag;
 pub mod tc;
 pub mod tracker;

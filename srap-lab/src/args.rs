@@ -4,7 +4,6 @@
 //! [`workload_words`]); `--direction` is [`Direction`], which the lab's
 //! network and experiments take too.
 
-use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser as _};
 use srap_daemon::sender::ends::LocalPlacement;
 use srap_harness::guest::{GuestKernel, GuestNic};
 
@@ -72,7 +71,7 @@ pub struct LabArgs {
     /// --direction pull (downloads) or both (uploads, judged by where their
     /// ACKs land), --flows threads pinned round-robin to this machine's
     /// CPUs. `spread` (the default) is the plain lab.
-    #[arg(long, value_parser = local_placement())]
+    #[arg(long, value_enum)]
     pub local_placement: Option<LocalPlacement>,
     /// Run an experiment instead: --trials trials with SRAP and as many with
     /// kernel-chosen ports. `--experiment` alone (or `placement`): short
@@ -228,16 +227,4 @@ pub(crate) fn flows_opened(args: &LabArgs, flows: usize) -> usize {
     } else {
         1
     }
-}
-
-/// `--local-placement`'s parser: the sender agent's own
-/// [`LocalPlacement`] by its names, with clap listing them in `--help`.
-fn local_placement() -> impl clap::builder::TypedValueParser<Value = LocalPlacement> {
-    PossibleValuesParser::new([
-        PossibleValue::new(LocalPlacement::Spread.name())
-            .help("Spread over the NIC's queues (the plain download lab)"),
-        PossibleValue::new(LocalPlacement::Reader.name())
-            .help("The CPU of the thread that connects (and reads)"),
-    ])
-    .try_map(|name| name.parse::<LocalPlacement>())
 }

@@ -68,7 +68,7 @@ pub struct SenderArgs {
     /// each receiver is steered at its own peer's address).
     #[arg(long = "receiver", value_name = "IP")]
     pub receivers: Vec<IpAddr>,
-    /// PlacedEnds only this destination port (repeat for more; default: every port).
+    /// Steer only this destination port (repeat for more; default: every port).
     #[arg(long = "port", value_name = "P")]
     pub ports: Vec<u16>,
     /// The cgroup whose connections are steered (default `<cgroup2>/srap`;
@@ -112,7 +112,7 @@ pub struct SenderArgs {
     /// (followed as members go down or up); `ignore`, the receiver's CPUs
     /// only [default: balance].
     #[arg(long, value_enum, value_name = "HOW")]
-    pub bond_members: Option<BondMembersArg>,
+    pub bond_members: Option<BondMembers>,
     /// Which of a receiver's addresses a steered flow goes to, when its
     /// agent serves several NICs (`--iface` repeated): `asked`, the one
     /// the application connected to, as the kernel does; `spread`, in
@@ -121,7 +121,7 @@ pub struct SenderArgs {
     /// CPU of the NIC it enters. The application's getpeername() still
     /// returns the address it asked for [default: asked].
     #[arg(long, value_enum, value_name = "WHICH")]
-    pub receiver_nics: Option<ReceiverNicsArg>,
+    pub receiver_nics: Option<ReceiverNicsMode>,
     /// What the binder does with MPTCP connections: `off`, each subflow
     /// keeps the kernel's port and no MPTCP program is loaded; `subflows`,
     /// every subflow steered to a receiver CPU of its own and released at
@@ -171,7 +171,7 @@ pub struct LocalArgs {
     /// uploads), which needs no agent on the server; `both`, one port for
     /// both NICs [default: remote].
     #[arg(long, value_enum, value_name = "WHICH")]
-    pub steer: Option<SteerArg>,
+    pub steer: Option<PlacedEnds>,
     /// With --steer local|both: this host's NIC, discovered as the
     /// receiver agent discovers its own (key, table, hashed fields,
     /// transform, queue → CPU, RPS, NUMA node). Give it once per NIC SRAP
@@ -195,7 +195,7 @@ pub struct LocalArgs {
     /// another NIC) the route's address, counted as `nic_fallback`
     /// [default: route].
     #[arg(long, value_enum, value_name = "POLICY")]
-    pub local_nics: Option<LocalNicsArg>,
+    pub local_nics: Option<LocalNicsPolicy>,
     /// With --local-nics numa|balance and several --local-iface: `check`
     /// says which source rules (`ip rule add from ADDR table N`) the NICs
     /// lack for flows to leave and come back by the NIC of their address;
@@ -203,7 +203,7 @@ pub struct LocalArgs {
     /// protocol 90) and removes exactly those on detach and on a clean
     /// stop [default: check].
     #[arg(long, value_enum, value_name = "MODE")]
-    pub source_rules: Option<SourceRulesArg>,
+    pub source_rules: Option<SourceRules>,
     /// With --steer local|both: this host's NIC described in a file (the
     /// JSON `srap rss show --json` prints), offline.
     #[arg(long, value_name = "FILE")]
@@ -220,127 +220,7 @@ pub struct LocalArgs {
     /// its data on its own CPU. Holds for the CPU at connect() [default:
     /// spread].
     #[arg(long, value_enum, value_name = "WHERE")]
-    pub local_placement: Option<PlacementArg>,
-}
-
-/// `--local-placement`'s values, named as [`LocalPlacement`]'s (the
-/// `local-placement` key of `--config` takes the same words).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PlacementArg {
-    /// The least-occupied offered CPU.
-    Spread,
-    /// The connecting thread's CPU, else its nearest.
-    Reader,
-}
-
-impl From<PlacementArg> for LocalPlacement {
-    fn from(arg: PlacementArg) -> Self {
-        match arg {
-            PlacementArg::Spread => Self::Spread,
-            PlacementArg::Reader => Self::Reader,
-        }
-    }
-}
-
-/// `--receiver-nics`' values, named as [`ReceiverNicsMode`]'s (the
-/// `receiver-nics` key of `--config` takes the same words).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReceiverNicsArg {
-    /// The address the application asked for.
-    Asked,
-    /// The receiver's accepting addresses, in turn.
-    Spread,
-}
-
-impl From<ReceiverNicsArg> for ReceiverNicsMode {
-    fn from(arg: ReceiverNicsArg) -> Self {
-        match arg {
-            ReceiverNicsArg::Asked => Self::Asked,
-            ReceiverNicsArg::Spread => Self::Spread,
-        }
-    }
-}
-
-/// `--local-nics`' values, named as [`LocalNicsPolicy`]'s (the
-/// `local-nics` key of `--config` takes the same words).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LocalNicsArg {
-    /// The route's NIC, as the kernel chooses.
-    Route,
-    /// The NIC on the connecting CPU's NUMA node.
-    Numa,
-    /// Flows spread evenly over the NICs.
-    Balance,
-}
-
-impl From<LocalNicsArg> for LocalNicsPolicy {
-    fn from(arg: LocalNicsArg) -> Self {
-        match arg {
-            LocalNicsArg::Route => Self::Route,
-            LocalNicsArg::Numa => Self::Numa,
-            LocalNicsArg::Balance => Self::Balance,
-        }
-    }
-}
-
-/// `--source-rules`' values, named as [`SourceRules`]' (the
-/// `source-rules` key of `--config` takes the same words).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SourceRulesArg {
-    /// Say what is missing; change nothing.
-    Check,
-    /// Install the missing source rules; remove them on detach.
-    Install,
-}
-
-impl From<SourceRulesArg> for SourceRules {
-    fn from(arg: SourceRulesArg) -> Self {
-        match arg {
-            SourceRulesArg::Check => Self::Check,
-            SourceRulesArg::Install => Self::Install,
-        }
-    }
-}
-
-/// `--bond-members`' values, named as [`BondMembers`]' (the
-/// `bond-members` key of `--config` takes the same words).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BondMembersArg {
-    /// Balance flows over the bond's usable members.
-    Balance,
-    /// Leave the members to the bond's hash.
-    Ignore,
-}
-
-impl From<BondMembersArg> for BondMembers {
-    fn from(arg: BondMembersArg) -> Self {
-        match arg {
-            BondMembersArg::Balance => Self::Balance,
-            BondMembersArg::Ignore => Self::Ignore,
-        }
-    }
-}
-
-/// `--steer`'s values, named and documented as [`PlacedEnds`]'s (the `steer`
-/// key of `--config` takes the same words: a test checks they agree).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SteerArg {
-    /// The receiver's (the data this host sends).
-    Remote,
-    /// This host's own (the reverse tuple: what this host receives).
-    Local,
-    /// One port for both.
-    Both,
-}
-
-impl From<SteerArg> for PlacedEnds {
-    fn from(arg: SteerArg) -> Self {
-        match arg {
-            SteerArg::Remote => Self::Remote,
-            SteerArg::Local => Self::Local,
-            SteerArg::Both => Self::Both,
-        }
-    }
+    pub local_placement: Option<LocalPlacement>,
 }
 
 impl From<SenderArgs> for SenderSettings {
@@ -367,17 +247,17 @@ impl From<SenderArgs> for SenderSettings {
             control: args.control,
             metrics: args.metrics,
             interval: args.interval,
-            bond_members: args.bond_members.map(BondMembers::from),
-            receiver_nics: args.receiver_nics.map(ReceiverNicsMode::from),
+            bond_members: args.bond_members,
+            receiver_nics: args.receiver_nics,
             mptcp: args.mptcp,
             local: LocalSettings {
-                placed_ends: args.local.steer.map(PlacedEnds::from),
+                placed_ends: args.local.steer,
                 local_ifaces: args.local.local_iface,
-                local_nics: args.local.local_nics.map(LocalNicsPolicy::from),
-                source_rules: args.local.source_rules.map(SourceRules::from),
+                local_nics: args.local.local_nics,
+                source_rules: args.local.source_rules,
                 local_rss: args.local.local_rss,
                 local_cpus: args.local.local_cpus,
-                local_placement: args.local.local_placement.map(LocalPlacement::from),
+                local_placement: args.local.local_placement,
             },
             sizes: SizeSettings {
                 max_receivers: args.sizes.max_receivers,
@@ -393,7 +273,7 @@ impl From<SenderArgs> for SenderSettings {
 mod tests {
     use std::path::Path;
 
-    use clap::{Parser as _, ValueEnum as _};
+    use clap::Parser as _;
 
     use super::*;
     use crate::{Cli, Command};
@@ -483,89 +363,16 @@ mod tests {
         assert!(none.config.is_none() && none.local.placed_ends.is_none() && !none.once);
         assert!(none.local.local_ifaces.is_empty() && none.local.local_nics.is_none());
         let one = settings(&["--steer=local", "--local-iface", "eth0"]);
-        assert_eq!(one.local.local_ifaces, ["eth0"], "one NIC, as before");
+        assert_eq!(one.local.local_ifaces, ["eth0"], "one NIC");
         assert_eq!(
             none.pin_dir(),
             Path::new(srap_daemon::sender::DEFAULT_PIN_DIR)
         );
     }
 
-    /// `--steer` and the `steer` key of `--config` take the same words.
+    /// `--local-placement reader` needs this host's NIC planned.
     #[test]
-    fn steer_flag_values_are_the_config_keys_words() {
-        for arg in SteerArg::value_variants() {
-            let name = arg
-                .to_possible_value()
-                .expect("shown")
-                .get_name()
-                .to_owned();
-            assert_eq!(
-                name.parse::<PlacedEnds>(),
-                Ok(PlacedEnds::from(*arg)),
-                "{name}"
-            );
-            assert_eq!(PlacedEnds::from(*arg).to_string(), name);
-        }
-    }
-
-    /// `--local-placement` and the `local-placement` key take the same
-    /// words, and `reader` needs this host's NIC planned.
-    #[test]
-    fn bond_members_flag_values_are_the_config_keys_words() {
-        for arg in BondMembersArg::value_variants() {
-            let name = arg
-                .to_possible_value()
-                .expect("shown")
-                .get_name()
-                .to_owned();
-            let members = BondMembers::from(*arg);
-            assert_eq!(name.parse::<BondMembers>(), Ok(members), "{name}");
-            assert_eq!(members.to_string(), name);
-        }
-    }
-
-    /// `--receiver-nics` and the `receiver-nics` key take the same words.
-    #[test]
-    fn receiver_nics_flag_values_are_the_config_keys_words() {
-        for arg in ReceiverNicsArg::value_variants() {
-            let name = arg
-                .to_possible_value()
-                .expect("shown")
-                .get_name()
-                .to_owned();
-            let mode = ReceiverNicsMode::from(*arg);
-            assert_eq!(name.parse::<ReceiverNicsMode>(), Ok(mode), "{name}");
-            assert_eq!(mode.to_string(), name);
-        }
-    }
-
-    /// `--local-nics` and the `local-nics` key take the same words.
-    #[test]
-    fn local_nics_flag_values_are_the_config_keys_words() {
-        for arg in LocalNicsArg::value_variants() {
-            let name = arg
-                .to_possible_value()
-                .expect("shown")
-                .get_name()
-                .to_owned();
-            let policy = LocalNicsPolicy::from(*arg);
-            assert_eq!(name.parse::<LocalNicsPolicy>(), Ok(policy), "{name}");
-            assert_eq!(policy.to_string(), name);
-        }
-    }
-
-    #[test]
-    fn placement_flag_values_are_the_config_keys_words() {
-        for arg in PlacementArg::value_variants() {
-            let name = arg
-                .to_possible_value()
-                .expect("shown")
-                .get_name()
-                .to_owned();
-            let placement = LocalPlacement::from(*arg);
-            assert_eq!(name.parse::<LocalPlacement>(), Ok(placement), "{name}");
-            assert_eq!(placement.to_string(), name);
-        }
+    fn reader_placement_needs_this_hosts_nic() {
         let err = settings(&["--local-placement=reader"])
             .local
             .check()

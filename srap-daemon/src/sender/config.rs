@@ -27,7 +27,15 @@ use std::{
 
 use serde::Deserialize;
 
-/// The file's keys (kebab-case, as the flags).
+use super::{
+    ends::{LocalNicsPolicy, LocalPlacement, PlacedEnds, SourceRules},
+    local::bond::BondMembers,
+    mptcp_mode::MptcpMode,
+    spread::ReceiverNicsMode,
+};
+
+/// The file's keys (kebab-case, as the flags); an enum-valued key parses
+/// into the flag's own enum, so it takes the flag's words (`crate::setting`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct SenderConfig {
@@ -48,20 +56,18 @@ pub struct SenderConfig {
     pub port_range: Option<String>,
     pub interval: Option<u64>,
     pub control: Option<PathBuf>,
-    pub steer: Option<String>,
+    pub steer: Option<PlacedEnds>,
     /// One NIC (`"eth0"`) or several (`["eth0", "eth1"]`), as
     /// `--local-iface` given once or several times.
     pub local_iface: Option<OneOrMany>,
-    pub local_nics: Option<String>,
-    /// `check` or `install`, as `--source-rules`.
-    pub source_rules: Option<String>,
+    pub local_nics: Option<LocalNicsPolicy>,
+    pub source_rules: Option<SourceRules>,
     pub local_rss: Option<PathBuf>,
     pub local_cpus: Option<String>,
-    pub local_placement: Option<String>,
-    pub bond_members: Option<String>,
-    /// `asked` or `spread`, as `--receiver-nics`.
-    pub receiver_nics: Option<String>,
-    pub mptcp: Option<super::mptcp_mode::MptcpMode>,
+    pub local_placement: Option<LocalPlacement>,
+    pub bond_members: Option<BondMembers>,
+    pub receiver_nics: Option<ReceiverNicsMode>,
+    pub mptcp: Option<MptcpMode>,
     pub max_receivers: Option<u32>,
     pub max_cpus: Option<u32>,
     pub max_sockets: Option<u32>,
@@ -221,11 +227,8 @@ mod tests {
         assert!(all.rss.is_some() && all.control.is_some() && all.interval.is_some());
         assert_eq!(all.peer.len(), 1);
         assert!(all.peer[0].psk_file.is_some());
-        assert_eq!(all.receiver_nics.as_deref(), Some("spread"));
-        assert_eq!(
-            all.mptcp,
-            Some(crate::sender::mptcp_mode::MptcpMode::Subflows)
-        );
+        assert_eq!(all.receiver_nics, Some(ReceiverNicsMode::Spread));
+        assert_eq!(all.mptcp, Some(MptcpMode::Subflows));
         assert_eq!(
             uncommented.lines().count(),
             29,

@@ -6,13 +6,14 @@
 //! described, is [`super::local::nic`]'s. Plain settings, beneath
 //! everything else of the sender.
 
-use std::{collections::BTreeSet, fmt, path::PathBuf, str::FromStr};
+use std::{collections::BTreeSet, path::PathBuf};
 
 use srap_common::{binder::placement, local_nics::policy as nic_policy};
 
 /// `--steer`: which ends' NICs a steered flow is placed on (their CPUs:
 /// the receiver's, this host's, or both at once).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(clap::ValueEnum, serde::Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
 pub enum PlacedEnds {
     /// The receiver's (the data this host sends).
     #[default]
@@ -33,174 +34,72 @@ impl PlacedEnds {
     pub fn local(self) -> bool {
         self != Self::Remote
     }
-
-    /// The name `--steer` and the `steer` key take.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Remote => "remote",
-            Self::Local => "local",
-            Self::Both => "both",
-        }
-    }
-}
-
-impl FromStr for PlacedEnds {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        [Self::Remote, Self::Local, Self::Both]
-            .into_iter()
-            .find(|ends| ends.name() == text)
-            .ok_or_else(|| format!("`{text}` is not remote, local or both"))
-    }
-}
-
-impl fmt::Display for PlacedEnds {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
 }
 
 /// `--local-placement`: which of this host's CPUs a steered flow's local
 /// end (what this host receives on it) is placed on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(clap::ValueEnum, serde::Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+#[repr(u32)]
 pub enum LocalPlacement {
     /// The least-occupied offered CPU: flows spread over this host's CPUs.
     #[default]
-    Spread,
-    /// The CPU of the thread that connects (the hook runs on it), else its
-    /// nearest offered CPU: SMT sibling, then last-level cache, then NUMA
-    /// node. Holds for the CPU at `connect()`: a thread that moves later
-    /// leaves its flow behind.
-    Reader,
+    Spread = placement::SPREAD,
+    /// The connecting thread's CPU, else its nearest offered CPU (SMT
+    /// sibling, last-level cache, NUMA node).
+    ///
+    /// Holds for the CPU at `connect()`: a thread that moves later leaves
+    /// its flow behind.
+    Reader = placement::READER,
 }
 
 impl LocalPlacement {
-    /// The name `--local-placement` and the `local-placement` key take.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Spread => "spread",
-            Self::Reader => "reader",
-        }
-    }
-
     /// As the hook's config holds it (`srap_common::binder::placement`).
     pub fn as_config(self) -> u32 {
-        match self {
-            Self::Spread => placement::SPREAD,
-            Self::Reader => placement::READER,
-        }
-    }
-}
-
-impl FromStr for LocalPlacement {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        [Self::Spread, Self::Reader]
-            .into_iter()
-            .find(|p| p.name() == text)
-            .ok_or_else(|| format!("`{text}` is not spread or reader"))
-    }
-}
-
-impl fmt::Display for LocalPlacement {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        self as u32
     }
 }
 
 /// `--local-nics`: which of this host's NICs a steered flow leaves and
-/// arrives by, where several can reach its destination (issue 43): the
-/// connect hook binds the chosen NIC's address when the application bound
-/// none (`srap_common::local_nics`), and places the flow by the route
-/// where that NIC cannot take it (counted as `nic_fallback`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+/// arrives by, where several can reach its destination: the connect hook
+/// binds the chosen NIC's address when the application bound none
+/// (`srap_common::local_nics`), and places the flow by the route where
+/// that NIC cannot take it (counted as `nic_fallback`).
+#[derive(clap::ValueEnum, serde::Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+#[repr(u32)]
 pub enum LocalNicsPolicy {
-    /// The route's choice (its source address): the kernel's, as before.
+    /// The route's NIC (its source address), as the kernel chooses.
     #[default]
-    Route,
+    Route = nic_policy::ROUTE,
     /// The NIC on the connecting CPU's NUMA node.
-    Numa,
+    Numa = nic_policy::NUMA,
     /// Flows spread evenly over the NICs (egress bandwidth).
-    Balance,
+    Balance = nic_policy::BALANCE,
 }
 
 impl LocalNicsPolicy {
-    /// The name `--local-nics` and the `local-nics` key take.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Route => "route",
-            Self::Numa => "numa",
-            Self::Balance => "balance",
-        }
-    }
-
     /// As the hook's config holds it (`srap_common::local_nics::policy`).
     pub fn as_config(self) -> u32 {
-        match self {
-            Self::Route => nic_policy::ROUTE,
-            Self::Numa => nic_policy::NUMA,
-            Self::Balance => nic_policy::BALANCE,
-        }
-    }
-}
-
-impl FromStr for LocalNicsPolicy {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        [Self::Route, Self::Numa, Self::Balance]
-            .into_iter()
-            .find(|p| p.name() == text)
-            .ok_or_else(|| format!("`{text}` is not route, numa or balance"))
-    }
-}
-
-impl fmt::Display for LocalNicsPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        self as u32
     }
 }
 
 /// `--source-rules`: whether the agent only says which source rules the
 /// NICs of `--local-nics numa|balance` need, or also installs them (and
 /// removes them on detach and on a clean stop).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(clap::ValueEnum, serde::Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
 pub enum SourceRules {
-    /// Check and warn; change nothing.
+    /// Say what is missing; change nothing.
     #[default]
     Check,
-    /// Install each missing source rule and its table's route.
+    /// Install each missing source rule and its table's route; remove them
+    /// on detach.
     Install,
 }
 
-impl SourceRules {
-    /// The name `--source-rules` and the `source-rules` key take.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Check => "check",
-            Self::Install => "install",
-        }
-    }
-}
-
-impl FromStr for SourceRules {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        [Self::Check, Self::Install]
-            .into_iter()
-            .find(|p| p.name() == text)
-            .ok_or_else(|| format!("`{text}` is not check or install"))
-    }
-}
-
-impl fmt::Display for SourceRules {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::setting::display_as_word!(PlacedEnds, LocalPlacement, LocalNicsPolicy, SourceRules);
 
 /// Which NIC the ports are chosen for, and this host's own NIC when it is
 /// one of them (see `docs/directions.md`): `--steer`, `--local-iface`,
@@ -289,16 +188,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn placed_ends_parse_and_name_themselves() {
-        for (text, ends) in [
-            ("remote", PlacedEnds::Remote),
-            ("local", PlacedEnds::Local),
-            ("both", PlacedEnds::Both),
-        ] {
-            assert_eq!(text.parse::<PlacedEnds>(), Ok(ends));
-            assert_eq!(ends.to_string(), text);
-        }
-        assert!("push".parse::<PlacedEnds>().unwrap_err().contains("`push`"));
+    fn placed_ends_say_whose_cpus_are_planned() {
         assert!(PlacedEnds::Both.local() && PlacedEnds::Both.remote());
         assert!(!PlacedEnds::Local.remote() && !PlacedEnds::Remote.local());
     }
@@ -327,31 +217,18 @@ mod tests {
         assert!(rss.check().is_err());
     }
 
-    /// The three policy names are fixed (issue 43), each its own number in
-    /// the hook's config.
+    /// Each policy is its own number in the hook's config.
     #[test]
-    fn local_nics_policies_parse_and_each_is_its_own_hook_policy() {
-        for (text, policy) in [
-            ("route", LocalNicsPolicy::Route),
-            ("numa", LocalNicsPolicy::Numa),
-            ("balance", LocalNicsPolicy::Balance),
-        ] {
-            assert_eq!(text.parse::<LocalNicsPolicy>(), Ok(policy));
-            assert_eq!(policy.to_string(), text);
-        }
-        assert!("nearest".parse::<LocalNicsPolicy>().is_err());
+    fn each_local_nics_policy_is_its_own_hook_policy() {
+        use clap::ValueEnum as _;
+        let numbers: BTreeSet<u32> = LocalNicsPolicy::value_variants()
+            .iter()
+            .map(|p| p.as_config())
+            .collect();
+        assert_eq!(numbers.len(), LocalNicsPolicy::value_variants().len());
         assert_eq!(
             LocalSettings::default().local_nics(),
             LocalNicsPolicy::Route
         );
-        let numbers: BTreeSet<u32> = [
-            LocalNicsPolicy::Route,
-            LocalNicsPolicy::Numa,
-            LocalNicsPolicy::Balance,
-        ]
-        .map(LocalNicsPolicy::as_config)
-        .into();
-        assert_eq!(numbers.len(), 3);
-        assert_eq!(LocalNicsPolicy::Route.as_config(), nic_policy::ROUTE);
     }
 }

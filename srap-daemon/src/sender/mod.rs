@@ -23,8 +23,7 @@
 //! 1. **Words** — imports nothing of the sender: [`error`] (one error for
 //!    the sender), [`layout`] (the pin paths), [`rate`], [`ends`] (which
 //!    ends' NICs a flow is placed on, and this host's settings),
-//!    [`target`] (a receiver address with its host's model), [`config`]
-//!    (the TOML file), [`landings`] (the socket hook reading where this
+//!    [`target`] (a receiver address with its host's model), [`landings`] (the socket hook reading where this
 //!    host's connections land), [`spread`] (`--receiver-nics`: the rows
 //!    of a receiver's addresses a connect may be sent to), [`mptcp_mode`]
 //!    (`--mptcp`).
@@ -34,8 +33,9 @@
 //!    rows), [`state`] (what `detach` must undo), `attach` (loading,
 //!    pinning, attaching).
 //! 3. **The plan and the settings**: [`plan`] (pure computation over the
-//!    receivers' models and a [`local::LocalHost`] snapshot), [`settings`]
-//!    (the flags over the `--config` file), [`options`] (what a binder is
+//!    receivers' models and a [`local::LocalHost`] snapshot), [`config`]
+//!    (the TOML file, its enum-valued keys parsed into the settings' own
+//!    enums), [`settings`] (the flags over the `--config` file), [`options`] (what a binder is
 //!    started with, made from the settings).
 //! 4. **The maps**: `maps` (the plan written, the counters read), [`grant`]
 //!    (the receivers' CPU grants in the maps).

@@ -27,28 +27,4 @@ impl MptcpMode {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use clap::ValueEnum as _;
-
-    use super::*;
-
-    /// The word clap gives `mode` on the command line.
-    fn word(mode: MptcpMode) -> String {
-        mode.to_possible_value()
-            .map_or_else(String::new, |v| v.get_name().to_owned())
-    }
-
-    #[test]
-    fn the_config_files_words_are_the_flags_values() {
-        #[derive(serde::Deserialize)]
-        struct Key {
-            mptcp: MptcpMode,
-        }
-        for mode in MptcpMode::value_variants() {
-            let parsed: Key =
-                toml::from_str(&format!("mptcp = \"{}\"", word(*mode))).expect("parses");
-            assert_eq!(parsed.mptcp, *mode);
-        }
-    }
-}
+crate::setting::display_as_word!(MptcpMode);

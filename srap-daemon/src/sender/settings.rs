@@ -14,7 +14,7 @@ use srap_host::cpulist;
 
 use super::{
     config::{ConfigError, OneOrMany, SenderConfig},
-    ends::{LocalNicsPolicy, LocalPlacement, LocalSettings, PlacedEnds, SourceRules},
+    ends::{LocalSettings, PlacedEnds},
     layout::DEFAULT_PIN_DIR,
     local::bond::BondMembers,
     mptcp_mode::MptcpMode,
@@ -199,20 +199,9 @@ impl SenderSettings {
             .port_range
             .map(|r| r.parse::<PortRange>().map_err(value("port-range")))
             .transpose()?;
-        let placed_ends = config
-            .steer
-            .map(|s| s.parse::<PlacedEnds>().map_err(value("steer")))
-            .transpose()?;
         let local_cpus = config
             .local_cpus
             .map(|c| cpulist::parse_some(&c).map_err(|e| value("local-cpus")(e.to_string())))
-            .transpose()?;
-        let placement = config
-            .local_placement
-            .map(|p| {
-                p.parse::<LocalPlacement>()
-                    .map_err(value("local-placement"))
-            })
             .transpose()?;
         fill_vec(&mut self.report_ports, config.report_ports);
         fill_vec(&mut self.receivers, config.receivers);
@@ -225,15 +214,7 @@ impl SenderSettings {
         fill(&mut self.port_range, range);
         fill(&mut self.interval, config.interval);
         fill(&mut self.control, config.control);
-        let local_nics = config
-            .local_nics
-            .map(|p| p.parse::<LocalNicsPolicy>().map_err(value("local-nics")))
-            .transpose()?;
-        let source_rules = config
-            .source_rules
-            .map(|p| p.parse::<SourceRules>().map_err(value("source-rules")))
-            .transpose()?;
-        fill(&mut self.local.placed_ends, placed_ends);
+        fill(&mut self.local.placed_ends, config.steer);
         if self.local.local_ifaces.is_empty() && self.local.local_rss.is_none() {
             self.local.local_ifaces = config
                 .local_iface
@@ -241,23 +222,12 @@ impl SenderSettings {
                 .unwrap_or_default();
             self.local.local_rss = config.local_rss;
         }
-        fill(&mut self.local.local_nics, local_nics);
-        fill(&mut self.local.source_rules, source_rules);
+        fill(&mut self.local.local_nics, config.local_nics);
+        fill(&mut self.local.source_rules, config.source_rules);
         fill(&mut self.local.local_cpus, local_cpus);
-        fill(&mut self.local.local_placement, placement);
-        let members = config
-            .bond_members
-            .map(|m| m.parse::<BondMembers>().map_err(value("bond-members")))
-            .transpose()?;
-        fill(&mut self.bond_members, members);
-        let receiver_nics = config
-            .receiver_nics
-            .map(|m| {
-                m.parse::<ReceiverNicsMode>()
-                    .map_err(value("receiver-nics"))
-            })
-            .transpose()?;
-        fill(&mut self.receiver_nics, receiver_nics);
+        fill(&mut self.local.local_placement, config.local_placement);
+        fill(&mut self.bond_members, config.bond_members);
+        fill(&mut self.receiver_nics, config.receiver_nics);
         fill(&mut self.mptcp, config.mptcp);
         fill(&mut self.sizes.max_receivers, config.max_receivers);
         fill(&mut self.sizes.max_cpus, config.max_cpus);
@@ -326,6 +296,7 @@ fn fill_vec<T>(flag: &mut Vec<T>, file: Vec<T>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sender::ends::{LocalNicsPolicy, LocalPlacement, SourceRules};
 
     /// The settings a `--config` file of `text` gives when no flag is
     /// given: the same as the flags of the same names (the binary's tests
@@ -482,12 +453,7 @@ mod tests {
         for (text, key) in [
             ("pacing-rate = \"fast\"\n", "pacing-rate"),
             ("port-range = \"9-3\"\n", "port-range"),
-            ("steer = \"push\"\n", "steer"),
             ("local-cpus = \"3-1\"\n", "local-cpus"),
-            ("local-placement = \"near\"\n", "local-placement"),
-            ("local-nics = \"nearest\"\n", "local-nics"),
-            ("source-rules = \"add\"\n", "source-rules"),
-            ("bond-members = \"some\"\n", "bond-members"),
         ] {
             let config = SenderConfig::parse(path, text).expect("parses");
             let err = SenderSettings::default()
@@ -495,6 +461,24 @@ mod tests {
                 .expect_err("bad value");
             let text = err.to_string();
             assert!(text.contains("sender.toml") && text.contains(key), "{text}");
+        }
+        // An enum-valued key is refused as the file is read, with the
+        // words it takes.
+        for (text, key, word) in [
+            ("steer = \"push\"\n", "steer", "both"),
+            ("local-placement = \"near\"\n", "local-placement", "reader"),
+            ("local-nics = \"nearest\"\n", "local-nics", "balance"),
+            ("source-rules = \"add\"\n", "source-rules", "install"),
+            ("bond-members = \"some\"\n", "bond-members", "ignore"),
+            ("receiver-nics = \"all\"\n", "receiver-nics", "spread"),
+            ("mptcp = \"on\"\n", "mptcp", "subflows"),
+        ] {
+            let err = SenderConfig::parse(path, text).expect_err("bad value");
+            let text = err.to_string();
+            assert!(
+                text.contains("sender.toml") && text.contains(key) && text.contains(word),
+                "{text}"
+            );
         }
         let err = SenderConfig::parse(path, "peer-wait = \"long\"\n").expect_err("a string");
         let text = err.to_string();

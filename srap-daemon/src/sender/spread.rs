@@ -1,4 +1,4 @@
-//! `--receiver-nics asked|spread` (issue 44): whether a steered connect
+//! `--receiver-nics asked|spread`: whether a steered connect
 //! toward one address of a receiver of several NICs keeps that address
 //! (`asked`, as the kernel does) or may be sent to another address of the
 //! same receiver that accepts its port (`spread`), so a transfer's flows
@@ -18,9 +18,7 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    fmt,
     net::IpAddr,
-    str::FromStr,
     sync::Arc,
 };
 
@@ -35,49 +33,25 @@ use srap_common::{
 
 /// `--receiver-nics`: which of a receiver's addresses a steered connect
 /// goes to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[derive(clap::ValueEnum, serde::Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+#[repr(u32)]
 pub enum ReceiverNicsMode {
     /// The address the application asked for (the kernel's behaviour).
     #[default]
-    Asked,
+    Asked = srap_common::receiver_nics::mode::ASKED,
     /// The receiver's addresses that accept the port, in turn.
-    Spread,
+    Spread = srap_common::receiver_nics::mode::SPREAD,
 }
 
 impl ReceiverNicsMode {
     /// As the hook's config holds it (`srap_common::receiver_nics::mode`).
     pub fn as_config(self) -> u32 {
-        match self {
-            Self::Asked => srap_common::receiver_nics::mode::ASKED,
-            Self::Spread => srap_common::receiver_nics::mode::SPREAD,
-        }
-    }
-
-    /// The name `--receiver-nics` and the `receiver-nics` key take.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Asked => "asked",
-            Self::Spread => "spread",
-        }
+        self as u32
     }
 }
 
-impl FromStr for ReceiverNicsMode {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        [Self::Asked, Self::Spread]
-            .into_iter()
-            .find(|m| m.name() == text)
-            .ok_or_else(|| format!("`{text}` is not asked or spread"))
-    }
-}
-
-impl fmt::Display for ReceiverNicsMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+crate::setting::display_as_word!(ReceiverNicsMode);
 
 /// One receiver agent as the spread rows are made for it: the addresses
 /// an application may ask for (its `--peer`'s) and what it last said of

@@ -18,37 +18,19 @@ use srap_host::bond::Bond;
 
 /// `--bond-members`: whether the plan balances flows over the members of
 /// a bond the route leaves by.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(clap::ValueEnum, serde::Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
 pub enum BondMembers {
-    /// Each flow on an even share of the usable members, as well as on a
-    /// free receiver CPU.
+    /// Each flow on an even share of the bond's usable members, as well as
+    /// on a free receiver CPU.
     #[default]
     Balance,
-    /// The receiver's CPUs only; the bond is still shown, with its
-    /// members' counters.
+    /// Leave the members to the bond's hash: the receiver's CPUs only (the
+    /// bond is still shown, with its members' counters).
     Ignore,
 }
 
-impl std::str::FromStr for BondMembers {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "balance" => Ok(Self::Balance),
-            "ignore" => Ok(Self::Ignore),
-            other => Err(format!("`{other}` is not balance or ignore")),
-        }
-    }
-}
-
-impl std::fmt::Display for BondMembers {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Balance => "balance",
-            Self::Ignore => "ignore",
-        })
-    }
-}
+crate::setting::display_as_word!(BondMembers);
 
 /// How the plan treats bonds: `--bond-members`, and the bonds whose
 /// members' counters paused their balancing, with why (kept with the
