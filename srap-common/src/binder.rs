@@ -176,8 +176,8 @@ macro_rules! binder_pinned_maps {
             /// reader`, the slots of this host's row a connect made on that
             /// CPU claims among (its own, else its nearest). One map, so
             /// the hook's claim sees one kind of grant pointer whichever
-            /// row it took (two maps doubled the paths the kernel's
-            /// verifier walks, past its million instructions).
+            /// row it took (two maps would double the paths the kernel's
+            /// verifier walks, past its budget of a million instructions).
             GRANTS_MAP = SRAP_GRANTS: Array<u32, $crate::binder::SlotGrant>
                 [$crate::binder::BinderSizes::grant_rows, 0];
             /// Array of [`JointRow`], index = [`DestValue::joint`].
@@ -826,7 +826,7 @@ impl JointRow {
 
     /// The `i`-th member `j` of the pair whose least member is `j0`
     /// (`i` wraps at `kernel_len`, a power of two: the size of a span, so a
-    /// mask and no division, which costs the hook ~5 ns per member tried).
+    /// mask, not a division, per member tried).
     #[inline(always)]
     pub fn member(&self, j0: u32, i: u32) -> u32 {
         let i = i & (self.kernel_len.max(1) - 1);
@@ -1021,8 +1021,8 @@ pub struct SocketRow {
 /// cookie's low bits. The kernel hands cookies out in increasing order
 /// (per CPU), so sockets made one after another take rows one after
 /// another, in cache lines and pages the hook touched a moment ago;
-/// scattered rows cost a cache and TLB miss per connect (measured here:
-/// ~300 ns of the hook in a 4 MB table, ~60 ns in a 16 KB one).
+/// scattered rows cost a cache and TLB miss per connect, a large share of
+/// the hook's time (docs/binder.md, "What it costs").
 /// `mask` is the table's rows less one ([`BinderConfig::socket_mask`]: the
 /// rows are a power of two set by `--max-sockets`).
 #[inline(always)]

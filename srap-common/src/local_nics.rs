@@ -1,5 +1,5 @@
 //! This host's NICs as the connect hook chooses among them (`--local-nics
-//! numa|balance`, issue 43): which NIC's address a steered connect binds
+//! numa|balance`): which NIC's address a steered connect binds
 //! when the application bound none. One home for the rows the agent writes
 //! and the choice the hook makes from them, so the host's tests ask the
 //! same question the hook does.
@@ -15,8 +15,8 @@
 //! ([`numa_choice`], [`balance_choice`]) and swaps the route's table for
 //! that NIC's: no second lookup of the destination, and every path after
 //! the choice is the route's, so the kernel's verifier walks it once.
-//! Whatever is missing, the flow is placed by the route as before and
-//! counted (`event::NIC_FALLBACK`).
+//! Whatever is missing, the flow is placed by the route, as without a
+//! policy, and counted (`event::NIC_FALLBACK`).
 //!
 //! The connecting CPU's node is the kernel's own (`bpf_get_numa_node_id()`,
 //! `numa_node_id()` of the CPU the hook runs on): no CPU → node row to

@@ -1,5 +1,5 @@
 //! The receiver's NICs as the connect hook spreads over them
-//! (`--receiver-nics spread`, issue 44): a connect toward one address of a
+//! (`--receiver-nics spread`): a connect toward one address of a
 //! receiver of several NICs may be sent to another of its addresses, so a
 //! transfer's flows enter by every NIC. One home for the row the agent
 //! writes and the choice the hook makes from it, so the host's tests ask

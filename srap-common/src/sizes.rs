@@ -4,8 +4,8 @@
 //! ([`BinderSizes`], used by `binder_pinned_maps!`), and the kernel memory
 //! that makes ([`BinderSizes::pinned_bytes`]).
 //!
-//! The maps used to be sized for the most the binder could ever hold (4 096
-//! receivers of 512 CPUs, 2^18 sockets): 53.7 MiB of kernel memory pinned on
+//! Sized for the most the binder could ever hold (4 096 receivers of 512
+//! CPUs, 2^18 sockets), the maps would pin 53.7 MiB of kernel memory on
 //! every sender, whatever it steered. Sized from the settings, a sender
 //! following a few receivers pins a few MiB; one following thousands says
 //! so in its settings.
@@ -240,7 +240,8 @@ impl BinderSizes {
 
     /// Receiver addresses marked failing at once
     /// (`SPREAD_FAILING_MAP`): a fixed count, not a setting; a full map
-    /// marks no more, and their connects keep spreading as before.
+    /// marks no more, and connects keep spreading to the addresses it
+    /// could not mark.
     pub const fn spread_failing(&self) -> u32 {
         crate::receiver_nics::MAX_FAILING
     }

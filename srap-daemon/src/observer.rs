@@ -320,10 +320,11 @@ impl Observer {
     /// of flows idle (tc, XDP) or closed (socket hook) for longer than
     /// `after` are deleted from the map. Every read walks the whole map, two
     /// system calls a record, and a map filled by a host's many short
-    /// connections (65 536 records) made each sample cost ~130 000 calls
-    /// for flows long gone. A tc or XDP record comes back with the flow's
-    /// next packet; a socket record is only forgotten once its connection
-    /// closed, since its queue and CPU are known from the handshake alone.
+    /// connections (65 536 records) would make each sample cost some
+    /// 130 000 calls for flows long gone. A tc or XDP record comes back
+    /// with the flow's next packet; a socket record is only forgotten once
+    /// its connection closed, since its queue and CPU are known from the
+    /// handshake alone.
     pub fn forget_after(&mut self, after: Duration) {
         self.forget_after = Some(after);
     }

@@ -401,7 +401,7 @@ mod tests {
     fn a_truncated_message_is_an_error_not_a_panic() {
         let buf = message(1);
         assert!(connections(&buf[..buf.len() - 10]).is_err());
-        // Even a cut inside the header is an error now, not an empty read.
+        // Even a cut inside the header is an error, not an empty read.
         assert!(connections(&buf[..5]).is_err());
     }
 

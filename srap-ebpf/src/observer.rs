@@ -71,7 +71,7 @@ pub fn srap_verify_tc(ctx: TcContext) -> i32 {
 /// Adds one packet of `bytes` to `key`'s record, creating it if needed.
 /// `nic_hash` is stored only when the record is created (the flow's first
 /// packet, its SYN): every packet of a flow carries the same hash, and
-/// storing it once keeps the per-packet path as it was.
+/// storing it once adds nothing to the per-packet path.
 ///
 /// Plain read-modify-write, not atomics: see [`FlowStats`] for why that is
 /// exact when one flow is handled by one CPU at a time, as RSS arranges.

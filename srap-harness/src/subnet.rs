@@ -4,14 +4,13 @@
 //! Namespaces keep addresses apart, but a cgroup hook does not: the socket
 //! observer and the binder see the sockets of every namespace, so two tests
 //! (or a test and a lab) on the same subnet at once read each other's
-//! flows — a test of the socket observer once failed in CI on a flow of
-//! another test that had picked the same subnet. So no test picks one:
-//! [`Subnet::lease`] hands out a free subnet of the pool
+//! flows, and a test would judge another's flow as its own. So no test
+//! picks one: [`Subnet::lease`] hands out a free subnet of the pool
 //! (`10.199.100.0/24` to `10.199.249.0/24`, with `fd00:5a:0:<n>::/64` for
-//! IPv6: private ranges that are never routed outside). A subnet is held
-//! by a file lock under `/run` that the kernel releases with the process,
-//! so two holders cannot exist at once, whether threads of one test binary
-//! or binaries running side by side. Only what needs a known address (the
+//! IPv6: private ranges that are never routed outside). A subnet is held by
+//! a file lock under `/run` that the kernel releases with the process, so
+//! two holders cannot exist at once, whether threads of one test binary or
+//! binaries running side by side. Only what needs a known address (the
 //! lab's documented `10.199.250.0/24`) takes a fixed subnet below or above
 //! the pool ([`Subnet::take`]), waiting for a previous user of it.
 

@@ -1,14 +1,14 @@
-//! What steering every MPTCP subflow buys (`srap-lab --experiment mptcp`,
-//! issue 45): the veth lab's two namespaces joined by a second link, the
-//! RSS-NIC emulator and `--queue-rate` on the receiver side of both (flows
-//! on one receive queue share its rate, as flows on one core share it),
-//! each link capped too (`--nic-rate`), and MPTCP on both hosts as a user
-//! sets it up: the sender's second address a `subflow` endpoint, routed
-//! out of the second link by its source. `--flows` MPTCP connections, each
-//! a subflow per link, carry equal bulk data, trial after trial with the
-//! kernel's ports and with the sender agent's (the connections opened in
-//! its cgroup; the second subflows, which the kernel's path manager opens,
-//! steered at their bind), the two taking turns.
+//! What steering every MPTCP subflow buys (`srap-lab --experiment mptcp`):
+//! the veth lab's two namespaces joined by a second link, the RSS-NIC
+//! emulator and `--queue-rate` on the receiver side of both (flows on one
+//! receive queue share its rate, as flows on one core share it), each link
+//! capped too (`--nic-rate`), and MPTCP on both hosts as a user sets it up:
+//! the sender's second address a `subflow` endpoint, routed out of the
+//! second link by its source. `--flows` MPTCP connections, each a subflow
+//! per link, carry equal bulk data, trial after trial with the kernel's
+//! ports and with the sender agent's (the connections opened in its cgroup;
+//! the second subflows, which the kernel's path manager opens, steered at
+//! their bind), the two taking turns.
 //!
 //! Nothing of the verdict is SRAP's word: the aggregate is what the
 //! receiving sink read over its first to last byte, and each trial's
@@ -18,10 +18,10 @@
 //!
 //! The defaults (4 connections, 8 queues a link, 50 Mbit/s a queue, links
 //! of 4 × 50 Mbit/s, 5 s of data) make placement the limit: the ideal is
-//! 8 subflows × 50 = 400 Mbit/s, a quarter of the 1.6 Gbit/s the
-//! throughput experiment carries on these two cores, so a trial is slower
-//! only where subflows share a queue; the link cap is what one full queue
-//! per connection needs, so it binds only on a link whose subflows all had
+//! 8 subflows × 50 = 400 Mbit/s, well below what the throughput
+//! experiment carries on a small machine, so a trial is slower only where
+//! subflows share a queue; the link cap is what one full queue per
+//! connection needs, so it binds only on a link whose subflows all have
 //! queues of their own. 8 queues for 8 subflows is a small receiver whose
 //! cores SRAP must fill exactly, where the kernel's ports leave both links
 //! free of collisions in only (8·7·6·5 / 8⁴)² ≈ 17 % of trials. The data
@@ -32,8 +32,8 @@
 //! queue q is CPU q on either NIC); each link's queues are capped on their
 //! own ([`LinkShaper`]), so a kernel subflow sharing CPU q with one on the
 //! other link is not slowed here as it would be on a real receiver: the
-//! kernel's side is, if anything, flattered. A default run takes about
-//! 100 s.
+//! kernel's side is, if anything, flattered. What a default run takes and
+//! gives: docs/lab.md.
 
 use std::{
     collections::{BTreeMap, BTreeSet},

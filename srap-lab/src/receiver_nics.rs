@@ -1,11 +1,11 @@
-//! What a receiver's second NIC buys (`srap-lab --experiment receiver-nics`,
-//! issue 44): the two-NIC receiver guest
+//! What a receiver's second NIC buys (`srap-lab --experiment
+//! receiver-nics`): the two-NIC receiver guest
 //! ([`srap_harness::guest::receiver_nics_lab`]) takes one transfer of 16
 //! streams to its FIRST NIC's address, each NIC's link capped like a real
-//! link ([`NicCaps`]), with the kernel's ports (every stream enters the
-//! NIC asked for: one link's worth) and with the sender agent's
-//! `--receiver-nics spread` (the streams split over both NICs). Goal: SRAP's
-//! aggregate at least 1.9× the kernel's, every trial.
+//! link ([`NicCaps`]), with the kernel's ports (every stream enters the NIC
+//! asked for: one link's worth) and with the sender agent's
+//! `--receiver-nics spread` (the streams split over both NICs). Goal:
+//! SRAP's aggregate at least 1.9× the kernel's, every trial.
 //!
 //! Nothing of the verdict is SRAP's own word: the aggregate is the guest's
 //! server's (`iperf3 -s`'s `sum_received`), the split the addresses that
@@ -35,7 +35,7 @@ use crate::{
 
 /// Parallel streams of each transfer: two per receive queue of one NIC, one
 /// per (NIC, CPU) pair of both (the guest's NICs have a queue per CPU of
-/// their node), the issue's 16.
+/// their node): 16.
 pub const STREAMS: usize = 16;
 /// SRAP's aggregate over the kernel's that every trial must reach.
 pub const GOAL_RATIO: f64 = 1.9;

@@ -30,9 +30,10 @@ use crate::{
 };
 
 /// `--queue-rate` for `--experiment throughput` when none is given: the
-/// lab's 16 default flows then need 1.6 Gbit/s, about two thirds of a
-/// 2-core VM's CPU with the emulator, tbfs and observer on every packet
-/// (200mbit takes ~90 %), so the queues, not the CPU, are the bottleneck.
+/// lab's 16 default flows then need 1.6 Gbit/s, within what a 2-core VM's
+/// CPU carries with the emulator, tbfs and observer on every packet (twice
+/// the rate nearly saturates it), so the queues, not the CPU, are the
+/// bottleneck.
 const THROUGHPUT_QUEUE_RATE: Rate = Rate::from_mbit(100);
 
 /// One `srap-lab` run: the experiment, bond or guest its flags choose,

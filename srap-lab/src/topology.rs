@@ -72,8 +72,8 @@ pub enum SenderCpus {
 /// own: veth leaves the peer's transmit queue `q` in the packet's
 /// `queue_mapping`, which RPS (`get_rps_cpu`) reads as the recorded receive
 /// queue `q − 1`, and as none recorded for 0. So queue `q ≥ 1` is processed
-/// where `rx-(q−1)` says, queue 0 where `rx-0` does — seen here by
-/// `SO_INCOMING_CPU` on 6.18: a flow on queue 10 processed on CPU 1 of 2.
+/// where `rx-(q−1)` says, queue 0 where `rx-0` does, as `SO_INCOMING_CPU`
+/// shows on 6.18 (a flow on queue 10 is processed on CPU 1 of 2).
 pub fn rps_cpu(queue: u32, cores: u32) -> u32 {
     queue.saturating_sub(1) % cores.max(1)
 }

@@ -363,8 +363,8 @@ impl<'n> ReadersLab<'n> {
             // Queue i's interrupt on vCPU i; transmit queue i used for a
             // socket whose packets came in on receive queue i. Without it,
             // streaming into QEMU's RSS guest can stall: QEMU may queue a
-            // packet on another tap queue (3–4 of 8 flows timed out, seen
-            // here); it does not change where data lands.
+            // packet on another tap queue, and flows time out; it does not
+            // change where data lands.
             let _ = write!(
                 script,
                 "echo {queue} > /proc/irq/{irq}/smp_affinity_list && \

@@ -66,7 +66,7 @@ pub fn after_a_refused_connect(dst: SocketAddr, timeout: Duration) -> TcpStream 
 /// each socket once, when the child's last reference goes.
 pub fn share_with_a_child(open: &mut Vec<TcpStream>, hold: Duration) {
     // SAFETY: the child calls only async-signal-safe functions (sleep,
-    // _exit) before it exits; the parent goes on as before.
+    // _exit) before it exits; the parent just goes on.
     match unsafe { libc::fork() } {
         -1 => panic!("fork: {}", std::io::Error::last_os_error()),
         0 => {

@@ -1,6 +1,6 @@
 //! A receiver agent over two links: the pair's own veth and a second one
 //! (`TwoHosts::second_link`), the kernel tests of the receiver's NICs
-//! (issue 44) start from.
+//! start from.
 
 use std::net::SocketAddr;
 

@@ -174,10 +174,10 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
         "connect_paired_steer/binder_local",
         Goal::AddedRatioAtMost("connect_paired_steer/baseline", 1.1),
     ),
-    // This host's NICs (issue 43): `balance` binds the address of the NIC
-    // whose turn it is, over two links, against `route` on the same links.
-    // The hook's own run time per call (the kernel's accounting, over the
-    // group's connects) is held to the 1 µs goal.
+    // This host's NICs (`--local-nics`): `balance` binds the address of the
+    // NIC whose turn it is, over two links, against `route` on the same
+    // links. The hook's own run time per call (the kernel's accounting,
+    // over the group's connects) is held to the 1 µs goal.
     (
         "--local-nics balance: added per connect",
         "connect_paired_nics/binder_balance",
@@ -191,9 +191,9 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
         Goal::AddedRatio("connect_paired_nics/baseline"),
     ),
     // The hook's whole run time, report-only: half of it is the kernel's
-    // bind, which takes what the machine gives it (the same object ran
-    // 663 ns a call one day and 1.3 µs on a day a plain connect took 2.8×
-    // as long); the goal holds what SRAP adds beyond that bind, below.
+    // bind, which takes what the machine gives it (the same object's time
+    // a call rises and falls with a plain connect's, docs/benchmarks.md);
+    // the goal holds what SRAP adds beyond that bind, below.
     (
         "connect4 hook per call, --local-nics balance",
         "connect_hook/local-nics_balance",
@@ -474,7 +474,7 @@ fn print_goals(means: &BTreeMap<String, f64>) -> usize {
     missed
 }
 
-/// The issue's bound on the default settings' start to steering (the
+/// The goal's bound on the default settings' start to steering (the
 /// agent's start of the binder to its hooks attached).
 const START_DEFAULT_MAX_MS: f64 = 1000.0;
 
@@ -512,8 +512,8 @@ fn print_start(figures: &BTreeMap<String, f64>) -> usize {
 
 /// Receiver counts the connect bench reports pinned maps for.
 const PINNED_RECEIVERS: [u32; 3] = [1, 100, 4096];
-/// The issue's bound on what one 32-CPU receiver pins (53.7 MiB before
-/// the maps were sized from the settings).
+/// The goal's bound on what one 32-CPU receiver pins (maps sized for the
+/// most the binder could hold would pin 53.7 MiB).
 const PINNED_ONE_RECEIVER_MAX: f64 = 8.0 * 1024.0 * 1024.0;
 
 /// The binder's pinned maps for 1, 100 and 4 096 receivers, from the

@@ -60,8 +60,8 @@ const KERNEL_PARTS: &[&str] = &[
 
 /// Beside [`STAMP`] in a kernel's directory: the [`KERNEL_PARTS`] it was
 /// unpacked with. A kernel unpacked with other parts is fetched again, so a
-/// module tree added here (bonding's `tls`) reaches machines that fetched
-/// before it was.
+/// module tree added to [`KERNEL_PARTS`] (as bonding's `tls` is) reaches
+/// machines that fetched the kernel without it.
 const PARTS_STAMP: &str = ".parts";
 
 fn kernel_parts_stamp() -> String {

@@ -1,12 +1,12 @@
 //! `cargo xtask bench`'s lab step: the lab's throughput with the receive
 //! observer off, on tc ingress and on the socket hook, in the same run
-//! (SRAP issue 12, item 5). Short throughput experiments without a queue
-//! rate, so the trials run at the veth's own CPU-bound ceiling, where a
-//! per-packet cost shows; each setting's median aggregate is printed as a
+//! (docs/benchmarks.md has a run). Short throughput experiments without a
+//! queue rate, so the trials run at the veth's own CPU-bound ceiling, where
+//! a per-packet cost shows; each setting's median aggregate is printed as a
 //! ratio to the observer-off baseline. The settings take turns for
 //! [`ROUNDS`] rounds, so a machine that gets busier or quieter meanwhile
-//! hits each alike. Report-only: on a shared 2-core machine one trial's
-//! aggregate swings by a fifth or more between trials.
+//! hits each alike. Report-only: on a shared machine one trial's aggregate
+//! swings between trials by more than the observer costs.
 
 use std::process::{Command, Stdio};
 

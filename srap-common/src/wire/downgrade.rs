@@ -11,15 +11,15 @@
 //!   with [`SENTINEL`] and its own version (TLS 1.3's downgrade sentinel in
 //!   `ServerHello.random`, RFC 8446 §4.1.3). A sender that offered more
 //!   than the session runs at and finds the mark knows its `Hello` was
-//!   rewritten. An older sender takes the nonce as the random bytes it
-//!   always was, so nothing changes for it; the other 24 bytes stay random,
-//!   which keeps every session's nonce fresh.
+//!   rewritten. An older sender looks for no mark and reads the nonce as
+//!   random bytes, so nothing changes for it; the other 24 bytes stay
+//!   random, which keeps every session's nonce fresh.
 //! * **The proof's version.** The receiver proves the version of the
 //!   session; a sender that finds the proof made for another version than
 //!   the header of the answer it came in knows the header was rewritten.
 //!
 //! A receiver of protocol 6 never marks its nonce, so a sender finds no mark
-//! and runs at 6 as before.
+//! and runs at 6.
 
 use thiserror::Error;
 

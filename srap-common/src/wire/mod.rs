@@ -84,24 +84,25 @@ pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 
 /// The protocol version this build speaks. Bump it on any change to the
 /// message layout: a peer with another version gets
-/// [`DecodeError::WrongVersion`] before any of its body is read.
-/// Version 4: frames after a PSK handshake are authenticated ([`seal`]),
-/// and [`Message::Demand`] and [`Message::Grant`] were added.
-/// Version 5: [`Hello::key`] names the sender's key, so a receiver that
-/// accepts two during a rollover proves the one the sender holds.
-/// Version 6: [`RssUpdate::key`] says where the key comes from, which
-/// learned model it is and how far the landings back it.
+/// [`DecodeError::WrongVersion`] before any of its body is read. What each
+/// version this build speaks carries (docs/protocol.md lists every one):
+/// Version 6, the oldest: frames after a PSK handshake are authenticated
+/// ([`seal`]); [`Message::Demand`] and [`Message::Grant`]; [`Hello::key`]
+/// names the sender's key, so a receiver that accepts two during a
+/// rollover proves the one the sender holds; [`RssUpdate::key`] says where
+/// the key comes from, which learned model it is and how far the landings
+/// back it.
 /// Version 7: [`Message::SeenFlows`], the sender's own flows as the
-/// receiver's observer saw them, added at the end of [`Message`] (every
-/// other message keeps its version-6 layout).
+/// receiver's observer saw them, at the end of [`Message`] (every other
+/// message keeps its version-6 layout).
 /// Version 8: [`Message::ReceiverNics`], every NIC the receiver serves and
-/// which of their addresses accept each listening port, added at the end
-/// of [`Message`] (every other message keeps its layout; a peer of 6 or 7
+/// which of their addresses accept each listening port, at the end of
+/// [`Message`] (every other message keeps its layout; a peer of 6 or 7
 /// knows the first NIC only, through [`RssUpdate`]).
 /// Version 9: [`Message::NicGrants`], the sender's grant on each NIC the
-/// receiver serves, added at the end of [`Message`] (every other message
-/// keeps its layout; a peer of 8 or older holds the first NIC's grant
-/// only, [`Message::Grant`], as before).
+/// receiver serves, at the end of [`Message`] (every other message keeps
+/// its layout; a peer of 8 or older holds the first NIC's grant only,
+/// [`Message::Grant`]).
 pub const PROTOCOL_VERSION: u16 = 9;
 
 /// The oldest version this build still speaks: a session runs at the

@@ -1,3 +1,9 @@
+//! The wire format's tests: every message round-trips, a malformed,
+//! truncated or oversized frame is refused (an oversized one before
+//! anything is allocated for it), the PSK proofs and sealed frames resist
+//! replay, reflection and tampering, and the version negotiation tells a
+//! downgrade from a real older peer.
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use proptest::prelude::*;
@@ -720,12 +726,12 @@ fn unhex(text: &str) -> Vec<u8> {
         .collect()
 }
 
-/// The frame keys did not change with the `hkdf` crate: the tags of frames
-/// the hand-written derivation sealed verify under the keys derived today
-/// (`seal::hkdf_sha256`, as `seal::session` derives them). Protocol 5
-/// (a key id in `Hello`) changed the version their header carries, which
-/// the tag covers: today's agent refuses them by their version, and seals
-/// the same messages under the new one.
+/// The frame keys do not depend on the HKDF implementation: the tags of
+/// frames a hand-written derivation sealed ([`SEALED_BEFORE_HKDF`]) verify
+/// under the keys `seal::hkdf_sha256` derives, as `seal::session` derives
+/// them. Those frames carry version 4 in their header, which the tag
+/// covers: this agent refuses them by their version, and seals the same
+/// messages under its own.
 #[test]
 fn frames_sealed_before_the_hkdf_crate_verify_under_todays_keys() {
     use hmac::{Hmac, Mac as _};

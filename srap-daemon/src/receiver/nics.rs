@@ -2,7 +2,7 @@
 //! listeners accept: what [`ReceiverNics`] tells senders of protocol 8,
 //! and the per-NIC rows of the status.
 //!
-//! The first NIC is the one the rest of the receiver was always about: its
+//! The first NIC is the one the rest of the receiver is about: its
 //! description is the one [`RssUpdate`](srap_common::wire::RssUpdate)
 //! serves (all a peer of protocol 7 or older learns), its observer closes
 //! the loop, its grant is what a peer of protocol 8 or older holds. Every

@@ -26,9 +26,9 @@
 //! landings agree with the learned key all the same, and its first round
 //! of steered connections is the probe that determines the rest: each
 //! fresh slot's rotation starts at a random turn (`maps::scatter_turns`),
-//! so those ports vary every direction of the range at once (measured:
-//! 11–16 of 18 known on resuming, 18 of 18 one sample later, in the 6.12
-//! guests of `virtio.rs`). Holding steering until the key were complete
+//! so those ports vary every direction of the range at once (in the
+//! guests of `virtio.rs`, most bits are known on resuming and all of them
+//! one sample later). Holding steering until the key were complete
 //! would never end for such a range, and planning only the ports whose
 //! landing the known part decides would plan none of it; a connection of
 //! that round the guessed part misplaces is judged by the closed loop.

@@ -277,9 +277,9 @@ fn fill_receivers(
 /// off-path attacker must guess a connection's port). A turn of its own per
 /// slot, not one per row: the first round of connects then varies many
 /// port directions, so a closed loop catches a wrong key at once and a
-/// learner sees more of a rotation sooner (with one turn per row a
-/// misreported virtio key agreed on 10 of 10 landings and went unlearned).
-/// It costs the kernel's bind ~280 ns per connect in cold hash buckets
+/// learner sees more of a rotation sooner (with one turn per row, a
+/// misreported key can agree with every early landing and go unlearned).
+/// It costs the kernel's bind a cold hash bucket per connect
 /// (docs/binder.md, "What it costs"). A word in use is left alone: it
 /// counts open flows.
 fn scatter_turns(

@@ -21,9 +21,9 @@ pub struct SenderState {
     pub cgroup: PathBuf,
     /// True if the agent created it (detach then removes it when empty).
     pub cgroup_created: bool,
-    /// Ports the agent added to `ip_local_reserved_ports` (sysctl form):
-    /// only agents before ports were chosen by tuple added any; a new one
-    /// releases them.
+    /// Ports an agent added to `ip_local_reserved_ports` (sysctl form):
+    /// this agent chooses ports by tuple and reserves none, and releases
+    /// those a state file of an older agent names.
     pub reserved_added: String,
     /// Inode of the network namespace whose sysctl holds those ports.
     pub netns: u64,

@@ -150,7 +150,7 @@ pub(super) fn bind_jointly<const AT_BIND: bool>(
     let (remote, peer) = (joint.remote, joint.peer);
     // In a register: the kernel's verifier then knows it from the first attempt on
     // and walks each later attempt one way, not both (read from `joint`
-    // each time, the hook passes the kernel verifier's million instructions).
+    // each time, the hook would pass the kernel verifier's million instructions).
     let sharing = joint.sharing;
     let mut reuse_set = false;
     let mut turn = joint.turn;
@@ -236,7 +236,7 @@ pub(super) enum Bind {
 /// Binds `port` unless that would make the connect fail. A port nobody
 /// holds is bound at once: a bind without `SO_REUSEADDR` succeeds only
 /// then, and then no socket can have its tuple, so no lookup is needed
-/// (the common case, ~100 ns saved). A port in use is shared by tuple: its
+/// (the common case). A port in use is shared by tuple: its
 /// exact tuple is looked up, skipped when taken, and bound with
 /// `SO_REUSEADDR` otherwise (set once per connect: `reuse_set`). A steered
 /// socket keeps `SO_REUSEADDR` set, so later connects to other

@@ -182,8 +182,8 @@ fn grant_row(receiver: u32) -> u32 {
 /// as the kernel's verifier walks it cheapest. The grant is looked up in
 /// here ([`grant_of`]): the test of `receiver` that picks its row then
 /// refines `receiver` inside the subprogram only, and the caller's paths
-/// after it stay one (looked up by the caller, they were two to the end
-/// of the hook, and `connect4` went past the verifier's million).
+/// after it stay one (looked up by the caller, they would be two to the
+/// end of the hook, and `connect4` would go past the verifier's million).
 #[inline(never)]
 pub(super) fn claim_slot(state: *mut ReceiverSlots, receiver: u32) -> Result<(u32, u32), u32> {
     let row = MapRow::at(state, receiver);

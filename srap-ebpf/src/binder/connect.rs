@@ -32,9 +32,10 @@ use super::{
 pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
     // Step 1: the context.
     let connecting = connecting(ctx, family);
-    // Taken now, not after `drop_bind_record`: read from `connecting`
-    // across that subprogram's call, they went through the stack, and the
-    // kernel's verifier walked `connect6` past its million instructions.
+    // Taken here, not after `drop_bind_record`: read from `connecting`
+    // across that subprogram's call, they would go through the stack, and
+    // the kernel's verifier would walk `connect6` past its million
+    // instructions.
     let (peer, bound_addr) = (connecting.peer, connecting.bound_addr());
     // Step 2: classify.
     let dest = match classify(ctx, &connecting) {

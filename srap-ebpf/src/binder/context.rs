@@ -35,8 +35,8 @@ impl Connecting {
 }
 
 /// Reads a connect's context. Inlined, so its fields stay in registers:
-/// returned through the stack, the kernel's verifier lost track of their
-/// values and walked `connect6` past its limit.
+/// returned through the stack, the kernel's verifier would lose track of
+/// their values and walk `connect6` past its limit.
 #[inline(always)]
 pub(super) fn connecting(ctx: &SockAddrContext, family: Family) -> Connecting {
     let sa = ctx.sock_addr;

@@ -46,13 +46,13 @@
 //! [`maps`] declares the maps and counts in `SRAP_STATS`, [`sockopt`]
 //! reads and sets socket options.
 //! Which functions are inlined and which stay subprograms is part of the
-//! design: the kernel's verifier walks every path of `connect4` and
-//! `connect6` within a million instructions (about 545 000 and 475 000
-//! now; `bind4` and `bind6`, which steer MPTCP subflows, about 153 000 and
-//! 165 000), and a step's data kept across a subprogram call through the
-//! stack, or a lookup into
-//! every way a bind can end, doubled that (so did a branch on whether the
-//! application bound an address: [`nic`] hands its choice back through
+//! design: the kernel's verifier must walk every path of `connect4` and
+//! `connect6` (and of `bind4` and `bind6`, which steer MPTCP subflows)
+//! within a million instructions, and the connect hooks take a large share
+//! of it (docs/benchmarks.md has one run's counts). A step's data kept
+//! across a subprogram call through the stack, or a lookup into every way
+//! a bind can end, would double their walk (so would a branch on whether
+//! the application bound an address: [`nic`] hands its choice back through
 //! a scratch row). The steps import downwards only, never from this file
 //! (`subflow` → `path_manager` and `connect` → `classify`, `spread`,
 //! `nic`; `spread` → `classify`; `nic` → `claim`; `bind` →

@@ -3,15 +3,15 @@
 //! for takes the table of the NIC the policy chooses — the one on the
 //! connecting CPU's NUMA node, or the NICs in turn — when that NIC reaches
 //! the destination: the table binds the NIC's address with a port placed
-//! as before. Otherwise the route's table stands, and the connect counts
-//! `nic_fallback`.
+//! as on any steered connect. Otherwise the route's table stands, and the
+//! connect counts `nic_fallback`.
 //!
 //! The choice is made in a subprogram that writes the table it chose to
 //! this CPU's scratch row, whichever way it went, and the hook reads it
 //! back: the kernel's verifier then meets the later steps in one state for
 //! every way the choice can go and walks them once. (Handed back in
-//! registers, each way kept its own knowledge of the values, and the
-//! verifier walked `bind_steered` once per way: past its million
+//! registers, each way would keep its own knowledge of the values, and the
+//! verifier would walk `bind_steered` once per way: past its million
 //! instructions.)
 
 use core::ptr::{read_volatile, write_volatile};

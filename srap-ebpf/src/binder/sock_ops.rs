@@ -74,7 +74,8 @@ fn watch_until_closed(ctx: &SockOpsContext) {
         return;
     }
     // Refused only for a socket that is not a full one, which a
-    // connecting socket is: then the audit repairs it, as before.
+    // connecting socket is: then the audit repairs it, as it does any
+    // record a close left behind.
     let _ = ctx.set_cb_flags((ctx.cb_flags() | BPF_SOCK_OPS_STATE_CB_FLAG) as i32);
 }
 

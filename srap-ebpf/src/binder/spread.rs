@@ -77,7 +77,7 @@ static SRAP_SPREAD_SCRATCH: PerCpuArray<[u32; 8]> = PerCpuArray::with_max_entrie
 /// [`chosen_route`] and [`chosen_receiver`] (`None` only without the row:
 /// never, once loaded). Read each part as late as it is needed: a value
 /// kept across a later subprogram's call goes through the stack, and the
-/// kernel's verifier then walked `connect6` past its limit.
+/// kernel's verifier would then walk `connect6` past its limit.
 #[inline(always)]
 pub(super) fn spread_dest(
     ctx: &SockAddrContext,
@@ -365,7 +365,8 @@ pub(crate) fn syn_timed_out(ctx: &SockOpsContext, cookie: u64) {
             syns: 1,
             port: u32::from(u16::from_be((ctx.remote_port() >> 16) as u16)),
         };
-        // A full map marks no more: those connects spread as before.
+        // A full map marks no more: connects keep spreading to an address
+        // it could not mark.
         let _ = SRAP_SPREAD_FAILING.insert(used, mark, 0);
     }
     if first {

@@ -50,12 +50,12 @@ use crate::{
 pub const BOND: &str = "bond0";
 
 /// What each flow sends: with segmentation offloads off on the bond, several
-/// hundred packets (about 480 seen here), far above the odd ARP or neighbour probe a member
+/// hundred packets, far above the odd ARP or neighbour probe a member
 /// sends meanwhile, and a fraction of a second even under emulation.
 pub const FLOW_BYTES: u64 = 512 * 1024;
 
 /// The least a flow's member must have sent for the counters to name it:
-/// most of the flow's packets (a 512 KB flow sent 380 to 520 here).
+/// most of the flow's packets (a 512 KB flow sends several hundred).
 const MIN_FLOW_PACKETS: u64 = 200;
 
 /// The most any other member may send meanwhile (ARP, a stray ACK of an

@@ -470,13 +470,13 @@ impl BondRound {
         self.tx_bytes.iter().sum::<u64>() as f64 / self.flows.len().max(1) as f64
     }
 
-    /// One flow's wire bytes are its payload and at most a fifth more:
-    /// headers add about 5 % (66 bytes a 1448-byte segment), retransmissions
-    /// on a loaded emulator a little (up to 6.3 % in all seen here). Under
-    /// the payload, the counters missed some flow's bytes, and nothing is
-    /// judged by them. A flow's worth more (6 %) is not told apart from
-    /// retransmissions here: it shows as members' counts that are not whole
-    /// numbers ([`BondRound::by_counters`]).
+    /// One flow's wire bytes are its payload and at most a fifth more: headers
+    /// add about 5 % (66 bytes a 1448-byte segment), retransmissions on a
+    /// loaded emulator a little (a few percent). Under the payload, the
+    /// counters missed some flow's bytes, and nothing is judged by them. A
+    /// flow's worth more (6 %) is not told apart from retransmissions here: it
+    /// shows as members' counts that are not whole numbers
+    /// ([`BondRound::by_counters`]).
     pub fn wire_bytes_plausible(&self) -> bool {
         let payload = self.flow_bytes as f64;
         (payload..=payload * 1.2).contains(&self.flow_wire_bytes())

@@ -1,4 +1,4 @@
-//! MPTCP into the two-NIC receiver guest (issue 45): the guest of
+//! MPTCP into the two-NIC receiver guest: the guest of
 //! [`super::receiver_nics_lab`] serving MPTCP, each connection growing a
 //! subflow through each of its NICs.
 //!
@@ -23,9 +23,8 @@
 //!
 //! A subflow's token is taken from any listing that shows it: the guest's
 //! kernel now and then lists a busy subflow without its `tcp-ulp-mptcp`
-//! part (one subflow of 16, in one of a round's listings, in a run of
-//! 2026-11-28); a subflow no listing gave a token stays without one, and
-//! the round's judges name it.
+//! part, in one listing of a round; a subflow no listing gave a token
+//! stays without one, and the round's judges name it.
 
 use std::{
     collections::{BTreeMap, BTreeSet},

@@ -59,7 +59,8 @@ impl NumaShape {
 
     /// 8 vCPUs per node and 8 queues per NIC, a queue on each of its
     /// node's CPUs: 16 streams into a two-NIC receiver can each sit on a
-    /// (NIC, CPU) pair of their own, the receiver-NIC issue's 16 flows.
+    /// (NIC, CPU) pair of their own, as the receiver-NIC tests' and lab's
+    /// 16 flows do.
     pub const RECEIVER: Self = Self {
         cpus_per_node: 8,
         queues: 8,

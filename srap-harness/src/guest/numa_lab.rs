@@ -1,8 +1,8 @@
-//! Rounds of one reading thread per vCPU in the two-node guest
-//! ([`NumaLab`] over [`NumaGuest`]): each downloading or uploading with the
-//! namespace's data source, with the kernel's choice of NIC or under `srap
-//! exec` with the guest's sender agent choosing it by the connecting CPU's
-//! node (`--local-nics numa`). What the CI test of issue 43
+//! Rounds of one reading thread per vCPU in the two-node guest ([`NumaLab`]
+//! over [`NumaGuest`]): each downloading or uploading with the namespace's
+//! data source, with the kernel's choice of NIC or under `srap exec` with
+//! the guest's sender agent choosing it by the connecting CPU's node
+//! (`--local-nics numa`). What the CI test
 //! (`srap-tests/tests/numa_nics.rs`) judges and what the lab's
 //! `--experiment numa-nics` measures are the same [`Round`]s, so both read
 //! one record of a flow and one set of judges ([`judge_kernel`],

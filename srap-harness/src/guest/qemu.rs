@@ -27,13 +27,13 @@ pub const MOST_MEMBERS: u32 = 8;
 
 /// The guest's NIC, inside the guest.
 pub const GUEST_IFACE: &str = "eth0";
-/// How long a boot may take: about 5 s for 4 vCPUs here, 10 s for 8 under
-/// software emulation, more on a loaded CI machine.
+/// How long a boot may take: seconds for a few vCPUs, longer for 8 under
+/// software emulation, far longer on a loaded CI machine.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(120);
 /// A guest command that is not a workload answers within this. A busy
 /// 2-core host slows the emulated guest several times over: an 8-vCPU
-/// guest under software emulation twice took more than 60 s for one
-/// `ethtool` (`-S`, `-X`) while CI ran beside it. Waiting past the guest
+/// guest under software emulation can take over a minute for one
+/// `ethtool` (`-S`, `-X`) while CI runs beside it. Waiting past the guest
 /// kernel's hung-task report (120 s) also lets a guest that is really stuck
 /// say so in the console tail a failure carries.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
@@ -46,8 +46,8 @@ const POLL_TIMEOUT: Duration = Duration::from_secs(30);
 /// drains its receive rings slowly; when a packet QEMU's RSS redirects to
 /// another queue finds that queue's ring full, QEMU 7.2 stops reading the tap
 /// queue it came from until the guest refills *that* queue, which may never
-/// happen: the flows on it stall for good (seen here with 16 flows on 4
-/// queues). Pacing the wire keeps the rings from filling.
+/// happen: the flows on it stall for good (16 flows on 4 queues are
+/// enough). Pacing the wire keeps the rings from filling.
 pub const WIRE_RATE: &str = "400mbit";
 
 /// The guest's NIC.
@@ -466,8 +466,8 @@ impl Guest {
     /// Runs `check` (a command without effects) every 200 ms until it
     /// exits 0 (true) or `within` has passed (false). A poll the guest does
     /// not answer within `POLL_TIMEOUT` (30 s) is asked again until then: under
-    /// emulation on a busy host a `test -e` once went unanswered for 180 s
-    /// while the guest went on, and one lost exchange should cost a poll,
+    /// emulation on a busy host a `test -e` can go unanswered for minutes
+    /// while the guest goes on, and one lost exchange should cost a poll,
     /// not the run. A late answer to it is passed over as an earlier line's
     /// ([`GuestShell::status`]), or taken for the next identical poll.
     pub fn poll_until(&mut self, check: &str, within: Duration) -> anyhow::Result<bool> {
@@ -737,7 +737,7 @@ fn qemu_args(net: &GuestNet, image: &GuestImage, shape: GuestShape, dir: &Path) 
     };
     // no_timer_check: on a busy host the emulated timer can look broken to
     // the boot-time IO-APIC check ("IO-APIC + timer doesn't work!", a
-    // panic, seen here under load); the check proves nothing about RSS.
+    // panic, under load); the check proves nothing about RSS.
     [
         "-nographic",
         "-no-reboot",
@@ -747,7 +747,7 @@ fn qemu_args(net: &GuestNet, image: &GuestImage, shape: GuestShape, dir: &Path) 
         "none",
         // /dev/kvm on these machines cannot boot a stock kernel; and
         // multi-threaded TCG stalls virtio-net receive for seconds at a
-        // time (seen here), single-threaded TCG does not.
+        // time, single-threaded TCG does not.
         "-accel",
         "tcg,thread=single",
     ]
@@ -881,8 +881,8 @@ fn nic_args(net: &GuestNet, shape: GuestShape) -> Vec<String> {
     match shape.nic {
         // rss=on: QEMU computes Toeplitz and the indirection itself, and
         // hash=on hands the hash to the driver (`rxhash on`). With the
-        // default 256-entry rx rings, receive stalled for seconds once
-        // several flows were in flight (seen here); 1024 does not.
+        // default 256-entry rx rings, receive stalls for seconds once
+        // several flows are in flight; 1024 does not.
         GuestNic::Virtio => [
             "-netdev".into(),
             format!(

@@ -1,6 +1,6 @@
-//! A receiver with two NICs (issue 44): the two-NIC guest of [`super::numa`]
-//! as the receiver, each NIC on its own tap and subnet of the namespace,
-//! the receiver agent in it over both NICs (`--iface` twice) and the sender
+//! A receiver with two NICs: the two-NIC guest of [`super::numa`] as the
+//! receiver, each NIC on its own tap and subnet of the namespace, the
+//! receiver agent in it over both NICs (`--iface` twice) and the sender
 //! agent in the namespace, following it by the first NIC's address
 //! ([`TwoNicReceiver`]). A round is one `iperf3 -c` of several streams from
 //! the namespace to the FIRST NIC's address, against `iperf3 -s` in the

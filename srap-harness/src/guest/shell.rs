@@ -5,11 +5,12 @@
 //! measured.
 //!
 //! A serial port under software emulation can garble a reply when the guest
-//! is busy (seen once on QEMU 7.2 with `ethtool -S` under load), so every
-//! exchange is checked: the guest echoes the CRC-32 (busybox `crc32`, in
-//! hex) of the line it read and of the output it sends. A garbled output is asked for again
-//! (`SRAP-RESEND`, which runs nothing); a line the guest read wrongly, or a
-//! reply that belongs to an earlier line, is never taken for this line's.
+//! is busy (QEMU 7.2 can, with `ethtool -S` under load), so every exchange
+//! is checked: the guest echoes the CRC-32 (busybox `crc32`, in hex) of the
+//! line it read and of the output it sends. A garbled output is asked for
+//! again (`SRAP-RESEND`, which runs nothing); a line the guest read
+//! wrongly, or a reply that belongs to an earlier line, is never taken for
+//! this line's.
 
 use std::{
     io::{Read as _, Write as _},

@@ -109,8 +109,8 @@ pub fn delta(before: &[u64], after: &[u64]) -> Vec<u64> {
 /// flows' packets: with one flow per queue every such queue is one flow's,
 /// and a queue no flow lands on gets only the agents' session (a few
 /// hundred packets against thousands). An eighth, not a quarter: in an
-/// emulated igb guest one of 4 iperf3 streams once got 6 % of the packets
-/// (4 119 of 66 771), alone on its queue, and read as idle.
+/// emulated igb guest a stream alone on its queue can get just under a
+/// quarter of a fair share of the packets, and would read as idle.
 pub fn busy_queues(delta: &[u64], flows: usize) -> BTreeSet<u32> {
     let total: u64 = delta.iter().sum();
     let share = total / (8 * flows.max(1) as u64);

@@ -21,8 +21,8 @@ const RXH_LETTERS: [(u64, char); 7] = [
 ];
 const RXH_DISCARD: u64 = 1 << 31;
 
-/// The first kernel whose RSS_GET can report `RXH_XFRM_SYM_OR_XOR`; before
-/// it, mlx5's or-xor hashing was invisible to ethtool.
+/// The first kernel whose RSS_GET can report `RXH_XFRM_SYM_OR_XOR`; on an
+/// older one, mlx5's or-xor hashing is invisible to ethtool.
 pub const KERNEL_REPORTS_OR_XOR: (u32, u32) = (6, 15);
 
 /// ethtool's name of the hash function in `hfunc` (a one-bit mask). `None`

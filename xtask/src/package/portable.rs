@@ -4,11 +4,11 @@
 //! `srap` needs `GLIBC_2.34` and the agent `GLIBC_2.35`, and start on
 //! neither RHEL.
 //!
-//! The other way, a static musl build, was measured against this one
-//! (docs/deploying.md, "Which binaries"): the same size, but musl's
-//! `memcpy` makes the RSS model's landing of a flow, the planner's inner
-//! loop, 3.5 times slower. zig (from PyPI) and cargo-zigbuild are what
-//! `cargo xtask setup` installs for it.
+//! Not the other way, a static musl build (docs/deploying.md, "Which
+//! binaries"): it is no smaller, and musl's `memcpy` makes the RSS model's
+//! landing of a flow, the planner's inner loop, several times slower. zig
+//! (from PyPI) and cargo-zigbuild are what `cargo xtask setup` installs
+//! for it.
 
 use std::path::PathBuf;
 

@@ -234,8 +234,8 @@ mod tests {
 
     #[test]
     fn a_record_of_a_closed_socket_is_stale_and_its_slot_still_agrees() {
-        // The leak of issue 32: the socket closed, its second record stayed,
-        // and so did the flow it counts.
+        // The leak the audit repairs: the socket closed, its second record
+        // stayed, and so did the flow it counts.
         let records = vec![(10, 100, held(0, 1)), (11, 101, held(0, 2))];
         let snap = snapshot([0, 1, 1, 0], records, &[100]);
         let found = examine(&snap);

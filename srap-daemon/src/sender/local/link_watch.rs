@@ -4,11 +4,11 @@
 //!
 //! Why not the poll alone: the hook binds a NIC's address before the
 //! connect's SYN leaves, so a NIC that went down must be out of its choice
-//! before the next connect, not at the next poll. Measured with the 100 ms
-//! poll alone, connects made at once after `ip link set down` took the NIC
-//! and failed (2 test runs of 2). Read in the agent's loop, a notice still
-//! waited behind the loop's other work and the machine's load (1 run of 3
-//! failed with three builds beside it).
+//! before the next connect, not at the next poll: with the 100 ms poll
+//! alone, connects made at once after `ip link set down` take the NIC and
+//! fail. Read in the agent's loop, a notice waits behind the loop's other
+//! work and the machine's load: on a busy host, long enough for the same
+//! failures.
 //!
 //! So a thread of its own hears the notices, blocked on the socket, and
 //! fences a NIC off (`SRAP_NICS_DOWN`, one map write, read by the hook)

@@ -1,10 +1,10 @@
-//! Routing that follows the source address (issue 43, part 3). A flow
-//! bound to NIC B's address must leave by B and have its replies accepted
-//! on B; the kernel routes by destination, so on a host whose receivers are
-//! reached by another NIC's route it does neither without a source rule
-//! (`docs/agents.md`, "Several NICs"). [`check`] says, for each NIC SRAP
-//! may place flows on and each receiver, exactly what is missing, as
-//! [`RoutingFinding`]s whose messages carry the command that fixes them;
+//! Routing that follows the source address (`--local-nics numa|balance`). A
+//! flow bound to NIC B's address must leave by B and have its replies
+//! accepted on B; the kernel routes by destination, so on a host whose
+//! receivers are reached by another NIC's route it does neither without a
+//! source rule (`docs/agents.md`, "Several NICs"). [`check`] says, for each
+//! NIC SRAP may place flows on and each receiver, exactly what is missing,
+//! as [`RoutingFinding`]s whose messages carry the command that fixes them;
 //! with `--source-rules install`, [`follow`] has [`super::source_rules`]
 //! add the rules it can, and detach and a clean stop take away those, and
 //! only those.

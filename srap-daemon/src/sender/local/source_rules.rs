@@ -1,10 +1,10 @@
-//! The source rules SRAP installs with `--source-rules install` (issue
-//! 43, part 3), and their removal. A rule is added with its table's route
-//! first, so it never points at an empty table; what SRAP added carries
-//! its priority, one of its tables and its protocol
-//! ([`super::routing::RULE_PRIORITY`], [`super::routing::TABLE_BASE`],
-//! [`super::routing::PROTOCOL`]), which is how a restart, a clean stop and
-//! `srap-agent detach` find exactly those, and never anyone else's.
+//! The source rules SRAP installs with `--source-rules install`, and their
+//! removal. A rule is added with its table's route first, so it never
+//! points at an empty table; what SRAP added carries its priority, one of
+//! its tables and its protocol ([`super::routing::RULE_PRIORITY`],
+//! [`super::routing::TABLE_BASE`], [`super::routing::PROTOCOL`]), which is
+//! how a restart, a clean stop and `srap-agent detach` find exactly those,
+//! and never anyone else's.
 
 use std::net::IpAddr;
 

@@ -31,8 +31,8 @@
 //! 6.18, `tcp_syn_linear_timeouts`, then doubling, up to
 //! `tcp_syn_retries`), so a path that comes back meanwhile connects them,
 //! late; one that stays dead fails them with `ETIMEDOUT`, as it fails any
-//! connect to a dead address (after 133.9 s with 6.18's defaults,
-//! measured). Nothing can send a connecting socket elsewhere, and
+//! connect to a dead address (after over two minutes with 6.18's
+//! defaults). Nothing can send a connecting socket elsewhere, and
 //! aborting it early would fail a connect that might still succeed.
 
 use std::{
