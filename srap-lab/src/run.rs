@@ -1014,7 +1014,7 @@ mod tests {
             Some(srap_daemon::observer::HookChoice::Auto)
         );
         let placement_off = parse(&["--experiment", "--observer", "off"]);
-        let err = check_observer(&placement_off).expect_err("placement needs a observer");
+        let err = check_observer(&placement_off).expect_err("placement needs an observer");
         assert!(err.to_string().contains("--experiment throughput"), "{err}");
         assert!(check_observer(&parse(&["--experiment", "--observer", "sock"])).is_ok());
         let plain = parse(&["--observer", "tc"]);

@@ -92,7 +92,7 @@ pub struct FlowThroughput {
 pub struct TrialResult {
     pub aggregate_gbps: f64,
     pub flows: Vec<FlowThroughput>,
-    /// Distinct receive queues the flows landed on (unknown without a
+    /// Distinct receive queues the flows landed on (unknown without an
     /// observer).
     pub queues_used: Option<usize>,
 }

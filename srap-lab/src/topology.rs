@@ -5,7 +5,7 @@
 //! NIC ([`lab_sender_nic`], `--direction pull|both`) the same
 //! again the other way: the emulator on the receiver's end hashes what the
 //! receiver sends with the sender's description, per-queue RPS on the
-//! sender, and a observer on the sender's end sees where it lands.
+//! sender, and an observer on the sender's end sees where it lands.
 
 use std::net::IpAddr;
 

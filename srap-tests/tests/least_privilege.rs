@@ -131,7 +131,7 @@ fn receiver_error(ns: &NetNs, caps: Vec<String>) -> String {
     .rss(embedded_default())
     .args(["--hook", "tc"])
     .capabilities(caps);
-    let receiver = ReceiverAgent::start(ns, opts).expect("the receiver serves without a observer");
+    let receiver = ReceiverAgent::start(ns, opts).expect("the receiver serves without an observer");
     receiver
         .wait_for_log("why the observer is off", |l| {
             l.contains("receive observer is off")

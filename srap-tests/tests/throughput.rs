@@ -2,7 +2,7 @@
 //! receive queues of 100 Mbit/s): each receive queue really is a capacity
 //! its flows share, SRAP's trials reach the ideal, the JSON has the shape
 //! docs/lab.md documents, and the plots are written. And one short trial
-//! without a observer (`--observer off`): rates measured, queues unknown.
+//! without an observer (`--observer off`): rates measured, queues unknown.
 //! And the MPTCP experiment over two links, one short trial per kind.
 
 use srap_lab::{
@@ -73,7 +73,7 @@ fn without_a_observer_the_rates_are_measured_and_the_queues_unknown() {
         observer: LabObserver::Off,
         ..LabNetConfig::new(QUEUES, Watch::Here)
     })
-    .expect("lab network without a observer");
+    .expect("lab network without an observer");
     assert_eq!(net.observer_hook(), None);
     let err = net.flows_to(5201).expect_err("no observer to ask");
     assert!(format!("{err:#}").contains("--observer off"), "{err:#}");
