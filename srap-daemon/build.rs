@@ -1,6 +1,8 @@
 //! Builds the `srap-ebpf` programs for the BPF target (nightly, `-Z build-std`,
-//! bpf-linker: see `cargo xtask setup`) and leaves the object at
-//! `$OUT_DIR/srap`, which `srap_daemon::ebpf_object` embeds.
+//! bpf-linker: see `cargo xtask setup`) and leaves each object in
+//! `$OUT_DIR`: `srap`, which `srap_daemon::ebpf_object` embeds, and the
+//! lab's `srap-lab`, whose directory the crates that depend on this one
+//! read as `DEP_SRAP_EBPF_OBJECTS` (`srap-harness` embeds it).
 //!
 //! The nested `cargo build` runs here rather than through `aya_build`, which
 //! forwards every line the nested cargo prints (`Compiling …`, `Finished …`)
@@ -36,6 +38,7 @@ fn main() -> anyhow::Result<()> {
         std::fs::copy(&binary, &dst)
             .with_context(|| format!("copying {} to {}", binary.display(), dst.display()))?;
     }
+    println!("cargo:objects={}", out_dir.display());
     Ok(())
 }
 

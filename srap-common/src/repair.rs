@@ -12,8 +12,8 @@
 //!
 //! [`INJECT_PROGRAM`] is the tests' sibling: it makes a drift on purpose (a
 //! record for a cookie that is no socket, its slot's count raised with it),
-//! so a test can prove the audit finds and repairs one. The agent never
-//! runs it.
+//! so a test can prove the audit finds and repairs one. It is in the lab's
+//! eBPF object, not the agents'.
 
 /// The repair program (XDP, run only through `BPF_PROG_TEST_RUN`).
 pub const REPAIR_PROGRAM: &str = "srap_occupancy_repair";

@@ -35,3 +35,35 @@ pub fn ebpf_object() -> &'static [u8] {
     static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/srap"));
     OBJECT
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use srap_common::{observer, repair};
+
+    use crate::sender::layout::{PROGRAMS, TRACE_PROGRAMS};
+
+    /// The agents' object holds only what an agent loads: the binder's
+    /// programs, the observer's and the audit's repair. The lab's emulator,
+    /// the benchmarks' bare programs and the tests' drift injector are the
+    /// lab's object's.
+    #[test]
+    fn the_agents_object_holds_only_the_agents_programs() {
+        let object = aya_obj::Object::parse(super::ebpf_object()).expect("parse the eBPF object");
+        let held: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
+        let loaded: BTreeSet<&str> = PROGRAMS
+            .iter()
+            .chain(&TRACE_PROGRAMS)
+            .copied()
+            .chain([
+                observer::VERIFY_XDP_PROGRAM,
+                observer::VERIFY_TC_PROGRAM,
+                observer::VERIFY_SOCK_PROGRAM,
+                observer::VERIFY_LOCAL_PROGRAM,
+                repair::REPAIR_PROGRAM,
+            ])
+            .collect();
+        assert_eq!(held, loaded);
+    }
+}

@@ -16,7 +16,7 @@ use aya_ebpf::{
 };
 use srap_common::binder::{BARE_BIND_PORT_BASE, BARE_BIND_PORTS, bare_bind};
 
-use crate::binder::{EADDRINUSE, SockaddrIn};
+use crate::sockaddr::{EADDRINUSE, SockaddrIn};
 
 /// XDP baseline: `XDP_PASS`.
 #[xdp]

@@ -6,7 +6,6 @@
 //!   (`srap_connect4`, `srap_connect6`), `bind4`/`bind6`,
 //!   `cgroup/sock_release` and, for the sockets that hook never sees
 //!   (MPTCP's subflows), `sock_ops` (`srap_tcp_close`).
-//! * [`emulator`]: the lab's RSS-NIC emulator, tc egress (`srap_rss_nic`).
 //! * [`observer`]: the receive observer, XDP (`srap_verify`) and tc ingress
 //!   (`srap_verify_tc`) variants of the same per-flow accounting.
 //! * [`sock_observer`]: the receive observer without per-packet work,
@@ -14,22 +13,24 @@
 //!   steered cgroup (`srap_verify_local`: where opened connections land on
 //!   this host's own NIC).
 //! * [`repair`]: the sender agent's occupancy audit repairs, XDP run only
-//!   through `BPF_PROG_TEST_RUN` (`srap_occupancy_repair`, and the tests'
-//!   `srap_occupancy_inject`), with the binder's own functions.
-//! * [`bare`]: do-nothing programs of the same hooks, the benchmarks' baselines.
+//!   through `BPF_PROG_TEST_RUN` (`srap_occupancy_repair`), with the
+//!   binder's own functions.
+//!
+//! It holds only what the agents load: the lab's RSS-NIC emulator, the
+//! benchmarks' bare programs and the tests' drift injector are the
+//! `srap-lab` object's (`src/lab.rs`).
 #![no_std]
 #![no_main]
 // Atomic adds on map memory: core's atomics have no RMW on the BPF target.
 #![feature(core_intrinsics)]
 #![allow(internal_features)]
 
-mod bare;
 mod binder;
-mod emulator;
 mod observer;
 mod packet;
 mod repair;
 mod sock_observer;
+mod sockaddr;
 
 /// eBPF programs cannot unwind; the kernel's verifier rejects any path that would reach
 /// this, so it is never executed.

@@ -17,11 +17,11 @@ use core::ptr::read_volatile;
 use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use srap_common::{
     binder::{LOCAL_ROW, SocketRecord, slot_word},
-    occupancy::{self, Row as _, Word as _},
+    occupancy::{self, Row as _},
     repair::{RepairRequest, op, result},
 };
 
-use crate::binder::{MapRow, forget, release_slot, remember};
+use crate::binder::{MapRow, forget, release_slot};
 
 /// Repairs one finding of the occupancy audit: forgets a stale socket
 /// record and frees its slots ([`op::FORGET`]), or sets a slot's flow count
@@ -54,35 +54,9 @@ pub fn srap_occupancy_repair(ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
 }
 
-/// Tests only: makes a drift on purpose ([`op::INJECT`]): claims one flow
-/// of a slot and records it for a cookie that is no socket, as a connect
-/// that never closes would (with cookie 0, records nothing: a count no
-/// record holds). The agent never runs it.
-#[xdp]
-pub fn srap_occupancy_inject(ctx: XdpContext) -> u32 {
-    let Some(request) = request_of(&ctx) else {
-        return xdp_action::XDP_ABORTED;
-    };
-    // SAFETY: `request_of` checked the packet holds a whole request.
-    unsafe {
-        let (what, before) = if read_volatile(&raw const (*request).op) == op::INJECT {
-            inject(
-                read_volatile(&raw const (*request).receiver),
-                read_volatile(&raw const (*request).slot),
-                read_volatile(&raw const (*request).cookie),
-            )
-        } else {
-            (result::NONE, 0)
-        };
-        (*request).result = what;
-        (*request).before = before;
-    }
-    xdp_action::XDP_PASS
-}
-
 /// The request the packet holds, when it holds a whole one.
 #[inline(always)]
-fn request_of(ctx: &XdpContext) -> Option<*mut RepairRequest> {
+pub(crate) fn request_of(ctx: &XdpContext) -> Option<*mut RepairRequest> {
     let (start, end) = (ctx.data(), ctx.data_end());
     if start + size_of::<RepairRequest>() > end {
         return None;
@@ -127,35 +101,4 @@ fn set_flows(receiver: u32, slot: u32, expected: u64, value: u64) -> (u32, u64) 
     } else {
         (result::CHANGED, expected)
     }
-}
-
-/// Claims one flow of slot (`receiver`, `slot`) and records it for
-/// `cookie`, or records nothing for cookie 0 (see [`srap_occupancy_inject`]).
-#[inline(always)]
-fn inject(receiver: u32, slot: u32, cookie: u64) -> (u32, u64) {
-    let Some(row) = MapRow::of(receiver) else {
-        return (result::MISSING, 0);
-    };
-    let Some(word) = row.slot_word(slot) else {
-        return (result::MISSING, 0);
-    };
-    let seen = word.load();
-    if !occupancy::set_flows(&row, slot, seen, slot_word::flows(seen) + 1) {
-        return (result::CHANGED, seen);
-    }
-    if cookie == 0 {
-        // A count with no record at all.
-        return (result::DONE, seen);
-    }
-    let held = SocketRecord {
-        receiver,
-        slot,
-        local: SocketRecord::NONE,
-        _pad: 0,
-    };
-    if !remember(cookie, held) {
-        release_slot(receiver, slot);
-        return (result::MISSING, seen);
-    }
-    (result::DONE, seen)
 }

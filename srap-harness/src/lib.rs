@@ -6,7 +6,10 @@
 //!   [`veth::link`]) or a bridge ([`Bridge`]), or two hosts with a sender
 //!   agent prepared on one ([`SenderPair`]), each wire on a subnet leased
 //!   for it ([`Subnet::lease`]: no test picks an address), and the RSS-NIC
-//!   emulator on a veth's egress ([`emulator`]);
+//!   emulator on a veth's egress ([`emulator`]), from the lab's own eBPF
+//!   object ([`lab_ebpf_object`]: the emulator, the benchmarks' bare
+//!   programs and the audit tests' [`drift`] injector, which the agents'
+//!   object does not carry);
 //! * **guests**: QEMU guests with a real RSS device (virtio-net, igb) or a
 //!   bond of them, judged by the guest's own tools ([`guest`]);
 //! * **machines**: a booted Debian under a real systemd (`systemd-nspawn`)
@@ -47,6 +50,7 @@
 //! may live only here: the harness drives the agents, it is not one.
 
 pub mod command;
+pub mod drift;
 pub mod emulator;
 pub mod guest;
 pub mod interrupt;
@@ -81,3 +85,13 @@ pub use subnet::Subnet;
 pub use support::{TempDir, poll_until, remove_cgroup};
 pub use truth::{Listener, landings};
 pub use veth::{TwoHosts, VethConfig, VethEnd};
+
+/// The lab's eBPF object (`srap-ebpf`'s `srap-lab` binary): the RSS-NIC
+/// emulator, the benchmarks' bare programs of each hook and the audit
+/// tests' drift injector, built by
+/// `srap-daemon`'s build script beside the agents' object and embedded here,
+/// so only the lab, the tests and the benchmarks carry them.
+pub fn lab_ebpf_object() -> &'static [u8] {
+    static OBJECT: &[u8] = aya::include_bytes_aligned!(env!("SRAP_LAB_EBPF_OBJECT"));
+    OBJECT
+}

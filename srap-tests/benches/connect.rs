@@ -718,7 +718,7 @@ impl BareBind {
     fn attach(source: Ipv4Addr) -> Self {
         let cgroup = CgroupDir::unique().expect("cgroup path");
         cgroup.create().expect("create cgroup");
-        let mut ebpf = Ebpf::load(srap_daemon::ebpf_object()).expect("load the SRAP object");
+        let mut ebpf = Ebpf::load(srap_harness::lab_ebpf_object()).expect("load the lab's object");
         let map = ebpf.map_mut(BARE_BIND_MAP).expect("the bare bind map");
         let mut rows: Array<_, u32> = Array::try_from(map).expect("an array");
         rows.set(bare_bind::SOURCE, u32::from_ne_bytes(source.octets()), 0)

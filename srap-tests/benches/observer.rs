@@ -121,11 +121,36 @@ fn program_fd(ebpf: &mut Ebpf, name: &str) -> Option<i32> {
     Some(fd)
 }
 
+/// The agents' object (the observer's programs) and the lab's (the bare
+/// programs each is measured beside).
+struct Objects {
+    agent: Ebpf,
+    lab: Ebpf,
+}
+
+impl Objects {
+    fn load() -> Self {
+        Self {
+            agent: Ebpf::load(srap_daemon::ebpf_object()).expect("load the SRAP object"),
+            lab: Ebpf::load(srap_harness::lab_ebpf_object()).expect("load the lab's object"),
+        }
+    }
+
+    /// The object that holds program `name`.
+    fn holding(&mut self, name: &str) -> &mut Ebpf {
+        if self.agent.program(name).is_some() {
+            &mut self.agent
+        } else {
+            &mut self.lab
+        }
+    }
+}
+
 fn per_packet(c: &mut Criterion) {
     if !privileged_or_skip("observer benchmark") {
         return;
     }
-    let mut ebpf = Ebpf::load(srap_daemon::ebpf_object()).expect("load the SRAP object");
+    let mut objects = Objects::load();
     let mut group = c.benchmark_group("observer_packet");
     group.measurement_time(Duration::from_secs(3));
     group.warm_up_time(Duration::from_secs(1));
@@ -136,7 +161,7 @@ fn per_packet(c: &mut Criterion) {
         for len in [1500usize, 9000] {
             let packet = tcp_packet(len);
             for (kind, name) in [("bare", bare), ("observer", verify)] {
-                let Some(fd) = program_fd(&mut ebpf, name) else {
+                let Some(fd) = program_fd(objects.holding(name), name) else {
                     eprintln!("{name}: not loadable");
                     continue;
                 };
@@ -202,10 +227,11 @@ fn per_connection(c: &mut Criterion) {
     }
     let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
     let (listener, server) = hosts.listen(5201).expect("listen");
-    let mut ebpf = Ebpf::load(srap_daemon::ebpf_object()).expect("load the SRAP object");
+    let mut objects = Objects::load();
     let stats_on = aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("BPF run-time stats");
     for name in [VERIFY_SOCK_PROGRAM, BARE_SOCK_PROGRAM] {
-        let program: &mut SockOps = ebpf
+        let program: &mut SockOps = objects
+            .holding(name)
             .program_mut(name)
             .expect("program")
             .try_into()
@@ -229,11 +255,11 @@ fn per_connection(c: &mut Criterion) {
     ] {
         group.bench_function(format!("sock_{kind}"), |b| {
             b.iter_custom(|iters| {
-                let (_, before) = run_stats(&ebpf, name);
+                let (_, before) = run_stats(objects.holding(name), name);
                 for _ in 0..iters {
                     connection(&listener, server, 0);
                 }
-                let (_, after) = run_stats(&ebpf, name);
+                let (_, after) = run_stats(objects.holding(name), name);
                 // Other hosts' connections on the root cgroup add runs too:
                 // the mean stays a per-connection cost.
                 Duration::from_nanos(after.saturating_sub(before))
@@ -242,9 +268,9 @@ fn per_connection(c: &mut Criterion) {
     }
     group.finish();
     // Per packet: a 64 MiB transfer must add only the connection's own runs.
-    let (runs_before, _) = run_stats(&ebpf, VERIFY_SOCK_PROGRAM);
+    let (runs_before, _) = run_stats(objects.holding(VERIFY_SOCK_PROGRAM), VERIFY_SOCK_PROGRAM);
     connection(&listener, server, 64 << 20);
-    let (runs_after, _) = run_stats(&ebpf, VERIFY_SOCK_PROGRAM);
+    let (runs_after, _) = run_stats(objects.holding(VERIFY_SOCK_PROGRAM), VERIFY_SOCK_PROGRAM);
     eprintln!(
         "socket observer: {} runs (both ends, per-connection callbacks) for one connection carrying 64 MiB (~46000 \
          1448-byte segments): no per-packet work",
@@ -252,7 +278,7 @@ fn per_connection(c: &mut Criterion) {
     );
     drop(inside);
     drop(stats_on);
-    drop(ebpf);
+    drop(objects);
 }
 
 criterion_group!(benches, per_packet, per_connection);

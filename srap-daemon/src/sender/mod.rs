@@ -83,7 +83,7 @@ pub mod summary;
 pub mod target;
 pub mod watch;
 
-pub use attach::{Attachment, check_bpffs, settings_text};
+pub use attach::{Attachment, check_bpffs, load, pinned_sizes, settings_text};
 pub use binder::{RunningBinder, create_maps, plan_for, remove_pins, start};
 pub use detach::{DetachReport, detach};
 pub use error::SenderError;

@@ -33,6 +33,8 @@ use srap_common::{
     family::Family,
 };
 
+use crate::sockaddr::{EADDRINUSE, SockaddrIn};
+
 use super::{
     claim::{LocalSide, claim_local, release_slot, take_turn},
     config,
@@ -42,8 +44,6 @@ use super::{
     sockopt::{SO_REUSEADDR, SO_REUSEPORT, set_socket_option, socket_option},
 };
 
-pub(crate) const EADDRINUSE: i64 = 98;
-
 /// `bpf_sock.state` of a socket in TIME_WAIT and of a listening one.
 pub(super) const TCP_TIME_WAIT: u32 = 6;
 
@@ -51,28 +51,6 @@ pub(super) const TCP_LISTEN: u32 = 10;
 
 /// `BPF_F_CURRENT_NETNS`: look the tuple up in the socket's own namespace.
 pub(super) const CURRENT_NETNS: u64 = u64::MAX;
-
-/// A `sockaddr_in` for `bpf_bind()`.
-#[repr(C)]
-pub(crate) struct SockaddrIn {
-    family: u16,
-    port_be: u16,
-    addr: u32,
-    zero: [u8; 8],
-}
-
-impl SockaddrIn {
-    /// `addr` as the kernel stores it (network byte order), `port` in the
-    /// host's.
-    pub(crate) const fn new(addr: u32, port: u16) -> Self {
-        Self {
-            family: Family::Inet.as_u16(),
-            port_be: port.to_be(),
-            addr,
-            zero: [0; 8],
-        }
-    }
-}
 
 #[repr(C)]
 pub(super) struct SockaddrIn6 {

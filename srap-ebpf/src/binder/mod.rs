@@ -91,7 +91,9 @@ mod maps;
 mod nic;
 mod path_manager;
 mod ports;
-mod record;
+/// Public to the crate for the lab object's drift injector (`crate::inject`),
+/// which records a socket as the hooks do.
+pub(crate) mod record;
 mod sock_ops;
 mod sock_release;
 mod sockopt;
@@ -106,9 +108,8 @@ use srap_common::family::Family;
 
 /// What the occupancy audit's repair programs (`crate::repair`) do as the
 /// hooks do.
-pub(crate) use bind::{EADDRINUSE, SockaddrIn};
 pub(crate) use claim::{MapRow, release_slot};
-pub(crate) use record::{forget, remember};
+pub(crate) use record::forget;
 
 #[cgroup_sock_addr(connect4)]
 pub fn srap_connect4(ctx: SockAddrContext) -> i32 {

@@ -5,11 +5,11 @@
 //! must give none; a drift made on purpose must be found, repaired once,
 //! and leave the occupancy equal to the open sockets.
 //!
-//! The drift is made by `srap_occupancy_inject` (srap-ebpf/src/repair.rs,
-//! through `srap_daemon::sender::audit::inject_stale_record`): the tests'
-//! sibling of the repair program, never run by the agent. It claims a slot
-//! and records it for a cookie that is no socket, as a socket that closed
-//! without its record being forgotten leaves them (issue 32's leak).
+//! The drift is made by `srap_occupancy_inject` (srap-ebpf/src/inject.rs,
+//! in the lab's object, through `srap_harness::drift`): the tests' sibling
+//! of the repair program, which the agents' object does not carry. It
+//! claims a slot and records it for a cookie that is no socket, as a
+//! socket that closed without its record being forgotten leaves them.
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
@@ -208,14 +208,8 @@ fn a_drift_made_on_purpose_is_repaired_once_within_two_intervals() {
     assert_eq!(before.repaired, 0, "{before:?}");
     assert_eq!(occupied(&lab), 4);
 
-    srap_daemon::sender::audit::inject_stale_record(
-        &lab.agent.layout(),
-        srap_daemon::ebpf_object(),
-        FIRST_RECEIVER_ROW,
-        0,
-        NO_SOCKET,
-    )
-    .expect("inject a stale record");
+    srap_harness::drift::inject_stale_record(&lab.agent.layout(), FIRST_RECEIVER_ROW, 0, NO_SOCKET)
+        .expect("inject a stale record");
     let injected = Instant::now();
     assert_eq!(occupied(&lab), 5, "the drift: one flow more than sockets");
 
@@ -288,14 +282,8 @@ fn a_count_no_record_holds_is_set_back_to_the_records() {
     workload.open(2);
     server.accept(2);
     let before = after_audits(&lab, 1);
-    srap_daemon::sender::audit::inject_stale_record(
-        &lab.agent.layout(),
-        srap_daemon::ebpf_object(),
-        FIRST_RECEIVER_ROW,
-        5,
-        0,
-    )
-    .expect("raise a count with no record");
+    srap_harness::drift::inject_stale_record(&lab.agent.layout(), FIRST_RECEIVER_ROW, 5, 0)
+        .expect("raise a count with no record");
     let injected = Instant::now();
     assert_eq!(occupied(&lab), 3, "the drift: one flow more than records");
     let repaired = poll_until(TIMEOUT, Duration::from_millis(50), || {

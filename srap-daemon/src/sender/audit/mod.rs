@@ -20,16 +20,15 @@ use std::{
 
 use aya::{Ebpf, programs::Xdp};
 use srap_common::{
-    binder::BinderSizes,
     binder::{LOCAL_ROW, SocketRecord},
-    repair::{INJECT_PROGRAM, REPAIR_PROGRAM, RepairRequest, op, result},
+    repair::{REPAIR_PROGRAM, RepairRequest, op, result},
 };
 use srap_status::sender::OccupancyRow;
 use tracing::{debug, warn};
 
 use self::core::{CountMismatch, Findings, Snapshot, Stability, StaleRecord};
 pub use self::kernel::{AuditError, open_sockets, read_records, read_words};
-use super::{attach, binder::RunningBinder, layout::PinLayout};
+use super::binder::RunningBinder;
 use crate::sock_diag::SocketSeen;
 
 /// The audit's state between intervals: what the last audit saw, what it
@@ -309,8 +308,10 @@ fn state_name(state: u8) -> &'static str {
 }
 
 /// Runs `program` of the loaded object once on `request` (loading it into
-/// the kernel first if need be) and returns the request as it wrote it.
-fn run(
+/// the kernel first if need be) and returns the request as it wrote it:
+/// how the agent repairs, and how a test makes a drift with the lab
+/// object's injector (`srap_harness::drift`).
+pub fn run(
     ebpf: &mut Ebpf,
     program: &'static str,
     request: RepairRequest,
@@ -338,44 +339,4 @@ fn run(
         return Err(AuditError::Answer(program));
     }
     Ok(answer)
-}
-
-/// Tests only: makes a drift on purpose through `srap_occupancy_inject`
-/// (loaded from `object` with the binder's pinned maps): a record for
-/// `cookie`, which must be no socket, holding slot (`receiver`, `slot`),
-/// whose count goes up by one with it, as a socket that closed without
-/// freeing its record leaves them; with cookie 0, the count alone (a
-/// count mismatch). The audit must find and repair it.
-pub fn inject_stale_record(
-    layout: &PinLayout,
-    object: &[u8],
-    receiver: u32,
-    slot: u32,
-    cookie: u64,
-) -> Result<(), AuditError> {
-    // The maps at the sizes the running binder pinned them with.
-    let sizes = attach::pinned_sizes(layout).unwrap_or(BinderSizes::DEFAULT);
-    // The repair steps index the maps as the running binder's hooks do.
-    let config = srap_common::binder::LoadConfig {
-        binder: srap_common::binder::BinderConfig {
-            socket_mask: sizes.socket_rows() - 1,
-            row_slots: sizes.cpus,
-            sizes,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let mut ebpf = attach::load(layout, object, &sizes, &config)
-        .map_err(|e| AuditError::Load(e.to_string()))?;
-    let request = RepairRequest {
-        op: op::INJECT,
-        receiver,
-        slot,
-        cookie,
-        ..RepairRequest::default()
-    };
-    match run(&mut ebpf, INJECT_PROGRAM, request)?.result {
-        result::DONE => Ok(()),
-        _ => Err(AuditError::Answer(INJECT_PROGRAM)),
-    }
 }
