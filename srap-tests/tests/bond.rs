@@ -20,8 +20,7 @@ use srap_harness::guest::{
 };
 use srap_tests::{guest_image, require_privileged};
 
-/// One guest at a time: two cores cannot emulate two guests well.
-static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use crate::ONE_GUEST;
 
 /// Flows per member count with every member up.
 const FLOWS: usize = 16;

@@ -25,8 +25,7 @@ use srap_harness::guest::{
 };
 use srap_tests::{built_binary, guest_image, require_privileged};
 
-/// One guest at a time: two cores cannot emulate two guests well.
-static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use crate::ONE_GUEST;
 
 /// Every usable member carries the same share of the round's flows, by its
 /// own counters and by the model; a member that is down carries none.

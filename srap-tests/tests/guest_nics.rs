@@ -18,8 +18,7 @@ use srap_harness::guest::{
 use srap_lab::virtio::{GUEST_CONTROL, GuestRun, VirtioLab};
 use srap_tests::{built_binary, require_privileged};
 
-/// One guest at a time: two cores cannot emulate two guests well.
-static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use crate::ONE_GUEST;
 
 fn image(kernel: GuestKernel) -> GuestImage {
     let agent = built_binary("srap-agent");

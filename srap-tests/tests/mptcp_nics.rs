@@ -33,7 +33,7 @@
 //! boot; and the NICs' own `rx_bytes` and per-queue packet counters must
 //! carry them.
 
-use std::{ops::ControlFlow, sync::Mutex, time::Duration};
+use std::{ops::ControlFlow, time::Duration};
 
 use srap_common::binder::{event, outcome};
 use srap_harness::guest::{
@@ -41,6 +41,8 @@ use srap_harness::guest::{
     receiver_nics_lab::TwoNicReceiver,
 };
 use srap_tests::{require_privileged, two_nic_receiver};
+
+use crate::ONE_GUEST;
 
 /// iperf3's data streams: with its control connection, 8 MPTCP
 /// connections of 2 subflows, as many as the guest has (NIC, CPU) pairs.
@@ -56,9 +58,6 @@ const NICS: usize = 2;
 /// claim: the client has ended and the guest's server has written its
 /// result, so every subflow is closing or closed.
 const RELEASE: Duration = Duration::from_secs(5);
-
-/// One guest at a time on this 2-core machine.
-static ONE_GUEST: Mutex<()> = Mutex::new(());
 
 fn round(lab: &mut TwoNicReceiver, title: &str, steered: bool, port: u16) -> MptcpRound {
     let spec = MptcpSpec {

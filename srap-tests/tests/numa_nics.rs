@@ -44,8 +44,7 @@ use srap_harness::{
 };
 use srap_tests::{guest_image, require_privileged};
 
-/// One guest at a time: two cores cannot emulate two guests well.
-static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use crate::ONE_GUEST;
 
 /// Seconds each thread moves data.
 const SECONDS: u64 = 3;

@@ -23,18 +23,15 @@
 //! interrupt was pinned to (and seen to move to) at boot, and the NICs' own
 //! `rx_bytes` and per-queue packet counters must carry them.
 
-use std::sync::Mutex;
-
 use srap_harness::guest::receiver_nics_lab::{ReceiverRound, RoundSpec, TwoNicReceiver};
 use srap_tests::{require_privileged, two_nic_receiver};
+
+use crate::ONE_GUEST;
 
 /// Parallel streams of the transfer.
 const STREAMS: usize = 16;
 /// Seconds each transfer runs.
 const SECONDS: u64 = 4;
-
-/// One guest at a time on this 2-core machine.
-static ONE_GUEST: Mutex<()> = Mutex::new(());
 
 fn round(
     lab: &mut TwoNicReceiver,

@@ -19,8 +19,7 @@ use srap_harness::guest::{Guest, GuestImage, GuestKernel, GuestNet, GuestNic, Gu
 use srap_lab::{virtio::VirtioLab, virtio_pull::PullLab};
 use srap_tests::{built_binary, guest_image, harness::poll_until, require_privileged};
 
-/// One guest at a time: two cores cannot emulate two guests well.
-static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use crate::ONE_GUEST;
 
 fn image() -> GuestImage {
     guest_image(GuestKernel::V6_1)
