@@ -112,7 +112,7 @@ impl LocalHost {
             })
             .collect::<Result<_, SenderError>>()?;
         let found = LocalNics::discover(nics)?;
-        let routing = routing::follow(nics.policy, nics.source_rules, &found, receivers);
+        let routing = source_rules::follow(nics.policy, nics.source_rules, &found, receivers);
         Ok(Self {
             toward,
             nics: found,

@@ -5,9 +5,9 @@
 //! source rule (`docs/agents.md`, "Several NICs"). [`check`] says, for each
 //! NIC SRAP may place flows on and each receiver, exactly what is missing,
 //! as [`RoutingFinding`]s whose messages carry the command that fixes them;
-//! with `--source-rules install`, [`follow`] has [`super::source_rules`]
-//! add the rules it can, and detach and a clean stop take away those, and
-//! only those.
+//! with `--source-rules install`, [`super::source_rules`] adds the rules it
+//! can, and detach and a clean stop take away those, and only those. This
+//! module changes nothing on the host: it reads and judges.
 //!
 //! What SRAP installs is recognizable in the kernel itself, so a restart or
 //! `srap-agent detach` finds it without a file: rule priority
@@ -18,12 +18,7 @@
 //! The judgement ([`check`]) is pure, over [`HostRouting`] values; only
 //! [`HostRouting::read`] and `source_rules` touch the kernel.
 
-use std::{
-    collections::BTreeSet,
-    fmt,
-    net::IpAddr,
-    sync::{Mutex, PoisonError},
-};
+use std::{collections::BTreeSet, fmt, net::IpAddr};
 
 use ipnet::IpNet;
 use srap_host::fib::{
@@ -34,7 +29,7 @@ use srap_host::netlink::NetlinkError;
 
 use crate::sender::{
     ends::{LocalNicsPolicy, SourceRules},
-    local::{nics::LocalNics, source_rules},
+    local::nics::LocalNics,
 };
 
 /// The first table of SRAP's source rules: NIC B's table is
@@ -450,105 +445,21 @@ pub struct RoutingReport {
     pub not_installed: Vec<String>,
 }
 
-/// Runs the check for `nics` toward `receivers` under `policy` and, with
-/// `--source-rules install`, installs the missing source rules and checks
-/// again. Each finding and failure is logged as a warning once per process.
-pub fn follow(
-    policy: LocalNicsPolicy,
-    mode: SourceRules,
-    nics: &LocalNics,
-    receivers: &[IpAddr],
-) -> RoutingReport {
-    let names = checked_nics(policy, nics);
-    if names.is_empty() {
-        return RoutingReport::default();
-    }
-    let read = || HostRouting::read(nics, &names);
-    let mut report = RoutingReport {
-        checked: true,
-        mode,
-        ..RoutingReport::default()
-    };
-    match read() {
-        Ok(routing) => {
-            report.findings = check(&routing, receivers);
-            if mode == SourceRules::Install {
-                install_and_check_again(&mut report, routing, read, receivers);
-            }
-        }
-        Err(err) => report
-            .not_installed
-            .push(format!("reading the routing: {err}")),
-    }
-    for line in report
-        .findings
-        .iter()
-        .map(ToString::to_string)
-        .chain(report.not_installed.clone())
-    {
-        warn_once(&line);
-    }
-    report
-}
-
-/// `--source-rules install`: removes SRAP's rules no checked NIC's
-/// address holds any more, installs the missing ones, and reports what
-/// SRAP's rules in the kernel now are (this run's and an earlier one's).
-fn install_and_check_again(
-    report: &mut RoutingReport,
-    mut routing: HostRouting,
-    read: impl Fn() -> Result<HostRouting, NetlinkError>,
-    receivers: &[IpAddr],
-) {
-    let stale = routing.stale_rules();
-    report
-        .not_installed
-        .extend(source_rules::prune(&routing, &stale));
-    if !report.findings.is_empty() || !stale.is_empty() {
-        report
-            .not_installed
-            .extend(source_rules::install(&report.findings).failed);
-        if let Ok(again) = read() {
-            routing = again;
-            report.findings = check(&routing, receivers);
-        }
-    }
-    report.installed = routing.installed_commands();
-    for line in &report.installed {
-        say_once(&format!("source rule in place (SRAP's): {line}"), false);
-    }
-}
-
-fn warn_once(line: &str) {
-    say_once(line, true);
-}
-
-/// Logs `line` the first time this process says it (a warning or info).
-fn say_once(line: &str, warn: bool) {
-    static SAID: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
-    let mut said = SAID.lock().unwrap_or_else(PoisonError::into_inner);
-    if said.insert(line.to_owned()) {
-        if warn {
-            tracing::warn!("{line}");
-        } else {
-            tracing::info!("{line}");
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod fixtures {
+    //! Hosts and routing entries the routing tests and `source_rules`'s
+    //! judge.
     use super::*;
 
-    fn ip(text: &str) -> IpAddr {
+    pub(crate) fn ip(text: &str) -> IpAddr {
         text.parse().expect("ip")
     }
 
-    fn net(text: &str) -> IpNet {
+    pub(crate) fn net(text: &str) -> IpNet {
         text.parse().expect("net")
     }
 
-    fn rule(priority: u32, table: u32, src: Option<&str>) -> FibRule {
+    pub(crate) fn rule(priority: u32, table: u32, src: Option<&str>) -> FibRule {
         FibRule {
             family: libc::AF_INET as u8,
             priority,
@@ -565,7 +476,13 @@ mod tests {
         }
     }
 
-    fn route(table: u32, dst: &str, gateway: Option<&str>, oif: u32, metric: u32) -> FibRoute {
+    pub(crate) fn route(
+        table: u32,
+        dst: &str,
+        gateway: Option<&str>,
+        oif: u32,
+        metric: u32,
+    ) -> FibRoute {
         FibRoute {
             table,
             dst: net(dst),
@@ -579,7 +496,7 @@ mod tests {
         }
     }
 
-    fn nic(name: &str, ifindex: u32, cidr: &str) -> NicFacts {
+    pub(crate) fn nic(name: &str, ifindex: u32, cidr: &str) -> NicFacts {
         let subnet = net(cidr);
         NicFacts {
             name: name.into(),
@@ -594,10 +511,23 @@ mod tests {
         }
     }
 
+    /// This host's NIC `name`, up, without addresses, `given` or not.
+    pub(crate) fn nic_row(name: &str, given: bool) -> crate::sender::local::nics::HostNic {
+        crate::sender::local::nics::HostNic {
+            name: name.into(),
+            addresses: BTreeSet::new(),
+            node: None,
+            up: true,
+            members: Vec::new(),
+            given,
+            description: None,
+        }
+    }
+
     /// A two-NIC host: eth0 (2) on 10.0.1.0/24, eth1 (3) on 10.0.2.0/24,
     /// the receivers' 10.0.9.0/24 reached via eth0 by the main table and,
     /// at a worse metric, via eth1.
-    fn host() -> HostRouting {
+    pub(crate) fn host() -> HostRouting {
         HostRouting {
             rules: vec![
                 rule(0, 255, None),
@@ -614,6 +544,11 @@ mod tests {
             names: vec![(2, "eth0".into()), (3, "eth1".into())],
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fixtures::*, *};
 
     /// eth1's address is not the route's source toward the receiver: it
     /// needs a source rule, and the message names the NIC, the address and
@@ -761,38 +696,6 @@ mod tests {
         );
     }
 
-    /// SRAP's rules in the kernel are listed as commands (an earlier run's
-    /// too); one whose address no checked NIC holds with its table is
-    /// stale; anyone else's rule, even in SRAP's priority and tables, is
-    /// neither.
-    #[test]
-    fn srap_rules_are_listed_and_those_no_nic_holds_are_stale() {
-        let mut routing = host();
-        let ours = |src: &str, table| FibRule {
-            protocol: PROTOCOL,
-            ..rule(RULE_PRIORITY, table, Some(src))
-        };
-        routing.rules.push(ours("10.0.2.1/32", 0x5a03));
-        routing.rules.push(ours("10.0.7.1/32", 0x5a07));
-        routing
-            .rules
-            .push(rule(RULE_PRIORITY, 0x5a08, Some("10.0.8.1/32")));
-        routing.routes.push(FibRoute {
-            protocol: PROTOCOL,
-            ..route(0x5a03, "10.0.9.0/24", Some("10.0.2.2"), 3, 0)
-        });
-        assert_eq!(
-            routing.installed_commands(),
-            [
-                "ip rule add from 10.0.2.1 table 23043 && ip route add 10.0.9.0/24 via 10.0.2.2 \
-              dev eth1 table 23043"
-            ]
-        );
-        let stale = routing.stale_rules();
-        assert_eq!(stale.len(), 1, "{stale:?}");
-        assert_eq!((stale[0].src, stale[0].table), (ip("10.0.7.1"), 0x5a07));
-    }
-
     /// A rule holds for its own family: an IPv4 `unreachable` rule does
     /// not end an IPv6 lookup.
     #[test]
@@ -845,17 +748,12 @@ mod tests {
     /// Only the given NICs, only when several, only under numa or balance.
     #[test]
     fn route_or_a_single_nic_checks_nothing() {
-        let row = |name: &str, given| crate::sender::local::nics::HostNic {
-            name: name.into(),
-            addresses: BTreeSet::new(),
-            node: None,
-            up: true,
-            members: Vec::new(),
-            given,
-            description: None,
-        };
         let nics = LocalNics {
-            nics: vec![row("eth0", true), row("eth1", true), row("lo", false)],
+            nics: vec![
+                nic_row("eth0", true),
+                nic_row("eth1", true),
+                nic_row("lo", false),
+            ],
         };
         assert_eq!(checked_nics(LocalNicsPolicy::Numa, &nics), ["eth0", "eth1"]);
         assert_eq!(
@@ -864,19 +762,8 @@ mod tests {
         );
         assert!(checked_nics(LocalNicsPolicy::Route, &nics).is_empty());
         let one = LocalNics {
-            nics: vec![row("eth0", true), row("eth1", false)],
+            nics: vec![nic_row("eth0", true), nic_row("eth1", false)],
         };
         assert!(checked_nics(LocalNicsPolicy::Numa, &one).is_empty());
-        let report = follow(
-            LocalNicsPolicy::Route,
-            SourceRules::Install,
-            &nics,
-            &[ip("10.0.9.1")],
-        );
-        assert_eq!(
-            report,
-            RoutingReport::default(),
-            "route: nothing checked or installed"
-        );
     }
 }

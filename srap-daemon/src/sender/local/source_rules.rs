@@ -4,9 +4,15 @@
 //! its tables and its protocol ([`super::routing::RULE_PRIORITY`],
 //! [`super::routing::TABLE_BASE`], [`super::routing::PROTOCOL`]), which is
 //! how a restart, a clean stop and `srap-agent detach` find exactly those,
-//! and never anyone else's.
+//! and never anyone else's. [`follow`] is the one step that changes the
+//! host's routing: it runs [`super::routing`]'s check and, with
+//! `--source-rules install`, installs what it found missing.
 
-use std::net::IpAddr;
+use std::{
+    collections::BTreeSet,
+    net::IpAddr,
+    sync::{Mutex, PoisonError},
+};
 
 use srap_host::{
     fib::{self, FibRule, SourceRule, TableRoute},
@@ -14,9 +20,13 @@ use srap_host::{
 };
 
 use crate::sender::{
-    ends::SourceRules,
-    local::routing::{
-        HostRouting, PROTOCOL, RULE_PRIORITY, RoutingFinding, SourceFix, TABLE_BASE, TABLE_END,
+    ends::{LocalNicsPolicy, SourceRules},
+    local::{
+        nics::LocalNics,
+        routing::{
+            HostRouting, PROTOCOL, RULE_PRIORITY, RoutingFinding, RoutingReport, SourceFix,
+            TABLE_BASE, TABLE_END, check, checked_nics,
+        },
     },
 };
 
@@ -32,61 +42,60 @@ pub fn is_ours(rule: &FibRule) -> Option<IpAddr> {
     .then(|| src.addr())
 }
 
-impl HostRouting {
-    /// SRAP's rules in the kernel, each with its table's routes of SRAP's
-    /// protocol, as the commands that would add them.
-    pub fn installed_commands(&self) -> Vec<String> {
-        let mut commands = Vec::new();
-        for rule in &self.rules {
-            let Some(src) = is_ours(rule) else { continue };
-            for route in self
-                .routes
-                .iter()
-                .filter(|r| r.table == rule.table && r.protocol == PROTOCOL)
-            {
-                let Some(oif) = route.oif else { continue };
-                let fix = SourceFix {
-                    dev: self.name_of(oif),
-                    rule: SourceRule {
-                        src,
-                        table: rule.table,
-                        priority: rule.priority,
-                        protocol: rule.protocol,
-                    },
-                    route: TableRoute {
-                        dst: route.dst,
-                        gateway: route.gateway,
-                        oif,
-                        table: route.table,
-                        protocol: route.protocol,
-                    },
-                };
-                commands.push(fix.command());
-            }
-        }
-        commands
-    }
-
-    /// SRAP's rules whose address no checked NIC holds with that table (an
-    /// address gone or moved, a NIC no longer given).
-    pub fn stale_rules(&self) -> Vec<SourceRule> {
-        self.rules
+/// SRAP's rules in the kernel, each with its table's routes of SRAP's
+/// protocol, as the commands that would add them.
+pub fn installed_commands(routing: &HostRouting) -> Vec<String> {
+    let mut commands = Vec::new();
+    for rule in &routing.rules {
+        let Some(src) = is_ours(rule) else { continue };
+        for route in routing
+            .routes
             .iter()
-            .filter_map(|rule| {
-                let src = is_ours(rule)?;
-                let held = self
-                    .nics
-                    .iter()
-                    .any(|n| n.addresses.contains(&src) && TABLE_BASE + n.ifindex == rule.table);
-                (!held).then_some(SourceRule {
+            .filter(|r| r.table == rule.table && r.protocol == PROTOCOL)
+        {
+            let Some(oif) = route.oif else { continue };
+            let fix = SourceFix {
+                dev: routing.name_of(oif),
+                rule: SourceRule {
                     src,
                     table: rule.table,
                     priority: rule.priority,
                     protocol: rule.protocol,
-                })
-            })
-            .collect()
+                },
+                route: TableRoute {
+                    dst: route.dst,
+                    gateway: route.gateway,
+                    oif,
+                    table: route.table,
+                    protocol: route.protocol,
+                },
+            };
+            commands.push(fix.command());
+        }
     }
+    commands
+}
+
+/// SRAP's rules whose address no checked NIC holds with that table (an
+/// address gone or moved, a NIC no longer given).
+pub fn stale_rules(routing: &HostRouting) -> Vec<SourceRule> {
+    routing
+        .rules
+        .iter()
+        .filter_map(|rule| {
+            let src = is_ours(rule)?;
+            let held = routing
+                .nics
+                .iter()
+                .any(|n| n.addresses.contains(&src) && TABLE_BASE + n.ifindex == rule.table);
+            (!held).then_some(SourceRule {
+                src,
+                table: rule.table,
+                priority: rule.priority,
+                protocol: rule.protocol,
+            })
+        })
+        .collect()
 }
 
 /// Removes `stale` rules and, where no other of SRAP's rules looks its
@@ -224,5 +233,144 @@ pub fn remove_on_stop(mode: SourceRules) {
         Err(err) => tracing::warn!(
             "removing the source rules SRAP installed: {err}; `srap-agent detach` removes them"
         ),
+    }
+}
+
+/// Runs the check for `nics` toward `receivers` under `policy` and, with
+/// `--source-rules install`, installs the missing source rules and checks
+/// again. Each finding and failure is logged as a warning once per process.
+pub fn follow(
+    policy: LocalNicsPolicy,
+    mode: SourceRules,
+    nics: &LocalNics,
+    receivers: &[IpAddr],
+) -> RoutingReport {
+    let names = checked_nics(policy, nics);
+    if names.is_empty() {
+        return RoutingReport::default();
+    }
+    let read = || HostRouting::read(nics, &names);
+    let mut report = RoutingReport {
+        checked: true,
+        mode,
+        ..RoutingReport::default()
+    };
+    match read() {
+        Ok(routing) => {
+            report.findings = check(&routing, receivers);
+            if mode == SourceRules::Install {
+                install_and_check_again(&mut report, routing, read, receivers);
+            }
+        }
+        Err(err) => report
+            .not_installed
+            .push(format!("reading the routing: {err}")),
+    }
+    for line in report
+        .findings
+        .iter()
+        .map(ToString::to_string)
+        .chain(report.not_installed.clone())
+    {
+        warn_once(&line);
+    }
+    report
+}
+
+/// `--source-rules install`: removes SRAP's rules no checked NIC's
+/// address holds any more, installs the missing ones, and reports what
+/// SRAP's rules in the kernel now are (this run's and an earlier one's).
+fn install_and_check_again(
+    report: &mut RoutingReport,
+    mut routing: HostRouting,
+    read: impl Fn() -> Result<HostRouting, NetlinkError>,
+    receivers: &[IpAddr],
+) {
+    let stale = stale_rules(&routing);
+    report.not_installed.extend(prune(&routing, &stale));
+    if !report.findings.is_empty() || !stale.is_empty() {
+        report
+            .not_installed
+            .extend(install(&report.findings).failed);
+        if let Ok(again) = read() {
+            routing = again;
+            report.findings = check(&routing, receivers);
+        }
+    }
+    report.installed = installed_commands(&routing);
+    for line in &report.installed {
+        say_once(&format!("source rule in place (SRAP's): {line}"), false);
+    }
+}
+
+fn warn_once(line: &str) {
+    say_once(line, true);
+}
+
+/// Logs `line` the first time this process says it (a warning or info).
+fn say_once(line: &str, warn: bool) {
+    static SAID: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let mut said = SAID.lock().unwrap_or_else(PoisonError::into_inner);
+    if said.insert(line.to_owned()) {
+        if warn {
+            tracing::warn!("{line}");
+        } else {
+            tracing::info!("{line}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use srap_host::fib::FibRoute;
+
+    use super::*;
+    use crate::sender::local::routing::fixtures::{host, ip, nic_row, route, rule};
+
+    /// SRAP's rules in the kernel are listed as commands (an earlier run's
+    /// too); one whose address no checked NIC holds with its table is
+    /// stale; anyone else's rule, even in SRAP's priority and tables, is
+    /// neither.
+    #[test]
+    fn srap_rules_are_listed_and_those_no_nic_holds_are_stale() {
+        let mut routing = host();
+        let ours = |src: &str, table| FibRule {
+            protocol: PROTOCOL,
+            ..rule(RULE_PRIORITY, table, Some(src))
+        };
+        routing.rules.push(ours("10.0.2.1/32", 0x5a03));
+        routing.rules.push(ours("10.0.7.1/32", 0x5a07));
+        routing
+            .rules
+            .push(rule(RULE_PRIORITY, 0x5a08, Some("10.0.8.1/32")));
+        routing.routes.push(FibRoute {
+            protocol: PROTOCOL,
+            ..route(0x5a03, "10.0.9.0/24", Some("10.0.2.2"), 3, 0)
+        });
+        assert_eq!(
+            installed_commands(&routing),
+            [
+                "ip rule add from 10.0.2.1 table 23043 && ip route add 10.0.9.0/24 via 10.0.2.2 \
+              dev eth1 table 23043"
+            ]
+        );
+        let stale = stale_rules(&routing);
+        assert_eq!(stale.len(), 1, "{stale:?}");
+        assert_eq!((stale[0].src, stale[0].table), (ip("10.0.7.1"), 0x5a07));
+    }
+
+    /// Under `route` nothing is checked, so nothing is installed.
+    #[test]
+    fn under_route_nothing_is_checked_or_installed() {
+        let nics = LocalNics {
+            nics: vec![nic_row("eth0", true), nic_row("eth1", true)],
+        };
+        let report = follow(
+            LocalNicsPolicy::Route,
+            SourceRules::Install,
+            &nics,
+            &[ip("10.0.9.1")],
+        );
+        assert_eq!(report, RoutingReport::default());
     }
 }
