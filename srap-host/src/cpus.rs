@@ -3,15 +3,12 @@
 //! the offer's tiers. Here rather than in the daemon so `srap rss show` can
 //! print the same offer the receiver agent would make.
 
-use std::{collections::BTreeSet, fs, path::Path};
+use std::{collections::BTreeSet, path::Path};
 
 use srap_common::rss::{RssDescription, RssModel};
 use tracing::warn;
 
-use crate::{
-    cpulist,
-    link::{Link, SYSFS_HINT},
-};
+use crate::link::{Link, SYSFS_HINT};
 
 /// Which CPUs the receiver offers and in what order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -80,16 +77,18 @@ pub fn local_cpus(iface: &str) -> Result<Option<BTreeSet<u32>>, String> {
         Ok(None) => return Ok(None),
         Err(e) => return Err(format!("NUMA node of {iface} not read: {e}")),
     };
-    let list = fs::read_to_string(format!("/sys/devices/system/node/node{node}/cpulist"))
-        .map_err(|e| format!("CPUs of NUMA node {node} not read: {e}"))?;
-    cpulist::parse(&list)
+    let mut nodes =
+        crate::numa::node_cpus().map_err(|e| format!("CPUs of NUMA node {node} not read: {e}"))?;
+    nodes
+        .remove(&node)
         .map(Some)
-        .map_err(|e| format!("CPUs of NUMA node {node}: {e}"))
+        .ok_or_else(|| format!("CPUs of NUMA node {node} not read: sysfs lists no node{node}"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpulist;
 
     fn desc(queue_cpu: Vec<u32>) -> RssDescription {
         RssDescription {

@@ -1,5 +1,5 @@
 //! NUMA nodes from sysfs: the node a network interface's device sits on,
-//! and each CPU's node (`devices/system/node/nodeN/cpulist`).
+//! and each node's CPUs (`devices/system/node/nodeN/cpulist`).
 //!
 //! The node of an interface is read on the device, not always on
 //! `class/net/X/device`: a PCI NIC's `device` is the PCI function and holds
@@ -11,7 +11,7 @@
 //! no device and no node.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet},
     fs, io,
     path::{Path, PathBuf},
 };
@@ -137,14 +137,15 @@ fn parse_node(path: &Path, text: &str) -> Result<Option<u32>, NumaError> {
     }
 }
 
-/// Each CPU's node on this host (`/sys`).
-pub fn cpu_nodes() -> Result<BTreeMap<u32, u32>, NumaError> {
-    cpu_nodes_under(Path::new("/sys"))
+/// Each NUMA node's CPUs on this host (`/sys`).
+pub fn node_cpus() -> Result<BTreeMap<u32, BTreeSet<u32>>, NumaError> {
+    node_cpus_under(Path::new("/sys"))
 }
 
-/// Each CPU's node under the sysfs tree `sys`; empty on a kernel without
-/// NUMA (no `devices/system/node`).
-pub fn cpu_nodes_under(sys: &Path) -> Result<BTreeMap<u32, u32>, NumaError> {
+/// Each NUMA node's CPUs under the sysfs tree `sys`
+/// (`devices/system/node/nodeN/cpulist`), the one reader of those files;
+/// empty on a kernel without NUMA (no `devices/system/node`).
+pub fn node_cpus_under(sys: &Path) -> Result<BTreeMap<u32, BTreeSet<u32>>, NumaError> {
     let dir = sys.join("devices/system/node");
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -170,7 +171,7 @@ pub fn cpu_nodes_under(sys: &Path) -> Result<BTreeMap<u32, u32>, NumaError> {
             path: path.clone(),
             problem: e.to_string(),
         })?;
-        nodes.extend(cpus.into_iter().map(|cpu| (cpu, node)));
+        nodes.insert(node, cpus);
     }
     Ok(nodes)
 }
@@ -287,19 +288,19 @@ mod tests {
     }
 
     #[test]
-    fn cpus_map_to_their_nodes() {
+    fn each_node_lists_its_cpus() {
         let sys = Sysfs::new("cpus");
-        assert!(cpu_nodes_under(&sys.0).expect("no NUMA").is_empty());
+        assert!(node_cpus_under(&sys.0).expect("no NUMA").is_empty());
         sys.write("devices/system/node/node0/cpulist", "0-1,4\n");
         sys.write("devices/system/node/node1/cpulist", "2-3\n");
         sys.write("devices/system/node/possible", "0-1\n");
-        let nodes = cpu_nodes_under(&sys.0).expect("read");
+        let nodes = node_cpus_under(&sys.0).expect("read");
         assert_eq!(
             nodes.into_iter().collect::<Vec<_>>(),
-            vec![(0, 0), (1, 0), (2, 1), (3, 1), (4, 0)]
+            vec![(0, BTreeSet::from([0, 1, 4])), (1, BTreeSet::from([2, 3]))]
         );
         sys.write("devices/system/node/node2/cpulist", "x\n");
-        let err = cpu_nodes_under(&sys.0).unwrap_err().to_string();
+        let err = node_cpus_under(&sys.0).unwrap_err().to_string();
         assert!(err.contains("node2/cpulist is not a CPU list"), "{err}");
     }
 }

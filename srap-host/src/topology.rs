@@ -44,13 +44,14 @@ impl Topology {
     pub fn read(sys: &Path) -> Self {
         let system = sys.join("devices/system");
         let online = read_list(&system.join("cpu/online")).unwrap_or_default();
-        let nodes = node_cpus(&system.join("node"));
+        // Best effort, as every list here: a node unread gives no node.
+        let nodes = crate::numa::node_cpus_under(sys).unwrap_or_default();
         let cpus = online
             .into_iter()
             .map(|cpu| {
                 let dir = system.join(format!("cpu/cpu{cpu}"));
                 let node = nodes
-                    .iter()
+                    .values()
                     .find(|cpus| cpus.contains(&cpu))
                     .cloned()
                     .unwrap_or_default();
@@ -70,23 +71,6 @@ impl Topology {
 fn read_list(path: &Path) -> Option<BTreeSet<u32>> {
     let text = fs::read_to_string(path).ok()?;
     cpulist::parse(text.trim()).ok()
-}
-
-/// Every NUMA node's CPUs (`nodeN/cpulist`).
-fn node_cpus(dir: &Path) -> Vec<BTreeSet<u32>> {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            name.strip_prefix("node")
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        })
-        .filter_map(|e| read_list(&e.path().join("cpulist")))
-        .collect()
 }
 
 /// The CPUs sharing the highest-level cache under `cache/` (`indexN/level`
