@@ -1,4 +1,4 @@
-//! Step 5: bind the slot's port unless that would make the connect fail,
+//! Bind the slot's port unless that would make the connect fail,
 //! sharing a port in use by 4-tuple as the kernel's own `connect()` does:
 //! any port of the slot whose tuple toward this destination is free,
 //! shared with every other destination (`SO_REUSEADDR`). The exact tuple

@@ -1,4 +1,4 @@
-//! Step 3: claim a CPU slot — `srap_common::occupancy`, the one claim and
+//! Claim a CPU slot: `srap_common::occupancy`, the one claim and
 //! release the host's tests interleave, run over the maps' memory with the
 //! kernel's atomic instructions.
 

@@ -1,4 +1,4 @@
-//! Step 2: is the socket of a protocol the binder steers, is its
+//! Classify the connect: is the socket of a protocol the binder steers, is its
 //! destination steered, and is the port SRAP's to choose (the application
 //! may have bound one, or its address only).
 

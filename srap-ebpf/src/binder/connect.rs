@@ -30,14 +30,14 @@ use super::{
 /// keeps only its own family's path.
 #[inline(always)]
 pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
-    // Step 1: the context.
+    // Read what the kernel hands the hook.
     let connecting = connecting(ctx, family);
     // Taken here, not after `drop_bind_record`: read from `connecting`
     // across that subprogram's call, they would go through the stack, and
     // the kernel's verifier would walk `connect6` past its million
     // instructions.
     let (peer, bound_addr) = (connecting.peer, connecting.bound_addr());
-    // Step 2: classify.
+    // Classify the socket and its destination.
     let dest = match classify(ctx, &connecting) {
         Ok(dest) => dest,
         Err(verdict) => return verdict,
@@ -59,7 +59,7 @@ pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
     } else {
         (dest, peer)
     };
-    // Steps 3 to 6.
+    // Claim a slot, pick and bind its port, record the socket.
     let result = bind_steered::<false>(ctx, family, &dest, peer, bound_addr);
     if bound_addr && (result == outcome::STEERED || result == outcome::RETRIED) {
         count(event::SOURCE_KEPT);
@@ -88,8 +88,8 @@ fn spread_then_nic(
     Some(chosen_receiver(chosen, dest, peer))
 }
 
-/// Claims a slot of the destination's receiver (step 3), binds a port of it
-/// whose tuple is free (4, 5) and records the socket (6); gives the claim
+/// Claims a slot of the destination's receiver, binds a port of it whose
+/// tuple is free and records the socket; gives the claim
 /// back when no port binds. A failed bind clears the socket's address: when the
 /// application had bound one and no port binds, it is bound again (port 0:
 /// the address alone), so the kernel's port goes with the application's

@@ -1,4 +1,4 @@
-//! Step 1: what the kernel hands a connect or bind hook, read field by
+//! Read the connect: what the kernel hands a connect or bind hook, read field by
 //! field (the kernel's verifier refuses an address derived from another
 //! field's).
 

@@ -10,26 +10,27 @@
 //! steps return it, and the hook counts it, here and nowhere else. What
 //! happened on the way counts as an `event` beside it, where it happened.
 //!
-//! A connect goes through named steps, one file each, in the order
-//! [`connect::connect`] runs them:
+//! A connect goes through steps named by what they do, one file each, in
+//! the order [`connect::connect`] runs them:
 //!
-//! 1. [`context`]: read what the kernel hands the hook (the socket's type
-//!    and protocol, destination, bound source address and port);
-//! 2. [`classify`]: is the socket of a steered protocol (TCP: a UDP
-//!    `connect()` is `protocol_not_steered`), is the destination steered,
-//!    and is the port SRAP's to choose;
-//!    then [`spread`]: under `--receiver-nics spread`, another address of
-//!    the receiver in turn, the connect's address rewritten to it and
-//!    given back by `getpeername()` (`getpeername4/6`);
-//!    then [`nic`]: under `--local-nics numa|balance`, the destination's
-//!    entry under the address of the NIC the policy chooses (the route's
-//!    when it finds none, counted);
-//! 3. [`claim`]: claim the least-occupied CPU slot of the receiver (and of
-//!    this host, `--steer both`);
-//! 4. [`ports`]: the slot's next port, from the plan's tables;
-//! 5. [`bind`]: bind it unless its tuple is taken, sharing ports by tuple;
-//! 6. [`record`]: remember the socket's slots, so closing it releases
-//!    exactly what it claimed.
+//! * read the connect ([`context`]): the socket's type and protocol, its
+//!   destination, its bound source address and port;
+//! * classify it ([`classify`]): is the socket of a steered protocol (TCP:
+//!   a UDP `connect()` is `protocol_not_steered`), is the destination
+//!   steered, and is the port SRAP's to choose;
+//! * choose the receiver's NIC ([`spread`], under `--receiver-nics
+//!   spread`): another address of the receiver in turn, the connect's
+//!   address rewritten to it and given back by `getpeername()`
+//!   (`getpeername4/6`);
+//! * choose this host's NIC ([`nic`], under `--local-nics numa|balance`):
+//!   the destination's entry under the address of the NIC the policy
+//!   chooses (the route's when it finds none, counted);
+//! * claim the least-occupied CPU slot of the receiver, and of this host
+//!   with `--steer both` ([`claim`]);
+//! * pick the slot's next port from the plan's tables ([`ports`]);
+//! * bind it unless its tuple is taken, sharing ports by tuple ([`bind`]);
+//! * record the socket's slots, so closing it releases exactly what it
+//!   claimed ([`record`]).
 //!
 //! A further subflow of an MPTCP connection, which the kernel binds with
 //! port 0 before it connects, is steered at that bind by the same steps
@@ -53,11 +54,12 @@
 //! across a subprogram call through the stack, or a lookup into every way
 //! a bind can end, would double their walk (so would a branch on whether
 //! the application bound an address: [`nic`] hands its choice back through
-//! a scratch row). The steps import downwards only, never from this file
-//! (`subflow` → `path_manager` and `connect` → `classify`, `spread`,
-//! `nic`; `spread` → `classify`; `nic` → `claim`; `bind` →
-//! `ports`, `claim`, `sockopt`; `classify` → `record` → `sockopt`; all of
-//! them → `context`, `maps`). `cargo run -p
+//! a scratch row). The steps import downwards only, never from this file:
+//! `subflow` → `connect`, `path_manager`; `connect` → every step;
+//! `sock_ops`, `sock_release` → `record`, `spread`; `spread` → `classify`,
+//! `nic`, `claim`; `classify` → `record`; `record` → `claim`, `sockopt`;
+//! `bind` → `ports`, `claim`, `sockopt`; `nic`, `ports` → `claim`; and
+//! each of them → `maps`, most also → `context`, `config`. `cargo run -p
 //! srap-tests --example kernel_verifier_walk` prints what each program
 //! costs it.
 //!

@@ -1,4 +1,4 @@
-//! Step 2½: this host's NIC (`--local-nics numa|balance`,
+//! Choose this host's NIC (`--local-nics numa|balance`,
 //! `srap_common::local_nics`). A connect the application bound no address
 //! for takes the table of the NIC the policy chooses — the one on the
 //! connecting CPU's NUMA node, or the NICs in turn — when that NIC reaches

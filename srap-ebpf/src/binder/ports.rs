@@ -1,4 +1,4 @@
-//! Step 4: the port a slot's turn stands for, from the plan's tables: an
+//! Pick the port a slot's turn stands for, from the plan's tables: an
 //! entry of the slot, the coset of that entry's value toward the
 //! destination port, a member of it (no scan, no per-port state).
 

@@ -1,4 +1,4 @@
-//! Step 6: the socket table — each steered socket's record of the slots it
+//! Record the socket: the socket table holds each steered socket's record of the slots it
 //! claimed, so that closing it releases exactly those.
 //!
 //! One record per socket, whatever path brought it to `connect()`. A

@@ -1,4 +1,4 @@
-//! Step 2¼: the receiver's NIC (`--receiver-nics spread`,
+//! Choose the receiver's NIC (`--receiver-nics spread`,
 //! `srap_common::receiver_nics`). A connect the application bound no
 //! address for, toward a receiver address whose plan has a row of
 //! addresses (the same receiver's that accept the port), takes the next
