@@ -12,18 +12,18 @@ pub const FLOWS_MAP: &str = "SRAP_FLOWS";
 pub const FLOWS_MAX_ENTRIES: u32 = 65_536;
 
 /// Name of the XDP variant of the receive observer.
-pub const VERIFY_XDP_PROGRAM: &str = "srap_verify";
+pub const OBSERVE_XDP_PROGRAM: &str = "srap_obs_xdp";
 /// Name of the tc (ingress classifier) variant of the receive observer.
-pub const VERIFY_TC_PROGRAM: &str = "srap_verify_tc";
+pub const OBSERVE_TC_PROGRAM: &str = "srap_obs_tc";
 
 /// Name of the socket observer's per-connection map in the eBPF object.
 pub const SOCK_FLOWS_MAP: &str = "SRAP_SOCK_FLOWS";
 /// Name of the socket (`sock_ops`) variant of the receive observer.
-pub const VERIFY_SOCK_PROGRAM: &str = "srap_verify_sock";
+pub const OBSERVE_SOCK_PROGRAM: &str = "srap_obs_sock";
 /// Name of the socket hook a sender attaches to its steered cgroup: where
 /// the connections it opens land on this host's own NIC (their reverse
 /// tuple), recorded at the handshake as [`SockFlow`]s.
-pub const VERIFY_LOCAL_PROGRAM: &str = "srap_verify_local";
+pub const OBSERVE_LOCAL_PROGRAM: &str = "srap_obs_local";
 /// Its per-connection map: [`FlowKey`] with this host (the connecting end)
 /// as the source → [`SockFlow`].
 pub const LOCAL_FLOWS_MAP: &str = "SRAP_LOCAL_FLOWS";
@@ -120,7 +120,7 @@ pub const NIC_HASH_NONE: u32 = 0;
 /// space (`tcp_info` through sock_diag); at close the program stores the
 /// final counts so a short connection is still accounted.
 ///
-/// On a sender's own connections (`srap_verify_local`) it also holds the
+/// On a sender's own connections (`srap_obs_local`) it also holds the
 /// CPU of the thread that called `connect()`, recorded then: against `cpu`
 /// it says whether the flow's data is received where its reader runs.
 #[repr(C)]

@@ -57,10 +57,10 @@ mod tests {
             .chain(&TRACE_PROGRAMS)
             .copied()
             .chain([
-                observer::VERIFY_XDP_PROGRAM,
-                observer::VERIFY_TC_PROGRAM,
-                observer::VERIFY_SOCK_PROGRAM,
-                observer::VERIFY_LOCAL_PROGRAM,
+                observer::OBSERVE_XDP_PROGRAM,
+                observer::OBSERVE_TC_PROGRAM,
+                observer::OBSERVE_SOCK_PROGRAM,
+                observer::OBSERVE_LOCAL_PROGRAM,
                 repair::REPAIR_PROGRAM,
             ])
             .collect();

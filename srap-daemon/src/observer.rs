@@ -1,5 +1,5 @@
-//! Loads and attaches the receive observer (`srap_verify_sock`,
-//! `srap_verify_tc` or `srap_verify`) and reads back where each TCP flow
+//! Loads and attaches the receive observer (`srap_obs_sock`,
+//! `srap_obs_tc` or `srap_obs_xdp`) and reads back where each TCP flow
 //! landed.
 //!
 //! Attachment picks the first hook that works in [`AUTO_ORDER`]: the socket
@@ -30,8 +30,8 @@ use aya::{
     },
 };
 use srap_common::observer::{
-    FLOWS_MAP, FLOWS_MAX_ENTRIES, FlowKey, FlowStats, NIC_HASH_NONE, RX_QUEUE_UNKNOWN,
-    SOCK_FLOWS_MAP, SockFlow, VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM, VERIFY_XDP_PROGRAM,
+    FLOWS_MAP, FLOWS_MAX_ENTRIES, FlowKey, FlowStats, NIC_HASH_NONE, OBSERVE_SOCK_PROGRAM,
+    OBSERVE_TC_PROGRAM, OBSERVE_XDP_PROGRAM, RX_QUEUE_UNKNOWN, SOCK_FLOWS_MAP, SockFlow,
 };
 use srap_common::protocol::Protocol;
 use srap_host::report::Chain;
@@ -690,7 +690,7 @@ where
 }
 
 fn attach_xdp(ebpf: &mut Ebpf, iface: &str, mode: XdpMode) -> Result<(), AttachFailure> {
-    loaded::<Xdp>(ebpf, VERIFY_XDP_PROGRAM, "XDP program")?
+    loaded::<Xdp>(ebpf, OBSERVE_XDP_PROGRAM, "XDP program")?
         .attach(iface, mode)
         .map(drop)
         .map_err(|err| AttachFailure::Refused(Chain(&err).to_string()))
@@ -725,7 +725,7 @@ fn attach_sock(
     let file = std::fs::File::open(&cgroup).map_err(|err| {
         AttachFailure::Refused(format!("opening cgroup {}: {err}", cgroup.display()))
     })?;
-    let program = loaded::<SockOps>(ebpf, VERIFY_SOCK_PROGRAM, "sock_ops program")?;
+    let program = loaded::<SockOps>(ebpf, OBSERVE_SOCK_PROGRAM, "sock_ops program")?;
     // A BPF link (Linux ≥ 5.7) coexists with every other program and link
     // on the cgroup whatever the mode; link_create refuses the multi flag.
     program
@@ -773,7 +773,7 @@ fn socket_diag<D>(
 
 /// tc ingress through tcx, or through a `clsact` qdisc filter.
 fn attach_tc(ebpf: &mut Ebpf, iface: &str, mode: TcMode) -> Result<(), AttachFailure> {
-    let program = loaded::<SchedClassifier>(ebpf, VERIFY_TC_PROGRAM, "tc program")?;
+    let program = loaded::<SchedClassifier>(ebpf, OBSERVE_TC_PROGRAM, "tc program")?;
     crate::tc::attach(program, iface, TcAttachType::Ingress, mode)
         .map_err(|err| AttachFailure::Refused(Chain(&err).to_string()))
 }

@@ -6,11 +6,11 @@
 //!   (`srap_connect4`, `srap_connect6`), `bind4`/`bind6`,
 //!   `cgroup/sock_release` and, for the sockets that hook never sees
 //!   (MPTCP's subflows), `sock_ops` (`srap_tcp_close`).
-//! * [`observer`]: the receive observer, XDP (`srap_verify`) and tc ingress
-//!   (`srap_verify_tc`) variants of the same per-flow accounting.
+//! * [`observer`]: the receive observer, XDP (`srap_obs_xdp`) and tc ingress
+//!   (`srap_obs_tc`) variants of the same per-flow accounting.
 //! * [`sock_observer`]: the receive observer without per-packet work,
-//!   `sock_ops` on a cgroup (`srap_verify_sock`), and its sender side on the
-//!   steered cgroup (`srap_verify_local`: where opened connections land on
+//!   `sock_ops` on a cgroup (`srap_obs_sock`), and its sender side on the
+//!   steered cgroup (`srap_obs_local`: where opened connections land on
 //!   this host's own NIC).
 //! * [`repair`]: the sender agent's occupancy audit repairs, XDP run only
 //!   through `BPF_PROG_TEST_RUN` (`srap_occupancy_repair`), with the

@@ -26,7 +26,7 @@ static SRAP_FLOWS: LruHashMap<FlowKey, FlowStats> =
 
 /// XDP receive observer: records the frame, then `XDP_PASS`.
 #[xdp]
-pub fn srap_verify(ctx: XdpContext) -> u32 {
+pub fn srap_obs_xdp(ctx: XdpContext) -> u32 {
     let (data, data_end) = (ctx.data(), ctx.data_end());
     if let Some(key) = parse_tcp_flow(data, data_end) {
         // XDP has no skb and so no `skb->hash`; on 6.3+ drivers the
@@ -44,7 +44,7 @@ pub fn srap_verify(ctx: XdpContext) -> u32 {
 
 /// tc ingress receive observer: records the skb, then `TC_ACT_OK`.
 #[classifier]
-pub fn srap_verify_tc(ctx: TcContext) -> i32 {
+pub fn srap_obs_tc(ctx: TcContext) -> i32 {
     // Headers may sit partly outside the linear area; pulling is best effort
     // (it fails only for packets shorter than asked, which then fail to parse).
     let want = MAX_HEADER_LEN.min(ctx.len() as usize);

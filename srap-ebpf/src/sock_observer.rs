@@ -12,7 +12,7 @@
 //! recorded receive queue into the new socket (`sk_rx_queue_mapping`). Every
 //! later packet of the flow hashes the same way.
 //!
-//! The same hook on a *sender's* steered cgroup (`srap_verify_local`)
+//! The same hook on a *sender's* steered cgroup (`srap_obs_local`)
 //! records the connections it opens: the active-established callback runs
 //! in the softirq that processed the SYN-ACK, on the CPU this host's RSS
 //! (and RPS) chose for the reverse tuple, after the kernel copied that
@@ -73,7 +73,7 @@ const SOCK_OPS_OK: u32 = 1;
 
 /// Records accepted connections once established and once closed.
 #[sock_ops]
-pub fn srap_verify_sock(ctx: SockOpsContext) -> u32 {
+pub fn srap_obs_sock(ctx: SockOpsContext) -> u32 {
     record(&ctx, Side::Accepted);
     SOCK_OPS_OK
 }
@@ -81,7 +81,7 @@ pub fn srap_verify_sock(ctx: SockOpsContext) -> u32 {
 /// Records the connections this host opens, once established and once
 /// closed.
 #[sock_ops]
-pub fn srap_verify_local(ctx: SockOpsContext) -> u32 {
+pub fn srap_obs_local(ctx: SockOpsContext) -> u32 {
     record(&ctx, Side::Opened);
     SOCK_OPS_OK
 }

@@ -24,8 +24,8 @@ use aya::{
 };
 use criterion::{Criterion, criterion_group, criterion_main};
 use srap_common::observer::{
-    BARE_SOCK_PROGRAM, BARE_TC_PROGRAM, BARE_XDP_PROGRAM, VERIFY_SOCK_PROGRAM, VERIFY_TC_PROGRAM,
-    VERIFY_XDP_PROGRAM,
+    BARE_SOCK_PROGRAM, BARE_TC_PROGRAM, BARE_XDP_PROGRAM, OBSERVE_SOCK_PROGRAM, OBSERVE_TC_PROGRAM,
+    OBSERVE_XDP_PROGRAM,
 };
 use srap_tests::{TwoHosts, privileged_or_skip};
 
@@ -155,8 +155,8 @@ fn per_packet(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(3));
     group.warm_up_time(Duration::from_secs(1));
     for (hook, bare, verify) in [
-        ("tc", BARE_TC_PROGRAM, VERIFY_TC_PROGRAM),
-        ("xdp", BARE_XDP_PROGRAM, VERIFY_XDP_PROGRAM),
+        ("tc", BARE_TC_PROGRAM, OBSERVE_TC_PROGRAM),
+        ("xdp", BARE_XDP_PROGRAM, OBSERVE_XDP_PROGRAM),
     ] {
         for len in [1500usize, 9000] {
             let packet = tcp_packet(len);
@@ -229,7 +229,7 @@ fn per_connection(c: &mut Criterion) {
     let (listener, server) = hosts.listen(5201).expect("listen");
     let mut objects = Objects::load();
     let stats_on = aya::sys::enable_stats(aya::sys::Stats::RunTime).expect("BPF run-time stats");
-    for name in [VERIFY_SOCK_PROGRAM, BARE_SOCK_PROGRAM] {
+    for name in [OBSERVE_SOCK_PROGRAM, BARE_SOCK_PROGRAM] {
         let program: &mut SockOps = objects
             .holding(name)
             .program_mut(name)
@@ -251,7 +251,7 @@ fn per_connection(c: &mut Criterion) {
     group.warm_up_time(Duration::from_secs(1));
     for (kind, name) in [
         ("bare", BARE_SOCK_PROGRAM),
-        ("observer", VERIFY_SOCK_PROGRAM),
+        ("observer", OBSERVE_SOCK_PROGRAM),
     ] {
         group.bench_function(format!("sock_{kind}"), |b| {
             b.iter_custom(|iters| {
@@ -268,9 +268,9 @@ fn per_connection(c: &mut Criterion) {
     }
     group.finish();
     // Per packet: a 64 MiB transfer must add only the connection's own runs.
-    let (runs_before, _) = run_stats(objects.holding(VERIFY_SOCK_PROGRAM), VERIFY_SOCK_PROGRAM);
+    let (runs_before, _) = run_stats(objects.holding(OBSERVE_SOCK_PROGRAM), OBSERVE_SOCK_PROGRAM);
     connection(&listener, server, 64 << 20);
-    let (runs_after, _) = run_stats(objects.holding(VERIFY_SOCK_PROGRAM), VERIFY_SOCK_PROGRAM);
+    let (runs_after, _) = run_stats(objects.holding(OBSERVE_SOCK_PROGRAM), OBSERVE_SOCK_PROGRAM);
     eprintln!(
         "socket observer: {} runs (both ends, per-connection callbacks) for one connection carrying 64 MiB (~46000 \
          1448-byte segments): no per-packet work",

@@ -1,5 +1,5 @@
 //! Where the steered cgroup's connections land on this host's own NIC: the
-//! socket hook (`srap_verify_local`, `sock_ops` on the steered cgroup)
+//! socket hook (`srap_obs_local`, `sock_ops` on the steered cgroup)
 //! records each connection the cgroup opens when its SYN-ACK is processed
 //! — the receive queue the kernel copied into the socket and the CPU that
 //! ran the softirq, which is where every later reverse packet of the flow
@@ -15,7 +15,7 @@ use aya::{
     programs::{CgroupAttachMode, SockOps},
 };
 use srap_common::observer::{
-    CPU_UNKNOWN, FlowKey, LOCAL_FLOWS_MAP, SockFlow, VERIFY_LOCAL_PROGRAM,
+    CPU_UNKNOWN, FlowKey, LOCAL_FLOWS_MAP, OBSERVE_LOCAL_PROGRAM, SockFlow,
 };
 use srap_host::report::Chain;
 
@@ -70,15 +70,15 @@ impl LocalLandings {
         let file = std::fs::File::open(cgroup)
             .map_err(|err| refused(format!("opening cgroup {}: {err}", cgroup.display())))?;
         let program: &mut SockOps = ebpf
-            .program_mut(VERIFY_LOCAL_PROGRAM)
+            .program_mut(OBSERVE_LOCAL_PROGRAM)
             .ok_or(ObserverError::Missing("the local sock_ops program"))?
             .try_into()
             .map_err(|source| ObserverError::Program {
-                program: VERIFY_LOCAL_PROGRAM,
+                program: OBSERVE_LOCAL_PROGRAM,
                 source,
             })?;
         program.load().map_err(|source| ObserverError::Program {
-            program: VERIFY_LOCAL_PROGRAM,
+            program: OBSERVE_LOCAL_PROGRAM,
             source,
         })?;
         // A link: coexists with the binder's and any other program there.
