@@ -80,15 +80,13 @@ impl RunningBinder {
 }
 
 /// The plan of `options` for this host as it is now ([`LocalHost::discover`]
-/// toward the targets): for the targets' NICs, and this host's too when
+/// toward the targets, the source rules it lacks installed if asked): for the targets' NICs, and this host's too when
 /// both ends are planned. A plan the maps' sizes cannot hold is an error
 /// naming the setting to raise, never a plan cut short.
 pub fn plan_for(options: &SenderOptions, range: PortRange) -> Result<Plan, SenderError> {
-    let host = LocalHost::discover(
-        &options.target_addrs::<Vec<_>>(),
-        &options.bonds,
-        &options.nics,
-    )?;
+    let receivers = options.target_addrs::<Vec<_>>();
+    let mut host = LocalHost::discover(&receivers, &options.bonds, &options.nics)?;
+    host.install_source_rules(&options.nics, &receivers);
     plan_on(options, range, host)
 }
 

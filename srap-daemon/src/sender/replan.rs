@@ -11,6 +11,7 @@ use super::{
     ends::LocalNicsPolicy,
     error::SenderError,
     local::{
+        LocalHost,
         link_watch::LinkWake,
         nics::{HostNic, LocalNics},
     },
@@ -24,16 +25,28 @@ use super::{
 /// On error before the maps are written, the old plan keeps steering
 /// untouched.
 pub fn replan(binder: &mut RunningBinder, options: &SenderOptions) -> Result<(), SenderError> {
-    // The maps keep the sizes they were made with.
-    let options = &SenderOptions {
-        sizes: binder.sizes,
-        ..options.clone()
-    };
     let host = binder.plan.host.rediscover(
         &options.target_addrs::<Vec<_>>(),
         &options.bonds,
         &options.nics,
     )?;
+    replan_on(binder, options, host)
+}
+
+/// [`replan`] for `host`, a snapshot of this host already read (the one a
+/// caller compared with the plan's): it installs the source rules the
+/// snapshot lacks, if asked, and plans on it without reading the host again.
+pub fn replan_on(
+    binder: &mut RunningBinder,
+    options: &SenderOptions,
+    mut host: LocalHost,
+) -> Result<(), SenderError> {
+    // The maps keep the sizes they were made with.
+    let options = &SenderOptions {
+        sizes: binder.sizes,
+        ..options.clone()
+    };
+    host.install_source_rules(&options.nics, &options.target_addrs::<Vec<_>>());
     let plan = plan_on(options, binder.port_range, host)?;
     let state_path = state::path_for(binder.layout.dir());
     if state::load(&state_path)?.is_none() {
@@ -71,7 +84,7 @@ pub fn replan_if_sources_changed(binder: &mut RunningBinder, options: &SenderOpt
         }
     };
     let nics = nic_changes(&binder.plan.host.nics, &now.nics);
-    match replan(binder, options) {
+    match replan_on(binder, options, now) {
         Ok(()) => {
             println!("local addresses, routes or bond members changed: replanned");
             if !nics.is_empty() {

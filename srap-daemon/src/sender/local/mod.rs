@@ -55,7 +55,8 @@ pub struct LocalHost {
     pub nics: LocalNics,
     /// What the routing lacks for flows to leave and come back by the NIC
     /// of their address ([`routing`]), checked with every read when the
-    /// policy places flows by NIC; what `--source-rules install` did.
+    /// policy places flows by NIC; what `--source-rules install` did
+    /// ([`LocalHost::install_source_rules`]).
     pub routing: RoutingReport,
 }
 
@@ -112,12 +113,20 @@ impl LocalHost {
             })
             .collect::<Result<_, SenderError>>()?;
         let found = LocalNics::discover(nics)?;
-        let routing = source_rules::follow(nics.policy, nics.source_rules, &found, receivers);
+        let routing = routing::report(nics.policy, nics.source_rules, &found, receivers);
         Ok(Self {
             toward,
             nics: found,
             routing,
         })
+    }
+
+    /// Installs the source rules `--source-rules install` asks for that this
+    /// snapshot found missing, and takes in what the routing is then: the
+    /// one change to the host a (re)plan makes, called by whoever plans
+    /// after the read (the read itself changes nothing).
+    pub fn install_source_rules(&mut self, nics: &NicSettings, receivers: &[IpAddr]) {
+        source_rules::apply(&mut self.routing, nics.policy, &self.nics, receivers);
     }
 
     /// The NIC that holds the source address `ip`.

@@ -7,7 +7,7 @@
 //! as [`RoutingFinding`]s whose messages carry the command that fixes them;
 //! with `--source-rules install`, [`super::source_rules`] adds the rules it
 //! can, and detach and a clean stop take away those, and only those. This
-//! module changes nothing on the host: it reads and judges.
+//! module changes nothing on the host: it reads and judges ([`report`]).
 //!
 //! What SRAP installs is recognizable in the kernel itself, so a restart or
 //! `srap-agent detach` finds it without a file: rule priority
@@ -16,9 +16,14 @@
 //! route without that protocol is never removed.
 //!
 //! The judgement ([`check`]) is pure, over [`HostRouting`] values; only
-//! [`HostRouting::read`] and `source_rules` touch the kernel.
+//! [`HostRouting::read`] reads the kernel, and only `source_rules` changes it.
 
-use std::{collections::BTreeSet, fmt, net::IpAddr};
+use std::{
+    collections::BTreeSet,
+    fmt,
+    net::IpAddr,
+    sync::{Mutex, PoisonError},
+};
 
 use ipnet::IpNet;
 use srap_host::fib::{
@@ -430,9 +435,79 @@ impl HostRouting {
     }
 }
 
+/// Whether `rule` is one SRAP installed: its priority, a table of its
+/// range and its protocol, from one address.
+pub fn is_ours(rule: &FibRule) -> Option<IpAddr> {
+    let src = rule
+        .src
+        .filter(|net| net.prefix_len() == net.max_prefix_len())?;
+    (rule.priority == RULE_PRIORITY
+        && rule.protocol == PROTOCOL
+        && (TABLE_BASE..TABLE_END).contains(&rule.table))
+    .then(|| src.addr())
+}
+
+/// SRAP's rules in the kernel, each with its table's routes of SRAP's
+/// protocol, as the commands that would add them.
+pub fn installed_commands(routing: &HostRouting) -> Vec<String> {
+    let mut commands = Vec::new();
+    for rule in &routing.rules {
+        let Some(src) = is_ours(rule) else { continue };
+        for route in routing
+            .routes
+            .iter()
+            .filter(|r| r.table == rule.table && r.protocol == PROTOCOL)
+        {
+            let Some(oif) = route.oif else { continue };
+            let fix = SourceFix {
+                dev: routing.name_of(oif),
+                rule: SourceRule {
+                    src,
+                    table: rule.table,
+                    priority: rule.priority,
+                    protocol: rule.protocol,
+                },
+                route: TableRoute {
+                    dst: route.dst,
+                    gateway: route.gateway,
+                    oif,
+                    table: route.table,
+                    protocol: route.protocol,
+                },
+            };
+            commands.push(fix.command());
+        }
+    }
+    commands
+}
+
+/// SRAP's rules whose address no checked NIC holds with that table (an
+/// address gone or moved, a NIC no longer given).
+pub fn stale_rules(routing: &HostRouting) -> Vec<SourceRule> {
+    routing
+        .rules
+        .iter()
+        .filter_map(|rule| {
+            let src = is_ours(rule)?;
+            let held = routing
+                .nics
+                .iter()
+                .any(|n| n.addresses.contains(&src) && TABLE_BASE + n.ifindex == rule.table);
+            (!held).then_some(SourceRule {
+                src,
+                table: rule.table,
+                priority: rule.priority,
+                protocol: rule.protocol,
+            })
+        })
+        .collect()
+}
+
 /// What the check found and what `--source-rules install` did, as the
-/// status shows it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// status shows it. Two reports are equal when the host is the same
+/// (`not_installed` aside: what the agent could not do does not make the
+/// next read of the host differ, so it does not re-plan).
+#[derive(Debug, Clone, Default)]
 pub struct RoutingReport {
     /// Whether the check ran (the policy places by NIC, with ≥ 2 NICs).
     pub checked: bool,
@@ -443,6 +518,78 @@ pub struct RoutingReport {
     pub installed: Vec<String>,
     /// Why a rule could not be installed (the findings stay shown).
     pub not_installed: Vec<String>,
+}
+
+impl PartialEq for RoutingReport {
+    fn eq(&self, other: &Self) -> bool {
+        (self.checked, self.mode, &self.findings, &self.installed)
+            == (other.checked, other.mode, &other.findings, &other.installed)
+    }
+}
+
+impl Eq for RoutingReport {}
+
+/// Reads and checks the routing for `nics` toward `receivers` under
+/// `policy`; changes nothing (installing is [`super::source_rules::apply`]).
+/// With `--source-rules install`, SRAP's rules in place are listed. Each
+/// finding, and a read that failed, is logged as a warning once per
+/// process.
+pub fn report(
+    policy: LocalNicsPolicy,
+    mode: SourceRules,
+    nics: &LocalNics,
+    receivers: &[IpAddr],
+) -> RoutingReport {
+    let names = checked_nics(policy, nics);
+    if names.is_empty() {
+        return RoutingReport::default();
+    }
+    let mut report = RoutingReport {
+        checked: true,
+        mode,
+        ..RoutingReport::default()
+    };
+    match HostRouting::read(nics, &names) {
+        Ok(routing) => {
+            report.findings = check(&routing, receivers);
+            if mode == SourceRules::Install {
+                report.installed = installed_commands(&routing);
+            }
+        }
+        Err(err) => report
+            .not_installed
+            .push(format!("reading the routing: {err}")),
+    }
+    for line in report
+        .findings
+        .iter()
+        .map(ToString::to_string)
+        .chain(report.not_installed.clone())
+    {
+        warn_once(&line);
+    }
+    for line in &report.installed {
+        say_once(&format!("source rule in place (SRAP's): {line}"), false);
+    }
+    report
+}
+
+/// Logs `line` as a warning the first time this process says it.
+pub(super) fn warn_once(line: &str) {
+    say_once(line, true);
+}
+
+/// Logs `line` the first time this process says it (a warning or info).
+fn say_once(line: &str, warn: bool) {
+    static SAID: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    let mut said = SAID.lock().unwrap_or_else(PoisonError::into_inner);
+    if said.insert(line.to_owned()) {
+        if warn {
+            tracing::warn!("{line}");
+        } else {
+            tracing::info!("{line}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -4,18 +4,14 @@
 //! its tables and its protocol ([`super::routing::RULE_PRIORITY`],
 //! [`super::routing::TABLE_BASE`], [`super::routing::PROTOCOL`]), which is
 //! how a restart, a clean stop and `srap-agent detach` find exactly those,
-//! and never anyone else's. [`follow`] is the one step that changes the
-//! host's routing: it runs [`super::routing`]'s check and, with
-//! `--source-rules install`, installs what it found missing.
+//! and never anyone else's. [`apply`] is the one step of a (re)plan that
+//! changes the host's routing: with `--source-rules install`, it installs
+//! what [`super::routing`]'s read found missing.
 
-use std::{
-    collections::BTreeSet,
-    net::IpAddr,
-    sync::{Mutex, PoisonError},
-};
+use std::net::IpAddr;
 
 use srap_host::{
-    fib::{self, FibRule, SourceRule, TableRoute},
+    fib::{self, SourceRule, TableRoute},
     netlink::NetlinkError,
 };
 
@@ -24,79 +20,11 @@ use crate::sender::{
     local::{
         nics::LocalNics,
         routing::{
-            HostRouting, PROTOCOL, RULE_PRIORITY, RoutingFinding, RoutingReport, SourceFix,
-            TABLE_BASE, TABLE_END, check, checked_nics,
+            self, HostRouting, PROTOCOL, RoutingFinding, RoutingReport, TABLE_BASE, TABLE_END,
+            checked_nics, is_ours, stale_rules, warn_once,
         },
     },
 };
-
-/// Whether `rule` is one SRAP installed: its priority, a table of its
-/// range and its protocol, from one address.
-pub fn is_ours(rule: &FibRule) -> Option<IpAddr> {
-    let src = rule
-        .src
-        .filter(|net| net.prefix_len() == net.max_prefix_len())?;
-    (rule.priority == RULE_PRIORITY
-        && rule.protocol == PROTOCOL
-        && (TABLE_BASE..TABLE_END).contains(&rule.table))
-    .then(|| src.addr())
-}
-
-/// SRAP's rules in the kernel, each with its table's routes of SRAP's
-/// protocol, as the commands that would add them.
-pub fn installed_commands(routing: &HostRouting) -> Vec<String> {
-    let mut commands = Vec::new();
-    for rule in &routing.rules {
-        let Some(src) = is_ours(rule) else { continue };
-        for route in routing
-            .routes
-            .iter()
-            .filter(|r| r.table == rule.table && r.protocol == PROTOCOL)
-        {
-            let Some(oif) = route.oif else { continue };
-            let fix = SourceFix {
-                dev: routing.name_of(oif),
-                rule: SourceRule {
-                    src,
-                    table: rule.table,
-                    priority: rule.priority,
-                    protocol: rule.protocol,
-                },
-                route: TableRoute {
-                    dst: route.dst,
-                    gateway: route.gateway,
-                    oif,
-                    table: route.table,
-                    protocol: route.protocol,
-                },
-            };
-            commands.push(fix.command());
-        }
-    }
-    commands
-}
-
-/// SRAP's rules whose address no checked NIC holds with that table (an
-/// address gone or moved, a NIC no longer given).
-pub fn stale_rules(routing: &HostRouting) -> Vec<SourceRule> {
-    routing
-        .rules
-        .iter()
-        .filter_map(|rule| {
-            let src = is_ours(rule)?;
-            let held = routing
-                .nics
-                .iter()
-                .any(|n| n.addresses.contains(&src) && TABLE_BASE + n.ifindex == rule.table);
-            (!held).then_some(SourceRule {
-                src,
-                table: rule.table,
-                priority: rule.priority,
-                protocol: rule.protocol,
-            })
-        })
-        .collect()
-}
 
 /// Removes `stale` rules and, where no other of SRAP's rules looks its
 /// table up, that table's routes of SRAP's protocol; says what failed.
@@ -236,96 +164,47 @@ pub fn remove_on_stop(mode: SourceRules) {
     }
 }
 
-/// Runs the check for `nics` toward `receivers` under `policy` and, with
-/// `--source-rules install`, installs the missing source rules and checks
-/// again. Each finding and failure is logged as a warning once per process.
-pub fn follow(
+/// `--source-rules install`, the one step of a (re)plan that changes the
+/// host: removes SRAP's rules no checked NIC's address holds any more,
+/// installs the missing ones `report` (a pure read, [`routing::report`])
+/// found, and leaves in `report` what the host is now, with what could not
+/// be done. Under `check`, or with nothing missing or stale, it changes
+/// nothing.
+pub fn apply(
+    report: &mut RoutingReport,
     policy: LocalNicsPolicy,
-    mode: SourceRules,
     nics: &LocalNics,
     receivers: &[IpAddr],
-) -> RoutingReport {
-    let names = checked_nics(policy, nics);
-    if names.is_empty() {
-        return RoutingReport::default();
-    }
-    let read = || HostRouting::read(nics, &names);
-    let mut report = RoutingReport {
-        checked: true,
-        mode,
-        ..RoutingReport::default()
-    };
-    match read() {
-        Ok(routing) => {
-            report.findings = check(&routing, receivers);
-            if mode == SourceRules::Install {
-                install_and_check_again(&mut report, routing, read, receivers);
-            }
-        }
-        Err(err) => report
-            .not_installed
-            .push(format!("reading the routing: {err}")),
-    }
-    for line in report
-        .findings
-        .iter()
-        .map(ToString::to_string)
-        .chain(report.not_installed.clone())
-    {
-        warn_once(&line);
-    }
-    report
-}
-
-/// `--source-rules install`: removes SRAP's rules no checked NIC's
-/// address holds any more, installs the missing ones, and reports what
-/// SRAP's rules in the kernel now are (this run's and an earlier one's).
-fn install_and_check_again(
-    report: &mut RoutingReport,
-    mut routing: HostRouting,
-    read: impl Fn() -> Result<HostRouting, NetlinkError>,
-    receivers: &[IpAddr],
 ) {
+    if report.mode != SourceRules::Install || !report.checked {
+        return;
+    }
+    let Ok(routing) = HostRouting::read(nics, &checked_nics(policy, nics)) else {
+        return; // the report already says the read failed
+    };
     let stale = stale_rules(&routing);
-    report.not_installed.extend(prune(&routing, &stale));
-    if !report.findings.is_empty() || !stale.is_empty() {
-        report
-            .not_installed
-            .extend(install(&report.findings).failed);
-        if let Ok(again) = read() {
-            routing = again;
-            report.findings = check(&routing, receivers);
-        }
+    if report.findings.is_empty() && stale.is_empty() {
+        return;
     }
-    report.installed = installed_commands(&routing);
-    for line in &report.installed {
-        say_once(&format!("source rule in place (SRAP's): {line}"), false);
+    let mut failed = prune(&routing, &stale);
+    failed.extend(install(&report.findings).failed);
+    *report = routing::report(policy, report.mode, nics, receivers);
+    for line in &failed {
+        warn_once(line);
     }
-}
-
-fn warn_once(line: &str) {
-    say_once(line, true);
-}
-
-/// Logs `line` the first time this process says it (a warning or info).
-fn say_once(line: &str, warn: bool) {
-    static SAID: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
-    let mut said = SAID.lock().unwrap_or_else(PoisonError::into_inner);
-    if said.insert(line.to_owned()) {
-        if warn {
-            tracing::warn!("{line}");
-        } else {
-            tracing::info!("{line}");
-        }
-    }
+    report.not_installed.extend(failed);
 }
 
 #[cfg(test)]
 mod tests {
-    use srap_host::fib::FibRoute;
+    use srap_host::fib::{FibRoute, FibRule};
 
     use super::*;
-    use crate::sender::local::routing::fixtures::{host, ip, nic_row, route, rule};
+    use crate::sender::local::routing::{
+        PROTOCOL, RULE_PRIORITY,
+        fixtures::{host, ip, nic_row, route, rule},
+        installed_commands,
+    };
 
     /// SRAP's rules in the kernel are listed as commands (an earlier run's
     /// too); one whose address no checked NIC holds with its table is
@@ -365,9 +244,16 @@ mod tests {
         let nics = LocalNics {
             nics: vec![nic_row("eth0", true), nic_row("eth1", true)],
         };
-        let report = follow(
+        let mut report = routing::report(
             LocalNicsPolicy::Route,
             SourceRules::Install,
+            &nics,
+            &[ip("10.0.9.1")],
+        );
+        assert_eq!(report, RoutingReport::default());
+        apply(
+            &mut report,
+            LocalNicsPolicy::Route,
             &nics,
             &[ip("10.0.9.1")],
         );
