@@ -55,7 +55,7 @@ mod user {
     use thiserror::Error;
 
     use super::{EmulatorConfig, INPUT_BYTES, MAX_INDIR};
-    use crate::rss::{HashFields, InputXfrm, RssModel, ToeplitzTable};
+    use crate::rss::{HashFields, RssModel, ToeplitzTable};
 
     // SAFETY: `#[repr(C)]`, two u32s, no padding.
     unsafe impl aya::Pod for EmulatorConfig {}
@@ -90,7 +90,7 @@ mod user {
         pub fn new(model: &RssModel, queues: u32) -> Result<Self, EmulatorError> {
             let four_tuple = |fields: HashFields| fields == HashFields::ALL;
             let (tcp4, tcp6) = (model.fields(true), model.fields(false));
-            if !four_tuple(tcp4) || !four_tuple(tcp6) || model.xfrm() != InputXfrm::None {
+            if !four_tuple(tcp4) || !four_tuple(tcp6) || !model.xfrm().can_be_emulated() {
                 return Err(EmulatorError::Unsupported {
                     tcp4: tcp4.to_string(),
                     tcp6: tcp6.to_string(),

@@ -13,7 +13,7 @@ use crate::{
     binder::{CosetRow, LISTED_PORTS_PER_SLOT, LayoutRow, MAX_SLOTS, SlotRow, TableRow, slot_turn},
     bond::MemberPlan,
     family::Family,
-    rss::{FlowTuple, InputXfrm, RssModel, TupleError},
+    rss::{FlowTuple, RssModel, TupleError},
     solver::{IndexMap, PortHash, PortRange, PortSolver},
 };
 
@@ -112,10 +112,10 @@ fn nonlinear_reason(model: &RssModel) -> Option<String> {
             "its indirection table has {} entries; a port has 16 bits",
             model.indir().len()
         )),
-        Some(_) if model.xfrm() == InputXfrm::SymOrXor => {
-            Some("input transform sym-or-xor ORs the two ports".into())
-        }
-        Some(_) => None,
+        Some(_) => model
+            .xfrm()
+            .not_affine_because()
+            .map(|why| format!("input transform {} {why}", model.xfrm())),
     }
 }
 

@@ -112,7 +112,54 @@ pub enum InputXfrm {
 }
 
 impl InputXfrm {
-    pub const NAMES: [&'static str; 3] = ["none", "sym-xor", "sym-or-xor"];
+    /// Every transform. A new one is a variant here and an arm in each of
+    /// the functions below (the compiler names them): its name, how it
+    /// combines a byte pair, its kernel bits, and what the port tables and
+    /// the emulator can do with it.
+    pub const ALL: [Self; 3] = [Self::None, Self::SymXor, Self::SymOrXor];
+    /// Their names, as ethtool and the description file write them.
+    pub const NAMES: [&'static str; 3] = [
+        Self::ALL[0].name(),
+        Self::ALL[1].name(),
+        Self::ALL[2].name(),
+    ];
+
+    /// Its name, as ethtool and the description file write it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::SymXor => "sym-xor",
+            Self::SymOrXor => "sym-or-xor",
+        }
+    }
+
+    /// Its bits in the kernel's `input_xfrm` mask (`RXH_XFRM_*`; 0 for none).
+    pub const fn ethtool_bits(self) -> u32 {
+        match self {
+            Self::None => 0,
+            Self::SymXor => 1 << 0,
+            Self::SymOrXor => 1 << 1,
+        }
+    }
+
+    /// Why the hash is not affine in the ports under this transform, if it
+    /// is not: the port tables plan by cosets, which needs the hash to be
+    /// affine over GF(2) in the source port's bits.
+    pub const fn not_affine_because(self) -> Option<&'static str> {
+        match self {
+            Self::None | Self::SymXor => None,
+            Self::SymOrXor => Some("ORs the two ports"),
+        }
+    }
+
+    /// The lab's RSS-NIC emulator (`srap_rss_nic`) can hash with it: it
+    /// hashes the fields as they are, with no transform.
+    pub const fn can_be_emulated(self) -> bool {
+        match self {
+            Self::None => true,
+            Self::SymXor | Self::SymOrXor => false,
+        }
+    }
 
     fn combine(self, src: u8, dst: u8) -> (u8, u8) {
         match self {
@@ -127,25 +174,21 @@ impl FromStr for InputXfrm {
     type Err = String;
 
     fn from_str(name: &str) -> Result<Self, Self::Err> {
-        match name {
-            "none" => Ok(Self::None),
-            "sym-xor" => Ok(Self::SymXor),
-            "sym-or-xor" => Ok(Self::SymOrXor),
-            other => Err(format!(
-                "`{other}` is not an input transform (use one of {})",
-                Self::NAMES.join(", ")
-            )),
-        }
+        Self::ALL
+            .into_iter()
+            .find(|x| x.name() == name)
+            .ok_or_else(|| {
+                format!(
+                    "`{name}` is not an input transform (use one of {})",
+                    Self::NAMES.join(", ")
+                )
+            })
     }
 }
 
 impl fmt::Display for InputXfrm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::None => "none",
-            Self::SymXor => "sym-xor",
-            Self::SymOrXor => "sym-or-xor",
-        })
+        f.write_str(self.name())
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod description;
 mod error;
+mod hash_function;
 mod input;
 mod learn;
 mod model;
@@ -13,6 +14,7 @@ mod toeplitz;
 
 pub use description::{FieldsDescription, RssDescription, embedded_default};
 pub use error::{DescriptionError, DescriptionFileError, KeyError, TupleError};
+pub use hash_function::HashFunction;
 pub use input::{FlowTuple, HashFields, HashInput, InputXfrm, MAX_INPUT_LEN};
 pub use learn::{Coverage, KeyLearner, LearnError, Learned, TableBits};
 pub use model::{End, Landing, RssModel};

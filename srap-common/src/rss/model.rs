@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use crate::protocol::FlowType;
 
 use super::{
-    DescriptionError, FieldsDescription, FlowTuple, HashFields, HashInput, InputXfrm,
+    DescriptionError, FieldsDescription, FlowTuple, HashFields, HashFunction, HashInput, InputXfrm,
     RssDescription, ToeplitzKey, ToeplitzTable,
 };
 
@@ -74,13 +74,16 @@ impl RssModel {
     }
 
     pub fn from_description(desc: &RssDescription) -> Result<Self, DescriptionError> {
-        if desc.hfunc != "toeplitz" {
+        let function = desc
+            .hfunc
+            .parse::<HashFunction>()
+            .map_err(|e| DescriptionError::field("hfunc", e))?;
+        if !function.modelled() {
             return Err(DescriptionError::field(
                 "hfunc",
                 format!(
-                    "hash function `{}` is not modelled: SRAP predicts Toeplitz only \
-                     (`ethtool -X DEV hfunc toeplitz` selects it)",
-                    desc.hfunc
+                    "hash function `{function}` is not modelled: SRAP predicts Toeplitz only \
+                     (`ethtool -X DEV hfunc toeplitz` selects it)"
                 ),
             ));
         }

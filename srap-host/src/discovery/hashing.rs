@@ -2,12 +2,7 @@
 //! (`ETH_RSS_HASH_*`), input transform (`RXH_XFRM_*`), hashed fields
 //! (`RXH_*` → ethtool letters), and the one driver quirk SRAP knows of.
 
-const ETH_RSS_HASH_TOP: u32 = 1 << 0;
-const ETH_RSS_HASH_XOR: u32 = 1 << 1;
-const ETH_RSS_HASH_CRC32: u32 = 1 << 2;
-
-const RXH_XFRM_SYM_XOR: u32 = 1 << 0;
-const RXH_XFRM_SYM_OR_XOR: u32 = 1 << 1;
+use srap_common::rss::{HashFunction, InputXfrm};
 
 /// `RXH_*` bits and their ethtool letters, in ethtool's order.
 const RXH_LETTERS: [(u64, char); 7] = [
@@ -28,26 +23,30 @@ pub const KERNEL_REPORTS_OR_XOR: (u32, u32) = (6, 15);
 /// ethtool's name of the hash function in `hfunc` (a one-bit mask). `None`
 /// for 0: the driver did not say.
 pub fn hfunc_name(hfunc: u32) -> Option<String> {
-    match hfunc {
-        0 => None,
-        ETH_RSS_HASH_TOP => Some("toeplitz".into()),
-        ETH_RSS_HASH_XOR => Some("xor".into()),
-        ETH_RSS_HASH_CRC32 => Some("crc32".into()),
-        other => Some(format!("unknown (hfunc bits {other:#x})")),
+    match (hfunc, HashFunction::from_ethtool_bits(hfunc)) {
+        (0, _) => None,
+        (_, Some(function)) => Some(function.name().into()),
+        (other, None) => Some(format!("unknown (hfunc bits {other:#x})")),
     }
 }
 
 /// The description's name of an `RXH_XFRM_*` mask.
 pub fn xfrm_name(bits: u32) -> Result<&'static str, String> {
-    match bits {
-        0 => Ok("none"),
-        RXH_XFRM_SYM_XOR => Ok("sym-xor"),
-        RXH_XFRM_SYM_OR_XOR => Ok("sym-or-xor"),
-        other => Err(format!(
-            "input transform bits {other:#x} are not one transform SRAP knows \
-             (sym-xor = 0x1, sym-or-xor = 0x2)"
-        )),
-    }
+    InputXfrm::ALL
+        .into_iter()
+        .find(|x| x.ethtool_bits() == bits)
+        .map(InputXfrm::name)
+        .ok_or_else(|| {
+            let known: Vec<String> = InputXfrm::ALL
+                .iter()
+                .filter(|x| x.ethtool_bits() != 0)
+                .map(|x| format!("{} = {:#x}", x.name(), x.ethtool_bits()))
+                .collect();
+            format!(
+                "input transform bits {bits:#x} are not one transform SRAP knows ({})",
+                known.join(", ")
+            )
+        })
 }
 
 /// ethtool letters of an `RXH_*` mask (`ethtool -n DEV rx-flow-hash tcp4`).
