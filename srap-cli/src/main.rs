@@ -8,8 +8,8 @@ mod exec;
 mod hash;
 mod odds;
 mod predict;
-mod receiver;
 mod rss;
+mod rss_file;
 mod status;
 
 use std::process::ExitCode;

@@ -17,7 +17,7 @@ use srap_common::{
     solver::PortRange,
 };
 
-use crate::receiver;
+use crate::rss_file;
 
 /// Smallest indirection table the simulated NIC gets (mlx5 and ice use ≥ 128).
 const MIN_TABLE_LEN: usize = 128;
@@ -80,7 +80,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         return bond_odds(args, members);
     }
     let model = match (&args.rss, args.cpus) {
-        (Some(path), _) => Some(receiver::load(Some(path))?),
+        (Some(path), _) => Some(rss_file::load(Some(path))?),
         (None, Some(cpus)) if args.trials.is_some() => Some(round_robin_nic(cpus)?),
         (None, Some(_)) => None,
         (None, None) => bail!("give --cpus C (or --rss FILE to count the CPUs it reaches)"),

@@ -9,7 +9,7 @@ use srap_common::{
     solver::PortRange,
 };
 
-use crate::receiver;
+use crate::rss_file;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -49,14 +49,14 @@ struct JsonPlan {
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let model = receiver::load(args.rss.as_deref())?;
+    let model = rss_file::load(args.rss.as_deref())?;
     let template = FlowTuple::new(args.src, 0, args.dst.ip(), args.dst.port())?;
     let plan = plan(&model, &template, args.flows as usize, args.port_range)?;
     if args.json {
         println!("{}", serde_json::to_string(&to_json(&plan))?);
         return Ok(());
     }
-    println!("{}", receiver::summary(&model));
+    println!("{}", rss_file::summary(&model));
     println!(
         "flows {} -> {}, source ports {}",
         args.src, args.dst, args.port_range

@@ -1,5 +1,5 @@
-//! Where the receiver's RSS description comes from: a file, or the embedded
-//! 32-queue default.
+//! The receiver's RSS description for the offline commands (`srap predict`,
+//! `srap odds`): `--rss FILE`, or the embedded 32-queue default.
 
 use std::path::Path;
 
