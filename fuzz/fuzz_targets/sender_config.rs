@@ -15,14 +15,17 @@ use libfuzzer_sys::fuzz_target;
 use srap_common::solver::PortRange;
 
 #[allow(dead_code)]
+#[path = "../../srap-daemon/src/sender/choices.rs"]
+mod choices;
+#[allow(dead_code)]
 #[path = "../../srap-daemon/src/sender/config.rs"]
 mod config;
 #[allow(dead_code)]
-#[path = "../../srap-daemon/src/sender/mptcp_mode.rs"]
-mod mptcp_mode;
-#[allow(dead_code)]
 #[path = "../../srap-daemon/src/sender/rate.rs"]
 mod rate;
+#[allow(dead_code)]
+#[path = "../../srap-daemon/src/setting.rs"]
+mod setting;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -33,11 +33,9 @@ mod tests {
     use serde::de::DeserializeOwned;
 
     use super::word;
-    use crate::sender::{
-        ends::{LocalNicsPolicy, LocalPlacement, PlacedEnds, SourceRules},
-        local::bond::BondMembers,
-        mptcp_mode::MptcpMode,
-        spread::ReceiverNicsMode,
+    use crate::sender::choices::{
+        BondMembers, LocalNicsPolicy, LocalPlacement, MptcpMode, PlacedEnds, ReceiverNicsMode,
+        SourceRules,
     };
 
     /// Every value of `T`, written as its word under `key` in a config

@@ -590,7 +590,7 @@ fn connect_accept_features(
     plain: &CgroupDir,
     stats: bool,
 ) -> Vec<(String, f64)> {
-    use sender::{mptcp_mode::MptcpMode, spread::ReceiverNicsMode};
+    use sender::{choices::MptcpMode, spread::ReceiverNicsMode};
     let (listener, server) = hosts.listen(5203).expect("listen");
     let binders = hosts
         .sender

@@ -11,9 +11,9 @@ use std::{
 use srap_common::solver::PortRange;
 use srap_daemon::sender::{
     PacingRate,
+    choices::MptcpMode,
     ends::{LocalNicsPolicy, LocalPlacement, LocalSettings, PlacedEnds, SourceRules},
     local::bond::BondMembers,
-    mptcp_mode::MptcpMode,
     settings::{DescriptionSource, SenderSettings, SizeSettings},
     spread::ReceiverNicsMode,
 };

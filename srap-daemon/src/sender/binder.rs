@@ -24,12 +24,12 @@ use tracing::{debug, info, warn};
 
 use super::{
     attach::{self, Attachment},
+    choices::MptcpMode,
     ends::{LocalNicsPolicy, LocalPlacement},
     error::SenderError,
     layout::{PinLayout, programs_for},
     local::{LocalHost, link_watch::LinkWatch, nic_choice},
     maps,
-    mptcp_mode::MptcpMode,
     options::SenderOptions,
     plan::{Plan, PlanInputs},
     spread::{self, ReceiverNicsMode, failing::SynFallback},

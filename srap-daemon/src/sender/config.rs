@@ -27,11 +27,9 @@ use std::{
 
 use serde::Deserialize;
 
-use super::{
-    ends::{LocalNicsPolicy, LocalPlacement, PlacedEnds, SourceRules},
-    local::bond::BondMembers,
-    mptcp_mode::MptcpMode,
-    spread::ReceiverNicsMode,
+use super::choices::{
+    BondMembers, LocalNicsPolicy, LocalPlacement, MptcpMode, PlacedEnds, ReceiverNicsMode,
+    SourceRules,
 };
 
 /// The file's keys (kebab-case, as the flags); an enum-valued key parses

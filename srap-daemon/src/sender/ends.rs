@@ -4,102 +4,12 @@
 //! name this host's own NIC when it is one of them ([`LocalSettings`]:
 //! `--local-iface` or `--local-rss`, `--local-cpus`). The NIC itself, as
 //! described, is [`super::local::nic`]'s. Plain settings, beneath
-//! everything else of the sender.
+//! everything else of the sender; the enums among them are defined in
+//! [`super::choices`] and named here too.
 
 use std::{collections::BTreeSet, path::PathBuf};
 
-use srap_common::{binder::placement, local_nics::policy as nic_policy};
-
-/// `--steer`: which ends' NICs a steered flow is placed on (their CPUs:
-/// the receiver's, this host's, or both at once).
-#[derive(clap::ValueEnum, serde::Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[serde(rename_all = "kebab-case")]
-pub enum PlacedEnds {
-    /// The receiver's (the data this host sends).
-    #[default]
-    Remote,
-    /// This host's own (the reverse tuple: what this host receives).
-    Local,
-    /// One port for both.
-    Both,
-}
-
-impl PlacedEnds {
-    /// The receiver's CPUs are planned.
-    pub fn remote(self) -> bool {
-        self != Self::Local
-    }
-
-    /// This host's CPUs are planned.
-    pub fn local(self) -> bool {
-        self != Self::Remote
-    }
-}
-
-/// `--local-placement`: which of this host's CPUs a steered flow's local
-/// end (what this host receives on it) is placed on.
-#[derive(clap::ValueEnum, serde::Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[serde(rename_all = "kebab-case")]
-#[repr(u32)]
-pub enum LocalPlacement {
-    /// The least-occupied offered CPU: flows spread over this host's CPUs.
-    #[default]
-    Spread = placement::SPREAD,
-    /// The connecting thread's CPU, else its nearest offered CPU (SMT
-    /// sibling, last-level cache, NUMA node).
-    ///
-    /// Holds for the CPU at `connect()`: a thread that moves later leaves
-    /// its flow behind.
-    Reader = placement::READER,
-}
-
-impl LocalPlacement {
-    /// As the hook's config holds it (`srap_common::binder::placement`).
-    pub fn as_config(self) -> u32 {
-        self as u32
-    }
-}
-
-/// `--local-nics`: which of this host's NICs a steered flow leaves and
-/// arrives by, where several can reach its destination: the connect hook
-/// binds the chosen NIC's address when the application bound none
-/// (`srap_common::local_nics`), and places the flow by the route where
-/// that NIC cannot take it (counted as `nic_fallback`).
-#[derive(clap::ValueEnum, serde::Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[serde(rename_all = "kebab-case")]
-#[repr(u32)]
-pub enum LocalNicsPolicy {
-    /// The route's NIC (its source address), as the kernel chooses.
-    #[default]
-    Route = nic_policy::ROUTE,
-    /// The NIC on the connecting CPU's NUMA node.
-    Numa = nic_policy::NUMA,
-    /// Flows spread evenly over the NICs (egress bandwidth).
-    Balance = nic_policy::BALANCE,
-}
-
-impl LocalNicsPolicy {
-    /// As the hook's config holds it (`srap_common::local_nics::policy`).
-    pub fn as_config(self) -> u32 {
-        self as u32
-    }
-}
-
-/// `--source-rules`: whether the agent only says which source rules the
-/// NICs of `--local-nics numa|balance` need, or also installs them (and
-/// removes them on detach and on a clean stop).
-#[derive(clap::ValueEnum, serde::Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[serde(rename_all = "kebab-case")]
-pub enum SourceRules {
-    /// Say what is missing; change nothing.
-    #[default]
-    Check,
-    /// Install each missing source rule and its table's route; remove them
-    /// on detach.
-    Install,
-}
-
-crate::setting::display_as_word!(PlacedEnds, LocalPlacement, LocalNicsPolicy, SourceRules);
+pub use super::choices::{LocalNicsPolicy, LocalPlacement, PlacedEnds, SourceRules};
 
 /// Which NIC the ports are chosen for, and this host's own NIC when it is
 /// one of them (see `docs/directions.md`): `--steer`, `--local-iface`,

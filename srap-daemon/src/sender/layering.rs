@@ -13,7 +13,7 @@ use std::{
 /// Each module of `sender` and its floor, as the module doc lists them.
 const FLOORS: [(&str, u32); 30] = [
     ("error", 1),
-    ("mptcp_mode", 1),
+    ("choices", 1),
     ("layout", 1),
     ("rate", 1),
     ("ends", 1),

@@ -20,13 +20,13 @@
 //! A unit test (`layering.rs`) reads the sources and holds them to it: a
 //! new module is given its floor there and here.
 //!
-//! 1. **Words** — imports nothing of the sender: [`error`] (one error for
+//! 1. **Words** — imports nothing of the sender but each other:
+//!    [`choices`] (each enum-valued setting, defined once), [`error`] (one error for
 //!    the sender), [`layout`] (the pin paths), [`rate`], [`ends`] (which
 //!    ends' NICs a flow is placed on, and this host's settings),
 //!    [`target`] (a receiver address with its host's model), [`landings`] (the socket hook reading where this
 //!    host's connections land), [`spread`] (`--receiver-nics`: the rows
-//!    of a receiver's addresses a connect may be sent to), [`mptcp_mode`]
-//!    (`--mptcp`).
+//!    of a receiver's addresses a connect may be sent to).
 //! 2. **This host and the binder's records**: [`local`] (this host's
 //!    addresses, routes and bonds toward the receivers, its NICs as one
 //!    list and the source routing they need, its own NIC, the reader
@@ -54,6 +54,7 @@ mod attach;
 pub mod audit;
 pub mod binder;
 pub mod bond_members;
+pub mod choices;
 pub mod config;
 pub mod detach;
 pub mod ends;
@@ -68,7 +69,6 @@ pub mod local;
 pub mod local_end;
 mod maps;
 pub mod mptcp;
-pub mod mptcp_mode;
 pub mod offline;
 pub mod options;
 pub mod plan;

@@ -8,13 +8,13 @@ use std::{net::IpAddr, path::PathBuf, sync::Arc};
 use srap_common::{binder::BinderSizes, rss::RssModel, solver::PortRange};
 
 use super::{
+    choices::MptcpMode,
     ends::LocalPlacement,
     local::{
         bond::BondSettings,
         nic::LocalNic,
         nics::{GivenNic, NicSettings},
     },
-    mptcp_mode::MptcpMode,
     rate::PacingRate,
     settings::SenderSettings,
     spread::{ReceiverNicsMode, SpreadPeer},

@@ -13,11 +13,11 @@ use srap_common::{binder::BinderSizes, solver::PortRange};
 use srap_host::cpulist;
 
 use super::{
+    choices::MptcpMode,
     config::{ConfigError, OneOrMany, SenderConfig},
     ends::{LocalSettings, PlacedEnds},
     layout::DEFAULT_PIN_DIR,
     local::bond::BondMembers,
-    mptcp_mode::MptcpMode,
     rate::PacingRate,
     spread::ReceiverNicsMode,
 };

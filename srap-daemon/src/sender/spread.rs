@@ -22,6 +22,7 @@ use std::{
     sync::Arc,
 };
 
+pub use super::choices::ReceiverNicsMode;
 use srap_common::{
     binder::{DestKey, DestValue},
     port_tables::addr_words,
@@ -30,28 +31,6 @@ use srap_common::{
     rss::{RssDescription, RssModel},
     wire::{NicLink, ReceiverNics},
 };
-
-/// `--receiver-nics`: which of a receiver's addresses a steered connect
-/// goes to.
-#[derive(clap::ValueEnum, serde::Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-#[serde(rename_all = "kebab-case")]
-#[repr(u32)]
-pub enum ReceiverNicsMode {
-    /// The address the application asked for (the kernel's behaviour).
-    #[default]
-    Asked = srap_common::receiver_nics::mode::ASKED,
-    /// The receiver's addresses that accept the port, in turn.
-    Spread = srap_common::receiver_nics::mode::SPREAD,
-}
-
-impl ReceiverNicsMode {
-    /// As the hook's config holds it (`srap_common::receiver_nics::mode`).
-    pub fn as_config(self) -> u32 {
-        self as u32
-    }
-}
-
-crate::setting::display_as_word!(ReceiverNicsMode);
 
 /// One receiver agent as the spread rows are made for it: the addresses
 /// an application may ask for (its `--peer`'s) and what it last said of

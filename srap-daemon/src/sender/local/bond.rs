@@ -14,23 +14,9 @@
 use std::{collections::BTreeMap, net::IpAddr};
 
 use srap_common::bond::MemberPlan;
+
+pub use crate::sender::choices::BondMembers;
 use srap_host::bond::Bond;
-
-/// `--bond-members`: whether the plan balances flows over the members of
-/// a bond the route leaves by.
-#[derive(clap::ValueEnum, serde::Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum BondMembers {
-    /// Each flow on an even share of the bond's usable members, as well as
-    /// on a free receiver CPU.
-    #[default]
-    Balance,
-    /// Leave the members to the bond's hash: the receiver's CPUs only (the
-    /// bond is still shown, with its members' counters).
-    Ignore,
-}
-
-crate::setting::display_as_word!(BondMembers);
 
 /// How the plan treats bonds: `--bond-members`, and the bonds whose
 /// members' counters paused their balancing, with why (kept with the
