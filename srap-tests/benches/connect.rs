@@ -424,7 +424,7 @@ impl Drop for Attached {
     }
 }
 
-/// Receiver counts whose pinned maps the bench reports (issue 32).
+/// Receiver counts whose pinned maps the bench reports.
 const PINNED_RECEIVERS: [u32; 3] = [1, 100, 4096];
 
 /// The kernel memory the binder's maps take for 1, 100 and 4 096
@@ -650,7 +650,7 @@ fn connect_accept_features(
     figures
 }
 
-/// This host's NICs (issue 43): the same connects to a service address
+/// This host's NICs: the same connects to a service address
 /// reached by two links, from a binder choosing no NIC (`--local-nics
 /// route`) and from one taking the links in turn (`balance`: the NIC's
 /// table, its address bound), in turns with the baseline. Besides the

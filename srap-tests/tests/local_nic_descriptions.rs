@@ -1,5 +1,5 @@
 //! Each of this host's NICs places its own flows with its own RSS
-//! description (issue 43, the reader rule per NIC), on a real kernel: a
+//! description (the reader rule per NIC), on a real kernel: a
 //! sender namespace with two veth links to a receiver namespace, each its
 //! own subnet, the receiver's service address reached by link A's route
 //! (and by B's at a worse metric), the source rules B needs installed by

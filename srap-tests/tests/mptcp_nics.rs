@@ -1,4 +1,4 @@
-//! MPTCP into a receiver with two RSS NICs (issue 45), judged in the QEMU
+//! MPTCP into a receiver with two RSS NICs, judged in the QEMU
 //! receiver guest of the receiver-NIC issue
 //! ([`srap_harness::guest::receiver_nics_lab`]: two nodes of 8 vCPUs, on
 //! each an 8-queue virtio-net NIC with every queue's IRQ pinned to a vCPU

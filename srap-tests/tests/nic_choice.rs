@@ -1,5 +1,5 @@
-//! The connect hook choosing this host's NIC (`--local-nics numa|balance`,
-//! issue 43), on a real kernel: a sender namespace with two veth links to a
+//! The connect hook choosing this host's NIC (`--local-nics numa|balance`),
+//! on a real kernel: a sender namespace with two veth links to a
 //! receiver namespace, each its own subnet, the receiver's service address
 //! reached by link A's route (and by B's at a worse metric), and
 //! `--source-rules install` so an address of B leaves by B.

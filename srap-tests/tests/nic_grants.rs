@@ -1,4 +1,4 @@
-//! CPU grants per receiver NIC (issue 44, "grants cover CPUs per NIC"), on
+//! CPU grants per receiver NIC ("grants cover CPUs per NIC"), on
 //! a real kernel: a receiver namespace reached by two veth links on two
 //! subnets, its agent serving both (`--iface` twice) with a description
 //! each (`--rss` twice: a veth has no RSS) whose queues sit on different

@@ -1,4 +1,4 @@
-//! This host's NICs, one per NUMA node (issue 43), judged in a QEMU guest
+//! This host's NICs, one per NUMA node, judged in a QEMU guest
 //! that is a dual-socket sender: two nodes of two vCPUs, a 4-queue
 //! virtio-net NIC with RSS on each node's PCIe expander, each NIC on its
 //! own tap and subnet of the test's namespace

@@ -1,5 +1,5 @@
 //! The connect hook spreading a transfer over the receiver's NICs
-//! (`--receiver-nics spread`, issue 44), on a real kernel: a receiver
+//! (`--receiver-nics spread`), on a real kernel: a receiver
 //! namespace reached by two veth links on two subnets, its agent serving
 //! both (`--iface` twice), the sender agent following it with the first
 //! address as the one applications ask for.

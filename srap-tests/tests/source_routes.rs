@@ -1,4 +1,4 @@
-//! Routing that follows the source address (issue 43, part 3), on a real
+//! Routing that follows the source address, on a real
 //! kernel: a sender namespace with two veth links to a receiver namespace,
 //! each its own subnet, the receiver's service address reached via link A
 //! by the main table (and via B only at a worse metric). With `--local-nics

@@ -1,4 +1,4 @@
-//! The receiver's NICs (issue 44), judged in a QEMU receiver guest with
+//! The receiver's NICs, judged in a QEMU receiver guest with
 //! two virtio-net NICs with RSS, each on its own tap and subnet of the
 //! test's namespace ([`srap_harness::guest::receiver_nics_lab`]: two nodes
 //! of 8 vCPUs, on each an 8-queue NIC with every queue's IRQ pinned to a

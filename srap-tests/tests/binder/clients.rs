@@ -273,9 +273,9 @@ fn an_address_added_while_running_is_planned() {
 }
 
 /// Sockets bound to their address with `IP_BIND_ADDRESS_NO_PORT` and port
-/// 0 before `connect()`, as a real client binds them (issue 32: the bind
-/// hook's record and the connect's were two, and closing left the second
-/// with its CPU counted): each is recorded once, and once they are closed
+/// 0 before `connect()`, as a real client binds them (were the bind hook's
+/// record and the connect's two, closing would leave the second with its
+/// CPU counted): each is recorded once, and once they are closed
 /// the pinned occupancy is zero with nothing for the audit to repair.
 #[test]
 #[ignore = "client runtime: needs root, netns, bpffs and python3; run as root by `cargo xtask test`"]

@@ -26,7 +26,7 @@ use srap_tests::require_privileged;
 /// The other application's destination port: its connections are told
 /// apart from the steered workload's by it.
 const OTHER_DPORT: u16 = 5202;
-/// Connections per object, a second, and for how long (issue 19).
+/// Connections per object, a second, and for how long.
 const CHURN_RATE: u32 = 200;
 const CHURN_SECONDS: u32 = 15;
 /// Long flows opened while the churn runs.
