@@ -142,7 +142,7 @@ pub fn settings_text(sizes: &BinderSizes) -> String {
 
 /// Loads the object with every binder map opened from, or created at, its
 /// pin, each created with the entries `sizes` give it, and `config` as the
-/// programs' load-time settings (no program is verified yet: [`verify`]).
+/// programs' load-time settings (no program is verified yet: `verify` does that).
 /// Any object whose maps bear the binder's names shares them so: the lab's
 /// drift injector is loaded this way beside a running binder.
 pub fn load(

@@ -62,7 +62,7 @@ pub fn replan_on(
 
 /// Re-plans (for the same RSS models) when this host toward the receivers
 /// is no longer the snapshot the plan was made for
-/// ([`LocalHost`](super::local::LocalHost), re-read with
+/// ([`LocalHost`], re-read with
 /// [`rediscover`](super::local::LocalHost::rediscover)): an
 /// address added for an application to bind, a route changed, the bond
 /// they leave by (a member down or up, a port out of the aggregator), or
