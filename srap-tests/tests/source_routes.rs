@@ -129,10 +129,17 @@ fn a_missing_source_rule_is_reported_installed_followed_by_the_kernel_and_remove
     let table = TABLE_BASE + ifindex_b;
 
     // check: B's missing rule, with the exact command; nothing for A.
+    // As the planner does: read the host, then install what it lacks (only
+    // under `install`; the read itself changes nothing).
     let read = |mode| {
         hosts
             .sender
-            .run(|| LocalHost::discover(&receivers, &bonds, &settings(a, b, mode)))
+            .run(|| {
+                let nics = settings(a, b, mode);
+                let mut host = LocalHost::discover(&receivers, &bonds, &nics)?;
+                host.install_source_rules(&nics, &receivers);
+                Ok::<_, srap_daemon::sender::SenderError>(host)
+            })
             .expect("entering the sender's namespace")
             .expect("reading this host")
     };
