@@ -26,21 +26,9 @@
 #![allow(internal_features)]
 
 mod binder;
+mod object;
 mod observer;
 mod packet;
 mod repair;
 mod sock_observer;
 mod sockaddr;
-
-/// eBPF programs cannot unwind; the kernel's verifier rejects any path that would reach
-/// this, so it is never executed.
-#[cfg(not(test))]
-#[panic_handler]
-fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
-    loop {}
-}
-
-/// GPL-compatible, so the kernel lets the programs use GPL-only helpers.
-#[unsafe(link_section = "license")]
-#[unsafe(no_mangle)]
-static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";
