@@ -264,7 +264,9 @@ fn describe_stale(
             s.remote,
             state_name(s.state)
         ),
-        None => "no longer in the kernel (addresses unknown)".to_owned(),
+        None => "gone from the kernel, or in TIME_WAIT, which the audit does not list \
+                 (addresses unknown)"
+            .to_owned(),
     };
     let origin = if doubled.contains(&stale.cookie) {
         "; the socket had two records at once (it was bound with port 0 before its \
