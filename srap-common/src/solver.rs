@@ -16,7 +16,22 @@
 
 use std::{collections::BTreeMap, fmt, str::FromStr};
 
+use thiserror::Error;
+
 use crate::rss::{FlowTuple, Landing, RssModel};
+
+/// Why a port range was refused, or its text not read.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PortRangeError {
+    #[error("port 0 means `any port` to the kernel; start the range at 1 or above")]
+    StartsAtZero,
+    #[error("the range {start}-{end} is empty (start above end)")]
+    Empty { start: u16, end: u16 },
+    #[error("`{text}` is not a port range like 1024-65535")]
+    NotARange { text: String },
+    #[error("`{word}` in `{text}` is not a port (0-65535)")]
+    NotAPort { word: String, text: String },
+}
 
 /// An inclusive range of source ports SRAP may choose from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,16 +47,12 @@ impl PortRange {
         end: 65535,
     };
 
-    pub fn new(start: u16, end: u16) -> Result<Self, String> {
+    pub fn new(start: u16, end: u16) -> Result<Self, PortRangeError> {
         if start == 0 {
-            return Err(
-                "port 0 means `any port` to the kernel; start the range at 1 or above".into(),
-            );
+            return Err(PortRangeError::StartsAtZero);
         }
         if start > end {
-            return Err(format!(
-                "the range {start}-{end} is empty (start above end)"
-            ));
+            return Err(PortRangeError::Empty { start, end });
         }
         Ok(Self { start, end })
     }
@@ -96,17 +107,22 @@ impl Default for PortRange {
 }
 
 impl FromStr for PortRange {
-    type Err = String;
+    type Err = PortRangeError;
 
     /// `START-END`, as in `ip_local_port_range` (which separates with a tab).
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let (start, end) = text
-            .split_once(['-', '\t', ' '])
-            .ok_or_else(|| format!("`{text}` is not a port range like 1024-65535"))?;
+        let (start, end) =
+            text.split_once(['-', '\t', ' '])
+                .ok_or_else(|| PortRangeError::NotARange {
+                    text: text.to_owned(),
+                })?;
         let port = |s: &str| {
             s.trim()
                 .parse::<u16>()
-                .map_err(|_| format!("`{}` in `{text}` is not a port (0-65535)", s.trim()))
+                .map_err(|_| PortRangeError::NotAPort {
+                    word: s.trim().to_owned(),
+                    text: text.to_owned(),
+                })
         };
         Self::new(port(start)?, port(end)?)
     }
@@ -519,20 +535,11 @@ mod tests {
             PortRange::DEFAULT
         );
         assert_eq!("32768\t60999".parse::<PortRange>().unwrap().len(), 28232);
-        assert!("9-3".parse::<PortRange>().unwrap_err().contains("empty"));
-        assert!("0-3".parse::<PortRange>().unwrap_err().contains("port 0"));
-        assert!(
-            "1-70000"
-                .parse::<PortRange>()
-                .unwrap_err()
-                .contains("70000")
-        );
-        assert!(
-            "1024"
-                .parse::<PortRange>()
-                .unwrap_err()
-                .contains("port range")
-        );
+        let refusal = |text: &str| text.parse::<PortRange>().unwrap_err().to_string();
+        assert!(refusal("9-3").contains("empty"));
+        assert!(refusal("0-3").contains("port 0"));
+        assert!(refusal("1-70000").contains("70000"));
+        assert!(refusal("1024").contains("port range"));
     }
 
     #[test]

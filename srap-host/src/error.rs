@@ -2,6 +2,7 @@
 
 use std::{io, net::IpAddr, path::PathBuf};
 
+use srap_common::solver::PortRangeError;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -20,6 +21,11 @@ pub enum HostError {
     CgroupOutside { path: PathBuf, mount: PathBuf },
     #[error("{path}: {problem}")]
     Sysctl { path: String, problem: String },
+    #[error("{path}: {source}")]
+    PortRange {
+        path: String,
+        source: PortRangeError,
+    },
     #[error("no route to receiver {receiver} from this host (network namespace): {source}")]
     NoRoute { receiver: IpAddr, source: io::Error },
 }

@@ -170,9 +170,9 @@ impl Reservation {
 /// takes a port a local service might want to listen on.
 pub fn local_port_range() -> Result<PortRange, HostError> {
     let text = read_sysctl(Path::new(LOCAL_PORT_RANGE))?;
-    text.trim().parse().map_err(|problem| HostError::Sysctl {
+    text.trim().parse().map_err(|source| HostError::PortRange {
         path: LOCAL_PORT_RANGE.into(),
-        problem,
+        source,
     })
 }
 

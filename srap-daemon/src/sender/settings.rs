@@ -197,7 +197,10 @@ impl SenderSettings {
             .transpose()?;
         let range = config
             .port_range
-            .map(|r| r.parse::<PortRange>().map_err(value("port-range")))
+            .map(|r| {
+                r.parse::<PortRange>()
+                    .map_err(|e| value("port-range")(e.to_string()))
+            })
             .transpose()?;
         let local_cpus = config
             .local_cpus
