@@ -5,6 +5,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use bincode::{Decode, Encode};
+use thiserror::Error;
 
 use super::{KeyId, Mac, Nonce};
 use crate::rss::{FieldsDescription, KeyProvenance, RssDescription};
@@ -339,26 +340,35 @@ pub struct CpuCount {
     pub count: u32,
 }
 
+/// A CPU list of a grant or demand that a peer may not take as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CpuListError {
+    #[error("{what} names {count} CPUs; at most {MAX_GRANT_CPUS} are allowed")]
+    TooMany { what: &'static str, count: usize },
+    #[error("{what} names CPU {cpu} twice")]
+    Repeated { what: &'static str, cpu: u32 },
+}
+
 /// Checks a CPU list against [`MAX_GRANT_CPUS`] and for repeated CPUs;
 /// the error says which.
-fn check_cpus(what: &str, cpus: &[CpuCount]) -> Result<(), String> {
+fn check_cpus(what: &'static str, cpus: &[CpuCount]) -> Result<(), CpuListError> {
     if cpus.len() > MAX_GRANT_CPUS {
-        return Err(format!(
-            "{what} names {} CPUs; at most {MAX_GRANT_CPUS} are allowed",
-            cpus.len()
-        ));
+        return Err(CpuListError::TooMany {
+            what,
+            count: cpus.len(),
+        });
     }
     let mut seen: Vec<u32> = cpus.iter().map(|c| c.cpu).collect();
     seen.sort_unstable();
     if let Some(pair) = seen.windows(2).find(|w| w[0] == w[1]) {
-        return Err(format!("{what} names CPU {} twice", pair[0]));
+        return Err(CpuListError::Repeated { what, cpu: pair[0] });
     }
     Ok(())
 }
 
 impl DemandReport {
     /// Whether a receiver may take this report as it is.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), CpuListError> {
         check_cpus("a Demand report", &self.flows)
     }
 }
@@ -377,7 +387,7 @@ impl CpuGrant {
     }
 
     /// Whether a sender may apply this grant as it is.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), CpuListError> {
         check_cpus("a Grant", &self.cpus)
     }
 }

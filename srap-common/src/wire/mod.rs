@@ -72,13 +72,13 @@ pub use frame::{
     decode_frame, decode_payload, encode, encode_error_for, encode_for, payload_len, version_of,
 };
 pub use message::{
-    Challenge, CpuCount, CpuGrant, CpuPorts, DemandReport, ErrorReport, Hello, LandingReport,
-    LandingVerdict, MAX_GRANT_CPUS, MAX_REASON_LEN, MAX_SEEN_FLOWS, Message, PlanReport,
-    PlannedTable, Response, RssUpdate, SeenFlow, SeenFlows, WireDescription,
+    Challenge, CpuCount, CpuGrant, CpuListError, CpuPorts, DemandReport, ErrorReport, Hello,
+    LandingReport, LandingVerdict, MAX_GRANT_CPUS, MAX_REASON_LEN, MAX_SEEN_FLOWS, Message,
+    PlanReport, PlannedTable, Response, RssUpdate, SeenFlow, SeenFlows, WireDescription,
 };
 pub use nics::{
     MAX_LISTEN_PORTS, MAX_NIC_ADDRS, MAX_NIC_CPUS, MAX_NIC_NAME, MAX_NICS, NicGrant, NicGrants,
-    NicInfo, NicLink, PortAcceptance, ReceiverNics,
+    NicGrantsError, NicInfo, NicLink, NicListError, PortAcceptance, ReceiverNics,
 };
 pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 

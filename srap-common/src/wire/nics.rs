@@ -14,8 +14,9 @@
 use std::{collections::BTreeSet, net::IpAddr};
 
 use bincode::{Decode, Encode, de::Decoder, error::DecodeError};
+use thiserror::Error;
 
-use super::{CpuCount, CpuGrant, LandingReport, WireDescription};
+use super::{CpuCount, CpuGrant, CpuListError, LandingReport, WireDescription};
 
 /// Most NICs one report describes.
 pub const MAX_NICS: usize = 32;
@@ -148,37 +149,80 @@ impl<C> Decode<C> for PortAcceptance {
 }
 bincode::impl_borrow_decode!(PortAcceptance);
 
+/// What is wrong with a receiver's [`ReceiverNics`]: the list contradicts
+/// itself.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum NicListError {
+    #[error(
+        "a NIC's name {:?} is not an interface name (1 to {MAX_NIC_NAME} bytes)",
+        .name.escape_debug().to_string()
+    )]
+    BadName { name: String },
+    #[error("NIC {name} is listed twice")]
+    NicTwice { name: String },
+    #[error("address {addr} is listed twice (NIC {nic})")]
+    AddressTwice { addr: IpAddr, nic: String },
+    #[error("port {port} is listed twice")]
+    PortTwice { port: u16 },
+    #[error("port {port} is said to accept on {addr}, which no NIC listed holds")]
+    AcceptsElsewhere { port: u16, addr: IpAddr },
+}
+
+/// What is wrong with a receiver's [`NicGrants`].
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum NicGrantsError {
+    #[error(
+        "a NIC grant's name {:?} is not an interface name (1 to {MAX_NIC_NAME} bytes)",
+        .name.escape_debug().to_string()
+    )]
+    BadName { name: String },
+    #[error("NIC {name} is granted twice")]
+    GrantedTwice { name: String },
+    #[error("NIC {nic}: {source}")]
+    Cpus {
+        nic: String,
+        #[source]
+        source: CpuListError,
+    },
+}
+
 impl ReceiverNics {
     /// Whether a sender may take this report as it is: names that are
     /// interface names, each NIC and address once, each port once, and
     /// every accepting address one of the NICs'. The error says which.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), NicListError> {
         let mut names = BTreeSet::new();
         let mut served = BTreeSet::new();
         for nic in &self.nics {
             if nic.name.is_empty() || nic.name.len() > MAX_NIC_NAME {
-                return Err(format!(
-                    "a NIC's name {:?} is not an interface name (1 to {MAX_NIC_NAME} bytes)",
-                    nic.name.escape_debug().to_string()
-                ));
+                return Err(NicListError::BadName {
+                    name: nic.name.clone(),
+                });
             }
             if !names.insert(nic.name.as_str()) {
-                return Err(format!("NIC {} is listed twice", nic.name));
+                return Err(NicListError::NicTwice {
+                    name: nic.name.clone(),
+                });
             }
             if let Some(addr) = nic.addrs.iter().find(|a| !served.insert(**a)) {
-                return Err(format!("address {addr} is listed twice (NIC {})", nic.name));
+                return Err(NicListError::AddressTwice {
+                    addr: *addr,
+                    nic: nic.name.clone(),
+                });
             }
         }
         let mut ports = BTreeSet::new();
         for accepted in &self.ports {
             if !ports.insert(accepted.port) {
-                return Err(format!("port {} is listed twice", accepted.port));
+                return Err(NicListError::PortTwice {
+                    port: accepted.port,
+                });
             }
             if let Some(addr) = accepted.addrs.iter().find(|a| !served.contains(a)) {
-                return Err(format!(
-                    "port {} is said to accept on {addr}, which no NIC listed holds",
-                    accepted.port
-                ));
+                return Err(NicListError::AcceptsElsewhere {
+                    port: accepted.port,
+                    addr: *addr,
+                });
             }
         }
         Ok(())
@@ -238,24 +282,28 @@ bincode::impl_borrow_decode!(NicGrant);
 impl NicGrants {
     /// Whether a sender may apply these grants as they are: interface
     /// names, each NIC once, each NIC's CPUs once. The error says which.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), NicGrantsError> {
         let mut names = BTreeSet::new();
         for nic in &self.nics {
             if nic.name.is_empty() || nic.name.len() > MAX_NIC_NAME {
-                return Err(format!(
-                    "a NIC grant's name {:?} is not an interface name (1 to {MAX_NIC_NAME} bytes)",
-                    nic.name.escape_debug().to_string()
-                ));
+                return Err(NicGrantsError::BadName {
+                    name: nic.name.clone(),
+                });
             }
             if !names.insert(nic.name.as_str()) {
-                return Err(format!("NIC {} is granted twice", nic.name));
+                return Err(NicGrantsError::GrantedTwice {
+                    name: nic.name.clone(),
+                });
             }
             CpuGrant {
                 epoch: self.epoch,
                 cpus: nic.cpus.clone(),
             }
             .check()
-            .map_err(|err| format!("NIC {}: {err}", nic.name))?;
+            .map_err(|source| NicGrantsError::Cpus {
+                nic: nic.name.clone(),
+                source,
+            })?;
         }
         Ok(())
     }

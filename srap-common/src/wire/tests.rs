@@ -678,14 +678,14 @@ fn grants_and_demands_are_size_limited_and_name_the_problem() {
         epoch: 1,
         cpus: many.clone(),
     };
-    let err = grant.check().expect_err("too many CPUs");
+    let err = grant.check().expect_err("too many CPUs").to_string();
     assert!(err.contains("513 CPUs") && err.contains("512"), "{err}");
     let demand = DemandReport {
         applied: 1,
         flows: vec![CpuCount { cpu: 3, count: 1 }, CpuCount { cpu: 3, count: 2 }],
     };
     assert_eq!(
-        demand.check().expect_err("repeated"),
+        demand.check().expect_err("repeated").to_string(),
         "a Demand report names CPU 3 twice"
     );
     assert!(
@@ -1098,15 +1098,23 @@ fn truncated_receiver_nics_are_refused() {
     }
 }
 
+/// A check's outcome with its error as the words a peer's operator reads.
+fn message<E: std::fmt::Display>(checked: Result<(), E>) -> Result<(), String> {
+    checked.map_err(|err| err.to_string())
+}
+
 #[test]
 fn a_lying_nic_list_is_named() {
     let mut twice = receiver_nics(1);
     twice.nics[1].name = "eth0".into();
-    assert_eq!(twice.check(), Err("NIC eth0 is listed twice".into()));
+    assert_eq!(
+        message(twice.check()),
+        Err("NIC eth0 is listed twice".into())
+    );
     let mut shared = receiver_nics(1);
     shared.nics[1].addrs = vec!["10.0.0.2".parse().expect("address")];
     assert_eq!(
-        shared.check(),
+        message(shared.check()),
         Err("address 10.0.0.2 is listed twice (NIC eth1)".into())
     );
     let mut stranger = receiver_nics(1);
@@ -1114,17 +1122,21 @@ fn a_lying_nic_list_is_named() {
         .addrs
         .push("192.0.2.9".parse().expect("address"));
     assert_eq!(
-        stranger.check(),
+        message(stranger.check()),
         Err("port 5201 is said to accept on 192.0.2.9, which no NIC listed holds".into())
     );
     let mut port_twice = receiver_nics(2);
     port_twice.ports[1].port = 5201;
-    assert_eq!(port_twice.check(), Err("port 5201 is listed twice".into()));
+    assert_eq!(
+        message(port_twice.check()),
+        Err("port 5201 is listed twice".into())
+    );
     let mut long = receiver_nics(0);
     long.nics[0].name = "x".repeat(MAX_NIC_NAME + 1);
     assert!(
         long.check()
             .expect_err("too long")
+            .to_string()
             .contains("not an interface name")
     );
     let mut empty = receiver_nics(0);
@@ -1230,11 +1242,14 @@ fn a_hostile_nic_grant_count_is_an_error_not_an_allocation() {
 fn lying_nic_grants_are_named() {
     let mut twice = nic_grants(2);
     twice.nics[1].name = "eth0".into();
-    assert_eq!(twice.check(), Err("NIC eth0 is granted twice".into()));
+    assert_eq!(
+        message(twice.check()),
+        Err("NIC eth0 is granted twice".into())
+    );
     let mut cpu_twice = nic_grants(1);
     cpu_twice.nics[0].cpus[1].cpu = 0;
     assert_eq!(
-        cpu_twice.check(),
+        message(cpu_twice.check()),
         Err("NIC eth0: a Grant names CPU 0 twice".into())
     );
     let mut unnamed = nic_grants(1);
@@ -1243,6 +1258,7 @@ fn lying_nic_grants_are_named() {
         unnamed
             .check()
             .expect_err("no name")
+            .to_string()
             .contains("not an interface name")
     );
 }

@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 
 use srap_common::wire::{
-    self, Challenge, DecodeError, DemandReport, ErrorReport, Hello, KeyId, LandingReport,
-    LandingVerdict, MAX_FRAME, MAX_HANDSHAKE_FRAME, MIN_PROTOCOL_VERSION, Message,
+    self, Challenge, CpuListError, DecodeError, DemandReport, ErrorReport, Hello, KeyId,
+    LandingReport, LandingVerdict, MAX_FRAME, MAX_HANDSHAKE_FRAME, MIN_PROTOCOL_VERSION, Message,
     PROTOCOL_VERSION, PlanReport, Psk, Response, Role, RssUpdate, SeenFlows,
 };
 use thiserror::Error;
@@ -57,8 +57,8 @@ pub(super) enum SessionError {
     Random(getrandom::Error),
     #[error("the receiver is shutting down")]
     Shutdown,
-    #[error("{0}")]
-    BadDemand(String),
+    #[error(transparent)]
+    BadDemand(CpuListError),
     #[error(
         "the sender speaks protocol version {0}; this receiver speaks versions \
          {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}: run a newer SRAP release on the sender"

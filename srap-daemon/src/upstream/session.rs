@@ -2,11 +2,11 @@
 //! descriptions and send plans and keepalives until it ends.
 
 use srap_common::{
-    rss::{RssDescription, RssModel},
+    rss::{DescriptionError, RssDescription, RssModel},
     wire::{
-        self, CpuGrant, DecodeError, ErrorReport, Hello, LandingReport, MAX_FRAME,
-        MIN_PROTOCOL_VERSION, Message, NicGrants, Nonce, PROTOCOL_VERSION, PlanReport, Psk,
-        ReceiverNics, Response, Role, RssUpdate, SeenFlows,
+        self, CpuGrant, CpuListError, DecodeError, ErrorReport, Hello, LandingReport, MAX_FRAME,
+        MIN_PROTOCOL_VERSION, Message, NicGrants, NicGrantsError, NicListError, Nonce,
+        PROTOCOL_VERSION, PlanReport, Psk, ReceiverNics, Response, Role, RssUpdate, SeenFlows,
     },
 };
 use thiserror::Error;
@@ -33,6 +33,15 @@ pub enum PeerError {
     Frame(#[from] FrameError),
     #[error("the receiver refused: {0}")]
     Refused(String),
+    // The four below read as the receiver refusing too, as they always have.
+    #[error("the receiver refused: invalid first description: {0}")]
+    BadFirstDescription(#[source] DescriptionError),
+    #[error("the receiver refused: the receiver sent a bad NIC list: {0}")]
+    BadNics(#[source] NicListError),
+    #[error("the receiver refused: the receiver sent a bad grant: {0}")]
+    BadGrant(#[source] CpuListError),
+    #[error("the receiver refused: the receiver sent bad NIC grants: {0}")]
+    BadNicGrants(#[source] NicGrantsError),
     #[error("the receiver requires a pre-shared key (--psk-file)")]
     NeedPsk,
     #[error(
@@ -286,8 +295,7 @@ fn answer_to(reply: &Message, has_psk: bool) -> Answer {
 /// which must be one SRAP can model.
 fn first_update(reply: Message) -> Result<Update, PeerError> {
     match reply {
-        Message::RssUpdate(update) => validate(update)
-            .map_err(|reason| PeerError::Refused(format!("invalid first description: {reason}"))),
+        Message::RssUpdate(update) => validate(update).map_err(PeerError::BadFirstDescription),
         Message::Error(report) => Err(PeerError::Refused(printable(&report.reason))),
         other => Err(PeerError::Unexpected {
             expected: "RssUpdate",
@@ -326,27 +334,24 @@ fn received(message: Message) -> Result<Received, PeerError> {
             let version = update.version;
             match validate(update) {
                 Ok(update) => Received::Update(update),
-                Err(reason) => Received::BadUpdate { version, reason },
+                Err(reason) => Received::BadUpdate {
+                    version,
+                    reason: reason.to_string(),
+                },
             }
         }
         Message::Landings(report) => Received::Landings(report),
         Message::SeenFlows(flows) => Received::Seen(flows),
         Message::ReceiverNics(nics) => {
-            nics.check().map_err(|reason| {
-                PeerError::Refused(format!("the receiver sent a bad NIC list: {reason}"))
-            })?;
+            nics.check().map_err(PeerError::BadNics)?;
             Received::Nics(nics)
         }
         Message::Grant(grant) => {
-            grant.check().map_err(|reason| {
-                PeerError::Refused(format!("the receiver sent a bad grant: {reason}"))
-            })?;
+            grant.check().map_err(PeerError::BadGrant)?;
             Received::Grant(grant)
         }
         Message::NicGrants(grants) => {
-            grants.check().map_err(|reason| {
-                PeerError::Refused(format!("the receiver sent bad NIC grants: {reason}"))
-            })?;
+            grants.check().map_err(PeerError::BadNicGrants)?;
             Received::NicGrants(grants)
         }
         Message::Error(report) => return Err(PeerError::Refused(printable(&report.reason))),
@@ -536,9 +541,9 @@ async fn refuse(
 }
 
 /// A description from the receiver, if SRAP can model it.
-fn validate(update: RssUpdate) -> Result<Update, String> {
+fn validate(update: RssUpdate) -> Result<Update, DescriptionError> {
     let description: RssDescription = update.description.into();
-    RssModel::from_description(&description).map_err(|err| err.to_string())?;
+    RssModel::from_description(&description)?;
     Ok(Update {
         version: update.version,
         description,

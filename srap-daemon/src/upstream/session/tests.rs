@@ -78,7 +78,8 @@ fn the_first_description_must_make_a_model() {
     let invalid = first_update(rss_update(1, &broken()));
     assert!(matches!(
         invalid,
-        Err(PeerError::Refused(reason)) if reason.starts_with("invalid first description")
+        Err(err @ PeerError::BadFirstDescription(_))
+            if err.to_string().starts_with("the receiver refused: invalid first description")
     ));
 }
 
@@ -140,7 +141,8 @@ fn landings_flows_grants_and_keepalives_are_taken() {
 fn a_bad_grant_an_error_or_a_stray_message_ends_the_session() {
     assert!(matches!(
         received(Message::Grant(grant(&[2, 2]))),
-        Err(PeerError::Refused(reason)) if reason.starts_with("the receiver sent a bad grant")
+        Err(err @ PeerError::BadGrant(_))
+            if err.to_string().starts_with("the receiver refused: the receiver sent a bad grant")
     ));
     assert!(matches!(
         received(error("shutting down")),
@@ -193,9 +195,9 @@ fn a_nic_list_is_taken_and_a_lying_one_ends_the_session() {
     );
     assert!(matches!(
         received(Message::ReceiverNics(nics("10.0.0.2", "192.0.2.9"))),
-        Err(PeerError::Refused(reason))
-            if reason == "the receiver sent a bad NIC list: port 5201 is said to accept on \
-                192.0.2.9, which no NIC listed holds"
+        Err(err @ PeerError::BadNics(_))
+            if err.to_string() == "the receiver refused: the receiver sent a bad NIC list: \
+                port 5201 is said to accept on 192.0.2.9, which no NIC listed holds"
     ));
 }
 
@@ -233,7 +235,8 @@ fn grants_per_nic_are_taken_and_a_lying_one_ends_the_session() {
     };
     assert!(matches!(
         received(Message::NicGrants(twice)),
-        Err(PeerError::Refused(reason))
-            if reason == "the receiver sent bad NIC grants: NIC eth0 is granted twice"
+        Err(err @ PeerError::BadNicGrants(_))
+            if err.to_string()
+                == "the receiver refused: the receiver sent bad NIC grants: NIC eth0 is granted twice"
     ));
 }
