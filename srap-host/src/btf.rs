@@ -15,7 +15,22 @@
 
 use std::{fs, path::Path};
 
+use thiserror::Error;
+
 use crate::HostError;
+
+/// A BTF blob this module cannot read.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum BtfError {
+    #[error("cut short at byte {at}")]
+    CutShort { at: usize },
+    #[error("not BTF of this byte order (bad magic)")]
+    BadMagic,
+    #[error("a {len}-byte header is too short")]
+    ShortHeader { len: usize },
+    #[error("unknown BTF kind {kind}")]
+    UnknownKind { kind: u32 },
+}
 
 /// The running kernel's BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
@@ -36,9 +51,9 @@ pub fn running_member_offset(name: &str, member: &str) -> Result<Option<u32>, Ho
         what: format!("reading {VMLINUX_BTF}"),
         source,
     })?;
-    member_offset(&data, name, member).map_err(|problem| HostError::Sysctl {
+    member_offset(&data, name, member).map_err(|source| HostError::Btf {
         path: VMLINUX_BTF.into(),
-        problem,
+        source,
     })
 }
 
@@ -47,23 +62,23 @@ pub fn running_member_offset(name: &str, member: &str) -> Result<Option<u32>, Ho
 /// a bitfield not on a byte boundary. An empty `member` names the first
 /// unnamed one: a C struct's anonymous union (`mptcp_addr_info`'s address,
 /// whose `addr` and `addr6` both start it).
-pub fn member_offset(data: &[u8], name: &str, member: &str) -> Result<Option<u32>, String> {
+pub fn member_offset(data: &[u8], name: &str, member: &str) -> Result<Option<u32>, BtfError> {
     let u16_at = |at: usize| {
         data.get(at..at + 2)
             .map(|b| u16::from_ne_bytes([b[0], b[1]]))
-            .ok_or_else(|| format!("cut short at byte {at}"))
+            .ok_or(BtfError::CutShort { at })
     };
     let u32_at = |at: usize| {
         data.get(at..at + 4)
             .map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
-            .ok_or_else(|| format!("cut short at byte {at}"))
+            .ok_or(BtfError::CutShort { at })
     };
     if u16_at(0)? != MAGIC {
-        return Err("not BTF of this byte order (bad magic)".into());
+        return Err(BtfError::BadMagic);
     }
     let header = u32_at(4)? as usize;
     if header < HEADER_LEN {
-        return Err(format!("a {header}-byte header is too short"));
+        return Err(BtfError::ShortHeader { len: header });
     }
     let (type_off, type_len) = (u32_at(8)? as usize, u32_at(12)? as usize);
     let str_off = u32_at(16)? as usize;
@@ -99,7 +114,7 @@ pub fn member_offset(data: &[u8], name: &str, member: &str) -> Result<Option<u32
 }
 
 /// Bytes after a type's 12-byte common part.
-fn trailing_len(kind: u32, vlen: usize) -> Result<usize, String> {
+fn trailing_len(kind: u32, vlen: usize) -> Result<usize, BtfError> {
     Ok(match kind {
         // INT, VAR, DECL_TAG
         1 | 14 | 17 => 4,
@@ -111,7 +126,7 @@ fn trailing_len(kind: u32, vlen: usize) -> Result<usize, String> {
         4 | 5 | 15 | 19 => 12 * vlen,
         // ENUM, FUNC_PROTO
         6 | 13 => 8 * vlen,
-        other => return Err(format!("unknown BTF kind {other}")),
+        other => return Err(BtfError::UnknownKind { kind: other }),
     })
 }
 

@@ -28,4 +28,9 @@ pub enum HostError {
     },
     #[error("no route to receiver {receiver} from this host (network namespace): {source}")]
     NoRoute { receiver: IpAddr, source: io::Error },
+    #[error("{path}: {source}")]
+    Btf {
+        path: String,
+        source: crate::btf::BtfError,
+    },
 }

@@ -4,10 +4,21 @@
 
 use std::{fs, path::PathBuf};
 
+use thiserror::Error;
 use tracing::debug;
 
 use super::{DiscoveryError, ioctl::EthtoolSocket};
 use crate::link::{Link, SYSFS_HINT, SysfsElsewhere, count_rx_queues};
+
+/// Why a device's RPS masks were not read: its `/sys` is not this
+/// namespace's.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("RPS masks of {iface} were not read: {source}; {SYSFS_HINT}")]
+pub struct RpsUnread {
+    pub iface: String,
+    #[source]
+    pub source: SysfsElsewhere,
+}
 
 /// A network device of the caller's namespace and what discovery needs of
 /// it besides its RSS.
@@ -44,15 +55,13 @@ impl Device {
 
     /// Where `rps_cpus` of receive queue N lives, or the warning to give
     /// instead of reading it.
-    pub fn rps_dir(&self) -> Result<PathBuf, String> {
+    pub fn rps_dir(&self) -> Result<PathBuf, RpsUnread> {
         self.sysfs
             .clone()
             .map(|dir| dir.join("queues"))
-            .map_err(|why| {
-                format!(
-                    "RPS masks of {} were not read: {why}; {SYSFS_HINT}",
-                    self.link.name
-                )
+            .map_err(|source| RpsUnread {
+                iface: self.link.name.clone(),
+                source,
             })
     }
 

@@ -3,6 +3,32 @@
 //! (`RXH_*` → ethtool letters), and the one driver quirk SRAP knows of.
 
 use srap_common::rss::{HashFunction, InputXfrm};
+use thiserror::Error;
+
+/// ethtool's numbers that SRAP has no word for.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum HashingError {
+    #[error(
+        "input transform bits {bits:#x} are not one transform SRAP knows ({})",
+        known_xfrms()
+    )]
+    UnknownXfrm { bits: u32 },
+    #[error("the NIC discards this flow type (RXH_DISCARD)")]
+    Discarded,
+    /// `bits` are those without a letter.
+    #[error("hashed-field bits {bits:#x} have no ethtool letter SRAP knows")]
+    UnknownFields { bits: u64 },
+}
+
+/// The transforms SRAP knows with their bits: `sym-xor = 0x1, …`.
+fn known_xfrms() -> String {
+    let known: Vec<String> = InputXfrm::ALL
+        .iter()
+        .filter(|x| x.ethtool_bits() != 0)
+        .map(|x| format!("{} = {:#x}", x.name(), x.ethtool_bits()))
+        .collect();
+    known.join(", ")
+}
 
 /// `RXH_*` bits and their ethtool letters, in ethtool's order.
 const RXH_LETTERS: [(u64, char); 7] = [
@@ -31,35 +57,24 @@ pub fn hfunc_name(hfunc: u32) -> Option<String> {
 }
 
 /// The description's name of an `RXH_XFRM_*` mask.
-pub fn xfrm_name(bits: u32) -> Result<&'static str, String> {
+pub fn xfrm_name(bits: u32) -> Result<&'static str, HashingError> {
     InputXfrm::ALL
         .into_iter()
         .find(|x| x.ethtool_bits() == bits)
         .map(InputXfrm::name)
-        .ok_or_else(|| {
-            let known: Vec<String> = InputXfrm::ALL
-                .iter()
-                .filter(|x| x.ethtool_bits() != 0)
-                .map(|x| format!("{} = {:#x}", x.name(), x.ethtool_bits()))
-                .collect();
-            format!(
-                "input transform bits {bits:#x} are not one transform SRAP knows ({})",
-                known.join(", ")
-            )
-        })
+        .ok_or(HashingError::UnknownXfrm { bits })
 }
 
 /// ethtool letters of an `RXH_*` mask (`ethtool -n DEV rx-flow-hash tcp4`).
-pub fn rxh_letters(bits: u64) -> Result<String, String> {
+pub fn rxh_letters(bits: u64) -> Result<String, HashingError> {
     if bits & RXH_DISCARD != 0 {
-        return Err("the NIC discards this flow type (RXH_DISCARD)".into());
+        return Err(HashingError::Discarded);
     }
     let known: u64 = RXH_LETTERS.iter().map(|(bit, _)| bit).sum();
     if bits & !known != 0 {
-        return Err(format!(
-            "hashed-field bits {:#x} have no ethtool letter SRAP knows",
-            bits & !known
-        ));
+        return Err(HashingError::UnknownFields {
+            bits: bits & !known,
+        });
     }
     Ok(RXH_LETTERS
         .iter()

@@ -22,7 +22,7 @@ pub mod rps;
 
 use std::{
     collections::BTreeSet,
-    fs,
+    fs, io,
     path::{Path, PathBuf},
 };
 
@@ -33,8 +33,9 @@ use srap_common::{
 use thiserror::Error;
 use tracing::debug;
 
-pub use self::device::Device;
+pub use self::device::{Device, RpsUnread};
 use self::{
+    hashing::HashingError,
     ioctl::{EthtoolSocket, IoctlError},
     irq::IrqNaming,
     netlink::{NetlinkError, RssReply},
@@ -71,12 +72,44 @@ pub enum DiscoveryError {
     },
     #[error("{iface}: {problem}")]
     Unsupported { iface: String, problem: String },
+    #[error("{iface}: {source}")]
+    Transform {
+        iface: String,
+        #[source]
+        source: HashingError,
+    },
+    #[error("{iface}: rx-flow-hash {flow}: {source}")]
+    FlowHash {
+        iface: String,
+        flow: &'static str,
+        #[source]
+        source: HashingError,
+    },
     #[error("{iface}: the discovered RSS cannot be modelled: {source}")]
     Unmodelled {
         iface: String,
         #[source]
         source: DescriptionError,
     },
+}
+
+/// Why the kernel's default RSS key (`net.core.netdev_rss_key`) is not
+/// known.
+#[derive(Debug, Error)]
+pub enum KernelKeyError {
+    #[error(
+        "{} is unreadable ({source}); it exists only in the initial network namespace",
+        .path.display()
+    )]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{}: not a key", .path.display())]
+    NotAKey { path: PathBuf },
+    #[error("{} is all zeros", .path.display())]
+    AllZeros { path: PathBuf },
 }
 
 /// Where the key and table came from.
@@ -131,7 +164,7 @@ impl From<RssReply> for RawRss {
 
 /// Everything discovery read from the system, as plain data; [`assemble`]
 /// makes the decisions, so they are testable without a NIC.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Observed {
     pub iface: String,
     pub driver: Option<String>,
@@ -140,7 +173,7 @@ pub struct Observed {
     pub rss: RawRss,
     /// `RXH_*` bits of each flow type of [`FlowType::ALL`] (from the RSS
     /// reply or `ETHTOOL_GRXFH`), or why they are unknown.
-    pub flow_hash: Vec<(FlowType, Result<u64, String>)>,
+    pub flow_hash: Vec<(FlowType, Result<u64, IoctlError>)>,
     /// Receive queues the device has in use ([`Device::rx_queues`]).
     pub rx_queues: u32,
     /// Facts about queues `0..queue_count(rss, rx_queues)`.
@@ -149,7 +182,7 @@ pub struct Observed {
     pub system_warnings: Vec<String>,
     /// `net.core.netdev_rss_key`, read when the driver reports no key (or
     /// why it could not be read).
-    pub kernel_key: Option<Result<Vec<u8>, String>>,
+    pub kernel_key: Option<Result<Vec<u8>, KernelKeyError>>,
 }
 
 /// How many queues to place: all the device has, and at least every queue
@@ -182,7 +215,7 @@ pub fn discover(iface: &str) -> Result<Discovery, DiscoveryError> {
             let reported = rss.flow_hash.iter().find(|(f, _)| *f == flow);
             let bits = match reported {
                 Some((_, bits)) => Ok(*bits),
-                None => socket.flow_hash(flow).map_err(|e| e.to_string()),
+                None => socket.flow_hash(flow),
             };
             (flow, bits)
         })
@@ -198,7 +231,10 @@ pub fn discover(iface: &str) -> Result<Discovery, DiscoveryError> {
             .filter(|b| !b.is_empty()),
         virtio_index: device.virtio_index(),
     };
-    let rps_dir = device.rps_dir().map_err(|why| warnings.push(why)).ok();
+    let rps_dir = device
+        .rps_dir()
+        .map_err(|why| warnings.push(why.to_string()))
+        .ok();
     let facts = queue_facts(
         Path::new("/"),
         &naming,
@@ -227,16 +263,18 @@ pub fn discover(iface: &str) -> Result<Discovery, DiscoveryError> {
 }
 
 /// `net.core.netdev_rss_key` as bytes.
-fn read_kernel_key(path: &Path) -> Result<Vec<u8>, String> {
-    let text = fs::read_to_string(path).map_err(|err| {
-        format!(
-            "{} is unreadable ({err}); it exists only in the initial network namespace",
-            path.display()
-        )
+fn read_kernel_key(path: &Path) -> Result<Vec<u8>, KernelKeyError> {
+    let text = fs::read_to_string(path).map_err(|source| KernelKeyError::Unreadable {
+        path: path.to_owned(),
+        source,
     })?;
-    let key = parse_hex_key(text.trim()).ok_or_else(|| format!("{}: not a key", path.display()))?;
+    let key = parse_hex_key(text.trim()).ok_or_else(|| KernelKeyError::NotAKey {
+        path: path.to_owned(),
+    })?;
     if key.iter().all(|&b| b == 0) {
-        return Err(format!("{} is all zeros", path.display()));
+        return Err(KernelKeyError::AllZeros {
+            path: path.to_owned(),
+        });
     }
     Ok(key)
 }
@@ -285,9 +323,9 @@ pub fn assemble(observed: Observed) -> Result<Discovery, DiscoveryError> {
         "toeplitz".into()
     });
     let reported =
-        hashing::xfrm_name(rss.xfrm_bits).map_err(|problem| DiscoveryError::Unsupported {
+        hashing::xfrm_name(rss.xfrm_bits).map_err(|source| DiscoveryError::Transform {
             iface: iface.clone(),
-            problem,
+            source,
         })?;
     let (input_xfrm, note) = hashing::effective_xfrm(reported, driver.as_deref(), kernel);
     warnings.extend(note);
@@ -353,7 +391,7 @@ fn queues_reached(iface: &str, rss: &RawRss, rx_queues: u32) -> Result<Vec<u32>,
 fn effective_key(
     iface: &str,
     rss: &RawRss,
-    kernel_key: Option<Result<Vec<u8>, String>>,
+    kernel_key: Option<Result<Vec<u8>, KernelKeyError>>,
 ) -> (Vec<u8>, KeySource) {
     if !rss.key.is_empty() {
         return (rss.key.clone(), KeySource::Reported);
@@ -363,7 +401,7 @@ fn effective_key(
             return (key[..DEFAULT_KEY_LEN].to_vec(), KeySource::KernelDefault);
         }
         Some(Ok(key)) => format!("it has {} bytes", key.len()),
-        Some(Err(why)) => why,
+        Some(Err(why)) => why.to_string(),
         None => "it was not read".into(),
     };
     debug!(iface, why, "no kernel default key");
@@ -380,7 +418,7 @@ fn effective_key(
 /// answers, and left out otherwise (nothing steers by them yet).
 fn hashed_fields(
     iface: &str,
-    flow_hash: Vec<(FlowType, Result<u64, String>)>,
+    flow_hash: Vec<(FlowType, Result<u64, IoctlError>)>,
     warnings: &mut Vec<String>,
 ) -> Result<FieldsDescription, DiscoveryError> {
     let mut fields = FieldsDescription::default();
@@ -392,9 +430,10 @@ fn hashed_fields(
                     fields.set(flow, letters);
                 }
             }
-            Protocol::Udp => match bits.and_then(hashing::rxh_letters) {
-                Ok(letters) => fields.set(flow, letters),
-                Err(why) => debug!(iface, flow = name, why, "no hashed fields recorded"),
+            Protocol::Udp => match bits.map(hashing::rxh_letters) {
+                Ok(Ok(letters)) => fields.set(flow, letters),
+                Ok(Err(why)) => debug!(iface, flow = name, why = %why, "no hashed fields recorded"),
+                Err(why) => debug!(iface, flow = name, why = %why, "no hashed fields recorded"),
             },
         }
     }
@@ -405,8 +444,8 @@ fn hashed_fields(
 /// kept) when the driver does not say.
 fn tcp_fields(
     iface: &str,
-    name: &str,
-    bits: Result<u64, String>,
+    name: &'static str,
+    bits: Result<u64, IoctlError>,
     warnings: &mut Vec<String>,
 ) -> Result<Option<String>, DiscoveryError> {
     let bits = match bits {
@@ -419,9 +458,10 @@ fn tcp_fields(
             return Ok(None);
         }
     };
-    let letters = hashing::rxh_letters(bits).map_err(|e| DiscoveryError::Unsupported {
+    let letters = hashing::rxh_letters(bits).map_err(|source| DiscoveryError::FlowHash {
         iface: iface.to_owned(),
-        problem: format!("rx-flow-hash {name}: {e}"),
+        flow: name,
+        source,
     })?;
     if !letters.contains('f') {
         warnings.push(format!(
@@ -633,7 +673,10 @@ mod tests {
                     let bits = match (reported, flow.protocol) {
                         (Some((_, bits)), _) => Ok(*bits),
                         (None, Protocol::Tcp) => Ok(0xf0),
-                        (None, Protocol::Udp) => Err("Operation not supported".to_owned()),
+                        (None, Protocol::Udp) => Err(IoctlError::Os {
+                            what: "ETHTOOL_GRXFH",
+                            source: io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+                        }),
                     };
                     (flow, bits)
                 })
@@ -796,7 +839,7 @@ mod tests {
             &[],
         ))
         .unwrap_err();
-        assert!(matches!(err, DiscoveryError::Unsupported { .. }), "{err}");
+        assert!(matches!(err, DiscoveryError::Transform { .. }), "{err}");
         let mut obs = observed(
             &rss_reply("eth0", &round_robin(128, 4), &key(40), None, None),
             "x",
@@ -816,10 +859,11 @@ mod tests {
         // igb on 6.12: the netlink reply has the table and no HKEY.
         let reply = rss_reply("eth0", &round_robin(128, 4), &[], Some(1), None);
         let igb = naming("eth0", "igb", Some("0000:00:03.0"), None);
-        let mut obs = observed(&reply, "igb", (6, 12), 4, &igb, "", &[]);
+        let observe = || observed(&reply, "igb", (6, 12), 4, &igb, "", &[]);
+        let mut obs = observe();
         let kernel: Vec<u8> = (0..52).collect();
         obs.kernel_key = Some(Ok(kernel.clone()));
-        let found = assemble(obs.clone()).expect("described");
+        let found = assemble(obs).expect("described");
         assert_eq!(found.key_source, KeySource::KernelDefault);
         assert_eq!(found.description.key, hex_key(&kernel[..40]));
         assert!(
@@ -830,7 +874,11 @@ mod tests {
         );
         // Outside the initial namespace the sysctl is missing: the key is
         // unknown (a placeholder to learn), and the warning says so.
-        obs.kernel_key = Some(Err("unreadable".into()));
+        let mut obs = observe();
+        obs.kernel_key = Some(Err(KernelKeyError::Unreadable {
+            path: KERNEL_KEY.into(),
+            source: io::ErrorKind::NotFound.into(),
+        }));
         let found = assemble(obs).expect("described");
         assert_eq!(found.key_source, KeySource::Unknown);
         assert!(
