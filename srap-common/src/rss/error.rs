@@ -15,6 +15,40 @@ pub enum KeyError {
     TooShort { len: usize, min: usize },
 }
 
+/// Hashed fields in ethtool letters that SRAP cannot model.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum FieldsError {
+    #[error(
+        "`{0}` (L2 address, VLAN or L3 protocol) is hashed by the NIC but not modelled by \
+         SRAP; set the fields to sdfn with `ethtool -N DEV rx-flow-hash tcp4 sdfn`"
+    )]
+    Unmodelled(char),
+    #[error("`{0}` is not an ethtool rx-flow-hash letter (use s, d, f, n)")]
+    NotALetter(char),
+    #[error("`{0}` is given twice")]
+    Twice(char),
+}
+
+/// A name that is no input transform.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "`{name}` is not an input transform (use one of {})",
+    super::InputXfrm::NAMES.join(", ")
+)]
+pub struct UnknownXfrm {
+    pub name: String,
+}
+
+/// A name that is no hash function ethtool names.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "`{name}` is not a hash function ethtool names ({})",
+    super::HashFunction::names()
+)]
+pub struct UnknownHashFunction {
+    pub name: String,
+}
+
 /// A 4-tuple that cannot be hashed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum TupleError {

@@ -4,6 +4,8 @@
 
 use std::{fmt, str::FromStr};
 
+use super::UnknownHashFunction;
+
 /// A hash function ethtool can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HashFunction {
@@ -67,19 +69,23 @@ impl HashFunction {
 }
 
 impl FromStr for HashFunction {
-    type Err = String;
+    type Err = UnknownHashFunction;
 
     fn from_str(name: &str) -> Result<Self, Self::Err> {
         Self::ALL
             .into_iter()
             .find(|f| f.name() == name)
-            .ok_or_else(|| {
-                let names: Vec<&str> = Self::ALL.iter().map(|f| f.name()).collect();
-                format!(
-                    "`{name}` is not a hash function ethtool names ({})",
-                    names.join(", ")
-                )
+            .ok_or_else(|| UnknownHashFunction {
+                name: name.to_owned(),
             })
+    }
+}
+
+impl HashFunction {
+    /// Every function's name, as a list for a message: `toeplitz, xor, crc32`.
+    pub(crate) fn names() -> String {
+        let names: Vec<&str> = Self::ALL.iter().map(|f| f.name()).collect();
+        names.join(", ")
     }
 }
 

@@ -9,7 +9,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::TupleError;
+use super::{FieldsError, TupleError, UnknownXfrm};
 
 /// The longest hash input: an IPv6 4-tuple, 16 + 16 + 2 + 2 bytes.
 pub const MAX_INPUT_LEN: usize = 36;
@@ -42,7 +42,7 @@ impl Default for HashFields {
 }
 
 impl FromStr for HashFields {
-    type Err = String;
+    type Err = FieldsError;
 
     /// Parses ethtool letters. Letters for fields that never vary within a TCP
     /// flow of one host pair (L2 address, VLAN, L3 protocol) would change the
@@ -60,21 +60,11 @@ impl FromStr for HashFields {
                 'd' => &mut fields.dst_ip,
                 'f' => &mut fields.src_port,
                 'n' => &mut fields.dst_port,
-                'm' | 'v' | 't' => {
-                    return Err(format!(
-                        "`{letter}` (L2 address, VLAN or L3 protocol) is hashed by the NIC but \
-                         not modelled by SRAP; set the fields to sdfn with \
-                         `ethtool -N DEV rx-flow-hash tcp4 sdfn`"
-                    ));
-                }
-                other => {
-                    return Err(format!(
-                        "`{other}` is not an ethtool rx-flow-hash letter (use s, d, f, n)"
-                    ));
-                }
+                'm' | 'v' | 't' => return Err(FieldsError::Unmodelled(letter)),
+                other => return Err(FieldsError::NotALetter(other)),
             };
             if *slot {
-                return Err(format!("`{letter}` is given twice"));
+                return Err(FieldsError::Twice(letter));
             }
             *slot = true;
         }
@@ -171,17 +161,14 @@ impl InputXfrm {
 }
 
 impl FromStr for InputXfrm {
-    type Err = String;
+    type Err = UnknownXfrm;
 
     fn from_str(name: &str) -> Result<Self, Self::Err> {
         Self::ALL
             .into_iter()
             .find(|x| x.name() == name)
-            .ok_or_else(|| {
-                format!(
-                    "`{name}` is not an input transform (use one of {})",
-                    Self::NAMES.join(", ")
-                )
+            .ok_or_else(|| UnknownXfrm {
+                name: name.to_owned(),
             })
     }
 }
@@ -335,14 +322,10 @@ mod tests {
         for letters in ["sdfn", "sd", "fn", "", "s"] {
             assert_eq!(letters.parse::<HashFields>().unwrap().to_string(), letters);
         }
-        assert!("sdfnx".parse::<HashFields>().unwrap_err().contains("`x`"));
-        assert!(
-            "sdfnt"
-                .parse::<HashFields>()
-                .unwrap_err()
-                .contains("rx-flow-hash")
-        );
-        assert!("ss".parse::<HashFields>().unwrap_err().contains("twice"));
+        let refusal = |letters: &str| letters.parse::<HashFields>().unwrap_err().to_string();
+        assert!(refusal("sdfnx").contains("`x`"));
+        assert!(refusal("sdfnt").contains("rx-flow-hash"));
+        assert!(refusal("ss").contains("twice"));
     }
 
     #[test]

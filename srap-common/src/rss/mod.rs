@@ -13,7 +13,10 @@ mod provenance;
 mod toeplitz;
 
 pub use description::{FieldsDescription, RssDescription, embedded_default};
-pub use error::{DescriptionError, DescriptionFileError, KeyError, TupleError};
+pub use error::{
+    DescriptionError, DescriptionFileError, FieldsError, KeyError, TupleError, UnknownHashFunction,
+    UnknownXfrm,
+};
 pub use hash_function::HashFunction;
 pub use input::{FlowTuple, HashFields, HashInput, InputXfrm, MAX_INPUT_LEN};
 pub use learn::{Coverage, KeyLearner, LearnError, Learned, TableBits};

@@ -77,7 +77,7 @@ impl RssModel {
         let function = desc
             .hfunc
             .parse::<HashFunction>()
-            .map_err(|e| DescriptionError::field("hfunc", e))?;
+            .map_err(|e| DescriptionError::field("hfunc", e.to_string()))?;
         if !function.modelled() {
             return Err(DescriptionError::field(
                 "hfunc",
@@ -101,17 +101,17 @@ impl RssModel {
         let xfrm = desc
             .input_xfrm
             .parse::<InputXfrm>()
-            .map_err(|e| DescriptionError::field("input_xfrm", e))?;
+            .map_err(|e| DescriptionError::field("input_xfrm", e.to_string()))?;
         let tcp4 = desc
             .fields
             .tcp4
             .parse::<HashFields>()
-            .map_err(|e| DescriptionError::field("fields.tcp4", e))?;
+            .map_err(|e| DescriptionError::field("fields.tcp4", e.to_string()))?;
         let tcp6 = desc
             .fields
             .tcp6
             .parse::<HashFields>()
-            .map_err(|e| DescriptionError::field("fields.tcp6", e))?;
+            .map_err(|e| DescriptionError::field("fields.tcp6", e.to_string()))?;
         // The other protocols' fields are checked, not kept: the model
         // hashes TCP's flows.
         let udp = [
@@ -122,7 +122,7 @@ impl RssModel {
             if let Some(letters) = desc.fields.of(flow) {
                 letters
                     .parse::<HashFields>()
-                    .map_err(|e| DescriptionError::field(field, e))?;
+                    .map_err(|e| DescriptionError::field(field, e.to_string()))?;
             }
         }
         if desc.indir.is_empty() {

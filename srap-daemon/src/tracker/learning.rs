@@ -38,12 +38,13 @@ use std::{
 
 use srap_common::{
     rss::{
-        End, FlowTuple, HashFields, InputXfrm, KeyConfidence, KeyLearner, KeyProvenance, KeySource,
-        RssDescription, RssModel, ToeplitzKey,
+        End, FieldsError, FlowTuple, HashFields, InputXfrm, KeyConfidence, KeyError, KeyLearner,
+        KeyProvenance, KeySource, LearnError, RssDescription, RssModel, ToeplitzKey, UnknownXfrm,
     },
     solver::PortRange,
 };
 use srap_status::LearningRow;
+use thiserror::Error;
 use tracing::{info, warn};
 
 /// Landings needed before anything learned is served.
@@ -154,19 +155,31 @@ impl Basis {
         }
     }
 
-    fn learner(&self, end: End, ports: PortRange) -> Result<KeyLearner, String> {
+    fn learner(&self, end: End, ports: PortRange) -> Result<KeyLearner, BasisError> {
         let fields = |f: &str| f.parse::<HashFields>();
         let xfrm: InputXfrm = self.xfrm.parse()?;
-        let key = ToeplitzKey::parse_hex(&self.candidate).map_err(|e| e.to_string())?;
-        KeyLearner::new(
+        let key = ToeplitzKey::parse_hex(&self.candidate)?;
+        let learner = KeyLearner::new(
             &self.indir,
             (fields(&self.fields.0)?, fields(&self.fields.1)?),
             xfrm,
             key.as_bytes(),
-        )
-        .map(|learner| learner.facing(end).choosing(ports))
-        .map_err(|e| e.to_string())
+        )?;
+        Ok(learner.facing(end).choosing(ports))
     }
+}
+
+/// Why a basis gives no learner.
+#[derive(Debug, Error)]
+enum BasisError {
+    #[error(transparent)]
+    Fields(#[from] FieldsError),
+    #[error(transparent)]
+    Xfrm(#[from] UnknownXfrm),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error(transparent)]
+    Table(#[from] LearnError),
 }
 
 /// A device's learner, fed every sample.
@@ -309,7 +322,7 @@ impl Learning {
             }
             Err(why) => {
                 self.learner = None;
-                self.unable = Some(why);
+                self.unable = Some(why.to_string());
             }
         }
         self.basis = Some(basis);
