@@ -99,6 +99,21 @@ pub enum ControlError {
     Refused { path: PathBuf, reason: String },
 }
 
+/// Why the agent answers a request with an [`ErrorReply`].
+#[derive(Debug, Error)]
+enum RequestError {
+    #[error(
+        "send one JSON request on one line (at most {MAX_REQUEST} bytes), e.g. {{\"get\":\"status\"}}"
+    )]
+    NotOneLine,
+    #[error("not a request ({0}); try {{\"get\":\"status\"}}")]
+    NotARequest(#[source] serde_json::Error),
+    #[error("unknown request `{0}`: only {{\"get\":\"status\"}} is answered")]
+    Unknown(String),
+    #[error("internal error: {0}")]
+    Internal(#[source] serde_json::Error),
+}
+
 fn io_error(path: &Path) -> impl FnOnce(io::Error) -> ControlError + '_ {
     move |source| ControlError::Io {
         path: path.to_owned(),
@@ -198,36 +213,35 @@ async fn answer<T: Serialize>(
     tokio::io::BufReader::new(rd.take(MAX_REQUEST))
         .read_line(&mut line)
         .await?;
-    let reply = match reply_to(&line, status) {
-        Ok(reply) | Err(reply) => reply,
-    };
+    let reply = reply_to(&line, status).unwrap_or_else(|refusal| error_reply(&refusal));
     wr.write_all(reply.as_bytes()).await?;
     wr.shutdown().await
 }
 
-/// The reply line (`Ok`: a status; `Err`: an [`ErrorReply`]).
-fn reply_to<T: Serialize>(line: &str, status: &watch::Receiver<Arc<T>>) -> Result<String, String> {
-    let error = |text: String| {
-        let reply = ErrorReply { error: text };
-        serde_json::to_string(&reply).map_or_else(|_| "{}\n".to_owned(), |s| s + "\n")
-    };
+/// The status line for the request `line`, or why there is none.
+fn reply_to<T: Serialize>(
+    line: &str,
+    status: &watch::Receiver<Arc<T>>,
+) -> Result<String, RequestError> {
     if !line.ends_with('\n') {
-        return Err(error(format!(
-            "send one JSON request on one line (at most {MAX_REQUEST} bytes), e.g. {{\"get\":\"status\"}}"
-        )));
+        return Err(RequestError::NotOneLine);
     }
-    let request: Request = serde_json::from_str(line.trim())
-        .map_err(|err| error(format!("not a request ({err}); try {{\"get\":\"status\"}}")))?;
+    let request: Request = serde_json::from_str(line.trim()).map_err(RequestError::NotARequest)?;
     if request.get != "status" {
-        return Err(error(format!(
-            "unknown request `{}`: only {{\"get\":\"status\"}} is answered",
-            request.get
-        )));
+        return Err(RequestError::Unknown(request.get));
     }
     let current = Arc::clone(&status.borrow());
     serde_json::to_string(&*current)
         .map(|s| s + "\n")
-        .map_err(|err| error(format!("internal error: {err}")))
+        .map_err(RequestError::Internal)
+}
+
+/// The [`ErrorReply`] line saying why a request is not answered.
+fn error_reply(refusal: &RequestError) -> String {
+    let reply = ErrorReply {
+        error: refusal.to_string(),
+    };
+    serde_json::to_string(&reply).map_or_else(|_| "{}\n".to_owned(), |s| s + "\n")
 }
 
 /// The client's end: asks the receiver agent at `path` for its status
