@@ -36,7 +36,7 @@ use srap_common::observer::{
 use srap_common::protocol::Protocol;
 use srap_host::report::Chain;
 
-use crate::sock_diag::{TcpCounters, TcpDiag};
+use crate::sock_diag::{SockDiagError, TcpCounters, TcpDiag};
 use crate::tc::TcMode;
 use tracing::{debug, info, warn};
 
@@ -740,7 +740,7 @@ fn attach_sock(
 /// the hook, so tc ingress is tried next; chosen explicitly, the hook goes
 /// on without it. Either way, what that costs goes into `limits`.
 fn socket_diag<D>(
-    found: Result<D, String>,
+    found: Result<D, SockDiagError>,
     choice: HookChoice,
     limits: &mut Vec<ObserverLimit>,
 ) -> Result<Option<D>, AttachFailure> {
@@ -755,7 +755,7 @@ fn socket_diag<D>(
                      which costs every received packet one program run (tens of ns)"
                 ),
             });
-            Err(AttachFailure::Refused(missing))
+            Err(AttachFailure::Refused(missing.to_string()))
         }
         Err(missing) => {
             limits.push(ObserverLimit {

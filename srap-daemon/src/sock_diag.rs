@@ -14,12 +14,15 @@
 
 use std::{
     collections::HashMap,
+    fmt, io,
     net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    process::ExitStatus,
     sync::Mutex,
     time::Duration,
 };
 
 use srap_host::netlink::{NetlinkError, Protocol, Socket, parse_attrs};
+use thiserror::Error;
 
 mod mptcp;
 pub use mptcp::{SubflowSeen, Subflows};
@@ -60,6 +63,44 @@ pub struct TcpCounters {
     pub last_data_recv_ms: u32,
 }
 
+/// Why there is no sock_diag socket that answers for TCP.
+#[derive(Debug, Error)]
+pub enum SockDiagError {
+    #[error("cannot open sock_diag: {0}")]
+    Open(#[source] NetlinkError),
+    #[error(
+        "this kernel has no sock_diag for TCP (inet_diag and tcp_diag: reading TCP sockets \
+         through sock_diag says `{first}`; `modprobe tcp_diag` {modprobe})"
+    )]
+    NoTcpDiag {
+        /// What the first dump said.
+        #[source]
+        first: NetlinkError,
+        modprobe: Modprobe,
+    },
+}
+
+/// What `modprobe tcp_diag` did when the first dump failed.
+#[derive(Debug)]
+pub enum Modprobe {
+    /// It succeeded, and the dump still fails.
+    LoadedStillFails,
+    /// It ran and failed.
+    Failed { status: ExitStatus, stderr: String },
+    /// It could not be run.
+    NotRun(io::Error),
+}
+
+impl fmt::Display for Modprobe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::LoadedStillFails => f.write_str("loaded it, but it still fails"),
+            Self::Failed { status, stderr } => write!(f, "failed: {status}: {stderr}"),
+            Self::NotRun(err) => write!(f, "failed: {err}"),
+        }
+    }
+}
+
 /// A sock_diag netlink socket for TCP sockets, in the namespace it was
 /// opened in. One dump at a time: the lock keeps two readers from taking
 /// each other's answers.
@@ -83,8 +124,8 @@ impl TcpDiag {
     /// says exactly what is missing. The probe dumps the listeners only: the
     /// kernel then walks its listening table, not every connection (tens of
     /// thousands in TIME_WAIT on a host that opens many).
-    pub fn loaded() -> Result<Self, String> {
-        let diag = Self::open().map_err(|err| format!("cannot open sock_diag: {err}"))?;
+    pub fn loaded() -> Result<Self, SockDiagError> {
+        let diag = Self::open().map_err(SockDiagError::Open)?;
         let first = match diag.tcp_listeners() {
             Ok(_) => return Ok(diag),
             Err(err) => err,
@@ -94,25 +135,20 @@ impl TcpDiag {
             .output()
         {
             Ok(out) if out.status.success() => None,
-            Ok(out) => Some(format!(
-                "{}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )),
-            Err(err) => Some(err.to_string()),
+            Ok(out) => Some(Modprobe::Failed {
+                status: out.status,
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            }),
+            Err(err) => Some(Modprobe::NotRun(err)),
         };
         if modprobe.is_none() && diag.tcp_listeners().is_ok() {
             tracing::info!("loaded tcp_diag (sock_diag for TCP)");
             return Ok(diag);
         }
-        Err(format!(
-            "this kernel has no sock_diag for TCP (inet_diag and tcp_diag: reading TCP sockets \
-             through sock_diag says `{first}`; `modprobe tcp_diag` {})",
-            modprobe.map_or_else(
-                || "loaded it, but it still fails".to_owned(),
-                |e| format!("failed: {e}")
-            )
-        ))
+        Err(SockDiagError::NoTcpDiag {
+            first,
+            modprobe: modprobe.unwrap_or(Modprobe::LoadedStillFails),
+        })
     }
 
     /// Every non-listening TCP socket of the namespace, keyed by (remote,

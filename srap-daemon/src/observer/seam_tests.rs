@@ -12,6 +12,7 @@ use std::{
 use aya::{Pod, maps::MapError};
 use srap_common::observer::{FLOWS_MAP, FlowKey, FlowStats, SOCK_FLOWS_MAP, SockFlow};
 use srap_common::protocol::Protocol;
+use srap_host::netlink::NetlinkError;
 
 use super::{
     AttachFailure, Hook, HookChoice, ObserverError, ObserverLimit, QueueReading, SocketView,
@@ -19,6 +20,7 @@ use super::{
     seam::{FlowTable, HookAttacher},
     socket_diag,
 };
+use crate::sock_diag::{Modprobe, SockDiagError};
 
 /// Hooks that attach unless told to refuse or fail, noting each try.
 #[derive(Default)]
@@ -154,12 +156,24 @@ fn explicit_choices_try_their_own_hooks_only() {
     assert_eq!(hooks.tried, [Hook::XdpGeneric]);
 }
 
+/// A kernel without `tcp_diag`, whose module will not load.
+fn no_tcp_diag() -> SockDiagError {
+    SockDiagError::NoTcpDiag {
+        first: NetlinkError::Kernel {
+            errno: libc::ENOENT,
+            message: None,
+        },
+        modprobe: Modprobe::LoadedStillFails,
+    }
+}
+
 #[test]
 fn auto_without_sock_diag_moves_to_tc_and_says_what_that_costs() {
     let mut limits = Vec::new();
-    let refused = socket_diag::<()>(Err("no tcp_diag".into()), HookChoice::Auto, &mut limits);
+    let refused = socket_diag::<()>(Err(no_tcp_diag()), HookChoice::Auto, &mut limits);
+    let missing = no_tcp_diag().to_string();
     assert!(
-        matches!(&refused, Err(AttachFailure::Refused(why)) if why == "no tcp_diag"),
+        matches!(&refused, Err(AttachFailure::Refused(why)) if *why == missing),
         "the socket hook is refused"
     );
     let [limit] = &limits[..] else {
@@ -167,7 +181,7 @@ fn auto_without_sock_diag_moves_to_tc_and_says_what_that_costs() {
     };
     assert_eq!(limit.missing, "sock_diag");
     assert!(
-        limit.detail.starts_with("no tcp_diag; "),
+        limit.detail.starts_with(&format!("{missing}; ")),
         "{}",
         limit.detail
     );
@@ -184,7 +198,7 @@ fn auto_without_sock_diag_moves_to_tc_and_says_what_that_costs() {
         fn attach(&mut self, hook: Hook) -> Result<(), AttachFailure> {
             match hook {
                 Hook::SockOps => {
-                    socket_diag::<()>(Err("no tcp_diag".into()), HookChoice::Auto, self.0).map(drop)
+                    socket_diag::<()>(Err(no_tcp_diag()), HookChoice::Auto, self.0).map(drop)
                 }
                 _ => Ok(()),
             }
@@ -200,7 +214,7 @@ fn auto_without_sock_diag_moves_to_tc_and_says_what_that_costs() {
 #[test]
 fn an_explicit_socket_hook_goes_on_without_sock_diag_from_handshakes() {
     let mut limits = Vec::new();
-    let diag = socket_diag::<()>(Err("no tcp_diag".into()), HookChoice::Sock, &mut limits);
+    let diag = socket_diag::<()>(Err(no_tcp_diag()), HookChoice::Sock, &mut limits);
     assert!(matches!(diag, Ok(None)), "kept, without counters");
     assert_eq!(limits.len(), 1);
     assert!(

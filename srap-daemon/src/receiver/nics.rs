@@ -193,7 +193,7 @@ impl NicSet {
             Ok(diag) => (Some(diag), None),
             Err(err) => {
                 warn!("{err}: senders are told no listening port");
-                (None, Some(err))
+                (None, Some(err.to_string()))
             }
         };
         Self {

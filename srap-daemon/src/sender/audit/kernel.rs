@@ -11,9 +11,10 @@ use std::{
 
 use aya::maps::MapData;
 use srap_common::binder::{MAX_SLOTS, SLOT_STATE_MAP, SOCKETS_MAP, SocketRecord};
+use srap_host::netlink::NetlinkError;
 
 use crate::sender::{attach, layout::PinLayout};
-use crate::sock_diag::{SocketSeen, TcpDiag};
+use crate::sock_diag::{SockDiagError, SocketSeen, TcpDiag};
 
 /// Bytes of one socket-table row: cookie, then receiver, slot, local, pad.
 const SOCKET_ROW_LEN: usize = size_of::<srap_common::binder::SocketRow>();
@@ -42,8 +43,27 @@ pub enum AuditError {
     Answer(&'static str),
     #[error("loading the binder: {0}")]
     Load(String),
-    #[error("the sockets of network namespace {ns} cannot be read ({detail})")]
-    Namespace { ns: String, detail: String },
+    #[error("the sockets of network namespace {ns} cannot be read ({source})")]
+    Namespace {
+        ns: String,
+        #[source]
+        source: NamespaceError,
+    },
+}
+
+/// Why one network namespace's sockets were not read.
+#[derive(Debug, thiserror::Error)]
+pub enum NamespaceError {
+    #[error("{0}")]
+    Unreadable(#[source] std::io::Error),
+    #[error(transparent)]
+    NoSockDiag(#[from] SockDiagError),
+    #[error("{0}")]
+    Dump(#[source] NetlinkError),
+    #[error("setns: {0}")]
+    Enter(#[source] rustix::io::Errno),
+    #[error("the dump thread panicked")]
+    Panicked,
 }
 
 fn pinned(layout: &PinLayout, map: &'static str) -> Result<MapData, AuditError> {
@@ -124,15 +144,15 @@ pub fn read_words(
 /// namespace that cannot be read is an error (the caller then judges no
 /// record stale); a process that exited meanwhile is skipped.
 pub fn open_sockets(cgroup: &Path) -> Result<BTreeMap<u64, SocketSeen>, AuditError> {
-    let own = namespace_of(Path::new("/proc/thread-self/ns/net")).map_err(|detail| {
+    let own = namespace_of(Path::new("/proc/thread-self/ns/net")).map_err(|source| {
         AuditError::Namespace {
             ns: "of the agent".into(),
-            detail,
+            source,
         }
     })?;
-    let mut out = dump_here().map_err(|detail| AuditError::Namespace {
+    let mut out = dump_here().map_err(|source| AuditError::Namespace {
         ns: "of the agent".into(),
-        detail,
+        source,
     })?;
     let mut done = BTreeSet::from([own]);
     for pid in cgroup_pids(cgroup)? {
@@ -146,10 +166,10 @@ pub fn open_sockets(cgroup: &Path) -> Result<BTreeMap<u64, SocketSeen>, AuditErr
         match dump_in(&path) {
             Ok(seen) => out.extend(seen),
             Err(_) if !Path::new(&format!("/proc/{pid}")).exists() => {}
-            Err(detail) => {
+            Err(source) => {
                 return Err(AuditError::Namespace {
                     ns: format!("net:[{ns}] of process {pid}"),
-                    detail,
+                    source,
                 });
             }
         }
@@ -157,23 +177,23 @@ pub fn open_sockets(cgroup: &Path) -> Result<BTreeMap<u64, SocketSeen>, AuditErr
     Ok(out)
 }
 
-fn namespace_of(path: &Path) -> Result<u64, String> {
+fn namespace_of(path: &Path) -> Result<u64, NamespaceError> {
     fs::metadata(path)
         .map(|m| m.ino())
-        .map_err(|e| e.to_string())
+        .map_err(NamespaceError::Unreadable)
 }
 
-fn dump_here() -> Result<BTreeMap<u64, SocketSeen>, String> {
+fn dump_here() -> Result<BTreeMap<u64, SocketSeen>, NamespaceError> {
     let diag = TcpDiag::loaded()?;
-    let seen = diag.sockets_by_cookie().map_err(|e| e.to_string())?;
+    let seen = diag.sockets_by_cookie().map_err(NamespaceError::Dump)?;
     Ok(seen.into_iter().collect())
 }
 
 /// Dumps the sockets of the namespace at `path` from a thread of its own
 /// that enters it (a netlink socket belongs to the namespace it was made
 /// in), so the agent's threads stay where they are.
-fn dump_in(path: &Path) -> Result<BTreeMap<u64, SocketSeen>, String> {
-    let file = fs::File::open(path).map_err(|e| e.to_string())?;
+fn dump_in(path: &Path) -> Result<BTreeMap<u64, SocketSeen>, NamespaceError> {
+    let file = fs::File::open(path).map_err(NamespaceError::Unreadable)?;
     std::thread::scope(|scope| {
         scope
             .spawn(|| {
@@ -181,11 +201,11 @@ fn dump_in(path: &Path) -> Result<BTreeMap<u64, SocketSeen>, String> {
                     file.as_fd(),
                     Some(rustix::thread::LinkNameSpaceType::Network),
                 )
-                .map_err(|e| format!("setns: {e}"))?;
+                .map_err(NamespaceError::Enter)?;
                 dump_here()
             })
             .join()
-            .map_err(|_| "the dump thread panicked".to_owned())?
+            .map_err(|_| NamespaceError::Panicked)?
     })
 }
 

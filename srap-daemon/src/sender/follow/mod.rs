@@ -99,7 +99,7 @@ struct Follower {
     /// This namespace's TCP sockets through sock_diag: for that loop
     /// (`tcpi_bytes_acked`) and the status's MPTCP subflows; opened on
     /// first use, or why it cannot be (said once).
-    sock_diag: OnceLock<Result<crate::sock_diag::TcpDiag, String>>,
+    sock_diag: OnceLock<Result<crate::sock_diag::TcpDiag, crate::sock_diag::SockDiagError>>,
     /// The address each moved flow asked for, named while its spread row
     /// was there ([`status::AskedMemory`]).
     asked: std::sync::Mutex<status::AskedMemory>,
