@@ -12,7 +12,7 @@ use std::{
 use aya::{
     Ebpf,
     maps::{Array, Map, MapData, MapInfo},
-    programs::links::PinnedLink,
+    programs::links::{LinkError, PinnedLink},
 };
 use srap_common::binder::{BinderConfig, BinderSizes, CONFIG_MAP};
 
@@ -33,7 +33,7 @@ pub(crate) trait Pins {
 
     /// Opens the link pinned at `path`, which proves it is a live link;
     /// the error says why not.
-    fn open_link(&self, path: &Path) -> Result<(), String>;
+    fn open_link(&self, path: &Path) -> Result<(), LinkError>;
 
     /// The shape of map `name` pinned at `path`.
     fn map_shape(&self, name: &'static str, path: &Path) -> Result<MapShape, SenderError>;
@@ -65,10 +65,8 @@ impl Pins for Bpffs {
         path.exists()
     }
 
-    fn open_link(&self, path: &Path) -> Result<(), String> {
-        PinnedLink::from_pin(path)
-            .map(drop)
-            .map_err(|err| err.to_string())
+    fn open_link(&self, path: &Path) -> Result<(), LinkError> {
+        PinnedLink::from_pin(path).map(drop)
     }
 
     fn map_shape(&self, name: &'static str, path: &Path) -> Result<MapShape, SenderError> {

@@ -8,6 +8,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use aya::programs::links::LinkError;
 use srap_common::binder::{
     BIND4_PROGRAM, BIND6_PROGRAM, BinderSizes, CLOSE_PROGRAM, CONNECT4_PROGRAM, CONNECT6_PROGRAM,
     GETPEERNAME4_PROGRAM, GETPEERNAME6_PROGRAM, PINNED_MAPS, RELEASE_PROGRAM,
@@ -38,10 +39,10 @@ impl Pins for FakePins {
         self.files.contains(path) || self.shapes.contains_key(path)
     }
 
-    fn open_link(&self, path: &Path) -> Result<(), String> {
+    fn open_link(&self, path: &Path) -> Result<(), LinkError> {
         self.opened.borrow_mut().push(path.to_path_buf());
         match self.not_links.contains(path) {
-            true => Err("not a BPF link".into()),
+            true => Err(LinkError::InvalidLink),
             false => Ok(()),
         }
     }
@@ -201,7 +202,7 @@ fn a_stray_file_at_a_link_pin_stops_the_attach_there() {
     let link = layout().link(BIND4_PROGRAM);
     assert_eq!(
         *detail,
-        format!("{} is not a usable link: not a BPF link", link.display())
+        format!("{} is not a usable link: Invalid link", link.display())
     );
     assert_eq!(
         attacher.attached,

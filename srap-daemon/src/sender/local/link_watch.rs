@@ -20,7 +20,7 @@
 //! overrun and for a thread that could not start.
 
 use std::{
-    path::Path,
+    path::{Path, PathBuf},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -29,9 +29,11 @@ use std::{
     time::Duration,
 };
 
-use aya::maps::{Array, Map, MapData};
+use aya::maps::{Array, Map, MapData, MapError};
 use srap_host::link::Link;
 use srap_host::link_events::{Drained, LinkEvents};
+use srap_host::netlink::NetlinkError;
+use thiserror::Error;
 use tokio::{
     sync::mpsc,
     time::{Interval, MissedTickBehavior},
@@ -92,7 +94,7 @@ impl LinkWatch {
                     Err(err) => warn!("{}", fallback(&err.to_string())),
                 }
             }
-            Err(err) => warn!("{}", fallback(&err)),
+            Err(err) => warn!("{}", fallback(&err.to_string())),
         }
         watch
     }
@@ -186,6 +188,21 @@ impl Links {
     }
 }
 
+/// Why the fence's thread cannot start.
+#[derive(Debug, Error)]
+enum FenceError {
+    #[error("{}: {source}", .pin.display())]
+    Pin {
+        pin: PathBuf,
+        #[source]
+        source: MapError,
+    },
+    #[error("{0}")]
+    Map(#[source] MapError),
+    #[error("{0}")]
+    Events(#[source] NetlinkError),
+}
+
 /// The fence's thread: the links it follows and the map it alone writes.
 struct Fence {
     links: Links,
@@ -194,10 +211,13 @@ struct Fence {
 }
 
 impl Fence {
-    fn open(names: Vec<String>, pin: &Path) -> Result<Self, String> {
-        let data = MapData::from_pin(pin).map_err(|e| format!("{}: {e}", pin.display()))?;
-        let map = Array::try_from(Map::Array(data)).map_err(|e| e.to_string())?;
-        let events = LinkEvents::open().map_err(|e| e.to_string())?;
+    fn open(names: Vec<String>, pin: &Path) -> Result<Self, FenceError> {
+        let data = MapData::from_pin(pin).map_err(|source| FenceError::Pin {
+            pin: pin.to_owned(),
+            source,
+        })?;
+        let map = Array::try_from(Map::Array(data)).map_err(FenceError::Map)?;
+        let events = LinkEvents::open().map_err(FenceError::Events)?;
         Ok(Self {
             links: Links::new(names),
             map,
