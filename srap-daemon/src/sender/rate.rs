@@ -2,6 +2,8 @@
 
 use std::str::FromStr;
 
+use thiserror::Error;
+
 /// A pacing rate in bytes per second, as `SO_MAX_PACING_RATE` takes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PacingRate(pub u64);
@@ -25,38 +27,46 @@ const UNITS: &[(&str, u128)] = &[
     ("bps", 8),
 ];
 
+/// Why a text is not a pacing rate.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RateError {
+    #[error("`{text}` has no unit: write e.g. 25gbit (bits/s) or 3gbps (bytes/s), as tc does")]
+    NoUnit { text: String },
+    #[error(
+        "`{unit}` in `{text}` is not a rate unit: use bit, kbit, mbit, gbit, tbit \
+         (or kibit…), or bps, kbps, mbps, gbps, tbps for bytes/s"
+    )]
+    NotAUnit { unit: String, text: String },
+    #[error("`{number}` in `{text}` is not a number")]
+    NotANumber { number: String, text: String },
+    #[error("`{text}` is out of range: a pacing rate is between 1 byte/s and 2^64 bytes/s")]
+    OutOfRange { text: String },
+}
+
 impl FromStr for PacingRate {
-    type Err = String;
+    type Err = RateError;
 
     fn from_str(text: &str) -> Result<Self, Self::Err> {
         let lower = text.trim().to_ascii_lowercase();
         let split = lower
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| {
-                format!(
-                    "`{text}` has no unit: write e.g. 25gbit (bits/s) or 3gbps (bytes/s), \
-                     as tc does"
-                )
-            })?;
+            .ok_or_else(|| RateError::NoUnit { text: text.into() })?;
         let (number, unit) = lower.split_at(split);
         let bits_per_unit = UNITS
             .iter()
             .find(|(suffix, _)| *suffix == unit)
             .map(|(_, bits)| *bits)
-            .ok_or_else(|| {
-                format!(
-                    "`{unit}` in `{text}` is not a rate unit: use bit, kbit, mbit, gbit, tbit \
-                     (or kibit…), or bps, kbps, mbps, gbps, tbps for bytes/s"
-                )
+            .ok_or_else(|| RateError::NotAUnit {
+                unit: unit.into(),
+                text: text.into(),
             })?;
-        let value: f64 = number
-            .parse()
-            .map_err(|_| format!("`{number}` in `{text}` is not a number"))?;
+        let value: f64 = number.parse().map_err(|_| RateError::NotANumber {
+            number: number.into(),
+            text: text.into(),
+        })?;
         let bytes = value * bits_per_unit as f64 / 8.0;
         if !(bytes >= 1.0 && bytes < u64::MAX as f64) {
-            return Err(format!(
-                "`{text}` is out of range: a pacing rate is between 1 byte/s and 2^64 bytes/s"
-            ));
+            return Err(RateError::OutOfRange { text: text.into() });
         }
         Ok(Self(bytes.round() as u64))
     }
@@ -78,7 +88,7 @@ mod tests {
     #[test]
     fn bad_rates_say_why() {
         for bad in ["25", "25gb", "gbit", "0bit", "1.2.3gbit", ""] {
-            let err = bad.parse::<PacingRate>().unwrap_err();
+            let err = bad.parse::<PacingRate>().unwrap_err().to_string();
             assert!(!err.is_empty(), "{bad}");
         }
     }

@@ -193,7 +193,10 @@ impl SenderSettings {
         }
         let pacing = config
             .pacing_rate
-            .map(|r| r.parse::<PacingRate>().map_err(value("pacing-rate")))
+            .map(|r| {
+                r.parse::<PacingRate>()
+                    .map_err(|e| value("pacing-rate")(e.to_string()))
+            })
             .transpose()?;
         let range = config
             .port_range
