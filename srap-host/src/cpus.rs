@@ -6,9 +6,47 @@
 use std::{collections::BTreeSet, path::Path};
 
 use srap_common::rss::{RssDescription, RssModel};
+use thiserror::Error;
 use tracing::warn;
 
-use crate::link::{Link, SYSFS_HINT};
+use crate::{
+    link::{Link, SYSFS_HINT, SysfsElsewhere},
+    netlink::NetlinkError,
+    numa::NumaError,
+};
+
+/// Why the CPUs of an interface's NUMA node are not known.
+#[derive(Debug, Error)]
+pub enum LocalCpusError {
+    #[error("NUMA node of {iface} not read: {source}")]
+    Link {
+        iface: String,
+        #[source]
+        source: NetlinkError,
+    },
+    #[error("NUMA node of {iface} not read: no such interface here")]
+    NoInterface { iface: String },
+    #[error("NUMA node of {iface} not read: {source}; {SYSFS_HINT}")]
+    Sysfs {
+        iface: String,
+        #[source]
+        source: SysfsElsewhere,
+    },
+    #[error("NUMA node of {iface} not read: {source}")]
+    Node {
+        iface: String,
+        #[source]
+        source: NumaError,
+    },
+    #[error("CPUs of NUMA node {node} not read: {source}")]
+    NodeCpus {
+        node: u32,
+        #[source]
+        source: NumaError,
+    },
+    #[error("CPUs of NUMA node {node} not read: sysfs lists no node{node}")]
+    NoNode { node: u32 },
+}
 
 /// Which CPUs the receiver offers and in what order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -55,34 +93,45 @@ impl Offer {
 /// in; kernels before 5.15 do not name the bus device, and then the
 /// interface's own `/sys/class/net` entry is read only when it is this
 /// namespace's.
-pub fn local_cpus(iface: &str) -> Result<Option<BTreeSet<u32>>, String> {
+pub fn local_cpus(iface: &str) -> Result<Option<BTreeSet<u32>>, LocalCpusError> {
     let link = Link::by_name(iface)
-        .map_err(|e| format!("NUMA node of {iface} not read: {e}"))?
-        .ok_or_else(|| format!("NUMA node of {iface} not read: no such interface here"))?;
+        .map_err(|source| LocalCpusError::Link {
+            iface: iface.into(),
+            source,
+        })?
+        .ok_or_else(|| LocalCpusError::NoInterface {
+            iface: iface.into(),
+        })?;
     let device = match (link.parent_dir(), link.sits_on_a_device()) {
         (Some(dir), _) => dir,
         // A virtual device, or a parent /sys does not show: no node to read.
         (None, Some(_)) => return Ok(None),
         (None, None) => match link.sysfs_dir() {
             Ok(dir) => dir.join("device"),
-            Err(why) => {
-                return Err(format!(
-                    "NUMA node of {iface} not read: {why}; {SYSFS_HINT}"
-                ));
+            Err(source) => {
+                return Err(LocalCpusError::Sysfs {
+                    iface: iface.into(),
+                    source,
+                });
             }
         },
     };
     let node = match crate::numa::device_node(Path::new("/sys/devices"), &device) {
         Ok(Some(node)) => node,
         Ok(None) => return Ok(None),
-        Err(e) => return Err(format!("NUMA node of {iface} not read: {e}")),
+        Err(source) => {
+            return Err(LocalCpusError::Node {
+                iface: iface.into(),
+                source,
+            });
+        }
     };
     let mut nodes =
-        crate::numa::node_cpus().map_err(|e| format!("CPUs of NUMA node {node} not read: {e}"))?;
+        crate::numa::node_cpus().map_err(|source| LocalCpusError::NodeCpus { node, source })?;
     nodes
         .remove(&node)
         .map(Some)
-        .ok_or_else(|| format!("CPUs of NUMA node {node} not read: sysfs lists no node{node}"))
+        .ok_or(LocalCpusError::NoNode { node })
 }
 
 #[cfg(test)]
@@ -124,7 +173,7 @@ mod tests {
     /// `lo` sits on no bus device: no NUMA node, and no error.
     #[test]
     fn a_virtual_device_has_no_numa_node() {
-        assert_eq!(local_cpus("lo"), Ok(None));
+        assert!(matches!(local_cpus("lo"), Ok(None)));
         assert!(local_cpus("srap-no-such0").is_err());
     }
 

@@ -29,6 +29,11 @@ pub enum HostError {
     #[error("no route to receiver {receiver} from this host (network namespace): {source}")]
     NoRoute { receiver: IpAddr, source: io::Error },
     #[error("{path}: {source}")]
+    PortList {
+        path: String,
+        source: crate::reserved::PortListError,
+    },
+    #[error("{path}: {source}")]
     Btf {
         path: String,
         source: crate::btf::BtfError,

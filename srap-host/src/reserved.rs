@@ -8,26 +8,39 @@
 use std::{collections::BTreeSet, fs, path::Path};
 
 use srap_common::solver::PortRange;
+use thiserror::Error;
 
 use crate::HostError;
+
+/// Text that is not the sysctl's list of ports.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PortListError {
+    #[error("`{word}` in `{item}` is not a port")]
+    NotAPort { word: String, item: String },
+    #[error("`{item}` is an empty range")]
+    EmptyRange { item: String },
+}
 
 pub const RESERVED_PORTS: &str = "/proc/sys/net/ipv4/ip_local_reserved_ports";
 pub const LOCAL_PORT_RANGE: &str = "/proc/sys/net/ipv4/ip_local_port_range";
 
 /// Parses the sysctl's `1,2,10-20` form (empty: none).
-pub fn parse(text: &str) -> Result<BTreeSet<u16>, String> {
+pub fn parse(text: &str) -> Result<BTreeSet<u16>, PortListError> {
     let mut ports = BTreeSet::new();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let port = |s: &str| {
             s.trim()
                 .parse::<u16>()
-                .map_err(|_| format!("`{s}` in `{item}` is not a port"))
+                .map_err(|_| PortListError::NotAPort {
+                    word: s.into(),
+                    item: item.into(),
+                })
         };
         match item.split_once('-') {
             Some((a, b)) => {
                 let (a, b) = (port(a)?, port(b)?);
                 if a > b {
-                    return Err(format!("`{item}` is an empty range"));
+                    return Err(PortListError::EmptyRange { item: item.into() });
                 }
                 ports.extend(a..=b);
             }
@@ -64,9 +77,9 @@ pub fn format(ports: &BTreeSet<u16>) -> String {
 /// The ports currently reserved in this network namespace.
 pub fn read() -> Result<BTreeSet<u16>, HostError> {
     let text = read_sysctl(Path::new(RESERVED_PORTS))?;
-    parse(&text).map_err(|problem| HostError::Sysctl {
+    parse(&text).map_err(|source| HostError::PortList {
         path: RESERVED_PORTS.into(),
-        problem,
+        source,
     })
 }
 

@@ -202,10 +202,11 @@ fn discovery_entered_into_a_namespace_reports_the_namespaces_device() {
     assert_eq!(inside.rx_queues as usize, truth_queues);
     let why = inside
         .rps_dir()
-        .expect_err("/sys is the host's: RPS must not be read");
+        .expect_err("/sys is the host's: RPS must not be read")
+        .to_string();
     assert!(why.contains("another network namespace"), "{why}");
     assert!(why.contains("ip netns exec"), "{why}");
     // A veth sits on no bus device (the kernel says so over rtnetlink):
     // no NUMA node, and nothing read from the host's device of that name.
-    assert_eq!(numa, Ok(None));
+    assert!(matches!(numa, Ok(None)), "{numa:?}");
 }

@@ -240,7 +240,7 @@ fn record_state(
         Some(prev) if prev.netns == netns => {
             reserved::parse(&prev.reserved_added).map_err(|problem| SenderError::State {
                 path: state_path.to_path_buf(),
-                problem,
+                problem: problem.to_string(),
             })?
         }
         _ => BTreeSet::new(),

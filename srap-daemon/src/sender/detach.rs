@@ -61,7 +61,7 @@ pub fn detach(pin_dir: &Path) -> Result<DetachReport, SenderError> {
     };
     let added = reserved::parse(&state.reserved_added).map_err(|problem| SenderError::State {
         path: state_path.clone(),
-        problem,
+        problem: problem.to_string(),
     })?;
     if !added.is_empty() {
         report.ports_unreserved = Reservation::read(added)?.release()?;

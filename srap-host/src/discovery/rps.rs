@@ -2,24 +2,40 @@
 //! queue N are processed on a CPU of that mask, not on the one that took the
 //! interrupt — so the mask, not the IRQ affinity, says where a flow lands.
 
+use thiserror::Error;
+
+/// Text that is not a CPU mask.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum CpuMaskError {
+    #[error("`{group}` in CPU mask `{text}` is not a 32-bit hex group")]
+    NotAGroup { group: String, text: String },
+    #[error("`{group}` in CPU mask `{text}` is not hex")]
+    NotHex { group: String, text: String },
+    #[error("CPU mask `{text}` is implausibly long")]
+    TooLong { text: String },
+}
+
 /// The CPUs of a `rps_cpus` mask: comma-separated 32-bit hex groups, most
 /// significant first (`00000000,0000000f` = CPUs 0-3). Empty when RPS is off.
-pub fn parse_cpu_mask(text: &str) -> Result<Vec<u32>, String> {
+pub fn parse_cpu_mask(text: &str) -> Result<Vec<u32>, CpuMaskError> {
     let text = text.trim();
     let groups: Vec<&str> = text.split(',').collect();
     let mut cpus = Vec::new();
     for (position, group) in groups.iter().rev().enumerate() {
         if group.is_empty() || group.len() > 8 {
-            return Err(format!(
-                "`{group}` in CPU mask `{text}` is not a 32-bit hex group"
-            ));
+            return Err(CpuMaskError::NotAGroup {
+                group: (*group).into(),
+                text: text.into(),
+            });
         }
-        let bits = u32::from_str_radix(group, 16)
-            .map_err(|_| format!("`{group}` in CPU mask `{text}` is not hex"))?;
+        let bits = u32::from_str_radix(group, 16).map_err(|_| CpuMaskError::NotHex {
+            group: (*group).into(),
+            text: text.into(),
+        })?;
         let base = u32::try_from(position)
             .ok()
             .and_then(|p| p.checked_mul(32))
-            .ok_or_else(|| format!("CPU mask `{text}` is implausibly long"))?;
+            .ok_or_else(|| CpuMaskError::TooLong { text: text.into() })?;
         cpus.extend(
             (0..32)
                 .filter(|bit| bits & (1 << bit) != 0)
