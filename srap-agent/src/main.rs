@@ -12,9 +12,6 @@ use crate::args::{
 
 mod args;
 mod cmd;
-// The completion and man page generator `srap` uses (see its doc comment).
-#[path = "../../srap-cli/src/docs.rs"]
-mod docs;
 
 #[derive(Parser, Debug)]
 #[command(name = "srap-agent", version, about = "SRAP agent")]
@@ -42,10 +39,10 @@ enum Command {
     Receiver(ReceiverArgs),
     /// Print a shell completion script to stdout (for packaging).
     #[command(hide = true)]
-    Completions(docs::CompletionsArgs),
+    Completions(srap_docs::CompletionsArgs),
     /// Write the man pages into a directory (for packaging).
     #[command(hide = true)]
-    Manpages(docs::ManpagesArgs),
+    Manpages(srap_docs::ManpagesArgs),
 }
 
 fn main() -> ExitCode {
@@ -71,8 +68,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sender(args) => cmd::sender::run(&(*args).into(), &runtime),
         Command::Detach(args) => cmd::detach::run(&args),
         Command::Receiver(args) => runtime.block_on(cmd::receiver::run(&args)),
-        Command::Completions(args) => docs::completions(Cli::command(), &args),
-        Command::Manpages(args) => docs::manpages(Cli::command(), &args),
+        Command::Completions(args) => Ok(srap_docs::completions(Cli::command(), &args)?),
+        Command::Manpages(args) => Ok(srap_docs::manpages(Cli::command(), &args)?),
     }
 }
 

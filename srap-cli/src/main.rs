@@ -3,7 +3,6 @@
 //! Each subcommand lives in a module of its own; this file only parses the
 //! command line and reports errors.
 
-mod docs;
 mod exec;
 mod hash;
 mod odds;
@@ -43,10 +42,10 @@ enum Command {
     /// collisions and prediction accuracy, from `srap-agent receiver`.
     Status(status::Args),
     /// Print a shell completion script (bash, zsh, fish, …) to stdout.
-    Completions(docs::CompletionsArgs),
+    Completions(srap_docs::CompletionsArgs),
     /// Write the man pages into a directory (for packaging).
     #[command(hide = true)]
-    Manpages(docs::ManpagesArgs),
+    Manpages(srap_docs::ManpagesArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,8 +58,12 @@ fn main() -> ExitCode {
         Command::Exec(args) => exec::run(&args),
         Command::Rss(args) => rss::run(&args),
         Command::Status(args) => status::run(&args),
-        Command::Completions(args) => docs::completions(Cli::command(), &args),
-        Command::Manpages(args) => docs::manpages(Cli::command(), &args),
+        Command::Completions(args) => {
+            srap_docs::completions(Cli::command(), &args).map_err(anyhow::Error::from)
+        }
+        Command::Manpages(args) => {
+            srap_docs::manpages(Cli::command(), &args).map_err(anyhow::Error::from)
+        }
     };
     srap_host::report::exit_code("srap", result)
 }

@@ -8,6 +8,10 @@
 //!   experiments), no `srap-harness` (QEMU control, agents in namespaces,
 //!   the test harness) and none of the plotting crates the lab draws its
 //!   figures with. The lab is its own binary, `srap-lab`.
+//! * `srap-docs`, the completions and man pages both binaries generate,
+//!   stands beneath every SRAP crate: it depends on none of them (clap and
+//!   its generators only), so either binary takes it without the other's
+//!   floors.
 
 use std::{
     collections::{BTreeSet, HashMap},
@@ -40,9 +44,16 @@ const LAB_ONLY: [&str; 7] = [
 /// the lab links none of it.
 const LAB_PARTS: [&str; 2] = ["srap-lab", "plotters*"];
 
+/// Crates beneath every SRAP crate, which may reach none of [`SRAP_CRATES`]
+/// but themselves.
+const BENEATH_ALL: [&str; 1] = ["srap-docs"];
+
+/// The workspace's SRAP crates, by name.
+const SRAP_CRATES: [&str; 1] = ["srap*"];
+
 /// Fails when `srap-cli` reaches a package of [`NEEDS_EBPF_TOOLCHAIN`],
-/// `srap-agent` one of [`LAB_ONLY`], or the harness or the tests' helpers
-/// one of [`LAB_PARTS`].
+/// `srap-agent` one of [`LAB_ONLY`], the harness or the tests' helpers
+/// one of [`LAB_PARTS`], or a crate of [`BENEATH_ALL`] another SRAP crate.
 pub fn check() -> Result<()> {
     println!("\n==> layering (srap builds without the eBPF toolchain)");
     let metadata = metadata()?;
@@ -78,6 +89,20 @@ pub fn check() -> Result<()> {
             );
         }
         println!("{below_the_lab} reaches none of {LAB_PARTS:?}");
+    }
+    for beneath in BENEATH_ALL {
+        let reached = reachable(&metadata, beneath)?;
+        let bad: Vec<&str> = matching(&reached, &SRAP_CRATES)
+            .into_iter()
+            .filter(|name| *name != beneath)
+            .collect();
+        if !bad.is_empty() {
+            bail!(
+                "{beneath} depends on {bad:?}: it stands beneath every SRAP crate (clap and \
+                 its generators only), so that both binaries can take it"
+            );
+        }
+        println!("{beneath} reaches no other SRAP crate");
     }
     Ok(())
 }
@@ -228,7 +253,7 @@ mod tests {
     fn this_workspace_keeps_srap_off_the_ebpf_toolchain_and_the_agent_off_the_lab() {
         check().expect(
             "srap-cli must not depend on the daemon or the eBPF crate, nor srap-agent on the lab \
-             or the harness, nor the harness on the lab",
+             or the harness, nor the harness on the lab, nor srap-docs on any SRAP crate",
         );
     }
 }

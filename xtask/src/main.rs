@@ -220,6 +220,8 @@ fn library_docs() -> std::process::Command {
         "srap-lab",
         "-p",
         "srap-tests",
+        "-p",
+        "srap-docs",
     ]);
     command.env("RUSTDOCFLAGS", "-D warnings");
     command
