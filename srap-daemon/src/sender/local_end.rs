@@ -54,7 +54,7 @@ use super::{
     ends::{LocalPlacement, PlacedEnds},
     grant,
     landings::{LocalLandings, Opened},
-    local::{nic::LocalNic, nic_models::LocalModels, nics::LocalNics, reader},
+    local::{nic::LocalNic, nics::LocalNics, reader, source_models::LocalModels},
     plan::Plan,
 };
 use crate::{

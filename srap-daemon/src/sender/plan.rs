@@ -47,8 +47,8 @@ use super::{
         LocalHost, ReceiverSources,
         bond::EgressBond,
         nic_choice,
-        nic_models::{LocalModels, SourceModel},
         nics::LocalNics,
+        source_models::{LocalModels, SourceModel},
     },
     target::Target,
 };
@@ -499,7 +499,7 @@ impl Plan {
     /// How many source addresses of this host's end are placed with
     /// another NIC's description than their own (a [`LocalFallback`]).
     ///
-    /// [`LocalFallback`]: super::local::nic_models::LocalFallback
+    /// [`LocalFallback`]: super::local::source_models::LocalFallback
     pub fn local_fallbacks(&self) -> usize {
         self.local_sources
             .iter()

@@ -18,9 +18,9 @@ use tracing::{info, warn};
 use super::{
     binder::RunningBinder,
     local::{
-        nic_models::SourceModel,
         nics::{HostNic, LocalNics},
         routing::RoutingReport,
+        source_models::SourceModel,
     },
     local_end::LocalEnd,
     maps::read_stats,

@@ -15,7 +15,7 @@
 //!   `--local-nics numa|balance`, and which NICs reach each receiver.
 //! * [`nic`]: this host's own NIC, described as a receiver agent describes
 //!   its own, when flows are placed on it (`--steer local|both`).
-//! * [`nic_models`]: which NIC's description each source address is
+//! * [`source_models`]: which NIC's description each source address is
 //!   placed with there (the NIC that holds it, or a named fallback).
 //! * [`reader`]: the reader rows of `--local-placement reader` (each CPU's
 //!   nearest offered slots, from this host's CPU topology).
@@ -27,10 +27,10 @@ pub mod bond;
 pub mod link_watch;
 pub mod nic;
 pub mod nic_choice;
-pub mod nic_models;
 pub mod nics;
 pub mod reader;
 pub mod routing;
+pub mod source_models;
 pub mod source_rules;
 
 use std::{collections::BTreeSet, net::IpAddr};
