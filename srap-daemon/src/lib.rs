@@ -9,8 +9,8 @@
 //!
 //! The receive observer ([`observer`]) and the sender-side port binder
 //! ([`sender`]); the receiver's RSS service ([`receiver`]) and the sender's
-//! client of it ([`upstream`]: the receiver is upstream of the sender, the
-//! senders are a receiver's `downstream`), speaking [`srap_common::wire`] through
+//! client of it ([`receiver_client`]; to a receiver, its senders are its
+//! `downstream`), speaking [`srap_common::wire`] through
 //! [`framed`]; the receiver's account of where flows land ([`tracker`],
 //! reported as [`srap_status::Status`]); where a NIC's description comes
 //! from ([`description`]: discovered or a file), beneath both the receiver
@@ -22,12 +22,12 @@ pub mod notify;
 pub mod observer;
 pub mod psk;
 pub mod receiver;
+pub mod receiver_client;
 pub mod sender;
 pub mod setting;
 pub mod sock_diag;
 pub mod tc;
 pub mod tracker;
-pub mod upstream;
 
 /// The eBPF object (`srap-ebpf`'s `srap` binary) built by this crate's build
 /// script, embedded so the agent is one self-contained binary.

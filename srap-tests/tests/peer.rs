@@ -27,8 +27,8 @@ use srap_common::{
 };
 use srap_daemon::{
     observer::{HookChoice, Observer},
+    receiver_client::plan_report,
     sender::{Plan, local::ReceiverSources},
-    upstream::plan_report,
 };
 use srap_harness::emulator::Emulator;
 use srap_tests::{

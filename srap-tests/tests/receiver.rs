@@ -20,7 +20,9 @@ use srap_common::{
 use srap_daemon::{
     psk::Keys,
     receiver::{AllowList, ServedDescription, Server, ServerConfig, Source, Timeouts, source},
-    upstream::{self, Backoff, PeerConfig, PeerError, PeerHandle, PeerStatus, Session, Update},
+    receiver_client::{
+        self, Backoff, PeerConfig, PeerError, PeerHandle, PeerStatus, Session, Update,
+    },
 };
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
@@ -164,7 +166,7 @@ fn hello_with(key: Option<&Psk>) -> Message {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_gets_the_description_and_every_new_version() {
     let fx = Fixture::open().await;
-    let handle = upstream::watch(client_config(&fx.addr(), None));
+    let handle = receiver_client::watch(client_config(&fx.addr(), None));
     let first = next_update(&handle, |u| u.version == 1).await;
     assert_eq!(first.description, embedded_default());
 
@@ -489,11 +491,11 @@ async fn a_receiver_of_protocol_6_is_spoken_to_in_protocol_6() {
             .expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
         let old = tokio::spawn(old_receiver(listener, key.clone()));
-        let handle = upstream::watch(client_config(&addr, key.clone()));
+        let handle = receiver_client::watch(client_config(&addr, key.clone()));
         let mut seen = handle.seen();
         timeout(
             WAIT,
-            seen.wait_for(|s| *s == upstream::SeenReport::Unsupported(6)),
+            seen.wait_for(|s| *s == receiver_client::SeenReport::Unsupported(6)),
         )
         .await
         .expect("in time")
@@ -503,7 +505,7 @@ async fn a_receiver_of_protocol_6_is_spoken_to_in_protocol_6() {
             WAIT,
             handle
                 .nics()
-                .wait_for(|n| *n == upstream::NicsReport::Unsupported(6)),
+                .wait_for(|n| *n == receiver_client::NicsReport::Unsupported(6)),
         )
         .await
         .expect("in time")
@@ -660,10 +662,10 @@ async fn a_second_key_serves_a_rollover_and_a_withdrawn_key_closes_its_sessions(
     let dir = tempdir();
     let key_file = dir.join("rollover.psk");
     std::fs::write(&key_file, "old key, 16+ bytes\n").expect("write key");
-    let moving = upstream::watch(
+    let moving = receiver_client::watch(
         client_config(&fx.addr(), None).with_psk_file(key_file.clone(), old.clone()),
     );
-    let staying = upstream::watch(client_config(&fx.addr(), Some(new.clone())));
+    let staying = receiver_client::watch(client_config(&fx.addr(), Some(new.clone())));
     next_update(&moving, |_| true).await;
     next_update(&staying, |_| true).await;
     let keys_of_peers = || {
@@ -733,8 +735,8 @@ async fn peers_beyond_the_cap_are_refused_until_one_leaves() {
         ..ServerConfig::default()
     })
     .await;
-    let a = upstream::watch(client_config(&fx.addr(), None));
-    let b = upstream::watch(client_config(&fx.addr(), None));
+    let a = receiver_client::watch(client_config(&fx.addr(), None));
+    let b = receiver_client::watch(client_config(&fx.addr(), None));
     next_update(&a, |_| true).await;
     next_update(&b, |_| true).await;
     let err = Session::connect(&client_config(&fx.addr(), None))
@@ -819,7 +821,7 @@ async fn two_hundred_senders_hold_grants_at_once() {
     assert_eq!(offered.len(), 32, "the embedded receiver's 32 CPUs");
     let rss_before = rss_kib();
     let handles: Vec<PeerHandle> = (0..SENDERS)
-        .map(|_| upstream::watch(client_config(&fx.addr(), None)))
+        .map(|_| receiver_client::watch(client_config(&fx.addr(), None)))
         .collect();
     for handle in &handles {
         let mut grants = handle.grants();
@@ -889,7 +891,7 @@ async fn an_oversized_demand_is_refused_by_name() {
 async fn a_sender_keeps_the_last_description_while_the_receiver_is_away() {
     let fx = Fixture::open().await;
     let addr = fx.server.local_addr();
-    let handle = upstream::watch(client_config(&fx.addr(), None));
+    let handle = receiver_client::watch(client_config(&fx.addr(), None));
     next_update(&handle, |u| u.version == 1).await;
     drop(fx);
 

@@ -264,7 +264,7 @@ fn the_checker_reads_use_trees_and_written_paths() {
         .filter_map(|p| target(p, &["plan".to_owned()], "plan"))
         .collect();
     assert_eq!(named, ["binder", "error", "replan"]);
-    let nested = leaves("crate::{sender::{a::b,c},upstream}", &[]);
+    let nested = leaves("crate::{sender::{a::b,c},receiver_client}", &[]);
     assert_eq!(nested[0], ["crate", "sender", "a", "b"]);
     assert_eq!(nested[1], ["crate", "sender", "c"]);
     let inside = target(

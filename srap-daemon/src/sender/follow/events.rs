@@ -6,7 +6,7 @@
 use srap_common::wire::{CpuGrant, LandingReport, NicGrants, ReceiverNics};
 use tokio::sync::mpsc;
 
-use crate::upstream::{NicsReport, PeerHandle, PeerStatus, Update};
+use crate::receiver_client::{NicsReport, PeerHandle, PeerStatus, Update};
 
 /// What changed at one receiver.
 #[derive(Debug, Clone)]

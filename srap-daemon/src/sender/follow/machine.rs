@@ -25,13 +25,13 @@ use tracing::{info, warn};
 
 use super::events::{Event as PeerEvent, What};
 use crate::{
+    receiver_client::{PeerStatus, Update},
     sender::{
         options::SenderOptions,
         resolve,
         spread::{self, ReceiverNicsMode, SpreadPeer},
         target::Target,
     },
-    upstream::{PeerStatus, Update},
 };
 
 /// One followed receiver agent as the loop knows it: the binder rows of

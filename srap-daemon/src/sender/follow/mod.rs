@@ -59,7 +59,7 @@ use super::{
 };
 use crate::{
     psk::read_psk_file,
-    upstream::{self, PeerConfig, PeerHandle},
+    receiver_client::{self, PeerConfig, PeerHandle},
 };
 
 /// How often the wait for the first description says it is still waiting.
@@ -135,7 +135,7 @@ pub async fn run(
     let mut handles = Vec::new();
     let mut row = srap_common::binder::FIRST_RECEIVER_ROW;
     for (n, (peer, addrs)) in peers.iter().zip(addresses).enumerate() {
-        let handle = upstream::watch(peer_config(args, peer)?);
+        let handle = receiver_client::watch(peer_config(args, peer)?);
         events::forward(n, &handle, tx.clone());
         let rows = addrs
             .into_iter()

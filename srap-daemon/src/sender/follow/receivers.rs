@@ -9,8 +9,8 @@ use tracing::{info, warn};
 
 use super::{demand_of, grant_cpus, machine::Peer};
 use crate::{
+    receiver_client::{self, PeerHandle},
     sender::{binder::RunningBinder, grant},
-    upstream::{self, PeerHandle},
 };
 
 /// Receiver `peer`'s I/O: the binder's maps and its client.
@@ -104,7 +104,7 @@ impl Link<'_> {
         };
         let rows = self.peer.row_set();
         let report: PlanReport =
-            upstream::plan_report_for(version, &binder.plan, dports, |i| rows.contains(&i));
+            receiver_client::plan_report_for(version, &binder.plan, dports, |i| rows.contains(&i));
         if report.tables.is_empty() {
             warn!(
                 "the plan for {} version {version} is reported without ports: every \

@@ -22,6 +22,7 @@ use tracing::{debug, warn};
 
 use super::{Follower, machine::Peer};
 use crate::{
+    receiver_client::{NicsReport, PeerHandle, PeerStatus, SeenReport},
     sender::{
         binder::RunningBinder,
         bond_members::add_bonds,
@@ -31,7 +32,6 @@ use crate::{
         status::{add_local, binder_status},
         target::Target,
     },
-    upstream::{NicsReport, PeerHandle, PeerStatus, SeenReport},
 };
 
 impl Follower {

@@ -11,11 +11,11 @@ use srap_common::{
 
 use super::{Action, Event, Machine, Peer, Undo, Why};
 use crate::{
+    receiver_client::{PeerStatus, Update},
     sender::{
         follow::events::{Event as PeerEvent, What},
         options::SenderOptions,
     },
-    upstream::{PeerStatus, Update},
 };
 
 const A: &str = "10.0.0.1:7447";

@@ -12,7 +12,7 @@ use srap_common::{
 use super::{
     Answer, PeerError, Received, answer_to, first_update, nics_at_start, received, seen_at_start,
 };
-use crate::upstream::{NicsReport, SeenReport, Update};
+use crate::receiver_client::{NicsReport, SeenReport, Update};
 
 fn rss_update(version: u64, description: &RssDescription) -> Message {
     Message::RssUpdate(RssUpdate {

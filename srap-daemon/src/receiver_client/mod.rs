@@ -1,5 +1,5 @@
-//! Upstream: the sender's side of the protocol ([`srap_common::wire`]),
-//! toward its receiver. Keeps a connection to one receiver agent,
+//! The receiver's client: the sender's side of the protocol
+//! ([`srap_common::wire`]), toward its receiver. Keeps a connection to one receiver agent,
 //! authenticates, and makes each new RSS
 //! description available on a watch channel; reports the sender's plan back.
 //!
@@ -9,8 +9,8 @@
 //!
 //! ```no_run
 //! # async fn demo() {
-//! use srap_daemon::upstream::{self, PeerConfig};
-//! let handle = upstream::watch(PeerConfig::new("receiver:7447", None));
+//! use srap_daemon::receiver_client::{self, PeerConfig};
+//! let handle = receiver_client::watch(PeerConfig::new("receiver:7447", None));
 //! let mut updates = handle.updates();
 //! while updates.changed().await.is_ok() {
 //!     if let Some(update) = updates.borrow_and_update().clone() {
