@@ -79,16 +79,17 @@ pub const SOCKET_PROBES: u32 = 8;
 /// Where a flow's local end goes (`--local-placement`), as
 /// [`BinderConfig::local_placement`] holds it.
 pub mod placement {
-    /// The least-occupied of this host's offered CPUs.
-    pub const SPREAD: u32 = 0;
+    /// The least-occupied of this host's offered CPUs (`--local-placement
+    /// spread`).
+    pub const LEAST_OCCUPIED: u32 = 0;
     /// The connecting CPU's own slot, else its nearest (its row of
     /// [`super::GRANTS_MAP`]).
     pub const READER: u32 = 1;
 }
 
 /// This host's CPUs `--local-placement reader` has a row for (CPU ids 0 to
-/// 1023); a connect on a CPU past them is placed by the spread rule and
-/// counted ([`event::READER_UNPLANNED`]). A fixed count, not a setting: a
+/// 1023); a connect on a CPU past them is placed on the least-occupied CPU
+/// and counted ([`event::READER_UNPLANNED`]). A fixed count, not a setting: a
 /// row is 264 bytes, 264 KiB in all whatever the placement.
 pub const READER_CPUS: u32 = 1024;
 /// `BPF_F_NO_PREALLOC`: hash entries are allocated as they are inserted.
@@ -500,7 +501,7 @@ pub mod event {
     pub const READER_PLACED: u32 = 20;
     /// A claim of this host's CPUs under `--local-placement reader` whose
     /// connecting CPU is past [`super::READER_CPUS`]: placed by this host's offer
-    /// (the spread rule).
+    /// (on the least-occupied CPU).
     pub const READER_UNPLANNED: u32 = 21;
     /// A steered socket whose TCP connection closed before its release
     /// hook ran, or one the release hook never sees (a kernel socket:

@@ -957,7 +957,7 @@ mod tests {
         assert_eq!(readers.local_placement, Some(LocalPlacement::Reader));
         assert_eq!(
             parse(&["--local-placement", "spread"]).local_placement,
-            Some(LocalPlacement::Spread)
+            Some(LocalPlacement::LeastOccupied)
         );
         assert!(Cli::try_parse_from(["lab", "--local-placement", "nearest"]).is_err());
     }

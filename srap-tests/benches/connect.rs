@@ -236,7 +236,7 @@ impl Attached {
             format!("{cpus} slots"),
             targets,
             None,
-            LocalPlacement::Spread,
+            LocalPlacement::LeastOccupied,
         )
     }
 
@@ -258,7 +258,7 @@ impl Attached {
             format!("--steer {steer}"),
             targets,
             local,
-            LocalPlacement::Spread,
+            LocalPlacement::LeastOccupied,
         )
     }
 
@@ -330,7 +330,7 @@ impl Attached {
             pacing_rate: None,
             port_range: None,
             local: None,
-            local_placement: LocalPlacement::Spread,
+            local_placement: LocalPlacement::LeastOccupied,
             bonds: Default::default(),
             sizes: BinderSizes::DEFAULT,
             nics: NicSettings::default(),
@@ -823,7 +823,7 @@ impl TwoLinks {
             format!("local-nics_{policy}"),
             sender::Target::all(&remote, &[self.service.ip()]),
             None,
-            LocalPlacement::Spread,
+            LocalPlacement::LeastOccupied,
             nics,
         )
     }

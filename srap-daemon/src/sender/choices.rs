@@ -45,7 +45,9 @@ impl PlacedEnds {
 pub enum LocalPlacement {
     /// The least-occupied offered CPU: flows spread over this host's CPUs.
     #[default]
-    Spread = placement::SPREAD,
+    #[value(name = "spread")]
+    #[serde(rename = "spread")]
+    LeastOccupied = placement::LEAST_OCCUPIED,
     /// The connecting thread's CPU, else its nearest offered CPU (SMT
     /// sibling, last-level cache, NUMA node).
     ///

@@ -15,7 +15,7 @@
 //! from discovery's is a new model of this NIC — a new local description
 //! version, which the judge starts over for and the binder is re-planned
 //! with — and local steering resumes once the landings agree with it.
-//! Paused steering leaves connections the kernel's ports, whose spread is
+//! Paused steering leaves connections the kernel's ports, whose variety is
 //! what the learner needs (as the receiver learns from probe connections).
 //!
 //! The kernel's ports alone seldom determine everything placing the

@@ -385,7 +385,7 @@ mod tests {
         vec![SenderDemand::default(); n]
     }
 
-    fn spread(load: &BTreeMap<u32, u32>, offered: u32) -> (u32, u32) {
+    fn extremes(load: &BTreeMap<u32, u32>, offered: u32) -> (u32, u32) {
         let per: Vec<u32> = (0..offered)
             .map(|c| load.get(&c).copied().unwrap_or(0))
             .collect();
@@ -434,7 +434,7 @@ mod tests {
         let grants = regrant(&tiers, &mut senders);
         let load = simulate_binders(&grants, &mut senders, &[0, 0, 0, 4]);
         assert_eq!(load.values().sum::<u32>(), 19);
-        let (max, min) = spread(&load, 16);
+        let (max, min) = extremes(&load, 16);
         assert!(max - min <= 1, "max {max} min {min}: {load:?}");
         // The fourth leaves: its CPUs go back to the others.
         senders.pop();
@@ -556,7 +556,7 @@ mod tests {
             open[i] = 1 + (i as u32 % 3);
             simulate_binders(&grants, &mut senders, &open);
         }
-        let (max, min) = spread(&load_per_cpu(&senders, |_| true), 16);
+        let (max, min) = extremes(&load_per_cpu(&senders, |_| true), 16);
         assert!(max - min <= 1, "max {max} min {min}");
         assert!(
             allocate(&tiers, &senders)

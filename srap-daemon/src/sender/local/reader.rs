@@ -13,7 +13,8 @@
 //! sibling), then its last-level cache's, then its NUMA node's — all of one
 //! nearness alike, the least occupied first. A CPU with none of those (no
 //! offered CPU on its node, or topology unknown) gets this host's offer as
-//! its row: its connects are spread as without this setting.
+//! its row: its connects go to the least-occupied CPU as without this
+//! setting.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -108,8 +109,8 @@ pub fn summary(rows: &[ReaderRow], cpus: usize) -> String {
 
 /// Writes `rows` into the grants map (rows past the receivers'), every
 /// other CPU's row this host's offer as [`LOCAL_ROW`]'s grant holds it (a
-/// CPU that lost its row in a re-plan is spread, never sent to a stale
-/// slot). Rows of CPUs past [`READER_CPUS`] cannot be held: their count.
+/// CPU that lost its row in a re-plan takes the least-occupied CPU, never a
+/// stale slot). Rows of CPUs past [`READER_CPUS`] cannot be held: their count.
 pub fn write(
     ebpf: &mut Ebpf,
     sizes: &BinderSizes,
