@@ -15,7 +15,10 @@
 //! the connect hook's own run time per call, beside a bare connect hook
 //! that only binds a port the way the binder's does (the kernel's bind,
 //! which `connect()` makes itself without a hook): what the binder's hook
-//! spends beyond that bind is held under 1 µs.
+//! spends beyond that bind is held under 1 µs. Then each feature alone
+//! beside the default binder, the bare hook and the kernel's autobind
+//! ([`connect_accept_features`]), and the same on a host whose every port
+//! is in TIME_WAIT ([`connect_accept_churn`]).
 //!
 //! The settings take turns: each binder is attached to a cgroup of its own
 //! for the whole run, and every sample criterion takes, of any setting, is
@@ -61,7 +64,9 @@ use srap_daemon::sender::{
     local_end,
 };
 use srap_harness::InCgroup;
-use srap_tests::{TwoHosts, cgroup::CgroupDir, privileged_or_skip, subnet::Subnet, unique_name};
+use srap_tests::{
+    NetNs, TwoHosts, cgroup::CgroupDir, privileged_or_skip, subnet::Subnet, unique_name,
+};
 
 /// Closes with RST (SO_LINGER 0): no TIME_WAIT, so steered ports are free
 /// again at once and every iteration measures the same path.
@@ -76,27 +81,63 @@ fn round_trip(listener: &TcpListener, server: SocketAddr) {
     drop(accepted);
 }
 
+/// A connection closed by the client first, as a connection-per-object
+/// workload closes it: the client's end stays in TIME_WAIT for 60 s, its
+/// tuple taken until then (or until a connect reuses it).
+fn round_trip_leaving_time_wait(listener: &TcpListener, server: SocketAddr) {
+    let client = TcpStream::connect(server).expect("connect");
+    let (accepted, _) = listener.accept().expect("accept");
+    drop(client);
+    drop(accepted);
+}
+
 /// Settings measured in turns: every sample is one round, in which this
 /// process joins each setting's cgroup and times the same number of
 /// connects there; the round's figure for the asking setting is returned,
 /// and every setting's is logged for the pairing.
 struct Rounds<'a> {
-    cgroups: Vec<&'a Path>,
+    turns: Vec<Turn<'a>>,
     /// Nanoseconds per connect of each setting, round by round.
     log: Vec<Vec<f64>>,
+    /// One connection, as the group makes it ([`round_trip`] or
+    /// [`round_trip_leaving_time_wait`]).
+    trip: fn(&TcpListener, SocketAddr),
+}
+
+/// Where one setting's connects run: its cgroup, the listener they reach,
+/// and, for settings that must not share ports, a namespace of its own.
+struct Turn<'a> {
+    cgroup: &'a Path,
+    /// Entered for the turn (`None`: where the bench thread already is).
+    netns: Option<&'a NetNs>,
     listener: &'a TcpListener,
     server: SocketAddr,
 }
 
 impl<'a> Rounds<'a> {
-    fn new(cgroups: Vec<&'a Path>, listener: &'a TcpListener, server: SocketAddr) -> Self {
-        let log = cgroups.iter().map(|_| Vec::new()).collect();
-        Self {
-            cgroups,
-            log,
-            listener,
-            server,
-        }
+    /// Every setting connecting to one listener from where the bench
+    /// thread is.
+    fn new(
+        cgroups: Vec<&'a Path>,
+        listener: &'a TcpListener,
+        server: SocketAddr,
+        trip: fn(&TcpListener, SocketAddr),
+    ) -> Self {
+        let turns = cgroups
+            .into_iter()
+            .map(|cgroup| Turn {
+                cgroup,
+                netns: None,
+                listener,
+                server,
+            })
+            .collect();
+        Self::with_turns(turns, trip)
+    }
+
+    fn with_turns(turns: Vec<Turn<'a>>, trip: fn(&TcpListener, SocketAddr)) -> Self {
+        let log = turns.iter().map(|_| Vec::new()).collect();
+        Self { turns, log, trip }
     }
 
     /// One round of `iters` connects per setting; the time of `setting`'s.
@@ -106,17 +147,21 @@ impl<'a> Rounds<'a> {
     /// map rows are what the caches hold when it starts).
     fn sample(&mut self, setting: usize, iters: u64) -> Duration {
         let mut asked = Duration::ZERO;
-        let settings = self.cgroups.len();
+        let settings = self.turns.len();
         let round = self.log[0].len();
         for s in (0..settings).map(|i| (i + round) % settings) {
-            let cgroup = self.cgroups[s];
-            let joined = InCgroup::enter(cgroup).expect("join the setting's cgroup");
+            let turn = &self.turns[s];
+            let entered = turn
+                .netns
+                .map(|ns| ns.enter().expect("enter the setting's netns"));
+            let joined = InCgroup::enter(turn.cgroup).expect("join the setting's cgroup");
             let started = Instant::now();
             for _ in 0..iters {
-                round_trip(self.listener, self.server);
+                (self.trip)(turn.listener, turn.server);
             }
             let took = started.elapsed();
             drop(joined);
+            drop(entered);
             self.log[s].push(took.as_nanos() as f64 / iters.max(1) as f64);
             if s == setting {
                 asked = took;
@@ -174,7 +219,8 @@ fn write_figures(file: &str, figures: &[(String, f64)]) {
 }
 
 /// Runs `names` (settings, baseline first) in turns as criterion group
-/// `group`; returns their paired figures as `paired_group/name`.
+/// `group`, each connection a [`round_trip`]; returns their paired figures
+/// as `paired_group/name`.
 fn bench_in_turns(
     c: &mut Criterion,
     group: &str,
@@ -183,7 +229,18 @@ fn bench_in_turns(
     listener: &TcpListener,
     server: SocketAddr,
 ) -> Vec<(String, f64)> {
-    let rounds = RefCell::new(Rounds::new(cgroups, listener, server));
+    let rounds = Rounds::new(cgroups, listener, server, round_trip);
+    bench_rounds(c, group, names, rounds)
+}
+
+/// [`bench_in_turns`] over the connections `rounds` makes.
+fn bench_rounds(
+    c: &mut Criterion,
+    group: &str,
+    names: &[&str],
+    rounds: Rounds<'_>,
+) -> Vec<(String, f64)> {
+    let rounds = RefCell::new(rounds);
     let mut bench = c.benchmark_group(group);
     bench.measurement_time(Duration::from_secs(5));
     for (setting, name) in names.iter().enumerate() {
@@ -567,6 +624,7 @@ fn connect_accept(c: &mut Criterion) {
     }
     drop(inside);
     figures.extend(connect_accept_features(c, &hosts, &plain, stats_on.is_ok()));
+    figures.extend(connect_accept_churn(c, &plain));
     figures.extend(connect_accept_nics(c, &hosts, &plain, stats_on.is_ok()));
     write_paired(&figures);
     drop(binders);
@@ -604,6 +662,9 @@ fn connect_accept_features(
                 Attached::feature("local-nics_numa", server, |o| {
                     o.nics.policy = LocalNicsPolicy::Numa;
                 }),
+                Attached::feature("steer_both", server, |o| {
+                    o.local = Some(std::sync::Arc::new(this_hosts_nic()));
+                }),
             ]
         })
         .expect("sender netns");
@@ -620,6 +681,7 @@ fn connect_accept_features(
         "binder_spread",
         "binder_mptcp",
         "binder_numa",
+        "binder_both",
         "bare_bind",
     ];
     let mut figures = bench_in_turns(
@@ -644,10 +706,142 @@ fn connect_accept_features(
             }
         }
         if let Some(ns) = bare.ns_per_call() {
+            eprintln!("hook time (bare bind): {BARE_CONNECT4_PROGRAM} {ns:.0} ns per call");
             figures.push(("connect_hook_feature/bare_bind".into(), ns));
         }
     }
     figures
+}
+
+/// A host that opens connections faster than TIME_WAIT lets them go (a
+/// connection per object, closed by the client first): the kernel's
+/// autobind, the default binder and each feature, in turns, each in a pair
+/// of namespaces of its own (its TIME_WAIT tuples are its own, as on a host
+/// whose connections are all steered or all not), whose sender's every
+/// port of `ip_local_port_range` is in TIME_WAIT before the first round
+/// and stays so (`tcp_tw_reuse=1` there, as such hosts set it: the
+/// kernel's `connect()` then takes over a TIME_WAIT tuple older than a
+/// second). The kernel searches the range for a tuple it may take; the
+/// binder binds the port it computed and takes its TIME_WAIT tuple over
+/// (a bound port may take over a tuple with timestamps of any age). Goals
+/// in `cargo xtask bench`: the default's connect ≤ 0.8× the kernel's,
+/// every feature's ≤ 1.0×.
+fn connect_accept_churn(c: &mut Criterion, plain: &CgroupDir) -> Vec<(String, f64)> {
+    use sender::{choices::MptcpMode, spread::ReceiverNicsMode};
+    type Configure = fn(&mut SenderOptions);
+    let features: [(&str, &str, Configure); 5] = [
+        ("binder_default", "default", |_| {}),
+        ("binder_spread", "receiver-nics_spread", |o| {
+            o.receiver_nics = ReceiverNicsMode::Spread;
+        }),
+        ("binder_mptcp", "mptcp_subflows", |o| {
+            o.mptcp = MptcpMode::Subflows
+        }),
+        ("binder_numa", "local-nics_numa", |o| {
+            o.nics.policy = LocalNicsPolicy::Numa
+        }),
+        ("binder_both", "steer_both", |o| {
+            o.local = Some(std::sync::Arc::new(this_hosts_nic()));
+        }),
+    ];
+    let kernel = ChurnLab::new();
+    let labs: Vec<ChurnLab> = features.iter().map(|_| ChurnLab::new()).collect();
+    let binders: Vec<Attached> = labs
+        .iter()
+        .zip(&features)
+        .map(|(lab, (_, label, configure))| {
+            lab.hosts
+                .sender
+                .run(|| Attached::feature(label, lab.server, *configure))
+                .expect("sender netns")
+        })
+        .collect();
+    let turns: Vec<Turn<'_>> = std::iter::once(kernel.turn(plain.path()))
+        .chain(
+            labs.iter()
+                .zip(&binders)
+                .map(|(lab, b)| lab.turn(b.cgroup.path())),
+        )
+        .collect();
+    for turn in &turns {
+        fill_with_time_wait(turn);
+    }
+    let names: Vec<&str> = std::iter::once("baseline")
+        .chain(features.iter().map(|(name, _, _)| *name))
+        .collect();
+    let rounds = Rounds::with_turns(turns, round_trip_leaving_time_wait);
+    let figures = bench_rounds(c, "connect_accept_churn", &names, rounds);
+    for binder in &binders {
+        binder.report(", TIME_WAIT churn", [(Duration::ZERO, 0); HOOKS]);
+    }
+    figures
+}
+
+/// A pair of namespaces for one setting of [`connect_accept_churn`], with
+/// `tcp_tw_reuse=1` on the sender and a listener on the receiver.
+struct ChurnLab {
+    hosts: TwoHosts,
+    listener: TcpListener,
+    server: SocketAddr,
+}
+
+impl ChurnLab {
+    fn new() -> Self {
+        let hosts = TwoHosts::pair().expect("two namespaces joined by a veth");
+        let set = hosts
+            .sender
+            .exec("sysctl", ["-qw", "net.ipv4.tcp_tw_reuse=1"])
+            .expect("sysctl in the sender's namespace");
+        assert!(set.status.success(), "sysctl tcp_tw_reuse=1: {set:?}");
+        let (listener, server) = hosts.listen(5204).expect("listen");
+        Self {
+            hosts,
+            listener,
+            server,
+        }
+    }
+
+    /// Its setting's turn: `cgroup`, from its sender namespace.
+    fn turn<'a>(&'a self, cgroup: &'a Path) -> Turn<'a> {
+        Turn {
+            cgroup,
+            netns: Some(&self.hosts.sender),
+            listener: &self.listener,
+            server: self.server,
+        }
+    }
+}
+
+/// Puts every port of the turn's `ip_local_port_range` toward its server
+/// in TIME_WAIT: as many connections, made as the setting makes them (in
+/// its cgroup), each closed by the client.
+fn fill_with_time_wait(turn: &Turn<'_>) {
+    let entered = turn
+        .netns
+        .map(|ns| ns.enter().expect("enter the setting's netns"));
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .expect("ip_local_port_range");
+    let bounds: Vec<u32> = range
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let ports = bounds
+        .get(1)
+        .zip(bounds.first())
+        .map_or(0, |(hi, lo)| hi - lo + 1);
+    let joined = InCgroup::enter(turn.cgroup).expect("join the setting's cgroup");
+    let started = Instant::now();
+    for _ in 0..ports {
+        round_trip_leaving_time_wait(turn.listener, turn.server);
+    }
+    let took = started.elapsed();
+    drop(joined);
+    drop(entered);
+    eprintln!(
+        "TIME_WAIT churn: {ports} ports of {} put in TIME_WAIT in {:.1} s",
+        range.trim().replace('\t', "-"),
+        took.as_secs_f64()
+    );
 }
 
 /// This host's NICs: the same connects to a service address

@@ -265,6 +265,12 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
         Goal::Ratio,
     ),
     (
+        "connect+accept: --steer both / baseline",
+        "connect_paired_features/binder_both",
+        "connect_paired_features/baseline",
+        Goal::Ratio,
+    ),
+    (
         "connect+accept: bare bind hook / baseline",
         "connect_paired_features/bare_bind",
         "connect_paired_features/baseline",
@@ -301,6 +307,46 @@ const GOALS: &[(&str, &str, &str, Goal)] = &[
         "connect_hook_feature/local-nics_numa",
         "connect_hook_feature/default",
         Goal::AddedNs,
+    ),
+    (
+        "--steer both: hooks beyond default",
+        "connect_hook_feature/steer_both",
+        "connect_hook_feature/default",
+        Goal::AddedNs,
+    ),
+    // A host whose ports are all in TIME_WAIT (connections opened faster
+    // than TIME_WAIT lets them go): the kernel's autobind searches the range
+    // for a tuple it may take over, the binder binds the one it computed.
+    // The default must beat the kernel's connect, every feature match it.
+    (
+        "TIME_WAIT churn: default binder / kernel",
+        "connect_paired_churn/binder_default",
+        "connect_paired_churn/baseline",
+        Goal::RatioAtMost(0.8),
+    ),
+    (
+        "TIME_WAIT churn: --receiver-nics spread / kernel",
+        "connect_paired_churn/binder_spread",
+        "connect_paired_churn/baseline",
+        Goal::RatioAtMost(1.0),
+    ),
+    (
+        "TIME_WAIT churn: --mptcp subflows / kernel",
+        "connect_paired_churn/binder_mptcp",
+        "connect_paired_churn/baseline",
+        Goal::RatioAtMost(1.0),
+    ),
+    (
+        "TIME_WAIT churn: --local-nics numa / kernel",
+        "connect_paired_churn/binder_numa",
+        "connect_paired_churn/baseline",
+        Goal::RatioAtMost(1.0),
+    ),
+    (
+        "TIME_WAIT churn: --steer both / kernel",
+        "connect_paired_churn/binder_both",
+        "connect_paired_churn/baseline",
+        Goal::RatioAtMost(1.0),
     ),
     // The receive observer against a bare program of the same hook. The
     // socket hook (the default off veth) runs per connection, never per
