@@ -24,6 +24,8 @@ use anyhow::{Context as _, bail};
 use srap_common::binder::{CONNECT4_PROGRAM, CONNECT6_PROGRAM};
 use srap_host::cgroup;
 
+mod mptcp;
+
 /// How often the cgroup's hooks are read while waiting.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -41,12 +43,20 @@ pub struct Args {
     /// serves it (its connects may then keep the kernel's ports).
     #[arg(long, conflicts_with = "wait")]
     no_wait: bool,
+    /// Run the command's TCP sockets as MPTCP, without changing it: its
+    /// `socket()` calls ask for MPTCP through mptcpize's library
+    /// (LD_PRELOAD). Refused, saying why, where that cannot work: MPTCP
+    /// off in this namespace, the library missing, a static or set-user-ID
+    /// program. The agent steers the subflows under `--mptcp subflows`.
+    #[arg(long)]
+    mptcp: bool,
     /// The command and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     command: Vec<OsString>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
+    let (program, mut command) = command(args)?;
     // The agent's rules, so `--cgroup` means the same to both.
     let mount = cgroup::cgroup2_mount()?;
     let cgroup = cgroup::resolve(&mount, args.cgroup.as_deref())?;
@@ -71,12 +81,31 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             procs.display()
         )
     })?;
+    let error = command.exec();
+    Err(error).with_context(|| format!("running {}", program.to_string_lossy()))
+}
+
+/// The command to run in place of `srap` (its name, for errors), with
+/// `--mptcp`'s preload set: checked before anything joins the cgroup.
+fn command(args: &Args) -> anyhow::Result<(&OsString, Command)> {
     let (program, rest) = args
         .command
         .split_first()
         .context("no command given: srap exec -- CMD ARGS…")?;
-    let error = Command::new(program).args(rest).exec();
-    Err(error).with_context(|| format!("running {}", program.to_string_lossy()))
+    let mut command = Command::new(program);
+    command.args(rest);
+    if args.mptcp {
+        let wrap = mptcp::Mptcpize::for_program(program)?;
+        eprintln!(
+            "srap exec: MPTCP through mptcpize's library {} (LD_PRELOAD)",
+            wrap.library.display()
+        );
+        command.env(
+            "LD_PRELOAD",
+            wrap.ld_preload(std::env::var_os("LD_PRELOAD").as_deref()),
+        );
+    }
+    Ok((program, command))
 }
 
 /// What the kernel shows at `cgroup`'s connect hooks.

@@ -56,18 +56,29 @@ pub fn srap_exec(
     program: impl Into<OsString>,
 ) -> Command {
     match steered {
-        Some(cgroup) => {
-            let mut command = in_netns(ns, srap);
-            command
-                .arg("exec")
-                .arg("--cgroup")
-                .arg(cgroup)
-                .arg("--")
-                .arg(program.into());
-            command
-        }
+        Some(cgroup) => srap_exec_with(ns, srap, cgroup, &[], program),
         None => in_netns(ns, program),
     }
+}
+
+/// `srap exec --cgroup CGROUP FLAGS… -- PROGRAM` inside `ns` (add the
+/// program's arguments to the command returned).
+pub fn srap_exec_with(
+    ns: &NetNs,
+    srap: &Path,
+    cgroup: &Path,
+    flags: &[&str],
+    program: impl Into<OsString>,
+) -> Command {
+    let mut command = in_netns(ns, srap);
+    command
+        .arg("exec")
+        .arg("--cgroup")
+        .arg(cgroup)
+        .args(flags)
+        .arg("--")
+        .arg(program.into());
+    command
 }
 
 /// While alive, this process is in `cgroup`, so sockets it creates are

@@ -76,7 +76,7 @@ pub use agent::{
     AgentLog, AgentOpts, LAB_PORT_RANGE, PEER_PORT, ReceiverAgent, ReceiverOpts, ReceiverRole,
     SenderAgent, SenderOpts, SenderRole,
 };
-pub use exec::{InCgroup, in_netns, in_netns_bounded, srap_exec};
+pub use exec::{InCgroup, in_netns, in_netns_bounded, srap_exec, srap_exec_with};
 pub use hosts::Bridge;
 pub use names::unique_name;
 pub use netns::{NetNs, NsGuard};

@@ -19,7 +19,7 @@ use std::{
 };
 
 use socket2::{Domain, Protocol, Socket, Type};
-use srap_harness::srap_exec;
+use srap_harness::{srap_exec, srap_exec_with};
 
 use crate::{NetNs, built_binary, cgroup::ChildGuard, flows::line_channel, socket_patterns};
 
@@ -286,7 +286,18 @@ impl Workload {
     /// when `cgroup` is given.
     pub fn spawn(ns: &NetNs, cgroup: Option<&Path>, dst: SocketAddr) -> Self {
         let exe = built_binary(WORKLOAD_BINARY);
-        let mut cmd = srap_exec(ns, &built_binary("srap"), cgroup, exe);
+        Self::spawn_command(srap_exec(ns, &built_binary("srap"), cgroup, exe), dst)
+    }
+
+    /// The workload under `srap exec FLAGS…` into `cgroup` (its stderr, what
+    /// `srap exec` says, is the test's).
+    pub fn spawn_exec_with(ns: &NetNs, cgroup: &Path, flags: &[&str], dst: SocketAddr) -> Self {
+        let exe = built_binary(WORKLOAD_BINARY);
+        let srap = built_binary("srap");
+        Self::spawn_command(srap_exec_with(ns, &srap, cgroup, flags, exe), dst)
+    }
+
+    fn spawn_command(mut cmd: std::process::Command, dst: SocketAddr) -> Self {
         let mut child = cmd
             .arg(dst.to_string())
             .stdin(Stdio::piped())

@@ -269,6 +269,64 @@ fn mptcp_subflows_release_what_they_claimed_at_once() {
     );
 }
 
+/// A TCP application made MPTCP by `srap exec --mptcp` (mptcpize's
+/// library): the workload's plain `connect()`s, without the flag only TCP
+/// connections at the receiver's MPTCP listener (one each, no second
+/// subflow), become MPTCP connections that grow their second subflow over
+/// the second link, each steered onto a receiver CPU of its own, judged by
+/// the connections the receiver's kernel holds.
+#[test]
+#[ignore = "kernel: needs root, netns, bpffs and MPTCP; run as root by `cargo xtask test`"]
+fn srap_exec_mptcp_makes_a_tcp_application_mptcp() {
+    require_privileged("binder: srap exec --mptcp");
+    let mut mptcp = MptcpLab::new();
+    mptcp.lab.start_agent();
+    let lab = &mptcp.lab;
+    let cgroup = lab.agent.cgroup();
+    let mut server = Server::bind_mptcp(&lab.hosts.receiver, lab.server_addr(), TIMEOUT);
+
+    // Without the flag: TCP, and TCP stays one connection.
+    let mut plain = Workload::spawn_exec_with(&lab.hosts.sender, cgroup, &[], lab.server_addr());
+    let opened = plain.ask(&format!("open {CONNECTIONS}"));
+    let accepted = server.accept(CONNECTIONS);
+    assert_eq!(opened.len(), CONNECTIONS, "TCP connections opened");
+    std::thread::sleep(Duration::from_secs(2));
+    let tcp_only = mptcp.subflows();
+    assert_eq!(
+        tcp_only.len(),
+        CONNECTIONS,
+        "plain TCP grows no subflow: {tcp_only:?}"
+    );
+    plain.finish();
+    server.await_closed(&accepted);
+    server.close(&accepted);
+
+    let mut made =
+        Workload::spawn_exec_with(&lab.hosts.sender, cgroup, &["--mptcp"], lab.server_addr());
+    let opened = made.ask(&format!("open {CONNECTIONS}"));
+    assert_eq!(opened.len(), CONNECTIONS, "connections opened");
+    let accepted = server.accept(CONNECTIONS);
+    mptcp.await_second_subflows(CONNECTIONS);
+    let subflows = mptcp.subflows();
+    eprintln!(
+        "srap exec --mptcp: subflows {subflows:?}; binder: {}",
+        lab.stats()
+    );
+    assert_eq!(
+        subflows.len(),
+        2 * CONNECTIONS,
+        "two subflows per connection at the receiver: {subflows:?}"
+    );
+    assert_subflows_on_distinct_cpus(lab, &subflows);
+    assert_eq!(
+        lab.stats().get(outcome::SUBFLOW_STEERED),
+        CONNECTIONS as u64,
+        "the second subflows steered: {}",
+        lab.stats()
+    );
+    close_and_assert_drained(lab, made, &mut server, &accepted, "srap exec --mptcp");
+}
+
 /// Under the default `--mptcp off`, MPTCP connections from the steered
 /// cgroup are left to the kernel: no subflow claims a slot (a claim nothing
 /// would release, since no MPTCP program is loaded), every first subflow's
