@@ -11,7 +11,7 @@ use std::{
 };
 
 /// Each module of `sender` and its floor, as the module doc lists them.
-const FLOORS: [(&str, u32); 30] = [
+const FLOORS: [(&str, u32); 31] = [
     ("error", 1),
     ("choices", 1),
     ("layout", 1),
@@ -40,6 +40,7 @@ const FLOORS: [(&str, u32); 30] = [
     ("local_end", 6),
     ("status", 7),
     ("resolve", 7),
+    ("driver", 7),
     ("offline", 8),
     ("follow", 8),
 ];

@@ -46,7 +46,8 @@
 //!    connections among the flows, by the kernel's tokens), [`local_end`]
 //!    (this host's NIC's closed loop and its grant).
 //! 7. **The drivers' core**: [`status`] (the served snapshot and the parts
-//!    both drivers make), [`resolve`] (names to addresses).
+//!    both drivers make), [`resolve`] (names to addresses), `driver` (the
+//!    loop both modes run).
 //! 8. **The drivers**: [`offline`] and [`follow`], which import nothing of
 //!    each other.
 
@@ -57,6 +58,7 @@ pub mod bond_members;
 pub mod choices;
 pub mod config;
 pub mod detach;
+mod driver;
 pub mod ends;
 pub mod error;
 pub mod follow;

@@ -9,7 +9,6 @@
 use std::{collections::BTreeSet, net::IpAddr, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
-use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
 use srap_common::{binder::LOCAL_ROW, rss::RssModel};
@@ -18,10 +17,11 @@ use super::{
     audit::OccupancyAudit,
     binder::{RunningBinder, start},
     bond_members::{MemberLoop, add_bonds},
+    driver::{self, Signals},
     ends::PlacedEnds,
     error::SenderError,
     grant,
-    local::{nic::LocalNic, source_rules},
+    local::nic::LocalNic,
     local_end::{LocalEnd, apply_local_grant},
     maps,
     options::SenderOptions,
@@ -218,7 +218,7 @@ impl Offline {
         binder: &mut RunningBinder,
         interval: Duration,
     ) -> anyhow::Result<()> {
-        let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+        let mut signals = Signals::catch()?;
         let mut tick = tokio::time::interval(interval);
         tick.tick().await;
         let mut sample = tokio::time::interval(SAMPLE_EVERY);
@@ -226,8 +226,7 @@ impl Offline {
         let mut watch = CounterWatch::new(binder);
         loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => break,
-                _ = term.recv() => break,
+                () = signals.stop() => break,
                 _ = sample.tick() => {
                     crate::notify::watchdog();
                     self.sample(binder);
@@ -248,12 +247,7 @@ impl Offline {
                 }
             }
         }
-        crate::notify::stopping();
-        source_rules::remove_on_stop(self.plan.options.nics.source_rules);
-        info!(
-            "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",
-            binder.layout.dir().display()
-        );
+        info!("{}", driver::stopping(binder, &self.plan.options));
         Ok(())
     }
 

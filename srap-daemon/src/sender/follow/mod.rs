@@ -26,11 +26,7 @@ use std::{collections::BTreeSet, net::IpAddr, sync::OnceLock, time::Duration};
 
 use anyhow::{Context as _, bail};
 use srap_common::wire::{CpuGrant, DemandReport};
-use tokio::{
-    signal::unix::{Signal, SignalKind, signal},
-    sync::mpsc,
-    time::Instant,
-};
+use tokio::{sync::mpsc, time::Instant};
 use tracing::{info, warn};
 
 use self::{
@@ -42,11 +38,12 @@ use super::{
     audit::OccupancyAudit,
     binder::{RunningBinder, start},
     bond_members::MemberLoop,
+    driver::{self, Signals},
     ends::PlacedEnds,
     error::SenderError,
     grant,
     landings::LocalLandings,
-    local::{nic::LocalNic, source_rules},
+    local::nic::LocalNic,
     local_end::LocalEnd,
     maps,
     options::SenderOptions,
@@ -117,7 +114,7 @@ pub async fn run(
     let addresses = receiver_addresses(args, peers, &resolver).await?;
     // A name is followed (resolved again) unless --receiver says where.
     let by_name = args.receivers.is_empty();
-    let mut term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+    let mut signals = Signals::catch()?;
     // Before anything is set up: a control socket in use stops the agent
     // with nothing to undo.
     let published = if args.once {
@@ -168,7 +165,10 @@ pub async fn run(
     };
     follower.publish(None);
     let limit = Duration::from_secs(args.peer_wait());
-    if !follower.wait_first(&mut events, limit, &mut term).await? {
+    if !follower
+        .wait_first(&mut events, limit, &mut signals)
+        .await?
+    {
         info!("stopped before the first description: nothing was set up");
         return Ok(());
     }
@@ -193,14 +193,9 @@ pub async fn run(
         return Ok(());
     }
     follower
-        .follow(&mut binder, &mut events, args.interval(), &mut term)
+        .follow(&mut binder, &mut events, args.interval(), &mut signals)
         .await?;
-    crate::notify::stopping();
-    source_rules::remove_on_stop(follower.machine.options.nics.source_rules);
-    info!(
-        "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",
-        binder.layout.dir().display()
-    );
+    info!("{}", driver::stopping(&binder, &follower.machine.options));
     Ok(())
 }
 
@@ -236,7 +231,7 @@ impl Follower {
         &mut self,
         events: &mut mpsc::UnboundedReceiver<PeerEvent>,
         limit: Duration,
-        term: &mut Signal,
+        signals: &mut Signals,
     ) -> anyhow::Result<bool> {
         let names = self.machine.names();
         info!("waiting up to {limit:?} for the first RSS description from {names}");
@@ -248,8 +243,7 @@ impl Follower {
         notice.tick().await;
         while self.machine.options.targets.is_empty() {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => return Ok(false),
-                _ = term.recv() => return Ok(false),
+                () = signals.stop() => return Ok(false),
                 event = events.recv() => {
                     let event = event.context("the receiver clients stopped")?;
                     // Before the binder exists the machine only says lines.
@@ -278,7 +272,7 @@ impl Follower {
         binder: &mut RunningBinder,
         events: &mut mpsc::UnboundedReceiver<PeerEvent>,
         interval: u64,
-        term: &mut Signal,
+        signals: &mut Signals,
     ) -> anyhow::Result<()> {
         let mut tick = tokio::time::interval(Duration::from_secs(interval.max(1)));
         tick.tick().await;
@@ -307,8 +301,7 @@ impl Follower {
                         self.planned(binder, false);
                     }
                 }
-                _ = tokio::signal::ctrl_c() => return Ok(()),
-                _ = term.recv() => return Ok(()),
+                () = signals.stop() => return Ok(()),
                 _ = tick.tick() => {
                     if !watch.tick(binder) {
                         return Ok(());
