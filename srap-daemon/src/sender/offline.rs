@@ -14,10 +14,9 @@ use tracing::{info, warn};
 use srap_common::{binder::LOCAL_ROW, rss::RssModel};
 
 use super::{
-    audit::OccupancyAudit,
     binder::{RunningBinder, start},
     bond_members::{MemberLoop, add_bonds},
-    driver::{self, Signals},
+    driver::{self, Shared, Signals},
     ends::PlacedEnds,
     error::SenderError,
     grant,
@@ -28,7 +27,7 @@ use super::{
     replan::{follow_links, replan, replan_if_sources_changed},
     resolve,
     settings::SenderSettings,
-    status::{self, StatusServer},
+    status::StatusServer,
     summary,
     target::Target,
     watch::CounterWatch,
@@ -90,9 +89,10 @@ pub async fn run(
             both: options.local.clone(),
             options,
         },
-        local,
-        published,
-        audit: OccupancyAudit::default(),
+        shared: Shared {
+            local,
+            ..Shared::new(published)
+        },
         members: MemberLoop::default(),
     };
     run.until_stopped(&mut binder, Duration::from_secs(args.interval().max(1)))
@@ -135,10 +135,8 @@ fn apply_grant(binder: &mut RunningBinder, local: Option<&LocalNic>) -> anyhow::
 
 struct Offline {
     plan: LocalPlan,
-    local: Option<LocalEnd>,
-    published: Option<StatusServer>,
-    /// The occupancy audit, run at every `--interval`.
-    audit: OccupancyAudit,
+    /// The status server, the audit and this host's closed loop.
+    shared: Shared,
     /// The bond members' counters between snapshots, for their rates.
     /// Offline lists no flows, so it never judges the hash (nor pauses).
     members: MemberLoop,
@@ -240,7 +238,7 @@ impl Offline {
                     if !watch.tick(binder) {
                         return Ok(());
                     }
-                    self.audit.tick(binder);
+                    self.shared.audit.tick(binder);
                     if replan_if_sources_changed(binder, &self.plan.options) {
                         self.reapply(binder);
                     }
@@ -262,6 +260,7 @@ impl Offline {
         }
         let steered: BTreeSet<IpAddr> = self.plan.options.target_addrs();
         let sampled = self
+            .shared
             .local
             .as_mut()
             .map(|local| local.sample(&steered, &binder.plan))
@@ -271,16 +270,14 @@ impl Offline {
         }
         if let Some(pause) = sampled.pause
             && self.set_local_paused(binder, pause)
-            && let Some(local) = &mut self.local
+            && let Some(local) = &mut self.shared.local
         {
             local.set_paused(pause);
         }
-        if let Some(published) = &self.published {
-            let mut snapshot = status::binder_status(binder);
-            snapshot.occupancy = self.audit.row();
-            if let Some(local) = &self.local {
-                status::add_local(&mut snapshot, local, &self.plan.options.targets);
-            }
+        if let Some(published) = &self.shared.published {
+            let mut snapshot = self
+                .shared
+                .snapshot(Some(binder), &self.plan.options.targets);
             add_bonds(&mut snapshot, binder, &self.members);
             let none = crate::sock_diag::Connections::default();
             let paused = &self.plan.options.bonds.paused;
@@ -301,12 +298,13 @@ impl Offline {
 
     /// After a re-plan: the grant again, and the pause if one is in force.
     fn reapply(&mut self, binder: &mut RunningBinder) {
-        if let Err(err) = apply_grant(binder, self.local.as_ref().map(|l| &l.nic)) {
+        let nic = self.shared.local.as_ref().map(|l| &l.nic);
+        if let Err(err) = apply_grant(binder, nic) {
             warn!("{err:#}");
         }
         if self
             .plan
-            .repause(self.local.as_ref().is_some_and(|l| l.paused))
+            .repause(self.shared.local.as_ref().is_some_and(|l| l.paused))
         {
             self.set_local_paused(binder, true);
         }

@@ -35,10 +35,9 @@ use self::{
     receivers::Link,
 };
 use super::{
-    audit::OccupancyAudit,
     binder::{RunningBinder, start},
     bond_members::MemberLoop,
-    driver::{self, Signals},
+    driver::{self, Shared, Signals},
     ends::PlacedEnds,
     error::SenderError,
     grant,
@@ -80,17 +79,14 @@ struct Follower {
     /// Each receiver's client, in `--peer` order (as `machine.peers`).
     handles: Vec<PeerHandle>,
     dports: Vec<u16>,
-    /// The control socket (`None` with `--once`).
-    published: Option<StatusServer>,
+    /// The status server (`None` with `--once`), the audit, and this
+    /// host's own NIC and its closed loop with `--steer both`.
+    shared: Shared,
     resolver: resolve::Resolve,
-    /// This host's own NIC and its closed loop, with `--steer both`.
-    local: Option<LocalEnd>,
     /// With `--steer remote`: the socket hook listing the connections the
     /// steered cgroup opens, so the status can show each one's receiver CPU
-    /// planned and seen (`local` lists them otherwise).
+    /// planned and seen (`shared.local` lists them otherwise).
     opened: Option<LocalLandings>,
-    /// The occupancy audit, run at every `--interval`.
-    audit: OccupancyAudit,
     /// The closed loop over the bond members' own counters.
     member_loop: MemberLoop,
     /// This namespace's TCP sockets through sock_diag: for that loop
@@ -154,11 +150,9 @@ pub async fn run(
         machine: Machine::new(states, options),
         handles,
         dports,
-        published,
+        shared: Shared::new(published),
         resolver,
-        local: None,
         opened: None,
-        audit: OccupancyAudit::default(),
         member_loop: MemberLoop::default(),
         sock_diag: OnceLock::new(),
         asked: std::sync::Mutex::default(),
@@ -177,8 +171,9 @@ pub async fn run(
     if !args.once {
         // Watching before `steering active`: no connection it steers is missed.
         let toward: Vec<IpAddr> = follower.machine.options.target_addrs();
-        follower.local = local.map(|nic| LocalEnd::start(nic, PlacedEnds::Both, &binder, &toward));
-        if follower.local.is_none() {
+        follower.shared.local =
+            local.map(|nic| LocalEnd::start(nic, PlacedEnds::Both, &binder, &toward));
+        if follower.shared.local.is_none() {
             follower.opened = watch_opened(&binder.cgroup);
         }
     }
@@ -306,7 +301,7 @@ impl Follower {
                     if !watch.tick(binder) {
                         return Ok(());
                     }
-                    self.audit.tick(binder);
+                    self.shared.audit.tick(binder);
                     if replan_if_sources_changed(binder, &self.machine.options) {
                         self.planned(binder, false);
                     }
@@ -356,7 +351,7 @@ impl Follower {
                 }
             }
             Action::SetLocalPaused(pause) => {
-                if let Some(local) = &mut self.local {
+                if let Some(local) = &mut self.shared.local {
                     local.set_paused(pause);
                 }
             }
@@ -428,7 +423,7 @@ impl Follower {
             link.reapply(binder, first);
             link.report(binder, &self.dports);
         }
-        if let Some(local) = &self.local
+        if let Some(local) = &self.shared.local
             && let Err(err) = local.apply_grant(binder)
         {
             warn!("{err:#}");
@@ -440,6 +435,7 @@ impl Follower {
     fn sample_local(&mut self, binder: &mut RunningBinder) {
         let steered: BTreeSet<IpAddr> = self.machine.options.target_addrs();
         let Some(sampled) = self
+            .shared
             .local
             .as_mut()
             .map(|l| l.sample(&steered, &binder.plan))
@@ -474,14 +470,14 @@ impl Follower {
     /// the status is built again after.
     fn publish_and_judge(&mut self, binder: &mut RunningBinder) {
         let bonded = binder.plan.receivers.iter().any(|r| r.bond.is_some());
-        if self.published.is_none() && !bonded {
+        if self.shared.published.is_none() && !bonded {
             return;
         }
         let mut status = self.status(Some(binder));
         if self.judge_members(binder, &status) {
             status = self.status(Some(binder));
         }
-        if let Some(published) = &self.published {
+        if let Some(published) = &self.shared.published {
             published.update(status);
         }
     }
@@ -572,7 +568,7 @@ impl Follower {
     }
 
     fn publish(&self, binder: Option<&RunningBinder>) {
-        if let Some(published) = &self.published {
+        if let Some(published) = &self.shared.published {
             published.update(self.status(binder));
         }
     }

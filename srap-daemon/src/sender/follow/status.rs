@@ -24,21 +24,16 @@ use super::{Follower, machine::Peer};
 use crate::{
     receiver_client::{NicsReport, PeerHandle, PeerStatus, SeenReport},
     sender::{
-        binder::RunningBinder,
-        bond_members::add_bonds,
-        landings::LocalLandings,
-        maps::read_occupancy,
-        mptcp::add_mptcp,
-        status::{add_local, binder_status},
-        target::Target,
+        binder::RunningBinder, bond_members::add_bonds, landings::LocalLandings,
+        maps::read_occupancy, mptcp::add_mptcp, target::Target,
     },
 };
 
 impl Follower {
     /// The snapshot of every receiver and the binder.
     pub(super) fn status(&self, binder: Option<&RunningBinder>) -> SenderStatus {
-        let mut status = binder.map(binder_status).unwrap_or_default();
-        status.occupancy = self.audit.row();
+        let targets = &self.machine.options.targets;
+        let mut status = self.shared.snapshot(binder, targets);
         status.receivers = self
             .machine
             .peers
@@ -50,10 +45,12 @@ impl Follower {
                 row
             })
             .collect();
-        if let Some(local) = &self.local {
-            add_local(&mut status, local, &self.machine.options.targets);
-        } else if let Some(opened) = &self.opened {
-            add_opened(&mut status, opened, &self.machine.options.targets);
+        // This host's closed loop lists the flows where it runs
+        // (`Shared::snapshot`); the socket hook alone otherwise.
+        if self.shared.local.is_none()
+            && let Some(opened) = &self.opened
+        {
+            add_opened(&mut status, opened, targets);
         }
         let spread = binder.map_or(&[][..], |b| b.plan.spread.as_slice());
         for flow in &mut status.flows {
