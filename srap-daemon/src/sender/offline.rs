@@ -6,7 +6,7 @@
 //! loop ([`super::local_end`]) and serves `srap status --sender`, until a
 //! signal or `srap-agent detach`.
 
-use std::{collections::BTreeSet, net::IpAddr, sync::Arc, time::Duration};
+use std::{collections::BTreeSet, convert::Infallible, net::IpAddr, sync::Arc};
 
 use anyhow::Context as _;
 use tracing::{info, warn};
@@ -16,7 +16,7 @@ use srap_common::{binder::LOCAL_ROW, rss::RssModel};
 use super::{
     binder::{RunningBinder, start},
     bond_members::{MemberLoop, add_bonds},
-    driver::{self, Shared, Signals},
+    driver::{self, HostCheck, NoFeed, Shared, Signals, Stopped},
     ends::PlacedEnds,
     error::SenderError,
     grant,
@@ -24,17 +24,13 @@ use super::{
     local_end::{LocalEnd, apply_local_grant},
     maps,
     options::SenderOptions,
-    replan::{follow_links, replan, replan_if_sources_changed},
+    replan::replan,
     resolve,
     settings::SenderSettings,
     status::StatusServer,
     summary,
     target::Target,
-    watch::CounterWatch,
 };
-
-/// How often this host's landings are judged and the status refreshed.
-const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
 /// Steers toward `receivers` with each one's model (`remote`, the
 /// receiver's from `--rss`, or none with `--steer local`) and this host's
@@ -95,8 +91,16 @@ pub async fn run(
         },
         members: MemberLoop::default(),
     };
-    run.until_stopped(&mut binder, Duration::from_secs(args.interval().max(1)))
-        .await
+    let mut signals = Signals::catch()?;
+    let interval = args.interval();
+    match driver::run(&mut run, &mut NoFeed, &mut binder, interval, &mut signals).await? {
+        Stopped::Signal => info!("{}", driver::stopping(&binder, &run.plan.options)),
+        // `srap-agent detach` took the steering away: offline returns at
+        // once (no stop line, its source rules left to detach), where
+        // follow stops as on a signal; each as it always has.
+        Stopped::Detached => {}
+    }
+    Ok(())
 }
 
 /// The destinations: `--receiver`, else every address of every `--peer`.
@@ -210,80 +214,65 @@ impl LocalPlan {
     }
 }
 
-impl Offline {
-    async fn until_stopped(
-        &mut self,
-        binder: &mut RunningBinder,
-        interval: Duration,
-    ) -> anyhow::Result<()> {
-        let mut signals = Signals::catch()?;
-        let mut tick = tokio::time::interval(interval);
-        tick.tick().await;
-        let mut sample = tokio::time::interval(SAMPLE_EVERY);
-        let mut links = binder.watch_links(self.plan.options.nics.policy);
-        let mut watch = CounterWatch::new(binder);
-        loop {
-            tokio::select! {
-                () = signals.stop() => break,
-                _ = sample.tick() => {
-                    crate::notify::watchdog();
-                    self.sample(binder);
-                }
-                wake = links.next() => {
-                    if follow_links(binder, &self.plan.options, &wake) {
-                        self.reapply(binder);
-                    }
-                }
-                _ = tick.tick() => {
-                    if !watch.tick(binder) {
-                        return Ok(());
-                    }
-                    self.shared.audit.tick(binder);
-                    if replan_if_sources_changed(binder, &self.plan.options) {
-                        self.reapply(binder);
-                    }
-                }
-            }
-        }
-        info!("{}", driver::stopping(binder, &self.plan.options));
-        Ok(())
+impl driver::Mode for Offline {
+    type Event = Infallible;
+
+    fn options(&self) -> &SenderOptions {
+        &self.plan.options
     }
 
-    /// Judges this host's landings, pauses or resumes local steering,
-    /// re-plans when this host's NICs changed (within the second), and
-    /// refreshes the status.
-    fn sample(&mut self, binder: &mut RunningBinder) {
-        if binder.plan.host.nics_moved(&self.plan.options.nics)
-            && replan_if_sources_changed(binder, &self.plan.options)
-        {
-            self.reapply(binder);
-        }
-        let steered: BTreeSet<IpAddr> = self.plan.options.target_addrs();
-        let sampled = self
-            .shared
-            .local
-            .as_mut()
-            .map(|local| local.sample(&steered, &binder.plan))
-            .unwrap_or_default();
-        if let Some(model) = sampled.model {
-            self.plan_with(binder, model);
-        }
-        if let Some(pause) = sampled.pause
-            && self.set_local_paused(binder, pause)
+    fn shared(&mut self) -> &mut Shared {
+        &mut self.shared
+    }
+
+    /// This host's NICs, its landings, then the status. The NICs before
+    /// the landings (follow asks after them): a NIC changed is re-planned
+    /// as such (said, and counted in the status's `local_nic_replans`)
+    /// before the landings are judged, against the plan for the NICs as
+    /// they are now. Its bonds are asked at the interval's full check only
+    /// (follow asks them every second, for its bond members' closed loop,
+    /// which offline never runs: it lists no flows).
+    fn each_second(&mut self, binder: &mut RunningBinder) {
+        driver::follow_host(self, binder, HostCheck::Nics);
+        driver::sample_local(self, binder);
+        self.publish(binder);
+    }
+
+    fn replanned(&mut self, binder: &mut RunningBinder) {
+        self.reapply(binder);
+    }
+
+    fn local_key(&mut self, binder: &mut RunningBinder, model: Arc<RssModel>) {
+        self.plan_with(binder, model);
+    }
+
+    fn local_verdict(&mut self, binder: &mut RunningBinder, pause: bool) {
+        if self.set_local_paused(binder, pause)
             && let Some(local) = &mut self.shared.local
         {
             local.set_paused(pause);
         }
-        if let Some(published) = &self.shared.published {
-            let mut snapshot = self
-                .shared
-                .snapshot(Some(binder), &self.plan.options.targets);
-            add_bonds(&mut snapshot, binder, &self.members);
-            let none = crate::sock_diag::Connections::default();
-            let paused = &self.plan.options.bonds.paused;
-            let _undecided = self.members.sample(&snapshot, &none, paused);
-            published.update(snapshot);
-        }
+    }
+
+    async fn on(&mut self, _: &mut RunningBinder, event: Infallible) {
+        match event {}
+    }
+}
+
+impl Offline {
+    /// Refreshes what `srap status --sender` shows, where it is served.
+    fn publish(&mut self, binder: &RunningBinder) {
+        let Some(published) = &self.shared.published else {
+            return;
+        };
+        let mut snapshot = self
+            .shared
+            .snapshot(Some(binder), &self.plan.options.targets);
+        add_bonds(&mut snapshot, binder, &self.members);
+        let none = crate::sock_diag::Connections::default();
+        let paused = &self.plan.options.bonds.paused;
+        let _undecided = self.members.sample(&snapshot, &none, paused);
+        published.update(snapshot);
     }
 
     /// Plans with this host's NIC's new `model` (a learned key).
