@@ -64,6 +64,7 @@ pub(super) trait Mode {
 
 /// A mode's own events, waited on beside the loop's timers.
 pub(super) trait Feed {
+    /// What it brings.
     type Event;
     /// The next event; an error ends the loop. Dropped whenever something
     /// else comes first, so what it waits on must lose nothing then.

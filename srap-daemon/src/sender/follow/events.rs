@@ -1,12 +1,25 @@
 //! One stream of events from every receiver client: each client's watch
 //! channels are forwarded, tagged with the receiver's position, into one
 //! channel the follow loop selects on (the number of receivers is not known
-//! at compile time).
+//! at compile time). With the demand report's tick and the names' new
+//! resolution it is follow's feed in the driver loop ([`Feed`]).
 
+use std::time::Duration;
+
+use anyhow::Context as _;
 use srap_common::wire::{CpuGrant, LandingReport, NicGrants, ReceiverNics};
-use tokio::sync::mpsc;
+use tokio::{sync::mpsc, time::Interval};
 
-use crate::receiver_client::{NicsReport, PeerHandle, PeerStatus, Update};
+use crate::{
+    receiver_client::{NicsReport, PeerHandle, PeerStatus, Update},
+    sender::driver,
+};
+
+/// How often the binder's open flows are read for the demand report (sent
+/// only when they changed).
+const DEMAND_EVERY: Duration = Duration::from_millis(100);
+/// How often a `--peer` given as a name is resolved again.
+const RESOLVE_EVERY: Duration = Duration::from_secs(30);
 
 /// What changed at one receiver.
 #[derive(Debug, Clone)]
@@ -63,4 +76,54 @@ pub fn forward(peer: usize, handle: &PeerHandle, tx: mpsc::UnboundedSender<Event
             }
         }
     });
+}
+
+/// What follow waits on beside the driver's timers: its receivers'
+/// events, the demand report's tick and the time to resolve the names
+/// again.
+pub struct Feed {
+    events: mpsc::UnboundedReceiver<Event>,
+    demand: Interval,
+    resolve: Interval,
+}
+
+/// What [`Feed`] brings.
+#[derive(Debug)]
+pub enum Fed {
+    /// What changed at one receiver (boxed: the other two carry nothing).
+    Peer(Box<Event>),
+    /// Time to tell every planned receiver the flows held toward it.
+    Demand,
+    /// Time to resolve the peers given as names again.
+    Resolve,
+}
+
+impl Feed {
+    /// The receivers' `events`, with the demand report due at once and the
+    /// first resolution one period from now.
+    pub async fn start(events: mpsc::UnboundedReceiver<Event>) -> Self {
+        let demand = tokio::time::interval(DEMAND_EVERY);
+        let mut resolve = tokio::time::interval(RESOLVE_EVERY);
+        resolve.tick().await;
+        Self {
+            events,
+            demand,
+            resolve,
+        }
+    }
+}
+
+impl driver::Feed for Feed {
+    type Event = Fed;
+
+    /// An error once every receiver client is gone.
+    async fn next(&mut self) -> anyhow::Result<Fed> {
+        tokio::select! {
+            _ = self.resolve.tick() => Ok(Fed::Resolve),
+            _ = self.demand.tick() => Ok(Fed::Demand),
+            event = self.events.recv() => {
+                event.map(|e| Fed::Peer(Box::new(e))).context("the receiver clients stopped")
+            }
+        }
+    }
 }

@@ -12,9 +12,10 @@
 //! its own.
 //!
 //! What each event changes and what must then be done is decided by
-//! `machine` (no I/O, unit-tested); this module is its shell: it waits
-//! for events and timers and carries the machine's actions out on the
-//! binder's maps, the receivers' clients and stdout.
+//! `machine` (no I/O, unit-tested); this module is its shell: follow's
+//! part of the sender's driver loop, which hands it its timers and the
+//! receivers' events (`events`), it carries the machine's actions out on
+//! the binder's maps, the receivers' clients and stdout.
 
 mod events;
 mod machine;
@@ -22,22 +23,30 @@ mod probe;
 mod receivers;
 mod status;
 
-use std::{collections::BTreeSet, net::IpAddr, sync::OnceLock, time::Duration};
+use std::{
+    collections::BTreeSet,
+    net::IpAddr,
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
 
 use anyhow::{Context as _, bail};
-use srap_common::wire::{CpuGrant, DemandReport};
+use srap_common::{
+    rss::RssModel,
+    wire::{CpuGrant, DemandReport},
+};
 use tokio::{sync::mpsc, time::Instant};
 use tracing::{info, warn};
 
 use self::{
-    events::Event as PeerEvent,
+    events::{Event as PeerEvent, Fed, Feed},
     machine::{Action, Event, Machine, Peer, Undo, Why},
     receivers::Link,
 };
 use super::{
     binder::{RunningBinder, start},
     bond_members::MemberLoop,
-    driver::{self, Shared, Signals},
+    driver::{self, HostCheck, Shared, Signals},
     ends::PlacedEnds,
     error::SenderError,
     grant,
@@ -46,12 +55,11 @@ use super::{
     local_end::LocalEnd,
     maps,
     options::SenderOptions,
-    replan::{follow_links, replan, replan_if_sources_changed},
+    replan::{replan, replan_if_sources_changed},
     resolve,
     settings::SenderSettings,
     status::StatusServer,
     summary,
-    watch::CounterWatch,
 };
 use crate::{
     psk::read_psk_file,
@@ -64,13 +72,6 @@ const WAIT_NOTICE: Duration = Duration::from_secs(5);
 const REPORT_FLUSH: Duration = Duration::from_secs(5);
 /// Destination ports a plan is reported for (each adds a table to the frame).
 const MAX_REPORT_PORTS: usize = 16;
-/// How often the binder's open flows are read for the demand report (sent
-/// only when they changed).
-const DEMAND_EVERY: Duration = Duration::from_millis(100);
-/// How often the status snapshot is refreshed besides after every event.
-const STATUS_EVERY: Duration = Duration::from_secs(1);
-/// How often a `--peer` given as a name is resolved again.
-const RESOLVE_EVERY: Duration = Duration::from_secs(30);
 
 /// The follow loop's shell: the receivers' clients, what it serves, this
 /// host's closed loop, and the [`Machine`] that decides what to do.
@@ -187,9 +188,19 @@ pub async fn run(
         follower.wait_reported().await;
         return Ok(());
     }
-    follower
-        .follow(&mut binder, &mut events, args.interval(), &mut signals)
-        .await?;
+    let mut feed = Feed::start(events).await;
+    let interval = args.interval();
+    // A signal and `srap-agent detach` end alike here: the stop line, and
+    // the source rules removed (offline returns at once on detach); each
+    // as it always has.
+    let _stopped = driver::run(
+        &mut follower,
+        &mut feed,
+        &mut binder,
+        interval,
+        &mut signals,
+    )
+    .await?;
     info!("{}", driver::stopping(&binder, &follower.machine.options));
     Ok(())
 }
@@ -216,6 +227,70 @@ fn peer_config(args: &SenderSettings, peer: &str) -> anyhow::Result<PeerConfig> 
         }
         None => config,
     })
+}
+
+impl driver::Mode for Follower {
+    type Event = Fed;
+
+    fn options(&self) -> &SenderOptions {
+        &self.machine.options
+    }
+
+    fn shared(&mut self) -> &mut Shared {
+        &mut self.shared
+    }
+
+    /// The spread's failing addresses, this host's landings, its bonds and
+    /// NICs, then the status. The bonds and NICs after the landings
+    /// (offline asks its NICs before them), as follow always has: the
+    /// landings are judged against the plan of the last second, and a
+    /// learned key or a pause that re-plans in that second takes a NIC's
+    /// change in without its line or a count in `local_nic_replans`. The
+    /// bonds every second: a bond paused or resumed on its members'
+    /// counters re-plans at once ([`Self::publish_and_judge`]), and so
+    /// does a member down or up.
+    fn each_second(&mut self, binder: &mut RunningBinder) {
+        self.follow_failing(binder);
+        driver::sample_local(self, binder);
+        driver::follow_host(self, binder, HostCheck::BondsAndNics);
+        self.publish_and_judge(binder);
+    }
+
+    fn replanned(&mut self, binder: &mut RunningBinder) {
+        self.planned(binder, false);
+    }
+
+    fn local_key(&mut self, binder: &mut RunningBinder, model: Arc<RssModel>) {
+        let actions = self.machine.on(Event::LocalKey(model));
+        self.execute(binder, actions);
+    }
+
+    fn local_verdict(&mut self, binder: &mut RunningBinder, pause: bool) {
+        let actions = self.machine.on(Event::LocalVerdict(pause));
+        self.execute(binder, actions);
+    }
+
+    /// A receiver's event (the status published after it), the demand
+    /// report, or the names resolved again (the loop waits for the
+    /// answers).
+    async fn on(&mut self, binder: &mut RunningBinder, event: Fed) {
+        match event {
+            Fed::Peer(event) => {
+                let actions = self.machine.on(Event::Peer(*event));
+                self.execute(binder, actions);
+                self.publish(Some(binder));
+            }
+            Fed::Demand => {
+                let actions = self.machine.on(Event::DemandTick);
+                self.execute(binder, actions);
+            }
+            Fed::Resolve => {
+                let answers = self.re_resolve().await;
+                let actions = self.machine.on(Event::Resolved(answers));
+                self.execute(binder, actions);
+            }
+        }
+    }
 }
 
 impl Follower {
@@ -259,65 +334,6 @@ impl Follower {
             }
         }
         Ok(true)
-    }
-
-    /// Runs until a signal or the binder's links are gone.
-    async fn follow(
-        &mut self,
-        binder: &mut RunningBinder,
-        events: &mut mpsc::UnboundedReceiver<PeerEvent>,
-        interval: u64,
-        signals: &mut Signals,
-    ) -> anyhow::Result<()> {
-        let mut tick = tokio::time::interval(Duration::from_secs(interval.max(1)));
-        tick.tick().await;
-        let mut demand_tick = tokio::time::interval(DEMAND_EVERY);
-        let mut status_tick = tokio::time::interval(STATUS_EVERY);
-        let mut links = binder.watch_links(self.machine.options.nics.policy);
-        let mut resolve_tick = tokio::time::interval(RESOLVE_EVERY);
-        resolve_tick.tick().await;
-        let mut watch = CounterWatch::new(binder);
-        loop {
-            tokio::select! {
-                _ = resolve_tick.tick() => {
-                    let answers = self.re_resolve().await;
-                    let actions = self.machine.on(Event::Resolved(answers));
-                    self.execute(binder, actions);
-                }
-                _ = status_tick.tick() => {
-                    crate::notify::watchdog();
-                    self.follow_failing(binder);
-                    self.sample_local(binder);
-                    self.follow_bonds(binder);
-                    self.publish_and_judge(binder);
-                }
-                wake = links.next() => {
-                    if follow_links(binder, &self.machine.options, &wake) {
-                        self.planned(binder, false);
-                    }
-                }
-                () = signals.stop() => return Ok(()),
-                _ = tick.tick() => {
-                    if !watch.tick(binder) {
-                        return Ok(());
-                    }
-                    self.shared.audit.tick(binder);
-                    if replan_if_sources_changed(binder, &self.machine.options) {
-                        self.planned(binder, false);
-                    }
-                }
-                _ = demand_tick.tick() => {
-                    let actions = self.machine.on(Event::DemandTick);
-                    self.execute(binder, actions);
-                }
-                event = events.recv() => {
-                    let event = event.context("the receiver clients stopped")?;
-                    let actions = self.machine.on(Event::Peer(event));
-                    self.execute(binder, actions);
-                    self.publish(Some(binder));
-                }
-            }
-        }
     }
 
     /// Under `--receiver-nics spread`, the receiver addresses the kernel
@@ -427,41 +443,6 @@ impl Follower {
             && let Err(err) = local.apply_grant(binder)
         {
             warn!("{err:#}");
-        }
-    }
-
-    /// This host's closed loop: judges where connections land on its NIC
-    /// and hands the machine a learned key or a changed verdict.
-    fn sample_local(&mut self, binder: &mut RunningBinder) {
-        let steered: BTreeSet<IpAddr> = self.machine.options.target_addrs();
-        let Some(sampled) = self
-            .shared
-            .local
-            .as_mut()
-            .map(|l| l.sample(&steered, &binder.plan))
-        else {
-            return;
-        };
-        if let Some(learned) = sampled.model {
-            let actions = self.machine.on(Event::LocalKey(learned));
-            self.execute(binder, actions);
-        }
-        if let Some(pause) = sampled.pause {
-            let actions = self.machine.on(Event::LocalVerdict(pause));
-            self.execute(binder, actions);
-        }
-    }
-
-    /// Follows the bonds the plan leaves by and this host's NICs, every
-    /// second (not only at the interval's full check of addresses and
-    /// routes): a member or a NIC down or up, an address added or removed,
-    /// a NIC added is re-planned within the second.
-    fn follow_bonds(&mut self, binder: &mut RunningBinder) {
-        let options = &self.machine.options;
-        let moved = binder.plan.host.bonds_moved(&options.bonds)
-            || binder.plan.host.nics_moved(&options.nics);
-        if moved && replan_if_sources_changed(binder, &self.machine.options) {
-            self.planned(binder, false);
         }
     }
 
