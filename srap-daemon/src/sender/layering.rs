@@ -246,7 +246,7 @@ fn no_sender_module_imports_upward_or_in_a_circle() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    // The checker reads what it should: the drivers stand on most floors.
+    // The checker reads what it should: the modes stand on most floors.
     let imports: usize = edges.values().map(BTreeSet::len).sum();
     assert!(imports > 60, "too few imports found: {edges:?}");
 }

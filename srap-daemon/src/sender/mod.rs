@@ -8,9 +8,10 @@
 //! hook chooses by 4-tuple among every port of the range, as the kernel
 //! does, so the host's other applications keep their ephemeral ports (see
 //! `docs/binder.md` for the measurement). Workloads join the cgroup with `srap exec`.
-//! Two drivers run it: [`offline`] plans once (`--rss`, or `--steer local`);
-//! with `--peer`, [`follow`] fetches the description from the receiver
-//! agent and [`replan()`] refills the maps whenever it changes.
+//! Two modes run it, each a part of one driver loop (`driver`): [`offline`]
+//! plans once (`--rss`, or `--steer local`); with `--peer`, [`follow`]
+//! fetches the description from the receiver agent and [`replan()`]
+//! refills the maps whenever it changes.
 //!
 //! # Layering
 //!
@@ -45,10 +46,10 @@
 //!    [`bond_members`] (the bond members' counters), [`mptcp`] (the MPTCP
 //!    connections among the flows, by the kernel's tokens), [`local_end`]
 //!    (this host's NIC's closed loop and its grant).
-//! 7. **The drivers' core**: [`status`] (the served snapshot and the parts
-//!    both drivers make), [`resolve`] (names to addresses), `driver` (the
-//!    loop both modes run).
-//! 8. **The drivers**: [`offline`] and [`follow`], which import nothing of
+//! 7. **The modes' core**: [`status`] (the served snapshot and the parts
+//!    both modes make), [`resolve`] (names to addresses), `driver` (the
+//!    loop both modes run: its timers, signals and shared steps).
+//! 8. **The modes**: [`offline`] and [`follow`], which import nothing of
 //!    each other.
 
 mod attach;

@@ -226,12 +226,12 @@ impl driver::Mode for Offline {
     }
 
     /// This host's NICs, its landings, then the status. The NICs before
-    /// the landings (follow asks after them): a NIC changed is re-planned
-    /// as such (said, and counted in the status's `local_nic_replans`)
-    /// before the landings are judged, against the plan for the NICs as
-    /// they are now. Its bonds are asked at the interval's full check only
-    /// (follow asks them every second, for its bond members' closed loop,
-    /// which offline never runs: it lists no flows).
+    /// the landings (follow asks after them), as offline always has: a
+    /// NIC's change is re-planned as such (its line, and a count in
+    /// `local_nic_replans`) and the landings judged against the plan for
+    /// the NICs as they are now. Its bonds only at the interval's full
+    /// check: follow asks them every second for its bond members' closed
+    /// loop, which offline never runs (it lists no flows).
     fn each_second(&mut self, binder: &mut RunningBinder) {
         driver::follow_host(self, binder, HostCheck::Nics);
         driver::sample_local(self, binder);

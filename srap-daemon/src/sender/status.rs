@@ -1,8 +1,8 @@
 //! The sender agent's status for `srap status --sender` (and
 //! `--metrics`): the server of the latest snapshot ([`StatusServer`]), and
-//! the parts of a snapshot both drivers make the same way — the binder's
+//! the parts of a snapshot both modes make the same way — the binder's
 //! counters ([`binder_status`]) and this host's end ([`add_local`]). The
-//! follow driver adds its receivers' rows (`super::follow`).
+//! follow mode adds its receivers' rows (`super::follow`).
 
 use std::{path::Path, sync::Arc};
 
@@ -69,7 +69,7 @@ impl StatusServer {
     }
 
     /// Serves `status` from now on, each of this host's NICs with the open
-    /// flows whose source address it holds counted (both drivers' flows
+    /// flows whose source address it holds counted (both modes' flows
     /// are filled by then).
     pub fn update(&self, mut status: SenderStatus) {
         status.count_local_nic_flows();
