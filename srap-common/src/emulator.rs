@@ -55,7 +55,10 @@ mod user {
     use thiserror::Error;
 
     use super::{EmulatorConfig, INPUT_BYTES, MAX_INDIR};
-    use crate::rss::{HashFields, RssModel, ToeplitzTable};
+    use crate::{
+        protocol::FlowType,
+        rss::{HashFields, RssModel, ToeplitzTable},
+    };
 
     // SAFETY: `#[repr(C)]`, two u32s, no padding.
     unsafe impl aya::Pod for EmulatorConfig {}
@@ -88,12 +91,18 @@ mod user {
     impl EmulatorTables {
         /// Tables for emulating `model` on a veth with `queues` queues.
         pub fn new(model: &RssModel, queues: u32) -> Result<Self, EmulatorError> {
-            let four_tuple = |fields: HashFields| fields == HashFields::ALL;
-            let (tcp4, tcp6) = (model.fields(true), model.fields(false));
-            if !four_tuple(tcp4) || !four_tuple(tcp6) || !model.xfrm().can_be_emulated() {
+            // TCP's: the emulator's tc program hashes TCP packets only.
+            let four_tuple = |flow| model.fields(flow) == Some(HashFields::ALL);
+            let letters = |flow| {
+                model
+                    .fields(flow)
+                    .map_or_else(String::new, |f| f.to_string())
+            };
+            let tcp = [FlowType::TCP4, FlowType::TCP6];
+            if !tcp.into_iter().all(four_tuple) || !model.xfrm().can_be_emulated() {
                 return Err(EmulatorError::Unsupported {
-                    tcp4: tcp4.to_string(),
-                    tcp6: tcp6.to_string(),
+                    tcp4: letters(FlowType::TCP4),
+                    tcp6: letters(FlowType::TCP6),
                     xfrm: model.xfrm().to_string(),
                 });
             }

@@ -94,6 +94,17 @@ impl FlowType {
         Self { protocol, family }
     }
 
+    /// Its position in [`FlowType::ALL`]: where a table kept per flow type
+    /// (a model's hashed fields) holds it.
+    pub const fn index(self) -> usize {
+        match (self.protocol, self.family) {
+            (Protocol::Tcp, Family::Inet) => 0,
+            (Protocol::Tcp, Family::Inet6) => 1,
+            (Protocol::Udp, Family::Inet) => 2,
+            (Protocol::Udp, Family::Inet6) => 3,
+        }
+    }
+
     /// ethtool's name of it (`tcp4`, `udp6`): the key of the RSS
     /// description's `fields`.
     pub const fn name(self) -> &'static str {
@@ -133,5 +144,12 @@ mod tests {
     fn flow_types_are_named_as_ethtool_names_them() {
         let names = FlowType::ALL.map(FlowType::name);
         assert_eq!(names, ["tcp4", "tcp6", "udp4", "udp6"]);
+    }
+
+    #[test]
+    fn a_flow_types_index_is_its_place_in_all() {
+        for (i, flow) in FlowType::ALL.into_iter().enumerate() {
+            assert_eq!(flow.index(), i, "{}", flow.name());
+        }
     }
 }

@@ -34,10 +34,10 @@ pub struct RssDescription {
 /// Hashed fields per flow type ([`FlowType`]: protocol and family), in
 /// ethtool letters, keyed by ethtool's name of the flow type
 /// (`"fields": {"tcp4": "sdfn", "udp4": "sd"}`). TCP's are always there
-/// (the default `sdfn` when a file leaves them out): SRAP steers TCP, and
-/// [`RssModel`] hashes with them. UDP's are there where the NIC said
-/// (discovery reads them): nothing steers by them yet, and the agents'
-/// protocol does not carry them (`wire::WireDescription` has TCP's only).
+/// (the default `sdfn` when a file leaves them out); UDP's where the NIC
+/// said (discovery reads them). [`RssModel`] keeps every one given, and
+/// hashes each flow with its own flow type's; the agents' protocol does
+/// not carry UDP's (`wire::WireDescription` has TCP's only).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "FieldsJson", into = "FieldsJson")]
 pub struct FieldsDescription {

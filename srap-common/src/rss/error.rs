@@ -49,6 +49,17 @@ pub struct UnknownHashFunction {
     pub name: String,
 }
 
+/// A flow type whose hashed fields a description does not give (UDP's,
+/// where discovery could not read them): flows of it cannot be planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[error(
+    "the RSS description does not say which fields the NIC hashes for {} flows \
+     (`ethtool -n DEV rx-flow-hash {}` shows them)",
+    .0.name(),
+    .0.name()
+)]
+pub struct Unhashed(pub crate::protocol::FlowType);
+
 /// A 4-tuple that cannot be hashed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum TupleError {

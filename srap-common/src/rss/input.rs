@@ -10,6 +10,10 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use super::{FieldsError, TupleError, UnknownXfrm};
+use crate::{
+    family::Family,
+    protocol::{FlowType, Protocol},
+};
 
 /// The longest hash input: an IPv6 4-tuple, 16 + 16 + 2 + 2 bytes.
 pub const MAX_INPUT_LEN: usize = 36;
@@ -179,9 +183,12 @@ impl fmt::Display for InputXfrm {
     }
 }
 
-/// A TCP 4-tuple as the receiver's NIC sees it: `src` is the sender.
+/// A flow's 4-tuple as the receiver's NIC sees it (`src` is the sender),
+/// and its protocol: a NIC hashes each protocol's flows with fields of its
+/// own ([`super::RssModel::fields`]), so a tuple says which it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FlowTuple {
+    protocol: Protocol,
     src: IpAddr,
     dst: IpAddr,
     pub sport: u16,
@@ -189,7 +196,22 @@ pub struct FlowTuple {
 }
 
 impl FlowTuple {
+    /// A TCP flow's tuple: the flows every description has fields for,
+    /// and the only ones the kernel reports to SRAP's TCP sources (the
+    /// socket hooks, `sock_diag`, the observer). A flow of another
+    /// protocol is [`FlowTuple::of`].
     pub fn new(src: IpAddr, sport: u16, dst: IpAddr, dport: u16) -> Result<Self, TupleError> {
+        Self::of(Protocol::Tcp, src, sport, dst, dport)
+    }
+
+    /// A `protocol` flow's tuple.
+    pub fn of(
+        protocol: Protocol,
+        src: IpAddr,
+        sport: u16,
+        dst: IpAddr,
+        dport: u16,
+    ) -> Result<Self, TupleError> {
         if src.is_ipv4() != dst.is_ipv4() {
             return Err(TupleError::MixedFamily {
                 src: src.to_string(),
@@ -197,6 +219,7 @@ impl FlowTuple {
             });
         }
         Ok(Self {
+            protocol,
             src,
             dst,
             sport,
@@ -204,8 +227,24 @@ impl FlowTuple {
         })
     }
 
+    /// A TCP flow's tuple from its two ends (see [`FlowTuple::new`]).
     pub fn from_sockets(src: SocketAddr, dst: SocketAddr) -> Result<Self, TupleError> {
         Self::new(src.ip(), src.port(), dst.ip(), dst.port())
+    }
+
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
+    }
+
+    /// Its protocol over its address family: which of a NIC's hashed
+    /// fields it is hashed with.
+    pub fn flow_type(&self) -> FlowType {
+        let family = if self.is_ipv4() {
+            Family::Inet
+        } else {
+            Family::Inet6
+        };
+        FlowType::new(self.protocol, family)
     }
 
     pub fn src(&self) -> IpAddr {
@@ -234,6 +273,7 @@ impl FlowTuple {
     /// NIC hashes (see [`crate::ends`]).
     pub fn reversed(self) -> Self {
         Self {
+            protocol: self.protocol,
             src: self.dst,
             dst: self.src,
             sport: self.dport,
@@ -343,6 +383,17 @@ mod tests {
         assert_eq!(xor.as_bytes(), [4, 4, 4, 12, 4, 4, 4, 12, 2, 6, 2, 6]);
         let or_xor = HashInput::new(&tuple, HashFields::ALL, InputXfrm::SymOrXor);
         assert_eq!(or_xor.as_bytes(), [5, 6, 7, 12, 4, 4, 4, 12, 3, 6, 2, 6]);
+    }
+
+    #[test]
+    fn a_tuple_keeps_its_protocol_reversed_and_with_other_ports() {
+        let (a, b) = ("10.0.0.1".parse().unwrap(), "fd00::2".parse().unwrap());
+        let udp = FlowTuple::of(Protocol::Udp, a, 1, a, 2).unwrap();
+        assert_eq!(udp.flow_type(), FlowType::UDP4);
+        let moved = udp.reversed().with_sport(3).with_dport(4);
+        assert_eq!(moved.protocol(), Protocol::Udp);
+        let tcp6 = FlowTuple::new(b, 1, b, 2).unwrap();
+        assert_eq!(tcp6.flow_type(), FlowType::TCP6);
     }
 
     #[test]

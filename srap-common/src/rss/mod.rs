@@ -14,8 +14,8 @@ mod toeplitz;
 
 pub use description::{FieldsDescription, RssDescription, embedded_default};
 pub use error::{
-    DescriptionError, DescriptionFileError, FieldsError, KeyError, TupleError, UnknownHashFunction,
-    UnknownXfrm,
+    DescriptionError, DescriptionFileError, FieldsError, KeyError, TupleError, Unhashed,
+    UnknownHashFunction, UnknownXfrm,
 };
 pub use hash_function::HashFunction;
 pub use input::{FlowTuple, HashFields, HashInput, InputXfrm, MAX_INPUT_LEN};

@@ -6,7 +6,7 @@ use crate::protocol::FlowType;
 
 use super::{
     DescriptionError, FieldsDescription, FlowTuple, HashFields, HashFunction, HashInput, InputXfrm,
-    RssDescription, ToeplitzKey, ToeplitzTable,
+    RssDescription, ToeplitzKey, ToeplitzTable, Unhashed,
 };
 
 /// Indirection tables are at most this long (the u16 index space of ethtool).
@@ -53,16 +53,19 @@ impl End {
     }
 }
 
+/// Hashed fields per flow type, at [`FlowType::index`]: `None` where the
+/// description does not say (UDP's, when discovery could not read them).
+type FlowFields = [Option<HashFields>; FlowType::ALL.len()];
+
 /// A receiver NIC's RSS, validated: Toeplitz key (as lookup tables), hashed
-/// fields, input transform, indirection table and queue → CPU map; and
-/// which end of the flows it is given it stands for ([`End`]: the
-/// receiver's NIC unless made to face the connecting host's own).
+/// fields per flow type, input transform, indirection table and queue →
+/// CPU map; and which end of the flows it is given it stands for ([`End`]:
+/// the receiver's NIC unless made to face the connecting host's own).
 #[derive(Debug, Clone)]
 pub struct RssModel {
     end: End,
     hasher: ToeplitzTable,
-    tcp4: HashFields,
-    tcp6: HashFields,
+    fields: FlowFields,
     xfrm: InputXfrm,
     indir: Vec<u32>,
     queue_cpu: Vec<u32>,
@@ -102,29 +105,7 @@ impl RssModel {
             .input_xfrm
             .parse::<InputXfrm>()
             .map_err(|e| DescriptionError::field("input_xfrm", e.to_string()))?;
-        let tcp4 = desc
-            .fields
-            .tcp4
-            .parse::<HashFields>()
-            .map_err(|e| DescriptionError::field("fields.tcp4", e.to_string()))?;
-        let tcp6 = desc
-            .fields
-            .tcp6
-            .parse::<HashFields>()
-            .map_err(|e| DescriptionError::field("fields.tcp6", e.to_string()))?;
-        // The other protocols' fields are checked, not kept: the model
-        // hashes TCP's flows.
-        let udp = [
-            ("fields.udp4", FlowType::UDP4),
-            ("fields.udp6", FlowType::UDP6),
-        ];
-        for (field, flow) in udp {
-            if let Some(letters) = desc.fields.of(flow) {
-                letters
-                    .parse::<HashFields>()
-                    .map_err(|e| DescriptionError::field(field, e.to_string()))?;
-            }
-        }
+        let fields = flow_fields(&desc.fields)?;
         if desc.indir.is_empty() {
             return Err(DescriptionError::field(
                 "indir",
@@ -187,8 +168,7 @@ impl RssModel {
         Ok(Self {
             end: End::Remote,
             hasher: ToeplitzTable::new(key),
-            tcp4,
-            tcp6,
+            fields,
             xfrm,
             indir: desc.indir.clone(),
             queue_cpu,
@@ -201,7 +181,7 @@ impl RssModel {
             key: self.hasher.key().to_string(),
             indir: self.indir.clone(),
             input_xfrm: self.xfrm.to_string(),
-            fields: FieldsDescription::tcp(self.tcp4.to_string(), self.tcp6.to_string()),
+            fields: self.fields_description(),
             queue_cpu: Some(self.queue_cpu.clone()),
         }
     }
@@ -227,15 +207,36 @@ impl RssModel {
         self.xfrm
     }
 
-    /// Hashed fields for the tuple's family.
-    pub fn fields_for(&self, tuple: &FlowTuple) -> HashFields {
-        self.fields(tuple.is_ipv4())
+    /// The fields this NIC hashes `flow`'s flows with, if the description
+    /// says (TCP's always are).
+    pub fn fields(&self, flow: FlowType) -> Option<HashFields> {
+        self.fields[flow.index()]
     }
 
-    /// Hashed fields of TCP over IPv4 (`true`) or IPv6: a model is of TCP's
-    /// hashing, the one protocol SRAP steers.
-    pub fn fields(&self, ipv4: bool) -> HashFields {
-        if ipv4 { self.tcp4 } else { self.tcp6 }
+    /// [`RssModel::fields`], or why `flow`'s flows cannot be planned for:
+    /// what planning for a protocol asks first.
+    pub fn hashed(&self, flow: FlowType) -> Result<HashFields, Unhashed> {
+        self.fields(flow).ok_or(Unhashed(flow))
+    }
+
+    /// The fields `tuple` is hashed with: its flow type's. A flow type the
+    /// description gives none for hashes as the whole 4-tuple here, a
+    /// guess that nothing plans with: planning asks [`RssModel::hashed`]
+    /// first and refuses it.
+    fn fields_for(&self, tuple: &FlowTuple) -> HashFields {
+        self.fields(tuple.flow_type()).unwrap_or(HashFields::ALL)
+    }
+
+    /// Every known flow type's fields in ethtool letters, as a description
+    /// writes them.
+    fn fields_description(&self) -> FieldsDescription {
+        let mut described = FieldsDescription::default();
+        for flow in FlowType::ALL {
+            if let Some(fields) = self.fields(flow) {
+                described.set(flow, fields.to_string());
+            }
+        }
+        described
     }
 
     pub fn indir(&self) -> &[u32] {
@@ -264,7 +265,7 @@ impl RssModel {
     }
 
     /// The bytes this NIC hashes for `tuple` (as the connecting host sees
-    /// it: reversed first for [`End::Local`]).
+    /// it: reversed first for [`End::Local`]), with its flow type's fields.
     pub fn input(&self, tuple: &FlowTuple) -> HashInput {
         HashInput::new(&self.end.tuple(tuple), self.fields_for(tuple), self.xfrm)
     }
@@ -288,5 +289,67 @@ impl RssModel {
 
     pub fn landing(&self, tuple: &FlowTuple) -> Landing {
         self.landing_of_hash(self.hash(tuple))
+    }
+}
+
+/// Each flow type's fields the description gives, parsed: every one it
+/// names becomes part of the model, whatever SRAP steers now.
+fn flow_fields(described: &FieldsDescription) -> Result<FlowFields, DescriptionError> {
+    let mut fields = [None; FlowType::ALL.len()];
+    for (flow, letters) in described.known() {
+        let parsed = letters
+            .parse::<HashFields>()
+            .map_err(|e| DescriptionError::field(field_name(flow), e.to_string()))?;
+        fields[flow.index()] = Some(parsed);
+    }
+    Ok(fields)
+}
+
+/// The description's name of `flow`'s fields, as its errors name them.
+const fn field_name(flow: FlowType) -> &'static str {
+    ["fields.tcp4", "fields.tcp6", "fields.udp4", "fields.udp6"][flow.index()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        protocol::Protocol,
+        rss::{FlowTuple, embedded_default},
+    };
+
+    fn with_udp4(letters: &str) -> RssDescription {
+        let mut desc = embedded_default();
+        desc.fields.set(FlowType::UDP4, letters.into());
+        desc
+    }
+
+    #[test]
+    fn a_models_fields_are_its_descriptions_per_flow_type() {
+        let model = RssModel::from_description(&with_udp4("sd")).unwrap();
+        assert_eq!(model.fields(FlowType::TCP4), Some(HashFields::ALL));
+        assert_eq!(model.fields(FlowType::UDP4), Some("sd".parse().unwrap()));
+        assert_eq!(model.fields(FlowType::UDP6), None);
+        assert_eq!(model.hashed(FlowType::UDP6), Err(Unhashed(FlowType::UDP6)));
+        let back = model.to_description().fields;
+        assert_eq!(back.of(FlowType::UDP4), Some("sd"));
+        assert_eq!(back.of(FlowType::UDP6), None);
+    }
+
+    #[test]
+    fn a_tuple_is_hashed_with_its_protocols_fields() {
+        let model = RssModel::from_description(&with_udp4("sd")).unwrap();
+        let (a, b) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let udp = |sport| FlowTuple::of(Protocol::Udp, a, sport, b, 53).unwrap();
+        let tcp = |sport| FlowTuple::new(a, sport, b, 53).unwrap();
+        // UDP's fields leave the ports out: every source port hashes alike.
+        assert_eq!(model.hash(&udp(1)), model.hash(&udp(2)));
+        assert_ne!(model.hash(&tcp(1)), model.hash(&tcp(2)));
+    }
+
+    #[test]
+    fn unmodelled_udp_fields_are_refused_by_name() {
+        let err = RssModel::from_description(&with_udp4("sdt")).unwrap_err();
+        assert!(err.to_string().contains("`fields.udp4`"), "{err}");
     }
 }
