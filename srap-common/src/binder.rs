@@ -558,16 +558,38 @@ pub mod event {
     pub const SPREAD_SYN_UNANSWERED: u32 = 32;
 }
 
+/// The protocols the binder steers: the one place that says so. The
+/// connect hook answers [`steered_protocol`] from it, and the sender agent
+/// plans its tables and destinations for each (`srap_daemon::sender::plan`);
+/// everything between takes the protocol as a value. A connect of any other
+/// protocol is left to the kernel ([`outcome::PROTOCOL_NOT_STEERED`]).
+pub const STEERED: &[Protocol] = &[Protocol::Tcp];
+
+/// Whether [`STEERED`] names `protocol`. For compile time: the connect
+/// hook asks it in `const` blocks, so that a protocol not steered leaves
+/// no code (and no path for the kernel's verifier) behind.
+pub const fn steers(protocol: Protocol) -> bool {
+    let mut i = 0;
+    while i < STEERED.len() {
+        if STEERED[i].as_u8() == protocol.as_u8() {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
 /// The protocol a connecting socket is steered as, from its `type` and
 /// `protocol` (`bpf_sock_addr`'s fields), or the verdict that leaves it to
-/// the kernel ([`outcome::PROTOCOL_NOT_STEERED`]). The connect hook's first
-/// question, here so that the host's tests ask it too; steering UDP would
-/// start by answering `Ok` for it (and keying its destinations by it).
+/// the kernel ([`outcome::PROTOCOL_NOT_STEERED`]): a protocol [`STEERED`]
+/// does not name among them. The connect hook's first question, here so
+/// that the host's tests ask it too.
 #[inline(always)]
 pub const fn steered_protocol(sock_type: u32, protocol: u32) -> Result<Protocol, u32> {
     match Protocol::of_socket(sock_type, protocol) {
-        Some(Protocol::Tcp) => Ok(Protocol::Tcp),
-        Some(Protocol::Udp) | None => Err(outcome::PROTOCOL_NOT_STEERED),
+        Some(Protocol::Tcp) if const { steers(Protocol::Tcp) } => Ok(Protocol::Tcp),
+        Some(Protocol::Udp) if const { steers(Protocol::Udp) } => Ok(Protocol::Udp),
+        _ => Err(outcome::PROTOCOL_NOT_STEERED),
     }
 }
 
@@ -585,8 +607,9 @@ pub const BIND_ERRNOS: u32 = 128;
 pub struct DestKey {
     /// A [`Family`] number.
     pub family: u16,
-    /// A [`Protocol`] number: the plan's keys are TCP's, and the hook looks
-    /// a connect up under its socket's protocol ([`steered_protocol`]).
+    /// A [`Protocol`] number: the plan keys each steered protocol's
+    /// destinations apart ([`STEERED`]), and the hook looks a connect up
+    /// under its socket's protocol ([`steered_protocol`]).
     pub protocol: u8,
     /// Always zero: the hash map compares keys byte for byte.
     pub _pad: u8,
@@ -1197,6 +1220,21 @@ mod tests {
         );
         assert!(outcome::VERDICTS.contains(&outcome::PROTOCOL_NOT_STEERED));
         assert!(!outcome::FAILURES.contains(&outcome::PROTOCOL_NOT_STEERED));
+    }
+
+    #[test]
+    fn a_socket_of_each_steered_protocol_is_steered_as_it() {
+        use crate::protocol::{SOCK_DGRAM, SOCK_STREAM};
+        assert_eq!(STEERED, [Protocol::Tcp]);
+        for protocol in Protocol::ALL {
+            let sock_type = match protocol {
+                Protocol::Tcp => SOCK_STREAM,
+                Protocol::Udp => SOCK_DGRAM,
+            };
+            let steered = steered_protocol(sock_type, protocol.as_u32()) == Ok(protocol);
+            assert_eq!(steered, steers(protocol), "{}", protocol.name());
+            assert_eq!(steers(protocol), STEERED.contains(&protocol));
+        }
     }
 
     #[test]
