@@ -31,7 +31,9 @@ use thiserror::Error;
 pub use crate::rss::End;
 use crate::{
     binder::{CosetRow, JointRow, LayoutRow},
-    rss::{FlowTuple, Landing, RssModel},
+    family::Family,
+    protocol::{FlowType, Protocol},
+    rss::{FlowTuple, Landing, RssModel, Unhashed},
     solver::{IndexMap, PortHash, PortRange, PortSpan},
 };
 
@@ -47,6 +49,20 @@ pub enum JointError {
     TooWide { remote: u32, local: u32 },
     #[error("the {given:?} NIC's model was given where the {wanted:?} NIC's belongs")]
     WrongEnd { given: End, wanted: End },
+    #[error("the {end:?} NIC: {source}")]
+    Unhashed { end: End, source: Unhashed },
+}
+
+/// Refuses `flow`'s flows on `model`'s NIC when its hashed fields for
+/// them are unknown.
+fn check_hashed(model: &RssModel, flow: FlowType) -> Result<(), JointError> {
+    model
+        .hashed(flow)
+        .map(|_| ())
+        .map_err(|source| JointError::Unhashed {
+            end: model.end(),
+            source,
+        })
 }
 
 /// The (remote entry, local entry) of a flow as an affine function of its
@@ -77,6 +93,8 @@ impl JointMap {
             })
         };
         let (k1, k2) = (bits(End::Remote, remote)?, bits(End::Local, local)?);
+        check_hashed(remote, flow.flow_type())?;
+        check_hashed(local, flow.flow_type())?;
         Self::from_port_hashes(
             &PortHash::new(remote, flow),
             k1,
@@ -167,10 +185,12 @@ pub struct JointTables {
 impl JointTables {
     /// The tables joining the receiver layout `remote` (its span) with this
     /// host's NIC `local` (facing [`End::Local`], a power-of-two table,
-    /// linear in the port) for addresses of `family_of`'s family.
+    /// linear in the port) for `protocol`'s flows between addresses of
+    /// `family_of`'s family (the remote layout's).
     pub fn new(
         remote: &LayoutRow,
         local: &RssModel,
+        protocol: Protocol,
         family_of: IpAddr,
     ) -> Result<Self, JointError> {
         if local.end() != End::Local {
@@ -189,14 +209,16 @@ impl JointTables {
                 local: k2,
             });
         }
+        check_hashed(local, FlowType::new(protocol, Family::of(&family_of)))?;
         let any: IpAddr = match family_of {
             IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
             IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
         };
-        let template = FlowTuple::new(any, 0, any, 0).map_err(|_| JointError::TooWide {
-            remote: 0,
-            local: k2,
-        })?;
+        let template =
+            FlowTuple::of(protocol, any, 0, any, 0).map_err(|_| JointError::TooWide {
+                remote: 0,
+                local: k2,
+            })?;
         let mask = low_mask(k2);
         let chosen = PortHash::new(local, &template);
         let (low, high) = chosen.byte_tables();

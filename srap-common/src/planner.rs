@@ -6,12 +6,14 @@ use std::collections::BTreeMap;
 use thiserror::Error;
 
 use crate::{
-    rss::{FlowTuple, Landing, RssModel},
+    rss::{FlowTuple, Landing, RssModel, Unhashed},
     solver::{PortRange, PortSolver},
 };
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum PlanError {
+    #[error(transparent)]
+    Unhashed(#[from] Unhashed),
     #[error("no source port in {range} lands on any receiver CPU")]
     NoPorts { range: PortRange },
     #[error("{flows} flows asked for, but the range {range} holds only {available} ports")]
@@ -51,7 +53,8 @@ impl FlowPlan {
     }
 }
 
-/// Plans `flows` flows shaped like `template` (its source port is ignored).
+/// Plans `flows` flows shaped like `template` (its source port is ignored;
+/// its protocol's fields are hashed, which the model must know).
 ///
 /// Each flow goes to the CPU with the fewest flows so far (ties: lowest CPU
 /// first, which makes rounds), on that CPU's lowest unused port in `range`.
@@ -63,6 +66,7 @@ pub fn plan(
     flows: usize,
     range: PortRange,
 ) -> Result<FlowPlan, PlanError> {
+    model.hashed(template.flow_type())?;
     let solver = PortSolver::new(model, template);
     let by_cpu = solver.ports_by_cpu(range);
     let available: usize = by_cpu.values().map(Vec::len).sum();

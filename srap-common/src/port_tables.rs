@@ -1,5 +1,10 @@
 //! Builds the binder's port tables (see [`crate::binder`]) from the RSS
 //! model: what the sender agent writes into the maps.
+//!
+//! A table is built for one protocol's flows, which the caller names: the
+//! NIC hashes each protocol with fields of its own, so the ports that land
+//! on a CPU differ by protocol, and the hook looks its destination up under
+//! the connecting socket's protocol (`crate::binder::DestKey`).
 
 use std::{
     collections::BTreeSet,
@@ -13,7 +18,8 @@ use crate::{
     binder::{CosetRow, LISTED_PORTS_PER_SLOT, LayoutRow, MAX_SLOTS, SlotRow, TableRow, slot_turn},
     bond::MemberPlan,
     family::Family,
-    rss::{FlowTuple, RssModel, TupleError},
+    protocol::{FlowType, Protocol},
+    rss::{FlowTuple, RssModel, TupleError, Unhashed},
     solver::{IndexMap, PortHash, PortRange, PortSolver},
 };
 
@@ -21,6 +27,8 @@ use crate::{
 pub enum PortTableError {
     #[error(transparent)]
     Tuple(#[from] TupleError),
+    #[error(transparent)]
+    Unhashed(#[from] Unhashed),
     #[error(
         "the receiver's RSS is not linear in the destination port ({reason}), so SRAP \
          steers named destination ports only: name each port the workload uses"
@@ -49,11 +57,14 @@ pub enum Scope {
 }
 
 /// What a receiver's RSS configuration alone decides (see
-/// [`crate::binder`]): built once per configuration and address family
-/// and shared by every table toward such a receiver, or, where the RSS is
-/// not linear, once per (source, destination, port).
+/// [`crate::binder`]): built once per configuration, protocol and address
+/// family and shared by every table toward such a receiver, or, where the
+/// RSS is not linear, once per (source, destination, port).
 #[derive(Debug, Clone)]
 pub struct LayoutPlan {
+    /// The protocol whose flows its ports are placed for: the NIC hashes
+    /// its flows with that protocol's fields.
+    pub protocol: Protocol,
     pub scope: Scope,
     /// The map row, without its pool offsets (the plan assigns those).
     pub layout: LayoutRow,
@@ -128,17 +139,26 @@ fn unspecified_like(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// Refuses `protocol`'s flows toward `addr`'s family when the model does
+/// not say which fields its NIC hashes for them: their ports would be
+/// placed by a guess.
+fn check_hashed(model: &RssModel, protocol: Protocol, addr: IpAddr) -> Result<(), Unhashed> {
+    model.hashed(FlowType::new(protocol, Family::of(&addr)))?;
+    Ok(())
+}
+
 impl LayoutPlan {
     /// The layout every table toward a receiver with `model` shares, for
-    /// addresses of `family_of`'s family, or `None` when the model is not
-    /// linear in the ports (then tables are built per port, see
-    /// [`TablePlan::build`]).
+    /// `protocol`'s flows between addresses of `family_of`'s family, or
+    /// `None` when the model is not linear in the ports (then tables are
+    /// built per port, see [`TablePlan::build`]).
     pub fn any_port(
         model: &RssModel,
+        protocol: Protocol,
         family_of: IpAddr,
         range: PortRange,
     ) -> Result<Option<Self>, PortTableError> {
-        Self::any_port_over(model, family_of, range, None)
+        Self::any_port_over(model, protocol, family_of, range, None)
     }
 
     /// [`LayoutPlan::any_port`], each slot's ports also leaving on one
@@ -146,19 +166,21 @@ impl LayoutPlan {
     /// stacked above the receiver's, one coset per (entry, member) value.
     pub fn any_port_over(
         model: &RssModel,
+        protocol: Protocol,
         family_of: IpAddr,
         range: PortRange,
         members: Option<MemberPlan>,
     ) -> Result<Option<Self>, PortTableError> {
+        check_hashed(model, protocol, family_of)?;
         if nonlinear_reason(model).is_some() {
             return Ok(None);
         }
         let index = ValueBits::new(model, members)?;
         let any = unspecified_like(family_of);
-        let template = FlowTuple::new(any, 0, any, 0)?;
+        let template = FlowTuple::of(protocol, any, 0, any, 0)?;
         let sport = PortHash::from_fn(|port| index.value(&template.with_sport(port)));
         let dport = PortHash::from_fn(|port| index.value(&template.with_dport(port)));
-        let mut plan = Self::linear(&sport, &index, range, Scope::AnyPort);
+        let mut plan = Self::linear(protocol, &sport, &index, (range, Scope::AnyPort));
         let mask = plan.layout.values - 1;
         let (low, high) = dport.byte_tables();
         // Masked to k ≤ 16 bits: fits a u16.
@@ -168,9 +190,15 @@ impl LayoutPlan {
     }
 
     /// The layout of an index affine in the source port, `sport` (with a
-    /// power-of-two table): the slots' entries, and for each value of the
-    /// port's part its coset, least port first, cut to `range`.
-    fn linear(sport: &PortHash, index: &ValueBits<'_>, range: PortRange, scope: Scope) -> Self {
+    /// power-of-two table) of `protocol`'s flows: the slots' entries, and
+    /// for each value of the port's part its coset, least port first, cut
+    /// to `range`.
+    fn linear(
+        protocol: Protocol,
+        sport: &PortHash,
+        index: &ValueBits<'_>,
+        (range, scope): (PortRange, Scope),
+    ) -> Self {
         let model = index.model;
         let bits = index.bits();
         let map = IndexMap::new(sport, bits);
@@ -209,6 +237,7 @@ impl LayoutPlan {
             ..LayoutRow::default()
         };
         Self {
+            protocol,
             scope,
             layout,
             slots,
@@ -237,7 +266,8 @@ impl LayoutPlan {
         {
             let sport = PortHash::new(model, &flow);
             let index = ValueBits::new(model, None)?;
-            let plan = Self::linear(&sport, &index, range, Scope::Port(dport));
+            let scope = Scope::Port(dport);
+            let plan = Self::linear(flow.protocol(), &sport, &index, (range, scope));
             if plan.cosets.iter().all(|c| c.count == 0) {
                 return Err(PortTableError::NoPorts { range });
             }
@@ -285,6 +315,7 @@ impl LayoutPlan {
             ..LayoutRow::default()
         };
         let plan = Self {
+            protocol: flow.protocol(),
             scope: Scope::Port(dport),
             layout,
             slots,
@@ -357,34 +388,38 @@ impl LayoutPlan {
 }
 
 impl TablePlan {
-    /// Builds the table for flows from `src` to `dst` (to `dport`, or to any
-    /// port when `dport` is `None` and the model allows it), with a layout
-    /// of its own. A linear model with a `dport` still gets an any-port
-    /// table (one table serves every port).
+    /// Builds the table for `protocol`'s flows from `src` to `dst` (to
+    /// `dport`, or to any port when `dport` is `None` and the model allows
+    /// it), with a layout of its own. A linear model with a `dport` still
+    /// gets an any-port table (one table serves every port).
     pub fn build(
         model: &RssModel,
-        src: IpAddr,
-        dst: IpAddr,
+        protocol: Protocol,
+        (src, dst): (IpAddr, IpAddr),
         dport: Option<u16>,
         range: PortRange,
     ) -> Result<Self, PortTableError> {
-        match (LayoutPlan::any_port(model, dst, range)?, dport) {
+        match (LayoutPlan::any_port(model, protocol, dst, range)?, dport) {
             (Some(layout), _) => Self::with_layout(model, Arc::new(layout), src, dst),
-            (None, Some(dport)) => Self::one_port_over(model, src, dst, dport, range, None),
+            (None, Some(dport)) => {
+                Self::one_port_over(model, protocol, (src, dst), dport, range, None)
+            }
             (None, None) => Err(PortTableError::NeedsPort {
                 reason: nonlinear_reason(model).unwrap_or_default(),
             }),
         }
     }
 
-    /// The table from `src` to `dst` on a shared any-port `layout`.
+    /// The table from `src` to `dst` on a shared any-port `layout`, for
+    /// the flows of the layout's protocol.
     pub fn with_layout(
         model: &RssModel,
         layout: Arc<LayoutPlan>,
         src: IpAddr,
         dst: IpAddr,
     ) -> Result<Self, PortTableError> {
-        let template = FlowTuple::new(src, 0, dst, 0)?;
+        check_hashed(model, layout.protocol, dst)?;
+        let template = FlowTuple::of(layout.protocol, src, 0, dst, 0)?;
         let index = ValueBits::new(model, layout.members)?;
         let table = TableRow {
             base: index.value(&template),
@@ -397,16 +432,16 @@ impl TablePlan {
         })
     }
 
-    /// A table (with a layout of its own) for one destination port of a
-    /// receiver whose RSS is not linear in the ports.
+    /// A table (with a layout of its own) for `protocol`'s flows to one
+    /// destination port of a receiver whose RSS is not linear in the ports.
     pub fn one_port(
         model: &RssModel,
-        src: IpAddr,
-        dst: IpAddr,
+        protocol: Protocol,
+        (src, dst): (IpAddr, IpAddr),
         dport: u16,
         range: PortRange,
     ) -> Result<Self, PortTableError> {
-        Self::one_port_over(model, src, dst, dport, range, None)
+        Self::one_port_over(model, protocol, (src, dst), dport, range, None)
     }
 
     /// [`TablePlan::one_port`] with each slot's ports listed among those
@@ -414,13 +449,14 @@ impl TablePlan {
     /// is not a power of two is balanced (the driver's modulo, per port).
     pub fn one_port_over(
         model: &RssModel,
-        src: IpAddr,
-        dst: IpAddr,
+        protocol: Protocol,
+        (src, dst): (IpAddr, IpAddr),
         dport: u16,
         range: PortRange,
         members: Option<MemberPlan>,
     ) -> Result<Self, PortTableError> {
-        let template = FlowTuple::new(src, 0, dst, dport)?;
+        check_hashed(model, protocol, dst)?;
+        let template = FlowTuple::of(protocol, src, 0, dst, dport)?;
         let (layout, base) = LayoutPlan::one_port(model, &template, dport, range, members)?;
         Ok(Self {
             source: src,

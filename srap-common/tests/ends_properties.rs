@@ -12,9 +12,13 @@ use serde_json::Value;
 use srap_common::{
     ends::{End, JointMap, JointTables, plan_both},
     port_tables::{LayoutPlan, TablePlan},
+    protocol::Protocol,
     rss::{FlowTuple, InputXfrm, RssDescription, RssModel, embedded_default},
     solver::{PortHash, PortRange},
 };
+
+/// The protocol the tables here are built for, as SRAP steers it.
+const TCP: Protocol = Protocol::Tcp;
 
 const VECTORS: &str = include_str!("vectors/toeplitz-ms.json");
 
@@ -147,12 +151,12 @@ proptest! {
         let local = nic(8, k2, &key2, x2, !seed).facing(End::Local);
         let (src, dst) = (flow.src(), flow.dst());
         let remote_layout = std::sync::Arc::new(
-            LayoutPlan::any_port(&remote, dst, range).unwrap().unwrap());
+            LayoutPlan::any_port(&remote, TCP, dst, range).unwrap().unwrap());
         let local_layout = std::sync::Arc::new(
-            LayoutPlan::any_port(&local, dst, range).unwrap().unwrap());
+            LayoutPlan::any_port(&local, TCP, dst, range).unwrap().unwrap());
         let remote_table = TablePlan::with_layout(&remote, remote_layout.clone(), src, dst).unwrap();
         let local_table = TablePlan::with_layout(&local, local_layout.clone(), src, dst).unwrap();
-        let joint = JointTables::new(&remote_layout.layout, &local, dst).unwrap();
+        let joint = JointTables::new(&remote_layout.layout, &local, TCP, dst).unwrap();
         for (r, l) in picks {
             let (t1, t2) = (r % (1 << k1), l % (1 << k2));
             let v1 = remote_layout.layout.value_for(remote_table.table.base, t1, flow.dport);

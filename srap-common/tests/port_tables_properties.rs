@@ -10,9 +10,13 @@ use srap_common::{
     binder::{LISTED_PORTS_PER_SLOT, MAX_SLOTS},
     bond::{MemberPlan, member_index},
     port_tables::{LayoutPlan, PortTableError, Scope, TablePlan},
+    protocol::{FlowType, Protocol},
     rss::{FieldsDescription, FlowTuple, RssDescription, RssModel, embedded_default},
     solver::PortRange,
 };
+
+/// The protocol the tables here are built for, as SRAP steers it.
+const TCP: Protocol = Protocol::Tcp;
 
 prop_compose! {
     fn receiver()(
@@ -95,7 +99,7 @@ proptest! {
         (src, dst) in addresses(),
         dports in prop::collection::vec(any::<u16>(), 1..4),
     ) {
-        match TablePlan::build(&model, src, dst, None, PortRange::DEFAULT) {
+        match TablePlan::build(&model, TCP, (src, dst), None, PortRange::DEFAULT) {
             Ok(table) => {
                 prop_assert_eq!(table.scope(), Scope::AnyPort);
                 prop_assert_eq!(table.slots().len(), model.reachable_cpus().len().min(MAX_SLOTS as usize));
@@ -123,7 +127,7 @@ proptest! {
         (src, dst) in addresses(),
         dport in any::<u16>(),
     ) {
-        let table = TablePlan::build(&model, src, dst, Some(dport), PortRange::DEFAULT).unwrap();
+        let table = TablePlan::build(&model, TCP, (src, dst), Some(dport), PortRange::DEFAULT).unwrap();
         let seen = check_table(&model, &table, src, dst, dport)?;
         prop_assert!(!seen.is_empty());
         match model.index_bits() {
@@ -157,7 +161,7 @@ proptest! {
         dport in any::<u16>(),
     ) {
         let plan = MemberPlan::new(members).unwrap();
-        let layout = match LayoutPlan::any_port_over(&model, dst, PortRange::DEFAULT, Some(plan)) {
+        let layout = match LayoutPlan::any_port_over(&model, TCP, dst, PortRange::DEFAULT, Some(plan)) {
             Ok(Some(layout)) => layout,
             // Not linear, or too many bits together: nothing to check.
             Ok(None) | Err(PortTableError::MembersTooWide { .. }) => return Ok(()),
@@ -203,7 +207,7 @@ proptest! {
         dport in any::<u16>(),
     ) {
         let plan = MemberPlan::new(members).unwrap();
-        let table = match TablePlan::one_port_over(&model, src, dst, dport, PortRange::DEFAULT, Some(plan)) {
+        let table = match TablePlan::one_port_over(&model, TCP, (src, dst), dport, PortRange::DEFAULT, Some(plan)) {
             Ok(table) => table,
             Err(PortTableError::NoPorts { .. }) => return Ok(()),
             Err(other) => return Err(TestCaseError::fail(other.to_string())),
@@ -224,7 +228,7 @@ fn the_default_receiver_gets_one_any_port_table_with_a_slot_per_cpu() {
     let model = RssModel::from_description(&embedded_default()).unwrap();
     let (src, dst) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
     let range = PortRange::new(32768, 60999).unwrap();
-    let table = TablePlan::build(&model, src, dst, None, range).unwrap();
+    let table = TablePlan::build(&model, TCP, (src, dst), None, range).unwrap();
     assert_eq!(table.scope(), Scope::AnyPort);
     assert_eq!(table.slots().len(), 32);
     assert!(
@@ -254,6 +258,24 @@ fn the_default_receiver_gets_one_any_port_table_with_a_slot_per_cpu() {
 }
 
 #[test]
+fn a_protocols_tables_are_built_with_its_own_fields_or_refused_by_name() {
+    let (src, dst) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+    let range = PortRange::DEFAULT;
+    let tcp_only = RssModel::from_description(&embedded_default()).unwrap();
+    let err = TablePlan::build(&tcp_only, Protocol::Udp, (src, dst), None, range).unwrap_err();
+    assert!(matches!(err, PortTableError::Unhashed(_)), "{err}");
+    assert!(err.to_string().contains("udp4 flows"), "{err}");
+    // UDP hashed as TCP is: the same ports on the same slots, for UDP.
+    let mut desc = embedded_default();
+    desc.fields.set(FlowType::UDP4, "sdfn".into());
+    let both = RssModel::from_description(&desc).unwrap();
+    let udp = TablePlan::build(&both, Protocol::Udp, (src, dst), None, range).unwrap();
+    let tcp = TablePlan::build(&both, TCP, (src, dst), None, range).unwrap();
+    assert_eq!(udp.layout.protocol, Protocol::Udp);
+    assert_eq!(udp.slot_ports(0, 53), tcp.slot_ports(0, 53));
+}
+
+#[test]
 fn sym_or_xor_receivers_need_named_ports() {
     let desc = RssDescription {
         input_xfrm: "sym-or-xor".into(),
@@ -261,12 +283,12 @@ fn sym_or_xor_receivers_need_named_ports() {
     };
     let model = RssModel::from_description(&desc).unwrap();
     let (src, dst) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
-    let err = TablePlan::build(&model, src, dst, None, PortRange::DEFAULT).unwrap_err();
+    let err = TablePlan::build(&model, TCP, (src, dst), None, PortRange::DEFAULT).unwrap_err();
     assert!(
         err.to_string().contains("name each port the workload uses"),
         "{err}"
     );
-    let table = TablePlan::build(&model, src, dst, Some(5201), PortRange::DEFAULT).unwrap();
+    let table = TablePlan::build(&model, TCP, (src, dst), Some(5201), PortRange::DEFAULT).unwrap();
     assert_eq!(table.scope(), Scope::Port(5201));
 }
 
@@ -284,7 +306,7 @@ proptest! {
         extra in prop::collection::btree_set(0u32..200, 0..6),
         dport in any::<u16>(),
     ) {
-        let Ok(Some(layout)) = LayoutPlan::any_port(&model, dst, PortRange::DEFAULT) else {
+        let Ok(Some(layout)) = LayoutPlan::any_port(&model, TCP, dst, PortRange::DEFAULT) else {
             return Ok(());
         };
         let own = TablePlan::with_layout(&model, Arc::new(layout.clone()), src, dst).unwrap();

@@ -10,12 +10,16 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use srap_common::{
     bond::MemberPlan,
     port_tables::{LayoutPlan, TablePlan},
+    protocol::Protocol,
     rss::{
         FlowTuple, HashFields, HashInput, InputXfrm, RssModel, ToeplitzTable, embedded_default,
         hash_naive,
     },
     solver::{PortRange, PortSolver},
 };
+
+/// The protocol the binder's layouts are built for, as SRAP steers it.
+const TCP: Protocol = Protocol::Tcp;
 
 fn tuples() -> [(&'static str, FlowTuple); 2] {
     [
@@ -135,12 +139,13 @@ fn member_layout(c: &mut Criterion) {
     let mut group = c.benchmark_group("member_layout");
     for (name, members) in [("plain", None), ("bond4", MemberPlan::new(4))] {
         group.bench_function(BenchmarkId::new("any_port", name), |b| {
-            b.iter(|| LayoutPlan::any_port_over(&model, black_box(dst), range, members))
+            b.iter(|| LayoutPlan::any_port_over(&model, TCP, black_box(dst), range, members))
         });
     }
     group.bench_function(BenchmarkId::new("named_port", "bond3"), |b| {
         b.iter(|| {
-            TablePlan::one_port_over(&model, src, black_box(dst), 5201, range, MemberPlan::new(3))
+            let ends = (src, black_box(dst));
+            TablePlan::one_port_over(&model, TCP, ends, 5201, range, MemberPlan::new(3))
         })
     });
     group.finish();

@@ -168,8 +168,8 @@ impl Lab {
         let range: PortRange = self.port_range.parse().expect("range");
         TablePlan::build(
             &self.model,
-            self.sender_ip(),
-            self.receiver_ip(),
+            srap_common::protocol::Protocol::Tcp,
+            (self.sender_ip(), self.receiver_ip()),
             None,
             range,
         )

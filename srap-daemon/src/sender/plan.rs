@@ -5,7 +5,10 @@
 //!
 //! Each receiver is planned with the RSS model of its own host (one sender
 //! may follow several receiver agents, each with its own NIC); receivers
-//! whose model is the same `Arc` share their layouts.
+//! whose model is the same `Arc` share their layouts. Every table is for
+//! one protocol's flows, and each source address gets one per protocol the
+//! binder steers ([`STEERED`]): the NIC hashes each protocol with fields of
+//! its own, and the hook looks a connect up under its socket's protocol.
 //!
 //! With both ends planned ([`Plan::build_both`]) every table toward a
 //! receiver has a twin built from this host's own NIC (a model facing
@@ -28,7 +31,8 @@ use std::{
 
 use srap_common::{
     binder::{
-        BinderSizes, DestKey, DestValue, FIRST_RECEIVER_ROW, LOCAL_ROW, MAX_RECEIVERS, SizeSetting,
+        BinderSizes, DestKey, DestValue, FIRST_RECEIVER_ROW, LOCAL_ROW, MAX_RECEIVERS, STEERED,
+        SizeSetting,
     },
     bond::MemberPlan,
     ends::JointTables,
@@ -379,14 +383,13 @@ impl Plan {
         let local_end = input.model.end() == End::Local;
         let members = sources.members().filter(|_| !local_end);
         let listed = members.filter(|m| m.linear_bits().is_none() && !ports.is_empty());
-        // The receiver's layout, once; this host's, per source address
-        // (each its NIC's model, shared by the addresses of one NIC).
-        let remote = match local_end {
-            true => None,
-            false => Some(match listed {
-                Some(_) => None,
-                None => any_port_layout(shared, &input.model, receiver, range, members)?,
-            }),
+        // The receiver's layout of each steered protocol, once; this
+        // host's, per source address (each its NIC's model, shared by the
+        // addresses of one NIC).
+        let remote = match (local_end, listed) {
+            (true, _) => vec![None; STEERED.len()],
+            (false, Some(_)) => vec![Some(None); STEERED.len()],
+            (false, None) => remote_layouts(shared, &input.model, receiver, range, members)?,
         };
         let mut plan = ReceiverPlan {
             index,
@@ -397,39 +400,41 @@ impl Plan {
             bond: sources.bond.clone(),
         };
         for (n, src) in sources.sources().into_iter().enumerate() {
-            let route = n == 0;
-            let (model, layout) = match &remote {
-                Some(layout) => (input.model.clone(), layout.clone()),
-                None => {
-                    let model = self.local_model(src, &input.model);
-                    let slots = self.local_slot_cpus();
-                    let layout = shared
-                        .get(&model, receiver, range, None, slots.as_deref())
-                        .map_err(steering_error(receiver, None))?;
-                    (model, layout)
-                }
-            };
-            self.add_source(
-                (shared, both.as_deref_mut()),
-                &mut plan,
-                (&model, layout, listed),
-                (src, route),
-                (ports, range),
-            )?;
+            for (&protocol, remote) in STEERED.iter().zip(&remote) {
+                let (model, layout) = match remote {
+                    Some(layout) => (input.model.clone(), layout.clone()),
+                    None => {
+                        let model = self.local_model(src, &input.model);
+                        let slots = self.local_slot_cpus();
+                        let layout = shared
+                            .get(&model, protocol, receiver, range, None, slots.as_deref())
+                            .map_err(steering_error(receiver, None))?;
+                        (model, layout)
+                    }
+                };
+                self.add_source(
+                    (shared, both.as_deref_mut()),
+                    &mut plan,
+                    (&model, layout, listed),
+                    (protocol, src, n == 0),
+                    (ports, range),
+                )?;
+            }
         }
         self.receivers.push(plan);
         Ok(())
     }
 
-    /// The table(s) from `src` toward `plan`'s receiver, on the shared
-    /// any-port `layout` or, without one, one per named port (`listed`:
-    /// balancing a bond's members there).
+    /// The table(s) of `protocol`'s flows from `src` toward `plan`'s
+    /// receiver, on the shared any-port `layout` (of that protocol) or,
+    /// without one, one per named port (`listed`: balancing a bond's
+    /// members there).
     fn add_source(
         &mut self,
         (shared, mut both): (&mut SharedLayouts, Option<&mut LocalEnd>),
         plan: &mut ReceiverPlan,
         (model, layout, listed): (&Arc<RssModel>, Option<Arc<LayoutPlan>>, Option<MemberPlan>),
-        (src, route): (IpAddr, bool),
+        (protocol, src, route): (Protocol, IpAddr, bool),
         (ports, range): (&[u16], PortRange),
     ) -> Result<(), SenderError> {
         let receiver = plan.receiver;
@@ -447,15 +452,21 @@ impl Plan {
             }
             None if ports.is_empty() => {
                 // Fails, naming the flag to use.
-                let table = TablePlan::build(model, src, receiver, None, range)
+                let table = TablePlan::build(model, protocol, (src, receiver), None, range)
                     .map_err(steering_error(receiver, None))?;
                 self.add_table(plan, table, None, &[0], route);
             }
             None => {
                 for port in ports {
-                    let mut table =
-                        TablePlan::one_port_over(model, src, receiver, *port, range, listed)
-                            .map_err(steering_error(receiver, Some(*port)))?;
+                    let mut table = TablePlan::one_port_over(
+                        model,
+                        protocol,
+                        (src, receiver),
+                        *port,
+                        range,
+                        listed,
+                    )
+                    .map_err(steering_error(receiver, Some(*port)))?;
                     if let (End::Local, Some(slots)) = (model.end(), self.local_slot_cpus()) {
                         table.layout = Arc::new(table.layout.reslotted(&slots));
                     }
@@ -508,9 +519,9 @@ impl Plan {
     }
 
     /// With both ends planned: the local table twin of `table` (same
-    /// source and receiver, the model of the NIC holding that source
-    /// facing the reverse tuple) and the index of the joint row of their
-    /// layouts.
+    /// protocol, source and receiver, the model of the NIC holding that
+    /// source facing the reverse tuple) and the index of the joint row of
+    /// their layouts.
     fn local_twin(
         &mut self,
         shared: &mut SharedLayouts,
@@ -533,8 +544,9 @@ impl Plan {
                  or --steer remote"
             ))
         };
+        let protocol = table.layout.protocol;
         let layout = shared
-            .get(&model, receiver, range, None, slots.as_deref())
+            .get(&model, protocol, receiver, range, None, slots.as_deref())
             .map_err(|e| not_linear(e.to_string()))?
             .ok_or_else(|| {
                 not_linear("is not linear in the port (its table size or input transform)".into())
@@ -548,7 +560,7 @@ impl Plan {
         {
             Some(j) => j,
             None => {
-                let tables = JointTables::new(&table.layout.layout, &model, receiver)
+                let tables = JointTables::new(&table.layout.layout, &model, protocol, receiver)
                     .map_err(|e| not_linear(e.to_string()))?;
                 both.joints
                     .push((table.layout.clone(), layout, Arc::new(tables)));
@@ -559,8 +571,9 @@ impl Plan {
     }
 
     /// Adds `table` (and its local twin with its joint row, both ends
-    /// planned) and its destinations: keyed by its own source address,
-    /// and, for the route's source, by no source too (an unbound socket).
+    /// planned) and its destinations: keyed by its layout's protocol and
+    /// its own source address, and, for the route's source, by no source
+    /// too (an unbound socket).
     /// Named ports also get the any-port key saying so
     /// ([`DestValue::BY_PORT`]): the hook looks the any-port key up first.
     fn add_table(
@@ -572,7 +585,7 @@ impl Plan {
         route: bool,
     ) {
         let addr = addr_words(receiver.receiver).1;
-        let family = Family::of(&receiver.receiver);
+        let (protocol, family) = (table.layout.protocol, Family::of(&receiver.receiver));
         let src = addr_words(table.source).1;
         let t = self.tables.len();
         receiver.slots = table.layout.slots.len() as u32;
@@ -600,7 +613,7 @@ impl Plan {
         };
         let sources = std::iter::once(src).chain(route.then_some([0; 4]));
         for src in sources {
-            let key = |port: u16| DestKey::new(Protocol::Tcp, family, port, addr, src);
+            let key = |port: u16| DestKey::new(protocol, family, port, addr, src);
             if ports.iter().any(|p| *p != 0) && !self.dests.contains(&(key(0), by_port)) {
                 self.dests.push((key(0), by_port));
             }
@@ -770,64 +783,89 @@ fn steering_error(receiver: IpAddr, dport: Option<u16>) -> impl Fn(PortTableErro
     }
 }
 
-/// The shared any-port layout of a receiver's `model` over `members`;
-/// when the members add too many bits, the receiver's CPUs alone (its
-/// placement comes first), said so.
-fn any_port_layout(
+/// A receiver's layout of one protocol as its tables take it: `None` for a
+/// target placed on this host's NIC (`--steer local`: its layouts are each
+/// source's NIC's), `Some(None)` where each named port gets a layout of its
+/// own, else the shared any-port one (`Some(None)` too when not linear).
+type RemoteLayout = Option<Option<Arc<LayoutPlan>>>;
+
+/// The shared any-port layout of a receiver's `model` for each steered
+/// protocol, in [`STEERED`]'s order.
+fn remote_layouts(
     shared: &mut SharedLayouts,
     model: &Arc<RssModel>,
     receiver: IpAddr,
     range: PortRange,
     members: Option<MemberPlan>,
+) -> Result<Vec<RemoteLayout>, SenderError> {
+    STEERED
+        .iter()
+        .map(|&protocol| any_port_layout(shared, model, protocol, receiver, range, members))
+        .map(|layout| layout.map(Some))
+        .collect()
+}
+
+/// The shared any-port layout of a receiver's `model` for `protocol`'s
+/// flows over `members`; when the members add too many bits, the
+/// receiver's CPUs alone (its placement comes first), said so.
+fn any_port_layout(
+    shared: &mut SharedLayouts,
+    model: &Arc<RssModel>,
+    protocol: Protocol,
+    receiver: IpAddr,
+    range: PortRange,
+    members: Option<MemberPlan>,
 ) -> Result<Option<Arc<LayoutPlan>>, SenderError> {
-    match shared.get(model, receiver, range, members, None) {
+    match shared.get(model, protocol, receiver, range, members, None) {
         Err(err @ PortTableError::MembersTooWide { .. }) => {
             tracing::warn!("toward {receiver}: {err}; bond members are not balanced");
-            shared.get(model, receiver, range, None, None)
+            shared.get(model, protocol, receiver, range, None, None)
         }
         other => other,
     }
     .map_err(steering_error(receiver, None))
 }
 
-/// The any-port layout of each (model, address family, bond members),
-/// built once per plan: receivers of one description (the same `Arc`)
-/// reached over the same members share it.
+/// The any-port layout of each (model, protocol, address family, bond
+/// members), built once per plan: receivers of one description (the same
+/// `Arc`) reached over the same members share it.
 #[derive(Default)]
 struct SharedLayouts {
     built: Vec<(LayoutKey, Option<Arc<LayoutPlan>>)>,
 }
 
-/// What a shared layout is built for: the model, IPv4 or not, the members.
-type LayoutKey = (Arc<RssModel>, bool, Option<MemberPlan>);
+/// What a shared layout is built for: the model, the protocol, IPv4 or
+/// not, the members.
+type LayoutKey = (Arc<RssModel>, Protocol, bool, Option<MemberPlan>);
 
 impl SharedLayouts {
-    /// The layout of `model` for `receiver`'s family over `members`; laid
-    /// over `slots` (this host's row's CPUs) when given, which one plan
-    /// gives alike for every model of this host's end.
+    /// The layout of `model` for `protocol`'s flows toward `receiver`'s
+    /// family over `members`; laid over `slots` (this host's row's CPUs)
+    /// when given, which one plan gives alike for every model of this
+    /// host's end.
     fn get(
         &mut self,
         model: &Arc<RssModel>,
+        protocol: Protocol,
         receiver: IpAddr,
         range: PortRange,
         members: Option<MemberPlan>,
         slots: Option<&[u32]>,
     ) -> Result<Option<Arc<LayoutPlan>>, PortTableError> {
-        let v4 = receiver.is_ipv4();
-        let known = self.built.iter().find(|((m, family, over), _)| {
-            Arc::ptr_eq(m, model) && *family == v4 && *over == members
-        });
-        if let Some((_, layout)) = known {
+        let key = (model.clone(), protocol, receiver.is_ipv4(), members);
+        let same = |(m, p, v4, over): &LayoutKey| {
+            Arc::ptr_eq(m, &key.0) && (*p, *v4, *over) == (key.1, key.2, key.3)
+        };
+        if let Some((_, layout)) = self.built.iter().find(|(k, _)| same(k)) {
             return Ok(layout.clone());
         }
-        let layout = LayoutPlan::any_port_over(model, receiver, range, members)?
+        let layout = LayoutPlan::any_port_over(model, protocol, receiver, range, members)?
             .map(|built| match slots {
                 Some(cpus) => built.reslotted(cpus),
                 None => built,
             })
             .map(Arc::new);
-        self.built
-            .push(((model.clone(), v4, members), layout.clone()));
+        self.built.push((key, layout.clone()));
         Ok(layout)
     }
 }
@@ -952,6 +990,21 @@ mod tests {
                 assert_eq!(model().landing(&tuple).cpu, table.slots()[slot].cpu);
             }
         }
+    }
+
+    /// Each source gets a table per steered protocol, and its
+    /// destinations are keyed by that table's protocol: the protocol is
+    /// the plan's data, named once in `STEERED`.
+    #[test]
+    fn every_table_and_destination_is_of_a_steered_protocol() {
+        let plan = Plan::build(&model(), &[v4()], &[5201], PortRange::DEFAULT).expect("plan");
+        assert_eq!(plan.tables.len(), STEERED.len());
+        for (table, protocol) in plan.tables.iter().zip(STEERED) {
+            assert_eq!(table.layout.protocol, *protocol);
+        }
+        let keyed: BTreeSet<u8> = plan.dests.iter().map(|(k, _)| k.protocol).collect();
+        let steered: BTreeSet<u8> = STEERED.iter().map(|p| p.as_u8()).collect();
+        assert_eq!(keyed, steered);
     }
 
     /// Over a bond of four, each receiver CPU's ports all leave on one
