@@ -5,6 +5,7 @@
 
 use srap_common::{
     port_tables::{Scope, TablePlan},
+    protocol::Protocol,
     wire::{CpuPorts, PlanReport, PlannedTable},
 };
 
@@ -13,6 +14,11 @@ use crate::sender::plan::Plan;
 /// Ports one report lists at most: ~3 bytes each on the wire, well inside
 /// a frame (1 MiB). A table past it is left out, and said so.
 pub const MAX_REPORTED_PORTS: usize = 200_000;
+
+/// The protocol whose tables are reported: the receiver judges a plan by
+/// its observer's flows, which are TCP's, and a [`PlannedTable`] names no
+/// protocol.
+const REPORTED: Protocol = Protocol::Tcp;
 
 /// The report of `plan`, made against description `version`. Port-scoped
 /// tables are reported for their port; any-port tables (where a source
@@ -33,7 +39,8 @@ pub fn plan_report_for(
     let mut tables = Vec::new();
     let mut listed = 0;
     for receiver in plan.receivers.iter().filter(|r| keep(r.index)) {
-        for table in receiver.tables.iter().filter_map(|&t| plan.tables.get(t)) {
+        let reported = receiver.tables.iter().filter_map(|&t| plan.tables.get(t));
+        for table in reported.filter(|t| t.layout.protocol == REPORTED) {
             let dports: Vec<u16> = match table.scope() {
                 Scope::Port(port) => vec![port],
                 Scope::AnyPort => any_port_dports.to_vec(),

@@ -24,7 +24,7 @@ use std::{
 
 pub use super::choices::ReceiverNicsMode;
 use srap_common::{
-    binder::{DestKey, DestValue},
+    binder::{DestKey, DestValue, STEERED},
     port_tables::addr_words,
     protocol::Protocol,
     receiver_nics::{MAX_SPREAD, SpreadRow},
@@ -141,17 +141,31 @@ pub fn same_plan(old: &ReceiverNics, new: &ReceiverNics) -> bool {
 /// the others that accept the port, are on a NIC not down and have a
 /// destination in the plan (source unbound), one per NIC, weighted by
 /// link speed (each as often as its speed is a multiple of the
-/// slowest's). A row of the asked address alone is not written.
+/// slowest's). A row of the asked address alone is not written. Rows are
+/// keyed as destinations are, by protocol: one set per steered protocol
+/// ([`STEERED`]).
 pub fn rows(dests: &[(DestKey, DestValue)], peers: &[SpreadPeer]) -> Vec<(DestKey, SpreadRow)> {
     let planned: BTreeSet<DestKey> = dests
         .iter()
         .filter(|(k, v)| k.src == [0; 4] && v.table != DestValue::BY_PORT)
         .map(|(k, _)| *k)
         .collect();
+    STEERED
+        .iter()
+        .flat_map(|&protocol| protocol_rows(protocol, &planned, peers))
+        .collect()
+}
+
+/// [`rows`] of `protocol`'s destinations among `planned`.
+fn protocol_rows(
+    protocol: Protocol,
+    planned: &BTreeSet<DestKey>,
+    peers: &[SpreadPeer],
+) -> Vec<(DestKey, SpreadRow)> {
     let key = |addr: IpAddr, port: u16| {
         let (family, words) = addr_words(addr);
         let family = srap_common::family::Family::from_raw(family);
-        family.map(|f| DestKey::new(Protocol::Tcp, f, port, words, [0; 4]))
+        family.map(|f| DestKey::new(protocol, f, port, words, [0; 4]))
     };
     let has_plan = |addr: IpAddr, port: u16| {
         [port, 0]
