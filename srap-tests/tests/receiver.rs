@@ -405,7 +405,17 @@ async fn raw_sealed_session_of(
     let (sealer, mut opener) = wire::seal::session(key, Role::Sender, v, &nonce, &challenge.nonce);
     let (header, first) = read_versioned(&mut stream, Some(&mut opener)).await;
     assert_eq!(header, version, "the first description's header");
-    assert!(matches!(first, Message::RssUpdate(_)), "{first:?}");
+    let Message::RssUpdate(update) = first else {
+        panic!("no description first: {first:?}");
+    };
+    // UDP's hashed fields from protocol 10 on; an older sender reads the
+    // description in its own layout, without them.
+    let carried = update.description.udp.is_some();
+    assert_eq!(
+        carried,
+        version >= wire::UDP_FIELDS_SINCE,
+        "protocol {version}"
+    );
     (stream, sealer, opener)
 }
 
@@ -436,16 +446,17 @@ async fn read_versioned(
 /// any other — and is never sent a
 /// `SeenFlows`, which it could not decode; a sender of this release is
 /// sent one (empty here: no observer) right after its first description.
-/// Likewise a sender of 6 or 7 is never sent a `ReceiverNics`, and one of
+/// Likewise a sender of 6 or 7 is never sent a `ReceiverNics`, one of
 /// 8 or older never a `NicGrants` (its grant covers the first NIC only),
-/// even from a receiver that serves two NICs.
+/// even from a receiver that serves two NICs, and one of 9 or older gets
+/// its descriptions without UDP's hashed fields, in the layout it reads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sender_of_protocol_6_is_served_in_protocol_6() {
     let key = psk("right key, 16+ bytes");
     let fx = Fixture::start(psk_config("right key, 16+ bytes")).await;
     fx.server
         .offer_nics("eth0", vec![("eth1".to_owned(), vec![vec![40, 41]])]);
-    for version in [6, 7, 8, PROTOCOL_VERSION] {
+    for version in [6, 7, 8, 9, PROTOCOL_VERSION] {
         let (mut stream, _, mut opener) = raw_sealed_session_of(&fx.addr(), &key, version).await;
         // The grant, then keepalives (one a second): two keepalives mean
         // everything sent on connecting has come.

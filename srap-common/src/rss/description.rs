@@ -36,8 +36,8 @@ pub struct RssDescription {
 /// (`"fields": {"tcp4": "sdfn", "udp4": "sd"}`). TCP's are always there
 /// (the default `sdfn` when a file leaves them out); UDP's where the NIC
 /// said (discovery reads them). [`RssModel`] keeps every one given, and
-/// hashes each flow with its own flow type's; the agents' protocol does
-/// not carry UDP's (`wire::WireDescription` has TCP's only).
+/// hashes each flow with its own flow type's; the agents' protocol
+/// carries UDP's from version 10 on (`wire::UdpFields`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "FieldsJson", into = "FieldsJson")]
 pub struct FieldsDescription {

@@ -72,7 +72,7 @@ fn unfinished(message: &Message, version: u16, extra: &[u8]) -> Result<Vec<u8>, 
     frame.extend_from_slice(&MAGIC);
     frame.extend_from_slice(&version.to_be_bytes());
     frame.extend_from_slice(extra);
-    bincode::encode_into_std_write(message, &mut frame, config())?;
+    bincode::encode_into_std_write(&*message.at_version(version), &mut frame, config())?;
     Ok(frame)
 }
 
@@ -107,15 +107,15 @@ pub fn decode_payload(payload: &[u8]) -> Result<Message, DecodeError> {
             max: MAX_FRAME,
         });
     }
-    let body = check_header(payload)?;
-    decode_body(body)
+    let (version, body) = check_header(payload)?;
+    decode_body(version, body)
 }
 
-/// The bytes after the header of `payload`, if the header is this
-/// protocol's magic and a version this build speaks
-/// ([`MIN_PROTOCOL_VERSION`] to [`PROTOCOL_VERSION`]: a newer version only
-/// adds messages, so one decoder reads them all).
-pub(super) fn check_header(payload: &[u8]) -> Result<&[u8], DecodeError> {
+/// The version in the header of `payload` and the bytes after it, if the
+/// header is this protocol's magic and a version this build speaks
+/// ([`MIN_PROTOCOL_VERSION`] to [`PROTOCOL_VERSION`]: one decoder reads
+/// them all, told the version).
+pub(super) fn check_header(payload: &[u8]) -> Result<(u16, &[u8]), DecodeError> {
     let Some((header, body)) = payload.split_first_chunk::<HEADER_LEN>() else {
         return Err(DecodeError::TooShort {
             len: payload.len(),
@@ -135,12 +135,13 @@ pub(super) fn check_header(payload: &[u8]) -> Result<&[u8], DecodeError> {
             supported: PROTOCOL_VERSION,
         });
     }
-    Ok(body)
+    Ok((version, body))
 }
 
-/// One bincode message filling all of `body`.
-pub(super) fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
-    let (message, used) = bincode::decode_from_slice::<Message, _>(body, config())?;
+/// One bincode message filling all of `body`, in the layout of protocol
+/// `version` (its frame's).
+pub(super) fn decode_body(version: u16, body: &[u8]) -> Result<Message, DecodeError> {
+    let (message, used) = bincode::decode_from_slice_with_context(body, config(), version)?;
     if used != body.len() {
         return Err(DecodeError::TrailingBytes {
             extra: body.len() - used,
@@ -167,7 +168,7 @@ pub fn decode_error_any_version(payload: &[u8]) -> Option<ErrorReport> {
     if header[..MAGIC.len()] != MAGIC {
         return None;
     }
-    match decode_body(body) {
+    match decode_body(version_of(payload)?, body) {
         Ok(Message::Error(report)) => Some(report),
         _ => None,
     }

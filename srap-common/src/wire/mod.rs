@@ -74,7 +74,8 @@ pub use frame::{
 pub use message::{
     Challenge, CpuCount, CpuGrant, CpuListError, CpuPorts, DemandReport, ErrorReport, Hello,
     LandingReport, LandingVerdict, MAX_GRANT_CPUS, MAX_REASON_LEN, MAX_SEEN_FLOWS, Message,
-    PlanReport, PlannedTable, Response, RssUpdate, SeenFlow, SeenFlows, WireDescription,
+    PlanReport, PlannedTable, Response, RssUpdate, SeenFlow, SeenFlows, UDP_FIELDS_SINCE,
+    UdpFields, WireDescription,
 };
 pub use nics::{
     MAX_LISTEN_PORTS, MAX_NIC_ADDRS, MAX_NIC_CPUS, MAX_NIC_NAME, MAX_NICS, NicGrant, NicGrants,
@@ -103,7 +104,13 @@ pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
 /// receiver serves, at the end of [`Message`] (every other message keeps
 /// its layout; a peer of 8 or older holds the first NIC's grant only,
 /// [`Message::Grant`]).
-pub const PROTOCOL_VERSION: u16 = 9;
+/// Version 10: a [`WireDescription`] (in [`RssUpdate`] and each NIC of
+/// [`Message::ReceiverNics`]) ends with UDP's hashed fields
+/// ([`UdpFields`]), so every flow type a NIC's description gives reaches
+/// the sender's model; the one layout that depends on the version, which
+/// frames are encoded and decoded by (a peer of 9 or older is sent the
+/// descriptions without them, and sends none).
+pub const PROTOCOL_VERSION: u16 = 10;
 
 /// The oldest version this build still speaks: a session runs at the
 /// lower of the two sides' versions. The sender offers its own in

@@ -113,18 +113,20 @@ fn bounded_vec<T: Decode<C>, C, D: Decoder<Context = C>>(
     Ok(items)
 }
 
-impl<C> Decode<C> for ReceiverNics {
-    fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> Result<Self, DecodeError> {
+/// Decoded with the frame's protocol version as context: each NIC's
+/// [`WireDescription`] has that version's layout.
+impl Decode<u16> for ReceiverNics {
+    fn decode<D: Decoder<Context = u16>>(decoder: &mut D) -> Result<Self, DecodeError> {
         Ok(Self {
             nics: bounded_vec(decoder, MAX_NICS, "a NIC list")?,
             ports: bounded_vec(decoder, MAX_LISTEN_PORTS, "a listener list")?,
         })
     }
 }
-bincode::impl_borrow_decode!(ReceiverNics);
+bincode::impl_borrow_decode_with_context!(ReceiverNics, u16);
 
-impl<C> Decode<C> for NicInfo {
-    fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> Result<Self, DecodeError> {
+impl Decode<u16> for NicInfo {
+    fn decode<D: Decoder<Context = u16>>(decoder: &mut D) -> Result<Self, DecodeError> {
         Ok(Self {
             name: String::decode(decoder)?,
             addrs: bounded_vec(decoder, MAX_NIC_ADDRS, "a NIC's address list")?,
@@ -137,7 +139,7 @@ impl<C> Decode<C> for NicInfo {
         })
     }
 }
-bincode::impl_borrow_decode!(NicInfo);
+bincode::impl_borrow_decode_with_context!(NicInfo, u16);
 
 impl<C> Decode<C> for PortAcceptance {
     fn decode<D: Decoder<Context = C>>(decoder: &mut D) -> Result<Self, DecodeError> {

@@ -234,7 +234,7 @@ impl Opener {
                 max: MAX_FRAME,
             });
         }
-        check_header(payload)?;
+        let (version, _) = check_header(payload)?;
         if payload.len() < HEADER_LEN + SEAL_OVERHEAD {
             // Too short for a number and a tag: a plain frame, say, injected.
             return Err(DecodeError::BadTag {
@@ -264,7 +264,7 @@ impl Opener {
                 expected: self.next,
             });
         }
-        let message = frame::decode_body(body)?;
+        let message = frame::decode_body(version, body)?;
         self.next = self.next.saturating_add(1);
         Ok(message)
     }

@@ -9,12 +9,25 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use proptest::prelude::*;
 
 use super::*;
-use crate::rss::{KeyConfidence, KeyProvenance, KeySource, RssDescription, embedded_default};
+use crate::{
+    protocol::FlowType,
+    rss::{KeyConfidence, KeyProvenance, KeySource, RssDescription, embedded_default},
+};
 
 fn nonce(byte: u8) -> Nonce {
     Nonce([byte; NONCE_LEN])
 }
 
+/// The embedded description with UDP's fields over IPv4 known (`sd`),
+/// over IPv6 not: what discovery gives for many NICs.
+fn with_udp() -> RssDescription {
+    let mut description = embedded_default();
+    description.fields.set(FlowType::UDP4, "sd".into());
+    description
+}
+
+/// Every message, as this version carries them: descriptions with UDP's
+/// fields.
 fn every_message() -> Vec<Message> {
     vec![
         Message::Hello(Hello {
@@ -32,7 +45,7 @@ fn every_message() -> Vec<Message> {
         }),
         Message::RssUpdate(RssUpdate {
             version: 7,
-            description: (&embedded_default()).into(),
+            description: (&with_udp()).into(),
             key: learned_key(),
         }),
         Message::PlanReport(PlanReport {
@@ -183,7 +196,7 @@ fn every_message_round_trips() {
 fn description_survives_the_wire() {
     let mut description = embedded_default();
     description.queue_cpu = None;
-    for d in [embedded_default(), description] {
+    for d in [embedded_default(), description, with_udp()] {
         let back: RssDescription = WireDescription::from(&d).into();
         assert_eq!(back, d);
     }
@@ -948,6 +961,24 @@ fn a_rewritten_version_is_a_downgrade_and_a_real_older_peer_is_not() {
         check_challenge(&other, 7, 7, &s, &honest),
         Err(ChallengeError::WrongKey)
     );
+    // The latest bump alike: a Hello of 10 rewritten to 9 (which would
+    // strip UDP's fields from every description) is a downgrade, and a
+    // real receiver of 9 runs the session at 9.
+    let ours = PROTOCOL_VERSION;
+    let rewritten = challenge_of(&psk, &s, ours - 1, ours);
+    assert_eq!(
+        check_challenge(&psk, ours, ours - 1, &s, &rewritten),
+        Err(ChallengeError::Downgrade(Downgrade::HelloRewritten {
+            offered: ours,
+            receiver: ours,
+            session: ours - 1
+        }))
+    );
+    let old_receiver = challenge_of(&psk, &s, ours - 1, ours - 1);
+    assert_eq!(
+        check_challenge(&psk, ours, ours - 1, &s, &old_receiver),
+        Ok(())
+    );
 }
 
 #[test]
@@ -996,7 +1027,7 @@ fn receiver_nics(ports: u16) -> ReceiverNics {
                 numa_node: Some(0),
                 link: NicLink::Up,
                 speed_mbps: Some(200_000),
-                description: Some((&embedded_default()).into()),
+                description: Some((&with_udp()).into()),
                 verifier: Some(LandingReport {
                     version: 3,
                     verdict: LandingVerdict::Agreed,
@@ -1154,7 +1185,8 @@ fn a_version_7_peer_decodes_every_older_message_unchanged() {
     for message in older {
         let frame = encode_for(&message, 7).expect("encodes");
         assert_eq!(version_of(&frame[PREFIX_LEN..]), Some(7));
-        assert_eq!(decode_frame(&frame, MAX_FRAME), Ok((message, frame.len())));
+        let carried = message.at_version(7).into_owned();
+        assert_eq!(decode_frame(&frame, MAX_FRAME), Ok((carried, frame.len())));
     }
     assert_eq!(session_version(7), Some(7));
 }
@@ -1285,8 +1317,93 @@ fn a_version_8_peer_decodes_every_older_message_unchanged() {
     for message in older {
         let frame = encode_for(&message, 8).expect("encodes");
         assert_eq!(version_of(&frame[PREFIX_LEN..]), Some(8));
-        assert_eq!(decode_frame(&frame, MAX_FRAME), Ok((message, frame.len())));
+        let carried = message.at_version(8).into_owned();
+        assert_eq!(decode_frame(&frame, MAX_FRAME), Ok((carried, frame.len())));
     }
     assert_eq!(session_version(8), Some(8));
-    assert_eq!(PROTOCOL_VERSION, 9);
+}
+
+/// The version-9 layout of [`WireDescription`], as a peer of 9 derives
+/// it: what a session of 9 must send, byte for byte.
+#[derive(bincode::Encode)]
+struct Version9Description {
+    hfunc: String,
+    key: String,
+    indir: Vec<u32>,
+    input_xfrm: String,
+    fields_tcp4: String,
+    fields_tcp6: String,
+    queue_cpu: Option<Vec<u32>>,
+}
+
+impl From<WireDescription> for Version9Description {
+    fn from(w: WireDescription) -> Self {
+        Self {
+            hfunc: w.hfunc,
+            key: w.key,
+            indir: w.indir,
+            input_xfrm: w.input_xfrm,
+            fields_tcp4: w.fields_tcp4,
+            fields_tcp6: w.fields_tcp6,
+            queue_cpu: w.queue_cpu,
+        }
+    }
+}
+
+/// The body a peer of 9 encodes for `update`: `RssUpdate`'s variant index
+/// (3), then its fields in its layout.
+fn version_9_body(update: &RssUpdate) -> Vec<u8> {
+    let description = Version9Description::from(update.description.clone());
+    let fields = (3u32, update.version, description, update.key);
+    bincode::encode_to_vec(fields, bincode::config::standard()).expect("encodes")
+}
+
+#[test]
+fn a_version_9_peer_gets_and_sends_descriptions_in_its_own_layout() {
+    let Some(Message::RssUpdate(update)) = every_message().into_iter().nth(3) else {
+        panic!("the fourth message is an RssUpdate");
+    };
+    let tcp_only = |d: &WireDescription| WireDescription {
+        udp: None,
+        ..d.clone()
+    };
+    // Under 9: the version-9 bytes, which decode without UDP's fields
+    // (and so does what a peer of 9 sends).
+    let frame = encode_for(&Message::RssUpdate(update.clone()), 9).expect("encodes");
+    assert_eq!(frame[PREFIX_LEN + HEADER_LEN..], version_9_body(&update));
+    let Ok((Message::RssUpdate(got), _)) = decode_frame(&frame, MAX_FRAME) else {
+        panic!("a version-9 frame decodes");
+    };
+    assert_eq!(got.description, tcp_only(&update.description));
+    let planned = RssDescription::from(got.description);
+    assert_eq!(planned.fields.of(FlowType::UDP4), None);
+    assert_eq!(planned.fields.of(FlowType::TCP4), Some("sdfn"));
+    // Under 10: UDP's fields arrive, the unknown ones unknown.
+    let frame = encode_for(&Message::RssUpdate(update.clone()), 10).expect("encodes");
+    let Ok((Message::RssUpdate(got), _)) = decode_frame(&frame, MAX_FRAME) else {
+        panic!("a version-10 frame decodes");
+    };
+    assert_eq!(RssDescription::from(got.description), with_udp());
+    // Each NIC's description likewise.
+    let nics = Message::ReceiverNics(receiver_nics(1));
+    let frame = encode_for(&nics, 9).expect("encodes");
+    let Ok((Message::ReceiverNics(got), _)) = decode_frame(&frame, MAX_FRAME) else {
+        panic!("a version-9 NIC list decodes");
+    };
+    let first = got.nics[0].description.as_ref().expect("a description");
+    assert_eq!(first.udp, None);
+}
+
+#[test]
+fn a_version_9_peer_decodes_every_older_message_unchanged() {
+    // Every message of 9 keeps its index and layout but the descriptions,
+    // which it is sent without UDP's fields, as it reads them.
+    for message in every_message() {
+        let frame = encode_for(&message, 9).expect("encodes");
+        assert_eq!(version_of(&frame[PREFIX_LEN..]), Some(9));
+        let carried = message.at_version(9).into_owned();
+        assert_eq!(decode_frame(&frame, MAX_FRAME), Ok((carried, frame.len())));
+    }
+    assert_eq!(session_version(9), Some(9));
+    assert_eq!(PROTOCOL_VERSION, 10);
 }
