@@ -53,6 +53,16 @@ impl Protocol {
         }
     }
 
+    /// The protocol numbered `number`, for a number known at compile time
+    /// (the eBPF steps' const generic, in a `const` block): an unknown one
+    /// fails the build there.
+    pub const fn known(number: u8) -> Self {
+        match Self::from_raw(number as u32) {
+            Some(protocol) => protocol,
+            None => panic!("not a protocol SRAP knows"),
+        }
+    }
+
     /// The protocol of a socket as a `bpf_sock_addr` (or `bpf_sock`) gives
     /// it: its `type` and its `protocol` number, which must agree. A
     /// stream socket of another protocol (MPTCP's 262, SCTP's 132) is
@@ -129,6 +139,7 @@ mod tests {
         }
         assert_eq!((Protocol::Tcp.as_u8(), Protocol::Udp.as_u8()), (6, 17));
         assert_eq!(Protocol::from_raw(132), None);
+        assert_eq!(const { Protocol::known(17) }, Protocol::Udp);
     }
 
     #[test]

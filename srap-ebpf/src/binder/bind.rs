@@ -3,28 +3,13 @@
 //! any port of the slot whose tuple toward this destination is free,
 //! shared with every other destination (`SO_REUSEADDR`). The exact tuple
 //! is looked up before the bind, because a bind that succeeds onto a tuple
-//! in use would make the `connect()` itself fail.
-//!
-//! TCP's, as the binder steers TCP only: the tuple is looked up with the
-//! kernel's TCP lookup (`bpf_skc_lookup_tcp`), and what it can find
-//! (listeners, TIME_WAIT and its timestamps) is TCP's. Steering UDP would
-//! look its tuple up with `bpf_sk_lookup_udp`, and has no TIME_WAIT.
+//! in use would make the `connect()` itself fail: by the socket's
+//! protocol ([`super::tuple`]), the const generic `PROTOCOL` of every
+//! function here.
 
-use core::ptr::{read_volatile, write_volatile};
+use core::ptr::write_volatile;
 
-use aya_ebpf::{
-    bindings::{
-        bpf_sock, bpf_sock_tuple__bindgen_ty_1__bindgen_ty_1 as Tuple4,
-        bpf_sock_tuple__bindgen_ty_1__bindgen_ty_2 as Tuple6,
-    },
-    helpers::{
-        bpf_bind,
-        generated::{
-            bpf_probe_read_kernel, bpf_sk_release, bpf_skc_lookup_tcp, bpf_skc_to_tcp_timewait_sock,
-        },
-    },
-    programs::SockAddrContext,
-};
+use aya_ebpf::{helpers::bpf_bind, programs::SockAddrContext};
 use srap_common::{
     binder::{
         BIND_ERRNOS, DestValue, JOINT_ATTEMPTS, LOCAL_ROW, MAX_BIND_ATTEMPTS, SocketRecord,
@@ -37,20 +22,12 @@ use crate::sockaddr::{EADDRINUSE, SockaddrIn};
 
 use super::{
     claim::{LocalSide, claim_local, release_slot, take_turn},
-    config,
     context::Peer,
-    maps::{SRAP_BIND_ERRNOS, SRAP_TUPLE_SCRATCH, count},
+    maps::{SRAP_BIND_ERRNOS, count},
     ports::{PlanRows, joint_port, port_at},
     sockopt::{SO_REUSEADDR, SO_REUSEPORT, set_socket_option, socket_option},
+    tuple::{Holder, tuple_holder},
 };
-
-/// `bpf_sock.state` of a socket in TIME_WAIT and of a listening one.
-pub(super) const TCP_TIME_WAIT: u32 = 6;
-
-pub(super) const TCP_LISTEN: u32 = 10;
-
-/// `BPF_F_CURRENT_NETNS`: look the tuple up in the socket's own namespace.
-pub(super) const CURRENT_NETNS: u64 = u64::MAX;
 
 #[repr(C)]
 pub(super) struct SockaddrIn6 {
@@ -80,7 +57,7 @@ pub(super) struct Joint<'a> {
 /// [`port_sharing`]). Returns the outcome and this host's slot now held
 /// ([`SocketRecord::NONE`] without one).
 #[inline(always)]
-pub(super) fn bind_for_ends<const AT_BIND: bool>(
+pub(super) fn bind_for_ends<const AT_BIND: bool, const PROTOCOL: u8>(
     ctx: &SockAddrContext,
     family: Family,
     dest: &DestValue,
@@ -96,7 +73,7 @@ pub(super) fn bind_for_ends<const AT_BIND: bool>(
             turn,
             sharing,
         };
-        let result = bind_jointly::<AT_BIND>(ctx, family, &joint, &side);
+        let result = bind_jointly::<AT_BIND, PROTOCOL>(ctx, family, &joint, &side);
         if result != NOT_BOUND {
             count(event::JOINT);
             return (result, side.slot);
@@ -104,7 +81,7 @@ pub(super) fn bind_for_ends<const AT_BIND: bool>(
         release_slot(LOCAL_ROW, side.slot);
         count(event::LOCAL_MISSED);
     }
-    let result = bind_free_port::<AT_BIND>(ctx, family, rows, peer, turn, sharing);
+    let result = bind_free_port::<AT_BIND, PROTOCOL>(ctx, family, rows, peer, turn, sharing);
     (result, SocketRecord::NONE)
 }
 
@@ -119,7 +96,7 @@ pub(super) const NOT_BOUND: u32 = u32::MAX;
 /// inlined: its frame stands apart from the hook's (the kernel allows 512
 /// bytes along a call chain).
 #[inline(never)]
-pub(super) fn bind_jointly<const AT_BIND: bool>(
+pub(super) fn bind_jointly<const AT_BIND: bool, const PROTOCOL: u8>(
     ctx: &SockAddrContext,
     family: Family,
     joint: &Joint<'_>,
@@ -142,7 +119,7 @@ pub(super) fn bind_jointly<const AT_BIND: bool>(
         let Some(port) = joint_port(remote, local, turn, peer.port) else {
             continue;
         };
-        match bind_one::<AT_BIND>(
+        match bind_one::<AT_BIND, PROTOCOL>(
             ctx,
             family,
             (remote.table, peer, sharing),
@@ -161,7 +138,7 @@ pub(super) fn bind_jointly<const AT_BIND: bool>(
 /// Tries the slot's ports in its rotation, from `turn`, until one binds
 /// ([`bind_one`]).
 #[inline(always)]
-pub(super) fn bind_free_port<const AT_BIND: bool>(
+pub(super) fn bind_free_port<const AT_BIND: bool, const PROTOCOL: u8>(
     ctx: &SockAddrContext,
     family: Family,
     rows: &PlanRows<'_>,
@@ -182,7 +159,7 @@ pub(super) fn bind_free_port<const AT_BIND: bool>(
         let Some(port) = port_at(rows, turn, peer.port) else {
             continue;
         };
-        match bind_one::<AT_BIND>(
+        match bind_one::<AT_BIND, PROTOCOL>(
             ctx,
             family,
             (rows.table, &peer, sharing),
@@ -225,7 +202,7 @@ pub(super) enum Bind {
 /// asks for ([`take_port`]); whether the port is free shows only when the
 /// kernel binds it after the hook, so every port is looked up.
 #[inline(always)]
-pub(super) fn bind_one<const AT_BIND: bool>(
+pub(super) fn bind_one<const AT_BIND: bool, const PROTOCOL: u8>(
     ctx: &SockAddrContext,
     family: Family,
     (table, peer, sharing): (&TableRow, &Peer, u32),
@@ -245,14 +222,14 @@ pub(super) fn bind_one<const AT_BIND: bool>(
             e => return refused(e),
         }
     }
-    let reused = match tcp_tuple_holder(ctx, table, peer, port) {
-        TcpHolder::Nobody => false,
-        TcpHolder::TimeWait => true,
-        TcpHolder::Tuple => {
+    let reused = match tuple_holder::<PROTOCOL>(ctx, table, peer, port) {
+        Holder::Nobody => false,
+        Holder::TimeWait => true,
+        Holder::Tuple => {
             count(event::TUPLE_TAKEN);
             return Bind::Skipped;
         }
-        TcpHolder::Listener => {
+        Holder::Listener => {
             count(event::PORT_HELD);
             return Bind::Skipped;
         }
@@ -325,98 +302,6 @@ pub(super) fn turn_outcome(attempt: u32) -> u32 {
     } else {
         outcome::RETRIED
     }
-}
-
-/// Who, if anyone, has the TCP tuple (source address, `port`, receiver).
-pub(super) enum TcpHolder {
-    Nobody,
-    /// A TIME_WAIT socket with a TCP timestamp: the `connect()` of a socket
-    /// bound to the port takes the tuple over.
-    TimeWait,
-    /// A socket with this exact tuple: established, connecting, a request,
-    /// or TIME_WAIT without a timestamp.
-    Tuple,
-    /// A listener on the port (the lookup falls back to listeners).
-    Listener,
-}
-
-/// Looks the exact tuple up as the kernel's `connect()` will check it:
-/// binding onto a taken tuple would succeed and make the connect fail.
-/// Not inlined, so its frame stays out of the callers' (the kernel allows
-/// 512 bytes of stack along a call chain).
-#[inline(never)]
-pub(super) fn tcp_tuple_holder(
-    ctx: &SockAddrContext,
-    table: &TableRow,
-    peer: &Peer,
-    port: u16,
-) -> TcpHolder {
-    let Some(tuple) = SRAP_TUPLE_SCRATCH.get_ptr_mut(0) else {
-        // Cannot look: the port counts as taken, the next one is tried.
-        return TcpHolder::Tuple;
-    };
-    // The lookup is the receive path's: "source" is the remote end.
-    // SAFETY: `tuple` is this CPU's scratch row, valid for this run; each
-    // branch writes every byte the lookup reads (the size it passes).
-    let size = unsafe {
-        let fields = &mut (*tuple).__bindgen_anon_1;
-        if peer.v4 {
-            fields.ipv4.saddr = peer.addr[0];
-            fields.ipv4.daddr = table.src_addr[0];
-            fields.ipv4.sport = peer.port.to_be();
-            fields.ipv4.dport = port.to_be();
-            size_of::<Tuple4>()
-        } else {
-            fields.ipv6.saddr = peer.addr;
-            fields.ipv6.daddr = table.src_addr6;
-            fields.ipv6.sport = peer.port.to_be();
-            fields.ipv6.dport = port.to_be();
-            size_of::<Tuple6>()
-        }
-    };
-    // SAFETY: a tuple of the size given, in a map value.
-    let sk =
-        unsafe { bpf_skc_lookup_tcp(ctx.sock_addr.cast(), tuple, size as u32, CURRENT_NETNS, 0) };
-    if sk.is_null() {
-        return TcpHolder::Nobody;
-    }
-    // SAFETY: a socket the lookup returned, released once read.
-    let state = unsafe { read_volatile(&raw const (*sk).state) };
-    let holder = match state {
-        TCP_LISTEN => TcpHolder::Listener,
-        TCP_TIME_WAIT if time_wait_has_timestamp(sk) => TcpHolder::TimeWait,
-        _ => TcpHolder::Tuple,
-    };
-    // SAFETY: as above.
-    unsafe { bpf_sk_release(sk.cast()) };
-    holder
-}
-
-/// Whether a TIME_WAIT socket's connection carried TCP timestamps
-/// (`tw_ts_recent_stamp` non-zero, read at the offset the agent found in
-/// the kernel's BTF): then the kernel lets a bound socket reuse its tuple.
-#[inline(always)]
-pub(super) fn time_wait_has_timestamp(sk: *mut bpf_sock) -> bool {
-    let offset = config::tw_stamp_offset();
-    if offset == 0 {
-        return false;
-    }
-    // SAFETY: `sk` is a live socket the caller holds a reference to.
-    let tw = unsafe { bpf_skc_to_tcp_timewait_sock(sk.cast()) };
-    if tw.is_null() {
-        return false;
-    }
-    let mut stamp = 0u32;
-    // SAFETY: a kernel read of four bytes inside the TIME_WAIT socket
-    // (the offset is its field's, from BTF); a failed read leaves zero.
-    let read = unsafe {
-        bpf_probe_read_kernel(
-            core::ptr::from_mut(&mut stamp).cast(),
-            size_of::<u32>() as u32,
-            tw.cast::<u8>().wrapping_add(offset as usize).cast(),
-        )
-    };
-    read == 0 && stamp != 0
 }
 
 /// `bpf_bind()` to the table's source address (the route's, or the one the

@@ -6,6 +6,7 @@ use aya_ebpf::programs::SockAddrContext;
 use srap_common::{
     binder::{DestKey, DestValue, SocketRecord, outcome, steered_protocol},
     family::Family,
+    protocol::Protocol,
 };
 
 use super::{
@@ -15,12 +16,16 @@ use super::{
     record::recalled,
 };
 
-/// The plan's entry for a connect SRAP steers, or the verdict that leaves
-/// it to the kernel: a protocol the binder does not steer (a UDP
-/// `connect()`), a destination the plan has no table for (for the bound
-/// source address, or for any), a port the application already has.
+/// The protocol of a connect SRAP steers and the plan's entry for it, or
+/// the verdict that leaves it to the kernel: a protocol the binder does
+/// not steer (a UDP `connect()`), a destination the plan has no table for
+/// (for the bound source address, or for any), a port the application
+/// already has.
 #[inline(always)]
-pub(super) fn classify(ctx: &SockAddrContext, connecting: &Connecting) -> Result<DestValue, u32> {
+pub(super) fn classify(
+    ctx: &SockAddrContext,
+    connecting: &Connecting,
+) -> Result<(Protocol, DestValue), u32> {
     let protocol = steered_protocol(connecting.sock_type, connecting.protocol)?;
     let peer = &connecting.peer;
     let family = if peer.v4 { Family::Inet } else { Family::Inet6 };
@@ -40,7 +45,7 @@ pub(super) fn classify(ctx: &SockAddrContext, connecting: &Connecting) -> Result
     if !config::steers_mptcp() && is_subflow(ctx) {
         return Err(outcome::PROTOCOL_NOT_STEERED);
     }
-    Ok(dest)
+    Ok((protocol, dest))
 }
 
 /// The destination's plan entry, in one lookup when every destination

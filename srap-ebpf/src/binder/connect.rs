@@ -3,12 +3,15 @@
 //! The steps' work is in their own files; this one sequences them, gives
 //! back what a step claimed when a later one fails, and returns the
 //! connect's one verdict (counted by the hook, `super::srap_connect4`).
+//! After classification the socket's protocol is a const generic of every
+//! step: each steered protocol's path is compiled apart.
 
 use aya_ebpf::programs::SockAddrContext;
 use srap_common::{
-    binder::{DestValue, MAX_SLOTS, SocketRecord, event, outcome},
+    binder::{DestValue, MAX_SLOTS, SocketRecord, event, outcome, steers},
     family::Family,
     local_nics::policy,
+    protocol::Protocol,
     receiver_nics,
 };
 
@@ -23,6 +26,7 @@ use super::{
     ports::PlanRows,
     record::{drop_bind_record, hold, pace},
     spread::{chosen_receiver, chosen_route, spread_dest},
+    tuple::{TCP, UDP},
 };
 
 /// Binds a steered port if the socket and its destination are steered;
@@ -38,16 +42,40 @@ pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
     // instructions.
     let (peer, bound_addr) = (connecting.peer, connecting.bound_addr());
     // Classify the socket and its destination.
-    let dest = match classify(ctx, &connecting) {
-        Ok(dest) => dest,
+    let (protocol, dest) = match classify(ctx, &connecting) {
+        Ok(classified) => classified,
         Err(verdict) => return verdict,
     };
+    // The protocol a constant from here on: a protocol `STEERED` does not
+    // name compiles to nothing (classify refused it already), and the
+    // kernel's verifier walks each steered protocol's path once.
+    match protocol {
+        Protocol::Tcp if const { steers(Protocol::Tcp) } => {
+            steer::<TCP>(ctx, family, dest, peer, bound_addr)
+        }
+        Protocol::Udp if const { steers(Protocol::Udp) } => {
+            steer::<UDP>(ctx, family, dest, peer, bound_addr)
+        }
+        _ => outcome::PROTOCOL_NOT_STEERED,
+    }
+}
+
+/// The steps after classification of a `PROTOCOL` connect toward `dest`:
+/// the receiver's NIC, this host's, then the slot, its port and the record.
+#[inline(always)]
+fn steer<const PROTOCOL: u8>(
+    ctx: &SockAddrContext,
+    family: Family,
+    dest: DestValue,
+    peer: Peer,
+    bound_addr: bool,
+) -> u32 {
     drop_bind_record(ctx);
     // The receiver's NIC, then this host's, unless the application bound
     // an address. Each choice is a load-time setting: the verifier walks
     // only the ones configured.
     let (dest, peer) = if config::receiver_nics() == receiver_nics::mode::SPREAD {
-        match spread_then_nic(ctx, family, dest, peer) {
+        match spread_then_nic::<PROTOCOL>(ctx, family, dest, peer) {
             Some(chosen) => chosen,
             None => return outcome::MAPS_UNFILLED,
         }
@@ -60,7 +88,7 @@ pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
         (dest, peer)
     };
     // Claim a slot, pick and bind its port, record the socket.
-    let result = bind_steered::<false>(ctx, family, &dest, peer, bound_addr);
+    let result = bind_steered::<false, PROTOCOL>(ctx, family, &dest, peer, bound_addr);
     if bound_addr && (result == outcome::STEERED || result == outcome::RETRIED) {
         count(event::SOURCE_KEPT);
     }
@@ -71,13 +99,13 @@ pub(super) fn connect(ctx: &SockAddrContext, family: Family) -> u32 {
 /// this host's NIC toward it ([`super::nic`]): the destination's entry and
 /// address after both choices, in `connect4` and `connect6` alike.
 #[inline(always)]
-fn spread_then_nic(
+fn spread_then_nic<const PROTOCOL: u8>(
     ctx: &SockAddrContext,
     family: Family,
     dest: DestValue,
     peer: Peer,
 ) -> Option<(DestValue, Peer)> {
-    let chosen = spread_dest(ctx, family, &dest, &peer)?;
+    let chosen = spread_dest::<PROTOCOL>(ctx, family, &dest, &peer)?;
     let (table, local_table) = chosen_route(chosen);
     let route = DestValue {
         table,
@@ -95,9 +123,10 @@ fn spread_then_nic(
 /// the address alone), so the kernel's port goes with the application's
 /// address. `AT_BIND`: from a bind hook, which takes the port by rewriting
 /// the one its `bind()` asks for ([`super::subflow`]; `bound_addr` false
-/// there: nothing was bound yet).
+/// there: nothing was bound yet). `PROTOCOL`: the socket's, whose tuple
+/// lookup the bind makes ([`super::tuple`]).
 #[inline(always)]
-pub(super) fn bind_steered<const AT_BIND: bool>(
+pub(super) fn bind_steered<const AT_BIND: bool, const PROTOCOL: u8>(
     ctx: &SockAddrContext,
     family: Family,
     dest: &DestValue,
@@ -138,7 +167,9 @@ pub(super) fn bind_steered<const AT_BIND: bool>(
         word,
     };
     let (result, local) = match port_sharing(ctx) {
-        Some(sharing) => bind_for_ends::<AT_BIND>(ctx, family, dest, &rows, peer, turn, sharing),
+        Some(sharing) => {
+            bind_for_ends::<AT_BIND, PROTOCOL>(ctx, family, dest, &rows, peer, turn, sharing)
+        }
         None => (outcome::OPTION_UNREADABLE, SocketRecord::NONE),
     };
     if result == outcome::STEERED || result == outcome::RETRIED {

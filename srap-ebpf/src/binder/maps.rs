@@ -38,7 +38,7 @@ pub(super) fn count(counter: u32) {
     }
 }
 
-/// Where `bind::tcp_tuple_holder` builds its lookup tuple: one per CPU, not on the
+/// Where `tuple::tuple_holder` builds its lookup tuple: one per CPU, not on the
 /// stack. The kernel allows 512 bytes of stack along a call chain and
 /// Linux 6.1 rounds every frame up to 32 bytes: with a 36-byte tuple (and
 /// the `memset` subprogram zeroing it) on the stack, the chain hook →

@@ -1,5 +1,6 @@
-//! The port binder: on `connect()` of a steered workload's TCP socket, bind a
-//! source port that the receiver's RSS puts on its least-occupied CPU.
+//! The port binder: on `connect()` of a steered workload's socket of a
+//! steered protocol (TCP: `srap_common::binder::STEERED`), bind a source
+//! port that the receiver's RSS puts on its least-occupied CPU.
 //!
 //! The tables and the arithmetic are described in `srap_common::binder`,
 //! the claim and release of a CPU slot in `srap_common::occupancy`. Every
@@ -28,7 +29,8 @@
 //! * claim the least-occupied CPU slot of the receiver, and of this host
 //!   with `--steer both` ([`claim`]);
 //! * pick the slot's next port from the plan's tables ([`ports`]);
-//! * bind it unless its tuple is taken, sharing ports by tuple ([`bind`]);
+//! * bind it unless its tuple is taken, sharing ports by tuple ([`bind`]),
+//!   the tuple looked up by the socket's protocol ([`tuple`]);
 //! * record the socket's slots, so closing it releases exactly what it
 //!   claimed ([`record`]).
 //!
@@ -55,11 +57,14 @@
 //! a bind can end, would double their walk (so would a branch on whether
 //! the application bound an address: [`nic`] hands its choice back through
 //! a scratch row). The steps import downwards only, never from this file:
-//! `subflow` → `connect`, `path_manager`; `connect` → every step;
+//! `subflow` → `connect`, `path_manager`, `tuple`; `connect` → every step;
 //! `sock_ops`, `sock_release` → `record`, `spread`; `spread` → `classify`,
 //! `nic`, `claim`; `classify` → `record`; `record` → `claim`, `sockopt`;
-//! `bind` → `ports`, `claim`, `sockopt`; `nic`, `ports` → `claim`; and
-//! each of them → `maps`, most also → `context`, `config`. `cargo run -p
+//! `bind` → `ports`, `claim`, `sockopt`, `tuple`; `nic`, `ports` →
+//! `claim`; and each of them → `maps`, most also → `context`, `config`.
+//! A protocol is a const generic of the steps after `classify` (the
+//! socket's, the kernel's number): each steered protocol's walk is its
+//! own, with no dispatch in it. `cargo run -p
 //! srap-tests --example kernel_verifier_walk` prints what each program
 //! costs it.
 //!
@@ -101,6 +106,7 @@ mod sock_release;
 mod sockopt;
 mod spread;
 mod subflow;
+mod tuple;
 
 use aya_ebpf::{
     macros::{cgroup_sock_addr, fentry, fexit},

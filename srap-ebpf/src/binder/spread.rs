@@ -72,14 +72,15 @@ static SRAP_ASKED: LruHashMap<u64, [u32; 4]> = LruHashMap::with_max_entries(ASKE
 #[map]
 static SRAP_SPREAD_SCRATCH: PerCpuArray<[u32; 8]> = PerCpuArray::with_max_entries(1, 0);
 
-/// Chooses the receiver address a connect toward `dest` and `peer` is
-/// sent to; returns this CPU's scratch row holding the choice, read with
+/// Chooses the receiver address a `PROTOCOL` connect toward `dest` and
+/// `peer` is sent to (among that protocol's destinations); returns this
+/// CPU's scratch row holding the choice, read with
 /// [`chosen_route`] and [`chosen_receiver`] (`None` only without the row:
 /// never, once loaded). Read each part as late as it is needed: a value
 /// kept across a later subprogram's call goes through the stack, and the
 /// kernel's verifier would then walk `connect6` past its limit.
 #[inline(always)]
-pub(super) fn spread_dest(
+pub(super) fn spread_dest<const PROTOCOL: u8>(
     ctx: &SockAddrContext,
     family: Family,
     dest: &DestValue,
@@ -99,9 +100,9 @@ pub(super) fn spread_dest(
     // SAFETY: this CPU's scratch row.
     unsafe { write_volatile(scratch, start) };
     if family == Family::Inet {
-        spread_into::<false>(ctx, scratch);
+        spread_into::<false, PROTOCOL>(ctx, scratch);
     } else {
-        spread_into::<true>(ctx, scratch);
+        spread_into::<true, PROTOCOL>(ctx, scratch);
     }
     Some(scratch)
 }
@@ -144,7 +145,10 @@ pub(super) fn chosen_receiver(
 /// copy of a value it branches on, the hook's own included, and each
 /// narrowed copy split every later step's walk in two.
 #[inline(never)]
-fn spread_into<const INET6: bool>(ctx: &SockAddrContext, scratch: *mut [u32; 8]) {
+fn spread_into<const INET6: bool, const PROTOCOL: u8>(
+    ctx: &SockAddrContext,
+    scratch: *mut [u32; 8],
+) {
     if !spreading() || bound_any(ctx, !INET6) || is_subflow(ctx) {
         return;
     }
@@ -169,7 +173,8 @@ fn spread_into<const INET6: bool>(ctx: &SockAddrContext, scratch: *mut [u32; 8])
     // copies (the asked, the chosen and its any-port form), this frame and
     // the hook's came to 544 bytes on Linux 6.1, which rounds each frame up
     // to 32 and refuses past 512.
-    let mut key = DestKey::new(Protocol::Tcp, family, port, asked_addr, [0; 4]);
+    let protocol = const { Protocol::known(PROTOCOL) };
+    let mut key = DestKey::new(protocol, family, port, asked_addr, [0; 4]);
     let Some(chosen) = choose(&key) else {
         return;
     };

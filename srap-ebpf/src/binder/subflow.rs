@@ -43,6 +43,7 @@ use super::{
     path_manager::{
         AF_INET, AF_INET6, SKC_DPORT, known_layout, read_addr_info, read_at, traced_dest,
     },
+    tuple::TCP,
 };
 
 /// Steers the port of an MPTCP subflow the kernel binds with port 0
@@ -57,7 +58,7 @@ pub(super) fn steer_at_bind<const INET6: bool>(ctx: &SockAddrContext) -> bool {
     };
     let peer = binding.peer;
     let dest = match classify(ctx, &binding) {
-        Ok(dest) => dest,
+        Ok((_, dest)) => dest,
         Err(verdict) => {
             if verdict == outcome::MISS || verdict == outcome::SOURCE_UNPLANNED {
                 count(event::SUBFLOW_UNPLANNED);
@@ -66,7 +67,8 @@ pub(super) fn steer_at_bind<const INET6: bool>(ctx: &SockAddrContext) -> bool {
         }
     };
     let family = if INET6 { Family::Inet6 } else { Family::Inet };
-    let result = bind_steered::<true>(ctx, family, &dest, peer, false);
+    // A subflow is a TCP socket of its MPTCP connection.
+    let result = bind_steered::<true, TCP>(ctx, family, &dest, peer, false);
     result == outcome::STEERED || result == outcome::RETRIED
 }
 
