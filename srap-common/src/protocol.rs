@@ -2,16 +2,26 @@
 //! one definition that flow keys, the binder's classification of a
 //! connecting socket and the RSS description's hashed fields use.
 //!
-//! SRAP steers TCP only, and names it wherever a flow is identified: the
-//! binder's destination key ([`crate::binder::DestKey`]), the receive
-//! observer's flow key ([`crate::observer::FlowKey`]), a NIC's hashed
-//! fields per [`FlowType`]. UDP is known (a NIC's UDP hashing is
-//! discovered, a UDP `connect()` is recognised) but not steered: a connect
-//! of any protocol but TCP is its own verdict
-//! ([`crate::binder::outcome::PROTOCOL_NOT_STEERED`], decided by
-//! [`crate::binder::steered_protocol`]). Steering another protocol starts
-//! there and here; the compiler then names every `match` that must learn
-//! it.
+//! A protocol is data, carried through rather than written where a flow is
+//! handled. Which ones the binder steers is one list,
+//! [`crate::binder::STEERED`] (TCP alone): the connect hook answers
+//! [`crate::binder::steered_protocol`] from it (a connect of any other
+//! protocol is its own verdict,
+//! [`crate::binder::outcome::PROTOCOL_NOT_STEERED`]), and the sender agent
+//! plans a table per steered protocol from it. A flow's tuple says its
+//! protocol (`rss::FlowTuple`); a NIC's model keeps hashed fields per
+//! [`FlowType`] (UDP's where the description gives them) and hashes each
+//! flow with its own, and a plan for a flow type it has none for is refused
+//! by name (`rss::Unhashed`); a port table is one protocol's
+//! (`port_tables::LayoutPlan::protocol`) and its destinations are keyed by
+//! it ([`crate::binder::DestKey`]); the agents' protocol carries every flow
+//! type's fields (`wire::UdpFields`, protocol 10); and the eBPF binder's
+//! steps after classification take the protocol as a const generic, so a
+//! bind looks its tuple up with that protocol's lookup. TCP's by nature,
+//! and named so where they are: the receive observer and this host's
+//! landings (they see TCP's handshake), the occupancy audit's socket dump
+//! (`tcp_diag`), MPTCP's subflows. docs/workspace.md's exercise "Steering
+//! connected UDP" lists what steering UDP would still add.
 
 use crate::family::Family;
 

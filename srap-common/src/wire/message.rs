@@ -4,7 +4,7 @@
 //! whose layout is the one part that depends on the session's version: it
 //! carries UDP's hashed fields from [`UDP_FIELDS_SINCE`] on. Messages are
 //! decoded with the version of their frame's header as bincode's context,
-//! and encoded as that version has them ([`Message::at_version`]).
+//! and encoded as that version has them (`Message::at_version`).
 
 use std::{
     borrow::Cow,
@@ -264,7 +264,7 @@ pub struct WireDescription {
     /// UDP's fields: `Some` (each part `None` where the NIC did not say)
     /// in a session of protocol 10 on, `None` in an older one, which does
     /// not carry them. Encoding sets it as the session's version has it
-    /// ([`Message::at_version`]).
+    /// (`Message::at_version`).
     pub udp: Option<UdpFields>,
 }
 
@@ -290,7 +290,7 @@ impl WireDescription {
 
 impl Encode for WireDescription {
     /// The version-6 layout, then `udp` when it is carried (protocol 10 on:
-    /// [`Message::at_version`] set it so).
+    /// `Message::at_version` set it so).
     fn encode<E: Encoder>(&self, encoder: &mut E) -> Result<(), EncodeError> {
         self.hfunc.encode(encoder)?;
         self.key.encode(encoder)?;
