@@ -12,7 +12,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use srap_common::solver::PortRange;
+use srap_common::port_range::PortRange;
 
 #[allow(dead_code)]
 #[path = "../../srap-daemon/src/sender/choices.rs"]

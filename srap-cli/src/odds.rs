@@ -13,8 +13,8 @@ use srap_common::{
     bond,
     odds::{self, TrialStats},
     planner::plan,
+    port_range::PortRange,
     rss::{FlowTuple, RssDescription, RssModel, embedded_default},
-    solver::PortRange,
 };
 
 use crate::rss_file;

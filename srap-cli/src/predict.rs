@@ -5,8 +5,8 @@ use std::{net::IpAddr, net::SocketAddr, path::PathBuf};
 use serde::Serialize;
 use srap_common::{
     planner::{FlowPlan, plan},
+    port_range::PortRange,
     rss::FlowTuple,
-    solver::PortRange,
 };
 
 use crate::rss_file;

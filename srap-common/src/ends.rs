@@ -32,9 +32,10 @@ pub use crate::rss::End;
 use crate::{
     binder::{CosetRow, JointRow, LayoutRow},
     family::Family,
+    port_range::PortRange,
     protocol::{FlowType, Protocol},
     rss::{FlowTuple, Landing, RssModel, Unhashed},
-    solver::{IndexMap, PortHash, PortRange, PortSpan},
+    solver::{IndexMap, PortHash, PortSpan},
 };
 
 /// Why two NICs cannot be placed jointly.

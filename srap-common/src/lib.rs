@@ -35,6 +35,8 @@ pub mod odds;
 #[cfg(feature = "user")]
 pub mod planner;
 #[cfg(feature = "user")]
+pub mod port_range;
+#[cfg(feature = "user")]
 pub mod port_tables;
 #[cfg(feature = "user")]
 pub mod rss;

@@ -6,8 +6,9 @@ use std::collections::BTreeMap;
 use thiserror::Error;
 
 use crate::{
+    port_range::PortRange,
     rss::{FlowTuple, Landing, RssModel, Unhashed},
-    solver::{PortRange, PortSolver},
+    solver::PortSolver,
 };
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

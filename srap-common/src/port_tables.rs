@@ -18,9 +18,10 @@ use crate::{
     binder::{CosetRow, LISTED_PORTS_PER_SLOT, LayoutRow, MAX_SLOTS, SlotRow, TableRow, slot_turn},
     bond::MemberPlan,
     family::Family,
+    port_range::PortRange,
     protocol::{FlowType, Protocol},
     rss::{FlowTuple, RssModel, TupleError, Unhashed},
-    solver::{IndexMap, PortHash, PortRange, PortSolver},
+    solver::{IndexMap, PortHash, PortSolver},
 };
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

@@ -11,10 +11,11 @@ use proptest::prelude::*;
 use serde_json::Value;
 use srap_common::{
     ends::{End, JointMap, JointTables, plan_both},
+    port_range::PortRange,
     port_tables::{LayoutPlan, TablePlan},
     protocol::Protocol,
     rss::{FlowTuple, InputXfrm, RssDescription, RssModel, embedded_default},
-    solver::{PortHash, PortRange},
+    solver::PortHash,
 };
 
 /// The protocol the tables here are built for, as SRAP steers it.

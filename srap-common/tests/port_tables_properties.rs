@@ -9,10 +9,10 @@ use proptest::prelude::*;
 use srap_common::{
     binder::{LISTED_PORTS_PER_SLOT, MAX_SLOTS},
     bond::{MemberPlan, member_index},
+    port_range::PortRange,
     port_tables::{LayoutPlan, PortTableError, Scope, TablePlan},
     protocol::{FlowType, Protocol},
     rss::{FieldsDescription, FlowTuple, RssDescription, RssModel, embedded_default},
-    solver::PortRange,
 };
 
 /// The protocol the tables here are built for, as SRAP steers it.

@@ -7,8 +7,9 @@ use std::{collections::BTreeMap, net::IpAddr};
 use proptest::prelude::*;
 use srap_common::{
     planner::plan,
+    port_range::PortRange,
     rss::{FlowTuple, InputXfrm, RssDescription, RssModel},
-    solver::{PortRange, PortSolver},
+    solver::PortSolver,
 };
 
 fn xfrm() -> impl Strategy<Value = InputXfrm> {

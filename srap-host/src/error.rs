@@ -2,7 +2,7 @@
 
 use std::{io, net::IpAddr, path::PathBuf};
 
-use srap_common::solver::PortRangeError;
+use srap_common::port_range::PortRangeError;
 use thiserror::Error;
 
 #[derive(Debug, Error)]

@@ -7,7 +7,7 @@
 
 use std::{collections::BTreeSet, fs, path::Path};
 
-use srap_common::solver::PortRange;
+use srap_common::port_range::PortRange;
 use thiserror::Error;
 
 use crate::HostError;

@@ -9,13 +9,14 @@ use std::{hint::black_box, time::Duration};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use srap_common::{
     bond::MemberPlan,
+    port_range::PortRange,
     port_tables::{LayoutPlan, TablePlan},
     protocol::Protocol,
     rss::{
         FlowTuple, HashFields, HashInput, InputXfrm, RssModel, ToeplitzTable, embedded_default,
         hash_naive,
     },
-    solver::{PortRange, PortSolver},
+    solver::PortSolver,
 };
 
 /// The protocol the binder's layouts are built for, as SRAP steers it.

@@ -25,9 +25,9 @@ use aya::programs::{
 
 use srap_common::{
     binder::{event, outcome},
+    port_range::PortRange,
     port_tables::TablePlan,
     rss::{RssDescription, RssModel, embedded_default},
-    solver::PortRange,
 };
 use srap_daemon::sender::BinderStats;
 use srap_harness::{guest::truth::iperf3_accepted_ports, programs::iperf3_server_with};

@@ -38,8 +38,8 @@ use std::{
 
 use srap_common::{
     binder::{BinderSizes, event},
+    port_range::PortRange,
     rss::{End, FlowTuple, RssDescription, RssModel, embedded_default},
-    solver::PortRange,
 };
 use srap_daemon::{
     description::Source,

@@ -22,8 +22,8 @@ use std::{
 use aya::maps::{Array, MapData};
 use srap_common::{
     binder::{ENTRIES_MAP, SLOTS_MAP, SlotRow, outcome},
+    port_range::PortRange,
     rss::{FlowTuple, RssDescription, RssModel, embedded_default},
-    solver::PortRange,
 };
 use srap_daemon::{
     observer::{HookChoice, Observer},

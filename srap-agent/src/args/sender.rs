@@ -8,7 +8,7 @@ use std::{
     path::PathBuf,
 };
 
-use srap_common::solver::PortRange;
+use srap_common::port_range::PortRange;
 use srap_daemon::sender::{
     PacingRate,
     choices::MptcpMode,

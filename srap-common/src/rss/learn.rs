@@ -22,7 +22,7 @@
 use std::collections::BTreeMap;
 
 use super::{End, FlowTuple, HashFields, HashInput, InputXfrm, ToeplitzKey};
-use crate::solver::PortRange;
+use crate::port_range::PortRange;
 
 /// Key bits a row can name: a 40-byte key (IPv6 4-tuples need all of it).
 const KEY_BITS: usize = 320;

@@ -88,8 +88,8 @@ mod tests {
     use std::net::IpAddr;
 
     use srap_common::{
+        port_range::PortRange,
         rss::{FlowTuple, RssModel, embedded_default},
-        solver::PortRange,
     };
 
     use super::*;

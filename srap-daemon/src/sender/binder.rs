@@ -13,7 +13,7 @@ use std::{
 use aya::Ebpf;
 use srap_common::{
     binder::{BinderSizes, NICS_DOWN_MAP},
-    solver::PortRange,
+    port_range::PortRange,
 };
 use srap_host::{
     cgroup,

@@ -5,7 +5,7 @@
 
 use std::{net::IpAddr, path::PathBuf, sync::Arc};
 
-use srap_common::{binder::BinderSizes, rss::RssModel, solver::PortRange};
+use srap_common::{binder::BinderSizes, port_range::PortRange, rss::RssModel};
 
 use super::{
     choices::MptcpMode,

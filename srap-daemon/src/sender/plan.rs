@@ -38,11 +38,11 @@ use srap_common::{
     ends::JointTables,
     family::Family,
     local_nics::NicTables,
+    port_range::PortRange,
     port_tables::{LayoutPlan, PortTableError, TablePlan, addr_words},
     protocol::Protocol,
     receiver_nics::SpreadRow,
     rss::{End, RssModel},
-    solver::PortRange,
 };
 
 use super::{

@@ -9,7 +9,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use srap_common::{binder::BinderSizes, solver::PortRange};
+use srap_common::{binder::BinderSizes, port_range::PortRange};
 use srap_host::cpulist;
 
 use super::{

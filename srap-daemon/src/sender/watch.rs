@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use srap_common::{binder::event, solver::PortRange};
+use srap_common::{binder::event, port_range::PortRange};
 use srap_host::reserved;
 
 use super::{

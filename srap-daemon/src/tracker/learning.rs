@@ -37,11 +37,11 @@ use std::{
 };
 
 use srap_common::{
+    port_range::PortRange,
     rss::{
         End, FieldsError, FlowTuple, HashFields, InputXfrm, KeyConfidence, KeyError, KeyLearner,
         KeyProvenance, KeySource, LearnError, RssDescription, RssModel, ToeplitzKey, UnknownXfrm,
     },
-    solver::PortRange,
 };
 use srap_status::LearningRow;
 use thiserror::Error;

@@ -15,8 +15,8 @@ use srap_common::{
         SLOT_STATE_MAP, SLOTS_MAP, TABLES_MAP, outcome, slot_word,
     },
     local_nics::{NO_NIC, NicTables},
+    port_range::PortRange,
     rss::{RssModel, embedded_default},
-    solver::PortRange,
 };
 
 use super::{
