@@ -53,8 +53,6 @@
 //! With `--steer local` alone every destination's table is a local one and
 //! its receiver row is [`LOCAL_ROW`].
 
-/// CPU slots (distinct receiver CPUs) one receiver can have.
-pub const MAX_SLOTS: u32 = 512;
 /// `u64` words of one slot bitmap.
 pub const SLOT_WORDS: usize = (MAX_SLOTS / 64) as usize;
 /// Occupancy levels with their own bitmap; the last holds every slot with
@@ -66,8 +64,6 @@ pub const MAX_VALUES: u32 = 1 << 16;
 /// Ports a listed layout (an indirection table whose size is not a power of
 /// two) keeps per slot.
 pub const LISTED_PORTS_PER_SLOT: usize = 512;
-/// Receivers `--max-receivers` may ask for (binder rows 1 to 4096).
-pub const MAX_RECEIVERS: u32 = 4096;
 /// Ports a connect tries (tuple taken, port held) before the kernel is left
 /// to choose: the slot has run dry.
 pub const MAX_BIND_ATTEMPTS: u32 = 16;
@@ -109,7 +105,7 @@ pub const JOINT_MEMBERS: u32 = 4;
 /// can walk the hook: each attempt may bind).
 pub const JOINT_ATTEMPTS: u32 = 4;
 
-pub use crate::sizes::{BinderSizes, MapKind, SizeSetting};
+pub use crate::sizes::{BinderSizes, MAX_RECEIVERS, MAX_SLOTS, MapKind, SizeSetting};
 use crate::{family::Family, protocol::Protocol};
 
 /// The binder's pinned maps, written down once. `binder_pinned_maps!(m)`
@@ -323,6 +319,57 @@ pub mod bare_bind {
     pub const SOURCE: u32 = 1;
     /// Rows in the map.
     pub const ROWS: u32 = 2;
+}
+
+/// The entries of the maps whose sizes are the binder's own counts (its
+/// counters, the reader rows, the errno counters), and the kernel memory
+/// of [`PINNED_MAPS`]: beside the maps they size, so `crate::sizes` needs
+/// nothing of this module.
+impl BinderSizes {
+    pub const fn outcomes(&self) -> u32 {
+        COUNTERS
+    }
+
+    /// Grant rows: one per binder row, then one per CPU of this host that
+    /// `--local-placement reader` places by ([`Self::reader_row`]).
+    pub const fn grant_rows(&self) -> u32 {
+        self.receiver_rows() + READER_CPUS
+    }
+
+    /// The grant row of this host's CPU `cpu` (below
+    /// [`READER_CPUS`]).
+    pub const fn reader_row(&self, cpu: u32) -> u32 {
+        self.receiver_rows() + cpu
+    }
+
+    /// The refused binds' errno counters (`BIND_ERRNOS_MAP`).
+    pub const fn bind_errnos(&self) -> u32 {
+        BIND_ERRNOS
+    }
+
+    /// Kernel memory the pinned maps take (what `bpftool map show` reports
+    /// as `memlock`, summed), on a host with `possible_cpus` possible CPUs
+    /// and `dests` destinations in the hash map (which allocates per entry).
+    pub fn pinned_bytes(&self, possible_cpus: u32, dests: u32) -> u64 {
+        PINNED_MAPS
+            .iter()
+            .map(|spec| {
+                // A subflow's destination is held only while the kernel's
+                // path manager connects it: the map is empty between calls.
+                let used = if spec.kind == MapKind::HashMap && spec.name != SUBFLOW_DESTS_MAP {
+                    dests
+                } else {
+                    0
+                };
+                crate::sizes::map_bytes(
+                    spec.kind,
+                    (spec.key_size, spec.value_size),
+                    spec.max_entries(self),
+                    (possible_cpus, used),
+                )
+            })
+            .sum()
+    }
 }
 
 /// The binder's counters in [`STATS_MAP`]: every connect counts one
@@ -1200,6 +1247,70 @@ mod pod {
 
 #[cfg(test)]
 mod tests {
+    /// The defaults, and what one 32-CPU receiver pins with them: the
+    /// figures `bpftool map show` gave for a sender agent steering toward
+    /// one receiver of `data/receiver-32q.json` on a 2-CPU host (two
+    /// destinations: bound to the route's source, and unbound).
+    #[test]
+    fn the_defaults_pin_what_the_kernel_reported_for_one_receiver() {
+        let sizes = BinderSizes::DEFAULT;
+        assert_eq!(sizes.receiver_rows(), 65);
+        assert_eq!(sizes.slot_words(), 65 * 512);
+        assert_eq!(sizes.socket_rows(), 65_536);
+        assert_eq!(sizes.tables(), 1040);
+        assert_eq!(sizes.dests(), 4160);
+        let by_map: Vec<(&str, u64)> = PINNED_MAPS
+            .iter()
+            .map(|spec| {
+                let used = if spec.kind == MapKind::HashMap && spec.name != SUBFLOW_DESTS_MAP {
+                    2
+                } else {
+                    0
+                };
+                let bytes = crate::sizes::map_bytes(
+                    spec.kind,
+                    (spec.key_size, spec.value_size),
+                    spec.max_entries(&sizes),
+                    (2, used),
+                );
+                (spec.name, bytes)
+            })
+            .collect();
+        let reported = [
+            ("SRAP_DESTS", 132_192),
+            ("SRAP_TABLES", 50_232),
+            ("SRAP_LAYOUTS", 134_992),
+            ("SRAP_SLOTS", 532_792),
+            ("SRAP_ENTRIES", 266_552),
+            ("SRAP_COSETS", 532_792),
+            ("SRAP_RECEIVERS", 18_512),
+            ("SRAP_SLOT_STATE", 266_552),
+            ("SRAP_SOCKETS", 1_573_176),
+            ("SRAP_STATS", 1_104),
+            ("SRAP_BIND_ERRNOS", 3_384),
+            ("SRAP_CONFIG", 360),
+            ("SRAP_GRANTS", 287_808),
+            ("SRAP_JOINTS", 134_472),
+            ("SRAP_SOLUTIONS", 266_552),
+            ("SRAP_NIC_TABLES", 75_192),
+            ("SRAP_NODE_NICS", 824),
+            ("SRAP_NIC_TURN", 320),
+            ("SRAP_NICS_DOWN", 320),
+            ("SRAP_SPREAD", 34_144),
+            // `bpftool map show` of an empty 1 024-entry hash map of 8-byte
+            // keys and 20-byte values (Linux 6.18, 2 possible CPUs).
+            ("SRAP_SUBFLOW_DESTS", 17_280),
+            ("SRAP_SPREAD_FAILING", 2_128),
+        ];
+        assert_eq!(by_map, reported);
+        assert_eq!(sizes.pinned_bytes(2, 2), 4_331_680, "4.13 MiB");
+        assert!(sizes.pinned_bytes(2, 2) <= 8 << 20);
+    }
+
+    /// Each setting grows the maps it sizes, and only those: a receiver
+    /// row costs its occupancy, grant and slot words and 16 tables (each
+    /// with its row of tables under this host's NICs); a
+    /// layout its row and its pools; a socket two table rows.
     use super::*;
 
     #[test]
