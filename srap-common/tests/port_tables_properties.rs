@@ -298,7 +298,10 @@ proptest! {
     /// Re-slotted onto a CPU list (several NICs' union), slot `s` is the
     /// list's `s`-th CPU in the layout; a CPU the NIC reaches keeps exactly
     /// its ports (each landing on it), and one it does not reach lends the
-    /// ports of one it does: never none.
+    /// ports of one it does. None only where a CPU it reaches has none at
+    /// this destination port itself: under a symmetric transform the ports
+    /// of an entry depend on the destination port, and the lender is chosen
+    /// for every port at once.
     #[test]
     fn reslotted_layouts_keep_each_cpus_ports_on_the_shared_slots(
         model in receiver(),
@@ -325,7 +328,8 @@ proptest! {
             match own.slots().iter().position(|r| r.cpu == row.cpu) {
                 Some(s) => prop_assert_eq!(&ports, &by_own[s]),
                 None => prop_assert!(
-                    by_own.contains(&ports) && (by_own.is_empty() || !ports.is_empty()),
+                    by_own.contains(&ports)
+                        && (by_own.iter().any(BTreeSet::is_empty) || !ports.is_empty()),
                     "slot {} (CPU {}) lends another CPU's ports", slot, row.cpu
                 ),
             }
