@@ -95,9 +95,9 @@ pub async fn run(
     let interval = args.interval();
     match driver::run(&mut run, &mut NoFeed, &mut binder, interval, &mut signals).await? {
         Stopped::Signal => info!("{}", driver::stopping(&binder, &run.plan.options)),
-        // `srap-agent detach` took the steering away: offline returns at
-        // once (no stop line, its source rules left to detach), where
-        // follow stops as on a signal; each as it always has.
+        // `srap-agent detach` took the steering away: return at once, no
+        // stop line, the source rules left to detach, which removes them
+        // (follow stops as on a signal instead).
         Stopped::Detached => {}
     }
     Ok(())
@@ -226,8 +226,7 @@ impl driver::Mode for Offline {
     }
 
     /// This host's NICs, its landings, then the status. The NICs before
-    /// the landings (follow asks after them), as offline always has: a
-    /// NIC's change is re-planned as such (its line, and a count in
+    /// the landings (follow asks after them): a NIC's change is re-planned as such (its line, and a count in
     /// `local_nic_replans`) and the landings judged against the plan for
     /// the NICs as they are now. Its bonds only at the interval's full
     /// check: follow asks them every second for its bond members' closed

@@ -191,8 +191,7 @@ pub async fn run(
     let mut feed = Feed::start(events).await;
     let interval = args.interval();
     // A signal and `srap-agent detach` end alike here: the stop line, and
-    // the source rules removed (offline returns at once on detach); each
-    // as it always has.
+    // the source rules removed (offline returns at once on detach).
     let _stopped = driver::run(
         &mut follower,
         &mut feed,
@@ -242,11 +241,10 @@ impl driver::Mode for Follower {
 
     /// The spread's failing addresses, this host's landings, its bonds and
     /// NICs, then the status. The bonds and NICs after the landings
-    /// (offline asks its NICs before them), as follow always has: the
-    /// landings are judged against the plan of the last second, and a
-    /// learned key or a pause that re-plans in that second takes a NIC's
-    /// change in without its line or a count in `local_nic_replans`. The
-    /// bonds every second: a bond paused or resumed on its members'
+    /// (offline asks its NICs before them): the landings are judged
+    /// against the plan of the last second, and a learned key or a pause
+    /// that re-plans in that second takes a NIC's change in without its
+    /// line or a count in `local_nic_replans`. The bonds every second: a bond paused or resumed on its members'
     /// counters re-plans at once ([`Self::publish_and_judge`]), and so
     /// does a member down or up.
     fn each_second(&mut self, binder: &mut RunningBinder) {
