@@ -24,6 +24,9 @@
 //! * [`numa`]: the NUMA node of an interface's device (a bond's: its
 //!   members') and of each CPU;
 //! * [`bpffs`]: the BPF filesystem the daemon pins to;
+//! * [`mptcp_pm`]: the MPTCP path manager a daemon in user space drives
+//!   (subflows, backup flags, announcements, events) and which one a
+//!   namespace runs;
 //! * [`report`]: how the binaries print the error that ends them.
 
 pub mod bond;
@@ -39,6 +42,7 @@ pub mod fib;
 pub mod link;
 pub mod link_events;
 pub mod local;
+pub mod mptcp_pm;
 pub mod netlink;
 pub mod numa;
 pub mod report;

@@ -66,6 +66,9 @@ const CTRL_CMD_NEWFAMILY: u8 = 1;
 const CTRL_CMD_GETFAMILY: u8 = 3;
 const CTRL_ATTR_FAMILY_ID: u16 = 1;
 const CTRL_ATTR_FAMILY_NAME: u16 = 2;
+const CTRL_ATTR_MCAST_GROUPS: u16 = 7;
+const CTRL_ATTR_MCAST_GRP_NAME: u16 = 1;
+const CTRL_ATTR_MCAST_GRP_ID: u16 = 2;
 
 /// Datagrams one request may take before it is given up, whatever the
 /// kernel keeps sending (a dump answers in a few per hundred objects).
@@ -342,8 +345,31 @@ pub fn parse_genl<'a>(msg: &Message<'a>) -> Result<(u8, Vec<Attr<'a>>), NetlinkE
     Ok((header[0], parse_attrs(&msg.payload[GENL_HDR_LEN..])?))
 }
 
+/// A generic netlink family as the kernel describes it: the id its
+/// requests go to and its multicast groups (name, id), which carry its
+/// notices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GenlFamily {
+    pub id: u16,
+    pub groups: Vec<(String, u32)>,
+}
+
+impl GenlFamily {
+    /// The id of the multicast group `name`, if the family has one.
+    pub fn group(&self, name: &str) -> Option<u32> {
+        self.groups
+            .iter()
+            .find_map(|(group, id)| (group == name).then_some(*id))
+    }
+}
+
 /// The family id in a `CTRL_CMD_NEWFAMILY` reply.
 pub fn parse_family_reply(msg: &Message<'_>) -> Result<u16, NetlinkError> {
+    parse_family(msg).map(|family| family.id)
+}
+
+/// The family id and multicast groups in a `CTRL_CMD_NEWFAMILY` reply.
+pub fn parse_family(msg: &Message<'_>) -> Result<GenlFamily, NetlinkError> {
     check_error(msg)?;
     let (cmd, attrs) = parse_genl(msg)?;
     if cmd != CTRL_CMD_NEWFAMILY {
@@ -355,10 +381,30 @@ pub fn parse_family_reply(msg: &Message<'_>) -> Result<u16, NetlinkError> {
         .iter()
         .find(|a| a.kind == CTRL_ATTR_FAMILY_ID)
         .ok_or_else(|| NetlinkError::Malformed("the family reply has no family id".into()))?;
-    match id.payload {
-        [a, b, ..] => Ok(u16::from_ne_bytes([*a, *b])),
-        _ => Err(NetlinkError::Malformed("the family id is not a u16".into())),
+    let id = match id.payload {
+        [a, b, ..] => u16::from_ne_bytes([*a, *b]),
+        _ => return Err(NetlinkError::Malformed("the family id is not a u16".into())),
+    };
+    let groups = match attrs.iter().find(|a| a.kind == CTRL_ATTR_MCAST_GROUPS) {
+        Some(groups) => parse_groups(groups.payload)?,
+        None => Vec::new(),
+    };
+    Ok(GenlFamily { id, groups })
+}
+
+/// `CTRL_ATTR_MCAST_GROUPS`: one nested attribute per group, each with its
+/// name and id.
+fn parse_groups(payload: &[u8]) -> Result<Vec<(String, u32)>, NetlinkError> {
+    let mut groups = Vec::new();
+    for entry in parse_attrs(payload)? {
+        let fields = parse_attrs(entry.payload)?;
+        let name = fields.iter().find(|a| a.kind == CTRL_ATTR_MCAST_GRP_NAME);
+        let id = fields.iter().find(|a| a.kind == CTRL_ATTR_MCAST_GRP_ID);
+        if let (Some(name), Some(id)) = (name, id) {
+            groups.push((name.str(), id.u32("multicast group id")?));
+        }
     }
+    Ok(groups)
 }
 
 // ---------------------------------------------------------------------------
@@ -458,10 +504,20 @@ impl Socket {
         name: &'static str,
         config: &'static str,
     ) -> Result<u16, NetlinkError> {
+        self.genl_family_groups(name, config)
+            .map(|family| family.id)
+    }
+
+    /// [`Socket::genl_family`], with the family's multicast groups.
+    pub fn genl_family_groups(
+        &mut self,
+        name: &'static str,
+        config: &'static str,
+    ) -> Result<GenlFamily, NetlinkError> {
         let mut attrs = Vec::new();
         put_str_attr(&mut attrs, CTRL_ATTR_FAMILY_NAME, name);
         let body = genl_body(CTRL_CMD_GETFAMILY, 1, &attrs);
-        match self.request(GENL_ID_CTRL, &body, parse_family_reply) {
+        match self.request(GENL_ID_CTRL, &body, parse_family) {
             Err(NetlinkError::Kernel { errno, .. }) if errno == libc::ENOENT => {
                 Err(NetlinkError::NoFamily {
                     family: name,
@@ -470,6 +526,42 @@ impl Socket {
             }
             other => other,
         }
+    }
+
+    /// Joins the multicast group `group` (an id from
+    /// [`Socket::genl_family_groups`]): its notices are then queued on this
+    /// socket, read with [`Socket::notices`]. Group ids of generic netlink
+    /// exceed the 32 bits of `bind`'s mask, hence the socket option.
+    pub fn join_group(&self, group: u32) -> Result<(), NetlinkError> {
+        // SAFETY: `fd` is an open netlink socket and the value a u32 that
+        // outlives the call, of the size passed; setsockopt only reads it.
+        // Ours because rustix 1.1 has no netlink membership option.
+        let done = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_NETLINK,
+                libc::NETLINK_ADD_MEMBERSHIP,
+                (&raw const group).cast(),
+                size_of::<u32>() as libc::socklen_t,
+            )
+        };
+        if done == 0 {
+            Ok(())
+        } else {
+            Err(NetlinkError::Io {
+                op: "NETLINK_ADD_MEMBERSHIP",
+                source: io::Error::last_os_error(),
+            })
+        }
+    }
+
+    /// The next datagram of notices (messages the kernel sent unasked, of
+    /// a joined group), waiting up to this socket's timeout:
+    /// [`NetlinkError::TimedOut`] when none came. `ENOBUFS` (notices lost
+    /// while the socket's buffer was full) is [`NetlinkError::Io`] with
+    /// that errno: the caller re-reads the state the notices describe.
+    pub fn notices(&self) -> Result<Vec<u8>, NetlinkError> {
+        self.receive()
     }
 
     /// One numbered request and its answer: every message of it goes to

@@ -175,7 +175,7 @@ fn closed_by_peer(stream: &mut TcpStream) -> bool {
 pub const DEEP_BACKLOG: i32 = 4096;
 
 /// An MPTCP listener on `addr`, in the caller's namespace.
-fn mptcp_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+pub fn mptcp_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(
         Domain::for_address(addr),

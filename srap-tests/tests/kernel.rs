@@ -20,6 +20,7 @@ mod multipeer;
 mod nic_choice;
 mod nic_grants;
 mod observer;
+mod path_manager;
 mod peer;
 mod receiver;
 mod receiver_nics;

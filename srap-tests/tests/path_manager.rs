@@ -1,0 +1,363 @@
+//! The userspace MPTCP path manager as SRAP drives it
+//! (`srap_host::mptcp_pm`), against the real kernel: two namespaces joined
+//! by two links, the connecting one under the userspace path manager, a
+//! server in the other sending to one MPTCP connection.
+//!
+//! Judged by the connecting host's kernel, never by what SRAP asked for:
+//! `ss` lists the second subflow with the local port SRAP chose, and each
+//! subflow's own `bytes_received` shows which link the data came by after
+//! each backup flag SRAP set (`MP_PRIO`, which the peer's scheduler obeys).
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{IpAddr, SocketAddr, TcpStream},
+    ops::ControlFlow,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    thread::{self, JoinHandle},
+    time::Duration,
+};
+
+use srap_host::mptcp_pm::{
+    PathManager, PathManagerKind, PmEndpoint, PmEvent, PmEventKind, PmEvents,
+};
+use srap_tests::{
+    TwoHosts, VethConfig,
+    flows::mptcp_listener,
+    harness::{Subnet, poll_until},
+    require_privileged, socket_patterns,
+    veth::enable_mptcp_in,
+};
+
+/// The server's port.
+const PORT: u16 = 5301;
+/// The local port SRAP asks for the second subflow: outside the
+/// ephemeral range, so nothing else of the namespace takes it.
+const SUBFLOW_PORT: u16 = 20_001;
+/// The server's pace: about 50 MiB/s, a flow the links carry without
+/// queueing, so a subflow's share is the scheduler's choice.
+const CHUNK: usize = 256 * 1024;
+const PAUSE: Duration = Duration::from_millis(5);
+/// How long after a flag change before the share is judged, and the
+/// window it is judged over.
+const SETTLE: Duration = Duration::from_millis(500);
+const WINDOW: Duration = Duration::from_millis(1500);
+/// The least share of a window's bytes through the subflow that is not
+/// backup.
+const SHARE: f64 = 0.90;
+/// How long events and subflows may take to appear.
+const WAIT: Duration = Duration::from_secs(5);
+
+#[test]
+#[ignore = "needs root: network namespaces and MPTCP"]
+fn a_subflow_opens_from_the_port_asked_and_backup_flags_choose_the_link_data_comes_by() {
+    require_privileged("the userspace path manager test");
+    let lab = PmLab::new();
+    let (events, mut pm) = lab
+        .hosts
+        .sender
+        .run(|| -> anyhow::Result<_> {
+            Ok((
+                PmEvents::open(Duration::from_millis(100))?,
+                PathManager::open()?,
+            ))
+        })
+        .expect("enter the sender's namespace")
+        .expect("the path manager's sockets");
+    let server = Sender::start(&lab);
+    let client = Reader::connect(&lab);
+    let first = client.local;
+    let token = await_event(&events, |e| {
+        e.kind == PmEventKind::Established && e.local == Some(first)
+    })
+    .token;
+
+    let local = SocketAddr::new(IpAddr::V4(lab.near2), SUBFLOW_PORT);
+    let remote = SocketAddr::new(IpAddr::V4(lab.far2), PORT);
+    let asked = PmEndpoint {
+        id: 1,
+        addr: local,
+        ifindex: None,
+    };
+    pm.create_subflow(token, &asked, remote)
+        .expect("the kernel opens the subflow");
+    await_event(&events, |e| {
+        e.kind == PmEventKind::SubEstablished && e.token == token && e.local == Some(local)
+    });
+    let listed = lab.await_subflows(2);
+    assert!(
+        listed
+            .iter()
+            .any(|s| s.local == local && s.remote == remote),
+        "the kernel lists the second subflow from {local}: {listed:?}"
+    );
+
+    let server_first = SocketAddr::new(IpAddr::V4(lab.far1), PORT);
+    for (backup_first, via) in [(true, local), (false, first)] {
+        pm.set_backup(token, first, server_first, backup_first)
+            .expect("flag the first subflow");
+        pm.set_backup(token, local, remote, !backup_first)
+            .expect("flag the second subflow");
+        let share = lab.share_through(via);
+        eprintln!("first subflow backup {backup_first}: {share:.3} of the bytes through {via}");
+        assert!(
+            share >= SHARE,
+            "with the other subflow backup, {share:.3} of a window's bytes came through {via} \
+             (want ≥ {SHARE})"
+        );
+    }
+    drop(client);
+    drop(server);
+}
+
+#[test]
+#[ignore = "needs root: network namespaces and MPTCP"]
+fn the_in_kernel_path_manager_refuses_a_subflow_request_with_the_kernels_reason() {
+    require_privileged("the userspace path manager test");
+    let hosts = TwoHosts::new(VethConfig::default()).expect("two namespaces");
+    enable_mptcp_in(&hosts.sender).expect("MPTCP on");
+    let kind = hosts
+        .sender
+        .run(PathManagerKind::current)
+        .expect("enter the sender's namespace")
+        .expect("the path manager sysctl");
+    assert_eq!(kind, PathManagerKind::Kernel, "a new namespace's default");
+    let mut pm = hosts
+        .sender
+        .run(PathManager::open)
+        .expect("enter the sender's namespace")
+        .expect("the path manager's socket");
+    let asked = PmEndpoint {
+        id: 1,
+        addr: SocketAddr::new(hosts.sender_end.ip(false), SUBFLOW_PORT),
+        ifindex: None,
+    };
+    let refused = pm
+        .create_subflow(1, &asked, hosts.receiver_addr(PORT, false))
+        .expect_err("no connection has token 1");
+    assert!(refused.errno().is_some(), "the kernel's refusal: {refused}");
+}
+
+/// Two namespaces joined by two links, MPTCP on in both, the sender's
+/// under the userspace path manager. Field order is drop order.
+struct PmLab {
+    hosts: TwoHosts,
+    /// The receiver's address on the first link, the sender's and the
+    /// receiver's on the second.
+    far1: std::net::Ipv4Addr,
+    near2: std::net::Ipv4Addr,
+    far2: std::net::Ipv4Addr,
+    _subnet: Subnet,
+}
+
+impl PmLab {
+    fn new() -> Self {
+        let hosts = TwoHosts::new(VethConfig::default()).expect("two namespaces");
+        let subnet = Subnet::lease().expect("a second subnet");
+        let (near, far) = hosts.second_link(&subnet).expect("the second link");
+        for ns in [&hosts.sender, &hosts.receiver] {
+            enable_mptcp_in(ns).expect("MPTCP on");
+            ns.exec("sysctl", ["-qw", "net.ipv4.conf.all.rp_filter=0"])
+                .expect("rp_filter off");
+        }
+        hosts
+            .sender
+            .run(|| PathManagerKind::Userspace.install())
+            .expect("enter the sender's namespace")
+            .expect("the userspace path manager");
+        let out = hosts
+            .sender
+            .exec("sysctl", ["-n", "net.mptcp.pm_type"])
+            .expect("sysctl");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "1", "pm_type");
+        Self {
+            far1: hosts.receiver_end.ipv4,
+            near2: near.ipv4,
+            far2: far.ipv4,
+            hosts,
+            _subnet: subnet,
+        }
+    }
+
+    /// The sender's subflows to the server, as its kernel lists them.
+    fn subflows(&self) -> Vec<Listed> {
+        let filter = format!("( dport = :{PORT} )");
+        let out = self
+            .hosts
+            .sender
+            .exec("ss", ["-HtniO", "state", "established", &filter])
+            .expect("ss in the sender's namespace");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(Listed::parse)
+            .collect()
+    }
+
+    /// Waits until the sender's kernel lists `n` subflows.
+    fn await_subflows(&self, n: usize) -> Vec<Listed> {
+        poll_until(WAIT, Duration::from_millis(50), || {
+            let listed = self.subflows();
+            if listed.len() >= n {
+                ControlFlow::Break(listed)
+            } else {
+                ControlFlow::Continue(listed)
+            }
+        })
+        .unwrap_or_else(|listed| panic!("{n} subflows within {WAIT:?}: {listed:?}"))
+    }
+
+    /// The share of the bytes received in one [`WINDOW`], from
+    /// [`SETTLE`] on, that came through the subflow from `via`. A window
+    /// that moved nothing has judged nothing and fails.
+    fn share_through(&self, via: SocketAddr) -> f64 {
+        thread::sleep(SETTLE);
+        let before = self.subflows();
+        thread::sleep(WINDOW);
+        let after = self.subflows();
+        let moved = |pick: &dyn Fn(&Listed) -> bool| -> u64 {
+            let sum = |list: &[Listed]| {
+                list.iter()
+                    .filter(|s| pick(s))
+                    .map(|s| s.bytes)
+                    .sum::<u64>()
+            };
+            sum(&after).saturating_sub(sum(&before))
+        };
+        let total = moved(&|_| true);
+        let through = moved(&|s| s.local == via);
+        assert!(total > 0, "no bytes arrived in the window: {after:?}");
+        through as f64 / total as f64
+    }
+}
+
+/// One subflow as `ss` lists it.
+#[derive(Debug)]
+struct Listed {
+    local: SocketAddr,
+    remote: SocketAddr,
+    bytes: u64,
+}
+
+impl Listed {
+    /// `Recv-Q Send-Q LOCAL PEER … bytes_received:N …` (one line, `-O`).
+    fn parse(line: &str) -> Option<Self> {
+        let mut fields = line.split_whitespace();
+        let local = fields.nth(2)?.parse().ok()?;
+        let remote = fields.next()?.parse().ok()?;
+        let bytes = fields
+            .find_map(|f| f.strip_prefix("bytes_received:"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        Some(Self {
+            local,
+            remote,
+            bytes,
+        })
+    }
+}
+
+/// Waits for the first event that `wanted` accepts.
+fn await_event(events: &PmEvents, wanted: impl Fn(&PmEvent) -> bool) -> PmEvent {
+    let mut seen = Vec::new();
+    let found = poll_until(WAIT, Duration::ZERO, || {
+        match events.next() {
+            Ok(batch) => {
+                if let Some(hit) = batch.iter().find(|e| wanted(e)) {
+                    return ControlFlow::Break(*hit);
+                }
+                seen.extend(batch);
+            }
+            Err(srap_host::netlink::NetlinkError::TimedOut(_)) => {}
+            Err(err) => panic!("reading the path manager's events: {err}"),
+        }
+        ControlFlow::Continue(())
+    });
+    found.unwrap_or_else(|()| panic!("no such event within {WAIT:?}; saw {seen:?}"))
+}
+
+/// The server: accepts one MPTCP connection and sends at a steady pace
+/// until dropped.
+struct Sender {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Sender {
+    fn start(lab: &PmLab) -> Self {
+        let listener = lab
+            .hosts
+            .receiver
+            .run(|| mptcp_listener(SocketAddr::from(([0, 0, 0, 0], PORT))))
+            .expect("enter the receiver's namespace")
+            .expect("an MPTCP listener");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            let Ok((mut stream, _)) = listener.accept() else {
+                return;
+            };
+            let chunk = vec![0x5a; CHUNK];
+            while !stopping.load(Ordering::Relaxed) {
+                if stream.write_all(&chunk).is_err() {
+                    return;
+                }
+                thread::sleep(PAUSE);
+            }
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            // The reader's close ends a blocked write.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The client: one MPTCP connection to the server's first address, read
+/// and discarded on a thread until dropped.
+struct Reader {
+    local: SocketAddr,
+    stream: TcpStream,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Reader {
+    fn connect(lab: &PmLab) -> Self {
+        let server = SocketAddr::new(IpAddr::V4(lab.far1), PORT);
+        let stream = lab
+            .hosts
+            .sender
+            .run(|| socket_patterns::mptcp(server, WAIT))
+            .expect("enter the sender's namespace");
+        let local = stream.local_addr().expect("the connection's address");
+        let mut reading = stream.try_clone().expect("a second handle");
+        let thread = thread::spawn(move || {
+            let mut buf = vec![0u8; CHUNK];
+            while matches!(reading.read(&mut buf), Ok(n) if n > 0) {}
+        });
+        Self {
+            local,
+            stream,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
