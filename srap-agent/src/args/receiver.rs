@@ -67,6 +67,12 @@ pub struct ReceiverArgs {
     /// Serve Prometheus metrics on http://ADDR/metrics, e.g. `127.0.0.1:9447`.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
+    /// Read the flags, the key files and the --rss files as a start would,
+    /// print what it would serve, and exit: 0 when a start would accept
+    /// them, 2 with the error it would give. Touches nothing of the host
+    /// (no eBPF, no socket, no NIC discovery), so it needs no privilege.
+    #[arg(long)]
+    pub check: bool,
 }
 
 /// `--hook`: where the receive observer runs.

@@ -91,6 +91,13 @@ pub struct SenderArgs {
     /// (later changes on the receiver are not followed).
     #[arg(long)]
     pub once: bool,
+    /// Read the flags and the --config file as a start would, print the
+    /// settings it would run with, and exit: 0 when a start would accept
+    /// them, 2 with the error it would give. Touches nothing of the host
+    /// (no eBPF, no cgroup, no socket, no NIC discovery), so it needs no
+    /// privilege.
+    #[arg(long)]
+    pub check: bool,
     /// With --peer: the sender agent's control socket, where `srap status
     /// --sender` reads every receiver, its description version, its grant
     /// and the binder's counters (not made with --once)

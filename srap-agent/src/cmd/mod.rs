@@ -16,3 +16,9 @@ pub fn usage_error(err: &anyhow::Error) -> ! {
     );
     std::process::exit(2)
 }
+
+/// [`usage_error`] as any type, for `unwrap_or_else` on a `--check`'s
+/// steps (each of which may refuse).
+pub fn refused<T>(err: impl Into<anyhow::Error>) -> T {
+    usage_error(&err.into())
+}

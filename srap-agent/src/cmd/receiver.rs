@@ -21,6 +21,8 @@ use srap_daemon::{
 };
 use srap_status::{ControlSocket, DEFAULT_CONTROL_PATH, control, metrics};
 
+use srap_common::rss::RssDescription;
+
 use crate::args::receiver::ReceiverArgs;
 
 /// How often the description is re-read: a file is cheap to re-read; a
@@ -33,24 +35,128 @@ const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
 /// that comes or goes reaches senders within a second.
 const NICS_POLL: Duration = Duration::from_millis(250);
 
-pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
+/// What a start reads and refuses before it binds or attaches anything.
+struct Checked<'a> {
+    keys: Keys,
+    allow: AllowList,
+    exposure: Exposure,
+    first: &'a str,
+}
+
+/// The key files, the listen's exposure and the `--iface`/`--rss` pairing,
+/// as a start checks them. An exposure refused is a usage error (exit 2)
+/// here already: no key or allow-list is for the settings to fix.
+fn checked(args: &ReceiverArgs) -> anyhow::Result<Checked<'_>> {
     let keys = Keys::read(&args.psk_file)?;
     let allow = AllowList::new(args.allow.clone());
-    match exposure(args.listen, !keys.is_empty(), &allow, args.open) {
-        Ok(Exposure::Open) => warn!(
-            "serving any address with no key (--open): whoever reaches {} reads this NIC's RSS \
-             description and is granted its CPUs",
-            args.listen
-        ),
-        Ok(_) => {}
-        Err(err) => super::usage_error(&err.into()),
-    }
+    let exposure = exposure(args.listen, !keys.is_empty(), &allow, args.open)
+        .unwrap_or_else(|err| super::usage_error(&err.into()));
     let first = first_iface(&args.iface)?;
     if args.rss.len() > args.iface.len() {
         anyhow::bail!(
             "{} --rss files for {} --iface: each names the description of the --iface in its place",
             args.rss.len(),
             args.iface.len()
+        );
+    }
+    Ok(Checked {
+        keys,
+        allow,
+        exposure,
+        first,
+    })
+}
+
+/// `--check`: what [`run`] reads and refuses before it binds or attaches
+/// anything, each `--rss` file loaded as its watcher would, then what it
+/// would serve on stdout. Any refusal is exit status 2. An `--iface`
+/// without `--rss` is not discovered: that would ask the kernel.
+pub fn check(args: &ReceiverArgs) -> anyhow::Result<()> {
+    let checked = checked(args).unwrap_or_else(super::refused);
+    let guard = match checked.exposure {
+        Exposure::Loopback => "loopback: this host's processes only",
+        Exposure::Guarded => "guarded by the key or the allow-list",
+        Exposure::Open => "open to any address (--open)",
+    };
+    let mut rows = vec![("listen", format!("{} ({guard})", args.listen))];
+    for (at, iface) in args.iface.iter().enumerate() {
+        let described = match args.rss.get(at) {
+            Some(path) => {
+                let (_, model) = RssDescription::load(path).unwrap_or_else(super::refused);
+                let cpus = model.reachable_cpus().len();
+                format!("described by {} ({cpus} receiving CPUs)", path.display())
+            }
+            None => "its RSS discovered at start".to_owned(),
+        };
+        rows.push(("iface", format!("{iface}: {described}")));
+    }
+    rows.extend(access_rows(args, &checked));
+    println!(
+        "srap-agent receiver --check: a start would accept these settings (nothing was bound \
+         or attached)"
+    );
+    super::sender::print_rows(&rows);
+    Ok(())
+}
+
+/// Who may connect, and what the agent attaches and serves.
+fn access_rows(args: &ReceiverArgs, checked: &Checked<'_>) -> Vec<(&'static str, String)> {
+    let paths = args.psk_file.iter().map(|p| p.display().to_string());
+    let nets = args.allow.iter().map(ToString::to_string);
+    let or_none = |items: Vec<String>, none: &str| {
+        if items.is_empty() {
+            none.to_owned()
+        } else {
+            items.join(", ")
+        }
+    };
+    let observer = if args.no_verify {
+        "not attached (--no-verify)".to_owned()
+    } else {
+        format!("hook {}", srap_daemon::setting::word(&args.hook))
+    };
+    vec![
+        ("psk-file", or_none(paths.collect(), "none")),
+        ("key ids", checked.keys.to_string()),
+        ("allow", or_none(nets.collect(), "any address")),
+        ("max-peers", args.max_peers.to_string()),
+        (
+            "cpus",
+            args.cpus
+                .as_ref()
+                .map_or("every CPU a receive queue reaches".into(), |c| {
+                    srap_host::cpulist::format(c.iter().copied())
+                }),
+        ),
+        ("observer", observer),
+        (
+            "control",
+            args.control
+                .as_deref()
+                .unwrap_or(std::path::Path::new(DEFAULT_CONTROL_PATH))
+                .display()
+                .to_string(),
+        ),
+        (
+            "metrics",
+            args.metrics
+                .map_or("not served".into(), |m| format!("http://{m}/metrics")),
+        ),
+    ]
+}
+
+pub async fn run(args: &ReceiverArgs) -> anyhow::Result<()> {
+    let Checked {
+        keys,
+        allow,
+        exposure,
+        first,
+    } = checked(args)?;
+    if exposure == Exposure::Open {
+        warn!(
+            "serving any address with no key (--open): whoever reaches {} reads this NIC's RSS \
+             description and is granted its CPUs",
+            args.listen
         );
     }
     let (source, poll) = match args.rss.first() {
