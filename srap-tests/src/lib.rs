@@ -18,12 +18,14 @@ pub mod binaries;
 pub mod caps;
 pub mod cgroup;
 pub mod flows;
+pub mod grafana;
 pub mod grants;
 pub mod greedy;
 pub mod promtool;
 pub mod relay;
 pub mod socket_patterns;
 pub mod test_workload;
+pub mod tools;
 pub mod two_links;
 
 pub use binaries::{built_binary, guest_image, two_nic_receiver};

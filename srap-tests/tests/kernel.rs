@@ -11,6 +11,7 @@ mod dashboard;
 mod directions;
 mod discovery;
 mod emulator;
+mod fleets;
 mod grants;
 mod key_rotation;
 mod least_privilege;

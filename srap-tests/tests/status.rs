@@ -262,6 +262,8 @@ fn status_shows_flows_on_their_predicted_queues_and_counts_collisions() {
     }
     assert!(reply.contains("# TYPE srap_queue_bytes_total counter"));
     promtool::check_metrics("/metrics with flows and collisions", body(&reply));
+    // Every receiver panel of the Grafana dashboard finds its series here.
+    srap_tests::grafana::check_scrape(srap_tests::grafana::Agent::Receiver, body(&reply));
     let missing = hosts
         .receiver
         .run(|| http_get(METRICS, "/"))

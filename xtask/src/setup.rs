@@ -49,6 +49,9 @@ const APT_PACKAGES: &[&str] = &[
     // from Debian's packages.
     "systemd-container",
     "mmdebstrap",
+    // The virtualenv kubernetes-validate is installed into (Debian's
+    // python3 has no `venv` without it).
+    "python3-venv",
 ];
 /// The binder's client matrix (`tests/binder/clients.rs`) runs these real
 /// clients: (command, Debian package installed only when the command is
@@ -88,6 +91,15 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// The packages' binaries are linked with these (`crate::package::portable`).
 const ZIG_VERSION: &str = "0.17.1";
 const CARGO_ZIGBUILD_VERSION: &str = "0.24.1";
+/// The Helm chart's lint and render (`srap-tests/tests/fleets.rs`): Helm 4,
+/// the release the Go module proxy serves as current (v3.21.4 renders the
+/// chart alike). Compiled by `go install` into the target directory's
+/// `tools/bin`: about 290 s on the 2-core CI machine, once.
+const HELM_MODULE: &str = "helm.sh/helm/v4/cmd/helm@v4.3.2";
+/// The rendered objects' validation against Kubernetes' schemas, which
+/// the package ships (no cluster, no download at run time): from PyPI,
+/// into a virtualenv of its own under `tools/venv`.
+const KUBERNETES_VALIDATE_VERSION: &str = "1.37.0";
 
 /// One missing prerequisite and how to install it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +116,10 @@ enum Missing {
     CargoZigbuild,
     BpfLinker,
     CargoFuzz,
+    /// `helm`, into `tools/bin` ([`HELM_MODULE`]).
+    Helm,
+    /// `kubernetes-validate`, into `tools/venv`.
+    KubernetesValidate,
     /// The lab guests' QEMU and kernels (`crate::guest_files`).
     GuestFiles(Vec<crate::guest_files::Part>),
 }
@@ -159,6 +175,12 @@ fn missing() -> Vec<Missing> {
     if !succeeds(Command::new("cargo").args(["fuzz", "--version"])) {
         missing.push(Missing::CargoFuzz);
     }
+    if !tools_dir().join("bin/helm").is_file() {
+        missing.push(Missing::Helm);
+    }
+    if !tools_dir().join("venv/bin/kubernetes-validate").is_file() {
+        missing.push(Missing::KubernetesValidate);
+    }
     let guest = crate::guest_files::missing();
     if !guest.is_empty() {
         missing.push(Missing::GuestFiles(guest));
@@ -197,7 +219,11 @@ pub fn run() -> Result<()> {
         Missing::Component { .. } => 1,
         Missing::AptPackages(_) => 2,
         Missing::BpfLinker => 3,
-        Missing::CargoFuzz | Missing::Zig | Missing::CargoZigbuild => 4,
+        Missing::CargoFuzz
+        | Missing::Zig
+        | Missing::CargoZigbuild
+        | Missing::Helm
+        | Missing::KubernetesValidate => 4,
         Missing::GuestFiles(_) => 5,
     });
     for item in missing {
@@ -303,6 +329,8 @@ fn install(item: &Missing) -> Result<()> {
                 .env_remove("RUSTUP_TOOLCHAIN");
             run_step(Step::new("cargo install cargo-fuzz", command))
         }
+        Missing::Helm => install_helm(),
+        Missing::KubernetesValidate => install_kubernetes_validate(),
         Missing::GuestFiles(parts) => {
             println!(
                 "setup: fetching the lab guests' QEMU and kernels (unpacked under {}, \
@@ -312,6 +340,40 @@ fn install(item: &Missing) -> Result<()> {
             crate::guest_files::fetch(parts)
         }
     }
+}
+
+/// The deployment checks' tools, beside the build (`target/tools`): the
+/// tests look for them there, and nothing is installed system-wide.
+fn tools_dir() -> std::path::PathBuf {
+    crate::exec::target_dir().join("tools")
+}
+
+fn install_helm() -> Result<()> {
+    let bin = tools_dir().join("bin");
+    println!(
+        "setup: building {HELM_MODULE} into {} (the Helm chart's checks)",
+        bin.display()
+    );
+    let mut command = Command::new("go");
+    command.args(["install", HELM_MODULE]).env("GOBIN", &bin);
+    run_step(Step::new("go install helm", command)).context("helm needs Go (golang-go)")
+}
+
+fn install_kubernetes_validate() -> Result<()> {
+    let venv = tools_dir().join("venv");
+    println!(
+        "setup: installing kubernetes-validate {KUBERNETES_VALIDATE_VERSION} into {}",
+        venv.display()
+    );
+    let mut make = Command::new("python3");
+    make.args(["-m", "venv"]).arg(&venv);
+    run_step(Step::new("python3 -m venv", make))?;
+    let mut pip = Command::new(venv.join("bin/pip"));
+    pip.args([
+        "install",
+        &format!("kubernetes-validate=={KUBERNETES_VALIDATE_VERSION}"),
+    ]);
+    run_step(Step::new("pip install kubernetes-validate", pip))
 }
 
 /// `args` as root, non-interactive for apt.

@@ -78,6 +78,7 @@ fn check_metrics(lab: &Lab, kind: &str, want: u64) {
         }
     };
     srap_tests::promtool::check_metrics("the sender agent's /metrics", &text);
+    srap_tests::grafana::check_scrape(srap_tests::grafana::Agent::Sender, &text);
     let repaired = format!("srap_sender_occupancy_repaired_total{{kind=\"{kind}\"}} {want}");
     assert!(text.lines().any(|l| l == repaired), "{text}");
     // This host's NICs: the sender's veth, up, with no NUMA node (a veth
