@@ -21,6 +21,7 @@ pub mod local_nics;
 pub mod observer;
 pub mod occupancy;
 pub mod protocol;
+pub mod reader;
 pub mod receiver_nics;
 pub mod repair;
 pub mod sizes;

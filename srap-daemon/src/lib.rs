@@ -40,12 +40,13 @@ pub fn ebpf_object() -> &'static [u8] {
 mod tests {
     use std::collections::BTreeSet;
 
-    use srap_common::{observer, repair};
+    use srap_common::{observer, reader, repair};
 
     use crate::sender::layout::{PROGRAMS, TRACE_PROGRAMS};
 
     /// The agents' object holds only what an agent loads: the binder's
-    /// programs, the observer's and the audit's repair. The lab's emulator,
+    /// programs, the observer's, the audit's repair and the path manager's
+    /// reader tracepoint. The lab's emulator,
     /// the benchmarks' bare programs and the tests' drift injector are the
     /// lab's object's.
     #[test]
@@ -62,6 +63,7 @@ mod tests {
                 observer::OBSERVE_SOCK_PROGRAM,
                 observer::OBSERVE_LOCAL_PROGRAM,
                 repair::REPAIR_PROGRAM,
+                reader::READER_PROGRAM,
             ])
             .collect();
         assert_eq!(held, loaded);

@@ -20,6 +20,7 @@ mod bare;
 mod binder;
 mod emulator;
 mod inject;
+mod kernel_memory;
 mod object;
 mod packet;
 mod repair;

@@ -12,6 +12,8 @@
 //!   `sock_ops` on a cgroup (`srap_obs_sock`), and its sender side on the
 //!   steered cgroup (`srap_obs_local`: where opened connections land on
 //!   this host's own NIC).
+//! * [`reader`]: which NUMA node reads each MPTCP connection the agent
+//!   follows, a raw tracepoint on `sock:sock_recv_length` (`srap_reader`).
 //! * [`repair`]: the sender agent's occupancy audit repairs, XDP run only
 //!   through `BPF_PROG_TEST_RUN` (`srap_occupancy_repair`), with the
 //!   binder's own functions.
@@ -26,9 +28,11 @@
 #![allow(internal_features)]
 
 mod binder;
+mod kernel_memory;
 mod object;
 mod observer;
 mod packet;
+mod reader;
 mod repair;
 mod sock_observer;
 mod sockaddr;

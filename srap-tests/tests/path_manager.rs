@@ -10,7 +10,7 @@
 
 use std::{
     io::{Read as _, Write as _},
-    net::{IpAddr, SocketAddr, TcpStream},
+    net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream},
     ops::ControlFlow,
     sync::{
         Arc,
@@ -20,6 +20,7 @@ use std::{
     time::Duration,
 };
 
+use srap_daemon::sender::path_manager::Reads;
 use srap_host::mptcp_pm::{
     PathManager, PathManagerKind, PmEndpoint, PmEvent, PmEventKind, PmEvents,
 };
@@ -66,8 +67,8 @@ fn a_subflow_opens_from_the_port_asked_and_backup_flags_choose_the_link_data_com
         })
         .expect("enter the sender's namespace")
         .expect("the path manager's sockets");
-    let server = Sender::start(&lab);
-    let client = Reader::connect(&lab);
+    let server = Sender::start(&lab.hosts);
+    let client = Reader::connect(&lab.hosts, lab.far1);
     let first = client.local;
     let token = await_event(&events, |e| {
         e.kind == PmEventKind::Established && e.local == Some(first)
@@ -140,15 +141,145 @@ fn the_in_kernel_path_manager_refuses_a_subflow_request_with_the_kernels_reason(
     assert!(refused.errno().is_some(), "the kernel's refusal: {refused}");
 }
 
+#[test]
+#[ignore = "needs root: network namespaces, MPTCP and a raw tracepoint"]
+fn the_reader_tracepoint_counts_a_followed_connections_reads_on_the_cpu_of_its_thread() {
+    require_privileged("the reader tracepoint test");
+    let hosts = TwoHosts::new(VethConfig::default()).expect("two namespaces");
+    for ns in [&hosts.sender, &hosts.receiver] {
+        enable_mptcp_in(ns).expect("MPTCP on");
+    }
+    let events = hosts
+        .sender
+        .run(|| PmEvents::open(Duration::from_millis(100)))
+        .expect("enter the sender's namespace")
+        .expect("the path manager's events");
+    let mut ebpf = aya::Ebpf::load(srap_daemon::ebpf_object()).expect("the agent's object");
+    let mut reads = Reads::attach(&mut ebpf).expect("the reader tracepoint attached");
+    let server = Sender::start(&hosts);
+    let server_addr = SocketAddr::new(IpAddr::V4(hosts.receiver_end.ipv4), PORT);
+    let stream = hosts
+        .sender
+        .run(|| socket_patterns::mptcp(server_addr, WAIT))
+        .expect("enter the sender's namespace");
+    let local = stream.local_addr().expect("the connection's address");
+    let token = await_event(&events, |e| {
+        e.kind == PmEventKind::Created && e.local == Some(local)
+    })
+    .token;
+    reads.follow(token).expect("follow the connection");
+    assert_eq!(
+        reads.counts(token.wrapping_add(1)),
+        None,
+        "an unfollowed token"
+    );
+
+    let cpus = available_cpus();
+    let mut read_so_far = 0;
+    let mut stream = stream;
+    for cpu in cpus.iter().copied().cycle().take(4) {
+        let phase = read_on(&mut stream, cpu, Duration::from_millis(300));
+        read_so_far += phase.bytes;
+        let counts = reads.counts(token).expect("the followed row");
+        let counted: u64 = counts.bytes.iter().sum::<u64>() + counts.beyond;
+        eprintln!(
+            "reader on CPU {} (node {}): {} bytes so far ({} reads this phase); the tracepoint counted \
+             {counted} in {} reads, last on CPU {}",
+            phase.cpu, phase.node, read_so_far, phase.reads, counts.reads, counts.last_cpu
+        );
+        assert!(phase.bytes > 0, "the reader read nothing on CPU {cpu}");
+        assert_eq!(counted, read_so_far, "every byte the thread read, counted");
+        assert_eq!(
+            counts.last_cpu, phase.cpu,
+            "the reader's own sched_getcpu()"
+        );
+        assert_eq!(counts.last_node, phase.node, "the node of the reader's CPU");
+        let on_node = counts
+            .bytes
+            .get(phase.node as usize)
+            .copied()
+            .unwrap_or(counts.beyond);
+        assert!(on_node > 0, "bytes under the reader's node {}", phase.node);
+    }
+    reads.forget(token);
+    assert_eq!(reads.counts(token), None, "a forgotten connection");
+    drop(stream);
+    drop(server);
+}
+
+/// What one pinned phase of reading saw, by the thread itself.
+struct Phase {
+    cpu: u32,
+    node: u32,
+    bytes: u64,
+    reads: u64,
+}
+
+/// Reads `stream` for `span` on a thread pinned to `cpu`; the thread's
+/// own `sched_getcpu()` and the NUMA node sysfs gives that CPU.
+fn read_on(stream: &mut TcpStream, cpu: usize, span: Duration) -> Phase {
+    thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let mut set = rustix::thread::CpuSet::new();
+                set.set(cpu);
+                rustix::thread::sched_setaffinity(None, &set).expect("pin the reader");
+                let mut buf = vec![0u8; CHUNK];
+                let (mut bytes, mut reads) = (0, 0);
+                let until = std::time::Instant::now() + span;
+                while std::time::Instant::now() < until {
+                    let n = stream.read(&mut buf).expect("read the connection");
+                    assert!(n > 0, "the server closed early");
+                    bytes += n as u64;
+                    reads += 1;
+                }
+                let ran_on = rustix::thread::sched_getcpu() as u32;
+                Phase {
+                    cpu: ran_on,
+                    node: node_of(ran_on),
+                    bytes,
+                    reads,
+                }
+            })
+            .join()
+            .expect("the reading thread")
+    })
+}
+
+/// The CPUs this process may run on.
+fn available_cpus() -> Vec<usize> {
+    let set = rustix::thread::sched_getaffinity(None).expect("this process's CPUs");
+    (0..rustix::thread::CpuSet::MAX_CPU)
+        .filter(|cpu| set.is_set(*cpu))
+        .collect()
+}
+
+/// The NUMA node of `cpu` by sysfs (`cpuN/nodeM`); 0 on a host without.
+fn node_of(cpu: u32) -> u32 {
+    std::fs::read_dir(format!("/sys/devices/system/cpu/cpu{cpu}"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .find_map(|entry| {
+            entry
+                .file_name()
+                .to_str()?
+                .strip_prefix("node")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
 /// Two namespaces joined by two links, MPTCP on in both, the sender's
 /// under the userspace path manager. Field order is drop order.
 struct PmLab {
     hosts: TwoHosts,
     /// The receiver's address on the first link, the sender's and the
     /// receiver's on the second.
-    far1: std::net::Ipv4Addr,
-    near2: std::net::Ipv4Addr,
-    far2: std::net::Ipv4Addr,
+    far1: Ipv4Addr,
+    near2: Ipv4Addr,
+    far2: Ipv4Addr,
     _subnet: Subnet,
 }
 
@@ -285,9 +416,8 @@ struct Sender {
 }
 
 impl Sender {
-    fn start(lab: &PmLab) -> Self {
-        let listener = lab
-            .hosts
+    fn start(hosts: &TwoHosts) -> Self {
+        let listener = hosts
             .receiver
             .run(|| mptcp_listener(SocketAddr::from(([0, 0, 0, 0], PORT))))
             .expect("enter the receiver's namespace")
@@ -332,10 +462,9 @@ struct Reader {
 }
 
 impl Reader {
-    fn connect(lab: &PmLab) -> Self {
-        let server = SocketAddr::new(IpAddr::V4(lab.far1), PORT);
-        let stream = lab
-            .hosts
+    fn connect(hosts: &TwoHosts, server: Ipv4Addr) -> Self {
+        let server = SocketAddr::new(IpAddr::V4(server), PORT);
+        let stream = hosts
             .sender
             .run(|| socket_patterns::mptcp(server, WAIT))
             .expect("enter the sender's namespace");

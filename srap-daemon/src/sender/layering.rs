@@ -11,7 +11,7 @@ use std::{
 };
 
 /// Each module of `sender` and its floor, as the module doc lists them.
-const FLOORS: [(&str, u32); 31] = [
+const FLOORS: [(&str, u32); 32] = [
     ("error", 1),
     ("choices", 1),
     ("layout", 1),
@@ -38,6 +38,7 @@ const FLOORS: [(&str, u32); 31] = [
     ("bond_members", 6),
     ("mptcp", 6),
     ("local_end", 6),
+    ("path_manager", 6),
     ("status", 7),
     ("resolve", 7),
     ("driver", 7),

@@ -45,7 +45,9 @@
 //!    (the counters), [`audit`] (occupancy against the kernel's sockets),
 //!    [`bond_members`] (the bond members' counters), [`mptcp`] (the MPTCP
 //!    connections among the flows, by the kernel's tokens), [`local_end`]
-//!    (this host's NIC's closed loop and its grant).
+//!    (this host's NIC's closed loop and its grant), [`path_manager`]
+//!    (SRAP as the namespace's MPTCP path manager: who reads each
+//!    connection).
 //! 7. **The modes' core**: [`status`] (the served snapshot and the parts
 //!    both modes make), [`resolve`] (names to addresses), `driver` (the
 //!    loop both modes run: its timers, signals and shared steps).
@@ -74,6 +76,7 @@ mod maps;
 pub mod mptcp;
 pub mod offline;
 pub mod options;
+pub mod path_manager;
 pub mod plan;
 pub mod rate;
 pub mod replan;

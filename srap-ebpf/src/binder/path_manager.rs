@@ -41,10 +41,11 @@
 //!   whole namespace (`net.mptcp.pm_type=1`) from the user's endpoints and
 //!   `mptcpd`, and puts an agent round trip in every subflow's opening.
 
-use aya_ebpf::helpers::{bpf_get_current_pid_tgid, generated::bpf_probe_read_kernel};
+use aya_ebpf::helpers::bpf_get_current_pid_tgid;
 use srap_common::binder::{MptcpLayout, SubflowDest};
 
 use super::maps::{SRAP_MPTCP_LAYOUT, SRAP_SUBFLOW_DESTS};
+use crate::kernel_memory::read_at;
 
 /// `AF_INET` and `AF_INET6`.
 pub(super) const AF_INET: u16 = 2;
@@ -115,21 +116,4 @@ pub(super) fn forget_remote() {
 pub(super) fn traced_dest() -> Option<SubflowDest> {
     // SAFETY: the value is copied out at once.
     unsafe { SRAP_SUBFLOW_DESTS.get(bpf_get_current_pid_tgid()) }.copied()
-}
-
-/// A `T` read from kernel memory at `base + offset`; `None` when the read
-/// fails.
-#[inline(always)]
-pub(super) fn read_at<T: Copy + Default>(base: *const u8, offset: u32) -> Option<T> {
-    let mut value = T::default();
-    // SAFETY: a kernel read into a local of its size; a failed read
-    // returns non-zero and leaves nothing used.
-    let read = unsafe {
-        bpf_probe_read_kernel(
-            core::ptr::from_mut(&mut value).cast(),
-            size_of::<T>() as u32,
-            base.wrapping_add(offset as usize).cast(),
-        )
-    };
-    (read == 0).then_some(value)
 }

@@ -40,11 +40,10 @@ use super::{
     connect::bind_steered,
     context::{Connecting, Peer, V4_MAPPED_WORD, field, is_subflow, sock_of},
     maps::count,
-    path_manager::{
-        AF_INET, AF_INET6, SKC_DPORT, known_layout, read_addr_info, read_at, traced_dest,
-    },
+    path_manager::{AF_INET, AF_INET6, SKC_DPORT, known_layout, read_addr_info, traced_dest},
     tuple::TCP,
 };
+use crate::kernel_memory::read_at;
 
 /// Steers the port of an MPTCP subflow the kernel binds with port 0
 /// after its connection is established; true when it chose one (and
