@@ -3,14 +3,16 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{DescriptionError, DescriptionFileError, RssModel};
+use super::error::DescriptionError;
 use crate::{
     family::Family,
     protocol::{FlowType, Protocol},
 };
 
-/// A receiver NIC's RSS configuration as plain data. [`super::RssModel`]
+/// A receiver NIC's RSS configuration as plain data. [`RssModel`]
 /// validates it; errors name the field at fault.
+///
+/// [`RssModel`]: super::model::RssModel
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RssDescription {
@@ -38,6 +40,8 @@ pub struct RssDescription {
 /// said (discovery reads them). [`RssModel`] keeps every one given, and
 /// hashes each flow with its own flow type's; the agents' protocol
 /// carries UDP's from version 10 on (`wire::UdpFields`).
+///
+/// [`RssModel`]: super::model::RssModel
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(from = "FieldsJson", into = "FieldsJson")]
 pub struct FieldsDescription {
@@ -148,22 +152,6 @@ fn default_fields() -> String {
 impl RssDescription {
     pub fn from_json(text: &str) -> Result<Self, DescriptionError> {
         Ok(serde_json::from_str(text)?)
-    }
-
-    /// Reads a description file and checks it describes a NIC SRAP can
-    /// model: the one way every command and the receiver load `--rss FILE`.
-    pub fn load(path: &std::path::Path) -> Result<(Self, RssModel), DescriptionFileError> {
-        let text = std::fs::read_to_string(path).map_err(|source| DescriptionFileError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let invalid = |source| DescriptionFileError::Invalid {
-            path: path.to_owned(),
-            source,
-        };
-        let description = Self::from_json(&text).map_err(invalid)?;
-        let model = RssModel::from_description(&description).map_err(invalid)?;
-        Ok((description, model))
     }
 
     pub fn to_json_pretty(&self) -> String {

@@ -1,5 +1,7 @@
 //! Errors of the RSS model. Each names the field or value at fault and, where
-//! there is one, what the user can do about it.
+//! there is one, what the user can do about it. A name that parses to none of
+//! a list (an input transform, a hash function) is refused beside that list,
+//! whose names its message gives: this file imports none of the model's steps.
 
 use thiserror::Error;
 
@@ -27,26 +29,6 @@ pub enum FieldsError {
     NotALetter(char),
     #[error("`{0}` is given twice")]
     Twice(char),
-}
-
-/// A name that is no input transform.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error(
-    "`{name}` is not an input transform (use one of {})",
-    super::InputXfrm::NAMES.join(", ")
-)]
-pub struct UnknownXfrm {
-    pub name: String,
-}
-
-/// A name that is no hash function ethtool names.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error(
-    "`{name}` is not a hash function ethtool names ({})",
-    super::HashFunction::names()
-)]
-pub struct UnknownHashFunction {
-    pub name: String,
 }
 
 /// A flow type whose hashed fields a description does not give (UDP's,

@@ -4,7 +4,7 @@
 
 use std::{fmt, str::FromStr};
 
-use super::UnknownHashFunction;
+use thiserror::Error;
 
 /// A hash function ethtool can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -51,7 +51,7 @@ impl HashFunction {
         }
     }
 
-    /// [`super::RssModel`] predicts where a flow lands with it.
+    /// [`super::model::RssModel`] predicts where a flow lands with it.
     pub const fn modelled(self) -> bool {
         match self {
             Self::Toeplitz => true,
@@ -66,6 +66,16 @@ impl HashFunction {
             Self::Xor | Self::Crc32 => false,
         }
     }
+}
+
+/// A name that is no hash function ethtool names.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "`{name}` is not a hash function ethtool names ({})",
+    HashFunction::names()
+)]
+pub struct UnknownHashFunction {
+    pub name: String,
 }
 
 impl FromStr for HashFunction {

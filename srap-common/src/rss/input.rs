@@ -9,7 +9,9 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use super::{FieldsError, TupleError, UnknownXfrm};
+use thiserror::Error;
+
+use super::error::{FieldsError, TupleError};
 use crate::{
     family::Family,
     protocol::{FlowType, Protocol},
@@ -164,6 +166,16 @@ impl InputXfrm {
     }
 }
 
+/// A name that is no input transform.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "`{name}` is not an input transform (use one of {})",
+    InputXfrm::NAMES.join(", ")
+)]
+pub struct UnknownXfrm {
+    pub name: String,
+}
+
 impl FromStr for InputXfrm {
     type Err = UnknownXfrm;
 
@@ -185,7 +197,7 @@ impl fmt::Display for InputXfrm {
 
 /// A flow's 4-tuple as the receiver's NIC sees it (`src` is the sender),
 /// and its protocol: a NIC hashes each protocol's flows with fields of its
-/// own ([`super::RssModel::fields`]), so a tuple says which it is.
+/// own ([`super::model::RssModel::fields`]), so a tuple says which it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FlowTuple {
     protocol: Protocol,

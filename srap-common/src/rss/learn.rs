@@ -21,7 +21,11 @@
 
 use std::collections::BTreeMap;
 
-use super::{End, FlowTuple, HashFields, HashInput, InputXfrm, ToeplitzKey};
+use super::{
+    input::{FlowTuple, HashFields, HashInput, InputXfrm},
+    model::End,
+    toeplitz::ToeplitzKey,
+};
 use crate::port_range::PortRange;
 
 /// Key bits a row can name: a 40-byte key (IPv6 4-tuples need all of it).
@@ -200,7 +204,7 @@ impl KeyLearner {
     /// reverse tuple is hashed, so [`KeyLearner::covers`] and
     /// [`KeyLearner::needs`] vary the port that host chose, at either end.
     ///
-    /// [`RssModel`]: super::RssModel
+    /// [`RssModel`]: super::model::RssModel
     pub fn facing(mut self, end: End) -> Self {
         self.end = end;
         self
@@ -414,7 +418,10 @@ mod tests {
     use std::net::{IpAddr, Ipv4Addr};
 
     use super::*;
-    use crate::rss::{RssDescription, RssModel, embedded_default};
+    use crate::rss::{
+        description::{RssDescription, embedded_default},
+        model::RssModel,
+    };
 
     fn device(key: &str, indir: Vec<u32>) -> RssModel {
         RssModel::from_description(&RssDescription {

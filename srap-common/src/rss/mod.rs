@@ -4,6 +4,7 @@
 //! Each step has its own module; [`RssModel`] strings them together.
 
 mod description;
+mod description_file;
 mod error;
 mod hash_function;
 mod input;
@@ -15,10 +16,9 @@ mod toeplitz;
 pub use description::{FieldsDescription, RssDescription, embedded_default};
 pub use error::{
     DescriptionError, DescriptionFileError, FieldsError, KeyError, TupleError, Unhashed,
-    UnknownHashFunction, UnknownXfrm,
 };
-pub use hash_function::HashFunction;
-pub use input::{FlowTuple, HashFields, HashInput, InputXfrm, MAX_INPUT_LEN};
+pub use hash_function::{HashFunction, UnknownHashFunction};
+pub use input::{FlowTuple, HashFields, HashInput, InputXfrm, MAX_INPUT_LEN, UnknownXfrm};
 pub use learn::{Coverage, KeyLearner, LearnError, Learned, TableBits};
 pub use model::{End, Landing, RssModel};
 pub use provenance::{KeyConfidence, KeyProvenance, KeySource};

@@ -5,8 +5,11 @@ use std::collections::BTreeSet;
 use crate::protocol::FlowType;
 
 use super::{
-    DescriptionError, FieldsDescription, FlowTuple, HashFields, HashFunction, HashInput, InputXfrm,
-    RssDescription, ToeplitzKey, ToeplitzTable, Unhashed,
+    description::{FieldsDescription, RssDescription},
+    error::{DescriptionError, Unhashed},
+    hash_function::HashFunction,
+    input::{FlowTuple, HashFields, HashInput, InputXfrm},
+    toeplitz::{ToeplitzKey, ToeplitzTable},
 };
 
 /// Indirection tables are at most this long (the u16 index space of ethtool).

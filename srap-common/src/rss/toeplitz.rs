@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use super::{KeyError, input::MAX_INPUT_LEN};
+use super::{error::KeyError, input::MAX_INPUT_LEN};
 
 /// The shortest key SRAP accepts: an IPv6 4-tuple is 36 bytes of input, and the
 /// window of its last bit reaches 4 bytes further.
