@@ -23,7 +23,11 @@
 
 use thiserror::Error;
 
-use super::{Challenge, MIN_PROTOCOL_VERSION, NONCE_LEN, Nonce, PROTOCOL_VERSION, Psk};
+use super::{
+    auth::{NONCE_LEN, Nonce, Psk},
+    message::Challenge,
+    version::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION},
+};
 
 /// What a receiver running below its own version ends its nonce with,
 /// followed by its own version (big endian).

@@ -18,7 +18,7 @@ pub enum DecodeError {
     #[error(
         "protocol version {got} is not supported (this agent speaks versions {} to \
          {supported}); run the same SRAP release on both hosts",
-        super::MIN_PROTOCOL_VERSION
+        super::version::MIN_PROTOCOL_VERSION
     )]
     WrongVersion { got: u16, supported: u16 },
     #[error("malformed message: {reason}")]

@@ -2,7 +2,9 @@
 //! version, bincode body. The length is checked before the caller allocates.
 
 use super::{
-    DecodeError, EncodeError, ErrorReport, MIN_PROTOCOL_VERSION, Message, PROTOCOL_VERSION,
+    error::{DecodeError, EncodeError},
+    message::{ErrorReport, Message},
+    version::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION},
 };
 
 /// First bytes of every payload: tells an SRAP peer from anything else that

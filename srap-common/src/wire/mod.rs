@@ -33,6 +33,35 @@
 //!   ◄─ Error{reason} ─    (then the connection is closed)
 //! ```
 //!
+//! # Versions
+//!
+//! What each version this build speaks carries (docs/protocol.md lists
+//! every one):
+//!
+//! * Version 6, the oldest: frames after a PSK handshake are authenticated
+//!   ([`seal`]); [`Message::Demand`] and [`Message::Grant`]; [`Hello::key`]
+//!   names the sender's key, so a receiver that accepts two during a
+//!   rollover proves the one the sender holds; [`RssUpdate::key`] says where
+//!   the key comes from, which learned model it is and how far the landings
+//!   back it.
+//! * Version 7: [`Message::SeenFlows`], the sender's own flows as the
+//!   receiver's observer saw them, at the end of [`Message`] (every other
+//!   message keeps its version-6 layout).
+//! * Version 8: [`Message::ReceiverNics`], every NIC the receiver serves and
+//!   which of their addresses accept each listening port, at the end of
+//!   [`Message`] (every other message keeps its layout; a peer of 6 or 7
+//!   knows the first NIC only, through [`RssUpdate`]).
+//! * Version 9: [`Message::NicGrants`], the sender's grant on each NIC the
+//!   receiver serves, at the end of [`Message`] (every other message keeps
+//!   its layout; a peer of 8 or older holds the first NIC's grant only,
+//!   [`Message::Grant`]).
+//! * Version 10: a [`WireDescription`] (in [`RssUpdate`] and each NIC of
+//!   [`Message::ReceiverNics`]) ends with UDP's hashed fields
+//!   ([`UdpFields`]), so every flow type a NIC's description gives reaches
+//!   the sender's model; the one layout that depends on the version, which
+//!   frames are encoded and decoded by (a peer of 9 or older is sent the
+//!   descriptions without them, and sends none).
+//!
 //! # Security model (pre-shared key, [`auth`])
 //!
 //! With a PSK both sides prove knowledge of it: HMAC-SHA256 over a label, the
@@ -55,77 +84,39 @@
 //! allow-list (`--allow CIDR`) is the only gate.
 
 pub mod auth;
+mod cpus;
+mod description;
 pub mod downgrade;
 mod error;
 mod frame;
+mod landing;
 mod message;
 mod nics;
 pub mod seal;
+mod version;
 
 pub use auth::{
     KEY_ID_LEN, KeyId, MAC_LEN, MAX_PSK_LEN, MIN_PSK_LEN, Mac, NONCE_LEN, Nonce, Psk, PskError,
 };
+pub use cpus::{CpuCount, CpuGrant, CpuListError, DemandReport, MAX_GRANT_CPUS};
+pub use description::{UDP_FIELDS_SINCE, UdpFields, WireDescription};
 pub use downgrade::{ChallengeError, Downgrade};
 pub use error::{DecodeError, EncodeError};
 pub use frame::{
     HEADER_LEN, MAGIC, MAX_FRAME, MAX_HANDSHAKE_FRAME, PREFIX_LEN, decode_error_any_version,
     decode_frame, decode_payload, encode, encode_error_for, encode_for, payload_len, version_of,
 };
+pub use landing::{LandingReport, LandingVerdict};
 pub use message::{
-    Challenge, CpuCount, CpuGrant, CpuListError, CpuPorts, DemandReport, ErrorReport, Hello,
-    LandingReport, LandingVerdict, MAX_GRANT_CPUS, MAX_REASON_LEN, MAX_SEEN_FLOWS, Message,
-    PlanReport, PlannedTable, Response, RssUpdate, SeenFlow, SeenFlows, UDP_FIELDS_SINCE,
-    UdpFields, WireDescription,
+    Challenge, CpuPorts, ErrorReport, Hello, MAX_REASON_LEN, MAX_SEEN_FLOWS, Message, PlanReport,
+    PlannedTable, Response, RssUpdate, SeenFlow, SeenFlows,
 };
 pub use nics::{
     MAX_LISTEN_PORTS, MAX_NIC_ADDRS, MAX_NIC_CPUS, MAX_NIC_NAME, MAX_NICS, NicGrant, NicGrants,
     NicGrantsError, NicInfo, NicLink, NicListError, PortAcceptance, ReceiverNics,
 };
 pub use seal::{Opener, Role, SEAL_OVERHEAD, Sealer};
-
-/// The protocol version this build speaks. Bump it on any change to the
-/// message layout: a peer with another version gets
-/// [`DecodeError::WrongVersion`] before any of its body is read. What each
-/// version this build speaks carries (docs/protocol.md lists every one):
-/// Version 6, the oldest: frames after a PSK handshake are authenticated
-/// ([`seal`]); [`Message::Demand`] and [`Message::Grant`]; [`Hello::key`]
-/// names the sender's key, so a receiver that accepts two during a
-/// rollover proves the one the sender holds; [`RssUpdate::key`] says where
-/// the key comes from, which learned model it is and how far the landings
-/// back it.
-/// Version 7: [`Message::SeenFlows`], the sender's own flows as the
-/// receiver's observer saw them, at the end of [`Message`] (every other
-/// message keeps its version-6 layout).
-/// Version 8: [`Message::ReceiverNics`], every NIC the receiver serves and
-/// which of their addresses accept each listening port, at the end of
-/// [`Message`] (every other message keeps its layout; a peer of 6 or 7
-/// knows the first NIC only, through [`RssUpdate`]).
-/// Version 9: [`Message::NicGrants`], the sender's grant on each NIC the
-/// receiver serves, at the end of [`Message`] (every other message keeps
-/// its layout; a peer of 8 or older holds the first NIC's grant only,
-/// [`Message::Grant`]).
-/// Version 10: a [`WireDescription`] (in [`RssUpdate`] and each NIC of
-/// [`Message::ReceiverNics`]) ends with UDP's hashed fields
-/// ([`UdpFields`]), so every flow type a NIC's description gives reaches
-/// the sender's model; the one layout that depends on the version, which
-/// frames are encoded and decoded by (a peer of 9 or older is sent the
-/// descriptions without them, and sends none).
-pub const PROTOCOL_VERSION: u16 = 10;
-
-/// The oldest version this build still speaks: a session runs at the
-/// lower of the two sides' versions. The sender offers its own in
-/// [`Hello::version`] under this version's header (which every receiver
-/// from version 6 on reads); the receiver answers under the version of the
-/// session, and never sends a message that version lacks. Older peers are
-/// refused with an error they can read ([`encode_error_for`]).
-pub const MIN_PROTOCOL_VERSION: u16 = 6;
-
-/// The version a session with a peer that speaks `theirs` runs at, if this
-/// build speaks one in common with it.
-pub fn session_version(theirs: u16) -> Option<u16> {
-    let version = theirs.min(PROTOCOL_VERSION);
-    (version >= MIN_PROTOCOL_VERSION).then_some(version)
-}
+pub use version::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, session_version};
 
 #[cfg(test)]
 mod tests;

@@ -16,7 +16,11 @@ use std::{collections::BTreeSet, net::IpAddr};
 use bincode::{Decode, Encode, de::Decoder, error::DecodeError};
 use thiserror::Error;
 
-use super::{CpuCount, CpuGrant, CpuListError, LandingReport, WireDescription};
+use super::{
+    cpus::{CpuCount, CpuGrant, CpuListError},
+    description::WireDescription,
+    landing::LandingReport,
+};
 
 /// Most NICs one report describes.
 pub const MAX_NICS: usize = 32;

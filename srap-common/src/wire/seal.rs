@@ -33,8 +33,10 @@ use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 
 use super::{
-    DecodeError, EncodeError, HEADER_LEN, MAC_LEN, MAX_FRAME, Message, Nonce, PREFIX_LEN, Psk,
-    frame::{self, check_header},
+    auth::{MAC_LEN, NONCE_LEN, Nonce, Psk},
+    error::{DecodeError, EncodeError},
+    frame::{self, HEADER_LEN, MAX_FRAME, PREFIX_LEN, check_header},
+    message::Message,
 };
 
 type HmacSha256 = Hmac<Sha256>;
@@ -118,9 +120,9 @@ fn direction_key(
     receiver_nonce: &Nonce,
     dir: Direction,
 ) -> HmacSha256 {
-    let mut salt = [0u8; 2 * super::NONCE_LEN];
-    salt[..super::NONCE_LEN].copy_from_slice(&sender_nonce.0);
-    salt[super::NONCE_LEN..].copy_from_slice(&receiver_nonce.0);
+    let mut salt = [0u8; 2 * NONCE_LEN];
+    salt[..NONCE_LEN].copy_from_slice(&sender_nonce.0);
+    salt[NONCE_LEN..].copy_from_slice(&receiver_nonce.0);
     let key: [u8; MAC_LEN] = hkdf_sha256(&salt, psk.bytes(), &[KEY_INFO, dir.label()]);
     keyed(&key)
 }
