@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::{
     exec::{Step, cargo, run_step, target_dir},
-    labbench,
+    lab, labbench,
 };
 
 /// What a summary row checks.
@@ -385,7 +385,7 @@ pub fn run(args: &[String]) -> Result<()> {
     // with the same profile first.
     run_step(Step::new(
         "build the agents and the lab (release)",
-        cargo(&crate::LAB_BUILD),
+        cargo(&lab::BUILD),
     ))?;
     // `cargo xtask bench lab_observer` runs the lab step alone; any other
     // filter leaves it out.

@@ -1,4 +1,5 @@
-//! Running commands as named steps, from the workspace root.
+//! Running commands: as named steps from the workspace root, or for their
+//! output, failing with what the command said on its stderr.
 
 use std::{path::PathBuf, process::Command, time::Instant};
 
@@ -173,6 +174,32 @@ pub fn describe(command: &Command) -> String {
         .map(|part| part.to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// Runs `command`, failing with its stderr when it fails; output unused.
+pub fn run_quiet(command: &mut Command) -> Result<()> {
+    output_of(command).map(drop)
+}
+
+/// The trimmed stdout of `command`, or an error with its stderr.
+pub fn command_line(command: &mut Command) -> Result<String> {
+    output_of(command).map(|out| out.trim().to_owned())
+}
+
+/// The stdout of `command`, or an error naming it with its stderr.
+pub fn output_of(command: &mut Command) -> Result<String> {
+    let shown = describe(command);
+    let output = command
+        .output()
+        .with_context(|| format!("could not run `{shown}`"))?;
+    if !output.status.success() {
+        bail!(
+            "`{shown}` failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 #[cfg(test)]

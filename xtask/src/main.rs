@@ -7,6 +7,7 @@ mod bench;
 mod disk;
 mod exec;
 mod guest_files;
+mod lab;
 mod labbench;
 mod layering;
 mod package;
@@ -94,7 +95,7 @@ fn main() -> ExitCode {
         Task::Build => build(),
         Task::Test => test(),
         Task::Bench { args } => bench::run(&args),
-        Task::Lab { args } => lab(&args),
+        Task::Lab { args } => lab::run(&args),
         Task::Run { args } => agent(&args),
         Task::Package {
             profile,
@@ -286,30 +287,6 @@ fn package_step() -> Result<()> {
     println!("<== {NAME}: ok in {:.1}s", started.elapsed().as_secs_f64());
     Ok(())
 }
-
-/// Builds the release binaries (`srap-lab` runs the `srap-agent` and `srap`
-/// built beside it), then runs `srap-lab ARGS…` as root (it makes
-/// namespaces and loads eBPF).
-fn lab(args: &[String]) -> Result<()> {
-    setup::ensure()?;
-    run_step(Step::new("build (release)", cargo(&LAB_BUILD)))?;
-    let mut command = exec::as_root(exec::workspace_root().join("target/release/srap-lab"));
-    command.args(args);
-    run_step(Step::new("srap-lab", command))
-}
-
-/// The release build the lab runs: its own binary and the two it drives.
-pub(crate) const LAB_BUILD: [&str; 9] = [
-    "build",
-    "--release",
-    "--bins",
-    "-p",
-    "srap-lab",
-    "-p",
-    "srap-agent",
-    "-p",
-    "srap-cli",
-];
 
 /// Builds the release binaries, then runs `srap-agent ARGS…` as root (the
 /// agent loads eBPF, makes namespaces, writes sysctls).

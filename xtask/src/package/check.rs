@@ -15,8 +15,9 @@ use anyhow::{Context as _, Result, bail, ensure};
 
 use super::{
     contents::{BINARIES, CONFFILES, PACKAGE, UNIT_DIR, UNITS},
-    output_of, units,
+    units,
 };
+use crate::exec::output_of;
 
 /// The key postinst makes and postrm purges.
 const PSK: &str = "/etc/srap/psk";

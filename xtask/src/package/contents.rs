@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use super::walk;
+use super::files::walk;
 
 /// The package's name.
 pub const PACKAGE: &str = "srap";

@@ -10,8 +10,14 @@ use std::{
 
 use anyhow::{Context as _, Result, ensure};
 
-use super::{CONFFILES, command_line, contents, elf, read, scripts, version_of, walk, write};
-use crate::exec::{Step, run_step, stdout_of, workspace_root};
+use super::{
+    contents::{self, CONFFILES},
+    elf,
+    files::{read, walk, write},
+    scripts,
+    stage::version_of,
+};
+use crate::exec::{Step, command_line, run_step, stdout_of, workspace_root};
 
 /// Writes `DEBIAN/` into `stage` and builds the .deb into `out`.
 pub fn build(stage: &Path, out: &Path) -> Result<PathBuf> {

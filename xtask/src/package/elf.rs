@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{Result, bail, ensure};
 
-use super::output_of;
+use crate::exec::output_of;
 
 /// The oldest glibc of the supported hosts: RHEL 8's (RHEL 9 has 2.34,
 /// Debian 11 2.31, Ubuntu 20.04 2.31).

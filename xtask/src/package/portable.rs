@@ -14,8 +14,27 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
-use super::{Profile, elf::OLDEST_GLIBC};
+use super::elf::OLDEST_GLIBC;
 use crate::exec::{Step, cargo, run_step, target_dir};
+
+/// Which build of the binaries to package.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Profile {
+    /// Optimised: what `cargo xtask package` ships.
+    Release,
+    /// Unoptimised: what `cargo xtask test` checks (a release build would
+    /// add minutes to CI; the staging is the same).
+    Dev,
+}
+
+impl Profile {
+    pub fn dir(self) -> &'static str {
+        match self {
+            Self::Release => "release",
+            Self::Dev => "debug",
+        }
+    }
+}
 
 /// The Rust target the packages' binaries are built for.
 pub fn target() -> String {

@@ -9,14 +9,21 @@ use std::path::{Path, PathBuf};
 use ::rpm::{BuildConfig, CompressionType, Dependency, FileOptions, PackageBuilder, Scriptlet};
 use anyhow::{Context as _, Result};
 
-use super::{contents, elf, read, scripts, version_of};
+use super::{contents, elf, files::read, scripts, stage::version_of};
 use crate::exec::workspace_root;
 
 /// The release of this version's package (rpm's `-1` after the version).
 const RELEASE: &str = "1";
 
+/// The .rpm and the tree it was written from, which the RPM check compares
+/// both packages to.
+pub struct BuiltRpm {
+    pub path: PathBuf,
+    pub stage: PathBuf,
+}
+
 /// Writes `NAME-VERSION-RELEASE.ARCH.rpm` of `stage` into `out`.
-pub fn build(stage: &Path, out: &Path) -> Result<PathBuf> {
+pub fn build(stage: &Path, out: &Path) -> Result<BuiltRpm> {
     let version = version_of(&stage.join("usr/bin/srap"))?;
     let arch = std::env::consts::ARCH;
     let control = Control::read()?;
@@ -59,7 +66,10 @@ pub fn build(stage: &Path, out: &Path) -> Result<PathBuf> {
     package
         .write_file(&path)
         .with_context(|| format!("writing {}", path.display()))?;
-    Ok(path)
+    Ok(BuiltRpm {
+        path,
+        stage: stage.to_owned(),
+    })
 }
 
 /// Every entry of the staged tree, root's, with its mode and flags.

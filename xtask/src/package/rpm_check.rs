@@ -29,11 +29,11 @@ use std::{
 use anyhow::{Context as _, Result, bail, ensure};
 
 use super::{
-    BuiltRpm,
     contents::{self, Entry, Format, PACKAGE},
-    elf, output_of,
+    elf,
+    rpm::BuiltRpm,
 };
-use crate::exec::workspace_root;
+use crate::exec::{output_of, workspace_root};
 
 /// The key `%post` makes, inside the scratch root.
 const PSK: &str = "etc/srap/psk";

@@ -10,7 +10,7 @@
 
 use anyhow::Result;
 
-use super::read;
+use super::files::read;
 use crate::exec::workspace_root;
 
 /// The shared body, relative to the workspace root.

@@ -28,8 +28,9 @@ use anyhow::{Context as _, Result, bail, ensure};
 
 use super::{
     contents::{UNIT_DIR, UNITS},
-    output_of,
+    files::{read, write},
 };
+use crate::exec::output_of;
 
 /// Highest overall exposure `systemd-analyze security` may give a unit.
 pub const MAX_EXPOSURE: f64 = 4.0;
@@ -382,14 +383,6 @@ fn check_capabilities(unit: &str, caps: &str) -> Result<()> {
         }
     }
     Ok(())
-}
-
-fn read(path: &Path) -> Result<String> {
-    fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
-}
-
-fn write(path: &Path, text: &str) -> Result<()> {
-    fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]
