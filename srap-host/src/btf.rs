@@ -15,22 +15,7 @@
 
 use std::{fs, path::Path};
 
-use thiserror::Error;
-
-use crate::HostError;
-
-/// A BTF blob this module cannot read.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum BtfError {
-    #[error("cut short at byte {at}")]
-    CutShort { at: usize },
-    #[error("not BTF of this byte order (bad magic)")]
-    BadMagic,
-    #[error("a {len}-byte header is too short")]
-    ShortHeader { len: usize },
-    #[error("unknown BTF kind {kind}")]
-    UnknownKind { kind: u32 },
-}
+use crate::error::{BtfError, HostError};
 
 /// The running kernel's BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";

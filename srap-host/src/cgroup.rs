@@ -9,7 +9,7 @@ use std::{
     path::{Component, Path, PathBuf},
 };
 
-use crate::HostError;
+use crate::error::HostError;
 
 /// The cgroup `srap exec` and the agent use when none is named.
 pub const DEFAULT_CGROUP: &str = "srap";

@@ -1,4 +1,6 @@
-//! Why a host operation failed, in words that say what to do.
+//! Why a host operation failed, in words that say what to do, and the
+//! errors of the parsers it wraps (the kernel's BTF, the reserved-ports
+//! list). It names no module of the crate: they all import it.
 
 use std::{io, net::IpAddr, path::PathBuf};
 
@@ -29,13 +31,29 @@ pub enum HostError {
     #[error("no route to receiver {receiver} from this host (network namespace): {source}")]
     NoRoute { receiver: IpAddr, source: io::Error },
     #[error("{path}: {source}")]
-    PortList {
-        path: String,
-        source: crate::reserved::PortListError,
-    },
+    PortList { path: String, source: PortListError },
     #[error("{path}: {source}")]
-    Btf {
-        path: String,
-        source: crate::btf::BtfError,
-    },
+    Btf { path: String, source: BtfError },
+}
+
+/// A BTF blob `btf` cannot read.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum BtfError {
+    #[error("cut short at byte {at}")]
+    CutShort { at: usize },
+    #[error("not BTF of this byte order (bad magic)")]
+    BadMagic,
+    #[error("a {len}-byte header is too short")]
+    ShortHeader { len: usize },
+    #[error("unknown BTF kind {kind}")]
+    UnknownKind { kind: u32 },
+}
+
+/// Text that is not the sysctl's list of ports.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PortListError {
+    #[error("`{word}` in `{item}` is not a port")]
+    NotAPort { word: String, item: String },
+    #[error("`{item}` is an empty range")]
+    EmptyRange { item: String },
 }

@@ -15,6 +15,7 @@
 //!   binder's default source ports; it reserves none, but releases what an
 //!   older agent reserved);
 //! * [`btf`]: where a field of a kernel struct lies, from the kernel's BTF;
+//! * [`kernel`]: the running kernel's version;
 //! * [`route`] and [`local`]: the source address toward a receiver and the
 //!   host's own addresses;
 //! * [`fib`]: the policy routing (rules, every table's routes, `rp_filter`
@@ -39,6 +40,7 @@ pub mod cpus;
 pub mod discovery;
 mod error;
 pub mod fib;
+pub mod kernel;
 pub mod link;
 pub mod link_events;
 pub mod local;
@@ -50,4 +52,4 @@ pub mod reserved;
 pub mod route;
 pub mod topology;
 
-pub use error::HostError;
+pub use error::{BtfError, HostError, PortListError};

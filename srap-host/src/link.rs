@@ -124,8 +124,7 @@ impl Link {
         if self.parent.is_some() {
             return Some(true);
         }
-        let release = fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-        let version = crate::discovery::hashing::kernel_version(release.trim())?;
+        let version = crate::kernel::running_version()?;
         (version >= NAMES_PARENTS).then_some(false)
     }
 

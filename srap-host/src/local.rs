@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeSet, net::IpAddr};
 
-use crate::HostError;
+use crate::error::HostError;
 
 /// Every address configured on an interface of this network namespace that
 /// an application could bind toward `receiver`: same family, not

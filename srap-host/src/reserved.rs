@@ -7,19 +7,8 @@
 
 use std::{collections::BTreeSet, fs, path::Path};
 
+use crate::error::{HostError, PortListError};
 use srap_common::port_range::PortRange;
-use thiserror::Error;
-
-use crate::HostError;
-
-/// Text that is not the sysctl's list of ports.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-pub enum PortListError {
-    #[error("`{word}` in `{item}` is not a port")]
-    NotAPort { word: String, item: String },
-    #[error("`{item}` is an empty range")]
-    EmptyRange { item: String },
-}
 
 pub const RESERVED_PORTS: &str = "/proc/sys/net/ipv4/ip_local_reserved_ports";
 pub const LOCAL_PORT_RANGE: &str = "/proc/sys/net/ipv4/ip_local_port_range";

@@ -4,7 +4,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 
-use crate::HostError;
+use crate::error::HostError;
 
 /// Asks the kernel's routing table (of this network namespace) by connecting
 /// an unsent UDP socket and reading its local address.

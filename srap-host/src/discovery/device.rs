@@ -7,7 +7,7 @@ use std::{fs, path::PathBuf};
 use thiserror::Error;
 use tracing::debug;
 
-use super::{DiscoveryError, ioctl::EthtoolSocket};
+use super::{error::DiscoveryError, ioctl::EthtoolSocket};
 use crate::link::{Link, SYSFS_HINT, SysfsElsewhere, count_rx_queues};
 
 /// Why a device's RPS masks were not read: its `/sys` is not this

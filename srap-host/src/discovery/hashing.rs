@@ -83,14 +83,6 @@ pub fn rxh_letters(bits: u64) -> Result<String, HashingError> {
         .collect())
 }
 
-/// `major.minor` of a kernel release string such as `6.18.44-fc-v669`.
-pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut parts = release.split(['.', '-']);
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
-}
-
 /// The transform the NIC really applies, given what the kernel reported.
 ///
 /// mlx5 hashes (SIP|DIP, SIP^DIP, SPORT|DPORT, SPORT^DPORT) but kernels
@@ -144,14 +136,6 @@ mod tests {
         assert_eq!(rxh_letters(0).unwrap(), "");
         assert!(rxh_letters(RXH_DISCARD | 0xf0).is_err());
         assert!(rxh_letters(1 << 8).is_err());
-    }
-
-    #[test]
-    fn kernel_versions() {
-        assert_eq!(kernel_version("6.18.44-fc-v669"), Some((6, 18)));
-        assert_eq!(kernel_version("6.1.0-31-cloud-amd64"), Some((6, 1)));
-        assert_eq!(kernel_version("6.15-rc1"), Some((6, 15)));
-        assert_eq!(kernel_version("garbage"), None);
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! and `/sys` (RPS masks) is read only when it shows this namespace.
 
 pub mod device;
+mod error;
 pub mod hashing;
 pub mod ioctl;
 pub mod irq;
@@ -22,23 +23,24 @@ pub mod rps;
 
 use std::{
     collections::BTreeSet,
-    fs, io,
+    fs,
     path::{Path, PathBuf},
 };
 
 use srap_common::{
     protocol::{FlowType, Protocol},
-    rss::{DescriptionError, FieldsDescription, KeySource, RssDescription, RssModel},
+    rss::{FieldsDescription, KeySource, RssDescription, RssModel},
 };
-use thiserror::Error;
 use tracing::debug;
 
-pub use self::device::{Device, RpsUnread};
+pub use self::{
+    device::{Device, RpsUnread},
+    error::{DiscoveryError, KernelKeyError},
+};
 use self::{
-    hashing::HashingError,
     ioctl::{EthtoolSocket, IoctlError},
     irq::IrqNaming,
-    netlink::{NetlinkError, RssReply},
+    netlink::RssReply,
     placement::{QueueFacts, QueuePlacement},
 };
 
@@ -53,64 +55,6 @@ const DEFAULT_KEY_LEN: usize = 40;
 /// Linux's "operation not supported" for ethtool ops a driver lacks
 /// (`EOPNOTSUPP`, or the kernel-internal `ENOTSUPP` that sometimes leaks).
 const NOT_SUPPORTED: [i32; 2] = [libc::EOPNOTSUPP, 524];
-
-/// Why a device could not be described.
-#[derive(Debug, Error)]
-pub enum DiscoveryError {
-    #[error("no interface `{iface}` in this network namespace (`ip link` lists them)")]
-    NoSuchInterface { iface: String },
-    #[error(
-        "{iface} has no RSS that SRAP can use: {reason}. Describe the receiver in a \
-         file and pass it with --rss FILE (see docs/how-it-works.md, \"RSS description file\")"
-    )]
-    NoRss { iface: String, reason: String },
-    #[error("cannot read the RSS of {iface}: netlink said: {netlink}; the ioctl said: {ioctl}")]
-    Query {
-        iface: String,
-        netlink: NetlinkError,
-        ioctl: IoctlError,
-    },
-    #[error("{iface}: {problem}")]
-    Unsupported { iface: String, problem: String },
-    #[error("{iface}: {source}")]
-    Transform {
-        iface: String,
-        #[source]
-        source: HashingError,
-    },
-    #[error("{iface}: rx-flow-hash {flow}: {source}")]
-    FlowHash {
-        iface: String,
-        flow: &'static str,
-        #[source]
-        source: HashingError,
-    },
-    #[error("{iface}: the discovered RSS cannot be modelled: {source}")]
-    Unmodelled {
-        iface: String,
-        #[source]
-        source: DescriptionError,
-    },
-}
-
-/// Why the kernel's default RSS key (`net.core.netdev_rss_key`) is not
-/// known.
-#[derive(Debug, Error)]
-pub enum KernelKeyError {
-    #[error(
-        "{} is unreadable ({source}); it exists only in the initial network namespace",
-        .path.display()
-    )]
-    Unreadable {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("{}: not a key", .path.display())]
-    NotAKey { path: PathBuf },
-    #[error("{} is all zeros", .path.display())]
-    AllZeros { path: PathBuf },
-}
 
 /// Where the key and table came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -250,9 +194,7 @@ pub fn discover(iface: &str) -> Result<Discovery, DiscoveryError> {
     assemble(Observed {
         iface: iface.to_owned(),
         driver: drvinfo.map(|d| d.driver),
-        kernel: fs::read_to_string("/proc/sys/kernel/osrelease")
-            .ok()
-            .and_then(|r| hashing::kernel_version(r.trim())),
+        kernel: crate::kernel::running_version(),
         rss,
         flow_hash,
         rx_queues,
@@ -627,6 +569,8 @@ fn irqbalance_running() -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::io;
+
     use super::{
         irq::{IrqNaming, parse_interrupts},
         netlink::tests::{key, parse, round_robin, rss_reply},
