@@ -28,8 +28,9 @@ use tokio::{
 use tracing::warn;
 
 use crate::{
-    Status,
     bounded::{self, Bounds},
+    sender::SenderStatus,
+    snapshot::Status,
 };
 
 /// Where the receiver agent listens unless told otherwise (`--control`).
@@ -192,7 +193,7 @@ impl Drop for ControlSocket {
 }
 
 /// Answers clients on `listener` with the latest status (the receiver's
-/// [`Status`] or the sender's [`super::SenderStatus`]), until the task is
+/// [`Status`] or the sender's [`SenderStatus`]), until the task is
 /// dropped or aborted.
 pub async fn serve<T>(listener: UnixListener, status: watch::Receiver<Arc<T>>)
 where
@@ -251,7 +252,7 @@ pub fn request_status(path: &Path) -> Result<(Status, String), ControlError> {
 }
 
 /// [`request_status`] of the sender agent (`srap status --sender`).
-pub fn request_sender_status(path: &Path) -> Result<(super::SenderStatus, String), ControlError> {
+pub fn request_sender_status(path: &Path) -> Result<(SenderStatus, String), ControlError> {
     request(path, ControlError::MissingSender, ControlError::StaleSender)
 }
 

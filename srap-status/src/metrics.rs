@@ -26,8 +26,9 @@ use tokio::{
 use srap_common::wire::LandingVerdict;
 
 use crate::{
-    SenderStatus, Status,
     bounded::{self, Bounds},
+    sender::SenderStatus,
+    snapshot::Status,
 };
 
 /// Longest request head read.
@@ -708,7 +709,7 @@ fn response(status: &str, body: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Collisions, FlowRow, NicHashCounts, ObserverState, QueueRow, Ratio};
+    use crate::snapshot::{Collisions, FlowRow, NicHashCounts, ObserverState, QueueRow, Ratio};
 
     fn status() -> Status {
         let mut status = Status {
