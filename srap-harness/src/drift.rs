@@ -44,7 +44,12 @@ pub fn inject_stale_record(
         },
         ..Default::default()
     };
-    let mut ebpf = sender::load(layout, crate::lab_ebpf_object(), &sizes, &config)?;
+    let mut ebpf = sender::load(
+        layout,
+        crate::lab_object::lab_ebpf_object(),
+        &sizes,
+        &config,
+    )?;
     let request = RepairRequest {
         op: op::INJECT,
         receiver,

@@ -40,7 +40,7 @@ impl Emulator {
     /// RX queues), in the calling thread's network namespace.
     pub fn attach(iface: &str, model: &RssModel, queues: u32) -> Result<Self, EmulatorLoadError> {
         let tables = EmulatorTables::new(model, queues)?;
-        let mut ebpf = Ebpf::load(crate::lab_ebpf_object())?;
+        let mut ebpf = Ebpf::load(crate::lab_object::lab_ebpf_object())?;
         fill(&mut ebpf, &tables)?;
         let program_error = |source| EmulatorLoadError::Program {
             iface: iface.to_owned(),

@@ -68,6 +68,7 @@ pub mod veth;
 mod agent;
 mod exec;
 mod hosts;
+mod lab_object;
 mod pair;
 mod support;
 mod truth;
@@ -78,6 +79,7 @@ pub use agent::{
 };
 pub use exec::{InCgroup, in_netns, in_netns_bounded, srap_exec, srap_exec_with};
 pub use hosts::Bridge;
+pub use lab_object::lab_ebpf_object;
 pub use names::unique_name;
 pub use netns::{NetNs, NsGuard};
 pub use pair::SenderPair;
@@ -85,13 +87,3 @@ pub use subnet::Subnet;
 pub use support::{TempDir, poll_until, remove_cgroup};
 pub use truth::{Listener, landings};
 pub use veth::{TwoHosts, VethConfig, VethEnd};
-
-/// The lab's eBPF object (`srap-ebpf`'s `srap-lab` binary): the RSS-NIC
-/// emulator, the benchmarks' bare programs of each hook and the audit
-/// tests' drift injector, built by
-/// `srap-daemon`'s build script beside the agents' object and embedded here,
-/// so only the lab, the tests and the benchmarks carry them.
-pub fn lab_ebpf_object() -> &'static [u8] {
-    static OBJECT: &[u8] = aya::include_bytes_aligned!(env!("SRAP_LAB_EBPF_OBJECT"));
-    OBJECT
-}

@@ -31,7 +31,7 @@ use super::{
     truth,
 };
 use crate::{
-    LAB_PORT_RANGE,
+    agent::LAB_PORT_RANGE,
     readers::{self, DataSource, FlowReport, Transfer},
 };
 

@@ -33,7 +33,7 @@ use super::{
     truth,
 };
 use crate::{
-    LAB_PORT_RANGE, PEER_PORT, SenderAgent, SenderOpts,
+    agent::{LAB_PORT_RANGE, PEER_PORT, SenderAgent, SenderOpts},
     programs::{ChildGuard, client_via},
 };
 
