@@ -24,36 +24,34 @@ mod receivers;
 mod status;
 
 use std::{
-    collections::BTreeSet,
     net::IpAddr,
     sync::{Arc, OnceLock},
     time::Duration,
 };
 
 use anyhow::{Context as _, bail};
-use srap_common::{
-    rss::RssModel,
-    wire::{CpuGrant, DemandReport},
-};
+use srap_common::rss::RssModel;
+use srap_status::{SenderStatus, sender::SenderFlowRow};
 use tokio::{sync::mpsc, time::Instant};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use self::{
     events::{Event as PeerEvent, Fed, Feed},
     machine::{Action, Event, Machine, Peer, Undo, Why},
     receivers::Link,
+    status::{add_opened, add_receiver_nics, asked_of, receiver_row, seen_at_receiver},
 };
 use super::{
     binder::{RunningBinder, start},
-    bond_members::MemberLoop,
+    bond_members::{MemberLoop, add_bonds},
     driver::{self, HostCheck, Shared, Signals},
     ends::PlacedEnds,
     error::SenderError,
-    grant,
     landings::LocalLandings,
     local::nic::LocalNic,
     local_end::LocalEnd,
     maps,
+    mptcp::add_mptcp,
     options::SenderOptions,
     replan::{replan, replan_if_sources_changed},
     resolve,
@@ -444,6 +442,59 @@ impl Follower {
         }
     }
 
+    /// The snapshot of every receiver and the binder.
+    fn status(&self, binder: Option<&RunningBinder>) -> SenderStatus {
+        let targets = &self.machine.options.targets;
+        let mut status = self.shared.snapshot(binder, targets);
+        status.receivers = self
+            .machine
+            .peers
+            .iter()
+            .enumerate()
+            .map(|(n, r)| {
+                let mut row = receiver_row(r, binder);
+                add_receiver_nics(&mut row, self.handles.get(n), r.nic_granted.as_ref());
+                row
+            })
+            .collect();
+        // This host's closed loop lists the flows where it runs
+        // (`Shared::snapshot`); the socket hook alone otherwise.
+        if self.shared.local.is_none()
+            && let Some(opened) = &self.opened
+        {
+            add_opened(&mut status, opened, targets);
+        }
+        let spread = binder.map_or(&[][..], |b| b.plan.spread.as_slice());
+        for flow in &mut status.flows {
+            seen_at_receiver(flow, &self.machine.peers, &self.handles);
+        }
+        let named = |flow: &SenderFlowRow| asked_of(flow, &self.machine.peers, spread);
+        match self.asked.lock() {
+            Ok(mut asked) => asked.name(&mut status.flows, named),
+            Err(_) => status.flows.iter_mut().for_each(|f| f.asked = named(f)),
+        }
+        self.add_mptcp(&mut status);
+        if let Some(binder) = binder {
+            add_bonds(&mut status, binder, &self.member_loop);
+        }
+        status
+    }
+
+    /// The MPTCP connections among `status`'s flows, by the kernel's
+    /// tokens (nothing to read while no flow is open).
+    fn add_mptcp(&self, status: &mut SenderStatus) {
+        if status.flows.is_empty() {
+            return;
+        }
+        let Some(diag) = self.sock_diag() else {
+            return;
+        };
+        match diag.mptcp_subflows() {
+            Ok(subflows) => add_mptcp(status, &subflows),
+            Err(err) => debug!("reading this host's MPTCP subflows: {err}"),
+        }
+    }
+
     /// Publishes the status, built once per tick: the bonds' members are
     /// judged on it first, and a bond that pauses or resumes re-plans, so
     /// the status is built again after.
@@ -635,38 +686,4 @@ async fn peer_ips(peer_addr: &str, resolver: &resolve::Resolve) -> anyhow::Resul
         shown.join(" ")
     );
     Ok(addrs)
-}
-
-/// The grant's CPUs as `cpu` or `cpu+flows`.
-fn grant_cpus(grant: &CpuGrant) -> String {
-    let cpus: Vec<String> = grant
-        .cpus
-        .iter()
-        .map(|c| {
-            if c.count == 0 {
-                c.cpu.to_string()
-            } else {
-                format!("{}+{}", c.cpu, c.count)
-            }
-        })
-        .collect();
-    cpus.join(" ")
-}
-
-/// The demand report of the flows the binder holds toward `rows`.
-fn demand_of(
-    binder: &RunningBinder,
-    rows: &BTreeSet<u32>,
-    grant: Option<&CpuGrant>,
-) -> Option<DemandReport> {
-    match grant::demand(&binder.ebpf, &binder.plan, |i| rows.contains(&i)) {
-        Ok(flows) => Some(DemandReport {
-            applied: grant.map_or(0, |g| g.epoch),
-            flows,
-        }),
-        Err(err) => {
-            warn!("reading the binder's open flows: {err}");
-            None
-        }
-    }
 }

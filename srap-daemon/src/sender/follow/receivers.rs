@@ -2,12 +2,12 @@
 //! grant, its part of the plan and its demand) and its client; what it
 //! holds is the loop's [`Peer`] state.
 
-use std::time::Duration;
+use std::{collections::BTreeSet, time::Duration};
 
-use srap_common::wire::{CpuGrant, LandingReport, LandingVerdict, PlanReport};
+use srap_common::wire::{CpuGrant, DemandReport, LandingReport, LandingVerdict, PlanReport};
 use tracing::{info, warn};
 
-use super::{demand_of, grant_cpus, machine::Peer};
+use super::machine::Peer;
 use crate::{
     receiver_client::{self, PeerHandle},
     sender::{binder::RunningBinder, grant},
@@ -180,6 +180,40 @@ impl Link<'_> {
                 "the plan for {} version {version} was not reported within {limit:?}",
                 self.peer.addr
             ),
+        }
+    }
+}
+
+/// The grant's CPUs as `cpu` or `cpu+flows`.
+fn grant_cpus(grant: &CpuGrant) -> String {
+    let cpus: Vec<String> = grant
+        .cpus
+        .iter()
+        .map(|c| {
+            if c.count == 0 {
+                c.cpu.to_string()
+            } else {
+                format!("{}+{}", c.cpu, c.count)
+            }
+        })
+        .collect();
+    cpus.join(" ")
+}
+
+/// The demand report of the flows the binder holds toward `rows`.
+fn demand_of(
+    binder: &RunningBinder,
+    rows: &BTreeSet<u32>,
+    grant: Option<&CpuGrant>,
+) -> Option<DemandReport> {
+    match grant::demand(&binder.ebpf, &binder.plan, |i| rows.contains(&i)) {
+        Ok(flows) => Some(DemandReport {
+            applied: grant.map_or(0, |g| g.epoch),
+            flows,
+        }),
+        Err(err) => {
+            warn!("reading the binder's open flows: {err}");
+            None
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The follow driver's part of the status snapshot: each followed
 //! receiver's row, and each open flow with where the receiver saw it; the
-//! rest is the shared [`crate::sender::status`]'s.
+//! rest is the shared [`crate::sender::status`]'s. It builds rows from
+//! what the follow loop hands it and must not know the loop itself.
 
 use std::{
     collections::BTreeMap,
@@ -18,73 +19,15 @@ use srap_status::{
     ListenerRow, SenderStatus,
     sender::{AddressRow, GrantRow, ReceiverNicRow, ReceiverRow, SenderFlowRow},
 };
-use tracing::{debug, warn};
+use tracing::warn;
 
-use super::{Follower, machine::Peer};
+use super::machine::Peer;
 use crate::{
     receiver_client::{NicsReport, PeerHandle, PeerStatus, SeenReport},
     sender::{
-        binder::RunningBinder, bond_members::add_bonds, landings::LocalLandings,
-        maps::read_occupancy, mptcp::add_mptcp, target::Target,
+        binder::RunningBinder, landings::LocalLandings, maps::read_occupancy, target::Target,
     },
 };
-
-impl Follower {
-    /// The snapshot of every receiver and the binder.
-    pub(super) fn status(&self, binder: Option<&RunningBinder>) -> SenderStatus {
-        let targets = &self.machine.options.targets;
-        let mut status = self.shared.snapshot(binder, targets);
-        status.receivers = self
-            .machine
-            .peers
-            .iter()
-            .enumerate()
-            .map(|(n, r)| {
-                let mut row = receiver_row(r, binder);
-                add_receiver_nics(&mut row, self.handles.get(n), r.nic_granted.as_ref());
-                row
-            })
-            .collect();
-        // This host's closed loop lists the flows where it runs
-        // (`Shared::snapshot`); the socket hook alone otherwise.
-        if self.shared.local.is_none()
-            && let Some(opened) = &self.opened
-        {
-            add_opened(&mut status, opened, targets);
-        }
-        let spread = binder.map_or(&[][..], |b| b.plan.spread.as_slice());
-        for flow in &mut status.flows {
-            seen_at_receiver(flow, &self.machine.peers, &self.handles);
-        }
-        let named = |flow: &SenderFlowRow| asked_of(flow, &self.machine.peers, spread);
-        match self.asked.lock() {
-            Ok(mut asked) => asked.name(&mut status.flows, named),
-            Err(_) => status.flows.iter_mut().for_each(|f| f.asked = named(f)),
-        }
-        self.add_mptcp(&mut status);
-        if let Some(binder) = binder {
-            add_bonds(&mut status, binder, &self.member_loop);
-        }
-        status
-    }
-}
-
-impl Follower {
-    /// The MPTCP connections among `status`'s flows, by the kernel's
-    /// tokens (nothing to read while no flow is open).
-    fn add_mptcp(&self, status: &mut SenderStatus) {
-        if status.flows.is_empty() {
-            return;
-        }
-        let Some(diag) = self.sock_diag() else {
-            return;
-        };
-        match diag.mptcp_subflows() {
-            Ok(subflows) => add_mptcp(status, &subflows),
-            Err(err) => debug!("reading this host's MPTCP subflows: {err}"),
-        }
-    }
-}
 
 /// The address each moved flow's application asked for, kept for as long
 /// as the flow is open. [`asked_of`] names it from the spread rows, which
@@ -126,7 +69,7 @@ impl AskedMemory {
 /// it. The hook records the asked address per socket for getpeername(),
 /// not for the agent: a receiver asked at several addresses names the
 /// first whose row lists it.
-fn asked_of(
+pub(super) fn asked_of(
     flow: &SenderFlowRow,
     peers: &[Peer],
     spread: &[(DestKey, SpreadRow)],
@@ -152,7 +95,7 @@ fn asked_of(
 /// The steered cgroup's open connections toward the receivers with
 /// `--steer remote` (no local NIC planned): each with the receiver CPU
 /// its target's model plans for it.
-fn add_opened(status: &mut SenderStatus, opened: &LocalLandings, targets: &[Target]) {
+pub(super) fn add_opened(status: &mut SenderStatus, opened: &LocalLandings, targets: &[Target]) {
     let open = match opened.read() {
         Ok(open) => open,
         Err(err) => {
@@ -179,7 +122,11 @@ fn add_opened(status: &mut SenderStatus, opened: &LocalLandings, targets: &[Targ
 /// Fills in where the receiver's observer saw `flow` (protocol 7), matched
 /// by its whole tuple as this host sees it: a receiver that sees another
 /// source (a NAT rewrote it) reports a flow that matches none of ours.
-fn seen_at_receiver(flow: &mut SenderFlowRow, receivers: &[Peer], handles: &[PeerHandle]) {
+pub(super) fn seen_at_receiver(
+    flow: &mut SenderFlowRow,
+    receivers: &[Peer],
+    handles: &[PeerHandle],
+) {
     let (Some(src), Some(dst)) = (flow.src, flow.dst) else {
         return;
     };
@@ -226,7 +173,7 @@ fn seen_at_receiver(flow: &mut SenderFlowRow, receivers: &[Peer], handles: &[Pee
     }
 }
 
-fn receiver_row(receiver: &Peer, binder: Option<&RunningBinder>) -> ReceiverRow {
+pub(super) fn receiver_row(receiver: &Peer, binder: Option<&RunningBinder>) -> ReceiverRow {
     let link = match &receiver.status {
         _ if receiver.away => "away",
         PeerStatus::Connected => "connected",
@@ -254,7 +201,7 @@ fn receiver_row(receiver: &Peer, binder: Option<&RunningBinder>) -> ReceiverRow 
 
 /// The receiver's NICs and where each of its ports is accepted, as it said
 /// (protocol 8), or why they are unknown.
-fn add_receiver_nics(
+pub(super) fn add_receiver_nics(
     row: &mut ReceiverRow,
     handle: Option<&PeerHandle>,
     granted: Option<&NicGrants>,
