@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 
 use thiserror::Error;
 
-use super::AllowList;
+use super::allow::AllowList;
 
 /// Who can reach the receiver, decided at start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

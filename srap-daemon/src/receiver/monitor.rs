@@ -17,7 +17,11 @@ use srap_common::rss::{End, FlowTuple, RssModel};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::{LearnedKey, ServedDescription, Server, downstream::unix_ms};
+use super::{
+    downstream::unix_ms,
+    server::Server,
+    source::{LearnedKey, ServedDescription},
+};
 use srap_status::{FlowRow, Landings, ObserverLimit, ObserverState, ReceiveCpu, Status};
 
 use crate::{

@@ -37,9 +37,9 @@ use tokio::{sync::watch, task::JoinHandle};
 use tracing::{info, warn};
 
 use super::{
-    LearnedKey, ServedDescription, Server, Source,
     monitor::{self, Monitor},
-    source,
+    server::Server,
+    source::{self, LearnedKey, ServedDescription, Source},
 };
 use crate::{
     observer::HookChoice,

@@ -21,7 +21,7 @@ use tokio::{
 };
 use tracing::{debug, info, warn};
 
-use super::{Shared, pace::DemandPace, rewrite, seen, source::ServedDescription};
+use super::{pace::DemandPace, rewrite, seen, shared::Shared, source::ServedDescription};
 use crate::{
     framed::{self, FrameError, Inbound, Outbound, ReadLimits, printable},
     psk::Keys,
@@ -597,9 +597,6 @@ pub(super) async fn drain<R: tokio::io::AsyncRead + Unpin>(
     })
     .await;
 }
-
-/// The receiver's watch channel type, named for [`super`].
-pub(super) type Updates = watch::Receiver<ServedDescription>;
 
 #[cfg(test)]
 mod tests;
