@@ -25,176 +25,22 @@
 //! ```
 
 pub mod backoff;
+mod channels;
+mod config;
 pub mod report;
 mod session;
 
-use std::{path::PathBuf, time::Duration};
-
-use srap_common::{
-    rss::{KeyProvenance, RssDescription},
-    wire::{
-        CpuGrant, DemandReport, LandingReport, NicGrants, PlanReport, Psk, ReceiverNics, SeenFlows,
-    },
-};
+use srap_common::wire::{CpuGrant, DemandReport, LandingReport, NicGrants, PlanReport};
 use tokio::{sync::watch, task::JoinHandle};
 use tracing::{debug, info, warn};
 
-use crate::psk::load_psk_file;
-
 pub use self::{
     backoff::Backoff,
+    channels::{GrantChannels, NicsReport, PeerStatus, Reports, SeenReport, Update},
+    config::{PeerConfig, PeerTimeouts},
     report::{plan_report, plan_report_for},
     session::{PeerError, Session},
 };
-
-/// A validated description from the receiver.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Update {
-    /// The receiver's version number (restarts at 1 with the receiver).
-    pub version: u64,
-    pub description: RssDescription,
-    /// Where its key comes from, which learned model, how far the
-    /// landings back it (a change alone comes under the same version).
-    pub key: KeyProvenance,
-}
-
-/// Deadlines of the client.
-#[derive(Debug, Clone, Copy)]
-pub struct PeerTimeouts {
-    /// For name resolution plus the TCP connect.
-    pub connect: Duration,
-    /// For each handshake message, and a frame's arrival once begun.
-    pub frame: Duration,
-    /// Longest silence from the receiver (it sends keepalives).
-    pub idle: Duration,
-    /// For the receiver to take one of our frames.
-    pub write: Duration,
-    /// Between our keepalives.
-    pub keepalive: Duration,
-}
-
-impl Default for PeerTimeouts {
-    fn default() -> Self {
-        Self {
-            connect: Duration::from_secs(5),
-            frame: Duration::from_secs(10),
-            idle: Duration::from_secs(45),
-            write: Duration::from_secs(10),
-            keepalive: Duration::from_secs(15),
-        }
-    }
-}
-
-/// Where the receiver is and how to talk to it.
-#[derive(Debug, Clone)]
-pub struct PeerConfig {
-    /// `HOST:PORT`.
-    pub addr: String,
-    pub psk: Option<Psk>,
-    /// The file `psk` came from: read again before every connection, so a
-    /// rotated key is used from the next one on.
-    pub psk_file: Option<PathBuf>,
-    pub backoff: Backoff,
-    pub timeouts: PeerTimeouts,
-}
-
-impl PeerConfig {
-    pub fn new(addr: impl Into<String>, psk: Option<Psk>) -> Self {
-        Self {
-            addr: addr.into(),
-            psk,
-            psk_file: None,
-            backoff: Backoff::default(),
-            timeouts: PeerTimeouts::default(),
-        }
-    }
-
-    /// With `psk` read from `path` (and `path` read again before each
-    /// connection).
-    pub fn with_psk_file(mut self, path: PathBuf, psk: Psk) -> Self {
-        self.psk = Some(psk);
-        self.psk_file = Some(path);
-        self
-    }
-
-    /// Reads the key file again; a file that cannot be read leaves the
-    /// last good key in use.
-    fn reread_key(&mut self) {
-        let Some(path) = &self.psk_file else {
-            return;
-        };
-        match load_psk_file(path) {
-            Ok(psk) => {
-                let before = self.psk.as_ref().map(Psk::id);
-                if before != Some(psk.id()) {
-                    info!(
-                        "receiver {}: key {} from {} (was {})",
-                        self.addr,
-                        psk.id(),
-                        path.display(),
-                        before.map_or_else(|| "none".to_owned(), |id| id.to_string())
-                    );
-                    self.psk = Some(psk);
-                }
-            }
-            Err(err) => warn!(
-                "receiver {}: {err}; keeping key {}",
-                self.addr,
-                self.psk
-                    .as_ref()
-                    .map_or_else(|| "none".to_owned(), |k| k.id().to_string())
-            ),
-        }
-    }
-}
-
-/// The link's state, for status displays and tests.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PeerStatus {
-    Connecting,
-    Connected,
-    /// Not connected; why the last attempt or session ended.
-    Away(String),
-}
-
-/// What the receiver says of this sender's own flows (protocol 7).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum SeenReport {
-    /// Not connected yet.
-    #[default]
-    NotConnected,
-    /// Connected in protocol 7 or later; no report yet.
-    Waiting,
-    /// The receiver speaks this older version: it says nothing of flows.
-    Unsupported(u16),
-    /// Its latest report.
-    Flows(SeenFlows),
-}
-
-/// What the receiver says of its NICs and listeners (protocol 8).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub enum NicsReport {
-    /// Not connected yet.
-    #[default]
-    NotConnected,
-    /// Connected in protocol 8 or later; no report yet.
-    Waiting,
-    /// The receiver speaks this older version: it serves one NIC as far as
-    /// this sender can know.
-    Unsupported(u16),
-    /// Its latest report (checked).
-    Nics(ReceiverNics),
-}
-
-/// The receiver's reports on landings, from a session to the handle.
-pub struct Reports {
-    /// Its verdict on its description.
-    pub landings: watch::Sender<Option<LandingReport>>,
-    /// This sender's flows as it saw them.
-    pub seen: watch::Sender<SeenReport>,
-    /// Its NICs and which addresses accept each port.
-    pub nics: watch::Sender<NicsReport>,
-}
 
 /// A running client. Dropping it disconnects.
 pub struct PeerHandle {
@@ -323,14 +169,6 @@ pub fn watch(config: PeerConfig) -> PeerHandle {
         demand,
         task,
     }
-}
-
-/// The grant coming in and the demand going out, for [`Session::run`].
-#[derive(Clone)]
-pub struct GrantChannels {
-    pub grants: watch::Sender<Option<CpuGrant>>,
-    pub nic_grants: watch::Sender<Option<NicGrants>>,
-    pub demand: watch::Receiver<Option<DemandReport>>,
 }
 
 /// The client task's ends of the handle's channels.

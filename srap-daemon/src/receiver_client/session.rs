@@ -17,7 +17,11 @@ use tokio::{
 };
 use tracing::{info, warn};
 
-use super::{GrantChannels, NicsReport, PeerConfig, Reports, SeenReport, Update, backoff::Delays};
+use super::{
+    backoff::Delays,
+    channels::{GrantChannels, NicsReport, Reports, SeenReport, Update},
+    config::PeerConfig,
+};
 use crate::framed::{self, FrameError, Inbound, Outbound, ReadLimits, printable};
 
 /// Why a connection to the receiver failed or ended.
