@@ -11,7 +11,7 @@
 
 use std::{fs, io};
 
-use crate::HostError;
+use crate::error::HostError;
 
 const PATH_MANAGER: &str = "/proc/sys/net/mptcp/path_manager";
 const PM_TYPE: &str = "/proc/sys/net/mptcp/pm_type";
