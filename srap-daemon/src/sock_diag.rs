@@ -24,8 +24,7 @@ use std::{
 use srap_host::netlink::{NetlinkError, Protocol, Socket, parse_attrs};
 use thiserror::Error;
 
-mod mptcp;
-pub use mptcp::{SubflowSeen, Subflows};
+pub mod mptcp;
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 /// The protocol every request asks for (`IPPROTO_TCP`: `tcp_diag`).

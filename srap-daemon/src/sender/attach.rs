@@ -15,7 +15,7 @@
 use std::{
     fs, io,
     os::fd::{AsFd, BorrowedFd},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use aya::{
@@ -31,7 +31,7 @@ use srap_common::binder::{
 use srap_status::sender::ProgramRow;
 use tracing::{debug, info, warn};
 
-use self::seam::{Attacher, Bpffs, CgroupAttacher, Pins, remove_if_present};
+use self::seam::{Attacher, Bpffs, Pins, remove_if_present};
 use super::{
     error::SenderError,
     layout::{PROGRAMS, PinLayout},
@@ -441,4 +441,22 @@ pub fn remove_pins(layout: &PinLayout) -> Result<usize, SenderError> {
         ),
     }
     Ok(removed)
+}
+
+/// The binder's programs of a loaded object, attached to one cgroup and
+/// pinned under one layout.
+pub(crate) struct CgroupAttacher<'a> {
+    pub ebpf: &'a mut Ebpf,
+    pub layout: &'a PinLayout,
+    pub cgroup: PathBuf,
+}
+
+impl Attacher for CgroupAttacher<'_> {
+    fn attach_and_pin(&mut self, name: &'static str) -> Result<(), SenderError> {
+        attach_one(self.ebpf, self.layout, name, &self.cgroup)
+    }
+
+    fn replace(&mut self, name: &'static str) -> Result<(), SenderError> {
+        replace_one(self.ebpf, self.layout, name)
+    }
 }

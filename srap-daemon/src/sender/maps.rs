@@ -24,10 +24,7 @@ use super::{error::SenderError, layout::PinLayout, options::SenderOptions, plan:
 mod seam;
 
 pub(crate) use seam::BinderMaps;
-
-fn map_error(map: &'static str) -> impl Fn(aya::maps::MapError) -> SenderError {
-    move |source| SenderError::Map { map, source }
-}
+use seam::map_error;
 
 /// Writes the config (the maps' sizes the hook indexes by) first, then
 /// layouts, pools, tables and receivers, and the destinations last, so a

@@ -15,7 +15,7 @@ use srap_status::{
     sender::{MptcpRow, MptcpSubflowRow},
 };
 
-use crate::sock_diag::Subflows;
+use crate::sock_diag::mptcp::Subflows;
 
 /// Fills `status.mptcp` from its `flows` and the namespace's `subflows`:
 /// one row per token, its subflows ordered by local address id; flows
@@ -63,7 +63,7 @@ mod tests {
     use srap_status::sender::{LocalNicRow, SenderFlowRow};
 
     use super::*;
-    use crate::sock_diag::SubflowSeen;
+    use crate::sock_diag::mptcp::SubflowSeen;
 
     fn addr(text: &str) -> SocketAddr {
         text.parse().expect("address")

@@ -4,19 +4,15 @@
 //! [`CgroupAttacher`] are the real ones (a file system call or an aya call
 //! each); unit tests put in-memory ones in their place, with no root.
 
-use std::{
-    fs, io,
-    path::{Path, PathBuf},
-};
+use std::{fs, io, path::Path};
 
 use aya::{
-    Ebpf,
     maps::{Array, Map, MapData, MapInfo},
     programs::links::{LinkError, PinnedLink},
 };
 use srap_common::binder::{BinderConfig, BinderSizes, CONFIG_MAP};
 
-use super::{PinLayout, SenderError};
+use crate::sender::{error::SenderError, layout::PinLayout};
 
 /// What a pinned map was created with, as far as reusing it goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,23 +97,5 @@ pub(crate) fn remove_if_present(path: &Path) -> Result<bool, SenderError> {
             what: format!("removing {}", path.display()),
             source,
         }),
-    }
-}
-
-/// The binder's programs of a loaded object, attached to one cgroup and
-/// pinned under one layout.
-pub(crate) struct CgroupAttacher<'a> {
-    pub ebpf: &'a mut Ebpf,
-    pub layout: &'a PinLayout,
-    pub cgroup: PathBuf,
-}
-
-impl Attacher for CgroupAttacher<'_> {
-    fn attach_and_pin(&mut self, name: &'static str) -> Result<(), SenderError> {
-        super::attach_one(self.ebpf, self.layout, name, &self.cgroup)
-    }
-
-    fn replace(&mut self, name: &'static str) -> Result<(), SenderError> {
-        super::replace_one(self.ebpf, self.layout, name)
     }
 }

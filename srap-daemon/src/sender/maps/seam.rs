@@ -13,7 +13,7 @@ use srap_common::{
     receiver_nics::SpreadRow,
 };
 
-use super::{SenderError, map_error};
+use crate::sender::error::SenderError;
 
 /// The binder's maps as the fill sees them: rows of its array maps by
 /// index, and the destinations' hash map by key.
@@ -102,4 +102,9 @@ impl BinderMaps for Ebpf {
             HashMap::try_from(map_mut(self, SPREAD_MAP)?).map_err(map_error(SPREAD_MAP))?;
         rows.remove(key).map_err(map_error(SPREAD_MAP))
     }
+}
+
+/// The error of a failed operation on the map `map`.
+pub(super) fn map_error(map: &'static str) -> impl Fn(aya::maps::MapError) -> SenderError {
+    move |source| SenderError::Map { map, source }
 }
