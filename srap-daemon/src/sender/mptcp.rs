@@ -98,6 +98,7 @@ mod tests {
             token,
             local_id,
             remote_id: 0,
+            cgroup: None,
         };
         let subflows: Subflows = [
             ((addr("10.2.0.1:10002"), addr("10.1.0.2:5201")), seen(7, 1)),

@@ -26,6 +26,10 @@ const INET_ULP_INFO_MPTCP: u16 = 3;
 const MPTCP_SUBFLOW_ATTR_TOKEN_LOC: u16 = 2;
 const MPTCP_SUBFLOW_ATTR_ID_REM: u16 = 9;
 const MPTCP_SUBFLOW_ATTR_ID_LOC: u16 = 10;
+/// `INET_DIAG_CGROUP_ID`: the cgroup2 id of the socket's cgroup (a u64,
+/// sent for every socket by kernels with cgroup socket data, 5.9 on).
+/// MPTCP puts each subflow in its connection's cgroup.
+const INET_DIAG_CGROUP_ID: u16 = 21;
 
 /// One subflow: the MPTCP connection it belongs to, by the connection's
 /// local token, and its address ids on each side (0 for the first
@@ -35,6 +39,8 @@ pub struct SubflowSeen {
     pub token: u32,
     pub local_id: u8,
     pub remote_id: u8,
+    /// The cgroup2 id of its connection's cgroup, when the kernel says.
+    pub cgroup: Option<u64>,
 }
 
 /// The namespace's MPTCP subflows by (local, remote) address.
@@ -78,6 +84,10 @@ fn parse_subflow(body: &[u8]) -> Option<((SocketAddr, SocketAddr), SubflowSeen)>
         token: find(MPTCP_SUBFLOW_ATTR_TOKEN_LOC)?.u32("token").ok()?,
         local_id: find(MPTCP_SUBFLOW_ATTR_ID_LOC).map_or(0, first_byte),
         remote_id: find(MPTCP_SUBFLOW_ATTR_ID_REM).map_or(0, first_byte),
+        cgroup: attrs
+            .iter()
+            .find(|a| a.kind == INET_DIAG_CGROUP_ID)
+            .and_then(|a| Some(u64::from_ne_bytes(a.payload.try_into().ok()?))),
     };
     Some(((local, remote), seen))
 }
@@ -130,7 +140,9 @@ mod tests {
 
     #[test]
     fn a_subflow_reads_as_its_connections_token_and_ids() {
-        let (tuple, seen) = parse_subflow(&message(&mptcp_ulp(0xdead_beef, 2))).expect("subflow");
+        let mut body = message(&mptcp_ulp(0xdead_beef, 2));
+        body.extend_from_slice(&attr(INET_DIAG_CGROUP_ID, &4242u64.to_ne_bytes()));
+        let (tuple, seen) = parse_subflow(&body).expect("subflow");
         assert_eq!(tuple.0, "10.0.0.1:10001".parse().expect("addr"));
         assert_eq!(tuple.1, "10.0.0.2:5201".parse().expect("addr"));
         assert_eq!(
@@ -138,7 +150,8 @@ mod tests {
             SubflowSeen {
                 token: 0xdead_beef,
                 local_id: 2,
-                remote_id: 0
+                remote_id: 0,
+                cgroup: Some(4242),
             }
         );
     }

@@ -8,9 +8,12 @@ use std::{net::SocketAddr, time::Duration};
 
 use super::{
     events::{PmEvent, parse_event},
-    message::{self, EVENTS_GROUP, FAMILY, PmEndpoint},
+    message::{self, EVENTS_GROUP, FAMILY, PmEndpoint, PmEndpointEntry, PmLimits},
 };
-use crate::netlink::{NLM_F_ACK, NetlinkError, Protocol, REPLY_TIMEOUT, Socket, parse_messages};
+use crate::netlink::{
+    NLM_F_ACK, NetlinkError, Protocol, REPLY_TIMEOUT, Socket, check_error, parse_genl,
+    parse_messages,
+};
 
 /// The kernel option that provides the family, for its absence's error.
 const CONFIG: &str = "CONFIG_MPTCP";
@@ -68,6 +71,28 @@ impl PathManager {
     /// Announces `local` to the peer of `token` (`ADD_ADDR`).
     pub fn announce(&mut self, token: u32, local: &PmEndpoint) -> Result<(), NetlinkError> {
         self.send(&message::announce(token, local))
+    }
+
+    /// The namespace's endpoints (`ip mptcp endpoint show`).
+    pub fn endpoints(&mut self) -> Result<Vec<PmEndpointEntry>, NetlinkError> {
+        let mut out = Vec::new();
+        let family = self.family;
+        self.socket.dump(family, &message::get_endpoints(), |msg| {
+            let (_, attrs) = parse_genl(msg)?;
+            out.extend(message::parse_endpoint(&attrs)?);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// The namespace's limits (`ip mptcp limits show`).
+    pub fn limits(&mut self) -> Result<PmLimits, NetlinkError> {
+        let family = self.family;
+        self.socket.request(family, &message::get_limits(), |msg| {
+            check_error(msg)?;
+            let (_, attrs) = parse_genl(msg)?;
+            message::parse_limits(&attrs)
+        })
     }
 
     fn send(&mut self, body: &[u8]) -> Result<(), NetlinkError> {

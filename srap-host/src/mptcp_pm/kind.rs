@@ -17,7 +17,8 @@ const PATH_MANAGER: &str = "/proc/sys/net/mptcp/path_manager";
 const PM_TYPE: &str = "/proc/sys/net/mptcp/pm_type";
 
 /// A namespace's path manager.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum PathManagerKind {
     /// The in-kernel one (`pm_type` 0, `kernel`).
     Kernel,

@@ -8,7 +8,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::netlink::{NLA_F_NESTED, genl_body, put_attr};
+use crate::netlink::{Attr, NLA_F_NESTED, NetlinkError, genl_body, parse_attrs, put_attr};
 
 /// The family's name and version.
 pub const FAMILY: &str = "mptcp_pm";
@@ -17,6 +17,8 @@ pub const VERSION: u8 = 1;
 pub const EVENTS_GROUP: &str = "mptcp_pm_events";
 
 /// `MPTCP_PM_CMD_*`.
+pub const CMD_GET_ADDR: u8 = 3;
+pub const CMD_GET_LIMITS: u8 = 6;
 pub const CMD_SET_FLAGS: u8 = 7;
 pub const CMD_ANNOUNCE: u8 = 8;
 pub const CMD_SUBFLOW_CREATE: u8 = 10;
@@ -24,6 +26,8 @@ pub const CMD_SUBFLOW_DESTROY: u8 = 11;
 
 /// `MPTCP_PM_ATTR_*`: the request's top level.
 const ATTR_ADDR: u16 = 1;
+const ATTR_RCV_ADD_ADDRS: u16 = 2;
+const ATTR_SUBFLOWS: u16 = 3;
 const ATTR_TOKEN: u16 = 4;
 const ATTR_ADDR_REMOTE: u16 = 6;
 
@@ -38,6 +42,7 @@ const ADDR_IF_IDX: u16 = 7;
 
 /// `MPTCP_PM_ADDR_FLAG_*`.
 pub const FLAG_SIGNAL: u32 = 1 << 0;
+pub const FLAG_SUBFLOW: u32 = 1 << 1;
 pub const FLAG_BACKUP: u32 = 1 << 2;
 
 /// One end of a subflow as the path manager names it: the connection's id
@@ -92,6 +97,91 @@ pub fn announce(token: u32, local: &PmEndpoint) -> Vec<u8> {
     put_attr(&mut attrs, ATTR_TOKEN, &token.to_ne_bytes());
     put_nested(&mut attrs, ATTR_ADDR, &endpoint(local, FLAG_SIGNAL));
     genl_body(CMD_ANNOUNCE, VERSION, &attrs)
+}
+
+/// One of the namespace's endpoints (`ip mptcp endpoint`): what the
+/// in-kernel path manager opens subflows from (`FLAG_SUBFLOW`) or
+/// announces (`FLAG_SIGNAL`) for every connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PmEndpointEntry {
+    pub end: PmEndpoint,
+    pub flags: u32,
+}
+
+/// The namespace's limits (`ip mptcp limits`): further subflows per
+/// connection, and addresses a peer announces that are used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PmLimits {
+    pub subflows: u32,
+    pub add_addr_accepted: u32,
+}
+
+/// `GET_ADDR` as a dump: every endpoint.
+pub fn get_endpoints() -> Vec<u8> {
+    genl_body(CMD_GET_ADDR, VERSION, &[])
+}
+
+/// `GET_LIMITS`.
+pub fn get_limits() -> Vec<u8> {
+    genl_body(CMD_GET_LIMITS, VERSION, &[])
+}
+
+/// One endpoint of a `GET_ADDR` dump's message; `None` for a message
+/// without one.
+pub fn parse_endpoint(attrs: &[Attr<'_>]) -> Result<Option<PmEndpointEntry>, NetlinkError> {
+    let Some(addr) = attrs.iter().find(|a| a.kind == ATTR_ADDR) else {
+        return Ok(None);
+    };
+    let fields = parse_attrs(addr.payload)?;
+    let find = |kind| fields.iter().find(|a| a.kind == kind);
+    let ip = match (find(ADDR_ADDR4), find(ADDR_ADDR6)) {
+        (Some(v4), _) => IpAddr::from(<[u8; 4]>::try_from(v4.payload).map_err(|_| bad("ADDR4"))?),
+        (None, Some(v6)) => {
+            IpAddr::from(<[u8; 16]>::try_from(v6.payload).map_err(|_| bad("ADDR6"))?)
+        }
+        (None, None) => return Ok(None),
+    };
+    let port = match find(ADDR_PORT).map(|a| a.payload) {
+        Some([a, b, ..]) => u16::from_ne_bytes([*a, *b]),
+        _ => 0,
+    };
+    let id = find(ADDR_ID)
+        .and_then(|a| a.payload.first().copied())
+        .unwrap_or(0);
+    let flags = find(ADDR_FLAGS)
+        .map(|a| a.u32("flags"))
+        .transpose()?
+        .unwrap_or(0);
+    let ifindex = find(ADDR_IF_IDX)
+        .map(|a| a.u32("interface"))
+        .transpose()?
+        .filter(|i| *i != 0);
+    Ok(Some(PmEndpointEntry {
+        end: PmEndpoint {
+            id,
+            addr: SocketAddr::new(ip, port),
+            ifindex,
+        },
+        flags,
+    }))
+}
+
+/// The limits in a `GET_LIMITS` reply.
+pub fn parse_limits(attrs: &[Attr<'_>]) -> Result<PmLimits, NetlinkError> {
+    let get = |kind| -> Result<u32, NetlinkError> {
+        attrs
+            .iter()
+            .find(|a| a.kind == kind)
+            .map_or(Ok(0), |a| a.u32("limit"))
+    };
+    Ok(PmLimits {
+        subflows: get(ATTR_SUBFLOWS)?,
+        add_addr_accepted: get(ATTR_RCV_ADD_ADDRS)?,
+    })
+}
+
+fn bad(what: &str) -> NetlinkError {
+    NetlinkError::Malformed(format!("an endpoint's {what} of the wrong size"))
 }
 
 /// A nested address with its id, flags and interface.

@@ -23,4 +23,4 @@ pub mod message;
 pub use client::{PathManager, PmEvents};
 pub use events::{PmEvent, PmEventKind};
 pub use kind::PathManagerKind;
-pub use message::PmEndpoint;
+pub use message::{FLAG_SIGNAL, FLAG_SUBFLOW, PmEndpoint, PmEndpointEntry, PmLimits};

@@ -3,11 +3,17 @@
 //! that its data can come in through that node's NIC.
 //!
 //! * [`reads`]: the reader tracepoint attached, its connections followed
-//!   and their reads per node read back.
+//!   and their reads per node read back;
+//! * [`reader_node`]: which node reads a connection now, with enough
+//!   hysteresis that a moment's move flips nothing;
+//! * [`connections`]: the namespace's connections and what each asks of
+//!   the kernel (subflows, announcements, backup flags), pure.
 //!
 //! It must NOT speak netlink itself (`srap_host::mptcp_pm` does) nor
 //! decide a connection's ports (the plan's tables do).
 
+pub mod connections;
+pub mod reader_node;
 pub mod reads;
 
 pub use reads::{ReaderError, Reads};

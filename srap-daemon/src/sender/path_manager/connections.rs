@@ -1,0 +1,588 @@
+//! The namespace's MPTCP connections as their path manager keeps them,
+//! and what it asks of the kernel for each: pure, fed the path manager's
+//! events, the cgroup each connection belongs to and the reader
+//! tracepoint's counts, answering with [`Action`]s the manager carries
+//! out.
+//!
+//! * A connection of the steered cgroup gets a subflow from each NIC this
+//!   host follows (this host connected) or each NIC's address announced
+//!   (this host accepted); its ports are the binder's to choose (the
+//!   bind hook steers a subflow bound with port 0). Every subflow but the
+//!   ones through the reader's node's NIC is marked backup, so the peer
+//!   sends by that NIC alone; with none there, none is backup.
+//! * Any other connection gets what the kernel's own path manager would
+//!   give it: a subflow from each `subflow` endpoint, up to the limit, and
+//!   each `signal` endpoint announced.
+//! * A connection is never left with every subflow backup.
+
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, SocketAddr},
+};
+
+use srap_common::reader::ReadCounts;
+use srap_host::mptcp_pm::{
+    FLAG_SIGNAL, FLAG_SUBFLOW, PmEndpoint, PmEndpointEntry, PmEvent, PmEventKind, PmLimits,
+};
+
+use super::reader_node::ReaderNode;
+
+/// One NIC a followed connection may have a subflow through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowedNic {
+    pub name: String,
+    pub ifindex: u32,
+    pub addresses: Vec<IpAddr>,
+    /// Its device's NUMA node; `None` when unknown.
+    pub node: Option<u32>,
+}
+
+/// What the namespace's own path manager settings say, for the
+/// connections SRAP does not steer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelSettings {
+    pub endpoints: Vec<PmEndpointEntry>,
+    pub limits: PmLimits,
+}
+
+/// A request for the kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    CreateSubflow {
+        token: u32,
+        local: PmEndpoint,
+        remote: SocketAddr,
+    },
+    Announce {
+        token: u32,
+        local: PmEndpoint,
+    },
+    SetBackup {
+        token: u32,
+        local: SocketAddr,
+        remote: SocketAddr,
+        backup: bool,
+    },
+    /// Start or stop counting the connection's reads.
+    Follow(u32),
+    Forget(u32),
+}
+
+/// One subflow as the events told it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Subflow {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub backup: bool,
+}
+
+/// Whose the connection is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// Not known yet: its cgroup is read at the next tick.
+    Unknown,
+    /// Of the steered cgroup: SRAP follows its reader.
+    Steered,
+    /// Another cgroup's: it gets the kernel's settings.
+    Other,
+    /// Open before this agent started: its subflows are kept, its reader
+    /// followed.
+    Adopted,
+}
+
+/// One connection.
+#[derive(Debug, Clone)]
+pub struct Connection {
+    pub token: u32,
+    /// The first subflow's ends.
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    pub server_side: bool,
+    pub owner: Owner,
+    pub subflows: Vec<Subflow>,
+    pub reader: ReaderNode,
+    /// Subflows asked for and refused, or closed with an error.
+    pub refused: u64,
+    /// Why no subflow is on the reader's node, while none is.
+    pub unplaced: Option<String>,
+    next_id: u8,
+}
+
+/// Every connection of the namespace, by token.
+#[derive(Debug, Default)]
+pub struct Connections {
+    pub by_token: BTreeMap<u32, Connection>,
+    /// Backup flags changed, subflows asked for.
+    pub flips: u64,
+    pub subflows_made: u64,
+}
+
+impl Connections {
+    /// Takes one event; what it asks of the kernel at once.
+    pub fn on_event(&mut self, event: &PmEvent) -> Vec<Action> {
+        match event.kind {
+            PmEventKind::Created => {
+                self.created(event);
+                Vec::new()
+            }
+            PmEventKind::SubEstablished => self.sub_established(event),
+            PmEventKind::SubClosed => self.sub_closed(event),
+            PmEventKind::SubPriority => {
+                self.sub_priority(event);
+                Vec::new()
+            }
+            PmEventKind::Closed => match self.by_token.remove(&event.token) {
+                Some(_) => vec![Action::Forget(event.token)],
+                None => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    }
+
+    /// Connections whose owner is still [`Owner::Unknown`], with their
+    /// first subflow's ends.
+    pub fn unresolved(&self) -> Vec<(u32, SocketAddr, SocketAddr)> {
+        self.by_token
+            .values()
+            .filter(|c| c.owner == Owner::Unknown)
+            .map(|c| (c.token, c.local, c.remote))
+            .collect()
+    }
+
+    /// Says whose connection `token` is, and what that asks for.
+    pub fn resolve(
+        &mut self,
+        token: u32,
+        owner: Owner,
+        nics: &[FollowedNic],
+        kernel: &KernelSettings,
+    ) -> Vec<Action> {
+        let Some(conn) = self.by_token.get_mut(&token) else {
+            return Vec::new();
+        };
+        conn.owner = owner;
+        let actions = match owner {
+            Owner::Steered => conn.steered_paths(nics),
+            Owner::Other => conn.kernel_paths(kernel),
+            Owner::Unknown | Owner::Adopted => Vec::new(),
+        };
+        self.subflows_made += actions
+            .iter()
+            .filter(|a| matches!(a, Action::CreateSubflow { .. }))
+            .count() as u64;
+        let follow = matches!(owner, Owner::Steered | Owner::Adopted);
+        follow
+            .then_some(Action::Follow(token))
+            .into_iter()
+            .chain(actions)
+            .collect()
+    }
+
+    /// Takes a connection open before the agent: its subflows as the
+    /// kernel lists them (the first one first).
+    pub fn adopt(&mut self, token: u32, subflows: Vec<Subflow>) -> Vec<Action> {
+        let Some(first) = subflows.first().copied() else {
+            return Vec::new();
+        };
+        let mut conn = Connection::new(token, first.local, first.remote, false);
+        conn.owner = Owner::Adopted;
+        conn.next_id = subflows.len() as u8 + 1;
+        conn.subflows = subflows;
+        self.by_token.insert(token, conn);
+        vec![Action::Follow(token)]
+    }
+
+    /// The reads of `token` counted now: the flags its reader's node asks.
+    pub fn on_reads(
+        &mut self,
+        token: u32,
+        counts: &ReadCounts,
+        nics: &[FollowedNic],
+    ) -> Vec<Action> {
+        let Some(conn) = self.by_token.get_mut(&token) else {
+            return Vec::new();
+        };
+        conn.reader.sample(counts);
+        let actions = conn.flags(nics);
+        self.flips += actions.len() as u64;
+        actions
+    }
+
+    fn created(&mut self, event: &PmEvent) {
+        let (Some(local), Some(remote)) = (event.local, event.remote) else {
+            return;
+        };
+        let conn = Connection::new(event.token, local, remote, event.server_side);
+        self.by_token.insert(event.token, conn);
+    }
+
+    fn sub_established(&mut self, event: &PmEvent) -> Vec<Action> {
+        let (Some(conn), Some(local), Some(remote)) = (
+            self.by_token.get_mut(&event.token),
+            event.local,
+            event.remote,
+        ) else {
+            return Vec::new();
+        };
+        conn.subflows
+            .retain(|s| (s.local, s.remote) != (local, remote));
+        conn.subflows.push(Subflow {
+            local,
+            remote,
+            backup: event.backup,
+        });
+        Vec::new()
+    }
+
+    fn sub_closed(&mut self, event: &PmEvent) -> Vec<Action> {
+        let Some(conn) = self.by_token.get_mut(&event.token) else {
+            return Vec::new();
+        };
+        if event.error.is_some_and(|e| e != 0) {
+            conn.refused += 1;
+        }
+        conn.subflows
+            .retain(|s| Some(s.local) != event.local || Some(s.remote) != event.remote);
+        conn.never_all_backup()
+    }
+
+    fn sub_priority(&mut self, event: &PmEvent) {
+        let Some(conn) = self.by_token.get_mut(&event.token) else {
+            return;
+        };
+        for subflow in &mut conn.subflows {
+            if Some(subflow.local) == event.local && Some(subflow.remote) == event.remote {
+                subflow.backup = event.backup;
+            }
+        }
+    }
+}
+
+impl Connection {
+    fn new(token: u32, local: SocketAddr, remote: SocketAddr, server_side: bool) -> Self {
+        Self {
+            token,
+            local,
+            remote,
+            server_side,
+            owner: Owner::Unknown,
+            // The first subflow is established when the connection is.
+            subflows: vec![Subflow {
+                local,
+                remote,
+                backup: false,
+            }],
+            reader: ReaderNode::default(),
+            refused: 0,
+            unplaced: None,
+            next_id: 1,
+        }
+    }
+
+    /// A subflow from, or an announcement of, each NIC but the first
+    /// subflow's, of the connection's family.
+    fn steered_paths(&mut self, nics: &[FollowedNic]) -> Vec<Action> {
+        let family_v4 = self.local.is_ipv4();
+        let mut actions = Vec::new();
+        for nic in nics {
+            if nic.addresses.contains(&self.local.ip()) {
+                continue;
+            }
+            let Some(ip) = nic.addresses.iter().find(|a| a.is_ipv4() == family_v4) else {
+                continue;
+            };
+            let local = PmEndpoint {
+                id: self.take_id(),
+                addr: SocketAddr::new(*ip, 0),
+                ifindex: Some(nic.ifindex),
+            };
+            actions.push(self.path_from(local));
+        }
+        actions
+    }
+
+    /// What the kernel's own path manager would do with its endpoints.
+    fn kernel_paths(&mut self, kernel: &KernelSettings) -> Vec<Action> {
+        let family_v4 = self.local.is_ipv4();
+        let mut made = 0;
+        let mut actions = Vec::new();
+        for entry in &kernel.endpoints {
+            let end = entry.end;
+            if end.addr.is_ipv4() != family_v4 || end.addr.ip() == self.local.ip() {
+                continue;
+            }
+            if entry.flags & FLAG_SIGNAL != 0 {
+                actions.push(Action::Announce {
+                    token: self.token,
+                    local: end,
+                });
+            }
+            if entry.flags & FLAG_SUBFLOW != 0 && !self.server_side && made < kernel.limits.subflows
+            {
+                made += 1;
+                actions.push(Action::CreateSubflow {
+                    token: self.token,
+                    local: end,
+                    remote: self.remote,
+                });
+            }
+        }
+        actions
+    }
+
+    fn path_from(&self, local: PmEndpoint) -> Action {
+        if self.server_side {
+            Action::Announce {
+                token: self.token,
+                local,
+            }
+        } else {
+            Action::CreateSubflow {
+                token: self.token,
+                local,
+                remote: self.remote,
+            }
+        }
+    }
+
+    fn take_id(&mut self) -> u8 {
+        let id = self.next_id;
+        self.next_id = self.next_id.saturating_add(1);
+        id
+    }
+
+    /// The backup flag each subflow should have for the reader's node.
+    fn flags(&mut self, nics: &[FollowedNic]) -> Vec<Action> {
+        let Some(node) = self.reader.node() else {
+            return Vec::new();
+        };
+        let on_node = |s: &Subflow| node_of(nics, s.local.ip()) == Some(node);
+        let any_on_node = self.subflows.iter().any(on_node);
+        self.unplaced = (!any_on_node)
+            .then(|| format!("no subflow of this connection leaves from a NIC of node {node}"));
+        let wanted = |s: &Subflow| any_on_node && !on_node(s);
+        self.set_flags(wanted)
+    }
+
+    /// Unmarks every subflow when all that are left are backup.
+    fn never_all_backup(&mut self) -> Vec<Action> {
+        if self.subflows.iter().all(|s| s.backup) {
+            self.set_flags(|_| false)
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn set_flags(&mut self, wanted: impl Fn(&Subflow) -> bool) -> Vec<Action> {
+        let mut actions = Vec::new();
+        for subflow in &mut self.subflows {
+            let backup = wanted(subflow);
+            if subflow.backup != backup {
+                subflow.backup = backup;
+                actions.push(Action::SetBackup {
+                    token: self.token,
+                    local: subflow.local,
+                    remote: subflow.remote,
+                    backup,
+                });
+            }
+        }
+        actions
+    }
+}
+
+/// The node of the NIC holding `ip`.
+fn node_of(nics: &[FollowedNic], ip: IpAddr) -> Option<u32> {
+    nics.iter().find(|n| n.addresses.contains(&ip))?.node
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(text: &str) -> SocketAddr {
+        text.parse().expect("address")
+    }
+
+    fn nics() -> Vec<FollowedNic> {
+        (0..2)
+            .map(|n| FollowedNic {
+                name: format!("eth{n}"),
+                ifindex: 10 + n,
+                addresses: vec![format!("10.{n}.0.1").parse().expect("ip")],
+                node: Some(n),
+            })
+            .collect()
+    }
+
+    fn event(kind: PmEventKind, local: &str, remote: &str) -> PmEvent {
+        PmEvent {
+            kind,
+            token: 7,
+            local: Some(addr(local)),
+            remote: Some(addr(remote)),
+            local_id: None,
+            remote_id: None,
+            backup: false,
+            server_side: false,
+            ifindex: None,
+            error: None,
+        }
+    }
+
+    /// A steered connection from eth0, with its second subflow from eth1.
+    fn two_subflows() -> Connections {
+        let mut table = Connections::default();
+        table.on_event(&event(
+            PmEventKind::Created,
+            "10.0.0.1:40000",
+            "10.9.0.2:5201",
+        ));
+        let asked = table.resolve(7, Owner::Steered, &nics(), &KernelSettings::default());
+        assert_eq!(
+            asked,
+            vec![
+                Action::Follow(7),
+                Action::CreateSubflow {
+                    token: 7,
+                    local: PmEndpoint {
+                        id: 1,
+                        addr: addr("10.1.0.1:0"),
+                        ifindex: Some(11)
+                    },
+                    remote: addr("10.9.0.2:5201"),
+                }
+            ]
+        );
+        table.on_event(&event(
+            PmEventKind::SubEstablished,
+            "10.1.0.1:40001",
+            "10.9.0.2:5201",
+        ));
+        table
+    }
+
+    fn reads(node: usize, bytes: u64, counts: &mut ReadCounts) -> ReadCounts {
+        counts.bytes[node] += bytes;
+        *counts
+    }
+
+    #[test]
+    fn the_subflows_off_the_readers_node_are_backup_and_follow_its_move() {
+        let mut table = two_subflows();
+        let mut counts = ReadCounts::default();
+        let first = table.on_reads(7, &reads(1, 1 << 20, &mut counts), &nics());
+        assert_eq!(
+            first,
+            vec![Action::SetBackup {
+                token: 7,
+                local: addr("10.0.0.1:40000"),
+                remote: addr("10.9.0.2:5201"),
+                backup: true
+            }]
+        );
+        assert!(
+            table
+                .on_reads(7, &reads(0, 1 << 20, &mut counts), &nics())
+                .is_empty()
+        );
+        let moved = table.on_reads(7, &reads(0, 1 << 20, &mut counts), &nics());
+        assert_eq!(moved.len(), 2, "both flags flip: {moved:?}");
+        assert_eq!(table.flips, 3);
+    }
+
+    #[test]
+    fn a_lone_backup_subflow_is_unmarked_when_the_other_closes() {
+        let mut table = two_subflows();
+        let mut counts = ReadCounts::default();
+        table.on_reads(7, &reads(1, 1 << 20, &mut counts), &nics());
+        let closed = table.on_event(&event(
+            PmEventKind::SubClosed,
+            "10.1.0.1:40001",
+            "10.9.0.2:5201",
+        ));
+        assert_eq!(
+            closed,
+            vec![Action::SetBackup {
+                token: 7,
+                local: addr("10.0.0.1:40000"),
+                remote: addr("10.9.0.2:5201"),
+                backup: false
+            }]
+        );
+    }
+
+    #[test]
+    fn without_a_subflow_on_the_readers_node_none_is_backup_and_the_status_says_why() {
+        let mut table = two_subflows();
+        let mut nics = nics();
+        nics[1].node = None;
+        nics.push(FollowedNic {
+            name: "eth2".into(),
+            ifindex: 12,
+            addresses: vec![],
+            node: Some(2),
+        });
+        let mut counts = ReadCounts::default();
+        assert!(
+            table
+                .on_reads(7, &reads(2, 1 << 20, &mut counts), &nics)
+                .is_empty()
+        );
+        let conn = &table.by_token[&7];
+        assert!(
+            conn.unplaced
+                .as_deref()
+                .is_some_and(|why| why.contains("node 2"))
+        );
+    }
+
+    #[test]
+    fn another_cgroups_connection_gets_the_kernels_endpoints_up_to_the_limit() {
+        let mut table = Connections::default();
+        table.on_event(&event(
+            PmEventKind::Created,
+            "10.0.0.1:40000",
+            "10.9.0.2:5201",
+        ));
+        let entry = |ip: &str, flags| PmEndpointEntry {
+            end: PmEndpoint {
+                id: 3,
+                addr: addr(ip),
+                ifindex: None,
+            },
+            flags,
+        };
+        let kernel = KernelSettings {
+            endpoints: vec![
+                entry("10.1.0.1:0", FLAG_SUBFLOW),
+                entry("10.2.0.1:0", FLAG_SUBFLOW),
+                entry("10.3.0.1:0", FLAG_SIGNAL),
+            ],
+            limits: PmLimits {
+                subflows: 1,
+                add_addr_accepted: 0,
+            },
+        };
+        let asked = table.resolve(7, Owner::Other, &nics(), &kernel);
+        assert_eq!(
+            asked.len(),
+            2,
+            "one subflow (the limit) and one announcement: {asked:?}"
+        );
+        assert!(!asked.contains(&Action::Follow(7)));
+    }
+
+    #[test]
+    fn an_accepted_connection_announces_the_other_nics() {
+        let mut table = Connections::default();
+        let mut created = event(PmEventKind::Created, "10.0.0.1:5201", "10.9.0.2:40000");
+        created.server_side = true;
+        table.on_event(&created);
+        let asked = table.resolve(7, Owner::Steered, &nics(), &KernelSettings::default());
+        assert!(
+            matches!(asked[1], Action::Announce { token: 7, .. }),
+            "{asked:?}"
+        );
+    }
+}
