@@ -23,7 +23,6 @@ use std::{
 
 use aya::{
     Ebpf,
-    maps::MapError,
     programs::{
         CgroupAttachMode, Program, ProgramError, SchedClassifier, SockOps, TcAttachType, Xdp,
         XdpMode,
@@ -40,118 +39,21 @@ use crate::sock_diag::{SockDiagError, TcpCounters, TcpDiag};
 use crate::tc::TcMode;
 use tracing::{debug, info, warn};
 
-use self::seam::{FlowTable, HookAttacher, KernelHooks};
+pub use self::{
+    error::ObserverError,
+    hook::{AUTO_ORDER, Hook, HookChoice},
+};
 
+use self::{
+    hook::AttachFailure,
+    seam::{FlowTable, HookAttacher},
+};
+
+mod error;
+mod hook;
 mod seam;
 #[cfg(test)]
 mod seam_tests;
-
-/// Where the observer runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Hook {
-    /// Native (driver) XDP.
-    XdpDriver,
-    /// Generic XDP, run by the kernel's network stack.
-    XdpGeneric,
-    /// tc ingress through a tcx link (Linux ≥ 6.6, no qdisc needed).
-    TcxIngress,
-    /// tc ingress through a filter on a `clsact` qdisc (netlink; older kernels).
-    ClsactIngress,
-    /// `sock_ops` on a cgroup: once per accepted connection, never per packet.
-    SockOps,
-}
-
-impl fmt::Display for Hook {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::XdpDriver => "xdp (driver)",
-            Self::XdpGeneric => "xdp (generic)",
-            Self::TcxIngress => "tc ingress (tcx)",
-            Self::ClsactIngress => "tc ingress (clsact)",
-            Self::SockOps => "sock_ops (cgroup)",
-        })
-    }
-}
-
-impl Hook {
-    /// Whether the hook records the NIC's own RSS hash (`skb->hash`,
-    /// [`FlowStats::nic_hash`]): only tc ingress sees the skb with it. XDP
-    /// has no skb (the `bpf_xdp_metadata_rx_hash` kfunc is beyond aya 0.14),
-    /// and the socket hook's `sk_rxhash` passed through RPS/RFS first.
-    pub fn reads_nic_hash(self) -> bool {
-        matches!(self, Self::TcxIngress | Self::ClsactIngress)
-    }
-}
-
-/// Hooks tried by [`HookChoice::Auto`], best first: only hooks whose
-/// attaching changes nothing on the device. The socket hook first: it does
-/// no per-packet work (tc ingress does, ~tens of ns per skb); tc where
-/// there is no cgroup2 and on a veth (see [`QueueReading::SocketPeerTxQueue`]). XDP is never chosen for the user: on virtio_net
-/// (6.1) attaching it re-sends the queue-pair count and QEMU turns RSS off;
-/// mlx5 refuses it while HW-GRO/LRO is on and rebuilds its receive rings; a
-/// non-frags program cannot attach at 9000-byte MTU.
-pub const AUTO_ORDER: [Hook; 3] = [Hook::SockOps, Hook::TcxIngress, Hook::ClsactIngress];
-
-/// Which hooks to try.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum HookChoice {
-    /// [`AUTO_ORDER`]: the first that attaches.
-    #[default]
-    Auto,
-    /// XDP only, as an explicit choice: driver mode, then generic.
-    Xdp,
-    /// tc ingress only: tcx, then a `clsact` filter.
-    Tc,
-    /// The socket hook only.
-    Sock,
-    /// Exactly this hook.
-    Only(Hook),
-}
-
-impl HookChoice {
-    fn order(&self) -> &[Hook] {
-        match self {
-            Self::Auto => &AUTO_ORDER,
-            Self::Xdp => &[Hook::XdpDriver, Hook::XdpGeneric],
-            Self::Tc => &[Hook::TcxIngress, Hook::ClsactIngress],
-            Self::Sock => &[Hook::SockOps],
-            Self::Only(hook) => std::slice::from_ref(hook),
-        }
-    }
-}
-
-/// Why the observer could not be loaded, attached or read.
-#[derive(Debug, thiserror::Error)]
-pub enum ObserverError {
-    /// The embedded object did not load (no privileges, no BTF, verifier reject…).
-    #[error("loading the SRAP eBPF object: {0}")]
-    Load(#[from] aya::EbpfError),
-    /// The object lacks a program or map this code expects (build mismatch).
-    #[error("the SRAP eBPF object has no {0}")]
-    Missing(&'static str),
-    /// A program could not be loaded into the kernel.
-    #[error("loading program {program}: {source}")]
-    Program {
-        /// Program name.
-        program: &'static str,
-        /// What the kernel or aya said.
-        source: ProgramError,
-    },
-    /// No hook of the chosen family attached.
-    #[error("could not attach the receive observer to {iface}: {attempts}")]
-    Attach {
-        /// Interface name.
-        iface: String,
-        /// Every attempt with its error, in order.
-        attempts: String,
-    },
-    /// Reading the flow map failed.
-    #[error("reading the observer's flow map: {0}")]
-    Map(#[from] MapError),
-    /// Reading the connections' counters (sock_diag) failed.
-    #[error("reading TCP counters through sock_diag: {0}")]
-    Diag(srap_host::netlink::NetlinkError),
-}
 
 /// One flow as the observer recorded it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -594,13 +496,6 @@ pub fn driver(iface: &str) -> Option<String> {
     socket.drvinfo().ok().map(|info| info.driver)
 }
 
-/// An attempt that failed: either this hook is unavailable (try the next) or
-/// something is wrong with the object itself (stop).
-enum AttachFailure {
-    Refused(String),
-    Fatal(ObserverError),
-}
-
 /// Attaches on the first hook of `choice`, in its order, that `hooks`
 /// attaches on a device driven by `driver`: a hook refused moves on to the
 /// next (its reason kept for the error), a fatal failure stops. The socket
@@ -687,6 +582,34 @@ where
         .map_err(fatal)?;
     program.load_once().map_err(fatal)?;
     Ok(program)
+}
+
+/// The observer's object, attached in the calling thread's namespace: on
+/// `iface` for the packet hooks, on `cgroup` (default the cgroup2 root)
+/// for the socket hook, which notes what it runs without in `limits`.
+struct KernelHooks<'a> {
+    ebpf: &'a mut Ebpf,
+    iface: &'a str,
+    cgroup: Option<&'a Path>,
+    choice: HookChoice,
+    limits: &'a mut Vec<ObserverLimit>,
+}
+
+impl HookAttacher for KernelHooks<'_> {
+    type Attached = Option<SocketView>;
+
+    fn attach(&mut self, hook: Hook) -> Result<Option<SocketView>, AttachFailure> {
+        let (ebpf, iface) = (&mut *self.ebpf, self.iface);
+        match hook {
+            Hook::XdpDriver => attach_xdp(ebpf, iface, XdpMode::Driver).map(|()| None),
+            Hook::XdpGeneric => attach_xdp(ebpf, iface, XdpMode::Skb).map(|()| None),
+            Hook::TcxIngress => attach_tc(ebpf, iface, TcMode::Tcx).map(|()| None),
+            Hook::ClsactIngress => attach_tc(ebpf, iface, TcMode::Clsact).map(|()| None),
+            Hook::SockOps => {
+                attach_sock(ebpf, iface, self.cgroup, self.choice, self.limits).map(Some)
+            }
+        }
+    }
 }
 
 fn attach_xdp(ebpf: &mut Ebpf, iface: &str, mode: XdpMode) -> Result<(), AttachFailure> {

@@ -1,25 +1,24 @@
 //! The seam between the observer's decisions and the kernel: attaching on
 //! one hook ([`HookAttacher`]) and walking or pruning its flow map
-//! ([`FlowTable`]). [`KernelHooks`] and a loaded [`Ebpf`] are the real
-//! ones, an aya call (or a few) each; unit tests put in-memory ones in
-//! their place, so the hook order, the fallbacks and the reading of the
-//! records are judged without root.
+//! ([`FlowTable`]). The parent's `KernelHooks` and a loaded [`Ebpf`] are
+//! the real ones, an aya call (or a few) each; unit tests put in-memory
+//! ones in their place, so the hook order, the fallbacks and the reading
+//! of the records are judged without root. The real attaching stays in
+//! the parent: this file must not call up into it.
 
-use std::{collections::HashMap, path::Path};
+use std::collections::HashMap;
 
 use aya::{
     Ebpf, Pod,
     maps::{HashMap as BpfHashMap, MapData, MapError},
-    programs::XdpMode,
 };
 use srap_common::observer::FlowKey;
 use tracing::debug;
 
 use super::{
-    AttachFailure, Hook, HookChoice, ObserverError, ObserverLimit, SocketView, attach_sock,
-    attach_tc, attach_xdp,
+    error::ObserverError,
+    hook::{AttachFailure, Hook},
 };
-use crate::tc::TcMode;
 
 /// Attaches the observer on one hook.
 pub(super) trait HookAttacher {
@@ -29,34 +28,6 @@ pub(super) trait HookAttacher {
     /// Attaches on `hook`: refused (another hook may do) or fatal (the
     /// object itself is wrong) when it cannot.
     fn attach(&mut self, hook: Hook) -> Result<Self::Attached, AttachFailure>;
-}
-
-/// The observer's object, attached in the calling thread's namespace: on
-/// `iface` for the packet hooks, on `cgroup` (default the cgroup2 root)
-/// for the socket hook, which notes what it runs without in `limits`.
-pub(super) struct KernelHooks<'a> {
-    pub ebpf: &'a mut Ebpf,
-    pub iface: &'a str,
-    pub cgroup: Option<&'a Path>,
-    pub choice: HookChoice,
-    pub limits: &'a mut Vec<ObserverLimit>,
-}
-
-impl HookAttacher for KernelHooks<'_> {
-    type Attached = Option<SocketView>;
-
-    fn attach(&mut self, hook: Hook) -> Result<Option<SocketView>, AttachFailure> {
-        let (ebpf, iface) = (&mut *self.ebpf, self.iface);
-        match hook {
-            Hook::XdpDriver => attach_xdp(ebpf, iface, XdpMode::Driver).map(|()| None),
-            Hook::XdpGeneric => attach_xdp(ebpf, iface, XdpMode::Skb).map(|()| None),
-            Hook::TcxIngress => attach_tc(ebpf, iface, TcMode::Tcx).map(|()| None),
-            Hook::ClsactIngress => attach_tc(ebpf, iface, TcMode::Clsact).map(|()| None),
-            Hook::SockOps => {
-                attach_sock(ebpf, iface, self.cgroup, self.choice, self.limits).map(Some)
-            }
-        }
-    }
 }
 
 /// A hook's flow map, by name.
