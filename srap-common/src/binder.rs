@@ -1183,6 +1183,10 @@ pub mod mptcp {
     pub const OFF: u32 = 0;
     /// Every subflow of an MPTCP connection steered, each at its own CPU.
     pub const SUBFLOWS: u32 = 1;
+    /// As [`SUBFLOWS`] for the hooks; the agent is besides the namespace's
+    /// path manager, which opens each connection's subflows (bound with
+    /// port 0, so the bind hook steers them) and follows its reader.
+    pub const FOLLOW_READER: u32 = 2;
 }
 
 /// The name the binder's [`LoadConfig`] global has in the eBPF object.

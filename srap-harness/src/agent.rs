@@ -657,6 +657,12 @@ impl SenderAgent {
         self.process.kill();
     }
 
+    /// SIGTERM, a clean stop (SIGKILL if it lingers); its exit status if
+    /// it exited on its own.
+    pub fn stop(&mut self) -> Option<ExitStatus> {
+        self.process.stop()
+    }
+
     /// True once the agent exited (or was never started, or killed).
     pub fn exited(&self) -> bool {
         self.process.exited()

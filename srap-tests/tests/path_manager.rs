@@ -20,15 +20,18 @@ use std::{
     time::Duration,
 };
 
+use srap_common::rss::embedded_default;
 use srap_daemon::sender::path_manager::Reads;
 use srap_host::mptcp_pm::{
     PathManager, PathManagerKind, PmEndpoint, PmEvent, PmEventKind, PmEvents,
 };
 use srap_tests::{
-    TwoHosts, VethConfig,
-    flows::mptcp_listener,
+    TwoHosts, VethConfig, built_binary,
+    flows::{Server, mptcp_listener},
+    harness::{SenderOpts, SenderPair},
     harness::{Subnet, poll_until},
     require_privileged, socket_patterns,
+    test_workload::Workload,
     veth::enable_mptcp_in,
 };
 
@@ -205,6 +208,194 @@ fn the_reader_tracepoint_counts_a_followed_connections_reads_on_the_cpu_of_its_t
     assert_eq!(reads.counts(token), None, "a forgotten connection");
     drop(stream);
     drop(server);
+}
+
+#[test]
+#[ignore = "needs root: network namespaces, MPTCP and the agent's programs"]
+fn the_agent_opens_a_steered_subflow_per_nic_keeps_others_on_the_kernels_endpoints_and_hands_back_the_path_manager()
+ {
+    require_privileged("the follow-reader agent test");
+    let mut lab = FollowLab::new();
+    assert_eq!(
+        lab.pm_type(),
+        "1",
+        "the agent's namespace under the userspace path manager"
+    );
+    let mut server = Server::bind_mptcp(&lab.pair.hosts.receiver, lab.service, WAIT);
+    let mut workload = Workload::spawn(
+        &lab.pair.hosts.sender,
+        Some(lab.pair.agent.cgroup()),
+        lab.service,
+    );
+    let opened = workload.ask(&format!("mptcp {STEERED}"));
+    assert_eq!(opened.len(), STEERED, "steered MPTCP connections opened");
+    server.accept(STEERED);
+    let second = lab.await_subflows_from_b(STEERED);
+    for peer in &second {
+        assert!(
+            LAB_PORTS.contains(&peer.port()),
+            "a steered connection's subflow from link B leaves from {peer}: a port of the \
+             binder's range {LAB_PORTS:?}, not the kernel's"
+        );
+    }
+
+    // Outside the cgroup: the namespace's own endpoint gives a subflow.
+    lab.pair
+        .hosts
+        .sender
+        .ip(["mptcp", "endpoint", "add", &lab.b.to_string(), "subflow"])
+        .expect("an endpoint");
+    let mut other = lab
+        .pair
+        .hosts
+        .sender
+        .run(|| socket_patterns::mptcp(lab.service, WAIT))
+        .expect("enter the sender's namespace");
+    // Data acknowledged at the MPTCP level makes the connection fully
+    // established, as an application's first bytes do.
+    other.write_all(b"hello").expect("a greeting");
+    server.accept(1);
+    let all = lab.await_subflows_from_b(STEERED + 1);
+    let kernel_port = all
+        .iter()
+        .find(|p| !second.contains(p))
+        .expect("a third subflow");
+    assert!(
+        !LAB_PORTS.contains(&kernel_port.port()),
+        "the unsteered connection's subflow {kernel_port} keeps a kernel port"
+    );
+
+    lab.pair.agent.stop();
+    assert_eq!(
+        lab.pm_type(),
+        "0",
+        "a clean stop restores the kernel's path manager"
+    );
+    lab.pair.agent.launch().expect("the agent again");
+    assert_eq!(lab.pm_type(), "1");
+    lab.pair.agent.kill();
+    assert_eq!(
+        lab.pm_type(),
+        "1",
+        "a killed agent leaves the namespace as it was"
+    );
+    let out = lab.pair.agent.detach().expect("srap-agent detach");
+    assert!(out.status.success(), "detach: {out:?}");
+    assert_eq!(
+        lab.pm_type(),
+        "0",
+        "detach restores the kernel's path manager"
+    );
+    drop(other);
+}
+
+/// MPTCP connections the steered test workload opens.
+const STEERED: usize = 3;
+/// The agent's source ports: below the namespace's ephemeral range, so a
+/// port the binder chose cannot be the kernel's.
+const LAB_PORTS: std::ops::RangeInclusive<u16> = 10_000..=32_767;
+const SERVICE_PORT: u16 = 5302;
+
+/// Two namespaces joined by two links, the receiver's service address on
+/// its loopback reached by either, MPTCP on in both, and a sender agent
+/// given both links with `--mptcp follow-reader`. Field order is drop
+/// order.
+struct FollowLab {
+    pair: SenderPair,
+    /// Link B's address in the sender's namespace.
+    b: IpAddr,
+    service: SocketAddr,
+    _subnets: [Subnet; 2],
+}
+
+impl FollowLab {
+    fn new() -> Self {
+        let second = Subnet::lease().expect("a second subnet");
+        let service_net = Subnet::lease().expect("the receiver's service subnet");
+        let service = service_net.ipv4(1);
+        let mut b = None;
+        let pair = SenderPair::new(VethConfig::default(), |hosts, _| {
+            let (near, far) = hosts.second_link(&second)?;
+            for ns in [&hosts.sender, &hosts.receiver] {
+                enable_mptcp_in(ns)?;
+                ns.exec("sysctl", ["-qw", "net.ipv4.conf.all.rp_filter=0"])?;
+            }
+            for iface in [&hosts.receiver_end.ifname, &far.ifname] {
+                let setting = format!("net.ipv4.conf.{iface}.rp_filter=0");
+                hosts.receiver.exec("sysctl", ["-qw", &setting])?;
+            }
+            hosts
+                .receiver
+                .ip(["addr", "add", &format!("{service}/32"), "dev", "lo"])?;
+            let prefix = format!("{}/24", service_net.ipv4(0));
+            let a = hosts.sender_end.clone();
+            let via_a = hosts.receiver_end.ipv4.to_string();
+            let via_b = far.ipv4.to_string();
+            for (via, dev, metric) in [(&via_a, &a.ifname, "10"), (&via_b, &near.ifname, "200")] {
+                hosts.sender.ip([
+                    "route", "add", &prefix, "via", via, "dev", dev, "metric", metric,
+                ])?;
+            }
+            b = Some(IpAddr::V4(near.ipv4));
+            Ok(SenderOpts::new(built_binary("srap-agent"))
+                .rss(embedded_default())
+                .port_range("10000-32767")
+                .args(["--receiver", &service.to_string()])
+                .args(["--local-iface", &a.ifname, "--local-iface", &near.ifname])
+                .args(["--source-rules", "install", "--mptcp", "follow-reader"]))
+        })
+        .expect("two namespaces joined by two veth links, a sender agent");
+        let mut lab = Self {
+            pair,
+            b: b.expect("link B's address"),
+            service: SocketAddr::new(service.into(), SERVICE_PORT),
+            _subnets: [second, service_net],
+        };
+        lab.pair.agent.launch().expect("the agent steers");
+        lab
+    }
+
+    /// `net.mptcp.pm_type` of the agent's namespace.
+    fn pm_type(&self) -> String {
+        let out = self
+            .pair
+            .hosts
+            .sender
+            .exec("sysctl", ["-n", "net.mptcp.pm_type"])
+            .expect("sysctl");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Waits until the receiver holds `n` subflows from link B's address,
+    /// as its kernel lists them.
+    fn await_subflows_from_b(&self, n: usize) -> Vec<SocketAddr> {
+        poll_until(WAIT * 2, Duration::from_millis(50), || {
+            let filter = format!("( sport = :{SERVICE_PORT} )");
+            let out = self
+                .pair
+                .hosts
+                .receiver
+                .exec("ss", ["-Htn", "state", "established", &filter])
+                .expect("ss in the receiver's namespace");
+            let from_b: Vec<SocketAddr> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|line| line.split_whitespace().nth(3)?.parse().ok())
+                .filter(|peer: &SocketAddr| peer.ip() == self.b)
+                .collect();
+            if from_b.len() >= n {
+                ControlFlow::Break(from_b)
+            } else {
+                ControlFlow::Continue(from_b)
+            }
+        })
+        .unwrap_or_else(|seen| {
+            panic!(
+                "{n} subflows from link B within {:?}: {seen:?}\n{}",
+                WAIT * 2,
+                self.pair.agent.log().tail()
+            )
+        })
+    }
 }
 
 /// What one pinned phase of reading saw, by the thread itself.

@@ -382,7 +382,7 @@ mod tests {
     fn reader_placement_needs_this_hosts_nic() {
         let err = settings(&["--local-placement=reader"])
             .local
-            .check()
+            .check(srap_daemon::sender::choices::MptcpMode::Off)
             .expect_err("reader without this host's NIC");
         assert!(
             err.to_string().contains("--local-placement reader"),

@@ -32,6 +32,9 @@ pub fn run(args: &DetachArgs) -> anyhow::Result<()> {
             report.source_rules_removed
         );
     }
+    if let Some(before) = report.path_manager_restored {
+        println!("restored the namespace's MPTCP path manager ({before:?})");
+    }
     if let Some(cgroup) = &report.cgroup_removed {
         println!("removed cgroup {}", cgroup.display());
     }

@@ -140,7 +140,7 @@ pub fn start(options: &SenderOptions, object: &[u8]) -> Result<RunningBinder, Se
 
     let config = maps::load_config(options);
     let mut ebpf = attach::load(&layout, object, &options.sizes, &config)?;
-    let subflows = options.mptcp == MptcpMode::Subflows;
+    let subflows = options.mptcp != MptcpMode::Off;
     let fields = attach::trace::write_mptcp_layout(&mut ebpf);
     if let (true, Err(reason)) = (subflows, &fields) {
         warn!(
@@ -251,6 +251,8 @@ fn record_state(
         cgroup_created: created || previous.is_some_and(|p| p.cgroup == cgroup && p.cgroup_created),
         reserved_added: reserved::format(&previously_added),
         netns,
+        // A killed follow-reader agent's record, until an agent restores it.
+        path_manager_before: previous.and_then(|p| p.path_manager_before),
     };
     state::save(state_path, &state)?;
     if !previously_added.is_empty() {

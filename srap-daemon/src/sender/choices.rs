@@ -149,6 +149,12 @@ pub enum MptcpMode {
     /// its connect, each further one at the bind its path manager makes,
     /// each released at its TCP close.
     Subflows = mptcp::SUBFLOWS,
+    /// As `subflows`, and SRAP is the namespace's MPTCP path manager: a
+    /// subflow from each `--local-iface` (or its address announced, for a
+    /// connection this host accepted), every one but the reader's node's
+    /// NIC's marked backup, following the reading thread as it moves;
+    /// other cgroups' connections get the kernel's endpoints.
+    FollowReader = mptcp::FOLLOW_READER,
 }
 
 impl MptcpMode {

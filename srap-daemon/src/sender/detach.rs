@@ -22,6 +22,9 @@ pub struct DetachReport {
     /// Source rules and their tables' routes `--source-rules install` had
     /// added (found by SRAP's priority, tables and protocol).
     pub source_rules_removed: usize,
+    /// The namespace's MPTCP path manager put back (`--mptcp
+    /// follow-reader` had taken it).
+    pub path_manager_restored: Option<srap_host::mptcp_pm::PathManagerKind>,
     /// Things left in place, and why.
     pub notes: Vec<String>,
 }
@@ -65,6 +68,14 @@ pub fn detach(pin_dir: &Path) -> Result<DetachReport, SenderError> {
     })?;
     if !added.is_empty() {
         report.ports_unreserved = Reservation::read(added)?.release()?;
+    }
+    if let Some(before) = state.path_manager_before {
+        match before.install() {
+            Ok(()) => report.path_manager_restored = Some(before),
+            Err(err) => report
+                .notes
+                .push(format!("the MPTCP path manager stays userspace: {err}")),
+        }
     }
     if state.cgroup_created {
         match std::fs::remove_dir(&state.cgroup) {

@@ -23,9 +23,11 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use super::{
     audit::OccupancyAudit,
     binder::RunningBinder,
+    choices::MptcpMode,
     local::source_rules,
     local_end::LocalEnd,
     options::SenderOptions,
+    path_manager::{FollowReader, FollowSettings, PathManagerError, connections::FollowedNic},
     replan::{follow_links, replan_if_sources_changed},
     status::{StatusServer, add_local, binder_status},
     target::Target,
@@ -190,6 +192,9 @@ pub(super) struct Shared {
     pub audit: OccupancyAudit,
     /// This host's own NIC and its closed loop, where it is planned.
     pub local: Option<LocalEnd>,
+    /// SRAP as the namespace's MPTCP path manager (`--mptcp
+    /// follow-reader`); the previous one comes back when it drops.
+    pub path_manager: Option<FollowReader>,
 }
 
 impl Shared {
@@ -199,6 +204,7 @@ impl Shared {
             published,
             audit: OccupancyAudit::default(),
             local: None,
+            path_manager: None,
         }
     }
 
@@ -212,6 +218,51 @@ impl Shared {
             add_local(&mut status, local, targets);
         }
         status
+    }
+}
+
+/// With `--mptcp follow-reader`, SRAP taken on as the namespace's MPTCP
+/// path manager over the NICs the plan follows (given, up). Refused by
+/// name where mptcpd runs; on a kernel without the reader tracepoint (or
+/// another part it needs) the subflows are steered as `--mptcp subflows`
+/// does and the log says why nothing follows the reader.
+pub(super) fn start_path_manager(
+    options: &SenderOptions,
+    binder: &mut RunningBinder,
+) -> anyhow::Result<Option<FollowReader>> {
+    if options.mptcp != MptcpMode::FollowReader {
+        return Ok(None);
+    }
+    let nics = binder
+        .plan
+        .host
+        .nics
+        .nics
+        .iter()
+        .filter(|nic| nic.given && nic.up)
+        .filter_map(|nic| {
+            Some(FollowedNic {
+                name: nic.name.clone(),
+                ifindex: srap_host::fib::ifindex(&nic.name)?,
+                addresses: nic.addresses.iter().copied().collect(),
+                node: nic.node,
+            })
+        })
+        .collect();
+    let settings = FollowSettings {
+        nics,
+        cgroup: binder.cgroup.clone(),
+        state_path: super::state::path_for(binder.layout.dir()),
+    };
+    match FollowReader::start(&mut binder.ebpf, settings) {
+        Ok(manager) => Ok(Some(manager)),
+        Err(err @ PathManagerError::Mptcpd(_)) => Err(err.into()),
+        Err(err) => {
+            tracing::warn!(
+                "--mptcp follow-reader: {err}; MPTCP subflows are steered as with                  --mptcp subflows and stay with the kernel's path manager"
+            );
+            Ok(None)
+        }
     }
 }
 
@@ -243,11 +294,20 @@ impl Signals {
 /// A stop's last steps: tells systemd, removes the source rules
 /// `--source-rules install` put in, and returns the line the mode logs
 /// (each under its own target, as the log has always named it).
-pub(super) fn stopping(binder: &RunningBinder, options: &SenderOptions) -> String {
+pub(super) fn stopping(binder: &RunningBinder, options: &SenderOptions, shared: &Shared) -> String {
     crate::notify::stopping();
     source_rules::remove_on_stop(options.nics.source_rules);
+    let followed = shared.path_manager.as_ref().map(|pm| {
+        let s = pm.summary();
+        format!(
+            "; the MPTCP path manager followed {} connections' readers ({} moves, {} flags \
+             changed, {} subflows made, {} refused) and hands the namespace back",
+            s.followed, s.moves, s.flips, s.subflows_made, s.refused
+        )
+    });
     format!(
-        "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it)",
-        binder.layout.dir().display()
+        "stopping; steering continues (`srap-agent detach --pin-dir {}` removes it){}",
+        binder.layout.dir().display(),
+        followed.unwrap_or_default()
     )
 }

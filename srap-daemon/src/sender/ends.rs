@@ -9,6 +9,7 @@
 
 use std::{collections::BTreeSet, path::PathBuf};
 
+use super::choices::MptcpMode;
 pub use super::choices::{LocalNicsPolicy, LocalPlacement, PlacedEnds, SourceRules};
 
 /// Which NIC the ports are chosen for, and this host's own NIC when it is
@@ -59,13 +60,15 @@ impl LocalSettings {
 
     /// Checks the local settings go together: a description of this
     /// host's NIC for `local` and `both`, and none of them for `remote` —
-    /// but the NICs `--local-nics numa|balance` chooses among
-    /// (`--local-iface`), which place no flow on this host's CPUs.
-    /// Checked after the `--config` file is merged, so the messages name
-    /// both the flag and the key.
-    pub fn check(&self) -> anyhow::Result<()> {
+    /// but the NICs `--local-nics numa|balance` chooses among, or
+    /// `--mptcp follow-reader` opens subflows through (`--local-iface`),
+    /// which place no flow on this host's CPUs. Checked after the
+    /// `--config` file is merged, so the messages name both the flag and
+    /// the key.
+    pub fn check(&self, mptcp: MptcpMode) -> anyhow::Result<()> {
         let described = !self.local_ifaces.is_empty() || self.local_rss.is_some();
-        let nics_chosen = self.local_nics() != LocalNicsPolicy::Route;
+        let nics_chosen =
+            self.local_nics() != LocalNicsPolicy::Route || mptcp == MptcpMode::FollowReader;
         match self.placed_ends() {
             PlacedEnds::Remote
                 if (described && !(nics_chosen && self.local_rss.is_none()))
@@ -75,7 +78,7 @@ impl LocalSettings {
                 anyhow::bail!(
                     "--local-iface, --local-rss, --local-cpus and --local-placement reader go \
                      with --steer local or both (`steer` in the --config file); --local-iface \
-                     alone also goes with --local-nics numa or balance"
+                     alone also goes with --local-nics numa or balance, or --mptcp follow-reader"
                 )
             }
             PlacedEnds::Local | PlacedEnds::Both if !described => anyhow::bail!(
@@ -113,10 +116,10 @@ mod tests {
             local_nics: Some(policy),
             ..LocalSettings::default()
         };
-        assert!(nics(LocalNicsPolicy::Numa).check().is_ok());
-        assert!(nics(LocalNicsPolicy::Balance).check().is_ok());
+        assert!(nics(LocalNicsPolicy::Numa).check(MptcpMode::Off).is_ok());
+        assert!(nics(LocalNicsPolicy::Balance).check(MptcpMode::Off).is_ok());
         let route = nics(LocalNicsPolicy::Route)
-            .check()
+            .check(MptcpMode::Off)
             .unwrap_err()
             .to_string();
         assert!(route.contains("go with --steer local or both"), "{route}");
@@ -124,7 +127,12 @@ mod tests {
             local_rss: Some("nic.json".into()),
             ..nics(LocalNicsPolicy::Numa)
         };
-        assert!(rss.check().is_err());
+        assert!(rss.check(MptcpMode::Off).is_err());
+        let follow = nics(LocalNicsPolicy::Route).check(MptcpMode::FollowReader);
+        assert!(
+            follow.is_ok(),
+            "the NICs follow-reader opens subflows through"
+        );
     }
 
     /// Each policy is its own number in the hook's config.

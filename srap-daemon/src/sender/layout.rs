@@ -61,7 +61,7 @@ pub const TRACE_PROGRAMS: [&str; 2] = [SUBFLOW_CONNECTED_PROGRAM, SUBFLOW_CONNEC
 /// a spread connect's unanswered SYN).
 pub fn programs_for(config: &LoadConfig) -> Vec<&'static str> {
     let spreads = config.binder.receiver_nics == receiver_nics::mode::SPREAD;
-    let subflows = config.mptcp == mptcp::SUBFLOWS;
+    let subflows = config.mptcp != mptcp::OFF;
     PROGRAMS
         .into_iter()
         .filter(|&name| match name {

@@ -78,6 +78,7 @@ pub async fn run(
     }
     // Watching before `steering active`: no connection it steers is missed.
     let local = local.map(|nic| LocalEnd::start(nic, placed_ends, &binder, &receivers));
+    let path_manager = driver::start_path_manager(&options, &mut binder)?;
     println!("{}", summary::describe(&binder));
     crate::notify::ready(&summary::status_line(&binder));
     let mut run = Offline {
@@ -87,6 +88,7 @@ pub async fn run(
         },
         shared: Shared {
             local,
+            path_manager,
             ..Shared::new(published)
         },
         members: MemberLoop::default(),
@@ -94,7 +96,10 @@ pub async fn run(
     let mut signals = Signals::catch()?;
     let interval = args.interval();
     match driver::run(&mut run, &mut NoFeed, &mut binder, interval, &mut signals).await? {
-        Stopped::Signal => info!("{}", driver::stopping(&binder, &run.plan.options)),
+        Stopped::Signal => info!(
+            "{}",
+            driver::stopping(&binder, &run.plan.options, &run.shared)
+        ),
         // `srap-agent detach` took the steering away: return at once, no
         // stop line, the source rules left to detach, which removes them
         // (follow stops as on a signal instead).

@@ -130,7 +130,7 @@ impl SenderSettings {
             Some(path) => self.clone().under_config(path, SenderConfig::load(path)?)?,
             None => self.clone(),
         };
-        args.local.check()?;
+        args.local.check(args.mptcp())?;
         if args.local.placed_ends() == PlacedEnds::Local {
             return args.local_only();
         }

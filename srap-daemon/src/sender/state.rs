@@ -1,6 +1,6 @@
 //! What the agent changed outside bpffs, kept so `srap-agent detach` can undo
-//! exactly that: the cgroup (if the agent made it) and the reserved ports it
-//! added. bpffs holds only BPF objects, so this lives in a small JSON file
+//! exactly that: the cgroup (if the agent made it), the reserved ports it
+//! added and the MPTCP path manager it took over. bpffs holds only BPF objects, so this lives in a small JSON file
 //! under `/run/srap` (tmpfs, like the pins: both are gone after a reboot).
 
 use std::{
@@ -27,6 +27,11 @@ pub struct SenderState {
     pub reserved_added: String,
     /// Inode of the network namespace whose sysctl holds those ports.
     pub netns: u64,
+    /// The namespace's MPTCP path manager before `--mptcp follow-reader`
+    /// took it: put back at the agent's clean stop, or by detach after a
+    /// kill.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_manager_before: Option<srap_host::mptcp_pm::PathManagerKind>,
 }
 
 /// The state file of one pin directory: `/run/srap/<pin dir, / as _>.json`,

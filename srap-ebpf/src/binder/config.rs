@@ -71,8 +71,9 @@ pub(super) fn steers_local() -> bool {
     steer_local_word() != 0
 }
 
-/// Whether MPTCP subflows are steered (`--mptcp subflows`).
+/// Whether MPTCP subflows are steered (`--mptcp subflows` and
+/// `follow-reader`).
 #[inline(always)]
 pub(super) fn steers_mptcp() -> bool {
-    mptcp_word() == mptcp::SUBFLOWS
+    mptcp_word() != mptcp::OFF
 }

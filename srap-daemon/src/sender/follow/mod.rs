@@ -176,6 +176,10 @@ pub async fn run(
             follower.opened = watch_opened(&binder.cgroup);
         }
     }
+    if !args.once {
+        follower.shared.path_manager =
+            driver::start_path_manager(&follower.machine.options, &mut binder)?;
+    }
     println!("{}", summary::describe(&binder));
     if !args.once {
         crate::notify::ready(&summary::status_line(&binder));
@@ -198,7 +202,10 @@ pub async fn run(
         &mut signals,
     )
     .await?;
-    info!("{}", driver::stopping(&binder, &follower.machine.options));
+    info!(
+        "{}",
+        driver::stopping(&binder, &follower.machine.options, &follower.shared)
+    );
     Ok(())
 }
 

@@ -98,6 +98,8 @@ pub struct Connection {
     pub local: SocketAddr,
     pub remote: SocketAddr,
     pub server_side: bool,
+    /// Its first subflow is established (`MPTCP_EVENT_ESTABLISHED`).
+    pub established: bool,
     pub owner: Owner,
     pub subflows: Vec<Subflow>,
     pub reader: ReaderNode,
@@ -125,6 +127,12 @@ impl Connections {
                 self.created(event);
                 Vec::new()
             }
+            PmEventKind::Established => {
+                if let Some(conn) = self.by_token.get_mut(&event.token) {
+                    conn.established = true;
+                }
+                Vec::new()
+            }
             PmEventKind::SubEstablished => self.sub_established(event),
             PmEventKind::SubClosed => self.sub_closed(event),
             PmEventKind::SubPriority => {
@@ -139,12 +147,13 @@ impl Connections {
         }
     }
 
-    /// Connections whose owner is still [`Owner::Unknown`], with their
-    /// first subflow's ends.
+    /// Established connections whose owner is still [`Owner::Unknown`],
+    /// with their first subflow's ends (the kernel takes no further
+    /// subflow before a connection is established).
     pub fn unresolved(&self) -> Vec<(u32, SocketAddr, SocketAddr)> {
         self.by_token
             .values()
-            .filter(|c| c.owner == Owner::Unknown)
+            .filter(|c| c.owner == Owner::Unknown && c.established)
             .map(|c| (c.token, c.local, c.remote))
             .collect()
     }
@@ -186,6 +195,7 @@ impl Connections {
         };
         let mut conn = Connection::new(token, first.local, first.remote, false);
         conn.owner = Owner::Adopted;
+        conn.established = true;
         conn.next_id = subflows.len() as u8 + 1;
         conn.subflows = subflows;
         self.by_token.insert(token, conn);
@@ -265,6 +275,7 @@ impl Connection {
             local,
             remote,
             server_side,
+            established: false,
             owner: Owner::Unknown,
             // The first subflow is established when the connection is.
             subflows: vec![Subflow {

@@ -7,13 +7,17 @@
 //! * [`reader_node`]: which node reads a connection now, with enough
 //!   hysteresis that a moment's move flips nothing;
 //! * [`connections`]: the namespace's connections and what each asks of
-//!   the kernel (subflows, announcements, backup flags), pure.
+//!   the kernel (subflows, announcements, backup flags), pure;
+//! * [`manager`]: all of it running on a thread of its own, the
+//!   namespace's path manager switched and restored.
 //!
 //! It must NOT speak netlink itself (`srap_host::mptcp_pm` does) nor
 //! decide a connection's ports (the plan's tables do).
 
 pub mod connections;
+pub mod manager;
 pub mod reader_node;
 pub mod reads;
 
+pub use manager::{FollowReader, FollowSettings, FollowSummary, PathManagerError};
 pub use reads::{ReaderError, Reads};
