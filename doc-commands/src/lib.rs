@@ -99,6 +99,18 @@ pub const OTHER_TOOLS: &[(&str, &str)] = &[
         "ip",
         "iproute2: the source rules and table routes a host with several NICs needs",
     ),
+    (
+        "helm",
+        "Helm, installing the chart on a cluster (its flags are Helm's)",
+    ),
+    (
+        "kubectl",
+        "Kubernetes' client, labelling the nodes the chart's DaemonSets run on",
+    ),
+    (
+        "kubernetes-validate",
+        "checks rendered objects against Kubernetes' own schemas",
+    ),
     ("ls", "lists a file the package made, with its mode"),
     (
         "rpm",
