@@ -36,6 +36,7 @@ use srap_tests::{
     require_privileged,
     subnet::Subnet,
     test_workload::Workload,
+    two_links::serve_over_both,
 };
 
 /// The service port.
@@ -81,18 +82,8 @@ impl TwoLinks {
         let mut links = None;
         let pair = SenderPair::new(VethConfig::default(), |hosts, _| {
             let (near, far) = hosts.second_link(&second)?;
-            hosts
-                .receiver
-                .ip(["addr", "add", &format!("{service}/32"), "dev", "lo"])?;
-            let prefix = format!("{}/24", service_net.ipv4(0));
+            serve_over_both(hosts, &near, &far, service)?;
             let a = hosts.sender_end.clone();
-            let via_a = hosts.receiver_end.ipv4.to_string();
-            let via_b = far.ipv4.to_string();
-            for (via, dev, metric) in [(&via_a, &a.ifname, "10"), (&via_b, &near.ifname, "200")] {
-                hosts.sender.ip([
-                    "route", "add", &prefix, "via", via, "dev", dev, "metric", metric,
-                ])?;
-            }
             let opts = SenderOpts::new(built_binary("srap-agent"))
                 .rss(description.clone())
                 .port_range("32768-60999")

@@ -32,6 +32,7 @@ use srap_tests::{
     harness::{Subnet, poll_until},
     require_privileged, socket_patterns,
     test_workload::Workload,
+    two_links::serve_over_both,
     veth::enable_mptcp_in,
 };
 
@@ -324,18 +325,8 @@ impl FollowLab {
                 let setting = format!("net.ipv4.conf.{iface}.rp_filter=0");
                 hosts.receiver.exec("sysctl", ["-qw", &setting])?;
             }
-            hosts
-                .receiver
-                .ip(["addr", "add", &format!("{service}/32"), "dev", "lo"])?;
-            let prefix = format!("{}/24", service_net.ipv4(0));
+            serve_over_both(hosts, &near, &far, service)?;
             let a = hosts.sender_end.clone();
-            let via_a = hosts.receiver_end.ipv4.to_string();
-            let via_b = far.ipv4.to_string();
-            for (via, dev, metric) in [(&via_a, &a.ifname, "10"), (&via_b, &near.ifname, "200")] {
-                hosts.sender.ip([
-                    "route", "add", &prefix, "via", via, "dev", dev, "metric", metric,
-                ])?;
-            }
             b = Some(IpAddr::V4(near.ipv4));
             Ok(SenderOpts::new(built_binary("srap-agent"))
                 .rss(embedded_default())

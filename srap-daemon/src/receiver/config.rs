@@ -41,7 +41,7 @@ impl Default for Timeouts {
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
     pub allow: AllowList,
-    /// The pre-shared keys accepted at start ([`Server::set_keys`] changes
+    /// The pre-shared keys accepted at start ([`super::server::Server::set_keys`] changes
     /// them); empty: none asked for.
     pub keys: Keys,
     /// Serving any address without a key because `--open` said so (shown

@@ -81,6 +81,25 @@ pub struct PmEvent {
     pub error: Option<u8>,
 }
 
+impl PmEvent {
+    /// An event of `kind` for connection `token` that carries nothing
+    /// else (yet).
+    pub fn new(kind: PmEventKind, token: u32) -> Self {
+        Self {
+            kind,
+            token,
+            local: None,
+            remote: None,
+            local_id: None,
+            remote_id: None,
+            backup: false,
+            server_side: false,
+            ifindex: None,
+            error: None,
+        }
+    }
+}
+
 /// The event of one notice; `None` for a message of another kind (an
 /// error or an ack on an event socket).
 pub fn parse_event(msg: &Message<'_>, family: u16) -> Result<Option<PmEvent>, NetlinkError> {
@@ -88,18 +107,7 @@ pub fn parse_event(msg: &Message<'_>, family: u16) -> Result<Option<PmEvent>, Ne
         return Ok(None);
     }
     let (cmd, attrs) = parse_genl(msg)?;
-    let mut event = PmEvent {
-        kind: PmEventKind::of(cmd),
-        token: 0,
-        local: None,
-        remote: None,
-        local_id: None,
-        remote_id: None,
-        backup: false,
-        server_side: false,
-        ifindex: None,
-        error: None,
-    };
+    let mut event = PmEvent::new(PmEventKind::of(cmd), 0);
     let mut ends = Ends::default();
     for attr in &attrs {
         read_attr(attr, &mut event, &mut ends)?;

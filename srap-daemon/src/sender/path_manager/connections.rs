@@ -428,16 +428,9 @@ mod tests {
 
     fn event(kind: PmEventKind, local: &str, remote: &str) -> PmEvent {
         PmEvent {
-            kind,
-            token: 7,
             local: Some(addr(local)),
             remote: Some(addr(remote)),
-            local_id: None,
-            remote_id: None,
-            backup: false,
-            server_side: false,
-            ifindex: None,
-            error: None,
+            ..PmEvent::new(kind, 7)
         }
     }
 
