@@ -55,8 +55,6 @@ pub struct ReadCounts {
     pub beyond: u64,
     /// Reads counted.
     pub reads: u64,
-    /// `bpf_ktime_get_ns()` of the last read.
-    pub last_ns: u64,
     /// The CPU and node of the last read.
     pub last_cpu: u32,
     pub last_node: u32,
@@ -67,7 +65,7 @@ mod pod {
     use super::*;
 
     // SAFETY: `#[repr(C)]`, `Copy`, integers only, no implicit padding
-    // (4 × 4 bytes; 11 × 8 + 2 × 4 bytes), so every bit pattern is valid.
+    // (4 × 4 bytes; 10 × 8 + 2 × 4 bytes), so every bit pattern is valid.
     unsafe impl aya::Pod for ReaderLayout {}
     // SAFETY: as above.
     unsafe impl aya::Pod for ReadCounts {}

@@ -14,7 +14,7 @@ use core::{
 };
 
 use aya_ebpf::{
-    helpers::{bpf_get_numa_node_id, bpf_get_smp_processor_id, bpf_ktime_get_ns},
+    helpers::{bpf_get_numa_node_id, bpf_get_smp_processor_id},
     macros::{map, raw_tracepoint},
     maps::{Array, HashMap},
     programs::RawTracePointContext,
@@ -76,7 +76,6 @@ fn count_read(sk: *const u8, bytes: u64) -> Option<()> {
         };
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(slot, bytes);
         atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(addr_of_mut!((*counts).reads), 1);
-        (*counts).last_ns = bpf_ktime_get_ns();
         (*counts).last_cpu = cpu;
         (*counts).last_node = node;
     }

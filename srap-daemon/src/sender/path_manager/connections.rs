@@ -369,8 +369,7 @@ impl Connection {
         };
         let on_node = |s: &Subflow| node_of(nics, s.local.ip()) == Some(node);
         let any_on_node = self.subflows.iter().any(on_node);
-        self.unplaced = (!any_on_node)
-            .then(|| format!("no subflow of this connection leaves from a NIC of node {node}"));
+        self.unplaced = (!any_on_node).then(|| unplaced(nics, node));
         let wanted = |s: &Subflow| any_on_node && !on_node(s);
         self.set_flags(wanted)
     }
@@ -399,6 +398,24 @@ impl Connection {
             }
         }
         actions
+    }
+}
+
+/// Why a connection read on `node` has no subflow there.
+fn unplaced(nics: &[FollowedNic], node: u32) -> String {
+    let there: Vec<&str> = nics
+        .iter()
+        .filter(|n| n.node == Some(node))
+        .map(|n| n.name.as_str())
+        .collect();
+    if there.is_empty() {
+        format!("no followed NIC is on node {node} (give its NIC with --local-iface)")
+    } else {
+        format!(
+            "no subflow leaves from node {node}'s NIC ({}): refused, closed or without an \
+             address of the connection's family",
+            there.join(", ")
+        )
     }
 }
 

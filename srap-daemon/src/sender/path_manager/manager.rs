@@ -216,7 +216,8 @@ struct Manager {
     diag: TcpDiag,
     settings: FollowSettings,
     table: Connections,
-    /// When each unresolved connection was created.
+    /// When each connection still unresolved was first looked for in the
+    /// kernel's listing.
     first_seen: BTreeMap<u32, Instant>,
     /// Subflows the kernel refused as too early (`ENOTCONN`: the
     /// connection is not fully established until data has been
@@ -237,7 +238,11 @@ impl Manager {
                     }
                 }
                 Err(NetlinkError::TimedOut(_)) => {}
-                Err(err) => debug!("the path manager's events: {err}"),
+                Err(err) => {
+                    // A socket that fails at once would spin this loop.
+                    debug!("the path manager's events: {err}");
+                    std::thread::sleep(TICK);
+                }
             }
             if last_tick.elapsed() >= TICK {
                 last_tick = Instant::now();
@@ -303,10 +308,15 @@ impl Manager {
 
     fn resolve_new(&mut self) {
         let pending = self.table.unresolved();
+        self.first_seen
+            .retain(|token, _| pending.iter().any(|(t, _, _)| t == token));
         if pending.is_empty() {
             return;
         }
-        let subflows = self.diag.mptcp_subflows().unwrap_or_default();
+        let subflows = self.diag.mptcp_subflows().unwrap_or_else(|err| {
+            warn!("the kernel's subflow listing: {err}: new connections count as unsteered");
+            Subflows::default()
+        });
         let steered = cgroup_ids(&self.settings.cgroup);
         let kernel = self.kernel_settings();
         for (token, local, remote) in pending {
