@@ -26,7 +26,8 @@
 //!   through `srap exec` ([`srap_exec`]), or sockets made in the steered
 //!   cgroup by this process ([`InCgroup`]); the built binaries, `iperf3`
 //!   servers and clients behind process guards ([`programs`]); reading
-//!   threads pinned per CPU ([`readers`], the `srap-readers` client);
+//!   threads pinned per CPU ([`readers`], the `srap-readers` client) and
+//!   MPTCP readers that move between NUMA nodes ([`moving_readers`]);
 //! * **ground truth**: the source addresses a [`Listener`] accepted,
 //!   hashed with the receiver's model ([`landings`]), never SRAP's own
 //!   report;
@@ -61,6 +62,7 @@ pub mod nspawn;
 pub mod orphans;
 pub mod privilege;
 pub mod programs;
+pub mod moving_readers;
 pub mod readers;
 pub mod subnet;
 pub mod veth;
@@ -70,6 +72,7 @@ mod exec;
 mod hosts;
 mod lab_object;
 mod pair;
+mod sockets;
 mod support;
 mod truth;
 

@@ -22,7 +22,6 @@
 use std::{
     io::{Read as _, Write as _},
     net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream},
-    os::fd::AsRawFd as _,
     sync::{
         Arc, Condvar, Mutex,
         atomic::{AtomicBool, Ordering},
@@ -34,7 +33,13 @@ use std::{
 use anyhow::{Context as _, anyhow, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::netns::NetNs;
+use crate::{
+    netns::NetNs,
+    sockets::{
+        current_cpu, finish_within, pin_to, serve_each, set_socket_option_u64, socket_option,
+        transient,
+    },
+};
 
 /// `SO_INCOMING_CPU` (`asm-generic/socket.h`).
 const SO_INCOMING_CPU: libc::c_int = 49;
@@ -197,13 +202,21 @@ pub fn check_order(cpus: &[u32], order: &[u32]) -> anyhow::Result<()> {
 }
 
 /// Whose turn it is to connect: the position in the order.
-struct Turn {
+pub(crate) struct Turn {
     next: Mutex<usize>,
     changed: Condvar,
 }
 
 impl Turn {
-    fn wait_for(&self, position: usize, until: Instant) -> anyhow::Result<()> {
+    /// The first position's turn.
+    pub(crate) fn new() -> Self {
+        Self {
+            next: Mutex::new(0),
+            changed: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn wait_for(&self, position: usize, until: Instant) -> anyhow::Result<()> {
         let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
         while *next != position {
             let left = until.saturating_duration_since(Instant::now());
@@ -219,7 +232,7 @@ impl Turn {
         Ok(())
     }
 
-    fn pass(&self) {
+    pub(crate) fn pass(&self) {
         *self.next.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         self.changed.notify_all();
     }
@@ -236,10 +249,7 @@ pub fn run_readers(
     seconds: u64,
     transfer: Transfer,
 ) -> anyhow::Result<Vec<FlowReport>> {
-    let turn = Arc::new(Turn {
-        next: Mutex::new(0),
-        changed: Condvar::new(),
-    });
+    let turn = Arc::new(Turn::new());
     // Each thread waits at most this for its turn: everyone before it must
     // connect, each within the connect timeout.
     let connect_timeout = Duration::from_secs(10);
@@ -345,7 +355,7 @@ fn report(stream: &TcpStream, cpu: u32, position: usize, bytes: u64) -> anyhow::
     let port = stream.local_addr()?.port();
     let incoming_cpu = socket_option(stream, SO_INCOMING_CPU).context("SO_INCOMING_CPU")?;
     let napi_id = socket_option(stream, SO_INCOMING_NAPI_ID).context("SO_INCOMING_NAPI_ID")?;
-    let ran_on = u32::try_from(rustix::thread::sched_getcpu()).unwrap_or(u32::MAX);
+    let ran_on = current_cpu();
     let _ = stream.shutdown(Shutdown::Both);
     Ok(FlowReport {
         cpu,
@@ -357,64 +367,6 @@ fn report(stream: &TcpStream, cpu: u32, position: usize, bytes: u64) -> anyhow::
         napi_id: u32::try_from(napi_id).unwrap_or(0),
         bytes,
     })
-}
-
-/// Pins the calling thread to `cpu`.
-fn pin_to(cpu: u32) -> anyhow::Result<()> {
-    let mut set = rustix::thread::CpuSet::new();
-    let index = usize::try_from(cpu).context("CPU number")?;
-    if index >= rustix::thread::CpuSet::MAX_CPU {
-        bail!("CPU {cpu} is past the largest CPU set");
-    }
-    set.set(index);
-    rustix::thread::sched_setaffinity(None, &set)
-        .map_err(std::io::Error::from)
-        .with_context(|| format!("pinning to CPU {cpu} (sched_setaffinity)"))
-}
-
-/// `getsockopt(SOL_SOCKET, option)` of an `int` option.
-fn socket_option(stream: &TcpStream, option: libc::c_int) -> std::io::Result<i32> {
-    let mut value: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: the descriptor is the stream's own and open; `value` and `len`
-    // are live locals of the size `len` says, which the kernel writes at
-    // most `len` bytes of.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            option,
-            std::ptr::from_mut(&mut value).cast(),
-            &raw mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(value)
-}
-
-/// `setsockopt(SOL_SOCKET, option)` of a 64-bit option.
-fn set_socket_option_u64(
-    stream: &TcpStream,
-    option: libc::c_int,
-    value: u64,
-) -> anyhow::Result<()> {
-    // SAFETY: the descriptor is the stream's own and open; the kernel reads
-    // `size_of::<u64>()` bytes from `value`, a live local of that size.
-    let rc = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            option,
-            std::ptr::from_ref(&value).cast(),
-            std::mem::size_of::<u64>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    Ok(())
 }
 
 /// Reads the client's output: one JSON [`FlowReport`] per line.
@@ -456,7 +408,7 @@ pub struct SinkFlow {
 }
 
 impl SinkFlow {
-    fn new(peer: SocketAddr) -> Self {
+    pub(crate) fn new(peer: SocketAddr) -> Self {
         Self {
             port: peer.port(),
             peer_ip: peer.ip(),
@@ -468,7 +420,7 @@ impl SinkFlow {
     }
 
     /// Counts `n` bytes moved now.
-    fn moved(&mut self, n: usize) {
+    pub(crate) fn moved(&mut self, n: usize) {
         if n == 0 {
             return;
         }
@@ -546,18 +498,7 @@ impl DataSource {
             .thread
             .take()
             .context("the data source already ended")?;
-        let until = Instant::now() + within;
-        while !thread.is_finished() {
-            if Instant::now() >= until {
-                self.stop.store(true, Ordering::Relaxed);
-                let _ = thread.join();
-                bail!("the data source did not finish within {within:?}");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        thread
-            .join()
-            .map_err(|_| anyhow!("the data source panicked"))?
+        finish_within(thread, &self.stop, within, "the data source")
     }
 }
 
@@ -581,69 +522,28 @@ fn serve(
     transfer: Transfer,
     stop: &AtomicBool,
 ) -> anyhow::Result<Vec<SinkFlow>> {
-    let accept_until = Instant::now() + Duration::from_secs(60);
-    std::thread::scope(|scope| {
-        let mut served = Vec::new();
-        while served.len() < flows {
-            if stop.load(Ordering::Relaxed) {
-                bail!("stopped");
-            }
-            if Instant::now() >= accept_until {
-                bail!(
-                    "the data source accepted {} of {flows} connections in 60 s",
-                    served.len()
-                );
-            }
-            match listener.accept() {
-                Ok((stream, peer)) => {
-                    let mut flow = SinkFlow::new(peer);
-                    stream.set_nonblocking(false)?;
-                    if let (Some(rate), Transfer::Download) = (pace, transfer) {
-                        set_socket_option_u64(&stream, libc::SO_MAX_PACING_RATE, rate)
-                            .context("SO_MAX_PACING_RATE")?;
-                    }
-                    served.push(scope.spawn(move || {
-                        // A flow the client ended first (a reset) is still
-                        // a flow served.
-                        let outcome = match transfer {
-                            Transfer::Download => write_for(stream, seconds, stop, &mut flow),
-                            Transfer::Upload => drain(stream, seconds, stop, &mut flow),
-                        };
-                        if let Err(err) = outcome {
-                            tracing::debug!("a data-source flow ended early: {err:#}");
-                        }
-                        flow
-                    }));
-                }
-                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(err) => return Err(err).context("accepting"),
-            }
+    serve_each(listener, flows, stop, "the data source", |stream, peer| {
+        let mut flow = SinkFlow::new(peer);
+        if let (Some(rate), Transfer::Download) = (pace, transfer) {
+            set_socket_option_u64(&stream, libc::SO_MAX_PACING_RATE, rate)
+                .context("SO_MAX_PACING_RATE")?;
         }
-        served
-            .into_iter()
-            .map(|flow| {
-                flow.join()
-                    .map_err(|_| anyhow!("a data-source flow's thread panicked"))
-            })
-            .collect()
-    })
-}
-
-/// A timed-out or interrupted read or write: the loop looks at the clock
-/// and the stop flag, then tries again.
-fn transient(err: &std::io::Error) -> bool {
-    matches!(
-        err.kind(),
-        std::io::ErrorKind::WouldBlock
-            | std::io::ErrorKind::TimedOut
-            | std::io::ErrorKind::Interrupted
-    )
+        // A flow the client ended first (a reset) is still a flow served.
+        let outcome = match transfer {
+            Transfer::Download => write_for(stream, seconds, stop, &mut flow),
+            Transfer::Upload => drain(stream, seconds, stop, &mut flow),
+        };
+        if let Err(err) = outcome {
+            tracing::debug!("a data-source flow ended early: {err:#}");
+        }
+        Ok(flow)
+    })?
+    .into_iter()
+    .collect()
 }
 
 /// Writes to `stream` for `seconds`, then closes it; counts into `flow`.
-fn write_for(
+pub(crate) fn write_for(
     mut stream: TcpStream,
     seconds: u64,
     stop: &AtomicBool,
