@@ -462,6 +462,21 @@ pub const SENDER_METRICS: &[(&str, &str, &str)] = &[
         "gauge",
         "Subflows on a receiver CPU that another subflow of the same connection uses (seen, else planned)",
     ),
+    (
+        "srap_sender_path_manager_followed_connections",
+        "gauge",
+        "MPTCP connections whose reader SRAP follows as the namespace's path manager (--mptcp follow-reader)",
+    ),
+    (
+        "srap_sender_path_manager_unplaced_connections",
+        "gauge",
+        "Followed MPTCP connections with no subflow through a NIC of their reader's NUMA node",
+    ),
+    (
+        "srap_sender_path_manager_total",
+        "counter",
+        "What the path manager did since it started: reader moves followed (moves), backup flags changed (flips), subflows asked for (subflows_made), subflows or announcements the kernel refused (refused)",
+    ),
 ];
 
 /// The sender agent's exposition text: the binder's counters and the
@@ -585,10 +600,40 @@ pub fn render_sender(status: &SenderStatus) -> String {
                 };
                 sample("", value as u64);
             }
+            "srap_sender_path_manager_followed_connections"
+            | "srap_sender_path_manager_unplaced_connections"
+            | "srap_sender_path_manager_total" => {
+                path_manager_samples(name, status.path_manager.as_ref(), &mut sample);
+            }
             _ => {}
         }
     }
     out
+}
+
+/// The path manager's samples of metric `name`: none in another mode.
+fn path_manager_samples(
+    name: &str,
+    pm: Option<&crate::sender::PathManagerRow>,
+    sample: &mut dyn FnMut(&str, u64),
+) {
+    let Some(pm) = pm else {
+        return;
+    };
+    match name {
+        "srap_sender_path_manager_followed_connections" => sample("", pm.followed.len() as u64),
+        "srap_sender_path_manager_unplaced_connections" => sample("", pm.unplaced() as u64),
+        _ => {
+            for (what, n) in [
+                ("moves", pm.moves),
+                ("flips", pm.flips),
+                ("subflows_made", pm.subflows_made),
+                ("refused", pm.refused),
+            ] {
+                sample(&format!("{{what=\"{what}\"}}"), n);
+            }
+        }
+    }
 }
 
 /// Open flows the hook sent elsewhere than asked, per (address asked
@@ -870,6 +915,15 @@ mod tests {
             token: 0xabc,
             subflows: vec![subflow(1), subflow(1), subflow(2)],
         }];
+        status.path_manager = Some(crate::sender::PathManagerRow {
+            moves: 3,
+            flips: 6,
+            followed: vec![crate::sender::FollowedRow {
+                unplaced: Some("node 1 has no followed NIC".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
         let text = render_sender(&status);
         for line in [
             "# TYPE srap_sender_occupancy_repaired_total counter",
@@ -897,6 +951,11 @@ mod tests {
             "srap_sender_mptcp_connections 1",
             "srap_sender_mptcp_subflows 3",
             "srap_sender_mptcp_subflows_sharing_cpu 1",
+            "srap_sender_path_manager_followed_connections 1",
+            "srap_sender_path_manager_unplaced_connections 1",
+            "srap_sender_path_manager_total{what=\"moves\"} 3",
+            "srap_sender_path_manager_total{what=\"flips\"} 6",
+            "srap_sender_path_manager_total{what=\"refused\"} 0",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }

@@ -84,6 +84,76 @@ pub struct SenderStatus {
     /// kernel's verifier (empty: an older agent).
     #[serde(default)]
     pub start: StartRow,
+    /// SRAP as the namespace's MPTCP path manager (`--mptcp
+    /// follow-reader`); `None` in the other modes (and from an older
+    /// agent).
+    #[serde(default)]
+    pub path_manager: Option<PathManagerRow>,
+}
+
+/// The path manager that follows each MPTCP connection's reader: what it
+/// has done since it started, and each connection it follows now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PathManagerRow {
+    /// The namespace's path manager before SRAP's (`kernel`,
+    /// `userspace`): what a clean stop and `srap-agent detach` restore.
+    pub before: String,
+    /// The namespace's MPTCP connections now, SRAP's or not.
+    pub connections: usize,
+    /// Reader moves followed, backup flags changed, subflows asked for
+    /// and subflows or announcements the kernel refused, since start.
+    pub moves: u64,
+    pub flips: u64,
+    pub subflows_made: u64,
+    pub refused: u64,
+    /// The connections whose reader SRAP follows (of the steered cgroup,
+    /// or open when the agent started), by token.
+    pub followed: Vec<FollowedRow>,
+}
+
+impl PathManagerRow {
+    /// Followed connections with no subflow on their reader's node.
+    pub fn unplaced(&self) -> usize {
+        self.followed
+            .iter()
+            .filter(|f| f.unplaced.is_some())
+            .count()
+    }
+}
+
+/// One followed MPTCP connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FollowedRow {
+    /// The connection's local token, as `ss -tni` prints it.
+    pub token: u32,
+    /// This host accepted it (SRAP announces its NICs' addresses; the
+    /// peer makes the subflows).
+    pub server_side: bool,
+    /// The NUMA node that reads it now; `None` until it has been read.
+    pub reader_node: Option<u32>,
+    /// Reader moves followed, and how long the last one took: from the
+    /// first 100 ms sample read on the new node to its flags sent.
+    pub moves: u64,
+    pub last_move_ms: Option<u64>,
+    /// Its subflows, each with its backup flag and this host's NIC.
+    pub subflows: Vec<FollowedSubflowRow>,
+    /// Why no subflow is on the reader's node, while none is.
+    pub unplaced: Option<String>,
+}
+
+/// A subflow of a [`FollowedRow`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FollowedSubflowRow {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+    /// Marked backup: the peer sends on it only while no other subflow
+    /// is up.
+    pub backup: bool,
+    /// This host's NIC holding `local`, of the followed NICs.
+    pub nic: Option<String>,
 }
 
 /// How the binder started: what was loaded for these settings and how

@@ -290,6 +290,67 @@ fn the_agent_opens_a_steered_subflow_per_nic_keeps_others_on_the_kernels_endpoin
     drop(other);
 }
 
+/// A NIC's subflows lost while it was down (reset here with `ss -K`, as a
+/// link that stays down ends them) are not asked for while it is down,
+/// and each steered connection gets its subflow through it again, from a
+/// port of the binder's range, once it is back.
+#[test]
+#[ignore = "needs root: network namespaces, MPTCP and the agent's programs"]
+fn a_nics_lost_subflows_are_made_again_when_it_comes_back_and_not_while_it_is_down() {
+    require_privileged("the follow-reader repair test");
+    let lab = FollowLab::new();
+    let mut server = Server::bind_mptcp(&lab.pair.hosts.receiver, lab.service, WAIT);
+    let mut workload = Workload::spawn(
+        &lab.pair.hosts.sender,
+        Some(lab.pair.agent.cgroup()),
+        lab.service,
+    );
+    let opened = workload.ask(&format!("mptcp {STEERED}"));
+    assert_eq!(opened.len(), STEERED, "steered MPTCP connections opened");
+    server.accept(STEERED);
+    let before = lab.await_subflows_from_b(STEERED);
+
+    lab.set_b(false);
+    let b = lab.b.to_string();
+    lab.pair
+        .hosts
+        .sender
+        .exec("ss", ["-K", "src", &b])
+        .expect("ss -K");
+    // Three repair rounds with link B down.
+    thread::sleep(Duration::from_secs(3));
+    let while_down = lab.sender_sockets_from_b();
+    lab.set_b(true);
+    assert!(
+        while_down.is_empty(),
+        "no subflow from link B while it is down: {while_down:?}"
+    );
+    let after = poll_until(WAIT * 2, Duration::from_millis(100), || {
+        let new: Vec<SocketAddr> = lab
+            .subflows_from_b()
+            .into_iter()
+            .filter(|peer| !before.contains(peer))
+            .collect();
+        if new.len() >= STEERED {
+            ControlFlow::Break(new)
+        } else {
+            ControlFlow::Continue(new)
+        }
+    })
+    .unwrap_or_else(|seen| {
+        panic!(
+            "{STEERED} new subflows from link B once it is back: {seen:?}\n{}",
+            lab.pair.agent.log().tail()
+        )
+    });
+    for peer in &after {
+        assert!(
+            LAB_PORTS.contains(&peer.port()),
+            "a subflow made again leaves from {peer}: a port of the binder's range"
+        );
+    }
+}
+
 /// MPTCP connections the steered test workload opens.
 const STEERED: usize = 3;
 /// The agent's source ports: below the namespace's ephemeral range, so a
@@ -303,8 +364,9 @@ const SERVICE_PORT: u16 = 5302;
 /// order.
 struct FollowLab {
     pair: SenderPair,
-    /// Link B's address in the sender's namespace.
+    /// Link B's address and interface in the sender's namespace.
     b: IpAddr,
+    b_iface: String,
     service: SocketAddr,
     _subnets: [Subnet; 2],
 }
@@ -314,7 +376,7 @@ impl FollowLab {
         let second = Subnet::lease().expect("a second subnet");
         let service_net = Subnet::lease().expect("the receiver's service subnet");
         let service = service_net.ipv4(1);
-        let mut b = None;
+        let (mut b, mut b_iface) = (None, None);
         let pair = SenderPair::new(VethConfig::default(), |hosts, _| {
             let (near, far) = hosts.second_link(&second)?;
             for ns in [&hosts.sender, &hosts.receiver] {
@@ -328,6 +390,7 @@ impl FollowLab {
             serve_over_both(hosts, &near, &far, service)?;
             let a = hosts.sender_end.clone();
             b = Some(IpAddr::V4(near.ipv4));
+            b_iface = Some(near.ifname.clone());
             Ok(SenderOpts::new(built_binary("srap-agent"))
                 .rss(embedded_default())
                 .port_range("10000-32767")
@@ -339,6 +402,7 @@ impl FollowLab {
         let mut lab = Self {
             pair,
             b: b.expect("link B's address"),
+            b_iface: b_iface.expect("link B's name"),
             service: SocketAddr::new(service.into(), SERVICE_PORT),
             _subnets: [second, service_net],
         };
@@ -357,22 +421,54 @@ impl FollowLab {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// The peers of the receiver's established subflows from link B's
+    /// address, as its kernel lists them.
+    fn subflows_from_b(&self) -> Vec<SocketAddr> {
+        let filter = format!("( sport = :{SERVICE_PORT} )");
+        let out = self
+            .pair
+            .hosts
+            .receiver
+            .exec("ss", ["-Htn", "state", "established", &filter])
+            .expect("ss in the receiver's namespace");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|line| line.split_whitespace().nth(3)?.parse().ok())
+            .filter(|peer: &SocketAddr| peer.ip() == self.b)
+            .collect()
+    }
+
+    /// The sender's sockets from link B's address, in any state, as its
+    /// kernel lists them.
+    fn sender_sockets_from_b(&self) -> Vec<String> {
+        let b = self.b.to_string();
+        let out = self
+            .pair
+            .hosts
+            .sender
+            .exec("ss", ["-Htna", "src", &b])
+            .expect("ss in the sender's namespace");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Link B up or down at the sender.
+    fn set_b(&self, up: bool) {
+        let state = if up { "up" } else { "down" };
+        self.pair
+            .hosts
+            .sender
+            .ip(["link", "set", "dev", &self.b_iface, state])
+            .expect("ip link set");
+    }
+
     /// Waits until the receiver holds `n` subflows from link B's address,
     /// as its kernel lists them.
     fn await_subflows_from_b(&self, n: usize) -> Vec<SocketAddr> {
         poll_until(WAIT * 2, Duration::from_millis(50), || {
-            let filter = format!("( sport = :{SERVICE_PORT} )");
-            let out = self
-                .pair
-                .hosts
-                .receiver
-                .exec("ss", ["-Htn", "state", "established", &filter])
-                .expect("ss in the receiver's namespace");
-            let from_b: Vec<SocketAddr> = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .filter_map(|line| line.split_whitespace().nth(3)?.parse().ok())
-                .filter(|peer: &SocketAddr| peer.ip() == self.b)
-                .collect();
+            let from_b = self.subflows_from_b();
             if from_b.len() >= n {
                 ControlFlow::Break(from_b)
             } else {

@@ -87,7 +87,7 @@ pub fn render(status: &SenderStatus) -> String {
             let _ = writeln!(out, "{line}");
         }
     }
-    let mptcp = mptcp_summary(status);
+    let mptcp = [mptcp_summary(status), path_manager_summary(status)].concat();
     if !mptcp.is_empty() {
         let _ = writeln!(out);
         for line in mptcp {
@@ -126,6 +126,57 @@ pub(super) fn mptcp_summary(status: &SenderStatus) -> Vec<String> {
                 sub.dst.map_or("-".to_owned(), |a| a.to_string()),
                 cpu,
                 sub.local_nic.as_deref().unwrap_or("-")
+            ));
+        }
+    }
+    lines
+}
+
+/// SRAP as the MPTCP path manager (`--mptcp follow-reader`): its
+/// counters, then per followed connection the node that reads it, the
+/// subflow its data comes by (the one not marked backup) and each
+/// subflow's flag, with a warning where none is on the reader's node.
+/// Empty in the other modes.
+pub(super) fn path_manager_summary(status: &SenderStatus) -> Vec<String> {
+    let Some(pm) = &status.path_manager else {
+        return Vec::new();
+    };
+    let mut lines = vec![format!(
+        "MPTCP path manager (following readers; {} before): {} of {} connections followed, \
+         {} moves, {} flags changed, {} subflows made, {} refused",
+        pm.before,
+        pm.followed.len(),
+        pm.connections,
+        pm.moves,
+        pm.flips,
+        pm.subflows_made,
+        pm.refused
+    )];
+    for conn in &pm.followed {
+        let node = conn.reader_node.map_or_else(
+            || "not read yet".to_owned(),
+            |n| format!("read on node {n}"),
+        );
+        let took = conn
+            .last_move_ms
+            .map(|ms| format!(", the last followed in {ms} ms"))
+            .unwrap_or_default();
+        lines.push(format!(
+            "  token {:x}{}: {node}, {} moves{took}",
+            conn.token,
+            if conn.server_side { " (accepted)" } else { "" },
+            conn.moves
+        ));
+        if let Some(why) = &conn.unplaced {
+            lines.push(format!("    warning: {why}"));
+        }
+        for sub in &conn.subflows {
+            lines.push(format!(
+                "    {:<22} -> {:<22} nic {:<8} {}",
+                sub.local.to_string(),
+                sub.remote.to_string(),
+                sub.nic.as_deref().unwrap_or("-"),
+                if sub.backup { "backup" } else { "data" }
             ));
         }
     }

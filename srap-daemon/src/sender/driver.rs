@@ -217,6 +217,7 @@ impl Shared {
         if let Some(local) = &self.local {
             add_local(&mut status, local, targets);
         }
+        status.path_manager = self.path_manager.as_ref().map(FollowReader::status);
         status
     }
 }
@@ -298,11 +299,15 @@ pub(super) fn stopping(binder: &RunningBinder, options: &SenderOptions, shared: 
     crate::notify::stopping();
     source_rules::remove_on_stop(options.nics.source_rules);
     let followed = shared.path_manager.as_ref().map(|pm| {
-        let s = pm.summary();
+        let s = pm.status();
         format!(
             "; the MPTCP path manager followed {} connections' readers ({} moves, {} flags \
              changed, {} subflows made, {} refused) and hands the namespace back",
-            s.followed, s.moves, s.flips, s.subflows_made, s.refused
+            s.followed.len(),
+            s.moves,
+            s.flips,
+            s.subflows_made,
+            s.refused
         )
     });
     format!(

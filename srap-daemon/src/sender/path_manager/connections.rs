@@ -108,6 +108,13 @@ pub struct Connection {
     /// Why no subflow is on the reader's node, while none is.
     pub unplaced: Option<String>,
     next_id: u8,
+    /// The address id each local address has in this connection: the
+    /// kernel takes a subflow made again from an address only under the
+    /// id it first had.
+    ids: BTreeMap<IpAddr, u8>,
+    /// The repair round ([`Connections::repair`]) a subflow from each
+    /// local address was last asked for in, until one is established.
+    asked: BTreeMap<IpAddr, u64>,
 }
 
 /// Every connection of the namespace, by token.
@@ -117,7 +124,13 @@ pub struct Connections {
     /// Backup flags changed, subflows asked for.
     pub flips: u64,
     pub subflows_made: u64,
+    /// Repair rounds so far.
+    rounds: u64,
 }
+
+/// Repair rounds between two asks for the same NIC's subflow: one still
+/// opening (its SYN out) is not asked for twice.
+pub const REPAIR_ROUNDS_BETWEEN_ASKS: u64 = 5;
 
 impl Connections {
     /// Takes one event; what it asks of the kernel at once.
@@ -166,12 +179,13 @@ impl Connections {
         nics: &[FollowedNic],
         kernel: &KernelSettings,
     ) -> Vec<Action> {
+        let round = self.rounds;
         let Some(conn) = self.by_token.get_mut(&token) else {
             return Vec::new();
         };
         conn.owner = owner;
         let actions = match owner {
-            Owner::Steered => conn.steered_paths(nics),
+            Owner::Steered => conn.missing_paths(nics, round),
             Owner::Other => conn.kernel_paths(kernel),
             Owner::Unknown | Owner::Adopted => Vec::new(),
         };
@@ -188,18 +202,43 @@ impl Connections {
     }
 
     /// Takes a connection open before the agent: its subflows as the
-    /// kernel lists them (the first one first).
-    pub fn adopt(&mut self, token: u32, subflows: Vec<Subflow>) -> Vec<Action> {
-        let Some(first) = subflows.first().copied() else {
+    /// kernel lists them, each with its local address id (the first
+    /// subflow, id 0, first).
+    pub fn adopt(&mut self, token: u32, subflows: Vec<(u8, Subflow)>) -> Vec<Action> {
+        let Some((_, first)) = subflows.first().copied() else {
             return Vec::new();
         };
         let mut conn = Connection::new(token, first.local, first.remote, false);
         conn.owner = Owner::Adopted;
         conn.established = true;
-        conn.next_id = subflows.len() as u8 + 1;
-        conn.subflows = subflows;
+        for (id, subflow) in &subflows {
+            if *id != 0 {
+                conn.ids.insert(subflow.local.ip(), *id);
+                conn.next_id = conn.next_id.max(id.saturating_add(1));
+            }
+        }
+        conn.subflows = subflows.into_iter().map(|(_, s)| s).collect();
         self.by_token.insert(token, conn);
         vec![Action::Follow(token)]
+    }
+
+    /// One repair round over the connections this host opened and
+    /// follows: a subflow through each NIC of `up` (the followed NICs up
+    /// now) that none of a connection's subflows leaves from, as when
+    /// the NIC's subflow closed while the NIC was down. Where this host
+    /// accepted the connection, the peer makes the subflows: nothing.
+    pub fn repair(&mut self, up: &[FollowedNic]) -> Vec<Action> {
+        self.rounds += 1;
+        let round = self.rounds;
+        let mut actions = Vec::new();
+        for conn in self.by_token.values_mut() {
+            let followed = matches!(conn.owner, Owner::Steered | Owner::Adopted);
+            if followed && conn.established && !conn.server_side {
+                actions.extend(conn.missing_paths(up, round));
+            }
+        }
+        self.subflows_made += actions.len() as u64;
+        actions
     }
 
     /// The reads of `token` counted now: the flags its reader's node asks.
@@ -236,6 +275,11 @@ impl Connections {
         };
         conn.subflows
             .retain(|s| (s.local, s.remote) != (local, remote));
+        conn.asked.remove(&local.ip());
+        if let Some(id) = event.local_id.filter(|id| *id != 0) {
+            conn.ids.insert(local.ip(), id);
+            conn.next_id = conn.next_id.max(id.saturating_add(1));
+        }
         conn.subflows.push(Subflow {
             local,
             remote,
@@ -287,23 +331,36 @@ impl Connection {
             refused: 0,
             unplaced: None,
             next_id: 1,
+            ids: BTreeMap::new(),
+            asked: BTreeMap::new(),
         }
     }
 
-    /// A subflow from, or an announcement of, each NIC but the first
-    /// subflow's, of the connection's family.
-    fn steered_paths(&mut self, nics: &[FollowedNic]) -> Vec<Action> {
+    /// A subflow from (or, accepted, an announcement of) each NIC of
+    /// `nics` that none of the connection's subflows leaves from, of the
+    /// connection's family, unless asked for in the last
+    /// [`REPAIR_ROUNDS_BETWEEN_ASKS`] rounds.
+    fn missing_paths(&mut self, nics: &[FollowedNic], round: u64) -> Vec<Action> {
         let family_v4 = self.local.is_ipv4();
         let mut actions = Vec::new();
         for nic in nics {
-            if nic.addresses.contains(&self.local.ip()) {
-                continue;
-            }
+            let has_one = self
+                .subflows
+                .iter()
+                .any(|s| nic.addresses.contains(&s.local.ip()));
             let Some(ip) = nic.addresses.iter().find(|a| a.is_ipv4() == family_v4) else {
                 continue;
             };
+            let recent = self
+                .asked
+                .get(ip)
+                .is_some_and(|at| round < at + REPAIR_ROUNDS_BETWEEN_ASKS);
+            if has_one || recent {
+                continue;
+            }
+            self.asked.insert(*ip, round);
             let local = PmEndpoint {
-                id: self.take_id(),
+                id: self.id_for(*ip),
                 addr: SocketAddr::new(*ip, 0),
                 ifindex: Some(nic.ifindex),
             };
@@ -356,9 +413,14 @@ impl Connection {
         }
     }
 
-    fn take_id(&mut self) -> u8 {
+    /// The id `ip` has in this connection, a new one the first time.
+    fn id_for(&mut self, ip: IpAddr) -> u8 {
+        if let Some(id) = self.ids.get(&ip) {
+            return *id;
+        }
         let id = self.next_id;
         self.next_id = self.next_id.saturating_add(1);
+        self.ids.insert(ip, id);
         id
     }
 
@@ -605,5 +667,43 @@ mod tests {
             matches!(asked[1], Action::Announce { token: 7, .. }),
             "{asked:?}"
         );
+        assert!(table.repair(&nics()).is_empty(), "the peer makes them");
+    }
+
+    #[test]
+    fn a_nics_subflow_that_closed_is_asked_again_once_the_nic_is_up_and_not_twice_at_once() {
+        let mut table = two_subflows();
+        table.on_event(&event(
+            PmEventKind::Established,
+            "10.0.0.1:40000",
+            "10.9.0.2:5201",
+        ));
+        assert!(table.repair(&nics()).is_empty(), "a subflow from each NIC");
+        table.on_event(&event(
+            PmEventKind::SubClosed,
+            "10.1.0.1:40001",
+            "10.9.0.2:5201",
+        ));
+        let eth0_only = &nics()[..1];
+        assert!(table.repair(eth0_only).is_empty(), "eth1 is down");
+        let asked = table.repair(&nics());
+        assert!(
+            matches!(
+                asked[..],
+                [Action::CreateSubflow {
+                    local: PmEndpoint {
+                        id: 1,
+                        ifindex: Some(11),
+                        ..
+                    },
+                    ..
+                }]
+            ),
+            "eth1 is back, under the id its address had: {asked:?}"
+        );
+        for _ in 1..REPAIR_ROUNDS_BETWEEN_ASKS {
+            assert!(table.repair(&nics()).is_empty(), "still opening");
+        }
+        assert_eq!(table.repair(&nics()).len(), 1, "asked again");
     }
 }

@@ -30,9 +30,13 @@ use srap_host::{
 };
 use tracing::{debug, info, warn};
 
+use srap_common::reader::ReadCounts;
+use srap_status::sender::PathManagerRow;
+
 use super::{
     connections::{Action, Connections, FollowedNic, KernelSettings, Owner, Subflow},
     reads::{ReaderError, Reads},
+    status::{self, MoveTimes},
 };
 use crate::{
     sender::{error::SenderError, state},
@@ -44,6 +48,9 @@ pub const TICK: Duration = Duration::from_millis(100);
 /// How long a connection's cgroup may stay unknown before it is taken as
 /// another cgroup's (its first subflow gone from the listing already).
 const RESOLVE_WITHIN: Duration = Duration::from_secs(1);
+/// Ticks between two repair rounds (a subflow made again through a NIC
+/// that came back).
+const TICKS_PER_REPAIR: u64 = 10;
 /// How long a subflow refused as too early is asked for again.
 const RETRY_WITHIN: Duration = Duration::from_secs(10);
 
@@ -77,27 +84,10 @@ pub struct FollowSettings {
     pub state_path: PathBuf,
 }
 
-/// What the path manager has done, for the logs and the status.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FollowSummary {
-    /// Connections of the namespace now, and those whose reader is
-    /// followed.
-    pub connections: usize,
-    pub followed: usize,
-    /// Reader moves followed, backup flags changed, subflows asked for
-    /// and requests the kernel refused.
-    pub moves: u64,
-    pub flips: u64,
-    pub subflows_made: u64,
-    pub refused: u64,
-    /// Followed connections with no subflow on their reader's node.
-    pub unplaced: usize,
-}
-
 /// The running path manager; stops (and restores the namespace's
 /// previous one) when dropped.
 pub struct FollowReader {
-    summary: Arc<std::sync::Mutex<FollowSummary>>,
+    status: Arc<std::sync::Mutex<PathManagerRow>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     /// The namespace's path manager before this one.
@@ -122,9 +112,10 @@ impl FollowReader {
             .install()
             .map_err(PathManagerError::Kind)?;
         let state_path = settings.state_path.clone();
-        let summary = Arc::new(std::sync::Mutex::new(FollowSummary::default()));
+        let status = Arc::new(std::sync::Mutex::new(PathManagerRow::default()));
         let mut manager = Manager {
-            summary: Arc::clone(&summary),
+            status: Arc::clone(&status),
+            before,
             pm,
             events,
             reads,
@@ -133,6 +124,8 @@ impl FollowReader {
             table: Connections::default(),
             first_seen: BTreeMap::new(),
             retry: Vec::new(),
+            move_times: MoveTimes::default(),
+            ticks: 0,
         };
         manager.adopt_open();
         let stop = Arc::new(AtomicBool::new(false));
@@ -151,7 +144,7 @@ impl FollowReader {
             "SRAP is the namespace's MPTCP path manager (following each reader)"
         );
         Ok(Self {
-            summary,
+            status,
             stop,
             thread: Some(thread),
             before,
@@ -161,12 +154,13 @@ impl FollowReader {
 }
 
 impl FollowReader {
-    /// What it has done so far.
-    pub fn summary(&self) -> FollowSummary {
-        *self
-            .summary
+    /// What it has done so far, and each connection it follows, as of
+    /// its last tick.
+    pub fn status(&self) -> PathManagerRow {
+        self.status
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -209,7 +203,9 @@ fn forget(path: &Path) -> Result<(), SenderError> {
 
 /// The loop's state.
 struct Manager {
-    summary: Arc<std::sync::Mutex<FollowSummary>>,
+    status: Arc<std::sync::Mutex<PathManagerRow>>,
+    /// The namespace's path manager before this one, for the status.
+    before: PathManagerKind,
     pm: PathManager,
     events: PmEvents,
     reads: Reads,
@@ -224,6 +220,8 @@ struct Manager {
     /// acknowledged at its level), asked again each tick until
     /// [`RETRY_WITHIN`] after the first ask.
     retry: Vec<(Action, Instant)>,
+    move_times: MoveTimes,
+    ticks: u64,
 }
 
 impl Manager {
@@ -255,6 +253,10 @@ impl Manager {
     fn tick(&mut self) {
         self.resolve_new();
         self.retry_early();
+        self.ticks += 1;
+        if self.ticks % TICKS_PER_REPAIR == 0 {
+            self.repair();
+        }
         let followed: Vec<u32> = self
             .table
             .by_token
@@ -262,48 +264,52 @@ impl Manager {
             .filter(|c| matches!(c.owner, Owner::Steered | Owner::Adopted))
             .map(|c| c.token)
             .collect();
+        let now = Instant::now();
         for token in followed {
-            let Some(counts) = self.reads.counts(token) else {
-                continue;
-            };
-            let before = self.table.by_token.get(&token).map(|c| c.reader.node());
-            let actions = self.table.on_reads(token, &counts, &self.settings.nics);
-            if let Some(conn) = self.table.by_token.get(&token)
-                && before != Some(conn.reader.node())
-            {
-                info!(
-                    "MPTCP connection {token:08x}: read on node {:?} (move {}){}",
-                    conn.reader.node(),
-                    conn.reader.moves,
-                    conn.unplaced
-                        .as_deref()
-                        .map(|why| format!(": {why}"))
-                        .unwrap_or_default()
-                );
+            if let Some(counts) = self.reads.counts(token) {
+                self.sample(token, &counts, now);
             }
-            self.carry_out(actions);
         }
         self.publish();
     }
 
-    fn publish(&self) {
-        let conns = self.table.by_token.values();
-        let followed = |c: &&super::connections::Connection| {
-            matches!(c.owner, Owner::Steered | Owner::Adopted)
+    /// Takes one sample of a followed connection's reads: its flags
+    /// follow a move, and the move is timed.
+    fn sample(&mut self, token: u32, counts: &ReadCounts, now: Instant) {
+        let before = self.table.by_token.get(&token).map(|c| c.reader.node());
+        let actions = self.table.on_reads(token, counts, &self.settings.nics);
+        let Some(conn) = self.table.by_token.get(&token) else {
+            return;
         };
-        let summary = FollowSummary {
-            connections: self.table.by_token.len(),
-            followed: conns.clone().filter(followed).count(),
-            moves: conns.clone().map(|c| c.reader.moves).sum(),
-            flips: self.table.flips,
-            subflows_made: self.table.subflows_made,
-            refused: conns.clone().map(|c| c.refused).sum(),
-            unplaced: conns.filter(|c| c.unplaced.is_some()).count(),
-        };
+        let moved = before.is_some_and(|b| b.is_some() && b != conn.reader.node());
+        self.move_times
+            .sampled(token, now, TICK, conn.reader.pending(), moved);
+        if before != Some(conn.reader.node()) {
+            info!(
+                "MPTCP connection {token:08x}: read on node {:?} (move {}){}",
+                conn.reader.node(),
+                conn.reader.moves,
+                conn.unplaced
+                    .as_deref()
+                    .map(|why| format!(": {why}"))
+                    .unwrap_or_default()
+            );
+        }
+        self.carry_out(actions);
+    }
+
+    fn publish(&mut self) {
+        self.move_times.prune(&self.table);
+        let row = status::row(
+            &self.table,
+            self.before,
+            &self.settings.nics,
+            &self.move_times,
+        );
         *self
-            .summary
+            .status
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = summary;
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = row;
     }
 
     fn resolve_new(&mut self) {
@@ -333,6 +339,27 @@ impl Manager {
                 .resolve(token, owner, &self.settings.nics, &kernel);
             self.carry_out(actions);
         }
+    }
+
+    /// A subflow again through each followed NIC that is up and that a
+    /// connection has none through (it closed while the NIC was down).
+    fn repair(&mut self) {
+        let holders = match srap_host::local::holders() {
+            Ok(holders) => holders,
+            Err(err) => {
+                debug!("this host's NICs, for the path manager's repair: {err}");
+                return;
+            }
+        };
+        let up: Vec<FollowedNic> = self
+            .settings
+            .nics
+            .iter()
+            .filter(|nic| holders.iter().any(|h| h.name == nic.name && h.up))
+            .cloned()
+            .collect();
+        let actions = self.table.repair(&up);
+        self.carry_out(actions);
     }
 
     /// Asks again for the subflows refused as too early whose connection
@@ -436,9 +463,9 @@ impl Manager {
     }
 }
 
-/// The open subflows by connection token, each connection's first
-/// subflow (local id 0) first.
-fn by_token(subflows: &Subflows) -> BTreeMap<u32, Vec<Subflow>> {
+/// The open subflows by connection token, each with its local address
+/// id, the connection's first subflow (id 0) first.
+fn by_token(subflows: &Subflows) -> BTreeMap<u32, Vec<(u8, Subflow)>> {
     let mut out: BTreeMap<u32, Vec<(u8, Subflow)>> = BTreeMap::new();
     for ((local, remote), seen) in subflows {
         out.entry(seen.token).or_default().push((
@@ -453,7 +480,7 @@ fn by_token(subflows: &Subflows) -> BTreeMap<u32, Vec<Subflow>> {
     out.into_iter()
         .map(|(token, mut list)| {
             list.sort_by_key(|(id, s)| (*id, s.local));
-            (token, list.into_iter().map(|(_, s)| s).collect())
+            (token, list)
         })
         .collect()
 }

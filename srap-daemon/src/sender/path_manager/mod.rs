@@ -9,7 +9,8 @@
 //! * [`connections`]: the namespace's connections and what each asks of
 //!   the kernel (subflows, announcements, backup flags), pure;
 //! * [`manager`]: all of it running on a thread of its own, the
-//!   namespace's path manager switched and restored.
+//!   namespace's path manager switched and restored;
+//! * [`status`]: what it has done and follows, for the agent's status.
 //!
 //! It must NOT speak netlink itself (`srap_host::mptcp_pm` does) nor
 //! decide a connection's ports (the plan's tables do).
@@ -18,6 +19,7 @@ pub mod connections;
 pub mod manager;
 pub mod reader_node;
 pub mod reads;
+pub mod status;
 
-pub use manager::{FollowReader, FollowSettings, FollowSummary, PathManagerError};
+pub use manager::{FollowReader, FollowSettings, PathManagerError};
 pub use reads::{ReaderError, Reads};

@@ -33,6 +33,11 @@ impl ReaderNode {
         self.node
     }
 
+    /// A new node leads the samples but is not believed yet.
+    pub fn pending(&self) -> bool {
+        self.candidate.is_some()
+    }
+
     /// Takes the counts read now; the node when it changed with them.
     pub fn sample(&mut self, counts: &ReadCounts) -> Option<u32> {
         let delta: Vec<u64> = counts
