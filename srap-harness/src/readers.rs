@@ -544,15 +544,33 @@ fn serve(
 
 /// Writes to `stream` for `seconds`, then closes it; counts into `flow`.
 pub(crate) fn write_for(
-    mut stream: TcpStream,
+    stream: TcpStream,
     seconds: u64,
     stop: &AtomicBool,
     flow: &mut SinkFlow,
 ) -> anyhow::Result<()> {
+    paced_write_for(stream, seconds, None, stop, flow)
+}
+
+/// [`write_for`], never ahead of `pace` bytes a second since its start
+/// when given: the application's own pacing, for sockets that refuse
+/// `SO_MAX_PACING_RATE` (MPTCP's do).
+pub(crate) fn paced_write_for(
+    mut stream: TcpStream,
+    seconds: u64,
+    pace: Option<u64>,
+    stop: &AtomicBool,
+    flow: &mut SinkFlow,
+) -> anyhow::Result<()> {
     let buf = vec![0x5au8; 1 << 16];
-    let until = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let until = started + Duration::from_secs(seconds);
     stream.set_write_timeout(Some(Duration::from_secs(1)))?;
     while Instant::now() < until && !stop.load(Ordering::Relaxed) {
+        if let Some(ahead) = pace.and_then(|rate| ahead_of(rate, flow.bytes, started)) {
+            std::thread::sleep(ahead.min(until.saturating_duration_since(Instant::now())));
+            continue;
+        }
         match stream.write(&buf) {
             Ok(n) => flow.moved(n),
             Err(err) if transient(&err) => {}
@@ -561,6 +579,15 @@ pub(crate) fn write_for(
     }
     let _ = stream.shutdown(Shutdown::Both);
     Ok(())
+}
+
+/// How far `bytes` written since `started` are ahead of `rate` bytes a
+/// second (at most 100 ms, so the loop looks at its clock and stop flag),
+/// or `None` when they are not.
+fn ahead_of(rate: u64, bytes: u64, started: Instant) -> Option<Duration> {
+    let due = started + Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64);
+    let ahead = due.saturating_duration_since(Instant::now());
+    (!ahead.is_zero()).then(|| ahead.min(Duration::from_millis(100)))
 }
 
 /// Reads `stream` until the client closes it (or `seconds` and a grace of

@@ -17,6 +17,7 @@ mod key_rotation;
 mod least_privilege;
 mod local_nic_descriptions;
 mod local_nics;
+mod moving_readers;
 mod multipeer;
 mod nic_choice;
 mod nic_grants;

@@ -17,8 +17,8 @@ use anyhow::{Context as _, bail};
 
 use crate::{
     netns::NetNs,
-    readers::{SinkFlow, write_for},
-    sockets::{finish_within, mptcp_listener, mptcp_socket, serve_each, set_socket_option_u64},
+    readers::{SinkFlow, paced_write_for},
+    sockets::{finish_within, mptcp_listener, mptcp_socket, serve_each},
 };
 
 /// How long [`MptcpSource::connect`] keeps trying each connection while the
@@ -50,8 +50,10 @@ pub struct SourceFlow {
 impl MptcpSource {
     /// Listens with MPTCP on `addr` inside `ns` (the socket stays the
     /// namespace's), accepts `connections` within a minute and writes to
-    /// each for `seconds` from its accept, paced to `pace` bytes a second
-    /// (`SO_MAX_PACING_RATE`) if given, then closes it.
+    /// each for `seconds` from its accept, paced to `pace` bytes a second if
+    /// given, then closes it. The pacing is the source's own: MPTCP sockets
+    /// refuse `SO_MAX_PACING_RATE` (`EOPNOTSUPP` on 6.18), and the
+    /// subflows' TCP sockets are not the application's to set.
     pub fn listen(
         ns: &NetNs,
         addr: SocketAddr,
@@ -177,12 +179,7 @@ fn serve(
         .local_addr()
         .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
     let mut flow = SinkFlow::new(peer);
-    let outcome = pace
-        .map_or(Ok(()), |rate| {
-            set_socket_option_u64(&stream, libc::SO_MAX_PACING_RATE, rate)
-                .context("SO_MAX_PACING_RATE")
-        })
-        .and_then(|()| write_for(stream, seconds, stop, &mut flow));
+    let outcome = paced_write_for(stream, seconds, pace, stop, &mut flow);
     SourceFlow {
         local,
         peer,
