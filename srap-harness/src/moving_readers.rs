@@ -236,7 +236,11 @@ impl Gate {
             }
             let left = self.until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                bail!("{} of {} connections were up in time", state.0, self.expected);
+                bail!(
+                    "{} of {} connections were up in time",
+                    state.0,
+                    self.expected
+                );
             }
             state = self
                 .changed
@@ -299,9 +303,11 @@ pub fn run_accepting(listen: SocketAddr, spec: &MoveSpec) -> anyhow::Result<Vec<
         let pinned_tx = pinned_tx.clone();
         connections.push(Box::new(move |pinned: anyhow::Result<()>| {
             let _ = pinned_tx.send(());
-            let stream = rx.recv_timeout(ACCEPT_WAIT + CONNECT_TIMEOUT).with_context(|| {
-                format!("connection {index} was not accepted within {ACCEPT_WAIT:?}")
-            })?;
+            let stream = rx
+                .recv_timeout(ACCEPT_WAIT + CONNECT_TIMEOUT)
+                .with_context(|| {
+                    format!("connection {index} was not accepted within {ACCEPT_WAIT:?}")
+                })?;
             pinned.map(|()| stream)
         }) as Connection);
     }
@@ -339,7 +345,6 @@ fn hand_over(listener: &std::net::TcpListener, handovers: Vec<mpsc::Sender<TcpSt
     }
 }
 
-
 /// Spawns the threads: each pins itself to its period-0 CPU, gets its
 /// connection, waits at the gate for the common start, then moves and
 /// reads ([`follow`]); the gate opens by `until` or not at all.
@@ -360,7 +365,12 @@ fn spawn_threads(
                 let pinned = pin_to(cpu);
                 let at_ms = 0;
                 let ran_on = current_cpu();
-                report.moves.push(Move { at_ms, node, cpu, ran_on });
+                report.moves.push(Move {
+                    at_ms,
+                    node,
+                    cpu,
+                    ran_on,
+                });
                 let stream = connection(pinned);
                 gate.arrive();
                 if let Err(err) = stream.and_then(|s| follow(s, &spec, index, &gate, &mut report)) {
@@ -448,7 +458,9 @@ impl Mover<'_> {
             }
             let next_move = self.start + self.spec.period * u32::try_from(period + 1)?;
             let wake = next_sample.min(next_move).min(until);
-            let timeout = wake.saturating_duration_since(now).max(Duration::from_millis(1));
+            let timeout = wake
+                .saturating_duration_since(now)
+                .max(Duration::from_millis(1));
             stream.set_read_timeout(Some(timeout))?;
             match stream.read(&mut buf) {
                 Ok(0) => return Ok(()),
@@ -516,7 +528,11 @@ mod tests {
         let spec = spec(vec![vec![0, 1], vec![2, 3]], 4);
         spec.check().unwrap();
         // Period 0: 0 and 2 on node 0 (CPUs 0, 1), 1 and 3 on node 1.
-        let at = |period| (0..4).map(|i| spec.placement(i, period)).collect::<Vec<_>>();
+        let at = |period| {
+            (0..4)
+                .map(|i| spec.placement(i, period))
+                .collect::<Vec<_>>()
+        };
         assert_eq!(at(0), [(0, 0), (1, 2), (0, 1), (1, 3)]);
         assert_eq!(at(1), [(1, 2), (0, 0), (1, 3), (0, 1)]);
         assert_eq!(at(2), at(0));
@@ -564,8 +580,18 @@ mod tests {
             index: 1,
             local: subflow.local,
             remote: "10.0.0.2:5201".parse().unwrap(),
-            moves: vec![Move { at_ms: 0, node: 1, cpu: 2, ran_on: 2 }],
-            samples: vec![Sample { at_ms: 100, ran_on: 2, read: 7, subflows: vec![subflow] }],
+            moves: vec![Move {
+                at_ms: 0,
+                node: 1,
+                cpu: 2,
+                ran_on: 2,
+            }],
+            samples: vec![Sample {
+                at_ms: 100,
+                ran_on: 2,
+                read: 7,
+                subflows: vec![subflow],
+            }],
             read: 7,
             error: Some("reading: reset".into()),
         };

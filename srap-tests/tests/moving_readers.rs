@@ -42,7 +42,15 @@ fn spec() -> MoveSpec {
 fn mptcp_namespace() -> NetNs {
     let ns = NetNs::new().expect("a namespace");
     enable_mptcp_in(&ns).expect("MPTCP in the namespace");
-    if let Err(err) = ns.ip(["mptcp", "endpoint", "add", "127.0.0.2", "dev", "lo", "subflow"]) {
+    if let Err(err) = ns.ip([
+        "mptcp",
+        "endpoint",
+        "add",
+        "127.0.0.2",
+        "dev",
+        "lo",
+        "subflow",
+    ]) {
         eprintln!("no second loopback subflow endpoint: {err:#}");
     }
     ns
@@ -59,7 +67,9 @@ fn connecting_readers_move_in_anti_phase_and_their_subflows_count_what_they_read
         .run(|| run_connecting(addr, &spec()))
         .expect("in the namespace")
         .expect("the readers");
-    let flows = source.finish(Duration::from_secs(30)).expect("the source's flows");
+    let flows = source
+        .finish(Duration::from_secs(30))
+        .expect("the source's flows");
     judge(&reports, &flows, |flow, report| flow.peer == report.local);
 }
 
@@ -75,7 +85,9 @@ fn accepting_readers_move_in_anti_phase_and_their_subflows_count_what_they_read(
         .run(|| run_accepting(addr, &spec()))
         .expect("in the namespace")
         .expect("the readers");
-    let flows = source.finish(Duration::from_secs(30)).expect("the source's flows");
+    let flows = source
+        .finish(Duration::from_secs(30))
+        .expect("the source's flows");
     judge(&reports, &flows, |flow, report| flow.local == report.remote);
 }
 
@@ -108,7 +120,10 @@ fn judge(
         let flow = flows.iter().find(|f| same(f, report));
         let flow = flow.unwrap_or_else(|| panic!("no source flow for {report:?}: {flows:?}"));
         assert_eq!(flow.error, None);
-        assert_eq!(flow.bytes, report.read, "the source wrote what the reader read");
+        assert_eq!(
+            flow.bytes, report.read,
+            "the source wrote what the reader read"
+        );
         for window in report.windows(Duration::ZERO, &spec.nodes) {
             assert_eq!(window.ran_on_other_node, 0, "{window:?}");
         }
@@ -123,7 +138,11 @@ fn judge(
 /// period), each where the spec places it and run there.
 fn judge_moves(spec: &MoveSpec, report: &MovingReport) {
     assert!(report.moves.len() >= 3, "{:?}", report.moves);
-    assert!(report.samples.len() >= 20, "{} samples", report.samples.len());
+    assert!(
+        report.samples.len() >= 20,
+        "{} samples",
+        report.samples.len()
+    );
     for (period, placed) in report.moves.iter().enumerate() {
         let period = period as u64;
         assert_eq!(spec.period_at(Duration::from_millis(placed.at_ms)), period);

@@ -61,13 +61,17 @@ impl MptcpSource {
         seconds: u64,
         pace: Option<u64>,
     ) -> anyhow::Result<Self> {
-        let listener = ns.run(|| mptcp_listener(addr))?.with_context(|| {
-            format!("the MPTCP source's listener on {addr} in {}", ns.name())
-        })?;
+        let listener = ns
+            .run(|| mptcp_listener(addr))?
+            .with_context(|| format!("the MPTCP source's listener on {addr} in {}", ns.name()))?;
         Ok(Self::spawn(move |stop| {
-            serve_each(&listener, connections, stop, "the MPTCP source", |stream, peer| {
-                serve(stream, peer, seconds, pace, stop)
-            })
+            serve_each(
+                &listener,
+                connections,
+                stop,
+                "the MPTCP source",
+                |stream, peer| serve(stream, peer, seconds, pace, stop),
+            )
         }))
     }
 
@@ -106,7 +110,10 @@ impl MptcpSource {
     /// Waits (up to `within`) until every connection was made and served;
     /// each one's record, in accept (or connect) order.
     pub fn finish(mut self, within: Duration) -> anyhow::Result<Vec<SourceFlow>> {
-        let thread = self.thread.take().context("the MPTCP source already ended")?;
+        let thread = self
+            .thread
+            .take()
+            .context("the MPTCP source already ended")?;
         finish_within(thread, &self.stop, within, "the MPTCP source")
     }
 }
@@ -138,7 +145,10 @@ fn connect_each(
         }
         served
             .into_iter()
-            .map(|flow| flow.join().map_err(|_| anyhow::anyhow!("a source flow panicked")))
+            .map(|flow| {
+                flow.join()
+                    .map_err(|_| anyhow::anyhow!("a source flow panicked"))
+            })
             .collect()
     })
 }

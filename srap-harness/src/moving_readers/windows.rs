@@ -124,15 +124,29 @@ mod tests {
     }
 
     fn sample(at_ms: u64, ran_on: u32, subflows: Vec<SubflowBytes>) -> Sample {
-        Sample { at_ms, ran_on, read: 0, subflows }
+        Sample {
+            at_ms,
+            ran_on,
+            read: 0,
+            subflows,
+        }
     }
 
     fn placed(at_ms: u64, node: u32) -> Move {
-        Move { at_ms, node, cpu: node, ran_on: node }
+        Move {
+            at_ms,
+            node,
+            cpu: node,
+            ran_on: node,
+        }
     }
 
     fn report(moves: Vec<Move>, samples: Vec<Sample>) -> MovingReport {
-        MovingReport { moves, samples, ..MovingReport::new(0) }
+        MovingReport {
+            moves,
+            samples,
+            ..MovingReport::new(0)
+        }
     }
 
     fn ip(text: &str) -> IpAddr {
@@ -167,7 +181,10 @@ mod tests {
         assert_eq!((first.samples, first.ran_on_other_node), (2, 0));
         assert_eq!((second.node, second.from_ms, second.to_ms), (1, 1500, 2000));
         assert_eq!(second.by_local, BTreeMap::from([(ip(A), 20)]));
-        assert_eq!(second.ran_on_other_node, 1, "the sample at 2000 ran on node 0");
+        assert_eq!(
+            second.ran_on_other_node, 1,
+            "the sample at 2000 ran on node 0"
+        );
     }
 
     #[test]
@@ -181,7 +198,10 @@ mod tests {
             ],
         );
         let window = &report.windows(Duration::ZERO, &nodes())[0];
-        assert_eq!(window.by_local, BTreeMap::from([(ip(A), 200), (ip(B), 800)]));
+        assert_eq!(
+            window.by_local,
+            BTreeMap::from([(ip(A), 200), (ip(B), 800)])
+        );
     }
 
     #[test]
@@ -194,7 +214,17 @@ mod tests {
             vec![placed(0, 0), placed(100, 1), placed(1000, 0)],
             vec![
                 sample(0, 0, vec![subflow(A, 0), other_remote]),
-                sample(50, 0, vec![subflow(A, 5), SubflowBytes { bytes_received: 30, ..other_remote }]),
+                sample(
+                    50,
+                    0,
+                    vec![
+                        subflow(A, 5),
+                        SubflowBytes {
+                            bytes_received: 30,
+                            ..other_remote
+                        },
+                    ],
+                ),
                 sample(1000, 0, vec![subflow(A, 9)]),
             ],
         );
@@ -202,7 +232,10 @@ mod tests {
         assert_eq!(windows[0].by_local, BTreeMap::from([(ip(A), 25)]));
         // Node 1's window (100 to 1000 ms) has no sample: empty, not gone.
         let empty = &windows[1];
-        assert_eq!((empty.node, empty.samples, empty.from_ms, empty.to_ms), (1, 0, 100, 100));
+        assert_eq!(
+            (empty.node, empty.samples, empty.from_ms, empty.to_ms),
+            (1, 0, 100, 100)
+        );
         assert!(empty.by_local.is_empty());
         // One sample measures nothing: its subflows at 0.
         assert_eq!(windows[2].by_local, BTreeMap::from([(ip(A), 0)]));

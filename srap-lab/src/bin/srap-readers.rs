@@ -6,29 +6,45 @@
 //! --direction pull --local-placement reader`) and in the veth lab's sender
 //! namespace (`srap-lab --direction pull|both --local-placement reader`);
 //! the logic is [`srap_harness::readers`].
-use std::{net::SocketAddr, process::ExitCode};
+//!
+//! With `--mptcp` it runs MPTCP connections instead whose reading threads
+//! move between NUMA nodes every `--move-every` seconds, in anti-phase, and
+//! prints one JSON line per connection with the kernel's per-subflow byte
+//! counts sampled as they read ([`srap_harness::moving_readers`]).
+use std::{net::SocketAddr, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
-use clap::Parser;
-use srap_harness::readers::{self, Transfer};
+use clap::{ArgGroup, Parser};
+use srap_harness::{
+    moving_readers::{self, MoveSpec},
+    readers::{self, Transfer},
+};
 
 /// Threads pinned to --cpus (round-robin, --threads of them), each
 /// downloading from SERVER over its own connection, or with --send
 /// uploading to it; prints one JSON line per flow (cpu, ran_on, position,
 /// port, incoming_cpu, napi_id, bytes).
+///
+/// With --mptcp: --connections MPTCP connections (to --connect, or
+/// accepted on --listen), each read by a thread that moves between the
+/// --nodes every --move-every seconds; one JSON line per connection.
 #[derive(Parser, Debug)]
 #[command(name = "srap-readers", version)]
+#[command(group(ArgGroup::new("peer").required(true).args(["connect", "listen"])))]
 struct Cli {
     /// The server to download from (it writes, then closes), or with
     /// --send to upload to (it reads until the thread closes).
     #[arg(long, value_name = "IP:PORT")]
-    connect: SocketAddr,
+    connect: Option<SocketAddr>,
+    /// With --mptcp: listen here and read the connections accepted.
+    #[arg(long, value_name = "IP:PORT", requires = "mptcp")]
+    listen: Option<SocketAddr>,
     /// The CPUs the threads are pinned to (`0,1,2,3` or `0-3`).
-    #[arg(long)]
-    cpus: String,
+    #[arg(long, required_unless_present = "mptcp", conflicts_with = "mptcp")]
+    cpus: Option<String>,
     /// Threads, a multiple of the CPUs: thread i on the i-th CPU modulo
     /// their number. Default: one per CPU.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "mptcp")]
     threads: Option<usize>,
     /// The order the threads connect in, one at a time, as their CPUs (a
     /// CPU as often as it has threads); no thread may connect at a
@@ -36,16 +52,33 @@ struct Cli {
     /// (a placement handing out CPUs in connect order would look right).
     /// Default: the upper half interleaved with the lower (`2,0,3,1` for
     /// `0-3`), once per round of threads.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "mptcp")]
     order: Option<String>,
     /// Each thread writes for --seconds, then reads `SO_INCOMING_CPU`: the
     /// CPU that processed its last ACK.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "mptcp")]
     send: bool,
     /// Each thread reads until the server closes or this many seconds have
     /// passed since its connect (with --send: writes this long).
+    /// (With --mptcp: the total reading time from the common start.)
     #[arg(long, default_value_t = 4)]
     seconds: u64,
+    /// MPTCP connections with moving readers (see --move-every, --nodes,
+    /// --connections).
+    #[arg(long, requires_all = ["move_every", "nodes", "connections"])]
+    mptcp: bool,
+    /// With --mptcp: the seconds between moves (fractions allowed).
+    #[arg(long, value_name = "SECS", requires = "mptcp")]
+    move_every: Option<f64>,
+    /// With --mptcp: each NUMA node's CPUs, nodes split by `;` (`0,1;2,3`).
+    #[arg(long, requires = "mptcp")]
+    nodes: Option<String>,
+    /// With --mptcp: how many connections, one moving thread each.
+    #[arg(long, requires = "mptcp")]
+    connections: Option<usize>,
+    /// With --mptcp: milliseconds between samples of the subflow counters.
+    #[arg(long, default_value_t = 100, requires = "mptcp")]
+    sample_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -54,7 +87,11 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &Cli) -> anyhow::Result<()> {
-    let cpus = readers::parse_cpus(&cli.cpus)?;
+    if cli.mptcp {
+        return run_mptcp(cli);
+    }
+    let server = cli.connect.context("--connect")?;
+    let cpus = readers::parse_cpus(cli.cpus.as_deref().context("--cpus")?)?;
     let threads = cli.threads.unwrap_or(cpus.len());
     let order = match &cli.order {
         Some(order) => readers::parse_order(order)?,
@@ -72,8 +109,126 @@ fn run(cli: &Cli) -> anyhow::Result<()> {
     } else {
         Transfer::Download
     };
-    for report in readers::run_readers(cli.connect, &order, cli.seconds, transfer)? {
+    for report in readers::run_readers(server, &order, cli.seconds, transfer)? {
         println!("{}", serde_json::to_string(&report)?);
     }
     Ok(())
+}
+
+/// `--mptcp`: the moving readers, connecting or accepting; fails (after
+/// printing every report) if any connection did.
+fn run_mptcp(cli: &Cli) -> anyhow::Result<()> {
+    let spec = move_spec(cli)?;
+    let reports = match (cli.connect, cli.listen) {
+        (Some(server), None) => moving_readers::run_connecting(server, &spec)?,
+        (None, Some(listen)) => moving_readers::run_accepting(listen, &spec)?,
+        _ => anyhow::bail!("give exactly one of --connect and --listen"),
+    };
+    for report in &reports {
+        println!("{}", serde_json::to_string(report)?);
+    }
+    let failed: Vec<String> = reports
+        .iter()
+        .filter_map(|r| r.error.as_ref().map(|e| format!("{}: {e}", r.index)))
+        .collect();
+    if !failed.is_empty() {
+        anyhow::bail!(
+            "{} of {} connections failed ({})",
+            failed.len(),
+            reports.len(),
+            failed.join("; ")
+        );
+    }
+    Ok(())
+}
+
+/// The moving readers' spec from the --mptcp flags.
+fn move_spec(cli: &Cli) -> anyhow::Result<MoveSpec> {
+    let every = cli.move_every.context("--move-every")?;
+    let period = Duration::try_from_secs_f64(every)
+        .ok()
+        .filter(|p| !p.is_zero())
+        .with_context(|| format!("--move-every {every}: a positive number of seconds"))?;
+    let spec = MoveSpec {
+        nodes: moving_readers::parse_nodes(cli.nodes.as_deref().context("--nodes")?)
+            .context("--nodes")?,
+        connections: cli.connections.context("--connections")?,
+        period,
+        seconds: cli.seconds,
+        sample: Duration::from_millis(cli.sample_ms),
+    };
+    spec.check()?;
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("srap-readers").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_pinned_mode_keeps_its_flags() {
+        let cli = parse(&["--connect", "10.0.0.1:5201", "--cpus", "0-3"]).unwrap();
+        assert!(!cli.mptcp);
+        assert!(parse(&["--cpus", "0-3"]).is_err(), "no --connect");
+        assert!(parse(&["--connect", "10.0.0.1:5201"]).is_err(), "no --cpus");
+        assert!(
+            parse(&["--listen", "0.0.0.0:5201", "--cpus", "0"]).is_err(),
+            "--listen alone"
+        );
+    }
+
+    #[test]
+    fn the_mptcp_mode_takes_one_peer_and_its_spec() {
+        let mptcp = [
+            "--mptcp",
+            "--move-every",
+            "2.5",
+            "--nodes",
+            "0,1;2,3",
+            "--connections",
+            "4",
+        ];
+        let with = |peer: &[&str]| parse(&[&mptcp[..], peer].concat());
+        let cli = with(&["--listen", "0.0.0.0:5201"]).unwrap();
+        let spec = move_spec(&cli).unwrap();
+        assert_eq!(spec.period, Duration::from_millis(2500));
+        assert_eq!(spec.nodes, [vec![0, 1], vec![2, 3]]);
+        assert_eq!(
+            (spec.connections, spec.sample),
+            (4, Duration::from_millis(100))
+        );
+        assert!(with(&["--connect", "10.0.0.1:5201"]).is_ok());
+        assert!(with(&[]).is_err(), "no peer");
+        let both = ["--connect", "10.0.0.1:5201", "--listen", "0.0.0.0:5201"];
+        assert!(with(&both).is_err());
+        assert!(with(&["--connect", "10.0.0.1:5201", "--cpus", "0"]).is_err());
+        assert!(
+            parse(&["--mptcp", "--connect", "10.0.0.1:5201"]).is_err(),
+            "no spec"
+        );
+        let zero = parse(&[
+            "--mptcp",
+            "--move-every",
+            "0",
+            "--nodes",
+            "0",
+            "--connections",
+            "1",
+            "--connect",
+            "10.0.0.1:5201",
+        ])
+        .unwrap();
+        assert!(move_spec(&zero).is_err());
+    }
 }
