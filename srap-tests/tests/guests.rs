@@ -9,6 +9,7 @@ static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 mod bond;
 mod bond_steering;
+mod follow_reader;
 mod guest_nics;
 mod mptcp_nics;
 mod numa_nics;

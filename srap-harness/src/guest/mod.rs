@@ -16,11 +16,13 @@
 //! reading threads in it, with the kernel's choice of NIC and SRAP's;
 //! [`receiver_nics_lab`] that guest as a receiver with two NICs, and
 //! [`mptcp_lab`] it serving MPTCP, a subflow of each connection through
-//! each NIC.
+//! each NIC; [`follow_lab`] MPTCP connections whose readers move between
+//! the nodes, and the path manager that follows them.
 
 pub mod bond;
 pub mod bond_lab;
 pub mod files;
+pub mod follow_lab;
 pub mod image;
 pub mod mptcp_lab;
 pub mod numa;

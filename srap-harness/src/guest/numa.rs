@@ -258,11 +258,20 @@ impl NumaGuest {
                 bail!("{name}'s rx_bytes and tx_bytes: {bytes:?}");
             };
             let stats = self.guest.read(&format!("ethtool -S {name}"))?;
+            // 6.12's virtio-net counts its queues in netdev netlink only:
+            // there, the queue's interrupts stand for its packets.
+            let rx_queue_packets = match truth::parse_rx_queue_packets(&stats) {
+                Ok(packets) => packets,
+                Err(_) => truth::parse_input_interrupts_of(
+                    &self.guest.read("cat /proc/interrupts")?,
+                    Some(&nic.virtio),
+                )
+                .with_context(|| format!("{name}'s ethtool -S and {}'s interrupts", nic.virtio))?,
+            };
             nics.push(NicCounters {
                 rx_bytes,
                 tx_bytes,
-                rx_queue_packets: truth::parse_rx_queue_packets(&stats)
-                    .with_context(|| format!("{name}'s ethtool -S"))?,
+                rx_queue_packets,
             });
         }
         let softnet = self.guest.read("cat /proc/net/softnet_stat")?;

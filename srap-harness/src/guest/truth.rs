@@ -33,6 +33,12 @@ pub fn rx_queue_packets(guest: &mut Guest) -> anyhow::Result<Vec<u64>> {
 
 /// Interrupts per `virtioK-input.N` vector, summed over the CPU columns.
 pub fn parse_input_interrupts(text: &str) -> anyhow::Result<Vec<u64>> {
+    parse_input_interrupts_of(text, None)
+}
+
+/// [`parse_input_interrupts`] of one virtio device (`virtio1`) of a guest
+/// with several, or of all with `None`.
+pub fn parse_input_interrupts_of(text: &str, device: Option<&str>) -> anyhow::Result<Vec<u64>> {
     let mut lines = text.lines();
     let cpus = lines.next().map_or(0, |h| {
         h.split_whitespace()
@@ -45,6 +51,7 @@ pub fn parse_input_interrupts(text: &str) -> anyhow::Result<Vec<u64>> {
             .split_whitespace()
             .last()
             .and_then(|name| name.split_once("-input."))
+            .filter(|(dev, _)| device.is_none_or(|d| d == *dev))
             .and_then(|(_, n)| n.parse::<usize>().ok())
         else {
             continue;

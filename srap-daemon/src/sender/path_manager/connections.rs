@@ -112,6 +112,10 @@ pub struct Connection {
     /// kernel takes a subflow made again from an address only under the
     /// id it first had.
     ids: BTreeMap<IpAddr, u8>,
+    /// Its subflows' backup flags are as recorded: not so for a
+    /// connection adopted from the kernel's listing, whose flags the
+    /// agent before may have set, until they are all set once.
+    flags_known: bool,
     /// The repair round ([`Connections::repair`]) a subflow from each
     /// local address was last asked for in, until one is established.
     asked: BTreeMap<IpAddr, u64>,
@@ -211,6 +215,7 @@ impl Connections {
         let mut conn = Connection::new(token, first.local, first.remote, false);
         conn.owner = Owner::Adopted;
         conn.established = true;
+        conn.flags_known = false;
         for (id, subflow) in &subflows {
             if *id != 0 {
                 conn.ids.insert(subflow.local.ip(), *id);
@@ -332,6 +337,7 @@ impl Connection {
             unplaced: None,
             next_id: 1,
             ids: BTreeMap::new(),
+            flags_known: true,
             asked: BTreeMap::new(),
         }
     }
@@ -447,9 +453,10 @@ impl Connection {
 
     fn set_flags(&mut self, wanted: impl Fn(&Subflow) -> bool) -> Vec<Action> {
         let mut actions = Vec::new();
+        let all = !std::mem::replace(&mut self.flags_known, true);
         for subflow in &mut self.subflows {
             let backup = wanted(subflow);
-            if subflow.backup != backup {
+            if subflow.backup != backup || all {
                 subflow.backup = backup;
                 actions.push(Action::SetBackup {
                     token: self.token,
@@ -668,6 +675,32 @@ mod tests {
             "{asked:?}"
         );
         assert!(table.repair(&nics()).is_empty(), "the peer makes them");
+    }
+
+    #[test]
+    fn an_adopted_connections_flags_are_all_set_once_its_reader_is_known() {
+        let mut table = Connections::default();
+        let subflow = |local: &str| Subflow {
+            local: addr(local),
+            remote: addr("10.9.0.2:5201"),
+            backup: false,
+        };
+        table.adopt(
+            7,
+            vec![
+                (0, subflow("10.0.0.1:40000")),
+                (1, subflow("10.1.0.1:40001")),
+            ],
+        );
+        let mut counts = ReadCounts::default();
+        let first = table.on_reads(7, &reads(0, 1 << 20, &mut counts), &nics());
+        assert_eq!(
+            first.len(),
+            2,
+            "the flag the agent before left on each: {first:?}"
+        );
+        let again = table.on_reads(7, &reads(0, 1 << 20, &mut counts), &nics());
+        assert!(again.is_empty(), "then only changes: {again:?}");
     }
 
     #[test]
