@@ -351,6 +351,87 @@ fn a_nics_lost_subflows_are_made_again_when_it_comes_back_and_not_while_it_is_do
     }
 }
 
+/// The receiver announces its address on link B (a `signal` endpoint):
+/// a steered connection joins it from each of the sender's NICs, with
+/// ports of the binder's range, and a connection of another cgroup joins
+/// it once, with a kernel port, as the kernel's own path manager would
+/// under the namespace's `add_addr_accepted` — judged by the subflows the
+/// receiver's kernel lists on that address.
+#[test]
+#[ignore = "needs root: network namespaces, MPTCP and the agent's programs"]
+fn announced_addresses_are_joined_by_steered_connections_and_by_everyone_elses() {
+    require_privileged("the follow-reader announced-address test");
+    let lab = FollowLab::new();
+    let receiver = &lab.pair.hosts.receiver;
+    let far = lab.far.to_string();
+    receiver
+        .ip(["mptcp", "endpoint", "add", &far, "signal"])
+        .expect("a signal endpoint");
+    receiver
+        .ip([
+            "mptcp",
+            "limits",
+            "set",
+            "subflows",
+            "8",
+            "add_addr_accepted",
+            "8",
+        ])
+        .expect("the receiver's limits");
+    // On every address, as a server does: a join toward the announced
+    // address needs a listener there.
+    let any = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), SERVICE_PORT);
+    let mut server = Server::bind_mptcp(receiver, any, WAIT);
+    let mut workload = Workload::spawn(
+        &lab.pair.hosts.sender,
+        Some(lab.pair.agent.cgroup()),
+        lab.service,
+    );
+    assert_eq!(workload.ask("mptcp 1").len(), 1, "a steered connection");
+    let mut other = lab
+        .pair
+        .hosts
+        .sender
+        .run(|| socket_patterns::mptcp(lab.service, WAIT))
+        .expect("enter the sender's namespace");
+    other.write_all(b"hello").expect("a greeting");
+    server.accept(2);
+    let joined = poll_until(WAIT * 2, Duration::from_millis(100), || {
+        let peers = lab.subflows_on(lab.far);
+        let steered = peers
+            .iter()
+            .filter(|p| LAB_PORTS.contains(&p.port()))
+            .count();
+        if steered >= 2 && peers.len() >= 3 {
+            ControlFlow::Break(peers)
+        } else {
+            ControlFlow::Continue(peers)
+        }
+    })
+    .unwrap_or_else(|seen| {
+        panic!(
+            "subflows to the announced {far}: 2 steered (one per NIC) and one of the other \
+             connection; the receiver listed {seen:?}\n{}",
+            lab.pair.agent.log().tail()
+        )
+    });
+    let from: std::collections::BTreeSet<IpAddr> = joined
+        .iter()
+        .filter(|p| LAB_PORTS.contains(&p.port()))
+        .map(SocketAddr::ip)
+        .collect();
+    assert_eq!(from.len(), 2, "from each of the sender's NICs: {joined:?}");
+    assert_eq!(
+        joined
+            .iter()
+            .filter(|p| !LAB_PORTS.contains(&p.port()))
+            .count(),
+        1,
+        "the other cgroup's connection joins once, with a kernel port: {joined:?}"
+    );
+    drop(other);
+}
+
 /// MPTCP connections the steered test workload opens.
 const STEERED: usize = 3;
 /// The agent's source ports: below the namespace's ephemeral range, so a
@@ -367,6 +448,8 @@ struct FollowLab {
     /// Link B's address and interface in the sender's namespace.
     b: IpAddr,
     b_iface: String,
+    /// The receiver's address on link B.
+    far: IpAddr,
     service: SocketAddr,
     _subnets: [Subnet; 2],
 }
@@ -376,7 +459,7 @@ impl FollowLab {
         let second = Subnet::lease().expect("a second subnet");
         let service_net = Subnet::lease().expect("the receiver's service subnet");
         let service = service_net.ipv4(1);
-        let (mut b, mut b_iface) = (None, None);
+        let (mut b, mut b_iface, mut far_ip) = (None, None, None);
         let pair = SenderPair::new(VethConfig::default(), |hosts, _| {
             let (near, far) = hosts.second_link(&second)?;
             for ns in [&hosts.sender, &hosts.receiver] {
@@ -391,6 +474,7 @@ impl FollowLab {
             let a = hosts.sender_end.clone();
             b = Some(IpAddr::V4(near.ipv4));
             b_iface = Some(near.ifname.clone());
+            far_ip = Some(IpAddr::V4(far.ipv4));
             Ok(SenderOpts::new(built_binary("srap-agent"))
                 .rss(embedded_default())
                 .port_range("10000-32767")
@@ -403,6 +487,7 @@ impl FollowLab {
             pair,
             b: b.expect("link B's address"),
             b_iface: b_iface.expect("link B's name"),
+            far: far_ip.expect("the receiver's address on link B"),
             service: SocketAddr::new(service.into(), SERVICE_PORT),
             _subnets: [second, service_net],
         };
@@ -424,6 +509,26 @@ impl FollowLab {
     /// The peers of the receiver's established subflows from link B's
     /// address, as its kernel lists them.
     fn subflows_from_b(&self) -> Vec<SocketAddr> {
+        self.receiver_subflows()
+            .into_iter()
+            .filter(|(_, peer)| peer.ip() == self.b)
+            .map(|(_, peer)| peer)
+            .collect()
+    }
+
+    /// The peers of the receiver's established subflows on its address
+    /// `local`.
+    fn subflows_on(&self, local: IpAddr) -> Vec<SocketAddr> {
+        self.receiver_subflows()
+            .into_iter()
+            .filter(|(on, _)| on.ip() == local)
+            .map(|(_, peer)| peer)
+            .collect()
+    }
+
+    /// The receiver's established subflows of the service port, (local,
+    /// peer), as its kernel lists them.
+    fn receiver_subflows(&self) -> Vec<(SocketAddr, SocketAddr)> {
         let filter = format!("( sport = :{SERVICE_PORT} )");
         let out = self
             .pair
@@ -433,8 +538,10 @@ impl FollowLab {
             .expect("ss in the receiver's namespace");
         String::from_utf8_lossy(&out.stdout)
             .lines()
-            .filter_map(|line| line.split_whitespace().nth(3)?.parse().ok())
-            .filter(|peer: &SocketAddr| peer.ip() == self.b)
+            .filter_map(|line| {
+                let mut words = line.split_whitespace().skip(2);
+                Some((words.next()?.parse().ok()?, words.next()?.parse().ok()?))
+            })
             .collect()
     }
 

@@ -119,12 +119,21 @@ pub struct Connection {
     /// The repair round ([`Connections::repair`]) a subflow from each
     /// local address was last asked for in, until one is established.
     asked: BTreeMap<IpAddr, u64>,
+    /// Addresses the peer announced (`ADD_ADDR`), each with the port to
+    /// reach it on, and those a subflow was asked toward.
+    announced: Vec<SocketAddr>,
+    joined: usize,
+    /// The namespace's limits, for a connection given the kernel's
+    /// settings ([`Owner::Other`]).
+    limits: Option<PmLimits>,
 }
 
 /// Every connection of the namespace, by token.
 #[derive(Debug, Default)]
 pub struct Connections {
     pub by_token: BTreeMap<u32, Connection>,
+    /// The NICs a steered connection gets a subflow through.
+    nics: Vec<FollowedNic>,
     /// Backup flags changed, subflows asked for.
     pub flips: u64,
     pub subflows_made: u64,
@@ -137,6 +146,15 @@ pub struct Connections {
 pub const REPAIR_ROUNDS_BETWEEN_ASKS: u64 = 5;
 
 impl Connections {
+    /// No connection yet; steered ones get a subflow through each of
+    /// `nics`.
+    pub fn new(nics: Vec<FollowedNic>) -> Self {
+        Self {
+            nics,
+            ..Self::default()
+        }
+    }
+
     /// Takes one event; what it asks of the kernel at once.
     pub fn on_event(&mut self, event: &PmEvent) -> Vec<Action> {
         match event.kind {
@@ -156,6 +174,7 @@ impl Connections {
                 self.sub_priority(event);
                 Vec::new()
             }
+            PmEventKind::Announced => self.peer_announced(event),
             PmEventKind::Closed => match self.by_token.remove(&event.token) {
                 Some(_) => vec![Action::Forget(event.token)],
                 None => Vec::new(),
@@ -176,23 +195,25 @@ impl Connections {
     }
 
     /// Says whose connection `token` is, and what that asks for.
-    pub fn resolve(
-        &mut self,
-        token: u32,
-        owner: Owner,
-        nics: &[FollowedNic],
-        kernel: &KernelSettings,
-    ) -> Vec<Action> {
+    pub fn resolve(&mut self, token: u32, owner: Owner, kernel: &KernelSettings) -> Vec<Action> {
+        let nics = &self.nics;
         let round = self.rounds;
         let Some(conn) = self.by_token.get_mut(&token) else {
             return Vec::new();
         };
         conn.owner = owner;
-        let actions = match owner {
+        if owner == Owner::Other {
+            conn.limits = Some(kernel.limits);
+        }
+        let mut actions = match owner {
             Owner::Steered => conn.missing_paths(nics, round),
             Owner::Other => conn.kernel_paths(kernel),
             Owner::Unknown | Owner::Adopted => Vec::new(),
         };
+        let announced = conn.announced.clone();
+        for to in announced {
+            actions.extend(conn.toward_announced(to, nics));
+        }
         self.subflows_made += actions
             .iter()
             .filter(|a| matches!(a, Action::CreateSubflow { .. }))
@@ -247,18 +268,34 @@ impl Connections {
     }
 
     /// The reads of `token` counted now: the flags its reader's node asks.
-    pub fn on_reads(
-        &mut self,
-        token: u32,
-        counts: &ReadCounts,
-        nics: &[FollowedNic],
-    ) -> Vec<Action> {
+    pub fn on_reads(&mut self, token: u32, counts: &ReadCounts) -> Vec<Action> {
         let Some(conn) = self.by_token.get_mut(&token) else {
             return Vec::new();
         };
         conn.reader.sample(counts);
-        let actions = conn.flags(nics);
+        let actions = conn.flags(&self.nics);
         self.flips += actions.len() as u64;
+        actions
+    }
+
+    /// The peer announced an address: kept, and once the connection's
+    /// owner is known, the subflows it asks toward it.
+    fn peer_announced(&mut self, event: &PmEvent) -> Vec<Action> {
+        let (Some(conn), Some(to)) = (self.by_token.get_mut(&event.token), event.remote) else {
+            return Vec::new();
+        };
+        let port = if to.port() == 0 {
+            conn.remote.port()
+        } else {
+            to.port()
+        };
+        let to = SocketAddr::new(to.ip(), port);
+        if conn.announced.contains(&to) {
+            return Vec::new();
+        }
+        conn.announced.push(to);
+        let actions = conn.toward_announced(to, &self.nics);
+        self.subflows_made += actions.len() as u64;
         actions
     }
 
@@ -339,6 +376,9 @@ impl Connection {
             ids: BTreeMap::new(),
             flags_known: true,
             asked: BTreeMap::new(),
+            announced: Vec::new(),
+            joined: 0,
+            limits: None,
         }
     }
 
@@ -373,6 +413,53 @@ impl Connection {
             actions.push(self.path_from(local));
         }
         actions
+    }
+
+    /// The subflows toward an address the peer announced, once the
+    /// connection's owner is known: for one SRAP follows, from each of
+    /// `nics` (its flags then follow the reader as every subflow's do);
+    /// nothing where this host accepted the connection; for another
+    /// cgroup's, one from its first subflow's address, as the
+    /// kernel does, within the namespace's `add_addr_accepted` and
+    /// `subflows` limits.
+    fn toward_announced(&mut self, to: SocketAddr, nics: &[FollowedNic]) -> Vec<Action> {
+        let family_v4 = to.is_ipv4();
+        let locals: Vec<(IpAddr, Option<u32>)> = match self.owner {
+            // Accepted, the peer makes the subflows.
+            Owner::Steered | Owner::Adopted if self.server_side => Vec::new(),
+            Owner::Steered | Owner::Adopted => nics
+                .iter()
+                .filter_map(|n| {
+                    let ip = n.addresses.iter().find(|a| a.is_ipv4() == family_v4)?;
+                    Some((*ip, Some(n.ifindex)))
+                })
+                .collect(),
+            Owner::Other => match self.limits {
+                Some(l)
+                    if (self.joined as u32) < l.add_addr_accepted
+                        && (self.subflows.len() as u32) <= l.subflows =>
+                {
+                    vec![(self.local.ip(), None)]
+                }
+                _ => Vec::new(),
+            },
+            Owner::Unknown => Vec::new(),
+        };
+        if !locals.is_empty() {
+            self.joined += 1;
+        }
+        locals
+            .into_iter()
+            .map(|(ip, ifindex)| Action::CreateSubflow {
+                token: self.token,
+                local: PmEndpoint {
+                    id: self.id_for(ip),
+                    addr: SocketAddr::new(ip, 0),
+                    ifindex,
+                },
+                remote: to,
+            })
+            .collect()
     }
 
     /// What the kernel's own path manager would do with its endpoints.
@@ -522,13 +609,13 @@ mod tests {
 
     /// A steered connection from eth0, with its second subflow from eth1.
     fn two_subflows() -> Connections {
-        let mut table = Connections::default();
+        let mut table = Connections::new(nics());
         table.on_event(&event(
             PmEventKind::Created,
             "10.0.0.1:40000",
             "10.9.0.2:5201",
         ));
-        let asked = table.resolve(7, Owner::Steered, &nics(), &KernelSettings::default());
+        let asked = table.resolve(7, Owner::Steered, &KernelSettings::default());
         assert_eq!(
             asked,
             vec![
@@ -561,7 +648,7 @@ mod tests {
     fn the_subflows_off_the_readers_node_are_backup_and_follow_its_move() {
         let mut table = two_subflows();
         let mut counts = ReadCounts::default();
-        let first = table.on_reads(7, &reads(1, 1 << 20, &mut counts), &nics());
+        let first = table.on_reads(7, &reads(1, 1 << 20, &mut counts));
         assert_eq!(
             first,
             vec![Action::SetBackup {
@@ -573,10 +660,10 @@ mod tests {
         );
         assert!(
             table
-                .on_reads(7, &reads(0, 1 << 20, &mut counts), &nics())
+                .on_reads(7, &reads(0, 1 << 20, &mut counts))
                 .is_empty()
         );
-        let moved = table.on_reads(7, &reads(0, 1 << 20, &mut counts), &nics());
+        let moved = table.on_reads(7, &reads(0, 1 << 20, &mut counts));
         assert_eq!(moved.len(), 2, "both flags flip: {moved:?}");
         assert_eq!(table.flips, 3);
     }
@@ -585,7 +672,7 @@ mod tests {
     fn a_lone_backup_subflow_is_unmarked_when_the_other_closes() {
         let mut table = two_subflows();
         let mut counts = ReadCounts::default();
-        table.on_reads(7, &reads(1, 1 << 20, &mut counts), &nics());
+        table.on_reads(7, &reads(1, 1 << 20, &mut counts));
         let closed = table.on_event(&event(
             PmEventKind::SubClosed,
             "10.1.0.1:40001",
@@ -613,10 +700,11 @@ mod tests {
             addresses: vec![],
             node: Some(2),
         });
+        table.nics = nics;
         let mut counts = ReadCounts::default();
         assert!(
             table
-                .on_reads(7, &reads(2, 1 << 20, &mut counts), &nics)
+                .on_reads(7, &reads(2, 1 << 20, &mut counts))
                 .is_empty()
         );
         let conn = &table.by_token[&7];
@@ -629,7 +717,7 @@ mod tests {
 
     #[test]
     fn another_cgroups_connection_gets_the_kernels_endpoints_up_to_the_limit() {
-        let mut table = Connections::default();
+        let mut table = Connections::new(nics());
         table.on_event(&event(
             PmEventKind::Created,
             "10.0.0.1:40000",
@@ -654,7 +742,7 @@ mod tests {
                 add_addr_accepted: 0,
             },
         };
-        let asked = table.resolve(7, Owner::Other, &nics(), &kernel);
+        let asked = table.resolve(7, Owner::Other, &kernel);
         assert_eq!(
             asked.len(),
             2,
@@ -665,11 +753,11 @@ mod tests {
 
     #[test]
     fn an_accepted_connection_announces_the_other_nics() {
-        let mut table = Connections::default();
+        let mut table = Connections::new(nics());
         let mut created = event(PmEventKind::Created, "10.0.0.1:5201", "10.9.0.2:40000");
         created.server_side = true;
         table.on_event(&created);
-        let asked = table.resolve(7, Owner::Steered, &nics(), &KernelSettings::default());
+        let asked = table.resolve(7, Owner::Steered, &KernelSettings::default());
         assert!(
             matches!(asked[1], Action::Announce { token: 7, .. }),
             "{asked:?}"
@@ -679,7 +767,7 @@ mod tests {
 
     #[test]
     fn an_adopted_connections_flags_are_all_set_once_its_reader_is_known() {
-        let mut table = Connections::default();
+        let mut table = Connections::new(nics());
         let subflow = |local: &str| Subflow {
             local: addr(local),
             remote: addr("10.9.0.2:5201"),
@@ -693,13 +781,13 @@ mod tests {
             ],
         );
         let mut counts = ReadCounts::default();
-        let first = table.on_reads(7, &reads(0, 1 << 20, &mut counts), &nics());
+        let first = table.on_reads(7, &reads(0, 1 << 20, &mut counts));
         assert_eq!(
             first.len(),
             2,
             "the flag the agent before left on each: {first:?}"
         );
-        let again = table.on_reads(7, &reads(0, 1 << 20, &mut counts), &nics());
+        let again = table.on_reads(7, &reads(0, 1 << 20, &mut counts));
         assert!(again.is_empty(), "then only changes: {again:?}");
     }
 
@@ -738,5 +826,69 @@ mod tests {
             assert!(table.repair(&nics()).is_empty(), "still opening");
         }
         assert_eq!(table.repair(&nics()).len(), 1, "asked again");
+    }
+
+    fn announced(remote: &str) -> PmEvent {
+        PmEvent {
+            remote: Some(addr(remote)),
+            remote_id: Some(1),
+            ..PmEvent::new(PmEventKind::Announced, 7)
+        }
+    }
+
+    #[test]
+    fn a_steered_connection_joins_an_announced_address_from_each_nic_on_its_port() {
+        let mut table = two_subflows();
+        let asked = table.on_event(&announced("10.9.1.2:0"));
+        let from: Vec<(IpAddr, SocketAddr)> = asked
+            .iter()
+            .filter_map(|a| match a {
+                Action::CreateSubflow { local, remote, .. } => Some((local.addr.ip(), *remote)),
+                _ => None,
+            })
+            .collect();
+        let to = addr("10.9.1.2:5201");
+        assert_eq!(
+            from,
+            vec![
+                ("10.0.0.1".parse().expect("ip"), to),
+                ("10.1.0.1".parse().expect("ip"), to)
+            ]
+        );
+        assert!(table.on_event(&announced("10.9.1.2:0")).is_empty(), "once");
+    }
+
+    #[test]
+    fn another_cgroups_connection_joins_announced_addresses_within_the_kernels_limits() {
+        let mut table = Connections::new(nics());
+        table.on_event(&event(
+            PmEventKind::Created,
+            "10.0.0.1:40000",
+            "10.9.0.2:5201",
+        ));
+        // Announced before the connection's cgroup was read: kept.
+        assert!(table.on_event(&announced("10.9.1.2:0")).is_empty());
+        let kernel = KernelSettings {
+            limits: PmLimits {
+                subflows: 2,
+                add_addr_accepted: 1,
+            },
+            ..KernelSettings::default()
+        };
+        let asked = table.resolve(7, Owner::Other, &kernel);
+        assert!(
+            matches!(
+                asked[..],
+                [Action::CreateSubflow {
+                    local: PmEndpoint { ifindex: None, .. },
+                    ..
+                }]
+            ),
+            "one subflow from the connection's own address: {asked:?}"
+        );
+        assert!(
+            table.on_event(&announced("10.9.2.2:0")).is_empty(),
+            "add_addr_accepted 1"
+        );
     }
 }

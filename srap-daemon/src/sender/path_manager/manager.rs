@@ -120,8 +120,8 @@ impl FollowReader {
             events,
             reads,
             diag,
+            table: Connections::new(settings.nics.clone()),
             settings,
-            table: Connections::default(),
             first_seen: BTreeMap::new(),
             retry: Vec::new(),
             move_times: MoveTimes::default(),
@@ -277,7 +277,7 @@ impl Manager {
     /// follow a move, and the move is timed.
     fn sample(&mut self, token: u32, counts: &ReadCounts, now: Instant) {
         let before = self.table.by_token.get(&token).map(|c| c.reader.node());
-        let actions = self.table.on_reads(token, counts, &self.settings.nics);
+        let actions = self.table.on_reads(token, counts);
         let Some(conn) = self.table.by_token.get(&token) else {
             return;
         };
@@ -334,9 +334,7 @@ impl Manager {
                 None => continue,
             };
             self.first_seen.remove(&token);
-            let actions = self
-                .table
-                .resolve(token, owner, &self.settings.nics, &kernel);
+            let actions = self.table.resolve(token, owner, &kernel);
             self.carry_out(actions);
         }
     }
