@@ -254,7 +254,7 @@ impl Manager {
         self.resolve_new();
         self.retry_early();
         self.ticks += 1;
-        if self.ticks % TICKS_PER_REPAIR == 0 {
+        if self.ticks.is_multiple_of(TICKS_PER_REPAIR) {
             self.repair();
         }
         let followed: Vec<u32> = self
