@@ -222,15 +222,7 @@ fn the_agent_opens_a_steered_subflow_per_nic_keeps_others_on_the_kernels_endpoin
         "1",
         "the agent's namespace under the userspace path manager"
     );
-    let mut server = Server::bind_mptcp(&lab.pair.hosts.receiver, lab.service, WAIT);
-    let mut workload = Workload::spawn(
-        &lab.pair.hosts.sender,
-        Some(lab.pair.agent.cgroup()),
-        lab.service,
-    );
-    let opened = workload.ask(&format!("mptcp {STEERED}"));
-    assert_eq!(opened.len(), STEERED, "steered MPTCP connections opened");
-    server.accept(STEERED);
+    let (mut server, _workload) = lab.open_steered(lab.service, STEERED);
     let second = lab.await_subflows_from_b(STEERED);
     for peer in &second {
         assert!(
@@ -299,15 +291,7 @@ fn the_agent_opens_a_steered_subflow_per_nic_keeps_others_on_the_kernels_endpoin
 fn a_nics_lost_subflows_are_made_again_when_it_comes_back_and_not_while_it_is_down() {
     require_privileged("the follow-reader repair test");
     let lab = FollowLab::new();
-    let mut server = Server::bind_mptcp(&lab.pair.hosts.receiver, lab.service, WAIT);
-    let mut workload = Workload::spawn(
-        &lab.pair.hosts.sender,
-        Some(lab.pair.agent.cgroup()),
-        lab.service,
-    );
-    let opened = workload.ask(&format!("mptcp {STEERED}"));
-    assert_eq!(opened.len(), STEERED, "steered MPTCP connections opened");
-    server.accept(STEERED);
+    let (_server, _workload) = lab.open_steered(lab.service, STEERED);
     let before = lab.await_subflows_from_b(STEERED);
 
     lab.set_b(false);
@@ -381,13 +365,7 @@ fn announced_addresses_are_joined_by_steered_connections_and_by_everyone_elses()
     // On every address, as a server does: a join toward the announced
     // address needs a listener there.
     let any = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), SERVICE_PORT);
-    let mut server = Server::bind_mptcp(receiver, any, WAIT);
-    let mut workload = Workload::spawn(
-        &lab.pair.hosts.sender,
-        Some(lab.pair.agent.cgroup()),
-        lab.service,
-    );
-    assert_eq!(workload.ask("mptcp 1").len(), 1, "a steered connection");
+    let (mut server, _workload) = lab.open_steered(any, 1);
     let mut other = lab
         .pair
         .hosts
@@ -395,7 +373,7 @@ fn announced_addresses_are_joined_by_steered_connections_and_by_everyone_elses()
         .run(|| socket_patterns::mptcp(lab.service, WAIT))
         .expect("enter the sender's namespace");
     other.write_all(b"hello").expect("a greeting");
-    server.accept(2);
+    server.accept(1);
     let joined = poll_until(WAIT * 2, Duration::from_millis(100), || {
         let peers = lab.subflows_on(lab.far);
         let steered = peers
@@ -504,6 +482,22 @@ impl FollowLab {
             .exec("sysctl", ["-n", "net.mptcp.pm_type"])
             .expect("sysctl");
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// A server on `bound` in the receiver's namespace that has accepted
+    /// `n` MPTCP connections the test workload opened in the agent's
+    /// cgroup; the workload holds them open.
+    fn open_steered(&self, bound: SocketAddr, n: usize) -> (Server, Workload) {
+        let mut server = Server::bind_mptcp(&self.pair.hosts.receiver, bound, WAIT);
+        let mut workload = Workload::spawn(
+            &self.pair.hosts.sender,
+            Some(self.pair.agent.cgroup()),
+            self.service,
+        );
+        let opened = workload.ask(&format!("mptcp {n}"));
+        assert_eq!(opened.len(), n, "steered MPTCP connections opened");
+        server.accept(n);
+        (server, workload)
     }
 
     /// The peers of the receiver's established subflows from link B's

@@ -34,7 +34,7 @@ use anyhow::{Context as _, anyhow, bail};
 
 use super::{
     image::GuestImage,
-    numa::{Counters, NODES, NumaGuest, NumaShape},
+    numa::{Counters, NumaGuest},
     qemu::GuestNet,
 };
 use crate::{
@@ -388,14 +388,7 @@ impl FollowLab {
     /// Boots `image` (a kernel with `sock:sock_recv_length`: 6.12) on a
     /// namespace with a tap per node and turns MPTCP on at both ends.
     pub fn start(image: &GuestImage) -> anyhow::Result<Self> {
-        let net = GuestNet::per_node(NODES).context("a namespace with a tap per node")?;
-        let mut numa =
-            NumaGuest::boot(&net, image, NumaShape::READERS).context("the two-node guest boots")?;
-        numa.check_nodes()
-            .map_err(|why| anyhow!("{why:#}\n{}", numa.render()))?;
-        numa.guest.read("test -x /bin/srap-readers").context(
-            "the guest has no srap-readers: build it beside srap-agent (`cargo build --bins`)",
-        )?;
+        let (net, mut numa) = NumaGuest::boot_readers(image)?;
         numa.guest.run(
             "modprobe tcp_diag; sysctl -qw net.mptcp.enabled=1 && \
              ip2 mptcp limits set subflows 2 add_addr_accepted 2",

@@ -198,6 +198,23 @@ impl NumaGuest {
         Ok(numa)
     }
 
+    /// The guest of reading threads ([`NumaShape::READERS`]) booted on a
+    /// namespace made for it with a tap per node, each NIC checked to
+    /// read its node and `srap-readers` to be there: where
+    /// [`super::numa_lab`] and [`super::follow_lab`] start.
+    pub fn boot_readers(image: &GuestImage) -> anyhow::Result<(GuestNet, Self)> {
+        let net = GuestNet::per_node(NODES).context("a namespace with a tap per node")?;
+        let numa =
+            Self::boot(&net, image, NumaShape::READERS).context("the two-node guest boots")?;
+        numa.check_nodes()
+            .map_err(|why| anyhow::anyhow!("{why:#}\n{}", numa.render()))?;
+        let mut numa = numa;
+        numa.guest.read("test -x /bin/srap-readers").context(
+            "the guest has no srap-readers: build it beside srap-agent (`cargo build --bins`)",
+        )?;
+        Ok((net, numa))
+    }
+
     /// Fails, saying what the guest read, unless NIC `i` reads node `i`:
     /// a layout whose NICs read no node (-1, an expander missing) would
     /// judge nothing of NUMA placement.

@@ -26,7 +26,7 @@ use srap_status::SenderStatus;
 
 use super::{
     image::GuestImage,
-    numa::{Counters, NODES, NumaGuest, NumaShape},
+    numa::{Counters, NumaGuest},
     qemu::GuestNet,
     truth,
 };
@@ -257,14 +257,7 @@ impl NumaLab {
     /// reads its node and that the guest has `srap-readers`, and reads each
     /// NIC's key and table.
     pub fn start(image: &GuestImage) -> anyhow::Result<Self> {
-        let net = GuestNet::per_node(NODES).context("a namespace with a tap per node")?;
-        let mut numa =
-            NumaGuest::boot(&net, image, NumaShape::READERS).context("the two-node guest boots")?;
-        numa.check_nodes()
-            .map_err(|why| anyhow!("{why:#}\n{}", numa.render()))?;
-        numa.guest.read("test -x /bin/srap-readers").context(
-            "the guest has no srap-readers: build it beside srap-agent (`cargo build --bins`)",
-        )?;
+        let (net, mut numa) = NumaGuest::boot_readers(image)?;
         let names: Vec<String> = numa.nics.iter().map(|n| n.name.clone()).collect();
         let models = names
             .iter()
