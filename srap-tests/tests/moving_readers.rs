@@ -56,38 +56,42 @@ fn mptcp_namespace() -> NetNs {
     ns
 }
 
-#[test]
-#[ignore = "needs root: network namespaces and MPTCP"]
-fn connecting_readers_move_in_anti_phase_and_their_subflows_count_what_they_read() {
+/// `run_connecting` or `run_accepting`.
+type Readers = fn(SocketAddr, &MoveSpec) -> anyhow::Result<Vec<MovingReport>>;
+
+/// A source made by `source` in a fresh MPTCP namespace against the
+/// readers `readers` run there; the readers' reports and the source's
+/// flows.
+fn run(
+    source: fn(&NetNs, SocketAddr, usize, u64, Option<u64>) -> anyhow::Result<MptcpSource>,
+    readers: Readers,
+) -> (Vec<MovingReport>, Vec<SourceFlow>) {
     require_privileged("the moving readers test");
     let ns = mptcp_namespace();
     let addr = SocketAddr::from(ADDR);
-    let source = MptcpSource::listen(&ns, addr, 2, SECONDS, Some(PACE)).expect("the source");
+    let source = source(&ns, addr, 2, SECONDS, Some(PACE)).expect("the source");
     let reports = ns
-        .run(|| run_connecting(addr, &spec()))
+        .run(|| readers(addr, &spec()))
         .expect("in the namespace")
         .expect("the readers");
     let flows = source
         .finish(Duration::from_secs(30))
         .expect("the source's flows");
+    (reports, flows)
+}
+
+#[test]
+#[ignore = "needs root: network namespaces and MPTCP"]
+fn connecting_readers_move_in_anti_phase_and_their_subflows_count_what_they_read() {
+    let (reports, flows) = run(MptcpSource::listen, run_connecting);
     judge(&reports, &flows, |flow, report| flow.peer == report.local);
 }
 
 #[test]
 #[ignore = "needs root: network namespaces and MPTCP"]
 fn accepting_readers_move_in_anti_phase_and_their_subflows_count_what_they_read() {
-    require_privileged("the moving readers test");
-    let ns = mptcp_namespace();
-    let addr = SocketAddr::from(ADDR);
-    // It retries while the readers' listener comes up.
-    let source = MptcpSource::connect(&ns, addr, 2, SECONDS, Some(PACE)).expect("the source");
-    let reports = ns
-        .run(|| run_accepting(addr, &spec()))
-        .expect("in the namespace")
-        .expect("the readers");
-    let flows = source
-        .finish(Duration::from_secs(30))
-        .expect("the source's flows");
+    // The source retries while the readers' listener comes up.
+    let (reports, flows) = run(MptcpSource::connect, run_accepting);
     judge(&reports, &flows, |flow, report| flow.local == report.remote);
 }
 
