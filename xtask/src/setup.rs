@@ -100,6 +100,12 @@ const HELM_MODULE: &str = "helm.sh/helm/v4/cmd/helm@v4.3.2";
 /// the package ships (no cluster, no download at run time): from PyPI,
 /// into a virtualenv of its own under `tools/venv`.
 const KUBERNETES_VALIDATE_VERSION: &str = "1.37.0";
+/// The Ansible collection's lint and syntax check
+/// (`srap-tests/tests/fleets.rs`), from PyPI into the same virtualenv:
+/// ansible-core 2.19.14, the newest release for Python 3.11 (Debian 12's
+/// and this machine's `python3`; 2.20 and later need 3.12), and the
+/// ansible-lint that runs on it.
+const ANSIBLE_PACKAGES: &[&str] = &["ansible-core==2.19.14", "ansible-lint==26.10.1"];
 
 /// One missing prerequisite and how to install it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +126,9 @@ enum Missing {
     Helm,
     /// `kubernetes-validate`, into `tools/venv`.
     KubernetesValidate,
+    /// `ansible-playbook` and `ansible-lint`, into `tools/venv`
+    /// ([`ANSIBLE_PACKAGES`]).
+    Ansible,
     /// The lab guests' QEMU and kernels (`crate::guest_files`).
     GuestFiles(Vec<crate::guest_files::Part>),
 }
@@ -181,6 +190,12 @@ fn missing() -> Vec<Missing> {
     if !tools_dir().join("venv/bin/kubernetes-validate").is_file() {
         missing.push(Missing::KubernetesValidate);
     }
+    if !["ansible-playbook", "ansible-lint"]
+        .iter()
+        .all(|tool| tools_dir().join("venv/bin").join(tool).is_file())
+    {
+        missing.push(Missing::Ansible);
+    }
     let guest = crate::guest_files::missing();
     if !guest.is_empty() {
         missing.push(Missing::GuestFiles(guest));
@@ -224,7 +239,9 @@ pub fn run() -> Result<()> {
         | Missing::CargoZigbuild
         | Missing::Helm
         | Missing::KubernetesValidate => 4,
-        Missing::GuestFiles(_) => 5,
+        // Into the virtualenv kubernetes-validate's install makes.
+        Missing::Ansible => 5,
+        Missing::GuestFiles(_) => 6,
     });
     for item in missing {
         install(&item)?;
@@ -331,6 +348,7 @@ fn install(item: &Missing) -> Result<()> {
         }
         Missing::Helm => install_helm(),
         Missing::KubernetesValidate => install_kubernetes_validate(),
+        Missing::Ansible => install_ansible(),
         Missing::GuestFiles(parts) => {
             println!(
                 "setup: fetching the lab guests' QEMU and kernels (unpacked under {}, \
@@ -374,6 +392,23 @@ fn install_kubernetes_validate() -> Result<()> {
         &format!("kubernetes-validate=={KUBERNETES_VALIDATE_VERSION}"),
     ]);
     run_step(Step::new("pip install kubernetes-validate", pip))
+}
+
+fn install_ansible() -> Result<()> {
+    let venv = tools_dir().join("venv");
+    println!(
+        "setup: installing {} into {} (the Ansible collection's checks)",
+        ANSIBLE_PACKAGES.join(" "),
+        venv.display()
+    );
+    if !venv.join("bin/pip").is_file() {
+        let mut make = Command::new("python3");
+        make.args(["-m", "venv"]).arg(&venv);
+        run_step(Step::new("python3 -m venv", make))?;
+    }
+    let mut pip = Command::new(venv.join("bin/pip"));
+    pip.arg("install").args(ANSIBLE_PACKAGES);
+    run_step(Step::new("pip install ansible-core ansible-lint", pip))
 }
 
 /// `args` as root, non-interactive for apt.
