@@ -1,4 +1,5 @@
-//! The deployment checks' tools (`helm`, `kubernetes-validate`), which
+//! The deployment checks' tools (`helm`, `kubernetes-validate`,
+//! `ansible-lint`, `ansible-playbook`), which
 //! `cargo xtask setup` installs under the target directory's `tools/`
 //! rather than system-wide. A check whose tool is missing fails in CI
 //! (`CI=true`: it was asked to run) and outside CI says it is skipped.

@@ -4,7 +4,9 @@
 //! against Kubernetes' own schemas (`kubernetes-validate --strict`), each
 //! DaemonSet's command line with its rendered settings file accepted by
 //! the real `srap-agent … --check`, and every series the dashboard queries
-//! one the agents export. No cluster and no privilege: these run in every
+//! one the agents export. The Ansible collection (`deploy/ansible`):
+//! `ansible-lint --profile production` and `ansible-playbook
+//! --syntax-check` of its playbooks on the example inventory. No cluster and no privilege: these run in every
 //! `cargo test`; a missing tool fails them in CI and skips them elsewhere.
 
 use std::{
@@ -190,6 +192,74 @@ fn every_series_the_dashboard_queries_is_exported() {
         assert!(
             exported.contains(&s.metric.as_str()),
             "{s:?} is not exported"
+        );
+    }
+}
+
+/// The Ansible collection (`deploy/ansible`, the `srap.srap` collection).
+fn collection() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/ansible")
+}
+
+/// A collections path where the collection is installed as its playbooks
+/// name it (`srap.srap`): `ansible_collections/srap/srap`, a link to the
+/// tree itself, as `ansible-galaxy collection install` would lay it out.
+fn collections_path() -> TempDir {
+    let dir = TempDir::new("fleets-ansible").expect("a temporary directory");
+    let namespace = dir.path().join("ansible_collections/srap");
+    std::fs::create_dir_all(&namespace).expect("the collections path");
+    std::os::unix::fs::symlink(collection(), namespace.join("srap")).expect("link the collection");
+    dir
+}
+
+/// An Ansible tool run on the collection, with the collection installed
+/// and nothing of the user's configuration or cache involved.
+fn ansible(tool: &Path, collections: &TempDir) -> Command {
+    let mut command = Command::new(tool);
+    command
+        .current_dir(collection())
+        .env("ANSIBLE_COLLECTIONS_PATH", collections.path())
+        .env("ANSIBLE_LOCAL_TEMP", collections.path().join("tmp"))
+        .env("ANSIBLE_HOME", collections.path().join("home"))
+        .env("ANSIBLE_NOCOLOR", "1");
+    command
+}
+
+#[test]
+fn the_ansible_collection_passes_ansible_lint_at_the_production_profile() {
+    let Some(lint) = tool_or_skip("ansible-lint", "the Ansible collection's lint") else {
+        return;
+    };
+    let collections = collections_path();
+    let out = output_of(
+        "ansible-lint",
+        ansible(&lint, &collections)
+            .args(["--profile", "production", "--offline", "--nocolor"])
+            .arg(collection()),
+    );
+    println!("{out}");
+}
+
+#[test]
+fn the_playbooks_pass_the_syntax_check_on_the_example_inventory() {
+    let Some(playbook) = tool_or_skip("ansible-playbook", "the playbooks' syntax check") else {
+        return;
+    };
+    let collections = collections_path();
+    let out = output_of(
+        "ansible-playbook --syntax-check",
+        ansible(&playbook, &collections).args([
+            "--syntax-check",
+            "-i",
+            "inventory/example.yml",
+            "playbooks/site.yml",
+            "playbooks/remove.yml",
+        ]),
+    );
+    for playbook in ["site", "remove"] {
+        assert!(
+            out.contains(&format!("playbook: playbooks/{playbook}.yml")),
+            "{out}"
         );
     }
 }
