@@ -100,6 +100,14 @@ pub const OTHER_TOOLS: &[(&str, &str)] = &[
         "iproute2: the source rules and table routes a host with several NICs needs",
     ),
     (
+        "ansible-galaxy",
+        "Ansible's collection installer, installing deploy/ansible (its flags are Ansible's)",
+    ),
+    (
+        "ansible-playbook",
+        "Ansible, running the collection's playbooks on a site (its flags are Ansible's)",
+    ),
+    (
         "helm",
         "Helm, installing the chart on a cluster (its flags are Helm's)",
     ),
