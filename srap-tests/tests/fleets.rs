@@ -212,50 +212,50 @@ fn collections_path() -> TempDir {
     dir
 }
 
-/// An Ansible tool run on the collection, with the collection installed
-/// and nothing of the user's configuration or cache involved.
-fn ansible(tool: &Path, collections: &TempDir) -> Command {
+/// `tool ARGS` run on the collection (installed in a scratch collections
+/// path, nothing of the user's configuration or cache involved): its
+/// stdout, or `None` when the tool is skipped.
+fn ansible(tool: &str, what: &str, args: &[&str]) -> Option<String> {
+    let tool = tool_or_skip(tool, what)?;
+    let collections = collections_path();
     let mut command = Command::new(tool);
     command
         .current_dir(collection())
         .env("ANSIBLE_COLLECTIONS_PATH", collections.path())
         .env("ANSIBLE_LOCAL_TEMP", collections.path().join("tmp"))
         .env("ANSIBLE_HOME", collections.path().join("home"))
-        .env("ANSIBLE_NOCOLOR", "1");
-    command
+        .env("ANSIBLE_NOCOLOR", "1")
+        .args(args);
+    Some(output_of(what, &mut command))
 }
 
 #[test]
 fn the_ansible_collection_passes_ansible_lint_at_the_production_profile() {
-    let Some(lint) = tool_or_skip("ansible-lint", "the Ansible collection's lint") else {
-        return;
-    };
-    let collections = collections_path();
-    let out = output_of(
+    let lint = ansible(
         "ansible-lint",
-        ansible(&lint, &collections)
-            .args(["--profile", "production", "--offline", "--nocolor"])
-            .arg(collection()),
+        "the Ansible collection's lint",
+        &["--profile", "production", "--offline", "--nocolor", "."],
     );
-    println!("{out}");
+    if let Some(out) = lint {
+        println!("{out}");
+    }
 }
 
 #[test]
 fn the_playbooks_pass_the_syntax_check_on_the_example_inventory() {
-    let Some(playbook) = tool_or_skip("ansible-playbook", "the playbooks' syntax check") else {
-        return;
-    };
-    let collections = collections_path();
-    let out = output_of(
-        "ansible-playbook --syntax-check",
-        ansible(&playbook, &collections).args([
+    let Some(out) = ansible(
+        "ansible-playbook",
+        "the playbooks' syntax check",
+        &[
             "--syntax-check",
             "-i",
             "inventory/example.yml",
             "playbooks/site.yml",
             "playbooks/remove.yml",
-        ]),
-    );
+        ],
+    ) else {
+        return;
+    };
     for playbook in ["site", "remove"] {
         assert!(
             out.contains(&format!("playbook: playbooks/{playbook}.yml")),
