@@ -85,15 +85,34 @@ pub fn rootfs_cache(binary_dir: &Path) -> PathBuf {
 /// The cached root of [`SUITE`] under `cache`, built first when missing.
 /// Never booted itself: machines boot overlays of it ([`Machine::boot`]).
 pub fn debian_rootfs(cache: &Path) -> anyhow::Result<PathBuf> {
-    let root = cache.join(SUITE);
+    cached_rootfs(cache, SUITE, &[])
+}
+
+/// What a host Ansible manages needs beyond [`debian_rootfs`]'s root:
+/// Python for Ansible's modules, apt's bindings for its `apt` module, and
+/// an SSH server to be reached by.
+pub const ANSIBLE_PACKAGES: &[&str] = &["python3", "python3-apt", "openssh-server"];
+
+/// The cached root of [`SUITE`] with [`ANSIBLE_PACKAGES`] under `cache`
+/// (`<SUITE>-ansible`), built first when missing: a second root, so the
+/// machines of the other tests stay as small as they are.
+pub fn ansible_rootfs(cache: &Path) -> anyhow::Result<PathBuf> {
+    cached_rootfs(cache, &format!("{SUITE}-ansible"), ANSIBLE_PACKAGES)
+}
+
+/// The root `name` under `cache` with `extra` packages beyond
+/// [`PACKAGES`], built into a scratch directory and renamed into place
+/// (a killed or failed build leaves no half root that looks finished).
+fn cached_rootfs(cache: &Path, name: &str, extra: &[&str]) -> anyhow::Result<PathBuf> {
+    let root = cache.join(name);
     if root.is_dir() {
         return Ok(root);
     }
     fs::create_dir_all(cache).with_context(|| format!("creating {}", cache.display()))?;
     sweep_partial_builds(cache);
-    let partial = PartialBuild(cache.join(format!("{SUITE}.partial-{}", unique_name(""))));
+    let partial = PartialBuild(cache.join(format!("{name}.partial-{}", unique_name(""))));
     let started = Instant::now();
-    mmdebstrap(&partial.0)?;
+    mmdebstrap(&partial.0, extra)?;
     match fs::rename(&partial.0, &root) {
         Ok(()) => {}
         // Another process finished first: its root is as good as ours
@@ -102,7 +121,7 @@ pub fn debian_rootfs(cache: &Path) -> anyhow::Result<PathBuf> {
         Err(err) => return Err(err).with_context(|| format!("renaming to {}", root.display())),
     }
     eprintln!(
-        "nspawn: built the {SUITE} root {} in {:.0} s",
+        "nspawn: built the {name} root {} in {:.0} s",
         root.display(),
         started.elapsed().as_secs_f64()
     );
@@ -139,14 +158,18 @@ fn sweep_partial_builds(cache: &Path) {
     }
 }
 
-/// `mmdebstrap` of the machines' root into `dir`, bounded; its output
-/// goes with the error when it fails.
-fn mmdebstrap(dir: &Path) -> anyhow::Result<()> {
+/// `mmdebstrap` of the machines' root, with the `extra` packages, into
+/// `dir`, bounded; its output goes with the error when it fails.
+fn mmdebstrap(dir: &Path, extra: &[&str]) -> anyhow::Result<()> {
     eprintln!("nspawn: building the {SUITE} root with mmdebstrap (about a minute, once)");
+    let packages = std::iter::once(PACKAGES)
+        .chain(extra.iter().copied())
+        .collect::<Vec<_>>()
+        .join(",");
     let mut child = ChildGuard::spawn(
         Command::new("mmdebstrap")
             .args(["--variant=minbase", "--quiet"])
-            .arg(format!("--include={PACKAGES}"))
+            .arg(format!("--include={packages}"))
             .arg(SUITE)
             .arg(dir)
             .stdin(Stdio::null())
