@@ -17,12 +17,13 @@
 //! CPU (`sched_getcpu`) and the bytes it has read. The judge reads them
 //! per placement through [`MovingReport::windows`].
 
+mod requests;
 mod source;
 mod subflows;
 mod windows;
 
 use std::{
-    io::Read as _,
+    io::{Read as _, Write as _},
     net::{Ipv4Addr, SocketAddr, TcpStream},
     sync::{Arc, Condvar, Mutex, atomic::AtomicBool, mpsc},
     thread::JoinHandle,
@@ -32,6 +33,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use serde::{Deserialize, Serialize};
 
+pub use requests::{RequestFlow, RequestStats};
 pub use source::{MptcpSource, SourceFlow};
 pub use windows::Window;
 
@@ -64,6 +66,28 @@ pub struct MoveSpec {
     pub seconds: u64,
     /// The time between samples ([`DEFAULT_SAMPLE`]).
     pub sample: Duration,
+    /// Answer each request of the peer's as a server does (`None`: only
+    /// read, the data-sink readers).
+    pub exchange: Option<Exchange>,
+}
+
+/// A request/response exchange: the client writes `request` bytes, the
+/// server reads them all and writes `response` bytes back, one request
+/// outstanding per connection (a Redis-like closed loop).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exchange {
+    pub request: usize,
+    pub response: usize,
+}
+
+impl Exchange {
+    /// Refuses an exchange no loop could run: an empty request or response.
+    pub fn check(&self) -> anyhow::Result<()> {
+        if self.request == 0 || self.response == 0 {
+            bail!("requests and responses need at least a byte each: {self:?}");
+        }
+        Ok(())
+    }
 }
 
 impl MoveSpec {
@@ -79,7 +103,7 @@ impl MoveSpec {
         if self.period.is_zero() || self.sample.is_zero() {
             bail!("the move period and the sample interval must be above 0");
         }
-        Ok(())
+        self.exchange.as_ref().map_or(Ok(()), Exchange::check)
     }
 
     /// Connection `index`'s node and CPU in period `period`: node
@@ -417,6 +441,7 @@ fn follow(
         start,
         period: 0,
         report,
+        unanswered: 0,
     };
     mover.sample(&stream)?;
     let outcome = mover.read(&mut stream);
@@ -433,6 +458,8 @@ struct Mover<'a> {
     /// The period the thread is placed for.
     period: u64,
     report: &'a mut MovingReport,
+    /// With an [`Exchange`]: bytes read of the request not yet answered.
+    unanswered: usize,
 }
 
 impl Mover<'_> {
@@ -442,6 +469,8 @@ impl Mover<'_> {
         let until = self.start + Duration::from_secs(self.spec.seconds) + GRACE;
         let mut next_sample = self.start + self.spec.sample;
         let mut buf = vec![0u8; 1 << 16];
+        let response = self.spec.exchange.map(|e| vec![b'r'; e.response]);
+        stream.set_write_timeout(Some(CONNECT_TIMEOUT))?;
         loop {
             let now = Instant::now();
             if now >= until {
@@ -464,11 +493,28 @@ impl Mover<'_> {
             stream.set_read_timeout(Some(timeout))?;
             match stream.read(&mut buf) {
                 Ok(0) => return Ok(()),
-                Ok(n) => self.report.read += n as u64,
+                Ok(n) => {
+                    self.report.read += n as u64;
+                    if let Some(response) = &response {
+                        self.answer(stream, n, response)?;
+                    }
+                }
                 Err(err) if transient(&err) => {}
                 Err(err) => return Err(err).context("reading"),
             }
         }
+    }
+
+    /// Counts `n` bytes more of requests and writes `response` for each
+    /// request now read whole.
+    fn answer(&mut self, stream: &mut TcpStream, n: usize, response: &[u8]) -> anyhow::Result<()> {
+        let request = self.spec.exchange.map_or(usize::MAX, |e| e.request);
+        self.unanswered += n;
+        while self.unanswered >= request {
+            self.unanswered -= request;
+            stream.write_all(response).context("answering a request")?;
+        }
+        Ok(())
     }
 
     /// The first sample tick after `now`.
@@ -520,6 +566,7 @@ mod tests {
             period: Duration::from_secs(2),
             seconds: 10,
             sample: DEFAULT_SAMPLE,
+            exchange: None,
         }
     }
 

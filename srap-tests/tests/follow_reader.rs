@@ -50,6 +50,7 @@ fn spec(choice: PathChoice, set_up: SetUp, port: u16) -> FollowSpec {
         connections: CONNECTIONS,
         period: PERIOD,
         periods: PERIODS,
+        exchange: None,
     }
 }
 

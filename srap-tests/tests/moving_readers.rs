@@ -5,12 +5,16 @@
 //!
 //! Judged by the kernel: the subflows' own `tcpi_bytes_received` add up to
 //! what the application read, the threads' `sched_getcpu` is where they
-//! were pinned, and the source wrote what the readers read.
+//! were pinned, and the source wrote what the readers read. The answering
+//! readers (`--respond`, the server of `srap-lab --experiment
+//! follow-reader`) are judged by their client: every request it wrote was
+//! read whole and answered, each round trip timed by the client's clock.
 
 use std::{net::SocketAddr, time::Duration};
 
 use srap_harness::moving_readers::{
-    MoveSpec, MovingReport, MptcpSource, SourceFlow, run_accepting, run_connecting,
+    Exchange, MoveSpec, MovingReport, MptcpSource, RequestFlow, RequestStats, SourceFlow,
+    run_accepting, run_connecting,
 };
 use srap_tests::{NetNs, require_privileged, veth::enable_mptcp_in};
 
@@ -24,6 +28,13 @@ const SECONDS: u64 = 3;
 /// both subflows' `tcpi_bytes_received`, and read once.
 const REINJECTED: u64 = 256 * 1024;
 
+/// The request/response test's exchange: as the lab's, a large request
+/// and a small answer.
+const EXCHANGE: Exchange = Exchange {
+    request: 16 * 1024,
+    response: 64,
+};
+
 /// Two fake nodes of one CPU each: the test machine has one node, and the
 /// placement only needs CPUs to pin to.
 fn spec() -> MoveSpec {
@@ -33,6 +44,7 @@ fn spec() -> MoveSpec {
         period: Duration::from_secs(1),
         seconds: SECONDS,
         sample: Duration::from_millis(100),
+        exchange: None,
     }
 }
 
@@ -93,6 +105,58 @@ fn accepting_readers_move_in_anti_phase_and_their_subflows_count_what_they_read(
     // The source retries while the readers' listener comes up.
     let (reports, flows) = run(MptcpSource::connect, run_accepting);
     judge(&reports, &flows, |flow, report| flow.local == report.remote);
+}
+
+#[test]
+#[ignore = "needs root: network namespaces and MPTCP"]
+fn answering_readers_answer_every_request_of_a_closed_loop_client_while_they_move() {
+    require_privileged("the moving readers test");
+    let ns = mptcp_namespace();
+    let addr = SocketAddr::from(ADDR);
+    let client = MptcpSource::requests(&ns, addr, 2, SECONDS, EXCHANGE).expect("the client");
+    let spec = MoveSpec {
+        exchange: Some(EXCHANGE),
+        ..spec()
+    };
+    let reports = ns
+        .run(|| run_accepting(addr, &spec))
+        .expect("in the namespace")
+        .expect("the answering readers");
+    let flows = client
+        .finish(Duration::from_secs(30))
+        .expect("the client's loops");
+    judge_requests(&flows);
+    let sources: Vec<SourceFlow> = flows.iter().map(RequestFlow::as_source).collect();
+    judge(&reports, &sources, |flow, report| {
+        flow.local == report.remote
+    });
+}
+
+/// The client's own record: loops that ran to their end, each request
+/// written whole and answered (closed loop: one outstanding), one round
+/// trip timed per answer.
+fn judge_requests(flows: &[RequestFlow]) {
+    assert_eq!(flows.len(), 2, "{flows:?}");
+    for flow in flows {
+        assert_eq!(flow.error, None, "{flow:?}");
+        assert!(
+            flow.completed > 10,
+            "only {} answers: {flow:?}",
+            flow.completed
+        );
+        assert_eq!(
+            flow.sent,
+            flow.completed * EXCHANGE.request as u64,
+            "{flow:?}"
+        );
+        assert_eq!(flow.latencies_us.len() as u64, flow.completed);
+    }
+    let stats = RequestStats::of(flows).expect("answered requests");
+    assert!(
+        stats.p50_us <= stats.p99_us && stats.p99_us <= stats.p999_us,
+        "{stats:?}"
+    );
+    assert!(stats.per_second > 0.0, "{stats:?}");
 }
 
 /// Every report against the spec, the kernel's counters and the source's

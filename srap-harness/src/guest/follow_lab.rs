@@ -18,6 +18,11 @@
 //!   follow-reader`, which the judge ([`FollowRound::judge_following`])
 //!   holds to ≥ 90 % of each window's bytes through the reader's NIC.
 //!
+//! With [`FollowSpec::exchange`] the guest is a request/response server
+//! instead (`srap-readers --respond`, the guest accepting): the
+//! namespace's closed-loop client times each request
+//! ([`MptcpSource::requests`]), and its request bytes are the data judged.
+//!
 //! Nothing is SRAP's word: a subflow's bytes are its own
 //! `tcpi_bytes_received` (`MPTCP_TCPINFO`) as the reading thread read it,
 //! its NIC the one holding its local address (`MPTCP_SUBFLOW_ADDRS`), the
@@ -39,7 +44,9 @@ use super::{
 };
 use crate::{
     agent::LAB_PORT_RANGE,
-    moving_readers::{MovingReport, MptcpSource, SourceFlow, Window, parse_moving_reports},
+    moving_readers::{
+        Exchange, MovingReport, MptcpSource, RequestFlow, SourceFlow, Window, parse_moving_reports,
+    },
     veth::enable_mptcp_in,
 };
 
@@ -107,6 +114,9 @@ pub struct FollowSpec {
     /// Seconds between moves, and moves + 1 periods in all.
     pub period: u64,
     pub periods: u64,
+    /// Requests answered by the guest ([`SetUp::GuestAccepts`] only), or
+    /// `None`: the namespace streams data.
+    pub exchange: Option<Exchange>,
 }
 
 impl FollowSpec {
@@ -118,7 +128,8 @@ impl FollowSpec {
         format!("{}, {way}", self.choice.label())
     }
 
-    fn seconds(&self) -> u64 {
+    /// The round's length: every period.
+    pub fn seconds(&self) -> u64 {
         self.period * self.periods
     }
 }
@@ -130,6 +141,8 @@ pub struct FollowRound {
     pub spec: FollowSpec,
     pub reports: Vec<MovingReport>,
     pub served: Vec<SourceFlow>,
+    /// With an exchange: the client's loops (their bytes are `served`).
+    pub requests: Vec<RequestFlow>,
     pub counters: Counters,
     /// Each node's CPUs, and each NIC's guest address by node.
     pub node_cpus: Vec<Vec<u32>>,
@@ -253,10 +266,12 @@ impl FollowRound {
         self.reports
             .iter()
             .filter_map(|report| {
+                // Both ends: one end alone is the listener's address,
+                // which every connection of the round shares.
                 let sent = self
                     .served
                     .iter()
-                    .find(|f| f.peer == report.local || f.local == report.remote);
+                    .find(|f| f.peer == report.local && f.local == report.remote);
                 match sent {
                     None => Some(format!(
                         "connection {} ({} to {}): the namespace served no such connection",
@@ -523,6 +538,9 @@ impl FollowLab {
         let port = spec.port;
         let seconds = spec.seconds();
         let (end, source) = match spec.set_up {
+            SetUp::GuestConnects if spec.exchange.is_some() => {
+                bail!("a request/response round has the guest accept (the server)")
+            }
             SetUp::GuestConnects => {
                 let server = SocketAddr::new(self.server()?, port);
                 let source = MptcpSource::listen(
@@ -538,6 +556,10 @@ impl FollowLab {
             // toward the other NIC's announced address join there.
             SetUp::GuestAccepts => (format!("--listen 0.0.0.0:{port}"), None),
         };
+        let end = match spec.exchange {
+            Some(e) => format!("{end} --request {} --respond {}", e.request, e.response),
+            None => end,
+        };
         let files = RoundFiles::new(port);
         let before = self.numa.counters()?;
         self.numa.guest.run(&format!(
@@ -552,7 +574,7 @@ impl FollowLab {
             period = spec.period,
         ))?;
         let source = match source {
-            Some(source) => source,
+            Some(source) => NamespaceEnd::Source(source),
             None => self.connect_to_guest(spec)?,
         };
         Ok(RunningRound {
@@ -562,9 +584,9 @@ impl FollowLab {
         })
     }
 
-    /// The namespace's senders to the guest's listener on NIC 0, once it
-    /// listens.
-    fn connect_to_guest(&mut self, spec: FollowSpec) -> anyhow::Result<MptcpSource> {
+    /// The namespace's senders (or request client) to the guest's
+    /// listener on NIC 0, once it listens.
+    fn connect_to_guest(&mut self, spec: FollowSpec) -> anyhow::Result<NamespaceEnd> {
         let ip = self
             .numa
             .nics
@@ -579,13 +601,14 @@ impl FollowLab {
         {
             bail!("the guest's readers did not listen on port {}", spec.port);
         }
-        MptcpSource::connect(
-            &self.net.ns,
-            SocketAddr::new(IpAddr::V4(ip), spec.port),
-            spec.connections,
-            spec.seconds(),
-            Some(PACE),
-        )
+        let target = SocketAddr::new(IpAddr::V4(ip), spec.port);
+        let (ns, k, seconds) = (&self.net.ns, spec.connections, spec.seconds());
+        Ok(match spec.exchange {
+            Some(exchange) => {
+                NamespaceEnd::Requests(MptcpSource::requests(ns, target, k, seconds, exchange)?)
+            }
+            None => NamespaceEnd::Source(MptcpSource::connect(ns, target, k, seconds, Some(PACE))?),
+        })
     }
 
     /// Waits for the readers, reads their reports and the NICs' counters,
@@ -612,7 +635,7 @@ impl FollowLab {
             );
         }
         let counters = self.numa.counters()?.since(&before);
-        let served = source.finish(Duration::from_secs(30))?;
+        let (served, requests) = source.finish(Duration::from_secs(30))?;
         let out = self.numa.guest.read(&format!("cat {}", files.out))?;
         let reports = parse_moving_reports(&out).map_err(|err| {
             anyhow!(
@@ -624,6 +647,7 @@ impl FollowLab {
             spec,
             reports,
             served,
+            requests,
             counters,
             node_cpus: self.numa.node_cpus.clone(),
             nic_ips: self
@@ -702,6 +726,26 @@ impl RoundFiles {
 /// A round under way ([`FollowLab::start_round`]).
 pub struct RunningRound {
     files: RoundFiles,
-    source: MptcpSource,
+    source: NamespaceEnd,
     before: Counters,
+}
+
+/// The namespace's end of a round: a data source, or the request client.
+enum NamespaceEnd {
+    Source(MptcpSource),
+    Requests(MptcpSource<RequestFlow>),
+}
+
+impl NamespaceEnd {
+    /// What each connection was sent, and the client's loops if it ran
+    /// them.
+    fn finish(self, within: Duration) -> anyhow::Result<(Vec<SourceFlow>, Vec<RequestFlow>)> {
+        match self {
+            Self::Source(source) => Ok((source.finish(within)?, Vec::new())),
+            Self::Requests(client) => {
+                let flows = client.finish(within)?;
+                Ok((flows.iter().map(RequestFlow::as_source).collect(), flows))
+            }
+        }
+    }
 }

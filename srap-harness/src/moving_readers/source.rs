@@ -1,7 +1,9 @@
 //! The other end of the moving readers, in a namespace of the test's: an
 //! MPTCP source that accepts the readers' connections ([`MptcpSource::listen`])
 //! or makes them to readers that listen ([`MptcpSource::connect`]), and
-//! writes to each for a while, paced, then closes it.
+//! writes to each for a while, paced, then closes it. The same threads
+//! carry the closed-loop request client ([`MptcpSource::requests`],
+//! `super::requests`), an `MptcpSource<RequestFlow>`.
 
 use std::{
     net::{SocketAddr, TcpStream},
@@ -29,10 +31,12 @@ const ATTEMPT: Duration = Duration::from_secs(2);
 const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// An MPTCP data source in a namespace, serving its flows on threads of its
-/// own; dropping it stops and joins them.
-pub struct MptcpSource {
+/// own; dropping it stops and joins them. `T` is what each flow's thread
+/// returns: a [`SourceFlow`], or for the request client a
+/// [`RequestFlow`](super::RequestFlow).
+pub struct MptcpSource<T = SourceFlow> {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<anyhow::Result<Vec<SourceFlow>>>>,
+    thread: Option<JoinHandle<anyhow::Result<Vec<T>>>>,
 }
 
 /// One connection as the source served it.
@@ -47,7 +51,7 @@ pub struct SourceFlow {
     pub error: Option<String>,
 }
 
-impl MptcpSource {
+impl MptcpSource<SourceFlow> {
     /// Listens with MPTCP on `addr` inside `ns` (the socket stays the
     /// namespace's), accepts `connections` within a minute and writes to
     /// each for `seconds` from its accept, paced to `pace` bytes a second if
@@ -86,18 +90,32 @@ impl MptcpSource {
         seconds: u64,
         pace: Option<u64>,
     ) -> anyhow::Result<Self> {
+        Self::connecting(ns, target, connections, move |stream, stop| {
+            serve(stream, target, seconds, pace, stop)
+        })
+    }
+}
+
+impl<T: Send + 'static> MptcpSource<T> {
+    /// Opens `connections` MPTCP connections from inside `ns` to `target`,
+    /// one at a time, each retried while the listener comes up, and hands
+    /// each to `serve` on a thread of its own.
+    pub(super) fn connecting(
+        ns: &NetNs,
+        target: SocketAddr,
+        connections: usize,
+        serve: impl Fn(TcpStream, &AtomicBool) -> T + Send + Sync + 'static,
+    ) -> anyhow::Result<Self> {
         // Fail here, not on the thread, when the namespace has no MPTCP.
         ns.run(|| mptcp_socket(target).map(drop))??;
         let ns = ns.clone();
         Ok(Self::spawn(move |stop| {
             let _inside = ns.enter()?;
-            connect_each(target, connections, seconds, pace, stop)
+            connect_each(target, connections, stop, &serve)
         }))
     }
 
-    fn spawn(
-        serve: impl FnOnce(&AtomicBool) -> anyhow::Result<Vec<SourceFlow>> + Send + 'static,
-    ) -> Self {
+    fn spawn(serve: impl FnOnce(&AtomicBool) -> anyhow::Result<Vec<T>> + Send + 'static) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
         let thread = std::thread::spawn(move || serve(&stopping));
@@ -109,7 +127,7 @@ impl MptcpSource {
 
     /// Waits (up to `within`) until every connection was made and served;
     /// each one's record, in accept (or connect) order.
-    pub fn finish(mut self, within: Duration) -> anyhow::Result<Vec<SourceFlow>> {
+    pub fn finish(mut self, within: Duration) -> anyhow::Result<Vec<T>> {
         let thread = self
             .thread
             .take()
@@ -118,7 +136,7 @@ impl MptcpSource {
     }
 }
 
-impl Drop for MptcpSource {
+impl<T> Drop for MptcpSource<T> {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
@@ -129,19 +147,18 @@ impl Drop for MptcpSource {
 
 /// Connects `connections` times, in order, and serves each connection on
 /// a thread of its own; a connection that cannot be made ends it.
-fn connect_each(
+fn connect_each<T: Send>(
     target: SocketAddr,
     connections: usize,
-    seconds: u64,
-    pace: Option<u64>,
     stop: &AtomicBool,
-) -> anyhow::Result<Vec<SourceFlow>> {
+    serve: &(impl Fn(TcpStream, &AtomicBool) -> T + Sync),
+) -> anyhow::Result<Vec<T>> {
     std::thread::scope(|scope| {
         let mut served = Vec::new();
         for index in 0..connections {
             let stream = connect_retrying(target, stop)
                 .with_context(|| format!("the MPTCP source's connection {index} to {target}"))?;
-            served.push(scope.spawn(move || serve(stream, target, seconds, pace, stop)));
+            served.push(scope.spawn(move || serve(stream, stop)));
         }
         served
             .into_iter()

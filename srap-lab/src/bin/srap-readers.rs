@@ -11,12 +11,15 @@
 //! move between NUMA nodes every `--move-every` seconds, in anti-phase, and
 //! prints one JSON line per connection with the kernel's per-subflow byte
 //! counts sampled as they read ([`srap_harness::moving_readers`]).
+//! `--respond BYTES --request BYTES` makes those threads a request/response
+//! server (each request read whole is answered), the server of
+//! `srap-lab --experiment follow-reader`.
 use std::{net::SocketAddr, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 use clap::{ArgGroup, Parser};
 use srap_harness::{
-    moving_readers::{self, MoveSpec},
+    moving_readers::{self, Exchange, MoveSpec},
     readers::{self, Transfer},
 };
 
@@ -79,6 +82,14 @@ struct Cli {
     /// With --mptcp: milliseconds between samples of the subflow counters.
     #[arg(long, default_value_t = 100, requires = "mptcp")]
     sample_ms: u64,
+    /// With --mptcp: serve as a request/response server does: after each
+    /// --request bytes read, write this many bytes back (a closed-loop
+    /// client measures the round trips). Default: only read.
+    #[arg(long, value_name = "BYTES", requires_all = ["mptcp", "request"])]
+    respond: Option<usize>,
+    /// With --respond: the size of each request, in bytes.
+    #[arg(long, value_name = "BYTES", requires = "respond")]
+    request: Option<usize>,
 }
 
 fn main() -> ExitCode {
@@ -156,6 +167,10 @@ fn move_spec(cli: &Cli) -> anyhow::Result<MoveSpec> {
         period,
         seconds: cli.seconds,
         sample: Duration::from_millis(cli.sample_ms),
+        exchange: cli
+            .respond
+            .zip(cli.request)
+            .map(|(response, request)| Exchange { request, response }),
     };
     spec.check()?;
     Ok(spec)
@@ -230,5 +245,35 @@ mod tests {
         ])
         .unwrap();
         assert!(move_spec(&zero).is_err());
+    }
+
+    #[test]
+    fn the_mptcp_server_answers_requests_only_when_told_both_sizes() {
+        let base = [
+            "--mptcp",
+            "--move-every",
+            "3",
+            "--nodes",
+            "0;1",
+            "--connections",
+            "2",
+            "--listen",
+            "0.0.0.0:5201",
+        ];
+        let with = |extra: &[&str]| parse(&[&base[..], extra].concat());
+        assert_eq!(move_spec(&with(&[]).unwrap()).unwrap().exchange, None);
+        let cli = with(&["--respond", "64", "--request", "16384"]).unwrap();
+        let exchange = move_spec(&cli).unwrap().exchange;
+        assert_eq!(
+            exchange,
+            Some(Exchange {
+                request: 16384,
+                response: 64
+            })
+        );
+        assert!(with(&["--respond", "64"]).is_err(), "no request size");
+        assert!(with(&["--request", "64"]).is_err(), "no response size");
+        let empty = with(&["--respond", "0", "--request", "1"]).unwrap();
+        assert!(move_spec(&empty).is_err());
     }
 }
