@@ -88,7 +88,12 @@ pub struct LabArgs {
     /// receive queues at --queue-rate and each link at --nic-rate, --flows
     /// MPTCP connections (a subflow per link) sending equal data, the
     /// aggregate the receiver read with the kernel's subflow ports and
-    /// with the sender agent's.
+    /// with the sender agent's. `--experiment follow-reader` (with
+    /// `--guest-kernel 6.12`): the two-node guest serves 2 MPTCP
+    /// connections of 16 KiB requests and 64 B responses, its serving
+    /// threads moving between the nodes every --duration s (5 periods), the
+    /// requests/s and P99 with the kernel's path manager and with SRAP
+    /// following the reader.
     #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "placement")]
     pub experiment: Option<Experiment>,
     /// Trials per kind in --experiment (default: 20 for placement, 10 for
@@ -177,6 +182,10 @@ pub enum Experiment {
     /// capped: MPTCP connections with a subflow per link, the kernel's
     /// subflow ports beside SRAP's, the aggregate measured by the receiver.
     Mptcp,
+    /// The two-node 6.12 guest as a request/response server whose threads
+    /// move between the nodes: throughput and P99 with the kernel's path
+    /// manager and with SRAP following the reader, as ratios of one run.
+    FollowReader,
 }
 
 /// The receiver NIC the lab runs against.

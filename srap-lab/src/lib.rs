@@ -8,8 +8,10 @@
 //! per member, [`bond_throughput`]), or the bytes reaching pinned readers
 //! through the far NUMA node's NIC (`--experiment numa-nics`,
 //! [`numa_nics`]), or MPTCP connections over two capped links
-//! (`--experiment mptcp`, [`mptcp_throughput`]), with their reports and
-//! plots.
+//! (`--experiment mptcp`, [`mptcp_throughput`]), or a request/response
+//! server whose threads move between NUMA nodes, the kernel's path manager
+//! beside SRAP following them (`--experiment follow-reader`,
+//! [`follow_reader`]), with their reports and plots.
 //!
 //! It stands on `srap_harness` (hosts in network namespaces, agents,
 //! QEMU guests, workloads, ground truth), which the integration tests and
@@ -30,6 +32,7 @@ pub mod bond_throughput;
 pub mod capacity;
 pub mod direction;
 pub mod experiment;
+pub mod follow_reader;
 pub mod mptcp_throughput;
 pub mod numa_nics;
 pub mod plot;

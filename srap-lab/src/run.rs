@@ -9,6 +9,7 @@ use anyhow::{Context as _, bail};
 use serde::Serialize;
 use srap_daemon::sender::ends::LocalPlacement;
 use srap_harness::{
+    guest::GuestKernel,
     interrupt::{self, interrupted},
     privilege,
     programs::{self, ChildGuard, client_via, iperf3_server, srap_binary},
@@ -22,7 +23,7 @@ use crate::{
     bond_throughput,
     capacity::{QueueRate, Rate},
     direction::Direction,
-    experiment, mptcp_throughput, numa_nics, plot, receiver_nics,
+    experiment, follow_reader, mptcp_throughput, numa_nics, plot, receiver_nics,
     report::{self, MIN_DATA_BYTES, RunReport},
     throughput::{self, ThroughputPlan},
     topology::{LabNet, LabNetConfig, LabObserver, Watch},
@@ -57,6 +58,9 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     }
     if args.experiment == Some(Experiment::Mptcp) {
         return run_mptcp(args);
+    }
+    if args.experiment == Some(Experiment::FollowReader) {
+        return run_follow_reader(args);
     }
     if args.nic_rate.is_some() {
         bail!("--nic-rate goes with --experiment receiver-nics or mptcp");
@@ -106,7 +110,13 @@ pub fn run(args: &LabArgs) -> anyhow::Result<()> {
     match args.experiment {
         Some(Experiment::Placement) => return run_placement(args, queues, flows),
         Some(Experiment::Throughput) => return run_throughput(args, queues, flows),
-        Some(Experiment::NumaNics | Experiment::ReceiverNics | Experiment::Mptcp) | None => {}
+        Some(
+            Experiment::NumaNics
+            | Experiment::ReceiverNics
+            | Experiment::Mptcp
+            | Experiment::FollowReader,
+        )
+        | None => {}
     }
     let net = LabNet::with_config(LabNetConfig {
         queue_rate: args.queue_rate.and_then(QueueRate::rate),
@@ -462,6 +472,61 @@ fn run_numa_nics(args: &LabArgs) -> anyhow::Result<()> {
         )
     };
     publish(args, &report, table, |dir| plot::write_numa(&report, dir))
+}
+
+/// The flags `--experiment follow-reader` leaves out: its own two-node
+/// guest (Debian's 6.12, which has `sock:sock_recv_length`; 6.1 has not),
+/// one run of two rounds, nothing to plot.
+fn check_follow_reader_args(args: &LabArgs) -> anyhow::Result<()> {
+    if args.guest_kernel != GuestKernel::V6_12 {
+        bail!(
+            "--experiment follow-reader needs --guest-kernel 6.12: following reads \
+             sock:sock_recv_length, which 6.1 lacks"
+        );
+    }
+    for (given, flag) in [
+        (args.nic_rate.is_some(), "--nic-rate"),
+        (args.trials.is_some(), "--trials"),
+        (args.plot.is_some(), "--plot"),
+    ] {
+        if given {
+            bail!("--experiment follow-reader is one run of two rounds: drop {flag}");
+        }
+    }
+    check_guest_experiment(
+        args,
+        "follow-reader",
+        "its own two-node guest serving requests",
+        "the seconds between the serving threads' moves",
+    )
+}
+
+/// `--experiment follow-reader`: request/response with moving serving
+/// threads, the kernel's path manager beside SRAP following
+/// ([`follow_reader`]).
+fn run_follow_reader(args: &LabArgs) -> anyhow::Result<()> {
+    check_follow_reader_args(args)?;
+    let plan = follow_reader::FollowPlan {
+        period: args.duration,
+    };
+    let image = virtio::prepare_image(args)?;
+    let json = args.json;
+    if !json {
+        eprintln!(
+            "two rounds of {} × {} s, the kernel's path manager then SRAP following; booting \
+             the two-node guest",
+            follow_reader::PERIODS,
+            plan.period
+        );
+    }
+    let report = follow_reader::run(&image, plan, &mut |round| {
+        tracing::debug!("{}", round.windows);
+        if !json {
+            eprint!("{}", round.windows);
+        }
+    })?;
+    let table = || format!("{}wall time: {:.0} s", report.render(), report.wall_seconds);
+    publish(args, &report, table, |_| Ok(Vec::new()))
 }
 
 /// The flags `--experiment receiver-nics` leaves out, as numa-nics does.
@@ -879,6 +944,26 @@ mod tests {
         assert!(err.to_string().contains("leave out --nic, --hold"), "{err}");
         let none = parse(&["--experiment", "numa-nics", "--duration", "0"]);
         assert!(check_numa_args(&none).is_err());
+    }
+
+    #[test]
+    fn follow_reader_takes_the_6_12_guest_a_period_and_json_only() {
+        let base = ["--experiment", "follow-reader", "--guest-kernel", "6.12"];
+        let with = |extra: &[&str]| parse(&[&base[..], extra].concat());
+        let run = with(&["--duration", "3", "--json"]);
+        assert_eq!(run.experiment, Some(Experiment::FollowReader));
+        assert!(check_follow_reader_args(&run).is_ok());
+        let old = parse(&["--experiment", "follow-reader"]);
+        let err = check_follow_reader_args(&old).expect_err("6.1 by default");
+        assert!(err.to_string().contains("--guest-kernel 6.12"), "{err}");
+        for extra in [
+            &["--trials", "2"][..],
+            &["--plot", "docs/throughput"],
+            &["--nic", "virtio"],
+            &["--duration", "0"],
+        ] {
+            assert!(check_follow_reader_args(&with(extra)).is_err(), "{extra:?}");
+        }
     }
 
     #[test]
