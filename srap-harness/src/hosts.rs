@@ -52,20 +52,36 @@ impl Bridge {
 
     /// A new host namespace on the bridge; returns its index.
     pub fn add_host(&mut self) -> anyhow::Result<usize> {
+        self.add_host_with_queues(1)
+    }
+
+    /// A new host namespace on the bridge, its veth with `queues` queues
+    /// each way (a multi-queue receiver NIC, with an RSS emulator on the
+    /// hub's end: [`Bridge::port`]); returns its index.
+    pub fn add_host_with_queues(&mut self, queues: u32) -> anyhow::Result<usize> {
         let i = self.hosts.len();
         let last = u8::try_from(10 + i).context("at most 245 hosts on a bridge")?;
         let ns = NetNs::new()?;
-        let port = format!("s{i}");
+        let port = Self::port(i);
+        let queues = queues.to_string();
         self.hub
             .ip([
                 "link",
                 "add",
                 &port,
+                "numtxqueues",
+                &queues,
+                "numrxqueues",
+                &queues,
                 "type",
                 "veth",
                 "peer",
                 "name",
                 HOST_IFACE,
+                "numtxqueues",
+                &queues,
+                "numrxqueues",
+                &queues,
                 "netns",
                 ns.name(),
             ])
@@ -78,6 +94,12 @@ impl Bridge {
         ns.ip(["link", "set", HOST_IFACE, "up"])?;
         self.hosts.push(ns);
         Ok(i)
+    }
+
+    /// The hub's end of host `i`'s veth, a port of the bridge: what the
+    /// bridge sends host `i` leaves through it.
+    pub fn port(i: usize) -> String {
+        format!("s{i}")
     }
 
     /// Host `i`'s namespace.

@@ -297,7 +297,10 @@ impl Workload {
         Self::spawn_command(srap_exec_with(ns, &srap, cgroup, flags, exe), dst)
     }
 
-    fn spawn_command(mut cmd: std::process::Command, dst: SocketAddr) -> Self {
+    /// The workload as `cmd` runs it (a command ending in the workload's
+    /// path: `srap exec … -- srap-test-workload` inside a booted machine,
+    /// say), told to connect to `dst`.
+    pub fn spawn_command(mut cmd: std::process::Command, dst: SocketAddr) -> Self {
         let mut child = cmd
             .arg(dst.to_string())
             .stdin(Stdio::piped())

@@ -35,3 +35,18 @@ pub fn tool_or_skip(name: &str, what: &str) -> Option<PathBuf> {
     }
     found
 }
+
+/// The Ansible collection `srap.srap` (`deploy/ansible`).
+pub fn ansible_collection() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/ansible")
+}
+
+/// Makes `dir` a collections path (`ANSIBLE_COLLECTIONS_PATH`) where the
+/// collection is installed as its playbooks name it, `srap.srap`:
+/// `ansible_collections/srap/srap`, a link to the tree itself, as
+/// `ansible-galaxy collection install` would lay it out.
+pub fn install_ansible_collection(dir: &Path) -> std::io::Result<()> {
+    let namespace = dir.join("ansible_collections/srap");
+    std::fs::create_dir_all(&namespace)?;
+    std::os::unix::fs::symlink(ansible_collection(), namespace.join("srap"))
+}

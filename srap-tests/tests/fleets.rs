@@ -15,7 +15,11 @@ use std::{
 };
 
 use serde_json::Value;
-use srap_tests::{built_binary, grafana, harness::TempDir, tools::tool_or_skip};
+use srap_tests::{
+    built_binary, grafana,
+    harness::TempDir,
+    tools::{ansible_collection, install_ansible_collection, tool_or_skip},
+};
 
 /// The chart and the values files its documentation shows.
 fn chart() -> PathBuf {
@@ -196,19 +200,10 @@ fn every_series_the_dashboard_queries_is_exported() {
     }
 }
 
-/// The Ansible collection (`deploy/ansible`, the `srap.srap` collection).
-fn collection() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/ansible")
-}
-
-/// A collections path where the collection is installed as its playbooks
-/// name it (`srap.srap`): `ansible_collections/srap/srap`, a link to the
-/// tree itself, as `ansible-galaxy collection install` would lay it out.
+/// A scratch collections path with the collection installed in it.
 fn collections_path() -> TempDir {
     let dir = TempDir::new("fleets-ansible").expect("a temporary directory");
-    let namespace = dir.path().join("ansible_collections/srap");
-    std::fs::create_dir_all(&namespace).expect("the collections path");
-    std::os::unix::fs::symlink(collection(), namespace.join("srap")).expect("link the collection");
+    install_ansible_collection(dir.path()).expect("the collections path");
     dir
 }
 
@@ -220,7 +215,7 @@ fn ansible(tool: &str, what: &str, args: &[&str]) -> Option<String> {
     let collections = collections_path();
     let mut command = Command::new(tool);
     command
-        .current_dir(collection())
+        .current_dir(ansible_collection())
         .env("ANSIBLE_COLLECTIONS_PATH", collections.path())
         .env("ANSIBLE_LOCAL_TEMP", collections.path().join("tmp"))
         .env("ANSIBLE_HOME", collections.path().join("home"))

@@ -49,6 +49,9 @@ const APT_PACKAGES: &[&str] = &[
     // from Debian's packages.
     "systemd-container",
     "mmdebstrap",
+    // The fleet test (`tests/fleet.rs`): Ansible reaches its booted
+    // machines over SSH, with a key `ssh-keygen` makes.
+    "openssh-client",
     // The virtualenv kubernetes-validate is installed into (Debian's
     // python3 has no `venv` without it).
     "python3-venv",
