@@ -38,9 +38,12 @@ const CONNECTIONS: usize = 2;
 const PERIOD: u64 = 3;
 const PERIODS: u64 = 4;
 /// The periods of the round the agent is killed in: time for a new agent
-/// to verify its programs under emulation (about 20 s to steering on a
-/// quiet host) and follow for two periods more.
-const KILL_PERIODS: u64 = 14;
+/// to verify its programs under emulation and follow for two periods
+/// more. Its restart took from about 20 s to 33 s to steering on this
+/// 2-core host (six programs verified at some 3.8 s each, then the
+/// closed loop's watcher attached); 60 s leaves room for half as long
+/// again.
+const KILL_PERIODS: u64 = 20;
 
 fn spec(choice: PathChoice, set_up: SetUp, port: u16) -> FollowSpec {
     FollowSpec {
