@@ -60,9 +60,9 @@ const RECEIVER: &str = "rx-1";
 const SENDERS: [&str; 2] = ["tx-1", "tx-2"];
 /// The version the rebuilt package says it is.
 const UPGRADE_VERSION: &str = "0.1.0+fleet1";
-/// Where the receiver machine keeps its emulated NIC's description (the
-/// test's hardware, not SRAP's: the removal leaves it).
-const NIC_DESCRIPTION: &str = "/etc/emulated-nic.json";
+/// The emulated NIC's description, in the controller's directory (the
+/// role copies it to the receiver).
+const NIC_DESCRIPTION: &str = "emulated-nic.json";
 /// The workload's cgroup on each sender (the role's `srap_sender_cgroup`).
 const CGROUP: &str = "srap";
 
@@ -200,11 +200,8 @@ impl Site {
         let server = SocketAddr::new(bridge.host_ip(rx), DPORT);
         let listener = Listener::bind(bridge.host(rx), server, TIMEOUT)
             .expect("a listener in the receiver's namespace");
-        let controller = Controller::new(tools, &bridge);
+        let controller = Controller::new(tools, &bridge, &description);
         let receiver = boot_machine(&bridge, rx, &controller, &[]);
-        receiver
-            .write(NIC_DESCRIPTION, description.to_json_pretty())
-            .expect("the NIC's description in the receiver");
         let senders = SENDERS
             .iter()
             .enumerate()
@@ -586,7 +583,11 @@ struct Controller {
 }
 
 impl Controller {
-    fn new(tools: &Tools, bridge: &Bridge) -> Self {
+    /// The controller's directory for the site on `bridge`, whose
+    /// receiver's NIC is `nic`: the role copies its description to the
+    /// receiver (`srap_receiver_rss_src`), as for a NIC whose RSS cannot
+    /// be read (a veth has none).
+    fn new(tools: &Tools, bridge: &Bridge, nic: &RssDescription) -> Self {
         let dir = TempDir::new("fleet").expect("the controller's directory");
         install_ansible_collection(dir.path()).expect("the collections path");
         let key = dir.join("id_ed25519");
@@ -613,6 +614,10 @@ impl Controller {
         };
         controller
             .dir
+            .write(NIC_DESCRIPTION, nic.to_json_pretty())
+            .expect("the NIC's description");
+        controller
+            .dir
             .write("inventory.yml", controller.inventory(bridge))
             .expect("the inventory");
         controller
@@ -636,10 +641,11 @@ impl Controller {
              ansible_ssh_common_args: \"-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null\"\n    \
              srap_package_file: {}\n  children:\n    srap_receivers:\n      hosts:\n        \
              {RECEIVER}:\n          ansible_host: {}\n          srap_receiver_ifaces: [eth0]\n          \
-             srap_receiver_rss_file: {NIC_DESCRIPTION}\n    srap_senders:\n      hosts:\n",
+             srap_receiver_rss_src: {}\n    srap_senders:\n      hosts:\n",
             key.display(),
             self.package.display(),
             bridge.host_ip(RECEIVER_HOST),
+            self.dir.join(NIC_DESCRIPTION).display(),
         );
         for (i, name) in SENDERS.iter().enumerate() {
             text.push_str(&format!(
